@@ -1,0 +1,234 @@
+/**
+ * The thin runtime every kernel wrapper builds on.
+ *
+ * Design (after TF.js's webgpu backend, minus string-built WGSL):
+ * - A kernel wrapper turns plain arguments into a `KernelCall`: a cached pipeline, a bind group
+ *   built once, and a workgroup count. Calls are *prepared once* (per model and max batch) and then
+ *   recorded into a caller's compute pass every step, so a training step is one submission with no
+ *   per-op read-back.
+ * - Sizes that change between steps (the batch rows of this rank's share, the last short step of an
+ *   epoch) live in a small uniform buffer owned by the call; `setUniforms` rewrites it with
+ *   `queue.writeBuffer` before the submit. Sizes that never change (tile shapes) are WGSL
+ *   `override` constants and part of the pipeline cache key.
+ */
+
+export interface Gpu {
+  readonly device: GPUDevice;
+  /** Pipelines by `label|entry|overrides`. */
+  readonly pipelines: Map<string, GPUComputePipeline>;
+  /** Shader modules by their source text. */
+  readonly modules: Map<string, GPUShaderModule>;
+}
+
+export function createGpu(device: GPUDevice): Gpu {
+  return { device, pipelines: new Map(), modules: new Map() };
+}
+
+/**
+ * A float32 (or u32) tensor on the GPU: a range of a storage buffer and its logical shape (row-major).
+ * Parameters, gradients and optimizer moments of a model live in one flat buffer each (so the
+ * optimizer is one dispatch, a snapshot one copy, an allreduce one read-back); a layer's tensors are
+ * views into them at `offset`, a multiple of 256 bytes (minStorageBufferOffsetAlignment).
+ */
+export interface Tensor {
+  readonly buffer: GPUBuffer;
+  /** Byte offset into `buffer`; a multiple of 256. */
+  readonly offset: number;
+  readonly shape: readonly number[];
+  /** Number of 4-byte elements. */
+  readonly size: number;
+  readonly label: string;
+}
+
+export const STORAGE_USAGE =
+  GPUBufferUsageFlags('STORAGE') | GPUBufferUsageFlags('COPY_SRC') | GPUBufferUsageFlags('COPY_DST');
+
+/** GPUBufferUsage is a global only where WebGPU exists; read it lazily so importing is safe. */
+function GPUBufferUsageFlags(name: 'STORAGE' | 'COPY_SRC' | 'COPY_DST' | 'UNIFORM' | 'MAP_READ'): number {
+  const table = { MAP_READ: 0x1, COPY_SRC: 0x4, COPY_DST: 0x8, UNIFORM: 0x40, STORAGE: 0x80 } as const;
+  return table[name];
+}
+
+export function elementCount(shape: readonly number[]): number {
+  return shape.reduce((a, b) => a * b, 1);
+}
+
+/** A storage tensor, zero-filled or initialised from `data`. Buffers are at least 16 bytes (vec4 loads). */
+export function createTensor(
+  gpu: Gpu,
+  shape: readonly number[],
+  label: string,
+  data?: Float32Array | Uint32Array | Int32Array,
+): Tensor {
+  const size = elementCount(shape);
+  if (data && data.length !== size) {
+    throw new Error(`createTensor(${label}): data has ${data.length} elements, shape [${shape}] needs ${size}`);
+  }
+  const byteLength = Math.max(16, Math.ceil((size * 4) / 16) * 16);
+  const buffer = gpu.device.createBuffer({ label, size: byteLength, usage: STORAGE_USAGE, mappedAtCreation: !!data });
+  if (data) {
+    new Uint8Array(buffer.getMappedRange()).set(new Uint8Array(data.buffer, data.byteOffset, data.byteLength));
+    buffer.unmap();
+  }
+  return { buffer, offset: 0, shape: [...shape], size, label };
+}
+
+/** Elements per 256-byte alignment unit: views into a flat buffer start at multiples of this. */
+export const VIEW_ALIGN_ELEMENTS = 64;
+
+export function alignElements(n: number): number {
+  return Math.ceil(n / VIEW_ALIGN_ELEMENTS) * VIEW_ALIGN_ELEMENTS;
+}
+
+/** A view of `shape` at element `elementOffset` (a multiple of 64) of a flat tensor. */
+export function tensorView(base: Tensor, elementOffset: number, shape: readonly number[], label: string): Tensor {
+  if (elementOffset % VIEW_ALIGN_ELEMENTS !== 0) throw new Error(`tensorView(${label}): offset ${elementOffset} not a multiple of ${VIEW_ALIGN_ELEMENTS}`);
+  const size = elementCount(shape);
+  if (base.offset / 4 + elementOffset + size > base.buffer.size / 4) throw new Error(`tensorView(${label}): out of range of ${base.label}`);
+  return { buffer: base.buffer, offset: base.offset + elementOffset * 4, shape: [...shape], size, label };
+}
+
+/** A uniform buffer of `words` 32-bit words (rounded up to 16 bytes). */
+export function createUniformBuffer(gpu: Gpu, words: number, label: string): GPUBuffer {
+  return gpu.device.createBuffer({
+    label,
+    size: Math.max(16, Math.ceil((words * 4) / 16) * 16),
+    usage: GPUBufferUsageFlags('UNIFORM') | GPUBufferUsageFlags('COPY_DST'),
+  });
+}
+
+/** Write u32 words (use `f32bits` for floats) into a uniform buffer. */
+export function writeUniforms(gpu: Gpu, buffer: GPUBuffer, words: readonly number[]): void {
+  const data = new Uint32Array(Math.ceil(words.length / 4) * 4);
+  data.set(words);
+  gpu.device.queue.writeBuffer(buffer, 0, data);
+}
+
+const f32scratch = new Float32Array(1);
+const u32scratch = new Uint32Array(f32scratch.buffer);
+/** The bit pattern of a float32, for packing floats into a u32 uniform array. */
+export function f32bits(x: number): number {
+  f32scratch[0] = x;
+  return u32scratch[0];
+}
+
+export function shaderModule(gpu: Gpu, code: string, label: string): GPUShaderModule {
+  let module = gpu.modules.get(code);
+  if (!module) {
+    module = gpu.device.createShaderModule({ label, code });
+    gpu.modules.set(code, module);
+  }
+  return module;
+}
+
+/** A compute pipeline cached by source, entry point and override constants (layout 'auto'). */
+export function computePipeline(
+  gpu: Gpu,
+  code: string,
+  label: string,
+  entryPoint: string,
+  constants: Record<string, number> = {},
+): GPUComputePipeline {
+  const key = `${label}|${entryPoint}|${JSON.stringify(constants)}|${code.length}`;
+  let pipeline = gpu.pipelines.get(key);
+  if (!pipeline) {
+    pipeline = gpu.device.createComputePipeline({
+      label: `${label}:${entryPoint}`,
+      layout: 'auto',
+      compute: { module: shaderModule(gpu, code, label), entryPoint, constants },
+    });
+    gpu.pipelines.set(key, pipeline);
+  }
+  return pipeline;
+}
+
+/**
+ * Bind group for group 0 with resources bound at 0..n-1 in order: a Tensor binds its range
+ * (offset, size rounded up to 16 bytes when the buffer allows), a GPUBuffer binds whole.
+ */
+export function bindBuffers(gpu: Gpu, pipeline: GPUComputePipeline, resources: readonly (Tensor | GPUBuffer)[], label: string): GPUBindGroup {
+  return gpu.device.createBindGroup({
+    label,
+    layout: pipeline.getBindGroupLayout(0),
+    entries: resources.map((r, binding) => {
+      if ('shape' in r) {
+        const bytes = Math.min(Math.max(16, Math.ceil((r.size * 4) / 16) * 16), r.buffer.size - r.offset);
+        return { binding, resource: { buffer: r.buffer, offset: r.offset, size: bytes } };
+      }
+      return { binding, resource: { buffer: r } };
+    }),
+  });
+}
+
+/**
+ * A prepared kernel whose sizes may change between steps (the batch rows of this rank's share):
+ * `update(dims)` rewrites its uniforms and workgroup count; `call` is recorded every step.
+ */
+export interface Kernel<D> {
+  readonly call: KernelCall;
+  update(dims: D): void;
+}
+
+/** One prepared dispatch. `workgroups` may be changed before recording (e.g. when the batch shrinks). */
+export interface KernelCall {
+  readonly label: string;
+  readonly pipeline: GPUComputePipeline;
+  readonly bindGroup: GPUBindGroup;
+  workgroups: [number, number, number];
+}
+
+/** Record calls into one compute pass of `encoder`, in order (WebGPU orders dispatches in a pass). */
+export function recordCalls(encoder: GPUCommandEncoder, calls: readonly KernelCall[], label = 'calls'): void {
+  const pass = encoder.beginComputePass({ label });
+  for (const call of calls) {
+    if (call.workgroups[0] * call.workgroups[1] * call.workgroups[2] === 0) continue;
+    pass.setPipeline(call.pipeline);
+    pass.setBindGroup(0, call.bindGroup);
+    pass.dispatchWorkgroups(call.workgroups[0], call.workgroups[1], call.workgroups[2]);
+  }
+  pass.end();
+}
+
+/** Encode and submit calls in one command buffer. */
+export function submitCalls(gpu: Gpu, calls: readonly KernelCall[], label = 'calls'): void {
+  const encoder = gpu.device.createCommandEncoder({ label });
+  recordCalls(encoder, calls, label);
+  gpu.device.queue.submit([encoder.finish()]);
+}
+
+/** Read a whole buffer back (copy to a MAP_READ staging buffer). Not for the hot path. */
+export async function readBuffer(gpu: Gpu, buffer: GPUBuffer, byteLength = buffer.size): Promise<ArrayBuffer> {
+  const staging = gpu.device.createBuffer({
+    size: Math.ceil(byteLength / 4) * 4,
+    usage: GPUBufferUsageFlags('MAP_READ') | GPUBufferUsageFlags('COPY_DST'),
+  });
+  const encoder = gpu.device.createCommandEncoder();
+  encoder.copyBufferToBuffer(buffer, 0, staging, 0, staging.size);
+  gpu.device.queue.submit([encoder.finish()]);
+  await staging.mapAsync(0x1 /* GPUMapMode.READ */);
+  const copy = staging.getMappedRange().slice(0, byteLength);
+  staging.unmap();
+  staging.destroy();
+  return copy;
+}
+
+export async function readTensor(gpu: Gpu, t: Tensor): Promise<Float32Array> {
+  const all = await readBuffer(gpu, t.buffer, t.offset + t.size * 4);
+  return new Float32Array(all, t.offset, t.size);
+}
+
+export function writeTensor(gpu: Gpu, t: Tensor, data: Float32Array | Uint32Array, elementOffset = 0): void {
+  if (elementOffset + data.length > t.size) throw new Error(`writeTensor(${t.label}): ${data.length} elements at ${elementOffset} exceed ${t.size}`);
+  gpu.device.queue.writeBuffer(t.buffer, t.offset + elementOffset * 4, data.buffer, data.byteOffset, data.byteLength);
+}
+
+export function ceilDiv(a: number, b: number): number {
+  return Math.ceil(a / b);
+}
+
+/** Split a 1-D dispatch of `groups` workgroups over x/y to respect maxComputeWorkgroupsPerDimension (65535). */
+export function dispatch1d(groups: number): [number, number, number] {
+  if (groups <= 65535) return [groups, 1, 1];
+  const y = Math.ceil(groups / 65535);
+  return [65535, y, 1];
+}

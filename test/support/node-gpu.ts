@@ -1,0 +1,46 @@
+/**
+ * A WebGPU device in Node through the `webgpu` package (Dawn) on SwiftShader, for fast kernel tests.
+ * Dawn finds no adapter here unless Vulkan is pointed at Chromium's SwiftShader ICD (CHROMIUM.md);
+ * vitest.config.ts sets VK_ICD_FILENAMES / LD_LIBRARY_PATH for the test processes.
+ * Under CI a missing adapter fails the test run instead of skipping it.
+ */
+import { create, globals } from 'webgpu';
+import { createGpu, type Gpu } from '../../kernels/runtime';
+
+let cached: Promise<Gpu> | undefined;
+
+export function nodeGpu(): Promise<Gpu> {
+  cached ??= (async () => {
+    Object.assign(globalThis, globals);
+    const navigatorGpu = create([]);
+    const adapter = await navigatorGpu.requestAdapter();
+    if (!adapter) {
+      throw new Error(
+        'no WebGPU adapter in Node: install Debian chromium (SwiftShader) and run through `npm test`, ' +
+          'which sets VK_ICD_FILENAMES=/usr/lib/chromium/vk_swiftshader_icd.json',
+      );
+    }
+    const device = await adapter.requestDevice({
+      requiredLimits: {
+        maxStorageBufferBindingSize: adapter.limits.maxStorageBufferBindingSize,
+        maxBufferSize: adapter.limits.maxBufferSize,
+        maxStorageBuffersPerShaderStage: adapter.limits.maxStorageBuffersPerShaderStage,
+      },
+    });
+    device.addEventListener('uncapturederror', (e) => {
+      // Validation errors must fail tests loudly rather than produce zeros.
+      console.error('WebGPU uncaptured error:', (e as GPUUncapturedErrorEvent).error.message);
+    });
+    return createGpu(device);
+  })();
+  return cached;
+}
+
+/** Run `fn` inside a validation error scope and throw if WebGPU reported an error. */
+export async function withValidation<T>(gpu: Gpu, fn: () => Promise<T> | T): Promise<T> {
+  gpu.device.pushErrorScope('validation');
+  const result = await fn();
+  const error = await gpu.device.popErrorScope();
+  if (error) throw new Error(`WebGPU validation error: ${error.message}`);
+  return result;
+}

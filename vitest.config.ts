@@ -1,0 +1,51 @@
+import { defineConfig } from 'vitest/config';
+
+/**
+ * One runner for every test (`npm test`). Projects:
+ * - unit: pure modules (coordinator core, model specs, dataset parsing) — milliseconds.
+ * - kernels: WGSL kernels on WebGPU in Node (Dawn + SwiftShader) against float64 references.
+ * - integration: a real coordinator process with simulated WebSocket workers.
+ * - browser: real headless Chromium tabs through Playwright against a real coordinator.
+ * Kernel and browser tests need SwiftShader's Vulkan ICD, which Debian's chromium ships.
+ */
+const swiftshaderEnv = {
+  VK_ICD_FILENAMES: process.env.VK_ICD_FILENAMES ?? '/usr/lib/chromium/vk_swiftshader_icd.json',
+  LD_LIBRARY_PATH: [process.env.LD_LIBRARY_PATH, '/usr/lib/chromium'].filter(Boolean).join(':'),
+};
+Object.assign(process.env, swiftshaderEnv);
+
+export default defineConfig({
+  test: {
+    projects: [
+      { test: { name: 'unit', include: ['test/unit/**/*.test.ts'], environment: 'node' } },
+      {
+        test: {
+          name: 'kernels',
+          include: ['test/kernels/**/*.test.ts'],
+          pool: 'forks',
+          env: swiftshaderEnv,
+          testTimeout: 120_000,
+        },
+      },
+      {
+        test: {
+          name: 'integration',
+          include: ['test/integration/**/*.test.ts'],
+          pool: 'forks',
+          testTimeout: 120_000,
+          hookTimeout: 120_000,
+        },
+      },
+      {
+        test: {
+          name: 'browser',
+          include: ['test/browser/**/*.test.ts'],
+          pool: 'forks',
+          fileParallelism: false,
+          testTimeout: 600_000,
+          hookTimeout: 180_000,
+        },
+      },
+    ],
+  },
+});

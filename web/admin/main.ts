@@ -1,0 +1,1 @@
+// admin page: see issue 6

@@ -1,0 +1,1 @@
+// volunteer page
