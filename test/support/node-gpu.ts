@@ -8,11 +8,14 @@ import { create, globals } from 'webgpu';
 import { createGpu, type Gpu } from '../../kernels/runtime';
 
 let cached: Promise<Gpu> | undefined;
+/** Kept alive for the process: if Dawn's instance is garbage-collected it tears the device down mid-work. */
+let pinnedInstance: GPU | undefined;
 
 export function nodeGpu(): Promise<Gpu> {
   cached ??= (async () => {
     Object.assign(globalThis, globals);
     const navigatorGpu = create([]);
+    pinnedInstance = navigatorGpu;
     const adapter = await navigatorGpu.requestAdapter();
     if (!adapter) {
       throw new Error(

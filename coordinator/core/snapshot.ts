@@ -1,0 +1,245 @@
+/**
+ * The binary training-state checkpoint shared by tabs (upload, peer broadcast) and the coordinator
+ * (durable store): one `ArrayBuffer`, pure encode/decode, every byte covered by a hash.
+ *
+ * Format, version 1 (all integers little-endian u32, all floats little-endian float32):
+ *
+ *   offset 0   'TSWS'                  magic
+ *   offset 4   version                 1
+ *   offset 8   headerLength            bytes of the JSON header including its padding (a multiple of 4)
+ *   offset 12  headerChecksum          MurmurHash3_x86_32 of the padded header bytes
+ *   offset 16  header                  UTF-8 JSON (`SnapshotHeader`), padded with spaces to a multiple of 4
+ *   then       sections                raw float32 arrays, contiguous, in header order: params, then the
+ *                                      optimizer's moments (`m`, `v` for AdamW; `velocity` for SGD)
+ *
+ * The header checksum is an addition to the three-word prefix of the first draft: without it a flipped
+ * digit in `step` or `cursor` would still parse, and the coordinator would resume at the wrong place.
+ * Sections carry their own 64-bit hash (`hashBytes`); the params section's hash is `paramsHash`, the
+ * value ranks report at commit, so a checkpoint can be matched to a committed step without decoding it.
+ * Each section is the whole flat buffer (`layout.totalElements` floats, alignment padding included),
+ * so the layout's offsets index it directly.
+ */
+import { z } from 'zod';
+import { hashBytes, murmur3Words } from './hash';
+import { modelSpecSchema, parameterLayout, type ModelSpec, type ParamLayout } from './model-spec';
+
+// TextEncoder/TextDecoder exist in every runtime the core runs in (browsers, workers, Node), but the
+// core's tsconfig has no DOM or Node types: declare just what is used, for this module only.
+declare const TextEncoder: { new (): { encode(text: string): Uint8Array } };
+declare const TextDecoder: { new (label: 'utf-8', options: { fatal: boolean }): { decode(bytes: Uint8Array): string } };
+
+export const SNAPSHOT_MAGIC = 'TSWS';
+export const SNAPSHOT_VERSION = 1;
+const PREFIX_BYTES = 16;
+
+export type OptimizerKind = 'adamw' | 'sgd';
+export type SectionName = 'params' | 'm' | 'v' | 'velocity';
+
+/** The moment buffers of each optimizer, in the order they are stored and returned. */
+export const OPTIMIZER_MOMENTS: Readonly<Record<OptimizerKind, readonly ('m' | 'v' | 'velocity')[]>> = {
+  adamw: ['m', 'v'],
+  sgd: ['velocity'],
+};
+
+const count = z.number().int().min(0).max(Number.MAX_SAFE_INTEGER);
+
+export const snapshotHeaderSchema = z.strictObject({
+  /** The model as a job names it, and its full spec (a restore needs no registry of built-ins). */
+  model: z.strictObject({ name: z.string(), spec: z.unknown() }),
+  /** Every parameter tensor's name, shape and offset (float32 elements) in the flat sections. */
+  layout: z.array(z.strictObject({ name: z.string(), shape: z.array(count), offset: count })),
+  /** Length of every section in float32 elements. */
+  totalElements: count,
+  /** Committed global step the state belongs to. */
+  step: count,
+  epoch: count,
+  /** Position in the epoch's sample order up to which samples are processed. */
+  cursor: count,
+  /** The optimizer and its own step counter (bias correction uses it; may differ from `step`). */
+  optimizer: z.strictObject({ kind: z.enum(['adamw', 'sgd']), t: count }),
+  sections: z.array(
+    z.strictObject({
+      name: z.enum(['params', 'm', 'v', 'velocity']),
+      /** From the start of the snapshot. */
+      byteOffset: count,
+      byteLength: count,
+      hash: z.string().regex(/^[0-9a-f]{16}$/),
+    }),
+  ),
+  /** `hashParams` of the params section. */
+  paramsHash: z.string().regex(/^[0-9a-f]{16}$/),
+});
+
+export type SnapshotHeader = z.infer<typeof snapshotHeaderSchema>;
+
+export interface TrainingSnapshot {
+  spec: ModelSpec;
+  step: number;
+  epoch: number;
+  cursor: number;
+  optimizer: { kind: OptimizerKind; t: number };
+  /** Flat parameters, `parameterLayout(spec).totalElements` floats. */
+  params: Float32Array;
+  /** Moment buffers in `OPTIMIZER_MOMENTS[optimizer.kind]` order, each as long as `params`. */
+  moments: Float32Array[];
+}
+
+export interface DecodedSnapshot extends TrainingSnapshot {
+  header: SnapshotHeader;
+  layout: ParamLayout;
+  paramsHash: string;
+}
+
+export class SnapshotError extends Error {
+  override name = 'SnapshotError';
+}
+
+function fail(message: string): never {
+  throw new SnapshotError(`snapshot: ${message}`);
+}
+
+export function encodeSnapshot(snapshot: TrainingSnapshot): ArrayBuffer {
+  const layout = parameterLayout(snapshot.spec);
+  const names = OPTIMIZER_MOMENTS[snapshot.optimizer.kind];
+  if (snapshot.params.length !== layout.totalElements) {
+    fail(`params has ${snapshot.params.length} floats, the ${snapshot.spec.name} layout has ${layout.totalElements}`);
+  }
+  if (snapshot.moments.length !== names.length) {
+    fail(`${snapshot.optimizer.kind} needs ${names.length} moment buffers (${names.join(', ')}), got ${snapshot.moments.length}`);
+  }
+  snapshot.moments.forEach((m, i) => {
+    if (m.length !== layout.totalElements) fail(`moment ${names[i]} has ${m.length} floats, expected ${layout.totalElements}`);
+  });
+  const arrays: [SectionName, Float32Array][] = [['params', snapshot.params], ...names.map((n, i): [SectionName, Float32Array] => [n, snapshot.moments[i]])];
+  const sectionHashes = arrays.map(([, data]) => hashBytes(data));
+
+  // Section offsets depend on the header's length, which depends on the offsets' digits: iterate
+  // until the padded length is stable (twice at most in practice).
+  let headerLength = 0;
+  let headerBytes = new Uint8Array(0);
+  for (let attempt = 0; attempt < 4; attempt++) {
+    let offset = PREFIX_BYTES + headerLength;
+    const header: SnapshotHeader = {
+      model: { name: snapshot.spec.name, spec: snapshot.spec },
+      layout: layout.entries.map((e) => ({ name: e.name, shape: e.shape, offset: e.offset })),
+      totalElements: layout.totalElements,
+      step: snapshot.step,
+      epoch: snapshot.epoch,
+      cursor: snapshot.cursor,
+      optimizer: { kind: snapshot.optimizer.kind, t: snapshot.optimizer.t },
+      sections: arrays.map(([name, data], i) => {
+        const section = { name, byteOffset: offset, byteLength: data.byteLength, hash: sectionHashes[i] };
+        offset += data.byteLength;
+        return section;
+      }),
+      paramsHash: sectionHashes[0],
+    };
+    const parsed = snapshotHeaderSchema.safeParse(header);
+    if (!parsed.success) fail(`invalid header: ${parsed.error.issues.map((i) => `${i.path.join('.')}: ${i.message}`).join('; ')}`);
+    const json = new TextEncoder().encode(JSON.stringify(header));
+    const padded = Math.ceil(json.length / 4) * 4;
+    headerBytes = new Uint8Array(padded).fill(0x20);
+    headerBytes.set(json);
+    if (padded === headerLength) break;
+    headerLength = padded;
+  }
+  if (headerBytes.length !== headerLength) fail('header length did not settle');
+
+  const total = PREFIX_BYTES + headerLength + arrays.reduce((sum, [, data]) => sum + data.byteLength, 0);
+  const out = new Uint8Array(total);
+  const prefix = new DataView(out.buffer);
+  for (let i = 0; i < 4; i++) out[i] = SNAPSHOT_MAGIC.charCodeAt(i);
+  prefix.setUint32(4, SNAPSHOT_VERSION, true);
+  prefix.setUint32(8, headerLength, true);
+  prefix.setUint32(12, murmur3Words(new Uint32Array(headerBytes.buffer)), true);
+  out.set(headerBytes, PREFIX_BYTES);
+  let offset = PREFIX_BYTES + headerLength;
+  for (const [, data] of arrays) {
+    out.set(new Uint8Array(data.buffer, data.byteOffset, data.byteLength), offset);
+    offset += data.byteLength;
+  }
+  return out.buffer;
+}
+
+/**
+ * Decode and verify a snapshot. The returned float arrays are views into `input` when it is 4-byte
+ * aligned (no copy of a large checkpoint), copies otherwise. Throws `SnapshotError` saying what is wrong.
+ */
+export function decodeSnapshot(input: ArrayBuffer | Uint8Array): DecodedSnapshot {
+  const bytes = input instanceof Uint8Array ? input : new Uint8Array(input);
+  if (bytes.length < PREFIX_BYTES) fail(`truncated: ${bytes.length} bytes, the prefix alone is ${PREFIX_BYTES}`);
+  const magic = String.fromCharCode(bytes[0], bytes[1], bytes[2], bytes[3]);
+  if (magic !== SNAPSHOT_MAGIC) fail(`bad magic ${JSON.stringify(magic)}: not a tabswarm snapshot (expected "${SNAPSHOT_MAGIC}")`);
+  const prefix = new DataView(bytes.buffer, bytes.byteOffset, PREFIX_BYTES);
+  const version = prefix.getUint32(4, true);
+  if (version !== SNAPSHOT_VERSION) fail(`unsupported version ${version} (this build reads version ${SNAPSHOT_VERSION})`);
+  const headerLength = prefix.getUint32(8, true);
+  if (headerLength % 4 !== 0) fail(`corrupt prefix: header length ${headerLength} is not a multiple of 4`);
+  if (PREFIX_BYTES + headerLength > bytes.length) {
+    fail(`truncated: header needs ${PREFIX_BYTES + headerLength} bytes, the snapshot has ${bytes.length}`);
+  }
+  const headerBytes = bytes.slice(PREFIX_BYTES, PREFIX_BYTES + headerLength);
+  if (murmur3Words(new Uint32Array(headerBytes.buffer)) !== prefix.getUint32(12, true)) {
+    fail('header checksum mismatch: the header is corrupted');
+  }
+  let json: unknown;
+  try {
+    json = JSON.parse(new TextDecoder('utf-8', { fatal: true }).decode(headerBytes));
+  } catch (e) {
+    fail(`header is not valid JSON: ${(e as Error).message}`);
+  }
+  const parsedHeader = snapshotHeaderSchema.safeParse(json);
+  if (!parsedHeader.success) fail(`invalid header: ${parsedHeader.error.issues.map((i) => `${i.path.join('.')}: ${i.message}`).join('; ')}`);
+  const header = parsedHeader.data;
+
+  const parsedSpec = modelSpecSchema.safeParse(header.model.spec);
+  if (!parsedSpec.success) fail(`invalid model spec: ${parsedSpec.error.issues.map((i) => `${i.path.join('.')}: ${i.message}`).join('; ')}`);
+  const spec = parsedSpec.data;
+  if (spec.name !== header.model.name) fail(`model name "${header.model.name}" differs from its spec's name "${spec.name}"`);
+  const layout = parameterLayout(spec);
+  const layoutMatches =
+    header.totalElements === layout.totalElements &&
+    header.layout.length === layout.entries.length &&
+    layout.entries.every((e, i) => {
+      const h = header.layout[i];
+      return h.name === e.name && h.offset === e.offset && h.shape.length === e.shape.length && h.shape.every((d, j) => d === e.shape[j]);
+    });
+  if (!layoutMatches) fail(`layout in the header does not match the layout of model "${spec.name}"`);
+
+  const expectedNames: SectionName[] = ['params', ...OPTIMIZER_MOMENTS[header.optimizer.kind]];
+  const names = header.sections.map((s) => s.name);
+  if (names.join(',') !== expectedNames.join(',')) {
+    fail(`sections [${names.join(', ')}] do not match optimizer ${header.optimizer.kind} (expected [${expectedNames.join(', ')}])`);
+  }
+  let offset = PREFIX_BYTES + headerLength;
+  const arrays = header.sections.map((s) => {
+    if (s.byteOffset !== offset) fail(`section ${s.name} starts at byte ${s.byteOffset}, expected ${offset}`);
+    if (s.byteLength !== layout.totalElements * 4) fail(`section ${s.name} is ${s.byteLength} bytes, expected ${layout.totalElements * 4}`);
+    if (s.byteOffset + s.byteLength > bytes.length) {
+      fail(`truncated: section ${s.name} ends at byte ${s.byteOffset + s.byteLength}, the snapshot has ${bytes.length}`);
+    }
+    offset += s.byteLength;
+    const start = bytes.byteOffset + s.byteOffset;
+    const data =
+      start % 4 === 0
+        ? new Float32Array(bytes.buffer, start, s.byteLength / 4)
+        : new Float32Array(bytes.slice(s.byteOffset, s.byteOffset + s.byteLength).buffer);
+    if (hashBytes(data) !== s.hash) fail(`section ${s.name} hash mismatch: its data is corrupted`);
+    return data;
+  });
+  if (offset !== bytes.length) fail(`${bytes.length - offset} unexpected bytes after the last section`);
+  if (header.sections[0].hash !== header.paramsHash) fail('paramsHash differs from the params section hash');
+
+  return {
+    header,
+    spec,
+    layout,
+    step: header.step,
+    epoch: header.epoch,
+    cursor: header.cursor,
+    optimizer: { ...header.optimizer },
+    params: arrays[0],
+    moments: arrays.slice(1),
+    paramsHash: header.paramsHash,
+  };
+}
