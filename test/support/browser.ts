@@ -1,0 +1,96 @@
+/**
+ * Headless Chromium for browser tests, with WebGPU on SwiftShader where there is no GPU (CHROMIUM.md).
+ *
+ * The executable is `CHROMIUM_PATH`, else Debian's `/usr/bin/chromium`, else Playwright's own
+ * browser if one was installed (`npx playwright install chromium`), so the tests also run on a
+ * laptop with a real GPU. Without any, tests skip — except under `CI`, where they must fail.
+ */
+import { existsSync } from 'node:fs';
+import { chromium, type Browser, type ConsoleMessage, type Page } from 'playwright-core';
+
+/** Flags that gave a working WebGPU adapter headless on a CPU-only machine (CHROMIUM.md). */
+export const CHROMIUM_ARGS: readonly string[] = [
+  '--no-sandbox',
+  '--disable-quic',
+  '--no-first-run',
+  '--disable-background-networking',
+  '--disable-component-update',
+  '--disable-sync',
+  '--disable-default-apps',
+  '--enable-unsafe-webgpu',
+  '--enable-features=Vulkan',
+  '--use-vulkan=swiftshader',
+  '--use-webgpu-adapter=swiftshader',
+  '--use-angle=swiftshader',
+  // A background tab must keep training (its loop is in a worker, but timers should not be throttled).
+  '--disable-background-timer-throttling',
+  '--disable-renderer-backgrounding',
+  '--disable-backgrounding-occluded-windows',
+];
+
+/** The Chromium to drive, or undefined when none is installed. */
+export function findChromium(): string | undefined {
+  const candidates = [process.env.CHROMIUM_PATH, '/usr/bin/chromium', '/usr/bin/chromium-browser'];
+  try {
+    candidates.push(chromium.executablePath());
+  } catch {
+    // playwright-core throws when it has no browser registry entry; that is "not installed".
+  }
+  return candidates.find((p): p is string => !!p && existsSync(p));
+}
+
+/**
+ * Whether a test needing `what` should skip: true when it is absent and we are not under CI.
+ * Under CI it returns false, so the test runs and fails with the prerequisite's own clear error.
+ */
+export function skipWithout(what: string, present: boolean): boolean {
+  if (present) return false;
+  if (process.env.CI) return false;
+  console.warn(`skipping: ${what} is not available (under CI this fails instead)`);
+  return true;
+}
+
+/** True when browser tests should skip (no Chromium, not CI). */
+export const skipWithoutChromium = (): boolean => skipWithout('Chromium (set CHROMIUM_PATH or apt-get install chromium)', !!findChromium());
+
+export async function launchChromium(opts: { args?: readonly string[]; executablePath?: string } = {}): Promise<Browser> {
+  const executablePath = opts.executablePath ?? findChromium();
+  if (!executablePath) {
+    throw new Error('no Chromium found: set CHROMIUM_PATH, apt-get install chromium, or npx playwright install chromium');
+  }
+  return chromium.launch({ executablePath, headless: true, args: [...CHROMIUM_ARGS, ...(opts.args ?? [])] });
+}
+
+/** Errors a page reported: console errors (page and its workers), uncaught exceptions, crashes. */
+export interface PageProblems {
+  readonly errors: string[];
+  readonly crashed: boolean;
+  /** Throw listing every problem seen so far, if any. */
+  assertNone(): void;
+}
+
+/** Start collecting a page's console errors (also from its Web Workers), page errors and crashes. */
+export function watchPage(page: Page, opts: { echo?: boolean } = {}): PageProblems {
+  const errors: string[] = [];
+  let crashed = false;
+  const onConsole = (where: string) => (msg: ConsoleMessage) => {
+    if (opts.echo ?? process.env.TABSWARM_ECHO_BROWSER) console.log(`[${where} ${msg.type()}] ${msg.text()}`);
+    if (msg.type() === 'error') errors.push(`${where} console.error: ${msg.text()}`);
+  };
+  page.on('console', onConsole('page'));
+  page.on('worker', (worker) => worker.on('console', onConsole('worker')));
+  page.on('pageerror', (err) => errors.push(`page error: ${err.message}`));
+  page.on('crash', () => {
+    crashed = true;
+    errors.push('page crashed');
+  });
+  return {
+    errors,
+    get crashed() {
+      return crashed;
+    },
+    assertNone() {
+      if (errors.length > 0) throw new Error(`the page reported ${errors.length} problem(s):\n  ${errors.join('\n  ')}`);
+    },
+  };
+}

@@ -1,0 +1,169 @@
+/**
+ * Fetch the job's dataset from the coordinator (`GET /api/dataset` + four byte payloads), with
+ * progress, and keep it in the browser's Cache Storage keyed by URL + SHA-256, so a reload or a
+ * second visit does not download 50 MB again (and a changed dataset is fetched anew).
+ *
+ * The bytes are verified against the SHA-256 the coordinator published, whether they came from the
+ * network or the cache: a corrupt cache entry is dropped and fetched again rather than trained on.
+ */
+
+/** Mirrors `DatasetMetadata` in coordinator/dataset.ts (web/ may not import coordinator/ Node code). */
+export interface DatasetMetadata {
+  name: string;
+  classes: number;
+  shape: [number, number, number];
+  train: { count: number };
+  test: { count: number };
+  files: Record<DatasetFileKey, { url: string; bytes: number; sha256: string; etag: string }>;
+}
+export type DatasetFileKey = 'train/images' | 'train/labels' | 'test/images' | 'test/labels';
+const FILE_KEYS: readonly DatasetFileKey[] = ['train/images', 'train/labels', 'test/images', 'test/labels'];
+
+/** One split as flat bytes: images count·rows·cols (row-major), labels count. */
+export interface DatasetSplit {
+  images: Uint8Array;
+  labels: Uint8Array;
+  count: number;
+  rows: number;
+  cols: number;
+}
+
+export interface LoadedDataset {
+  name: string;
+  classes: number;
+  train: DatasetSplit;
+  test: DatasetSplit;
+}
+
+export interface DatasetProgress {
+  /** Bytes obtained so far (from the network or the cache). */
+  loadedBytes: number;
+  totalBytes: number;
+  /** Of `loadedBytes`, how many came from the browser cache. */
+  cachedBytes: number;
+  /** The file being loaded, e.g. `train/images`; undefined once all are loaded. */
+  file?: DatasetFileKey;
+}
+
+export const DATASET_CACHE_NAME = 'tabswarm-dataset-v1';
+
+function checkMetadata(m: unknown): DatasetMetadata {
+  const meta = m as DatasetMetadata;
+  const ok =
+    meta && typeof meta.name === 'string' && Number.isInteger(meta.classes) && Array.isArray(meta.shape) &&
+    Number.isInteger(meta.train?.count) && Number.isInteger(meta.test?.count) &&
+    FILE_KEYS.every((k) => typeof meta.files?.[k]?.url === 'string' && Number.isInteger(meta.files[k].bytes));
+  if (!ok) throw new Error('the coordinator sent malformed dataset metadata');
+  return meta;
+}
+
+async function sha256Hex(bytes: Uint8Array): Promise<string> {
+  const digest = await crypto.subtle.digest('SHA-256', bytes as Uint8Array<ArrayBuffer>);
+  return Array.from(new Uint8Array(digest), (b) => b.toString(16).padStart(2, '0')).join('');
+}
+
+/** Cache Storage exists only in secure contexts (and not in some private modes); work without it. */
+async function openCache(): Promise<Cache | undefined> {
+  try {
+    return typeof caches === 'undefined' ? undefined : await caches.open(DATASET_CACHE_NAME);
+  } catch {
+    return undefined;
+  }
+}
+
+/** Read a response body into one preallocated array, reporting bytes as they arrive. */
+async function readBody(res: Response, expectedBytes: number, onBytes: (n: number) => void): Promise<Uint8Array> {
+  if (!res.body) {
+    const whole = new Uint8Array(await res.arrayBuffer());
+    onBytes(whole.byteLength);
+    return whole;
+  }
+  let out = new Uint8Array(expectedBytes);
+  let length = 0;
+  const reader = res.body.getReader();
+  for (;;) {
+    const { done, value } = await reader.read();
+    if (done) break;
+    if (length + value.byteLength > out.byteLength) {
+      const grown = new Uint8Array(Math.max(out.byteLength * 2, length + value.byteLength));
+      grown.set(out.subarray(0, length));
+      out = grown;
+    }
+    out.set(value, length);
+    length += value.byteLength;
+    onBytes(value.byteLength);
+  }
+  return length === out.byteLength ? out : out.slice(0, length);
+}
+
+/**
+ * Load the dataset served at `baseUrl` (the coordinator's origin; '' for this page's origin).
+ * `onProgress` is called as bytes arrive.
+ */
+export async function fetchDataset(baseUrl = '', onProgress?: (p: DatasetProgress) => void): Promise<LoadedDataset> {
+  const metaRes = await fetch(`${baseUrl}/api/dataset`, { cache: 'no-cache' });
+  if (!metaRes.ok) throw new Error(`dataset metadata: HTTP ${metaRes.status} ${await metaRes.text().catch(() => '')}`.trim());
+  const meta = checkMetadata(await metaRes.json());
+  const cache = await openCache();
+  const progress: DatasetProgress = { loadedBytes: 0, totalBytes: FILE_KEYS.reduce((s, k) => s + meta.files[k].bytes, 0), cachedBytes: 0 };
+  const bytes = {} as Record<DatasetFileKey, Uint8Array>;
+  for (const key of FILE_KEYS) {
+    const file = meta.files[key];
+    progress.file = key;
+    onProgress?.({ ...progress });
+    const absolute = new URL(`${baseUrl}${file.url}`, location.href);
+    const cacheKey = new URL(absolute);
+    cacheKey.searchParams.set('sha256', file.sha256);
+    const cached = await cache?.match(cacheKey.href);
+    let data: Uint8Array | undefined;
+    if (cached) {
+      data = new Uint8Array(await cached.arrayBuffer());
+      if (data.byteLength === file.bytes && (await sha256Hex(data)) === file.sha256) {
+        progress.loadedBytes += data.byteLength;
+        progress.cachedBytes += data.byteLength;
+        onProgress?.({ ...progress });
+      } else {
+        await cache?.delete(cacheKey.href);
+        data = undefined;
+      }
+    }
+    if (!data) {
+      const res = await fetch(absolute.href, { cache: 'no-store' });
+      if (!res.ok) throw new Error(`dataset ${key}: HTTP ${res.status}`);
+      data = await readBody(res, file.bytes, (n) => {
+        progress.loadedBytes += n;
+        onProgress?.({ ...progress });
+      });
+      if (data.byteLength !== file.bytes) throw new Error(`dataset ${key}: received ${data.byteLength} bytes, expected ${file.bytes}`);
+      if ((await sha256Hex(data)) !== file.sha256) throw new Error(`dataset ${key}: SHA-256 does not match the coordinator's`);
+      if (cache) {
+        // Drop entries of this URL with an older hash, then keep this one; a full or disabled cache
+        // only costs a download next time, so failures here are not errors.
+        for (const request of await cache.keys()) {
+          const url = new URL(request.url);
+          if (url.origin === absolute.origin && url.pathname === absolute.pathname) await cache.delete(request);
+        }
+        await cache
+          .put(cacheKey.href, new Response(data as Uint8Array<ArrayBuffer>, { headers: { 'Content-Type': 'application/octet-stream', ETag: file.etag } }))
+          .catch(() => undefined);
+      }
+    }
+    bytes[key] = data;
+  }
+  progress.file = undefined;
+  onProgress?.({ ...progress });
+  const [rows, cols] = meta.shape;
+  const split = (s: 'train' | 'test'): DatasetSplit => ({
+    images: bytes[`${s}/images`],
+    labels: bytes[`${s}/labels`],
+    count: meta[s].count,
+    rows,
+    cols,
+  });
+  return { name: meta.name, classes: meta.classes, train: split('train'), test: split('test') };
+}
+
+/** The ArrayBuffers of a dataset, for `Comlink.transfer` to the worker (zero copy). */
+export function datasetBuffers(d: LoadedDataset): ArrayBuffer[] {
+  return [d.train.images, d.train.labels, d.test.images, d.test.labels].map((a) => a.buffer as ArrayBuffer);
+}

@@ -1,0 +1,290 @@
+/**
+ * The training Web Worker (Comlink-exposed): it owns the WebGPU device, the dataset bytes, the model
+ * and its training state, so the page's main thread stays free for the UI and (next issue) the
+ * WebRTC mesh, and training continues while the tab is in the background.
+ *
+ * Two ways to train:
+ * - `trainSolo`: the whole loop in here (one tab alone);
+ * - the elastic loop (next issue) drives one step at a time from the main thread:
+ *   `computeGradients(indices)` → allreduce of the returned sums on the main thread →
+ *   `applyGradients(sums, samples)`, with `saveBackup/restoreBackup`, `snapshot/restore` and `hash`
+ *   for commits, failures and joiners. These are thin wrappers over kernels/model.ts and
+ *   kernels/training-state.ts.
+ *
+ * Created by the page as
+ * `new Worker(new URL('../worker/training-worker.ts', import.meta.url), { type: 'module' })`.
+ */
+import * as Comlink from 'comlink';
+import { hashParams } from '../../coordinator/core/hash';
+import { parameterLayout, resolveModelSpec, type ModelSpec, type ParamLayout } from '../../coordinator/core/model-spec';
+import { decodeSnapshot, encodeSnapshot } from '../../coordinator/core/snapshot';
+import { createModel, type Model } from '../../kernels/model';
+import { createGpu, type Gpu } from '../../kernels/runtime';
+import { createTrainingState, type TrainingState } from '../../kernels/training-state';
+import { BatchAssembler } from './batches';
+import { runSolo } from './solo-loop';
+import type {
+  AdapterSummary,
+  BuildModelOptions,
+  DatasetBytes,
+  EvaluationResult,
+  GradientResult,
+  ModelSummary,
+  ProbeResult,
+  SoloOptions,
+  SoloProgress,
+  SoloResult,
+} from './types';
+
+interface Built {
+  spec: ModelSpec;
+  layout: ParamLayout;
+  model: Model;
+  state: TrainingState;
+  /** What the model was built from, to reuse it when asked for the same again. */
+  key: string;
+  train?: BatchAssembler;
+}
+
+let adapterPromise: Promise<GPUAdapter | null> | undefined;
+let gpu: Gpu | undefined;
+let deviceLost: string | undefined;
+let dataset: DatasetBytes | undefined;
+/** The whole test set as float32 [count, rows, cols, 1] in [0, 1], built once for evaluation. */
+let testInputs: { x: Float32Array; labels: Uint32Array } | undefined;
+let built: Built | undefined;
+let stopRequested = false;
+
+function unavailableReason(): string | undefined {
+  if (!('gpu' in navigator) || !navigator.gpu) {
+    if (!self.isSecureContext) {
+      return `WebGPU needs a secure context (https://, or http://localhost); this page was loaded from ${self.location.origin}`;
+    }
+    return 'this browser does not offer WebGPU (navigator.gpu is missing): use a recent Chrome, Edge or Safari, or enable WebGPU in the browser settings';
+  }
+  return undefined;
+}
+
+function requestAdapter(): Promise<GPUAdapter | null> {
+  adapterPromise ??= navigator.gpu.requestAdapter({ powerPreference: 'high-performance' });
+  return adapterPromise;
+}
+
+function summarize(adapter: GPUAdapter): AdapterSummary {
+  const info = adapter.info;
+  return {
+    vendor: info?.vendor ?? '',
+    architecture: info?.architecture ?? '',
+    description: info?.description ?? '',
+    device: info?.device ?? '',
+    isFallback: info?.isFallbackAdapter ?? false,
+    maxStorageBufferBindingSize: adapter.limits.maxStorageBufferBindingSize,
+    maxBufferSize: adapter.limits.maxBufferSize,
+  };
+}
+
+/** The device, created on first use (after consent); a lost device is reported, not silently replaced. */
+async function device(): Promise<Gpu> {
+  if (deviceLost) throw new Error(`the WebGPU device was lost: ${deviceLost}`);
+  if (gpu) return gpu;
+  const reason = unavailableReason();
+  if (reason) throw new Error(reason);
+  const adapter = await requestAdapter();
+  if (!adapter) throw new Error('no WebGPU adapter');
+  const dev = await adapter.requestDevice({
+    label: 'tabswarm',
+    requiredLimits: {
+      maxStorageBufferBindingSize: adapter.limits.maxStorageBufferBindingSize,
+      maxBufferSize: adapter.limits.maxBufferSize,
+      maxStorageBuffersPerShaderStage: adapter.limits.maxStorageBuffersPerShaderStage,
+    },
+  });
+  dev.lost.then((info) => {
+    deviceLost = `${info.reason}: ${info.message}`;
+    console.error(`tabswarm worker: WebGPU device lost (${deviceLost})`);
+  });
+  dev.addEventListener('uncapturederror', (e) => {
+    // A validation error would otherwise produce silent zeros; make it loud (tests watch console errors).
+    console.error(`tabswarm worker: WebGPU error: ${(e as GPUUncapturedErrorEvent).error.message}`);
+  });
+  gpu = createGpu(dev);
+  return gpu;
+}
+
+function requireDataset(): DatasetBytes {
+  if (!dataset) throw new Error('no dataset loaded: call loadData first');
+  return dataset;
+}
+
+function requireModel(): Built {
+  if (!built) throw new Error('no model built: call buildModel first');
+  return built;
+}
+
+function getTestInputs(): { x: Float32Array; labels: Uint32Array } {
+  if (!testInputs) {
+    const { images, labels, count } = requireDataset().test;
+    const x = new Float32Array(images.length);
+    for (let i = 0; i < images.length; i++) x[i] = images[i] / 255;
+    testInputs = { x, labels: Uint32Array.from(labels.subarray(0, count)) };
+  }
+  return testInputs;
+}
+
+const api = {
+  /**
+   * Is WebGPU usable here, and on which adapter? Requests an adapter only (no device, no memory), so
+   * the page may call it before consent.
+   */
+  async probe(): Promise<ProbeResult> {
+    const reason = unavailableReason();
+    if (reason) return { ok: false, reason };
+    try {
+      const adapter = await requestAdapter();
+      if (!adapter) {
+        return {
+          ok: false,
+          reason: 'the browser offers WebGPU but found no usable GPU adapter (the GPU or its driver may be blocklisted or disabled; see chrome://gpu)',
+        };
+      }
+      return { ok: true, adapter: summarize(adapter) };
+    } catch (err) {
+      return { ok: false, reason: `requesting a WebGPU adapter failed: ${(err as Error).message}` };
+    }
+  },
+
+  /** Take the dataset (its ArrayBuffers transferred, not copied). */
+  loadData(data: DatasetBytes): { train: number; test: number } {
+    for (const [name, split] of [['train', data.train], ['test', data.test]] as const) {
+      if (split.images.length !== split.count * split.rows * split.cols || split.labels.length !== split.count) {
+        throw new Error(`dataset ${name}: ${split.images.length} pixels and ${split.labels.length} labels do not make ${split.count} ${split.rows}×${split.cols} images`);
+      }
+    }
+    dataset = data;
+    testInputs = undefined;
+    if (built) built.train = undefined;
+    return { train: data.train.count, test: data.test.count };
+  },
+
+  /** Build (or rebuild) the model with fresh seeded parameters. */
+  async buildModel(opts: BuildModelOptions): Promise<ModelSummary> {
+    const g = await device();
+    const spec = resolveModelSpec(opts.model);
+    const layout = parameterLayout(spec);
+    built?.state.destroy();
+    built?.model.destroy();
+    built = undefined;
+    const model = createModel(g, spec, layout, { maxBatch: opts.maxBatch, optimizer: opts.optimizer, seed: opts.seed });
+    const state = createTrainingState(model, hashParams);
+    built = { spec, layout, model, state, key: JSON.stringify(opts) };
+    return { name: spec.name, parameterCount: layout.parameterCount, totalElements: layout.totalElements };
+  },
+
+  /**
+   * Train alone: every epoch in `epochOrder(seed, epoch, n)`, `globalBatch` samples per step, the loss
+   * read back every `lossEvery` steps, the test set evaluated at each epoch's end.
+   */
+  async trainSolo(opts: SoloOptions, onProgress?: (p: SoloProgress) => void): Promise<SoloResult> {
+    const data = requireDataset();
+    stopRequested = false;
+    const subset = opts.subset === undefined ? data.train.count : Math.min(opts.subset, data.train.count);
+    await api.buildModel({ model: opts.model, optimizer: opts.optimizer, maxBatch: Math.min(opts.globalBatch, subset), seed: opts.seed });
+    const { model } = requireModel();
+    const testCount = Math.min(opts.testSubset ?? data.test.count, data.test.count);
+    return runSolo({
+      model,
+      train: new BatchAssembler(data.train, model.maxBatch),
+      trainCount: subset,
+      test: testCount > 0 ? { ...getTestInputs(), count: testCount } : undefined,
+      options: opts,
+      shouldStop: () => stopRequested,
+      // Progress is fire-and-forget: awaiting the page would add a round trip to every report.
+      onProgress: (p) => void onProgress?.(p),
+    });
+  },
+
+  /** Ask a running `trainSolo` to stop after its current step. */
+  stop(): void {
+    stopRequested = true;
+  },
+
+  /** Test-set loss and accuracy of the current parameters (first `count` test images; default all). */
+  async evaluate(count?: number): Promise<EvaluationResult> {
+    const { model } = requireModel();
+    const test = getTestInputs();
+    const n = Math.min(count ?? test.labels.length, test.labels.length);
+    const r = await model.evaluate(test.x, test.labels, n);
+    return { accuracy: r.correct / r.count, lossAvg: r.lossSum / r.count, count: r.count };
+  },
+
+  /**
+   * Forward and backward over the training samples `indices` (this rank's share of a step): the
+   * gradient SUMS over them, transferred (the elastic loop allreduces them on the main thread).
+   */
+  async computeGradients(indices: Uint32Array): Promise<GradientResult> {
+    const b = requireModel();
+    if (indices.length < 1) throw new Error('computeGradients: no samples');
+    b.train ??= new BatchAssembler(requireDataset().train, b.model.maxBatch);
+    const { x, labels, batch } = b.train.gather(indices);
+    b.model.forwardBackward(x, labels, batch);
+    const [gradients, lossSum] = await Promise.all([b.model.readGradients(), b.model.readLossSum()]);
+    const result: GradientResult = { gradients: gradients.buffer as ArrayBuffer, lossSum, samples: batch };
+    return Comlink.transfer(result, [result.gradients]);
+  },
+
+  /** Replace the gradients with `sums` (flat layout, allreduced) and take one optimizer step over `sampleCount` samples. */
+  applyGradients(sums: ArrayBuffer, sampleCount: number): void {
+    const { model } = requireModel();
+    model.writeGradients(new Float32Array(sums));
+    model.applyOptimizer(sampleCount);
+  },
+
+  /** The flat parameters (`totalElements` floats), transferred. */
+  async parameters(): Promise<ArrayBuffer> {
+    const params = await requireModel().model.readParams();
+    return Comlink.transfer(params.buffer as ArrayBuffer, [params.buffer as ArrayBuffer]);
+  },
+
+  /** `hashParams` of the current parameters: what a rank reports at commit. */
+  hash(): Promise<string> {
+    return requireModel().state.hashParams();
+  },
+
+  /** Keep a GPU copy of the current state (the last completed step); no read-back. */
+  saveBackup(): void {
+    requireModel().state.saveBackup();
+  },
+
+  /** Return to the state of the last `saveBackup` (after a failed step). */
+  restoreBackup(): void {
+    requireModel().state.restoreBackup();
+  },
+
+  /** The training state as one snapshot (coordinator/core/snapshot.ts), transferred. */
+  async snapshot(position: { step: number; epoch: number; cursor: number }): Promise<ArrayBuffer> {
+    const b = requireModel();
+    const exported = await b.state.exportState();
+    const bytes = encodeSnapshot({
+      spec: b.spec,
+      ...position,
+      optimizer: { kind: b.model.optimizer.kind, t: exported.step },
+      params: exported.params,
+      moments: exported.moments,
+    });
+    return Comlink.transfer(bytes, [bytes]);
+  },
+
+  /** Load a snapshot into the current model (same spec and optimizer); returns its position and hash. */
+  restore(bytes: ArrayBuffer): { step: number; epoch: number; cursor: number; paramsHash: string } {
+    const b = requireModel();
+    const snap = decodeSnapshot(bytes);
+    if (JSON.stringify(snap.spec) !== JSON.stringify(b.spec)) throw new Error(`restore: snapshot is for model ${snap.spec.name}, this worker runs ${b.spec.name}`);
+    if (snap.optimizer.kind !== b.model.optimizer.kind) throw new Error(`restore: snapshot optimizer ${snap.optimizer.kind}, this worker uses ${b.model.optimizer.kind}`);
+    b.state.importState({ params: snap.params, moments: snap.moments, step: snap.optimizer.t });
+    return { step: snap.step, epoch: snap.epoch, cursor: snap.cursor, paramsHash: snap.paramsHash };
+  },
+};
+
+export type TrainingWorkerApi = typeof api;
+
+Comlink.expose(api);

@@ -1,0 +1,117 @@
+/**
+ * What crosses the boundary between the page (main thread) and the training worker (Comlink).
+ * Everything here is structured-clonable; big arrays travel as transferred ArrayBuffers.
+ */
+import type { OptimizerSpec } from '../../coordinator/core/job';
+import type { ModelSpec } from '../../coordinator/core/model-spec';
+
+export type { OptimizerSpec };
+
+/** The WebGPU adapter as the page shows it and the coordinator records it. */
+export interface AdapterSummary {
+  vendor: string;
+  architecture: string;
+  description: string;
+  device: string;
+  /** A software/fallback adapter (e.g. SwiftShader on a machine without a GPU). */
+  isFallback: boolean;
+  maxStorageBufferBindingSize: number;
+  maxBufferSize: number;
+}
+
+export type ProbeResult = { ok: true; adapter: AdapterSummary } | { ok: false; reason: string };
+
+/** One split of the dataset: flat bytes (images count·rows·cols, labels count). */
+export interface DatasetSplitBytes {
+  images: Uint8Array;
+  labels: Uint8Array;
+  count: number;
+  rows: number;
+  cols: number;
+}
+
+export interface DatasetBytes {
+  name: string;
+  classes: number;
+  train: DatasetSplitBytes;
+  test: DatasetSplitBytes;
+}
+
+export interface BuildModelOptions {
+  /** A built-in model name (`mlp`, `cnn`, `tiny-mlp`) or a full spec. */
+  model: string | ModelSpec;
+  optimizer: OptimizerSpec;
+  /** The largest batch a step (or this rank's share of one) will have. */
+  maxBatch: number;
+  /** Seed of the parameter initialisation. */
+  seed: number;
+}
+
+export interface ModelSummary {
+  name: string;
+  parameterCount: number;
+  /** Length of the flat parameter / gradient buffers in float32 elements (with alignment padding). */
+  totalElements: number;
+}
+
+export interface SoloOptions {
+  model: string | ModelSpec;
+  optimizer: OptimizerSpec;
+  /** Samples per step (the last step of an epoch may be shorter). */
+  globalBatch: number;
+  epochs: number;
+  /** Seeds the initialisation and each epoch's order (`epochOrder(seed, epoch, n)`). */
+  seed: number;
+  /** Train on the first `subset` training images only. */
+  subset?: number;
+  /** Evaluate on the first `testSubset` test images (default all; 0 skips evaluation). */
+  testSubset?: number;
+  /** Read the loss back every this many steps (default 10); steps in between never wait for the GPU. */
+  lossEvery?: number;
+}
+
+export interface SoloProgress {
+  kind: 'step' | 'evaluation';
+  /** Steps completed since the start. */
+  step: number;
+  /** 0-based epoch of the last step. */
+  epoch: number;
+  /** Fraction of the current epoch done, in [0, 1]. */
+  epochProgress: number;
+  /**
+   * Mean loss per sample of the most recent batch (the model keeps only the last batch's sum; it is
+   * read back every `lossEvery` steps, so this is a sample of the training loss, not a window mean).
+   */
+  lossAvg: number | null;
+  /** Training throughput over the steps since the previous report. */
+  samplesPerSec: number | null;
+  /** Set on evaluation reports: test accuracy and mean test loss. */
+  accuracy?: number;
+  testLoss?: number;
+  testCount?: number;
+}
+
+export interface SoloResult {
+  steps: number;
+  epochs: number;
+  /** True when `stop()` ended the run early. */
+  stopped: boolean;
+  lastLoss: number | null;
+  accuracy: number | null;
+  testLoss: number | null;
+  seconds: number;
+}
+
+export interface EvaluationResult {
+  accuracy: number;
+  lossAvg: number;
+  count: number;
+}
+
+export interface GradientResult {
+  /** Summed (not averaged) gradients over the samples, the flat layout's `totalElements` floats. */
+  gradients: ArrayBuffer;
+  /** Summed cross-entropy over the samples. */
+  lossSum: number;
+  samples: number;
+}
