@@ -1,0 +1,162 @@
+/**
+ * The commit rule: a step commits only when every rank of the current round reported it with the same
+ * parameter hash. Steps between commit points (`isCommitPoint`) are committed together when the commit
+ * point is reported by all. Anything else is rejected with a reason and leaves the state untouched,
+ * except a hash mismatch between ranks: that is divergence, and the round closes with restore:true.
+ */
+import { begin, finish, log, metric, mutWorker, persist, reject, sendWorker, type Ctx } from './context';
+import type { ErrorCode, StepReportMessage } from './protocol';
+import { admitAtBoundaryIn, afterCloseIn, closeRoundIn, planOf, requestCheckpointIn } from './rendezvous';
+import { assignStep, commitStep, epochOrder, nextCommitPoint, positionAfter, stepPosition, totalSteps } from './sampler';
+import { smoothThroughput } from './shares';
+import type { CommitRecord, CoordinatorState, Transition } from './state';
+
+export type ReportCheck =
+  | { ok: true; rank: number }
+  | { ok: false; code: ErrorCode; message: string; divergence?: { step: number; hashes: Record<string, string> } };
+
+/** Samples `rank` must have processed in `step` under the current round's shares. */
+export function expectedSamples(s: CoordinatorState, step: number, rank: number): number {
+  const { cursor, count } = stepPosition(step, planOf(s));
+  const slice = assignStep(
+    cursor,
+    count,
+    s.rendezvous.participants.map((p) => p.share),
+  )[rank];
+  return slice ? slice.count : -1;
+}
+
+/**
+ * Decide whether a (schema-valid) step report from `workerId` (the worker its socket was welcomed as)
+ * is acceptable. Checks, in order: run, round, membership, rank, step (duplicate, stale, out of order
+ * or past the commit point), sample count, hash agreement.
+ */
+export function checkReport(s: CoordinatorState, workerId: string, msg: StepReportMessage): ReportCheck {
+  const rv = s.rendezvous;
+  if (msg.runId !== s.runId) return { ok: false, code: 'wrong_run', message: `run ${msg.runId} is not the current run` };
+  if (s.status === 'done') return { ok: false, code: 'job_done', message: 'the job is done' };
+  if (s.status !== 'active' || rv.phase !== 'training' || msg.round !== rv.round) {
+    return { ok: false, code: 'stale_round', message: `round ${msg.round} is not training (current round ${rv.round}, ${rv.phase})` };
+  }
+  const p = rv.participants.find((q) => q.workerId === workerId);
+  if (!p) return { ok: false, code: 'not_member', message: `worker ${workerId} is not in round ${rv.round}` };
+  if (p.rank !== msg.rank) return { ok: false, code: 'forged_rank', message: `worker ${workerId} has rank ${p.rank}, not ${msg.rank}` };
+  if (msg.step === p.lastStep) return { ok: false, code: 'duplicate_report', message: `step ${msg.step} already reported` };
+  if (msg.step <= s.lastCommit.step) return { ok: false, code: 'stale_step', message: `step ${msg.step} is already committed` };
+  const limit = nextCommitPoint(s.lastCommit.step, planOf(s));
+  if (msg.step !== p.lastStep + 1 || msg.step > limit) {
+    return { ok: false, code: 'wrong_step', message: `expected step ${p.lastStep + 1} (commit point ${limit}), got ${msg.step}` };
+  }
+  const expected = expectedSamples(s, msg.step, p.rank);
+  if (msg.samples !== expected) return { ok: false, code: 'bad_samples', message: `rank ${p.rank} has ${expected} samples in step ${msg.step}, reported ${msg.samples}` };
+  const others = s.pending[msg.step] ?? {};
+  const disagreeing = Object.values(others).some((r) => r.hash !== msg.hash);
+  if (disagreeing) {
+    const hashes: Record<string, string> = { [msg.rank]: msg.hash };
+    for (const [rank, r] of Object.entries(others)) hashes[rank] = r.hash;
+    return { ok: false, code: 'hash_mismatch', message: `step ${msg.step}: ranks disagree on the parameter hash`, divergence: { step: msg.step, hashes } };
+  }
+  return { ok: true, rank: p.rank };
+}
+
+/** Record an accepted report; commit when every rank reported the commit point. */
+function acceptReportIn(ctx: Ctx, workerId: string, msg: StepReportMessage): void {
+  const s = ctx.s;
+  const p = s.rendezvous.participants.find((q) => q.workerId === workerId)!;
+  s.pending[msg.step] = { ...s.pending[msg.step], [msg.rank]: { hash: msg.hash, lossSum: msg.lossSum, samples: msg.samples, computeMs: msg.computeMs } };
+  p.lastStep = msg.step;
+  const worker = mutWorker(ctx, workerId);
+  worker.lastSeen = ctx.now;
+  worker.throughput = smoothThroughput(worker.throughput, msg.samples, msg.computeMs);
+  const point = nextCommitPoint(s.lastCommit.step, planOf(s));
+  if (s.rendezvous.participants.every((q) => q.lastStep >= point)) commitIn(ctx, point);
+}
+
+/** Commit steps lastCommit.step+1 .. point (all reported by all ranks with agreeing hashes). */
+function commitIn(ctx: Ctx, point: number): void {
+  const s = ctx.s;
+  const rv = s.rendezvous;
+  const plan = planOf(s);
+  const firstStep = s.lastCommit.step + 1;
+  const start = stepPosition(firstStep, plan);
+  if (s.record.epoch !== start.epoch || s.record.cursor !== start.cursor) {
+    throw new Error(`commit: record at ${s.record.epoch}/${s.record.cursor}, step ${firstStep} starts at ${start.epoch}/${start.cursor}`);
+  }
+  let count = 0;
+  let lossSum = 0;
+  for (let step = firstStep; step <= point; step++) {
+    count += stepPosition(step, plan).count;
+    for (const r of Object.values(s.pending[step] ?? {})) lossSum += r.lossSum;
+  }
+  const hash = Object.values(s.pending[point])[0].hash;
+  s.record = commitStep(s.record, epochOrder(s.job.seed, start.epoch, s.datasetSize), count);
+  const after = positionAfter(point, plan);
+  s.lastCommit = { step: point, epoch: after.epoch, cursor: after.cursor, hash };
+  for (const step of Object.keys(s.pending)) if (Number(step) <= point) delete s.pending[step];
+  rv.roundCommits += 1;
+  for (const p of rv.participants) mutWorker(ctx, p.workerId).holds = [{ step: point, hash }];
+  const finished = point === totalSteps(plan);
+  if (finished) s.status = 'done';
+  const commit: CommitRecord = {
+    step: point,
+    firstStep,
+    epoch: start.epoch,
+    cursorStart: start.cursor,
+    count,
+    hash,
+    round: rv.round,
+    world: rv.participants.map(({ workerId, rank, share }) => ({ workerId, rank, share })),
+    loss: count > 0 ? lossSum / count : 0,
+  };
+  ctx.out.push({ kind: 'record_commit', commit });
+  persist(ctx);
+  metric(ctx, 'tabswarm_commits_total');
+  metric(ctx, 'tabswarm_steps_total', point - firstStep + 1);
+  metric(ctx, 'tabswarm_samples_total', count);
+  metric(ctx, 'tabswarm_loss', commit.loss);
+  for (const p of rv.participants) {
+    sendWorker(ctx, p.workerId, { type: 'committed', round: rv.round, step: point, epoch: after.epoch, cursor: after.cursor, hash });
+  }
+  log(ctx, 'debug', 'commit', { step: point, firstStep, epoch: start.epoch, cursorStart: start.cursor, count, hash, round: rv.round, loss: commit.loss });
+  const epochEnded = after.cursor === 0;
+  if (point % s.job.checkpointEvery === 0 || epochEnded || finished) requestCheckpointIn(ctx, rv.participants[0].workerId);
+  if (finished) {
+    log(ctx, 'info', 'job_done', { step: point, epochs: s.job.epochs, restarts: s.restarts });
+    for (const w of Object.values(s.workers)) sendWorker(ctx, w.workerId, { type: 'done', step: point });
+    // No round any more: later departures are no failures and nobody is waiting for anything.
+    rv.participants = [];
+    rv.waitList = [];
+    rv.phase = 'gathering';
+    metric(ctx, 'tabswarm_world_size', 0);
+    return;
+  }
+  if (epochEnded) log(ctx, 'info', 'epoch_end', { epoch: start.epoch, step: point });
+  admitAtBoundaryIn(ctx);
+}
+
+/** Divergence: reject the report and close the round with restore:true; a failure (counts a restart). */
+function divergeIn(ctx: Ctx, divergence: { step: number; hashes: Record<string, string> }): void {
+  metric(ctx, 'tabswarm_failures_total');
+  log(ctx, 'error', 'divergence', { round: ctx.s.rendezvous.round, ...divergence });
+  closeRoundIn(ctx, 'divergence', true, true);
+  afterCloseIn(ctx);
+}
+
+/**
+ * Apply a step report that arrived on `conn`, welcomed as `workerId`. Rejections answer `error` and
+ * leave the state untouched; a hash mismatch also closes the round (divergence).
+ */
+export function reportStep(state: CoordinatorState, now: number, conn: string, workerId: string, msg: StepReportMessage): Transition {
+  const check = checkReport(state, workerId, msg);
+  if (!check.ok) {
+    const rejected = reject(state, conn, check.code, check.message, { workerId, round: msg.round, step: msg.step, rank: msg.rank });
+    if (!check.divergence) return rejected;
+    const ctx = begin(state, now);
+    ctx.out.push(...rejected.actions);
+    divergeIn(ctx, check.divergence);
+    return finish(ctx);
+  }
+  const ctx = begin(state, now);
+  acceptReportIn(ctx, workerId, msg);
+  return finish(ctx);
+}

@@ -1,0 +1,150 @@
+/**
+ * The job: what is trained, on what, how, and with how many tabs. Validated with zod (with defaults) so
+ * a job file, the default job and the CLI all go through one gate; the model is resolved to a full
+ * `ModelSpec` here, so everything downstream (the machine, the tabs) sees one concrete spec.
+ */
+import { z } from 'zod';
+import { modelSpecSchema, resolveModelSpec, type ModelSpec } from './model-spec';
+
+const finite = z.number();
+
+export const adamwSchema = z.strictObject({
+  kind: z.literal('adamw'),
+  /** Learning rate. */
+  lr: finite.positive().max(10),
+  /** First-moment decay. */
+  beta1: finite.min(0).lt(1).default(0.9),
+  /** Second-moment decay. */
+  beta2: finite.min(0).lt(1).default(0.999),
+  /** Denominator epsilon. */
+  eps: finite.positive().max(1).default(1e-8),
+  /** Decoupled weight decay (AdamW), applied as `w -= lr·weightDecay·w`. */
+  weightDecay: finite.min(0).max(10).default(0.01),
+});
+
+export const sgdSchema = z.strictObject({
+  kind: z.literal('sgd'),
+  /** Learning rate. */
+  lr: finite.positive().max(10),
+  /** Heavy-ball momentum; 0 is plain SGD. */
+  momentum: finite.min(0).lt(1).default(0),
+});
+
+export const optimizerSchema = z.discriminatedUnion('kind', [adamwSchema, sgdSchema]);
+export type OptimizerSpec = z.infer<typeof optimizerSchema>;
+
+export const datasetSpecSchema = z.strictObject({
+  /** Dataset name; the server maps it to files (Fashion-MNIST IDX by default). */
+  name: z.string().min(1).max(64).default('fashion-mnist'),
+  /** Use only the first N training images (indices 0..N-1); the epoch order permutes those. */
+  subset: z.int().min(1).max(1 << 30).optional(),
+});
+
+const modelField = z
+  .union([z.string().min(1).max(64), modelSpecSchema])
+  .default('mlp')
+  .transform((model, ctx): ModelSpec => {
+    try {
+      return resolveModelSpec(model);
+    } catch (err) {
+      ctx.addIssue({ code: 'custom', message: (err as Error).message });
+      return z.NEVER;
+    }
+  });
+
+export const jobSpecSchema = z
+  .strictObject({
+    /** A built-in model name (`mlp`, `cnn`, `tiny-mlp`) or an inline spec; resolved to a spec. */
+    model: modelField,
+    dataset: datasetSpecSchema.default({ name: 'fashion-mnist' }),
+    optimizer: optimizerSchema.default({ kind: 'adamw', lr: 1e-3, beta1: 0.9, beta2: 0.999, eps: 1e-8, weightDecay: 0.01 }),
+    /** Samples per step, whatever the world size (split across ranks by share). */
+    globalBatch: z.int().min(1).max(1 << 20).default(128),
+    epochs: z.int().min(1).max(100_000).default(1),
+    /** A round starts once this many workers joined (after the last-call window). */
+    minWorkers: z.int().min(1).max(4096).default(1),
+    /** A round never has more ranks than this; later joiners wait. */
+    maxWorkers: z.int().min(1).max(4096).default(8),
+    /** Steps between commits; epoch ends and the job end are always commit points. */
+    commitEvery: z.int().min(1).max(100_000).default(1),
+    /** Committed steps between durable checkpoints (also taken at epoch ends and at the end). */
+    checkpointEvery: z.int().min(1).max(10_000_000).default(50),
+    /** Failure restarts tolerated; one more fails the job. Joins and goodbyes never count. */
+    maxRestarts: z.int().min(0).max(1_000_000).default(100),
+    /** Heartbeat period; a worker silent for 3× this is declared failed. */
+    heartbeatMs: z.int().min(10).max(600_000).default(2000),
+    /** After minWorkers joined, wait this long for more before completing a round. */
+    lastCallMs: z.int().min(0).max(600_000).default(1000),
+    /** Seed of the epoch orders and of the initial parameters. */
+    seed: z.int().min(0).max(0xffffffff).default(42),
+  })
+  .refine((job) => job.minWorkers <= job.maxWorkers, { message: 'minWorkers must be <= maxWorkers', path: ['minWorkers'] });
+
+/** A validated job with every default filled in and the model resolved. */
+export type JobSpec = z.output<typeof jobSpecSchema>;
+/** What a job file may contain (every field optional). */
+export type JobSpecInput = z.input<typeof jobSpecSchema>;
+
+/** Validate a job (e.g. a parsed job file); throws one readable line listing every problem. */
+export function parseJobSpec(input: unknown): JobSpec {
+  const parsed = jobSpecSchema.safeParse(input);
+  if (!parsed.success) {
+    throw new Error(`invalid job: ${parsed.error.issues.map((i) => `${i.path.join('.') || '(job)'}: ${i.message}`).join('; ')}`);
+  }
+  return parsed.data;
+}
+
+/** The default job: Fashion-MNIST, `mlp`, AdamW lr 1e-3, global batch 128, one epoch. */
+export const defaultJob: JobSpec = parseJobSpec({});
+
+/** Training images actually used: the dataset's size, or the job's `dataset.subset` if smaller. */
+export function effectiveDatasetSize(job: JobSpec, datasetSize: number): number {
+  return Math.min(job.dataset.subset ?? datasetSize, datasetSize);
+}
+
+/**
+ * What a tab needs to train: sent in `welcome`. Field names match `StepPlan` (sampler.ts) so a tab can
+ * call `stepPosition(step, job)` / `indicesForRank` with it directly.
+ */
+export const jobPublicSchema = z.strictObject({
+  model: modelSpecSchema,
+  /** Dataset name (the tab fetches it from the coordinator). */
+  dataset: z.string().min(1).max(64),
+  /** Training images in use (after `subset`): the epoch order permutes 0..datasetSize-1. */
+  datasetSize: z.int().min(1),
+  optimizer: optimizerSchema,
+  globalBatch: z.int().min(1),
+  epochs: z.int().min(1),
+  /** Steps between commits; see `isCommitPoint`. */
+  commitEvery: z.int().min(1),
+  checkpointEvery: z.int().min(1),
+  /** Send a heartbeat this often (ms). */
+  heartbeatMs: z.int().min(1),
+  /** Seed of the epoch orders and of the initial parameters (a fresh start initialises from it). */
+  seed: z.int().min(0).max(0xffffffff),
+  /** ceil(datasetSize / globalBatch). */
+  stepsPerEpoch: z.int().min(1),
+  /** epochs · stepsPerEpoch: the last step of the job. */
+  totalSteps: z.int().min(1),
+});
+export type JobPublic = z.infer<typeof jobPublicSchema>;
+
+/** The public view of a job over `datasetSize` training images (the full set; `subset` is applied here). */
+export function jobPublic(job: JobSpec, datasetSize: number): JobPublic {
+  const n = effectiveDatasetSize(job, datasetSize);
+  const stepsPerEpoch = Math.ceil(n / job.globalBatch);
+  return {
+    model: job.model,
+    dataset: job.dataset.name,
+    datasetSize: n,
+    optimizer: job.optimizer,
+    globalBatch: job.globalBatch,
+    epochs: job.epochs,
+    commitEvery: job.commitEvery,
+    checkpointEvery: job.checkpointEvery,
+    heartbeatMs: job.heartbeatMs,
+    seed: job.seed,
+    stepsPerEpoch,
+    totalSteps: stepsPerEpoch * job.epochs,
+  };
+}

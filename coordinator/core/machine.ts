@@ -1,0 +1,387 @@
+/**
+ * The coordinator as a pure state machine: `handle(state, event, now) → {state, actions}`.
+ *
+ * The server is the executor: it turns sockets, HTTP and timers into events, calls `handle`, and
+ * executes the actions in the order given. `record_commit`/`rollback_commits` and the `persist` after
+ * them go into one store transaction before any later `send` (so a tab never hears of a commit that a
+ * `kill -9` could lose). The state is plain JSON; `handle` never mutates its argument (a rejected
+ * message returns the same object).
+ */
+import { reportStep } from './commit';
+import { begin, finish, log, metric, mutWorker, persist, reject, sendConn, sendError, writableConnections, writableWorkers, type Ctx } from './context';
+import { effectiveDatasetSize, jobPublic, type JobSpec } from './job';
+import type { ClientMessage } from './protocol';
+import { CloseCode } from './protocol';
+import {
+  afterCloseIn,
+  closeRoundIn,
+  enrollIn,
+  evaluateGatheringIn,
+  failIn,
+  holdsState,
+  leaveIn,
+  markReadyIn,
+  notifyWaitingIn,
+  planOf,
+  removeWorkerIn,
+  requestCheckpointIn,
+  tickIn,
+} from './rendezvous';
+import { emptyRecord, positionAfter, totalSteps } from './sampler';
+import type { AdminAction, CoordinatorState, DurableState, Event, HeldState, Transition } from './state';
+
+export type {
+  Action,
+  AdminAction,
+  CheckpointInfo,
+  CommitRecord,
+  CoordinatorState,
+  DurableState,
+  Event,
+  HeldState,
+  JobStatus,
+  LastCommit,
+  LogLevel,
+  MetricName,
+  Participant,
+  PendingReport,
+  RendezvousState,
+  Transition,
+  WorkerInfo,
+} from './state';
+export { METRICS, adminActionSchema } from './state';
+export { durableOf } from './context';
+export { nextDeadline } from './rendezvous';
+
+/** Stored checkpoints kept in the state (older ones may be garbage-collected by the server). */
+export const MAX_CHECKPOINTS_KEPT = 16;
+
+/** A new run over `datasetSize` training images (the full set; `job.dataset.subset` is applied here). */
+export function initialState(job: JobSpec, datasetSize: number, runId: string): CoordinatorState {
+  const n = effectiveDatasetSize(job, datasetSize);
+  if (!Number.isInteger(n) || n < 1) throw new Error(`initialState: dataset of ${datasetSize} images`);
+  return {
+    runId,
+    job,
+    datasetSize: n,
+    status: 'active',
+    rendezvous: { round: 0, phase: 'gathering', participants: [], waitList: [], deadline: null, gatheringSince: null, baseStep: 0, roundCommits: 0 },
+    record: emptyRecord(n),
+    lastCommit: { step: 0, epoch: 0, cursor: 0, hash: null },
+    checkpoints: [],
+    checkpointRequests: [],
+    restarts: 0,
+    connections: {},
+    workers: {},
+    nextWorkerSeq: 1,
+    pending: {},
+  };
+}
+
+/** The state after a coordinator restart: no sockets, no round open; every tab must say hello again. */
+export function restoreState(durable: DurableState): CoordinatorState {
+  const s = initialState(durable.job, durable.datasetSize, durable.runId);
+  return {
+    ...s,
+    status: durable.status,
+    record: { ...durable.record },
+    lastCommit: { ...durable.lastCommit },
+    checkpoints: durable.checkpoints.map((c) => ({ ...c })),
+    restarts: durable.restarts,
+    rendezvous: { ...s.rendezvous, round: durable.round },
+    nextWorkerSeq: durable.nextWorkerSeq,
+  };
+}
+
+/** Apply one event. `now` is the server's clock in ms. Execute the returned actions in order. */
+export function handle(state: CoordinatorState, event: Event, now: number): Transition {
+  switch (event.kind) {
+    case 'connected': {
+      const ctx = begin(state, now);
+      writableConnections(ctx)[event.conn] = { workerId: null, nonce: event.nonce };
+      return finish(ctx);
+    }
+    case 'invalid': {
+      const ctx: Ctx = { s: state, now, out: [], copied: new Set() };
+      sendError(ctx, event.conn, event.code, event.message);
+      metric(ctx, 'tabswarm_message_errors_total', 1, { code: event.code });
+      log(ctx, 'warn', 'message_invalid', { conn: event.conn, code: event.code, message: event.message });
+      return finish(ctx);
+    }
+    case 'message':
+      return onMessage(state, event.conn, event.msg, now);
+    case 'disconnected':
+      return onDisconnected(state, event.conn, now);
+    case 'tick': {
+      const ctx = begin(state, now);
+      tickIn(ctx);
+      return finish(ctx);
+    }
+    case 'checkpoint_stored':
+      return onCheckpointStored(state, event, now);
+    case 'admin':
+      return onAdmin(state, event.action, now);
+  }
+}
+
+// ---------------------------------------------------------------- messages
+
+function onMessage(state: CoordinatorState, conn: string, msg: ClientMessage, now: number): Transition {
+  if (msg.type === 'hello') return onHello(state, conn, msg, now);
+  const welcomed = state.connections[conn]?.workerId ?? null;
+  if (welcomed === null) return reject(state, conn, 'not_joined', `send hello before ${msg.type}`);
+  if (msg.workerId !== welcomed) return reject(state, conn, 'forged_worker', `this socket is worker ${welcomed}, not ${msg.workerId}`);
+  if (msg.runId !== state.runId) return reject(state, conn, 'wrong_run', `run ${msg.runId} is not the current run ${state.runId}`);
+  const rv = state.rendezvous;
+  switch (msg.type) {
+    case 'heartbeat': {
+      const ctx = begin(state, now);
+      mutWorker(ctx, welcomed).lastSeen = now;
+      return finish(ctx);
+    }
+    case 'step_report':
+      return reportStep(state, now, conn, welcomed, msg);
+    case 'ready': {
+      if (msg.round !== rv.round) return reject(state, conn, 'stale_round', `round ${msg.round} is not the current round ${rv.round}`);
+      const p = rv.participants.find((q) => q.workerId === welcomed);
+      if (rv.phase === 'gathering' || !p) return reject(state, conn, 'not_member', `worker ${welcomed} is not in round ${msg.round}`);
+      const ctx = begin(state, now);
+      mutWorker(ctx, welcomed).lastSeen = now;
+      // A repeated ready (or one after train) is harmless and changes nothing else.
+      markReadyIn(ctx, welcomed);
+      return finish(ctx);
+    }
+    case 'failure': {
+      if (msg.round !== rv.round || rv.phase === 'gathering') {
+        return reject(state, conn, 'stale_round', `round ${msg.round} is not open (current ${rv.round}, ${rv.phase})`);
+      }
+      if (!rv.participants.some((q) => q.workerId === welcomed)) return reject(state, conn, 'not_member', `worker ${welcomed} is not in round ${msg.round}`);
+      const ctx = begin(state, now);
+      mutWorker(ctx, welcomed).lastSeen = now;
+      const blame = msg.peer !== undefined && msg.peer !== welcomed && rv.participants.some((q) => q.workerId === msg.peer) ? msg.peer : undefined;
+      log(ctx, 'warn', 'failure_report', { workerId: welcomed, round: msg.round, reason: msg.reason, peer: msg.peer ?? null });
+      failIn(ctx, [welcomed], 'failure', `failure report: ${msg.reason}`, { remove: false, blame });
+      return finish(ctx);
+    }
+    case 'goodbye': {
+      const ctx = begin(state, now);
+      leaveIn(ctx, welcomed, 'goodbye');
+      return finish(ctx);
+    }
+  }
+}
+
+/** A safe fragment of the server's nonce for worker ids. */
+function nonceFragment(nonce: string, conn: string): string {
+  const clean = (nonce.replace(/[^A-Za-z0-9]/g, '') || conn.replace(/[^A-Za-z0-9]/g, '')).slice(0, 12);
+  return clean || 'x';
+}
+
+function onHello(state: CoordinatorState, conn: string, msg: Extract<ClientMessage, { type: 'hello' }>, now: number): Transition {
+  const existing = state.connections[conn];
+  if (existing && existing.workerId !== null) return reject(state, conn, 'already_joined', `this socket is already worker ${existing.workerId}`);
+  if (state.status === 'done' || state.status === 'failed') {
+    const ctx: Ctx = { s: state, now, out: [], copied: new Set() };
+    if (state.status === 'done') sendConn(ctx, conn, { type: 'done', step: state.lastCommit.step });
+    else sendError(ctx, conn, 'job_failed', 'the job failed (too many restarts)');
+    ctx.out.push({ kind: 'close', conn, code: CloseCode.jobOver, reason: `job ${state.status}` });
+    return finish(ctx);
+  }
+  const sameRun = msg.runId === state.runId;
+  if (sameRun && msg.workerId !== null && state.workers[msg.workerId]) {
+    return reject(state, conn, 'id_in_use', `worker ${msg.workerId} is connected on another socket`);
+  }
+  const peerOwner = Object.values(state.workers).find((w) => w.peerId === msg.peerId);
+  if (peerOwner) return reject(state, conn, 'id_in_use', `peer id ${msg.peerId} belongs to worker ${peerOwner.workerId}`);
+  const ctx = begin(state, now);
+  const s = ctx.s;
+  const connection = s.connections[conn] ?? { workerId: null, nonce: conn };
+  let workerId: string;
+  if (sameRun && msg.workerId !== null) {
+    workerId = msg.workerId;
+  } else {
+    do {
+      workerId = `w${s.nextWorkerSeq}-${nonceFragment(connection.nonce, conn)}`;
+      s.nextWorkerSeq += 1;
+    } while (s.workers[workerId]);
+  }
+  const holds: HeldState[] = [];
+  if (sameRun) {
+    if (msg.haveStep !== null && msg.haveStep <= s.lastCommit.step) holds.push({ step: msg.haveStep, hash: msg.haveHash });
+    if (msg.pending && msg.pending.step <= s.lastCommit.step) holds.push({ step: msg.pending.step, hash: msg.pending.hash });
+  }
+  writableWorkers(ctx)[workerId] = { workerId, peerId: msg.peerId, conn, adapter: msg.adapter, joinedAt: now, lastSeen: now, holds, throughput: null };
+  writableConnections(ctx)[conn] = { ...connection, workerId };
+  metric(ctx, 'tabswarm_joins_total');
+  log(ctx, 'info', 'join', {
+    workerId,
+    conn,
+    reconnect: sameRun && msg.workerId !== null,
+    holdsCommitted: holdsState(s.workers[workerId], s.lastCommit),
+    adapter: msg.adapter,
+  });
+  sendConn(ctx, conn, { type: 'welcome', runId: s.runId, workerId, job: jobPublic(s.job, s.datasetSize) });
+  enrollIn(ctx, workerId);
+  return finish(ctx);
+}
+
+function onDisconnected(state: CoordinatorState, conn: string, now: number): Transition {
+  const connection = state.connections[conn];
+  if (!connection) return { state, actions: [] };
+  const ctx = begin(state, now);
+  delete writableConnections(ctx)[conn];
+  const workerId = connection.workerId;
+  const worker = workerId !== null ? ctx.s.workers[workerId] : undefined;
+  if (workerId !== null && worker && worker.conn === conn) {
+    if (ctx.s.status === 'active' || ctx.s.status === 'paused') {
+      failIn(ctx, [workerId], 'failure', 'socket closed without goodbye', { remove: true });
+    } else {
+      // The job is over: a departure is no failure.
+      removeWorkerIn(ctx, workerId);
+    }
+  }
+  return finish(ctx);
+}
+
+// ---------------------------------------------------------------- checkpoints and admin
+
+function onCheckpointStored(state: CoordinatorState, event: Extract<Event, { kind: 'checkpoint_stored' }>, now: number): Transition {
+  const ctx = begin(state, now);
+  const s = ctx.s;
+  const expected = positionAfter(event.step, planOf(s));
+  if (event.step < 1 || event.step > s.lastCommit.step || expected.epoch !== event.epoch || expected.cursor !== event.cursor) {
+    log(ctx, 'warn', 'checkpoint_ignored', { step: event.step, epoch: event.epoch, cursor: event.cursor, lastCommit: s.lastCommit.step });
+    return { state, actions: ctx.out };
+  }
+  const hash = s.checkpointRequests.find((r) => r.step === event.step)?.hash ?? (event.step === s.lastCommit.step ? s.lastCommit.hash : null);
+  s.checkpoints = s.checkpoints.filter((c) => c.step !== event.step);
+  s.checkpoints.push({ step: event.step, epoch: event.epoch, cursor: event.cursor, sha256: event.sha256, hash });
+  s.checkpoints.sort((a, b) => a.step - b.step);
+  if (s.checkpoints.length > MAX_CHECKPOINTS_KEPT) s.checkpoints = s.checkpoints.slice(-MAX_CHECKPOINTS_KEPT);
+  s.checkpointRequests = s.checkpointRequests.filter((r) => r.step > event.step);
+  persist(ctx);
+  metric(ctx, 'tabswarm_checkpoints_total');
+  log(ctx, 'info', 'checkpoint_stored', { step: event.step, sha256: event.sha256 });
+  return finish(ctx);
+}
+
+function onAdmin(state: CoordinatorState, action: AdminAction, now: number): Transition {
+  const ctx = begin(state, now);
+  const s = ctx.s;
+  const over = s.status === 'done' || s.status === 'failed';
+  const ignored = (why: string) => {
+    log(ctx, 'warn', 'admin_ignored', { action, why });
+    return { state, actions: ctx.out };
+  };
+  if (over) return ignored(`job ${s.status}`);
+  log(ctx, 'info', 'admin', { action });
+  switch (action.type) {
+    case 'pause': {
+      if (s.status === 'paused') return ignored('already paused');
+      s.status = 'paused';
+      closeRoundIn(ctx, 'paused', true, false);
+      s.rendezvous.deadline = null;
+      persist(ctx);
+      notifyWaitingIn(ctx);
+      break;
+    }
+    case 'resume': {
+      if (s.status !== 'paused') return ignored('not paused');
+      s.status = 'active';
+      s.rendezvous.gatheringSince = null;
+      persist(ctx);
+      afterCloseIn(ctx);
+      break;
+    }
+    case 'checkpoint_now': {
+      if (!requestCheckpointIn(ctx)) return ignored('no round member holds the last commit, or nothing is committed yet');
+      break;
+    }
+    case 'kick': {
+      const worker = s.workers[action.workerId];
+      if (!worker) return ignored(`unknown worker ${action.workerId}`);
+      sendError(ctx, worker.conn, 'kicked', 'removed by an admin');
+      ctx.out.push({ kind: 'close', conn: worker.conn, code: CloseCode.kicked, reason: 'kicked' });
+      leaveIn(ctx, action.workerId, 'kicked');
+      break;
+    }
+    case 'set_workers': {
+      if (action.min > action.max) return ignored('min > max');
+      s.job = { ...s.job, minWorkers: action.min, maxWorkers: action.max };
+      persist(ctx);
+      evaluateGatheringIn(ctx);
+      break;
+    }
+  }
+  return finish(ctx);
+}
+
+// ---------------------------------------------------------------- views
+
+/** One member of the world as `/api/status` and the admin page show it. */
+export interface WorldView {
+  id: string;
+  peerId: string;
+  rank: number;
+  share: number;
+  ready: boolean;
+  lastStep: number;
+  throughput: number | null;
+  adapter: string;
+}
+
+/** The body of `GET /api/status`. */
+export interface StatusView {
+  runId: string;
+  /** Job status, or the rendezvous phase while active. */
+  state: 'gathering' | 'syncing' | 'training' | 'paused' | 'done' | 'failed';
+  round: number;
+  /** Last committed step. */
+  step: number;
+  epoch: number;
+  world: WorldView[];
+  waiting: { id: string; position: number }[];
+  processedInEpoch: number;
+  datasetSize: number;
+  totalSteps: number;
+  restarts: number;
+  maxRestarts: number;
+  minWorkers: number;
+  maxWorkers: number;
+  lastCommit: { step: number; hash: string | null };
+  checkpoints: { step: number; sha256: string }[];
+}
+
+export function statusView(s: CoordinatorState): StatusView {
+  const plan = planOf(s);
+  return {
+    runId: s.runId,
+    state: s.status === 'active' ? s.rendezvous.phase : s.status,
+    round: s.rendezvous.round,
+    step: s.lastCommit.step,
+    epoch: s.lastCommit.epoch,
+    world: s.rendezvous.participants.map((p) => {
+      const w = s.workers[p.workerId];
+      return {
+        id: p.workerId,
+        peerId: p.peerId,
+        rank: p.rank,
+        share: p.share,
+        ready: p.ready,
+        lastStep: p.lastStep,
+        throughput: w?.throughput ?? null,
+        adapter: w ? [w.adapter.vendor, w.adapter.architecture].filter(Boolean).join(' ') : '',
+      };
+    }),
+    waiting: s.rendezvous.waitList.map((id, position) => ({ id, position })),
+    processedInEpoch: s.record.processedCount,
+    datasetSize: s.datasetSize,
+    totalSteps: totalSteps(plan),
+    restarts: s.restarts,
+    maxRestarts: s.job.maxRestarts,
+    minWorkers: s.job.minWorkers,
+    maxWorkers: s.job.maxWorkers,
+    lastCommit: { step: s.lastCommit.step, hash: s.lastCommit.hash },
+    checkpoints: s.checkpoints.map((c) => ({ step: c.step, sha256: c.sha256 })),
+  };
+}

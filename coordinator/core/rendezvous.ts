@@ -1,0 +1,406 @@
+/**
+ * Rendezvous after TorchElastic's DynamicRendezvousHandler, as pure decisions over the coordinator
+ * state: `(state, now, …) → {state, actions}`.
+ *
+ * - Enrolled workers wait on `waitList`. A round completes when minWorkers are enrolled and the
+ *   last-call window (lastCallMs) has passed, or at once when maxWorkers are enrolled.
+ * - A round is announced (`round`), every participant syncs and sends `ready`, then `train`.
+ * - Newcomers during a round wait and are admitted at the next commit boundary: the round closes with
+ *   restore:false and a new one opens at once (state from a peer). Not a restart.
+ * - A goodbye or a kick closes the round with restore:true (the in-flight step is undone): not a restart.
+ * - A failure (socket closed without goodbye, heartbeat older than 3×heartbeatMs, a failure report, a
+ *   hash divergence) closes it with restore:true and counts a restart; past maxRestarts the job fails.
+ * - Survivors are re-enrolled first, in old-rank order, so ranks stay dense and stable where possible.
+ *
+ * The `…In(ctx)` functions mutate a transition's private copy (see context.ts); the exported ops
+ * without the suffix are the pure wrappers.
+ */
+import { begin, finish, log, metric, mutWorker, persist, sendConn, sendWorker, writableConnections, writableWorkers, type Ctx } from './context';
+import { checkpointPath, CloseCode, type CloseReason, type StateSource, type WaitReason } from './protocol';
+import { emptyRecord, epochOrder, rollbackTo, type StepPlan } from './sampler';
+import { computeShares, sharesDrift } from './shares';
+import type { CoordinatorState, HeldState, Participant, Transition, WorkerInfo } from './state';
+
+/** A worker silent for longer than this many heartbeat periods has failed. */
+export const HEARTBEAT_TIMEOUT_FACTOR = 3;
+/** Shares are re-measured at a commit boundary only after this many commits in the round … */
+export const REBALANCE_MIN_COMMITS = 50;
+/** … and only if some share would change by more than this fraction. */
+export const REBALANCE_DRIFT = 0.25;
+
+/** The job's step plan (what fixes which samples form each step). */
+export function planOf(s: CoordinatorState): StepPlan {
+  return { datasetSize: s.datasetSize, globalBatch: s.job.globalBatch, epochs: s.job.epochs, commitEvery: s.job.commitEvery };
+}
+
+export function holdsState(worker: WorkerInfo | undefined, state: HeldState): boolean {
+  return !!worker && worker.holds.some((h) => h.step === state.step && h.hash === state.hash);
+}
+
+function waitReason(s: CoordinatorState): WaitReason {
+  if (s.status === 'paused') return 'paused';
+  if (s.rendezvous.phase === 'gathering') return 'gathering';
+  return s.rendezvous.participants.length >= s.job.maxWorkers ? 'full' : 'round_running';
+}
+
+/** Tell every waiting worker where it stands. */
+export function notifyWaitingIn(ctx: Ctx): void {
+  const reason = waitReason(ctx.s);
+  ctx.s.rendezvous.waitList.forEach((id, position) => sendWorker(ctx, id, { type: 'wait', reason, position }));
+  metric(ctx, 'tabswarm_waiting_workers', ctx.s.rendezvous.waitList.length);
+}
+
+/** Put a welcomed worker on the wait list; may complete a round. */
+export function enrollIn(ctx: Ctx, workerId: string): void {
+  const rv = ctx.s.rendezvous;
+  if (!rv.waitList.includes(workerId)) rv.waitList.push(workerId);
+  const roundBefore = rv.round;
+  evaluateGatheringIn(ctx);
+  // If a round opened, openRoundIn already told the rest of the wait list where they stand.
+  if (rv.round === roundBefore) {
+    const position = rv.waitList.indexOf(workerId);
+    if (position >= 0) sendWorker(ctx, workerId, { type: 'wait', reason: waitReason(ctx.s), position });
+    metric(ctx, 'tabswarm_waiting_workers', rv.waitList.length);
+  }
+}
+
+/** While gathering: start or keep the last-call deadline, and open the round when it is due. */
+export function evaluateGatheringIn(ctx: Ctx): void {
+  const { s, now } = ctx;
+  const rv = s.rendezvous;
+  if (s.status !== 'active' || rv.phase !== 'gathering') return;
+  const enrolled = rv.waitList.length;
+  if (enrolled === 0) {
+    rv.deadline = null;
+    rv.gatheringSince = null;
+    return;
+  }
+  if (rv.gatheringSince === null) rv.gatheringSince = now;
+  if (enrolled >= s.job.maxWorkers) {
+    openRoundIn(ctx);
+  } else if (enrolled >= s.job.minWorkers) {
+    if (rv.deadline === null) rv.deadline = now + s.job.lastCallMs;
+    if (now >= rv.deadline) openRoundIn(ctx);
+  } else {
+    rv.deadline = null;
+  }
+}
+
+/** Rewind the record and the last commit to an earlier committed step (a checkpoint, or 0). */
+function rollbackIn(ctx: Ctx, target: { step: number; epoch: number; cursor: number; hash: string | null }): void {
+  const s = ctx.s;
+  const from = s.lastCommit.step;
+  s.record =
+    target.step === 0 ? emptyRecord(s.datasetSize) : rollbackTo(target.epoch, target.cursor, epochOrder(s.job.seed, target.epoch, s.datasetSize));
+  s.lastCommit = { step: target.step, epoch: target.epoch, cursor: target.cursor, hash: target.hash };
+  s.checkpointRequests = s.checkpointRequests.filter((r) => r.step <= target.step);
+  ctx.out.push({ kind: 'rollback_commits', afterStep: target.step });
+  log(ctx, 'warn', 'record_rolled_back', { from, to: target.step, reason: 'no participant holds the last committed state' });
+}
+
+/** Where the new round's participants get the committed state; rolls the record back if nobody holds it. */
+function chooseStateSource(ctx: Ctx, participants: Participant[]): StateSource {
+  const s = ctx.s;
+  if (s.lastCommit.step === 0) return { kind: 'fresh' };
+  const holder = participants.find((p) => holdsState(s.workers[p.workerId], s.lastCommit));
+  if (holder) return { kind: 'peer', rank: holder.rank };
+  const checkpoint = s.checkpoints.filter((c) => c.step <= s.lastCommit.step).pop();
+  if (checkpoint) {
+    rollbackIn(ctx, checkpoint);
+    return { kind: 'checkpoint', step: checkpoint.step, url: checkpointPath(s.runId, checkpoint.step), sha256: checkpoint.sha256 };
+  }
+  rollbackIn(ctx, { step: 0, epoch: 0, cursor: 0, hash: null });
+  return { kind: 'fresh' };
+}
+
+/** Open a round with the head of the wait list (up to maxWorkers), ranks in wait-list order. */
+export function openRoundIn(ctx: Ctx): void {
+  const { s } = ctx;
+  const rv = s.rendezvous;
+  const members = rv.waitList.slice(0, s.job.maxWorkers);
+  if (members.length === 0) return;
+  rv.waitList = rv.waitList.slice(members.length);
+  rv.round += 1;
+  const shares = computeShares(members.map((id) => s.workers[id].throughput));
+  const participants: Participant[] = members.map((workerId, rank) => ({
+    workerId,
+    peerId: s.workers[workerId].peerId,
+    rank,
+    share: shares[rank],
+    ready: false,
+    lastStep: 0,
+  }));
+  const stateFrom = chooseStateSource(ctx, participants);
+  for (const p of participants) p.lastStep = s.lastCommit.step;
+  rv.participants = participants;
+  rv.phase = 'syncing';
+  rv.deadline = null;
+  rv.baseStep = s.lastCommit.step;
+  rv.roundCommits = 0;
+  s.pending = {};
+  metric(ctx, 'tabswarm_rounds_total');
+  metric(ctx, 'tabswarm_world_size', participants.length);
+  persist(ctx);
+  log(ctx, 'info', 'round_open', {
+    round: rv.round,
+    world: participants.map((p) => ({ workerId: p.workerId, rank: p.rank, share: p.share })),
+    step: s.lastCommit.step + 1,
+    stateFrom,
+  });
+  const world = participants.map(({ workerId, peerId, rank, share }) => ({ workerId, peerId, rank, share }));
+  for (const p of participants) {
+    sendWorker(ctx, p.workerId, {
+      type: 'round',
+      runId: s.runId,
+      round: rv.round,
+      world,
+      step: s.lastCommit.step + 1,
+      epoch: s.lastCommit.epoch,
+      cursor: s.lastCommit.cursor,
+      committedHash: s.lastCommit.hash,
+      stateFrom,
+    });
+  }
+  notifyWaitingIn(ctx);
+}
+
+/** A participant sent `ready`: it holds the round's base state. Starts training once all are ready. */
+export function markReadyIn(ctx: Ctx, workerId: string): void {
+  const { s, now } = ctx;
+  const rv = s.rendezvous;
+  const p = rv.participants.find((q) => q.workerId === workerId);
+  if (!p || p.ready || rv.phase !== 'syncing') return;
+  p.ready = true;
+  const worker = s.workers[workerId];
+  if (worker && !holdsState(worker, s.lastCommit)) mutWorker(ctx, workerId).holds = [{ step: s.lastCommit.step, hash: s.lastCommit.hash }];
+  if (rv.participants.every((q) => q.ready)) {
+    rv.phase = 'training';
+    if (rv.gatheringSince !== null) metric(ctx, 'tabswarm_rendezvous_duration_ms', now - rv.gatheringSince);
+    rv.gatheringSince = null;
+    log(ctx, 'info', 'round_train', { round: rv.round, step: s.lastCommit.step + 1 });
+    for (const q of rv.participants) sendWorker(ctx, q.workerId, { type: 'train', round: rv.round });
+  }
+}
+
+/**
+ * Close the open round: `round_closed` to every remaining participant, survivors re-enrolled at the
+ * head of the wait list in rank order (`demote` goes to the tail). A failure counts a restart and may
+ * fail the job. Does not open the next round: callers follow with `afterCloseIn` or `openRoundIn`.
+ */
+export function closeRoundIn(ctx: Ctx, reason: CloseReason, restore: boolean, failure: boolean, demote?: string): void {
+  const { s, now } = ctx;
+  const rv = s.rendezvous;
+  if (rv.phase === 'gathering') return;
+  const closed = rv.round;
+  const survivors = rv.participants.filter((p) => s.workers[p.workerId]).map((p) => p.workerId);
+  for (const id of survivors) sendWorker(ctx, id, { type: 'round_closed', round: closed, reason, restore });
+  const head = survivors.filter((id) => id !== demote);
+  const tail = demote !== undefined && survivors.includes(demote) ? [demote] : [];
+  rv.waitList = [...head, ...rv.waitList.filter((id) => !survivors.includes(id)), ...tail];
+  rv.participants = [];
+  rv.phase = 'gathering';
+  rv.deadline = null;
+  rv.gatheringSince = now;
+  rv.roundCommits = 0;
+  s.pending = {};
+  metric(ctx, 'tabswarm_world_size', 0);
+  log(ctx, failure ? 'warn' : 'info', 'round_closed', { round: closed, reason, restore, restart: failure });
+  if (failure) {
+    s.restarts += 1;
+    metric(ctx, 'tabswarm_restarts_total');
+    if (s.restarts > s.job.maxRestarts) {
+      failJobIn(ctx, `restart ${s.restarts} exceeds maxRestarts ${s.job.maxRestarts}`);
+      return;
+    }
+    persist(ctx);
+  }
+}
+
+/** After a close that was not followed by an immediate new round: gather again and tell the waiters. */
+export function afterCloseIn(ctx: Ctx): void {
+  if (ctx.s.status === 'failed' || ctx.s.status === 'done') return;
+  const roundBefore = ctx.s.rendezvous.round;
+  evaluateGatheringIn(ctx);
+  // openRoundIn already told the rest of the wait list.
+  if (ctx.s.rendezvous.round === roundBefore) notifyWaitingIn(ctx);
+}
+
+/** The job failed: tell and disconnect everyone. */
+export function failJobIn(ctx: Ctx, why: string): void {
+  const s = ctx.s;
+  s.status = 'failed';
+  s.rendezvous.phase = 'gathering';
+  s.rendezvous.participants = [];
+  s.rendezvous.waitList = [];
+  s.rendezvous.deadline = null;
+  log(ctx, 'error', 'job_failed', { why, restarts: s.restarts });
+  persist(ctx);
+  for (const w of Object.values(s.workers)) {
+    sendConn(ctx, w.conn, { type: 'error', code: 'job_failed', message: why });
+    ctx.out.push({ kind: 'close', conn: w.conn, code: CloseCode.jobOver, reason: 'job failed' });
+  }
+}
+
+/** Forget a worker (its socket stays open unless the caller closes it). Returns whether it was in the open round. */
+export function removeWorkerIn(ctx: Ctx, workerId: string): boolean {
+  const s = ctx.s;
+  const worker = s.workers[workerId];
+  if (!worker) return false;
+  delete writableWorkers(ctx)[workerId];
+  const conn = s.connections[worker.conn];
+  if (conn && conn.workerId === workerId) writableConnections(ctx)[worker.conn] = { ...conn, workerId: null };
+  const rv = s.rendezvous;
+  rv.waitList = rv.waitList.filter((id) => id !== workerId);
+  const wasMember = rv.phase !== 'gathering' && rv.participants.some((p) => p.workerId === workerId);
+  metric(ctx, 'tabswarm_leaves_total');
+  return wasMember;
+}
+
+/**
+ * A graceful departure (goodbye, or an admin kick): the round closes with restore:true, no restart.
+ * If the leaver is the round's last member and the last commit is newer than the latest checkpoint,
+ * it is asked for a checkpoint first (a tab on `pagehide` may still manage the upload).
+ */
+export function leaveIn(ctx: Ctx, workerId: string, reason: 'goodbye' | 'kicked'): void {
+  const s = ctx.s;
+  const worker = s.workers[workerId];
+  if (!worker) return;
+  const rv = s.rendezvous;
+  const lastMember = rv.participants.length === 1 && rv.participants[0].workerId === workerId;
+  const latestCheckpoint = s.checkpoints.length ? s.checkpoints[s.checkpoints.length - 1].step : 0;
+  if (reason === 'goodbye' && lastMember && s.lastCommit.step > latestCheckpoint && holdsState(worker, s.lastCommit)) {
+    requestCheckpointIn(ctx, workerId);
+  }
+  const wasMember = removeWorkerIn(ctx, workerId);
+  log(ctx, 'info', 'leave', { workerId, reason, wasMember });
+  if (wasMember && s.status === 'active') {
+    closeRoundIn(ctx, reason, true, false);
+    afterCloseIn(ctx);
+  } else if (s.status === 'active' && rv.phase === 'gathering') {
+    evaluateGatheringIn(ctx);
+  }
+}
+
+/**
+ * Failures: remove the given workers (if `remove`), count each, and close the round (one restart) if
+ * one of them was a member. `blame` (a failure report's peer) is demoted to the tail of the wait list.
+ */
+export function failIn(ctx: Ctx, workerIds: string[], reason: 'failure' | 'divergence', detail: string, opts: { remove: boolean; blame?: string }): void {
+  const s = ctx.s;
+  const rv = s.rendezvous;
+  let memberFailed = false;
+  for (const id of workerIds) {
+    const member = rv.phase !== 'gathering' && rv.participants.some((p) => p.workerId === id);
+    if (opts.remove) removeWorkerIn(ctx, id);
+    metric(ctx, 'tabswarm_failures_total');
+    log(ctx, 'warn', 'worker_failed', { workerId: id, detail, member, round: rv.round });
+    memberFailed ||= member;
+  }
+  if (memberFailed && s.status === 'active') {
+    closeRoundIn(ctx, reason, true, true, opts.blame);
+    afterCloseIn(ctx);
+  } else if (s.status === 'active' && rv.phase === 'gathering') {
+    evaluateGatheringIn(ctx);
+  }
+}
+
+/** Ask the round's rank 0 (or `workerId`) to upload the last committed state. */
+export function requestCheckpointIn(ctx: Ctx, workerId?: string): boolean {
+  const s = ctx.s;
+  const target = workerId ?? s.rendezvous.participants.find((p) => holdsState(s.workers[p.workerId], s.lastCommit))?.workerId;
+  if (target === undefined || s.lastCommit.step === 0) return false;
+  const step = s.lastCommit.step;
+  if (!s.checkpointRequests.some((r) => r.step === step)) s.checkpointRequests.push({ step, hash: s.lastCommit.hash });
+  sendWorker(ctx, target, { type: 'checkpoint_request', step, url: checkpointPath(s.runId, step) });
+  log(ctx, 'info', 'checkpoint_requested', { step, workerId: target });
+  return true;
+}
+
+/** Heartbeat timeouts and the last-call deadline. */
+export function tickIn(ctx: Ctx): void {
+  const { s, now } = ctx;
+  if (s.status === 'done' || s.status === 'failed') return;
+  const limit = HEARTBEAT_TIMEOUT_FACTOR * s.job.heartbeatMs;
+  const late = Object.values(s.workers).filter((w) => now - w.lastSeen > limit);
+  for (const w of late) ctx.out.push({ kind: 'close', conn: w.conn, code: CloseCode.heartbeatTimeout, reason: 'heartbeat timeout' });
+  if (late.length) failIn(ctx, late.map((w) => w.workerId), 'failure', 'heartbeat_timeout', { remove: true });
+  evaluateGatheringIn(ctx);
+}
+
+/**
+ * At a commit boundary: a new round if newcomers can be admitted, the world must shrink (max lowered)
+ * or shares drifted. Closes with restore:false and opens the next round at once. Returns whether it did.
+ */
+export function admitAtBoundaryIn(ctx: Ctx): boolean {
+  const s = ctx.s;
+  const rv = s.rendezvous;
+  if (s.status !== 'active' || rv.phase !== 'training') return false;
+  const world = rv.participants.length;
+  let reason: CloseReason | null = null;
+  if ((rv.waitList.length > 0 && world < s.job.maxWorkers) || world > s.job.maxWorkers) reason = 'membership';
+  else if (rv.roundCommits >= REBALANCE_MIN_COMMITS && world > 1) {
+    const proposed = computeShares(rv.participants.map((p) => s.workers[p.workerId].throughput));
+    if (sharesDrift(rv.participants.map((p) => p.share), proposed) > REBALANCE_DRIFT) reason = 'rebalance';
+  }
+  if (reason === null) return false;
+  closeRoundIn(ctx, reason, false, false);
+  openRoundIn(ctx);
+  return true;
+}
+
+// ---------------------------------------------------------------- pure ops
+
+/** Enrol a welcomed worker (it must be in `state.workers`). */
+export function join(state: CoordinatorState, now: number, workerId: string): Transition {
+  const ctx = begin(state, now);
+  enrollIn(ctx, workerId);
+  return finish(ctx);
+}
+
+/** A sign of life from a worker. */
+export function keepAlive(state: CoordinatorState, now: number, workerId: string): Transition {
+  if (!state.workers[workerId]) return { state, actions: [] };
+  const ctx = begin(state, now);
+  mutWorker(ctx, workerId).lastSeen = now;
+  return finish(ctx);
+}
+
+/** A goodbye (or a kick): removes the worker; closes its round with restore:true; not a restart. */
+export function leave(state: CoordinatorState, now: number, workerId: string, reason: 'goodbye' | 'kicked' = 'goodbye'): Transition {
+  const ctx = begin(state, now);
+  leaveIn(ctx, workerId, reason);
+  return finish(ctx);
+}
+
+/** Failed workers (closed socket, late heartbeat: remove; failure report: keep): closes the round and counts a restart. */
+export function markFailed(state: CoordinatorState, now: number, workerIds: string[], detail: string, remove = true): Transition {
+  const ctx = begin(state, now);
+  failIn(ctx, workerIds, 'failure', detail, { remove });
+  return finish(ctx);
+}
+
+/** Time passed: heartbeats and the last-call deadline. */
+export function tick(state: CoordinatorState, now: number): Transition {
+  const ctx = begin(state, now);
+  tickIn(ctx);
+  return finish(ctx);
+}
+
+/** At a commit boundary, admit waiting workers (or shrink, or rebalance) with a new round. */
+export function admitAtBoundary(state: CoordinatorState, now: number): Transition {
+  const ctx = begin(state, now);
+  admitAtBoundaryIn(ctx);
+  return finish(ctx);
+}
+
+/** The earliest time at which `tick` can change something, or null. */
+export function nextDeadline(s: CoordinatorState): number | null {
+  if (s.status === 'done' || s.status === 'failed') return null;
+  let next: number | null = s.status === 'active' && s.rendezvous.phase === 'gathering' ? s.rendezvous.deadline : null;
+  const limit = HEARTBEAT_TIMEOUT_FACTOR * s.job.heartbeatMs;
+  for (const w of Object.values(s.workers)) {
+    const due = w.lastSeen + limit + 1;
+    if (next === null || due < next) next = due;
+  }
+  return next;
+}

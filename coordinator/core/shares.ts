@@ -1,0 +1,64 @@
+/**
+ * Throughput shares: each rank computes a part of every step proportional to its measured speed, so a
+ * fast GPU is not held to a phone's pace. Measured from step reports (samples / computeMs), smoothed,
+ * fixed for a round (so `assignStep` is the same on every tab), normalised, deterministic.
+ */
+
+/** Weight of the newest measurement in the moving average. */
+export const THROUGHPUT_SMOOTHING = 0.3;
+
+/** No rank gets less than this fraction of an equal share, so a slow rank still gets measured. */
+export const MIN_SHARE_OF_EQUAL = 0.1;
+
+/** Share decimals kept (shares travel as JSON; short numbers read better in logs and tests). */
+const SHARE_DECIMALS = 1e6;
+
+/** The smoothed throughput after a report; unchanged when the report carries no measurement. */
+export function smoothThroughput(previous: number | null, samples: number, computeMs: number): number | null {
+  if (!(samples > 0) || !(computeMs > 0)) return previous;
+  const measured = samples / computeMs;
+  if (!Number.isFinite(measured)) return previous;
+  return previous === null ? measured : previous + THROUGHPUT_SMOOTHING * (measured - previous);
+}
+
+/**
+ * Shares for a world whose ranks have these throughputs (null: not measured yet, counted as the mean
+ * of the measured ones). Equal shares when nothing is measured. Sums to 1 up to rounding.
+ */
+export function computeShares(throughputs: readonly (number | null)[]): number[] {
+  const world = throughputs.length;
+  if (world === 0) return [];
+  const measured = throughputs.filter((t): t is number => t !== null && t > 0 && Number.isFinite(t));
+  if (measured.length === 0) return throughputs.map(() => Math.round(SHARE_DECIMALS / world) / SHARE_DECIMALS);
+  const mean = measured.reduce((a, b) => a + b, 0) / measured.length;
+  const raw = throughputs.map((t) => (t !== null && t > 0 && Number.isFinite(t) ? t : mean));
+  // Ranks below the floor get exactly the floor; the rest share what is left in proportion. Raising
+  // some ranks can push others below the floor, so repeat (at most `world` times).
+  const floor = MIN_SHARE_OF_EQUAL / world;
+  const pinned = new Array<boolean>(world).fill(false);
+  let shares: number[] = [];
+  for (let pass = 0; pass <= world; pass++) {
+    const freeTotal = raw.reduce((acc, t, i) => (pinned[i] ? acc : acc + t), 0);
+    const freeMass = 1 - floor * pinned.filter(Boolean).length;
+    shares = raw.map((t, i) => (pinned[i] ? floor : (t / freeTotal) * freeMass));
+    let changed = false;
+    shares.forEach((share, i) => {
+      if (!pinned[i] && share < floor) {
+        pinned[i] = true;
+        changed = true;
+      }
+    });
+    if (!changed) break;
+  }
+  return shares.map((share) => Math.round(share * SHARE_DECIMALS) / SHARE_DECIMALS);
+}
+
+/** Largest relative difference between two share vectors of one world (0 when identical). */
+export function sharesDrift(current: readonly number[], proposed: readonly number[]): number {
+  let drift = 0;
+  for (let i = 0; i < current.length; i++) {
+    const base = Math.max(current[i], 1e-9);
+    drift = Math.max(drift, Math.abs(proposed[i] - current[i]) / base);
+  }
+  return drift;
+}

@@ -1,0 +1,237 @@
+/**
+ * Types of the coordinator's state machine: its state (plain JSON, so it can be logged, snapshotted and
+ * compared), the events the server feeds it and the actions the server executes, in order.
+ * Re-exported by machine.ts, which implements `handle`.
+ */
+import { z } from 'zod';
+import type { JobSpec } from './job';
+import type { ClientMessage, ParseErrorCode, ServerMessage } from './protocol';
+import type { SamplerRecord } from './sampler';
+
+// ---------------------------------------------------------------- state
+
+/** A member of the current round. */
+export interface Participant {
+  workerId: string;
+  peerId: string;
+  /** Dense rank 0..world-1. */
+  rank: number;
+  /** Fraction of each step's samples; shares of a round sum to 1 and are fixed for the round. */
+  share: number;
+  /** Sent `ready` for this round. */
+  ready: boolean;
+  /** Last step this rank reported in this round (the round's base step before its first report). */
+  lastStep: number;
+}
+
+/** TorchElastic-style rendezvous state. */
+export interface RendezvousState {
+  /** Number of the current (or last) round; 0 before the first. Never reused, also across coordinator restarts. */
+  round: number;
+  /**
+   * gathering: no round open, enrolled workers wait for minWorkers and the last call;
+   * syncing: a round was announced, waiting for every participant's `ready`;
+   * training: `train` was sent, steps are reported and committed.
+   */
+  phase: 'gathering' | 'syncing' | 'training';
+  /** Members of the current round sorted by rank (empty while gathering). */
+  participants: Participant[];
+  /** Enrolled workers not in the round, in admission order (survivors of a closed round come first). */
+  waitList: string[];
+  /** Last-call deadline (ms) while gathering with at least minWorkers enrolled; null otherwise. */
+  deadline: number | null;
+  /** When the current rendezvous started gathering (ms), for the rendezvous-duration metric. */
+  gatheringSince: number | null;
+  /** Committed step when the current round opened (its participants hold this state once ready). */
+  baseStep: number;
+  /** Commits made in the current round (shares are re-measured after some). */
+  roundCommits: number;
+}
+
+/** A state a worker holds: a committed step and the parameter hash there. */
+export interface HeldState {
+  step: number;
+  hash: string | null;
+}
+
+/** A worker that said hello and has not left. */
+export interface WorkerInfo {
+  workerId: string;
+  peerId: string;
+  /** Its current socket. */
+  conn: string;
+  adapter: { vendor: string; architecture: string; description: string };
+  joinedAt: number;
+  /** Time of its last valid message (any message counts as a heartbeat). */
+  lastSeen: number;
+  /** States it holds (committed backup, maybe a newer reported step), so it can serve as a state source. */
+  holds: HeldState[];
+  /** Smoothed samples per compute-ms, or null before its first measured step. */
+  throughput: number | null;
+}
+
+/** One rank's report of one step, kept until the step commits or the round closes. */
+export interface PendingReport {
+  hash: string;
+  lossSum: number;
+  samples: number;
+  computeMs: number;
+}
+
+/** A durable checkpoint the server stored. */
+export interface CheckpointInfo {
+  step: number;
+  /** Record position after `step` (where step+1 starts). */
+  epoch: number;
+  cursor: number;
+  /** sha256 of the stored file. */
+  sha256: string;
+  /** Parameter hash at `step` (the commit's hash), or null if unknown. */
+  hash: string | null;
+}
+
+/** The last committed step (step 0, hash null: the initial state). */
+export interface LastCommit {
+  step: number;
+  /** Record position after `step`. */
+  epoch: number;
+  cursor: number;
+  hash: string | null;
+}
+
+export type JobStatus = 'active' | 'paused' | 'done' | 'failed';
+
+export interface CoordinatorState {
+  runId: string;
+  job: JobSpec;
+  /** Training images in use (the dataset size after `job.dataset.subset`). */
+  datasetSize: number;
+  status: JobStatus;
+  rendezvous: RendezvousState;
+  record: SamplerRecord;
+  lastCommit: LastCommit;
+  /** Stored checkpoints, ascending by step. */
+  checkpoints: CheckpointInfo[];
+  /** Checkpoints requested and not yet stored: the step and the commit hash there. */
+  checkpointRequests: HeldState[];
+  /** Failure restarts so far (job fails when this exceeds job.maxRestarts). */
+  restarts: number;
+  /** Open sockets: conn id → the worker welcomed on it (null before hello or after goodbye) and the server's nonce. */
+  connections: Record<string, { workerId: string | null; nonce: string }>;
+  workers: Record<string, WorkerInfo>;
+  /** Counter for worker ids (ids also carry the connection's nonce). */
+  nextWorkerSeq: number;
+  /** Reports of uncommitted steps of the current round: step → rank → report. */
+  pending: Record<string, Record<string, PendingReport>>;
+}
+
+/** What must survive `kill -9`: persisted by the server on every `persist` action. */
+export interface DurableState {
+  version: 1;
+  runId: string;
+  job: JobSpec;
+  datasetSize: number;
+  status: JobStatus;
+  record: SamplerRecord;
+  lastCommit: LastCommit;
+  checkpoints: CheckpointInfo[];
+  restarts: number;
+  /** Last round number used (the next round after a restart is greater). */
+  round: number;
+  nextWorkerSeq: number;
+}
+
+// ---------------------------------------------------------------- events
+
+export const adminActionSchema = z.discriminatedUnion('type', [
+  /** Stop training now (the round closes with restore:true, every worker gets `wait {reason:'paused'}`). Not a restart. */
+  z.strictObject({ type: z.literal('pause') }),
+  /** Resume after a pause: a new rendezvous starts with every enrolled worker. */
+  z.strictObject({ type: z.literal('resume') }),
+  /** Ask rank 0 of the running round to upload a checkpoint of the last commit. */
+  z.strictObject({ type: z.literal('checkpoint_now') }),
+  /** Remove a worker (its socket is closed). Not a restart. */
+  z.strictObject({ type: z.literal('kick'), workerId: z.string().min(1).max(64) }),
+  /** Change minWorkers/maxWorkers; a smaller max shrinks the world at the next commit boundary. */
+  z.strictObject({ type: z.literal('set_workers'), min: z.int().min(1).max(4096), max: z.int().min(1).max(4096) }),
+]);
+export type AdminAction = z.infer<typeof adminActionSchema>;
+
+export type Event =
+  /** A socket opened. `nonce`: a random string from the server (≥ 4 chars of [A-Za-z0-9]) used in the worker id. */
+  | { kind: 'connected'; conn: string; nonce: string }
+  /** A valid message arrived on `conn` (parsed with parseClientMessage). */
+  | { kind: 'message'; conn: string; msg: ClientMessage }
+  /** A frame on `conn` failed to parse: the machine answers with `error` and counts it. */
+  | { kind: 'invalid'; conn: string; code: ParseErrorCode; message: string }
+  /** The socket closed (without goodbye this is a failure if its worker was in a round). */
+  | { kind: 'disconnected'; conn: string }
+  /** Time passed: heartbeat timeouts and the last-call deadline are checked. Call at least every heartbeatMs/2 or at `nextDeadline`. */
+  | { kind: 'tick' }
+  /** A checkpoint upload was verified and stored atomically. */
+  | { kind: 'checkpoint_stored'; step: number; epoch: number; cursor: number; sha256: string }
+  /** An admin request (validated with adminActionSchema, authorised by the server). */
+  | { kind: 'admin'; action: AdminAction };
+
+// ---------------------------------------------------------------- actions
+
+/** One commit: one row of the commit log. A commit covers steps firstStep..step (one epoch at most). */
+export interface CommitRecord {
+  /** Last step of the commit. */
+  step: number;
+  /** First step of the commit (= step when commitEvery is 1). */
+  firstStep: number;
+  epoch: number;
+  /** First position in the epoch order covered by this commit. */
+  cursorStart: number;
+  /** Positions covered: order[cursorStart .. cursorStart+count) are now processed. */
+  count: number;
+  /** Parameter hash after `step`. */
+  hash: string;
+  round: number;
+  world: { workerId: string; rank: number; share: number }[];
+  /** Mean loss over the commit's samples. */
+  loss: number;
+}
+
+/** Metrics the machine emits; the server renders them (Prometheus). Counters add `value` (default 1), gauges set it, summaries observe it. */
+export const METRICS = {
+  tabswarm_joins_total: { type: 'counter', help: 'Workers welcomed (hello accepted).' },
+  tabswarm_leaves_total: { type: 'counter', help: 'Workers gone: goodbye, disconnect, timeout or kick.' },
+  tabswarm_failures_total: { type: 'counter', help: 'Failures noticed (socket closed, heartbeat late, collective failed, divergence).' },
+  tabswarm_restarts_total: { type: 'counter', help: 'Rounds closed by a failure (counted against maxRestarts).' },
+  tabswarm_rounds_total: { type: 'counter', help: 'Rounds opened.' },
+  tabswarm_commits_total: { type: 'counter', help: 'Commits recorded.' },
+  tabswarm_steps_total: { type: 'counter', help: 'Steps committed.' },
+  tabswarm_samples_total: { type: 'counter', help: 'Samples committed.' },
+  tabswarm_checkpoints_total: { type: 'counter', help: 'Checkpoints stored.' },
+  tabswarm_message_errors_total: { type: 'counter', help: 'Rejected frames and messages, by code.' },
+  tabswarm_world_size: { type: 'gauge', help: 'Ranks in the current round (0 while gathering).' },
+  tabswarm_waiting_workers: { type: 'gauge', help: 'Enrolled workers not in the round.' },
+  tabswarm_rendezvous_duration_ms: { type: 'summary', help: 'From the start of gathering to train.' },
+  tabswarm_loss: { type: 'gauge', help: 'Mean loss of the last commit.' },
+} as const;
+export type MetricName = keyof typeof METRICS;
+
+export type LogLevel = 'debug' | 'info' | 'warn' | 'error';
+
+export type Action =
+  /** Send a message on a socket. */
+  | { kind: 'send'; conn: string; msg: ServerMessage }
+  /** Close a socket (after the sends before it). */
+  | { kind: 'close'; conn: string; code: number; reason: string }
+  /** Write the durable state. Together with a preceding `record_commit`/`rollback_commits`, in ONE transaction, before any later send. */
+  | { kind: 'persist'; durable: DurableState }
+  /** Append a commit row (always followed by `persist`). */
+  | { kind: 'record_commit'; commit: CommitRecord }
+  /** Delete commit rows with step > afterStep: the record was rolled back to a checkpoint (or to the start). Followed by `persist`. */
+  | { kind: 'rollback_commits'; afterStep: number }
+  /** Append to the event log. */
+  | { kind: 'log'; level: LogLevel; event: string; data: Record<string, unknown> }
+  /** Update a metric; `labels` e.g. {code: 'forged_rank'}. */
+  | { kind: 'metric'; name: MetricName; value?: number; labels?: Record<string, string> };
+
+export interface Transition {
+  state: CoordinatorState;
+  actions: Action[];
+}
