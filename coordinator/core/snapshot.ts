@@ -166,7 +166,8 @@ export function encodeSnapshot(snapshot: TrainingSnapshot): ArrayBuffer {
  * aligned (no copy of a large checkpoint), copies otherwise. Throws `SnapshotError` saying what is wrong.
  */
 export function decodeSnapshot(input: ArrayBuffer | Uint8Array): DecodedSnapshot {
-  const bytes = input instanceof Uint8Array ? input : new Uint8Array(input);
+  // A plain Uint8Array view even for subclasses (Node's Buffer#slice returns a view, not a copy).
+  const bytes = input instanceof Uint8Array ? new Uint8Array(input.buffer, input.byteOffset, input.byteLength) : new Uint8Array(input);
   if (bytes.length < PREFIX_BYTES) fail(`truncated: ${bytes.length} bytes, the prefix alone is ${PREFIX_BYTES}`);
   const magic = String.fromCharCode(bytes[0], bytes[1], bytes[2], bytes[3]);
   if (magic !== SNAPSHOT_MAGIC) fail(`bad magic ${JSON.stringify(magic)}: not a tabswarm snapshot (expected "${SNAPSHOT_MAGIC}")`);

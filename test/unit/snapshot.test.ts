@@ -1,3 +1,4 @@
+import { Buffer } from 'node:buffer';
 import { describe, expect, it } from 'vitest';
 import { hashParams, murmur3Words } from '../../coordinator/core/hash';
 import { MLP_SPEC, parameterLayout, type ModelSpec } from '../../coordinator/core/model-spec';
@@ -165,5 +166,18 @@ describe('snapshot corruption is detected', () => {
     expectSnapshotError(() => decodeSnapshot(withHeader(encoded, (h) => (h.paramsHash = '0'.repeat(16)))), /paramsHash differs/);
     expectSnapshotError(() => decodeSnapshot(withHeader(encoded, (h) => (h.step = 'x'))), /invalid header: step/);
     expectSnapshotError(() => decodeSnapshot(withHeader(encoded, (h) => (h.sections[1].byteOffset += 4))), /section m starts at byte/);
+  });
+});
+
+
+describe('decodeSnapshot on a Node Buffer inside a larger allocation', () => {
+  it('decodes it (Buffer#slice is a view, not a copy)', () => {
+    const n = parameterLayout(MLP_SPEC).totalElements;
+    const params = new Float32Array(n).map((_, i) => Math.sin(i));
+    const encoded = encodeSnapshot({ spec: MLP_SPEC, step: 3, epoch: 0, cursor: 384, optimizer: { kind: 'sgd', t: 3 }, params, moments: [new Float32Array(n)] });
+    const pool = Buffer.alloc(encoded.byteLength + 100);
+    Buffer.from(encoded).copy(pool, 37);
+    const view = pool.subarray(37, 37 + encoded.byteLength);
+    expect(decodeSnapshot(view).step).toBe(3);
   });
 });

@@ -1,0 +1,181 @@
+/**
+ * `GET /api/audit` and `GET /api/status`: read models of the run.
+ *
+ * The audit is computed from the stored commit rows alone, re-deriving each commit's dataset indices
+ * from `epochOrder(seed, epoch, n)` and its [cursorStart, cursorStart+count) — independent of the
+ * machine's in-memory bitset, which it is compared against at the end (`recordAgrees`). Invariant (1)
+ * of DESIGN.md holds when every epoch has no index committed twice and every finished epoch has no
+ * index never committed.
+ */
+import { statusView, type CoordinatorState, type StatusView } from './core/machine';
+import { base64ToBytes, epochOrder } from './core/sampler';
+import type { CommitRow } from './store';
+
+/** Lists in the audit are cut to this many entries (the counts are exact). */
+const LIST_LIMIT = 1000;
+
+export interface EpochAudit {
+  epoch: number;
+  /** Commit rows of this epoch. */
+  commits: number;
+  /** Positions consumed (sum of the rows' counts). */
+  positions: number;
+  /** Distinct dataset indices committed. */
+  committed: number;
+  /** Indices committed more than once (must be empty). */
+  duplicates: number[];
+  duplicateCount: number;
+  /** All of the epoch's commits are in (the record moved past it). */
+  finished: boolean;
+  /** For finished epochs: indices never committed (must be empty); null while the epoch runs. */
+  neverCommitted: number[] | null;
+  neverCommittedCount: number | null;
+  /** Commit rows whose range is not where the previous one ended (gaps or overlaps in the order). */
+  discontinuities: number;
+}
+
+export interface AuditReport {
+  runId: string;
+  datasetSize: number;
+  seed: number;
+  epochs: EpochAudit[];
+  /** Live commit rows (rolled-back rows excluded). */
+  commitRows: number;
+  rolledBackRows: number;
+  /** Last committed step per the rows, and per the durable state. */
+  lastRowStep: number;
+  lastCommitStep: number;
+  /** The in-memory processed bitset of the current epoch equals the indices re-derived from the rows. */
+  recordAgrees: boolean;
+  /** No duplicates, no never-committed index in a finished epoch, no discontinuity, record agrees, steps agree. */
+  ok: boolean;
+}
+
+export function auditRun(state: CoordinatorState, rows: CommitRow[], rolledBackRows: number): AuditReport {
+  const n = state.datasetSize;
+  const seed = state.job.seed;
+  const live = rows.filter((r) => !r.rolledBack).sort((a, b) => a.step - b.step);
+  const lastEpoch = Math.max(state.record.epoch, ...live.map((r) => r.epoch));
+  const epochs: EpochAudit[] = [];
+  let currentEpochSeen: Uint8Array | null = null;
+  for (let epoch = 0; epoch <= lastEpoch; epoch++) {
+    const epochRows = live.filter((r) => r.epoch === epoch);
+    const finished = epoch < state.record.epoch;
+    // An epoch the job never reaches (record at epoch == job.epochs after the last one) is not listed.
+    if (epochRows.length === 0 && !finished && epoch >= state.job.epochs) continue;
+    const seen = new Uint8Array(n);
+    const order = epochOrder(seed, epoch, n);
+    let positions = 0;
+    let discontinuities = 0;
+    let expectedCursor = 0;
+    for (const row of epochRows) {
+      if (row.cursorStart !== expectedCursor) discontinuities += 1;
+      expectedCursor = row.cursorStart + row.count;
+      positions += row.count;
+      const end = Math.min(row.cursorStart + row.count, n);
+      for (let p = Math.max(0, row.cursorStart); p < end; p++) {
+        const index = order[p];
+        if (seen[index] < 255) seen[index] += 1;
+      }
+      if (row.cursorStart < 0 || row.cursorStart + row.count > n) discontinuities += 1;
+    }
+    const duplicates: number[] = [];
+    let duplicateCount = 0;
+    let committed = 0;
+    const never: number[] = [];
+    let neverCount = 0;
+    for (let i = 0; i < n; i++) {
+      if (seen[i] > 0) committed += 1;
+      if (seen[i] > 1) {
+        duplicateCount += 1;
+        if (duplicates.length < LIST_LIMIT) duplicates.push(i);
+      }
+      if (finished && seen[i] === 0) {
+        neverCount += 1;
+        if (never.length < LIST_LIMIT) never.push(i);
+      }
+    }
+    if (epoch === state.record.epoch) currentEpochSeen = seen;
+    epochs.push({
+      epoch,
+      commits: epochRows.length,
+      positions,
+      committed,
+      duplicates,
+      duplicateCount,
+      finished,
+      neverCommitted: finished ? never : null,
+      neverCommittedCount: finished ? neverCount : null,
+      discontinuities,
+    });
+  }
+
+  const recordAgrees = bitsetEquals(state.record.processed, state.record.n, currentEpochSeen ?? new Uint8Array(n));
+  const lastRowStep = live.length > 0 ? live[live.length - 1].step : 0;
+  const ok =
+    recordAgrees &&
+    lastRowStep === state.lastCommit.step &&
+    epochs.every((e) => e.duplicateCount === 0 && e.discontinuities === 0 && (e.neverCommittedCount ?? 0) === 0);
+  return {
+    runId: state.runId,
+    datasetSize: n,
+    seed,
+    epochs,
+    commitRows: live.length,
+    rolledBackRows,
+    lastRowStep,
+    lastCommitStep: state.lastCommit.step,
+    recordAgrees,
+    ok,
+  };
+}
+
+function bitsetEquals(processed: string, n: number, seen: Uint8Array): boolean {
+  let bits: Uint8Array;
+  try {
+    bits = base64ToBytes(processed);
+  } catch {
+    return false;
+  }
+  if (n !== seen.length) return false;
+  for (let i = 0; i < n; i++) {
+    const inRecord = (bits[i >> 3] & (1 << (i & 7))) !== 0;
+    if (inRecord !== seen[i] > 0) return false;
+  }
+  return true;
+}
+
+/** `GET /api/status`: the core's `statusView`, plus what only the server's clock knows (heartbeat ages). */
+export type StatusReport = Omit<StatusView, 'world' | 'waiting'> & {
+  /** Rendezvous phase (gathering, syncing, training), also while paused. */
+  phase: string;
+  /** Job status: active, paused, done, failed. */
+  status: string;
+  /** Sampler cursor in the current epoch. */
+  cursor: number;
+  world: (StatusView['world'][number] & { lastHeartbeatAgeMs: number })[];
+  waiting: (StatusView['waiting'][number] & { adapter: string; lastHeartbeatAgeMs: number })[];
+  latestCheckpoint: { step: number; sha256: string } | null;
+};
+
+export function statusOf(state: CoordinatorState, now: number): StatusReport {
+  const view = statusView(state);
+  const age = (id: string) => {
+    const worker = state.workers[id];
+    return worker ? Math.max(0, now - worker.lastSeen) : -1;
+  };
+  const adapter = (id: string) => {
+    const a = state.workers[id]?.adapter;
+    return a ? [a.vendor, a.architecture].filter(Boolean).join(' ') : '';
+  };
+  const latest = state.checkpoints[state.checkpoints.length - 1];
+  return {
+    ...view,
+    phase: state.rendezvous.phase,
+    status: state.status,
+    cursor: state.record.cursor,
+    world: view.world.map((w) => ({ ...w, lastHeartbeatAgeMs: age(w.id) })),
+    waiting: view.waiting.map((w) => ({ ...w, adapter: adapter(w.id), lastHeartbeatAgeMs: age(w.id) })),
+    latestCheckpoint: latest ? { step: latest.step, sha256: latest.sha256 } : null,
+  };
+}

@@ -1,0 +1,125 @@
+/**
+ * `tabswarm coordinator [--port 8080] [--host 127.0.0.1] [--data-dir ./.tabswarm] [--job job.json]
+ *  [--dataset DIR] [--admin-token T] [--dist DIR]`
+ *
+ * Every way the coordinator cannot start (bad job file, no dataset, port in use, unwritable data dir)
+ * ends with one line on stderr naming the cause and the fix, and exit code 1: the person reading it is
+ * starting a server, not debugging one. SIGINT/SIGTERM close sockets, flush the store and exit 0.
+ */
+import { Command, InvalidArgumentError } from 'commander';
+import { randomBytes } from 'node:crypto';
+import { resolve } from 'node:path';
+import { startCoordinator, type RunningCoordinator } from './start';
+import { DEFAULT_DATASET_DIR, loadDataset, loadJobFile, resolveDatasetDir, StartupError } from './startup-config';
+
+const REPO_ROOT = resolve(import.meta.dirname, '..');
+
+function oneLine(text: string): string {
+  return text.replace(/\s*\n\s*/g, ' ').trim();
+}
+
+function parsePort(value: string): number {
+  const port = Number(value);
+  if (!Number.isInteger(port) || port < 0 || port > 65535) throw new InvalidArgumentError('a port is an integer in 0..65535');
+  return port;
+}
+
+interface CoordinatorFlags {
+  port: number;
+  host: string;
+  dataDir: string;
+  job?: string;
+  dataset?: string;
+  adminToken?: string;
+  dist: string;
+}
+
+async function runCoordinator(flags: CoordinatorFlags): Promise<void> {
+  const job = loadJobFile(flags.job);
+  const datasetDir = resolveDatasetDir(flags.dataset);
+  const dataset = await loadDataset(datasetDir);
+  const tokenGiven = flags.adminToken ?? process.env.TABSWARM_ADMIN_TOKEN;
+  const adminToken = tokenGiven || randomBytes(18).toString('base64url');
+  let coordinator: RunningCoordinator;
+  try {
+    coordinator = await startCoordinator({
+      host: flags.host,
+      port: flags.port,
+      dataDir: resolve(flags.dataDir),
+      job,
+      dataset,
+      adminToken,
+      distDir: resolve(flags.dist),
+    });
+  } catch (error) {
+    const err = error as NodeJS.ErrnoException;
+    if (err.code === 'EADDRINUSE') {
+      throw new StartupError(`port ${flags.port} on ${flags.host} is already in use: stop what holds it, or pass --port N (--port 0 picks a free one)`);
+    }
+    if (err.code === 'EACCES' && err.syscall === 'listen') {
+      throw new StartupError(`not allowed to listen on ${flags.host}:${flags.port}: pick a port above 1023 with --port`);
+    }
+    if (err.code === 'EADDRNOTAVAIL') throw new StartupError(`cannot listen on ${flags.host}: no such local address (see --host)`);
+    if (err.code === 'ERESUME') throw new StartupError(err.message);
+    if (err.code === 'EACCES' || err.code === 'EROFS' || err.code === 'ENOTDIR' || err.code === 'EEXIST' || err.code === 'SQLITE_CANTOPEN') {
+      throw new StartupError(`data dir ${flags.dataDir} is not writable (${err.code}): pass --data-dir DIR`);
+    }
+    throw error;
+  }
+  const info = coordinator.info;
+  console.log(
+    `tabswarm coordinator listening on ${coordinator.url}/ (admin: ${coordinator.url}/admin/, run ${info.runId}${info.resumed ? ' resumed' : ''}, ` +
+      `step ${info.step}, dataset ${dataset.name} ${info.datasetSize} images, data dir ${resolve(flags.dataDir)})`,
+  );
+  if (!tokenGiven) console.log(`admin token: ${adminToken} (printed once; pass --admin-token to choose one)`);
+
+  let closing = false;
+  const shutdown = (signal: string) => {
+    if (closing) {
+      // A second signal: the operator wants out now. The store is consistent after every transaction.
+      process.exit(1);
+    }
+    closing = true;
+    console.log(`tabswarm coordinator: ${signal}, closing`);
+    coordinator
+      .close()
+      .then(() => process.exit(0))
+      .catch((error) => {
+        console.error(`tabswarm: error while closing: ${oneLine((error as Error).message)}`);
+        process.exit(1);
+      });
+  };
+  process.on('SIGINT', () => shutdown('SIGINT'));
+  process.on('SIGTERM', () => shutdown('SIGTERM'));
+}
+
+function buildProgram(): Command {
+  const program = new Command('tabswarm');
+  program.description('Elastic data-parallel training in browser tabs.').showHelpAfterError(false);
+  program
+    .command('coordinator')
+    .description('Serve the web app, the control WebSocket, PeerJS signaling and the REST API on one port.')
+    .option('--port <port>', 'TCP port (0: any free port)', parsePort, 8080)
+    .option('--host <host>', 'address to listen on', '127.0.0.1')
+    .option('--data-dir <dir>', 'folder for the SQLite store and checkpoints', './.tabswarm')
+    .option('--job <file>', 'job JSON file (default: Fashion-MNIST mlp, see coordinator/core/job.ts)')
+    .option('--dataset <dir>', `folder with the four IDX files (default: $TABSWARM_DATASET, then ${DEFAULT_DATASET_DIR})`)
+    .option('--admin-token <token>', 'bearer token for /api/admin (default: $TABSWARM_ADMIN_TOKEN, else random, printed once)')
+    .option('--dist <dir>', 'the built web app to serve', resolve(REPO_ROOT, 'dist'))
+    .action(async (flags: CoordinatorFlags) => {
+      await runCoordinator(flags);
+    });
+  return program;
+}
+
+async function main(argv: string[]): Promise<void> {
+  try {
+    await buildProgram().parseAsync(argv);
+  } catch (error) {
+    const message = error instanceof StartupError ? error.message : `unexpected error: ${(error as Error).stack ?? error}`;
+    process.stderr.write(`tabswarm: ${error instanceof StartupError ? oneLine(message) : message}\n`);
+    process.exit(1);
+  }
+}
+
+await main(process.argv);

@@ -1,0 +1,339 @@
+/**
+ * One node:http server on one port:
+ *   /                 the volunteer page, /admin/ the admin page, /assets/… (Vite build in dist/)
+ *   /ws               the control WebSocket (ControlChannel → the machine)
+ *   /peer/…           PeerJS signaling (REST + its WebSocket at /peer/peerjs)
+ *   /api/dataset/…    the dataset (dataset.ts)
+ *   /api/status, /api/audit, /api/job, /api/checkpoints/…, /api/admin/… (bearer token)
+ *   /metrics          Prometheus text
+ * The server is thin: every decision is the machine's; this file turns HTTP into events and reads
+ * state for the read-only routes.
+ */
+import { createReadStream } from 'node:fs';
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import type { Duplex } from 'node:stream';
+import { z } from 'zod';
+import { jobPublic } from './core/job';
+import { adminActionSchema, type AdminAction } from './core/machine';
+import { idSchema } from './core/protocol';
+import { positionAfter } from './core/sampler';
+import { decodeSnapshot, SnapshotError } from './core/snapshot';
+import { auditRun, statusOf } from './audit';
+import type { ControlChannel } from './control-channel';
+import type { MachineExecutor } from './executor';
+import { bearerToken, HttpError, readBody, readJsonBody, sameSecret, sendError, sendJson, sendText } from './http-util';
+import type { PeerSignaling } from './peer-signaling';
+import type { CoordinatorMetrics } from './server-metrics';
+import type { StaticFiles } from './static-files';
+import type { CheckpointRow, Store } from './store';
+
+export interface ServerDeps {
+  runId: string;
+  store: Store;
+  executor: MachineExecutor;
+  metrics: CoordinatorMetrics;
+  control: ControlChannel;
+  staticFiles: StaticFiles;
+  datasetRoute: (req: IncomingMessage, res: ServerResponse) => boolean;
+  adminToken: string;
+  /** Largest accepted checkpoint upload, in bytes. */
+  maxCheckpointBytes: number;
+  /** Handlers tried before the built-in API routes (e.g. the admin page's feed and downloads); true = handled. */
+  extraRoutes?: ((req: IncomingMessage, res: ServerResponse) => boolean)[];
+  now?: () => number;
+}
+
+/** Body schemas of the admin routes, mapped to the machine's admin actions. */
+const adminRoutes: Record<string, (body: unknown) => AdminAction> = {
+  pause: () => ({ type: 'pause' }),
+  resume: () => ({ type: 'resume' }),
+  checkpoint: () => ({ type: 'checkpoint_now' }),
+  kick: (body) => adminActionSchema.parse({ type: 'kick', workerId: z.object({ workerId: z.string() }).parse(body).workerId }),
+  workers: (body) => {
+    const { min, max } = z.object({ min: z.unknown(), max: z.unknown() }).parse(body);
+    return adminActionSchema.parse({ type: 'set_workers', min, max });
+  },
+};
+
+const stepParam = z.coerce.number().int().min(0).max(Number.MAX_SAFE_INTEGER);
+
+export class CoordinatorServer {
+  readonly http: Server;
+  peer: PeerSignaling | null = null;
+  private readonly now: () => number;
+
+  constructor(private readonly deps: ServerDeps) {
+    this.now = deps.now ?? Date.now;
+    this.http = createServer((req, res) => {
+      this.handleRequest(req, res).catch((error: unknown) => this.fail(res, error));
+    });
+    this.http.on('upgrade', (req, socket, head) => this.handleUpgrade(req, socket, head));
+    this.http.on('clientError', (_error, socket) => {
+      if (socket.writable) socket.end('HTTP/1.1 400 Bad Request\r\nConnection: close\r\n\r\n');
+      else socket.destroy();
+    });
+  }
+
+  private handleUpgrade(req: IncomingMessage, socket: Duplex, head: Buffer): void {
+    socket.on('error', () => socket.destroy());
+    const pathname = safePathname(req.url);
+    if (pathname === '/ws') {
+      this.deps.control.handleUpgrade(req, socket, head);
+      return;
+    }
+    if (pathname && this.peer?.handleUpgrade(req, socket, head, pathname)) return;
+    socket.end('HTTP/1.1 404 Not Found\r\nConnection: close\r\nContent-Length: 0\r\n\r\n');
+  }
+
+  private fail(res: ServerResponse, error: unknown): void {
+    if (error instanceof HttpError) {
+      sendError(res, error.status, error.code, error.message);
+      // A refused body may still be streaming in; do not keep reading it.
+      if (error.status === 413) res.on('finish', () => res.socket?.destroy());
+      return;
+    }
+    if (error instanceof z.ZodError) {
+      sendError(res, 400, 'bad_request', error.issues.map((i) => `${i.path.join('.') || '(body)'}: ${i.message}`).join('; '));
+      return;
+    }
+    console.error(`tabswarm: error serving a request: ${(error as Error).stack ?? error}`);
+    sendError(res, 500, 'internal', 'internal error');
+  }
+
+  private async handleRequest(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    const url = parseUrl(req.url);
+    if (!url) throw new HttpError(400, 'bad_url', 'malformed request URL');
+    const path = url.pathname;
+    const { metrics } = this.deps;
+
+    if (path === '/peer' || path.startsWith('/peer/')) {
+      metrics.httpRequests.inc(1, { route: 'peer' });
+      if (!this.peer) throw new HttpError(503, 'unavailable', 'signaling is not running');
+      this.peer.handleRequest(req, res);
+      return;
+    }
+    if (path === '/metrics') {
+      metrics.httpRequests.inc(1, { route: 'metrics' });
+      sendText(res, 200, metrics.render(), 'text/plain; version=0.0.4; charset=utf-8');
+      return;
+    }
+    if (path.startsWith('/api/')) {
+      metrics.httpRequests.inc(1, { route: path.split('/')[2] || 'api' });
+      if (this.deps.datasetRoute(req, res)) return;
+      for (const route of this.deps.extraRoutes ?? []) if (route(req, res)) return;
+      await this.handleApi(req, res, url);
+      return;
+    }
+    metrics.httpRequests.inc(1, { route: 'static' });
+    if (this.deps.staticFiles.serve(req, res, path)) return;
+    sendText(res, 404, 'not found\n');
+  }
+
+  private async handleApi(req: IncomingMessage, res: ServerResponse, url: URL): Promise<void> {
+    const { executor, store, runId } = this.deps;
+    const parts = url.pathname.split('/').slice(2); // after '/api/'
+    const method = req.method ?? 'GET';
+    const route = parts[0];
+
+    if (route === 'status' && parts.length === 1) {
+      requireMethod(method, 'GET');
+      sendJson(res, 200, statusOf(executor.state, this.now()));
+      return;
+    }
+    if (route === 'audit' && parts.length === 1) {
+      requireMethod(method, 'GET');
+      const all = store.commits(runId, { includeRolledBack: true });
+      sendJson(res, 200, auditRun(executor.state, all.filter((r) => !r.rolledBack), all.filter((r) => r.rolledBack).length));
+      return;
+    }
+    if (route === 'job' && parts.length === 1) {
+      requireMethod(method, 'GET');
+      sendJson(res, 200, { runId, job: jobPublic(executor.state.job, executor.state.datasetSize) });
+      return;
+    }
+    if (route === 'health' && parts.length === 1) {
+      sendJson(res, 200, { ok: true, runId });
+      return;
+    }
+    if (route === 'checkpoints') {
+      await this.handleCheckpoints(req, res, url, parts.slice(1));
+      return;
+    }
+    if (route === 'admin') {
+      await this.handleAdmin(req, res, url, parts.slice(1));
+      return;
+    }
+    throw new HttpError(404, 'not_found', `no API route ${url.pathname}`);
+  }
+
+  // ------------------------------------------------------------------ admin
+
+  private async handleAdmin(req: IncomingMessage, res: ServerResponse, url: URL, parts: string[]): Promise<void> {
+    const { metrics, executor, store, runId } = this.deps;
+    const action = parts.join('/');
+    if (!sameSecret(bearerToken(req), this.deps.adminToken)) {
+      metrics.adminRequests.inc(1, { action: action.slice(0, 32), result: 'unauthorized' });
+      res.setHeader('www-authenticate', 'Bearer realm="tabswarm admin"');
+      throw new HttpError(401, 'unauthorized', 'admin calls need "Authorization: Bearer <admin token>"');
+    }
+    if (action === 'events') {
+      requireMethod(req.method, 'GET');
+      const after = Number(url.searchParams.get('after') ?? 0);
+      const limit = Math.min(1000, Math.max(1, Number(url.searchParams.get('limit') ?? 200) || 200));
+      sendJson(res, 200, { events: store.events(runId, { afterId: Number.isFinite(after) ? after : 0, limit }) });
+      return;
+    }
+    const toAction = adminRoutes[action];
+    if (!toAction) throw new HttpError(404, 'not_found', `no admin action "${action}" (pause, resume, kick, workers, checkpoint, events)`);
+    requireMethod(req.method, 'POST');
+    const body = await readJsonBody(req);
+    let adminAction: AdminAction;
+    try {
+      adminAction = toAction(body);
+    } catch (error) {
+      metrics.adminRequests.inc(1, { action, result: 'bad_request' });
+      throw error;
+    }
+    if (adminAction.type === 'set_workers' && adminAction.min > adminAction.max) {
+      metrics.adminRequests.inc(1, { action, result: 'bad_request' });
+      throw new HttpError(400, 'bad_request', 'min must be <= max');
+    }
+    if (adminAction.type === 'kick' && !executor.state.workers[adminAction.workerId]) {
+      metrics.adminRequests.inc(1, { action, result: 'not_found' });
+      throw new HttpError(404, 'unknown_worker', `no worker ${adminAction.workerId}`);
+    }
+    executor.dispatch({ kind: 'admin', action: adminAction });
+    metrics.adminRequests.inc(1, { action, result: 'ok' });
+    sendJson(res, 200, { ok: true, action: adminAction, status: statusOf(executor.state, this.now()) });
+  }
+
+  // ------------------------------------------------------------------ checkpoints
+
+  /**
+   * PUT  /api/checkpoints/{runId}/{step}?token=…[&workerId=…]  (also /api/checkpoints/{step}?… for the current run)
+   * GET  /api/checkpoints                       list of the current run's checkpoints
+   * GET  /api/checkpoints/latest | /{step} | /{runId}/latest | /{runId}/{step}
+   */
+  private async handleCheckpoints(req: IncomingMessage, res: ServerResponse, url: URL, parts: string[]): Promise<void> {
+    const method = req.method ?? 'GET';
+    if (parts.length === 0 || (parts.length === 1 && parts[0] === '')) {
+      requireMethod(method, 'GET');
+      sendJson(res, 200, { runId: this.deps.runId, checkpoints: this.deps.store.checkpoints(this.deps.runId).map(publicCheckpoint) });
+      return;
+    }
+    if (parts.length > 2) throw new HttpError(404, 'not_found', 'checkpoint URLs are /api/checkpoints/[runId/]{step|latest}');
+    const [runPart, stepPart] = parts.length === 2 ? parts : [this.deps.runId, parts[0]];
+    let runId: string;
+    try {
+      runId = idSchema.parse(decodeURIComponent(runPart));
+    } catch {
+      throw new HttpError(400, 'bad_run', 'malformed run id');
+    }
+    if (method === 'PUT') {
+      await this.uploadCheckpoint(req, res, url, runId, stepPart);
+      return;
+    }
+    requireMethod(method, 'GET', 'HEAD', 'PUT');
+    let row: CheckpointRow | null;
+    if (stepPart === 'latest') row = this.deps.store.latestCheckpoint(runId);
+    else {
+      const step = stepParam.safeParse(stepPart);
+      if (!step.success || !/^\d+$/.test(stepPart)) throw new HttpError(400, 'bad_step', `step must be a non-negative integer or "latest", not "${stepPart.slice(0, 40)}"`);
+      row = this.deps.store.checkpoint(runId, step.data);
+    }
+    if (!row) throw new HttpError(404, 'no_checkpoint', `no checkpoint ${stepPart} in run ${runId}`);
+    const etag = `"sha256-${row.sha256}"`;
+    const headers = {
+      'content-type': 'application/octet-stream',
+      'cache-control': 'no-cache',
+      etag,
+      'x-checkpoint-sha256': row.sha256,
+      'x-checkpoint-step': String(row.step),
+      'x-checkpoint-epoch': String(row.epoch),
+      'x-checkpoint-cursor': String(row.cursor),
+      'access-control-expose-headers': 'x-checkpoint-sha256, x-checkpoint-step, x-checkpoint-epoch, x-checkpoint-cursor, etag',
+    };
+    if (req.headers['if-none-match'] === etag) {
+      res.writeHead(304, headers).end();
+      return;
+    }
+    res.writeHead(200, { ...headers, 'content-length': row.bytes });
+    if (method === 'HEAD') {
+      res.end();
+      return;
+    }
+    const stream = createReadStream(row.path);
+    stream.on('error', () => res.destroy());
+    stream.pipe(res);
+  }
+
+  private async uploadCheckpoint(req: IncomingMessage, res: ServerResponse, url: URL, runId: string, stepPart: string): Promise<void> {
+    const { executor, store, metrics } = this.deps;
+    const reject = (status: number, code: string, message: string): never => {
+      metrics.checkpointUploads.inc(1, { result: code });
+      throw new HttpError(status, code, message);
+    };
+    if (runId !== this.deps.runId) reject(409, 'wrong_run', `run ${runId} is not the current run`);
+    if (!/^\d+$/.test(stepPart)) reject(400, 'bad_step', 'step must be a non-negative integer');
+    const step = Number(stepPart);
+    const grant = executor.checkpointGrant(step);
+    if (!grant) reject(409, 'not_requested', `no checkpoint of step ${step} was requested`);
+    if (!sameSecret(url.searchParams.get('token'), grant!.token)) reject(403, 'forbidden', 'missing or wrong upload token (use the URL of checkpoint_request)');
+    const workerId = url.searchParams.get('workerId');
+    if (workerId !== null && workerId !== grant!.workerId) reject(403, 'forbidden', 'this checkpoint was requested from another worker');
+    const body = await readBody(req, this.deps.maxCheckpointBytes).catch((error: unknown) => {
+      if (error instanceof HttpError) metrics.checkpointUploads.inc(1, { result: error.code });
+      throw error;
+    });
+    let snapshot;
+    try {
+      // A plain Uint8Array view: Buffer#slice returns a view, not a copy, which decodeSnapshot does not expect.
+      snapshot = decodeSnapshot(new Uint8Array(body.buffer, body.byteOffset, body.byteLength));
+    } catch (error) {
+      if (error instanceof SnapshotError) reject(422, 'bad_snapshot', error.message);
+      throw error;
+    }
+    const state = executor.state;
+    const expected = positionAfter(step, jobPublic(state.job, state.datasetSize));
+    if (snapshot!.step !== step) reject(422, 'wrong_step', `snapshot is of step ${snapshot!.step}, the URL says ${step}`);
+    if (snapshot!.epoch !== expected.epoch || snapshot!.cursor !== expected.cursor) {
+      reject(422, 'wrong_position', `snapshot says epoch ${snapshot!.epoch} cursor ${snapshot!.cursor}; step ${step} ends at epoch ${expected.epoch} cursor ${expected.cursor}`);
+    }
+    if (snapshot!.spec.name !== state.job.model.name || snapshot!.optimizer.kind !== state.job.optimizer.kind) {
+      reject(422, 'wrong_model', `snapshot of ${snapshot!.spec.name}/${snapshot!.optimizer.kind}, the job trains ${state.job.model.name}/${state.job.optimizer.kind}`);
+    }
+    if (grant!.hash !== null && snapshot!.paramsHash !== grant!.hash) {
+      reject(422, 'hash_mismatch', `snapshot parameters hash ${snapshot!.paramsHash}, step ${step} committed ${grant!.hash}`);
+    }
+    // The machine may have moved on (rolled back past this step) while the body streamed in.
+    if (executor.checkpointGrant(step) !== grant) reject(409, 'not_requested', `the checkpoint of step ${step} is no longer wanted`);
+    const row = store.putCheckpoint(runId, { step, epoch: snapshot!.epoch, cursor: snapshot!.cursor }, body);
+    executor.settleGrant(step);
+    executor.dispatch({ kind: 'checkpoint_stored', step, epoch: row.epoch, cursor: row.cursor, sha256: row.sha256 });
+    metrics.checkpointUploads.inc(1, { result: 'stored' });
+    // The machine keeps the few checkpoints it may restore from; older files only take disk space.
+    const kept = executor.state.checkpoints.map((c) => c.step);
+    if (kept.includes(step)) store.pruneCheckpoints(runId, kept);
+    sendJson(res, 201, publicCheckpoint(row));
+  }
+}
+
+function publicCheckpoint(row: CheckpointRow) {
+  return { step: row.step, epoch: row.epoch, cursor: row.cursor, sha256: row.sha256, bytes: row.bytes, createdAt: row.createdAt };
+}
+
+function requireMethod(method: string | undefined, ...allowed: string[]): void {
+  if (!allowed.includes(method ?? 'GET')) throw new HttpError(405, 'method_not_allowed', `use ${allowed.join(' or ')}`);
+}
+
+function parseUrl(raw: string | undefined): URL | null {
+  try {
+    return new URL(raw ?? '/', 'http://localhost');
+  } catch {
+    return null;
+  }
+}
+
+function safePathname(raw: string | undefined): string | null {
+  return parseUrl(raw)?.pathname ?? null;
+}

@@ -1,0 +1,202 @@
+/**
+ * Composes a running coordinator: store → state (new run or restored) → executor → control channel,
+ * HTTP server, PeerJS signaling → listen. The CLI calls this; so can a test that wants one in-process.
+ */
+import { createHash } from 'node:crypto';
+import type { AddressInfo } from 'node:net';
+import { effectiveDatasetSize, type JobSpec } from './core/job';
+import { initialState, restoreState, type CoordinatorState, type DurableState } from './core/machine';
+import { parameterLayout } from './core/model-spec';
+import { adminRoutes } from './admin-routes';
+import { ControlChannel } from './control-channel';
+import { datasetRoutes, type IdxDataset } from './dataset';
+import { MachineExecutor } from './executor';
+import { mountPeerSignaling } from './peer-signaling';
+import { CoordinatorServer } from './server';
+import { CoordinatorMetrics } from './server-metrics';
+import { staticFiles } from './static-files';
+import { SqliteStore } from './store';
+
+export interface CoordinatorConfig {
+  host: string;
+  /** 0 picks a free port (read it back from `url`). */
+  port: number;
+  dataDir: string;
+  job: JobSpec;
+  dataset: IdxDataset;
+  adminToken: string;
+  /** The Vite build to serve. */
+  distDir: string;
+  /** Called when the store fails (default: print one line and exit 1). */
+  onFatal?: (error: Error) => void;
+  /** Where warn/error machine logs go (default: stderr). */
+  log?: (line: string) => void;
+}
+
+export interface RunningCoordinator {
+  /** `http://host:port` (no trailing slash). */
+  url: string;
+  port: number;
+  info: { runId: string; resumed: boolean; step: number; datasetSize: number; supersededRunId: string | null };
+  executor: MachineExecutor;
+  store: SqliteStore;
+  /** Stops listening, closes sockets, flushes and closes the store. */
+  close(): Promise<void>;
+}
+
+/**
+ * A run is resumed only with the same job over the same data: the key covers the validated job and
+ * the training set's content hash (a different dataset would make the stored record meaningless).
+ */
+function jobKeyOf(job: JobSpec, dataset: IdxDataset): string {
+  return createHash('sha256')
+    .update(JSON.stringify({ job, trainImages: dataset.sha256['train/images'], trainLabels: dataset.sha256['train/labels'] }))
+    .digest('hex');
+}
+
+/** Bytes of a snapshot with params and two moment buffers, plus room for the JSON header. */
+function checkpointLimit(job: JobSpec): number {
+  return parameterLayout(job.model).totalElements * 4 * 3 + 1024 * 1024;
+}
+
+/**
+ * At most `burst` lines per `windowMs`, then one line saying how many were dropped: a client
+ * sending garbage must not be able to fill the operator's terminal (the event log keeps them all).
+ */
+function rateLimitedLog(write: (line: string) => void, burst = 20, windowMs = 10_000): (line: string) => void {
+  let windowStart = 0;
+  let lines = 0;
+  let dropped = 0;
+  return (line) => {
+    const now = Date.now();
+    if (now - windowStart > windowMs) {
+      if (dropped > 0) write(`tabswarm: ${dropped} more log lines in the last ${windowMs / 1000} s not shown (see the event log: GET /api/admin/events)`);
+      windowStart = now;
+      lines = 0;
+      dropped = 0;
+    }
+    if (lines < burst) {
+      lines += 1;
+      write(line);
+    } else dropped += 1;
+  };
+}
+
+export async function startCoordinator(config: CoordinatorConfig): Promise<RunningCoordinator> {
+  const log = rateLimitedLog(config.log ?? ((line: string) => process.stderr.write(`${line}\n`)));
+  const store = new SqliteStore(config.dataDir);
+  try {
+    const fullSize = config.dataset.train.count;
+    const datasetSize = effectiveDatasetSize(config.job, fullSize);
+    const opened = store.openRun(config.job, jobKeyOf(config.job, config.dataset), datasetSize);
+    let state: CoordinatorState;
+    try {
+      state = opened.durable ? restoreState(opened.durable as DurableState) : initialState(config.job, fullSize, opened.runId);
+    } catch (error) {
+      throw Object.assign(new Error(`cannot resume run ${opened.runId} from ${config.dataDir}: ${(error as Error).message} (start with a fresh --data-dir)`), {
+        code: 'ERESUME',
+      });
+    }
+
+    let control: ControlChannel | null = null;
+    let server: CoordinatorServer | null = null;
+    const metrics = new CoordinatorMetrics(
+      () => executor.state,
+      () => ({ sockets: control?.size ?? 0, peers: server?.peer?.clientCount ?? 0 }),
+    );
+    const onFatal =
+      config.onFatal ??
+      ((error: Error) => {
+        process.stderr.write(`tabswarm: fatal: ${error.message}; exiting (a restart resumes from the last committed transaction)\n`);
+        process.exit(1);
+      });
+    const executor: MachineExecutor = new MachineExecutor(state, {
+      store,
+      runId: opened.runId,
+      metrics,
+      sockets: {
+        send: (conn, text) => control!.send(conn, text),
+        close: (conn, code, reason) => control!.close(conn, code, reason),
+      },
+      onLog: (level, event, data) => log(`tabswarm ${level}: ${event} ${JSON.stringify(data).slice(0, 500)}`),
+      onFatal,
+    });
+    control = new ControlChannel({ dispatch: (event) => executor.dispatch(event), metrics });
+    const admin = adminRoutes({
+      runId: opened.runId,
+      adminToken: config.adminToken,
+      store,
+      state: () => executor.state,
+      subscribe: (listener) => executor.subscribe(listener),
+      onRequest: (route, result) => metrics.adminRequests.inc(1, { action: route, result }),
+    });
+    server = new CoordinatorServer({
+      runId: opened.runId,
+      store,
+      executor,
+      metrics,
+      control,
+      staticFiles: staticFiles(config.distDir),
+      datasetRoute: datasetRoutes(config.dataset),
+      adminToken: config.adminToken,
+      maxCheckpointBytes: checkpointLimit(config.job),
+      extraRoutes: [admin],
+    });
+    server.peer = mountPeerSignaling(server.http);
+
+    const http = server.http;
+    await new Promise<void>((resolve, reject) => {
+      const onError = (error: Error) => {
+        http.off('listening', onListening);
+        reject(error);
+      };
+      const onListening = () => {
+        http.off('error', onError);
+        resolve();
+      };
+      http.once('error', onError);
+      http.once('listening', onListening);
+      http.listen(config.port, config.host);
+    }).catch((error: unknown) => {
+      server?.peer?.close();
+      admin.close();
+      throw error;
+    });
+    http.on('error', (error) => log(`tabswarm error: http server: ${error.message}`));
+    executor.start();
+    executor.dispatch({ kind: 'tick' });
+
+    const address = http.address() as AddressInfo;
+    // A wildcard address is not something to open in a browser; the machine's own name for itself is.
+    const wildcard = address.address === '0.0.0.0' || address.address === '::';
+    const hostForUrl = wildcard ? 'localhost' : address.family === 'IPv6' ? `[${address.address}]` : address.address;
+    let closed: Promise<void> | null = null;
+    return {
+      url: `http://${hostForUrl}:${address.port}`,
+      port: address.port,
+      info: {
+        runId: opened.runId,
+        resumed: opened.resumed,
+        step: executor.state.lastCommit.step,
+        datasetSize,
+        supersededRunId: opened.supersededRunId,
+      },
+      executor,
+      store,
+      close() {
+        closed ??= new Promise<void>((resolve) => {
+          admin.close();
+          executor.stop();
+          control!.closeAll();
+          server!.peer?.close();
+          http.close(() => resolve());
+          http.closeAllConnections();
+        }).finally(() => store.close());
+        return closed;
+      },
+    };
+  } catch (error) {
+    store.close();
+    throw error;
+  }
+}

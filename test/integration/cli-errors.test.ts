@@ -1,0 +1,107 @@
+/**
+ * The CLI's failure modes: each ends with exactly one line on stderr that names the cause, and a
+ * non-zero exit — never a stack trace, never a server half up.
+ */
+import { mkdirSync, rmSync, writeFileSync } from 'node:fs';
+import { createServer, type Server } from 'node:net';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { makeTempDir, runCoordinatorCli, sharedFakeDataset, writeFakeIdxDataset } from '../support/coordinator-process';
+import { DEFAULT_DATASET_DIR, resolveDatasetDir, StartupError } from '../../coordinator/startup-config';
+
+function baseArgs(dataDir: string): string[] {
+  return ['coordinator', '--port', '0', '--data-dir', dataDir, '--admin-token', 't'];
+}
+
+function expectOneLineFailure(result: { code: number | null; stderr: string; stdout: string }, pattern: RegExp): void {
+  expect(result.code, `stdout: ${result.stdout}\nstderr: ${result.stderr}`).not.toBe(0);
+  expect(result.code).not.toBeNull();
+  const lines = result.stderr.trim().split('\n');
+  expect(lines, result.stderr).toHaveLength(1);
+  expect(lines[0]).toMatch(/^tabswarm: /);
+  expect(lines[0]).toMatch(pattern);
+  expect(result.stdout).not.toMatch(/listening on/);
+}
+
+describe('tabswarm coordinator refuses to start with one clear line', () => {
+  const dir = makeTempDir('tabswarm-cli-');
+  const dataDir = join(dir, 'data');
+
+  it('when the job file is not JSON', async () => {
+    const job = join(dir, 'broken.json');
+    writeFileSync(job, '{"model": "tiny-mlp",');
+    const result = await runCoordinatorCli([...baseArgs(dataDir), '--job', job, '--dataset', sharedFakeDataset()]);
+    expectOneLineFailure(result, /job file .*broken\.json is not valid JSON/);
+  });
+
+  it('when the job file breaks the schema (and names the field)', async () => {
+    const job = join(dir, 'invalid.json');
+    writeFileSync(job, JSON.stringify({ globalBatch: -3, minWorkers: 5, maxWorkers: 2 }));
+    const result = await runCoordinatorCli([...baseArgs(dataDir), '--job', job, '--dataset', sharedFakeDataset()]);
+    expectOneLineFailure(result, /invalid\.json: invalid job: .*globalBatch/);
+  });
+
+  it('when the job file names an unknown model', async () => {
+    const job = join(dir, 'model.json');
+    writeFileSync(job, JSON.stringify({ model: 'resnet-9000' }));
+    const result = await runCoordinatorCli([...baseArgs(dataDir), '--job', job, '--dataset', sharedFakeDataset()]);
+    expectOneLineFailure(result, /model\.json: invalid job: model/);
+  });
+
+  it('when the job file does not exist', async () => {
+    const result = await runCoordinatorCli([...baseArgs(dataDir), '--job', join(dir, 'nope.json'), '--dataset', sharedFakeDataset()]);
+    expectOneLineFailure(result, /cannot read job file .*nope\.json: ENOENT/);
+  });
+
+  it('when the dataset folder does not exist (and says how to get Fashion-MNIST)', async () => {
+    const result = await runCoordinatorCli([...baseArgs(dataDir), '--dataset', join(dir, 'no-such-dataset')]);
+    expectOneLineFailure(result, /no-such-dataset.*does not exist.*apt-get install dataset-fashion-mnist/);
+  });
+
+  it('when no dataset is given and the Debian folder is missing, says how to get one', () => {
+    const missing = join(dir, 'no-debian-package');
+    expect(() => resolveDatasetDir(undefined, {}, missing)).toThrow(StartupError);
+    expect(() => resolveDatasetDir(undefined, {}, missing)).toThrow(/apt-get install dataset-fashion-mnist.*--dataset DIR/);
+    // The order of precedence: flag, then environment, then the package folder.
+    expect(resolveDatasetDir('/flag', { TABSWARM_DATASET: '/env' }, missing)).toBe('/flag');
+    expect(resolveDatasetDir(undefined, { TABSWARM_DATASET: '/env' }, missing)).toBe('/env');
+    expect(resolveDatasetDir(undefined, {}, dir)).toBe(dir);
+    expect(DEFAULT_DATASET_DIR).toBe('/usr/share/datasets/fashion-mnist/');
+  });
+
+  it('when $TABSWARM_DATASET points nowhere', async () => {
+    const result = await runCoordinatorCli(baseArgs(dataDir), { env: { TABSWARM_DATASET: join(dir, 'env-dataset') } });
+    expectOneLineFailure(result, /env-dataset.*does not exist/);
+  });
+
+  it('when the dataset folder lacks one of the four IDX files (and names it)', async () => {
+    const partial = writeFakeIdxDataset(join(dir, 'partial'), { trainCount: 20, testCount: 5 });
+    rmSync(join(partial, 't10k-labels-idx1-ubyte'));
+    const result = await runCoordinatorCli([...baseArgs(dataDir), '--dataset', partial]);
+    expectOneLineFailure(result, /t10k-labels-idx1-ubyte/);
+  });
+
+  it('when the data dir cannot be created', async () => {
+    const file = join(dir, 'a-file');
+    writeFileSync(file, 'x');
+    const result = await runCoordinatorCli(['coordinator', '--port', '0', '--data-dir', join(file, 'data'), '--admin-token', 't', '--dataset', sharedFakeDataset()]);
+    expectOneLineFailure(result, /data dir .* is not writable/);
+  });
+
+  describe('when the port is in use', () => {
+    let blocker: Server;
+    let port: number;
+    beforeAll(async () => {
+      blocker = createServer();
+      await new Promise<void>((resolve) => blocker.listen(0, '127.0.0.1', resolve));
+      port = (blocker.address() as { port: number }).port;
+    });
+    afterAll(() => new Promise<void>((resolve) => blocker.close(() => resolve())));
+
+    it('names the port and how to pick another', async () => {
+      mkdirSync(dataDir, { recursive: true });
+      const result = await runCoordinatorCli(['coordinator', '--port', String(port), '--data-dir', dataDir, '--admin-token', 't', '--dataset', sharedFakeDataset()]);
+      expectOneLineFailure(result, new RegExp(`port ${port} on 127\\.0\\.0\\.1 is already in use.*--port`));
+    });
+  });
+});
