@@ -3,9 +3,8 @@ import { hashParams } from '../../coordinator/core/hash';
 import { CNN_SPEC, MLP_SPEC, parameterLayout, type ModelSpec, type ParamLayout } from '../../coordinator/core/model-spec';
 import { initParams, type ModelSpecLike, type ParamLayoutLike } from '../../kernels/layers';
 import { createModel, type Model, type ModelOptions } from '../../kernels/model';
-import { create, globals } from 'webgpu';
-import { createGpu, type Gpu } from '../../kernels/runtime';
-import { withValidation } from '../support/node-gpu';
+import type { Gpu } from '../../kernels/runtime';
+import { nodeGpu, withValidation } from '../support/node-gpu';
 import {
   expectScalarClose,
   expectTensorsClose,
@@ -16,27 +15,6 @@ import {
 import { finiteDifferences } from '../support/compare';
 import { mulberry32, randomArray } from '../support/rng';
 
-/**
- * Workaround, to remove once test/support/node-gpu.ts keeps its `create()` instance referenced:
- * nodeGpu() lets the Dawn instance be garbage-collected, which tears the device down under running
- * work (flaky "std::system_error" / "futex" aborts of the whole fork). This pins it for the process.
- */
-let pinned: Promise<Gpu> | undefined;
-function pinnedNodeGpu(): Promise<Gpu> {
-  pinned ??= (async () => {
-    Object.assign(globalThis, globals);
-    const instance = create([]);
-    (globalThis as { tabswarmPinnedGpuInstance?: unknown }).tabswarmPinnedGpuInstance = instance;
-    const adapter = await instance.requestAdapter();
-    if (!adapter) throw new Error('no WebGPU adapter in Node: install Debian chromium (SwiftShader) and run through vitest, which sets VK_ICD_FILENAMES');
-    const device = await adapter.requestDevice({
-      requiredLimits: { maxStorageBufferBindingSize: adapter.limits.maxStorageBufferBindingSize, maxBufferSize: adapter.limits.maxBufferSize },
-    });
-    device.addEventListener('uncapturederror', (e) => console.error('WebGPU uncaptured error:', (e as GPUUncapturedErrorEvent).error.message));
-    return createGpu(device);
-  })();
-  return pinned;
-}
 
 
 // The core's inferred types must stay assignable to the structural ones kernels/ declares
@@ -150,7 +128,7 @@ describe('GPU model against the float64 reference', () => {
     return model;
   };
   beforeAll(async () => {
-    gpu = await pinnedNodeGpu();
+    gpu = await nodeGpu();
   });
   afterAll(() => models.forEach((m) => m.destroy()));
 

@@ -8,40 +8,17 @@ import * as tf from '@tensorflow/tfjs';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { MLP_SPEC, parameterLayout } from '../../coordinator/core/model-spec';
 import { createModel } from '../../kernels/model';
-import { create, globals } from 'webgpu';
-import { createGpu, type Gpu } from '../../kernels/runtime';
+import type { Gpu } from '../../kernels/runtime';
+import { nodeGpu } from '../support/node-gpu';
 import { expectScalarClose, expectTensorsClose } from '../support/reference-model';
 import { mulberry32, randomArray } from '../support/rng';
-
-/**
- * Workaround, to remove once test/support/node-gpu.ts keeps its `create()` instance referenced:
- * nodeGpu() lets the Dawn instance be garbage-collected, which tears the device down under running
- * work (flaky "std::system_error" / "futex" aborts of the whole fork). This pins it for the process.
- */
-let pinned: Promise<Gpu> | undefined;
-function pinnedNodeGpu(): Promise<Gpu> {
-  pinned ??= (async () => {
-    Object.assign(globalThis, globals);
-    const instance = create([]);
-    (globalThis as { tabswarmPinnedGpuInstance?: unknown }).tabswarmPinnedGpuInstance = instance;
-    const adapter = await instance.requestAdapter();
-    if (!adapter) throw new Error('no WebGPU adapter in Node: install Debian chromium (SwiftShader) and run through vitest, which sets VK_ICD_FILENAMES');
-    const device = await adapter.requestDevice({
-      requiredLimits: { maxStorageBufferBindingSize: adapter.limits.maxStorageBufferBindingSize, maxBufferSize: adapter.limits.maxBufferSize },
-    });
-    device.addEventListener('uncapturederror', (e) => console.error('WebGPU uncaptured error:', (e as GPUUncapturedErrorEvent).error.message));
-    return createGpu(device);
-  })();
-  return pinned;
-}
-
 
 const BATCH = 64;
 
 describe('mlp step against TensorFlow.js (CPU backend)', () => {
   let gpu: Gpu;
   beforeAll(async () => {
-    gpu = await pinnedNodeGpu();
+    gpu = await nodeGpu();
     await tf.setBackend('cpu');
     await tf.ready();
   });

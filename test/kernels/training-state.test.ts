@@ -3,33 +3,11 @@ import { hashParams } from '../../coordinator/core/hash';
 import { MLP_SPEC, parameterLayout, type ModelSpec } from '../../coordinator/core/model-spec';
 import { decodeSnapshot, encodeSnapshot } from '../../coordinator/core/snapshot';
 import { createModel, type Model, type ModelOptions } from '../../kernels/model';
-import { create, globals } from 'webgpu';
-import { createGpu, type Gpu } from '../../kernels/runtime';
+import type { Gpu } from '../../kernels/runtime';
 import { createTrainingState, type ExportedState } from '../../kernels/training-state';
-import { withValidation } from '../support/node-gpu';
+import { nodeGpu, withValidation } from '../support/node-gpu';
 import { mulberry32, randomArray } from '../support/rng';
 
-/**
- * Workaround, to remove once test/support/node-gpu.ts keeps its `create()` instance referenced:
- * nodeGpu() lets the Dawn instance be garbage-collected, which tears the device down under running
- * work (flaky "std::system_error" / "futex" aborts of the whole fork). This pins it for the process.
- */
-let pinned: Promise<Gpu> | undefined;
-function pinnedNodeGpu(): Promise<Gpu> {
-  pinned ??= (async () => {
-    Object.assign(globalThis, globals);
-    const instance = create([]);
-    (globalThis as { tabswarmPinnedGpuInstance?: unknown }).tabswarmPinnedGpuInstance = instance;
-    const adapter = await instance.requestAdapter();
-    if (!adapter) throw new Error('no WebGPU adapter in Node: install Debian chromium (SwiftShader) and run through vitest, which sets VK_ICD_FILENAMES');
-    const device = await adapter.requestDevice({
-      requiredLimits: { maxStorageBufferBindingSize: adapter.limits.maxStorageBufferBindingSize, maxBufferSize: adapter.limits.maxBufferSize },
-    });
-    device.addEventListener('uncapturederror', (e) => console.error('WebGPU uncaptured error:', (e as GPUUncapturedErrorEvent).error.message));
-    return createGpu(device);
-  })();
-  return pinned;
-}
 
 
 const SPEC: ModelSpec = {
@@ -77,7 +55,7 @@ describe('training state', () => {
     return { model, state: createTrainingState(model, hashParams) };
   };
   beforeAll(async () => {
-    gpu = await pinnedNodeGpu();
+    gpu = await nodeGpu();
   });
   afterAll(() => models.forEach((m) => m.destroy()));
 
