@@ -1,1 +1,225 @@
-// admin page: see issue 6
+/**
+ * The coordinator admin page (`/admin/`): sign in with the admin token, then everything is pushed by
+ * the coordinator over one EventSource (`/api/admin/feed`, see feed-protocol.ts) — the page runs no
+ * polling loop. Controls are POSTs to the server's admin actions; downloads are fetched with the token
+ * in a header.
+ */
+import './admin.css';
+import { AdminApi, forgetToken, initialToken, saveToken } from './admin-api';
+import { AdminCharts } from './charts';
+import type { FeedCheckpoint, FeedMessage } from './feed-protocol';
+import { byId, formatBytes } from './format';
+import { EventLog, renderCheckpoints, renderTimeline } from './log-views';
+import { applyFeedMessage, mergeChanges, type AdminModel, type Changes } from './model';
+import { renderControls, renderSummary, WorkersTable } from './workers-view';
+
+let api: AdminApi | null = null;
+let source: EventSource | null = null;
+let model: AdminModel | null = null;
+let charts: AdminCharts | null = null;
+let workers: WorkersTable | null = null;
+let events: EventLog | null = null;
+let pending: Changes = {};
+let frame: number | null = null;
+let messageTimer: number | null = null;
+
+/** Wait before reopening a feed the browser closed for good. */
+const RECONNECT_MS = 3000;
+
+// ------------------------------------------------------------------ sign-in
+
+function showLogin(problem?: string): void {
+  source?.close();
+  source = null;
+  api = null;
+  byId('app').hidden = true;
+  byId('logout').hidden = true;
+  byId('login').hidden = false;
+  setConnection('off', 'signed out');
+  const error = byId('login-error');
+  error.hidden = !problem;
+  error.textContent = problem ?? '';
+  byId<HTMLInputElement>('token-input').focus();
+}
+
+async function signIn(token: string, fromForm: boolean): Promise<void> {
+  const candidate = new AdminApi(token);
+  const verdict = await candidate.verify();
+  if (verdict === 'unauthorized') {
+    forgetToken();
+    showLogin(fromForm ? 'That token was refused. Use the admin token the coordinator was started with.' : 'Your saved token is no longer accepted; sign in again.');
+    return;
+  }
+  if (verdict !== 'ok') {
+    showLogin(`Cannot sign in: ${verdict.problem}`);
+    return;
+  }
+  saveToken(token);
+  api = candidate;
+  byId('login').hidden = true;
+  byId('app').hidden = false;
+  byId('logout').hidden = false;
+  if (!charts) charts = new AdminCharts(byId('loss-chart'), byId('accuracy-chart'), byId('throughput-chart'));
+  connect();
+}
+
+// ------------------------------------------------------------------ feed
+
+type ConnectionState = 'off' | 'connecting' | 'live' | 'lost';
+
+function setConnection(state: ConnectionState, text: string): void {
+  const node = byId('connection');
+  node.dataset.state = state;
+  node.textContent = text;
+}
+
+function connect(): void {
+  if (!api) return;
+  source?.close();
+  setConnection('connecting', 'connecting…');
+  const es = new EventSource(api.feedUrl());
+  source = es;
+  es.onopen = () => setConnection('live', 'live');
+  es.onmessage = (e: MessageEvent<string>) => {
+    let msg: FeedMessage;
+    try {
+      msg = JSON.parse(e.data) as FeedMessage;
+    } catch {
+      return;
+    }
+    onFeedMessage(msg);
+  };
+  es.onerror = () => {
+    if (source !== es) return;
+    // EventSource retries by itself (the server asks for 2 s); a refused token would retry forever, so check it once.
+    setConnection('lost', es.readyState === EventSource.CLOSED ? 'disconnected' : 'reconnecting…');
+    void api?.verify().then((verdict) => {
+      if (verdict === 'unauthorized' && source === es) {
+        forgetToken();
+        showLogin('The coordinator no longer accepts this token (was it restarted with another one?). Sign in again.');
+      } else if (es.readyState === EventSource.CLOSED && source === es) {
+        // The browser gave up (a non-200 answer): try again ourselves, not in a tight loop.
+        window.setTimeout(() => source === es && connect(), RECONNECT_MS);
+      }
+    });
+  };
+}
+
+function onFeedMessage(msg: FeedMessage): void {
+  const result = applyFeedMessage(model, msg);
+  model = result.model;
+  pending = mergeChanges(pending, result.changes);
+  // Many messages can arrive in one frame (a burst of commits): draw once per frame.
+  frame ??= requestAnimationFrame(() => {
+    frame = null;
+    const changes = pending;
+    pending = {};
+    if (model) render(model, changes);
+  });
+  // A hidden tab gets no animation frames; render the status anyway so tests and screenshots of a background tab hold.
+  if (document.hidden && model) {
+    const changes = pending;
+    pending = {};
+    render(model, changes);
+  }
+}
+
+function render(m: AdminModel, changes: Changes): void {
+  const all = changes.all ?? false;
+  if (all || changes.status || changes.commits || changes.checkpoints) renderSummary(m);
+  if (all || changes.status) {
+    renderControls(m.status);
+    workers?.render(m.status, m.job.heartbeatMs);
+  }
+  if (all || changes.commits) {
+    charts?.updateLoss(m);
+    renderTimeline(m);
+  }
+  if (all || changes.commits || changes.status) charts?.updateThroughput(m);
+  if (all || changes.evaluations) {
+    charts?.updateAccuracy(m);
+    byId('accuracy-empty').hidden = m.evaluations.length > 0;
+  }
+  if (all || changes.events) events?.update(m);
+  if (all || changes.checkpoints) renderCheckpoints(m.checkpoints, downloadCheckpoint);
+}
+
+// ------------------------------------------------------------------ controls
+
+function say(text: string, kind: 'ok' | 'problem' = 'ok'): void {
+  const node = byId('control-message');
+  node.hidden = false;
+  node.textContent = text;
+  node.dataset.kind = kind;
+  if (messageTimer !== null) window.clearTimeout(messageTimer);
+  messageTimer = window.setTimeout(() => (node.hidden = true), kind === 'ok' ? 5000 : 12000);
+}
+
+async function act(action: string, body: unknown, done: string): Promise<boolean> {
+  if (!api) return false;
+  const result = await api.post(action, body);
+  if (result.ok) say(done);
+  else if (result.status === 401) showLogin('The coordinator refused the token; sign in again.');
+  else say(`${action} failed: ${result.message}`, 'problem');
+  return result.ok;
+}
+
+async function downloadCheckpoint(checkpoint: FeedCheckpoint): Promise<void> {
+  if (!api) return;
+  say(`Preparing step ${checkpoint.step}…`);
+  const result = await api.download(checkpoint.safetensorsUrl, `tabswarm-step${checkpoint.step}.safetensors`);
+  if (result.ok) say(`Saved ${result.body.filename} (${formatBytes(result.body.bytes)}).`);
+  else say(`Download failed: ${result.message}`, 'problem');
+}
+
+function wireControls(): void {
+  byId('pause').addEventListener('click', () => void act('pause', {}, 'Paused: the round closed and workers wait.'));
+  byId('resume').addEventListener('click', () => void act('resume', {}, 'Resumed: a new round is gathering.'));
+  byId('checkpoint-now').addEventListener('click', () => void act('checkpoint', {}, 'Checkpoint requested from rank 0.'));
+  byId('download-model').addEventListener('click', async () => {
+    if (!api) return;
+    say('Preparing the model…');
+    const result = await api.download('/api/admin/model.safetensors', 'tabswarm-model.safetensors');
+    if (result.ok) say(`Saved ${result.body.filename} (${formatBytes(result.body.bytes)}).`);
+    else say(result.status === 404 ? 'No checkpoint yet: press "Checkpoint now" once a step is committed.' : `Download failed: ${result.message}`, 'problem');
+  });
+  const form = byId<HTMLFormElement>('workers-form');
+  form.addEventListener('input', () => (form.dataset.dirty = 'true'));
+  form.addEventListener('submit', async (e) => {
+    e.preventDefault();
+    const min = Number(byId<HTMLInputElement>('min-workers').value);
+    const max = Number(byId<HTMLInputElement>('max-workers').value);
+    if (!Number.isInteger(min) || !Number.isInteger(max) || min < 1 || max < min) {
+      say('Min and max workers are whole numbers with 1 ≤ min ≤ max.', 'problem');
+      return;
+    }
+    if (await act('workers', { min, max }, `Workers set to ${min}–${max}.`)) form.dataset.dirty = 'false';
+  });
+  workers = new WorkersTable(byId<HTMLTableSectionElement>('workers-body'), (workerId) => {
+    void act('kick', { workerId }, `Kicked ${workerId}.`).then((ok) => {
+      if (!ok) workers?.release(workerId);
+    });
+  });
+  events = new EventLog(byId<HTMLOListElement>('event-list'), byId('event-filters'), byId<HTMLInputElement>('event-search'));
+}
+
+// ------------------------------------------------------------------ start
+
+function start(): void {
+  wireControls();
+  byId<HTMLFormElement>('login-form').addEventListener('submit', (e) => {
+    e.preventDefault();
+    const token = byId<HTMLInputElement>('token-input').value.trim();
+    if (token) void signIn(token, true);
+  });
+  byId('logout').addEventListener('click', () => {
+    forgetToken();
+    model = null;
+    showLogin();
+  });
+  const token = initialToken();
+  if (token) void signIn(token, false);
+  else showLogin();
+}
+
+start();

@@ -1,0 +1,298 @@
+/**
+ * The admin page in headless Chromium against a real coordinator process, with simulated workers
+ * (plain WebSocket clients speaking the protocol; no GPU involved): sign-in, the workers table with the
+ * ranks the coordinator gave, kicking a worker removes it while training goes on, the safetensors
+ * download equals the checkpointed parameters, and screenshots at 1280×800 and 390×844 are kept in
+ * test-results/ as artifacts.
+ */
+import { existsSync, mkdirSync, readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import type { Browser, Page } from 'playwright-core';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { JobPublic } from '../../coordinator/core/job';
+import { parameterLayout } from '../../coordinator/core/model-spec';
+import { assignStep, isCommitPoint, stepPosition, totalSteps } from '../../coordinator/core/sampler';
+import { launchChromium, skipWithoutChromium, watchPage, type PageProblems } from '../support/browser';
+import {
+  REPO_ROOT,
+  simulatedParams,
+  simulatedParamsHash,
+  simulatedSnapshot,
+  SimWorker,
+  spawnCoordinator,
+  TEST_ADMIN_TOKEN,
+  type CoordinatorProcess,
+  type ServerMsg,
+} from '../support/coordinator-process';
+
+const ARTIFACTS = join(REPO_ROOT, 'test-results');
+/** The Vite build to serve (`npm test` builds dist/ first). */
+const DIST = process.env.TABSWARM_DIST ?? join(REPO_ROOT, 'dist');
+const JOB = { model: 'tiny-mlp', globalBatch: 16, epochs: 30, minWorkers: 2, maxWorkers: 4, lastCallMs: 150, heartbeatMs: 1000, checkpointEvery: 10 };
+const ADAPTERS = [
+  { vendor: 'nvidia', architecture: 'ampere', description: 'NVIDIA GeForce RTX 3060' },
+  { vendor: 'intel', architecture: 'gen-12lp', description: 'Intel Iris Xe' },
+  { vendor: 'apple', architecture: 'metal-3', description: 'Apple M2' },
+];
+
+/**
+ * A simulated tab: joins with an adapter, follows rounds, reports each step after `stepMs` with a
+ * loss that falls with the step (so the charts have a shape), uploads checkpoints when asked.
+ */
+class SimulatedTab {
+  job!: JobPublic;
+  rank: number | null = null;
+  closed = false;
+  private round: { round: number; rank: number; shares: number[] } | null = null;
+  private training = false;
+  private heartbeat: NodeJS.Timeout | null = null;
+  private readonly timers = new Set<NodeJS.Timeout>();
+
+  private constructor(
+    readonly worker: SimWorker,
+    private readonly httpUrl: string,
+    private readonly stepMs: number,
+  ) {}
+
+  static async join(proc: CoordinatorProcess, adapter: (typeof ADAPTERS)[number], stepMs: number): Promise<SimulatedTab> {
+    const worker = await SimWorker.connect(proc.wsUrl);
+    const tab = new SimulatedTab(worker, proc.url, stepMs);
+    worker.send({ type: 'hello', runId: null, workerId: null, peerId: `peer-${Math.random().toString(36).slice(2, 10)}`, adapter, haveStep: null, haveHash: null });
+    const welcome = await worker.next((m) => m.type === 'welcome' || m.type === 'error');
+    if (welcome.type !== 'welcome') throw new Error(`hello refused: ${JSON.stringify(welcome)}`);
+    worker.runId = welcome.runId;
+    worker.workerId = welcome.workerId;
+    tab.job = welcome.job as JobPublic;
+    worker.onMessage = (msg) => tab.onMessage(msg);
+    for (const msg of worker.drain()) tab.onMessage(msg);
+    tab.heartbeat = setInterval(() => !worker.isClosed && worker.heartbeat(), tab.job.heartbeatMs / 2);
+    void worker.closed.then(() => {
+      tab.closed = true;
+      tab.stop();
+    });
+    return tab;
+  }
+
+  get id(): string {
+    return this.worker.workerId!;
+  }
+
+  private onMessage(msg: ServerMsg): void {
+    switch (msg.type) {
+      case 'round': {
+        const me = (msg.world as { workerId: string; rank: number }[]).find((w) => w.workerId === this.id);
+        this.training = false;
+        if (!me) return;
+        this.round = { round: msg.round, rank: me.rank, shares: msg.world.map((w: { share: number }) => w.share) };
+        this.rank = me.rank;
+        this.worker.ready(msg.round);
+        this.nextStep = msg.step;
+        break;
+      }
+      case 'train':
+        if (this.round?.round === msg.round) {
+          this.training = true;
+          this.compute(this.nextStep);
+        }
+        break;
+      case 'committed':
+        if (this.training && this.round?.round === msg.round) this.compute(msg.step + 1);
+        break;
+      case 'round_closed':
+      case 'done':
+        this.training = false;
+        break;
+      case 'checkpoint_request':
+        void fetch(`${this.httpUrl}${msg.url}`, { method: 'PUT', body: simulatedSnapshot(this.job, msg.step) }).then((r) => r.arrayBuffer());
+        break;
+    }
+  }
+
+  private nextStep = 1;
+
+  private compute(step: number): void {
+    const round = this.round;
+    if (!round || step > totalSteps(this.job)) return;
+    const timer = setTimeout(() => {
+      this.timers.delete(timer);
+      if (!this.training || this.round !== round || this.worker.isClosed) return;
+      const { cursor, count } = stepPosition(step, this.job);
+      const samples = assignStep(cursor, count, round.shares)[round.rank].count;
+      // A loss curve with a shape: decays with the step, with a little step-dependent wobble.
+      const loss = 0.35 + 1.9 * Math.exp(-step / 60) + 0.08 * Math.sin(step * 1.7);
+      this.worker.report({ round: round.round, rank: round.rank, step, hash: simulatedParamsHash(this.job.model, step), samples, lossSum: samples * loss, computeMs: this.stepMs * (0.6 + 0.2 * round.rank) });
+      if (!isCommitPoint(step, this.job)) this.compute(step + 1);
+    }, this.stepMs);
+    this.timers.add(timer);
+  }
+
+  stop(): void {
+    this.training = false;
+    if (this.heartbeat) clearInterval(this.heartbeat);
+    for (const timer of this.timers) clearTimeout(timer);
+    this.timers.clear();
+  }
+
+  async close(): Promise<void> {
+    this.stop();
+    await this.worker.close();
+  }
+}
+
+/** Worker rows of the table: [rank, worker id] in table order. */
+function tableRows(page: Page): Promise<[number, string][]> {
+  return page.$$eval('#workers-body tr', (rows) =>
+    rows.map((tr) => [Number(tr.querySelector('td.rank')!.textContent), tr.getAttribute('data-worker-id')!] as [number, string]),
+  );
+}
+
+const skip = skipWithoutChromium();
+
+describe.skipIf(skip)('admin page', () => {
+  let proc: CoordinatorProcess;
+  let browser: Browser;
+  const tabs: SimulatedTab[] = [];
+
+  beforeAll(async () => {
+    if (!existsSync(join(DIST, 'web/admin/index.html')) && !existsSync(join(DIST, 'admin/index.html'))) {
+      throw new Error(`${DIST} has no admin page: run \`npx vite build\` first (npm test does), or set TABSWARM_DIST`);
+    }
+    mkdirSync(ARTIFACTS, { recursive: true });
+    proc = await spawnCoordinator({ job: JOB, extraArgs: ['--dist', DIST] });
+    browser = await launchChromium();
+  });
+
+  afterAll(async () => {
+    for (const tab of tabs) await tab.close();
+    await browser?.close();
+    await proc?.stop();
+  });
+
+  async function openAdmin(viewport: { width: number; height: number }, query = ''): Promise<{ page: Page; problems: PageProblems }> {
+    const context = await browser.newContext({ viewport, acceptDownloads: true });
+    const page = await context.newPage();
+    const problems = watchPage(page);
+    await page.goto(`${proc.url}/admin/${query}`);
+    return { page, problems };
+  }
+
+  it('signs in, lists the workers with their ranks, kicks one while training goes on, downloads the model', async () => {
+    const { page, problems } = await openAdmin({ width: 1280, height: 800 });
+    // Without a token: the login prompt, and a wrong token is refused.
+    await page.waitForSelector('#login-form', { state: 'visible' });
+    expect(await page.isHidden('#app')).toBe(true);
+    await page.fill('#token-input', 'wrong-token');
+    await page.click('#login-form button[type=submit]');
+    await page.waitForSelector('#login-error', { state: 'visible' });
+    expect(await page.textContent('#login-error')).toMatch(/refused/);
+    await page.fill('#token-input', TEST_ADMIN_TOKEN);
+    await page.click('#login-form button[type=submit]');
+    await page.waitForSelector('#app', { state: 'visible' });
+    await page.waitForSelector('#connection[data-state=live]');
+
+    for (const adapter of ADAPTERS) tabs.push(await SimulatedTab.join(proc, adapter, 70));
+    // The table shows the three tabs with the ranks the coordinator assigned them.
+    await page.waitForFunction(() => document.querySelectorAll('#workers-body tr').length === 3, undefined, { timeout: 20_000 });
+    await expect.poll(() => tabs.every((t) => t.rank !== null), { timeout: 10_000 }).toBe(true);
+    const rows = await tableRows(page);
+    expect(rows.map(([rank]) => rank)).toEqual([0, 1, 2]);
+    expect(new Map(rows.map(([rank, id]) => [id, rank]))).toEqual(new Map(tabs.map((t) => [t.id, t.rank])));
+    const status = await proc.status();
+    expect(rows.map(([, id]) => id)).toEqual(status.world.map((w: { id: string }) => w.id));
+    expect(await page.textContent(`#workers-body tr[data-worker-id="${tabs[1].id}"] .adapter-cell`)).toBe('intel gen-12lp');
+
+    // Let it train past a checkpoint, then keep a screenshot of the full page.
+    await page.waitForFunction(() => document.querySelectorAll('#checkpoints-body tr').length > 0, undefined, { timeout: 30_000 });
+    await page.waitForFunction(() => document.querySelectorAll('#event-list li[data-category=join]').length >= 3);
+    await page.screenshot({ path: join(ARTIFACTS, 'admin-page-1280x800.png'), fullPage: true });
+    await page.screenshot({ path: join(ARTIFACTS, 'admin-page-1280x800-viewport.png') });
+
+    // Kick rank 1 (two clicks: arm, confirm): its row goes, it is disconnected, the others train on as ranks 0 and 1.
+    const victim = rows.find(([rank]) => rank === 1)![1];
+    const victimTab = tabs.find((t) => t.id === victim)!;
+    const kick = page.locator(`#workers-body tr[data-worker-id="${victim}"] button.kick`);
+    await kick.click();
+    await expect.poll(() => kick.textContent()).toBe('Confirm kick');
+    await kick.click();
+    await page.waitForFunction((id) => !document.querySelector(`#workers-body tr[data-worker-id="${id}"]`), victim, { timeout: 15_000 });
+    await expect.poll(() => victimTab.closed, { timeout: 10_000 }).toBe(true);
+    await page.waitForFunction(() => document.querySelectorAll('#workers-body tr').length === 2, undefined, { timeout: 15_000 });
+    const afterKick = await proc.status();
+    await expect
+      .poll(async () => {
+        const s = await proc.status();
+        return s.step > afterKick.step && s.world.length === 2 && s.state === 'training';
+      }, { timeout: 20_000 })
+      .toBe(true);
+    expect((await tableRows(page)).map(([rank]) => rank)).toEqual([0, 1]);
+    expect((await tableRows(page)).map(([, id]) => id)).not.toContain(victim);
+    await page.waitForSelector(`#event-list li[data-event=leave]`);
+    expect(await page.textContent('#event-list')).toContain(`${victim} left (kicked)`);
+
+    // The model download is a safetensors file whose tensors equal the checkpointed parameters.
+    const [download] = await Promise.all([page.waitForEvent('download'), page.click('#download-model')]);
+    const file = join(ARTIFACTS, download.suggestedFilename());
+    await download.saveAs(file);
+    const bytes = new Uint8Array(readFileSync(file));
+    const headerLength = Number(new DataView(bytes.buffer, bytes.byteOffset).getBigUint64(0, true));
+    const header = JSON.parse(new TextDecoder().decode(bytes.subarray(8, 8 + headerLength)));
+    const step = Number(header.__metadata__['tabswarm.step']);
+    expect(download.suggestedFilename()).toBe(`tabswarm-tiny-mlp-step${step}.safetensors`);
+    const spec = tabs[0].job.model;
+    const layout = parameterLayout(spec);
+    const expected = simulatedParams(spec, step);
+    let dataBytes = 0;
+    for (const entry of layout.entries) {
+      const info = header[entry.name];
+      expect(info).toMatchObject({ dtype: 'F32', shape: entry.shape });
+      const [begin, end] = info.data_offsets as [number, number];
+      expect(end - begin).toBe(entry.size * 4);
+      dataBytes += end - begin;
+      const values = new Float32Array(bytes.slice(8 + headerLength + begin, 8 + headerLength + end).buffer);
+      expect(values).toEqual(expected.subarray(entry.offset, entry.offset + entry.size));
+    }
+    expect(bytes.length).toBe(8 + headerLength + dataBytes);
+
+    await page.screenshot({ path: join(ARTIFACTS, 'admin-page-1280x800-after-kick.png'), fullPage: true });
+    // The refused sign-in is a 401 that Chromium logs as a console error; anything else is a problem.
+    expect(problems.errors.filter((e) => !/status of 401/.test(e))).toEqual([]);
+  });
+
+  it('works on a phone-sized screen, signed in once through ?token=', async () => {
+    const { page, problems } = await openAdmin({ width: 390, height: 844 }, `?token=${TEST_ADMIN_TOKEN}`);
+    await page.waitForSelector('#app', { state: 'visible' });
+    // The token left the address bar (kept in this tab's session storage only).
+    expect(new URL(page.url()).searchParams.has('token')).toBe(false);
+    await page.waitForFunction(() => document.querySelectorAll('#workers-body tr').length === 2, undefined, { timeout: 15_000 });
+    await page.waitForSelector('#connection[data-state=live]');
+    await page.screenshot({ path: join(ARTIFACTS, 'admin-page-390x844.png'), fullPage: true });
+    await page.screenshot({ path: join(ARTIFACTS, 'admin-page-390x844-viewport.png') });
+    // Nothing wider than the screen (tables scroll inside their card).
+    const wide = await page.evaluate(() =>
+      Array.from(document.querySelectorAll('body *'))
+        .filter((node) => node.getBoundingClientRect().right > window.innerWidth + 0.5 && !node.closest('.table-wrap'))
+        .map((node) => `${node.tagName.toLowerCase()}#${node.id}.${node.className} right=${node.getBoundingClientRect().right}`),
+    );
+    expect(wide).toEqual([]);
+    expect(await page.evaluate(() => document.documentElement.scrollWidth - window.innerWidth)).toBeLessThanOrEqual(0);
+
+    // Controls: pause and resume, change the worker bounds.
+    await page.click('#pause');
+    await page.waitForSelector('#job-state[data-state=paused]', { timeout: 10_000 });
+    expect((await proc.status()).state).toBe('paused');
+    await page.waitForSelector('#resume', { state: 'visible' });
+    await page.click('#resume');
+    await page.waitForSelector('#job-state[data-state=training]', { timeout: 15_000 });
+    await page.fill('#max-workers', '3');
+    await page.click('#workers-form button[type=submit]');
+    await page.waitForSelector('#control-message:has-text("Workers set to 2–3")');
+    expect(await proc.status()).toMatchObject({ minWorkers: 2, maxWorkers: 3 });
+
+    // A reload keeps the session (token from sessionStorage).
+    await page.reload();
+    await page.waitForSelector('#app', { state: 'visible' });
+    await page.waitForSelector('#connection[data-state=live]');
+    expect(await page.inputValue('#max-workers')).toBe('3');
+    problems.assertNone();
+  });
+});

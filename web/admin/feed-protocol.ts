@@ -1,0 +1,201 @@
+/**
+ * The admin feed's wire format: what `GET /api/admin/feed` streams as Server-Sent Events (one JSON
+ * `FeedMessage` per `data:` line, default event type), and what the admin REST routes return.
+ *
+ * Pure types (no DOM, no Node), shared by the coordinator (coordinator/admin-feed.ts writes them) and
+ * the admin page (web/admin reads them). It lives here rather than in coordinator/ because web/ may
+ * not import coordinator/ beyond its pure core, while coordinator/ may import a file without DOM use.
+ *
+ * Life of a connection: the first message is a `snapshot` (the whole picture: status, commit history,
+ * recent events, checkpoints); after it, `status` at least every second and after every change,
+ * `commit` per recorded commit, `rollback` when the record went back to a checkpoint, `event` per
+ * log line at info level or above, `checkpoints` when the list changed. A reconnecting EventSource
+ * gets a fresh snapshot, so the page replaces its state instead of patching it.
+ */
+
+/** One rank of the current round as the admin page shows it. */
+export interface AdminWorkerView {
+  id: string;
+  peerId: string;
+  rank: number;
+  /** Fraction of each step's samples. */
+  share: number;
+  ready: boolean;
+  lastStep: number;
+  /** Smoothed samples per compute-millisecond, or null before the first measured step. */
+  throughput: number | null;
+  /** WebGPU adapter vendor and architecture. */
+  adapter: string;
+  /** Milliseconds since the worker's last message, by the coordinator's clock. */
+  lastHeartbeatAgeMs: number;
+}
+
+/** A worker enrolled but not in the round (waiting for the next commit boundary or rendezvous). */
+export interface AdminWaitingView {
+  id: string;
+  position: number;
+  adapter: string;
+  lastHeartbeatAgeMs: number;
+}
+
+/** The part of `GET /api/status` the admin page uses (the coordinator sends all of it). */
+export interface AdminStatus {
+  runId: string;
+  /** Job status, or the rendezvous phase while active. */
+  state: string;
+  /** Job status: active, paused, done, failed. */
+  status: string;
+  phase: string;
+  round: number;
+  step: number;
+  epoch: number;
+  cursor: number;
+  world: AdminWorkerView[];
+  waiting: AdminWaitingView[];
+  processedInEpoch: number;
+  datasetSize: number;
+  totalSteps: number;
+  restarts: number;
+  maxRestarts: number;
+  minWorkers: number;
+  maxWorkers: number;
+  lastCommit: { step: number; hash: string | null };
+  latestCheckpoint: { step: number; sha256: string } | null;
+}
+
+/** What the page shows of the job (from the validated job spec). */
+export interface AdminJobSummary {
+  model: string;
+  parameterCount: number;
+  dataset: string;
+  datasetSize: number;
+  globalBatch: number;
+  epochs: number;
+  stepsPerEpoch: number;
+  optimizer: string;
+  commitEvery: number;
+  checkpointEvery: number;
+  /** Workers send a heartbeat this often; one silent for 3× this is dropped. */
+  heartbeatMs: number;
+}
+
+/** One recorded commit (one row of the commit log). */
+export interface FeedCommit {
+  step: number;
+  firstStep: number;
+  epoch: number;
+  cursorStart: number;
+  /** Samples covered by the commit. */
+  count: number;
+  /** Mean training loss over the commit's samples (null when not finite). */
+  loss: number | null;
+  worldSize: number;
+  round: number;
+  hash: string;
+  /** When it was recorded (ms since the epoch, coordinator clock). */
+  at: number;
+  /** Committed samples per second over the last few commits of the same round; null at a round's first commit. */
+  samplesPerSecond: number | null;
+}
+
+/** Kinds of event the page filters by. */
+export type FeedCategory = 'join' | 'leave' | 'crash' | 'restart' | 'rejected' | 'admin' | 'checkpoint' | 'round' | 'job' | 'other';
+
+export const FEED_CATEGORIES: readonly FeedCategory[] = ['join', 'leave', 'crash', 'restart', 'rejected', 'admin', 'checkpoint', 'round', 'job', 'other'];
+
+/** One line of the event log. */
+export interface FeedEvent {
+  /** Event-log row id when read from the store; null for a live event not yet read back. */
+  id: number | null;
+  at: number;
+  level: string;
+  /** The machine's log event name (join, leave, worker_failed, message_rejected, round_open, …). */
+  event: string;
+  category: FeedCategory;
+  data: unknown;
+}
+
+/** A stored checkpoint, with the URLs that fetch it. */
+export interface FeedCheckpoint {
+  step: number;
+  epoch: number;
+  cursor: number;
+  sha256: string;
+  bytes: number;
+  createdAt: number;
+  /** `GET` with the admin token: the parameters as safetensors. */
+  safetensorsUrl: string;
+  /** The raw training snapshot (parameters and optimizer state), as tabs fetch it. */
+  snapshotUrl: string;
+}
+
+/** A test-set evaluation, when one is reported in the event log (event `evaluation` with {step, accuracy}). */
+export interface FeedEvaluation {
+  step: number;
+  accuracy: number;
+  at: number;
+}
+
+export type FeedMessage =
+  | {
+      type: 'snapshot';
+      runId: string;
+      /** Coordinator clock when the snapshot was taken. */
+      at: number;
+      status: AdminStatus;
+      job: AdminJobSummary;
+      commits: FeedCommit[];
+      events: FeedEvent[];
+      checkpoints: FeedCheckpoint[];
+      evaluations: FeedEvaluation[];
+    }
+  | { type: 'status'; at: number; status: AdminStatus }
+  | { type: 'commit'; commit: FeedCommit }
+  | { type: 'rollback'; afterStep: number }
+  | { type: 'event'; event: FeedEvent }
+  | { type: 'checkpoints'; checkpoints: FeedCheckpoint[] }
+  | { type: 'evaluation'; evaluation: FeedEvaluation };
+
+/** `GET /api/admin/checkpoints`. */
+export interface CheckpointListResponse {
+  runId: string;
+  checkpoints: FeedCheckpoint[];
+}
+
+/** The category of a machine log event (names from coordinator/core: rendezvous.ts, commit.ts, machine.ts). */
+export function categoryOf(event: string, data: unknown): FeedCategory {
+  switch (event) {
+    case 'join':
+      return 'join';
+    case 'leave':
+      return 'leave';
+    case 'worker_failed':
+    case 'failure_report':
+    case 'divergence':
+      return 'crash';
+    case 'job_failed':
+    case 'record_rolled_back':
+      return 'restart';
+    case 'round_closed':
+      return (data as { restart?: unknown } | null)?.restart === true ? 'restart' : 'round';
+    case 'message_rejected':
+    case 'message_invalid':
+      return 'rejected';
+    case 'admin':
+    case 'admin_ignored':
+      return 'admin';
+    case 'checkpoint_requested':
+    case 'checkpoint_stored':
+    case 'checkpoint_ignored':
+      return 'checkpoint';
+    case 'round_open':
+    case 'round_train':
+      return 'round';
+    case 'epoch_end':
+    case 'job_done':
+    case 'evaluation':
+      return 'job';
+    default:
+      return 'other';
+  }
+}
