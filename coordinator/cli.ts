@@ -1,6 +1,7 @@
 /**
  * `tabswarm coordinator [--port 8080] [--host 127.0.0.1] [--data-dir ./.tabswarm] [--job job.json]
- *  [--dataset DIR] [--admin-token T] [--dist DIR]`
+ *  [--dataset DIR] [--admin-token T] [--dist DIR] [--local-workers N]`
+ * `tabswarm swarm --url URL --workers N [...]` (coordinator/swarm/swarm-command.ts)
  *
  * Every way the coordinator cannot start (bad job file, no dataset, port in use, unwritable data dir)
  * ends with one line on stderr naming the cause and the fix, and exit code 1: the person reading it is
@@ -11,6 +12,7 @@ import { randomBytes } from 'node:crypto';
 import { resolve } from 'node:path';
 import { startCoordinator, type RunningCoordinator } from './start';
 import { DEFAULT_DATASET_DIR, loadDataset, loadJobFile, resolveDatasetDir, StartupError } from './startup-config';
+import { registerSwarmCommand, startLocalWorkers, type LocalWorkers } from './swarm';
 
 const REPO_ROOT = resolve(import.meta.dirname, '..');
 
@@ -24,6 +26,12 @@ function parsePort(value: string): number {
   return port;
 }
 
+function parseLocalWorkers(value: string): number {
+  const n = Number(value);
+  if (!Number.isInteger(n) || n < 1 || n > 64) throw new InvalidArgumentError('the number of local worker tabs is an integer in 1..64');
+  return n;
+}
+
 interface CoordinatorFlags {
   port: number;
   host: string;
@@ -32,6 +40,7 @@ interface CoordinatorFlags {
   dataset?: string;
   adminToken?: string;
   dist: string;
+  localWorkers?: number;
 }
 
 async function runCoordinator(flags: CoordinatorFlags): Promise<void> {
@@ -73,6 +82,7 @@ async function runCoordinator(flags: CoordinatorFlags): Promise<void> {
   );
   if (!tokenGiven) console.log(`admin token: ${adminToken} (printed once; pass --admin-token to choose one)`);
 
+  let localWorkers: LocalWorkers | null = null;
   let closing = false;
   const shutdown = (signal: string) => {
     if (closing) {
@@ -81,8 +91,9 @@ async function runCoordinator(flags: CoordinatorFlags): Promise<void> {
     }
     closing = true;
     console.log(`tabswarm coordinator: ${signal}, closing`);
-    coordinator
-      .close()
+    // Tabs first: each says goodbye while the coordinator still listens.
+    (localWorkers?.stop() ?? Promise.resolve())
+      .then(() => coordinator.close())
       .then(() => process.exit(0))
       .catch((error) => {
         console.error(`tabswarm: error while closing: ${oneLine((error as Error).message)}`);
@@ -91,6 +102,15 @@ async function runCoordinator(flags: CoordinatorFlags): Promise<void> {
   };
   process.on('SIGINT', () => shutdown('SIGINT'));
   process.on('SIGTERM', () => shutdown('SIGTERM'));
+
+  if (flags.localWorkers) {
+    try {
+      localWorkers = await startLocalWorkers({ url: coordinator.url, workers: flags.localWorkers });
+    } catch (error) {
+      await coordinator.close();
+      throw new StartupError(`cannot start ${flags.localWorkers} local worker tab(s): ${(error as Error).message}`);
+    }
+  }
 }
 
 function buildProgram(): Command {
@@ -106,9 +126,11 @@ function buildProgram(): Command {
     .option('--dataset <dir>', `folder with the four IDX files (default: $TABSWARM_DATASET, then ${DEFAULT_DATASET_DIR})`)
     .option('--admin-token <token>', 'bearer token for /api/admin (default: $TABSWARM_ADMIN_TOKEN, else random, printed once)')
     .option('--dist <dir>', 'the built web app to serve', resolve(REPO_ROOT, 'dist'))
+    .option('--local-workers <n>', 'also open N headless Chromium tabs that train (the quickest demo; Ctrl-C stops all)', parseLocalWorkers)
     .action(async (flags: CoordinatorFlags) => {
       await runCoordinator(flags);
     });
+  registerSwarmCommand(program);
   return program;
 }
 

@@ -1,0 +1,125 @@
+/**
+ * `tabswarm swarm --url URL --workers N [--duration S] [--seed X] [--close-every S] [--crash-every S]
+ *  [--hang-every S] [--hang-for S] [--join-every S] [--throttle KBPS] [--max-tabs N] [--warmup S] [--json]`
+ *
+ * Output: the live progress line on stderr (rewritten in place on a terminal, a line every few seconds
+ * otherwise); at the end the report table (stdout, or stderr with --json) and with --json exactly one
+ * line `{"swarm": {...}}` on stdout. Exit 0 on PASS, 1 on FAIL (audit broken, no progress) and on
+ * anything that stops the run from starting (bad flags, no coordinator, no Chromium) — the latter with
+ * one line on stderr. Ctrl-C ends the chaos early and still reports; a second Ctrl-C exits at once.
+ */
+import type { Command } from 'commander';
+import { CoordinatorUnreachableError } from './coordinator-api';
+import { NoChromiumError, SwarmError } from './swarm-errors';
+import { parseSwarmOptions, SwarmOptionsError, type RawSwarmOptions } from './swarm-options';
+import { formatReportTable, type SwarmReport } from './swarm-report';
+
+/** Non-TTY progress: one line this often. */
+const PLAIN_PROGRESS_MS = 5000;
+
+function writeOut(stream: NodeJS.WriteStream, text: string): Promise<void> {
+  return new Promise((resolve) => stream.write(text, () => resolve()));
+}
+
+function progressWriter(stream: NodeJS.WriteStream): { update(line: string): void; end(): void } {
+  if (stream.isTTY) {
+    let shown = false;
+    return {
+      update(line) {
+        const width = stream.columns ? stream.columns - 1 : 200;
+        stream.write(`\r${line.slice(0, width)}\x1b[K`);
+        shown = true;
+      },
+      end() {
+        if (shown) stream.write('\n');
+        shown = false;
+      },
+    };
+  }
+  let last = -Infinity;
+  return {
+    update(line) {
+      const now = performance.now();
+      if (now - last < PLAIN_PROGRESS_MS) return;
+      last = now;
+      stream.write(`${line}\n`);
+    },
+    end() {},
+  };
+}
+
+/** Runs the swarm as the CLI does; resolves with the exit code (it does not exit). */
+export async function swarmMain(raw: RawSwarmOptions): Promise<number> {
+  let report: SwarmReport;
+  const progress = progressWriter(process.stderr);
+  const interrupt = new AbortController();
+  let interrupts = 0;
+  const onSigint = () => {
+    interrupts += 1;
+    if (interrupts > 1) process.exit(130);
+    interrupt.abort();
+  };
+  process.on('SIGINT', onSigint);
+  process.on('SIGTERM', onSigint);
+  process.on('SIGHUP', onSigint);
+  try {
+    const options = parseSwarmOptions(raw);
+    if (options.seedDrawn) process.stderr.write(`tabswarm swarm: seed ${options.seed} (pass --seed ${options.seed} to replay this schedule)\n`);
+    // Loaded on use: playwright-core takes seconds to import, and `tabswarm coordinator` never needs it.
+    const { runSwarm } = await import('./run-swarm');
+    report = await runSwarm(
+      options,
+      {
+        progress: (line) => progress.update(line),
+        log: (line) => {
+          progress.end();
+          process.stderr.write(`${line}\n`);
+        },
+      },
+      interrupt.signal,
+    );
+    progress.end();
+    const table = `${formatReportTable(report)}\n`;
+    if (options.json) {
+      await writeOut(process.stderr, table);
+      await writeOut(process.stdout, `${JSON.stringify({ swarm: report })}\n`);
+    } else {
+      await writeOut(process.stdout, table);
+    }
+    return report.ok ? 0 : 1;
+  } catch (error) {
+    progress.end();
+    const known = error instanceof SwarmOptionsError || error instanceof CoordinatorUnreachableError || error instanceof NoChromiumError || error instanceof SwarmError;
+    const message = known ? (error as Error).message : `unexpected error: ${(error as Error).stack ?? error}`;
+    await writeOut(process.stderr, `tabswarm swarm: ${message}\n`);
+    return 1;
+  } finally {
+    process.off('SIGINT', onSigint);
+    process.off('SIGTERM', onSigint);
+    process.off('SIGHUP', onSigint);
+  }
+}
+
+export function registerSwarmCommand(program: Command): Command {
+  return program
+    .command('swarm')
+    .description('Load-test a coordinator with headless Chromium tabs and a seeded chaos schedule (close, crash, hang, join, throttle).')
+    .option('--url <url>', 'the coordinator, e.g. http://127.0.0.1:8080 (a query string is passed on to the tabs)')
+    .option('--workers <n>', 'tabs open at the start', '2')
+    .option('--duration <s>', 'seconds of chaos, counted from the first committed step', '60')
+    .option('--seed <x>', 'seed of the chaos schedule (default: random, printed)')
+    .option('--close-every <s>', 'close a tab (pagehide → goodbye) about every S seconds')
+    .option('--crash-every <s>', 'crash a renderer (CDP Page.crash) about every S seconds')
+    .option('--hang-every <s>', 'hang a tab (CDP Debugger.pause) about every S seconds')
+    .option('--hang-for <s>', 'seconds a hung tab stays hung before it is resumed', '10')
+    .option('--join-every <s>', 'open a new tab about every S seconds')
+    .option('--throttle <kbps>', "throttle one tab's HTTP/WebSocket traffic to KBPS kbit/s")
+    .option('--max-tabs <n>', 'joins never make more tabs than this (default: max(2·workers, workers+2))')
+    .option('--warmup <s>', 'seconds to wait for the first committed step', '180')
+    .option('--json', 'print one JSON line {"swarm": {...}} on stdout (the table goes to stderr)')
+    .action(async (flags: RawSwarmOptions) => {
+      const code = await swarmMain(flags);
+      // Playwright's pipes can keep the loop alive a moment after the browser closed: leave now.
+      process.exit(code);
+    });
+}
