@@ -1,0 +1,90 @@
+/**
+ * Bias of a dense layer over [rows, cols]: `biasAdd` (out = x + bias, in place when x is out) and
+ * `biasGrad` (dbias = Σ_rows dy, a deterministic column reduction). The matmul kernel can fuse the
+ * bias into its epilogue; these exist for layers that add the bias apart (e.g. after an accumulate).
+ */
+import code from './bias.wgsl?raw';
+import {
+  bindBuffers,
+  ceilDiv,
+  computePipeline,
+  createUniformBuffer,
+  dispatch1d,
+  writeUniforms,
+  type Gpu,
+  type Kernel,
+  type KernelCall,
+  type Tensor,
+} from './runtime';
+
+export interface BiasDims {
+  rows: number;
+  cols: number;
+}
+
+const WORKGROUP_SIZE = 64;
+
+/** Same buffer range: the in-place entry point is needed. Partial overlap is never meaningful. */
+function sameRange(x: Tensor, y: Tensor): boolean {
+  if (x.buffer !== y.buffer) return false;
+  if (x.offset === y.offset) return true;
+  const [xs, xe, ys, ye] = [x.offset, x.offset + x.size * 4, y.offset, y.offset + y.size * 4];
+  if (xs < ye && ys < xe) throw new Error(`tensors ${x.label} and ${y.label} partially overlap`);
+  return false;
+}
+
+function checkBiasDims(label: string, d: BiasDims, need: readonly [Tensor, number][]): void {
+  for (const [name, v] of [['rows', d.rows], ['cols', d.cols]] as const) {
+    if (!Number.isInteger(v) || v < 0) throw new Error(`${label}: ${name} = ${v} is not a non-negative integer`);
+  }
+  for (const [t, elements] of need) {
+    if (elements > t.size) throw new Error(`${label}: ${t.label} has ${t.size} elements, needs ${elements}`);
+  }
+}
+
+/** out[r,c] = x[r,c] + bias[c]. x and out may be the same tensor (in place). */
+export function biasAdd(gpu: Gpu, t: { x: Tensor; bias: Tensor; out: Tensor }, dims: BiasDims): Kernel<BiasDims> {
+  const inPlace = sameRange(t.x, t.out);
+  const entry = inPlace ? 'bias_add_in_place' : 'bias_add';
+  const label = `bias.${entry}`;
+  const pipeline = computePipeline(gpu, code, 'bias', entry, { WORKGROUP_SIZE });
+  const uniforms = createUniformBuffer(gpu, 2, `${label}.params`);
+  const resources = inPlace ? [uniforms, t.bias, t.out] : [uniforms, t.bias, t.out, t.x];
+  const call: KernelCall = { label, pipeline, bindGroup: bindBuffers(gpu, pipeline, resources, label), workgroups: [0, 1, 1] };
+  const update = (d: BiasDims): void => {
+    checkBiasDims(label, d, [[t.x, d.rows * d.cols], [t.out, d.rows * d.cols], [t.bias, d.rows > 0 ? d.cols : 0]]);
+    writeUniforms(gpu, uniforms, [d.rows, d.cols]);
+    call.workgroups = dispatch1d(ceilDiv(d.rows * d.cols, WORKGROUP_SIZE));
+  };
+  update(dims);
+  return { call, update };
+}
+
+/**
+ * dbias[c] (= or +=) Σ_r dy[r,c]: one invocation per column summing its rows in order, so the result
+ * is bit-for-bit reproducible (ranks must agree on parameter hashes). Zero rows write zeros (or
+ * leave dbias unchanged when accumulating).
+ */
+export function biasGrad(
+  gpu: Gpu,
+  t: { dy: Tensor; dbias: Tensor },
+  dims: BiasDims,
+  opts: { accumulate?: boolean } = {},
+): Kernel<BiasDims> {
+  const label = `bias.bias_grad${opts.accumulate ? '.acc' : ''}`;
+  const pipeline = computePipeline(gpu, code, 'bias', 'bias_grad', { WORKGROUP_SIZE, ACCUMULATE: opts.accumulate ? 1 : 0 });
+  const uniforms = createUniformBuffer(gpu, 2, `${label}.params`);
+  const call: KernelCall = {
+    label,
+    pipeline,
+    bindGroup: bindBuffers(gpu, pipeline, [uniforms, t.dy, t.dbias], label),
+    workgroups: [0, 1, 1],
+  };
+  const update = (d: BiasDims): void => {
+    checkBiasDims(label, d, [[t.dy, d.rows * d.cols], [t.dbias, d.cols]]);
+    writeUniforms(gpu, uniforms, [d.rows, d.cols]);
+    call.workgroups = [ceilDiv(d.cols, WORKGROUP_SIZE), 1, 1];
+  };
+  update(dims);
+  return { call, update };
+}

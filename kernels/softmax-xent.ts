@@ -1,0 +1,60 @@
+/**
+ * Fused softmax cross-entropy for a classifier head: the SUM over rows of −log softmax(z_r)[label_r]
+ * into `loss` (one float), and dlogits = softmax − onehot per row (not divided by rows: the step
+ * divides the summed gradient by the samples actually in the global step, see DESIGN.md).
+ * One workgroup, deterministic: the loss is bit-identical on every rank for the same inputs.
+ */
+import code from './softmax-xent.wgsl?raw';
+import {
+  bindBuffers,
+  computePipeline,
+  createUniformBuffer,
+  writeUniforms,
+  type Gpu,
+  type Kernel,
+  type KernelCall,
+  type Tensor,
+} from './runtime';
+
+export interface ClassifierDims {
+  rows: number;
+  classes: number;
+}
+
+/** Threads of the single workgroup (a power of two). */
+const WORKGROUP_SIZE = 64;
+
+export function checkClassifierDims(label: string, d: ClassifierDims, logits: Tensor, labels: Tensor): void {
+  if (!Number.isInteger(d.rows) || d.rows < 0) throw new Error(`${label}: rows ${d.rows} is not a non-negative integer`);
+  if (!Number.isInteger(d.classes) || d.classes < 1) throw new Error(`${label}: classes ${d.classes} must be a positive integer`);
+  if (d.rows * d.classes > logits.size) throw new Error(`${label}: ${logits.label} has ${logits.size} elements, needs ${d.rows * d.classes}`);
+  if (d.rows > labels.size) throw new Error(`${label}: ${labels.label} has ${labels.size} labels, needs ${d.rows}`);
+}
+
+/**
+ * loss[0] = Σ_r −log softmax(logits_r)[labels_r]; dlogits = softmax(logits) − onehot(labels).
+ * labels is a u32 tensor; a label ≥ classes makes the loss NaN. dlogits must not overlap logits.
+ */
+export function softmaxCrossEntropy(
+  gpu: Gpu,
+  t: { logits: Tensor; labels: Tensor; loss: Tensor; dlogits: Tensor },
+  dims: ClassifierDims,
+): Kernel<ClassifierDims> {
+  const label = 'softmax-xent';
+  const pipeline = computePipeline(gpu, code, label, 'softmax_xent', { WORKGROUP_SIZE });
+  const uniforms = createUniformBuffer(gpu, 2, `${label}.params`);
+  const call: KernelCall = {
+    label,
+    pipeline,
+    bindGroup: bindBuffers(gpu, pipeline, [uniforms, t.logits, t.labels, t.loss, t.dlogits], label),
+    // Always one workgroup, also for zero rows (the loss is then written as 0).
+    workgroups: [1, 1, 1],
+  };
+  const update = (d: ClassifierDims): void => {
+    checkClassifierDims(label, d, t.logits, t.labels);
+    if (d.rows * d.classes > t.dlogits.size) throw new Error(`${label}: ${t.dlogits.label} is smaller than the logits`);
+    writeUniforms(gpu, uniforms, [d.rows, d.classes]);
+  };
+  update(dims);
+  return { call, update };
+}
