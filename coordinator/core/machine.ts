@@ -71,6 +71,7 @@ export function initialState(job: JobSpec, datasetSize: number, runId: string): 
     checkpoints: [],
     checkpointRequests: [],
     restarts: 0,
+    blamedRestart: null,
     connections: {},
     workers: {},
     nextWorkerSeq: 1,

@@ -205,15 +205,34 @@ export function closeRoundIn(ctx: Ctx, reason: CloseReason, restore: boolean, fa
   s.pending = {};
   metric(ctx, 'tabswarm_world_size', 0);
   log(ctx, failure ? 'warn' : 'info', 'round_closed', { round: closed, reason, restore, restart: failure });
-  if (failure) {
-    s.restarts += 1;
-    metric(ctx, 'tabswarm_restarts_total');
-    if (s.restarts > s.job.maxRestarts) {
-      failJobIn(ctx, `restart ${s.restarts} exceeds maxRestarts ${s.job.maxRestarts}`);
-      return;
-    }
-    persist(ctx);
+  if (failure) countRestartIn(ctx);
+}
+
+/**
+ * How long a blamed worker has to say goodbye before its peers' failure report counts as a restart
+ * (see `CoordinatorState.blamedRestart`). A closing tab's goodbye lands within milliseconds.
+ */
+export const GOODBYE_GRACE_MS = 1000;
+
+/** Count one failure restart (persisted); past maxRestarts the job fails. */
+function countRestartIn(ctx: Ctx): void {
+  const s = ctx.s;
+  s.restarts += 1;
+  metric(ctx, 'tabswarm_restarts_total');
+  if (s.restarts > s.job.maxRestarts) {
+    failJobIn(ctx, `restart ${s.restarts} exceeds maxRestarts ${s.job.maxRestarts}`);
+    return;
   }
+  persist(ctx);
+}
+
+/** The blamed worker did not say goodbye in time (or failed itself): its restart counts now. */
+function confirmBlamedRestartIn(ctx: Ctx, why: string): void {
+  const blamed = ctx.s.blamedRestart;
+  if (!blamed) return;
+  ctx.s.blamedRestart = null;
+  log(ctx, 'warn', 'restart_confirmed', { workerId: blamed.workerId, why });
+  if (ctx.s.status === 'active' || ctx.s.status === 'paused') countRestartIn(ctx);
 }
 
 /** After a close that was not followed by an immediate new round: gather again and tell the waiters. */
@@ -271,6 +290,11 @@ export function leaveIn(ctx: Ctx, workerId: string, reason: 'goodbye' | 'kicked'
   if (reason === 'goodbye' && lastMember && s.lastCommit.step > latestCheckpoint && holdsState(worker, s.lastCommit)) {
     requestCheckpointIn(ctx, workerId);
   }
+  if (s.blamedRestart?.workerId === workerId) {
+    // Its peers saw its channel close before its goodbye arrived: a clean leave, not a restart.
+    s.blamedRestart = null;
+    log(ctx, 'info', 'restart_excused', { workerId, reason });
+  }
   const wasMember = removeWorkerIn(ctx, workerId);
   log(ctx, 'info', 'leave', { workerId, reason, wasMember });
   if (wasMember && s.status === 'active') {
@@ -289,18 +313,29 @@ export function failIn(ctx: Ctx, workerIds: string[], reason: 'failure' | 'diver
   const s = ctx.s;
   const rv = s.rendezvous;
   let memberFailed = false;
+  let blamedFailed = false;
   for (const id of workerIds) {
     const member = rv.phase !== 'gathering' && rv.participants.some((p) => p.workerId === id);
     if (opts.remove) removeWorkerIn(ctx, id);
     metric(ctx, 'tabswarm_failures_total');
     log(ctx, 'warn', 'worker_failed', { workerId: id, detail, member, round: rv.round });
     memberFailed ||= member;
+    blamedFailed ||= s.blamedRestart?.workerId === id;
   }
   if (memberFailed && s.status === 'active') {
-    closeRoundIn(ctx, reason, true, true, opts.blame);
+    // A blamed worker that fails inside a new round costs that round's restart only (one fault, one count).
+    if (blamedFailed) s.blamedRestart = null;
+    const deferred = reason === 'failure' && opts.blame !== undefined;
+    closeRoundIn(ctx, reason, true, !deferred, opts.blame);
+    if (deferred && s.status === 'active') {
+      if (s.blamedRestart) confirmBlamedRestartIn(ctx, 'a second blame arrived');
+      s.blamedRestart = { workerId: opts.blame!, deadline: ctx.now + GOODBYE_GRACE_MS };
+      log(ctx, 'info', 'restart_deferred', { workerId: opts.blame!, until: ctx.now + GOODBYE_GRACE_MS });
+    }
     afterCloseIn(ctx);
-  } else if (s.status === 'active' && rv.phase === 'gathering') {
-    evaluateGatheringIn(ctx);
+  } else {
+    if (blamedFailed) confirmBlamedRestartIn(ctx, detail);
+    if (s.status === 'active' && rv.phase === 'gathering') evaluateGatheringIn(ctx);
   }
 }
 
@@ -320,6 +355,10 @@ export function requestCheckpointIn(ctx: Ctx, workerId?: string): boolean {
 export function tickIn(ctx: Ctx): void {
   const { s, now } = ctx;
   if (s.status === 'done' || s.status === 'failed') return;
+  if (s.blamedRestart && now >= s.blamedRestart.deadline) {
+    confirmBlamedRestartIn(ctx, 'no goodbye within the grace period');
+    if ((s.status as string) === 'failed') return; // countRestartIn may fail the job
+  }
   const limit = HEARTBEAT_TIMEOUT_FACTOR * s.job.heartbeatMs;
   const late = Object.values(s.workers).filter((w) => now - w.lastSeen > limit);
   for (const w of late) ctx.out.push({ kind: 'close', conn: w.conn, code: CloseCode.heartbeatTimeout, reason: 'heartbeat timeout' });
@@ -397,6 +436,7 @@ export function admitAtBoundary(state: CoordinatorState, now: number): Transitio
 export function nextDeadline(s: CoordinatorState): number | null {
   if (s.status === 'done' || s.status === 'failed') return null;
   let next: number | null = s.status === 'active' && s.rendezvous.phase === 'gathering' ? s.rendezvous.deadline : null;
+  if (s.blamedRestart && (next === null || s.blamedRestart.deadline < next)) next = s.blamedRestart.deadline;
   const limit = HEARTBEAT_TIMEOUT_FACTOR * s.job.heartbeatMs;
   for (const w of Object.values(s.workers)) {
     const due = w.lastSeen + limit + 1;

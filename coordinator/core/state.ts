@@ -116,6 +116,13 @@ export interface CoordinatorState {
   checkpointRequests: HeldState[];
   /** Failure restarts so far (job fails when this exceeds job.maxRestarts). */
   restarts: number;
+  /**
+   * A restart on probation. A tab that closes says goodbye on `pagehide`, but its ring neighbours may
+   * notice its closed data channel and report a failure before the goodbye arrives. When a failure
+   * report blames a peer, the round closes at once but the restart is counted only if the blamed
+   * worker does not say goodbye before `deadline` (it crashed, hung or lost its link instead).
+   */
+  blamedRestart: { workerId: string; deadline: number } | null;
   /** Open sockets: conn id → the worker welcomed on it (null before hello or after goodbye) and the server's nonce. */
   connections: Record<string, { workerId: string | null; nonce: string }>;
   workers: Record<string, WorkerInfo>;

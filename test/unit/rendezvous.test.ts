@@ -6,6 +6,7 @@ import { describe, expect, it } from 'vitest';
 import type { JobSpecInput } from '../../coordinator/core/job';
 import { nextDeadline } from '../../coordinator/core/machine';
 import { CloseCode } from '../../coordinator/core/protocol';
+import { GOODBYE_GRACE_MS } from '../../coordinator/core/rendezvous';
 import { Harness, hashOf } from './coordinator-harness';
 
 /** 64 images, global batch 8: 8 steps per epoch. */
@@ -181,11 +182,36 @@ const cases: [string, () => void][] = [
       const h = training(1, { maxWorkers: 4 });
       h.join('d');
       h.send('a', { type: 'failure', runId: h.runId, workerId: h.worker('a').workerId!, round: 1, reason: 'allreduce timeout', peer: h.worker('b').workerId! });
-      expect(h.state.restarts).toBe(1);
+      // The blamed peer gets a grace period to say goodbye before the restart counts.
+      expect(h.state.restarts).toBe(0);
       expect(h.received('b', 'round_closed').pop()).toMatchObject({ round: 1, reason: 'failure', restore: true });
       // Four enrolled = maxWorkers: the next round opens at once.
       expect(h.members()).toEqual(['a', 'c', 'd', 'b']);
       expect(h.received('a', 'round').pop()).toMatchObject({ round: 2, step: 2, stateFrom: { kind: 'peer', rank: 0 } });
+      h.advance(GOODBYE_GRACE_MS + 1);
+      expect(h.state.restarts).toBe(1);
+    },
+  ],
+  [
+    'a failure report that blames a peer which then says goodbye is no restart (its channel closed before its goodbye landed)',
+    () => {
+      const h = training(1);
+      h.send('a', { type: 'failure', runId: h.runId, workerId: h.worker('a').workerId!, round: 1, reason: 'peer_closed', peer: h.worker('b').workerId! });
+      h.send('b', { type: 'goodbye', runId: h.runId, workerId: h.worker('b').workerId! });
+      h.advance(GOODBYE_GRACE_MS * 5);
+      expect(h.state.restarts).toBe(0);
+      expect(h.state.blamedRestart).toBeNull();
+    },
+  ],
+  [
+    'a blamed peer whose socket then drops without goodbye (a crash) counts exactly one restart',
+    () => {
+      const h = training(1);
+      h.send('a', { type: 'failure', runId: h.runId, workerId: h.worker('a').workerId!, round: 1, reason: 'peer_closed', peer: h.worker('b').workerId! });
+      h.disconnect('b');
+      expect(h.state.restarts).toBe(1);
+      h.advance(GOODBYE_GRACE_MS * 5);
+      expect(h.state.restarts).toBe(1);
     },
   ],
   [
