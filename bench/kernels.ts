@@ -1,0 +1,392 @@
+/**
+ * Kernel benchmark: `npm run bench:kernels -- [--reps 5] [--sizes 256,512,1024] [--batches 128,512] [--tfjs-forms fused,plain] [--probe] [--breakdown] [--no-write]`.
+ *
+ * Our WGSL kernels against TF.js's WebGPU backend in ONE headless Chromium page on the same adapter
+ * (bench/pages/kernels-page.ts, served by a Vite dev server so it imports our TypeScript directly):
+ * - square float32 matmul at each size, GFLOP/s, with several of our tile variants (WGSL override
+ *   constants, with and without workgroup memory); the best variant per size is reported;
+ * - a full mlp (784-256-128-10, ReLU, softmax cross-entropy, Adam) training step per batch size,
+ *   samples/s: `Model.trainStep` (one submission) against `optimizer.minimize` in TF.js.
+ * Samples alternate between the sides (and the order flips every repetition), so drifts of this
+ * shared machine's speed hit both; figures are medians. No sample includes a read-back: each waits
+ * for its device queue to go idle (see the page). Prints a table and one JSON line
+ * `{"bench":"kernels",...}` and rewrites the generated part of the `## bench:kernels` section of
+ * bench/RESULTS.md.
+ */
+import { readFileSync, writeFileSync, existsSync } from 'node:fs';
+import { cpus, loadavg } from 'node:os';
+import { resolve } from 'node:path';
+import { parseArgs } from 'node:util';
+import type { MatmulTile } from '../kernels/matmul';
+import { launchChromium, watchPage } from '../test/support/browser';
+import { createServer } from 'vite';
+import type { AdapterReport, Side, TfjsForm } from './pages/kernel-bench-api';
+
+const { values: flags } = parseArgs({
+  options: {
+    reps: { type: 'string', default: '5' },
+    sizes: { type: 'string', default: '256,512,1024' },
+    batches: { type: 'string', default: '128,512' },
+    'no-write': { type: 'boolean', default: false },
+    /** Also time the bench-only interleaved-column matmul (bench/pages/interleaved-matmul.ts). */
+    probe: { type: 'boolean', default: false },
+    /** Also time each dispatch of our training step alone (where our step's time goes). */
+    breakdown: { type: 'boolean', default: false },
+    /** TF.js model forms to race (the faster counts): fused (tf.fused.matMul) and/or plain (matMul/add/relu). */
+    'tfjs-forms': { type: 'string', default: 'fused,plain' },
+  },
+});
+const REPS = Number(flags.reps);
+const SIZES = flags.sizes.split(',').filter(Boolean).map(Number);
+const BATCHES = flags.batches.split(',').filter(Boolean).map(Number);
+const TFJS_FORMS = flags['tfjs-forms'].split(',').filter(Boolean) as TfjsForm[];
+if (TFJS_FORMS.length === 0 || TFJS_FORMS.some((f) => f !== 'fused' && f !== 'plain')) throw new Error(`--tfjs-forms: ${flags['tfjs-forms']}`);
+const REPO_ROOT = resolve(import.meta.dirname, '..');
+const RESULTS_PATH = resolve(import.meta.dirname, 'RESULTS.md');
+
+interface Variant {
+  name: string;
+  tile: MatmulTile;
+  /** Bench-only shader (bench/pages/interleaved-matmul.ts), timed with --probe, never reported as ours. */
+  interleaved?: boolean;
+}
+
+function variantOf(tile: MatmulTile): Variant {
+  const { tm, tn, wgX, wgY } = tile;
+  const name = tile.workgroupMemory ? `${tm}x${tn} wgmem wg${wgX}x${wgY} tk${tile.tk ?? 16}` : `${tm}x${tn} regs wg${wgX}x${wgY}`;
+  return { name, tile };
+}
+const regs = (tm: number, tn: number, wgX: number, wgY: number): Variant => variantOf({ tm, tn, wgX, wgY, workgroupMemory: false });
+const shared = (tm: number, tn: number, wgX: number, wgY: number, tk: number): Variant => variantOf({ tm, tn, wgX, wgY, workgroupMemory: true, tk });
+
+/**
+ * Tile variants to race. Once the page reports the kernels' DEFAULT_MATMUL_TILE it goes first (the
+ * reference: the model's training step uses it) and a duplicate of it here is dropped.
+ */
+const VARIANTS: Variant[] = [
+  regs(4, 4, 8, 8),
+  regs(4, 4, 16, 16),
+  regs(8, 4, 8, 8),
+  regs(4, 8, 8, 8),
+  regs(8, 8, 8, 8),
+  shared(4, 4, 8, 8, 16),
+  shared(4, 4, 16, 16, 16),
+  shared(8, 8, 16, 16, 8),
+];
+
+const interleaved = (tm: number, tn: number, wgX: number, wgY: number): Variant => ({
+  ...regs(tm, tn, wgX, wgY),
+  name: `probe ${tm}x${tn} inter wg${wgX}x${wgY}`,
+  interleaved: true,
+});
+if (flags.probe) VARIANTS.push(interleaved(4, 4, 8, 8), interleaved(8, 4, 8, 8), interleaved(8, 8, 8, 8));
+
+/**
+ * A variant slower than this fraction of the best at one size is not tried at the next (saves minutes);
+ * the default tile is always kept, as the reference the app runs.
+ */
+const KEEP_FRACTION = 0.5;
+
+function median(values: readonly number[]): number {
+  const s = [...values].sort((a, b) => a - b);
+  const mid = s.length >> 1;
+  return s.length % 2 ? s[mid] : (s[mid - 1] + s[mid]) / 2;
+}
+
+const round = (x: number, digits = 3): number => Number(x.toPrecision(digits));
+const T0 = performance.now();
+/** Progress on stderr, stamped with seconds since start (stdout carries only the table and the JSON line). */
+const log = (line: string): void => void process.stderr.write(`[${((performance.now() - T0) / 1000).toFixed(0).padStart(3)} s] ${line}\n`);
+
+interface MatmulRow {
+  n: number;
+  ours: number;
+  tfjs: number;
+  ratio: number;
+  variant: string;
+}
+
+/** Slowest and fastest sample (GFLOP/s) per side, for the table: how much the machine's load scattered them. */
+interface MatmulSpread {
+  ours: [number, number];
+  tfjs: [number, number];
+}
+
+interface TrainRow {
+  batch: number;
+  /** With the kernels' default matmul tile, as the app trains. */
+  ours: number;
+  tfjs: number;
+  ratio: number;
+  /** The TF.js model form that was faster (and counts as `tfjs`), and each form's rate. */
+  tfjs_form: TfjsForm;
+  tfjs_forms: Partial<Record<TfjsForm, number>>;
+  /** With the tile that won the largest matmul, when that is not the default. */
+  ours_tuned?: number;
+  tuned_variant?: string;
+}
+
+/** GFLOP/s medians of every variant tried at a size (NaN: pruned). */
+type VariantTable = Map<number, number[]>;
+
+async function main(): Promise<void> {
+  const started = performance.now();
+  const loadStart = loadavg();
+  log(`bench:kernels  load average ${loadStart.map((l) => l.toFixed(2)).join(' ')} on ${cpus().length} cores`);
+
+  const vite = await startBenchServer();
+  const browser = await launchChromium();
+  try {
+    log(`vite dev server ${vite.url}, Chromium launched`);
+    const page = await browser.newPage();
+    const problems = watchPage(page);
+    await page.goto(`${vite.url}/bench/pages/kernels.html`);
+    await page.waitForFunction(() => window.kernelBench !== undefined, null, { timeout: 120_000 });
+
+    const adapter: AdapterReport = await page.evaluate(() => window.kernelBench!.init());
+    if (adapter.tfjsAdapter.architecture !== adapter.architecture || adapter.tfjsAdapter.vendor !== adapter.vendor) {
+      throw new Error(`TF.js got adapter ${JSON.stringify(adapter.tfjsAdapter)}, ours ${adapter.vendor}/${adapter.architecture}: not the same adapter`);
+    }
+    log(`adapter ${adapterName(adapter)}; TF.js ${adapter.tfjsVersion}`);
+    const fallback = variantOf(adapter.defaultTile);
+    const duplicate = VARIANTS.findIndex((v) => !v.interleaved && v.name === fallback.name);
+    if (duplicate >= 0) VARIANTS.splice(duplicate, 1);
+    VARIANTS.unshift(fallback);
+
+    // ------------------------------------------------------------------------------------- matmul
+    const matmulRows: MatmulRow[] = [];
+    const variantTable: VariantTable = new Map();
+    const spreads: MatmulSpread[] = [];
+    let candidates = VARIANTS.map((_, i) => i);
+    for (const n of SIZES) {
+      const tiles = candidates.map((i) => ({ tile: VARIANTS[i].tile, interleaved: VARIANTS[i].interleaved ?? false }));
+      const setup = await page.evaluate(([n, tiles]) => window.kernelBench!.matmulSetup(n, tiles), [n, tiles] as const);
+      setup.relativeDiff.forEach((d, j) => {
+        if (!(d < 1e-4)) throw new Error(`matmul ${n}: variant ${VARIANTS[candidates[j]].name} differs from TF.js by ${d} (relative)`);
+      });
+      // Small products repeat within a sample so a sample lasts long enough to time well.
+      const runs = Math.max(1, Math.round((512 / n) ** 3 / 4));
+      const reps = n >= 1024 ? Math.max(3, Math.ceil(REPS / 2)) : REPS;
+      const tfjsMs: number[] = [];
+      const oursMs: number[][] = candidates.map(() => []);
+      for (let r = 0; r < reps; r++) {
+        const order: Side[] = [{ side: 'tfjs', variant: 0 }, ...candidates.map((_, j): Side => ({ side: 'ours', variant: j }))];
+        if (r % 2 === 1) order.reverse();
+        for (const side of order) {
+          const ms = await page.evaluate(([side, runs]) => window.kernelBench!.matmulTime(side, runs), [side, runs] as const);
+          if (side.side === 'tfjs') tfjsMs.push(ms);
+          else oursMs[side.variant].push(ms);
+        }
+      }
+      await page.evaluate(() => window.kernelBench!.matmulTeardown());
+      const gflops = (ms: number) => (2 * n ** 3 * runs) / (ms * 1e6);
+      const tfjs = gflops(median(tfjsMs));
+      const perVariant = VARIANTS.map(() => Number.NaN);
+      candidates.forEach((v, j) => (perVariant[v] = gflops(median(oursMs[j]))));
+      variantTable.set(n, perVariant);
+      const best = candidates.reduce((b, v) => (!VARIANTS[v].interleaved && perVariant[v] > perVariant[b] ? v : b), candidates[0]);
+      const bestOverall = candidates.reduce((b, v) => (perVariant[v] > perVariant[b] ? v : b), candidates[0]);
+      const row = { n, ours: round(perVariant[best]), tfjs: round(tfjs), ratio: round(perVariant[best] / tfjs), variant: VARIANTS[best].name };
+      matmulRows.push(row);
+      const range = (ms: number[]): [number, number] => [gflops(Math.max(...ms)), gflops(Math.min(...ms))];
+      spreads.push({ ours: range(oursMs[candidates.indexOf(best)]), tfjs: range(tfjsMs) });
+      log(
+        `matmul ${n}: tfjs ${tfjs.toFixed(3)} GFLOP/s | ` +
+          candidates.map((v) => `${VARIANTS[v].name} ${perVariant[v].toFixed(3)}`).join(' | ') +
+          ` | best ${row.variant} ratio ${row.ratio}`,
+      );
+      candidates = candidates.filter((v) => v === 0 || perVariant[v] >= KEEP_FRACTION * perVariant[bestOverall]);
+    }
+
+    // ------------------------------------------------------------------------------- training step
+    // Ours with the kernels' default tile (what the app runs) and, when another variant won the
+    // largest matmul, also with that one (`ours_tuned`): cheap, since our step is the fast side.
+    const winner = matmulRows.length > 0 ? VARIANTS.findIndex((v) => v.name === matmulRows[matmulRows.length - 1].variant) : 0;
+    const tuned = winner > 0 ? VARIANTS[winner] : undefined;
+    const tiles = tuned ? [null, tuned.tile] : [null];
+    const trainRows: TrainRow[] = [];
+    for (const batch of BATCHES) {
+      const setup = await page.evaluate(([batch, options]) => window.kernelBench!.trainSetup(batch, options), [batch, { tiles, tfjsForms: TFJS_FORMS }] as const);
+      const reference = setup.lossTfjs[0];
+      for (const loss of [...setup.lossOurs, ...setup.lossTfjs]) {
+        const gap = Math.abs(loss - reference) / Math.abs(reference);
+        if (!(gap < 1e-4)) throw new Error(`train step ${batch}: initial losses ${JSON.stringify(setup)} disagree: not the same model`);
+      }
+      // One sample = this many consecutive steps (256 samples or one step), then wait for the queue.
+      const steps = Math.max(1, Math.round(256 / batch));
+      const tfjsMs: number[][] = TFJS_FORMS.map(() => []);
+      const oursMs: number[][] = tiles.map(() => []);
+      for (let r = 0; r < REPS; r++) {
+        const order: Side[] = [
+          ...TFJS_FORMS.map((_, j): Side => ({ side: 'tfjs', variant: j })),
+          ...tiles.map((_, j): Side => ({ side: 'ours', variant: j })),
+        ];
+        if (r % 2 === 1) order.reverse();
+        for (const side of order) {
+          const ms = await page.evaluate(([side, steps]) => window.kernelBench!.trainTime(side, steps), [side, steps] as const);
+          (side.side === 'tfjs' ? tfjsMs : oursMs)[side.variant].push(ms);
+        }
+      }
+      if (flags.breakdown) {
+        for (let j = 0; j < tiles.length; j++) {
+          const parts = await page.evaluate(([j, reps]) => window.kernelBench!.trainBreakdown(j, reps), [j, 3] as const);
+          const total = parts.reduce((sum, p) => sum + p.ms, 0);
+          log(`breakdown batch ${batch}, ${j === 0 ? VARIANTS[0].name : tuned!.name}: ${total.toFixed(1)} ms in ${parts.length} dispatches, each alone (median of 3):`);
+          for (const p of parts) log(`  ${p.label.padEnd(28)} ${`[${p.workgroups.join(',')}]`.padEnd(14)} ${p.ms.toFixed(2).padStart(8)} ms  ${((100 * p.ms) / total).toFixed(1).padStart(5)} %`);
+        }
+      }
+      await page.evaluate(() => window.kernelBench!.trainTeardown());
+      const rate = (ms: number) => (steps * batch) / (ms / 1000);
+      const ours = rate(median(oursMs[0]));
+      const tfjsRates = tfjsMs.map((ms) => rate(median(ms)));
+      const fastest = tfjsRates.indexOf(Math.max(...tfjsRates));
+      const tfjs = tfjsRates[fastest];
+      const row: TrainRow = {
+        batch,
+        ours: round(ours),
+        tfjs: round(tfjs),
+        ratio: round(ours / tfjs),
+        tfjs_form: TFJS_FORMS[fastest],
+        tfjs_forms: Object.fromEntries(TFJS_FORMS.map((f, j) => [f, round(tfjsRates[j])])),
+      };
+      if (tuned) Object.assign(row, { ours_tuned: round(rate(median(oursMs[1]))), tuned_variant: tuned.name });
+      trainRows.push(row);
+      log(
+        `train step batch ${batch}: ours ${ours.toFixed(1)} samples/s` +
+          (row.ours_tuned !== undefined ? ` (${row.ours_tuned} with ${row.tuned_variant})` : '') +
+          `, tfjs ${TFJS_FORMS.map((f, j) => `${f} ${tfjsRates[j].toFixed(1)}`).join(' / ')} samples/s; initial loss ${reference.toFixed(5)}`,
+      );
+    }
+    problems.assertNone();
+
+    const loadEnd = loadavg();
+    const seconds = (performance.now() - started) / 1000;
+    const chromium = /Chrom(?:e|ium)\/([\d.]+)/.exec(adapter.userAgent)?.[1] ?? 'unknown';
+    const result = {
+      bench: 'kernels',
+      adapter: { vendor: adapter.vendor, architecture: adapter.architecture, device: adapter.device, description: adapter.description, chromium, tfjs: adapter.tfjsVersion },
+      matmul: matmulRows,
+      train_step: trainRows,
+      load: { start: loadStart.map((l) => round(l)), end: loadEnd.map((l) => round(l)), cores: cpus().length },
+    };
+    const table = renderTable(result.matmul, spreads, result.train_step, variantTable, { reps: REPS, loadStart, loadEnd, seconds });
+    process.stdout.write(`${table}\n${JSON.stringify(result)}\n`);
+    if (!flags['no-write']) {
+      writeResults(renderSection(table, JSON.stringify(result), adapter, chromium));
+      log(`wrote the bench:kernels section of ${RESULTS_PATH}`);
+    }
+  } finally {
+    await browser.close();
+    await vite.close();
+  }
+}
+
+/**
+ * A Vite dev server over the repository on 127.0.0.1 (a secure context) for the bench page, which
+ * imports our TypeScript directly. Its own dependency cache: browser tests running at the same time
+ * use Vite's default one with other dependencies, and re-optimizing a shared cache breaks their pages.
+ */
+async function startBenchServer(): Promise<{ url: string; close(): Promise<void> }> {
+  const server = await createServer({
+    root: REPO_ROOT,
+    configFile: false,
+    publicDir: false,
+    cacheDir: resolve(REPO_ROOT, 'node_modules/.vite-bench-kernels'),
+    logLevel: 'warn',
+    clearScreen: false,
+    // Pre-bundle up front: discovering TF.js on first request would make Vite reload the page.
+    optimizeDeps: { include: ['@tensorflow/tfjs', '@tensorflow/tfjs-backend-webgpu', 'zod'], entries: [] },
+    server: { host: '127.0.0.1', port: 0, strictPort: false, hmr: false, watch: null },
+  });
+  await server.listen();
+  const address = server.httpServer?.address();
+  if (!address || typeof address === 'string') {
+    await server.close();
+    throw new Error('vite dev server has no port');
+  }
+  return { url: `http://127.0.0.1:${address.port}`, close: () => server.close() };
+}
+
+function renderTable(
+  matmulRows: readonly MatmulRow[],
+  spreads: readonly MatmulSpread[],
+  trainRows: readonly TrainRow[],
+  variants: VariantTable,
+  info: { reps: number; loadStart: number[]; loadEnd: number[]; seconds: number },
+): string {
+  const pad = (s: string | number, w: number) => String(s).padStart(w);
+  const lines = [
+    `matmul, square float32, GFLOP/s (median; ${SIZES.map((n) => (n >= 1024 ? Math.max(3, Math.ceil(info.reps / 2)) : info.reps)).join('/')} samples per side)`,
+    `${pad('n', 6)} ${pad('ours', 8)} ${pad('tfjs', 8)} ${pad('ratio', 7)}  ${'best variant'.padEnd(24)}${pad('ours min-max', 14)}${pad('tfjs min-max', 14)}`,
+    ...matmulRows.map((r, i) => {
+      const span = ([lo, hi]: [number, number]) => pad(`${lo.toFixed(2)}-${hi.toFixed(2)}`, 14);
+      return `${pad(r.n, 6)} ${pad(r.ours.toFixed(3), 8)} ${pad(r.tfjs.toFixed(3), 8)} ${pad(r.ratio.toFixed(2), 7)}  ${r.variant.padEnd(24)}${span(spreads[i].ours)}${span(spreads[i].tfjs)}`;
+    }),
+    '',
+    `our matmul variants, GFLOP/s (- : dropped after running below ${KEEP_FRACTION}x the best at a smaller size)`,
+    `${'variant'.padEnd(26)}${SIZES.map((n) => pad(n, 9)).join('')}`,
+    ...VARIANTS.map((v, i) => `${v.name.padEnd(26)}${SIZES.map((n) => pad(Number.isNaN(variants.get(n)?.[i] ?? Number.NaN) ? '-' : variants.get(n)![i].toFixed(3), 9)).join('')}`),
+    '',
+    `mlp 784-256-128-10 training step (forward, loss, backward, Adam), samples/s (median of ${info.reps})`,
+    `${pad('batch', 6)} ${pad('ours', 8)} ${pad('tfjs', 8)} ${pad('ratio', 7)}  ${TFJS_FORMS.map((f) => pad(`tfjs ${f}`, 12)).join(' ')}${trainRows[0]?.tuned_variant ? `  ours with ${trainRows[0].tuned_variant} (ratio)` : ''}`,
+    ...trainRows.map(
+      (r) =>
+        `${pad(r.batch, 6)} ${pad(r.ours.toFixed(1), 8)} ${pad(r.tfjs.toFixed(1), 8)} ${pad(r.ratio.toFixed(2), 7)}  ` +
+        TFJS_FORMS.map((f) => pad((r.tfjs_forms[f] ?? Number.NaN).toFixed(1), 12)).join(' ') +
+        (r.ours_tuned !== undefined ? `  ${pad(r.ours_tuned.toFixed(1), 8)} (${(r.ours_tuned / r.tfjs).toFixed(2)})` : ''),
+    ),
+    `ours = the kernels' default matmul tile (${VARIANTS[0].name}), as the app trains; tfjs = the faster of its model forms`,
+    `(fused: tf.fused.matMul with bias+ReLU per layer; plain: matMul, add, relu), each with tf.train.adam via optimizer.minimize`,
+    '',
+    `load average ${info.loadStart.map((l) => l.toFixed(2)).join(' ')} at start, ${info.loadEnd.map((l) => l.toFixed(2)).join(' ')} at end (${cpus().length} cores); run took ${info.seconds.toFixed(0)} s`,
+  ];
+  return lines.join('\n');
+}
+
+const BEGIN = '<!-- bench:kernels:begin (generated by `npm run bench:kernels`; edits between the markers are overwritten) -->';
+const END = '<!-- bench:kernels:end -->';
+
+function adapterName(adapter: AdapterReport): string {
+  const detail = [adapter.device, adapter.description].filter(Boolean).join(', ');
+  return `${adapter.vendor}/${adapter.architecture}${detail ? ` (${detail})` : ''}`;
+}
+
+function renderSection(table: string, json: string, adapter: AdapterReport, chromium: string): string {
+  return [
+    BEGIN,
+    `Last run: ${new Date().toISOString()}, \`npm run bench:kernels\`, Chromium ${chromium} headless, adapter ${adapterName(adapter)},` +
+      ` TF.js ${adapter.tfjsVersion} WebGPU backend.`,
+    '',
+    '```text',
+    table,
+    '```',
+    '',
+    '```json',
+    json,
+    '```',
+    END,
+  ].join('\n');
+}
+
+/**
+ * Replace the generated block inside `## bench:kernels` (creating the file or the section as needed),
+ * leaving other benches' sections and the hand-written notes of this one alone.
+ */
+function writeResults(block: string): void {
+  let text = existsSync(RESULTS_PATH) ? readFileSync(RESULTS_PATH, 'utf8') : '# Benchmark results\n';
+  const begin = text.indexOf(BEGIN.slice(0, 30));
+  const end = text.indexOf(END);
+  if (begin >= 0 && end > begin) {
+    text = text.slice(0, begin) + block + text.slice(end + END.length);
+  } else if (/^## bench:kernels\s*$/m.test(text)) {
+    text = text.replace(/^## bench:kernels\s*$/m, `## bench:kernels\n\n${block}\n`);
+  } else {
+    text = `${text.trimEnd()}\n\n## bench:kernels\n\n${block}\n`;
+  }
+  writeFileSync(RESULTS_PATH, text);
+}
+
+main().catch((err: unknown) => {
+  console.error(err instanceof Error ? (err.stack ?? err.message) : err);
+  process.exitCode = 1;
+});

@@ -1,0 +1,82 @@
+/**
+ * What bench/kernels.ts (Node) and bench/pages/kernels-page.ts (the browser) exchange through
+ * `page.evaluate`: plain JSON only. Types only, so both sides can import it.
+ */
+import type { MatmulTile } from '../../kernels/matmul';
+
+export interface AdapterReport {
+  vendor: string;
+  architecture: string;
+  device: string;
+  description: string;
+  userAgent: string;
+  /** What TF.js's WebGPU backend reports for its own device (same adapter, or the bench is void). */
+  tfjsAdapter: { vendor: string; architecture: string };
+  tfjsVersion: string;
+  /** kernels/matmul.ts's DEFAULT_MATMUL_TILE: what the model uses unless told otherwise. */
+  defaultTile: MatmulTile;
+}
+
+/** A matmul to time: our kernel with `tile`, or (probe) the bench-only interleaved-column shader. */
+export interface MatmulVariantSpec {
+  tile: MatmulTile;
+  interleaved?: boolean;
+}
+
+export interface MatmulSetupReport {
+  n: number;
+  /** max |ours − tfjs| / max |tfjs| over the output, per variant (sanity: both compute the same product). */
+  relativeDiff: number[];
+}
+
+export interface TrainSetupReport {
+  batch: number;
+  /** Mean loss over the batch before any step, per tile of ours and TF.js, from the same weights and batch. */
+  lossOurs: number[];
+  /** Per TF.js form, in `TrainOptions.tfjsForms` order. */
+  lossTfjs: number[];
+}
+
+/**
+ * How the TF.js model is written: one tf.fused.matMul (bias + ReLU) per layer, or plain
+ * matMul/add/relu. Neither is always faster on every adapter, so the bench runs both.
+ */
+export type TfjsForm = 'fused' | 'plain';
+
+export interface TrainOptions {
+  /** One model of ours per entry; `null` is the kernels' default tile (what the app runs). */
+  tiles: (MatmulTile | null)[];
+  /** One TF.js model per entry. */
+  tfjsForms: TfjsForm[];
+}
+
+/**
+ * `ours`: our kernel (matmul) or model (train) with the tile at that index of the setup's list;
+ * `tfjs`: TF.js (train: the form at that index of `tfjsForms`; matmul has one form).
+ */
+export type Side = { side: 'tfjs'; variant: number } | { side: 'ours'; variant: number };
+
+export interface KernelBenchApi {
+  init(): Promise<AdapterReport>;
+  /** Allocate n×n operands on both sides, prepare one kernel per variant, warm every one up once. */
+  matmulSetup(n: number, variants: MatmulVariantSpec[]): Promise<MatmulSetupReport>;
+  /** Milliseconds for `runs` back-to-back n×n matmuls on one side, including waiting for the GPU. */
+  matmulTime(side: Side, runs: number): Promise<number>;
+  matmulTeardown(): Promise<void>;
+  /** Build the mlp on both sides with equal weights and batch; two warm-up steps each. */
+  trainSetup(batch: number, options: TrainOptions): Promise<TrainSetupReport>;
+  /** Milliseconds for `steps` consecutive training steps on one side, including waiting for the GPU. */
+  trainTime(side: Side, steps: number): Promise<number>;
+  trainTeardown(): Promise<void>;
+  /**
+   * Probe (`--breakdown`): median milliseconds of each dispatch of our model (tile index `variant`
+   * of the last trainSetup) submitted alone, in step order; reads the Model's private call lists.
+   */
+  trainBreakdown(variant: number, reps: number): Promise<{ label: string; workgroups: number[]; ms: number }[]>;
+}
+
+declare global {
+  interface Window {
+    kernelBench?: KernelBenchApi;
+  }
+}
