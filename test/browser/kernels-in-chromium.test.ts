@@ -75,7 +75,7 @@ describe.skipIf(skipWithoutChromium())('the kernels in Chromium (training worker
     browser = await launchChromium();
     page = await browser.newPage();
     problems = watchPage(page);
-    await page.goto(`${server.url}/?debug=1`);
+    await page.goto(`${server.url}/?mode=solo&debug=1`);
     await page.waitForFunction(() => window.tabswarm.state !== 'checking');
     const status = await page.evaluate(() => window.tabswarm);
     expect(status.error, 'WebGPU in headless Chromium').toBeNull();

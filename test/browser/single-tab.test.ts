@@ -64,7 +64,7 @@ describe.skipIf(skip)('one tab learns Fashion-MNIST', () => {
   }
 
   it('waits for consent, shows the adapter, and downloads nothing before Start', async () => {
-    const { page, problems } = await openPage('');
+    const { page, problems } = await openPage('?mode=solo');
     await page.waitForFunction(() => window.tabswarm.state !== 'checking', undefined, { polling: 100 });
     const status = await page.evaluate(() => window.tabswarm);
     expect(status.state).toBe('ready');
@@ -80,7 +80,7 @@ describe.skipIf(skip)('one tab learns Fashion-MNIST', () => {
   });
 
   it('says clearly why WebGPU is unavailable (here: a page served from an insecure origin)', async () => {
-    const { page } = await openPage('?autostart=1', { origin: server.url.replace('127.0.0.1', INSECURE_HOST) });
+    const { page } = await openPage('?mode=solo&autostart=1', { origin: server.url.replace('127.0.0.1', INSECURE_HOST) });
     await page.waitForFunction(() => window.tabswarm.state !== 'checking', undefined, { polling: 100 });
     const status = await page.evaluate(() => window.tabswarm);
     expect(status.state).toBe('unsupported');
@@ -91,7 +91,7 @@ describe.skipIf(skip)('one tab learns Fashion-MNIST', () => {
   });
 
   it('trains a short cnn run (20 steps of 32) that lowers the loss', async () => {
-    const { page, problems } = await openPage('?autostart=1&model=cnn&batch=32&subset=640&lossEvery=1&testSubset=0');
+    const { page, problems } = await openPage('?mode=solo&autostart=1&model=cnn&batch=32&subset=640&lossEvery=1&testSubset=0');
     const status = await finished(page, problems, 300_000);
     expect(status.state).toBe('done');
     expect(status.step).toBe(20);
@@ -113,7 +113,7 @@ describe.skipIf(skip)('one tab learns Fashion-MNIST', () => {
   });
 
   it('keeps the dataset in the browser: a reload trains without downloading it again', async () => {
-    const query = '?autostart=1&model=tiny-mlp&batch=64&subset=256&testSubset=500';
+    const query = '?mode=solo&autostart=1&model=tiny-mlp&batch=64&subset=256&testSubset=500';
     const before = server.requests.get('/api/dataset/train/images') ?? 0;
     const first = await openPage(query);
     const firstStatus = await finished(first.page, first.problems, 120_000);
@@ -133,7 +133,7 @@ describe.skipIf(skip)('one tab learns Fashion-MNIST', () => {
 
   it('trains the mlp for one epoch (batch 128, Adam lr 1e-3) to at least 0.84 accuracy on the 10,000 test images', async () => {
     const began = Date.now();
-    const { page, problems } = await openPage('?autostart=1&model=mlp&batch=128&epochs=1&optimizer=adamw&lr=0.001&wd=0');
+    const { page, problems } = await openPage('?mode=solo&autostart=1&model=mlp&batch=128&epochs=1&optimizer=adamw&lr=0.001&wd=0');
     const status = await finished(page, problems, 580_000);
     const seconds = (Date.now() - began) / 1000;
     console.log(

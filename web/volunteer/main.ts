@@ -2,7 +2,8 @@
  * The volunteer page: checks WebGPU (in the worker that will own the device), waits for consent (the
  * Start button, or `?autostart=1`), downloads the dataset with progress, and trains.
  *
- * For now the tab trains alone (`?mode=solo`, the default until the coordinator client exists).
+ * Modes: `?mode=elastic` joins the coordinator the page was served from (web/elastic/start.ts), the
+ * default whenever the origin answers `/api/job`; `?mode=solo` trains in this tab alone.
  * Query parameters for tests and demos: `model=mlp|cnn|tiny-mlp`, `epochs`, `batch`, `subset` (first N
  * training images), `testSubset` (first N test images; 0 skips evaluation), `seed`, `lr`,
  * `optimizer=adamw|sgd`, `wd` (weight decay), `lossEvery`, `debug=1` (exposes the worker to tests as
@@ -17,12 +18,16 @@ import { initialStatus, publicStatus, type TabStatus } from './status';
 import { VolunteerView } from './view';
 import type { TrainingWorkerApi } from '../worker/training-worker';
 import type { SoloOptions, SoloProgress } from '../worker/types';
+import type { ElasticStatus } from '../elastic/elastic-loop';
+import { startElastic, type ElasticHandle } from '../elastic/start';
 import './globals';
 import './volunteer.css';
 
-const MODES = ['solo'] as const;
+const MODES = ['solo', 'elastic'] as const;
 
 interface PageOptions {
+  /** null: elastic when a coordinator serves this page, else solo. */
+  mode: (typeof MODES)[number] | null;
   autostart: boolean;
   debug: boolean;
   solo: SoloOptions;
@@ -37,8 +42,8 @@ function parseOptions(query: URLSearchParams): PageOptions {
     return n;
   };
   const positiveInt = (n: number) => Number.isInteger(n) && n >= 1;
-  const mode = query.get('mode') ?? 'solo';
-  if (!(MODES as readonly string[]).includes(mode)) throw new Error(`?mode=${mode} is not available yet (modes: ${MODES.join(', ')})`);
+  const mode = query.get('mode');
+  if (mode !== null && !(MODES as readonly string[]).includes(mode)) throw new Error(`?mode=${mode} is not available (modes: ${MODES.join(', ')})`);
   const lr = number('lr', 1e-3, (n) => n > 0 && n <= 10, 'a learning rate in (0, 10]');
   const weightDecay = number('wd', 0, (n) => n >= 0 && n <= 10, 'a weight decay in [0, 10]');
   const kind = query.get('optimizer') ?? 'adamw';
@@ -49,6 +54,7 @@ function parseOptions(query: URLSearchParams): PageOptions {
   const subset = query.get('subset') ? number('subset', 0, positiveInt, 'a positive integer') : undefined;
   const testSubset = query.get('testSubset') !== null ? number('testSubset', 0, (n) => Number.isInteger(n) && n >= 0, 'a non-negative integer') : undefined;
   return {
+    mode: mode as PageOptions['mode'],
     autostart: query.get('autostart') === '1',
     debug: query.get('debug') === '1',
     solo: {
@@ -117,7 +123,60 @@ function onProgress(p: SoloProgress): void {
   update(patch);
 }
 
+/** A coordinator serves this page when its origin answers `/api/job`. */
+async function coordinatorPresent(): Promise<boolean> {
+  try {
+    const res = await fetch('/api/job', { cache: 'no-store' });
+    return res.ok && (res.headers.get('content-type') ?? '').includes('json');
+  } catch {
+    return false;
+  }
+}
+
+let elastic: ElasticHandle | null = null;
+
+function elasticPatch(s: ElasticStatus, evaluating: boolean): Partial<TabStatus> {
+  const state: TabStatus['state'] =
+    s.phase === 'training' ? 'training'
+    : s.phase === 'done' ? (evaluating && s.accuracy === null ? 'evaluating' : 'done')
+    : s.phase === 'failed' ? 'error'
+    : s.phase === 'stopped' ? 'stopped'
+    : 'building';
+  return {
+    state,
+    step: s.committedStep,
+    epoch: s.epoch,
+    epochs: s.epochs,
+    epochProgress: s.epochProgress,
+    loss: s.loss,
+    losses: s.losses,
+    accuracy: s.accuracy,
+    testLoss: s.testLoss,
+    samplesPerSec: s.samplesPerSec,
+    error: s.error,
+  };
+}
+
+/** Join the coordinator's job: the dataset first (the tab must be able to compute when admitted), then the loop. */
+async function trainElastic(): Promise<void> {
+  update({ mode: 'elastic', state: 'loading-data', error: null, step: 0, epoch: 0, epochProgress: 0, loss: null, losses: [], accuracy: null, testLoss: null, samplesPerSec: null, seconds: null });
+  view.setJob('Job: set by the coordinator; this tab trains together with the other tabs that joined it.');
+  const dataset = await fetchDataset('', (p) => update({ dataset: { ...p, done: false } }));
+  update({ dataset: { ...(status.dataset ?? { loadedBytes: 0, totalBytes: 0, cachedBytes: 0 }), done: true }, state: 'building' });
+  await api.loadData(Comlink.transfer(dataset, datasetBuffers(dataset)));
+  const evaluateOnDone = options.solo.testSubset ?? dataset.test.count;
+  const adapter = status.adapter!;
+  elastic = await startElastic(
+    { worker: api, adapter: { vendor: adapter.vendor, architecture: adapter.architecture, description: adapter.description }, evaluateOnDone },
+    { onStatus: (s) => update(elasticPatch(s, evaluateOnDone > 0)) },
+  );
+}
+
 async function train(): Promise<void> {
+  if (options.mode === 'elastic' || (options.mode === null && (await coordinatorPresent()))) {
+    await trainElastic();
+    return;
+  }
   update({ state: 'loading-data', error: null, step: 0, epoch: 0, epochs: options.solo.epochs, epochProgress: 0, loss: null, losses: [], accuracy: null, testLoss: null, samplesPerSec: null, seconds: null });
   const dataset = await fetchDataset('', (p) => update({ dataset: { ...p, done: false } }));
   update({ dataset: { ...(status.dataset ?? { loadedBytes: 0, totalBytes: 0, cachedBytes: 0 }), done: true }, state: 'building' });
@@ -138,7 +197,7 @@ async function train(): Promise<void> {
 }
 
 view.start.addEventListener('click', () => void train().catch((err) => fail(err)));
-view.stop.addEventListener('click', () => void api.stop());
+view.stop.addEventListener('click', () => (elastic ? elastic.leave() : void api.stop()));
 
 async function probe(): Promise<void> {
   const result = await api.probe();

@@ -21,7 +21,7 @@ export type TabState =
 
 export interface TabStatus {
   state: TabState;
-  mode: 'solo';
+  mode: 'solo' | 'elastic';
   model: string;
   adapter: AdapterSummary | null;
   /** Steps completed. */

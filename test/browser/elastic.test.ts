@@ -1,0 +1,255 @@
+/**
+ * Elastic training across real headless Chromium tabs (WebGPU on SwiftShader, WebRTC through the
+ * coordinator's PeerServer) against a real coordinator process: churn (a tab closed, a tab joining, a
+ * renderer crashed) keeps every invariant, does not change the optimisation trajectory, and killing
+ * every tab resumes from the durable checkpoint.
+ *
+ * Small on purpose (CHROMIUM.md: SwiftShader is slow): `tiny-mlp`, global batch 64, the first 3,072
+ * Fashion-MNIST training images (48 steps per epoch), 1,000 test images. The coordinator serves the
+ * Vite build in `TABSWARM_DIST` (default `dist/`, which `npm test` builds first).
+ */
+import Database from 'better-sqlite3';
+import { existsSync, mkdirSync, writeFileSync } from 'node:fs';
+import { join, resolve } from 'node:path';
+import type { Browser } from 'playwright-core';
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { loadIdxDataset } from '../../coordinator/dataset';
+import { launchChromium, skipWithout, skipWithoutChromium } from '../support/browser';
+import { CoordinatorProcess, makeTempDir, REPO_ROOT } from '../support/coordinator-process';
+import { Swarm, type SwarmTab } from '../support/swarm';
+
+const DATASET_DIR = process.env.TABSWARM_DATASET ?? '/usr/share/datasets/fashion-mnist';
+const DIST_DIR = resolve(process.env.TABSWARM_DIST ?? join(REPO_ROOT, 'dist'));
+const TRAIN_IMAGES = 3072;
+const TEST_IMAGES = 1000;
+const GLOBAL_BATCH = 64;
+const STEPS = TRAIN_IMAGES / GLOBAL_BATCH; // 48
+
+const job = {
+  model: 'tiny-mlp',
+  optimizer: { kind: 'adamw', lr: 0.003, weightDecay: 0 },
+  globalBatch: GLOBAL_BATCH,
+  epochs: 1,
+  minWorkers: 1,
+  maxWorkers: 4,
+  commitEvery: 1,
+  checkpointEvery: 8,
+  heartbeatMs: 1000,
+  lastCallMs: 300,
+  seed: 7,
+};
+
+const skip =
+  skipWithoutChromium() ||
+  skipWithout(`Fashion-MNIST in ${DATASET_DIR} (apt-get install dataset-fashion-mnist)`, existsSync(DATASET_DIR)) ||
+  skipWithout(`the web build in ${DIST_DIR} (npx vite build)`, existsSync(join(DIST_DIR, 'index.html')));
+
+/** The first `train`/`test` images of Fashion-MNIST as raw IDX files, so each tab downloads ~2.5 MB, not 55. */
+async function writeSmallDataset(): Promise<string> {
+  const full = await loadIdxDataset(DATASET_DIR);
+  const dir = join(makeTempDir('tabswarm-elastic-'), 'fashion-mnist');
+  mkdirSync(dir, { recursive: true });
+  const idx = (magic: number, dims: number[], data: Uint8Array) => {
+    const header = Buffer.alloc(4 + 4 * dims.length);
+    header.writeUInt32BE(magic, 0);
+    dims.forEach((d, i) => header.writeUInt32BE(d, 4 + 4 * i));
+    return Buffer.concat([header, data]);
+  };
+  for (const [prefix, split, count] of [['train', full.train, TRAIN_IMAGES], ['t10k', full.test, TEST_IMAGES]] as const) {
+    const pixels = split.rows * split.cols;
+    writeFileSync(join(dir, `${prefix}-images-idx3-ubyte`), idx(0x803, [count, split.rows, split.cols], split.images.subarray(0, count * pixels)));
+    writeFileSync(join(dir, `${prefix}-labels-idx1-ubyte`), idx(0x801, [count], split.labels.subarray(0, count)));
+  }
+  return dir;
+}
+
+interface CommitRow {
+  step: number;
+  loss: number;
+  hash: string;
+  world: number;
+}
+
+/** Live commit rows (per-step mean loss) straight from the coordinator's SQLite store (read-only). */
+function commitRows(coordinator: CoordinatorProcess): CommitRow[] {
+  const db = new Database(join(coordinator.dataDir, 'tabswarm.sqlite'), { readonly: true, fileMustExist: true });
+  try {
+    const rows = db.prepare('SELECT step, loss, hash, world_json FROM commits WHERE rolled_back = 0 ORDER BY step').all() as { step: number; loss: number; hash: string; world_json: string }[];
+    return rows.map((r) => ({ step: r.step, loss: r.loss, hash: r.hash, world: (JSON.parse(r.world_json) as unknown[]).length }));
+  } finally {
+    db.close();
+  }
+}
+
+/** Invariants (1) and (2) as the coordinator's audit reports them. */
+async function expectCleanAudit(coordinator: CoordinatorProcess, opts: { finished?: boolean } = {}): Promise<void> {
+  const audit = await coordinator.audit();
+  const summary = JSON.stringify({ ...audit, epochs: audit.epochs.map((e: any) => ({ ...e, duplicates: e.duplicates.slice(0, 5), neverCommitted: e.neverCommitted?.slice(0, 5) })) });
+  expect(audit.ok, summary).toBe(true);
+  for (const epoch of audit.epochs) {
+    expect(epoch.duplicateCount, summary).toBe(0);
+    if (epoch.finished) expect(epoch.neverCommittedCount, summary).toBe(0);
+  }
+  if (opts.finished) expect(audit.epochs[0].committed, summary).toBe(TRAIN_IMAGES);
+}
+
+/** Poll /api/status (no event exists for it) until `check` holds; bounded. */
+async function statusUntil(coordinator: CoordinatorProcess, check: (s: any) => boolean, what: string, timeoutMs = 120_000): Promise<any> {
+  const deadline = Date.now() + timeoutMs;
+  let last: any = null;
+  while (Date.now() < deadline) {
+    last = await coordinator.status();
+    if (check(last)) return last;
+    await new Promise((r) => setTimeout(r, 200));
+  }
+  throw new Error(`coordinator status never showed ${what}; last: ${JSON.stringify(last)}`);
+}
+
+describe.skipIf(skip)('elastic training across browser tabs', () => {
+  let browser: Browser;
+  let datasetDir: string;
+  const coordinators: CoordinatorProcess[] = [];
+  const swarms: Swarm[] = [];
+  /** The uninterrupted single-tab run: per-step losses and the final accuracy. */
+  let reference: { losses: Map<number, number>; accuracy: number } | null = null;
+
+  async function start(overrides: Record<string, unknown> = {}): Promise<{ coordinator: CoordinatorProcess; swarm: Swarm }> {
+    const coordinator = await CoordinatorProcess.spawn({ job: { ...job, ...overrides }, datasetDir, extraArgs: ['--dist', DIST_DIR] });
+    coordinators.push(coordinator);
+    const swarm = new Swarm(browser, coordinator.url, { query: { testSubset: String(TEST_IMAGES) }, echo: !!process.env.TABSWARM_ECHO_BROWSER });
+    swarms.push(swarm);
+    return { coordinator, swarm };
+  }
+
+  const atStep = (tab: SwarmTab, swarm: Swarm, step: number) => swarm.waitFor(tab, (s, n) => s.committedStep >= n, step, 120_000);
+
+  beforeAll(async () => {
+    datasetDir = await writeSmallDataset();
+    browser = await launchChromium();
+  });
+
+  afterEach(async () => {
+    for (const s of swarms.splice(0)) await s.closeAll();
+    for (const c of coordinators.splice(0)) await c.stop();
+  });
+
+  afterAll(async () => {
+    await browser?.close();
+  });
+
+  it('one uninterrupted tab trains the epoch (the reference)', async () => {
+    const { coordinator, swarm } = await start();
+    const tab = await swarm.open('solo');
+    const done = await swarm.waitFor(tab, (s) => s.phase === 'done' && s.accuracy !== null, null, 300_000);
+    const rows = commitRows(coordinator);
+    expect(rows.map((r) => r.step)).toEqual(Array.from({ length: STEPS }, (_, i) => i + 1));
+    await expectCleanAudit(coordinator, { finished: true });
+    reference = { losses: new Map(rows.map((r) => [r.step, r.loss])), accuracy: done.accuracy! };
+    console.log(`reference: loss ${rows[0].loss.toFixed(4)} → ${rows.at(-1)!.loss.toFixed(4)}, test accuracy ${(done.accuracy! * 100).toFixed(2)} %`);
+    expect(rows.at(-1)!.loss).toBeLessThan(rows[0].loss);
+    expect(swarm.problems()).toEqual([]);
+  });
+
+  it('survives a closed tab, a newcomer and a crashed renderer, on the same trajectory', async () => {
+    expect(reference, 'the reference run must pass first').not.toBeNull();
+    const { coordinator, swarm } = await start();
+    const [a, b, c] = await swarm.openMany(3);
+
+    // Three tabs train.
+    const three = await statusUntil(coordinator, (s) => s.world.length === 3 && s.phase === 'training' && s.step >= 4, 'three tabs training');
+    await expectCleanAudit(coordinator);
+    expect(three.restarts).toBe(0);
+
+    // One tab is closed mid-epoch (pagehide → goodbye): the other two carry on.
+    await swarm.close(a);
+    const closedAt = (await coordinator.status()).step;
+    const two = await statusUntil(coordinator, (s) => s.world.length === 2 && s.step >= closedAt + 3, 'two tabs training on');
+    expect(two.restarts, 'a goodbye is not a restart').toBe(0);
+    await expectCleanAudit(coordinator);
+
+    // A new tab opens and is admitted at a step boundary, with the state from a peer.
+    const d = await swarm.open('newcomer');
+    const admitted = await swarm.waitFor(d, (s) => s.phase === 'training' && s.worldSize === 3, null, 120_000);
+    expect(admitted.lastSync).toBe('receive');
+    await atStep(d, swarm, admitted.committedStep + 2);
+    expect((await coordinator.status()).restarts, 'a join is not a restart').toBe(0);
+    await expectCleanAudit(coordinator);
+
+    // A renderer crashes: the survivors restore and recover.
+    await swarm.crash(b);
+    const crashedAt = (await coordinator.status()).step;
+    const recovered = await statusUntil(coordinator, (s) => s.world.length === 2 && s.phase === 'training' && s.step >= crashedAt + 2, 'survivors training after the crash');
+    expect(recovered.restarts, 'the crash is the one restart').toBe(1);
+    await expectCleanAudit(coordinator);
+
+    // To the end of the epoch.
+    const [finalC, finalD] = await Promise.all([c, d].map((t) => swarm.waitFor(t, (s) => s.phase === 'done' && s.accuracy !== null, null, 300_000)));
+    const status = await coordinator.status();
+    expect(status.state).toBe('done');
+    expect(status.restarts).toBe(1);
+    await expectCleanAudit(coordinator, { finished: true });
+
+    // Elastic invariance: the same losses step by step as the uninterrupted run, and the same accuracy.
+    const rows = commitRows(coordinator);
+    expect(rows.map((r) => r.step)).toEqual(Array.from({ length: STEPS }, (_, i) => i + 1));
+    expect(new Set(rows.map((r) => r.world)).size, 'the world size changed during the run').toBeGreaterThan(1);
+    let worst = 0;
+    for (const row of rows) {
+      const ref = reference!.losses.get(row.step)!;
+      const relative = Math.abs(row.loss - ref) / Math.abs(ref);
+      worst = Math.max(worst, relative);
+      expect(relative, `loss of step ${row.step}: ${row.loss} vs ${ref} alone`).toBeLessThan(1e-3);
+    }
+    expect(finalC.accuracy).toBe(finalD.accuracy); // bit-identical parameters on every rank
+    const points = Math.abs(finalC.accuracy! - reference!.accuracy) * 100;
+    console.log(`churned run: worst relative loss difference ${worst.toExponential(2)}, accuracy ${(finalC.accuracy! * 100).toFixed(2)} % (${points.toFixed(2)} points from the reference)`);
+    expect(points).toBeLessThanOrEqual(0.5);
+    expect(swarm.problems()).toEqual([]);
+  });
+
+  it('reconnects to a restarted coordinator, which takes the state from the tabs', async () => {
+    const { coordinator, swarm } = await start({ checkpointEvery: 1000 });
+    const tabs = await swarm.openMany(2);
+    await statusUntil(coordinator, (s) => s.world.length === 2 && s.phase === 'training' && s.step >= 6, 'two tabs training');
+    await coordinator.kill9();
+    await Promise.all(tabs.map((t) => swarm.waitFor(t, (s) => s.phase === 'connecting', null, 30_000)));
+    const committedBefore = commitRows(coordinator).length;
+    // Same data dir and port: the tabs' pages keep their origin.
+    const restarted = await coordinator.restart({ port: coordinator.port });
+    coordinators.push(restarted);
+    const resumed = await statusUntil(restarted, (s) => s.world.length === 2 && s.step >= committedBefore + 3, 'training after the restart');
+    // No checkpoint exists: the state came from the tabs (peer broadcast), so nothing was rolled back.
+    expect(resumed.latestCheckpoint).toBeNull();
+    const audit = await restarted.audit();
+    expect(audit.rolledBackRows).toBe(0);
+    for (const t of tabs) expect(['send', 'receive', 'local']).toContain((await swarm.status(t))!.lastSync);
+    await expectCleanAudit(restarted);
+    // Chromium itself logs every refused reconnect attempt while the coordinator is down.
+    expect(swarm.problems(/WebSocket connection to '.*' failed: .*ERR_CONNECTION_REFUSED/)).toEqual([]);
+  });
+
+  it('resumes from the last durable checkpoint after every tab is gone', async () => {
+    const { coordinator, swarm } = await start({ checkpointEvery: 4 });
+    const tabs = await swarm.openMany(2);
+    await statusUntil(coordinator, (s) => s.latestCheckpoint !== null && s.latestCheckpoint.step >= 8 && s.step >= 10, 'a checkpoint and steps after it');
+    // Every tab is killed at once.
+    await Promise.all(tabs.map((t) => swarm.crash(t)));
+    const gone = await statusUntil(coordinator, (s) => s.world.length === 0 && s.waiting.length === 0, 'no tab left');
+    const checkpointStep = gone.latestCheckpoint.step as number;
+    expect(checkpointStep).toBeGreaterThanOrEqual(8);
+
+    const revived = await swarm.open('revived');
+    const training = await swarm.waitFor(revived, (s) => s.phase === 'training', null, 120_000);
+    expect(training.lastSync).toBe('checkpoint');
+    expect(training.localStep).toBeGreaterThanOrEqual(checkpointStep);
+    const resumed = await statusUntil(coordinator, (s) => s.step >= checkpointStep + 2, 'steps after the checkpoint');
+    // The record went back to the checkpoint and continues from there: no step after it is counted twice.
+    const rows = commitRows(coordinator);
+    expect(rows.map((r) => r.step)).toEqual(Array.from({ length: rows.length }, (_, i) => i + 1));
+    expect(resumed.step).toBeGreaterThan(checkpointStep);
+    await expectCleanAudit(coordinator);
+    await swarm.waitFor(revived, (s) => s.phase === 'done', null, 300_000);
+    await expectCleanAudit(coordinator, { finished: true });
+    expect(swarm.problems()).toEqual([]);
+  });
+});

@@ -1,0 +1,96 @@
+/**
+ * The loop's `MeshPort` over `PeerMesh` (PeerJS through the coordinator's signaling server).
+ *
+ * The tab keeps one peer id for its whole life, because the coordinator learns it from `hello` and
+ * hands it to the other ranks. When the signaling connection is lost (the coordinator restarted,
+ * taking its PeerServer with it) the mesh is re-opened under the same id, retrying with backoff until
+ * the server is back; a ring connect in the meantime waits for that (within its own deadline).
+ * Re-opening closes the old links, which only ends a round the coordinator's restart ended anyway.
+ */
+import type { WorldEntry } from '../../coordinator/core/protocol';
+import type { Ring } from '../net/link';
+import { PeerMesh, type PeerMeshOptions } from '../net/peer-mesh';
+import { backoffDelay } from '../net/coordinator-client';
+import { bounded } from './async-tools';
+import type { MeshPort } from './ports';
+
+export class PeerMeshPort implements MeshPort {
+  private mesh: PeerMesh | null;
+  private reopening: Promise<PeerMesh> | null = null;
+  private closed = false;
+
+  private constructor(
+    mesh: PeerMesh,
+    private readonly opts: PeerMeshOptions,
+    private readonly log: (level: 'info' | 'warn', text: string) => void,
+  ) {
+    this.mesh = mesh;
+    this.watch(mesh);
+  }
+
+  /** Register a fresh random id with the signaling server at the page's origin (or `opts`). */
+  static async open(opts: Partial<PeerMeshOptions> = {}, log: (level: 'info' | 'warn', text: string) => void = () => {}): Promise<PeerMeshPort> {
+    const full: PeerMeshOptions = {
+      id: opts.id ?? `tab-${crypto.randomUUID().replace(/-/g, '').slice(0, 20)}`,
+      host: opts.host ?? location.hostname,
+      port: opts.port ?? Number(location.port || (location.protocol === 'https:' ? 443 : 80)),
+      secure: opts.secure ?? location.protocol === 'https:',
+      ...opts,
+    };
+    return new PeerMeshPort(await PeerMesh.open(full), full, log);
+  }
+
+  get peerId(): string {
+    return this.opts.id;
+  }
+
+  async connectRing(world: readonly WorldEntry[], _rank: number, opts: { round: number; signal: AbortSignal; timeoutMs: number }): Promise<Ring> {
+    const mesh = this.mesh ?? (await bounded(this.reopen(), { signal: opts.signal, timeoutMs: opts.timeoutMs, what: 'reconnecting to the signaling server' }));
+    const members = world.map((w) => w.peerId);
+    // Links to tabs that left the round are of no further use; links to members are reused.
+    mesh.retain(members);
+    return bounded(mesh.ring(members, { timeoutMs: opts.timeoutMs }), { signal: opts.signal, what: `ring of round ${opts.round}` });
+  }
+
+  close(): void {
+    this.closed = true;
+    this.mesh?.destroy();
+    this.mesh = null;
+  }
+
+  private watch(mesh: PeerMesh): void {
+    mesh.on((event) => {
+      if (event.type === 'signaling-lost' && this.mesh === mesh && !this.closed) {
+        this.log('warn', `signaling lost (${event.reason}); re-registering ${this.opts.id}`);
+        this.mesh = null;
+        mesh.destroy();
+        void this.reopen().catch(() => {});
+      }
+    });
+  }
+
+  private reopen(): Promise<PeerMesh> {
+    this.reopening ??= (async () => {
+      for (let attempt = 0; !this.closed; attempt++) {
+        try {
+          const mesh = await PeerMesh.open({ ...this.opts, openTimeoutMs: 5000 });
+          if (this.closed) {
+            mesh.destroy();
+            break;
+          }
+          this.mesh = mesh;
+          this.watch(mesh);
+          this.log('info', `re-registered ${this.opts.id} with the signaling server`);
+          return mesh;
+        } catch (err) {
+          if (attempt % 10 === 0) this.log('warn', `signaling server not reachable yet: ${(err as Error).message}`);
+          await new Promise((r) => setTimeout(r, backoffDelay(attempt, 200, 3000)));
+        }
+      }
+      throw new Error('mesh closed');
+    })().finally(() => {
+      this.reopening = null;
+    });
+    return this.reopening;
+  }
+}

@@ -1,0 +1,64 @@
+/**
+ * What the elastic loop needs from the world, as small interfaces: the training worker, the peer
+ * mesh and the control channel. The browser wires them to Comlink, PeerJS and the coordinator
+ * client; unit tests wire them to fakes, memory links and a scripted coordinator.
+ */
+import * as Comlink from 'comlink';
+import type { WorldEntry } from '../../coordinator/core/protocol';
+import type { OutgoingMessage } from '../net/coordinator-client';
+import type { Ring } from '../net/link';
+import type { TrainingWorkerApi } from '../worker/training-worker';
+import type { BuildModelOptions, EvaluationResult, GradientResult, ModelSummary } from '../worker/types';
+
+/** The training worker as the loop calls it (every call may be slow: it runs on the GPU). */
+export interface TrainerPort {
+  /** Build the model with fresh parameters from `opts.seed` (the step-0 state). */
+  buildModel(opts: BuildModelOptions): Promise<ModelSummary>;
+  /** Gradient sums of the samples `indices` (non-empty); the buffer is the caller's to keep. */
+  computeGradients(indices: Uint32Array): Promise<GradientResult>;
+  /** One optimizer step with the allreduced `sums` over `sampleCount` samples; `sums` is consumed (transferred). */
+  applyGradients(sums: ArrayBuffer, sampleCount: number): Promise<void>;
+  hash(): Promise<string>;
+  saveBackup(): Promise<void>;
+  restoreBackup(): Promise<void>;
+  /** The live state as a snapshot (coordinator/core/snapshot.ts) tagged with the record position. */
+  snapshot(position: { step: number; epoch: number; cursor: number }): Promise<ArrayBuffer>;
+  /** Load a snapshot into the live state; `bytes` is consumed. */
+  restore(bytes: ArrayBuffer): Promise<{ step: number; epoch: number; cursor: number; paramsHash: string }>;
+  evaluate(count?: number): Promise<EvaluationResult>;
+}
+
+/** Connections to the other tabs of a round. */
+export interface MeshPort {
+  /** This tab's PeerJS id (sent in hello). */
+  readonly peerId: string;
+  /**
+   * Open (or reuse) the data channels to this rank's ring neighbours in `world` and resolve with the
+   * ring; reject on timeout or when `signal` aborts. Links to peers no longer needed may be closed.
+   */
+  connectRing(world: readonly WorldEntry[], rank: number, opts: { round: number; signal: AbortSignal; timeoutMs: number }): Promise<Ring>;
+}
+
+/** The control channel: send a message in the current session with the coordinator (false: not sent). */
+export interface ControlPort {
+  send(body: OutgoingMessage): boolean;
+}
+
+/** The Comlink proxy of web/worker/training-worker.ts as a `TrainerPort`, transferring buffers both ways. */
+export function comlinkTrainer(remote: Comlink.Remote<TrainingWorkerApi>): TrainerPort {
+  return {
+    buildModel: (opts) => remote.buildModel(opts),
+    // A subarray would be cloned with its whole backing buffer (an epoch order): copy the slice and transfer it.
+    computeGradients: (indices) => {
+      const own = indices.slice();
+      return remote.computeGradients(Comlink.transfer(own, [own.buffer]));
+    },
+    applyGradients: (sums, sampleCount) => remote.applyGradients(Comlink.transfer(sums, [sums]), sampleCount),
+    hash: () => remote.hash(),
+    saveBackup: () => remote.saveBackup(),
+    restoreBackup: () => remote.restoreBackup(),
+    snapshot: (position) => remote.snapshot(position),
+    restore: (bytes) => remote.restore(Comlink.transfer(bytes, [bytes])),
+    evaluate: (count) => remote.evaluate(count),
+  };
+}

@@ -1,0 +1,482 @@
+/**
+ * The elastic loop without a browser: the real coordinator state machine in-process (executed like
+ * the server does, over fake sockets that JSON-encode and validate every message), in-memory data
+ * channels (`memory-link.ts`), and a CPU "trainer" with the worker's interface. Unit tests drive
+ * churn through it (goodbye, crash, join, coordinator restart, every tab gone) in milliseconds, and
+ * because the fake gradients are small integers their sums are exact in float32, so the parameters
+ * after a churned run must be bit-identical to an uninterrupted run's: elastic invariance as a
+ * hash comparison.
+ *
+ * Nothing here runs in the product; it lives beside the loop so it type-checks with it.
+ */
+import { hashParams } from '../../coordinator/core/hash';
+import type { JobSpec } from '../../coordinator/core/job';
+import { handle, initialState, restoreState, type CommitRecord, type CoordinatorState, type DurableState, type Event } from '../../coordinator/core/machine';
+import { parameterLayout, type ModelSpec } from '../../coordinator/core/model-spec';
+import { parseClientMessage, type WorldEntry } from '../../coordinator/core/protocol';
+import { decodeSnapshot, encodeSnapshot } from '../../coordinator/core/snapshot';
+import { CoordinatorClient, type WebSocketLike } from '../net/coordinator-client';
+import type { Ring } from '../net/link';
+import { memoryLinkPair, type MemoryLink } from '../net/memory-link';
+import { sha256Hex, type HttpPort } from './checkpoint-transfer';
+import { ElasticLoop, type ElasticLoopOptions, type ElasticStatus } from './elastic-loop';
+import type { MeshPort, TrainerPort } from './ports';
+import type { BuildModelOptions, EvaluationResult, GradientResult, ModelSummary } from '../worker/types';
+
+// ---------------------------------------------------------------- a CPU trainer
+
+/** A small model spec for simulations: 2×2 inputs, 3 hidden, 2 classes (256 aligned floats). */
+export const SIM_MODEL: ModelSpec = {
+  name: 'sim',
+  input: [2, 2, 1],
+  classes: 2,
+  layers: [
+    { type: 'dense', units: 3, activation: 'relu' },
+    { type: 'dense', units: 2, activation: 'none' },
+  ],
+};
+
+function mix(a: number, b: number): number {
+  let h = Math.imul(a ^ 0x9e3779b9, 0x85ebca6b) ^ Math.imul(b + 0x7f4a7c15, 0xc2b2ae35);
+  h ^= h >>> 15;
+  h = Math.imul(h, 0x2c1b3c6d);
+  return (h ^ (h >>> 12)) >>> 0;
+}
+
+/**
+ * Deterministic stand-in for the training worker. Per-sample gradients are integers in [-2, 2] that
+ * depend on the sample and on the current parameters (so a wrong state yields a different
+ * trajectory); sums of a few hundred of them are exact in float32 whatever the order.
+ * The optimizer is heavy-ball SGD, so the state has a moment buffer and a step counter like the real one.
+ */
+export class CpuTrainer implements TrainerPort {
+  private spec: ModelSpec | null = null;
+  private params = new Float32Array(0);
+  private velocity = new Float32Array(0);
+  private t = 0;
+  private backup: { params: Float32Array; velocity: Float32Array; t: number } | null = null;
+  calls: string[] = [];
+
+  constructor(private readonly opts: { delayMs?: number } = {}) {}
+
+  private async pause(): Promise<void> {
+    await new Promise((r) => setTimeout(r, this.opts.delayMs ?? 0));
+  }
+
+  async buildModel(opts: BuildModelOptions): Promise<ModelSummary> {
+    this.calls.push('buildModel');
+    await this.pause();
+    const spec = typeof opts.model === 'string' ? SIM_MODEL : opts.model;
+    const layout = parameterLayout(spec);
+    this.spec = spec;
+    this.params = new Float32Array(layout.totalElements);
+    for (let j = 0; j < this.params.length; j++) this.params[j] = ((mix(opts.seed, j) % 200) - 100) / 64;
+    this.velocity = new Float32Array(layout.totalElements);
+    this.t = 0;
+    this.backup = null;
+    return { name: spec.name, parameterCount: layout.parameterCount, totalElements: layout.totalElements };
+  }
+
+  async computeGradients(indices: Uint32Array): Promise<GradientResult> {
+    this.calls.push('computeGradients');
+    await this.pause();
+    const g = new Float32Array(this.params.length);
+    let lossSum = 0;
+    for (const i of indices) {
+      for (let j = 0; j < g.length; j++) g[j] += ((i * 31 + j * 7 + (Math.floor(this.params[j] * 8) & 3)) % 5) - 2;
+      lossSum += (i % 7) * 0.5 + Math.abs(this.params[0]);
+    }
+    return { gradients: g.buffer, lossSum, samples: indices.length };
+  }
+
+  async applyGradients(sums: ArrayBuffer, sampleCount: number): Promise<void> {
+    this.calls.push('applyGradients');
+    await this.pause();
+    const s = new Float32Array(sums);
+    this.t += 1;
+    for (let j = 0; j < this.params.length; j++) {
+      this.velocity[j] = Math.fround(0.5 * this.velocity[j] + s[j] / sampleCount);
+      this.params[j] = Math.fround(this.params[j] - 0.125 * this.velocity[j]);
+    }
+  }
+
+  async hash(): Promise<string> {
+    return hashParams(this.params);
+  }
+
+  async saveBackup(): Promise<void> {
+    this.calls.push('saveBackup');
+    this.backup = { params: this.params.slice(), velocity: this.velocity.slice(), t: this.t };
+  }
+
+  async restoreBackup(): Promise<void> {
+    this.calls.push('restoreBackup');
+    if (!this.backup) throw new Error('restoreBackup: no backup saved');
+    this.params = this.backup.params.slice();
+    this.velocity = this.backup.velocity.slice();
+    this.t = this.backup.t;
+  }
+
+  async snapshot(position: { step: number; epoch: number; cursor: number }): Promise<ArrayBuffer> {
+    this.calls.push('snapshot');
+    await this.pause();
+    return encodeSnapshot({ spec: this.spec!, ...position, optimizer: { kind: 'sgd', t: this.t }, params: this.params.slice(), moments: [this.velocity.slice()] });
+  }
+
+  async restore(bytes: ArrayBuffer): Promise<{ step: number; epoch: number; cursor: number; paramsHash: string }> {
+    this.calls.push('restore');
+    await this.pause();
+    const snap = decodeSnapshot(bytes);
+    if (snap.spec.name !== this.spec?.name) throw new Error(`restore: snapshot of ${snap.spec.name}, model ${this.spec?.name}`);
+    this.params = snap.params.slice();
+    this.velocity = snap.moments[0].slice();
+    this.t = snap.optimizer.t;
+    return { step: snap.step, epoch: snap.epoch, cursor: snap.cursor, paramsHash: snap.paramsHash };
+  }
+
+  async evaluate(count?: number): Promise<EvaluationResult> {
+    const sum = this.params.reduce((a, b) => a + b, 0);
+    return { accuracy: Math.abs(sum) % 1, lossAvg: Math.abs(sum), count: count ?? 100 };
+  }
+
+  /** The optimizer step counter, for tests. */
+  get optimizerStep(): number {
+    return this.t;
+  }
+}
+
+// ---------------------------------------------------------------- an in-memory network of data channels
+
+export class MemoryNetwork {
+  private readonly pairs = new Map<string, { ends: Map<string, MemoryLink> }>();
+  /** Ring connections requested, for tests. */
+  connects = 0;
+
+  /** This peer's end of the channel to `to` (a new pair when there is none or it closed). */
+  link(from: string, to: string): MemoryLink {
+    const key = [from, to].sort().join('|');
+    let pair = this.pairs.get(key);
+    if (!pair || ![...pair.ends.values()].every((l) => l.isOpen)) {
+      const [a, b] = memoryLinkPair(from, to);
+      // memoryLinkPair(a, b) returns [a's link to b, b's link to a]; a link is named by its remote peer.
+      pair = { ends: new Map([[from, a], [to, b]]) };
+      this.pairs.set(key, pair);
+    }
+    return pair.ends.get(from)!;
+  }
+
+  /** Close the channel between two peers (a data channel failing while both tabs live). */
+  cut(a: string, b: string): void {
+    const pair = this.pairs.get([a, b].sort().join('|'));
+    if (pair) for (const l of pair.ends.values()) l.close();
+  }
+
+  /** Close every channel of `peer` (its tab crashed or left). */
+  closeAll(peer: string): void {
+    for (const [key, pair] of this.pairs) {
+      if (key.split('|').includes(peer)) for (const l of pair.ends.values()) l.close();
+    }
+  }
+
+  mesh(peerId: string): MeshPort {
+    return {
+      peerId,
+      connectRing: async (world: readonly WorldEntry[], rank: number): Promise<Ring> => {
+        this.connects++;
+        const size = world.length;
+        if (size === 1) return { rank, size, left: null, right: null };
+        const left = this.link(peerId, world[(rank - 1 + size) % size].peerId);
+        const right = this.link(peerId, world[(rank + 1) % size].peerId);
+        return { rank, size, left, right };
+      },
+    };
+  }
+}
+
+// ---------------------------------------------------------------- the coordinator in-process
+
+const CONNECTING = 0;
+const OPEN = 1;
+const CLOSED = 3;
+
+class SimSocket implements WebSocketLike {
+  readyState = CONNECTING;
+  onopen: ((ev: any) => void) | null = null;
+  onmessage: ((ev: { data: any }) => void) | null = null;
+  onclose: ((ev: { code: number; reason: string }) => void) | null = null;
+  onerror: ((ev: any) => void) | null = null;
+
+  constructor(
+    private readonly coordinator: SimCoordinator,
+    readonly conn: string,
+  ) {}
+
+  send(text: string): void {
+    if (this.readyState !== OPEN) throw new Error('socket not open');
+    setTimeout(() => this.coordinator.receive(this.conn, text), 0);
+  }
+
+  /** Client-side close: the coordinator sees a disconnect; the client gets its close event. */
+  close(code = 1000, reason = ''): void {
+    if (this.readyState === CLOSED) return;
+    this.readyState = CLOSED;
+    setTimeout(() => {
+      this.coordinator.socketGone(this.conn);
+      this.onclose?.({ code, reason });
+    }, 0);
+  }
+
+  /** Server-side close (or the server died). */
+  serverClose(code: number, reason: string): void {
+    if (this.readyState === CLOSED) return;
+    this.readyState = CLOSED;
+    setTimeout(() => this.onclose?.({ code, reason }), 0);
+  }
+
+  deliver(text: string): void {
+    if (this.readyState !== OPEN) return;
+    setTimeout(() => {
+      if (this.readyState === OPEN) this.onmessage?.({ data: text });
+    }, 0);
+  }
+
+  open(): void {
+    this.readyState = OPEN;
+    this.onopen?.({});
+  }
+}
+
+export interface StoredCommit extends CommitRecord {
+  rolledBack: boolean;
+}
+
+/** The machine executed like the server does (actions in order), with a commit log and a checkpoint store. */
+export class SimCoordinator {
+  state: CoordinatorState;
+  durable: DurableState | null = null;
+  readonly commits: StoredCommit[] = [];
+  readonly checkpoints = new Map<number, { bytes: ArrayBuffer; sha256: string }>();
+  readonly log: { level: string; event: string; data: Record<string, unknown> }[] = [];
+  alive = true;
+  private readonly sockets = new Map<string, SimSocket>();
+  private nextConn = 1;
+  private tickTimer: ReturnType<typeof setInterval> | null = null;
+  private dispatching = false;
+  private readonly queue: Event[] = [];
+  /** Message types the coordinator "sends" into the void (a fault: it dies before they leave). */
+  readonly dropped = new Set<string>();
+
+  constructor(
+    job: JobSpec,
+    datasetSize: number,
+    readonly runId = 'sim-run',
+    private readonly tickMs = 10,
+  ) {
+    this.state = initialState(job, datasetSize, runId);
+    this.startTicks();
+  }
+
+  private startTicks(): void {
+    // Ticks at a fixed short period (the server schedules them at `nextDeadline`; polling is simpler here).
+    this.tickTimer = setInterval(() => this.dispatch({ kind: 'tick' }), this.tickMs);
+  }
+
+  dispatch(event: Event): void {
+    if (!this.alive) return;
+    this.queue.push(event);
+    if (this.dispatching) return;
+    this.dispatching = true;
+    try {
+      while (this.queue.length > 0) {
+        const next = this.queue.shift()!;
+        const t = handle(this.state, next, Date.now());
+        this.state = t.state;
+        for (const action of t.actions) {
+          switch (action.kind) {
+            case 'send':
+              if (!this.dropped.has(action.msg.type)) this.sockets.get(action.conn)?.deliver(JSON.stringify(action.msg));
+              break;
+            case 'close': {
+              const socket = this.sockets.get(action.conn);
+              socket?.serverClose(action.code, action.reason);
+              if (socket) this.queue.push({ kind: 'disconnected', conn: action.conn });
+              this.sockets.delete(action.conn);
+              break;
+            }
+            case 'persist':
+              this.durable = action.durable;
+              break;
+            case 'record_commit':
+              this.commits.push({ ...action.commit, rolledBack: false });
+              break;
+            case 'rollback_commits':
+              for (const c of this.commits) if (c.step > action.afterStep) c.rolledBack = true;
+              break;
+            case 'log':
+              this.log.push({ level: action.level, event: action.event, data: action.data });
+              break;
+            case 'metric':
+              break;
+          }
+        }
+      }
+    } finally {
+      this.dispatching = false;
+    }
+  }
+
+  /** A client socket for `CoordinatorClient` (`createSocket`). */
+  createSocket = (): WebSocketLike => {
+    const conn = `c${this.nextConn++}`;
+    const socket = new SimSocket(this, conn);
+    setTimeout(() => {
+      if (!this.alive) {
+        socket.serverClose(1006, 'connection refused');
+        return;
+      }
+      this.sockets.set(conn, socket);
+      this.dispatch({ kind: 'connected', conn, nonce: `n${conn}` });
+      socket.open();
+    }, 0);
+    return socket;
+  };
+
+  receive(conn: string, text: string): void {
+    if (!this.alive || !this.sockets.has(conn)) return;
+    const parsed = parseClientMessage(text);
+    this.dispatch(parsed.ok ? { kind: 'message', conn, msg: parsed.msg } : { kind: 'invalid', conn, code: parsed.code, message: parsed.message });
+  }
+
+  socketGone(conn: string): void {
+    if (!this.sockets.delete(conn)) return;
+    this.dispatch({ kind: 'disconnected', conn });
+  }
+
+  /** kill -9: every socket drops (1006), nothing but the durable state survives. */
+  kill(): void {
+    this.alive = false;
+    if (this.tickTimer) clearInterval(this.tickTimer);
+    for (const socket of this.sockets.values()) socket.serverClose(1006, '');
+    this.sockets.clear();
+    this.queue.length = 0;
+  }
+
+  /** Start again from the durable state (as `restoreState` after a process restart). */
+  restart(): void {
+    if (!this.durable) throw new Error('restart: nothing persisted');
+    this.state = restoreState(this.durable);
+    this.dropped.clear();
+    for (const c of this.commits) if (c.step > this.durable.lastCommit.step) c.rolledBack = true;
+    this.alive = true;
+    this.startTicks();
+  }
+
+  stop(): void {
+    this.kill();
+  }
+
+  /** Live commit rows (not rolled back), by step. */
+  liveCommits(): StoredCommit[] {
+    return this.commits.filter((c) => !c.rolledBack).sort((a, b) => a.step - b.step);
+  }
+
+  /** The HTTP side: checkpoint upload (PUT) and download (GET) on `checkpointPath` URLs. */
+  readonly http: HttpPort = {
+    baseUrl: 'http://sim.invalid',
+    fetch: async (url: string, init?: RequestInit): Promise<Response> => {
+      const parsed = new URL(url);
+      const match = /^\/api\/checkpoints\/[^/]+\/(\d+)$/.exec(parsed.pathname);
+      if (!match) return new Response('not found', { status: 404 });
+      const step = Number(match[1]);
+      if (init?.method === 'PUT') {
+        if (!this.alive) throw new TypeError('fetch failed');
+        const body = init.body as ArrayBuffer;
+        const snap = decodeSnapshot(body);
+        if (snap.step !== step) return new Response('wrong step', { status: 422 });
+        const sha256 = await sha256Hex(body);
+        this.checkpoints.set(step, { bytes: body.slice(0), sha256 });
+        this.dispatch({ kind: 'checkpoint_stored', step, epoch: snap.epoch, cursor: snap.cursor, sha256 });
+        return new Response(null, { status: 201 });
+      }
+      const stored = this.checkpoints.get(step);
+      if (!stored) return new Response('no checkpoint', { status: 404 });
+      return new Response(stored.bytes.slice(0), { status: 200, headers: { 'content-length': String(stored.bytes.byteLength) } });
+    },
+  };
+}
+
+// ---------------------------------------------------------------- tabs
+
+export class SimTab {
+  readonly trainer: CpuTrainer;
+  readonly loop: ElasticLoop;
+  readonly client: CoordinatorClient;
+  readonly statuses: ElasticStatus[] = [];
+  readonly logs: string[] = [];
+  closed = false;
+
+  constructor(
+    readonly name: string,
+    private readonly coordinator: SimCoordinator,
+    private readonly network: MemoryNetwork,
+    opts: { delayMs?: number; loop?: Partial<ElasticLoopOptions> } = {},
+  ) {
+    this.trainer = new CpuTrainer({ delayMs: opts.delayMs });
+    const peerId = `peer-${name}`;
+    let client: CoordinatorClient | null = null;
+    this.loop = new ElasticLoop({
+      trainer: this.trainer,
+      mesh: network.mesh(peerId),
+      control: { send: (body) => client?.send(body) ?? false },
+      http: coordinator.http,
+      log: (level, text) => this.logs.push(`${level}: ${text}`),
+      ...opts.loop,
+    });
+    client = new CoordinatorClient({
+      url: 'ws://sim.invalid/ws',
+      hello: () => ({ peerId, adapter: { vendor: 'sim', architecture: 'cpu', description: name }, ...this.loop.holding() }),
+      onMessage: (msg) => this.loop.handle(msg),
+      onDisconnect: () => this.loop.disconnected(),
+      createSocket: () => coordinator.createSocket(),
+      initialBackoffMs: 5,
+      maxBackoffMs: 40,
+      log: (level, text) => this.logs.push(`${level}: ${text}`),
+    });
+    this.client = client;
+  }
+
+  get peerId(): string {
+    return `peer-${this.name}`;
+  }
+
+  start(): this {
+    this.client.start();
+    return this;
+  }
+
+  /** pagehide: goodbye, then the page is gone (its channels close with it). */
+  goodbye(): void {
+    this.closed = true;
+    this.client.goodbye();
+    this.loop.stop();
+    this.network.closeAll(this.peerId);
+  }
+
+  /** The renderer dies: no goodbye, channels and socket drop. */
+  crash(): void {
+    this.closed = true;
+    this.loop.stop();
+    this.client.stop(1006, 'crashed');
+    this.network.closeAll(this.peerId);
+  }
+}
+
+/** Resolve when `check()` holds, polling every few ms; reject after `timeoutMs` with `describe()`. */
+export async function until(check: () => boolean, what: string, timeoutMs = 10_000, describe: () => string = () => ''): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!check()) {
+    if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}${describe() ? `: ${describe()}` : ''}`);
+    await new Promise((r) => setTimeout(r, 2));
+  }
+}
+

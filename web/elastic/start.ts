@@ -1,0 +1,119 @@
+/**
+ * The volunteer page's entry into elastic training: one call wires the training worker (its dataset
+ * already loaded), the PeerJS mesh, the coordinator client and the loop, and says goodbye on
+ * `pagehide` so the coordinator closes the round at once instead of waiting for a heartbeat timeout.
+ *
+ * ```ts
+ * const elastic = await startElastic({ worker: api, adapter }, { onStatus: (s) => render(s) });
+ * // later: elastic.leave();  (the Stop button)
+ * ```
+ *
+ * The status is also readable by tests as `window.tabswarmElastic` (a frozen copy per read).
+ */
+import type * as Comlink from 'comlink';
+import { CoordinatorClient, defaultCoordinatorUrl } from '../net/coordinator-client';
+import type { TrainingWorkerApi } from '../worker/training-worker';
+import { browserHttp } from './checkpoint-transfer';
+import { ElasticLoop, initialElasticStatus, type ElasticStatus, type ElasticTimeouts } from './elastic-loop';
+import { PeerMeshPort } from './peer-mesh-port';
+import { comlinkTrainer } from './ports';
+
+declare global {
+  interface Window {
+    /** The elastic loop's status (read-only copy), while the page trains with a coordinator. */
+    readonly tabswarmElastic?: Readonly<ElasticStatus>;
+  }
+}
+
+export interface StartElasticOptions {
+  /** The training worker, with the coordinator's dataset loaded (`loadData`). */
+  worker: Comlink.Remote<TrainingWorkerApi>;
+  /** The WebGPU adapter, as the coordinator records it. */
+  adapter: { vendor: string; architecture: string; description: string };
+  /** The coordinator's origin, e.g. `http://127.0.0.1:8080`; default the page's. */
+  origin?: string;
+  /** Evaluate on the first N test images when the job is done (default 0: no evaluation). */
+  evaluateOnDone?: number;
+  timeouts?: Partial<ElasticTimeouts>;
+}
+
+export interface ElasticCallbacks {
+  /** Every status change (a fresh copy each time). */
+  onStatus?(status: ElasticStatus): void;
+  log?(level: 'info' | 'warn' | 'error', text: string): void;
+}
+
+export interface ElasticHandle {
+  readonly status: ElasticStatus;
+  /** Leave the job: goodbye to the coordinator, close the peer links. */
+  leave(): void;
+}
+
+export async function startElastic(opts: StartElasticOptions, callbacks: ElasticCallbacks = {}): Promise<ElasticHandle> {
+  const origin = new URL(opts.origin ?? location.origin);
+  const log = callbacks.log ?? defaultLog;
+  let current: ElasticStatus = initialElasticStatus();
+  Object.defineProperty(window, 'tabswarmElastic', {
+    configurable: true,
+    get: () => Object.freeze({ ...current, losses: Object.freeze([...current.losses]) as ElasticStatus['losses'] }),
+  });
+
+  const mesh = await PeerMeshPort.open(
+    {
+      host: origin.hostname,
+      port: Number(origin.port || (origin.protocol === 'https:' ? 443 : 80)),
+      secure: origin.protocol === 'https:',
+    },
+    log,
+  );
+  let client: CoordinatorClient | null = null;
+  let left = false;
+  const loop = new ElasticLoop({
+    trainer: comlinkTrainer(opts.worker),
+    mesh,
+    control: { send: (body) => client?.send(body) ?? false },
+    http: browserHttp(origin.origin),
+    timeouts: opts.timeouts,
+    evaluateOnDone: opts.evaluateOnDone,
+    log,
+    onStatus: (status) => {
+      current = status;
+      callbacks.onStatus?.(status);
+      // A tab that cannot go on (worker wedged, job failed) leaves, so the others need not wait for its heartbeat to stop.
+      if (status.phase === 'failed' && !left) leave();
+    },
+  });
+  client = new CoordinatorClient({
+    url: defaultCoordinatorUrl(origin),
+    hello: () => ({ peerId: mesh.peerId, adapter: opts.adapter, ...loop.holding() }),
+    onMessage: (msg) => loop.handle(msg),
+    onDisconnect: () => loop.disconnected(),
+    log,
+  });
+
+  function leave(): void {
+    if (left) return;
+    left = true;
+    window.removeEventListener('pagehide', onPageHide);
+    // The goodbye goes out synchronously, before anything else is torn down.
+    client!.goodbye();
+    loop.stop();
+    mesh.close();
+  }
+  const onPageHide = () => leave();
+  window.addEventListener('pagehide', onPageHide);
+  client.start();
+  return {
+    get status() {
+      return current;
+    },
+    leave,
+  };
+}
+
+function defaultLog(level: 'info' | 'warn' | 'error', text: string): void {
+  const line = `tabswarm: ${text}`;
+  if (level === 'error') console.error(line);
+  else if (level === 'warn') console.warn(line);
+  else console.info(line);
+}

@@ -1,0 +1,66 @@
+/**
+ * A `Link` is one reliable, ordered, message-oriented channel to one peer: what a WebRTC data channel
+ * (`reliable: true`) gives, reduced to the little the collectives need. Collectives are written
+ * against this interface only, so the same code runs over PeerJS data channels in browsers and over
+ * in-memory links in Node unit tests (`memory-link.ts`).
+ *
+ * Contract (both implementations keep it):
+ * - Messages arrive in the order they were sent, complete, or not at all (then the link closes).
+ * - Messages that arrive before any `onMessage` listener is attached are held and handed to the first
+ *   listener, so a fast neighbour's first frames are not lost while this side is still computing.
+ * - `bufferedAmount` counts bytes accepted by `send` and not yet handed to the network; when it falls
+ *   from above `bufferedAmountLowThreshold` to at or below it, `onBufferedAmountLow` listeners run
+ *   (the data channel's `bufferedamountlow` event). Senders pace on this instead of queueing without
+ *   bound.
+ * - `onClose` listeners run once, when either side closes or the transport fails, told whether this
+ *   side closed it (`closedLocally`); `send` on a closed link throws.
+ */
+export type Unsubscribe = () => void;
+
+export interface Link {
+  /** The remote peer's id (for errors and logs). */
+  readonly peer: string;
+  readonly isOpen: boolean;
+  readonly bufferedAmount: number;
+  readonly bufferedAmountLowThreshold: number;
+  send(message: ArrayBuffer): void;
+  onMessage(listener: (message: ArrayBuffer) => void): Unsubscribe;
+  onClose(listener: (reason: string, closedLocally: boolean) => void): Unsubscribe;
+  onBufferedAmountLow(listener: () => void): Unsubscribe;
+  /** Close both directions; the remote side's `onClose` runs too. */
+  close(): void;
+}
+
+/** A ring as the allreduce sees it. `left`/`right` may be the same link (size 2) and are unused at size 1. */
+export interface Ring {
+  readonly rank: number;
+  readonly size: number;
+  /** The link to rank `(rank - 1) mod size`: frames are received from it. */
+  readonly left: Link | null;
+  /** The link to rank `(rank + 1) mod size`: frames are sent to it. */
+  readonly right: Link | null;
+}
+
+/** A listener set that tolerates listeners removing themselves (or others) while being called. */
+export class ListenerSet<A extends unknown[]> {
+  private listeners: Array<(...args: A) => void> = [];
+
+  get size(): number {
+    return this.listeners.length;
+  }
+
+  add(listener: (...args: A) => void): Unsubscribe {
+    this.listeners = [...this.listeners, listener];
+    return () => {
+      this.listeners = this.listeners.filter((l) => l !== listener);
+    };
+  }
+
+  emit(...args: A): void {
+    for (const listener of this.listeners) listener(...args);
+  }
+
+  clear(): void {
+    this.listeners = [];
+  }
+}

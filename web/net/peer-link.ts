@@ -1,0 +1,137 @@
+/**
+ * A `Link` over a PeerJS `DataConnection` (reliable, `serialization: 'raw'`). PeerJS is used for
+ * signaling and connection setup only; frames go straight to the underlying `RTCDataChannel` so our
+ * own pacing (`bufferedAmount` + `bufferedamountlow`) is the only send queue — PeerJS's buffered send
+ * would add a second, unbounded one that polls every 50 ms.
+ */
+import type { DataConnection } from 'peerjs';
+import { ListenerSet, type Link, type Unsubscribe } from './link';
+
+export interface DataConnectionLinkOptions {
+  /** `bufferedamountlow` fires when the send buffer falls to this. Default 256 KiB. */
+  readonly bufferedAmountLowThreshold?: number;
+  /**
+   * Treat ICE `disconnected` as closed. A crashed or frozen tab sends no SCTP abort: the only early
+   * sign is ICE consent checks failing (a few seconds), long before ICE gives up (`failed`, ~30 s).
+   * A training ring prefers to restore and re-form over waiting for a link that might come back.
+   * Default true.
+   */
+  readonly closeOnIceDisconnected?: boolean;
+}
+
+export const DEFAULT_LOW_WATER_BYTES = 256 * 1024;
+
+export class DataConnectionLink implements Link {
+  readonly peer: string;
+  readonly bufferedAmountLowThreshold: number;
+  private readonly channel: RTCDataChannel;
+  private open = true;
+  private closeReason = '';
+  private readonly held: ArrayBuffer[] = [];
+  private readonly messageListeners = new ListenerSet<[ArrayBuffer]>();
+  private readonly closeListeners = new ListenerSet<[string, boolean]>();
+  private readonly lowListeners = new ListenerSet<[]>();
+  private readonly detach: Array<() => void> = [];
+
+  constructor(
+    readonly connection: DataConnection,
+    opts: DataConnectionLinkOptions = {},
+  ) {
+    this.peer = connection.peer;
+    const channel = connection.dataChannel;
+    if (!channel || channel.readyState !== 'open') throw new Error(`data connection to ${connection.peer} is not open`);
+    this.channel = channel;
+    channel.binaryType = 'arraybuffer';
+    this.bufferedAmountLowThreshold = opts.bufferedAmountLowThreshold ?? DEFAULT_LOW_WATER_BYTES;
+    channel.bufferedAmountLowThreshold = this.bufferedAmountLowThreshold;
+
+    const onLow = () => this.lowListeners.emit();
+    channel.addEventListener('bufferedamountlow', onLow);
+    const onChannelClose = () => this.shutDown('data channel closed');
+    channel.addEventListener('close', onChannelClose);
+    this.detach.push(() => {
+      channel.removeEventListener('bufferedamountlow', onLow);
+      channel.removeEventListener('close', onChannelClose);
+    });
+
+    const onData = (data: unknown) => {
+      if (!this.open) return;
+      // Raw serialization hands over what the channel received; anything but an ArrayBuffer is passed
+      // on as-is and rejected by the frame decoder as a protocol error.
+      const message = data as ArrayBuffer;
+      if (this.messageListeners.size === 0) this.held.push(message);
+      else this.messageListeners.emit(message);
+    };
+    const onClose = () => this.shutDown('connection closed');
+    const onError = (err: { type?: string; message?: string }) => this.shutDown(`connection error ${err.type ?? ''}: ${err.message ?? ''}`);
+    const closeOnDisconnect = opts.closeOnIceDisconnected ?? true;
+    const onIce = (state: RTCIceConnectionState) => {
+      if (state === 'failed' || state === 'closed' || (closeOnDisconnect && state === 'disconnected')) this.shutDown(`ICE ${state}`);
+    };
+    connection.on('data', onData);
+    connection.on('close', onClose);
+    connection.on('error', onError);
+    connection.on('iceStateChanged', onIce);
+    this.detach.push(() => {
+      connection.off('data', onData);
+      connection.off('close', onClose);
+      connection.off('error', onError);
+      connection.off('iceStateChanged', onIce);
+    });
+  }
+
+  get isOpen(): boolean {
+    return this.open && this.channel.readyState === 'open';
+  }
+
+  get bufferedAmount(): number {
+    return this.channel.bufferedAmount;
+  }
+
+  /** Why the link closed ('' while open). */
+  get reason(): string {
+    return this.closeReason;
+  }
+
+  send(message: ArrayBuffer): void {
+    if (!this.isOpen) throw new Error(`link to ${this.peer} is closed${this.closeReason ? `: ${this.closeReason}` : ''}`);
+    this.channel.send(message);
+  }
+
+  onMessage(listener: (message: ArrayBuffer) => void): Unsubscribe {
+    const unsubscribe = this.messageListeners.add(listener);
+    if (this.held.length > 0) for (const message of this.held.splice(0)) listener(message);
+    return unsubscribe;
+  }
+
+  onClose(listener: (reason: string, closedLocally: boolean) => void): Unsubscribe {
+    return this.closeListeners.add(listener);
+  }
+
+  onBufferedAmountLow(listener: () => void): Unsubscribe {
+    return this.lowListeners.add(listener);
+  }
+
+  close(): void {
+    this.shutDown('closed locally', true);
+  }
+
+  private shutDown(reason: string, closedLocally = false): void {
+    if (!this.open) return;
+    this.open = false;
+    this.closeReason = reason;
+    for (const detach of this.detach) detach();
+    this.held.length = 0;
+    // Closing the connection closes its RTCPeerConnection, which the remote sees at once as a closed
+    // channel (an SCTP abort), rather than after ICE timeouts.
+    try {
+      this.connection.close();
+    } catch {
+      // already torn down by PeerJS
+    }
+    this.closeListeners.emit(reason, closedLocally);
+    this.closeListeners.clear();
+    this.messageListeners.clear();
+    this.lowListeners.clear();
+  }
+}

@@ -1,0 +1,305 @@
+/**
+ * The tab's PeerJS endpoint and its links to other tabs.
+ *
+ * - One `Peer` per tab, registered with the coordinator's signaling server (`/peer`). No STUN/TURN by
+ *   default: tabs of one machine or LAN reach each other with host candidates.
+ * - One reliable raw data connection per pair of tabs. To avoid two connections racing for the same
+ *   pair, only the tab with the lower id dials; the other waits for the call. A dial to a tab that has
+ *   not registered yet is retried until the deadline (the signaling server only holds offers for 5 s).
+ * - A link that closes is forgotten, and listeners hear `link-closed`; a later `connect` dials again.
+ */
+import { Peer, type DataConnection, type PeerError } from 'peerjs';
+import { ListenerSet, type Link, type Ring, type Unsubscribe } from './link';
+import { DataConnectionLink, type DataConnectionLinkOptions } from './peer-link';
+
+export interface PeerMeshOptions {
+  /** This tab's id on the signaling server (letters, digits, `-`, `_`). */
+  readonly id: string;
+  readonly host: string;
+  readonly port: number;
+  /** Where the coordinator mounts PeerServer. Default `/peer`. */
+  readonly path?: string;
+  /** PeerServer key. Default `peerjs` (the coordinator's). */
+  readonly key?: string;
+  readonly secure?: boolean;
+  /** Default none: localhost and LAN only. */
+  readonly iceServers?: RTCIceServer[];
+  /** How long `PeerMesh.open` waits for the signaling server. Default 10 s. */
+  readonly openTimeoutMs?: number;
+  readonly link?: DataConnectionLinkOptions;
+  /** PeerJS log level 0–3. */
+  readonly debug?: 0 | 1 | 2 | 3;
+  /**
+   * Close every link on `pagehide` (default true in a page). Closing the peer connections sends an
+   * SCTP abort the neighbours see at once; a tab torn down without it is only noticed when ICE
+   * consent checks fail, seconds later.
+   */
+  readonly closeOnPageHide?: boolean;
+}
+
+export type PeerMeshEvent =
+  | { readonly type: 'link-open'; readonly peer: string }
+  | { readonly type: 'link-closed'; readonly peer: string; readonly reason: string }
+  /** The signaling connection is lost: existing links keep working, new ones cannot be made. */
+  | { readonly type: 'signaling-lost'; readonly reason: string }
+  | { readonly type: 'error'; readonly error: Error };
+
+interface Waiter {
+  resolve(link: Link): void;
+  reject(error: Error): void;
+}
+
+const LABEL = 'tabswarm';
+const DIAL_ATTEMPT_MS = 6000;
+const DIAL_RETRY_MS = 200;
+
+export class PeerMesh {
+  private readonly links = new Map<string, DataConnectionLink>();
+  private readonly waiters = new Map<string, Set<Waiter>>();
+  private readonly listeners = new ListenerSet<[PeerMeshEvent]>();
+  private readonly peerErrors = new ListenerSet<[PeerError<string>]>();
+  private destroyed = false;
+
+  private constructor(
+    private readonly peerClient: Peer,
+    private readonly opts: PeerMeshOptions,
+  ) {
+    peerClient.on('connection', (connection) => this.accept(connection));
+    peerClient.on('error', (error) => {
+      this.peerErrors.emit(error);
+      // A dial to an unknown id is the dial loop's business; everything else is worth reporting.
+      if (error.type !== 'peer-unavailable') this.emit({ type: 'error', error });
+    });
+    peerClient.on('disconnected', () => this.emit({ type: 'signaling-lost', reason: 'disconnected from the signaling server' }));
+    if ((opts.closeOnPageHide ?? true) && typeof window !== 'undefined') {
+      const onPageHide = () => this.destroy();
+      window.addEventListener('pagehide', onPageHide);
+      this.removePageHide = () => window.removeEventListener('pagehide', onPageHide);
+    }
+  }
+
+  private removePageHide: () => void = () => {};
+
+  /** Register `opts.id` with the signaling server; rejects if it is taken or the server is unreachable. */
+  static open(opts: PeerMeshOptions): Promise<PeerMesh> {
+    const peerClient = new Peer(opts.id, {
+      host: opts.host,
+      port: opts.port,
+      path: opts.path ?? '/peer',
+      key: opts.key ?? 'peerjs',
+      secure: opts.secure ?? false,
+      config: { iceServers: opts.iceServers ?? [] },
+      debug: opts.debug ?? 0,
+    });
+    return new Promise<PeerMesh>((resolve, reject) => {
+      const timer = setTimeout(() => fail(new Error(`signaling server ${opts.host}:${opts.port} did not answer within ${opts.openTimeoutMs ?? 10_000} ms`)), opts.openTimeoutMs ?? 10_000);
+      const onOpen = () => {
+        clearTimeout(timer);
+        peerClient.off('error', onError);
+        resolve(new PeerMesh(peerClient, opts));
+      };
+      const onError = (error: PeerError<string>) => fail(new Error(`PeerJS ${error.type}: ${error.message}`));
+      const fail = (error: Error) => {
+        clearTimeout(timer);
+        peerClient.off('open', onOpen);
+        peerClient.off('error', onError);
+        peerClient.destroy();
+        reject(error);
+      };
+      peerClient.once('open', onOpen);
+      peerClient.on('error', onError);
+    });
+  }
+
+  get id(): string {
+    return this.opts.id;
+  }
+
+  on(listener: (event: PeerMeshEvent) => void): Unsubscribe {
+    return this.listeners.add(listener);
+  }
+
+  /** The open link to `peer`, if any. */
+  link(peer: string): Link | undefined {
+    const link = this.links.get(peer);
+    return link?.isOpen ? link : undefined;
+  }
+
+  /** Peers with an open link. */
+  get connectedPeers(): string[] {
+    return [...this.links.keys()].filter((p) => this.links.get(p)!.isOpen);
+  }
+
+  /** Open links to all `peers` (dialing those with a higher id, awaiting the others' calls). */
+  async connect(peers: readonly string[], opts: { timeoutMs?: number } = {}): Promise<Map<string, Link>> {
+    const deadline = performance.now() + (opts.timeoutMs ?? 15_000);
+    const unique = [...new Set(peers)].filter((p) => p !== this.id);
+    const links = await Promise.all(unique.map((peer) => this.connectOne(peer, deadline)));
+    return new Map(unique.map((peer, i) => [peer, links[i]]));
+  }
+
+  /**
+   * This tab's place in a ring of `members` (in rank order, this tab among them), with links to its
+   * neighbours. With two members both neighbours are the same link.
+   */
+  async ring(members: readonly string[], opts: { timeoutMs?: number } = {}): Promise<Ring> {
+    const rank = members.indexOf(this.id);
+    if (rank < 0) throw new Error(`ring: ${this.id} is not among the members ${members.join(', ')}`);
+    if (new Set(members).size !== members.length) throw new Error(`ring: members repeat: ${members.join(', ')}`);
+    const size = members.length;
+    if (size === 1) return { rank, size, left: null, right: null };
+    const leftId = members[(rank - 1 + size) % size];
+    const rightId = members[(rank + 1) % size];
+    const links = await this.connect([leftId, rightId], opts);
+    return { rank, size, left: links.get(leftId)!, right: links.get(rightId)! };
+  }
+
+  /** Close links to peers not in `keep` (members that left the round). */
+  retain(keep: readonly string[]): void {
+    const wanted = new Set(keep);
+    for (const [peer, link] of this.links) if (!wanted.has(peer)) link.close();
+  }
+
+  disconnect(peer: string): void {
+    this.links.get(peer)?.close();
+  }
+
+  /** Close every link and leave the signaling server. */
+  destroy(): void {
+    if (this.destroyed) return;
+    this.destroyed = true;
+    this.removePageHide();
+    this.sayGoodbye();
+    for (const link of [...this.links.values()]) link.close();
+    for (const [peer, waiters] of this.waiters) for (const w of waiters) w.reject(new Error(`mesh destroyed while waiting for ${peer}`));
+    this.waiters.clear();
+    this.peerClient.destroy();
+  }
+
+  /**
+   * Tell each linked peer we are leaving, through the signaling server (a PeerJS LEAVE, on which its
+   * PeerJS closes our connections). A closing tab's own peer-connection teardown races the renderer's
+   * shutdown and is often lost, leaving neighbours to notice only when ICE consent fails (~5 s); the
+   * WebSocket message leaves the renderer at once.
+   */
+  private sayGoodbye(): void {
+    for (const peer of this.connectedPeers) {
+      try {
+        this.peerClient.socket.send({ type: 'LEAVE', dst: peer });
+      } catch {
+        // signaling already gone: the links' own close is all we can do
+      }
+    }
+  }
+
+  private async connectOne(peer: string, deadline: number): Promise<Link> {
+    const existing = this.link(peer);
+    if (existing) return existing;
+    if (this.destroyed) throw new Error('mesh destroyed');
+    return this.id < peer ? this.dial(peer, deadline) : this.awaitCall(peer, deadline);
+  }
+
+  private async dial(peer: string, deadline: number): Promise<Link> {
+    let lastError = 'no attempt';
+    while (!this.destroyed) {
+      const left = deadline - performance.now();
+      if (left <= 0) break;
+      const established = this.link(peer);
+      if (established) return established; // the other side called us after all
+      try {
+        return await this.dialOnce(peer, Math.min(left, DIAL_ATTEMPT_MS));
+      } catch (err) {
+        lastError = (err as Error).message;
+      }
+      const pause = Math.min(DIAL_RETRY_MS, deadline - performance.now());
+      if (pause > 0) await new Promise((resolve) => setTimeout(resolve, pause));
+    }
+    throw new Error(`could not connect ${this.id} → ${peer}: ${lastError}`);
+  }
+
+  private dialOnce(peer: string, timeoutMs: number): Promise<Link> {
+    const connection = this.peerClient.connect(peer, { reliable: true, serialization: 'raw', label: LABEL });
+    if (!connection) return Promise.reject(new Error('PeerJS refused to dial (peer destroyed or disconnected)'));
+    return new Promise<Link>((resolve, reject) => {
+      const cleanups: Array<() => void> = [];
+      const finish = (error: Error | null) => {
+        for (const c of cleanups) c();
+        if (error) {
+          connection.close();
+          reject(error);
+        } else resolve(this.adopt(connection));
+      };
+      const timer = setTimeout(() => finish(new Error(`no answer within ${Math.round(timeoutMs)} ms`)), timeoutMs);
+      cleanups.push(() => clearTimeout(timer));
+      const onOpen = () => finish(null);
+      const onFail = () => finish(new Error('connection closed or failed before opening'));
+      connection.on('open', onOpen);
+      connection.on('error', onFail);
+      connection.on('close', onFail);
+      cleanups.push(() => {
+        connection.off('open', onOpen);
+        connection.off('error', onFail);
+        connection.off('close', onFail);
+      });
+      // PeerJS reports an unknown destination on the Peer, naming it in the message.
+      cleanups.push(
+        this.peerErrors.add((error) => {
+          if (error.type === 'peer-unavailable' && error.message.endsWith(` ${peer}`)) finish(new Error(`${peer} is not on the signaling server`));
+        }),
+      );
+    });
+  }
+
+  private awaitCall(peer: string, deadline: number): Promise<Link> {
+    return new Promise<Link>((resolve, reject) => {
+      let waiters = this.waiters.get(peer);
+      if (!waiters) this.waiters.set(peer, (waiters = new Set()));
+      const timer = setTimeout(() => {
+        waiters!.delete(waiter);
+        reject(new Error(`${peer} did not connect to ${this.id} in time`));
+      }, Math.max(0, deadline - performance.now()));
+      const waiter: Waiter = {
+        resolve: (link) => {
+          clearTimeout(timer);
+          resolve(link);
+        },
+        reject: (error) => {
+          clearTimeout(timer);
+          reject(error);
+        },
+      };
+      waiters.add(waiter);
+    });
+  }
+
+  private accept(connection: DataConnection): void {
+    if (this.destroyed || connection.label !== LABEL || connection.serialization !== 'raw') {
+      connection.close();
+      return;
+    }
+    connection.once('open', () => this.adopt(connection));
+  }
+
+  private adopt(connection: DataConnection): Link {
+    const peer = connection.peer;
+    // The remote dialed again: it considers the previous link dead, so it is.
+    this.links.get(peer)?.close();
+    const link = new DataConnectionLink(connection, this.opts.link);
+    this.links.set(peer, link);
+    link.onClose((reason) => {
+      if (this.links.get(peer) === link) this.links.delete(peer);
+      this.emit({ type: 'link-closed', peer, reason });
+    });
+    this.emit({ type: 'link-open', peer });
+    const waiters = this.waiters.get(peer);
+    if (waiters) {
+      this.waiters.delete(peer);
+      for (const w of waiters) w.resolve(link);
+    }
+    return link;
+  }
+
+  private emit(event: PeerMeshEvent): void {
+    this.listeners.emit(event);
+  }
+}
