@@ -20,7 +20,7 @@ export interface CollectiveOptions {
   readonly timeoutMs: number;
   /** Abort from outside (e.g. the coordinator closed the round): rejects with kind `aborted`. */
   readonly signal?: AbortSignal;
-  /** Bytes allowed in a channel's send buffer before the sender waits (default 1 MiB). */
+  /** Bytes allowed in a channel's send buffer before the sender waits (default 256 KiB). */
   readonly highWaterBytes?: number;
 }
 

@@ -9,8 +9,13 @@
 import { CollectiveError } from './collective-error';
 import type { Link, Unsubscribe } from './link';
 
-/** Keep this much queued in the channel: enough to cover a scheduling hiccup at ~20–100 MiB/s. */
-export const DEFAULT_HIGH_WATER_BYTES = 1024 * 1024;
+/**
+ * Stop handing frames to a channel holding this much. 256 KiB (with the link's 64 KiB low-water
+ * mark) moved data as fast as 1 MiB / 256 KiB did between Chromium tabs here, and made the stall on
+ * a fresh association's first bulk transfer ~3× shorter (~0.9 s vs ~2.5–3.5 s; web/net/README.md):
+ * Chromium's SCTP recovers from a smaller burst sooner.
+ */
+export const DEFAULT_HIGH_WATER_BYTES = 256 * 1024;
 
 interface PendingRange {
   next: number;

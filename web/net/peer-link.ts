@@ -8,7 +8,7 @@ import type { DataConnection } from 'peerjs';
 import { ListenerSet, type Link, type Unsubscribe } from './link';
 
 export interface DataConnectionLinkOptions {
-  /** `bufferedamountlow` fires when the send buffer falls to this. Default 256 KiB. */
+  /** `bufferedamountlow` fires when the send buffer falls to this. Default 64 KiB (see paced-sender.ts). */
   readonly bufferedAmountLowThreshold?: number;
   /**
    * Treat ICE `disconnected` as closed. A crashed or frozen tab sends no SCTP abort: the only early
@@ -19,7 +19,8 @@ export interface DataConnectionLinkOptions {
   readonly closeOnIceDisconnected?: boolean;
 }
 
-export const DEFAULT_LOW_WATER_BYTES = 256 * 1024;
+/** ~3 ms of data at 20 MiB/s: enough to cover the event-loop latency between the event and the next send. */
+export const DEFAULT_LOW_WATER_BYTES = 64 * 1024;
 
 export class DataConnectionLink implements Link {
   readonly peer: string;

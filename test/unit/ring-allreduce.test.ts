@@ -1,0 +1,329 @@
+import { describe, expect, it } from 'vitest';
+import { CollectiveError } from '../../web/net/collective-error';
+import { encodeFrame, FrameKind, PayloadEncoding } from '../../web/net/framing';
+import { memoryRing, type MemoryLink } from '../../web/net/memory-link';
+import { ringAllreduce, type RingAllreduceOptions } from '../../web/net/ring-allreduce';
+import { mulberry32, randomArray } from '../support/rng';
+
+type RingView = ReturnType<typeof memoryRing>['rings'][number];
+
+function inputs(size: number, n: number, seed: number): Float32Array[] {
+  const rand = mulberry32(seed);
+  return Array.from({ length: size }, () => randomArray(rand, n, -1, 1));
+}
+
+/** The exact sum in float64, and Σ|x| per element (the scale of float32 rounding error). */
+function float64Sum(xs: Float32Array[]): { sum: Float64Array; abs: Float64Array } {
+  const n = xs[0].length;
+  const sum = new Float64Array(n);
+  const abs = new Float64Array(n);
+  for (const x of xs) for (let i = 0; i < n; i++) {
+    sum[i] += x[i];
+    abs[i] += Math.abs(x[i]);
+  }
+  return { sum, abs };
+}
+
+/** Throws with the first mismatches when |got − sum| > relBound·Σ|x| (+ a denormal floor). */
+function expectWithinBound(got: Float32Array, ref: { sum: Float64Array; abs: Float64Array }, relBound: number, label: string): number {
+  let worst = 0;
+  const bad: string[] = [];
+  for (let i = 0; i < got.length; i++) {
+    const err = Math.abs(got[i] - ref.sum[i]);
+    const bound = relBound * ref.abs[i] + 1e-30;
+    worst = Math.max(worst, err / (ref.abs[i] || 1));
+    if (!(err <= bound) && bad.length < 5) bad.push(`[${i}] got ${got[i]} sum ${ref.sum[i]} |err| ${err.toExponential(2)} > ${bound.toExponential(2)}`);
+  }
+  if (bad.length) expect.fail(`${label}: outside ${relBound.toExponential(2)}·Σ|x|:\n  ${bad.join('\n  ')}`);
+  return worst;
+}
+
+function expectBitIdentical(results: Float32Array[], label: string): void {
+  const first = new Uint32Array(results[0].buffer, results[0].byteOffset, results[0].length);
+  for (let r = 1; r < results.length; r++) {
+    const other = new Uint32Array(results[r].buffer, results[r].byteOffset, results[r].length);
+    for (let i = 0; i < first.length; i++) {
+      if (first[i] !== other[i]) expect.fail(`${label}: rank ${r} differs from rank 0 at [${i}]: ${results[r][i]} vs ${results[0][i]}`);
+    }
+  }
+}
+
+async function allreduceAll(rings: RingView[], data: Float32Array[], opts: RingAllreduceOptions): Promise<void> {
+  await Promise.all(rings.map((ring, r) => ringAllreduce(ring, data[r], opts)));
+}
+
+/** Every collective must reject, and must do so by `withinMs`; returns the errors and the slowest time. */
+async function expectAllReject(promises: Promise<unknown>[], withinMs: number): Promise<{ errors: CollectiveError[]; slowestMs: number }> {
+  const t0 = performance.now();
+  let slowest = 0;
+  const errors = await Promise.all(
+    promises.map((p) =>
+      p.then(
+        () => expect.fail('the collective resolved, it should have rejected'),
+        (err: unknown) => {
+          slowest = Math.max(slowest, performance.now() - t0);
+          expect(err).toBeInstanceOf(CollectiveError);
+          return err as CollectiveError;
+        },
+      ),
+    ),
+  );
+  expect(slowest).toBeLessThan(withinMs);
+  return { errors, slowestMs: slowest };
+}
+
+function expectListenersReleased(links: [MemoryLink, MemoryLink][]): void {
+  for (const pair of links) {
+    for (const link of pair) {
+      if (!link.isOpen) continue;
+      // What stays is the link's frame router, if a collective used the link: one message and one
+      // close listener, for the link's life. Nothing per collective.
+      const used = link.listenerCounts.message;
+      expect(link.listenerCounts).toEqual({ message: used, close: used, bufferedAmountLow: 0 });
+      expect(used).toBeLessThanOrEqual(1);
+    }
+  }
+}
+
+const id = (step: number, seq = 0) => ({ round: 1, step, seq });
+
+describe('ringAllreduce over in-memory links', () => {
+  const sizes = [1, 2, 3, 4, 5, 6];
+  const lengths = [0, 1, 3, 1000, 100_003];
+  const cases = sizes.flatMap((size) => lengths.map((n) => [size, n] as const));
+
+  it.each(cases)('sums %i ranks × %i floats to the float64 sum, bit-identically on every rank', async (size, n) => {
+    const { rings, links } = memoryRing(size);
+    const data = inputs(size, n, 1000 * size + n);
+    const ref = float64Sum(data);
+    // Small chunks for the long vector so the pipeline really has many chunks in flight.
+    await allreduceAll(rings, data, { id: id(1), timeoutMs: 10_000, chunkElements: n > 10_000 ? 4096 : 7 });
+    // A chain of size−1 float32 additions: each rounding at most 2^-24 of the running |sum| ≤ Σ|x|.
+    expectWithinBound(data[0], ref, size * 2 ** -24, `size ${size} n ${n}`);
+    expectBitIdentical(data, `size ${size} n ${n}`);
+    expectListenersReleased(links);
+  });
+
+  it('gets the same bytes whatever the delays and chunking (summation order is fixed by the ring)', async () => {
+    const size = 4;
+    const n = 5003;
+    const original = inputs(size, n, 7);
+    const runs: Float32Array[] = [];
+    for (const [seed, chunkElements] of [[1, 5003], [2, 64], [3, 1]] as const) {
+      const rand = mulberry32(seed);
+      const { rings } = memoryRing(size, { latencyMs: () => rand() * 2, bytesPerMs: 200_000 });
+      const data = original.map((x) => x.slice());
+      await allreduceAll(rings, data, { id: id(1), timeoutMs: 20_000, chunkElements });
+      expectBitIdentical(data, `chunks of ${chunkElements}`);
+      runs.push(data[0]);
+    }
+    // Chunking changes which frames carry which elements, never the order of additions per element.
+    expectBitIdentical(runs, 'across runs');
+  });
+
+  it('paces the sender: the channel buffer stays near the high-water mark on a slow link', async () => {
+    const size = 3;
+    const n = 200_000;
+    const { rings, links } = memoryRing(size, { bytesPerMs: 20_000, bufferedAmountLowThreshold: 16 * 1024 });
+    const data = inputs(size, n, 3);
+    const ref = float64Sum(data);
+    const highWaterBytes = 64 * 1024;
+    await allreduceAll(rings, data, { id: id(1), timeoutMs: 20_000, chunkElements: 2048, highWaterBytes });
+    expectWithinBound(data[2], ref, size * 2 ** -24, 'paced');
+    for (const [a] of links) {
+      // At most one frame beyond high water (the check happens before each send).
+      expect(a.peakBufferedAmount).toBeLessThanOrEqual(highWaterBytes + 2048 * 4 + 32);
+      expect(a.bytesSent).toBeGreaterThan((2 * (size - 1) * n * 4) / size); // and it did send everything
+    }
+  });
+
+  it('runs consecutive collectives on the same links, with a rank starting the next one early', async () => {
+    const size = 3;
+    const { rings } = memoryRing(size, { latencyMs: 1 });
+    for (let step = 1; step <= 3; step++) {
+      const data = inputs(size, 999, step);
+      const ref = float64Sum(data);
+      // Rank 2 starts late: its neighbours' first frames wait in its link router.
+      await Promise.all(
+        rings.map(async (ring, r) => {
+          if (r === 2) await new Promise((resolve) => setTimeout(resolve, 15));
+          await ringAllreduce(ring, data[r], { id: id(step), timeoutMs: 5000, chunkElements: 50 });
+        }),
+      );
+      expectWithinBound(data[1], ref, size * 2 ** -24, `step ${step}`);
+      expectBitIdentical(data, `step ${step}`);
+    }
+  });
+
+  describe('fp16 wire compression', () => {
+    it.each([2, 3, 5])('stays within its error bound of the float64 sum on %i ranks, bit-identically', async (size) => {
+      const n = 20_011;
+      const { rings } = memoryRing(size);
+      const data = inputs(size, n, 40 + size);
+      const exact = data.map((x) => x.slice());
+      const ref = float64Sum(data);
+      await allreduceAll(rings, data, { id: id(1), timeoutMs: 10_000, compression: 'fp16', chunkElements: 1000 });
+      // size−1 partial sums and the final value each rounded to binary16 (2^-11 relative), plus float32 adds.
+      const worst = expectWithinBound(data[0], ref, size * (2 ** -11 + 2 ** -24), `fp16 size ${size}`);
+      expectBitIdentical(data, `fp16 size ${size}`);
+      // The compression is real: the result is not the float32 one, and its error is of fp16's size.
+      await allreduceAll(memoryRing(size).rings, exact, { id: id(1), timeoutMs: 10_000 });
+      let differing = 0;
+      for (let i = 0; i < n; i++) if (exact[0][i] !== data[0][i]) differing++;
+      expect(differing).toBeGreaterThan(n / 2);
+      expect(worst).toBeGreaterThan(2 ** -16);
+    });
+
+    it('keeps tiny and huge gradients (per-frame power-of-two scale, no fp16 overflow or underflow)', async () => {
+      const size = 3;
+      const n = 3000;
+      const { rings } = memoryRing(size);
+      const data = inputs(size, n, 5).map((x) => x.map((v, i) => v * (i < 1000 ? 1e-9 : i < 2000 ? 1 : 1e7)));
+      const ref = float64Sum(data);
+      await allreduceAll(rings, data, { id: id(1), timeoutMs: 10_000, compression: 'fp16', chunkElements: 1000 });
+      expectWithinBound(data[1], ref, size * (2 ** -11 + 2 ** -24), 'fp16 wide range');
+      expect(data[0].every(Number.isFinite)).toBe(true);
+    });
+
+    it('halves the bytes on the wire', async () => {
+      const sent: number[] = [];
+      for (const compression of ['none', 'fp16'] as const) {
+        const { rings, links } = memoryRing(3);
+        await allreduceAll(rings, inputs(3, 30_000, 1), { id: id(1), timeoutMs: 10_000, compression });
+        sent.push(links.reduce((acc, [a]) => acc + a.bytesSent, 0));
+      }
+      expect(sent[1] / sent[0]).toBeGreaterThan(0.49);
+      expect(sent[1] / sent[0]).toBeLessThan(0.52);
+    });
+  });
+
+  describe('failures', () => {
+    it.each([3, 4, 6])('a link closed mid-collective makes all %i ranks reject with peer_closed, well before the deadline', async (size) => {
+      const n = 300_000;
+      const cutAfter = 200_000; // bytes from rank 1 to rank 2: a fraction of what it must send
+      const { rings, links } = memoryRing(size, { latencyMs: 1, linkOptions: (from) => (from === 1 ? { a: { closeAfterSentBytes: cutAfter } } : {}) });
+      const data = inputs(size, n, 9);
+      const timeoutMs = 10_000;
+      const { errors } = await expectAllReject(
+        rings.map((ring, r) => ringAllreduce(ring, data[r], { id: id(1), timeoutMs, chunkElements: 2048 })),
+        timeoutMs / 10,
+      );
+      expect(links[1][0].bytesSent).toBeGreaterThan(cutAfter); // the cut really happened mid-transfer
+      for (const err of errors) expect(err.kind).toBe('peer_closed');
+      // The two ends of the cut name each other; the others learn who failed from the abort frames.
+      expect(errors[1].peer).toBe('rank2');
+      expect(errors[2].peer).toBe('rank1');
+      for (const err of errors) expect(['rank1', 'rank2']).toContain(err.peer);
+      expectListenersReleased(links);
+    });
+
+    it('a rank that never arrives makes the others reject with timeout at the deadline', async () => {
+      const { rings, links } = memoryRing(3);
+      const data = inputs(3, 1000, 1);
+      const timeoutMs = 150;
+      const t0 = performance.now();
+      const { errors } = await expectAllReject(
+        [ringAllreduce(rings[0], data[0], { id: id(1), timeoutMs }), ringAllreduce(rings[1], data[1], { id: id(1), timeoutMs })],
+        timeoutMs + 500,
+      );
+      expect(performance.now() - t0).toBeGreaterThanOrEqual(timeoutMs - 5);
+      for (const err of errors) expect(err.kind).toBe('timeout');
+      expect(errors[0].peer).toBe('rank2'); // rank 0 waits on its left neighbour, the absent rank 2
+      expectListenersReleased(links);
+    });
+
+    it('an AbortSignal rejects every rank with aborted', async () => {
+      const { rings } = memoryRing(3, { latencyMs: 2 });
+      const data = inputs(3, 100_000, 1);
+      const controller = new AbortController();
+      const promises = rings.map((ring, r) =>
+        ringAllreduce(ring, data[r], { id: id(1), timeoutMs: 10_000, chunkElements: 1000, signal: r === 0 ? controller.signal : undefined }),
+      );
+      setTimeout(() => controller.abort(new Error('round closed')), 5);
+      const { errors } = await expectAllReject(promises, 1000);
+      expect(errors[0].kind).toBe('aborted');
+      // To the others, rank 0 left the collective.
+      for (const err of errors.slice(1)) expect(err).toMatchObject({ kind: 'peer_closed', peer: 'rank0' });
+    });
+
+    it('a rank closing its own link (leaving) aborts locally and looks like a closed peer to the others', async () => {
+      const { rings, links } = memoryRing(4, { latencyMs: 1 });
+      const data = inputs(4, 100_000, 1);
+      const promises = rings.map((ring, r) => ringAllreduce(ring, data[r], { id: id(1), timeoutMs: 10_000, chunkElements: 1000 }));
+      setTimeout(() => links[2][0].close(), 5); // rank 2 closes its link to rank 3
+      const { errors } = await expectAllReject(promises, 1000);
+      expect(errors[2]).toMatchObject({ kind: 'aborted', peer: null });
+      for (const r of [0, 1, 3]) expect(errors[r]).toMatchObject({ kind: 'peer_closed', peer: 'rank2' });
+    });
+
+    it('a link that is already closed rejects at once', async () => {
+      const { rings, links } = memoryRing(3);
+      links[0][0].close();
+      await new Promise((resolve) => setTimeout(resolve, 1));
+      await expect(ringAllreduce(rings[0], new Float32Array(10), { id: id(1), timeoutMs: 10_000 })).rejects.toMatchObject({ kind: 'peer_closed', peer: 'rank1' });
+    });
+
+    it('ranks that disagree on the length reject with protocol instead of mixing data', async () => {
+      const { rings } = memoryRing(2);
+      const { errors } = await expectAllReject(
+        [ringAllreduce(rings[0], new Float32Array(100), { id: id(1), timeoutMs: 5000 }), ringAllreduce(rings[1], new Float32Array(101), { id: id(1), timeoutMs: 5000 })],
+        1000,
+      );
+      for (const err of errors) expect(err.kind).toBe('protocol');
+    });
+
+    it('ranks that disagree on compression reject with protocol', async () => {
+      const { rings } = memoryRing(3);
+      const data = inputs(3, 100, 1);
+      const { errors } = await expectAllReject(
+        rings.map((ring, r) => ringAllreduce(ring, data[r], { id: id(1), timeoutMs: 5000, compression: r === 1 ? 'fp16' : 'none' })),
+        1000,
+      );
+      for (const err of errors) expect(err.kind).toBe('protocol');
+    });
+
+    it('a malformed frame rejects with protocol and names the sender', async () => {
+      const { rings, links } = memoryRing(3);
+      const data = inputs(3, 100, 1);
+      const p0 = ringAllreduce(rings[0], data[0], { id: id(1), timeoutMs: 5000 });
+      const p1 = ringAllreduce(rings[1], data[1], { id: id(1), timeoutMs: 5000 });
+      // rank 2 is not running the collective; garbage arrives at rank 0 from it instead.
+      links[2][0].send(new Uint8Array([1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32]).buffer);
+      await expect(p0).rejects.toMatchObject({ kind: 'protocol', peer: 'rank2' });
+      await expect(p1).rejects.toMatchObject({ kind: 'protocol' }); // told by rank 0's abort frame
+    });
+
+    it('late frames of a failed collective do not leak into the next one', async () => {
+      const size = 3;
+      const { rings } = memoryRing(size, { latencyMs: 1 });
+      const first = inputs(size, 50_000, 1);
+      const controller = new AbortController();
+      const failed = rings.map((ring, r) => ringAllreduce(ring, first[r], { id: id(1), timeoutMs: 5000, chunkElements: 500, signal: r === 1 ? controller.signal : undefined }));
+      setTimeout(() => controller.abort(), 3);
+      await Promise.allSettled(failed);
+      const second = inputs(size, 50_000, 2);
+      const ref = float64Sum(second);
+      await allreduceAll(rings, second, { id: id(2), timeoutMs: 5000, chunkElements: 500 });
+      expectWithinBound(second[0], ref, size * 2 ** -24, 'after a failed collective');
+      expectBitIdentical(second, 'after a failed collective');
+    });
+
+    it('refuses an id that does not grow on a link', async () => {
+      const { rings } = memoryRing(2);
+      await allreduceAll(rings, inputs(2, 10, 1), { id: id(5), timeoutMs: 5000 });
+      await expect(ringAllreduce(rings[0], new Float32Array(10), { id: id(4), timeoutMs: 5000 })).rejects.toMatchObject({ kind: 'protocol' });
+    });
+
+    it('an abort frame for a collective not yet started fails it as soon as it starts', async () => {
+      const { rings, links } = memoryRing(3);
+      links[2][0].send(
+        encodeFrame(
+          { kind: FrameKind.Abort, id: id(9), ringStep: 0, encoding: PayloadEncoding.Bytes, scaleExponent: 0, chunkIndex: 0, chunkCount: 1 },
+          new TextEncoder().encode(JSON.stringify({ kind: 'peer_closed', peer: 'rank7', message: 'gone' })),
+        ),
+      );
+      await new Promise((resolve) => setTimeout(resolve, 5));
+      await expect(ringAllreduce(rings[0], new Float32Array(10), { id: id(9), timeoutMs: 5000 })).rejects.toMatchObject({ kind: 'peer_closed', peer: 'rank7' });
+    });
+  });
+});
