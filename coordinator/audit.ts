@@ -1,5 +1,5 @@
 /**
- * `GET /api/audit` and `GET /api/status`: read models of the run.
+ * `GET /api/audit`, `GET /api/status`, `GET /api/commits` and `GET /api/evaluations`: read models of the run.
  *
  * The audit is computed from the stored commit rows alone, re-deriving each commit's dataset indices
  * from `epochOrder(seed, epoch, n)` and its [cursorStart, cursorStart+count) — independent of the
@@ -9,7 +9,7 @@
  */
 import { statusView, type CoordinatorState, type StatusView } from './core/machine';
 import { base64ToBytes, epochOrder } from './core/sampler';
-import type { CommitRow } from './store';
+import type { CommitRow, EventRow } from './store';
 
 /** Lists in the audit are cut to this many entries (the counts are exact). */
 const LIST_LIMIT = 1000;
@@ -178,4 +178,94 @@ export function statusOf(state: CoordinatorState, now: number): StatusReport {
     waiting: view.waiting.map((w) => ({ ...w, adapter: adapter(w.id), lastHeartbeatAgeMs: age(w.id) })),
     latestCheckpoint: latest ? { step: latest.step, sha256: latest.sha256 } : null,
   };
+}
+
+// ---------------------------------------------------------------- commits and evaluations
+
+/** Most commit rows one `GET /api/commits` returns. */
+export const MAX_COMMITS_PAGE = 1000;
+
+/** One row of `GET /api/commits`: a live commit (steps firstStep..step) as the commit log holds it. */
+export interface CommitView {
+  /** Last step of the commit. */
+  step: number;
+  /** First step of the commit (= step when commitEvery is 1). */
+  firstStep: number;
+  epoch: number;
+  /** First position in the epoch order covered; the commit covers [cursorStart, cursorStart+count). */
+  cursorStart: number;
+  count: number;
+  /** Parameter hash after `step`. */
+  hash: string;
+  round: number;
+  /** Ranks that computed it. */
+  worldSize: number;
+  /** Mean training loss over the commit's samples (null if it was not finite). */
+  loss: number | null;
+  /** Server clock (ms since the epoch) when the row was written. */
+  committedAt: number;
+}
+
+/** The body of `GET /api/commits?from=STEP&limit=N`. */
+export interface CommitsPage {
+  runId: string;
+  commits: CommitView[];
+  /** `from` for the next page (one past the last step returned), or null when this page was the last. */
+  next: number | null;
+}
+
+export function commitsPage(runId: string, rows: CommitRow[], limit: number): CommitsPage {
+  const commits = rows.map(
+    (r): CommitView => ({
+      step: r.step,
+      firstStep: r.firstStep,
+      epoch: r.epoch,
+      cursorStart: r.cursorStart,
+      count: r.count,
+      hash: r.hash,
+      round: r.round,
+      worldSize: r.world.length,
+      loss: Number.isFinite(r.loss) ? r.loss : null,
+      committedAt: r.committedAt,
+    }),
+  );
+  return { runId, commits, next: commits.length === limit && commits.length > 0 ? commits[commits.length - 1].step + 1 : null };
+}
+
+/** One row of `GET /api/evaluations`: an accepted `evaluation` event (core/evaluation.ts). */
+export interface EvaluationView {
+  /** Event-log id (pass it as `after` to page on). */
+  id: number;
+  /** Server clock (ms) when the event was logged. */
+  at: number;
+  step: number;
+  epoch: number;
+  /** Test accuracy in [0, 1]. */
+  accuracy: number;
+  /** Mean test cross-entropy (null if the event lacks it). */
+  loss: number | null;
+  testSamples: number;
+  workerId: string;
+  round: number;
+}
+
+/** The `evaluation` event rows as views (rows whose data lacks a field are skipped). */
+export function evaluationViews(rows: EventRow[]): EvaluationView[] {
+  const views: EvaluationView[] = [];
+  for (const row of rows) {
+    const d = row.data as Partial<Record<keyof EvaluationView, unknown>> | null;
+    if (!d || typeof d.step !== 'number' || typeof d.accuracy !== 'number') continue;
+    views.push({
+      id: row.id,
+      at: row.at,
+      step: d.step,
+      epoch: typeof d.epoch === 'number' ? d.epoch : 0,
+      accuracy: d.accuracy,
+      loss: typeof d.loss === 'number' ? d.loss : null,
+      testSamples: typeof d.testSamples === 'number' ? d.testSamples : 0,
+      workerId: typeof d.workerId === 'string' ? d.workerId : '',
+      round: typeof d.round === 'number' ? d.round : 0,
+    });
+  }
+  return views;
 }

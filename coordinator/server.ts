@@ -4,7 +4,8 @@
  *   /ws               the control WebSocket (ControlChannel → the machine)
  *   /peer/…           PeerJS signaling (REST + its WebSocket at /peer/peerjs)
  *   /api/dataset/…    the dataset (dataset.ts)
- *   /api/status, /api/audit, /api/job, /api/checkpoints/…, /api/admin/… (bearer token)
+ *   /api/status, /api/audit, /api/job, /api/commits, /api/evaluations, /api/checkpoints/…,
+ *   /api/admin/… (bearer token)
  *   /metrics          Prometheus text
  * The server is thin: every decision is the machine's; this file turns HTTP into events and reads
  * state for the read-only routes.
@@ -18,7 +19,7 @@ import { adminActionSchema, type AdminAction } from './core/machine';
 import { idSchema } from './core/protocol';
 import { positionAfter } from './core/sampler';
 import { decodeSnapshot, SnapshotError } from './core/snapshot';
-import { auditRun, statusOf } from './audit';
+import { auditRun, commitsPage, evaluationViews, MAX_COMMITS_PAGE, statusOf } from './audit';
 import type { ControlChannel } from './control-channel';
 import type { MachineExecutor } from './executor';
 import { bearerToken, HttpError, readBody, readJsonBody, sameSecret, sendError, sendJson, sendText } from './http-util';
@@ -56,6 +57,17 @@ const adminRoutes: Record<string, (body: unknown) => AdminAction> = {
 };
 
 const stepParam = z.coerce.number().int().min(0).max(Number.MAX_SAFE_INTEGER);
+
+/** A non-negative integer query parameter written as plain digits (so "", "1e3", "0x10", "2.0" are refused). */
+function integerQuery(url: URL, name: string, fallback: number, min: number, max: number): number {
+  const raw = url.searchParams.get(name);
+  if (raw === null) return fallback;
+  const value = /^\d{1,15}$/.test(raw) ? Number(raw) : Number.NaN;
+  if (!(value >= min && value <= max)) {
+    throw new HttpError(400, 'bad_request', `${name} must be an integer from ${min} to ${max}, not "${raw.slice(0, 40)}"`);
+  }
+  return value;
+}
 
 export class CoordinatorServer {
   readonly http: Server;
@@ -149,6 +161,22 @@ export class CoordinatorServer {
     if (route === 'job' && parts.length === 1) {
       requireMethod(method, 'GET');
       sendJson(res, 200, { runId, job: jobPublic(executor.state.job, executor.state.datasetSize) });
+      return;
+    }
+    if (route === 'commits' && parts.length === 1) {
+      // Live commits (rolled-back rows excluded), ascending; page on with `from = next`.
+      requireMethod(method, 'GET');
+      const from = integerQuery(url, 'from', 0, 0, Number.MAX_SAFE_INTEGER);
+      const limit = integerQuery(url, 'limit', MAX_COMMITS_PAGE, 1, MAX_COMMITS_PAGE);
+      sendJson(res, 200, commitsPage(runId, store.commitsFrom(runId, from, limit), limit));
+      return;
+    }
+    if (route === 'evaluations' && parts.length === 1) {
+      // Accepted test-set evaluations (event-log rows named `evaluation`), oldest first; page on with `after = last id`.
+      requireMethod(method, 'GET');
+      const after = integerQuery(url, 'after', 0, 0, Number.MAX_SAFE_INTEGER);
+      const limit = integerQuery(url, 'limit', MAX_COMMITS_PAGE, 1, MAX_COMMITS_PAGE);
+      sendJson(res, 200, { runId, evaluations: evaluationViews(store.eventsNamed(runId, 'evaluation', { afterId: after, limit })) });
       return;
     }
     if (route === 'health' && parts.length === 1) {

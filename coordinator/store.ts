@@ -78,8 +78,12 @@ export interface Store {
   /** Applies `ops` in order in one transaction (all or nothing, durable when it returns). */
   apply(runId: string, ops: StoreOp[]): void;
   commits(runId: string, opts?: { includeRolledBack?: boolean }): CommitRow[];
+  /** Live commit rows with step >= fromStep, ascending by step, at most `limit` of them. */
+  commitsFrom(runId: string, fromStep: number, limit: number): CommitRow[];
   rounds(runId: string): RoundRow[];
   events(runId: string, opts?: { afterId?: number; limit?: number }): EventRow[];
+  /** Event-log rows named `event` (e.g. 'evaluation') with id > afterId, oldest first, at most `limit`. */
+  eventsNamed(runId: string, event: string, opts?: { afterId?: number; limit?: number }): EventRow[];
   /** Writes checkpoint bytes atomically and records them; replaces an earlier checkpoint of the same step. */
   putCheckpoint(runId: string, meta: CheckpointMeta, bytes: Uint8Array): CheckpointRow;
   checkpoint(runId: string, step: number): CheckpointRow | null;
@@ -177,6 +181,26 @@ interface CheckpointDbRow {
   created_at: number;
 }
 
+function commitFromDb(row: CommitDbRow): CommitRow {
+  return {
+    step: row.step,
+    firstStep: row.first_step,
+    epoch: row.epoch,
+    cursorStart: row.cursor_start,
+    count: row.count,
+    hash: row.hash,
+    round: row.round,
+    world: JSON.parse(row.world_json) as CommitRecord['world'],
+    loss: row.loss ?? Number.NaN,
+    rolledBack: row.rolled_back !== 0,
+    committedAt: row.committed_at,
+  };
+}
+
+function eventFromDb(row: { id: number; at: number; level: string; event: string; data_json: string }): EventRow {
+  return { id: row.id, at: row.at, level: row.level, event: row.event, data: JSON.parse(row.data_json) };
+}
+
 function checkpointFromDb(row: CheckpointDbRow | undefined): CheckpointRow | null {
   if (!row) return null;
   return {
@@ -268,11 +292,18 @@ export class SqliteStore implements Store {
         'SELECT * FROM commits WHERE run_id = ? AND rolled_back = 0 ORDER BY step, id',
       ),
       allCommits: db.prepare<[string], CommitDbRow>('SELECT * FROM commits WHERE run_id = ? ORDER BY id'),
+      // The partial unique index commits_live_step serves this range scan.
+      liveCommitsFrom: db.prepare<[string, number, number], CommitDbRow>(
+        'SELECT * FROM commits WHERE run_id = ? AND rolled_back = 0 AND step >= ? ORDER BY step LIMIT ?',
+      ),
       rounds: db.prepare<[string], { round: number; step: number; epoch: number; world_json: string; started_at: number }>(
         'SELECT * FROM rounds WHERE run_id = ? ORDER BY round',
       ),
       events: db.prepare<[string, number, number], { id: number; at: number; level: string; event: string; data_json: string }>(
         'SELECT * FROM events WHERE run_id = ? AND id > ? ORDER BY id LIMIT ?',
+      ),
+      eventsNamed: db.prepare<[string, string, number, number], { id: number; at: number; level: string; event: string; data_json: string }>(
+        'SELECT * FROM events WHERE run_id = ? AND event = ? AND id > ? ORDER BY id LIMIT ?',
       ),
       putCheckpoint: db.prepare(
         `INSERT INTO checkpoints (run_id, step, epoch, cursor, sha256, path, bytes, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)
@@ -341,19 +372,11 @@ export class SqliteStore implements Store {
 
   commits(runId: string, opts: { includeRolledBack?: boolean } = {}): CommitRow[] {
     const rows = opts.includeRolledBack ? this.statements.allCommits.all(runId) : this.statements.liveCommits.all(runId);
-    return rows.map((row) => ({
-      step: row.step,
-      firstStep: row.first_step,
-      epoch: row.epoch,
-      cursorStart: row.cursor_start,
-      count: row.count,
-      hash: row.hash,
-      round: row.round,
-      world: JSON.parse(row.world_json) as CommitRecord['world'],
-      loss: row.loss ?? Number.NaN,
-      rolledBack: row.rolled_back !== 0,
-      committedAt: row.committed_at,
-    }));
+    return rows.map(commitFromDb);
+  }
+
+  commitsFrom(runId: string, fromStep: number, limit: number): CommitRow[] {
+    return this.statements.liveCommitsFrom.all(runId, fromStep, limit).map(commitFromDb);
   }
 
   rounds(runId: string): RoundRow[] {
@@ -367,13 +390,11 @@ export class SqliteStore implements Store {
   }
 
   events(runId: string, opts: { afterId?: number; limit?: number } = {}): EventRow[] {
-    return this.statements.events.all(runId, opts.afterId ?? 0, opts.limit ?? 1000).map((row) => ({
-      id: row.id,
-      at: row.at,
-      level: row.level,
-      event: row.event,
-      data: JSON.parse(row.data_json),
-    }));
+    return this.statements.events.all(runId, opts.afterId ?? 0, opts.limit ?? 1000).map(eventFromDb);
+  }
+
+  eventsNamed(runId: string, event: string, opts: { afterId?: number; limit?: number } = {}): EventRow[] {
+    return this.statements.eventsNamed.all(runId, event, opts.afterId ?? 0, opts.limit ?? 1000).map(eventFromDb);
   }
 
   putCheckpoint(runId: string, meta: CheckpointMeta, bytes: Uint8Array): CheckpointRow {

@@ -124,6 +124,7 @@ function commitIn(ctx: Ctx, point: number): void {
     log(ctx, 'info', 'job_done', { step: point, epochs: s.job.epochs, restarts: s.restarts });
     for (const w of Object.values(s.workers)) sendWorker(ctx, w.workerId, { type: 'done', step: point });
     // No round any more: later departures are no failures and nobody is waiting for anything.
+    rv.closedRound = { round: rv.round, members: rv.participants.map((p) => p.workerId) };
     rv.participants = [];
     rv.waitList = [];
     rv.phase = 'gathering';

@@ -77,6 +77,13 @@ export const jobSpecSchema = z
     lastCallMs: z.int().min(0).max(600_000).default(1000),
     /** Seed of the epoch orders and of the initial parameters. */
     seed: z.int().min(0).max(0xffffffff).default(42),
+    /**
+     * Rank 0 evaluates the committed state on the test set every this many committed steps (at the first
+     * commit point at or after each multiple) and at the end of the job; null: at each epoch end and at the end.
+     */
+    evalEvery: z.int().min(1).max(10_000_000).nullable().default(null),
+    /** Test images per evaluation: the first N of the test set (all of it if smaller); 0 turns evaluation off. */
+    evalSamples: z.int().min(0).max(1 << 24).default(2000),
   })
   .refine((job) => job.minWorkers <= job.maxWorkers, { message: 'minWorkers must be <= maxWorkers', path: ['minWorkers'] });
 
@@ -126,6 +133,10 @@ export const jobPublicSchema = z.strictObject({
   stepsPerEpoch: z.int().min(1),
   /** epochs · stepsPerEpoch: the last step of the job. */
   totalSteps: z.int().min(1),
+  /** Committed steps between test-set evaluations by rank 0, or null (epoch ends); see `isEvaluationPoint`. */
+  evalEvery: z.int().min(1).nullable(),
+  /** Test images per evaluation (first N of the test set); 0: no evaluation. */
+  evalSamples: z.int().min(0),
 });
 export type JobPublic = z.infer<typeof jobPublicSchema>;
 
@@ -146,5 +157,7 @@ export function jobPublic(job: JobSpec, datasetSize: number): JobPublic {
     seed: job.seed,
     stepsPerEpoch,
     totalSteps: stepsPerEpoch * job.epochs,
+    evalEvery: job.evalEvery,
+    evalSamples: job.evalSamples,
   };
 }

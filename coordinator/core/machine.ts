@@ -9,6 +9,7 @@
  */
 import { reportStep } from './commit';
 import { begin, finish, log, metric, mutWorker, persist, reject, sendConn, sendError, writableConnections, writableWorkers, type Ctx } from './context';
+import { reportEvaluation } from './evaluation';
 import { effectiveDatasetSize, jobPublic, type JobSpec } from './job';
 import type { ClientMessage } from './protocol';
 import { CloseCode } from './protocol';
@@ -52,6 +53,7 @@ export type {
 export { METRICS, adminActionSchema } from './state';
 export { durableOf } from './context';
 export { nextDeadline } from './rendezvous';
+export { isEvaluationPoint } from './evaluation';
 
 /** Stored checkpoints kept in the state (older ones may be garbage-collected by the server). */
 export const MAX_CHECKPOINTS_KEPT = 16;
@@ -65,7 +67,7 @@ export function initialState(job: JobSpec, datasetSize: number, runId: string): 
     job,
     datasetSize: n,
     status: 'active',
-    rendezvous: { round: 0, phase: 'gathering', participants: [], waitList: [], deadline: null, gatheringSince: null, baseStep: 0, roundCommits: 0 },
+    rendezvous: { round: 0, phase: 'gathering', participants: [], waitList: [], deadline: null, gatheringSince: null, baseStep: 0, roundCommits: 0, closedRound: null },
     record: emptyRecord(n),
     lastCommit: { step: 0, epoch: 0, cursor: 0, hash: null },
     checkpoints: [],
@@ -142,6 +144,8 @@ function onMessage(state: CoordinatorState, conn: string, msg: ClientMessage, no
     }
     case 'step_report':
       return reportStep(state, now, conn, welcomed, msg);
+    case 'evaluation':
+      return reportEvaluation(state, now, conn, welcomed, msg);
     case 'ready': {
       if (msg.round !== rv.round) return reject(state, conn, 'stale_round', `round ${msg.round} is not the current round ${rv.round}`);
       const p = rv.participants.find((q) => q.workerId === welcomed);

@@ -11,7 +11,8 @@
  *
  * Worker life cycle: hello → welcome → (wait)* → round → sync state (stateFrom) + connect the ring → ready →
  * train → step_report per step, waiting for `committed` after each commit point (`isCommitPoint`) →
- * … → round_closed (restore or not) → round … → done. Heartbeats throughout.
+ * … → round_closed (restore or not) → round … → done. Heartbeats throughout. Rank 0 also sends
+ * `evaluation` after the commits that are evaluation points (`isEvaluationPoint` in evaluation.ts).
  */
 import { z } from 'zod';
 import { jobPublicSchema } from './job';
@@ -127,6 +128,32 @@ export const goodbyeSchema = z.strictObject({
   workerId: idSchema,
 });
 
+/** Largest test set an evaluation may report (Fashion-MNIST has 10,000; the bound keeps sums exact in float64). */
+export const MAX_EVALUATION_SAMPLES = 1 << 24;
+
+export const evaluationSchema = z
+  .strictObject({
+    v,
+    type: z.literal('evaluation'),
+    /** The current run (welcome.runId); another run's message is rejected as wrong_run. */
+    runId: idSchema,
+    /** The sender's worker id (must be the one its socket was welcomed with, else forged_worker). */
+    workerId: idSchema,
+    /** The round in which `step` was committed (the current round, or the one that just closed). */
+    round: roundSchema,
+    /** The committed step whose state was evaluated (evaluations never see an uncommitted state). */
+    step: z.int().min(1),
+    /** The epoch `step` belongs to (`stepPosition(step).epoch`, 0-based). */
+    epoch: z.int().min(0),
+    /** Test images evaluated: the first `testSamples` of the test set (`job.evalSamples`, or the whole set if smaller). */
+    testSamples: z.int().min(1).max(MAX_EVALUATION_SAMPLES),
+    /** Of those, how many the model classified correctly (accuracy = correct / testSamples). */
+    correct: z.int().min(0).max(MAX_EVALUATION_SAMPLES),
+    /** Sum of the per-image cross-entropy losses (mean test loss = lossSum / testSamples). */
+    lossSum: z.number().min(0).max(1e12),
+  })
+  .refine((m) => m.correct <= m.testSamples, { message: 'correct must be <= testSamples', path: ['correct'] });
+
 export const clientMessageSchema = z.discriminatedUnion('type', [
   helloSchema,
   heartbeatSchema,
@@ -134,10 +161,12 @@ export const clientMessageSchema = z.discriminatedUnion('type', [
   stepReportSchema,
   failureSchema,
   goodbyeSchema,
+  evaluationSchema,
 ]);
 export type ClientMessage = z.infer<typeof clientMessageSchema>;
 export type HelloMessage = z.infer<typeof helloSchema>;
 export type StepReportMessage = z.infer<typeof stepReportSchema>;
+export type EvaluationMessage = z.infer<typeof evaluationSchema>;
 
 // ---------------------------------------------------------------- server → client
 

@@ -194,6 +194,7 @@ export function closeRoundIn(ctx: Ctx, reason: CloseReason, restore: boolean, fa
   const closed = rv.round;
   const survivors = rv.participants.filter((p) => s.workers[p.workerId]).map((p) => p.workerId);
   for (const id of survivors) sendWorker(ctx, id, { type: 'round_closed', round: closed, reason, restore });
+  rv.closedRound = { round: closed, members: rv.participants.map((p) => p.workerId) };
   const head = survivors.filter((id) => id !== demote);
   const tail = demote !== undefined && survivors.includes(demote) ? [demote] : [];
   rv.waitList = [...head, ...rv.waitList.filter((id) => !survivors.includes(id)), ...tail];

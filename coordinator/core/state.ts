@@ -46,6 +46,12 @@ export interface RendezvousState {
   baseStep: number;
   /** Commits made in the current round (shares are re-measured after some). */
   roundCommits: number;
+  /**
+   * The round that closed most recently and its members (null before the first close). Reports about
+   * its commits may arrive after the close — rank 0's test-set evaluation of the round's last commit,
+   * or of the job's last step after `done` — and are still accepted from them.
+   */
+  closedRound: { round: number; members: string[] } | null;
 }
 
 /** A state a worker holds: a committed step and the parameter hash there. */
@@ -217,6 +223,8 @@ export const METRICS = {
   tabswarm_waiting_workers: { type: 'gauge', help: 'Enrolled workers not in the round.' },
   tabswarm_rendezvous_duration_ms: { type: 'summary', help: 'From the start of gathering to train.' },
   tabswarm_loss: { type: 'gauge', help: 'Mean loss of the last commit.' },
+  tabswarm_evaluations_total: { type: 'counter', help: 'Test-set evaluations accepted.' },
+  tabswarm_test_accuracy: { type: 'gauge', help: 'Test accuracy of the last accepted evaluation, in [0, 1].' },
 } as const;
 export type MetricName = keyof typeof METRICS;
 

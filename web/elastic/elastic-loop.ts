@@ -23,7 +23,8 @@
 import type { JobPublic } from '../../coordinator/core/job';
 import { hashBytes } from '../../coordinator/core/hash';
 import type { RoundMessage, ServerMessage, WaitReason, WorldEntry } from '../../coordinator/core/protocol';
-import { positionAfter } from '../../coordinator/core/sampler';
+import { positionAfter, stepPosition } from '../../coordinator/core/sampler';
+import { isEvaluationPoint } from '../../coordinator/core/evaluation';
 import { broadcastReceive, broadcastSend } from '../net/broadcast';
 import type { Ring } from '../net/link';
 import { ringAllreduce } from '../net/ring-allreduce';
@@ -65,6 +66,17 @@ export interface ElasticStatus {
   epochProgress: number;
   /** Steps this tab computed (including ones later undone). */
   stepsComputed: number;
+  /** Samples of this tab's slices it computed (including steps later undone). */
+  samplesComputed: number;
+  /** Samples of this tab's slices in steps the coordinator committed: this tab's lasting contribution. */
+  samplesCommitted: number;
+  /** This rank's fraction of each step's samples in the current round (null outside a round). */
+  share: number | null;
+  /** Training images of the job (per epoch) and samples per step: with `committedStep` they give the samples committed by all tabs (`positionAfter`). */
+  datasetSize: number;
+  globalBatch: number;
+  /** The pause this tab takes between steps to limit its GPU use (ms, after clamping; see `setStepPause`). */
+  stepPauseMs: number;
   /** Mean loss over this tab's slice of its last step. */
   loss: number | null;
   /** (step, slice loss) per computed step, last 2000. */
@@ -117,6 +129,8 @@ export interface ElasticLoopOptions {
   timeouts?: Partial<ElasticTimeouts>;
   /** Evaluate on the first N test images when the job is done (0: never). Default 0. */
   evaluateOnDone?: number;
+  /** Pause between steps to limit GPU use (ms); see `setStepPause`. Default 0. */
+  stepPauseMs?: number;
   onStatus?(status: ElasticStatus): void;
   log?(level: 'info' | 'warn' | 'error', text: string): void;
   now?(): number;
@@ -138,6 +152,12 @@ export function initialElasticStatus(): ElasticStatus {
     epoch: 0,
     epochProgress: 0,
     stepsComputed: 0,
+    samplesComputed: 0,
+    samplesCommitted: 0,
+    share: null,
+    datasetSize: 0,
+    globalBatch: 0,
+    stepPauseMs: 0,
     loss: null,
     losses: [],
     samplesPerSec: null,
@@ -155,6 +175,20 @@ export function initialElasticStatus(): ElasticStatus {
 
 /** Collective ids: the state broadcast of a round uses step 0, the allreduce of step s uses s (ids must grow per link). */
 const SYNC_ID_STEP = 0;
+
+/**
+ * Extra allreduce time for the step after an evaluation point: rank 0 evaluates the committed state
+ * before computing this step, and the other ranks wait for it inside this allreduce. Estimated from
+ * this rank's own time per training sample (a forward pass costs about a third of forward+backward,
+ * and throughput shares make the ranks' slice times alike), doubled: about 6× the expected time.
+ */
+function evaluationAllowanceMs(step: number, job: JobPublic, computeMs: number, samples: number): number {
+  if (step < 2 || samples < 1 || !isEvaluationPoint(step - 1, job)) return 0;
+  return 2 * job.evalSamples * (computeMs / samples);
+}
+
+/** The longest pause between steps a tab may ask for (the volunteer page's GPU-use slider ends here). */
+export const MAX_STEP_PAUSE_MS = 2000;
 
 class RoundSession {
   readonly controller = new AbortController();
@@ -210,10 +244,49 @@ export class ElasticLoop {
   private prepared: { step: number; bytes: Promise<ArrayBuffer> } | null = null;
   private lastComputeMs = 0;
   private stopped = false;
+  /** Samples of steps this tab reported that it has not yet seen committed (step → samples). */
+  private uncommittedSamples = new Map<number, number>();
+  /** The pause taken before the step about to be computed (counted in its reported computeMs). */
+  private pausedMs = 0;
 
   constructor(private readonly opts: ElasticLoopOptions) {
     this.timeouts = { ...DEFAULT_TIMEOUTS, ...opts.timeouts };
     this.queue = new SerialQueue(this.timeouts.workerCallMs);
+    this.status.stepPauseMs = this.clampPause(opts.stepPauseMs ?? 0);
+  }
+
+  /**
+   * Limit this tab's GPU use: pause `ms` between steps (clamped to [0, MAX_STEP_PAUSE_MS] and to a
+   * quarter of the collective timeout). Takes effect at the next step.
+   *
+   * Why a pause is safe in a ring: the other ranks wait for this one inside the next allreduce, whose
+   * deadline (`collectiveMs`, ≥ 20 s by default) is far above the 2 s cap, so a pause never looks like
+   * a failure. The pause is taken after a step is reported (and, at commit points, committed) and before
+   * the next one is computed, never inside a collective. It is counted in the next step's reported
+   * `computeMs`, so the coordinator's throughput shares (rebalanced at commit boundaries) move work to
+   * the other tabs: a paused tab ends up with a smaller share, which it computes while the others
+   * compute theirs, and the swarm is not held to its pace. With no other tab (or before a rebalance) the
+   * pause slows the steps themselves.
+   * In a hidden tab the pause is a main-thread timer, so Chrome may align it to whole seconds; it is
+   * scheduled from a worker-reply task (timer nesting level 0), so never to the one-minute alignment.
+   */
+  setStepPause(ms: number): void {
+    this.update({ stepPauseMs: this.clampPause(ms) });
+  }
+
+  private clampPause(ms: number): number {
+    if (!Number.isFinite(ms) || ms <= 0) return 0;
+    return Math.round(Math.min(ms, MAX_STEP_PAUSE_MS, this.timeouts.collectiveMs / 4));
+  }
+
+  /** Count the reported steps up to `committedStep` as committed, and forget later ones when `dropLater` (undone). */
+  private creditCommitted(committedStep: number, dropLater = false): void {
+    let credited = 0;
+    for (const [step, samples] of this.uncommittedSamples) {
+      if (step <= committedStep) credited += samples;
+      if (step <= committedStep || dropLater) this.uncommittedSamples.delete(step);
+    }
+    if (credited > 0) this.update({ samplesCommitted: this.status.samplesCommitted + credited });
   }
 
   // ------------------------------------------------------------------ inputs
@@ -232,7 +305,7 @@ export class ElasticLoop {
         return;
       case 'wait':
         if (this.session && !this.session.signal.aborted) this.endSession('told to wait');
-        this.update({ phase: 'waiting', waitReason: msg.reason, round: null, rank: null, worldSize: 0 });
+        this.update({ phase: 'waiting', waitReason: msg.reason, round: null, rank: null, worldSize: 0, share: null });
         return;
       case 'round':
         this.startRound(msg);
@@ -242,6 +315,7 @@ export class ElasticLoop {
         else this.log('warn', `train for round ${msg.round}, but this tab is in round ${this.session?.round ?? 'none'}`);
         return;
       case 'committed':
+        this.creditCommitted(msg.step);
         this.update({
           committedStep: msg.step,
           epoch: msg.epoch,
@@ -272,7 +346,7 @@ export class ElasticLoop {
   disconnected(): void {
     if (this.stopped) return;
     this.endSession('coordinator connection lost', { keepPending: true });
-    if (this.status.phase !== 'done' && this.status.phase !== 'failed') this.update({ phase: 'connecting', round: null, rank: null, worldSize: 0 });
+    if (this.status.phase !== 'done' && this.status.phase !== 'failed') this.update({ phase: 'connecting', round: null, rank: null, worldSize: 0, share: null });
   }
 
   /** Stop for good (the tab leaves). */
@@ -292,11 +366,12 @@ export class ElasticLoop {
       this.lastReported = null;
       this.modelElements = null;
       this.prepared = null;
+      this.uncommittedSamples.clear();
     }
     this.runId = runId;
     this.workerId = workerId;
     this.job = job;
-    this.update({ runId, workerId, totalSteps: job.totalSteps, epochs: job.epochs, phase: this.status.phase === 'done' ? 'done' : 'waiting', error: null });
+    this.update({ runId, workerId, totalSteps: job.totalSteps, epochs: job.epochs, datasetSize: job.datasetSize, globalBatch: job.globalBatch, phase: this.status.phase === 'done' ? 'done' : 'waiting', error: null });
   }
 
   private startRound(msg: RoundMessage): void {
@@ -310,7 +385,10 @@ export class ElasticLoop {
       return;
     }
     session.rank = me.rank;
-    this.update({ phase: 'syncing', waitReason: null, round: msg.round, rank: me.rank, worldSize: msg.world.length, error: null });
+    // The round starts after the last committed step: reported steps up to it were committed (perhaps in our absence), later ones will be redone.
+    this.creditCommitted(msg.step - 1, true);
+    this.pausedMs = 0;
+    this.update({ phase: 'syncing', waitReason: null, round: msg.round, rank: me.rank, share: me.share, worldSize: msg.world.length, error: null });
     const before = previous ? previous.finished : Promise.resolve();
     session.finished = before.then(() => this.runSession(session));
   }
@@ -494,7 +572,7 @@ export class ElasticLoop {
       const sums = new Float32Array(gradient.gradients);
       await ringAllreduce(ring, sums, {
         id: { round: session.round, step, seq: 0 },
-        timeoutMs: Math.max(this.timeouts.collectiveMs, 10 * this.lastComputeMs),
+        timeoutMs: Math.max(this.timeouts.collectiveMs, 10 * this.lastComputeMs) + evaluationAllowanceMs(step, job, computeMs, gradient.samples),
         signal,
       });
       if (signal.aborted) throw abortReason(signal);
@@ -514,6 +592,7 @@ export class ElasticLoop {
         loss: sliceLoss ?? this.status.loss,
         losses,
         samplesPerSec: gradient.samples > 0 && computeMs > 0 ? (gradient.samples / computeMs) * 1000 : this.status.samplesPerSec,
+        samplesComputed: this.status.samplesComputed + gradient.samples,
       });
       if (signal.aborted) throw abortReason(signal);
       const sent = this.opts.control.send({
@@ -524,10 +603,13 @@ export class ElasticLoop {
         hash,
         lossSum: gradient.lossSum,
         samples: gradient.samples,
-        computeMs: Math.min(computeMs, 1e7),
+        // The pause before this step counts as this tab's time for it, so shares move work away from a paused tab.
+        computeMs: Math.min(computeMs + this.pausedMs, 1e7),
       });
       if (!sent) throw new Error('control socket closed before the step report');
+      this.pausedMs = 0;
       this.lastReported = { step, hash };
+      if (gradient.samples > 0) this.uncommittedSamples.set(step, gradient.samples);
       if (work.commitPoint) {
         await bounded(session.committed(step).promise, { signal, timeoutMs: this.timeouts.coordinatorWaitMs, what: `commit of step ${step}` });
         await this.queue.run('saveBackup', async () => {
@@ -535,9 +617,54 @@ export class ElasticLoop {
           this.held = { ...this.held, backup: { step, hash } };
         });
         if (session.rank === 0 && expectsCheckpoint(step, job)) this.prepareCheckpoint(step, job);
+        if (session.rank === 0 && isEvaluationPoint(step, job)) this.evaluateCommitted(session.round, step, job);
       }
+      if (step < job.totalSteps) await this.pauseBetweenSteps(signal);
     }
     // Every step of the job is done; `done` follows from the coordinator.
+  }
+
+  /** The GPU-use limit (`setStepPause`): wait between two steps, cut short when the round ends. */
+  private async pauseBetweenSteps(signal: AbortSignal): Promise<void> {
+    const ms = this.status.stepPauseMs;
+    if (ms <= 0 || signal.aborted) return;
+    const started = this.now();
+    await new Promise<void>((resolve) => {
+      const done = () => {
+        clearTimeout(timer);
+        signal.removeEventListener('abort', done);
+        resolve();
+      };
+      const timer = setTimeout(done, ms);
+      signal.addEventListener('abort', done, { once: true });
+    });
+    this.pausedMs = this.now() - started;
+  }
+
+  // ------------------------------------------------------------------ test-set evaluation
+
+  /**
+   * Rank 0, right after committing `step` (an evaluation point): evaluate that committed state on the
+   * first `job.evalSamples` test images and report it. Queued before the next step's worker calls, so
+   * it sees exactly the committed parameters; not awaited, so the loop goes on (the next step's
+   * gradients queue behind it). The other ranks wait for rank 0 in the next allreduce meanwhile
+   * (`evaluationAllowanceMs`): a few seconds at most on SwiftShader for 2,000 images of the built-in
+   * models. The report carries the round of the commit; the coordinator also takes it after that
+   * round closed (e.g. at the job's end, when `done` follows the last commit at once).
+   */
+  private evaluateCommitted(round: number, step: number, job: JobPublic): void {
+    const { epoch } = stepPosition(step, job);
+    this.queue
+      .run('evaluate', () => this.opts.trainer.evaluate(job.evalSamples))
+      .then((r) => {
+        if (!(r.count >= 1)) return;
+        const correct = Math.min(r.count, Math.max(0, Math.round(r.accuracy * r.count)));
+        const lossSum = r.lossAvg * r.count;
+        if (!Number.isFinite(lossSum) || lossSum < 0) throw new Error(`test loss ${r.lossAvg} is not a finite non-negative number`);
+        this.opts.control.send({ type: 'evaluation', round, step, epoch, testSamples: r.count, correct, lossSum });
+        this.log('info', `step ${step}: test accuracy ${((correct / r.count) * 100).toFixed(2)} % on ${r.count} images`);
+      })
+      .catch((err) => this.log('warn', `evaluation of step ${step} failed: ${(err as Error).message}`));
   }
 
   // ------------------------------------------------------------------ checkpoints
@@ -593,6 +720,7 @@ export class ElasticLoop {
 
   private finish(step: number): void {
     this.endSession('done', { keepPending: true });
+    this.creditCommitted(step);
     this.update({ phase: 'done', committedStep: step, epochProgress: 1 });
     const count = this.opts.evaluateOnDone ?? 0;
     if (count > 0 && this.modelElements !== null) {

@@ -34,6 +34,8 @@ export interface StartElasticOptions {
   origin?: string;
   /** Evaluate on the first N test images when the job is done (default 0: no evaluation). */
   evaluateOnDone?: number;
+  /** Pause between steps to limit GPU use (ms; `ElasticLoop.setStepPause`). Default 0. */
+  stepPauseMs?: number;
   timeouts?: Partial<ElasticTimeouts>;
 }
 
@@ -47,6 +49,13 @@ export interface ElasticHandle {
   readonly status: ElasticStatus;
   /** Leave the job: goodbye to the coordinator, close the peer links. */
   leave(): void;
+  /** Change the pause between steps (ms), from the next step on. */
+  setStepPause(ms: number): void;
+  /**
+   * Send a heartbeat now (false when not connected). The client sends its own from a main-thread
+   * interval; a page may add beats from a source that hidden tabs do not throttle (a worker's timer).
+   */
+  heartbeat(): boolean;
 }
 
 export async function startElastic(opts: StartElasticOptions, callbacks: ElasticCallbacks = {}): Promise<ElasticHandle> {
@@ -75,6 +84,7 @@ export async function startElastic(opts: StartElasticOptions, callbacks: Elastic
     http: browserHttp(origin.origin),
     timeouts: opts.timeouts,
     evaluateOnDone: opts.evaluateOnDone,
+    stepPauseMs: opts.stepPauseMs,
     log,
     onStatus: (status) => {
       current = status;
@@ -108,6 +118,8 @@ export async function startElastic(opts: StartElasticOptions, callbacks: Elastic
       return current;
     },
     leave,
+    setStepPause: (ms) => loop.setStepPause(ms),
+    heartbeat: () => !left && (client?.send({ type: 'heartbeat' }) ?? false),
   };
 }
 
