@@ -1,36 +1,69 @@
 /**
- * The volunteer page: checks WebGPU (in the worker that will own the device), waits for consent (the
- * Start button, or `?autostart=1`), downloads the dataset with progress, and trains.
+ * The volunteer page: checks WebGPU (in the worker that will own the device), describes the job,
+ * waits for consent (the Start button, or `?autostart=1`), then downloads the dataset and trains.
+ *
+ * Before consent the page loads only its own code and two small JSON answers: the adapter (the
+ * worker asks for one but creates no device) and `/api/job`. The dataset, the GPU device, the
+ * WebSocket and the WebRTC mesh come after Start.
  *
  * Modes: `?mode=elastic` joins the coordinator the page was served from (web/elastic/start.ts), the
  * default whenever the origin answers `/api/job`; `?mode=solo` trains in this tab alone.
  * Query parameters for tests and demos: `model=mlp|cnn|tiny-mlp`, `epochs`, `batch`, `subset` (first N
  * training images), `testSubset` (first N test images; 0 skips evaluation), `seed`, `lr`,
- * `optimizer=adamw|sgd`, `wd` (weight decay), `lossEvery`, `debug=1` (exposes the worker to tests as
- * `window.tabswarmWorker`).
+ * `optimizer=adamw|sgd`, `wd` (weight decay), `lossEvery`, `pause` (elastic: ms between steps, the GPU
+ * limit's initial value), `debug=1` (exposes the worker to tests as `window.tabswarmWorker`).
  *
  * `window.tabswarm` is a read-only status (`TabStatus`) that tests await with `page.waitForFunction`.
+ *
+ * What runs where, and why a background tab keeps contributing:
+ * - The training worker (a dedicated Web Worker) owns the GPU device, the model and the dataset; no
+ *   page timer drives it.
+ * - The main thread keeps what only it can have: the WebSocket to the coordinator and the WebRTC peer
+ *   connections (RTCPeerConnection does not exist in workers, CHROMIUM.md), and with them the elastic
+ *   loop that sequences steps. That loop advances on events (worker replies, data-channel messages,
+ *   coordinator messages), which hidden tabs deliver without delay; only its deadlines and the optional
+ *   pause between steps are main-thread timers, which hidden tabs may round up to whole seconds.
+ * - Heartbeats: the coordinator client sends them from a main-thread `setInterval(heartbeatMs)` and
+ *   the coordinator drops a tab silent for 3 × heartbeatMs. Chrome runs a hidden tab's timers at most
+ *   once a second, so that alone holds only while heartbeatMs ≥ 1000 (the default is 2000): a beat is
+ *   then at most ~1 s late, well inside 3 × heartbeatMs. After 5 minutes hidden, Chrome runs chained
+ *   timers once a minute unless the page uses WebRTC, which a tab waiting for a round does not. The page
+ *   therefore also beats from a tiny worker's timer (heartbeat-ticker.ts), which those rules do not
+ *   throttle, every heartbeatMs / 2. Step reports count as signs of life too.
  */
 import * as Comlink from 'comlink';
-import type { OptimizerSpec } from '../../coordinator/core/job';
+import type { JobPublic, OptimizerSpec } from '../../coordinator/core/job';
 import { datasetBuffers, fetchDataset } from './dataset-client';
-import { initialStatus, publicStatus, type TabStatus } from './status';
-import { VolunteerView } from './view';
+import { elasticPatch, initialStatus, publicStatus, type TabStatus } from './status';
+import { formatCount, isRunning, VolunteerView } from './view';
 import type { TrainingWorkerApi } from '../worker/training-worker';
 import type { SoloOptions, SoloProgress } from '../worker/types';
-import type { ElasticStatus } from '../elastic/elastic-loop';
+import { MAX_STEP_PAUSE_MS, type ElasticStatus } from '../elastic/elastic-loop';
 import { startElastic, type ElasticHandle } from '../elastic/start';
 import './globals';
 import './volunteer.css';
 
 const MODES = ['solo', 'elastic'] as const;
+/** Where the GPU-use limit is remembered between visits. */
+const PAUSE_STORAGE_KEY = 'tabswarm.stepPauseMs';
 
 interface PageOptions {
   /** null: elastic when a coordinator serves this page, else solo. */
   mode: (typeof MODES)[number] | null;
   autostart: boolean;
   debug: boolean;
+  /** Initial pause between steps (ms), from `?pause=` or the last visit. */
+  stepPauseMs: number;
   solo: SoloOptions;
+}
+
+function storedPause(): number {
+  try {
+    const n = Number(localStorage.getItem(PAUSE_STORAGE_KEY) ?? 0);
+    return Number.isFinite(n) ? Math.min(Math.max(0, n), MAX_STEP_PAUSE_MS) : 0;
+  } catch {
+    return 0;
+  }
 }
 
 function parseOptions(query: URLSearchParams): PageOptions {
@@ -57,6 +90,7 @@ function parseOptions(query: URLSearchParams): PageOptions {
     mode: mode as PageOptions['mode'],
     autostart: query.get('autostart') === '1',
     debug: query.get('debug') === '1',
+    stepPauseMs: number('pause', storedPause(), (n) => n >= 0 && n <= MAX_STEP_PAUSE_MS, `a pause in [0, ${MAX_STEP_PAUSE_MS}] ms`),
     solo: {
       model: query.get('model') ?? 'mlp',
       optimizer,
@@ -72,11 +106,12 @@ function parseOptions(query: URLSearchParams): PageOptions {
 
 const query = new URLSearchParams(location.search);
 const status = initialStatus(query.get('model') ?? 'mlp');
-Object.defineProperty(window, 'tabswarm', { get: () => publicStatus(status), configurable: false });
+Object.defineProperty(window, 'tabswarm', { get: () => publicStatus({ ...status, contributedMs: contributedMs() }), configurable: false });
 const view = new VolunteerView();
 
 function update(patch: Partial<TabStatus>): void {
   Object.assign(status, patch);
+  status.contributedMs = contributedMs();
   view.render(status);
 }
 
@@ -95,16 +130,94 @@ try {
   fail(err);
   throw err;
 }
-view.setJob(
-  `Job: ${typeof options.solo.model === 'string' ? options.solo.model : options.solo.model.name}, ` +
-    `${options.solo.epochs} epoch${options.solo.epochs > 1 ? 's' : ''}, batch ${options.solo.globalBatch}` +
-    `${options.solo.subset ? `, first ${options.solo.subset} images` : ''}, trained in this tab alone.`,
-);
+status.stepPauseMs = options.stepPauseMs;
+/** The job's heartbeat period (from `/api/job`), for the heartbeat ticker. */
+let heartbeatMs = 2000;
 
 const worker = new Worker(new URL('../worker/training-worker.ts', import.meta.url), { type: 'module', name: 'tabswarm-training' });
 worker.addEventListener('error', (e) => fail(new Error(`training worker failed: ${e.message || 'could not start (module workers unsupported?)'}`)));
 const api = Comlink.wrap<TrainingWorkerApi>(worker);
 if (options.debug) window.tabswarmWorker = api;
+
+// ------------------------------------------------------------------ time contributed
+
+/** Time spent in the `training` phase, over every join of this page. */
+let trainedMs = 0;
+let trainingSince: number | null = null;
+
+function contributedMs(): number {
+  return trainedMs + (trainingSince === null ? 0 : performance.now() - trainingSince);
+}
+
+function trackTraining(training: boolean): void {
+  const now = performance.now();
+  if (trainingSince !== null) trainedMs += now - trainingSince;
+  trainingSince = training ? now : null;
+}
+
+/** Re-render once a second while running, so the clock moves (display only: nothing trains on this timer). */
+let clock: ReturnType<typeof setInterval> | null = null;
+function runClock(on: boolean): void {
+  if (on && clock === null) clock = setInterval(() => update({}), 1000);
+  if (!on && clock !== null) {
+    clearInterval(clock);
+    clock = null;
+  }
+}
+
+// ------------------------------------------------------------------ the job
+
+/** The coordinator's job, when one serves this page (`GET /api/job`: a small JSON, fine before consent). */
+async function fetchJob(): Promise<JobPublic | null> {
+  try {
+    const res = await fetch('/api/job', { cache: 'no-store' });
+    if (!res.ok || !(res.headers.get('content-type') ?? '').includes('json')) return null;
+    const body = (await res.json()) as { job?: JobPublic };
+    return body.job ?? null;
+  } catch {
+    return null;
+  }
+}
+
+/** How a dataset name reads in a sentence. */
+const DATASET_NAMES: Readonly<Record<string, string>> = { 'fashion-mnist': 'Fashion-MNIST', mnist: 'MNIST' };
+
+function describeJob(job: JobPublic): string {
+  const epochs = `${job.epochs} epoch${job.epochs > 1 ? 's' : ''}`;
+  return (
+    `Train ${job.model.name} on ${formatCount(job.datasetSize)} ${DATASET_NAMES[job.dataset] ?? job.dataset} images: ${epochs} of ${job.stepsPerEpoch} steps, ` +
+    `${formatCount(job.globalBatch)} samples per step shared among the tabs that take part.`
+  );
+}
+
+function describeSolo(o: SoloOptions): string {
+  const model = typeof o.model === 'string' ? o.model : o.model.name;
+  return `Train ${model} in this tab alone: ${o.epochs} epoch${o.epochs > 1 ? 's' : ''}, batch ${o.globalBatch}${o.subset ? `, first ${o.subset} images` : ''}.`;
+}
+
+/** Resolves to the mode once known: the query's, else elastic when a coordinator answers `/api/job`. */
+const modeKnown: Promise<'solo' | 'elastic'> = (async () => {
+  if (options.mode === 'solo') {
+    view.setJob(describeSolo(options.solo));
+    view.setSoloLede();
+    return 'solo';
+  }
+  const job = await fetchJob();
+  if (job) {
+    view.setJob(describeJob(job));
+    heartbeatMs = job.heartbeatMs;
+    return 'elastic';
+  }
+  if (options.mode === 'elastic') {
+    view.setJob('No coordinator answers at this address: elastic training needs one.');
+    return 'elastic';
+  }
+  view.setJob(describeSolo(options.solo));
+  view.setSoloLede();
+  return 'solo';
+})();
+
+// ------------------------------------------------------------------ solo
 
 function onProgress(p: SoloProgress): void {
   const patch: Partial<TabStatus> = { step: p.step, epoch: p.epoch, epochProgress: p.epochProgress };
@@ -123,64 +236,10 @@ function onProgress(p: SoloProgress): void {
   update(patch);
 }
 
-/** A coordinator serves this page when its origin answers `/api/job`. */
-async function coordinatorPresent(): Promise<boolean> {
-  try {
-    const res = await fetch('/api/job', { cache: 'no-store' });
-    return res.ok && (res.headers.get('content-type') ?? '').includes('json');
-  } catch {
-    return false;
-  }
-}
-
-let elastic: ElasticHandle | null = null;
-
-function elasticPatch(s: ElasticStatus, evaluating: boolean): Partial<TabStatus> {
-  const state: TabStatus['state'] =
-    s.phase === 'training' ? 'training'
-    : s.phase === 'done' ? (evaluating && s.accuracy === null ? 'evaluating' : 'done')
-    : s.phase === 'failed' ? 'error'
-    : s.phase === 'stopped' ? 'stopped'
-    : 'building';
-  return {
-    state,
-    step: s.committedStep,
-    epoch: s.epoch,
-    epochs: s.epochs,
-    epochProgress: s.epochProgress,
-    loss: s.loss,
-    losses: s.losses,
-    accuracy: s.accuracy,
-    testLoss: s.testLoss,
-    samplesPerSec: s.samplesPerSec,
-    error: s.error,
-  };
-}
-
-/** Join the coordinator's job: the dataset first (the tab must be able to compute when admitted), then the loop. */
-async function trainElastic(): Promise<void> {
-  update({ mode: 'elastic', state: 'loading-data', error: null, step: 0, epoch: 0, epochProgress: 0, loss: null, losses: [], accuracy: null, testLoss: null, samplesPerSec: null, seconds: null });
-  view.setJob('Job: set by the coordinator; this tab trains together with the other tabs that joined it.');
-  const dataset = await fetchDataset('', (p) => update({ dataset: { ...p, done: false } }));
-  update({ dataset: { ...(status.dataset ?? { loadedBytes: 0, totalBytes: 0, cachedBytes: 0 }), done: true }, state: 'building' });
-  await api.loadData(Comlink.transfer(dataset, datasetBuffers(dataset)));
-  const evaluateOnDone = options.solo.testSubset ?? dataset.test.count;
-  const adapter = status.adapter!;
-  elastic = await startElastic(
-    { worker: api, adapter: { vendor: adapter.vendor, architecture: adapter.architecture, description: adapter.description }, evaluateOnDone },
-    { onStatus: (s) => update(elasticPatch(s, evaluateOnDone > 0)) },
-  );
-}
-
-async function train(): Promise<void> {
-  if (options.mode === 'elastic' || (options.mode === null && (await coordinatorPresent()))) {
-    await trainElastic();
-    return;
-  }
-  update({ state: 'loading-data', error: null, step: 0, epoch: 0, epochs: options.solo.epochs, epochProgress: 0, loss: null, losses: [], accuracy: null, testLoss: null, samplesPerSec: null, seconds: null });
-  const dataset = await fetchDataset('', (p) => update({ dataset: { ...p, done: false } }));
-  update({ dataset: { ...(status.dataset ?? { loadedBytes: 0, totalBytes: 0, cachedBytes: 0 }), done: true }, state: 'building' });
-  await api.loadData(Comlink.transfer(dataset, datasetBuffers(dataset)));
+async function trainSolo(): Promise<void> {
+  update({ mode: 'solo', state: 'loading-data', error: null, step: 0, epoch: 0, epochs: options.solo.epochs, epochProgress: 0, loss: null, losses: [], accuracy: null, testLoss: null, samplesPerSec: null, seconds: null });
+  await loadDataset();
+  update({ state: 'building' });
   const result = await api.trainSolo(
     options.solo,
     Comlink.proxy((p: SoloProgress) => onProgress(p)),
@@ -196,17 +255,134 @@ async function train(): Promise<void> {
   });
 }
 
-view.start.addEventListener('click', () => void train().catch((err) => fail(err)));
-view.stop.addEventListener('click', () => (elastic ? elastic.leave() : void api.stop()));
+// ------------------------------------------------------------------ elastic
+
+let datasetLoaded: Promise<number> | null = null;
+
+/** Download the dataset (or take it from the browser cache) and hand it to the worker, once per page. Resolves to the test-set size. */
+function loadDataset(): Promise<number> {
+  datasetLoaded ??= (async () => {
+    const dataset = await fetchDataset('', (p) => update({ dataset: { ...p, done: false } }));
+    update({ dataset: { ...(status.dataset ?? { loadedBytes: 0, totalBytes: 0, cachedBytes: 0 }), done: true } });
+    const testCount = dataset.test.count;
+    await api.loadData(Comlink.transfer(dataset, datasetBuffers(dataset)));
+    return testCount;
+  })();
+  datasetLoaded.catch(() => (datasetLoaded = null));
+  return datasetLoaded;
+}
+
+let elastic: ElasticHandle | null = null;
+/** Contribution of earlier joins of this page (each join is a new loop whose totals start at 0). */
+const carried = { samplesProcessed: 0, samplesComputed: 0 };
+let lastElastic: ElasticStatus | null = null;
+/** Joins started by this page; each loop's reports are taken only while it is the latest. */
+let joins = 0;
+let ticker: Worker | null = null;
+
+/** Extra heartbeats from a worker timer, which hidden tabs do not throttle (see the file comment). */
+function startTicker(handle: ElasticHandle): void {
+  stopTicker();
+  try {
+    ticker = new Worker(new URL('./heartbeat-ticker.ts', import.meta.url), { type: 'module', name: 'tabswarm-heartbeat' });
+  } catch {
+    return; // The client's own interval still beats.
+  }
+  ticker.onmessage = () => handle.heartbeat();
+  ticker.postMessage({ periodMs: Math.max(250, heartbeatMs / 2) });
+}
+
+function stopTicker(): void {
+  ticker?.terminate();
+  ticker = null;
+}
+
+function onElasticStatus(s: ElasticStatus, evaluating: boolean): void {
+  lastElastic = s;
+  trackTraining(s.phase === 'training');
+  const patch = elasticPatch(s, { evaluating, carried });
+  update(patch);
+  const running = isRunning(patch.state!);
+  runClock(running);
+  if (!running && patch.state !== 'evaluating') stopTicker();
+}
+
+async function trainElastic(): Promise<void> {
+  if (lastElastic) {
+    carried.samplesProcessed += lastElastic.samplesCommitted;
+    carried.samplesComputed += lastElastic.samplesComputed;
+    lastElastic = null;
+  }
+  leaveRequested = false;
+  const join = ++joins;
+  update({ mode: 'elastic', state: 'loading-data', error: null, worldSize: 0, rank: null, share: null, waitReason: null, accuracy: null, testLoss: null });
+  runClock(true);
+  const testCount = await loadDataset();
+  if (leaveRequested) {
+    // Left while the dataset was loading: never join.
+    update({ state: 'left' });
+    runClock(false);
+    return;
+  }
+  update({ state: 'connecting' });
+  const evaluateOnDone = options.solo.testSubset ?? testCount;
+  const adapter = status.adapter!;
+  elastic = await startElastic(
+    {
+      worker: api,
+      adapter: { vendor: adapter.vendor, architecture: adapter.architecture, description: adapter.description },
+      evaluateOnDone,
+      stepPauseMs: status.stepPauseMs,
+    },
+    // A loop that was left may still report (its last restore unwinding): only the current join speaks.
+    { onStatus: (s) => join === joins && onElasticStatus(s, evaluateOnDone > 0) },
+  );
+  startTicker(elastic);
+  // Leave pressed while the dataset was loading: go at once (the goodbye reaches a coordinator that may have welcomed us).
+  if (leaveRequested) leave();
+}
+
+// ------------------------------------------------------------------ controls
+
+async function start(): Promise<void> {
+  if ((await modeKnown) === 'elastic') await trainElastic();
+  else await trainSolo();
+}
+
+/** Leave pressed before the join finished (handled when it does). */
+let leaveRequested = false;
+
+function leave(): void {
+  leaveRequested = status.mode === 'elastic' && elastic === null;
+  if (elastic) {
+    elastic.leave();
+    elastic = null;
+    stopTicker();
+  } else if (status.mode === 'solo') void api.stop();
+}
+
+view.start.addEventListener('click', () => void start().catch((err) => fail(err)));
+view.stop.addEventListener('click', leave);
+view.gpuLimit.addEventListener('input', () => {
+  const ms = Math.min(Math.max(0, Number(view.gpuLimit.value) || 0), MAX_STEP_PAUSE_MS);
+  elastic?.setStepPause(ms);
+  try {
+    localStorage.setItem(PAUSE_STORAGE_KEY, String(ms));
+  } catch {
+    // Storage disabled: the choice lasts for this visit only.
+  }
+  update({ stepPauseMs: ms });
+});
 
 async function probe(): Promise<void> {
-  const result = await api.probe();
+  const [result, mode] = await Promise.all([api.probe(), modeKnown]);
+  status.mode = mode;
   if (!result.ok) {
     fail(new Error(result.reason), 'unsupported');
     return;
   }
   update({ state: 'ready', adapter: result.adapter });
-  if (options.autostart) await train();
+  if (options.autostart) await start();
 }
 
 view.render(status);

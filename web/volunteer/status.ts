@@ -1,7 +1,10 @@
 /**
  * The page's status: one plain object the view renders and tests read (`window.tabswarm`, a frozen
- * copy per read, so a test cannot change what the page believes).
+ * copy per read, so a test cannot change what the page believes), and the pure functions that derive
+ * it from the elastic loop's status.
  */
+import { positionAfter } from '../../coordinator/core/sampler';
+import type { ElasticStatus } from '../elastic/elastic-loop';
 import type { AdapterSummary } from '../worker/types';
 
 export type TabState =
@@ -13,10 +16,21 @@ export type TabState =
   | 'unsupported'
   | 'loading-data'
   | 'building'
+  /** Elastic: opening the control channel for the first time. */
+  | 'connecting'
+  /** Elastic: the coordinator went away (restart, network); the client retries with backoff. */
+  | 'reconnecting'
+  /** Elastic: joined, waiting to be admitted to a round (`waitReason` says why). */
+  | 'waiting'
+  /** Elastic: in a round, getting the committed model state (from a peer, a checkpoint, or locally). */
+  | 'syncing'
   | 'training'
   | 'evaluating'
   | 'done'
+  /** Solo: stopped by the Stop button. */
   | 'stopped'
+  /** Elastic: left the job (Leave button); the coordinator removed the tab at once. Start rejoins. */
+  | 'left'
   | 'error';
 
 export interface TabStatus {
@@ -24,25 +38,49 @@ export interface TabStatus {
   mode: 'solo' | 'elastic';
   model: string;
   adapter: AdapterSummary | null;
-  /** Steps completed. */
+  /** Steps completed (elastic: the job's last committed step). */
   step: number;
+  /** Steps of the whole run (0 until known). */
+  totalSteps: number;
   /** 0-based epoch of the last step; `epochs` in total. */
   epoch: number;
   epochs: number;
   epochProgress: number;
-  /** Latest mean training loss per sample. */
+  /** Latest mean training loss per sample (elastic: over this tab's slice of its last step). */
   loss: number | null;
   /** (step, loss) each time the loss was read back, oldest first. */
   losses: { step: number; loss: number }[];
   /** Latest test accuracy in [0, 1], after an epoch's evaluation. */
   accuracy: number | null;
   testLoss: number | null;
+  /** This tab's compute speed (samples per second of GPU work). */
   samplesPerSec: number | null;
   dataset: { loadedBytes: number; totalBytes: number; cachedBytes: number; done: boolean } | null;
   /** Why WebGPU is unavailable, or what failed. */
   error: string | null;
-  /** Wall-clock seconds of the finished run. */
+  /** Wall-clock seconds of the finished (solo) run. */
   seconds: number | null;
+
+  // ---- elastic contribution (zeros / nulls in solo mode)
+  /** Why the tab waits (state `waiting`): gathering, round_running, full, paused. */
+  waitReason: string | null;
+  /** Tabs in the current round (0 outside one). */
+  worldSize: number;
+  rank: number | null;
+  /** This tab's fraction of each step's samples in the current round. */
+  share: number | null;
+  /** Samples this tab processed in steps the coordinator committed (work that counts). */
+  samplesProcessed: number;
+  /** Samples this tab computed, including steps undone after a failure. */
+  samplesComputed: number;
+  /** Samples committed in the whole job so far, by every tab. */
+  jobSamples: number;
+  /** `samplesProcessed / jobSamples` (null before anything was committed). */
+  jobShare: number | null;
+  /** Milliseconds this tab spent training (in a round, computing steps), over every join. */
+  contributedMs: number;
+  /** The GPU-use limit: pause between steps (ms). */
+  stepPauseMs: number;
 }
 
 export function initialStatus(model: string): TabStatus {
@@ -52,6 +90,7 @@ export function initialStatus(model: string): TabStatus {
     model,
     adapter: null,
     step: 0,
+    totalSteps: 0,
     epoch: 0,
     epochs: 0,
     epochProgress: 0,
@@ -63,6 +102,16 @@ export function initialStatus(model: string): TabStatus {
     dataset: null,
     error: null,
     seconds: null,
+    waitReason: null,
+    worldSize: 0,
+    rank: null,
+    share: null,
+    samplesProcessed: 0,
+    samplesComputed: 0,
+    jobSamples: 0,
+    jobShare: null,
+    contributedMs: 0,
+    stepPauseMs: 0,
   };
 }
 
@@ -74,4 +123,55 @@ export function publicStatus(s: TabStatus): Readonly<TabStatus> {
     losses: Object.freeze(s.losses.map((l) => Object.freeze({ ...l }))) as TabStatus['losses'],
     dataset: s.dataset && Object.freeze({ ...s.dataset }),
   });
+}
+
+/** Samples committed by every tab after `committedStep` steps of a job (the record position, in samples). */
+export function jobSamplesAfter(committedStep: number, job: Pick<ElasticStatus, 'datasetSize' | 'globalBatch' | 'epochs'>): number {
+  if (committedStep <= 0 || job.datasetSize <= 0 || job.globalBatch <= 0) return 0;
+  const { epoch, cursor } = positionAfter(committedStep, { datasetSize: job.datasetSize, globalBatch: job.globalBatch, epochs: Math.max(1, job.epochs), commitEvery: 1 });
+  return epoch * job.datasetSize + cursor;
+}
+
+/**
+ * The page's view of the elastic loop's status. The loop's totals restart at every join (a new loop),
+ * so the page adds `carried` (what earlier joins of this page contributed).
+ * `evaluating`: the page asked for a test evaluation at the end of the job.
+ */
+export function elasticPatch(s: ElasticStatus, opts: { evaluating: boolean; carried: { samplesProcessed: number; samplesComputed: number } }): Partial<TabStatus> {
+  const state: TabState =
+    s.phase === 'training' ? 'training'
+    : s.phase === 'connecting' ? (s.workerId !== null ? 'reconnecting' : 'connecting')
+    : s.phase === 'waiting' ? 'waiting'
+    : s.phase === 'syncing' || s.phase === 'recovering' ? 'syncing'
+    : s.phase === 'done' ? (opts.evaluating && s.accuracy === null ? 'evaluating' : 'done')
+    : s.phase === 'failed' ? 'error'
+    : 'left';
+  const outside = state === 'left' || state === 'error' || state === 'done' || state === 'evaluating';
+  const samplesProcessed = opts.carried.samplesProcessed + s.samplesCommitted;
+  const jobSamples = jobSamplesAfter(s.committedStep, s);
+  return {
+    state,
+    step: s.committedStep,
+    totalSteps: s.totalSteps,
+    epoch: s.epoch,
+    epochs: s.epochs,
+    epochProgress: s.epochProgress,
+    loss: s.loss,
+    losses: s.losses,
+    accuracy: s.accuracy,
+    testLoss: s.testLoss,
+    samplesPerSec: s.samplesPerSec,
+    error: s.error,
+    waitReason: s.phase === 'waiting' ? s.waitReason : null,
+    // A tab that left (or whose job ended) is in no world, whatever the loop last heard.
+    worldSize: outside ? 0 : s.worldSize,
+    rank: outside ? null : s.rank,
+    share: outside ? null : s.share,
+    samplesProcessed,
+    samplesComputed: opts.carried.samplesComputed + s.samplesComputed,
+    jobSamples,
+    // A tab that rejoined a restarted run could have counted more than this run committed; cap at 1.
+    jobShare: jobSamples > 0 ? Math.min(1, samplesProcessed / jobSamples) : null,
+    stepPauseMs: s.stepPauseMs,
+  };
 }
