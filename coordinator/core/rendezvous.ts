@@ -65,11 +65,21 @@ export function enrollIn(ctx: Ctx, workerId: string): void {
 }
 
 /** While gathering: start or keep the last-call deadline, and open the round when it is due. */
+/**
+ * The wait list minus a worker whose restart is on probation (`blamedRestart`): its peers just saw its
+ * channel close, so it is most likely leaving; putting it in the next round would only break that round.
+ * It becomes admissible again when its grace period ends (and it is still connected).
+ */
+export function admissibleWaiters(s: CoordinatorState): string[] {
+  const blamed = s.blamedRestart?.workerId;
+  return blamed === undefined ? s.rendezvous.waitList : s.rendezvous.waitList.filter((id) => id !== blamed);
+}
+
 export function evaluateGatheringIn(ctx: Ctx): void {
   const { s, now } = ctx;
   const rv = s.rendezvous;
   if (s.status !== 'active' || rv.phase !== 'gathering') return;
-  const enrolled = rv.waitList.length;
+  const enrolled = admissibleWaiters(s).length;
   if (enrolled === 0) {
     rv.deadline = null;
     rv.gatheringSince = null;
@@ -79,6 +89,14 @@ export function evaluateGatheringIn(ctx: Ctx): void {
   if (enrolled >= s.job.maxWorkers) {
     openRoundIn(ctx);
   } else if (enrolled >= s.job.minWorkers) {
+    // Re-forming after a closed round, its survivors are already re-enrolled and any newcomer is on the
+    // wait list: there is nobody to wait for. The last call only helps a fresh rendezvous (the first
+    // round, or after a coordinator restart) gather the tabs that are still arriving. Skipping it here
+    // takes lastCallMs off every recovery.
+    if (rv.closedRound !== null && rv.closedRound.members.some((id) => rv.waitList.includes(id))) {
+      openRoundIn(ctx);
+      return;
+    }
     if (rv.deadline === null) rv.deadline = now + s.job.lastCallMs;
     if (now >= rv.deadline) openRoundIn(ctx);
   } else {
@@ -117,9 +135,9 @@ function chooseStateSource(ctx: Ctx, participants: Participant[]): StateSource {
 export function openRoundIn(ctx: Ctx): void {
   const { s } = ctx;
   const rv = s.rendezvous;
-  const members = rv.waitList.slice(0, s.job.maxWorkers);
+  const members = admissibleWaiters(s).slice(0, s.job.maxWorkers);
   if (members.length === 0) return;
-  rv.waitList = rv.waitList.slice(members.length);
+  rv.waitList = rv.waitList.filter((id) => !members.includes(id));
   rv.round += 1;
   const shares = computeShares(members.map((id) => s.workers[id].throughput));
   const participants: Participant[] = members.map((workerId, rank) => ({
@@ -377,7 +395,7 @@ export function admitAtBoundaryIn(ctx: Ctx): boolean {
   if (s.status !== 'active' || rv.phase !== 'training') return false;
   const world = rv.participants.length;
   let reason: CloseReason | null = null;
-  if ((rv.waitList.length > 0 && world < s.job.maxWorkers) || world > s.job.maxWorkers) reason = 'membership';
+  if ((admissibleWaiters(s).length > 0 && world < s.job.maxWorkers) || world > s.job.maxWorkers) reason = 'membership';
   else if (rv.roundCommits >= REBALANCE_MIN_COMMITS && world > 1) {
     const proposed = computeShares(rv.participants.map((p) => s.workers[p.workerId].throughput));
     if (sharesDrift(rv.participants.map((p) => p.share), proposed) > REBALANCE_DRIFT) reason = 'rebalance';
