@@ -44,11 +44,11 @@
  * temp dir, so the shared dist/ is never touched. Load average (2 cores) is printed with the figures.
  */
 import { spawnSync } from 'node:child_process';
-import { existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, rmSync } from 'node:fs';
 import { loadavg, tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import type { Browser, CDPSession, Page } from 'playwright-core';
-import { loadIdxDataset } from '../coordinator/dataset';
+import { writeDatasetSlice } from '../test/support/small-dataset';
 import type { FeedMessage } from '../web/admin/feed-protocol';
 import type { NetHarness } from '../test/browser/pages/net-harness';
 import { launchChromium } from '../test/support/browser';
@@ -288,18 +288,7 @@ async function writeSmallDataset(dir: string): Promise<{ dir: string; name: stri
     writeFakeIdxDataset(dir, { trainCount: TRAIN_IMAGES, testCount: TEST_IMAGES });
     return { dir, name: `fake IDX images (no ${FASHION_MNIST})` };
   }
-  const full = await loadIdxDataset(FASHION_MNIST);
-  const idx = (magic: number, dims: number[], data: Uint8Array) => {
-    const header = Buffer.alloc(4 + 4 * dims.length);
-    header.writeUInt32BE(magic, 0);
-    dims.forEach((d, i) => header.writeUInt32BE(d, 4 + 4 * i));
-    return Buffer.concat([header, data]);
-  };
-  for (const [prefix, split, count] of [['train', full.train, TRAIN_IMAGES], ['t10k', full.test, TEST_IMAGES]] as const) {
-    const pixels = split.rows * split.cols;
-    writeFileSync(join(dir, `${prefix}-images-idx3-ubyte`), idx(0x803, [count, split.rows, split.cols], split.images.subarray(0, count * pixels)));
-    writeFileSync(join(dir, `${prefix}-labels-idx1-ubyte`), idx(0x801, [count], split.labels.subarray(0, count)));
-  }
+  await writeDatasetSlice(FASHION_MNIST, dir, TRAIN_IMAGES, TEST_IMAGES);
   return { dir, name: `Fashion-MNIST, first ${TRAIN_IMAGES} training images` };
 }
 

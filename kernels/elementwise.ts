@@ -5,16 +5,11 @@
  */
 import code from './elementwise.wgsl?raw';
 import {
-  bindBuffers,
-  ceilDiv,
-  computePipeline,
-  createUniformBuffer,
+  flatKernel,
   dispatch1d,
   f32bits,
-  writeUniforms,
   type Gpu,
   type Kernel,
-  type KernelCall,
   type Tensor,
 } from './runtime';
 
@@ -31,13 +26,6 @@ export interface ElementwiseSize {
   size: number;
 }
 
-function checkSize(label: string, size: number, tensors: readonly Tensor[]): void {
-  if (!Number.isInteger(size) || size < 0) throw new Error(`${label}: size ${size} is not a non-negative integer`);
-  for (const t of tensors) {
-    if (size > t.size) throw new Error(`${label}: size ${size} exceeds tensor ${t.label} (${t.size} elements)`);
-  }
-}
-
 function elementwiseKernel<D extends ElementwiseSize>(
   gpu: Gpu,
   entryPoint: 'add_into' | 'scale_in_place' | 'fill',
@@ -46,23 +34,9 @@ function elementwiseKernel<D extends ElementwiseSize>(
   scalarOf: (dims: D) => number,
   variant: FlatVariant,
 ): Kernel<D> {
-  const label = `elementwise.${entryPoint}`;
   const workgroupSize = variant.workgroupSize ?? ELEMENTWISE_WORKGROUP_SIZE;
-  const pipeline = computePipeline(gpu, code, 'elementwise', entryPoint, { WORKGROUP_SIZE: workgroupSize });
-  const uniforms = createUniformBuffer(gpu, 2, `${label}.uniforms`);
-  const call: KernelCall = {
-    label,
-    pipeline,
-    bindGroup: bindBuffers(gpu, pipeline, [uniforms, ...tensors], label),
-    workgroups: [0, 1, 1],
-  };
-  const update = (d: D): void => {
-    checkSize(label, d.size, tensors);
-    writeUniforms(gpu, uniforms, [d.size, f32bits(scalarOf(d))]);
-    call.workgroups = dispatch1d(ceilDiv(d.size, workgroupSize));
-  };
-  update(dims);
-  return { call, update };
+  const uniformWords = (d: D) => [d.size, f32bits(scalarOf(d))];
+  return flatKernel(gpu, { code, module: 'elementwise', entryPoint, workgroupSize, uniformCount: 2, uniformWords }, tensors, dims);
 }
 
 /** y[i] += x[i] for i < size. x may be a view of the same buffer as y if the ranges do not overlap. */

@@ -9,16 +9,10 @@
 import code from './optimizer.wgsl?raw';
 import type { FlatVariant } from './elementwise';
 import {
-  bindBuffers,
-  ceilDiv,
-  computePipeline,
-  createUniformBuffer,
-  dispatch1d,
+  flatKernel,
   f32bits,
-  writeUniforms,
   type Gpu,
   type Kernel,
-  type KernelCall,
   type Tensor,
 } from './runtime';
 
@@ -49,14 +43,7 @@ export interface SgdMomentumDims {
   weightDecay: number;
 }
 
-function checkSize(label: string, size: number, tensors: readonly Tensor[]): void {
-  if (!Number.isInteger(size) || size < 0) throw new Error(`${label}: size ${size} is not a non-negative integer`);
-  for (const t of tensors) {
-    if (size > t.size) throw new Error(`${label}: size ${size} exceeds tensor ${t.label} (${t.size} elements)`);
-  }
-}
-
-function flatKernel<D extends { size: number }>(
+function optimizerKernel<D extends { size: number }>(
   gpu: Gpu,
   entryPoint: 'adamw' | 'sgd_momentum',
   tensors: readonly Tensor[],
@@ -64,23 +51,8 @@ function flatKernel<D extends { size: number }>(
   uniformWords: (dims: D) => number[],
   variant: FlatVariant,
 ): Kernel<D> {
-  const label = `optimizer.${entryPoint}`;
   const workgroupSize = variant.workgroupSize ?? OPTIMIZER_WORKGROUP_SIZE;
-  const pipeline = computePipeline(gpu, code, 'optimizer', entryPoint, { WORKGROUP_SIZE: workgroupSize });
-  const uniforms = createUniformBuffer(gpu, 10, `${label}.uniforms`);
-  const call: KernelCall = {
-    label,
-    pipeline,
-    bindGroup: bindBuffers(gpu, pipeline, [uniforms, ...tensors], label),
-    workgroups: [0, 1, 1],
-  };
-  const update = (d: D): void => {
-    checkSize(label, d.size, tensors);
-    writeUniforms(gpu, uniforms, uniformWords(d));
-    call.workgroups = dispatch1d(ceilDiv(d.size, workgroupSize));
-  };
-  update(dims);
-  return { call, update };
+  return flatKernel(gpu, { code, module: 'optimizer', entryPoint, workgroupSize, uniformCount: 10, uniformWords }, tensors, dims);
 }
 
 /**
@@ -94,7 +66,7 @@ export function adamw(
   dims: AdamWDims,
   variant: FlatVariant = {},
 ): Kernel<AdamWDims> {
-  return flatKernel(gpu, 'adamw', [t.params, t.grads, t.m, t.v], dims, (d) => {
+  return optimizerKernel(gpu, 'adamw', [t.params, t.grads, t.m, t.v], dims, (d) => {
     if (!Number.isInteger(d.t) || d.t < 1) throw new Error(`adamw: step t=${d.t} must be a 1-based integer`);
     const biasCorrection1 = 1 - Math.pow(d.beta1, d.t);
     const biasCorrection2 = 1 - Math.pow(d.beta2, d.t);
@@ -123,7 +95,7 @@ export function sgdMomentum(
   dims: SgdMomentumDims,
   variant: FlatVariant = {},
 ): Kernel<SgdMomentumDims> {
-  return flatKernel(gpu, 'sgd_momentum', [t.params, t.grads, t.velocity], dims, (d) => [
+  return optimizerKernel(gpu, 'sgd_momentum', [t.params, t.grads, t.velocity], dims, (d) => [
     d.size,
     f32bits(d.gradScale),
     f32bits(d.lr),

@@ -232,3 +232,35 @@ export function dispatch1d(groups: number): [number, number, number] {
   const y = Math.ceil(groups / 65535);
   return [65535, y, 1];
 }
+
+/**
+ * A prepared 1-D kernel over the first `size` elements of flat tensors (elementwise ops, optimizers):
+ * group-0 bindings are the uniforms then `tensors` in order; `update` checks the size against every
+ * tensor, rewrites the uniforms (`uniformWords(dims)`, at most `uniformCount` words) and the dispatch.
+ */
+export function flatKernel<D extends { size: number }>(
+  gpu: Gpu,
+  spec: { code: string; module: string; entryPoint: string; workgroupSize: number; uniformCount: number; uniformWords: (dims: D) => number[] },
+  tensors: readonly Tensor[],
+  dims: D,
+): Kernel<D> {
+  const label = `${spec.module}.${spec.entryPoint}`;
+  const pipeline = computePipeline(gpu, spec.code, spec.module, spec.entryPoint, { WORKGROUP_SIZE: spec.workgroupSize });
+  const uniforms = createUniformBuffer(gpu, spec.uniformCount, `${label}.uniforms`);
+  const call: KernelCall = {
+    label,
+    pipeline,
+    bindGroup: bindBuffers(gpu, pipeline, [uniforms, ...tensors], label),
+    workgroups: [0, 1, 1],
+  };
+  const update = (d: D): void => {
+    if (!Number.isInteger(d.size) || d.size < 0) throw new Error(`${label}: size ${d.size} is not a non-negative integer`);
+    for (const t of tensors) {
+      if (d.size > t.size) throw new Error(`${label}: size ${d.size} exceeds tensor ${t.label} (${t.size} elements)`);
+    }
+    writeUniforms(gpu, uniforms, spec.uniformWords(d));
+    call.workgroups = dispatch1d(ceilDiv(d.size, spec.workgroupSize));
+  };
+  update(dims);
+  return { call, update };
+}

@@ -1,8 +1,7 @@
 /**
  * Headless Chromium for swarms, with WebGPU on SwiftShader where there is no GPU (CHROMIUM.md).
  *
- * The flag list and the lookup order are those of `test/support/browser.ts`, copied rather than
- * imported because product code (coordinator/) must not depend on test support. Keep them in step.
+ * The one flag list and lookup order of the project: `test/support/browser.ts` re-exports them.
  */
 import { existsSync } from 'node:fs';
 import { chromium, type Browser } from 'playwright-core';

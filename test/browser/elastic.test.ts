@@ -8,11 +8,11 @@
  * Fashion-MNIST training images (48 steps per epoch), 1,000 test images. The coordinator serves the
  * Vite build in `TABSWARM_DIST` (default `dist/`, which `npm test` builds first).
  */
-import { existsSync, mkdirSync, writeFileSync } from 'node:fs';
+import { existsSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import type { Browser } from 'playwright-core';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { loadIdxDataset } from '../../coordinator/dataset';
+import { writeDatasetSlice } from '../support/small-dataset';
 import { launchChromium, skipWithout, skipWithoutChromium } from '../support/browser';
 import { CoordinatorProcess, makeTempDir, REPO_ROOT } from '../support/coordinator-process';
 import { Swarm, type SwarmTab } from '../support/swarm';
@@ -45,21 +45,7 @@ const skip =
 
 /** The first `train`/`test` images of Fashion-MNIST as raw IDX files, so each tab downloads ~2.5 MB, not 55. */
 async function writeSmallDataset(): Promise<string> {
-  const full = await loadIdxDataset(DATASET_DIR);
-  const dir = join(makeTempDir('tabswarm-elastic-'), 'fashion-mnist');
-  mkdirSync(dir, { recursive: true });
-  const idx = (magic: number, dims: number[], data: Uint8Array) => {
-    const header = Buffer.alloc(4 + 4 * dims.length);
-    header.writeUInt32BE(magic, 0);
-    dims.forEach((d, i) => header.writeUInt32BE(d, 4 + 4 * i));
-    return Buffer.concat([header, data]);
-  };
-  for (const [prefix, split, count] of [['train', full.train, TRAIN_IMAGES], ['t10k', full.test, TEST_IMAGES]] as const) {
-    const pixels = split.rows * split.cols;
-    writeFileSync(join(dir, `${prefix}-images-idx3-ubyte`), idx(0x803, [count, split.rows, split.cols], split.images.subarray(0, count * pixels)));
-    writeFileSync(join(dir, `${prefix}-labels-idx1-ubyte`), idx(0x801, [count], split.labels.subarray(0, count)));
-  }
-  return dir;
+  return writeDatasetSlice(DATASET_DIR, join(makeTempDir('tabswarm-elastic-'), 'fashion-mnist'), TRAIN_IMAGES, TEST_IMAGES);
 }
 
 interface CommitRow {

@@ -16,12 +16,12 @@
  * coordinator serves the Vite build in `TABSWARM_DIST` (default `dist/`).
  */
 import Database from 'better-sqlite3';
-import { existsSync, mkdirSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import type { Browser, BrowserContext, Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { assignStep } from '../../coordinator/core/sampler';
-import { loadIdxDataset } from '../../coordinator/dataset';
+import { writeDatasetSlice } from '../support/small-dataset';
 import type { TabStatus } from '../../web/volunteer/status';
 import type {} from '../../web/volunteer/globals';
 import { launchChromium, skipWithout, skipWithoutChromium, watchPage, type PageProblems } from '../support/browser';
@@ -56,20 +56,7 @@ const skip = skipWithoutChromium() || skipWithout(`the web build in ${DIST_DIR} 
 async function writeDataset(): Promise<string> {
   const dir = join(makeTempDir('tabswarm-volunteer-'), 'dataset');
   if (!existsSync(FASHION_MNIST)) return writeFakeIdxDataset(dir, { trainCount: TRAIN_IMAGES, testCount: TEST_IMAGES });
-  const full = await loadIdxDataset(FASHION_MNIST);
-  mkdirSync(dir, { recursive: true });
-  const idx = (magic: number, dims: number[], data: Uint8Array) => {
-    const header = Buffer.alloc(4 + 4 * dims.length);
-    header.writeUInt32BE(magic, 0);
-    dims.forEach((d, i) => header.writeUInt32BE(d, 4 + 4 * i));
-    return Buffer.concat([header, data]);
-  };
-  for (const [prefix, split, count] of [['train', full.train, TRAIN_IMAGES], ['t10k', full.test, TEST_IMAGES]] as const) {
-    const pixels = split.rows * split.cols;
-    writeFileSync(join(dir, `${prefix}-images-idx3-ubyte`), idx(0x803, [count, split.rows, split.cols], split.images.subarray(0, count * pixels)));
-    writeFileSync(join(dir, `${prefix}-labels-idx1-ubyte`), idx(0x801, [count], split.labels.subarray(0, count)));
-  }
-  return dir;
+  return writeDatasetSlice(FASHION_MNIST, dir, TRAIN_IMAGES, TEST_IMAGES);
 }
 
 /**

@@ -5,38 +5,15 @@
  * browser if one was installed (`npx playwright install chromium`), so the tests also run on a
  * laptop with a real GPU. Without any, tests skip — except under `CI`, where they must fail.
  */
-import { existsSync } from 'node:fs';
 import { chromium, type Browser, type ConsoleMessage, type Page } from 'playwright-core';
+import { SWARM_CHROMIUM_ARGS, findChromium as findSwarmChromium } from '../../coordinator/swarm/chromium';
 
-/** Flags that gave a working WebGPU adapter headless on a CPU-only machine (CHROMIUM.md). */
-export const CHROMIUM_ARGS: readonly string[] = [
-  '--no-sandbox',
-  '--disable-quic',
-  '--no-first-run',
-  '--disable-background-networking',
-  '--disable-component-update',
-  '--disable-sync',
-  '--disable-default-apps',
-  '--enable-unsafe-webgpu',
-  '--enable-features=Vulkan',
-  '--use-vulkan=swiftshader',
-  '--use-webgpu-adapter=swiftshader',
-  '--use-angle=swiftshader',
-  // A background tab must keep training (its loop is in a worker, but timers should not be throttled).
-  '--disable-background-timer-throttling',
-  '--disable-renderer-backgrounding',
-  '--disable-backgrounding-occluded-windows',
-];
+/** The swarm's flags and lookup (one list for product and tests; CHROMIUM.md explains them). */
+export const CHROMIUM_ARGS: readonly string[] = SWARM_CHROMIUM_ARGS;
 
 /** The Chromium to drive, or undefined when none is installed. */
 export function findChromium(): string | undefined {
-  const candidates = [process.env.CHROMIUM_PATH, '/usr/bin/chromium', '/usr/bin/chromium-browser'];
-  try {
-    candidates.push(chromium.executablePath());
-  } catch {
-    // playwright-core throws when it has no browser registry entry; that is "not installed".
-  }
-  return candidates.find((p): p is string => !!p && existsSync(p));
+  return findSwarmChromium();
 }
 
 /**
