@@ -47,6 +47,8 @@ export async function loadDataset(dir: string): Promise<IdxDataset> {
   try {
     return await loadIdxDataset(dir);
   } catch (error) {
-    throw new StartupError(`dataset ${dir}: ${(error as Error).message}`);
+    // The loader's messages name the folder or file already; prefix only those that do not.
+    const message = (error as Error).message;
+    throw new StartupError(message.includes(dir) ? message : `dataset ${dir}: ${message}`);
   }
 }
