@@ -139,7 +139,10 @@ function onMessage(state: CoordinatorState, conn: string, msg: ClientMessage, no
   switch (msg.type) {
     case 'heartbeat': {
       const ctx = begin(state, now);
-      mutWorker(ctx, welcomed).lastSeen = now;
+      const worker = mutWorker(ctx, welcomed);
+      worker.lastSeen = now;
+      // A heartbeat without the field (an older tab) leaves the last known value alone.
+      if (msg.peerRttMs !== undefined) worker.peerRttMs = msg.peerRttMs;
       return finish(ctx);
     }
     case 'step_report':
@@ -215,7 +218,7 @@ function onHello(state: CoordinatorState, conn: string, msg: Extract<ClientMessa
     if (msg.haveStep !== null && msg.haveStep <= s.lastCommit.step) holds.push({ step: msg.haveStep, hash: msg.haveHash });
     if (msg.pending && msg.pending.step <= s.lastCommit.step) holds.push({ step: msg.pending.step, hash: msg.pending.hash });
   }
-  writableWorkers(ctx)[workerId] = { workerId, peerId: msg.peerId, conn, adapter: msg.adapter, joinedAt: now, lastSeen: now, holds, throughput: null };
+  writableWorkers(ctx)[workerId] = { workerId, peerId: msg.peerId, conn, adapter: msg.adapter, joinedAt: now, lastSeen: now, holds, throughput: null, peerRttMs: null };
   writableConnections(ctx)[conn] = { ...connection, workerId };
   metric(ctx, 'tabswarm_joins_total');
   log(ctx, 'info', 'join', {
@@ -332,6 +335,8 @@ export interface WorldView {
   ready: boolean;
   lastStep: number;
   throughput: number | null;
+  /** WebRTC round-trip time (ms) of its ring links (max over them) from its last heartbeat, or null. */
+  peerRttMs: number | null;
   adapter: string;
 }
 
@@ -375,6 +380,7 @@ export function statusView(s: CoordinatorState): StatusView {
         ready: p.ready,
         lastStep: p.lastStep,
         throughput: w?.throughput ?? null,
+        peerRttMs: w?.peerRttMs ?? null,
         adapter: w ? [w.adapter.vendor, w.adapter.architecture].filter(Boolean).join(' ') : '',
       };
     }),

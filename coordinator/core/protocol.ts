@@ -68,6 +68,13 @@ export const heartbeatSchema = z.strictObject({
   runId: idSchema,
   /** The sender's worker id (must be the one its socket was welcomed with, else forged_worker). */
   workerId: idSchema,
+  /**
+   * Optional: the WebRTC round-trip time (ms) of this tab's ring links: the MAX over its open links
+   * (the slowest link paces a ring all-reduce), from the nominated candidate pair's
+   * `currentRoundTripTime`. null when the tab has no open ring link (world of 1, waiting) or no stats
+   * yet; absent from tabs that predate the field. Only shown (admin page, `/api/status`).
+   */
+  peerRttMs: z.number().finite().min(0).max(60_000).nullable().optional(),
 });
 
 export const readySchema = z.strictObject({

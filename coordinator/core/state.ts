@@ -74,6 +74,8 @@ export interface WorkerInfo {
   holds: HeldState[];
   /** Smoothed samples per compute-ms, or null before its first measured step. */
   throughput: number | null;
+  /** WebRTC round-trip time (ms) of its ring links as its last heartbeat reported it, or null (unknown). */
+  peerRttMs: number | null;
 }
 
 /** One rank's report of one step, kept until the step commits or the round closes. */

@@ -46,6 +46,8 @@ class SimulatedTab {
   private round: { round: number; rank: number; shares: number[] } | null = null;
   private training = false;
   private heartbeat: NodeJS.Timeout | null = null;
+  /** What its heartbeats say as `peerRttMs` (undefined: the field is left out, as an older tab does). */
+  peerRttMs: number | null | undefined = undefined;
   private readonly timers = new Set<NodeJS.Timeout>();
 
   private constructor(
@@ -65,7 +67,7 @@ class SimulatedTab {
     tab.job = welcome.job as JobPublic;
     worker.onMessage = (msg) => tab.onMessage(msg);
     for (const msg of worker.drain()) tab.onMessage(msg);
-    tab.heartbeat = setInterval(() => !worker.isClosed && worker.heartbeat(), tab.job.heartbeatMs / 2);
+    tab.heartbeat = setInterval(() => !worker.isClosed && tab.sendHeartbeat(), tab.job.heartbeatMs / 2);
     void worker.closed.then(() => {
       tab.closed = true;
       tab.stop();
@@ -75,6 +77,11 @@ class SimulatedTab {
 
   get id(): string {
     return this.worker.workerId!;
+  }
+
+  sendHeartbeat(): void {
+    if (this.peerRttMs === undefined) this.worker.heartbeat();
+    else this.worker.send({ type: 'heartbeat', runId: this.worker.runId, workerId: this.worker.workerId, peerRttMs: this.peerRttMs });
   }
 
   private onMessage(msg: ServerMsg): void {
@@ -200,6 +207,21 @@ describe.skipIf(skip)('admin page', () => {
     const status = await proc.status();
     expect(rows.map(([, id]) => id)).toEqual(status.world.map((w: { id: string }) => w.id));
     expect(await page.textContent(`#workers-body tr[data-worker-id="${tabs[1].id}"] .adapter-cell`)).toBe('intel gen-12lp');
+
+    // RTT column: a heartbeat's peerRttMs shows in ms; a tab that never sends it (older tab) shows "–".
+    tabs[0].peerRttMs = 12.5;
+    tabs[2].peerRttMs = 3.25;
+    tabs[0].sendHeartbeat();
+    tabs[2].sendHeartbeat();
+    const rttCell = (id: string) => page.textContent(`#workers-body tr[data-worker-id="${id}"] td.rtt`);
+    await expect.poll(() => rttCell(tabs[0].id), { timeout: 10_000 }).toBe('12.5 ms');
+    await expect.poll(() => rttCell(tabs[2].id), { timeout: 10_000 }).toBe('3.25 ms');
+    expect(await rttCell(tabs[1].id)).toBe('–');
+    const rttStatus = await proc.status();
+    expect(new Map(rttStatus.world.map((w: { id: string; peerRttMs: number | null }) => [w.id, w.peerRttMs]))).toEqual(
+      new Map([[tabs[0].id, 12.5], [tabs[1].id, null], [tabs[2].id, 3.25]]),
+    );
+    expect(await page.textContent('#workers-table thead th:nth-child(7)')).toBe('RTT');
 
     // Let it train past a checkpoint, then keep a screenshot of the full page.
     await page.waitForFunction(() => document.querySelectorAll('#checkpoints-body tr').length > 0, undefined, { timeout: 30_000 });

@@ -24,6 +24,8 @@ export interface AdminWorkerView {
   lastStep: number;
   /** Smoothed samples per compute-millisecond, or null before the first measured step. */
   throughput: number | null;
+  /** WebRTC round-trip time (ms) of its ring links (max over them), or null when unknown or no ring. */
+  peerRttMs: number | null;
   /** WebGPU adapter vendor and architecture. */
   adapter: string;
   /** Milliseconds since the worker's last message, by the coordinator's clock. */

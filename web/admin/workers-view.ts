@@ -83,6 +83,7 @@ interface WorkerRow {
   shareText: HTMLSpanElement;
   speed: HTMLTableCellElement;
   heartbeat: HTMLTableCellElement;
+  rtt: HTMLTableCellElement;
   step: HTMLTableCellElement;
   kick: HTMLButtonElement;
 }
@@ -141,6 +142,7 @@ export class WorkersTable {
       shareText,
       speed: el('td', { class: 'num' }),
       heartbeat: el('td', { class: 'num heartbeat' }),
+      rtt: el('td', { class: 'num rtt' }),
       step: el('td', { class: 'num' }),
       kick,
     };
@@ -151,6 +153,7 @@ export class WorkersTable {
       el('td', { class: 'share' }, el('div', { class: 'share-bar' }, shareFill), shareText),
       row.speed,
       row.heartbeat,
+      row.rtt,
       row.step,
       el('td', { class: 'actions' }, kick),
     );
@@ -168,6 +171,9 @@ export class WorkersTable {
     setText(row.heartbeat, formatAge(worker.lastHeartbeatAgeMs));
     // Late heartbeats: amber past 1.5 periods, red past 2.5 (the coordinator drops a worker at 3).
     row.heartbeat.dataset.late = worker.lastHeartbeatAgeMs > 2.5 * heartbeatMs ? 'very' : worker.lastHeartbeatAgeMs > 1.5 * heartbeatMs ? 'yes' : 'no';
+    // Older coordinators' feeds lack the field: treat it like null.
+    const rtt = worker.peerRttMs ?? null;
+    setText(row.rtt, rtt === null ? '–' : `${formatNumber(rtt)} ms`);
     setText(row.step, worker.ready ? formatInt(worker.lastStep) : 'syncing');
     const armed = this.armed !== null && this.armed.id === worker.id && this.armed.until > Date.now();
     setText(row.kick, armed ? 'Confirm kick' : 'Kick');

@@ -8,8 +8,9 @@
  * Re-opening closes the old links, which only ends a round the coordinator's restart ended anyway.
  */
 import type { WorldEntry } from '../../coordinator/core/protocol';
-import type { Ring } from '../net/link';
+import type { Link, Ring } from '../net/link';
 import { PeerMesh, type PeerMeshOptions } from '../net/peer-mesh';
+import { maxLinkRttMs } from '../net/link-rtt';
 import { backoffDelay } from '../net/coordinator-client';
 import { bounded } from './async-tools';
 import type { MeshPort } from './ports';
@@ -50,6 +51,17 @@ export class PeerMeshPort implements MeshPort {
     // Links to tabs that left the round are of no further use; links to members are reused.
     mesh.retain(members);
     return bounded(mesh.ring(members, { timeoutMs: opts.timeoutMs }), { signal: opts.signal, what: `ring of round ${opts.round}` });
+  }
+
+  /**
+   * WebRTC round-trip time (ms) of the open links, the MAX over them; null when there is none (world of
+   * 1, waiting) or no stats yet. The mesh holds links to the current ring's neighbours only (`retain`).
+   */
+  async roundTripMs(): Promise<number | null> {
+    const mesh = this.mesh;
+    if (!mesh) return null;
+    const links = mesh.connectedPeers.map((peer) => mesh.link(peer)).filter((link): link is Link => link !== undefined);
+    return maxLinkRttMs(links);
   }
 
   close(): void {

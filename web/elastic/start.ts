@@ -12,6 +12,7 @@
  */
 import type * as Comlink from 'comlink';
 import { CoordinatorClient, defaultCoordinatorUrl } from '../net/coordinator-client';
+import { RoundTripSampler } from '../net/link-rtt';
 import type { TrainingWorkerApi } from '../worker/training-worker';
 import { browserHttp } from './checkpoint-transfer';
 import { ElasticLoop, initialElasticStatus, type ElasticStatus, type ElasticTimeouts } from './elastic-loop';
@@ -93,11 +94,14 @@ export async function startElastic(opts: StartElasticOptions, callbacks: Elastic
       if (status.phase === 'failed' && !left) leave();
     },
   });
+  const rtt = new RoundTripSampler(() => mesh.roundTripMs());
   client = new CoordinatorClient({
     url: defaultCoordinatorUrl(origin),
     hello: () => ({ peerId: mesh.peerId, adapter: opts.adapter, ...loop.holding() }),
     onMessage: (msg) => loop.handle(msg),
     onDisconnect: () => loop.disconnected(),
+    // Ring-link RTT for the admin page: read from getStats() at most once per heartbeat, sent one beat late.
+    heartbeatFields: () => ({ peerRttMs: rtt.take() }),
     log,
   });
 
@@ -119,7 +123,7 @@ export async function startElastic(opts: StartElasticOptions, callbacks: Elastic
     },
     leave,
     setStepPause: (ms) => loop.setStepPause(ms),
-    heartbeat: () => !left && (client?.send({ type: 'heartbeat' }) ?? false),
+    heartbeat: () => !left && (client?.heartbeat() ?? false),
   };
 }
 

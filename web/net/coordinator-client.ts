@@ -50,6 +50,8 @@ export interface CoordinatorClientOptions {
   hello(): HelloState;
   /** A validated server message (welcome included, after the client recorded it). */
   onMessage(msg: ServerMessage): void;
+  /** Optional extra heartbeat fields (e.g. the ring links' RTT), called once per heartbeat; must not block. */
+  heartbeatFields?(): Pick<Extract<OutgoingMessage, { type: 'heartbeat' }>, 'peerRttMs'>;
   /** The socket closed (before any reconnect); the round it was in is over from this tab's view. */
   onDisconnect?(info: { code: number; reason: string; reconnecting: boolean }): void;
   onPhase?(phase: ConnectionPhase): void;
@@ -243,9 +245,14 @@ export class CoordinatorClient {
     this.opts.onMessage(msg);
   }
 
+  /** Send a heartbeat now, with `heartbeatFields()` (false when not welcomed). */
+  heartbeat(): boolean {
+    return this.send({ type: 'heartbeat', ...this.opts.heartbeatFields?.() });
+  }
+
   private startHeartbeats(periodMs: number): void {
     if (this.heartbeatTimer !== null) clearInterval(this.heartbeatTimer);
-    this.heartbeatTimer = setInterval(() => this.send({ type: 'heartbeat' }), Math.max(10, periodMs));
+    this.heartbeatTimer = setInterval(() => this.heartbeat(), Math.max(10, periodMs));
   }
 
   private socketClosed(code: number, reason: string): void {
