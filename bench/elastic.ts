@@ -51,7 +51,7 @@ import type { Browser, CDPSession, Page } from 'playwright-core';
 import { writeDatasetSlice } from '../test/support/small-dataset';
 import type { FeedMessage } from '../web/admin/feed-protocol';
 import type { NetHarness } from '../test/browser/pages/net-harness';
-import { launchChromium } from '../test/support/browser';
+import { FASHION_MNIST_DIR, launchChromium } from '../test/support/browser';
 import { mulberry32 } from '../test/support/rng';
 import { CoordinatorProcess, REPO_ROOT, TEST_ADMIN_TOKEN, writeFakeIdxDataset } from '../test/support/coordinator-process';
 import { startPeerServer } from '../test/support/peer-server';
@@ -279,16 +279,15 @@ async function benchAllreduce(): Promise<AllreduceResult> {
 
 const TRAIN_IMAGES = 2048;
 const TEST_IMAGES = 100;
-const FASHION_MNIST = process.env.TABSWARM_DATASET ?? '/usr/share/datasets/fashion-mnist';
 
 /** The first images of Fashion-MNIST as small raw IDX files (each tab downloads ~1.6 MB, not 55); seeded fake images without it. */
 async function writeSmallDataset(dir: string): Promise<{ dir: string; name: string }> {
   mkdirSync(dir, { recursive: true });
-  if (!existsSync(FASHION_MNIST)) {
+  if (!existsSync(FASHION_MNIST_DIR)) {
     writeFakeIdxDataset(dir, { trainCount: TRAIN_IMAGES, testCount: TEST_IMAGES });
-    return { dir, name: `fake IDX images (no ${FASHION_MNIST})` };
+    return { dir, name: `fake IDX images (no ${FASHION_MNIST_DIR})` };
   }
-  await writeDatasetSlice(FASHION_MNIST, dir, TRAIN_IMAGES, TEST_IMAGES);
+  await writeDatasetSlice(FASHION_MNIST_DIR, dir, TRAIN_IMAGES, TEST_IMAGES);
   return { dir, name: `Fashion-MNIST, first ${TRAIN_IMAGES} training images` };
 }
 

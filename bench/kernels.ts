@@ -19,7 +19,7 @@ import { resolve } from 'node:path';
 import { parseArgs } from 'node:util';
 import type { MatmulTile } from '../kernels/matmul';
 import { launchChromium, watchPage } from '../test/support/browser';
-import { createServer } from 'vite';
+import { REPO_ROOT, startViteServer, type TestViteServer } from '../test/support/vite-server';
 import type { AdapterReport, Side, TfjsForm } from './pages/kernel-bench-api';
 
 const { values: flags } = parseArgs({
@@ -41,7 +41,6 @@ const SIZES = flags.sizes.split(',').filter(Boolean).map(Number);
 const BATCHES = flags.batches.split(',').filter(Boolean).map(Number);
 const TFJS_FORMS = flags['tfjs-forms'].split(',').filter(Boolean) as TfjsForm[];
 if (TFJS_FORMS.length === 0 || TFJS_FORMS.some((f) => f !== 'fused' && f !== 'plain')) throw new Error(`--tfjs-forms: ${flags['tfjs-forms']}`);
-const REPO_ROOT = resolve(import.meta.dirname, '..');
 const RESULTS_PATH = resolve(import.meta.dirname, 'RESULTS.md');
 
 interface Variant {
@@ -282,29 +281,16 @@ async function main(): Promise<void> {
 }
 
 /**
- * A Vite dev server over the repository on 127.0.0.1 (a secure context) for the bench page, which
- * imports our TypeScript directly. Its own dependency cache: browser tests running at the same time
- * use Vite's default one with other dependencies, and re-optimizing a shared cache breaks their pages.
+ * The test Vite dev server for the bench page, which imports our TypeScript directly. Its own
+ * dependency cache: browser tests running at the same time use Vite's default one with other
+ * dependencies, and re-optimizing a shared cache breaks their pages. TF.js is pre-bundled up front:
+ * discovering it on first request would make Vite reload the page.
  */
-async function startBenchServer(): Promise<{ url: string; close(): Promise<void> }> {
-  const server = await createServer({
-    root: REPO_ROOT,
-    configFile: false,
-    publicDir: false,
+function startBenchServer(): Promise<TestViteServer> {
+  return startViteServer({
     cacheDir: resolve(REPO_ROOT, 'node_modules/.vite-bench-kernels'),
-    logLevel: 'warn',
-    clearScreen: false,
-    // Pre-bundle up front: discovering TF.js on first request would make Vite reload the page.
-    optimizeDeps: { include: ['@tensorflow/tfjs', '@tensorflow/tfjs-backend-webgpu', 'zod'], entries: [] },
-    server: { host: '127.0.0.1', port: 0, strictPort: false, hmr: false, watch: null },
+    optimizeDeps: ['@tensorflow/tfjs', '@tensorflow/tfjs-backend-webgpu', 'zod'],
   });
-  await server.listen();
-  const address = server.httpServer?.address();
-  if (!address || typeof address === 'string') {
-    await server.close();
-    throw new Error('vite dev server has no port');
-  }
-  return { url: `http://127.0.0.1:${address.port}`, close: () => server.close() };
 }
 
 function renderTable(

@@ -20,6 +20,7 @@
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Action, CoordinatorState } from './core/machine';
+import type { CommitRecord } from './core/state';
 import { parameterLayout } from './core/model-spec';
 import { stepsPerEpoch } from './core/sampler';
 import { statusOf } from './audit';
@@ -27,7 +28,6 @@ import type { CheckpointRow, CommitRow, EventRow, Store } from './store';
 import {
   categoryOf,
   type AdminJobSummary,
-  type AdminStatus,
   type FeedCheckpoint,
   type FeedCommit,
   type FeedEvaluation,
@@ -95,7 +95,8 @@ function finiteOrNull(x: number): number | null {
   return Number.isFinite(x) ? x : null;
 }
 
-export function feedCommitFromRow(row: CommitRow, samplesPerSecond: number | null): FeedCommit {
+/** A commit as the feed shows it: a stored row, or a live `record_commit` stamped with the feed's clock. */
+export function feedCommitFromRow(row: CommitRecord & Pick<CommitRow, 'committedAt'>, samplesPerSecond: number | null): FeedCommit {
   return {
     step: row.step,
     firstStep: row.firstStep,
@@ -245,7 +246,7 @@ export class AdminFeed {
       type: 'snapshot',
       runId: this.opts.runId,
       at,
-      status: this.status(state, at),
+      status: statusOf(state, at),
       job: jobSummary(state),
       commits,
       events: [...this.events],
@@ -254,8 +255,8 @@ export class AdminFeed {
     };
   }
 
-  checkpoints(): FeedCheckpoint[] {
-    return this.opts.store.checkpoints(this.opts.runId).map((row) => feedCheckpoint(this.opts.runId, row));
+  checkpoints(rows = this.opts.store.checkpoints(this.opts.runId)): FeedCheckpoint[] {
+    return rows.map((row) => feedCheckpoint(this.opts.runId, row));
   }
 
   /** One transition's actions (the executor's listener). */
@@ -268,21 +269,8 @@ export class AdminFeed {
         case 'record_commit': {
           const c = action.commit;
           const at = this.now();
-          const commit: FeedCommit = {
-            step: c.step,
-            firstStep: c.firstStep,
-            epoch: c.epoch,
-            cursorStart: c.cursorStart,
-            count: c.count,
-            loss: finiteOrNull(c.loss),
-            worldSize: c.world.length,
-            round: c.round,
-            hash: c.hash,
-            at,
-            samplesPerSecond: this.rater.push(at, c.count, c.round),
-          };
           this.lastCommitStep = c.step;
-          this.broadcast({ type: 'commit', commit });
+          this.broadcast({ type: 'commit', commit: feedCommitFromRow({ ...c, committedAt: at }, this.rater.push(at, c.count, c.round)) });
           changed = true;
           break;
         }
@@ -322,25 +310,21 @@ export class AdminFeed {
     }
   }
 
-  private broadcastCheckpoints(): void {
-    const checkpoints = this.checkpoints();
-    this.checkpointsKey = this.checkpointKeyOf(this.opts.store.checkpoints(this.opts.runId));
-    this.broadcast({ type: 'checkpoints', checkpoints });
+  /** Sends the stored checkpoint list (`rows`, when the caller already read it) and remembers its key. */
+  private broadcastCheckpoints(rows = this.opts.store.checkpoints(this.opts.runId)): void {
+    this.checkpointsKey = this.checkpointKeyOf(rows);
+    this.broadcast({ type: 'checkpoints', checkpoints: this.checkpoints(rows) });
   }
 
   private checkpointKeyOf(rows: CheckpointRow[]): string {
     return rows.map((r) => `${r.step}:${r.sha256}`).join(',');
   }
 
-  private status(state: CoordinatorState, at: number): AdminStatus {
-    return statusOf(state, at);
-  }
-
   private sendStatus(): void {
     if (this.clients.size === 0) return;
     const at = this.now();
     this.lastStatusAt = at;
-    this.broadcast({ type: 'status', at, status: this.status(this.opts.state(), at) });
+    this.broadcast({ type: 'status', at, status: statusOf(this.opts.state(), at) });
   }
 
   /** A status soon after a change, at most one per throttle period. */
@@ -392,8 +376,8 @@ export class AdminFeed {
       }
       if (rows.length < 500) break;
     }
-    const key = this.checkpointKeyOf(store.checkpoints(runId));
-    if (key !== this.checkpointsKey) this.broadcastCheckpoints();
+    const checkpointRows = store.checkpoints(runId);
+    if (this.checkpointKeyOf(checkpointRows) !== this.checkpointsKey) this.broadcastCheckpoints(checkpointRows);
     if (changed) this.scheduleStatus();
   }
 

@@ -7,7 +7,8 @@
  * of DESIGN.md holds when every epoch has no index committed twice and every finished epoch has no
  * index never committed.
  */
-import { statusView, type CoordinatorState, type StatusView } from './core/machine';
+import { adapterLabel, statusView, type CoordinatorState } from './core/machine';
+import type { AdminStatus } from '../web/admin/feed-protocol';
 import { base64ToBytes, epochOrder } from './core/sampler';
 import type { CommitRow, EventRow } from './store';
 
@@ -55,11 +56,18 @@ export function auditRun(state: CoordinatorState, rows: CommitRow[], rolledBackR
   const n = state.datasetSize;
   const seed = state.job.seed;
   const live = rows.filter((r) => !r.rolledBack).sort((a, b) => a.step - b.step);
-  const lastEpoch = Math.max(state.record.epoch, ...live.map((r) => r.epoch));
+  // One pass over the rows (there can be many): grouped by epoch, each group in step order.
+  const rowsByEpoch = new Map<number, CommitRow[]>();
+  for (const row of live) {
+    const group = rowsByEpoch.get(row.epoch);
+    if (group) group.push(row);
+    else rowsByEpoch.set(row.epoch, [row]);
+  }
+  const lastEpoch = Math.max(state.record.epoch, ...rowsByEpoch.keys());
   const epochs: EpochAudit[] = [];
   let currentEpochSeen: Uint8Array | null = null;
   for (let epoch = 0; epoch <= lastEpoch; epoch++) {
-    const epochRows = live.filter((r) => r.epoch === epoch);
+    const epochRows = rowsByEpoch.get(epoch) ?? [];
     const finished = epoch < state.record.epoch;
     // An epoch the job never reaches (record at epoch == job.epochs after the last one) is not listed.
     if (epochRows.length === 0 && !finished && epoch >= state.job.epochs) continue;
@@ -146,27 +154,13 @@ function bitsetEquals(processed: string, n: number, seen: Uint8Array): boolean {
 }
 
 /** `GET /api/status`: the core's `statusView`, plus what only the server's clock knows (heartbeat ages). */
-export type StatusReport = Omit<StatusView, 'world' | 'waiting'> & {
-  /** Rendezvous phase (gathering, syncing, training), also while paused. */
-  phase: string;
-  /** Job status: active, paused, done, failed. */
-  status: string;
-  /** Sampler cursor in the current epoch. */
-  cursor: number;
-  world: (StatusView['world'][number] & { lastHeartbeatAgeMs: number })[];
-  waiting: (StatusView['waiting'][number] & { adapter: string; lastHeartbeatAgeMs: number })[];
-  latestCheckpoint: { step: number; sha256: string } | null;
-};
+export type StatusReport = AdminStatus;
 
 export function statusOf(state: CoordinatorState, now: number): StatusReport {
   const view = statusView(state);
   const age = (id: string) => {
     const worker = state.workers[id];
     return worker ? Math.max(0, now - worker.lastSeen) : -1;
-  };
-  const adapter = (id: string) => {
-    const a = state.workers[id]?.adapter;
-    return a ? [a.vendor, a.architecture].filter(Boolean).join(' ') : '';
   };
   const latest = state.checkpoints[state.checkpoints.length - 1];
   return {
@@ -175,7 +169,7 @@ export function statusOf(state: CoordinatorState, now: number): StatusReport {
     status: state.status,
     cursor: state.record.cursor,
     world: view.world.map((w) => ({ ...w, lastHeartbeatAgeMs: age(w.id) })),
-    waiting: view.waiting.map((w) => ({ ...w, adapter: adapter(w.id), lastHeartbeatAgeMs: age(w.id) })),
+    waiting: view.waiting.map((w) => ({ ...w, adapter: adapterLabel(state.workers[w.id]?.adapter), lastHeartbeatAgeMs: age(w.id) })),
     latestCheckpoint: latest ? { step: latest.step, sha256: latest.sha256 } : null,
   };
 }

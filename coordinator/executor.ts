@@ -150,7 +150,7 @@ export class MachineExecutor {
     switch (action.kind) {
       case 'persist': {
         const json = JSON.stringify(action.durable);
-        // Identical durable states (a heartbeat's persist, say) need no fsync.
+        // Identical durable states (an admin `set_workers` that changed nothing, say) need no fsync.
         if (json !== this.lastDurableJson) {
           this.storeQueue.push({ kind: 'persist', durable: action.durable });
           this.lastDurableJson = json;

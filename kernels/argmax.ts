@@ -3,16 +3,7 @@
  * One workgroup with an integer tree reduction (exact); read back one u32 per evaluated batch.
  */
 import code from './argmax.wgsl?raw';
-import {
-  bindBuffers,
-  computePipeline,
-  createUniformBuffer,
-  writeUniforms,
-  type Gpu,
-  type Kernel,
-  type KernelCall,
-  type Tensor,
-} from './runtime';
+import { computePipeline, preparedKernel, type Gpu, type Kernel, type Tensor } from './runtime';
 import { checkClassifierDims, type ClassifierDims } from './softmax-xent';
 
 /** Threads of the single workgroup (a power of two). */
@@ -25,18 +16,18 @@ export function countCorrect(
   dims: ClassifierDims,
 ): Kernel<ClassifierDims> {
   const label = 'argmax.count-correct';
-  const pipeline = computePipeline(gpu, code, 'argmax', 'count_correct', { WORKGROUP_SIZE });
-  const uniforms = createUniformBuffer(gpu, 2, `${label}.params`);
-  const call: KernelCall = {
-    label,
-    pipeline,
-    bindGroup: bindBuffers(gpu, pipeline, [uniforms, t.logits, t.labels, t.correct], label),
-    workgroups: [1, 1, 1],
-  };
-  const update = (d: ClassifierDims): void => {
-    checkClassifierDims(label, d, t.logits, t.labels);
-    writeUniforms(gpu, uniforms, [d.rows, d.classes]);
-  };
-  update(dims);
-  return { call, update };
+  return preparedKernel(
+    gpu,
+    {
+      label,
+      pipeline: computePipeline(gpu, code, 'argmax', 'count_correct', { WORKGROUP_SIZE }),
+      uniformCount: 2,
+      bind: (uniforms) => [uniforms, t.logits, t.labels, t.correct],
+      plan: (d: ClassifierDims) => {
+        checkClassifierDims(label, d, t.logits, t.labels);
+        return { uniforms: [d.rows, d.classes], workgroups: [1, 1, 1] };
+      },
+    },
+    dims,
+  );
 }

@@ -4,18 +4,7 @@
  * bias into its epilogue; these exist for layers that add the bias apart (e.g. after an accumulate).
  */
 import code from './bias.wgsl?raw';
-import {
-  bindBuffers,
-  ceilDiv,
-  computePipeline,
-  createUniformBuffer,
-  dispatch1d,
-  writeUniforms,
-  type Gpu,
-  type Kernel,
-  type KernelCall,
-  type Tensor,
-} from './runtime';
+import { ceilDiv, computePipeline, dispatch1d, preparedKernel, sameRange, type Gpu, type Kernel, type Tensor } from './runtime';
 
 export interface BiasDims {
   rows: number;
@@ -23,15 +12,6 @@ export interface BiasDims {
 }
 
 const WORKGROUP_SIZE = 64;
-
-/** Same buffer range: the in-place entry point is needed. Partial overlap is never meaningful. */
-function sameRange(x: Tensor, y: Tensor): boolean {
-  if (x.buffer !== y.buffer) return false;
-  if (x.offset === y.offset) return true;
-  const [xs, xe, ys, ye] = [x.offset, x.offset + x.size * 4, y.offset, y.offset + y.size * 4];
-  if (xs < ye && ys < xe) throw new Error(`tensors ${x.label} and ${y.label} partially overlap`);
-  return false;
-}
 
 function checkBiasDims(label: string, d: BiasDims, need: readonly [Tensor, number][]): void {
   for (const [name, v] of [['rows', d.rows], ['cols', d.cols]] as const) {
@@ -47,17 +27,20 @@ export function biasAdd(gpu: Gpu, t: { x: Tensor; bias: Tensor; out: Tensor }, d
   const inPlace = sameRange(t.x, t.out);
   const entry = inPlace ? 'bias_add_in_place' : 'bias_add';
   const label = `bias.${entry}`;
-  const pipeline = computePipeline(gpu, code, 'bias', entry, { WORKGROUP_SIZE });
-  const uniforms = createUniformBuffer(gpu, 2, `${label}.params`);
-  const resources = inPlace ? [uniforms, t.bias, t.out] : [uniforms, t.bias, t.out, t.x];
-  const call: KernelCall = { label, pipeline, bindGroup: bindBuffers(gpu, pipeline, resources, label), workgroups: [0, 1, 1] };
-  const update = (d: BiasDims): void => {
-    checkBiasDims(label, d, [[t.x, d.rows * d.cols], [t.out, d.rows * d.cols], [t.bias, d.rows > 0 ? d.cols : 0]]);
-    writeUniforms(gpu, uniforms, [d.rows, d.cols]);
-    call.workgroups = dispatch1d(ceilDiv(d.rows * d.cols, WORKGROUP_SIZE));
-  };
-  update(dims);
-  return { call, update };
+  return preparedKernel(
+    gpu,
+    {
+      label,
+      pipeline: computePipeline(gpu, code, 'bias', entry, { WORKGROUP_SIZE }),
+      uniformCount: 2,
+      bind: (uniforms) => (inPlace ? [uniforms, t.bias, t.out] : [uniforms, t.bias, t.out, t.x]),
+      plan: (d: BiasDims) => {
+        checkBiasDims(label, d, [[t.x, d.rows * d.cols], [t.out, d.rows * d.cols], [t.bias, d.rows > 0 ? d.cols : 0]]);
+        return { uniforms: [d.rows, d.cols], workgroups: dispatch1d(ceilDiv(d.rows * d.cols, WORKGROUP_SIZE)) };
+      },
+    },
+    dims,
+  );
 }
 
 /**
@@ -72,19 +55,18 @@ export function biasGrad(
   opts: { accumulate?: boolean } = {},
 ): Kernel<BiasDims> {
   const label = `bias.bias_grad${opts.accumulate ? '.acc' : ''}`;
-  const pipeline = computePipeline(gpu, code, 'bias', 'bias_grad', { WORKGROUP_SIZE, ACCUMULATE: opts.accumulate ? 1 : 0 });
-  const uniforms = createUniformBuffer(gpu, 2, `${label}.params`);
-  const call: KernelCall = {
-    label,
-    pipeline,
-    bindGroup: bindBuffers(gpu, pipeline, [uniforms, t.dy, t.dbias], label),
-    workgroups: [0, 1, 1],
-  };
-  const update = (d: BiasDims): void => {
-    checkBiasDims(label, d, [[t.dy, d.rows * d.cols], [t.dbias, d.cols]]);
-    writeUniforms(gpu, uniforms, [d.rows, d.cols]);
-    call.workgroups = [ceilDiv(d.cols, WORKGROUP_SIZE), 1, 1];
-  };
-  update(dims);
-  return { call, update };
+  return preparedKernel(
+    gpu,
+    {
+      label,
+      pipeline: computePipeline(gpu, code, 'bias', 'bias_grad', { WORKGROUP_SIZE, ACCUMULATE: opts.accumulate ? 1 : 0 }),
+      uniformCount: 2,
+      bind: (uniforms) => [uniforms, t.dy, t.dbias],
+      plan: (d: BiasDims) => {
+        checkBiasDims(label, d, [[t.dy, d.rows * d.cols], [t.dbias, d.cols]]);
+        return { uniforms: [d.rows, d.cols], workgroups: [ceilDiv(d.cols, WORKGROUP_SIZE), 1, 1] };
+      },
+    },
+    dims,
+  );
 }

@@ -10,18 +10,7 @@
  * its shape (see `chooseConv2dVariant`); all choices compute the same sums in the same order per output.
  */
 import code from './conv2d.wgsl?raw';
-import {
-  bindBuffers,
-  ceilDiv,
-  computePipeline,
-  createUniformBuffer,
-  dispatch1d,
-  writeUniforms,
-  type Gpu,
-  type Kernel,
-  type KernelCall,
-  type Tensor,
-} from './runtime';
+import { ceilDiv, computePipeline, dispatch1d, preparedKernel, type Gpu, type Kernel, type Tensor } from './runtime';
 
 export interface Conv2dDims {
   batch: number;
@@ -136,25 +125,19 @@ function convKernel(
     WIDE: v.channelsPerThread === 8 ? 1 : 0,
     ...constants,
   });
-  const uniforms = createUniformBuffer(gpu, 9, `${label}.uniforms`);
-  const call: KernelCall = {
-    label,
-    pipeline,
-    bindGroup: bindBuffers(gpu, pipeline, [uniforms, ...bound.map((b) => b.tensor)], label),
-    workgroups: [0, 1, 1],
-  };
-  const update = (d: Conv2dDims): void => {
+  const plan = (d: Conv2dDims) => {
     checkDims(label, d);
     const need = sizes(d);
     for (const b of bound) {
       if (need[b.size] > b.tensor.size) throw new Error(`${label}: ${b.tensor.label} has ${b.tensor.size} elements, dims need ${need[b.size]}`);
     }
     const out = conv2dOutputSize(d);
-    writeUniforms(gpu, uniforms, [d.batch, d.height, d.width, d.inChannels, d.outChannels, d.kernel, d.pad, out.height, out.width]);
-    call.workgroups = dispatch1d(ceilDiv(invocations(entry, d, v), v.workgroupSize));
+    return {
+      uniforms: [d.batch, d.height, d.width, d.inChannels, d.outChannels, d.kernel, d.pad, out.height, out.width],
+      workgroups: dispatch1d(ceilDiv(invocations(entry, d, v), v.workgroupSize)),
+    };
   };
-  update(dims);
-  return { call, update };
+  return preparedKernel(gpu, { label, pipeline, uniformCount: 9, bind: (uniforms) => [uniforms, ...bound.map((b) => b.tensor)], plan }, dims);
 }
 
 /** out = conv(x, w) + bias (then ReLU with `opts.relu`), overwriting out [batch, outH, outW, cout]. */

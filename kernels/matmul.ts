@@ -8,18 +8,7 @@
  * JIT at start-up). Tile shape and the workgroup-memory switch are WGSL overrides.
  */
 import code from './matmul.wgsl?raw';
-import {
-  bindBuffers,
-  ceilDiv,
-  computePipeline,
-  createUniformBuffer,
-  STORAGE_USAGE,
-  writeUniforms,
-  type Gpu,
-  type Kernel,
-  type KernelCall,
-  type Tensor,
-} from './runtime';
+import { ceilDiv, computePipeline, preparedKernel, STORAGE_USAGE, type Gpu, type Kernel, type Tensor } from './runtime';
 
 export interface MatmulDims {
   m: number;
@@ -123,11 +112,7 @@ export function matmul(
   if (tile.workgroupMemory) constants.TK = tile.tk ?? 16;
   const label = `matmul${opts.transA ? '.tA' : ''}${opts.transB ? '.tB' : ''}`;
   const pipeline = computePipeline(gpu, code, 'matmul', 'main', constants);
-  const uniforms = createUniformBuffer(gpu, PARAM_WORDS, `${label}.params`);
-  const resources = [t.a, t.b, t.bias ?? noBiasBuffer(gpu), t.out, uniforms];
-  const call: KernelCall = { label, pipeline, bindGroup: bindBuffers(gpu, pipeline, resources, label), workgroups: [0, 1, 1] };
-
-  const update = ({ m, n, k }: MatmulDims): void => {
+  const plan = ({ m, n, k }: MatmulDims) => {
     for (const [name, v] of [['m', m], ['n', n], ['k', k]] as const) {
       if (!Number.isInteger(v) || v < 0) throw new Error(`${label}: ${name} = ${v} is not a non-negative integer`);
     }
@@ -142,14 +127,13 @@ export function matmul(
     const [aRow, aK] = opts.transA ? [1, m] : [k, 1];
     const [bK, bCol] = opts.transB ? [1, k] : [n, 1];
     const flags = (opts.accumulate ? 1 : 0) | (t.bias ? 2 : 0) | (opts.relu ? 4 : 0);
-    writeUniforms(gpu, uniforms, [m, n, k, flags, aRow, aK, bK, bCol]);
     const empty = m === 0 || n === 0;
     // k = 0 still dispatches: out becomes bias (or stays, when accumulating), as the formula says.
     const groups: [number, number, number] = empty ? [0, 1, 1] : [ceilDiv(n, tile.tn * tile.wgX), ceilDiv(m, tile.tm * tile.wgY), 1];
     const maxGroups = gpu.device.limits.maxComputeWorkgroupsPerDimension;
     if (groups[0] > maxGroups || groups[1] > maxGroups) throw new Error(`${label}: ${m}x${n} needs ${groups[0]}x${groups[1]} workgroups (limit ${maxGroups})`);
-    call.workgroups = groups;
+    return { uniforms: [m, n, k, flags, aRow, aK, bK, bCol], workgroups: groups };
   };
-  update(dims);
-  return { call, update };
+  const bias = t.bias ?? noBiasBuffer(gpu);
+  return preparedKernel(gpu, { label, pipeline, uniformCount: PARAM_WORDS, bind: (uniforms) => [t.a, t.b, bias, t.out, uniforms], plan }, dims);
 }

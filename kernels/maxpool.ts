@@ -3,18 +3,7 @@
  * into x of the winning element (u32); backward scatters dy through it and writes all of dx.
  */
 import code from './maxpool.wgsl?raw';
-import {
-  bindBuffers,
-  ceilDiv,
-  computePipeline,
-  createUniformBuffer,
-  dispatch1d,
-  writeUniforms,
-  type Gpu,
-  type Kernel,
-  type KernelCall,
-  type Tensor,
-} from './runtime';
+import { ceilDiv, computePipeline, dispatch1d, preparedKernel, type Gpu, type Kernel, type Tensor } from './runtime';
 
 export const MAXPOOL_WORKGROUP_SIZE = 256;
 
@@ -36,13 +25,10 @@ function poolKernel(
   dims: PoolDims,
 ): Kernel<PoolDims> {
   const label = `maxpool.${entryPoint}`;
-  const pipeline = computePipeline(gpu, code, 'maxpool', entryPoint, { WORKGROUP_SIZE: MAXPOOL_WORKGROUP_SIZE });
-  const uniforms = createUniformBuffer(gpu, 6, `${label}.uniforms`);
   const bound = entryPoint === 'maxpool_forward'
     ? [resources.inputSized[0], ...resources.outputSized]
     : [...resources.outputSized, resources.inputSized[0]];
-  const call: KernelCall = { label, pipeline, bindGroup: bindBuffers(gpu, pipeline, [uniforms, ...bound], label), workgroups: [0, 1, 1] };
-  const update = (d: PoolDims): void => {
+  const plan = (d: PoolDims) => {
     for (const v of [d.batch, d.height, d.width, d.channels]) {
       if (!Number.isInteger(v) || v < 0) throw new Error(`${label}: dims ${JSON.stringify(d)} must be non-negative integers`);
     }
@@ -56,12 +42,11 @@ function poolKernel(
     for (const t of resources.outputSized) {
       if (outputSize > t.size) throw new Error(`${label}: ${t.label} has ${t.size} elements, dims need ${outputSize}`);
     }
-    writeUniforms(gpu, uniforms, [d.batch, d.height, d.width, d.channels, outHeight, outWidth]);
     const threads = entryPoint === 'maxpool_forward' ? outputSize : inputSize;
-    call.workgroups = dispatch1d(ceilDiv(threads, MAXPOOL_WORKGROUP_SIZE));
+    return { uniforms: [d.batch, d.height, d.width, d.channels, outHeight, outWidth], workgroups: dispatch1d(ceilDiv(threads, MAXPOOL_WORKGROUP_SIZE)) };
   };
-  update(dims);
-  return { call, update };
+  const pipeline = computePipeline(gpu, code, 'maxpool', entryPoint, { WORKGROUP_SIZE: MAXPOOL_WORKGROUP_SIZE });
+  return preparedKernel(gpu, { label, pipeline, uniformCount: 6, bind: (uniforms) => [uniforms, ...bound], plan }, dims);
 }
 
 /** out = max over each 2×2 window of x; argmax[o] = flat index into x of the maximum (first on ties). */

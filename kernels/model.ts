@@ -20,7 +20,7 @@ import { matmul } from './matmul';
 import { maxPoolBackward, maxPoolForward, type PoolDims } from './maxpool';
 import { adamw, sgdMomentum, type AdamWDims, type SgdMomentumDims } from './optimizer';
 import { reluBackward } from './relu';
-import { createTensor, elementCount, recordCalls, tensorView, type Gpu, type Kernel, type KernelCall, type Tensor } from './runtime';
+import { createTensor, elementCount, recordCalls, StagingReader, tensorView, type Gpu, type Kernel, type KernelCall, type Tensor } from './runtime';
 import { softmaxCrossEntropy } from './softmax-xent';
 
 export type OptimizerConfig =
@@ -89,6 +89,8 @@ export class Model {
   private readonly resizers: Resize[] = [];
   private readonly optimizerKernel: Kernel<AdamWDims> | Kernel<SgdMomentumDims>;
   private readonly owned: Tensor[] = [];
+  /** Staging buffers for the per-step read-backs (loss, gradients), reused across steps. */
+  private readonly reader: StagingReader;
   private readonly inputSize: number;
   private currentBatch: number;
 
@@ -102,6 +104,7 @@ export class Model {
     this.paramCount = layout.parameterCount;
     this.totalElements = layout.totalElements;
     this.optimizerConfig = { ...options.optimizer };
+    this.reader = new StagingReader(gpu, `${spec.name}.read`);
 
     const shapes = layerShapes(spec);
     const entries = paramEntries(spec, layout);
@@ -402,22 +405,14 @@ export class Model {
   }
 
   private async readFloats(t: Tensor, count: number): Promise<Float32Array> {
-    const device = this.gpu.device;
-    const staging = device.createBuffer({ label: `${t.label}.read`, size: count * 4, usage: MAP_READ | COPY_DST });
-    const encoder = device.createCommandEncoder({ label: `${t.label}.read` });
-    encoder.copyBufferToBuffer(t.buffer, t.offset, staging, 0, count * 4);
-    device.queue.submit([encoder.finish()]);
-    await staging.mapAsync(MAP_READ);
-    const out = new Float32Array(staging.getMappedRange().slice(0, count * 4));
-    staging.unmap();
-    staging.destroy();
-    return out;
+    return new Float32Array(await this.reader.read(t.buffer, t.offset, count * 4));
   }
 
   /** Free every GPU buffer the model allocated. */
   destroy(): void {
     for (const t of this.owned) t.buffer.destroy();
     this.owned.length = 0;
+    this.reader.destroy();
   }
 }
 

@@ -4,18 +4,7 @@
  * layers; these serve layers that cannot fuse it and every backward pass.
  */
 import code from './relu.wgsl?raw';
-import {
-  bindBuffers,
-  ceilDiv,
-  computePipeline,
-  createUniformBuffer,
-  dispatch1d,
-  writeUniforms,
-  type Gpu,
-  type Kernel,
-  type KernelCall,
-  type Tensor,
-} from './runtime';
+import { flatKernel, sameRange, type Gpu, type Kernel, type Tensor } from './runtime';
 
 export interface ReluDims {
   size: number;
@@ -23,34 +12,8 @@ export interface ReluDims {
 
 const WORKGROUP_SIZE = 256;
 
-/** Same buffer range (in place)? Partial overlap would race, so it is rejected. */
-function sameRange(x: Tensor, y: Tensor): boolean {
-  if (x.buffer !== y.buffer) return false;
-  if (x.offset === y.offset) return true;
-  if (x.offset < y.offset + y.size * 4 && y.offset < x.offset + x.size * 4) {
-    throw new Error(`relu: tensors ${x.label} and ${y.label} partially overlap`);
-  }
-  return false;
-}
-
-function elementKernel(gpu: Gpu, entry: string, tensors: readonly Tensor[], dims: ReluDims): Kernel<ReluDims> {
-  const label = `relu.${entry}`;
-  const pipeline = computePipeline(gpu, code, 'relu', entry, { WORKGROUP_SIZE });
-  const uniforms = createUniformBuffer(gpu, 1, `${label}.params`);
-  const call: KernelCall = {
-    label,
-    pipeline,
-    bindGroup: bindBuffers(gpu, pipeline, [uniforms, ...tensors], label),
-    workgroups: [0, 1, 1],
-  };
-  const update = ({ size }: ReluDims): void => {
-    if (!Number.isInteger(size) || size < 0) throw new Error(`${label}: size ${size} is not a non-negative integer`);
-    for (const t of tensors) if (size > t.size) throw new Error(`${label}: size ${size} exceeds ${t.label} (${t.size} elements)`);
-    writeUniforms(gpu, uniforms, [size]);
-    call.workgroups = dispatch1d(ceilDiv(size, WORKGROUP_SIZE));
-  };
-  update(dims);
-  return { call, update };
+function elementKernel(gpu: Gpu, entryPoint: string, tensors: readonly Tensor[], dims: ReluDims): Kernel<ReluDims> {
+  return flatKernel(gpu, { code, module: 'relu', entryPoint, workgroupSize: WORKGROUP_SIZE, uniformCount: 1, uniformWords: (d) => [d.size] }, tensors, dims);
 }
 
 /** out = max(x, 0) over the first `size` elements; x may be out. */

@@ -88,6 +88,19 @@ export function tensorView(base: Tensor, elementOffset: number, shape: readonly 
   return { buffer: base.buffer, offset: base.offset + elementOffset * 4, shape: [...shape], size, label };
 }
 
+/**
+ * Whether two tensors are the same buffer range (an op on them must use its in-place entry point).
+ * Partial overlap is never meaningful (a dispatch would race on it), so it throws.
+ */
+export function sameRange(x: Tensor, y: Tensor): boolean {
+  if (x.buffer !== y.buffer) return false;
+  if (x.offset === y.offset) return true;
+  if (x.offset < y.offset + y.size * 4 && y.offset < x.offset + x.size * 4) {
+    throw new Error(`tensors ${x.label} and ${y.label} partially overlap`);
+  }
+  return false;
+}
+
 /** A uniform buffer of `words` 32-bit words (rounded up to 16 bytes). */
 export function createUniformBuffer(gpu: Gpu, words: number, label: string): GPUBuffer {
   return gpu.device.createBuffer({
@@ -196,7 +209,7 @@ export function submitCalls(gpu: Gpu, calls: readonly KernelCall[], label = 'cal
   gpu.device.queue.submit([encoder.finish()]);
 }
 
-/** Read a whole buffer back (copy to a MAP_READ staging buffer). Not for the hot path. */
+/** Read a whole buffer back (copy to a fresh MAP_READ staging buffer). Not for the hot path: see StagingReader. */
 export async function readBuffer(gpu: Gpu, buffer: GPUBuffer, byteLength = buffer.size): Promise<ArrayBuffer> {
   const staging = gpu.device.createBuffer({
     size: Math.ceil(byteLength / 4) * 4,
@@ -210,6 +223,60 @@ export async function readBuffer(gpu: Gpu, buffer: GPUBuffer, byteLength = buffe
   staging.unmap();
   staging.destroy();
   return copy;
+}
+
+/**
+ * Reads ranges of GPU buffers back through reused MAP_READ staging buffers, for read-backs that run
+ * every step (loss and gradient sums in elastic mode): instead of a createBuffer + destroy per read,
+ * a buffer is created only when no idle one is large enough (the first read of a size, or reads in
+ * flight at the same time, each of which needs its own buffer while it is mapped).
+ */
+export class StagingReader {
+  private readonly idle: GPUBuffer[] = [];
+
+  constructor(
+    private readonly gpu: Gpu,
+    private readonly label: string,
+  ) {}
+
+  /** Copy `byteLength` bytes (a multiple of 4) at `offset` of `source` to the CPU. */
+  async read(source: GPUBuffer, offset: number, byteLength: number): Promise<ArrayBuffer> {
+    if (byteLength <= 0 || byteLength % 4 !== 0) throw new Error(`${this.label}: read of ${byteLength} bytes must be a positive multiple of 4`);
+    const staging = this.take(byteLength);
+    const encoder = this.gpu.device.createCommandEncoder({ label: this.label });
+    encoder.copyBufferToBuffer(source, offset, staging, 0, byteLength);
+    this.gpu.device.queue.submit([encoder.finish()]);
+    try {
+      await staging.mapAsync(0x1 /* GPUMapMode.READ */, 0, byteLength);
+    } catch (error) {
+      staging.destroy();
+      throw error;
+    }
+    const copy = staging.getMappedRange(0, byteLength).slice(0);
+    staging.unmap();
+    this.idle.push(staging);
+    return copy;
+  }
+
+  /** The smallest idle buffer that fits (so a small read does not occupy the large one), or a new one. */
+  private take(byteLength: number): GPUBuffer {
+    let best = -1;
+    this.idle.forEach((b, i) => {
+      if (b.size >= byteLength && (best < 0 || b.size < this.idle[best].size)) best = i;
+    });
+    if (best >= 0) return this.idle.splice(best, 1)[0];
+    return this.gpu.device.createBuffer({
+      label: `${this.label}.staging`,
+      size: Math.max(4, byteLength),
+      usage: GPUBufferUsageFlags('MAP_READ') | GPUBufferUsageFlags('COPY_DST'),
+    });
+  }
+
+  /** Free the idle staging buffers (reads in flight free theirs on failure, or return them here). */
+  destroy(): void {
+    for (const b of this.idle) b.destroy();
+    this.idle.length = 0;
+  }
 }
 
 export async function readTensor(gpu: Gpu, t: Tensor): Promise<Float32Array> {
@@ -234,6 +301,34 @@ export function dispatch1d(groups: number): [number, number, number] {
 }
 
 /**
+ * A prepared kernel with its own uniform buffer (`uniformCount` words): `bind(uniforms)` lists the
+ * group-0 resources in binding order; `plan(dims)` validates dims (throwing on bad ones) and returns
+ * the uniform words and workgroup count, which `update(dims)` writes. Dims are applied once here.
+ */
+export function preparedKernel<D>(
+  gpu: Gpu,
+  spec: {
+    label: string;
+    pipeline: GPUComputePipeline;
+    uniformCount: number;
+    bind: (uniforms: GPUBuffer) => readonly (Tensor | GPUBuffer)[];
+    plan: (dims: D) => { uniforms: readonly number[]; workgroups: [number, number, number] };
+  },
+  dims: D,
+): Kernel<D> {
+  const { label, pipeline } = spec;
+  const uniforms = createUniformBuffer(gpu, spec.uniformCount, `${label}.uniforms`);
+  const call: KernelCall = { label, pipeline, bindGroup: bindBuffers(gpu, pipeline, spec.bind(uniforms), label), workgroups: [0, 1, 1] };
+  const update = (d: D): void => {
+    const planned = spec.plan(d);
+    writeUniforms(gpu, uniforms, planned.uniforms);
+    call.workgroups = planned.workgroups;
+  };
+  update(dims);
+  return { call, update };
+}
+
+/**
  * A prepared 1-D kernel over the first `size` elements of flat tensors (elementwise ops, optimizers):
  * group-0 bindings are the uniforms then `tensors` in order; `update` checks the size against every
  * tensor, rewrites the uniforms (`uniformWords(dims)`, at most `uniformCount` words) and the dispatch.
@@ -245,22 +340,21 @@ export function flatKernel<D extends { size: number }>(
   dims: D,
 ): Kernel<D> {
   const label = `${spec.module}.${spec.entryPoint}`;
-  const pipeline = computePipeline(gpu, spec.code, spec.module, spec.entryPoint, { WORKGROUP_SIZE: spec.workgroupSize });
-  const uniforms = createUniformBuffer(gpu, spec.uniformCount, `${label}.uniforms`);
-  const call: KernelCall = {
-    label,
-    pipeline,
-    bindGroup: bindBuffers(gpu, pipeline, [uniforms, ...tensors], label),
-    workgroups: [0, 1, 1],
-  };
-  const update = (d: D): void => {
-    if (!Number.isInteger(d.size) || d.size < 0) throw new Error(`${label}: size ${d.size} is not a non-negative integer`);
-    for (const t of tensors) {
-      if (d.size > t.size) throw new Error(`${label}: size ${d.size} exceeds tensor ${t.label} (${t.size} elements)`);
-    }
-    writeUniforms(gpu, uniforms, spec.uniformWords(d));
-    call.workgroups = dispatch1d(ceilDiv(d.size, spec.workgroupSize));
-  };
-  update(dims);
-  return { call, update };
+  return preparedKernel(
+    gpu,
+    {
+      label,
+      pipeline: computePipeline(gpu, spec.code, spec.module, spec.entryPoint, { WORKGROUP_SIZE: spec.workgroupSize }),
+      uniformCount: spec.uniformCount,
+      bind: (uniforms) => [uniforms, ...tensors],
+      plan: (d) => {
+        if (!Number.isInteger(d.size) || d.size < 0) throw new Error(`${label}: size ${d.size} is not a non-negative integer`);
+        for (const t of tensors) {
+          if (d.size > t.size) throw new Error(`${label}: size ${d.size} exceeds tensor ${t.label} (${t.size} elements)`);
+        }
+        return { uniforms: spec.uniformWords(d), workgroups: dispatch1d(ceilDiv(d.size, spec.workgroupSize)) };
+      },
+    },
+    dims,
+  );
 }

@@ -5,16 +5,7 @@
  * One workgroup, deterministic: the loss is bit-identical on every rank for the same inputs.
  */
 import code from './softmax-xent.wgsl?raw';
-import {
-  bindBuffers,
-  computePipeline,
-  createUniformBuffer,
-  writeUniforms,
-  type Gpu,
-  type Kernel,
-  type KernelCall,
-  type Tensor,
-} from './runtime';
+import { computePipeline, preparedKernel, type Gpu, type Kernel, type Tensor } from './runtime';
 
 export interface ClassifierDims {
   rows: number;
@@ -41,20 +32,20 @@ export function softmaxCrossEntropy(
   dims: ClassifierDims,
 ): Kernel<ClassifierDims> {
   const label = 'softmax-xent';
-  const pipeline = computePipeline(gpu, code, label, 'softmax_xent', { WORKGROUP_SIZE });
-  const uniforms = createUniformBuffer(gpu, 2, `${label}.params`);
-  const call: KernelCall = {
-    label,
-    pipeline,
-    bindGroup: bindBuffers(gpu, pipeline, [uniforms, t.logits, t.labels, t.loss, t.dlogits], label),
-    // Always one workgroup, also for zero rows (the loss is then written as 0).
-    workgroups: [1, 1, 1],
-  };
-  const update = (d: ClassifierDims): void => {
-    checkClassifierDims(label, d, t.logits, t.labels);
-    if (d.rows * d.classes > t.dlogits.size) throw new Error(`${label}: ${t.dlogits.label} is smaller than the logits`);
-    writeUniforms(gpu, uniforms, [d.rows, d.classes]);
-  };
-  update(dims);
-  return { call, update };
+  return preparedKernel(
+    gpu,
+    {
+      label,
+      pipeline: computePipeline(gpu, code, label, 'softmax_xent', { WORKGROUP_SIZE }),
+      uniformCount: 2,
+      bind: (uniforms) => [uniforms, t.logits, t.labels, t.loss, t.dlogits],
+      plan: (d: ClassifierDims) => {
+        checkClassifierDims(label, d, t.logits, t.labels);
+        if (d.rows * d.classes > t.dlogits.size) throw new Error(`${label}: ${t.dlogits.label} is smaller than the logits`);
+        // Always one workgroup, also for zero rows (the loss is then written as 0).
+        return { uniforms: [d.rows, d.classes], workgroups: [1, 1, 1] };
+      },
+    },
+    dims,
+  );
 }

@@ -362,6 +362,11 @@ export interface StatusView {
   checkpoints: { step: number; sha256: string }[];
 }
 
+/** A worker's WebGPU adapter as views show it: vendor and architecture ('' when unknown). */
+export function adapterLabel(adapter: { vendor: string; architecture: string } | undefined): string {
+  return adapter ? [adapter.vendor, adapter.architecture].filter(Boolean).join(' ') : '';
+}
+
 export function statusView(s: CoordinatorState): StatusView {
   const plan = planOf(s);
   return {
@@ -381,7 +386,7 @@ export function statusView(s: CoordinatorState): StatusView {
         lastStep: p.lastStep,
         throughput: w?.throughput ?? null,
         peerRttMs: w?.peerRttMs ?? null,
-        adapter: w ? [w.adapter.vendor, w.adapter.architecture].filter(Boolean).join(' ') : '',
+        adapter: adapterLabel(w?.adapter),
       };
     }),
     waiting: s.rendezvous.waitList.map((id, position) => ({ id, position })),

@@ -12,7 +12,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { JobPublic } from '../../coordinator/core/job';
 import { parameterLayout } from '../../coordinator/core/model-spec';
 import { assignStep, isCommitPoint, stepPosition, totalSteps } from '../../coordinator/core/sampler';
-import { launchChromium, skipWithoutChromium, watchPage, type PageProblems } from '../support/browser';
+import { launchChromium, skipWithoutChromium, skipWithoutWebBuild, watchPage, WEB_BUILD_DIR, type PageProblems } from '../support/browser';
 import {
   REPO_ROOT,
   simulatedParams,
@@ -26,8 +26,6 @@ import {
 } from '../support/coordinator-process';
 
 const ARTIFACTS = join(REPO_ROOT, 'test-results');
-/** The Vite build to serve (`npm test` builds dist/ first). */
-const DIST = process.env.TABSWARM_DIST ?? join(REPO_ROOT, 'dist');
 const JOB = { model: 'tiny-mlp', globalBatch: 16, epochs: 30, minWorkers: 2, maxWorkers: 4, lastCallMs: 150, heartbeatMs: 1000, checkpointEvery: 10 };
 const ADAPTERS = [
   { vendor: 'nvidia', architecture: 'ampere', description: 'NVIDIA GeForce RTX 3060' },
@@ -153,7 +151,7 @@ function tableRows(page: Page): Promise<[number, string][]> {
   );
 }
 
-const skip = skipWithoutChromium();
+const skip = skipWithoutChromium() || skipWithoutWebBuild();
 
 describe.skipIf(skip)('admin page', () => {
   let proc: CoordinatorProcess;
@@ -161,11 +159,11 @@ describe.skipIf(skip)('admin page', () => {
   const tabs: SimulatedTab[] = [];
 
   beforeAll(async () => {
-    if (!existsSync(join(DIST, 'web/admin/index.html')) && !existsSync(join(DIST, 'admin/index.html'))) {
-      throw new Error(`${DIST} has no admin page: run \`npx vite build\` first (npm test does), or set TABSWARM_DIST`);
+    if (!existsSync(join(WEB_BUILD_DIR, 'web/admin/index.html')) && !existsSync(join(WEB_BUILD_DIR, 'admin/index.html'))) {
+      throw new Error(`${WEB_BUILD_DIR} has no admin page: run \`npx vite build\` first (npm test does), or set TABSWARM_DIST`);
     }
     mkdirSync(ARTIFACTS, { recursive: true });
-    proc = await spawnCoordinator({ job: JOB, extraArgs: ['--dist', DIST] });
+    proc = await spawnCoordinator({ job: JOB, extraArgs: ['--dist', WEB_BUILD_DIR] });
     browser = await launchChromium();
   });
 

@@ -10,7 +10,7 @@ import { hashParams } from '../../coordinator/core/hash';
 import { parameterLayout, resolveModelSpec } from '../../coordinator/core/model-spec';
 import { epochOrder } from '../../coordinator/core/sampler';
 import { initParams } from '../../kernels/layers';
-import { launchChromium, skipWithoutChromium, watchPage, type PageProblems } from '../support/browser';
+import { launchChromium, skipWithoutChromium, skipWithoutWebBuild, watchPage, type PageProblems } from '../support/browser';
 import { expectScalarClose, expectTensorsClose, referenceAdamW, referenceForwardBackward } from '../support/reference-model';
 import { mulberry32 } from '../support/rng';
 import { startWebServer, type WebServer } from '../support/web-server';
@@ -64,7 +64,7 @@ async function stepInPage(page: Page, args: { data: Synthetic; model: string; se
   );
 }
 
-describe.skipIf(skipWithoutChromium())('the kernels in Chromium (training worker on WebGPU)', () => {
+describe.skipIf(skipWithoutChromium() || skipWithoutWebBuild())('the kernels in Chromium (training worker on WebGPU)', () => {
   let server: WebServer;
   let browser: Browser;
   let page: Page;

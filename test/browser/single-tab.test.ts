@@ -3,7 +3,7 @@
  * the real Fashion-MNIST from the server, and its training worker trains on it.
  * The one long test of the suite is the `mlp` epoch; everything else runs for seconds.
  */
-import { existsSync, mkdirSync } from 'node:fs';
+import { mkdirSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { Browser, BrowserContext, Page } from 'playwright-core';
@@ -11,16 +11,23 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { loadIdxDataset } from '../../coordinator/dataset';
 import type { TabStatus } from '../../web/volunteer/status';
 import type {} from '../../web/volunteer/globals';
-import { launchChromium, skipWithout, skipWithoutChromium, watchPage, type PageProblems } from '../support/browser';
+import {
+  FASHION_MNIST_DIR,
+  launchChromium,
+  skipWithoutChromium,
+  skipWithoutFashionMnist,
+  skipWithoutWebBuild,
+  watchPage,
+  type PageProblems,
+} from '../support/browser';
 import { startWebServer, type WebServer } from '../support/web-server';
 
-const DATASET_DIR = process.env.TABSWARM_DATASET ?? '/usr/share/datasets/fashion-mnist';
 const ARTIFACTS = process.env.TABSWARM_ARTIFACTS ?? join(tmpdir(), 'tabswarm-artifacts');
 /** A host name that resolves to 127.0.0.1 but is not "localhost": an insecure origin. */
 const INSECURE_HOST = 'tabswarm.test';
 const FINISHED: readonly TabStatus['state'][] = ['done', 'stopped', 'error', 'unsupported'];
 
-const skip = skipWithoutChromium() || skipWithout(`Fashion-MNIST in ${DATASET_DIR} (apt-get install dataset-fashion-mnist)`, existsSync(DATASET_DIR));
+const skip = skipWithoutChromium() || skipWithoutFashionMnist() || skipWithoutWebBuild();
 
 describe.skipIf(skip)('one tab learns Fashion-MNIST', () => {
   let server: WebServer;
@@ -28,7 +35,7 @@ describe.skipIf(skip)('one tab learns Fashion-MNIST', () => {
   const contexts: BrowserContext[] = [];
 
   beforeAll(async () => {
-    const dataset = await loadIdxDataset(DATASET_DIR);
+    const dataset = await loadIdxDataset(FASHION_MNIST_DIR);
     server = await startWebServer({ dataset });
     browser = await launchChromium({ args: [`--host-resolver-rules=MAP ${INSECURE_HOST} 127.0.0.1`] });
   });

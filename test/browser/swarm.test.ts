@@ -9,17 +9,14 @@
  * batch 32, 2,000 seeded fake training images, at most 4 tabs, 30 s of chaos. The coordinator serves
  * the Vite build in `TABSWARM_DIST` (default `dist/`, which `npm test` builds first).
  */
-import { existsSync } from 'node:fs';
 import { createServer } from 'node:net';
 import type { AddressInfo } from 'node:net';
-import { join, resolve } from 'node:path';
+import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { chaosSchedule } from '../../coordinator/swarm/chaos-schedule';
 import type { SwarmReport } from '../../coordinator/swarm/swarm-report';
-import { skipWithout, skipWithoutChromium } from '../support/browser';
-import { CoordinatorProcess, makeTempDir, REPO_ROOT, runCoordinatorCli, writeFakeIdxDataset } from '../support/coordinator-process';
-
-const DIST_DIR = resolve(process.env.TABSWARM_DIST ?? join(REPO_ROOT, 'dist'));
+import { skipWithoutChromium, skipWithoutWebBuild, WEB_BUILD_DIR } from '../support/browser';
+import { CoordinatorProcess, makeTempDir, runCoordinatorCli, writeFakeIdxDataset } from '../support/coordinator-process';
 
 const job = {
   model: 'tiny-mlp',
@@ -40,7 +37,7 @@ const job = {
 /** Seed 12 with these rates: close t1, join t4, crash t2, close t4, join t5, crash t3, join t6 (never over 4 tabs). */
 const chaos = { seed: 12, duration: 30, workers: 3, closeEvery: 10, crashEvery: 12, joinEvery: 9, maxTabs: 4 };
 
-const skip = skipWithoutChromium() || skipWithout(`the web build in ${DIST_DIR} (npx vite build)`, existsSync(join(DIST_DIR, 'index.html')));
+const skip = skipWithoutChromium() || skipWithoutWebBuild();
 
 async function freePortThenClosed(): Promise<number> {
   const server = createServer();
@@ -55,7 +52,7 @@ describe.skipIf(skip)('tabswarm swarm against a real coordinator', () => {
 
   beforeAll(async () => {
     const datasetDir = writeFakeIdxDataset(join(makeTempDir('tabswarm-swarm-'), 'fake-mnist'), { trainCount: 2000, testCount: 32, seed: 5 });
-    coordinator = await CoordinatorProcess.spawn({ job, datasetDir, extraArgs: ['--dist', DIST_DIR] });
+    coordinator = await CoordinatorProcess.spawn({ job, datasetDir, extraArgs: ['--dist', WEB_BUILD_DIR] });
   });
 
   afterAll(async () => {

@@ -17,18 +17,18 @@
  */
 import Database from 'better-sqlite3';
 import { existsSync, mkdirSync } from 'node:fs';
-import { join, resolve } from 'node:path';
+import { join } from 'node:path';
 import type { Browser, BrowserContext, Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { assignStep } from '../../coordinator/core/sampler';
+import type { StatusReport } from '../../coordinator/audit';
 import { writeDatasetSlice } from '../support/small-dataset';
+import { coordinatorStatusUntil } from '../support/swarm';
 import type { TabStatus } from '../../web/volunteer/status';
 import type {} from '../../web/volunteer/globals';
-import { launchChromium, skipWithout, skipWithoutChromium, watchPage, type PageProblems } from '../support/browser';
+import { FASHION_MNIST_DIR, launchChromium, skipWithoutChromium, skipWithoutWebBuild, watchPage, WEB_BUILD_DIR, type PageProblems } from '../support/browser';
 import { CoordinatorProcess, makeTempDir, REPO_ROOT, writeFakeIdxDataset } from '../support/coordinator-process';
 
-const FASHION_MNIST = process.env.TABSWARM_DATASET ?? '/usr/share/datasets/fashion-mnist';
-const DIST_DIR = resolve(process.env.TABSWARM_DIST ?? join(REPO_ROOT, 'dist'));
 const ARTIFACTS = join(REPO_ROOT, 'test-results');
 const TRAIN_IMAGES = 1024;
 const TEST_IMAGES = 200;
@@ -50,13 +50,13 @@ const JOB = {
   seed: 11,
 };
 
-const skip = skipWithoutChromium() || skipWithout(`the web build in ${DIST_DIR} (npx vite build)`, existsSync(join(DIST_DIR, 'index.html')));
+const skip = skipWithoutChromium() || skipWithoutWebBuild();
 
 /** The first images of the real Fashion-MNIST as raw IDX files, or a seeded fake set when it is not installed. */
 async function writeDataset(): Promise<string> {
   const dir = join(makeTempDir('tabswarm-volunteer-'), 'dataset');
-  if (!existsSync(FASHION_MNIST)) return writeFakeIdxDataset(dir, { trainCount: TRAIN_IMAGES, testCount: TEST_IMAGES });
-  return writeDatasetSlice(FASHION_MNIST, dir, TRAIN_IMAGES, TEST_IMAGES);
+  if (!existsSync(FASHION_MNIST_DIR)) return writeFakeIdxDataset(dir, { trainCount: TRAIN_IMAGES, testCount: TEST_IMAGES });
+  return writeDatasetSlice(FASHION_MNIST_DIR, dir, TRAIN_IMAGES, TEST_IMAGES);
 }
 
 /**
@@ -115,17 +115,9 @@ async function until<A>(tab: Tab, predicate: (s: Readonly<TabStatus>, arg: A) =>
   return tab.page.evaluate(() => window.tabswarm);
 }
 
-/** Poll the coordinator's `/api/status` (it has no push for it) until `check` holds; returns it and how long it took. */
-async function statusUntil(coordinator: CoordinatorProcess, check: (s: any) => boolean, what: string, timeoutMs = 20_000): Promise<{ status: any; ms: number }> {
-  const started = performance.now();
-  let last: any = null;
-  while (performance.now() - started < timeoutMs) {
-    last = await coordinator.status();
-    if (check(last)) return { status: last, ms: performance.now() - started };
-    await new Promise((r) => setTimeout(r, 25));
-  }
-  throw new Error(`coordinator status never showed ${what}; last: ${JSON.stringify(last)}`);
-}
+/** The coordinator's status once `check` holds and how long it took (polled every 25 ms: the leave is timed with it). */
+const statusUntil = (coordinator: CoordinatorProcess, check: (s: StatusReport) => boolean, what: string) =>
+  coordinatorStatusUntil(coordinator, check, what, { timeoutMs: 20_000, pollMs: 25 });
 
 /** Mean wall time per step this tab computes, over the next `steps` steps (timed in the page, from its own status). */
 async function msPerStep(tab: Tab, steps: number): Promise<number> {
@@ -217,7 +209,7 @@ describe.skipIf(skip)('the volunteer page', () => {
 
   beforeAll(async () => {
     const datasetDir = await writeDataset();
-    [coordinator, browser] = await Promise.all([CoordinatorProcess.spawn({ job: JOB, datasetDir, extraArgs: ['--dist', DIST_DIR] }), launchChromium()]);
+    [coordinator, browser] = await Promise.all([CoordinatorProcess.spawn({ job: JOB, datasetDir, extraArgs: ['--dist', WEB_BUILD_DIR] }), launchChromium()]);
     mkdirSync(ARTIFACTS, { recursive: true });
   });
 

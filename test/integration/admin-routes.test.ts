@@ -246,6 +246,7 @@ describe.each<FeedMode>(['action hook', 'store tail'])('admin routes (feed from 
     try {
       const snapshot = await feed.next(is('snapshot'), 'snapshot');
       const rows = stack.store.commits(stack.executor.state.runId).filter((r) => r.step <= snapshot.status.step);
+      expect(rows.length).toBeGreaterThan(0);
       expect(snapshot.commits.map((c) => c.step).slice(0, rows.length)).toEqual(rows.map((r) => r.step));
       expect(snapshot.commits.every((c) => c.loss === 0.5 && c.count > 0)).toBe(true);
       // A rate for every commit but the first of each round.

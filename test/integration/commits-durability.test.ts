@@ -161,7 +161,9 @@ describe('kill -9 during a stream of commits', () => {
     const rank0 = a.rank === 0 ? a : b;
     await rank0.until(() => rank0.uploads.some((u) => u.step === 8), 'uploaded step 8');
     const before = await (await proc.fetch('/api/checkpoints/latest')).arrayBuffer();
-    const sha = (await proc.status()).latestCheckpoint.sha256;
+    const checkpointed = (await proc.status()).latestCheckpoint;
+    expect(checkpointed).not.toBeNull();
+    const sha = checkpointed!.sha256;
     await proc.kill9();
 
     proc = await start({ dataDir: proc.dataDir });

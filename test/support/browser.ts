@@ -5,6 +5,8 @@
  * browser if one was installed (`npx playwright install chromium`), so the tests also run on a
  * laptop with a real GPU. Without any, tests skip — except under `CI`, where they must fail.
  */
+import { existsSync } from 'node:fs';
+import { join, resolve } from 'node:path';
 import { chromium, type Browser, type ConsoleMessage, type Page } from 'playwright-core';
 import { SWARM_CHROMIUM_ARGS, findChromium as findSwarmChromium } from '../../coordinator/swarm/chromium';
 
@@ -29,6 +31,20 @@ export function skipWithout(what: string, present: boolean): boolean {
 
 /** True when browser tests should skip (no Chromium, not CI). */
 export const skipWithoutChromium = (): boolean => skipWithout('Chromium (set CHROMIUM_PATH or apt-get install chromium)', !!findChromium());
+
+/** The Vite build the browser tests serve: `TABSWARM_DIST`, else the repository's `dist/` (`npm test` builds it first). */
+export const WEB_BUILD_DIR = resolve(process.env.TABSWARM_DIST ?? join(import.meta.dirname, '../../dist'));
+
+/** The real Fashion-MNIST IDX files: `TABSWARM_DATASET`, else Debian's dataset-fashion-mnist. */
+export const FASHION_MNIST_DIR = process.env.TABSWARM_DATASET ?? '/usr/share/datasets/fashion-mnist';
+
+/** True when a test needing the web build should skip (not built, not CI). */
+export const skipWithoutWebBuild = (): boolean =>
+  skipWithout(`the web build in ${WEB_BUILD_DIR} (npx vite build, or set TABSWARM_DIST)`, existsSync(join(WEB_BUILD_DIR, 'index.html')));
+
+/** True when a test needing the real Fashion-MNIST should skip (not installed, not CI). */
+export const skipWithoutFashionMnist = (): boolean =>
+  skipWithout(`Fashion-MNIST in ${FASHION_MNIST_DIR} (apt-get install dataset-fashion-mnist)`, existsSync(FASHION_MNIST_DIR));
 
 export async function launchChromium(opts: { args?: readonly string[]; executablePath?: string } = {}): Promise<Browser> {
   const executablePath = opts.executablePath ?? findChromium();

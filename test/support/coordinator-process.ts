@@ -33,6 +33,7 @@ import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { gzipSync } from 'node:zlib';
 import WebSocket from 'ws';
+import type { AuditReport, StatusReport } from '../../coordinator/audit';
 import { hashParams } from '../../coordinator/core/hash';
 import type { JobPublic } from '../../coordinator/core/job';
 import { parameterLayout, type ModelSpec } from '../../coordinator/core/model-spec';
@@ -58,7 +59,8 @@ export interface FakeIdxOptions {
   seed?: number;
 }
 
-function idxFile(magic: number, dims: number[], data: Uint8Array): Buffer {
+/** One IDX file: big-endian magic and dims, then the bytes. */
+export function idxFile(magic: number, dims: number[], data: Uint8Array): Buffer {
   const header = Buffer.alloc(4 + 4 * dims.length);
   header.writeUInt32BE(magic, 0);
   dims.forEach((d, i) => header.writeUInt32BE(d, 4 + 4 * i));
@@ -299,10 +301,10 @@ export class CoordinatorProcess {
     return (await res.json()) as T;
   }
 
-  status(): Promise<any> {
+  status(): Promise<StatusReport> {
     return this.getJson('/api/status');
   }
-  audit(): Promise<any> {
+  audit(): Promise<AuditReport> {
     return this.getJson('/api/audit');
   }
   async metrics(): Promise<string> {

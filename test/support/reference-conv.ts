@@ -17,68 +17,14 @@ export function convOutputHW(s: ConvShape): [number, number] {
   return [s.height + 2 * s.pad - s.kernel + 1, s.width + 2 * s.pad - s.kernel + 1];
 }
 
-/** y[n,oy,ox,co] = b[co] + Σ_{ky,kx,ci} x[n, oy+ky−pad, ox+kx−pad, ci] · w[ky,kx,ci,co] (zero outside). */
-export function conv2dForwardRef(
-  x: ArrayLike<number>,
-  w: ArrayLike<number>,
-  b: ArrayLike<number> | null,
-  s: ConvShape,
-  relu = false,
-): Float64Array {
+/**
+ * Visit every (output pixel, kernel tap) pair whose input pixel lies inside the image (zero padding
+ * contributes nothing), with the flat offsets of the input pixel in x (channel 0), of the tap in w
+ * (input channel 0, output channel 0) and of the output pixel in y (channel 0).
+ */
+function forEachTap(s: ConvShape, visit: (xAt: number, wAt: number, yAt: number) => void): void {
   const [oh, ow] = convOutputHW(s);
   const { batch, height, width, inChannels: ci, outChannels: co, kernel: k, pad } = s;
-  const y = new Float64Array(batch * oh * ow * co);
-  for (let n = 0; n < batch; n++)
-    for (let oy = 0; oy < oh; oy++)
-      for (let ox = 0; ox < ow; ox++)
-        for (let o = 0; o < co; o++) {
-          let sum = b ? b[o] : 0;
-          for (let ky = 0; ky < k; ky++) {
-            const iy = oy + ky - pad;
-            if (iy < 0 || iy >= height) continue;
-            for (let kx = 0; kx < k; kx++) {
-              const ix = ox + kx - pad;
-              if (ix < 0 || ix >= width) continue;
-              for (let i = 0; i < ci; i++) {
-                sum += x[((n * height + iy) * width + ix) * ci + i] * w[((ky * k + kx) * ci + i) * co + o];
-              }
-            }
-          }
-          y[((n * oh + oy) * ow + ox) * co + o] = relu ? Math.max(0, sum) : sum;
-        }
-  return y;
-}
-
-/** dx = ∂(Σ dy ⊙ conv(x, w))/∂x: scatter each dy back through the kernel window. */
-export function conv2dBackwardInputRef(dy: ArrayLike<number>, w: ArrayLike<number>, s: ConvShape): Float64Array {
-  const [oh, ow] = convOutputHW(s);
-  const { batch, height, width, inChannels: ci, outChannels: co, kernel: k, pad } = s;
-  const dx = new Float64Array(batch * height * width * ci);
-  for (let n = 0; n < batch; n++)
-    for (let oy = 0; oy < oh; oy++)
-      for (let ox = 0; ox < ow; ox++)
-        for (let o = 0; o < co; o++) {
-          const g = dy[((n * oh + oy) * ow + ox) * co + o];
-          for (let ky = 0; ky < k; ky++) {
-            const iy = oy + ky - pad;
-            if (iy < 0 || iy >= height) continue;
-            for (let kx = 0; kx < k; kx++) {
-              const ix = ox + kx - pad;
-              if (ix < 0 || ix >= width) continue;
-              for (let i = 0; i < ci; i++) {
-                dx[((n * height + iy) * width + ix) * ci + i] += g * w[((ky * k + kx) * ci + i) * co + o];
-              }
-            }
-          }
-        }
-  return dx;
-}
-
-/** dw = ∂(Σ dy ⊙ conv(x, w))/∂w, summed over the batch. */
-export function conv2dBackwardFilterRef(x: ArrayLike<number>, dy: ArrayLike<number>, s: ConvShape): Float64Array {
-  const [oh, ow] = convOutputHW(s);
-  const { batch, height, width, inChannels: ci, outChannels: co, kernel: k, pad } = s;
-  const dw = new Float64Array(k * k * ci * co);
   for (let n = 0; n < batch; n++)
     for (let oy = 0; oy < oh; oy++)
       for (let ox = 0; ox < ow; ox++)
@@ -88,14 +34,47 @@ export function conv2dBackwardFilterRef(x: ArrayLike<number>, dy: ArrayLike<numb
           for (let kx = 0; kx < k; kx++) {
             const ix = ox + kx - pad;
             if (ix < 0 || ix >= width) continue;
-            for (let i = 0; i < ci; i++) {
-              const xv = x[((n * height + iy) * width + ix) * ci + i];
-              for (let o = 0; o < co; o++) {
-                dw[((ky * k + kx) * ci + i) * co + o] += xv * dy[((n * oh + oy) * ow + ox) * co + o];
-              }
-            }
+            visit(((n * height + iy) * width + ix) * ci, (ky * k + kx) * ci * co, ((n * oh + oy) * ow + ox) * co);
           }
         }
+}
+
+/** y[n,oy,ox,co] = b[co] + Σ_{ky,kx,ci} x[n, oy+ky−pad, ox+kx−pad, ci] · w[ky,kx,ci,co] (zero outside). */
+export function conv2dForwardRef(
+  x: ArrayLike<number>,
+  w: ArrayLike<number>,
+  b: ArrayLike<number> | null,
+  s: ConvShape,
+  relu = false,
+): Float64Array {
+  const [oh, ow] = convOutputHW(s);
+  const { inChannels: ci, outChannels: co } = s;
+  const y = new Float64Array(s.batch * oh * ow * co);
+  if (b) for (let p = 0; p < y.length; p += co) for (let o = 0; o < co; o++) y[p + o] = b[o];
+  forEachTap(s, (xAt, wAt, yAt) => {
+    for (let i = 0; i < ci; i++) for (let o = 0; o < co; o++) y[yAt + o] += x[xAt + i] * w[wAt + i * co + o];
+  });
+  if (relu) for (let j = 0; j < y.length; j++) y[j] = Math.max(0, y[j]);
+  return y;
+}
+
+/** dx = ∂(Σ dy ⊙ conv(x, w))/∂x: scatter each dy back through the kernel window. */
+export function conv2dBackwardInputRef(dy: ArrayLike<number>, w: ArrayLike<number>, s: ConvShape): Float64Array {
+  const { batch, height, width, inChannels: ci, outChannels: co } = s;
+  const dx = new Float64Array(batch * height * width * ci);
+  forEachTap(s, (xAt, wAt, yAt) => {
+    for (let i = 0; i < ci; i++) for (let o = 0; o < co; o++) dx[xAt + i] += dy[yAt + o] * w[wAt + i * co + o];
+  });
+  return dx;
+}
+
+/** dw = ∂(Σ dy ⊙ conv(x, w))/∂w, summed over the batch. */
+export function conv2dBackwardFilterRef(x: ArrayLike<number>, dy: ArrayLike<number>, s: ConvShape): Float64Array {
+  const { inChannels: ci, outChannels: co, kernel: k } = s;
+  const dw = new Float64Array(k * k * ci * co);
+  forEachTap(s, (xAt, wAt, yAt) => {
+    for (let i = 0; i < ci; i++) for (let o = 0; o < co; o++) dw[wAt + i * co + o] += x[xAt + i] * dy[yAt + o];
+  });
   return dw;
 }
 

@@ -5,13 +5,7 @@
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { loadIdxDataset } from '../../coordinator/dataset';
-
-function idxFile(magic: number, dims: number[], data: Uint8Array): Buffer {
-  const header = Buffer.alloc(4 + 4 * dims.length);
-  header.writeUInt32BE(magic, 0);
-  dims.forEach((d, i) => header.writeUInt32BE(d, 4 + 4 * i));
-  return Buffer.concat([header, data]);
-}
+import { idxFile } from './coordinator-process';
 
 /** Write the first images of the IDX dataset in `sourceDir` into `targetDir` (created). */
 export async function writeDatasetSlice(sourceDir: string, targetDir: string, trainCount: number, testCount: number): Promise<string> {

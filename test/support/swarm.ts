@@ -8,9 +8,31 @@
  * with `page.waitForFunction`, never with sleeps.
  */
 import type { Browser, BrowserContext, Page } from 'playwright-core';
+import type { StatusReport } from '../../coordinator/audit';
 import type { ElasticStatus } from '../../web/elastic/elastic-loop';
 import type {} from '../../web/elastic/start';
 import { watchPage, type PageProblems } from './browser';
+import type { CoordinatorProcess } from './coordinator-process';
+
+/**
+ * Poll the coordinator's `GET /api/status` (it pushes no status to tests) every `pollMs` until
+ * `check` holds; returns that status and how long it took. Throws with the last status on timeout.
+ */
+export async function coordinatorStatusUntil(
+  coordinator: CoordinatorProcess,
+  check: (s: StatusReport) => boolean,
+  what: string,
+  opts: { timeoutMs: number; pollMs: number },
+): Promise<{ status: StatusReport; ms: number }> {
+  const started = performance.now();
+  let last: StatusReport | null = null;
+  while (performance.now() - started < opts.timeoutMs) {
+    last = await coordinator.status();
+    if (check(last)) return { status: last, ms: performance.now() - started };
+    await new Promise((r) => setTimeout(r, opts.pollMs));
+  }
+  throw new Error(`coordinator status never showed ${what}; last: ${JSON.stringify(last)}`);
+}
 
 export interface SwarmTab {
   readonly name: string;

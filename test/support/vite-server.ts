@@ -16,11 +16,16 @@ export interface TestViteServer {
   close(): Promise<void>;
 }
 
-export async function startViteServer(opts: { root?: string; optimizeDeps?: string[] } = {}): Promise<TestViteServer> {
+/**
+ * `cacheDir`: Vite's dependency cache (default node_modules/.vite). A caller with other dependencies
+ * than the tests' gives its own, since re-optimizing a shared cache breaks pages served from it.
+ */
+export async function startViteServer(opts: { root?: string; optimizeDeps?: string[]; cacheDir?: string } = {}): Promise<TestViteServer> {
   const server = await createServer({
     root: opts.root ?? REPO_ROOT,
     configFile: false,
     publicDir: false,
+    cacheDir: opts.cacheDir,
     logLevel: 'warn',
     clearScreen: false,
     // Pre-bundle the dependencies up front: discovering them on first request makes Vite reload the

@@ -1,15 +1,14 @@
 /**
- * A minimal HTTP server for the browser tests of the single-tab issue: the Vite build (`dist/`) plus
+ * A minimal HTTP server for the browser tests of the single-tab issue: the Vite build (`WEB_BUILD_DIR`) plus
  * the dataset routes, on a free port of 127.0.0.1 (a secure context, as WebGPU requires).
  * Later tests use the real coordinator; this stays small on purpose.
  */
 import { existsSync } from 'node:fs';
 import { readFile } from 'node:fs/promises';
 import { createServer } from 'node:http';
-import { extname, join, normalize, resolve, sep } from 'node:path';
+import { extname, join, normalize, sep } from 'node:path';
 import { datasetRoutes, type IdxDataset } from '../../coordinator/dataset';
-
-export const DIST_DIR = resolve(import.meta.dirname, '../../dist');
+import { WEB_BUILD_DIR } from './browser';
 
 const CONTENT_TYPES: Record<string, string> = {
   '.html': 'text/html; charset=utf-8',
@@ -33,7 +32,7 @@ export interface WebServer {
 }
 
 export async function startWebServer(opts: { dataset?: IdxDataset; root?: string } = {}): Promise<WebServer> {
-  const root = opts.root ?? DIST_DIR;
+  const root = opts.root ?? WEB_BUILD_DIR;
   if (!existsSync(join(root, 'index.html'))) {
     throw new Error(`${root}/index.html is missing: run \`npx vite build\` first (npm test does)`);
   }

@@ -12,58 +12,36 @@
  * log line at info level or above, `checkpoints` when the list changed. A reconnecting EventSource
  * gets a fresh snapshot, so the page replaces its state instead of patching it.
  */
+import type { StatusView, WorldView } from '../../coordinator/core/machine';
 
-/** One rank of the current round as the admin page shows it. */
-export interface AdminWorkerView {
-  id: string;
-  peerId: string;
-  rank: number;
-  /** Fraction of each step's samples. */
-  share: number;
-  ready: boolean;
-  lastStep: number;
-  /** Smoothed samples per compute-millisecond, or null before the first measured step. */
-  throughput: number | null;
-  /** WebRTC round-trip time (ms) of its ring links (max over them), or null when unknown or no ring. */
-  peerRttMs: number | null;
-  /** WebGPU adapter vendor and architecture. */
-  adapter: string;
+/** One rank of the current round as the admin page shows it: the core's view plus the server clock's view. */
+export type AdminWorkerView = WorldView & {
   /** Milliseconds since the worker's last message, by the coordinator's clock. */
   lastHeartbeatAgeMs: number;
-}
+};
 
 /** A worker enrolled but not in the round (waiting for the next commit boundary or rendezvous). */
-export interface AdminWaitingView {
-  id: string;
-  position: number;
+export type AdminWaitingView = StatusView['waiting'][number] & {
+  /** WebGPU adapter vendor and architecture. */
   adapter: string;
   lastHeartbeatAgeMs: number;
-}
+};
 
-/** The part of `GET /api/status` the admin page uses (the coordinator sends all of it). */
-export interface AdminStatus {
-  runId: string;
-  /** Job status, or the rendezvous phase while active. */
-  state: string;
+/**
+ * The body of `GET /api/status` (coordinator/audit.ts `statusOf`), also the feed's `status`: the core's
+ * `statusView` plus what only the server knows (heartbeat ages) and a few raw fields of the state.
+ */
+export type AdminStatus = Omit<StatusView, 'world' | 'waiting'> & {
+  /** Rendezvous phase (gathering, syncing, training), also while paused. */
+  phase: string;
   /** Job status: active, paused, done, failed. */
   status: string;
-  phase: string;
-  round: number;
-  step: number;
-  epoch: number;
+  /** Sampler cursor in the current epoch. */
   cursor: number;
   world: AdminWorkerView[];
   waiting: AdminWaitingView[];
-  processedInEpoch: number;
-  datasetSize: number;
-  totalSteps: number;
-  restarts: number;
-  maxRestarts: number;
-  minWorkers: number;
-  maxWorkers: number;
-  lastCommit: { step: number; hash: string | null };
   latestCheckpoint: { step: number; sha256: string } | null;
-}
+};
 
 /** What the page shows of the job (from the validated job spec). */
 export interface AdminJobSummary {

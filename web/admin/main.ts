@@ -4,6 +4,7 @@
  * polling loop. Controls are POSTs to the server's admin actions; downloads are fetched with the token
  * in a header.
  */
+import '../shared.css';
 import './admin.css';
 import { AdminApi, forgetToken, initialToken, saveToken } from './admin-api';
 import { AdminCharts } from './charts';
@@ -79,7 +80,6 @@ function connect(): void {
   setConnection('connecting', 'connecting…');
   const es = new EventSource(api.feedUrl());
   source = es;
-  es.onopen = () => setConnection('live', 'live');
   es.onmessage = (e: MessageEvent<string>) => {
     let msg: FeedMessage;
     try {
@@ -88,6 +88,9 @@ function connect(): void {
       return;
     }
     onFeedMessage(msg);
+    // "live" once the page shows the feed's data (its first message is the snapshot), not when the
+    // socket merely opened: until then every number on the page is stale or empty.
+    if (msg.type === 'snapshot') setConnection('live', 'live');
   };
   es.onerror = () => {
     if (source !== es) return;

@@ -6,6 +6,7 @@
  * The bytes are verified against the SHA-256 the coordinator published, whether they came from the
  * network or the cache: a corrupt cache entry is dropped and fetched again rather than trained on.
  */
+import type { DatasetBytes, DatasetSplitBytes } from '../worker/types';
 
 /** Mirrors `DatasetMetadata` in coordinator/dataset.ts (web/ may not import coordinator/ Node code). */
 export interface DatasetMetadata {
@@ -18,22 +19,6 @@ export interface DatasetMetadata {
 }
 export type DatasetFileKey = 'train/images' | 'train/labels' | 'test/images' | 'test/labels';
 const FILE_KEYS: readonly DatasetFileKey[] = ['train/images', 'train/labels', 'test/images', 'test/labels'];
-
-/** One split as flat bytes: images count·rows·cols (row-major), labels count. */
-export interface DatasetSplit {
-  images: Uint8Array;
-  labels: Uint8Array;
-  count: number;
-  rows: number;
-  cols: number;
-}
-
-export interface LoadedDataset {
-  name: string;
-  classes: number;
-  train: DatasetSplit;
-  test: DatasetSplit;
-}
 
 export interface DatasetProgress {
   /** Bytes obtained so far (from the network or the cache). */
@@ -100,7 +85,7 @@ async function readBody(res: Response, expectedBytes: number, onBytes: (n: numbe
  * Load the dataset served at `baseUrl` (the coordinator's origin; '' for this page's origin).
  * `onProgress` is called as bytes arrive.
  */
-export async function fetchDataset(baseUrl = '', onProgress?: (p: DatasetProgress) => void): Promise<LoadedDataset> {
+export async function fetchDataset(baseUrl = '', onProgress?: (p: DatasetProgress) => void): Promise<DatasetBytes> {
   const metaRes = await fetch(`${baseUrl}/api/dataset`, { cache: 'no-cache' });
   if (!metaRes.ok) throw new Error(`dataset metadata: HTTP ${metaRes.status} ${await metaRes.text().catch(() => '')}`.trim());
   const meta = checkMetadata(await metaRes.json());
@@ -153,7 +138,7 @@ export async function fetchDataset(baseUrl = '', onProgress?: (p: DatasetProgres
   progress.file = undefined;
   onProgress?.({ ...progress });
   const [rows, cols] = meta.shape;
-  const split = (s: 'train' | 'test'): DatasetSplit => ({
+  const split = (s: 'train' | 'test'): DatasetSplitBytes => ({
     images: bytes[`${s}/images`],
     labels: bytes[`${s}/labels`],
     count: meta[s].count,
@@ -164,6 +149,6 @@ export async function fetchDataset(baseUrl = '', onProgress?: (p: DatasetProgres
 }
 
 /** The ArrayBuffers of a dataset, for `Comlink.transfer` to the worker (zero copy). */
-export function datasetBuffers(d: LoadedDataset): ArrayBuffer[] {
+export function datasetBuffers(d: DatasetBytes): ArrayBuffer[] {
   return [d.train.images, d.train.labels, d.test.images, d.test.labels].map((a) => a.buffer as ArrayBuffer);
 }

@@ -41,6 +41,7 @@ import type { SoloOptions, SoloProgress } from '../worker/types';
 import { MAX_STEP_PAUSE_MS, type ElasticStatus } from '../elastic/elastic-loop';
 import { startElastic, type ElasticHandle } from '../elastic/start';
 import './globals';
+import '../shared.css';
 import './volunteer.css';
 
 const MODES = ['solo', 'elastic'] as const;

@@ -3,14 +3,7 @@
  * so row-major pixels) and `labels` as u32, gathered by sample index. The arrays are allocated once
  * per maximum batch and reused (the training loop calls this hundreds of times per epoch).
  */
-
-export interface ImageSplit {
-  images: Uint8Array;
-  labels: Uint8Array;
-  count: number;
-  rows: number;
-  cols: number;
-}
+import type { DatasetSplitBytes } from './types';
 
 export class BatchAssembler {
   readonly pixels: number;
@@ -18,7 +11,7 @@ export class BatchAssembler {
   private readonly labels: Uint32Array;
 
   constructor(
-    readonly split: ImageSplit,
+    readonly split: DatasetSplitBytes,
     readonly maxBatch: number,
   ) {
     this.pixels = split.rows * split.cols;
@@ -43,12 +36,5 @@ export class BatchAssembler {
       this.labels[b] = labels[index];
     }
     return { x: this.x.subarray(0, count * p), labels: this.labels.subarray(0, count), batch: count };
-  }
-
-  /** The contiguous samples `first .. first+count)` (evaluation walks the test set in order). */
-  range(first: number, count: number): { x: Float32Array; labels: Uint32Array; batch: number } {
-    const indices = new Uint32Array(count);
-    for (let i = 0; i < count; i++) indices[i] = first + i;
-    return this.gather(indices);
   }
 }

@@ -16,7 +16,7 @@
  */
 import * as Comlink from 'comlink';
 import { hashParams } from '../../coordinator/core/hash';
-import { parameterLayout, resolveModelSpec, type ModelSpec, type ParamLayout } from '../../coordinator/core/model-spec';
+import { parameterLayout, resolveModelSpec, type ModelSpec } from '../../coordinator/core/model-spec';
 import { decodeSnapshot, encodeSnapshot } from '../../coordinator/core/snapshot';
 import { createModel, type Model } from '../../kernels/model';
 import { createGpu, type Gpu } from '../../kernels/runtime';
@@ -38,11 +38,8 @@ import type {
 
 interface Built {
   spec: ModelSpec;
-  layout: ParamLayout;
   model: Model;
   state: TrainingState;
-  /** What the model was built from, to reuse it when asked for the same again. */
-  key: string;
   train?: BatchAssembler;
 }
 
@@ -176,7 +173,7 @@ const api = {
     built = undefined;
     const model = createModel(g, spec, layout, { maxBatch: opts.maxBatch, optimizer: opts.optimizer, seed: opts.seed });
     const state = createTrainingState(model, hashParams);
-    built = { spec, layout, model, state, key: JSON.stringify(opts) };
+    built = { spec, model, state };
     return { name: spec.name, parameterCount: layout.parameterCount, totalElements: layout.totalElements };
   },
 
