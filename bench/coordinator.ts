@@ -20,7 +20,13 @@ import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import WebSocket, { WebSocketServer } from 'ws';
 import { SqliteStore } from '../coordinator/store';
-import { CoordinatorProcess, makeTempDir, SimTrainer, spawnCoordinator, writeFakeIdxDataset } from '../test/support/coordinator-process';
+import {
+  CoordinatorProcess,
+  makeTempDir,
+  SimTrainer,
+  spawnCoordinator,
+  writeFakeIdxDataset,
+} from '../test/support/coordinator-process';
 
 const { values: flags } = parseArgs({
   options: {
@@ -52,7 +58,20 @@ async function storeFloor(samples = 200): Promise<number[]> {
   for (let step = 1; step <= samples; step++) {
     const t0 = performance.now();
     store.apply(runId, [
-      { kind: 'commit', commit: { step, firstStep: step, epoch: 0, cursorStart: step, count: 1, hash: 'ab', round: 1, world: [], loss: 0 } },
+      {
+        kind: 'commit',
+        commit: {
+          step,
+          firstStep: step,
+          epoch: 0,
+          cursorStart: step,
+          count: 1,
+          hash: 'ab',
+          round: 1,
+          world: [],
+          loss: 0,
+        },
+      },
       { kind: 'persist', durable: { step, record: 'x'.repeat(2000) } },
     ]);
     times.push(performance.now() - t0);
@@ -86,7 +105,10 @@ async function main(): Promise<void> {
   const storeTimes = await storeFloor();
   const echoTimes = await wsEchoFloor();
 
-  const dataset = writeFakeIdxDataset(join(makeTempDir('tabswarm-bench-data-'), 'fake-mnist'), { trainCount: TRAIN, testCount: 100 });
+  const dataset = writeFakeIdxDataset(join(makeTempDir('tabswarm-bench-data-'), 'fake-mnist'), {
+    trainCount: TRAIN,
+    testCount: 100,
+  });
   const proc: CoordinatorProcess = await spawnCoordinator({
     datasetDir: dataset,
     job: {
@@ -175,7 +197,10 @@ async function main(): Promise<void> {
   // teardown's own disconnects must not count as the run's restarts.
   for (const t of trainers) t.stop();
   const exitedEarly = await Promise.race([proc.exited, new Promise((resolve) => setTimeout(() => resolve(null), 10))]);
-  if (exitedEarly) throw new Error(`the coordinator exited during the run: ${JSON.stringify(exitedEarly)}\n${proc.output.slice(-4000)}`);
+  if (exitedEarly)
+    throw new Error(
+      `the coordinator exited during the run: ${JSON.stringify(exitedEarly)}\n${proc.output.slice(-4000)}`,
+    );
   const finalMetrics = await proc.metrics();
   const framesIn = CoordinatorProcess.metricValue(finalMetrics, 'tabswarm_ws_frames_received_total') - framesBefore;
   const framesOut = CoordinatorProcess.metricValue(finalMetrics, 'tabswarm_ws_frames_sent_total') - sentBefore;
@@ -191,7 +216,10 @@ async function main(): Promise<void> {
     if (match) errorsByCode[match[1]] = Number(match[2]);
   }
   const duplicates = audit.epochs.reduce((sum: number, e: { duplicateCount: number }) => sum + e.duplicateCount, 0);
-  const missing = audit.epochs.reduce((sum: number, e: { neverCommittedCount: number | null }) => sum + (e.neverCommittedCount ?? 0), 0);
+  const missing = audit.epochs.reduce(
+    (sum: number, e: { neverCommittedCount: number | null }) => sum + (e.neverCommittedCount ?? 0),
+    0,
+  );
   const invariantsOk = audit.ok && duplicates === 0 && missing === 0 && audit.lastRowStep === status.step;
 
   const result = {
@@ -208,32 +236,60 @@ async function main(): Promise<void> {
     committedSteps: status.step,
     stepsPerS: Number((status.step / elapsedS).toFixed(1)),
     epochs: audit.epochs.length,
-    commitLatencyMs: { p50: Number(quantile(latencies, 0.5).toFixed(2)), p99: Number(quantile(latencies, 0.99).toFixed(2)), n: latencies.length },
+    commitLatencyMs: {
+      p50: Number(quantile(latencies, 0.5).toFixed(2)),
+      p99: Number(quantile(latencies, 0.99).toFixed(2)),
+      n: latencies.length,
+    },
     reference: {
-      sqliteCommitTxMs: { p50: Number(quantile(storeTimes, 0.5).toFixed(2)), p99: Number(quantile(storeTimes, 0.99).toFixed(2)) },
-      wsEchoRttMs: { p50: Number(quantile(echoTimes, 0.5).toFixed(3)), p99: Number(quantile(echoTimes, 0.99).toFixed(3)) },
+      sqliteCommitTxMs: {
+        p50: Number(quantile(storeTimes, 0.5).toFixed(2)),
+        p99: Number(quantile(storeTimes, 0.99).toFixed(2)),
+      },
+      wsEchoRttMs: {
+        p50: Number(quantile(echoTimes, 0.5).toFixed(3)),
+        p99: Number(quantile(echoTimes, 0.99).toFixed(3)),
+      },
     },
     rounds: status.round,
     restarts: status.restarts,
     joins,
     leaves: { goodbyes, drops },
     messageErrors: errorsByCode,
-    audit: { ok: audit.ok, duplicates, neverCommitted: missing, recordAgrees: audit.recordAgrees, rolledBackRows: audit.rolledBackRows },
+    audit: {
+      ok: audit.ok,
+      duplicates,
+      neverCommitted: missing,
+      recordAgrees: audit.recordAgrees,
+      rolledBackRows: audit.rolledBackRows,
+    },
     invariantsOk,
   };
 
   const rows: [string, string][] = [
-    ['duration', `${result.durationS} s, ${WORKERS} workers (world ≤ ${MAX_WORLD}), a leave every ${LEAVE_EVERY_MS} ms`],
+    [
+      'duration',
+      `${result.durationS} s, ${WORKERS} workers (world ≤ ${MAX_WORLD}), a leave every ${LEAVE_EVERY_MS} ms`,
+    ],
     ['messages in / out', `${result.messagesInPerS} /s  /  ${result.messagesOutPerS} /s`],
     ['step reports', `${result.stepReportsPerS} /s`],
     ['committed steps', `${result.committedSteps} (${result.stepsPerS} /s, ${result.epochs} epochs of ${TRAIN})`],
-    ['report→committed p50 / p99', `${result.commitLatencyMs.p50} / ${result.commitLatencyMs.p99} ms (n=${latencies.length})`],
-    ['  ref: SQLite commit tx (FULL)', `${result.reference.sqliteCommitTxMs.p50} / ${result.reference.sqliteCommitTxMs.p99} ms`],
+    [
+      'report→committed p50 / p99',
+      `${result.commitLatencyMs.p50} / ${result.commitLatencyMs.p99} ms (n=${latencies.length})`,
+    ],
+    [
+      '  ref: SQLite commit tx (FULL)',
+      `${result.reference.sqliteCommitTxMs.p50} / ${result.reference.sqliteCommitTxMs.p99} ms`,
+    ],
     ['  ref: bare ws echo RTT', `${result.reference.wsEchoRttMs.p50} / ${result.reference.wsEchoRttMs.p99} ms`],
     ['rounds / restarts', `${result.rounds} / ${result.restarts}`],
     ['joins / goodbyes / drops', `${joins} / ${goodbyes} / ${drops}`],
     ['message errors', JSON.stringify(errorsByCode)],
-    ['audit', `${invariantsOk ? 'OK' : 'FAILED'}: duplicates ${duplicates}, never committed ${missing}, record agrees ${audit.recordAgrees}, rolled-back rows ${audit.rolledBackRows}`],
+    [
+      'audit',
+      `${invariantsOk ? 'OK' : 'FAILED'}: duplicates ${duplicates}, never committed ${missing}, record agrees ${audit.recordAgrees}, rolled-back rows ${audit.rolledBackRows}`,
+    ],
   ];
   const width = Math.max(...rows.map(([k]) => k.length));
   console.log('\ncoordinator load test');

@@ -53,7 +53,12 @@ import type { FeedMessage } from '../web/admin/feed-protocol';
 import type { NetHarness } from '../test/browser/pages/net-harness';
 import { FASHION_MNIST_DIR, launchChromium } from '../test/support/browser';
 import { mulberry32 } from '../test/support/rng';
-import { CoordinatorProcess, REPO_ROOT, TEST_ADMIN_TOKEN, writeFakeIdxDataset } from '../test/support/coordinator-process';
+import {
+  CoordinatorProcess,
+  REPO_ROOT,
+  TEST_ADMIN_TOKEN,
+  writeFakeIdxDataset,
+} from '../test/support/coordinator-process';
 import { startPeerServer } from '../test/support/peer-server';
 import { Swarm } from '../test/support/swarm';
 import { startViteServer } from '../test/support/vite-server';
@@ -133,15 +138,25 @@ async function benchAllreduce(): Promise<AllreduceResult> {
       await page.goto(`${vite.url}/test/browser/pages/net-harness.html`);
       await page.waitForFunction(() => 'netHarness' in window);
       const id = `bench${i}-${run}`;
-      await page.evaluate((o) => netHarness.open(o), { id, host: peerServer.host, port: peerServer.port, lowWaterBytes });
+      await page.evaluate((o) => netHarness.open(o), {
+        id,
+        host: peerServer.host,
+        port: peerServer.port,
+        lowWaterBytes,
+      });
       tabs.push({ id, page });
     }
 
-    await Promise.all([0, 1].map((i) => tabs[i].page.evaluate(([a, b]) => netHarness.rawConnect(a, b), [tabs[i].id, tabs[1 - i].id])));
+    await Promise.all(
+      [0, 1].map((i) => tabs[i].page.evaluate(([a, b]) => netHarness.rawConnect(a, b), [tabs[i].id, tabs[1 - i].id])),
+    );
     const rawOnce = async (messageBytes: number): Promise<number> => {
       const total = 16 * MiB;
       const startAt = now() + 200;
-      const receiving = tabs[1].page.evaluate(([peer, t]) => netHarness.rawReceive(peer as string, t as number), [tabs[0].id, total] as const);
+      const receiving = tabs[1].page.evaluate(([peer, t]) => netHarness.rawReceive(peer as string, t as number), [
+        tabs[0].id,
+        total,
+      ] as const);
       await tabs[0].page.evaluate(
         ([peer, t, m, s, h]) => netHarness.rawSend(peer as string, t as number, m as number, s as number, h as number),
         [tabs[1].id, total, messageBytes, startAt, highWaterBytes] as const,
@@ -149,7 +164,9 @@ async function benchAllreduce(): Promise<AllreduceResult> {
       const { endAt } = await receiving;
       return total / MiB / ((endAt - startAt) / 1000);
     };
-    const raw = new Map<number, { before: number[]; after: number[] }>(frameSizes.map((f) => [f, { before: [], after: [] }]));
+    const raw = new Map<number, { before: number[]; after: number[] }>(
+      frameSizes.map((f) => [f, { before: [], after: [] }]),
+    );
     await rawOnce(frameSizes[0]); // warm-up: a fresh SCTP association starts with a small congestion window
     for (let r = 0; r < repeat; r++) for (const f of frameSizes) raw.get(f)!.before.push(await rawOnce(f));
 
@@ -166,9 +183,13 @@ async function benchAllreduce(): Promise<AllreduceResult> {
         members.map(async (t, i) => {
           const right = members[(i + 1) % tabCount].id;
           const left = members[(i - 1 + tabCount) % tabCount].id;
-          const receiving = t.page.evaluate(([peer, n]) => netHarness.rawReceive(peer as string, n as number), [left, total] as const);
+          const receiving = t.page.evaluate(([peer, n]) => netHarness.rawReceive(peer as string, n as number), [
+            left,
+            total,
+          ] as const);
           await t.page.evaluate(
-            ([peer, n, m, s, h]) => netHarness.rawSend(peer as string, n as number, m as number, s as number, h as number),
+            ([peer, n, m, s, h]) =>
+              netHarness.rawSend(peer as string, n as number, m as number, s as number, h as number),
             [right, total, messageBytes, startAt, highWaterBytes] as const,
           );
           return (await receiving).endAt;
@@ -183,7 +204,14 @@ async function benchAllreduce(): Promise<AllreduceResult> {
     const key = (tabCount: number, mib: number, f: number) => `${tabCount}/${mib}/${f}`;
     for (const tabCount of tabCounts) {
       const members = tabs.slice(0, tabCount);
-      await Promise.all(members.map((t) => t.page.evaluate((m) => netHarness.ring(m), members.map((x) => x.id))));
+      await Promise.all(
+        members.map((t) =>
+          t.page.evaluate(
+            (m) => netHarness.ring(m),
+            members.map((x) => x.id),
+          ),
+        ),
+      );
       await Promise.all(
         members.map((t, i) =>
           t.page.evaluate((args) => netHarness.rawConnect(args.self, args.peers), {
@@ -193,7 +221,8 @@ async function benchAllreduce(): Promise<AllreduceResult> {
         ),
       );
       for (let r = 0; r < repeat; r++) {
-        for (const f of frameSizes) rawRing.set(`${tabCount}/${f}`, [...(rawRing.get(`${tabCount}/${f}`) ?? []), await rawRingOnce(tabCount, f)]);
+        for (const f of frameSizes)
+          rawRing.set(`${tabCount}/${f}`, [...(rawRing.get(`${tabCount}/${f}`) ?? []), await rawRingOnce(tabCount, f)]);
       }
       for (const mib of sizesMiB) {
         const n = (mib * MiB) / 4;
@@ -211,7 +240,9 @@ async function benchAllreduce(): Promise<AllreduceResult> {
               highWaterBytes,
               startAt,
             };
-            const outcomes = await Promise.all(members.map((t) => t.page.evaluate((p) => netHarness.allreduce(p), params)));
+            const outcomes = await Promise.all(
+              members.map((t) => t.page.evaluate((p) => netHarness.allreduce(p), params)),
+            );
             const hashes = new Set<string>();
             let end = 0;
             for (const o of outcomes) {
@@ -254,10 +285,14 @@ async function benchAllreduce(): Promise<AllreduceResult> {
       }
     }
 
-    console.log(`high water ${highWaterBytes} B, low water ${lowWaterBytes} B, compression ${compression}, ${repeat} runs each (median)`);
+    console.log(
+      `high water ${highWaterBytes} B, low water ${lowWaterBytes} B, compression ${compression}, ${repeat} runs each (median)`,
+    );
     for (const [f, m] of raw) {
       const fmt = (xs: number[]) => xs.map((x) => x.toFixed(1)).join(' ');
-      console.log(`raw channel tab0→tab1, ${f}-byte messages: ${rawMedian.get(f)!.toFixed(1)} MiB/s (before: ${fmt(m.before)}; after: ${fmt(m.after)})`);
+      console.log(
+        `raw channel tab0→tab1, ${f}-byte messages: ${rawMedian.get(f)!.toFixed(1)} MiB/s (before: ${fmt(m.before)}; after: ${fmt(m.after)})`,
+      );
     }
     console.log('\ntabs    size   frame B   time ms   bus MiB/s   bus/raw   raw ring MiB/s   bus/raw ring   runs ms');
     for (const r of rows) {
@@ -295,11 +330,15 @@ async function writeSmallDataset(dir: string): Promise<{ dir: string; name: stri
 function webBuild(tempDir: string): string {
   if (process.env.TABSWARM_DIST) {
     const dist = resolve(process.env.TABSWARM_DIST);
-    if (!existsSync(join(dist, 'index.html'))) throw new Error(`TABSWARM_DIST=${dist} has no index.html: run npx vite build --outDir ${dist}`);
+    if (!existsSync(join(dist, 'index.html')))
+      throw new Error(`TABSWARM_DIST=${dist} has no index.html: run npx vite build --outDir ${dist}`);
     return dist;
   }
   const dist = join(tempDir, 'dist');
-  const built = spawnSync('npx', ['vite', 'build', '--outDir', dist, '--emptyOutDir', '--logLevel', 'error'], { cwd: REPO_ROOT, stdio: ['ignore', 'ignore', 'pipe'] });
+  const built = spawnSync('npx', ['vite', 'build', '--outDir', dist, '--emptyOutDir', '--logLevel', 'error'], {
+    cwd: REPO_ROOT,
+    stdio: ['ignore', 'ignore', 'pipe'],
+  });
   if (built.status !== 0) throw new Error(`vite build failed:\n${built.stderr.toString()}`);
   return dist;
 }
@@ -367,7 +406,8 @@ class FeedWatcher {
   }
 
   private take(msg: FeedMessage): void {
-    const commit = (c: { step: number; round: number; worldSize: number; at: number }) => this.commits.push({ step: c.step, round: c.round, worldSize: c.worldSize, at: c.at });
+    const commit = (c: { step: number; round: number; worldSize: number; at: number }) =>
+      this.commits.push({ step: c.step, round: c.round, worldSize: c.worldSize, at: c.at });
     switch (msg.type) {
       case 'snapshot':
         this.snapshotSeen = true;
@@ -404,7 +444,15 @@ class FeedWatcher {
         if (err) reject(err);
         else resolveWait(value as T);
       };
-      const timer = setTimeout(() => finish(new Error(`admin feed: no ${what} within ${timeoutMs} ms (last commit ${JSON.stringify(this.commits.at(-1))})`)), timeoutMs);
+      const timer = setTimeout(
+        () =>
+          finish(
+            new Error(
+              `admin feed: no ${what} within ${timeoutMs} ms (last commit ${JSON.stringify(this.commits.at(-1))})`,
+            ),
+          ),
+        timeoutMs,
+      );
       this.waiters.push(waiter);
       waiter();
     });
@@ -528,7 +576,9 @@ async function benchRecovery(): Promise<RecoveryResult> {
     const commitGaps = () =>
       f.commits.slice(1).flatMap((c, j) => {
         const previous = f.commits[j];
-        return c.round === previous.round && c.worldSize === worldSize && previous.worldSize === worldSize ? [c.at - previous.at] : [];
+        return c.round === previous.round && c.worldSize === worldSize && previous.worldSize === worldSize
+          ? [c.at - previous.at]
+          : [];
       });
     const random = mulberry32(12345);
 
@@ -553,7 +603,10 @@ async function benchRecovery(): Promise<RecoveryResult> {
       const commitIndex = f.commits.length;
       const rollbackIndex = f.rollbacks.length;
       // The round the fault hits: the newest one announced (a commit-boundary round change may have happened during the delay).
-      const round = Math.max(f.commits.at(-1)!.round, ...f.events.filter((e) => e.event === 'round_open').map((e) => e.data.round as number));
+      const round = Math.max(
+        f.commits.at(-1)!.round,
+        ...f.events.filter((e) => e.event === 'round_open').map((e) => e.data.round as number),
+      );
 
       let faultAt: number;
       let cdp: CDPSession | null = null;
@@ -572,17 +625,28 @@ async function benchRecovery(): Promise<RecoveryResult> {
         pending = s.close(victim.tab);
       }
 
-      const first = await f.until(() => f.commits.slice(commitIndex).find((c) => c.round > round), `a commit after the ${kind} of event ${i + 1}`, 60_000);
+      const first = await f.until(
+        () => f.commits.slice(commitIndex).find((c) => c.round > round),
+        `a commit after the ${kind} of event ${i + 1}`,
+        60_000,
+      );
       await pending;
       const closed = f.find('round_closed', eventIndex, (d) => d.round === round);
       const opened = f.find('round_open', eventIndex, (d) => d.round === first.round);
       const train = f.find('round_train', eventIndex, (d) => d.round === first.round);
-      if (!closed || !opened || !train) throw new Error(`event ${i + 1}: the feed lacks round_closed/round_open/round_train for rounds ${round}→${first.round}`);
+      if (!closed || !opened || !train)
+        throw new Error(
+          `event ${i + 1}: the feed lacks round_closed/round_open/round_train for rounds ${round}→${first.round}`,
+        );
       const resumedAt = opened.data.step as number;
       const after = await Promise.all(survivors.map(async (tab) => (await s.status(tab))!));
       const undoneBySurvivor = after.map((status) => undoneSteps(status.losses, resumedAt));
-      const restoredSurvivors = after.filter((status, j) => status.restores > statuses.find((t) => t.tab === survivors[j])!.status.restores).length;
-      const rolledBackCommits = f.rollbacks.slice(rollbackIndex).reduce((sum, r) => sum + Math.max(0, r.lastStepBefore - r.afterStep), 0);
+      const restoredSurvivors = after.filter(
+        (status, j) => status.restores > statuses.find((t) => t.tab === survivors[j])!.status.restores,
+      ).length;
+      const rolledBackCommits = f.rollbacks
+        .slice(rollbackIndex)
+        .reduce((sum, r) => sum + Math.max(0, r.lastStepBefore - r.afterStep), 0);
       const event: RecoveryEvent = {
         kind,
         rank: victim.status.rank!,
@@ -600,11 +664,17 @@ async function benchRecovery(): Promise<RecoveryResult> {
         restoredSurvivors,
       };
       if (first.round > round + 1) {
-        const closes = f.events.slice(eventIndex).filter((e) => e.event === 'round_closed' && e.data.round < first.round);
-        console.log(`  (event ${i + 1} went through ${first.round - round - 1} more round(s): ${closes.map((e) => `round ${e.data.round} closed: ${e.data.reason}`).join('; ')})`);
+        const closes = f.events
+          .slice(eventIndex)
+          .filter((e) => e.event === 'round_closed' && e.data.round < first.round);
+        console.log(
+          `  (event ${i + 1} went through ${first.round - round - 1} more round(s): ${closes.map((e) => `round ${e.data.round} closed: ${e.data.reason}`).join('; ')})`,
+        );
       }
-      if ((restoredSurvivors > 0) !== Math.max(0, ...undoneBySurvivor) > 0) {
-        console.log(`  (event ${i + 1}: ${restoredSurvivors} survivor(s) restored their backup, yet ${undoneBySurvivor.join('/')} steps undone per the losses log)`);
+      if (restoredSurvivors > 0 !== Math.max(0, ...undoneBySurvivor) > 0) {
+        console.log(
+          `  (event ${i + 1}: ${restoredSurvivors} survivor(s) restored their backup, yet ${undoneBySurvivor.join('/')} steps undone per the losses log)`,
+        );
       }
       events.push(event);
       console.log(
@@ -635,9 +705,11 @@ async function benchRecovery(): Promise<RecoveryResult> {
     const recovery: Partial<Record<FaultKind, FaultSummary>> = {};
     for (const kind of faultKinds) recovery[kind] = summarize(events.filter((e) => e.kind === kind));
     const problems = s.problems(/WebSocket|ERR_CONNECTION|peer|Peer|closed|Lost connection/);
-    if (problems.length) console.log(`console errors in live tabs (not failing the bench):\n  ${problems.slice(0, 10).join('\n  ')}`);
+    if (problems.length)
+      console.log(`console errors in live tabs (not failing the bench):\n  ${problems.slice(0, 10).join('\n  ')}`);
     const audit = await coordinator.audit();
-    if (!audit.ok) throw new Error(`the coordinator's audit failed after the events: ${JSON.stringify(audit).slice(0, 2000)}`);
+    if (!audit.ok)
+      throw new Error(`the coordinator's audit failed after the events: ${JSON.stringify(audit).slice(0, 2000)}`);
     const gaps = commitGaps();
     return {
       job,
@@ -663,7 +735,9 @@ function printRecovery(r: RecoveryResult): void {
     `\nrecovery: fault → first commit of the next round, ms (${worldSize} tabs → ${worldSize - 1}, ${r.job.model}, global batch ${r.job.globalBatch}, ` +
       `heartbeat ${r.job.heartbeatMs} ms (timeout ×3), last call ${r.job.lastCallMs} ms; ${r.dataset})`,
   );
-  console.log('fault     n   median      max      min  target    detect  regroup   sync  1st step   steps lost med/max');
+  console.log(
+    'fault     n   median      max      min  target    detect  regroup   sync  1st step   steps lost med/max',
+  );
   for (const kind of faultKinds) {
     const k = r.recovery[kind]!;
     console.log(
@@ -671,8 +745,10 @@ function printRecovery(r: RecoveryResult): void {
         `${String(k.detect_ms).padStart(7)} ${String(k.regroup_ms).padStart(8)} ${String(k.sync_ms).padStart(6)} ${String(k.first_step_ms).padStart(9)}   ${k.steps_lost.median}/${k.steps_lost.max}`,
     );
   }
-  console.log(`steps lost per failure, all events: median ${r.steps_lost.median}, max ${r.steps_lost.max} (target ≤ 1); one step takes ${r.stepMs} ms (median, ${worldSize} tabs)`);
-  console.log('(medians of each phase separately; detect/regroup/sync/1st step by the coordinator\'s log events)');
+  console.log(
+    `steps lost per failure, all events: median ${r.steps_lost.median}, max ${r.steps_lost.max} (target ≤ 1); one step takes ${r.stepMs} ms (median, ${worldSize} tabs)`,
+  );
+  console.log("(medians of each phase separately; detect/regroup/sync/1st step by the coordinator's log events)");
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -688,10 +764,21 @@ async function main(): Promise<void> {
   if (recovery) printRecovery(recovery);
   const loadAtEnd = load();
   const seconds = Math.round((now() - started) / 1000);
-  console.log(`\nload average ${loadAtStart.join(' ')} at start, ${loadAtEnd.join(' ')} at end (2 cores); run took ${seconds} s`);
-  const stripEvent = (e: RecoveryEvent) => ({ kind: e.kind, ms: e.recoveryMs, detect: e.detectMs, regroup: e.regroupMs, sync: e.syncMs, first: e.firstStepMs, lost: e.stepsLost });
+  console.log(
+    `\nload average ${loadAtStart.join(' ')} at start, ${loadAtEnd.join(' ')} at end (2 cores); run took ${seconds} s`,
+  );
+  const stripEvent = (e: RecoveryEvent) => ({
+    kind: e.kind,
+    ms: e.recoveryMs,
+    detect: e.detectMs,
+    regroup: e.regroupMs,
+    sync: e.syncMs,
+    first: e.firstStepMs,
+    lost: e.stepsLost,
+  });
   // Three decimals are plenty for timings and ratios measured on a shared machine.
-  const rounded = (_key: string, v: unknown) => (typeof v === 'number' && !Number.isInteger(v) ? Math.round(v * 1000) / 1000 : v);
+  const rounded = (_key: string, v: unknown) =>
+    typeof v === 'number' && !Number.isInteger(v) ? Math.round(v * 1000) / 1000 : v;
   const result = {
     bench: 'elastic',
     ...(allreduce ?? {}),

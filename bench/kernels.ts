@@ -40,7 +40,8 @@ const REPS = Number(flags.reps);
 const SIZES = flags.sizes.split(',').filter(Boolean).map(Number);
 const BATCHES = flags.batches.split(',').filter(Boolean).map(Number);
 const TFJS_FORMS = flags['tfjs-forms'].split(',').filter(Boolean) as TfjsForm[];
-if (TFJS_FORMS.length === 0 || TFJS_FORMS.some((f) => f !== 'fused' && f !== 'plain')) throw new Error(`--tfjs-forms: ${flags['tfjs-forms']}`);
+if (TFJS_FORMS.length === 0 || TFJS_FORMS.some((f) => f !== 'fused' && f !== 'plain'))
+  throw new Error(`--tfjs-forms: ${flags['tfjs-forms']}`);
 const RESULTS_PATH = resolve(import.meta.dirname, 'RESULTS.md');
 
 interface Variant {
@@ -52,11 +53,15 @@ interface Variant {
 
 function variantOf(tile: MatmulTile): Variant {
   const { tm, tn, wgX, wgY } = tile;
-  const name = tile.workgroupMemory ? `${tm}x${tn} wgmem wg${wgX}x${wgY} tk${tile.tk ?? 16}` : `${tm}x${tn} regs wg${wgX}x${wgY}`;
+  const name = tile.workgroupMemory
+    ? `${tm}x${tn} wgmem wg${wgX}x${wgY} tk${tile.tk ?? 16}`
+    : `${tm}x${tn} regs wg${wgX}x${wgY}`;
   return { name, tile };
 }
-const regs = (tm: number, tn: number, wgX: number, wgY: number): Variant => variantOf({ tm, tn, wgX, wgY, workgroupMemory: false });
-const shared = (tm: number, tn: number, wgX: number, wgY: number, tk: number): Variant => variantOf({ tm, tn, wgX, wgY, workgroupMemory: true, tk });
+const regs = (tm: number, tn: number, wgX: number, wgY: number): Variant =>
+  variantOf({ tm, tn, wgX, wgY, workgroupMemory: false });
+const shared = (tm: number, tn: number, wgX: number, wgY: number, tk: number): Variant =>
+  variantOf({ tm, tn, wgX, wgY, workgroupMemory: true, tk });
 
 /**
  * Tile variants to race. Once the page reports the kernels' DEFAULT_MATMUL_TILE it goes first (the
@@ -95,7 +100,8 @@ function median(values: readonly number[]): number {
 const round = (x: number, digits = 3): number => Number(x.toPrecision(digits));
 const T0 = performance.now();
 /** Progress on stderr, stamped with seconds since start (stdout carries only the table and the JSON line). */
-const log = (line: string): void => void process.stderr.write(`[${((performance.now() - T0) / 1000).toFixed(0).padStart(3)} s] ${line}\n`);
+const log = (line: string): void =>
+  void process.stderr.write(`[${((performance.now() - T0) / 1000).toFixed(0).padStart(3)} s] ${line}\n`);
 
 interface MatmulRow {
   n: number;
@@ -144,7 +150,9 @@ async function main(): Promise<void> {
 
     const adapter: AdapterReport = await page.evaluate(() => window.kernelBench!.init());
     if (adapter.tfjsAdapter.architecture !== adapter.architecture || adapter.tfjsAdapter.vendor !== adapter.vendor) {
-      throw new Error(`TF.js got adapter ${JSON.stringify(adapter.tfjsAdapter)}, ours ${adapter.vendor}/${adapter.architecture}: not the same adapter`);
+      throw new Error(
+        `TF.js got adapter ${JSON.stringify(adapter.tfjsAdapter)}, ours ${adapter.vendor}/${adapter.architecture}: not the same adapter`,
+      );
     }
     log(`adapter ${adapterName(adapter)}; TF.js ${adapter.tfjsVersion}`);
     const fallback = variantOf(adapter.defaultTile);
@@ -161,7 +169,8 @@ async function main(): Promise<void> {
       const tiles = candidates.map((i) => ({ tile: VARIANTS[i].tile, interleaved: VARIANTS[i].interleaved ?? false }));
       const setup = await page.evaluate(([n, tiles]) => window.kernelBench!.matmulSetup(n, tiles), [n, tiles] as const);
       setup.relativeDiff.forEach((d, j) => {
-        if (!(d < 1e-4)) throw new Error(`matmul ${n}: variant ${VARIANTS[candidates[j]].name} differs from TF.js by ${d} (relative)`);
+        if (!(d < 1e-4))
+          throw new Error(`matmul ${n}: variant ${VARIANTS[candidates[j]].name} differs from TF.js by ${d} (relative)`);
       });
       // Small products repeat within a sample so a sample lasts long enough to time well.
       const runs = Math.max(1, Math.round((512 / n) ** 3 / 4));
@@ -169,10 +178,16 @@ async function main(): Promise<void> {
       const tfjsMs: number[] = [];
       const oursMs: number[][] = candidates.map(() => []);
       for (let r = 0; r < reps; r++) {
-        const order: Side[] = [{ side: 'tfjs', variant: 0 }, ...candidates.map((_, j): Side => ({ side: 'ours', variant: j }))];
+        const order: Side[] = [
+          { side: 'tfjs', variant: 0 },
+          ...candidates.map((_, j): Side => ({ side: 'ours', variant: j })),
+        ];
         if (r % 2 === 1) order.reverse();
         for (const side of order) {
-          const ms = await page.evaluate(([side, runs]) => window.kernelBench!.matmulTime(side, runs), [side, runs] as const);
+          const ms = await page.evaluate(([side, runs]) => window.kernelBench!.matmulTime(side, runs), [
+            side,
+            runs,
+          ] as const);
           if (side.side === 'tfjs') tfjsMs.push(ms);
           else oursMs[side.variant].push(ms);
         }
@@ -183,9 +198,18 @@ async function main(): Promise<void> {
       const perVariant = VARIANTS.map(() => Number.NaN);
       candidates.forEach((v, j) => (perVariant[v] = gflops(median(oursMs[j]))));
       variantTable.set(n, perVariant);
-      const best = candidates.reduce((b, v) => (!VARIANTS[v].interleaved && perVariant[v] > perVariant[b] ? v : b), candidates[0]);
+      const best = candidates.reduce(
+        (b, v) => (!VARIANTS[v].interleaved && perVariant[v] > perVariant[b] ? v : b),
+        candidates[0],
+      );
       const bestOverall = candidates.reduce((b, v) => (perVariant[v] > perVariant[b] ? v : b), candidates[0]);
-      const row = { n, ours: round(perVariant[best]), tfjs: round(tfjs), ratio: round(perVariant[best] / tfjs), variant: VARIANTS[best].name };
+      const row = {
+        n,
+        ours: round(perVariant[best]),
+        tfjs: round(tfjs),
+        ratio: round(perVariant[best] / tfjs),
+        variant: VARIANTS[best].name,
+      };
       matmulRows.push(row);
       const range = (ms: number[]): [number, number] => [gflops(Math.max(...ms)), gflops(Math.min(...ms))];
       spreads.push({ ours: range(oursMs[candidates.indexOf(best)]), tfjs: range(tfjsMs) });
@@ -200,16 +224,21 @@ async function main(): Promise<void> {
     // ------------------------------------------------------------------------------- training step
     // Ours with the kernels' default tile (what the app runs) and, when another variant won the
     // largest matmul, also with that one (`ours_tuned`): cheap, since our step is the fast side.
-    const winner = matmulRows.length > 0 ? VARIANTS.findIndex((v) => v.name === matmulRows[matmulRows.length - 1].variant) : 0;
+    const winner =
+      matmulRows.length > 0 ? VARIANTS.findIndex((v) => v.name === matmulRows[matmulRows.length - 1].variant) : 0;
     const tuned = winner > 0 ? VARIANTS[winner] : undefined;
     const tiles = tuned ? [null, tuned.tile] : [null];
     const trainRows: TrainRow[] = [];
     for (const batch of BATCHES) {
-      const setup = await page.evaluate(([batch, options]) => window.kernelBench!.trainSetup(batch, options), [batch, { tiles, tfjsForms: TFJS_FORMS }] as const);
+      const setup = await page.evaluate(([batch, options]) => window.kernelBench!.trainSetup(batch, options), [
+        batch,
+        { tiles, tfjsForms: TFJS_FORMS },
+      ] as const);
       const reference = setup.lossTfjs[0];
       for (const loss of [...setup.lossOurs, ...setup.lossTfjs]) {
         const gap = Math.abs(loss - reference) / Math.abs(reference);
-        if (!(gap < 1e-4)) throw new Error(`train step ${batch}: initial losses ${JSON.stringify(setup)} disagree: not the same model`);
+        if (!(gap < 1e-4))
+          throw new Error(`train step ${batch}: initial losses ${JSON.stringify(setup)} disagree: not the same model`);
       }
       // One sample = this many consecutive steps (256 samples or one step), then wait for the queue.
       const steps = Math.max(1, Math.round(256 / batch));
@@ -222,16 +251,27 @@ async function main(): Promise<void> {
         ];
         if (r % 2 === 1) order.reverse();
         for (const side of order) {
-          const ms = await page.evaluate(([side, steps]) => window.kernelBench!.trainTime(side, steps), [side, steps] as const);
+          const ms = await page.evaluate(([side, steps]) => window.kernelBench!.trainTime(side, steps), [
+            side,
+            steps,
+          ] as const);
           (side.side === 'tfjs' ? tfjsMs : oursMs)[side.variant].push(ms);
         }
       }
       if (flags.breakdown) {
         for (let j = 0; j < tiles.length; j++) {
-          const parts = await page.evaluate(([j, reps]) => window.kernelBench!.trainBreakdown(j, reps), [j, 3] as const);
+          const parts = await page.evaluate(([j, reps]) => window.kernelBench!.trainBreakdown(j, reps), [
+            j,
+            3,
+          ] as const);
           const total = parts.reduce((sum, p) => sum + p.ms, 0);
-          log(`breakdown batch ${batch}, ${j === 0 ? VARIANTS[0].name : tuned!.name}: ${total.toFixed(1)} ms in ${parts.length} dispatches, each alone (median of 3):`);
-          for (const p of parts) log(`  ${p.label.padEnd(28)} ${`[${p.workgroups.join(',')}]`.padEnd(14)} ${p.ms.toFixed(2).padStart(8)} ms  ${((100 * p.ms) / total).toFixed(1).padStart(5)} %`);
+          log(
+            `breakdown batch ${batch}, ${j === 0 ? VARIANTS[0].name : tuned!.name}: ${total.toFixed(1)} ms in ${parts.length} dispatches, each alone (median of 3):`,
+          );
+          for (const p of parts)
+            log(
+              `  ${p.label.padEnd(28)} ${`[${p.workgroups.join(',')}]`.padEnd(14)} ${p.ms.toFixed(2).padStart(8)} ms  ${((100 * p.ms) / total).toFixed(1).padStart(5)} %`,
+            );
         }
       }
       await page.evaluate(() => window.kernelBench!.trainTeardown());
@@ -263,12 +303,24 @@ async function main(): Promise<void> {
     const chromium = /Chrom(?:e|ium)\/([\d.]+)/.exec(adapter.userAgent)?.[1] ?? 'unknown';
     const result = {
       bench: 'kernels',
-      adapter: { vendor: adapter.vendor, architecture: adapter.architecture, device: adapter.device, description: adapter.description, chromium, tfjs: adapter.tfjsVersion },
+      adapter: {
+        vendor: adapter.vendor,
+        architecture: adapter.architecture,
+        device: adapter.device,
+        description: adapter.description,
+        chromium,
+        tfjs: adapter.tfjsVersion,
+      },
       matmul: matmulRows,
       train_step: trainRows,
       load: { start: loadStart.map((l) => round(l)), end: loadEnd.map((l) => round(l)), cores: cpus().length },
     };
-    const table = renderTable(result.matmul, spreads, result.train_step, variantTable, { reps: REPS, loadStart, loadEnd, seconds });
+    const table = renderTable(result.matmul, spreads, result.train_step, variantTable, {
+      reps: REPS,
+      loadStart,
+      loadEnd,
+      seconds,
+    });
     process.stdout.write(`${table}\n${JSON.stringify(result)}\n`);
     if (!flags['no-write']) {
       writeResults(renderSection(table, JSON.stringify(result), adapter, chromium));
@@ -311,7 +363,10 @@ function renderTable(
     '',
     `our matmul variants, GFLOP/s (- : dropped after running below ${KEEP_FRACTION}x the best at a smaller size)`,
     `${'variant'.padEnd(26)}${SIZES.map((n) => pad(n, 9)).join('')}`,
-    ...VARIANTS.map((v, i) => `${v.name.padEnd(26)}${SIZES.map((n) => pad(Number.isNaN(variants.get(n)?.[i] ?? Number.NaN) ? '-' : variants.get(n)![i].toFixed(3), 9)).join('')}`),
+    ...VARIANTS.map(
+      (v, i) =>
+        `${v.name.padEnd(26)}${SIZES.map((n) => pad(Number.isNaN(variants.get(n)?.[i] ?? Number.NaN) ? '-' : variants.get(n)![i].toFixed(3), 9)).join('')}`,
+    ),
     '',
     `mlp 784-256-128-10 training step (forward, loss, backward, Adam), samples/s (median of ${info.reps})`,
     `${pad('batch', 6)} ${pad('ours', 8)} ${pad('tfjs', 8)} ${pad('ratio', 7)}  ${TFJS_FORMS.map((f) => pad(`tfjs ${f}`, 12)).join(' ')}${trainRows[0]?.tuned_variant ? `  ours with ${trainRows[0].tuned_variant} (ratio)` : ''}`,
@@ -319,7 +374,9 @@ function renderTable(
       (r) =>
         `${pad(r.batch, 6)} ${pad(r.ours.toFixed(1), 8)} ${pad(r.tfjs.toFixed(1), 8)} ${pad(r.ratio.toFixed(2), 7)}  ` +
         TFJS_FORMS.map((f) => pad((r.tfjs_forms[f] ?? Number.NaN).toFixed(1), 12)).join(' ') +
-        (r.ours_tuned !== undefined ? `  ${pad(r.ours_tuned.toFixed(1), 8)} (${(r.ours_tuned / r.tfjs).toFixed(2)})` : ''),
+        (r.ours_tuned !== undefined
+          ? `  ${pad(r.ours_tuned.toFixed(1), 8)} (${(r.ours_tuned / r.tfjs).toFixed(2)})`
+          : ''),
     ),
     `ours = the kernels' default matmul tile (${VARIANTS[0].name}), as the app trains; tfjs = the faster of its model forms`,
     `(fused: tf.fused.matMul with bias+ReLU per layer; plain: matMul, add, relu), each with tf.train.adam via optimizer.minimize`,
@@ -329,7 +386,8 @@ function renderTable(
   return lines.join('\n');
 }
 
-const BEGIN = '<!-- bench:kernels:begin (generated by `npm run bench:kernels`; edits between the markers are overwritten) -->';
+const BEGIN =
+  '<!-- bench:kernels:begin (generated by `npm run bench:kernels`; edits between the markers are overwritten) -->';
 const END = '<!-- bench:kernels:end -->';
 
 function adapterName(adapter: AdapterReport): string {

@@ -96,7 +96,10 @@ function finiteOrNull(x: number): number | null {
 }
 
 /** A commit as the feed shows it: a stored row, or a live `record_commit` stamped with the feed's clock. */
-export function feedCommitFromRow(row: CommitRecord & Pick<CommitRow, 'committedAt'>, samplesPerSecond: number | null): FeedCommit {
+export function feedCommitFromRow(
+  row: CommitRecord & Pick<CommitRow, 'committedAt'>,
+  samplesPerSecond: number | null,
+): FeedCommit {
   return {
     step: row.step,
     firstStep: row.firstStep,
@@ -112,7 +115,10 @@ export function feedCommitFromRow(row: CommitRecord & Pick<CommitRow, 'committed
   };
 }
 
-export function feedCheckpoint(runId: string, row: Pick<CheckpointRow, 'step' | 'epoch' | 'cursor' | 'sha256' | 'bytes' | 'createdAt'>): FeedCheckpoint {
+export function feedCheckpoint(
+  runId: string,
+  row: Pick<CheckpointRow, 'step' | 'epoch' | 'cursor' | 'sha256' | 'bytes' | 'createdAt'>,
+): FeedCheckpoint {
   return {
     step: row.step,
     epoch: row.epoch,
@@ -133,13 +139,17 @@ function feedEvent(id: number | null, at: number, level: string, event: string, 
 function evaluationOf(event: FeedEvent): FeedEvaluation | null {
   if (event.event !== 'evaluation') return null;
   const data = event.data as { step?: unknown; accuracy?: unknown } | null;
-  if (typeof data?.step !== 'number' || typeof data.accuracy !== 'number' || !Number.isFinite(data.accuracy)) return null;
+  if (typeof data?.step !== 'number' || typeof data.accuracy !== 'number' || !Number.isFinite(data.accuracy))
+    return null;
   return { step: data.step, accuracy: data.accuracy, at: event.at };
 }
 
 export function jobSummary(state: CoordinatorState): AdminJobSummary {
   const job = state.job;
-  const optimizer = job.optimizer.kind === 'adamw' ? `AdamW lr ${job.optimizer.lr}` : `SGD lr ${job.optimizer.lr} momentum ${job.optimizer.momentum}`;
+  const optimizer =
+    job.optimizer.kind === 'adamw'
+      ? `AdamW lr ${job.optimizer.lr}`
+      : `SGD lr ${job.optimizer.lr} momentum ${job.optimizer.momentum}`;
   return {
     model: job.model.name,
     parameterCount: parameterLayout(job.model).parameterCount,
@@ -147,7 +157,12 @@ export function jobSummary(state: CoordinatorState): AdminJobSummary {
     datasetSize: state.datasetSize,
     globalBatch: job.globalBatch,
     epochs: job.epochs,
-    stepsPerEpoch: stepsPerEpoch({ datasetSize: state.datasetSize, globalBatch: job.globalBatch, epochs: job.epochs, commitEvery: job.commitEvery }),
+    stepsPerEpoch: stepsPerEpoch({
+      datasetSize: state.datasetSize,
+      globalBatch: job.globalBatch,
+      epochs: job.epochs,
+      commitEvery: job.commitEvery,
+    }),
     optimizer,
     commitEvery: job.commitEvery,
     checkpointEvery: job.checkpointEvery,
@@ -240,7 +255,9 @@ export class AdminFeed {
     const state = this.opts.state();
     const rows = this.opts.store.commits(this.opts.runId);
     const rater = new CommitRater();
-    const commits = rows.map((row) => feedCommitFromRow(row, rater.push(row.committedAt, row.count, row.round))).slice(-this.opts.maxCommits);
+    const commits = rows
+      .map((row) => feedCommitFromRow(row, rater.push(row.committedAt, row.count, row.round)))
+      .slice(-this.opts.maxCommits);
     const at = this.now();
     return {
       type: 'snapshot',
@@ -270,7 +287,10 @@ export class AdminFeed {
           const c = action.commit;
           const at = this.now();
           this.lastCommitStep = c.step;
-          this.broadcast({ type: 'commit', commit: feedCommitFromRow({ ...c, committedAt: at }, this.rater.push(at, c.count, c.round)) });
+          this.broadcast({
+            type: 'commit',
+            commit: feedCommitFromRow({ ...c, committedAt: at }, this.rater.push(at, c.count, c.round)),
+          });
           changed = true;
           break;
         }
@@ -362,7 +382,10 @@ export class AdminFeed {
     }
     if (step > this.lastCommitStep) {
       for (const row of store.commits(runId).filter((r) => r.step > this.lastCommitStep)) {
-        this.broadcast({ type: 'commit', commit: feedCommitFromRow(row, this.rater.push(row.committedAt, row.count, row.round)) });
+        this.broadcast({
+          type: 'commit',
+          commit: feedCommitFromRow(row, this.rater.push(row.committedAt, row.count, row.round)),
+        });
       }
       this.lastCommitStep = step;
       changed = true;
@@ -396,7 +419,8 @@ export class AdminFeed {
         const evaluation = evaluationOf(event);
         if (evaluation) this.evaluations.push(evaluation);
       }
-      if (this.events.length > this.opts.recentEvents) this.events.splice(0, this.events.length - this.opts.recentEvents);
+      if (this.events.length > this.opts.recentEvents)
+        this.events.splice(0, this.events.length - this.opts.recentEvents);
       if (rows.length < page) break;
     }
     this.lastEventId = afterId;

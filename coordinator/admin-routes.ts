@@ -29,7 +29,10 @@ export interface AdminRoutesDeps {
   subscribe?: SubscribeActions;
   now?: () => number;
   /** Feed tuning (tests use shorter intervals). */
-  feed?: Pick<AdminFeedOptions, 'statusIntervalMs' | 'statusThrottleMs' | 'pollMs' | 'recentEvents' | 'maxCommits' | 'maxBufferedBytes'>;
+  feed?: Pick<
+    AdminFeedOptions,
+    'statusIntervalMs' | 'statusThrottleMs' | 'pollMs' | 'recentEvents' | 'maxCommits' | 'maxBufferedBytes'
+  >;
   /** Counts requests by route and result (e.g. the server's admin_requests counter). */
   onRequest?: (route: string, result: string) => void;
 }
@@ -76,7 +79,11 @@ export function adminRoutes(deps: AdminRoutesDeps): AdminRoutes {
       if (!sameSecret(adminTokenOf(req, url), deps.adminToken)) {
         count(route, 'unauthorized');
         res.setHeader('www-authenticate', 'Bearer realm="tabswarm admin"');
-        throw new HttpError(401, 'unauthorized', 'admin calls need "Authorization: Bearer <admin token>" (or ?token= for the feed and downloads)');
+        throw new HttpError(
+          401,
+          'unauthorized',
+          'admin calls need "Authorization: Bearer <admin token>" (or ?token= for the feed and downloads)',
+        );
       }
       const method = req.method ?? 'GET';
       if (method !== 'GET' && !(method === 'HEAD' && route !== 'feed')) {
@@ -113,9 +120,19 @@ export function adminRoutes(deps: AdminRoutesDeps): AdminRoutes {
     let row: CheckpointRow | null;
     if (stepText === null || stepText === 'latest') {
       row = deps.store.latestCheckpoint(deps.runId);
-      if (!row) throw new HttpError(404, 'no_checkpoint', 'no checkpoint yet: the model is exported from a stored checkpoint (use "checkpoint now" once a step is committed)');
+      if (!row)
+        throw new HttpError(
+          404,
+          'no_checkpoint',
+          'no checkpoint yet: the model is exported from a stored checkpoint (use "checkpoint now" once a step is committed)',
+        );
     } else {
-      if (!/^\d{1,15}$/.test(stepText)) throw new HttpError(400, 'bad_step', `step must be a non-negative integer or "latest", not "${stepText.slice(0, 40)}"`);
+      if (!/^\d{1,15}$/.test(stepText))
+        throw new HttpError(
+          400,
+          'bad_step',
+          `step must be a non-negative integer or "latest", not "${stepText.slice(0, 40)}"`,
+        );
       row = deps.store.checkpoint(deps.runId, Number(stepText));
       if (!row) throw new HttpError(404, 'no_checkpoint', `no checkpoint of step ${stepText}`);
     }
@@ -124,9 +141,17 @@ export function adminRoutes(deps: AdminRoutesDeps): AdminRoutes {
       result = cached.result;
     } else {
       try {
-        result = checkpointToSafetensors(deps.store.readCheckpoint(row), { 'tabswarm.run': deps.runId, 'tabswarm.checkpoint_sha256': row.sha256 });
+        result = checkpointToSafetensors(deps.store.readCheckpoint(row), {
+          'tabswarm.run': deps.runId,
+          'tabswarm.checkpoint_sha256': row.sha256,
+        });
       } catch (error) {
-        if (error instanceof SafetensorsError) throw new HttpError(500, 'bad_checkpoint', `stored checkpoint of step ${row.step} is unusable: ${error.message}`);
+        if (error instanceof SafetensorsError)
+          throw new HttpError(
+            500,
+            'bad_checkpoint',
+            `stored checkpoint of step ${row.step} is unusable: ${error.message}`,
+          );
         throw error;
       }
       cached = { sha256: row.sha256, result };

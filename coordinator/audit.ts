@@ -169,7 +169,11 @@ export function statusOf(state: CoordinatorState, now: number): StatusReport {
     status: state.status,
     cursor: state.record.cursor,
     world: view.world.map((w) => ({ ...w, lastHeartbeatAgeMs: age(w.id) })),
-    waiting: view.waiting.map((w) => ({ ...w, adapter: adapterLabel(state.workers[w.id]?.adapter), lastHeartbeatAgeMs: age(w.id) })),
+    waiting: view.waiting.map((w) => ({
+      ...w,
+      adapter: adapterLabel(state.workers[w.id]?.adapter),
+      lastHeartbeatAgeMs: age(w.id),
+    })),
     latestCheckpoint: latest ? { step: latest.step, sha256: latest.sha256 } : null,
   };
 }
@@ -223,7 +227,11 @@ export function commitsPage(runId: string, rows: CommitRow[], limit: number): Co
       committedAt: r.committedAt,
     }),
   );
-  return { runId, commits, next: commits.length === limit && commits.length > 0 ? commits[commits.length - 1].step + 1 : null };
+  return {
+    runId,
+    commits,
+    next: commits.length === limit && commits.length > 0 ? commits[commits.length - 1].step + 1 : null,
+  };
 }
 
 /** One row of `GET /api/evaluations`: an accepted `evaluation` event (core/evaluation.ts). */

@@ -22,13 +22,15 @@ function oneLine(text: string): string {
 
 function parsePort(value: string): number {
   const port = Number(value);
-  if (!Number.isInteger(port) || port < 0 || port > 65535) throw new InvalidArgumentError('a port is an integer in 0..65535');
+  if (!Number.isInteger(port) || port < 0 || port > 65535)
+    throw new InvalidArgumentError('a port is an integer in 0..65535');
   return port;
 }
 
 function parseLocalWorkers(value: string): number {
   const n = Number(value);
-  if (!Number.isInteger(n) || n < 1 || n > 64) throw new InvalidArgumentError('the number of local worker tabs is an integer in 1..64');
+  if (!Number.isInteger(n) || n < 1 || n > 64)
+    throw new InvalidArgumentError('the number of local worker tabs is an integer in 1..64');
   return n;
 }
 
@@ -63,14 +65,25 @@ async function runCoordinator(flags: CoordinatorFlags): Promise<void> {
   } catch (error) {
     const err = error as NodeJS.ErrnoException;
     if (err.code === 'EADDRINUSE') {
-      throw new StartupError(`port ${flags.port} on ${flags.host} is already in use: stop what holds it, or pass --port N (--port 0 picks a free one)`);
+      throw new StartupError(
+        `port ${flags.port} on ${flags.host} is already in use: stop what holds it, or pass --port N (--port 0 picks a free one)`,
+      );
     }
     if (err.code === 'EACCES' && err.syscall === 'listen') {
-      throw new StartupError(`not allowed to listen on ${flags.host}:${flags.port}: pick a port above 1023 with --port`);
+      throw new StartupError(
+        `not allowed to listen on ${flags.host}:${flags.port}: pick a port above 1023 with --port`,
+      );
     }
-    if (err.code === 'EADDRNOTAVAIL') throw new StartupError(`cannot listen on ${flags.host}: no such local address (see --host)`);
+    if (err.code === 'EADDRNOTAVAIL')
+      throw new StartupError(`cannot listen on ${flags.host}: no such local address (see --host)`);
     if (err.code === 'ERESUME') throw new StartupError(err.message);
-    if (err.code === 'EACCES' || err.code === 'EROFS' || err.code === 'ENOTDIR' || err.code === 'EEXIST' || err.code === 'SQLITE_CANTOPEN') {
+    if (
+      err.code === 'EACCES' ||
+      err.code === 'EROFS' ||
+      err.code === 'ENOTDIR' ||
+      err.code === 'EEXIST' ||
+      err.code === 'SQLITE_CANTOPEN'
+    ) {
       throw new StartupError(`data dir ${flags.dataDir} is not writable (${err.code}): pass --data-dir DIR`);
     }
     throw error;
@@ -123,10 +136,20 @@ function buildProgram(): Command {
     .option('--host <host>', 'address to listen on', '127.0.0.1')
     .option('--data-dir <dir>', 'folder for the SQLite store and checkpoints', './.tabswarm')
     .option('--job <file>', 'job JSON file (default: Fashion-MNIST mlp, see coordinator/core/job.ts)')
-    .option('--dataset <dir>', `folder with the four IDX files (default: $TABSWARM_DATASET, then ${DEFAULT_DATASET_DIR})`)
-    .option('--admin-token <token>', 'bearer token for /api/admin (default: $TABSWARM_ADMIN_TOKEN, else random, printed once)')
+    .option(
+      '--dataset <dir>',
+      `folder with the four IDX files (default: $TABSWARM_DATASET, then ${DEFAULT_DATASET_DIR})`,
+    )
+    .option(
+      '--admin-token <token>',
+      'bearer token for /api/admin (default: $TABSWARM_ADMIN_TOKEN, else random, printed once)',
+    )
     .option('--dist <dir>', 'the built web app to serve', resolve(REPO_ROOT, 'dist'))
-    .option('--local-workers <n>', 'also open N headless Chromium tabs that train (the quickest demo; Ctrl-C stops all)', parseLocalWorkers)
+    .option(
+      '--local-workers <n>',
+      'also open N headless Chromium tabs that train (the quickest demo; Ctrl-C stops all)',
+      parseLocalWorkers,
+    )
     .action(async (flags: CoordinatorFlags) => {
       await runCoordinator(flags);
     });
@@ -138,7 +161,8 @@ async function main(argv: string[]): Promise<void> {
   try {
     await buildProgram().parseAsync(argv);
   } catch (error) {
-    const message = error instanceof StartupError ? error.message : `unexpected error: ${(error as Error).stack ?? error}`;
+    const message =
+      error instanceof StartupError ? error.message : `unexpected error: ${(error as Error).stack ?? error}`;
     process.stderr.write(`tabswarm: ${error instanceof StartupError ? oneLine(message) : message}\n`);
     process.exit(1);
   }

@@ -96,10 +96,19 @@ export class ControlChannel implements SocketSink {
       metrics.framesReceived.inc();
       if (!this.takeToken(conn, entry)) return;
       if (isBinary) {
-        dispatch({ kind: 'invalid', conn, code: 'bad_message', message: 'binary frames are not accepted on the control channel' });
+        dispatch({
+          kind: 'invalid',
+          conn,
+          code: 'bad_message',
+          message: 'binary frames are not accepted on the control channel',
+        });
         return;
       }
-      const text = Buffer.isBuffer(data) ? data.toString('utf8') : Array.isArray(data) ? Buffer.concat(data).toString('utf8') : Buffer.from(data).toString('utf8');
+      const text = Buffer.isBuffer(data)
+        ? data.toString('utf8')
+        : Array.isArray(data)
+          ? Buffer.concat(data).toString('utf8')
+          : Buffer.from(data).toString('utf8');
       const parsed = parseClientMessage(text);
       if (parsed.ok) dispatch({ kind: 'message', conn, msg: parsed.msg });
       else dispatch({ kind: 'invalid', conn, code: parsed.code, message: parsed.message });

@@ -44,7 +44,12 @@ export interface IdxSplit {
 }
 
 export type DatasetFileKey = 'train/images' | 'train/labels' | 'test/images' | 'test/labels';
-export const DATASET_FILE_KEYS: readonly DatasetFileKey[] = ['train/images', 'train/labels', 'test/images', 'test/labels'];
+export const DATASET_FILE_KEYS: readonly DatasetFileKey[] = [
+  'train/images',
+  'train/labels',
+  'test/images',
+  'test/labels',
+];
 
 export interface IdxDataset {
   /** The folder's name, e.g. `fashion-mnist`. */
@@ -78,27 +83,36 @@ const FILE_NAMES: Record<DatasetFileKey, string> = {
  * `file` only names the file in errors.
  */
 export function parseIdx(bytes: Uint8Array, file: string): IdxArray {
-  if (bytes.length < 4) throw new Error(`${file}: not an IDX file (only ${bytes.length} bytes, the header needs at least 4)`);
+  if (bytes.length < 4)
+    throw new Error(`${file}: not an IDX file (only ${bytes.length} bytes, the header needs at least 4)`);
   const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
   const magic = view.getUint32(0, false);
   if (bytes[0] !== 0 || bytes[1] !== 0) {
-    throw new Error(`${file}: not an IDX file (magic number ${magic} = 0x${magic.toString(16).padStart(8, '0')}; expected 2051 for images or 2049 for labels)`);
+    throw new Error(
+      `${file}: not an IDX file (magic number ${magic} = 0x${magic.toString(16).padStart(8, '0')}; expected 2051 for images or 2049 for labels)`,
+    );
   }
   if (bytes[2] !== IDX_TYPE_UBYTE) {
-    throw new Error(`${file}: IDX element type 0x${bytes[2].toString(16).padStart(2, '0')} is not supported (only unsigned bytes, 0x08)`);
+    throw new Error(
+      `${file}: IDX element type 0x${bytes[2].toString(16).padStart(2, '0')} is not supported (only unsigned bytes, 0x08)`,
+    );
   }
   const rank = bytes[3];
   if (rank < 1) throw new Error(`${file}: IDX rank 0 (magic ${magic}) has no dimensions`);
   const headerBytes = 4 + 4 * rank;
   if (bytes.length < headerBytes) {
-    throw new Error(`${file}: truncated IDX header (${bytes.length} bytes, a rank-${rank} header needs ${headerBytes})`);
+    throw new Error(
+      `${file}: truncated IDX header (${bytes.length} bytes, a rank-${rank} header needs ${headerBytes})`,
+    );
   }
   const dims: number[] = [];
   for (let i = 0; i < rank; i++) dims.push(view.getUint32(4 + 4 * i, false));
   const dataBytes = dims.reduce((a, b) => a * b, 1);
   const have = bytes.length - headerBytes;
   if (have < dataBytes) {
-    throw new Error(`${file}: truncated: dimensions [${dims.join(', ')}] need ${dataBytes} data bytes, the file has ${have}`);
+    throw new Error(
+      `${file}: truncated: dimensions [${dims.join(', ')}] need ${dataBytes} data bytes, the file has ${have}`,
+    );
   }
   if (have > dataBytes) {
     throw new Error(`${file}: ${have - dataBytes} unexpected bytes after the data of dimensions [${dims.join(', ')}]`);
@@ -124,7 +138,8 @@ function expectLabels(idx: IdxArray, file: string, classes: number): number {
   const [count] = idx.dims;
   if (count < 1) throw new Error(`${file}: no labels`);
   for (let i = 0; i < idx.data.length; i++) {
-    if (idx.data[i] >= classes) throw new Error(`${file}: label ${idx.data[i]} at index ${i} is outside [0, ${classes})`);
+    if (idx.data[i] >= classes)
+      throw new Error(`${file}: label ${idx.data[i]} at index ${i} is outside [0, ${classes})`);
   }
   return count;
 }
@@ -132,7 +147,13 @@ function expectLabels(idx: IdxArray, file: string, classes: number): number {
 /**
  * Build a split from parsed image and label files, checking they agree. Exported for unit tests.
  */
-export function idxSplit(images: IdxArray, imagesFile: string, labels: IdxArray, labelsFile: string, classes = 10): IdxSplit {
+export function idxSplit(
+  images: IdxArray,
+  imagesFile: string,
+  labels: IdxArray,
+  labelsFile: string,
+  classes = 10,
+): IdxSplit {
   const { count, rows, cols } = expectImages(images, imagesFile);
   const labelCount = expectLabels(labels, labelsFile, classes);
   if (labelCount !== count) {
@@ -197,7 +218,10 @@ function sha256Hex(bytes: Uint8Array): string {
 export async function loadIdxDataset(dir: string, opts: LoadIdxOptions = {}): Promise<IdxDataset> {
   const root = resolve(dir);
   const info = await stat(root).catch(() => undefined);
-  if (!info) throw new Error(`dataset folder ${root} does not exist (Fashion-MNIST: apt-get install dataset-fashion-mnist, then use /usr/share/datasets/fashion-mnist)`);
+  if (!info)
+    throw new Error(
+      `dataset folder ${root} does not exist (Fashion-MNIST: apt-get install dataset-fashion-mnist, then use /usr/share/datasets/fashion-mnist)`,
+    );
   if (!info.isDirectory()) throw new Error(`dataset path ${root} is not a folder`);
   const classes = opts.classes ?? 10;
   const paths = {} as Record<DatasetFileKey, string>;
@@ -207,11 +231,19 @@ export async function loadIdxDataset(dir: string, opts: LoadIdxOptions = {}): Pr
     parsed[key] = parseIdx(await readMaybeGzip(paths[key], opts.onProgress), basename(paths[key]));
   }
   const split = (s: 'train' | 'test') =>
-    idxSplit(parsed[`${s}/images`], basename(paths[`${s}/images`]), parsed[`${s}/labels`], basename(paths[`${s}/labels`]), classes);
+    idxSplit(
+      parsed[`${s}/images`],
+      basename(paths[`${s}/images`]),
+      parsed[`${s}/labels`],
+      basename(paths[`${s}/labels`]),
+      classes,
+    );
   const train = split('train');
   const test = split('test');
   if (train.rows !== test.rows || train.cols !== test.cols) {
-    throw new Error(`${basename(paths['test/images'])}: images are ${test.rows}×${test.cols} but training images are ${train.rows}×${train.cols}`);
+    throw new Error(
+      `${basename(paths['test/images'])}: images are ${test.rows}×${test.cols} but training images are ${train.rows}×${train.cols}`,
+    );
   }
   const sha256 = {} as Record<DatasetFileKey, string>;
   for (const key of DATASET_FILE_KEYS) sha256[key] = sha256Hex(parsed[key].data);
@@ -233,7 +265,12 @@ export interface DatasetMetadata {
 export function datasetMetadata(dataset: IdxDataset): DatasetMetadata {
   const files = {} as DatasetMetadata['files'];
   for (const key of DATASET_FILE_KEYS) {
-    files[key] = { url: `/api/dataset/${key}`, bytes: payload(dataset, key).byteLength, sha256: dataset.sha256[key], etag: etagOf(dataset, key) };
+    files[key] = {
+      url: `/api/dataset/${key}`,
+      bytes: payload(dataset, key).byteLength,
+      sha256: dataset.sha256[key],
+      etag: etagOf(dataset, key),
+    };
   }
   return {
     name: dataset.name,
@@ -280,7 +317,9 @@ export function datasetRoutes(dataset: IdxDataset): (req: IncomingMessage, res: 
     }
     const key = path.slice('/api/dataset/'.length) as DatasetFileKey;
     if (!DATASET_FILE_KEYS.includes(key)) {
-      res.writeHead(404, { 'Content-Type': 'text/plain' }).end(`no dataset file ${key} (files: ${DATASET_FILE_KEYS.join(', ')})\n`);
+      res
+        .writeHead(404, { 'Content-Type': 'text/plain' })
+        .end(`no dataset file ${key} (files: ${DATASET_FILE_KEYS.join(', ')})\n`);
       return true;
     }
     const etag = etagOf(dataset, key);

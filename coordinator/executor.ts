@@ -116,7 +116,10 @@ export class MachineExecutor {
       transition = handle(this.currentState, event, this.now());
     } catch (error) {
       // A machine bug: keep the old state (nothing was executed) and say so loudly; the event is dropped.
-      this.options.onLog?.('error', 'machine_threw', { event: event.kind, error: String((error as Error).stack ?? error) });
+      this.options.onLog?.('error', 'machine_threw', {
+        event: event.kind,
+        error: String((error as Error).stack ?? error),
+      });
       this.queueLog('error', 'machine_threw', { event: event.kind, error: String(error) });
       return;
     }
@@ -165,7 +168,8 @@ export class MachineExecutor {
         for (const step of [...this.grants.keys()]) if (step > action.afterStep) this.grants.delete(step);
         break;
       case 'log':
-        if (action.level === 'warn' || action.level === 'error') this.options.onLog?.(action.level, action.event, action.data);
+        if (action.level === 'warn' || action.level === 'error')
+          this.options.onLog?.(action.level, action.event, action.data);
         if (this.storedLogLevels.has(action.level)) this.queueLog(action.level, action.event, action.data);
         break;
       case 'metric':
@@ -233,7 +237,13 @@ export class MachineExecutor {
       return;
     }
     if (this.droppedLogLines > 0 && op.kind === 'event') {
-      this.lazyQueue.push({ kind: 'event', level: 'warn', event: 'log_lines_dropped', data: { count: this.droppedLogLines }, at: this.now() });
+      this.lazyQueue.push({
+        kind: 'event',
+        level: 'warn',
+        event: 'log_lines_dropped',
+        data: { count: this.droppedLogLines },
+        at: this.now(),
+      });
       this.droppedLogLines = 0;
     }
     this.lazyQueue.push(op);

@@ -13,7 +13,12 @@ export class HttpError extends Error {
   }
 }
 
-export function sendJson(res: ServerResponse, status: number, body: unknown, headers: Record<string, string> = {}): void {
+export function sendJson(
+  res: ServerResponse,
+  status: number,
+  body: unknown,
+  headers: Record<string, string> = {},
+): void {
   const text = JSON.stringify(body);
   res.writeHead(status, {
     'content-type': 'application/json; charset=utf-8',
@@ -32,8 +37,17 @@ export function sendError(res: ServerResponse, status: number, code: string, mes
   sendJson(res, status, { error: code, message });
 }
 
-export function sendText(res: ServerResponse, status: number, text: string, contentType = 'text/plain; charset=utf-8'): void {
-  res.writeHead(status, { 'content-type': contentType, 'content-length': Buffer.byteLength(text), 'cache-control': 'no-store' });
+export function sendText(
+  res: ServerResponse,
+  status: number,
+  text: string,
+  contentType = 'text/plain; charset=utf-8',
+): void {
+  res.writeHead(status, {
+    'content-type': contentType,
+    'content-length': Buffer.byteLength(text),
+    'cache-control': 'no-store',
+  });
   res.end(text);
 }
 
@@ -44,7 +58,9 @@ export function sendText(res: ServerResponse, status: number, text: string, cont
 export function readBody(req: IncomingMessage, limit: number): Promise<Buffer> {
   const announced = Number(req.headers['content-length']);
   if (Number.isFinite(announced) && announced > limit) {
-    return Promise.reject(new HttpError(413, 'too_large', `body of ${announced} bytes exceeds the limit of ${limit} bytes`));
+    return Promise.reject(
+      new HttpError(413, 'too_large', `body of ${announced} bytes exceeds the limit of ${limit} bytes`),
+    );
   }
   return new Promise((resolve, reject) => {
     const chunks: Buffer[] = [];

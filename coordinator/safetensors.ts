@@ -62,9 +62,13 @@ export const LAYOUT_CONVENTION =
  * override) the standard ones: format, tabswarm.model, tabswarm.spec, tabswarm.step/epoch/cursor,
  * tabswarm.params_hash, tabswarm.layout. Throws `SafetensorsError` when the weights do not fit the spec.
  */
-export function encodeSafetensors(weights: ModelWeights, metadata: Record<string, string> = {}): Uint8Array<ArrayBuffer> {
+export function encodeSafetensors(
+  weights: ModelWeights,
+  metadata: Record<string, string> = {},
+): Uint8Array<ArrayBuffer> {
   const parsedSpec = modelSpecSchema.safeParse(weights.spec);
-  if (!parsedSpec.success) fail(`invalid model spec: ${parsedSpec.error.issues.map((i) => `${i.path.join('.')}: ${i.message}`).join('; ')}`);
+  if (!parsedSpec.success)
+    fail(`invalid model spec: ${parsedSpec.error.issues.map((i) => `${i.path.join('.')}: ${i.message}`).join('; ')}`);
   const spec = parsedSpec.data;
   if (!(weights.params instanceof Float32Array)) fail('params must be a Float32Array');
   const layout = parameterLayout(spec);
@@ -72,7 +76,8 @@ export function encodeSafetensors(weights: ModelWeights, metadata: Record<string
     fail(`params has ${weights.params.length} floats, the layout of model "${spec.name}" has ${layout.totalElements}`);
   }
   for (const [key, value] of Object.entries(metadata)) {
-    if (typeof value !== 'string') fail(`metadata value of "${key}" must be a string (the format's rule), got ${typeof value}`);
+    if (typeof value !== 'string')
+      fail(`metadata value of "${key}" must be a string (the format's rule), got ${typeof value}`);
   }
 
   const header: Record<string, SafetensorsTensorInfo | Record<string, string>> = {};
@@ -130,7 +135,10 @@ export interface SafetensorsExport {
  * Decodes checkpoint bytes (the snapshot format of core/snapshot.ts) and encodes their parameters as
  * safetensors. A corrupt or malformed checkpoint is a `SafetensorsError` naming what is wrong.
  */
-export function checkpointToSafetensors(checkpoint: Uint8Array, metadata: Record<string, string> = {}): SafetensorsExport {
+export function checkpointToSafetensors(
+  checkpoint: Uint8Array,
+  metadata: Record<string, string> = {},
+): SafetensorsExport {
   let snapshot;
   try {
     // A plain Uint8Array over the same bytes: a Node Buffer's slice() is a view, which decodeSnapshot does not expect.
@@ -141,5 +149,10 @@ export function checkpointToSafetensors(checkpoint: Uint8Array, metadata: Record
   }
   const bytes = encodeSafetensors(snapshot, metadata);
   const safeName = snapshot.spec.name.replace(/[^A-Za-z0-9_.-]/g, '_');
-  return { bytes, filename: `tabswarm-${safeName}-step${snapshot.step}.safetensors`, step: snapshot.step, model: snapshot.spec.name };
+  return {
+    bytes,
+    filename: `tabswarm-${safeName}-step${snapshot.step}.safetensors`,
+    step: snapshot.step,
+    model: snapshot.spec.name,
+  };
 }

@@ -49,7 +49,8 @@ const adminRoutes: Record<string, (body: unknown) => AdminAction> = {
   pause: () => ({ type: 'pause' }),
   resume: () => ({ type: 'resume' }),
   checkpoint: () => ({ type: 'checkpoint_now' }),
-  kick: (body) => adminActionSchema.parse({ type: 'kick', workerId: z.object({ workerId: z.string() }).parse(body).workerId }),
+  kick: (body) =>
+    adminActionSchema.parse({ type: 'kick', workerId: z.object({ workerId: z.string() }).parse(body).workerId }),
   workers: (body) => {
     const { min, max } = z.object({ min: z.unknown(), max: z.unknown() }).parse(body);
     return adminActionSchema.parse({ type: 'set_workers', min, max });
@@ -64,7 +65,11 @@ function integerQuery(url: URL, name: string, fallback: number, min: number, max
   if (raw === null) return fallback;
   const value = /^\d{1,15}$/.test(raw) ? Number(raw) : Number.NaN;
   if (!(value >= min && value <= max)) {
-    throw new HttpError(400, 'bad_request', `${name} must be an integer from ${min} to ${max}, not "${raw.slice(0, 40)}"`);
+    throw new HttpError(
+      400,
+      'bad_request',
+      `${name} must be an integer from ${min} to ${max}, not "${raw.slice(0, 40)}"`,
+    );
   }
   return value;
 }
@@ -105,7 +110,12 @@ export class CoordinatorServer {
       return;
     }
     if (error instanceof z.ZodError) {
-      sendError(res, 400, 'bad_request', error.issues.map((i) => `${i.path.join('.') || '(body)'}: ${i.message}`).join('; '));
+      sendError(
+        res,
+        400,
+        'bad_request',
+        error.issues.map((i) => `${i.path.join('.') || '(body)'}: ${i.message}`).join('; '),
+      );
       return;
     }
     console.error(`tabswarm: error serving a request: ${(error as Error).stack ?? error}`);
@@ -155,7 +165,15 @@ export class CoordinatorServer {
     if (route === 'audit' && parts.length === 1) {
       requireMethod(method, 'GET');
       const all = store.commits(runId, { includeRolledBack: true });
-      sendJson(res, 200, auditRun(executor.state, all.filter((r) => !r.rolledBack), all.filter((r) => r.rolledBack).length));
+      sendJson(
+        res,
+        200,
+        auditRun(
+          executor.state,
+          all.filter((r) => !r.rolledBack),
+          all.filter((r) => r.rolledBack).length,
+        ),
+      );
       return;
     }
     if (route === 'job' && parts.length === 1) {
@@ -176,7 +194,10 @@ export class CoordinatorServer {
       requireMethod(method, 'GET');
       const after = integerQuery(url, 'after', 0, 0, Number.MAX_SAFE_INTEGER);
       const limit = integerQuery(url, 'limit', MAX_COMMITS_PAGE, 1, MAX_COMMITS_PAGE);
-      sendJson(res, 200, { runId, evaluations: evaluationViews(store.eventsNamed(runId, 'evaluation', { afterId: after, limit })) });
+      sendJson(res, 200, {
+        runId,
+        evaluations: evaluationViews(store.eventsNamed(runId, 'evaluation', { afterId: after, limit })),
+      });
       return;
     }
     if (route === 'health' && parts.length === 1) {
@@ -212,7 +233,12 @@ export class CoordinatorServer {
       return;
     }
     const toAction = adminRoutes[action];
-    if (!toAction) throw new HttpError(404, 'not_found', `no admin action "${action}" (pause, resume, kick, workers, checkpoint, events)`);
+    if (!toAction)
+      throw new HttpError(
+        404,
+        'not_found',
+        `no admin action "${action}" (pause, resume, kick, workers, checkpoint, events)`,
+      );
     requireMethod(req.method, 'POST');
     const body = await readJsonBody(req);
     let adminAction: AdminAction;
@@ -246,10 +272,14 @@ export class CoordinatorServer {
     const method = req.method ?? 'GET';
     if (parts.length === 0 || (parts.length === 1 && parts[0] === '')) {
       requireMethod(method, 'GET');
-      sendJson(res, 200, { runId: this.deps.runId, checkpoints: this.deps.store.checkpoints(this.deps.runId).map(publicCheckpoint) });
+      sendJson(res, 200, {
+        runId: this.deps.runId,
+        checkpoints: this.deps.store.checkpoints(this.deps.runId).map(publicCheckpoint),
+      });
       return;
     }
-    if (parts.length > 2) throw new HttpError(404, 'not_found', 'checkpoint URLs are /api/checkpoints/[runId/]{step|latest}');
+    if (parts.length > 2)
+      throw new HttpError(404, 'not_found', 'checkpoint URLs are /api/checkpoints/[runId/]{step|latest}');
     const [runPart, stepPart] = parts.length === 2 ? parts : [this.deps.runId, parts[0]];
     let runId: string;
     try {
@@ -266,7 +296,12 @@ export class CoordinatorServer {
     if (stepPart === 'latest') row = this.deps.store.latestCheckpoint(runId);
     else {
       const step = stepParam.safeParse(stepPart);
-      if (!step.success || !/^\d+$/.test(stepPart)) throw new HttpError(400, 'bad_step', `step must be a non-negative integer or "latest", not "${stepPart.slice(0, 40)}"`);
+      if (!step.success || !/^\d+$/.test(stepPart))
+        throw new HttpError(
+          400,
+          'bad_step',
+          `step must be a non-negative integer or "latest", not "${stepPart.slice(0, 40)}"`,
+        );
       row = this.deps.store.checkpoint(runId, step.data);
     }
     if (!row) throw new HttpError(404, 'no_checkpoint', `no checkpoint ${stepPart} in run ${runId}`);
@@ -279,7 +314,8 @@ export class CoordinatorServer {
       'x-checkpoint-step': String(row.step),
       'x-checkpoint-epoch': String(row.epoch),
       'x-checkpoint-cursor': String(row.cursor),
-      'access-control-expose-headers': 'x-checkpoint-sha256, x-checkpoint-step, x-checkpoint-epoch, x-checkpoint-cursor, etag',
+      'access-control-expose-headers':
+        'x-checkpoint-sha256, x-checkpoint-step, x-checkpoint-epoch, x-checkpoint-cursor, etag',
     };
     if (req.headers['if-none-match'] === etag) {
       res.writeHead(304, headers).end();
@@ -295,7 +331,13 @@ export class CoordinatorServer {
     stream.pipe(res);
   }
 
-  private async uploadCheckpoint(req: IncomingMessage, res: ServerResponse, url: URL, runId: string, stepPart: string): Promise<void> {
+  private async uploadCheckpoint(
+    req: IncomingMessage,
+    res: ServerResponse,
+    url: URL,
+    runId: string,
+    stepPart: string,
+  ): Promise<void> {
     const { executor, store, metrics } = this.deps;
     const reject = (status: number, code: string, message: string): never => {
       metrics.checkpointUploads.inc(1, { result: code });
@@ -306,9 +348,11 @@ export class CoordinatorServer {
     const step = Number(stepPart);
     const grant = executor.checkpointGrant(step);
     if (!grant) reject(409, 'not_requested', `no checkpoint of step ${step} was requested`);
-    if (!sameSecret(url.searchParams.get('token'), grant!.token)) reject(403, 'forbidden', 'missing or wrong upload token (use the URL of checkpoint_request)');
+    if (!sameSecret(url.searchParams.get('token'), grant!.token))
+      reject(403, 'forbidden', 'missing or wrong upload token (use the URL of checkpoint_request)');
     const workerId = url.searchParams.get('workerId');
-    if (workerId !== null && workerId !== grant!.workerId) reject(403, 'forbidden', 'this checkpoint was requested from another worker');
+    if (workerId !== null && workerId !== grant!.workerId)
+      reject(403, 'forbidden', 'this checkpoint was requested from another worker');
     const body = await readBody(req, this.deps.maxCheckpointBytes).catch((error: unknown) => {
       if (error instanceof HttpError) metrics.checkpointUploads.inc(1, { result: error.code });
       throw error;
@@ -323,18 +367,32 @@ export class CoordinatorServer {
     }
     const state = executor.state;
     const expected = positionAfter(step, jobPublic(state.job, state.datasetSize));
-    if (snapshot!.step !== step) reject(422, 'wrong_step', `snapshot is of step ${snapshot!.step}, the URL says ${step}`);
+    if (snapshot!.step !== step)
+      reject(422, 'wrong_step', `snapshot is of step ${snapshot!.step}, the URL says ${step}`);
     if (snapshot!.epoch !== expected.epoch || snapshot!.cursor !== expected.cursor) {
-      reject(422, 'wrong_position', `snapshot says epoch ${snapshot!.epoch} cursor ${snapshot!.cursor}; step ${step} ends at epoch ${expected.epoch} cursor ${expected.cursor}`);
+      reject(
+        422,
+        'wrong_position',
+        `snapshot says epoch ${snapshot!.epoch} cursor ${snapshot!.cursor}; step ${step} ends at epoch ${expected.epoch} cursor ${expected.cursor}`,
+      );
     }
     if (snapshot!.spec.name !== state.job.model.name || snapshot!.optimizer.kind !== state.job.optimizer.kind) {
-      reject(422, 'wrong_model', `snapshot of ${snapshot!.spec.name}/${snapshot!.optimizer.kind}, the job trains ${state.job.model.name}/${state.job.optimizer.kind}`);
+      reject(
+        422,
+        'wrong_model',
+        `snapshot of ${snapshot!.spec.name}/${snapshot!.optimizer.kind}, the job trains ${state.job.model.name}/${state.job.optimizer.kind}`,
+      );
     }
     if (grant!.hash !== null && snapshot!.paramsHash !== grant!.hash) {
-      reject(422, 'hash_mismatch', `snapshot parameters hash ${snapshot!.paramsHash}, step ${step} committed ${grant!.hash}`);
+      reject(
+        422,
+        'hash_mismatch',
+        `snapshot parameters hash ${snapshot!.paramsHash}, step ${step} committed ${grant!.hash}`,
+      );
     }
     // The machine may have moved on (rolled back past this step) while the body streamed in.
-    if (executor.checkpointGrant(step) !== grant) reject(409, 'not_requested', `the checkpoint of step ${step} is no longer wanted`);
+    if (executor.checkpointGrant(step) !== grant)
+      reject(409, 'not_requested', `the checkpoint of step ${step} is no longer wanted`);
     const row = store.putCheckpoint(runId, { step, epoch: snapshot!.epoch, cursor: snapshot!.cursor }, body);
     executor.settleGrant(step);
     executor.dispatch({ kind: 'checkpoint_stored', step, epoch: row.epoch, cursor: row.cursor, sha256: row.sha256 });
@@ -347,7 +405,14 @@ export class CoordinatorServer {
 }
 
 function publicCheckpoint(row: CheckpointRow) {
-  return { step: row.step, epoch: row.epoch, cursor: row.cursor, sha256: row.sha256, bytes: row.bytes, createdAt: row.createdAt };
+  return {
+    step: row.step,
+    epoch: row.epoch,
+    cursor: row.cursor,
+    sha256: row.sha256,
+    bytes: row.bytes,
+    createdAt: row.createdAt,
+  };
 }
 
 function requireMethod(method: string | undefined, ...allowed: string[]): void {

@@ -50,7 +50,9 @@ export interface RunningCoordinator {
  */
 function jobKeyOf(job: JobSpec, dataset: IdxDataset): string {
   return createHash('sha256')
-    .update(JSON.stringify({ job, trainImages: dataset.sha256['train/images'], trainLabels: dataset.sha256['train/labels'] }))
+    .update(
+      JSON.stringify({ job, trainImages: dataset.sha256['train/images'], trainLabels: dataset.sha256['train/labels'] }),
+    )
     .digest('hex');
 }
 
@@ -70,7 +72,10 @@ function rateLimitedLog(write: (line: string) => void, burst = 20, windowMs = 10
   return (line) => {
     const now = Date.now();
     if (now - windowStart > windowMs) {
-      if (dropped > 0) write(`tabswarm: ${dropped} more log lines in the last ${windowMs / 1000} s not shown (see the event log: GET /api/admin/events)`);
+      if (dropped > 0)
+        write(
+          `tabswarm: ${dropped} more log lines in the last ${windowMs / 1000} s not shown (see the event log: GET /api/admin/events)`,
+        );
       windowStart = now;
       lines = 0;
       dropped = 0;
@@ -91,11 +96,18 @@ export async function startCoordinator(config: CoordinatorConfig): Promise<Runni
     const opened = store.openRun(config.job, jobKeyOf(config.job, config.dataset), datasetSize);
     let state: CoordinatorState;
     try {
-      state = opened.durable ? restoreState(opened.durable as DurableState) : initialState(config.job, fullSize, opened.runId);
+      state = opened.durable
+        ? restoreState(opened.durable as DurableState)
+        : initialState(config.job, fullSize, opened.runId);
     } catch (error) {
-      throw Object.assign(new Error(`cannot resume run ${opened.runId} from ${config.dataDir}: ${(error as Error).message} (start with a fresh --data-dir)`), {
-        code: 'ERESUME',
-      });
+      throw Object.assign(
+        new Error(
+          `cannot resume run ${opened.runId} from ${config.dataDir}: ${(error as Error).message} (start with a fresh --data-dir)`,
+        ),
+        {
+          code: 'ERESUME',
+        },
+      );
     }
 
     let control: ControlChannel | null = null;
@@ -107,7 +119,9 @@ export async function startCoordinator(config: CoordinatorConfig): Promise<Runni
     const onFatal =
       config.onFatal ??
       ((error: Error) => {
-        process.stderr.write(`tabswarm: fatal: ${error.message}; exiting (a restart resumes from the last committed transaction)\n`);
+        process.stderr.write(
+          `tabswarm: fatal: ${error.message}; exiting (a restart resumes from the last committed transaction)\n`,
+        );
         process.exit(1);
       });
     const executor: MachineExecutor = new MachineExecutor(state, {

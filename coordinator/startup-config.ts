@@ -18,7 +18,9 @@ export function loadJobFile(path: string | undefined): JobSpec {
   try {
     text = readFileSync(path, 'utf8');
   } catch (error) {
-    throw new StartupError(`cannot read job file ${path}: ${(error as NodeJS.ErrnoException).code ?? (error as Error).message}`);
+    throw new StartupError(
+      `cannot read job file ${path}: ${(error as NodeJS.ErrnoException).code ?? (error as Error).message}`,
+    );
   }
   let raw: unknown;
   try {
@@ -34,7 +36,11 @@ export function loadJobFile(path: string | undefined): JobSpec {
 }
 
 /** --dataset, then $TABSWARM_DATASET, then the Debian package's folder (`defaultDir`). */
-export function resolveDatasetDir(flag: string | undefined, env: Record<string, string | undefined> = process.env, defaultDir = DEFAULT_DATASET_DIR): string {
+export function resolveDatasetDir(
+  flag: string | undefined,
+  env: Record<string, string | undefined> = process.env,
+  defaultDir = DEFAULT_DATASET_DIR,
+): string {
   const chosen = flag ?? env.TABSWARM_DATASET;
   if (chosen) return chosen;
   if (existsSync(defaultDir)) return defaultDir;

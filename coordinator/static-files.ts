@@ -47,7 +47,11 @@ export function staticFiles(root: string): StaticFiles {
     serve(req, res, pathname) {
       if (req.method !== 'GET' && req.method !== 'HEAD') return false;
       if (!available && (pathname === '/' || pathname.startsWith('/admin'))) {
-        sendText(res, 503, `The web app is not built: run \`npm run build\` (or \`npm start\`), which writes ${absoluteRoot}.\n`);
+        sendText(
+          res,
+          503,
+          `The web app is not built: run \`npm run build\` (or \`npm start\`), which writes ${absoluteRoot}.\n`,
+        );
         return true;
       }
       let decoded: string;

@@ -296,21 +296,26 @@ export class SqliteStore implements Store {
       liveCommitsFrom: db.prepare<[string, number, number], CommitDbRow>(
         'SELECT * FROM commits WHERE run_id = ? AND rolled_back = 0 AND step >= ? ORDER BY step LIMIT ?',
       ),
-      rounds: db.prepare<[string], { round: number; step: number; epoch: number; world_json: string; started_at: number }>(
-        'SELECT * FROM rounds WHERE run_id = ? ORDER BY round',
-      ),
-      events: db.prepare<[string, number, number], { id: number; at: number; level: string; event: string; data_json: string }>(
-        'SELECT * FROM events WHERE run_id = ? AND id > ? ORDER BY id LIMIT ?',
-      ),
-      eventsNamed: db.prepare<[string, string, number, number], { id: number; at: number; level: string; event: string; data_json: string }>(
-        'SELECT * FROM events WHERE run_id = ? AND event = ? AND id > ? ORDER BY id LIMIT ?',
-      ),
+      rounds: db.prepare<
+        [string],
+        { round: number; step: number; epoch: number; world_json: string; started_at: number }
+      >('SELECT * FROM rounds WHERE run_id = ? ORDER BY round'),
+      events: db.prepare<
+        [string, number, number],
+        { id: number; at: number; level: string; event: string; data_json: string }
+      >('SELECT * FROM events WHERE run_id = ? AND id > ? ORDER BY id LIMIT ?'),
+      eventsNamed: db.prepare<
+        [string, string, number, number],
+        { id: number; at: number; level: string; event: string; data_json: string }
+      >('SELECT * FROM events WHERE run_id = ? AND event = ? AND id > ? ORDER BY id LIMIT ?'),
       putCheckpoint: db.prepare(
         `INSERT INTO checkpoints (run_id, step, epoch, cursor, sha256, path, bytes, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)
          ON CONFLICT(run_id, step) DO UPDATE SET epoch = excluded.epoch, cursor = excluded.cursor,
            sha256 = excluded.sha256, path = excluded.path, bytes = excluded.bytes, created_at = excluded.created_at`,
       ),
-      checkpoint: db.prepare<[string, number], CheckpointDbRow>('SELECT * FROM checkpoints WHERE run_id = ? AND step = ?'),
+      checkpoint: db.prepare<[string, number], CheckpointDbRow>(
+        'SELECT * FROM checkpoints WHERE run_id = ? AND step = ?',
+      ),
       latestCheckpoint: db.prepare<[string], CheckpointDbRow>(
         'SELECT * FROM checkpoints WHERE run_id = ? ORDER BY step DESC LIMIT 1',
       ),
@@ -351,7 +356,19 @@ export class SqliteStore implements Store {
             const c = op.commit;
             // NaN is not storable as REAL (better-sqlite3 writes NULL); a loss is for display only.
             const loss = Number.isFinite(c.loss) ? c.loss : null;
-            this.statements.commit.run(runId, c.step, c.firstStep, c.epoch, c.cursorStart, c.count, c.hash, c.round, JSON.stringify(c.world), loss, now);
+            this.statements.commit.run(
+              runId,
+              c.step,
+              c.firstStep,
+              c.epoch,
+              c.cursorStart,
+              c.count,
+              c.hash,
+              c.round,
+              JSON.stringify(c.world),
+              loss,
+              now,
+            );
             break;
           }
           case 'rollback':
@@ -371,7 +388,9 @@ export class SqliteStore implements Store {
   }
 
   commits(runId: string, opts: { includeRolledBack?: boolean } = {}): CommitRow[] {
-    const rows = opts.includeRolledBack ? this.statements.allCommits.all(runId) : this.statements.liveCommits.all(runId);
+    const rows = opts.includeRolledBack
+      ? this.statements.allCommits.all(runId)
+      : this.statements.liveCommits.all(runId);
     return rows.map(commitFromDb);
   }
 

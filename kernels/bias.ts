@@ -4,7 +4,16 @@
  * bias into its epilogue; these exist for layers that add the bias apart (e.g. after an accumulate).
  */
 import code from './bias.wgsl?raw';
-import { ceilDiv, computePipeline, dispatch1d, preparedKernel, sameRange, type Gpu, type Kernel, type Tensor } from './runtime';
+import {
+  ceilDiv,
+  computePipeline,
+  dispatch1d,
+  preparedKernel,
+  sameRange,
+  type Gpu,
+  type Kernel,
+  type Tensor,
+} from './runtime';
 
 export interface BiasDims {
   rows: number;
@@ -14,7 +23,10 @@ export interface BiasDims {
 const WORKGROUP_SIZE = 64;
 
 function checkBiasDims(label: string, d: BiasDims, need: readonly [Tensor, number][]): void {
-  for (const [name, v] of [['rows', d.rows], ['cols', d.cols]] as const) {
+  for (const [name, v] of [
+    ['rows', d.rows],
+    ['cols', d.cols],
+  ] as const) {
     if (!Number.isInteger(v) || v < 0) throw new Error(`${label}: ${name} = ${v} is not a non-negative integer`);
   }
   for (const [t, elements] of need) {
@@ -35,7 +47,11 @@ export function biasAdd(gpu: Gpu, t: { x: Tensor; bias: Tensor; out: Tensor }, d
       uniformCount: 2,
       bind: (uniforms) => (inPlace ? [uniforms, t.bias, t.out] : [uniforms, t.bias, t.out, t.x]),
       plan: (d: BiasDims) => {
-        checkBiasDims(label, d, [[t.x, d.rows * d.cols], [t.out, d.rows * d.cols], [t.bias, d.rows > 0 ? d.cols : 0]]);
+        checkBiasDims(label, d, [
+          [t.x, d.rows * d.cols],
+          [t.out, d.rows * d.cols],
+          [t.bias, d.rows > 0 ? d.cols : 0],
+        ]);
         return { uniforms: [d.rows, d.cols], workgroups: dispatch1d(ceilDiv(d.rows * d.cols, WORKGROUP_SIZE)) };
       },
     },
@@ -59,11 +75,17 @@ export function biasGrad(
     gpu,
     {
       label,
-      pipeline: computePipeline(gpu, code, 'bias', 'bias_grad', { WORKGROUP_SIZE, ACCUMULATE: opts.accumulate ? 1 : 0 }),
+      pipeline: computePipeline(gpu, code, 'bias', 'bias_grad', {
+        WORKGROUP_SIZE,
+        ACCUMULATE: opts.accumulate ? 1 : 0,
+      }),
       uniformCount: 2,
       bind: (uniforms) => [uniforms, t.dy, t.dbias],
       plan: (d: BiasDims) => {
-        checkBiasDims(label, d, [[t.dy, d.rows * d.cols], [t.dbias, d.cols]]);
+        checkBiasDims(label, d, [
+          [t.dy, d.rows * d.cols],
+          [t.dbias, d.cols],
+        ]);
         return { uniforms: [d.rows, d.cols], workgroups: [ceilDiv(d.cols, WORKGROUP_SIZE), 1, 1] };
       },
     },

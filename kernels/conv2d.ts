@@ -97,10 +97,13 @@ function invocations(entry: Conv2dEntry, d: Conv2dDims, v: Required<Conv2dVarian
 
 function checkDims(label: string, d: Conv2dDims): void {
   const values = [d.batch, d.height, d.width, d.inChannels, d.outChannels, d.kernel, d.pad];
-  if (!values.every((x) => Number.isInteger(x) && x >= 0)) throw new Error(`${label}: dims ${JSON.stringify(d)} must be non-negative integers`);
-  if (d.inChannels < 1 || d.outChannels < 1 || d.kernel < 1) throw new Error(`${label}: dims ${JSON.stringify(d)} need channels and kernel ≥ 1`);
+  if (!values.every((x) => Number.isInteger(x) && x >= 0))
+    throw new Error(`${label}: dims ${JSON.stringify(d)} must be non-negative integers`);
+  if (d.inChannels < 1 || d.outChannels < 1 || d.kernel < 1)
+    throw new Error(`${label}: dims ${JSON.stringify(d)} need channels and kernel ≥ 1`);
   const out = conv2dOutputSize(d);
-  if (out.height < 1 || out.width < 1) throw new Error(`${label}: kernel ${d.kernel} with pad ${d.pad} larger than input ${d.height}×${d.width}`);
+  if (out.height < 1 || out.width < 1)
+    throw new Error(`${label}: kernel ${d.kernel} with pad ${d.pad} larger than input ${d.height}×${d.width}`);
 }
 
 function convKernel(
@@ -114,10 +117,15 @@ function convKernel(
   const label = `conv2d.${entry}`;
   checkDims(label, dims);
   const v = { ...chooseConv2dVariant(entry, dims), ...variant };
-  for (const [name, value] of [['pixelsPerThread', v.pixelsPerThread], ['tapsPerThread', v.tapsPerThread]] as const) {
-    if (!Number.isInteger(value) || value < 1 || value > 8) throw new Error(`${label}: ${name} ${value} must be an integer in 1..8`);
+  for (const [name, value] of [
+    ['pixelsPerThread', v.pixelsPerThread],
+    ['tapsPerThread', v.tapsPerThread],
+  ] as const) {
+    if (!Number.isInteger(value) || value < 1 || value > 8)
+      throw new Error(`${label}: ${name} ${value} must be an integer in 1..8`);
   }
-  if (v.channelsPerThread !== 4 && v.channelsPerThread !== 8) throw new Error(`${label}: channelsPerThread must be 4 or 8`);
+  if (v.channelsPerThread !== 4 && v.channelsPerThread !== 8)
+    throw new Error(`${label}: channelsPerThread must be 4 or 8`);
   const pipeline = computePipeline(gpu, code, 'conv2d', entry, {
     WORKGROUP_SIZE: v.workgroupSize,
     PIXELS_PER_THREAD: v.pixelsPerThread,
@@ -129,7 +137,8 @@ function convKernel(
     checkDims(label, d);
     const need = sizes(d);
     for (const b of bound) {
-      if (need[b.size] > b.tensor.size) throw new Error(`${label}: ${b.tensor.label} has ${b.tensor.size} elements, dims need ${need[b.size]}`);
+      if (need[b.size] > b.tensor.size)
+        throw new Error(`${label}: ${b.tensor.label} has ${b.tensor.size} elements, dims need ${need[b.size]}`);
     }
     const out = conv2dOutputSize(d);
     return {
@@ -137,7 +146,11 @@ function convKernel(
       workgroups: dispatch1d(ceilDiv(invocations(entry, d, v), v.workgroupSize)),
     };
   };
-  return preparedKernel(gpu, { label, pipeline, uniformCount: 9, bind: (uniforms) => [uniforms, ...bound.map((b) => b.tensor)], plan }, dims);
+  return preparedKernel(
+    gpu,
+    { label, pipeline, uniformCount: 9, bind: (uniforms) => [uniforms, ...bound.map((b) => b.tensor)], plan },
+    dims,
+  );
 }
 
 /** out = conv(x, w) + bias (then ReLU with `opts.relu`), overwriting out [batch, outH, outW, cout]. */

@@ -4,14 +4,7 @@
  * dispatches split over x/y (dispatch1d) so multi-million-element flat buffers fit the 65,535 limit.
  */
 import code from './elementwise.wgsl?raw';
-import {
-  flatKernel,
-  dispatch1d,
-  f32bits,
-  type Gpu,
-  type Kernel,
-  type Tensor,
-} from './runtime';
+import { flatKernel, dispatch1d, f32bits, type Gpu, type Kernel, type Tensor } from './runtime';
 
 /** Invocations per workgroup (the WGSL override WORKGROUP_SIZE). */
 export const ELEMENTWISE_WORKGROUP_SIZE = 256;
@@ -36,11 +29,21 @@ function elementwiseKernel<D extends ElementwiseSize>(
 ): Kernel<D> {
   const workgroupSize = variant.workgroupSize ?? ELEMENTWISE_WORKGROUP_SIZE;
   const uniformWords = (d: D) => [d.size, f32bits(scalarOf(d))];
-  return flatKernel(gpu, { code, module: 'elementwise', entryPoint, workgroupSize, uniformCount: 2, uniformWords }, tensors, dims);
+  return flatKernel(
+    gpu,
+    { code, module: 'elementwise', entryPoint, workgroupSize, uniformCount: 2, uniformWords },
+    tensors,
+    dims,
+  );
 }
 
 /** y[i] += x[i] for i < size. x may be a view of the same buffer as y if the ranges do not overlap. */
-export function addInto(gpu: Gpu, t: { x: Tensor; y: Tensor }, dims: ElementwiseSize, variant: FlatVariant = {}): Kernel<ElementwiseSize> {
+export function addInto(
+  gpu: Gpu,
+  t: { x: Tensor; y: Tensor },
+  dims: ElementwiseSize,
+  variant: FlatVariant = {},
+): Kernel<ElementwiseSize> {
   return elementwiseKernel(gpu, 'add_into', [t.x, t.y], dims, () => 0, variant);
 }
 
@@ -49,7 +52,12 @@ export interface ScaleDims extends ElementwiseSize {
 }
 
 /** x[i] *= alpha for i < size. */
-export function scaleInPlace(gpu: Gpu, t: { x: Tensor }, dims: ScaleDims, variant: FlatVariant = {}): Kernel<ScaleDims> {
+export function scaleInPlace(
+  gpu: Gpu,
+  t: { x: Tensor },
+  dims: ScaleDims,
+  variant: FlatVariant = {},
+): Kernel<ScaleDims> {
   return elementwiseKernel(gpu, 'scale_in_place', [t.x], dims, (d) => d.alpha, variant);
 }
 

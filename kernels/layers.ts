@@ -78,7 +78,8 @@ export function layerShapes(spec: ModelSpecLike): LayerShapes[] {
       shape = [layer.units];
     } else if (layer.type === 'conv2d') {
       const [h, w, c] = inShape;
-      if (layer.padding === 'same' && layer.kernel % 2 === 0) throw new Error(`conv2d: 'same' padding needs an odd kernel, got ${layer.kernel}`);
+      if (layer.padding === 'same' && layer.kernel % 2 === 0)
+        throw new Error(`conv2d: 'same' padding needs an odd kernel, got ${layer.kernel}`);
       const shrink = 2 * convPad(layer) - layer.kernel + 1;
       weight = [layer.kernel, layer.kernel, c, layer.filters];
       bias = [layer.filters];
@@ -93,11 +94,16 @@ export function layerShapes(spec: ModelSpecLike): LayerShapes[] {
 }
 
 /** The layout's entry for a layer's weight or bias, checked against the spec's shapes. */
-export function paramEntries(spec: ModelSpecLike, layout: ParamLayoutLike): { weight?: ParamEntryLike; bias?: ParamEntryLike }[] {
+export function paramEntries(
+  spec: ModelSpecLike,
+  layout: ParamLayoutLike,
+): { weight?: ParamEntryLike; bias?: ParamEntryLike }[] {
   const shapes = layerShapes(spec);
   const last = spec.layers[spec.layers.length - 1];
-  if (!last || last.type !== 'dense' || last.units !== spec.classes) throw new Error(`model ${spec.name}: last layer must be dense with ${spec.classes} units`);
-  const sameShape = (a: readonly number[], b: readonly number[]) => a.length === b.length && a.every((d, i) => d === b[i]);
+  if (!last || last.type !== 'dense' || last.units !== spec.classes)
+    throw new Error(`model ${spec.name}: last layer must be dense with ${spec.classes} units`);
+  const sameShape = (a: readonly number[], b: readonly number[]) =>
+    a.length === b.length && a.every((d, i) => d === b[i]);
   return shapes.map((s, layer) => {
     const find = (kind: 'weight' | 'bias', shape: number[] | undefined) => {
       if (!shape) return undefined;

@@ -76,14 +76,20 @@ function checkTile(gpu: Gpu, tile: MatmulTile): void {
   const ok = (v: number, lo: number, hi: number): boolean => Number.isInteger(v) && v >= lo && v <= hi;
   if (!ok(tm, 1, 8) || !ok(tn, 1, 8)) throw new Error(`matmul: register tile ${tm}x${tn} outside 1..8`);
   const limits = gpu.device.limits;
-  if (!ok(wgX, 1, limits.maxComputeWorkgroupSizeX) || !ok(wgY, 1, limits.maxComputeWorkgroupSizeY) || wgX * wgY > limits.maxComputeInvocationsPerWorkgroup) {
+  if (
+    !ok(wgX, 1, limits.maxComputeWorkgroupSizeX) ||
+    !ok(wgY, 1, limits.maxComputeWorkgroupSizeY) ||
+    wgX * wgY > limits.maxComputeInvocationsPerWorkgroup
+  ) {
     throw new Error(`matmul: workgroup ${wgX}x${wgY} exceeds the device limits`);
   }
   if (tile.workgroupMemory) {
     const tk = tile.tk ?? 16;
     const bytes = 4 * tk * (tm * wgY + tn * wgX);
     if (!ok(tk, 4, 1024) || tk % 4 !== 0 || bytes > limits.maxComputeWorkgroupStorageSize) {
-      throw new Error(`matmul: workgroup tile needs ${bytes} bytes of workgroup memory (limit ${limits.maxComputeWorkgroupStorageSize})`);
+      throw new Error(
+        `matmul: workgroup tile needs ${bytes} bytes of workgroup memory (limit ${limits.maxComputeWorkgroupStorageSize})`,
+      );
     }
   }
 }
@@ -113,7 +119,11 @@ export function matmul(
   const label = `matmul${opts.transA ? '.tA' : ''}${opts.transB ? '.tB' : ''}`;
   const pipeline = computePipeline(gpu, code, 'matmul', 'main', constants);
   const plan = ({ m, n, k }: MatmulDims) => {
-    for (const [name, v] of [['m', m], ['n', n], ['k', k]] as const) {
+    for (const [name, v] of [
+      ['m', m],
+      ['n', n],
+      ['k', k],
+    ] as const) {
       if (!Number.isInteger(v) || v < 0) throw new Error(`${label}: ${name} = ${v} is not a non-negative integer`);
     }
     const need = (x: Tensor, elements: number, what: string): void => {
@@ -129,11 +139,18 @@ export function matmul(
     const flags = (opts.accumulate ? 1 : 0) | (t.bias ? 2 : 0) | (opts.relu ? 4 : 0);
     const empty = m === 0 || n === 0;
     // k = 0 still dispatches: out becomes bias (or stays, when accumulating), as the formula says.
-    const groups: [number, number, number] = empty ? [0, 1, 1] : [ceilDiv(n, tile.tn * tile.wgX), ceilDiv(m, tile.tm * tile.wgY), 1];
+    const groups: [number, number, number] = empty
+      ? [0, 1, 1]
+      : [ceilDiv(n, tile.tn * tile.wgX), ceilDiv(m, tile.tm * tile.wgY), 1];
     const maxGroups = gpu.device.limits.maxComputeWorkgroupsPerDimension;
-    if (groups[0] > maxGroups || groups[1] > maxGroups) throw new Error(`${label}: ${m}x${n} needs ${groups[0]}x${groups[1]} workgroups (limit ${maxGroups})`);
+    if (groups[0] > maxGroups || groups[1] > maxGroups)
+      throw new Error(`${label}: ${m}x${n} needs ${groups[0]}x${groups[1]} workgroups (limit ${maxGroups})`);
     return { uniforms: [m, n, k, flags, aRow, aK, bK, bCol], workgroups: groups };
   };
   const bias = t.bias ?? noBiasBuffer(gpu);
-  return preparedKernel(gpu, { label, pipeline, uniformCount: PARAM_WORDS, bind: (uniforms) => [t.a, t.b, bias, t.out, uniforms], plan }, dims);
+  return preparedKernel(
+    gpu,
+    { label, pipeline, uniformCount: PARAM_WORDS, bind: (uniforms) => [t.a, t.b, bias, t.out, uniforms], plan },
+    dims,
+  );
 }

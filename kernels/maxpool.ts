@@ -25,12 +25,14 @@ function poolKernel(
   dims: PoolDims,
 ): Kernel<PoolDims> {
   const label = `maxpool.${entryPoint}`;
-  const bound = entryPoint === 'maxpool_forward'
-    ? [resources.inputSized[0], ...resources.outputSized]
-    : [...resources.outputSized, resources.inputSized[0]];
+  const bound =
+    entryPoint === 'maxpool_forward'
+      ? [resources.inputSized[0], ...resources.outputSized]
+      : [...resources.outputSized, resources.inputSized[0]];
   const plan = (d: PoolDims) => {
     for (const v of [d.batch, d.height, d.width, d.channels]) {
-      if (!Number.isInteger(v) || v < 0) throw new Error(`${label}: dims ${JSON.stringify(d)} must be non-negative integers`);
+      if (!Number.isInteger(v) || v < 0)
+        throw new Error(`${label}: dims ${JSON.stringify(d)} must be non-negative integers`);
     }
     if (d.height < 2 || d.width < 2) throw new Error(`${label}: input ${d.height}×${d.width} too small to pool`);
     const [, outHeight, outWidth] = poolOutputShape(d);
@@ -43,18 +45,33 @@ function poolKernel(
       if (outputSize > t.size) throw new Error(`${label}: ${t.label} has ${t.size} elements, dims need ${outputSize}`);
     }
     const threads = entryPoint === 'maxpool_forward' ? outputSize : inputSize;
-    return { uniforms: [d.batch, d.height, d.width, d.channels, outHeight, outWidth], workgroups: dispatch1d(ceilDiv(threads, MAXPOOL_WORKGROUP_SIZE)) };
+    return {
+      uniforms: [d.batch, d.height, d.width, d.channels, outHeight, outWidth],
+      workgroups: dispatch1d(ceilDiv(threads, MAXPOOL_WORKGROUP_SIZE)),
+    };
   };
   const pipeline = computePipeline(gpu, code, 'maxpool', entryPoint, { WORKGROUP_SIZE: MAXPOOL_WORKGROUP_SIZE });
-  return preparedKernel(gpu, { label, pipeline, uniformCount: 6, bind: (uniforms) => [uniforms, ...bound], plan }, dims);
+  return preparedKernel(
+    gpu,
+    { label, pipeline, uniformCount: 6, bind: (uniforms) => [uniforms, ...bound], plan },
+    dims,
+  );
 }
 
 /** out = max over each 2×2 window of x; argmax[o] = flat index into x of the maximum (first on ties). */
-export function maxPoolForward(gpu: Gpu, t: { x: Tensor; out: Tensor; argmax: Tensor }, dims: PoolDims): Kernel<PoolDims> {
+export function maxPoolForward(
+  gpu: Gpu,
+  t: { x: Tensor; out: Tensor; argmax: Tensor },
+  dims: PoolDims,
+): Kernel<PoolDims> {
   return poolKernel(gpu, 'maxpool_forward', { inputSized: [t.x], outputSized: [t.out, t.argmax] }, dims);
 }
 
 /** dx[i] = dy[o] where argmax[o] = i, else 0 — for every element of dx in the batch (dims of the INPUT). */
-export function maxPoolBackward(gpu: Gpu, t: { dy: Tensor; argmax: Tensor; dx: Tensor }, dims: PoolDims): Kernel<PoolDims> {
+export function maxPoolBackward(
+  gpu: Gpu,
+  t: { dy: Tensor; argmax: Tensor; dx: Tensor },
+  dims: PoolDims,
+): Kernel<PoolDims> {
   return poolKernel(gpu, 'maxpool_backward', { inputSized: [t.dx], outputSized: [t.dy, t.argmax] }, dims);
 }

@@ -20,7 +20,17 @@ import { matmul } from './matmul';
 import { maxPoolBackward, maxPoolForward, type PoolDims } from './maxpool';
 import { adamw, sgdMomentum, type AdamWDims, type SgdMomentumDims } from './optimizer';
 import { reluBackward } from './relu';
-import { createTensor, elementCount, recordCalls, StagingReader, tensorView, type Gpu, type Kernel, type KernelCall, type Tensor } from './runtime';
+import {
+  createTensor,
+  elementCount,
+  recordCalls,
+  StagingReader,
+  tensorView,
+  type Gpu,
+  type Kernel,
+  type KernelCall,
+  type Tensor,
+} from './runtime';
 import { softmaxCrossEntropy } from './softmax-xent';
 
 export type OptimizerConfig =
@@ -96,7 +106,8 @@ export class Model {
 
   constructor(gpu: Gpu, spec: ModelSpecLike, layout: ParamLayoutLike, options: ModelOptions) {
     const { maxBatch } = options;
-    if (!Number.isInteger(maxBatch) || maxBatch < 1) throw new Error(`createModel: maxBatch ${maxBatch} must be a positive integer`);
+    if (!Number.isInteger(maxBatch) || maxBatch < 1)
+      throw new Error(`createModel: maxBatch ${maxBatch} must be a positive integer`);
     this.gpu = gpu;
     this.spec = spec;
     this.layout = layout;
@@ -109,7 +120,8 @@ export class Model {
     const shapes = layerShapes(spec);
     const entries = paramEntries(spec, layout);
     const initial = options.params ?? initParams(spec, layout, options.seed ?? 1);
-    if (initial.length !== layout.totalElements) throw new Error(`createModel: params has ${initial.length} floats, layout needs ${layout.totalElements}`);
+    if (initial.length !== layout.totalElements)
+      throw new Error(`createModel: params has ${initial.length} floats, layout needs ${layout.totalElements}`);
 
     const tensor = (shape: readonly number[], label: string, data?: Float32Array) => {
       const t = createTensor(gpu, shape, `${spec.name}.${label}`, data);
@@ -129,8 +141,13 @@ export class Model {
     const acts = shapes.map((s, i) => tensor([maxBatch, ...s.outShape], `act${i}`));
     const maxActivation = Math.max(...shapes.map((s) => elementCount(s.outShape)));
     const scratch = [tensor([maxBatch * maxActivation], 'dact-a'), tensor([maxBatch * maxActivation], 'dact-b')];
-    const scratchView = (which: number, shape: readonly number[], label: string) => tensorView(scratch[which], 0, [maxBatch, ...shape], label);
-    const paramView = (base: Tensor, e: { offset: number; shape: readonly number[]; name: string } | undefined, prefix: string) => {
+    const scratchView = (which: number, shape: readonly number[], label: string) =>
+      tensorView(scratch[which], 0, [maxBatch, ...shape], label);
+    const paramView = (
+      base: Tensor,
+      e: { offset: number; shape: readonly number[]; name: string } | undefined,
+      prefix: string,
+    ) => {
       if (!e) throw new Error('unreachable: layer without parameters');
       return tensorView(base, e.offset, e.shape, `${prefix}${e.name}`);
     };
@@ -147,13 +164,23 @@ export class Model {
         const w = paramView(this.params, entries[i].weight, '');
         const bias = paramView(this.params, entries[i].bias, '');
         const x2 = tensorView(x, 0, [maxBatch, nIn], `${x.label}.flat`);
-        const k = matmul(gpu, { a: x2, b: w, out: acts[i], bias }, { m: maxBatch, n: layer.units, k: nIn }, { relu: layer.activation === 'relu', ...tile });
+        const k = matmul(
+          gpu,
+          { a: x2, b: w, out: acts[i], bias },
+          { m: maxBatch, n: layer.units, k: nIn },
+          { relu: layer.activation === 'relu', ...tile },
+        );
         this.forwardCalls.push(batched(k, (b) => ({ m: b, n: layer.units, k: nIn }), r));
       } else if (layer.type === 'conv2d') {
         const dims = convDims(inShape, layer.filters, layer.kernel, convPad(layer));
         const k = conv2dForward(
           gpu,
-          { x, w: paramView(this.params, entries[i].weight, ''), bias: paramView(this.params, entries[i].bias, ''), out: acts[i] },
+          {
+            x,
+            w: paramView(this.params, entries[i].weight, ''),
+            bias: paramView(this.params, entries[i].bias, ''),
+            out: acts[i],
+          },
           dims(maxBatch),
           { relu: layer.activation === 'relu' },
         );
@@ -192,7 +219,9 @@ export class Model {
         if (i === 0) continue;
         const dims = poolDims(inShape);
         const dx = scratchView(1 - current, inShape, `d${x.label}`);
-        this.backwardCalls.push(batched(maxPoolBackward(gpu, { dy: dOut, argmax: argmaxes[i], dx }, dims(maxBatch)), dims, r));
+        this.backwardCalls.push(
+          batched(maxPoolBackward(gpu, { dy: dOut, argmax: argmaxes[i], dx }, dims(maxBatch)), dims, r),
+        );
         current = 1 - current;
         continue;
       }
@@ -200,7 +229,13 @@ export class Model {
       if (layer.activation === 'relu') {
         dz = scratchView(1 - current, outShape, `dz${i}`);
         const size = elementCount(outShape);
-        this.backwardCalls.push(batched(reluBackward(gpu, { y: acts[i], dy: dOut, dx: dz }, { size: maxBatch * size }), (b) => ({ size: b * size }), r));
+        this.backwardCalls.push(
+          batched(
+            reluBackward(gpu, { y: acts[i], dy: dOut, dx: dz }, { size: maxBatch * size }),
+            (b) => ({ size: b * size }),
+            r,
+          ),
+        );
         current = 1 - current;
       }
       const w = paramView(this.params, entries[i].weight, '');
@@ -213,10 +248,21 @@ export class Model {
         // dW = Xᵀ·dZ, db = column sums of dZ, dX = dZ·Wᵀ (all sums over the batch).
         const dW = matmul(gpu, { a: x2, b: dz, out: dw }, { m: nIn, n: units, k: maxBatch }, { transA: true, ...tile });
         this.backwardCalls.push(batched(dW, (b) => ({ m: nIn, n: units, k: b }), r));
-        this.backwardCalls.push(batched(biasGrad(gpu, { dy: dz, dbias }, { rows: maxBatch, cols: units }), (b) => ({ rows: b, cols: units }), r));
+        this.backwardCalls.push(
+          batched(
+            biasGrad(gpu, { dy: dz, dbias }, { rows: maxBatch, cols: units }),
+            (b) => ({ rows: b, cols: units }),
+            r,
+          ),
+        );
         if (i > 0) {
           const dx = scratchView(1 - current, [nIn], `d${x.label}`);
-          const dX = matmul(gpu, { a: dz, b: w, out: dx }, { m: maxBatch, n: nIn, k: units }, { transB: true, ...tile });
+          const dX = matmul(
+            gpu,
+            { a: dz, b: w, out: dx },
+            { m: maxBatch, n: nIn, k: units },
+            { transB: true, ...tile },
+          );
           this.backwardCalls.push(batched(dX, (b) => ({ m: b, n: nIn, k: units }), r));
           current = 1 - current;
         }
@@ -227,7 +273,11 @@ export class Model {
         this.backwardCalls.push(batched(conv2dBackwardFilter(gpu, { x, dy: dz, dw }, dims(maxBatch)), dims, r));
         const dzRows = tensorView(dz, 0, [maxBatch * pixels, filters], `${dz.label}.rows`);
         this.backwardCalls.push(
-          batched(biasGrad(gpu, { dy: dzRows, dbias }, { rows: maxBatch * pixels, cols: filters }), (b) => ({ rows: b * pixels, cols: filters }), r),
+          batched(
+            biasGrad(gpu, { dy: dzRows, dbias }, { rows: maxBatch * pixels, cols: filters }),
+            (b) => ({ rows: b * pixels, cols: filters }),
+            r,
+          ),
         );
         if (i > 0) {
           const dx = scratchView(1 - current, inShape, `d${x.label}`);
@@ -243,7 +293,16 @@ export class Model {
       this.optimizerKernel = adamw(
         gpu,
         { params: this.params, grads: this.grads, m: this.moments[0], v: this.moments[1] },
-        { size, gradScale: 1, t: 1, lr: opt.lr, beta1: opt.beta1, beta2: opt.beta2, eps: opt.eps, weightDecay: opt.weightDecay },
+        {
+          size,
+          gradScale: 1,
+          t: 1,
+          lr: opt.lr,
+          beta1: opt.beta1,
+          beta2: opt.beta2,
+          eps: opt.eps,
+          weightDecay: opt.weightDecay,
+        },
       );
     } else {
       this.optimizerKernel = sgdMomentum(
@@ -271,7 +330,8 @@ export class Model {
 
   /** Resize every prepared kernel to `batch` rows (uniform writes only; nothing is re-created). */
   private useBatch(batch: number): void {
-    if (!Number.isInteger(batch) || batch < 1 || batch > this.maxBatch) throw new Error(`model ${this.spec.name}: batch ${batch} outside 1..${this.maxBatch}`);
+    if (!Number.isInteger(batch) || batch < 1 || batch > this.maxBatch)
+      throw new Error(`model ${this.spec.name}: batch ${batch} outside 1..${this.maxBatch}`);
     if (batch === this.currentBatch) return;
     for (const resize of this.resizers) resize(batch);
     this.currentBatch = batch;
@@ -283,7 +343,8 @@ export class Model {
    */
   setBatch(x: Float32Array, labels: Uint32Array, batch = labels.length): number {
     if (labels.length < batch) throw new Error(`setBatch: ${labels.length} labels for batch ${batch}`);
-    if (x.length < batch * this.inputSize) throw new Error(`setBatch: x has ${x.length} floats, batch ${batch} needs ${batch * this.inputSize}`);
+    if (x.length < batch * this.inputSize)
+      throw new Error(`setBatch: x has ${x.length} floats, batch ${batch} needs ${batch * this.inputSize}`);
     this.useBatch(batch);
     const queue = this.gpu.device.queue;
     queue.writeBuffer(this.input.buffer, this.input.offset, x.buffer, x.byteOffset, batch * this.inputSize * 4);
@@ -312,9 +373,24 @@ export class Model {
     const size = this.totalElements;
     const gradScale = 1 / sampleCount;
     if (opt.kind === 'adamw') {
-      (this.optimizerKernel as Kernel<AdamWDims>).update({ size, gradScale, t, lr: opt.lr, beta1: opt.beta1, beta2: opt.beta2, eps: opt.eps, weightDecay: opt.weightDecay });
+      (this.optimizerKernel as Kernel<AdamWDims>).update({
+        size,
+        gradScale,
+        t,
+        lr: opt.lr,
+        beta1: opt.beta1,
+        beta2: opt.beta2,
+        eps: opt.eps,
+        weightDecay: opt.weightDecay,
+      });
     } else {
-      (this.optimizerKernel as Kernel<SgdMomentumDims>).update({ size, gradScale, lr: opt.lr, momentum: opt.momentum, weightDecay: opt.weightDecay ?? 0 });
+      (this.optimizerKernel as Kernel<SgdMomentumDims>).update({
+        size,
+        gradScale,
+        lr: opt.lr,
+        momentum: opt.momentum,
+        weightDecay: opt.weightDecay ?? 0,
+      });
     }
     this.optimizerStep = t;
     return this.optimizerKernel.call;
@@ -329,7 +405,11 @@ export class Model {
   trainStep(x: Float32Array, labels: Uint32Array, batch = labels.length): void {
     this.setBatch(x, labels, batch);
     const encoder = this.gpu.device.createCommandEncoder({ label: `${this.spec.name}.train-step` });
-    recordCalls(encoder, [...this.forwardBackwardCalls(), this.prepareOptimizer(batch)], `${this.spec.name}.train-step`);
+    recordCalls(
+      encoder,
+      [...this.forwardBackwardCalls(), this.prepareOptimizer(batch)],
+      `${this.spec.name}.train-step`,
+    );
     this.gpu.device.queue.submit([encoder.finish()]);
   }
 
@@ -365,8 +445,15 @@ export class Model {
 
   /** Replace the grads buffer (allreduced sums), `totalElements` floats in the flat layout. */
   writeGradients(grads: Float32Array): void {
-    if (grads.length !== this.totalElements) throw new Error(`writeGradients: ${grads.length} floats, layout has ${this.totalElements}`);
-    this.gpu.device.queue.writeBuffer(this.grads.buffer, this.grads.offset, grads.buffer, grads.byteOffset, grads.byteLength);
+    if (grads.length !== this.totalElements)
+      throw new Error(`writeGradients: ${grads.length} floats, layout has ${this.totalElements}`);
+    this.gpu.device.queue.writeBuffer(
+      this.grads.buffer,
+      this.grads.offset,
+      grads.buffer,
+      grads.byteOffset,
+      grads.byteLength,
+    );
   }
 
   /**
@@ -378,7 +465,11 @@ export class Model {
     if (count < 1) return { lossSum: 0, correct: 0, count: 0 };
     const chunks = Math.ceil(count / this.maxBatch);
     const device = this.gpu.device;
-    const staging = device.createBuffer({ label: `${this.spec.name}.evaluate`, size: chunks * 8, usage: MAP_READ | COPY_DST });
+    const staging = device.createBuffer({
+      label: `${this.spec.name}.evaluate`,
+      size: chunks * 8,
+      usage: MAP_READ | COPY_DST,
+    });
     for (let c = 0; c < chunks; c++) {
       const start = c * this.maxBatch;
       const n = Math.min(this.maxBatch, count - start);
@@ -416,7 +507,12 @@ export class Model {
   }
 }
 
-function convDims(inShape: readonly number[], outChannels: number, kernel: number, pad: number): (batch: number) => Conv2dDims {
+function convDims(
+  inShape: readonly number[],
+  outChannels: number,
+  kernel: number,
+  pad: number,
+): (batch: number) => Conv2dDims {
   const [height, width, inChannels] = inShape;
   return (batch) => ({ batch, height, width, inChannels, outChannels, kernel, pad });
 }

@@ -8,13 +8,7 @@
  */
 import code from './optimizer.wgsl?raw';
 import type { FlatVariant } from './elementwise';
-import {
-  flatKernel,
-  f32bits,
-  type Gpu,
-  type Kernel,
-  type Tensor,
-} from './runtime';
+import { flatKernel, f32bits, type Gpu, type Kernel, type Tensor } from './runtime';
 
 export const OPTIMIZER_WORKGROUP_SIZE = 256;
 
@@ -52,7 +46,12 @@ function optimizerKernel<D extends { size: number }>(
   variant: FlatVariant,
 ): Kernel<D> {
   const workgroupSize = variant.workgroupSize ?? OPTIMIZER_WORKGROUP_SIZE;
-  return flatKernel(gpu, { code, module: 'optimizer', entryPoint, workgroupSize, uniformCount: 10, uniformWords }, tensors, dims);
+  return flatKernel(
+    gpu,
+    { code, module: 'optimizer', entryPoint, workgroupSize, uniformCount: 10, uniformWords },
+    tensors,
+    dims,
+  );
 }
 
 /**
@@ -66,23 +65,30 @@ export function adamw(
   dims: AdamWDims,
   variant: FlatVariant = {},
 ): Kernel<AdamWDims> {
-  return optimizerKernel(gpu, 'adamw', [t.params, t.grads, t.m, t.v], dims, (d) => {
-    if (!Number.isInteger(d.t) || d.t < 1) throw new Error(`adamw: step t=${d.t} must be a 1-based integer`);
-    const biasCorrection1 = 1 - Math.pow(d.beta1, d.t);
-    const biasCorrection2 = 1 - Math.pow(d.beta2, d.t);
-    return [
-      d.size,
-      f32bits(d.gradScale),
-      f32bits(d.beta1),
-      f32bits(d.beta2),
-      f32bits(1 - d.beta1),
-      f32bits(1 - d.beta2),
-      f32bits(d.eps),
-      f32bits(1 - d.lr * d.weightDecay),
-      f32bits(d.lr / biasCorrection1),
-      f32bits(1 / Math.sqrt(biasCorrection2)),
-    ];
-  }, variant);
+  return optimizerKernel(
+    gpu,
+    'adamw',
+    [t.params, t.grads, t.m, t.v],
+    dims,
+    (d) => {
+      if (!Number.isInteger(d.t) || d.t < 1) throw new Error(`adamw: step t=${d.t} must be a 1-based integer`);
+      const biasCorrection1 = 1 - Math.pow(d.beta1, d.t);
+      const biasCorrection2 = 1 - Math.pow(d.beta2, d.t);
+      return [
+        d.size,
+        f32bits(d.gradScale),
+        f32bits(d.beta1),
+        f32bits(d.beta2),
+        f32bits(1 - d.beta1),
+        f32bits(1 - d.beta2),
+        f32bits(d.eps),
+        f32bits(1 - d.lr * d.weightDecay),
+        f32bits(d.lr / biasCorrection1),
+        f32bits(1 / Math.sqrt(biasCorrection2)),
+      ];
+    },
+    variant,
+  );
 }
 
 /**
@@ -95,11 +101,12 @@ export function sgdMomentum(
   dims: SgdMomentumDims,
   variant: FlatVariant = {},
 ): Kernel<SgdMomentumDims> {
-  return optimizerKernel(gpu, 'sgd_momentum', [t.params, t.grads, t.velocity], dims, (d) => [
-    d.size,
-    f32bits(d.gradScale),
-    f32bits(d.lr),
-    f32bits(d.momentum),
-    f32bits(d.weightDecay),
-  ], variant);
+  return optimizerKernel(
+    gpu,
+    'sgd_momentum',
+    [t.params, t.grads, t.velocity],
+    dims,
+    (d) => [d.size, f32bits(d.gradScale), f32bits(d.lr), f32bits(d.momentum), f32bits(d.weightDecay)],
+    variant,
+  );
 }

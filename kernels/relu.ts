@@ -13,7 +13,12 @@ export interface ReluDims {
 const WORKGROUP_SIZE = 256;
 
 function elementKernel(gpu: Gpu, entryPoint: string, tensors: readonly Tensor[], dims: ReluDims): Kernel<ReluDims> {
-  return flatKernel(gpu, { code, module: 'relu', entryPoint, workgroupSize: WORKGROUP_SIZE, uniformCount: 1, uniformWords: (d) => [d.size] }, tensors, dims);
+  return flatKernel(
+    gpu,
+    { code, module: 'relu', entryPoint, workgroupSize: WORKGROUP_SIZE, uniformCount: 1, uniformWords: (d) => [d.size] },
+    tensors,
+    dims,
+  );
 }
 
 /** out = max(x, 0) over the first `size` elements; x may be out. */

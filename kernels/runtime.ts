@@ -82,9 +82,11 @@ export function alignElements(n: number): number {
 
 /** A view of `shape` at element `elementOffset` (a multiple of 64) of a flat tensor. */
 export function tensorView(base: Tensor, elementOffset: number, shape: readonly number[], label: string): Tensor {
-  if (elementOffset % VIEW_ALIGN_ELEMENTS !== 0) throw new Error(`tensorView(${label}): offset ${elementOffset} not a multiple of ${VIEW_ALIGN_ELEMENTS}`);
+  if (elementOffset % VIEW_ALIGN_ELEMENTS !== 0)
+    throw new Error(`tensorView(${label}): offset ${elementOffset} not a multiple of ${VIEW_ALIGN_ELEMENTS}`);
   const size = elementCount(shape);
-  if (base.offset / 4 + elementOffset + size > base.buffer.size / 4) throw new Error(`tensorView(${label}): out of range of ${base.label}`);
+  if (base.offset / 4 + elementOffset + size > base.buffer.size / 4)
+    throw new Error(`tensorView(${label}): out of range of ${base.label}`);
   return { buffer: base.buffer, offset: base.offset + elementOffset * 4, shape: [...shape], size, label };
 }
 
@@ -159,7 +161,12 @@ export function computePipeline(
  * Bind group for group 0 with resources bound at 0..n-1 in order: a Tensor binds its range
  * (offset, size rounded up to 16 bytes when the buffer allows), a GPUBuffer binds whole.
  */
-export function bindBuffers(gpu: Gpu, pipeline: GPUComputePipeline, resources: readonly (Tensor | GPUBuffer)[], label: string): GPUBindGroup {
+export function bindBuffers(
+  gpu: Gpu,
+  pipeline: GPUComputePipeline,
+  resources: readonly (Tensor | GPUBuffer)[],
+  label: string,
+): GPUBindGroup {
   return gpu.device.createBindGroup({
     label,
     layout: pipeline.getBindGroupLayout(0),
@@ -241,7 +248,8 @@ export class StagingReader {
 
   /** Copy `byteLength` bytes (a multiple of 4) at `offset` of `source` to the CPU. */
   async read(source: GPUBuffer, offset: number, byteLength: number): Promise<ArrayBuffer> {
-    if (byteLength <= 0 || byteLength % 4 !== 0) throw new Error(`${this.label}: read of ${byteLength} bytes must be a positive multiple of 4`);
+    if (byteLength <= 0 || byteLength % 4 !== 0)
+      throw new Error(`${this.label}: read of ${byteLength} bytes must be a positive multiple of 4`);
     const staging = this.take(byteLength);
     const encoder = this.gpu.device.createCommandEncoder({ label: this.label });
     encoder.copyBufferToBuffer(source, offset, staging, 0, byteLength);
@@ -285,7 +293,8 @@ export async function readTensor(gpu: Gpu, t: Tensor): Promise<Float32Array> {
 }
 
 export function writeTensor(gpu: Gpu, t: Tensor, data: Float32Array | Uint32Array, elementOffset = 0): void {
-  if (elementOffset + data.length > t.size) throw new Error(`writeTensor(${t.label}): ${data.length} elements at ${elementOffset} exceed ${t.size}`);
+  if (elementOffset + data.length > t.size)
+    throw new Error(`writeTensor(${t.label}): ${data.length} elements at ${elementOffset} exceed ${t.size}`);
   gpu.device.queue.writeBuffer(t.buffer, t.offset + elementOffset * 4, data.buffer, data.byteOffset, data.byteLength);
 }
 
@@ -318,7 +327,12 @@ export function preparedKernel<D>(
 ): Kernel<D> {
   const { label, pipeline } = spec;
   const uniforms = createUniformBuffer(gpu, spec.uniformCount, `${label}.uniforms`);
-  const call: KernelCall = { label, pipeline, bindGroup: bindBuffers(gpu, pipeline, spec.bind(uniforms), label), workgroups: [0, 1, 1] };
+  const call: KernelCall = {
+    label,
+    pipeline,
+    bindGroup: bindBuffers(gpu, pipeline, spec.bind(uniforms), label),
+    workgroups: [0, 1, 1],
+  };
   const update = (d: D): void => {
     const planned = spec.plan(d);
     writeUniforms(gpu, uniforms, planned.uniforms);
@@ -335,7 +349,14 @@ export function preparedKernel<D>(
  */
 export function flatKernel<D extends { size: number }>(
   gpu: Gpu,
-  spec: { code: string; module: string; entryPoint: string; workgroupSize: number; uniformCount: number; uniformWords: (dims: D) => number[] },
+  spec: {
+    code: string;
+    module: string;
+    entryPoint: string;
+    workgroupSize: number;
+    uniformCount: number;
+    uniformWords: (dims: D) => number[];
+  },
   tensors: readonly Tensor[],
   dims: D,
 ): Kernel<D> {
@@ -348,9 +369,11 @@ export function flatKernel<D extends { size: number }>(
       uniformCount: spec.uniformCount,
       bind: (uniforms) => [uniforms, ...tensors],
       plan: (d) => {
-        if (!Number.isInteger(d.size) || d.size < 0) throw new Error(`${label}: size ${d.size} is not a non-negative integer`);
+        if (!Number.isInteger(d.size) || d.size < 0)
+          throw new Error(`${label}: size ${d.size} is not a non-negative integer`);
         for (const t of tensors) {
-          if (d.size > t.size) throw new Error(`${label}: size ${d.size} exceeds tensor ${t.label} (${t.size} elements)`);
+          if (d.size > t.size)
+            throw new Error(`${label}: size ${d.size} exceeds tensor ${t.label} (${t.size} elements)`);
         }
         return { uniforms: spec.uniformWords(d), workgroups: dispatch1d(ceilDiv(d.size, spec.workgroupSize)) };
       },

@@ -16,9 +16,12 @@ export interface ClassifierDims {
 const WORKGROUP_SIZE = 64;
 
 export function checkClassifierDims(label: string, d: ClassifierDims, logits: Tensor, labels: Tensor): void {
-  if (!Number.isInteger(d.rows) || d.rows < 0) throw new Error(`${label}: rows ${d.rows} is not a non-negative integer`);
-  if (!Number.isInteger(d.classes) || d.classes < 1) throw new Error(`${label}: classes ${d.classes} must be a positive integer`);
-  if (d.rows * d.classes > logits.size) throw new Error(`${label}: ${logits.label} has ${logits.size} elements, needs ${d.rows * d.classes}`);
+  if (!Number.isInteger(d.rows) || d.rows < 0)
+    throw new Error(`${label}: rows ${d.rows} is not a non-negative integer`);
+  if (!Number.isInteger(d.classes) || d.classes < 1)
+    throw new Error(`${label}: classes ${d.classes} must be a positive integer`);
+  if (d.rows * d.classes > logits.size)
+    throw new Error(`${label}: ${logits.label} has ${logits.size} elements, needs ${d.rows * d.classes}`);
   if (d.rows > labels.size) throw new Error(`${label}: ${labels.label} has ${labels.size} labels, needs ${d.rows}`);
 }
 
@@ -41,7 +44,8 @@ export function softmaxCrossEntropy(
       bind: (uniforms) => [uniforms, t.logits, t.labels, t.loss, t.dlogits],
       plan: (d: ClassifierDims) => {
         checkClassifierDims(label, d, t.logits, t.labels);
-        if (d.rows * d.classes > t.dlogits.size) throw new Error(`${label}: ${t.dlogits.label} is smaller than the logits`);
+        if (d.rows * d.classes > t.dlogits.size)
+          throw new Error(`${label}: ${t.dlogits.label} is smaller than the logits`);
         // Always one workgroup, also for zero rows (the loss is then written as 0).
         return { uniforms: [d.rows, d.classes], workgroups: [1, 1, 1] };
       },

@@ -45,7 +45,11 @@ export class TrainingState {
     const tensors = this.stateTensors;
     const bytes = this.model.totalElements * 4;
     const device = this.gpu.device;
-    const staging = device.createBuffer({ label: 'training-state.export', size: bytes * tensors.length, usage: MAP_READ | COPY_DST });
+    const staging = device.createBuffer({
+      label: 'training-state.export',
+      size: bytes * tensors.length,
+      usage: MAP_READ | COPY_DST,
+    });
     const encoder = device.createCommandEncoder({ label: 'training-state.export' });
     tensors.forEach((t, i) => encoder.copyBufferToBuffer(t.buffer, t.offset, staging, i * bytes, bytes));
     const step = this.model.optimizerStep;
@@ -62,12 +66,17 @@ export class TrainingState {
   importState(state: ExportedState): void {
     const n = this.model.totalElements;
     const names = this.model.momentNames;
-    if (state.params.length !== n) throw new Error(`importState: params has ${state.params.length} floats, the model has ${n}`);
-    if (state.moments.length !== names.length) throw new Error(`importState: ${state.moments.length} moment buffers, the optimizer has ${names.length} (${names.join(', ')})`);
+    if (state.params.length !== n)
+      throw new Error(`importState: params has ${state.params.length} floats, the model has ${n}`);
+    if (state.moments.length !== names.length)
+      throw new Error(
+        `importState: ${state.moments.length} moment buffers, the optimizer has ${names.length} (${names.join(', ')})`,
+      );
     state.moments.forEach((m, i) => {
       if (m.length !== n) throw new Error(`importState: moment ${names[i]} has ${m.length} floats, the model has ${n}`);
     });
-    if (!Number.isInteger(state.step) || state.step < 0) throw new Error(`importState: step ${state.step} must be a non-negative integer`);
+    if (!Number.isInteger(state.step) || state.step < 0)
+      throw new Error(`importState: step ${state.step} must be a non-negative integer`);
     const queue = this.gpu.device.queue;
     [state.params, ...state.moments].forEach((data, i) => {
       const t = this.stateTensors[i];
@@ -85,7 +94,9 @@ export class TrainingState {
       };
     }
     const bytes = this.model.totalElements * 4;
-    this.stateTensors.forEach((t, i) => encoder.copyBufferToBuffer(t.buffer, t.offset, this.backup!.tensors[i].buffer, 0, bytes));
+    this.stateTensors.forEach((t, i) =>
+      encoder.copyBufferToBuffer(t.buffer, t.offset, this.backup!.tensors[i].buffer, 0, bytes),
+    );
     this.backup.step = this.model.optimizerStep;
   }
 
@@ -107,7 +118,9 @@ export class TrainingState {
     const backup = this.backup;
     const bytes = this.model.totalElements * 4;
     const encoder = this.gpu.device.createCommandEncoder({ label: 'training-state.restore-backup' });
-    this.stateTensors.forEach((t, i) => encoder.copyBufferToBuffer(backup.tensors[i].buffer, 0, t.buffer, t.offset, bytes));
+    this.stateTensors.forEach((t, i) =>
+      encoder.copyBufferToBuffer(backup.tensors[i].buffer, 0, t.buffer, t.offset, bytes),
+    );
     this.gpu.device.queue.submit([encoder.finish()]);
     this.model.optimizerStep = backup.step;
   }

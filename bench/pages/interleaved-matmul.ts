@@ -9,13 +9,29 @@
  * kernel owner can adopt it in kernels/matmul.wgsl (the edits are the four replacements below).
  */
 import source from '../../kernels/matmul.wgsl?raw';
-import { ceilDiv, computePipeline, createUniformBuffer, STORAGE_USAGE, bindBuffers, writeUniforms, type Gpu, type KernelCall, type Tensor } from '../../kernels/runtime';
+import {
+  ceilDiv,
+  computePipeline,
+  createUniformBuffer,
+  STORAGE_USAGE,
+  bindBuffers,
+  writeUniforms,
+  type Gpu,
+  type KernelCall,
+  type Tensor,
+} from '../../kernels/runtime';
 import type { MatmulTile } from '../../kernels/matmul';
 
 const REPLACEMENTS: [string, string][] = [
   ['let col0 = group.x * BN + local.x * TN;', 'let col0 = group.x * BN + local.x;'],
-  ['lane_offsets(col0, params.n - 1u, params.b_col_stride)', 'spread_offsets(col0, params.n - 1u, params.b_col_stride)'],
-  ['lane_offsets(col0 + 4u, params.n - 1u, params.b_col_stride)', 'spread_offsets(col0 + 4u * WG_X, params.n - 1u, params.b_col_stride)'],
+  [
+    'lane_offsets(col0, params.n - 1u, params.b_col_stride)',
+    'spread_offsets(col0, params.n - 1u, params.b_col_stride)',
+  ],
+  [
+    'lane_offsets(col0 + 4u, params.n - 1u, params.b_col_stride)',
+    'spread_offsets(col0 + 4u * WG_X, params.n - 1u, params.b_col_stride)',
+  ],
   ['let col = col0 + j;', 'let col = col0 + j * WG_X;'],
 ];
 
@@ -37,7 +53,12 @@ export function interleavedMatmulCode(): string {
 }
 
 /** out = a·b ([m,k]·[k,n]) with the interleaved shader and a register tile (workgroupMemory must be false). */
-export function interleavedMatmul(gpu: Gpu, t: { a: Tensor; b: Tensor; out: Tensor }, dims: { m: number; n: number; k: number }, tile: MatmulTile): KernelCall {
+export function interleavedMatmul(
+  gpu: Gpu,
+  t: { a: Tensor; b: Tensor; out: Tensor },
+  dims: { m: number; n: number; k: number },
+  tile: MatmulTile,
+): KernelCall {
   if (tile.workgroupMemory) throw new Error('interleaved probe: register tiles only');
   const constants = { TM: tile.tm, TN: tile.tn, WG_X: tile.wgX, WG_Y: tile.wgY, USE_WORKGROUP_MEMORY: 0 };
   const pipeline = computePipeline(gpu, interleavedMatmulCode(), 'matmul-interleaved', 'main', constants);

@@ -17,10 +17,28 @@ import type { WebGPUBackend } from '@tensorflow/tfjs-backend-webgpu';
 import { MLP_SPEC, parameterLayout } from '../../coordinator/core/model-spec';
 import { DEFAULT_MATMUL_TILE, matmul } from '../../kernels/matmul';
 import { createModel, initParams, type Model } from '../../kernels/model';
-import { createGpu, createTensor, readTensor, submitCalls, writeTensor, type Gpu, type KernelCall, type Tensor } from '../../kernels/runtime';
+import {
+  createGpu,
+  createTensor,
+  readTensor,
+  submitCalls,
+  writeTensor,
+  type Gpu,
+  type KernelCall,
+  type Tensor,
+} from '../../kernels/runtime';
 import { interleavedMatmul } from './interleaved-matmul';
 import { mulberry32, randomArray } from '../../test/support/rng';
-import type { AdapterReport, KernelBenchApi, MatmulSetupReport, MatmulVariantSpec, Side, TfjsForm, TrainOptions, TrainSetupReport } from './kernel-bench-api';
+import type {
+  AdapterReport,
+  KernelBenchApi,
+  MatmulSetupReport,
+  MatmulVariantSpec,
+  Side,
+  TfjsForm,
+  TrainOptions,
+  TrainSetupReport,
+} from './kernel-bench-api';
 
 let gpu: Gpu | undefined;
 
@@ -59,7 +77,9 @@ async function init(): Promise<AdapterReport> {
       maxComputeWorkgroupSizeY: adapter.limits.maxComputeWorkgroupSizeY,
     },
   });
-  device.addEventListener('uncapturederror', (e) => console.error(`WebGPU error (ours): ${(e as GPUUncapturedErrorEvent).error.message}`));
+  device.addEventListener('uncapturederror', (e) =>
+    console.error(`WebGPU error (ours): ${(e as GPUUncapturedErrorEvent).error.message}`),
+  );
   gpu = createGpu(device);
 
   if (!(await tf.setBackend('webgpu'))) throw new Error('TF.js could not initialise its webgpu backend');
@@ -112,8 +132,14 @@ async function matmulSetup(n: number, variants: MatmulVariantSpec[]): Promise<Ma
   const b = createTensor(g, [n, n], 'bench.b', bData);
   const out = createTensor(g, [n, n], 'bench.out');
   const dims = { m: n, n, k: n };
-  const calls = variants.map(({ tile, interleaved }) => (interleaved ? interleavedMatmul(g, { a, b, out }, dims, tile) : matmul(g, { a, b, out }, dims, { tile }).call));
-  const state: MatmulState = { n, ours: { a, b, out, calls }, tfjs: { a: tf.tensor2d(aData, [n, n]), b: tf.tensor2d(bData, [n, n]) } };
+  const calls = variants.map(({ tile, interleaved }) =>
+    interleaved ? interleavedMatmul(g, { a, b, out }, dims, tile) : matmul(g, { a, b, out }, dims, { tile }).call,
+  );
+  const state: MatmulState = {
+    n,
+    ours: { a, b, out, calls },
+    tfjs: { a: tf.tensor2d(aData, [n, n]), b: tf.tensor2d(bData, [n, n]) },
+  };
   mm = state;
 
   // Warm-up (pipeline compilation, TF.js's upload of the operands) doubles as the correctness check.
@@ -192,7 +218,11 @@ function buildTfjsMlp(params: Float32Array, form: TfjsForm): TfjsMlp {
     const entry = (kind: 'weight' | 'bias') => {
       const e = layout.entries.find((en) => en.layer === i && en.kind === kind);
       if (!e) throw new Error(`no ${kind} for layer ${i}`);
-      return tf.variable(tf.tensor(params.slice(e.offset, e.offset + e.size), e.shape), true, `bench.${form}.${e.name}`);
+      return tf.variable(
+        tf.tensor(params.slice(e.offset, e.offset + e.size), e.shape),
+        true,
+        `bench.${form}.${e.name}`,
+      );
     };
     return { w: entry('weight'), b: entry('bias'), relu: layer.activation === 'relu' };
   });
@@ -245,7 +275,14 @@ async function trainSetup(batch: number, options: TrainOptions): Promise<TrainSe
       ...(tile ? { matmulTile: tile } : {}),
     }),
   );
-  const state: TrainState = { batch, x, labels, oneHot, ours, tfjs: options.tfjsForms.map((form) => buildTfjsMlp(params, form)) };
+  const state: TrainState = {
+    batch,
+    x,
+    labels,
+    oneHot,
+    ours,
+    tfjs: options.tfjsForms.map((form) => buildTfjsMlp(params, form)),
+  };
   train = state;
 
   // Same weights, same batch: the losses before any step must agree (else the bench compares different models).
@@ -316,13 +353,21 @@ interface ModelInternals {
   optimizerKernel: { call: KernelCall };
 }
 
-async function trainBreakdown(variant: number, reps: number): Promise<{ label: string; workgroups: number[]; ms: number }[]> {
+async function trainBreakdown(
+  variant: number,
+  reps: number,
+): Promise<{ label: string; workgroups: number[]; ms: number }[]> {
   const state = train;
   if (!state) throw new Error('trainSetup() has not run');
   const model = state.ours[variant];
   if (!model) throw new Error(`no model for tile ${variant}`);
   const internals = model as unknown as ModelInternals;
-  const calls = [...internals.forwardCalls, internals.lossCall, ...internals.backwardCalls, internals.optimizerKernel.call];
+  const calls = [
+    ...internals.forwardCalls,
+    internals.lossCall,
+    ...internals.backwardCalls,
+    internals.optimizerKernel.call,
+  ];
   if (calls.some((c) => !c?.pipeline)) throw new Error('Model internals changed: update trainBreakdown');
   const g = ourGpu();
   model.setBatch(state.x, state.labels, state.batch);
@@ -341,5 +386,14 @@ async function trainBreakdown(variant: number, reps: number): Promise<{ label: s
   return result;
 }
 
-const api: KernelBenchApi = { init, matmulSetup, matmulTime, matmulTeardown, trainSetup, trainTime, trainTeardown, trainBreakdown };
+const api: KernelBenchApi = {
+  init,
+  matmulSetup,
+  matmulTime,
+  matmulTeardown,
+  trainSetup,
+  trainTime,
+  trainTeardown,
+  trainBreakdown,
+};
 window.kernelBench = api;

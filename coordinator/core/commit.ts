@@ -7,7 +7,15 @@
 import { begin, finish, log, metric, mutWorker, persist, reject, sendWorker, type Ctx } from './context';
 import type { ErrorCode, StepReportMessage } from './protocol';
 import { admitAtBoundaryIn, afterCloseIn, closeRoundIn, planOf, requestCheckpointIn } from './rendezvous';
-import { assignStep, commitStep, epochOrder, nextCommitPoint, positionAfter, stepPosition, totalSteps } from './sampler';
+import {
+  assignStep,
+  commitStep,
+  epochOrder,
+  nextCommitPoint,
+  positionAfter,
+  stepPosition,
+  totalSteps,
+} from './sampler';
 import { smoothThroughput } from './shares';
 import type { CommitRecord, CoordinatorState, Transition } from './state';
 
@@ -33,28 +41,50 @@ export function expectedSamples(s: CoordinatorState, step: number, rank: number)
  */
 export function checkReport(s: CoordinatorState, workerId: string, msg: StepReportMessage): ReportCheck {
   const rv = s.rendezvous;
-  if (msg.runId !== s.runId) return { ok: false, code: 'wrong_run', message: `run ${msg.runId} is not the current run` };
+  if (msg.runId !== s.runId)
+    return { ok: false, code: 'wrong_run', message: `run ${msg.runId} is not the current run` };
   if (s.status === 'done') return { ok: false, code: 'job_done', message: 'the job is done' };
   if (s.status !== 'active' || rv.phase !== 'training' || msg.round !== rv.round) {
-    return { ok: false, code: 'stale_round', message: `round ${msg.round} is not training (current round ${rv.round}, ${rv.phase})` };
+    return {
+      ok: false,
+      code: 'stale_round',
+      message: `round ${msg.round} is not training (current round ${rv.round}, ${rv.phase})`,
+    };
   }
   const p = rv.participants.find((q) => q.workerId === workerId);
   if (!p) return { ok: false, code: 'not_member', message: `worker ${workerId} is not in round ${rv.round}` };
-  if (p.rank !== msg.rank) return { ok: false, code: 'forged_rank', message: `worker ${workerId} has rank ${p.rank}, not ${msg.rank}` };
-  if (msg.step === p.lastStep) return { ok: false, code: 'duplicate_report', message: `step ${msg.step} already reported` };
-  if (msg.step <= s.lastCommit.step) return { ok: false, code: 'stale_step', message: `step ${msg.step} is already committed` };
+  if (p.rank !== msg.rank)
+    return { ok: false, code: 'forged_rank', message: `worker ${workerId} has rank ${p.rank}, not ${msg.rank}` };
+  if (msg.step === p.lastStep)
+    return { ok: false, code: 'duplicate_report', message: `step ${msg.step} already reported` };
+  if (msg.step <= s.lastCommit.step)
+    return { ok: false, code: 'stale_step', message: `step ${msg.step} is already committed` };
   const limit = nextCommitPoint(s.lastCommit.step, planOf(s));
   if (msg.step !== p.lastStep + 1 || msg.step > limit) {
-    return { ok: false, code: 'wrong_step', message: `expected step ${p.lastStep + 1} (commit point ${limit}), got ${msg.step}` };
+    return {
+      ok: false,
+      code: 'wrong_step',
+      message: `expected step ${p.lastStep + 1} (commit point ${limit}), got ${msg.step}`,
+    };
   }
   const expected = expectedSamples(s, msg.step, p.rank);
-  if (msg.samples !== expected) return { ok: false, code: 'bad_samples', message: `rank ${p.rank} has ${expected} samples in step ${msg.step}, reported ${msg.samples}` };
+  if (msg.samples !== expected)
+    return {
+      ok: false,
+      code: 'bad_samples',
+      message: `rank ${p.rank} has ${expected} samples in step ${msg.step}, reported ${msg.samples}`,
+    };
   const others = s.pending[msg.step] ?? {};
   const disagreeing = Object.values(others).some((r) => r.hash !== msg.hash);
   if (disagreeing) {
     const hashes: Record<string, string> = { [msg.rank]: msg.hash };
     for (const [rank, r] of Object.entries(others)) hashes[rank] = r.hash;
-    return { ok: false, code: 'hash_mismatch', message: `step ${msg.step}: ranks disagree on the parameter hash`, divergence: { step: msg.step, hashes } };
+    return {
+      ok: false,
+      code: 'hash_mismatch',
+      message: `step ${msg.step}: ranks disagree on the parameter hash`,
+      divergence: { step: msg.step, hashes },
+    };
   }
   return { ok: true, rank: p.rank };
 }
@@ -63,7 +93,10 @@ export function checkReport(s: CoordinatorState, workerId: string, msg: StepRepo
 function acceptReportIn(ctx: Ctx, workerId: string, msg: StepReportMessage): void {
   const s = ctx.s;
   const p = s.rendezvous.participants.find((q) => q.workerId === workerId)!;
-  s.pending[msg.step] = { ...s.pending[msg.step], [msg.rank]: { hash: msg.hash, lossSum: msg.lossSum, samples: msg.samples, computeMs: msg.computeMs } };
+  s.pending[msg.step] = {
+    ...s.pending[msg.step],
+    [msg.rank]: { hash: msg.hash, lossSum: msg.lossSum, samples: msg.samples, computeMs: msg.computeMs },
+  };
   p.lastStep = msg.step;
   const worker = mutWorker(ctx, workerId);
   worker.lastSeen = ctx.now;
@@ -80,7 +113,9 @@ function commitIn(ctx: Ctx, point: number): void {
   const firstStep = s.lastCommit.step + 1;
   const start = stepPosition(firstStep, plan);
   if (s.record.epoch !== start.epoch || s.record.cursor !== start.cursor) {
-    throw new Error(`commit: record at ${s.record.epoch}/${s.record.cursor}, step ${firstStep} starts at ${start.epoch}/${start.cursor}`);
+    throw new Error(
+      `commit: record at ${s.record.epoch}/${s.record.cursor}, step ${firstStep} starts at ${start.epoch}/${start.cursor}`,
+    );
   }
   let count = 0;
   let lossSum = 0;
@@ -115,11 +150,28 @@ function commitIn(ctx: Ctx, point: number): void {
   metric(ctx, 'tabswarm_samples_total', count);
   metric(ctx, 'tabswarm_loss', commit.loss);
   for (const p of rv.participants) {
-    sendWorker(ctx, p.workerId, { type: 'committed', round: rv.round, step: point, epoch: after.epoch, cursor: after.cursor, hash });
+    sendWorker(ctx, p.workerId, {
+      type: 'committed',
+      round: rv.round,
+      step: point,
+      epoch: after.epoch,
+      cursor: after.cursor,
+      hash,
+    });
   }
-  log(ctx, 'debug', 'commit', { step: point, firstStep, epoch: start.epoch, cursorStart: start.cursor, count, hash, round: rv.round, loss: commit.loss });
+  log(ctx, 'debug', 'commit', {
+    step: point,
+    firstStep,
+    epoch: start.epoch,
+    cursorStart: start.cursor,
+    count,
+    hash,
+    round: rv.round,
+    loss: commit.loss,
+  });
   const epochEnded = after.cursor === 0;
-  if (point % s.job.checkpointEvery === 0 || epochEnded || finished) requestCheckpointIn(ctx, rv.participants[0].workerId);
+  if (point % s.job.checkpointEvery === 0 || epochEnded || finished)
+    requestCheckpointIn(ctx, rv.participants[0].workerId);
   if (finished) {
     log(ctx, 'info', 'job_done', { step: point, epochs: s.job.epochs, restarts: s.restarts });
     for (const w of Object.values(s.workers)) sendWorker(ctx, w.workerId, { type: 'done', step: point });
@@ -147,10 +199,21 @@ function divergeIn(ctx: Ctx, divergence: { step: number; hashes: Record<string, 
  * Apply a step report that arrived on `conn`, welcomed as `workerId`. Rejections answer `error` and
  * leave the state untouched; a hash mismatch also closes the round (divergence).
  */
-export function reportStep(state: CoordinatorState, now: number, conn: string, workerId: string, msg: StepReportMessage): Transition {
+export function reportStep(
+  state: CoordinatorState,
+  now: number,
+  conn: string,
+  workerId: string,
+  msg: StepReportMessage,
+): Transition {
   const check = checkReport(state, workerId, msg);
   if (!check.ok) {
-    const rejected = reject(state, conn, check.code, check.message, { workerId, round: msg.round, step: msg.step, rank: msg.rank });
+    const rejected = reject(state, conn, check.code, check.message, {
+      workerId,
+      round: msg.round,
+      step: msg.step,
+      rank: msg.rank,
+    });
     if (!check.divergence) return rejected;
     const ctx = begin(state, now);
     ctx.out.push(...rejected.actions);

@@ -128,7 +128,13 @@ export function persist(ctx: Ctx): void {
  * A rejected message: an error to its socket, a counted metric, a log line, and the caller's state
  * returned untouched.
  */
-export function reject(state: CoordinatorState, conn: string, code: ErrorCode, message: string, data: Record<string, unknown> = {}): Transition {
+export function reject(
+  state: CoordinatorState,
+  conn: string,
+  code: ErrorCode,
+  message: string,
+  data: Record<string, unknown> = {},
+): Transition {
   const ctx: Ctx = { s: state, now: 0, out: [], copied: new Set() };
   sendError(ctx, conn, code, message);
   metric(ctx, 'tabswarm_message_errors_total', 1, { code });

@@ -32,7 +32,10 @@ export function isEvaluationPoint(step: number, plan: EvaluationPlan): boolean {
   if (plan.evalEvery === null) return step % stepsPerEpoch(plan) === 0;
   // The commit point before `step` (0 at the start): evaluate if a multiple of evalEvery lies in (previous, step].
   const perEpoch = stepsPerEpoch(plan);
-  const previous = Math.max(Math.floor((step - 1) / plan.commitEvery) * plan.commitEvery, Math.floor((step - 1) / perEpoch) * perEpoch);
+  const previous = Math.max(
+    Math.floor((step - 1) / plan.commitEvery) * plan.commitEvery,
+    Math.floor((step - 1) / perEpoch) * perEpoch,
+  );
   return Math.floor(step / plan.evalEvery) > Math.floor(previous / plan.evalEvery);
 }
 
@@ -46,22 +49,45 @@ export type EvaluationCheck = { ok: true } | { ok: false; code: ErrorCode; messa
  */
 export function checkEvaluation(s: CoordinatorState, workerId: string, msg: EvaluationMessage): EvaluationCheck {
   const rv = s.rendezvous;
-  if (msg.runId !== s.runId) return { ok: false, code: 'wrong_run', message: `run ${msg.runId} is not the current run` };
+  if (msg.runId !== s.runId)
+    return { ok: false, code: 'wrong_run', message: `run ${msg.runId} is not the current run` };
   if (s.status === 'failed') return { ok: false, code: 'job_failed', message: 'the job failed' };
   const current = rv.phase !== 'gathering' && msg.round === rv.round;
   const closed = rv.closedRound !== null && msg.round === rv.closedRound.round;
   if (!current && !closed) {
-    return { ok: false, code: 'stale_round', message: `round ${msg.round} is neither the current round (${rv.round}, ${rv.phase}) nor the one that just closed` };
+    return {
+      ok: false,
+      code: 'stale_round',
+      message: `round ${msg.round} is neither the current round (${rv.round}, ${rv.phase}) nor the one that just closed`,
+    };
   }
-  const member = current ? rv.participants.some((p) => p.workerId === workerId) : rv.closedRound!.members.includes(workerId);
+  const member = current
+    ? rv.participants.some((p) => p.workerId === workerId)
+    : rv.closedRound!.members.includes(workerId);
   if (!member) return { ok: false, code: 'not_member', message: `worker ${workerId} is not in round ${msg.round}` };
-  if (msg.step > s.lastCommit.step) return { ok: false, code: 'wrong_step', message: `step ${msg.step} is not committed (last commit ${s.lastCommit.step})` };
-  const epoch = stepPosition(msg.step, { datasetSize: s.datasetSize, globalBatch: s.job.globalBatch, epochs: s.job.epochs, commitEvery: s.job.commitEvery }).epoch;
-  if (msg.epoch !== epoch) return { ok: false, code: 'wrong_step', message: `step ${msg.step} is in epoch ${epoch}, not ${msg.epoch}` };
+  if (msg.step > s.lastCommit.step)
+    return {
+      ok: false,
+      code: 'wrong_step',
+      message: `step ${msg.step} is not committed (last commit ${s.lastCommit.step})`,
+    };
+  const epoch = stepPosition(msg.step, {
+    datasetSize: s.datasetSize,
+    globalBatch: s.job.globalBatch,
+    epochs: s.job.epochs,
+    commitEvery: s.job.commitEvery,
+  }).epoch;
+  if (msg.epoch !== epoch)
+    return { ok: false, code: 'wrong_step', message: `step ${msg.step} is in epoch ${epoch}, not ${msg.epoch}` };
   // The schema refuses these already; the machine also takes typed messages that never went through it.
-  if (msg.correct > msg.testSamples) return { ok: false, code: 'bad_samples', message: `${msg.correct} correct out of ${msg.testSamples} test images` };
+  if (msg.correct > msg.testSamples)
+    return { ok: false, code: 'bad_samples', message: `${msg.correct} correct out of ${msg.testSamples} test images` };
   if (!(msg.testSamples >= 1) || !Number.isFinite(msg.lossSum) || msg.lossSum < 0) {
-    return { ok: false, code: 'bad_samples', message: `bad evaluation counts (${msg.testSamples} images, loss sum ${msg.lossSum})` };
+    return {
+      ok: false,
+      code: 'bad_samples',
+      message: `bad evaluation counts (${msg.testSamples} images, loss sum ${msg.lossSum})`,
+    };
   }
   return { ok: true };
 }
@@ -71,7 +97,13 @@ export function checkEvaluation(s: CoordinatorState, workerId: string, msg: Eval
  * `{step, epoch, accuracy, loss, testSamples, workerId, round}` and the accuracy gauge; or a rejection
  * (error, counted metric, log line) with the state untouched.
  */
-export function reportEvaluation(state: CoordinatorState, now: number, conn: string, workerId: string, msg: EvaluationMessage): Transition {
+export function reportEvaluation(
+  state: CoordinatorState,
+  now: number,
+  conn: string,
+  workerId: string,
+  msg: EvaluationMessage,
+): Transition {
   const check = checkEvaluation(state, workerId, msg);
   if (!check.ok) return reject(state, conn, check.code, check.message, { workerId, round: msg.round, step: msg.step });
   const ctx = begin(state, now);
@@ -80,6 +112,14 @@ export function reportEvaluation(state: CoordinatorState, now: number, conn: str
   const loss = msg.lossSum / msg.testSamples;
   metric(ctx, 'tabswarm_evaluations_total');
   metric(ctx, 'tabswarm_test_accuracy', accuracy);
-  log(ctx, 'info', 'evaluation', { step: msg.step, epoch: msg.epoch, accuracy, loss, testSamples: msg.testSamples, workerId, round: msg.round });
+  log(ctx, 'info', 'evaluation', {
+    step: msg.step,
+    epoch: msg.epoch,
+    accuracy,
+    loss,
+    testSamples: msg.testSamples,
+    workerId,
+    round: msg.round,
+  });
   return finish(ctx);
 }

@@ -91,7 +91,8 @@ export function hashWords(words: Uint32Array): string {
  * Views at an unaligned byte offset are copied once (a typed-array word view needs alignment).
  */
 export function hashBytes(data: ArrayBuffer | ArrayBufferView): string {
-  const bytes = data instanceof ArrayBuffer ? new Uint8Array(data) : new Uint8Array(data.buffer, data.byteOffset, data.byteLength);
+  const bytes =
+    data instanceof ArrayBuffer ? new Uint8Array(data) : new Uint8Array(data.buffer, data.byteOffset, data.byteLength);
   if (bytes.byteLength % 4 !== 0) throw new Error(`hashBytes: byte length ${bytes.byteLength} is not a multiple of 4`);
   const aligned = bytes.byteOffset % 4 === 0 ? bytes : bytes.slice();
   return hashWords(new Uint32Array(aligned.buffer, aligned.byteOffset, aligned.byteLength / 4));

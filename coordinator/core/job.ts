@@ -37,7 +37,11 @@ export const datasetSpecSchema = z.strictObject({
   /** Dataset name; the server maps it to files (Fashion-MNIST IDX by default). */
   name: z.string().min(1).max(64).default('fashion-mnist'),
   /** Use only the first N training images (indices 0..N-1); the epoch order permutes those. */
-  subset: z.int().min(1).max(1 << 30).optional(),
+  subset: z
+    .int()
+    .min(1)
+    .max(1 << 30)
+    .optional(),
 });
 
 const modelField = z
@@ -57,9 +61,20 @@ export const jobSpecSchema = z
     /** A built-in model name (`mlp`, `cnn`, `tiny-mlp`) or an inline spec; resolved to a spec. */
     model: modelField,
     dataset: datasetSpecSchema.default({ name: 'fashion-mnist' }),
-    optimizer: optimizerSchema.default({ kind: 'adamw', lr: 1e-3, beta1: 0.9, beta2: 0.999, eps: 1e-8, weightDecay: 0.01 }),
+    optimizer: optimizerSchema.default({
+      kind: 'adamw',
+      lr: 1e-3,
+      beta1: 0.9,
+      beta2: 0.999,
+      eps: 1e-8,
+      weightDecay: 0.01,
+    }),
     /** Samples per step, whatever the world size (split across ranks by share). */
-    globalBatch: z.int().min(1).max(1 << 20).default(128),
+    globalBatch: z
+      .int()
+      .min(1)
+      .max(1 << 20)
+      .default(128),
     epochs: z.int().min(1).max(100_000).default(1),
     /** A round starts once this many workers joined (after the last-call window). */
     minWorkers: z.int().min(1).max(4096).default(1),
@@ -83,9 +98,16 @@ export const jobSpecSchema = z
      */
     evalEvery: z.int().min(1).max(10_000_000).nullable().default(null),
     /** Test images per evaluation: the first N of the test set (all of it if smaller); 0 turns evaluation off. */
-    evalSamples: z.int().min(0).max(1 << 24).default(2000),
+    evalSamples: z
+      .int()
+      .min(0)
+      .max(1 << 24)
+      .default(2000),
   })
-  .refine((job) => job.minWorkers <= job.maxWorkers, { message: 'minWorkers must be <= maxWorkers', path: ['minWorkers'] });
+  .refine((job) => job.minWorkers <= job.maxWorkers, {
+    message: 'minWorkers must be <= maxWorkers',
+    path: ['minWorkers'],
+  });
 
 /** A validated job with every default filled in and the model resolved. */
 export type JobSpec = z.output<typeof jobSpecSchema>;
@@ -96,7 +118,9 @@ export type JobSpecInput = z.input<typeof jobSpecSchema>;
 export function parseJobSpec(input: unknown): JobSpec {
   const parsed = jobSpecSchema.safeParse(input);
   if (!parsed.success) {
-    throw new Error(`invalid job: ${parsed.error.issues.map((i) => `${i.path.join('.') || '(job)'}: ${i.message}`).join('; ')}`);
+    throw new Error(
+      `invalid job: ${parsed.error.issues.map((i) => `${i.path.join('.') || '(job)'}: ${i.message}`).join('; ')}`,
+    );
   }
   return parsed.data;
 }

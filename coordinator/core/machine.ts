@@ -8,7 +8,20 @@
  * message returns the same object).
  */
 import { reportStep } from './commit';
-import { begin, finish, log, metric, mutWorker, persist, reject, sendConn, sendError, writableConnections, writableWorkers, type Ctx } from './context';
+import {
+  begin,
+  finish,
+  log,
+  metric,
+  mutWorker,
+  persist,
+  reject,
+  sendConn,
+  sendError,
+  writableConnections,
+  writableWorkers,
+  type Ctx,
+} from './context';
 import { reportEvaluation } from './evaluation';
 import { effectiveDatasetSize, jobPublic, type JobSpec } from './job';
 import type { ClientMessage } from './protocol';
@@ -67,7 +80,17 @@ export function initialState(job: JobSpec, datasetSize: number, runId: string): 
     job,
     datasetSize: n,
     status: 'active',
-    rendezvous: { round: 0, phase: 'gathering', participants: [], waitList: [], deadline: null, gatheringSince: null, baseStep: 0, roundCommits: 0, closedRound: null },
+    rendezvous: {
+      round: 0,
+      phase: 'gathering',
+      participants: [],
+      waitList: [],
+      deadline: null,
+      gatheringSince: null,
+      baseStep: 0,
+      roundCommits: 0,
+      closedRound: null,
+    },
     record: emptyRecord(n),
     lastCommit: { step: 0, epoch: 0, cursor: 0, hash: null },
     checkpoints: [],
@@ -133,8 +156,10 @@ function onMessage(state: CoordinatorState, conn: string, msg: ClientMessage, no
   if (msg.type === 'hello') return onHello(state, conn, msg, now);
   const welcomed = state.connections[conn]?.workerId ?? null;
   if (welcomed === null) return reject(state, conn, 'not_joined', `send hello before ${msg.type}`);
-  if (msg.workerId !== welcomed) return reject(state, conn, 'forged_worker', `this socket is worker ${welcomed}, not ${msg.workerId}`);
-  if (msg.runId !== state.runId) return reject(state, conn, 'wrong_run', `run ${msg.runId} is not the current run ${state.runId}`);
+  if (msg.workerId !== welcomed)
+    return reject(state, conn, 'forged_worker', `this socket is worker ${welcomed}, not ${msg.workerId}`);
+  if (msg.runId !== state.runId)
+    return reject(state, conn, 'wrong_run', `run ${msg.runId} is not the current run ${state.runId}`);
   const rv = state.rendezvous;
   switch (msg.type) {
     case 'heartbeat': {
@@ -150,9 +175,11 @@ function onMessage(state: CoordinatorState, conn: string, msg: ClientMessage, no
     case 'evaluation':
       return reportEvaluation(state, now, conn, welcomed, msg);
     case 'ready': {
-      if (msg.round !== rv.round) return reject(state, conn, 'stale_round', `round ${msg.round} is not the current round ${rv.round}`);
+      if (msg.round !== rv.round)
+        return reject(state, conn, 'stale_round', `round ${msg.round} is not the current round ${rv.round}`);
       const p = rv.participants.find((q) => q.workerId === welcomed);
-      if (rv.phase === 'gathering' || !p) return reject(state, conn, 'not_member', `worker ${welcomed} is not in round ${msg.round}`);
+      if (rv.phase === 'gathering' || !p)
+        return reject(state, conn, 'not_member', `worker ${welcomed} is not in round ${msg.round}`);
       const ctx = begin(state, now);
       mutWorker(ctx, welcomed).lastSeen = now;
       // A repeated ready (or one after train) is harmless and changes nothing else.
@@ -163,11 +190,20 @@ function onMessage(state: CoordinatorState, conn: string, msg: ClientMessage, no
       if (msg.round !== rv.round || rv.phase === 'gathering') {
         return reject(state, conn, 'stale_round', `round ${msg.round} is not open (current ${rv.round}, ${rv.phase})`);
       }
-      if (!rv.participants.some((q) => q.workerId === welcomed)) return reject(state, conn, 'not_member', `worker ${welcomed} is not in round ${msg.round}`);
+      if (!rv.participants.some((q) => q.workerId === welcomed))
+        return reject(state, conn, 'not_member', `worker ${welcomed} is not in round ${msg.round}`);
       const ctx = begin(state, now);
       mutWorker(ctx, welcomed).lastSeen = now;
-      const blame = msg.peer !== undefined && msg.peer !== welcomed && rv.participants.some((q) => q.workerId === msg.peer) ? msg.peer : undefined;
-      log(ctx, 'warn', 'failure_report', { workerId: welcomed, round: msg.round, reason: msg.reason, peer: msg.peer ?? null });
+      const blame =
+        msg.peer !== undefined && msg.peer !== welcomed && rv.participants.some((q) => q.workerId === msg.peer)
+          ? msg.peer
+          : undefined;
+      log(ctx, 'warn', 'failure_report', {
+        workerId: welcomed,
+        round: msg.round,
+        reason: msg.reason,
+        peer: msg.peer ?? null,
+      });
       failIn(ctx, [welcomed], 'failure', `failure report: ${msg.reason}`, { remove: false, blame });
       return finish(ctx);
     }
@@ -185,9 +221,15 @@ function nonceFragment(nonce: string, conn: string): string {
   return clean || 'x';
 }
 
-function onHello(state: CoordinatorState, conn: string, msg: Extract<ClientMessage, { type: 'hello' }>, now: number): Transition {
+function onHello(
+  state: CoordinatorState,
+  conn: string,
+  msg: Extract<ClientMessage, { type: 'hello' }>,
+  now: number,
+): Transition {
   const existing = state.connections[conn];
-  if (existing && existing.workerId !== null) return reject(state, conn, 'already_joined', `this socket is already worker ${existing.workerId}`);
+  if (existing && existing.workerId !== null)
+    return reject(state, conn, 'already_joined', `this socket is already worker ${existing.workerId}`);
   if (state.status === 'done' || state.status === 'failed') {
     const ctx: Ctx = { s: state, now, out: [], copied: new Set() };
     if (state.status === 'done') sendConn(ctx, conn, { type: 'done', step: state.lastCommit.step });
@@ -200,7 +242,8 @@ function onHello(state: CoordinatorState, conn: string, msg: Extract<ClientMessa
     return reject(state, conn, 'id_in_use', `worker ${msg.workerId} is connected on another socket`);
   }
   const peerOwner = Object.values(state.workers).find((w) => w.peerId === msg.peerId);
-  if (peerOwner) return reject(state, conn, 'id_in_use', `peer id ${msg.peerId} belongs to worker ${peerOwner.workerId}`);
+  if (peerOwner)
+    return reject(state, conn, 'id_in_use', `peer id ${msg.peerId} belongs to worker ${peerOwner.workerId}`);
   const ctx = begin(state, now);
   const s = ctx.s;
   const connection = s.connections[conn] ?? { workerId: null, nonce: conn };
@@ -215,10 +258,22 @@ function onHello(state: CoordinatorState, conn: string, msg: Extract<ClientMessa
   }
   const holds: HeldState[] = [];
   if (sameRun) {
-    if (msg.haveStep !== null && msg.haveStep <= s.lastCommit.step) holds.push({ step: msg.haveStep, hash: msg.haveHash });
-    if (msg.pending && msg.pending.step <= s.lastCommit.step) holds.push({ step: msg.pending.step, hash: msg.pending.hash });
+    if (msg.haveStep !== null && msg.haveStep <= s.lastCommit.step)
+      holds.push({ step: msg.haveStep, hash: msg.haveHash });
+    if (msg.pending && msg.pending.step <= s.lastCommit.step)
+      holds.push({ step: msg.pending.step, hash: msg.pending.hash });
   }
-  writableWorkers(ctx)[workerId] = { workerId, peerId: msg.peerId, conn, adapter: msg.adapter, joinedAt: now, lastSeen: now, holds, throughput: null, peerRttMs: null };
+  writableWorkers(ctx)[workerId] = {
+    workerId,
+    peerId: msg.peerId,
+    conn,
+    adapter: msg.adapter,
+    joinedAt: now,
+    lastSeen: now,
+    holds,
+    throughput: null,
+    peerRttMs: null,
+  };
   writableConnections(ctx)[conn] = { ...connection, workerId };
   metric(ctx, 'tabswarm_joins_total');
   log(ctx, 'info', 'join', {
@@ -253,15 +308,31 @@ function onDisconnected(state: CoordinatorState, conn: string, now: number): Tra
 
 // ---------------------------------------------------------------- checkpoints and admin
 
-function onCheckpointStored(state: CoordinatorState, event: Extract<Event, { kind: 'checkpoint_stored' }>, now: number): Transition {
+function onCheckpointStored(
+  state: CoordinatorState,
+  event: Extract<Event, { kind: 'checkpoint_stored' }>,
+  now: number,
+): Transition {
   const ctx = begin(state, now);
   const s = ctx.s;
   const expected = positionAfter(event.step, planOf(s));
-  if (event.step < 1 || event.step > s.lastCommit.step || expected.epoch !== event.epoch || expected.cursor !== event.cursor) {
-    log(ctx, 'warn', 'checkpoint_ignored', { step: event.step, epoch: event.epoch, cursor: event.cursor, lastCommit: s.lastCommit.step });
+  if (
+    event.step < 1 ||
+    event.step > s.lastCommit.step ||
+    expected.epoch !== event.epoch ||
+    expected.cursor !== event.cursor
+  ) {
+    log(ctx, 'warn', 'checkpoint_ignored', {
+      step: event.step,
+      epoch: event.epoch,
+      cursor: event.cursor,
+      lastCommit: s.lastCommit.step,
+    });
     return { state, actions: ctx.out };
   }
-  const hash = s.checkpointRequests.find((r) => r.step === event.step)?.hash ?? (event.step === s.lastCommit.step ? s.lastCommit.hash : null);
+  const hash =
+    s.checkpointRequests.find((r) => r.step === event.step)?.hash ??
+    (event.step === s.lastCommit.step ? s.lastCommit.hash : null);
   s.checkpoints = s.checkpoints.filter((c) => c.step !== event.step);
   s.checkpoints.push({ step: event.step, epoch: event.epoch, cursor: event.cursor, sha256: event.sha256, hash });
   s.checkpoints.sort((a, b) => a.step - b.step);
@@ -302,7 +373,8 @@ function onAdmin(state: CoordinatorState, action: AdminAction, now: number): Tra
       break;
     }
     case 'checkpoint_now': {
-      if (!requestCheckpointIn(ctx)) return ignored('no round member holds the last commit, or nothing is committed yet');
+      if (!requestCheckpointIn(ctx))
+        return ignored('no round member holds the last commit, or nothing is committed yet');
       break;
     }
     case 'kick': {

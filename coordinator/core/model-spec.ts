@@ -50,7 +50,10 @@ export const modelSpecSchema = z
   .superRefine((spec, ctx) => {
     const last = spec.layers[spec.layers.length - 1];
     if (last.type !== 'dense' || last.units !== spec.classes || last.activation !== 'none') {
-      ctx.addIssue({ code: 'custom', message: `last layer must be dense with ${spec.classes} units and activation "none"` });
+      ctx.addIssue({
+        code: 'custom',
+        message: `last layer must be dense with ${spec.classes} units and activation "none"`,
+      });
     }
     let shape: number[] = [...spec.input];
     let flat = false;
@@ -59,18 +62,28 @@ export const modelSpecSchema = z
         flat = true;
         shape = [layer.units];
       } else if (flat) {
-        ctx.addIssue({ code: 'custom', message: `layer ${i} (${layer.type}) cannot follow a dense layer`, path: ['layers', i] });
+        ctx.addIssue({
+          code: 'custom',
+          message: `layer ${i} (${layer.type}) cannot follow a dense layer`,
+          path: ['layers', i],
+        });
       } else if (layer.type === 'conv2d') {
         const [h, w] = shape;
         const out = layer.padding === 'same' ? 0 : layer.kernel - 1;
         if (layer.padding === 'same' && layer.kernel % 2 === 0) {
-          ctx.addIssue({ code: 'custom', message: `layer ${i}: 'same' padding needs an odd kernel`, path: ['layers', i] });
+          ctx.addIssue({
+            code: 'custom',
+            message: `layer ${i}: 'same' padding needs an odd kernel`,
+            path: ['layers', i],
+          });
         }
-        if (h - out < 1 || w - out < 1) ctx.addIssue({ code: 'custom', message: `layer ${i}: kernel larger than input`, path: ['layers', i] });
+        if (h - out < 1 || w - out < 1)
+          ctx.addIssue({ code: 'custom', message: `layer ${i}: kernel larger than input`, path: ['layers', i] });
         shape = [h - out, w - out, layer.filters];
       } else {
         const [h, w, c] = shape;
-        if (h < 2 || w < 2) ctx.addIssue({ code: 'custom', message: `layer ${i}: input too small to pool`, path: ['layers', i] });
+        if (h < 2 || w < 2)
+          ctx.addIssue({ code: 'custom', message: `layer ${i}: input too small to pool`, path: ['layers', i] });
         shape = [Math.floor(h / 2), Math.floor(w / 2), c];
       }
     });
@@ -131,7 +144,10 @@ export function resolveModelSpec(model: unknown): ModelSpec {
     return spec;
   }
   const parsed = modelSpecSchema.safeParse(model);
-  if (!parsed.success) throw new Error(`invalid model spec: ${parsed.error.issues.map((i) => `${i.path.join('.')}: ${i.message}`).join('; ')}`);
+  if (!parsed.success)
+    throw new Error(
+      `invalid model spec: ${parsed.error.issues.map((i) => `${i.path.join('.')}: ${i.message}`).join('; ')}`,
+    );
   return parsed.data;
 }
 

@@ -23,9 +23,17 @@ export const PROTOCOL_VERSION = 1;
 export const MAX_CONTROL_MESSAGE_BYTES = 16 * 1024;
 
 /** Run ids, worker ids, peer ids: short, printable, no spaces. */
-export const idSchema = z.string().min(1).max(64).regex(/^[A-Za-z0-9_.:-]+$/, 'ids are [A-Za-z0-9_.:-]{1,64}');
+export const idSchema = z
+  .string()
+  .min(1)
+  .max(64)
+  .regex(/^[A-Za-z0-9_.:-]+$/, 'ids are [A-Za-z0-9_.:-]{1,64}');
 /** A parameter hash (hash.ts: 16 lower-case hex digits) or a sha256 (64 hex digits). */
-export const hashSchema = z.string().min(1).max(128).regex(/^[0-9a-f]+$/, 'hashes are lower-case hex');
+export const hashSchema = z
+  .string()
+  .min(1)
+  .max(128)
+  .regex(/^[0-9a-f]+$/, 'hashes are lower-case hex');
 const stepSchema = z.int().min(0);
 const roundSchema = z.int().min(0);
 const rankSchema = z.int().min(0).max(4095);
@@ -106,7 +114,10 @@ export const stepReportSchema = z.strictObject({
   /** Sum of the per-sample losses of this rank's slice (the mean loss is the sum over ranks / step size). */
   lossSum: z.number().min(0).max(1e12),
   /** Samples this rank processed: must equal its slice (`indicesForRank(...).length`). */
-  samples: z.int().min(0).max(1 << 20),
+  samples: z
+    .int()
+    .min(0)
+    .max(1 << 20),
   /** Forward+backward time of the slice (ms), for the throughput shares. */
   computeMs: z.number().min(0).max(1e7),
 });
@@ -268,7 +279,15 @@ export const trainSchema = z.strictObject({
  * a socket closed, a heartbeat was late or a collective failed; `divergence`: ranks reported different
  * hashes; `paused`: an admin paused the job. (If a failure exhausts maxRestarts, `error {code:'job_failed'}` follows.)
  */
-export const closeReasonSchema = z.enum(['membership', 'rebalance', 'goodbye', 'kicked', 'failure', 'divergence', 'paused']);
+export const closeReasonSchema = z.enum([
+  'membership',
+  'rebalance',
+  'goodbye',
+  'kicked',
+  'failure',
+  'divergence',
+  'paused',
+]);
 export type CloseReason = z.infer<typeof closeReasonSchema>;
 
 export const roundClosedSchema = z.strictObject({
@@ -400,8 +419,18 @@ function parseWith<M>(schema: z.ZodType<M>, text: string, maxBytes: number): Par
   } catch (err) {
     return { ok: false, code: 'bad_json', message: `not JSON: ${(err as Error).message}`.slice(0, 200) };
   }
-  if (raw !== null && typeof raw === 'object' && !Array.isArray(raw) && 'v' in raw && (raw as { v: unknown }).v !== PROTOCOL_VERSION) {
-    return { ok: false, code: 'bad_version', message: `protocol version ${JSON.stringify((raw as { v: unknown }).v).slice(0, 20)}, expected ${PROTOCOL_VERSION}` };
+  if (
+    raw !== null &&
+    typeof raw === 'object' &&
+    !Array.isArray(raw) &&
+    'v' in raw &&
+    (raw as { v: unknown }).v !== PROTOCOL_VERSION
+  ) {
+    return {
+      ok: false,
+      code: 'bad_version',
+      message: `protocol version ${JSON.stringify((raw as { v: unknown }).v).slice(0, 20)}, expected ${PROTOCOL_VERSION}`,
+    };
   }
   const parsed = schema.safeParse(raw);
   if (!parsed.success) {

@@ -15,7 +15,19 @@
  * The `…In(ctx)` functions mutate a transition's private copy (see context.ts); the exported ops
  * without the suffix are the pure wrappers.
  */
-import { begin, finish, log, metric, mutWorker, persist, sendConn, sendWorker, writableConnections, writableWorkers, type Ctx } from './context';
+import {
+  begin,
+  finish,
+  log,
+  metric,
+  mutWorker,
+  persist,
+  sendConn,
+  sendWorker,
+  writableConnections,
+  writableWorkers,
+  type Ctx,
+} from './context';
 import { checkpointPath, CloseCode, type CloseReason, type StateSource, type WaitReason } from './protocol';
 import { emptyRecord, epochOrder, rollbackTo, type StepPlan } from './sampler';
 import { computeShares, sharesDrift } from './shares';
@@ -30,7 +42,12 @@ export const REBALANCE_DRIFT = 0.25;
 
 /** The job's step plan (what fixes which samples form each step). */
 export function planOf(s: CoordinatorState): StepPlan {
-  return { datasetSize: s.datasetSize, globalBatch: s.job.globalBatch, epochs: s.job.epochs, commitEvery: s.job.commitEvery };
+  return {
+    datasetSize: s.datasetSize,
+    globalBatch: s.job.globalBatch,
+    epochs: s.job.epochs,
+    commitEvery: s.job.commitEvery,
+  };
 }
 
 export function holdsState(worker: WorkerInfo | undefined, state: HeldState): boolean {
@@ -109,11 +126,17 @@ function rollbackIn(ctx: Ctx, target: { step: number; epoch: number; cursor: num
   const s = ctx.s;
   const from = s.lastCommit.step;
   s.record =
-    target.step === 0 ? emptyRecord(s.datasetSize) : rollbackTo(target.epoch, target.cursor, epochOrder(s.job.seed, target.epoch, s.datasetSize));
+    target.step === 0
+      ? emptyRecord(s.datasetSize)
+      : rollbackTo(target.epoch, target.cursor, epochOrder(s.job.seed, target.epoch, s.datasetSize));
   s.lastCommit = { step: target.step, epoch: target.epoch, cursor: target.cursor, hash: target.hash };
   s.checkpointRequests = s.checkpointRequests.filter((r) => r.step <= target.step);
   ctx.out.push({ kind: 'rollback_commits', afterStep: target.step });
-  log(ctx, 'warn', 'record_rolled_back', { from, to: target.step, reason: 'no participant holds the last committed state' });
+  log(ctx, 'warn', 'record_rolled_back', {
+    from,
+    to: target.step,
+    reason: 'no participant holds the last committed state',
+  });
 }
 
 /** Where the new round's participants get the committed state; rolls the record back if nobody holds it. */
@@ -125,7 +148,12 @@ function chooseStateSource(ctx: Ctx, participants: Participant[]): StateSource {
   const checkpoint = s.checkpoints.filter((c) => c.step <= s.lastCommit.step).pop();
   if (checkpoint) {
     rollbackIn(ctx, checkpoint);
-    return { kind: 'checkpoint', step: checkpoint.step, url: checkpointPath(s.runId, checkpoint.step), sha256: checkpoint.sha256 };
+    return {
+      kind: 'checkpoint',
+      step: checkpoint.step,
+      url: checkpointPath(s.runId, checkpoint.step),
+      sha256: checkpoint.sha256,
+    };
   }
   rollbackIn(ctx, { step: 0, epoch: 0, cursor: 0, hash: null });
   return { kind: 'fresh' };
@@ -190,7 +218,8 @@ export function markReadyIn(ctx: Ctx, workerId: string): void {
   if (!p || p.ready || rv.phase !== 'syncing') return;
   p.ready = true;
   const worker = s.workers[workerId];
-  if (worker && !holdsState(worker, s.lastCommit)) mutWorker(ctx, workerId).holds = [{ step: s.lastCommit.step, hash: s.lastCommit.hash }];
+  if (worker && !holdsState(worker, s.lastCommit))
+    mutWorker(ctx, workerId).holds = [{ step: s.lastCommit.step, hash: s.lastCommit.hash }];
   if (rv.participants.every((q) => q.ready)) {
     rv.phase = 'training';
     if (rv.gatheringSince !== null) metric(ctx, 'tabswarm_rendezvous_duration_ms', now - rv.gatheringSince);
@@ -328,7 +357,13 @@ export function leaveIn(ctx: Ctx, workerId: string, reason: 'goodbye' | 'kicked'
  * Failures: remove the given workers (if `remove`), count each, and close the round (one restart) if
  * one of them was a member. `blame` (a failure report's peer) is demoted to the tail of the wait list.
  */
-export function failIn(ctx: Ctx, workerIds: string[], reason: 'failure' | 'divergence', detail: string, opts: { remove: boolean; blame?: string }): void {
+export function failIn(
+  ctx: Ctx,
+  workerIds: string[],
+  reason: 'failure' | 'divergence',
+  detail: string,
+  opts: { remove: boolean; blame?: string },
+): void {
   const s = ctx.s;
   const rv = s.rendezvous;
   let memberFailed = false;
@@ -361,7 +396,8 @@ export function failIn(ctx: Ctx, workerIds: string[], reason: 'failure' | 'diver
 /** Ask the round's rank 0 (or `workerId`) to upload the last committed state. */
 export function requestCheckpointIn(ctx: Ctx, workerId?: string): boolean {
   const s = ctx.s;
-  const target = workerId ?? s.rendezvous.participants.find((p) => holdsState(s.workers[p.workerId], s.lastCommit))?.workerId;
+  const target =
+    workerId ?? s.rendezvous.participants.find((p) => holdsState(s.workers[p.workerId], s.lastCommit))?.workerId;
   if (target === undefined || s.lastCommit.step === 0) return false;
   const step = s.lastCommit.step;
   if (!s.checkpointRequests.some((r) => r.step === step)) s.checkpointRequests.push({ step, hash: s.lastCommit.hash });
@@ -380,8 +416,16 @@ export function tickIn(ctx: Ctx): void {
   }
   const limit = HEARTBEAT_TIMEOUT_FACTOR * s.job.heartbeatMs;
   const late = Object.values(s.workers).filter((w) => now - w.lastSeen > limit);
-  for (const w of late) ctx.out.push({ kind: 'close', conn: w.conn, code: CloseCode.heartbeatTimeout, reason: 'heartbeat timeout' });
-  if (late.length) failIn(ctx, late.map((w) => w.workerId), 'failure', 'heartbeat_timeout', { remove: true });
+  for (const w of late)
+    ctx.out.push({ kind: 'close', conn: w.conn, code: CloseCode.heartbeatTimeout, reason: 'heartbeat timeout' });
+  if (late.length)
+    failIn(
+      ctx,
+      late.map((w) => w.workerId),
+      'failure',
+      'heartbeat_timeout',
+      { remove: true },
+    );
   evaluateGatheringIn(ctx);
 }
 
@@ -398,7 +442,13 @@ export function admitAtBoundaryIn(ctx: Ctx): boolean {
   if ((admissibleWaiters(s).length > 0 && world < s.job.maxWorkers) || world > s.job.maxWorkers) reason = 'membership';
   else if (rv.roundCommits >= REBALANCE_MIN_COMMITS && world > 1) {
     const proposed = computeShares(rv.participants.map((p) => s.workers[p.workerId].throughput));
-    if (sharesDrift(rv.participants.map((p) => p.share), proposed) > REBALANCE_DRIFT) reason = 'rebalance';
+    if (
+      sharesDrift(
+        rv.participants.map((p) => p.share),
+        proposed,
+      ) > REBALANCE_DRIFT
+    )
+      reason = 'rebalance';
   }
   if (reason === null) return false;
   closeRoundIn(ctx, reason, false, false);
@@ -424,14 +474,25 @@ export function keepAlive(state: CoordinatorState, now: number, workerId: string
 }
 
 /** A goodbye (or a kick): removes the worker; closes its round with restore:true; not a restart. */
-export function leave(state: CoordinatorState, now: number, workerId: string, reason: 'goodbye' | 'kicked' = 'goodbye'): Transition {
+export function leave(
+  state: CoordinatorState,
+  now: number,
+  workerId: string,
+  reason: 'goodbye' | 'kicked' = 'goodbye',
+): Transition {
   const ctx = begin(state, now);
   leaveIn(ctx, workerId, reason);
   return finish(ctx);
 }
 
 /** Failed workers (closed socket, late heartbeat: remove; failure report: keep): closes the round and counts a restart. */
-export function markFailed(state: CoordinatorState, now: number, workerIds: string[], detail: string, remove = true): Transition {
+export function markFailed(
+  state: CoordinatorState,
+  now: number,
+  workerIds: string[],
+  detail: string,
+  remove = true,
+): Transition {
   const ctx = begin(state, now);
   failIn(ctx, workerIds, 'failure', detail, { remove });
   return finish(ctx);

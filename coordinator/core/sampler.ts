@@ -127,7 +127,11 @@ export function nextCommitPoint(committedStep: number, plan: StepPlan): number {
  * proportion to `shares` by the largest-remainder method (ties to the lower rank). Slices are in rank
  * order, disjoint, and cover [cursor, cursor+count) exactly. Deterministic (IEEE arithmetic only).
  */
-export function assignStep(cursor: number, count: number, shares: readonly number[]): { start: number; count: number }[] {
+export function assignStep(
+  cursor: number,
+  count: number,
+  shares: readonly number[],
+): { start: number; count: number }[] {
   const world = shares.length;
   if (world === 0) throw new RangeError('assignStep: empty world');
   let total = 0;
@@ -154,7 +158,13 @@ export function assignStep(cursor: number, count: number, shares: readonly numbe
 }
 
 /** The dataset indices `rank` computes in the step starting at `cursor` of `order`. A view, not a copy. */
-export function indicesForRank(order: Uint32Array, cursor: number, globalBatch: number, shares: readonly number[], rank: number): Uint32Array {
+export function indicesForRank(
+  order: Uint32Array,
+  cursor: number,
+  globalBatch: number,
+  shares: readonly number[],
+  rank: number,
+): Uint32Array {
   const count = stepSize(cursor, order.length, globalBatch);
   const slice = assignStep(cursor, count, shares)[rank];
   if (!slice) throw new RangeError(`indicesForRank: rank ${rank} outside a world of ${shares.length}`);
@@ -254,11 +264,18 @@ export function commitStep(record: SamplerRecord, order: Uint32Array, count: num
   for (let p = record.cursor; p < end; p++) {
     const index = order[p];
     const mask = 1 << (index & 7);
-    if (bits[index >> 3] & mask) throw new Error(`commitStep: index ${index} already processed in epoch ${record.epoch}`);
+    if (bits[index >> 3] & mask)
+      throw new Error(`commitStep: index ${index} already processed in epoch ${record.epoch}`);
     bits[index >> 3] |= mask;
   }
   if (end === record.n) return emptyRecordForEpoch(record.epoch + 1, record.n);
-  return { epoch: record.epoch, cursor: end, n: record.n, processed: bytesToBase64(bits), processedCount: record.processedCount + count };
+  return {
+    epoch: record.epoch,
+    cursor: end,
+    n: record.n,
+    processed: bytesToBase64(bits),
+    processedCount: record.processedCount + count,
+  };
 }
 
 function emptyRecordForEpoch(epoch: number, n: number): SamplerRecord {
@@ -267,7 +284,8 @@ function emptyRecordForEpoch(epoch: number, n: number): SamplerRecord {
 
 /** The record as it was at (epoch, cursor): a rollback to a checkpoint. `order` is that epoch's order. */
 export function rollbackTo(epoch: number, cursor: number, order: Uint32Array): SamplerRecord {
-  if (cursor < 0 || cursor > order.length) throw new RangeError(`rollbackTo: cursor ${cursor} outside 0..${order.length}`);
+  if (cursor < 0 || cursor > order.length)
+    throw new RangeError(`rollbackTo: cursor ${cursor} outside 0..${order.length}`);
   return recordAt(epoch, cursor, order);
 }
 

@@ -105,12 +105,18 @@ export function encodeSnapshot(snapshot: TrainingSnapshot): ArrayBuffer {
     fail(`params has ${snapshot.params.length} floats, the ${snapshot.spec.name} layout has ${layout.totalElements}`);
   }
   if (snapshot.moments.length !== names.length) {
-    fail(`${snapshot.optimizer.kind} needs ${names.length} moment buffers (${names.join(', ')}), got ${snapshot.moments.length}`);
+    fail(
+      `${snapshot.optimizer.kind} needs ${names.length} moment buffers (${names.join(', ')}), got ${snapshot.moments.length}`,
+    );
   }
   snapshot.moments.forEach((m, i) => {
-    if (m.length !== layout.totalElements) fail(`moment ${names[i]} has ${m.length} floats, expected ${layout.totalElements}`);
+    if (m.length !== layout.totalElements)
+      fail(`moment ${names[i]} has ${m.length} floats, expected ${layout.totalElements}`);
   });
-  const arrays: [SectionName, Float32Array][] = [['params', snapshot.params], ...names.map((n, i): [SectionName, Float32Array] => [n, snapshot.moments[i]])];
+  const arrays: [SectionName, Float32Array][] = [
+    ['params', snapshot.params],
+    ...names.map((n, i): [SectionName, Float32Array] => [n, snapshot.moments[i]]),
+  ];
   const sectionHashes = arrays.map(([, data]) => hashBytes(data));
 
   // Section offsets depend on the header's length, which depends on the offsets' digits: iterate
@@ -135,7 +141,8 @@ export function encodeSnapshot(snapshot: TrainingSnapshot): ArrayBuffer {
       paramsHash: sectionHashes[0],
     };
     const parsed = snapshotHeaderSchema.safeParse(header);
-    if (!parsed.success) fail(`invalid header: ${parsed.error.issues.map((i) => `${i.path.join('.')}: ${i.message}`).join('; ')}`);
+    if (!parsed.success)
+      fail(`invalid header: ${parsed.error.issues.map((i) => `${i.path.join('.')}: ${i.message}`).join('; ')}`);
     const json = new TextEncoder().encode(JSON.stringify(header));
     const padded = Math.ceil(json.length / 4) * 4;
     headerBytes = new Uint8Array(padded).fill(0x20);
@@ -167,13 +174,18 @@ export function encodeSnapshot(snapshot: TrainingSnapshot): ArrayBuffer {
  */
 export function decodeSnapshot(input: ArrayBuffer | Uint8Array): DecodedSnapshot {
   // A plain Uint8Array view even for subclasses (Node's Buffer#slice returns a view, not a copy).
-  const bytes = input instanceof Uint8Array ? new Uint8Array(input.buffer, input.byteOffset, input.byteLength) : new Uint8Array(input);
+  const bytes =
+    input instanceof Uint8Array
+      ? new Uint8Array(input.buffer, input.byteOffset, input.byteLength)
+      : new Uint8Array(input);
   if (bytes.length < PREFIX_BYTES) fail(`truncated: ${bytes.length} bytes, the prefix alone is ${PREFIX_BYTES}`);
   const magic = String.fromCharCode(bytes[0], bytes[1], bytes[2], bytes[3]);
-  if (magic !== SNAPSHOT_MAGIC) fail(`bad magic ${JSON.stringify(magic)}: not a tabswarm snapshot (expected "${SNAPSHOT_MAGIC}")`);
+  if (magic !== SNAPSHOT_MAGIC)
+    fail(`bad magic ${JSON.stringify(magic)}: not a tabswarm snapshot (expected "${SNAPSHOT_MAGIC}")`);
   const prefix = new DataView(bytes.buffer, bytes.byteOffset, PREFIX_BYTES);
   const version = prefix.getUint32(4, true);
-  if (version !== SNAPSHOT_VERSION) fail(`unsupported version ${version} (this build reads version ${SNAPSHOT_VERSION})`);
+  if (version !== SNAPSHOT_VERSION)
+    fail(`unsupported version ${version} (this build reads version ${SNAPSHOT_VERSION})`);
   const headerLength = prefix.getUint32(8, true);
   if (headerLength % 4 !== 0) fail(`corrupt prefix: header length ${headerLength} is not a multiple of 4`);
   if (PREFIX_BYTES + headerLength > bytes.length) {
@@ -190,34 +202,47 @@ export function decodeSnapshot(input: ArrayBuffer | Uint8Array): DecodedSnapshot
     fail(`header is not valid JSON: ${(e as Error).message}`);
   }
   const parsedHeader = snapshotHeaderSchema.safeParse(json);
-  if (!parsedHeader.success) fail(`invalid header: ${parsedHeader.error.issues.map((i) => `${i.path.join('.')}: ${i.message}`).join('; ')}`);
+  if (!parsedHeader.success)
+    fail(`invalid header: ${parsedHeader.error.issues.map((i) => `${i.path.join('.')}: ${i.message}`).join('; ')}`);
   const header = parsedHeader.data;
 
   const parsedSpec = modelSpecSchema.safeParse(header.model.spec);
-  if (!parsedSpec.success) fail(`invalid model spec: ${parsedSpec.error.issues.map((i) => `${i.path.join('.')}: ${i.message}`).join('; ')}`);
+  if (!parsedSpec.success)
+    fail(`invalid model spec: ${parsedSpec.error.issues.map((i) => `${i.path.join('.')}: ${i.message}`).join('; ')}`);
   const spec = parsedSpec.data;
-  if (spec.name !== header.model.name) fail(`model name "${header.model.name}" differs from its spec's name "${spec.name}"`);
+  if (spec.name !== header.model.name)
+    fail(`model name "${header.model.name}" differs from its spec's name "${spec.name}"`);
   const layout = parameterLayout(spec);
   const layoutMatches =
     header.totalElements === layout.totalElements &&
     header.layout.length === layout.entries.length &&
     layout.entries.every((e, i) => {
       const h = header.layout[i];
-      return h.name === e.name && h.offset === e.offset && h.shape.length === e.shape.length && h.shape.every((d, j) => d === e.shape[j]);
+      return (
+        h.name === e.name &&
+        h.offset === e.offset &&
+        h.shape.length === e.shape.length &&
+        h.shape.every((d, j) => d === e.shape[j])
+      );
     });
   if (!layoutMatches) fail(`layout in the header does not match the layout of model "${spec.name}"`);
 
   const expectedNames: SectionName[] = ['params', ...OPTIMIZER_MOMENTS[header.optimizer.kind]];
   const names = header.sections.map((s) => s.name);
   if (names.join(',') !== expectedNames.join(',')) {
-    fail(`sections [${names.join(', ')}] do not match optimizer ${header.optimizer.kind} (expected [${expectedNames.join(', ')}])`);
+    fail(
+      `sections [${names.join(', ')}] do not match optimizer ${header.optimizer.kind} (expected [${expectedNames.join(', ')}])`,
+    );
   }
   let offset = PREFIX_BYTES + headerLength;
   const arrays = header.sections.map((s) => {
     if (s.byteOffset !== offset) fail(`section ${s.name} starts at byte ${s.byteOffset}, expected ${offset}`);
-    if (s.byteLength !== layout.totalElements * 4) fail(`section ${s.name} is ${s.byteLength} bytes, expected ${layout.totalElements * 4}`);
+    if (s.byteLength !== layout.totalElements * 4)
+      fail(`section ${s.name} is ${s.byteLength} bytes, expected ${layout.totalElements * 4}`);
     if (s.byteOffset + s.byteLength > bytes.length) {
-      fail(`truncated: section ${s.name} ends at byte ${s.byteOffset + s.byteLength}, the snapshot has ${bytes.length}`);
+      fail(
+        `truncated: section ${s.name} ends at byte ${s.byteOffset + s.byteLength}, the snapshot has ${bytes.length}`,
+      );
     }
     offset += s.byteLength;
     const start = bytes.byteOffset + s.byteOffset;

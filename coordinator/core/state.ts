@@ -213,7 +213,10 @@ export interface CommitRecord {
 export const METRICS = {
   tabswarm_joins_total: { type: 'counter', help: 'Workers welcomed (hello accepted).' },
   tabswarm_leaves_total: { type: 'counter', help: 'Workers gone: goodbye, disconnect, timeout or kick.' },
-  tabswarm_failures_total: { type: 'counter', help: 'Failures noticed (socket closed, heartbeat late, collective failed, divergence).' },
+  tabswarm_failures_total: {
+    type: 'counter',
+    help: 'Failures noticed (socket closed, heartbeat late, collective failed, divergence).',
+  },
   tabswarm_restarts_total: { type: 'counter', help: 'Rounds closed by a failure (counted against maxRestarts).' },
   tabswarm_rounds_total: { type: 'counter', help: 'Rounds opened.' },
   tabswarm_commits_total: { type: 'counter', help: 'Commits recorded.' },

@@ -111,7 +111,8 @@ export function defaultMaxTabs(workers: number): number {
 
 export function chaosSchedule(opts: ChaosOptions): ChaosEvent[] {
   const { seed, duration, workers } = opts;
-  if (!Number.isInteger(workers) || workers < 1) throw new RangeError(`chaosSchedule: workers must be a positive integer, got ${workers}`);
+  if (!Number.isInteger(workers) || workers < 1)
+    throw new RangeError(`chaosSchedule: workers must be a positive integer, got ${workers}`);
   if (!(duration > 0)) throw new RangeError(`chaosSchedule: duration must be positive, got ${duration}`);
   const hangFor = opts.hangFor ?? DEFAULT_HANG_FOR_S;
   const maxTabs = Math.max(opts.maxTabs ?? defaultMaxTabs(workers), workers);
@@ -135,7 +136,8 @@ export function chaosSchedule(opts: ChaosOptions): ChaosEvent[] {
   let opened = workers;
   const out: ChaosEvent[] = [];
 
-  if (opts.throttleKbps && opts.throttleKbps > 0) out.push({ at: 0, kind: 'throttle', tab: choose(live), kbps: opts.throttleKbps });
+  if (opts.throttleKbps && opts.throttleKbps > 0)
+    out.push({ at: 0, kind: 'throttle', tab: choose(live), kbps: opts.throttleKbps });
 
   const openTab = (at: number, keepAlive: boolean): string | null => {
     if (live.length + hung.size >= maxTabs) return null;
@@ -146,7 +148,9 @@ export function chaosSchedule(opts: ChaosOptions): ChaosEvent[] {
     return tab;
   };
   const resumeDue = (until: number) => {
-    const due = [...hung].filter(([, at]) => at <= until).sort((a, b) => a[1] - b[1] || a[0].localeCompare(b[0], 'en', { numeric: true }));
+    const due = [...hung]
+      .filter(([, at]) => at <= until)
+      .sort((a, b) => a[1] - b[1] || a[0].localeCompare(b[0], 'en', { numeric: true }));
     for (const [tab, at] of due) {
       hung.delete(tab);
       live.push(tab);
@@ -189,7 +193,8 @@ export function liveCountsAfter(schedule: readonly ChaosEvent[], workers: number
   return schedule.map((e) => {
     switch (e.kind) {
       case 'join':
-        if (live.has(e.tab) || hung.has(e.tab) || gone.has(e.tab)) throw new Error(`join of an existing tab ${e.tab} at ${e.at}`);
+        if (live.has(e.tab) || hung.has(e.tab) || gone.has(e.tab))
+          throw new Error(`join of an existing tab ${e.tab} at ${e.at}`);
         live.add(e.tab);
         break;
       case 'close':

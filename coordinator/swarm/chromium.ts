@@ -48,5 +48,12 @@ export async function launchSwarmChromium(): Promise<Browser> {
   }
   // Signals are ours: Ctrl-C must close the tabs (goodbyes, the report) before the browser goes.
   // Playwright still kills the browser if this process exits without closing it.
-  return chromium.launch({ executablePath, headless: true, args: [...SWARM_CHROMIUM_ARGS], handleSIGINT: false, handleSIGTERM: false, handleSIGHUP: false });
+  return chromium.launch({
+    executablePath,
+    headless: true,
+    args: [...SWARM_CHROMIUM_ARGS],
+    handleSIGINT: false,
+    handleSIGTERM: false,
+    handleSIGHUP: false,
+  });
 }

@@ -24,7 +24,10 @@ function causeOf(error: unknown, timeoutMs: number): string {
 }
 
 export async function getJson<T>(baseUrl: string, path: string, timeoutMs: number): Promise<T> {
-  const res = await fetch(`${baseUrl}${path}`, { signal: AbortSignal.timeout(timeoutMs), headers: { accept: 'application/json' } });
+  const res = await fetch(`${baseUrl}${path}`, {
+    signal: AbortSignal.timeout(timeoutMs),
+    headers: { accept: 'application/json' },
+  });
   const text = await res.text();
   if (!res.ok) throw new Error(`GET ${path}: HTTP ${res.status} ${text.slice(0, 200)}`);
   return JSON.parse(text) as T;
@@ -34,7 +37,10 @@ export async function getJson<T>(baseUrl: string, path: string, timeoutMs: numbe
 export async function probeCoordinator(baseUrl: string, timeoutMs = 3000): Promise<CoordinatorJob> {
   let res: Response;
   try {
-    res = await fetch(`${baseUrl}/api/job`, { signal: AbortSignal.timeout(timeoutMs), headers: { accept: 'application/json' } });
+    res = await fetch(`${baseUrl}/api/job`, {
+      signal: AbortSignal.timeout(timeoutMs),
+      headers: { accept: 'application/json' },
+    });
   } catch (error) {
     throw new CoordinatorUnreachableError(
       `no coordinator at ${baseUrl} (${causeOf(error, timeoutMs)}): start one with \`tabswarm coordinator\` (or npm start) or fix --url`,
@@ -55,5 +61,7 @@ export async function probeCoordinator(baseUrl: string, timeoutMs = 3000): Promi
   return body as CoordinatorJob;
 }
 
-export const fetchStatus = (baseUrl: string, timeoutMs = 3000) => getJson<StatusReport>(baseUrl, '/api/status', timeoutMs);
-export const fetchAudit = (baseUrl: string, timeoutMs = 15_000) => getJson<AuditReport>(baseUrl, '/api/audit', timeoutMs);
+export const fetchStatus = (baseUrl: string, timeoutMs = 3000) =>
+  getJson<StatusReport>(baseUrl, '/api/status', timeoutMs);
+export const fetchAudit = (baseUrl: string, timeoutMs = 15_000) =>
+  getJson<AuditReport>(baseUrl, '/api/audit', timeoutMs);

@@ -44,7 +44,8 @@ export async function startLocalWorkers(opts: LocalWorkersOptions): Promise<Loca
     clock: () => performance.now() - t0,
     maxProblems: 0,
     onProblem: (p) => {
-      if (problemLines++ < MAX_PROBLEM_LINES) log(`local worker ${p.tab} ${p.kind}: ${p.text.split('\n')[0].slice(0, 300)}`);
+      if (problemLines++ < MAX_PROBLEM_LINES)
+        log(`local worker ${p.tab} ${p.kind}: ${p.text.split('\n')[0].slice(0, 300)}`);
       else problemsHidden += 1;
     },
   });

@@ -25,7 +25,6 @@ import {
 } from './swarm-report';
 import { TabPool, type SwarmTab, type TabProblem } from './swarm-tabs';
 
-
 export interface SwarmIo {
   /** The live progress line, on every status poll (the CLI decides how often to show it). */
   progress?(line: string): void;
@@ -42,7 +41,14 @@ const COORDINATOR_SILENCE_MS = 15_000;
 const KEEP_ALIVE_WAIT_MS = 90_000;
 
 function sample(s: StatusReport): StatusSample {
-  return { round: s.round, step: s.step, state: s.state, worldSize: s.world.length, waiting: s.waiting.length, restarts: s.restarts };
+  return {
+    round: s.round,
+    step: s.step,
+    state: s.state,
+    worldSize: s.world.length,
+    waiting: s.waiting.length,
+    restarts: s.restarts,
+  };
 }
 
 /** Resolves after `ms`, or at once when `signal` aborts. */
@@ -93,7 +99,8 @@ export async function runSwarm(options: SwarmOptions, io: SwarmIo = {}, interrup
   const pool = new TabPool(browser, options.tabUrl, {
     clock,
     onProblem: (p: TabProblem) => {
-      if (p.kind !== 'console' || problemsLogged++ < 20) log(`${p.tab} ${p.kind}: ${p.text.split('\n')[0].slice(0, 200)}`);
+      if (p.kind !== 'console' || problemsLogged++ < 20)
+        log(`${p.tab} ${p.kind}: ${p.text.split('\n')[0].slice(0, 200)}`);
     },
   });
   let problemsLogged = 0;
@@ -198,14 +205,22 @@ export async function runSwarm(options: SwarmOptions, io: SwarmIo = {}, interrup
     // Warm-up: the schedule's clock starts at the first commit, so faults hit a training world.
     const warmupDeadline = clock() + options.warmup * 1000;
     while (!stopRun.signal.aborted && latest.step <= initial.step && latest.state !== 'done') {
-      const broken = pool.tabs.filter((t) => t.fate === 'failed' || t.reading?.state === 'error' || t.reading?.state === 'unsupported');
+      const broken = pool.tabs.filter(
+        (t) => t.fate === 'failed' || t.reading?.state === 'error' || t.reading?.state === 'unsupported',
+      );
       if (broken.length === pool.tabs.length) {
-        const why = broken.map((t) => `${t.name}: ${t.reading?.error ?? pool.problems.find((p) => p.tab === t.name)?.text ?? t.fate}`);
+        const why = broken.map(
+          (t) => `${t.name}: ${t.reading?.error ?? pool.problems.find((p) => p.tab === t.name)?.text ?? t.fate}`,
+        );
         throw new SwarmError(`every tab failed before training: ${why.join('; ')}`);
       }
       if (clock() > warmupDeadline) {
-        const states = pool.tabs.map((t) => `${t.name} ${t.reading?.state ?? t.fate}${t.reading?.error ? ` (${t.reading.error})` : ''}`);
-        throw new SwarmError(`no progress: no step committed within the ${options.warmup} s warm-up (coordinator ${latest.state}, tabs: ${states.join(', ')})`);
+        const states = pool.tabs.map(
+          (t) => `${t.name} ${t.reading?.state ?? t.fate}${t.reading?.error ? ` (${t.reading.error})` : ''}`,
+        );
+        throw new SwarmError(
+          `no progress: no step committed within the ${options.warmup} s warm-up (coordinator ${latest.state}, tabs: ${states.join(', ')})`,
+        );
       }
       await pause(POLL_MS, stopRun.signal);
     }
@@ -213,7 +228,9 @@ export async function runSwarm(options: SwarmOptions, io: SwarmIo = {}, interrup
     timeline.observe(chaosStartMs, latest.step, latest.world.length);
     warmupS = chaosStartMs / 1000;
     atChaosStart = latest.step;
-    log(`training (step ${latest.step}): chaos starts, ${schedule.length} event(s) over ${options.duration} s, seed ${options.seed}`);
+    log(
+      `training (step ${latest.step}): chaos starts, ${schedule.length} event(s) over ${options.duration} s, seed ${options.seed}`,
+    );
 
     const chaosClock = () => (clock() - chaosStartMs!) / 1000;
     for (const event of schedule) {
@@ -226,7 +243,11 @@ export async function runSwarm(options: SwarmOptions, io: SwarmIo = {}, interrup
 
     async function fire(event: ChaosEvent): Promise<FiredEvent> {
       const result = (outcome: FiredEvent['outcome'], note?: string): FiredEvent => {
-        const out: FiredEvent = { ...event, firedAtS: outcome === 'skipped' ? null : Math.round(chaosClock() * 1000) / 1000, outcome };
+        const out: FiredEvent = {
+          ...event,
+          firedAtS: outcome === 'skipped' ? null : Math.round(chaosClock() * 1000) / 1000,
+          outcome,
+        };
         if (note) out.note = note;
         log(`${event.kind} ${event.tab}: ${outcome}${note ? ` (${note})` : ''}`);
         return out;
@@ -268,8 +289,10 @@ export async function runSwarm(options: SwarmOptions, io: SwarmIo = {}, interrup
         const lastRank = () => latest.world.length === 1 && latest.world[0].id === targetId() && tab.live;
         if (lastRank()) {
           const waitStarted = clock();
-          while (lastRank() && clock() - waitStarted < KEEP_ALIVE_WAIT_MS && !stopRun.signal.aborted) await pause(POLL_MS, stopRun.signal);
-          if (!lastRank()) notes.push(`waited ${((clock() - waitStarted) / 1000).toFixed(1)} s for another tab to be admitted`);
+          while (lastRank() && clock() - waitStarted < KEEP_ALIVE_WAIT_MS && !stopRun.signal.aborted)
+            await pause(POLL_MS, stopRun.signal);
+          if (!lastRank())
+            notes.push(`waited ${((clock() - waitStarted) / 1000).toFixed(1)} s for another tab to be admitted`);
           else notes.push('fired on the last rank: no other tab was admitted in time');
         }
         await pool.readAll();
@@ -279,7 +302,14 @@ export async function runSwarm(options: SwarmOptions, io: SwarmIo = {}, interrup
         const member = !!tab.reading?.workerId && members.has(tab.reading.workerId);
         const localSteps = memberTabs.map((t) => t.reading!.localStep);
         // Registered before the fault is applied: the monitor may see the recovery before the call returns.
-        const recovery = tracker.fault({ tab: tab.name, kind: event.kind, atMs: clock() - chaosStartMs!, member, status: sample(status), localSteps });
+        const recovery = tracker.fault({
+          tab: tab.name,
+          kind: event.kind,
+          atMs: clock() - chaosStartMs!,
+          member,
+          status: sample(status),
+          localSteps,
+        });
         try {
           if (event.kind === 'close') await pool.close(tab);
           else if (event.kind === 'crash') await pool.crash(tab);
@@ -296,7 +326,8 @@ export async function runSwarm(options: SwarmOptions, io: SwarmIo = {}, interrup
     }
 
     // The end: one last look at everything before the tabs go (closing them changes the run).
-    for (const event of schedule.slice(fired.length)) fired.push({ ...event, firedAtS: null, outcome: 'skipped', note: 'after the end of the run' });
+    for (const event of schedule.slice(fired.length))
+      fired.push({ ...event, firedAtS: null, outcome: 'skipped', note: 'after the end of the run' });
     try {
       final = await fetchStatus(baseUrl, 5000);
       tracker.observe(sample(final), clock() - chaosStartMs);

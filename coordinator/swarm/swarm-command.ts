@@ -64,7 +64,10 @@ export async function swarmMain(raw: RawSwarmOptions): Promise<number> {
   process.on('SIGHUP', onSigint);
   try {
     const options = parseSwarmOptions(raw);
-    if (options.seedDrawn) process.stderr.write(`tabswarm swarm: seed ${options.seed} (pass --seed ${options.seed} to replay this schedule)\n`);
+    if (options.seedDrawn)
+      process.stderr.write(
+        `tabswarm swarm: seed ${options.seed} (pass --seed ${options.seed} to replay this schedule)\n`,
+      );
     // Loaded on use: playwright-core takes seconds to import, and `tabswarm coordinator` never needs it.
     const { runSwarm } = await import('./run-swarm');
     report = await runSwarm(
@@ -89,7 +92,11 @@ export async function swarmMain(raw: RawSwarmOptions): Promise<number> {
     return report.ok ? 0 : 1;
   } catch (error) {
     progress.end();
-    const known = error instanceof SwarmOptionsError || error instanceof CoordinatorUnreachableError || error instanceof NoChromiumError || error instanceof SwarmError;
+    const known =
+      error instanceof SwarmOptionsError ||
+      error instanceof CoordinatorUnreachableError ||
+      error instanceof NoChromiumError ||
+      error instanceof SwarmError;
     const message = known ? (error as Error).message : `unexpected error: ${(error as Error).stack ?? error}`;
     await writeOut(process.stderr, `tabswarm swarm: ${message}\n`);
     return 1;
@@ -103,7 +110,9 @@ export async function swarmMain(raw: RawSwarmOptions): Promise<number> {
 export function registerSwarmCommand(program: Command): Command {
   return program
     .command('swarm')
-    .description('Load-test a coordinator with headless Chromium tabs and a seeded chaos schedule (close, crash, hang, join, throttle).')
+    .description(
+      'Load-test a coordinator with headless Chromium tabs and a seeded chaos schedule (close, crash, hang, join, throttle).',
+    )
     .option('--url <url>', 'the coordinator, e.g. http://127.0.0.1:8080 (a query string is passed on to the tabs)')
     .option('--workers <n>', 'tabs open at the start', '2')
     .option('--duration <s>', 'seconds of chaos, counted from the first committed step', '60')

@@ -50,7 +50,13 @@ export class SwarmOptionsError extends Error {}
 const MAX_WORKERS = 64;
 const MAX_SECONDS = 7 * 24 * 3600;
 
-function numberOf(flag: string, raw: string | number | undefined, fallback: number, check: (n: number) => boolean, what: string): number {
+function numberOf(
+  flag: string,
+  raw: string | number | undefined,
+  fallback: number,
+  check: (n: number) => boolean,
+  what: string,
+): number {
   if (raw === undefined || raw === '') return fallback;
   const n = typeof raw === 'number' ? raw : Number(raw.trim());
   if (!Number.isFinite(n) || !check(n)) throw new SwarmOptionsError(`--${flag} ${raw}: expected ${what}`);
@@ -58,18 +64,26 @@ function numberOf(flag: string, raw: string | number | undefined, fallback: numb
 }
 
 const seconds = (flag: string, raw: string | number | undefined, fallback: number, allowZero: boolean) =>
-  numberOf(flag, raw, fallback, (n) => (allowZero ? n >= 0 : n > 0) && n <= MAX_SECONDS, allowZero ? 'seconds >= 0 (0: never)' : 'a positive number of seconds');
+  numberOf(
+    flag,
+    raw,
+    fallback,
+    (n) => (allowZero ? n >= 0 : n > 0) && n <= MAX_SECONDS,
+    allowZero ? 'seconds >= 0 (0: never)' : 'a positive number of seconds',
+  );
 
 /** Parses the URL: http(s) only; query kept for the tabs; the API base drops query and hash. */
 export function parseSwarmUrl(raw: string | undefined): { baseUrl: string; tabUrl: string } {
-  if (!raw) throw new SwarmOptionsError('--url is required: the coordinator to load-test, e.g. --url http://127.0.0.1:8080');
+  if (!raw)
+    throw new SwarmOptionsError('--url is required: the coordinator to load-test, e.g. --url http://127.0.0.1:8080');
   let url: URL;
   try {
     url = new URL(raw);
   } catch {
     throw new SwarmOptionsError(`--url ${raw}: not a URL (expected e.g. http://127.0.0.1:8080)`);
   }
-  if (url.protocol !== 'http:' && url.protocol !== 'https:') throw new SwarmOptionsError(`--url ${raw}: expected an http:// or https:// URL`);
+  if (url.protocol !== 'http:' && url.protocol !== 'https:')
+    throw new SwarmOptionsError(`--url ${raw}: expected an http:// or https:// URL`);
   const path = url.pathname.replace(/\/+$/, '');
   const baseUrl = `${url.origin}${path}`;
   const query = new URLSearchParams(url.search);
@@ -77,12 +91,35 @@ export function parseSwarmUrl(raw: string | undefined): { baseUrl: string; tabUr
   return { baseUrl, tabUrl: `${baseUrl}/?${query}` };
 }
 
-export function parseSwarmOptions(raw: RawSwarmOptions, randomSeed: () => number = () => Math.floor(Math.random() * 0x100000000)): SwarmOptions {
+export function parseSwarmOptions(
+  raw: RawSwarmOptions,
+  randomSeed: () => number = () => Math.floor(Math.random() * 0x100000000),
+): SwarmOptions {
   const { baseUrl, tabUrl } = parseSwarmUrl(raw.url);
-  const workers = numberOf('workers', raw.workers, 2, (n) => Number.isInteger(n) && n >= 1 && n <= MAX_WORKERS, `an integer in 1..${MAX_WORKERS}`);
+  const workers = numberOf(
+    'workers',
+    raw.workers,
+    2,
+    (n) => Number.isInteger(n) && n >= 1 && n <= MAX_WORKERS,
+    `an integer in 1..${MAX_WORKERS}`,
+  );
   const seedDrawn = raw.seed === undefined || raw.seed === '';
-  const seed = seedDrawn ? randomSeed() >>> 0 : numberOf('seed', raw.seed, 0, (n) => Number.isInteger(n) && n >= 0 && n <= 0xffffffff, 'an integer in 0..4294967295');
-  const maxTabs = numberOf('max-tabs', raw.maxTabs, defaultMaxTabs(workers), (n) => Number.isInteger(n) && n >= workers && n <= MAX_WORKERS * 2, `an integer in ${workers}..${MAX_WORKERS * 2} (at least --workers)`);
+  const seed = seedDrawn
+    ? randomSeed() >>> 0
+    : numberOf(
+        'seed',
+        raw.seed,
+        0,
+        (n) => Number.isInteger(n) && n >= 0 && n <= 0xffffffff,
+        'an integer in 0..4294967295',
+      );
+  const maxTabs = numberOf(
+    'max-tabs',
+    raw.maxTabs,
+    defaultMaxTabs(workers),
+    (n) => Number.isInteger(n) && n >= workers && n <= MAX_WORKERS * 2,
+    `an integer in ${workers}..${MAX_WORKERS * 2} (at least --workers)`,
+  );
   const options: SwarmOptions = {
     baseUrl,
     tabUrl,
@@ -95,7 +132,13 @@ export function parseSwarmOptions(raw: RawSwarmOptions, randomSeed: () => number
     hangEvery: seconds('hang-every', raw.hangEvery, 0, true),
     joinEvery: seconds('join-every', raw.joinEvery, 0, true),
     hangFor: seconds('hang-for', raw.hangFor, DEFAULT_HANG_FOR_S, false),
-    throttleKbps: numberOf('throttle', raw.throttle, 0, (n) => n >= 0 && n <= 10_000_000, 'kbit/s >= 0 (0: no throttling)'),
+    throttleKbps: numberOf(
+      'throttle',
+      raw.throttle,
+      0,
+      (n) => n >= 0 && n <= 10_000_000,
+      'kbit/s >= 0 (0: no throttling)',
+    ),
     maxTabs,
     warmup: seconds('warmup', raw.warmup, 180, false),
     json: !!raw.json,
@@ -103,7 +146,9 @@ export function parseSwarmOptions(raw: RawSwarmOptions, randomSeed: () => number
   for (const flag of ['closeEvery', 'crashEvery', 'hangEvery', 'joinEvery'] as const) {
     // A period below a second would fault faster than any tab can rejoin: almost surely a typo (ms for s).
     if (options[flag] > 0 && options[flag] < 1) {
-      throw new SwarmOptionsError(`--${flag.replace(/[A-Z]/g, (c) => `-${c.toLowerCase()}`)} ${options[flag]}: periods are in seconds (>= 1)`);
+      throw new SwarmOptionsError(
+        `--${flag.replace(/[A-Z]/g, (c) => `-${c.toLowerCase()}`)} ${options[flag]}: periods are in seconds (>= 1)`,
+      );
     }
   }
   return options;

@@ -82,7 +82,14 @@ export class RecoveryTracker {
   readonly recoveries: Recovery[] = [];
   private open: OpenRecovery[] = [];
 
-  fault(input: { tab: string; kind: ChaosKind; atMs: number; member: boolean; status: StatusSample; localSteps: number[] }): Recovery {
+  fault(input: {
+    tab: string;
+    kind: ChaosKind;
+    atMs: number;
+    member: boolean;
+    status: StatusSample;
+    localSteps: number[];
+  }): Recovery {
     const stepBefore = input.status.step;
     const localMax = Math.max(stepBefore, ...input.localSteps);
     const training = input.status.state === 'training';
@@ -100,7 +107,15 @@ export class RecoveryTracker {
       recovered: !input.member,
     };
     this.recoveries.push(recovery);
-    if (input.member) this.open.push({ recovery, atMs: input.atMs, roundBefore: input.status.round, localMax, training, oldRoundStep: stepBefore });
+    if (input.member)
+      this.open.push({
+        recovery,
+        atMs: input.atMs,
+        roundBefore: input.status.round,
+        localMax,
+        training,
+        oldRoundStep: stepBefore,
+      });
     return recovery;
   }
 
@@ -210,7 +225,13 @@ export function summarizeAudit(audit: AuditReport): AuditSummary {
     lastCommitStep: audit.lastCommitStep,
     commitRows: audit.commitRows,
     rolledBackRows: audit.rolledBackRows,
-    epochs: audit.epochs.map((e) => ({ epoch: e.epoch, committed: e.committed, duplicates: e.duplicateCount, missing: e.neverCommittedCount, finished: e.finished })),
+    epochs: audit.epochs.map((e) => ({
+      epoch: e.epoch,
+      committed: e.committed,
+      duplicates: e.duplicateCount,
+      missing: e.neverCommittedCount,
+      finished: e.finished,
+    })),
   };
 }
 
@@ -228,7 +249,14 @@ export interface SwarmReport {
   job: { runId: string; model: string; globalBatch: number; datasetSize: number; epochs: number; totalSteps: number };
   schedule: ChaosEvent[];
   events: FiredEvent[];
-  steps: { atStart: number; atChaosStart: number; atEnd: number; committedDuringChaos: number; total: number; jobState: string };
+  steps: {
+    atStart: number;
+    atChaosStart: number;
+    atEnd: number;
+    committedDuringChaos: number;
+    total: number;
+    jobState: string;
+  };
   throughput: ThroughputSample[];
   /** Committed samples per second over the chaos window. */
   meanSamplesPerSec: number | null;
@@ -236,7 +264,14 @@ export interface SwarmReport {
   joins: { tab: string; atS: number; admittedAfterMs: number | null }[];
   restarts: { atStart: number; atEnd: number };
   audit: AuditSummary | { error: string };
-  tabs: { name: string; openedAtS: number; fate: string; state: string | null; committedStep: number; error: string | null }[];
+  tabs: {
+    name: string;
+    openedAtS: number;
+    fate: string;
+    state: string | null;
+    committedStep: number;
+    error: string | null;
+  }[];
   problems: { errors: TabProblem[]; crashes: TabProblem[]; unexpectedCrashes: number; dropped: number };
 }
 
@@ -256,18 +291,26 @@ export function swarmVerdict(input: VerdictInput): { ok: boolean; failures: stri
   if ('error' in audit) failures.push(`the audit could not be read: ${audit.error}`);
   else {
     for (const e of audit.epochs) {
-      if (e.duplicates > 0) failures.push(`audit: ${e.duplicates} dataset indices committed more than once in epoch ${e.epoch}`);
-      if ((e.missing ?? 0) > 0) failures.push(`audit: ${e.missing} dataset indices never committed in finished epoch ${e.epoch}`);
+      if (e.duplicates > 0)
+        failures.push(`audit: ${e.duplicates} dataset indices committed more than once in epoch ${e.epoch}`);
+      if ((e.missing ?? 0) > 0)
+        failures.push(`audit: ${e.missing} dataset indices never committed in finished epoch ${e.epoch}`);
     }
-    if (audit.discontinuities > 0) failures.push(`audit: ${audit.discontinuities} commit ranges do not follow on from the previous one`);
+    if (audit.discontinuities > 0)
+      failures.push(`audit: ${audit.discontinuities} commit ranges do not follow on from the previous one`);
     if (!audit.recordAgrees) failures.push('audit: the sampler record disagrees with the commit rows');
-    if (audit.lastRowStep !== audit.lastCommitStep) failures.push(`audit: last commit row is step ${audit.lastRowStep} but the durable state says ${audit.lastCommitStep}`);
+    if (audit.lastRowStep !== audit.lastCommitStep)
+      failures.push(
+        `audit: last commit row is step ${audit.lastRowStep} but the durable state says ${audit.lastCommitStep}`,
+      );
     if (!audit.ok && failures.length === 0) failures.push('audit: not ok');
   }
   if (steps.jobState === 'failed') failures.push('the job failed (more restarts than maxRestarts)');
   const done = steps.jobState === 'done';
-  if (steps.atEnd <= steps.atStart && !done) failures.push(`no progress: no step committed during the run (still at step ${steps.atEnd})`);
-  else if (steps.committedDuringChaos <= 0 && !done) failures.push(`no progress under chaos: stuck at step ${steps.atEnd} for the whole chaos window`);
+  if (steps.atEnd <= steps.atStart && !done)
+    failures.push(`no progress: no step committed during the run (still at step ${steps.atEnd})`);
+  else if (steps.committedDuringChaos <= 0 && !done)
+    failures.push(`no progress under chaos: stuck at step ${steps.atEnd} for the whole chaos window`);
   return { ok: failures.length === 0, failures };
 }
 
@@ -324,8 +367,12 @@ function median(xs: number[]): number | null {
 /** The human-readable report: a summary, the events with their recoveries, the verdict. */
 export function formatReportTable(r: SwarmReport): string {
   const lines: string[] = [];
-  lines.push(`tabswarm swarm ${r.url} — seed ${r.seed}, ${r.workers} tabs, ${r.elapsedS.toFixed(1)} s of chaos after ${r.warmupS.toFixed(1)} s warm-up`);
-  lines.push(`job ${r.job.model}: global batch ${r.job.globalBatch}, ${r.job.datasetSize} images × ${r.job.epochs} epoch(s) = ${r.job.totalSteps} steps (run ${r.job.runId})`);
+  lines.push(
+    `tabswarm swarm ${r.url} — seed ${r.seed}, ${r.workers} tabs, ${r.elapsedS.toFixed(1)} s of chaos after ${r.warmupS.toFixed(1)} s warm-up`,
+  );
+  lines.push(
+    `job ${r.job.model}: global batch ${r.job.globalBatch}, ${r.job.datasetSize} images × ${r.job.epochs} epoch(s) = ${r.job.totalSteps} steps (run ${r.job.runId})`,
+  );
   lines.push(
     `steps: ${r.steps.atStart} at start → ${r.steps.atChaosStart} when chaos began → ${r.steps.atEnd} at the end (${r.steps.committedDuringChaos} under chaos; job ${r.steps.jobState})`,
   );
@@ -335,12 +382,27 @@ export function formatReportTable(r: SwarmReport): string {
   lines.push('');
   const header = ['at s', 'event', 'tab', 'outcome', 'recovery ms', 'steps lost', 'note'];
   const widths = [8, 9, 5, 9, 12, 11, 0];
-  lines.push(header.map((h, i) => pad(h, widths[i])).join(' ').trimEnd());
+  lines.push(
+    header
+      .map((h, i) => pad(h, widths[i]))
+      .join(' ')
+      .trimEnd(),
+  );
   const recoveriesByKey = new Map(r.recoveries.map((x) => [`${x.tab}:${x.kind}`, x]));
   for (const e of r.events) {
     const rec = e.outcome === 'done' ? recoveriesByKey.get(`${e.tab}:${e.kind}`) : undefined;
     const join = e.kind === 'join' ? r.joins.find((j) => j.tab === e.tab) : undefined;
-    const recovery = rec ? (!rec.member ? '-' : rec.recovered ? String(rec.durationMs) : 'not yet') : join ? (join.admittedAfterMs === null ? 'not admitted' : `admitted ${join.admittedAfterMs}`) : '';
+    const recovery = rec
+      ? !rec.member
+        ? '-'
+        : rec.recovered
+          ? String(rec.durationMs)
+          : 'not yet'
+      : join
+        ? join.admittedAfterMs === null
+          ? 'not admitted'
+          : `admitted ${join.admittedAfterMs}`
+        : '';
     const cells = [
       e.firedAtS === null ? `(${e.at.toFixed(1)})` : e.firedAtS.toFixed(1),
       e.kind + (e.keepAlive ? '*' : ''),
@@ -350,10 +412,17 @@ export function formatReportTable(r: SwarmReport): string {
       rec && rec.member ? String(rec.stepsLost) : '',
       e.note ?? (e.kbps ? `${e.kbps} kbit/s` : ''),
     ];
-    lines.push(cells.map((c, i) => pad(c, widths[i])).join(' ').trimEnd());
+    lines.push(
+      cells
+        .map((c, i) => pad(c, widths[i]))
+        .join(' ')
+        .trimEnd(),
+    );
   }
-  if (r.events.length === 0) lines.push('(no events: pass --close-every, --crash-every, --hang-every, --join-every or --throttle)');
-  if (r.events.some((e) => e.keepAlive)) lines.push('* opened so that the next fault does not leave the job without tabs');
+  if (r.events.length === 0)
+    lines.push('(no events: pass --close-every, --crash-every, --hang-every, --join-every or --throttle)');
+  if (r.events.some((e) => e.keepAlive))
+    lines.push('* opened so that the next fault does not leave the job without tabs');
   const members = r.recoveries.filter((x) => x.member);
   const durations = members.filter((x) => x.recovered).map((x) => x.durationMs!);
   if (members.length > 0) {

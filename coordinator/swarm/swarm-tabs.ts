@@ -140,7 +140,12 @@ export class TabPool {
       const expected = this.expectedCrash.has(tab.name);
       if (tab.fate !== 'closed') tab.fate = 'crashed';
       tab.closedAtMs ??= this.opts.clock();
-      this.problem(tab.name, 'crash', expected ? 'renderer crashed (ordered by the swarm)' : 'renderer crashed', expected);
+      this.problem(
+        tab.name,
+        'crash',
+        expected ? 'renderer crashed (ordered by the swarm)' : 'renderer crashed',
+        expected,
+      );
     });
   }
 
@@ -156,7 +161,8 @@ export class TabPool {
     this.watch(tab);
     try {
       const response = await page.goto(this.tabUrl, { timeout: this.opts.openTimeoutMs ?? 30_000, waitUntil: 'load' });
-      if (response && !response.ok()) throw new Error(`HTTP ${response.status()} (is the web app built? npm start builds it)`);
+      if (response && !response.ok())
+        throw new Error(`HTTP ${response.status()} (is the web app built? npm start builds it)`);
       if (tab.fate === 'opening') tab.fate = 'open';
     } catch (error) {
       tab.fate = 'failed';
@@ -211,14 +217,23 @@ export class TabPool {
     const cdp = await tab.session();
     const bytesPerSecond = (kbps * 1000) / 8;
     await cdp.send('Network.enable');
-    await cdp.send('Network.emulateNetworkConditions', { offline: false, latency: 0, downloadThroughput: bytesPerSecond, uploadThroughput: bytesPerSecond });
+    await cdp.send('Network.emulateNetworkConditions', {
+      offline: false,
+      latency: 0,
+      downloadThroughput: bytesPerSecond,
+      uploadThroughput: bytesPerSecond,
+    });
   }
 
   /** Reads a live tab's status (null when it cannot be read: not loaded yet, gone, or too slow). */
   async read(tab: SwarmTab, timeoutMs = 2000): Promise<TabReading | null> {
     if (!tab.live) return null;
     try {
-      const reading = await withTimeout(tab.page.evaluate(READ_TAB) as Promise<TabReading>, timeoutMs, `reading ${tab.name}`);
+      const reading = await withTimeout(
+        tab.page.evaluate(READ_TAB) as Promise<TabReading>,
+        timeoutMs,
+        `reading ${tab.name}`,
+      );
       tab.reading = reading;
       tab.readAtMs = this.opts.clock();
       return reading;

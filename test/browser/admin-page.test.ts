@@ -12,7 +12,14 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { JobPublic } from '../../coordinator/core/job';
 import { parameterLayout } from '../../coordinator/core/model-spec';
 import { assignStep, isCommitPoint, stepPosition, totalSteps } from '../../coordinator/core/sampler';
-import { launchChromium, skipWithoutChromium, skipWithoutWebBuild, watchPage, WEB_BUILD_DIR, type PageProblems } from '../support/browser';
+import {
+  launchChromium,
+  skipWithoutChromium,
+  skipWithoutWebBuild,
+  watchPage,
+  WEB_BUILD_DIR,
+  type PageProblems,
+} from '../support/browser';
 import {
   REPO_ROOT,
   simulatedParams,
@@ -26,7 +33,16 @@ import {
 } from '../support/coordinator-process';
 
 const ARTIFACTS = join(REPO_ROOT, 'test-results');
-const JOB = { model: 'tiny-mlp', globalBatch: 16, epochs: 30, minWorkers: 2, maxWorkers: 4, lastCallMs: 150, heartbeatMs: 1000, checkpointEvery: 10 };
+const JOB = {
+  model: 'tiny-mlp',
+  globalBatch: 16,
+  epochs: 30,
+  minWorkers: 2,
+  maxWorkers: 4,
+  lastCallMs: 150,
+  heartbeatMs: 1000,
+  checkpointEvery: 10,
+};
 const ADAPTERS = [
   { vendor: 'nvidia', architecture: 'ampere', description: 'NVIDIA GeForce RTX 3060' },
   { vendor: 'intel', architecture: 'gen-12lp', description: 'Intel Iris Xe' },
@@ -54,10 +70,22 @@ class SimulatedTab {
     private readonly stepMs: number,
   ) {}
 
-  static async join(proc: CoordinatorProcess, adapter: (typeof ADAPTERS)[number], stepMs: number): Promise<SimulatedTab> {
+  static async join(
+    proc: CoordinatorProcess,
+    adapter: (typeof ADAPTERS)[number],
+    stepMs: number,
+  ): Promise<SimulatedTab> {
     const worker = await SimWorker.connect(proc.wsUrl);
     const tab = new SimulatedTab(worker, proc.url, stepMs);
-    worker.send({ type: 'hello', runId: null, workerId: null, peerId: `peer-${Math.random().toString(36).slice(2, 10)}`, adapter, haveStep: null, haveHash: null });
+    worker.send({
+      type: 'hello',
+      runId: null,
+      workerId: null,
+      peerId: `peer-${Math.random().toString(36).slice(2, 10)}`,
+      adapter,
+      haveStep: null,
+      haveHash: null,
+    });
     const welcome = await worker.next((m) => m.type === 'welcome' || m.type === 'error');
     if (welcome.type !== 'welcome') throw new Error(`hello refused: ${JSON.stringify(welcome)}`);
     worker.runId = welcome.runId;
@@ -79,7 +107,13 @@ class SimulatedTab {
 
   sendHeartbeat(): void {
     if (this.peerRttMs === undefined) this.worker.heartbeat();
-    else this.worker.send({ type: 'heartbeat', runId: this.worker.runId, workerId: this.worker.workerId, peerRttMs: this.peerRttMs });
+    else
+      this.worker.send({
+        type: 'heartbeat',
+        runId: this.worker.runId,
+        workerId: this.worker.workerId,
+        peerRttMs: this.peerRttMs,
+      });
   }
 
   private onMessage(msg: ServerMsg): void {
@@ -108,7 +142,9 @@ class SimulatedTab {
         this.training = false;
         break;
       case 'checkpoint_request':
-        void fetch(`${this.httpUrl}${msg.url}`, { method: 'PUT', body: simulatedSnapshot(this.job, msg.step) }).then((r) => r.arrayBuffer());
+        void fetch(`${this.httpUrl}${msg.url}`, { method: 'PUT', body: simulatedSnapshot(this.job, msg.step) }).then(
+          (r) => r.arrayBuffer(),
+        );
         break;
     }
   }
@@ -125,7 +161,15 @@ class SimulatedTab {
       const samples = assignStep(cursor, count, round.shares)[round.rank].count;
       // A loss curve with a shape: decays with the step, with a little step-dependent wobble.
       const loss = 0.35 + 1.9 * Math.exp(-step / 60) + 0.08 * Math.sin(step * 1.7);
-      this.worker.report({ round: round.round, rank: round.rank, step, hash: simulatedParamsHash(this.job.model, step), samples, lossSum: samples * loss, computeMs: this.stepMs * (0.6 + 0.2 * round.rank) });
+      this.worker.report({
+        round: round.round,
+        rank: round.rank,
+        step,
+        hash: simulatedParamsHash(this.job.model, step),
+        samples,
+        lossSum: samples * loss,
+        computeMs: this.stepMs * (0.6 + 0.2 * round.rank),
+      });
       if (!isCommitPoint(step, this.job)) this.compute(step + 1);
     }, this.stepMs);
     this.timers.add(timer);
@@ -147,7 +191,10 @@ class SimulatedTab {
 /** Worker rows of the table: [rank, worker id] in table order. */
 function tableRows(page: Page): Promise<[number, string][]> {
   return page.$$eval('#workers-body tr', (rows) =>
-    rows.map((tr) => [Number(tr.querySelector('td.rank')!.textContent), tr.getAttribute('data-worker-id')!] as [number, string]),
+    rows.map(
+      (tr) =>
+        [Number(tr.querySelector('td.rank')!.textContent), tr.getAttribute('data-worker-id')!] as [number, string],
+    ),
   );
 }
 
@@ -159,8 +206,13 @@ describe.skipIf(skip)('admin page', () => {
   const tabs: SimulatedTab[] = [];
 
   beforeAll(async () => {
-    if (!existsSync(join(WEB_BUILD_DIR, 'web/admin/index.html')) && !existsSync(join(WEB_BUILD_DIR, 'admin/index.html'))) {
-      throw new Error(`${WEB_BUILD_DIR} has no admin page: run \`npx vite build\` first (npm test does), or set TABSWARM_DIST`);
+    if (
+      !existsSync(join(WEB_BUILD_DIR, 'web/admin/index.html')) &&
+      !existsSync(join(WEB_BUILD_DIR, 'admin/index.html'))
+    ) {
+      throw new Error(
+        `${WEB_BUILD_DIR} has no admin page: run \`npx vite build\` first (npm test does), or set TABSWARM_DIST`,
+      );
     }
     mkdirSync(ARTIFACTS, { recursive: true });
     proc = await spawnCoordinator({ job: JOB, extraArgs: ['--dist', WEB_BUILD_DIR] });
@@ -173,7 +225,10 @@ describe.skipIf(skip)('admin page', () => {
     await proc?.stop();
   });
 
-  async function openAdmin(viewport: { width: number; height: number }, query = ''): Promise<{ page: Page; problems: PageProblems }> {
+  async function openAdmin(
+    viewport: { width: number; height: number },
+    query = '',
+  ): Promise<{ page: Page; problems: PageProblems }> {
     const context = await browser.newContext({ viewport, acceptDownloads: true });
     const page = await context.newPage();
     const problems = watchPage(page);
@@ -197,14 +252,18 @@ describe.skipIf(skip)('admin page', () => {
 
     for (const adapter of ADAPTERS) tabs.push(await SimulatedTab.join(proc, adapter, 70));
     // The table shows the three tabs with the ranks the coordinator assigned them.
-    await page.waitForFunction(() => document.querySelectorAll('#workers-body tr').length === 3, undefined, { timeout: 20_000 });
+    await page.waitForFunction(() => document.querySelectorAll('#workers-body tr').length === 3, undefined, {
+      timeout: 20_000,
+    });
     await expect.poll(() => tabs.every((t) => t.rank !== null), { timeout: 10_000 }).toBe(true);
     const rows = await tableRows(page);
     expect(rows.map(([rank]) => rank)).toEqual([0, 1, 2]);
     expect(new Map(rows.map(([rank, id]) => [id, rank]))).toEqual(new Map(tabs.map((t) => [t.id, t.rank])));
     const status = await proc.status();
     expect(rows.map(([, id]) => id)).toEqual(status.world.map((w: { id: string }) => w.id));
-    expect(await page.textContent(`#workers-body tr[data-worker-id="${tabs[1].id}"] .adapter-cell`)).toBe('intel gen-12lp');
+    expect(await page.textContent(`#workers-body tr[data-worker-id="${tabs[1].id}"] .adapter-cell`)).toBe(
+      'intel gen-12lp',
+    );
 
     // RTT column: a heartbeat's peerRttMs shows in ms; a tab that never sends it (older tab) shows "–".
     tabs[0].peerRttMs = 12.5;
@@ -217,12 +276,18 @@ describe.skipIf(skip)('admin page', () => {
     expect(await rttCell(tabs[1].id)).toBe('–');
     const rttStatus = await proc.status();
     expect(new Map(rttStatus.world.map((w: { id: string; peerRttMs: number | null }) => [w.id, w.peerRttMs]))).toEqual(
-      new Map([[tabs[0].id, 12.5], [tabs[1].id, null], [tabs[2].id, 3.25]]),
+      new Map([
+        [tabs[0].id, 12.5],
+        [tabs[1].id, null],
+        [tabs[2].id, 3.25],
+      ]),
     );
     expect(await page.textContent('#workers-table thead th:nth-child(7)')).toBe('RTT');
 
     // Let it train past a checkpoint, then keep a screenshot of the full page.
-    await page.waitForFunction(() => document.querySelectorAll('#checkpoints-body tr').length > 0, undefined, { timeout: 30_000 });
+    await page.waitForFunction(() => document.querySelectorAll('#checkpoints-body tr').length > 0, undefined, {
+      timeout: 30_000,
+    });
     await page.waitForFunction(() => document.querySelectorAll('#event-list li[data-category=join]').length >= 3);
     await page.screenshot({ path: join(ARTIFACTS, 'admin-page-1280x800.png'), fullPage: true });
     await page.screenshot({ path: join(ARTIFACTS, 'admin-page-1280x800-viewport.png') });
@@ -234,15 +299,22 @@ describe.skipIf(skip)('admin page', () => {
     await kick.click();
     await expect.poll(() => kick.textContent()).toBe('Confirm kick');
     await kick.click();
-    await page.waitForFunction((id) => !document.querySelector(`#workers-body tr[data-worker-id="${id}"]`), victim, { timeout: 15_000 });
+    await page.waitForFunction((id) => !document.querySelector(`#workers-body tr[data-worker-id="${id}"]`), victim, {
+      timeout: 15_000,
+    });
     await expect.poll(() => victimTab.closed, { timeout: 10_000 }).toBe(true);
-    await page.waitForFunction(() => document.querySelectorAll('#workers-body tr').length === 2, undefined, { timeout: 15_000 });
+    await page.waitForFunction(() => document.querySelectorAll('#workers-body tr').length === 2, undefined, {
+      timeout: 15_000,
+    });
     const afterKick = await proc.status();
     await expect
-      .poll(async () => {
-        const s = await proc.status();
-        return s.step > afterKick.step && s.world.length === 2 && s.state === 'training';
-      }, { timeout: 20_000 })
+      .poll(
+        async () => {
+          const s = await proc.status();
+          return s.step > afterKick.step && s.world.length === 2 && s.state === 'training';
+        },
+        { timeout: 20_000 },
+      )
       .toBe(true);
     expect((await tableRows(page)).map(([rank]) => rank)).toEqual([0, 1]);
     expect((await tableRows(page)).map(([, id]) => id)).not.toContain(victim);
@@ -283,7 +355,9 @@ describe.skipIf(skip)('admin page', () => {
     await page.waitForSelector('#app', { state: 'visible' });
     // The token left the address bar (kept in this tab's session storage only).
     expect(new URL(page.url()).searchParams.has('token')).toBe(false);
-    await page.waitForFunction(() => document.querySelectorAll('#workers-body tr').length === 2, undefined, { timeout: 15_000 });
+    await page.waitForFunction(() => document.querySelectorAll('#workers-body tr').length === 2, undefined, {
+      timeout: 15_000,
+    });
     await page.waitForSelector('#connection[data-state=live]');
     await page.screenshot({ path: join(ARTIFACTS, 'admin-page-390x844.png'), fullPage: true });
     await page.screenshot({ path: join(ARTIFACTS, 'admin-page-390x844-viewport.png') });
@@ -291,7 +365,10 @@ describe.skipIf(skip)('admin page', () => {
     const wide = await page.evaluate(() =>
       Array.from(document.querySelectorAll('body *'))
         .filter((node) => node.getBoundingClientRect().right > window.innerWidth + 0.5 && !node.closest('.table-wrap'))
-        .map((node) => `${node.tagName.toLowerCase()}#${node.id}.${node.className} right=${node.getBoundingClientRect().right}`),
+        .map(
+          (node) =>
+            `${node.tagName.toLowerCase()}#${node.id}.${node.className} right=${node.getBoundingClientRect().right}`,
+        ),
     );
     expect(wide).toEqual([]);
     expect(await page.evaluate(() => document.documentElement.scrollWidth - window.innerWidth)).toBeLessThanOrEqual(0);

@@ -105,7 +105,14 @@ describe.skipIf(skip)('collectives over WebRTC between headless Chromium tabs', 
   });
 
   it('one tab broadcasts 4 MiB of state to the two others, who verify its hash', async () => {
-    const params = { root: tabs[1].id, receivers: [tabs[0].id, tabs[2].id], bytes: 4 * MiB, seed: 5, id: nextId(), timeoutMs: 30_000 };
+    const params = {
+      root: tabs[1].id,
+      receivers: [tabs[0].id, tabs[2].id],
+      bytes: 4 * MiB,
+      seed: 5,
+      id: nextId(),
+      timeoutMs: 30_000,
+    };
     const outcomes = await Promise.all(tabs.map((t) => t.page.evaluate((p) => netHarness.broadcast(p), params)));
     for (const [r, o] of outcomes.entries()) {
       if (!o.ok) throw new Error(`tab ${r} failed: ${o.error.kind} ${o.error.message}`);
@@ -114,7 +121,9 @@ describe.skipIf(skip)('collectives over WebRTC between headless Chromium tabs', 
     }
     expect(new Set(outcomes.map((o) => (o.ok ? o.hash : ''))).size).toBe(1);
     const ms = Math.max(...outcomes.map((o) => (o.ok ? o.ms : 0)));
-    console.log(`broadcast 4 MiB to 2 tabs: ${ms.toFixed(0)} ms (${((8 * MiB) / MiB / (ms / 1000)).toFixed(1)} MiB/s sent by the root)`);
+    console.log(
+      `broadcast 4 MiB to 2 tabs: ${ms.toFixed(0)} ms (${((8 * MiB) / MiB / (ms / 1000)).toFixed(1)} MiB/s sent by the root)`,
+    );
   });
 
   it('measures raw data-channel throughput and allreduce bus bandwidth (printed, not asserted)', async () => {
@@ -122,11 +131,19 @@ describe.skipIf(skip)('collectives over WebRTC between headless Chromium tabs', 
     // here one run each, so a regression shows up in the test log.
     const rows: string[] = [];
     const measured: Record<string, number> = {};
-    await Promise.all([0, 1].map((i) => tabs[i].page.evaluate(([a, b]) => netHarness.rawConnect(a, b), [tabs[i].id, tabs[1 - i].id])));
+    await Promise.all(
+      [0, 1].map((i) => tabs[i].page.evaluate(([a, b]) => netHarness.rawConnect(a, b), [tabs[i].id, tabs[1 - i].id])),
+    );
     const rawOnce = async (total: number) => {
       const startAt = now() + 300;
-      const receiving = tabs[1].page.evaluate(([peer, t]) => netHarness.rawReceive(peer as string, t as number), [tabs[0].id, total] as const);
-      await tabs[0].page.evaluate(([peer, t, m, s]) => netHarness.rawSend(peer as string, t as number, m as number, s as number), [tabs[1].id, total, DEFAULT_FRAME_BYTES, startAt] as const);
+      const receiving = tabs[1].page.evaluate(([peer, t]) => netHarness.rawReceive(peer as string, t as number), [
+        tabs[0].id,
+        total,
+      ] as const);
+      await tabs[0].page.evaluate(
+        ([peer, t, m, s]) => netHarness.rawSend(peer as string, t as number, m as number, s as number),
+        [tabs[1].id, total, DEFAULT_FRAME_BYTES, startAt] as const,
+      );
       return total / MiB / (((await receiving).endAt - startAt) / 1000);
     };
     // The first bulk transfer on a fresh association stalls for about a second (web/net/README.md).
@@ -148,7 +165,9 @@ describe.skipIf(skip)('collectives over WebRTC between headless Chromium tabs', 
         const seconds = (Math.max(...ok.map((o) => o.endAt)) - Math.min(...ok.map((o) => o.startAt))) / 1000;
         const bus = ringAllreduceBusBytes(n, size) / MiB / seconds;
         measured[`bus_${size}tabs_${mib}MiB`] = bus;
-        rows.push(`allreduce ${size} tabs ${String(mib).padStart(2)} MiB: ${(seconds * 1000).toFixed(0).padStart(5)} ms, bus ${bus.toFixed(1).padStart(5)} MiB/s = ${(bus / raw).toFixed(2)} of raw`);
+        rows.push(
+          `allreduce ${size} tabs ${String(mib).padStart(2)} MiB: ${(seconds * 1000).toFixed(0).padStart(5)} ms, bus ${bus.toFixed(1).padStart(5)} MiB/s = ${(bus / raw).toFixed(2)} of raw`,
+        );
       }
     }
     console.log(`\n${rows.join('\n')}\n${JSON.stringify({ bench: 'collectives-browser-test', ...measured })}`);
@@ -163,7 +182,14 @@ describe.skipIf(skip)('collectives over WebRTC between headless Chromium tabs', 
     await tabs[2].page.evaluate(() => netHarness.waitReceived(1024 * 1024));
     const t0 = Date.now();
     await tabs[2].context.close();
-    const survivors = await Promise.all(tabs.slice(0, 2).map(async (t) => ({ outcome: await t.page.evaluate(() => netHarness.finishAllreduce()), ms: Date.now() - t0 })));
+    const survivors = await Promise.all(
+      tabs
+        .slice(0, 2)
+        .map(async (t) => ({
+          outcome: await t.page.evaluate(() => netHarness.finishAllreduce()),
+          ms: Date.now() - t0,
+        })),
+    );
     const closedId = tabs[2].id;
     for (const { outcome, ms } of survivors) {
       expect(outcome.ok).toBe(false);
@@ -191,7 +217,12 @@ describe.skipIf(skip)('collectives over WebRTC between headless Chromium tabs', 
     const cdp = await victim.context.newCDPSession(victim.page);
     const t0 = Date.now();
     void cdp.send('Page.crash').catch(() => {}); // never answers: the target is gone
-    const outcomes = await Promise.all(survivors.map(async (t) => ({ outcome: await t.page.evaluate(() => netHarness.finishAllreduce()), ms: Date.now() - t0 })));
+    const outcomes = await Promise.all(
+      survivors.map(async (t) => ({
+        outcome: await t.page.evaluate(() => netHarness.finishAllreduce()),
+        ms: Date.now() - t0,
+      })),
+    );
     for (const { outcome, ms } of outcomes) {
       expect(outcome.ok).toBe(false);
       if (outcome.ok) continue;

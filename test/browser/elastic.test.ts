@@ -12,7 +12,14 @@ import { join } from 'node:path';
 import type { Browser } from 'playwright-core';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { writeDatasetSlice } from '../support/small-dataset';
-import { FASHION_MNIST_DIR, launchChromium, skipWithoutChromium, skipWithoutFashionMnist, skipWithoutWebBuild, WEB_BUILD_DIR } from '../support/browser';
+import {
+  FASHION_MNIST_DIR,
+  launchChromium,
+  skipWithoutChromium,
+  skipWithoutFashionMnist,
+  skipWithoutWebBuild,
+  WEB_BUILD_DIR,
+} from '../support/browser';
 import { CoordinatorProcess, makeTempDir } from '../support/coordinator-process';
 import type { StatusReport } from '../../coordinator/audit';
 import { coordinatorStatusUntil, Swarm, type SwarmTab } from '../support/swarm';
@@ -40,7 +47,12 @@ const skip = skipWithoutChromium() || skipWithoutFashionMnist() || skipWithoutWe
 
 /** The first `train`/`test` images of Fashion-MNIST as raw IDX files, so each tab downloads ~2.5 MB, not 55. */
 async function writeSmallDataset(): Promise<string> {
-  return writeDatasetSlice(FASHION_MNIST_DIR, join(makeTempDir('tabswarm-elastic-'), 'fashion-mnist'), TRAIN_IMAGES, TEST_IMAGES);
+  return writeDatasetSlice(
+    FASHION_MNIST_DIR,
+    join(makeTempDir('tabswarm-elastic-'), 'fashion-mnist'),
+    TRAIN_IMAGES,
+    TEST_IMAGES,
+  );
 }
 
 interface CommitRow {
@@ -54,7 +66,8 @@ interface CommitRow {
 async function commitRows(coordinator: CoordinatorProcess): Promise<CommitRow[]> {
   const rows: CommitRow[] = [];
   for (let from: number | null = 0; from !== null; ) {
-    const page: { commits: { step: number; loss: number; hash: string; worldSize: number }[]; next: number | null } = await coordinator.getJson(`/api/commits?from=${from}`);
+    const page: { commits: { step: number; loss: number; hash: string; worldSize: number }[]; next: number | null } =
+      await coordinator.getJson(`/api/commits?from=${from}`);
     rows.push(...page.commits.map((c) => ({ step: c.step, loss: c.loss, hash: c.hash, world: c.worldSize })));
     from = page.next;
   }
@@ -64,7 +77,14 @@ async function commitRows(coordinator: CoordinatorProcess): Promise<CommitRow[]>
 /** Invariants (1) and (2) as the coordinator's audit reports them. */
 async function expectCleanAudit(coordinator: CoordinatorProcess, opts: { finished?: boolean } = {}): Promise<void> {
   const audit = await coordinator.audit();
-  const summary = JSON.stringify({ ...audit, epochs: audit.epochs.map((e: any) => ({ ...e, duplicates: e.duplicates.slice(0, 5), neverCommitted: e.neverCommitted?.slice(0, 5) })) });
+  const summary = JSON.stringify({
+    ...audit,
+    epochs: audit.epochs.map((e: any) => ({
+      ...e,
+      duplicates: e.duplicates.slice(0, 5),
+      neverCommitted: e.neverCommitted?.slice(0, 5),
+    })),
+  });
   expect(audit.ok, summary).toBe(true);
   for (const epoch of audit.epochs) {
     expect(epoch.duplicateCount, summary).toBe(0);
@@ -74,7 +94,11 @@ async function expectCleanAudit(coordinator: CoordinatorProcess, opts: { finishe
 }
 
 /** The coordinator's status once `check` holds (polled every 200 ms, for at most 2 minutes). */
-async function statusUntil(coordinator: CoordinatorProcess, check: (s: StatusReport) => boolean, what: string): Promise<StatusReport> {
+async function statusUntil(
+  coordinator: CoordinatorProcess,
+  check: (s: StatusReport) => boolean,
+  what: string,
+): Promise<StatusReport> {
   return (await coordinatorStatusUntil(coordinator, check, what, { timeoutMs: 120_000, pollMs: 200 })).status;
 }
 
@@ -86,15 +110,25 @@ describe.skipIf(skip)('elastic training across browser tabs', () => {
   /** The uninterrupted single-tab run: per-step losses and the final accuracy. */
   let reference: { losses: Map<number, number>; accuracy: number } | null = null;
 
-  async function start(overrides: Record<string, unknown> = {}): Promise<{ coordinator: CoordinatorProcess; swarm: Swarm }> {
-    const coordinator = await CoordinatorProcess.spawn({ job: { ...job, ...overrides }, datasetDir, extraArgs: ['--dist', WEB_BUILD_DIR] });
+  async function start(
+    overrides: Record<string, unknown> = {},
+  ): Promise<{ coordinator: CoordinatorProcess; swarm: Swarm }> {
+    const coordinator = await CoordinatorProcess.spawn({
+      job: { ...job, ...overrides },
+      datasetDir,
+      extraArgs: ['--dist', WEB_BUILD_DIR],
+    });
     coordinators.push(coordinator);
-    const swarm = new Swarm(browser, coordinator.url, { query: { testSubset: String(TEST_IMAGES) }, echo: !!process.env.TABSWARM_ECHO_BROWSER });
+    const swarm = new Swarm(browser, coordinator.url, {
+      query: { testSubset: String(TEST_IMAGES) },
+      echo: !!process.env.TABSWARM_ECHO_BROWSER,
+    });
     swarms.push(swarm);
     return { coordinator, swarm };
   }
 
-  const atStep = (tab: SwarmTab, swarm: Swarm, step: number) => swarm.waitFor(tab, (s, n) => s.committedStep >= n, step, 120_000);
+  const atStep = (tab: SwarmTab, swarm: Swarm, step: number) =>
+    swarm.waitFor(tab, (s, n) => s.committedStep >= n, step, 120_000);
 
   beforeAll(async () => {
     datasetDir = await writeSmallDataset();
@@ -118,7 +152,9 @@ describe.skipIf(skip)('elastic training across browser tabs', () => {
     expect(rows.map((r) => r.step)).toEqual(Array.from({ length: STEPS }, (_, i) => i + 1));
     await expectCleanAudit(coordinator, { finished: true });
     reference = { losses: new Map(rows.map((r) => [r.step, r.loss])), accuracy: done.accuracy! };
-    console.log(`reference: loss ${rows[0].loss.toFixed(4)} → ${rows.at(-1)!.loss.toFixed(4)}, test accuracy ${(done.accuracy! * 100).toFixed(2)} %`);
+    console.log(
+      `reference: loss ${rows[0].loss.toFixed(4)} → ${rows.at(-1)!.loss.toFixed(4)}, test accuracy ${(done.accuracy! * 100).toFixed(2)} %`,
+    );
     expect(rows.at(-1)!.loss).toBeLessThan(rows[0].loss);
     expect(swarm.problems()).toEqual([]);
   });
@@ -129,14 +165,22 @@ describe.skipIf(skip)('elastic training across browser tabs', () => {
     const [a, b, c] = await swarm.openMany(3);
 
     // Three tabs train.
-    const three = await statusUntil(coordinator, (s) => s.world.length === 3 && s.phase === 'training' && s.step >= 4, 'three tabs training');
+    const three = await statusUntil(
+      coordinator,
+      (s) => s.world.length === 3 && s.phase === 'training' && s.step >= 4,
+      'three tabs training',
+    );
     await expectCleanAudit(coordinator);
     expect(three.restarts).toBe(0);
 
     // One tab is closed mid-epoch (pagehide → goodbye): the other two carry on.
     await swarm.close(a);
     const closedAt = (await coordinator.status()).step;
-    const two = await statusUntil(coordinator, (s) => s.world.length === 2 && s.step >= closedAt + 3, 'two tabs training on');
+    const two = await statusUntil(
+      coordinator,
+      (s) => s.world.length === 2 && s.step >= closedAt + 3,
+      'two tabs training on',
+    );
     expect(two.restarts, 'a goodbye is not a restart').toBe(0);
     await expectCleanAudit(coordinator);
 
@@ -151,12 +195,18 @@ describe.skipIf(skip)('elastic training across browser tabs', () => {
     // A renderer crashes: the survivors restore and recover.
     await swarm.crash(b);
     const crashedAt = (await coordinator.status()).step;
-    const recovered = await statusUntil(coordinator, (s) => s.world.length === 2 && s.phase === 'training' && s.step >= crashedAt + 2, 'survivors training after the crash');
+    const recovered = await statusUntil(
+      coordinator,
+      (s) => s.world.length === 2 && s.phase === 'training' && s.step >= crashedAt + 2,
+      'survivors training after the crash',
+    );
     expect(recovered.restarts, 'the crash is the one restart').toBe(1);
     await expectCleanAudit(coordinator);
 
     // To the end of the epoch.
-    const [finalC, finalD] = await Promise.all([c, d].map((t) => swarm.waitFor(t, (s) => s.phase === 'done' && s.accuracy !== null, null, 300_000)));
+    const [finalC, finalD] = await Promise.all(
+      [c, d].map((t) => swarm.waitFor(t, (s) => s.phase === 'done' && s.accuracy !== null, null, 300_000)),
+    );
     const status = await coordinator.status();
     expect(status.state).toBe('done');
     expect(status.restarts).toBe(1);
@@ -175,7 +225,9 @@ describe.skipIf(skip)('elastic training across browser tabs', () => {
     }
     expect(finalC.accuracy).toBe(finalD.accuracy); // bit-identical parameters on every rank
     const points = Math.abs(finalC.accuracy! - reference!.accuracy) * 100;
-    console.log(`churned run: worst relative loss difference ${worst.toExponential(2)}, accuracy ${(finalC.accuracy! * 100).toFixed(2)} % (${points.toFixed(2)} points from the reference)`);
+    console.log(
+      `churned run: worst relative loss difference ${worst.toExponential(2)}, accuracy ${(finalC.accuracy! * 100).toFixed(2)} % (${points.toFixed(2)} points from the reference)`,
+    );
     expect(points).toBeLessThanOrEqual(0.5);
     expect(swarm.problems()).toEqual([]);
   });
@@ -183,7 +235,11 @@ describe.skipIf(skip)('elastic training across browser tabs', () => {
   it('reconnects to a restarted coordinator, which takes the state from the tabs', async () => {
     const { coordinator, swarm } = await start({ checkpointEvery: 1000 });
     const tabs = await swarm.openMany(2);
-    await statusUntil(coordinator, (s) => s.world.length === 2 && s.phase === 'training' && s.step >= 6, 'two tabs training');
+    await statusUntil(
+      coordinator,
+      (s) => s.world.length === 2 && s.phase === 'training' && s.step >= 6,
+      'two tabs training',
+    );
     const syncsBefore = await Promise.all(tabs.map(async (t) => (await swarm.status(t))!.syncs));
     await coordinator.kill9();
     await Promise.all(tabs.map((t) => swarm.waitFor(t, (s) => s.phase === 'connecting', null, 30_000)));
@@ -192,7 +248,11 @@ describe.skipIf(skip)('elastic training across browser tabs', () => {
     coordinators.push(restarted);
     // The rows the killed process committed (read before the tabs, still reconnecting, can add more).
     const committedBefore = (await commitRows(restarted)).length;
-    const resumed = await statusUntil(restarted, (s) => s.world.length === 2 && s.step >= committedBefore + 3, 'training after the restart');
+    const resumed = await statusUntil(
+      restarted,
+      (s) => s.world.length === 2 && s.step >= committedBefore + 3,
+      'training after the restart',
+    );
     // No checkpoint exists: the state came from the tabs (peer broadcast), so nothing was rolled back.
     expect(resumed.latestCheckpoint).toBeNull();
     const audit = await restarted.audit();
@@ -205,13 +265,19 @@ describe.skipIf(skip)('elastic training across browser tabs', () => {
     await expectCleanAudit(restarted);
     // Chromium logs every refused reconnect attempt while the coordinator is down, and the reset of
     // sockets (control and PeerJS signaling) that were open when it was killed.
-    expect(swarm.problems(/WebSocket connection to '.*' failed: .*(ERR_CONNECTION_REFUSED|ERR_CONNECTION_RESET)/)).toEqual([]);
+    expect(
+      swarm.problems(/WebSocket connection to '.*' failed: .*(ERR_CONNECTION_REFUSED|ERR_CONNECTION_RESET)/),
+    ).toEqual([]);
   });
 
   it('resumes from the last durable checkpoint after every tab is gone', async () => {
     const { coordinator, swarm } = await start({ checkpointEvery: 4 });
     const tabs = await swarm.openMany(2);
-    await statusUntil(coordinator, (s) => s.latestCheckpoint !== null && s.latestCheckpoint.step >= 8 && s.step >= 10, 'a checkpoint and steps after it');
+    await statusUntil(
+      coordinator,
+      (s) => s.latestCheckpoint !== null && s.latestCheckpoint.step >= 8 && s.step >= 10,
+      'a checkpoint and steps after it',
+    );
     // Every tab is killed at once.
     await Promise.all(tabs.map((t) => swarm.crash(t)));
     const gone = await statusUntil(coordinator, (s) => s.world.length === 0 && s.waiting.length === 0, 'no tab left');

@@ -45,7 +45,10 @@ describe.skipIf(skip)('one tab learns Fashion-MNIST', () => {
     await server?.close();
   });
 
-  async function openPage(query: string, opts: { context?: BrowserContext; origin?: string; viewport?: { width: number; height: number } } = {}) {
+  async function openPage(
+    query: string,
+    opts: { context?: BrowserContext; origin?: string; viewport?: { width: number; height: number } } = {},
+  ) {
     let context = opts.context;
     if (!context) {
       context = await browser.newContext({ viewport: opts.viewport ?? { width: 1280, height: 800 } });
@@ -60,10 +63,15 @@ describe.skipIf(skip)('one tab learns Fashion-MNIST', () => {
   /** Wait until the page's run ends, then return its status; fail with the page's own error if it has one. */
   async function finished(page: Page, problems: PageProblems, timeoutMs: number): Promise<Readonly<TabStatus>> {
     try {
-      await page.waitForFunction((states) => states.includes(window.tabswarm.state), FINISHED, { timeout: timeoutMs, polling: 250 });
+      await page.waitForFunction((states) => states.includes(window.tabswarm.state), FINISHED, {
+        timeout: timeoutMs,
+        polling: 250,
+      });
     } catch (err) {
       const status = await page.evaluate(() => window.tabswarm).catch(() => undefined);
-      throw new Error(`the page did not finish: ${(err as Error).message}\nstatus: ${JSON.stringify({ ...status, losses: status?.losses.length })}\n${problems.errors.join('\n')}`);
+      throw new Error(
+        `the page did not finish: ${(err as Error).message}\nstatus: ${JSON.stringify({ ...status, losses: status?.losses.length })}\n${problems.errors.join('\n')}`,
+      );
     }
     const status = await page.evaluate(() => window.tabswarm);
     expect(status.error, 'page error').toBeNull();
@@ -87,18 +95,24 @@ describe.skipIf(skip)('one tab learns Fashion-MNIST', () => {
   });
 
   it('says clearly why WebGPU is unavailable (here: a page served from an insecure origin)', async () => {
-    const { page } = await openPage('?mode=solo&autostart=1', { origin: server.url.replace('127.0.0.1', INSECURE_HOST) });
+    const { page } = await openPage('?mode=solo&autostart=1', {
+      origin: server.url.replace('127.0.0.1', INSECURE_HOST),
+    });
     await page.waitForFunction(() => window.tabswarm.state !== 'checking', undefined, { polling: 100 });
     const status = await page.evaluate(() => window.tabswarm);
     expect(status.state).toBe('unsupported');
     expect(status.error).toMatch(/WebGPU needs a secure context/);
     expect(await page.isVisible('#gpu-problem')).toBe(true);
-    expect(await page.textContent('#gpu-problem')).toMatch(/WebGPU needs a secure context \(https:\/\/, or http:\/\/localhost\)/);
+    expect(await page.textContent('#gpu-problem')).toMatch(
+      /WebGPU needs a secure context \(https:\/\/, or http:\/\/localhost\)/,
+    );
     expect(await page.isDisabled('#start')).toBe(true);
   });
 
   it('trains a short cnn run (20 steps of 32) that lowers the loss', async () => {
-    const { page, problems } = await openPage('?mode=solo&autostart=1&model=cnn&batch=32&subset=640&lossEvery=1&testSubset=0');
+    const { page, problems } = await openPage(
+      '?mode=solo&autostart=1&model=cnn&batch=32&subset=640&lossEvery=1&testSubset=0',
+    );
     const status = await finished(page, problems, 300_000);
     expect(status.state).toBe('done');
     expect(status.step).toBe(20);
@@ -106,7 +120,9 @@ describe.skipIf(skip)('one tab learns Fashion-MNIST', () => {
     const mean = (xs: { loss: number }[]) => xs.reduce((s, l) => s + l.loss, 0) / xs.length;
     const first = mean(status.losses.slice(0, 5));
     const last = mean(status.losses.slice(-5));
-    console.log(`cnn: loss ${first.toFixed(3)} (steps 1-5) → ${last.toFixed(3)} (steps 16-20), ${status.samplesPerSec?.toFixed(0)} samples/s`);
+    console.log(
+      `cnn: loss ${first.toFixed(3)} (steps 1-5) → ${last.toFixed(3)} (steps 16-20), ${status.samplesPerSec?.toFixed(0)} samples/s`,
+    );
     // Untrained, the loss is about ln 10 = 2.30; 20 Adam steps must bring it well down.
     expect(first).toBeGreaterThan(1.9);
     expect(last).toBeLessThan(first - 0.5);
@@ -140,7 +156,9 @@ describe.skipIf(skip)('one tab learns Fashion-MNIST', () => {
 
   it('trains the mlp for one epoch (batch 128, Adam lr 1e-3) to at least 0.84 accuracy on the 10,000 test images', async () => {
     const began = Date.now();
-    const { page, problems } = await openPage('?mode=solo&autostart=1&model=mlp&batch=128&epochs=1&optimizer=adamw&lr=0.001&wd=0');
+    const { page, problems } = await openPage(
+      '?mode=solo&autostart=1&model=mlp&batch=128&epochs=1&optimizer=adamw&lr=0.001&wd=0',
+    );
     const status = await finished(page, problems, 580_000);
     const seconds = (Date.now() - began) / 1000;
     console.log(

@@ -16,7 +16,12 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { chaosSchedule } from '../../coordinator/swarm/chaos-schedule';
 import type { SwarmReport } from '../../coordinator/swarm/swarm-report';
 import { skipWithoutChromium, skipWithoutWebBuild, WEB_BUILD_DIR } from '../support/browser';
-import { CoordinatorProcess, makeTempDir, runCoordinatorCli, writeFakeIdxDataset } from '../support/coordinator-process';
+import {
+  CoordinatorProcess,
+  makeTempDir,
+  runCoordinatorCli,
+  writeFakeIdxDataset,
+} from '../support/coordinator-process';
 
 const job = {
   model: 'tiny-mlp',
@@ -51,7 +56,11 @@ describe.skipIf(skip)('tabswarm swarm against a real coordinator', () => {
   let coordinator: CoordinatorProcess;
 
   beforeAll(async () => {
-    const datasetDir = writeFakeIdxDataset(join(makeTempDir('tabswarm-swarm-'), 'fake-mnist'), { trainCount: 2000, testCount: 32, seed: 5 });
+    const datasetDir = writeFakeIdxDataset(join(makeTempDir('tabswarm-swarm-'), 'fake-mnist'), {
+      trainCount: 2000,
+      testCount: 32,
+      seed: 5,
+    });
     coordinator = await CoordinatorProcess.spawn({ job, datasetDir, extraArgs: ['--dist', WEB_BUILD_DIR] });
   });
 
@@ -62,14 +71,22 @@ describe.skipIf(skip)('tabswarm swarm against a real coordinator', () => {
   it('a 3-tab swarm that closes, crashes and adds tabs passes its audit and makes progress', async () => {
     const args = [
       'swarm',
-      '--url', `${coordinator.url}/?testSubset=0`,
-      '--workers', String(chaos.workers),
-      '--duration', String(chaos.duration),
-      '--seed', String(chaos.seed),
-      '--close-every', String(chaos.closeEvery),
-      '--crash-every', String(chaos.crashEvery),
-      '--join-every', String(chaos.joinEvery),
-      '--max-tabs', String(chaos.maxTabs),
+      '--url',
+      `${coordinator.url}/?testSubset=0`,
+      '--workers',
+      String(chaos.workers),
+      '--duration',
+      String(chaos.duration),
+      '--seed',
+      String(chaos.seed),
+      '--close-every',
+      String(chaos.closeEvery),
+      '--crash-every',
+      String(chaos.crashEvery),
+      '--join-every',
+      String(chaos.joinEvery),
+      '--max-tabs',
+      String(chaos.maxTabs),
       '--json',
     ];
     const result = await runCoordinatorCli(args, { timeoutMs: 400_000 });
@@ -102,7 +119,10 @@ describe.skipIf(skip)('tabswarm swarm against a real coordinator', () => {
       expect(r.durationMs, summary).toBeGreaterThanOrEqual(0);
       expect(r.stepsLost, summary).toBeGreaterThanOrEqual(0);
     }
-    expect(report.joins.some((j) => j.admittedAfterMs !== null), summary).toBe(true);
+    expect(
+      report.joins.some((j) => j.admittedAfterMs !== null),
+      summary,
+    ).toBe(true);
 
     // Progress, as the report says and as the coordinator says.
     expect(report.steps.committedDuringChaos, summary).toBeGreaterThan(0);
@@ -111,7 +131,13 @@ describe.skipIf(skip)('tabswarm swarm against a real coordinator', () => {
     expect(report.throughput.length, summary).toBeGreaterThan(3);
 
     // The audit the report carries is the coordinator's own verdict.
-    expect(report.audit, summary).toMatchObject({ ok: true, duplicates: 0, missing: 0, discontinuities: 0, recordAgrees: true });
+    expect(report.audit, summary).toMatchObject({
+      ok: true,
+      duplicates: 0,
+      missing: 0,
+      discontinuities: 0,
+      recordAgrees: true,
+    });
     const audit = await coordinator.audit();
     expect(audit.ok).toBe(true);
 
@@ -126,7 +152,10 @@ describe.skipIf(skip)('tabswarm swarm against a real coordinator', () => {
   it('fails fast with one clear line when no coordinator answers at the URL', async () => {
     const port = await freePortThenClosed();
     const started = performance.now();
-    const result = await runCoordinatorCli(['swarm', '--url', `http://127.0.0.1:${port}`, '--workers', '2', '--seed', '1', '--json'], { timeoutMs: 60_000 });
+    const result = await runCoordinatorCli(
+      ['swarm', '--url', `http://127.0.0.1:${port}`, '--workers', '2', '--seed', '1', '--json'],
+      { timeoutMs: 60_000 },
+    );
     const seconds = (performance.now() - started) / 1000;
     expect(result.code).toBe(1);
     expect(result.stdout).toBe('');

@@ -26,7 +26,15 @@ import { writeDatasetSlice } from '../support/small-dataset';
 import { coordinatorStatusUntil } from '../support/swarm';
 import type { TabStatus } from '../../web/volunteer/status';
 import type {} from '../../web/volunteer/globals';
-import { FASHION_MNIST_DIR, launchChromium, skipWithoutChromium, skipWithoutWebBuild, watchPage, WEB_BUILD_DIR, type PageProblems } from '../support/browser';
+import {
+  FASHION_MNIST_DIR,
+  launchChromium,
+  skipWithoutChromium,
+  skipWithoutWebBuild,
+  watchPage,
+  WEB_BUILD_DIR,
+  type PageProblems,
+} from '../support/browser';
 import { CoordinatorProcess, makeTempDir, REPO_ROOT, writeFakeIdxDataset } from '../support/coordinator-process';
 
 const ARTIFACTS = join(REPO_ROOT, 'test-results');
@@ -55,7 +63,8 @@ const skip = skipWithoutChromium() || skipWithoutWebBuild();
 /** The first images of the real Fashion-MNIST as raw IDX files, or a seeded fake set when it is not installed. */
 async function writeDataset(): Promise<string> {
   const dir = join(makeTempDir('tabswarm-volunteer-'), 'dataset');
-  if (!existsSync(FASHION_MNIST_DIR)) return writeFakeIdxDataset(dir, { trainCount: TRAIN_IMAGES, testCount: TEST_IMAGES });
+  if (!existsSync(FASHION_MNIST_DIR))
+    return writeFakeIdxDataset(dir, { trainCount: TRAIN_IMAGES, testCount: TEST_IMAGES });
   return writeDatasetSlice(FASHION_MNIST_DIR, dir, TRAIN_IMAGES, TEST_IMAGES);
 }
 
@@ -66,7 +75,9 @@ async function writeDataset(): Promise<string> {
 function committedSamplesOf(coordinator: CoordinatorProcess, workerId: string): number {
   const db = new Database(join(coordinator.dataDir, 'tabswarm.sqlite'), { readonly: true, fileMustExist: true });
   try {
-    const rows = db.prepare('SELECT step, first_step, cursor_start, count, world_json FROM commits WHERE rolled_back = 0').all() as {
+    const rows = db
+      .prepare('SELECT step, first_step, cursor_start, count, world_json FROM commits WHERE rolled_back = 0')
+      .all() as {
       step: number;
       first_step: number;
       cursor_start: number;
@@ -78,7 +89,12 @@ function committedSamplesOf(coordinator: CoordinatorProcess, workerId: string): 
       expect(row.first_step, 'one step per commit (commitEvery 1)').toBe(row.step);
       const world = JSON.parse(row.world_json) as { workerId: string; rank: number; share: number }[];
       const me = world.find((w) => w.workerId === workerId);
-      if (me) samples += assignStep(row.cursor_start, row.count, world.map((w) => w.share))[me.rank].count;
+      if (me)
+        samples += assignStep(
+          row.cursor_start,
+          row.count,
+          world.map((w) => w.share),
+        )[me.rank].count;
     }
     return samples;
   } finally {
@@ -98,11 +114,17 @@ interface Tab {
 }
 
 /** Wait until `predicate(window.tabswarm, arg)` holds in the page; on timeout, fail with the page's status and errors. */
-async function until<A>(tab: Tab, predicate: (s: Readonly<TabStatus>, arg: A) => boolean, arg: A, timeoutMs = 30_000): Promise<Readonly<TabStatus>> {
+async function until<A>(
+  tab: Tab,
+  predicate: (s: Readonly<TabStatus>, arg: A) => boolean,
+  arg: A,
+  timeoutMs = 30_000,
+): Promise<Readonly<TabStatus>> {
   const source = predicate.toString();
   try {
     await tab.page.waitForFunction(
-      ({ source, arg }) => (new Function(`return (${source})`)() as (s: unknown, a: unknown) => boolean)(window.tabswarm, arg),
+      ({ source, arg }) =>
+        (new Function(`return (${source})`)() as (s: unknown, a: unknown) => boolean)(window.tabswarm, arg),
       { source, arg },
       { timeout: timeoutMs, polling: 50 },
     );
@@ -162,7 +184,9 @@ async function shows(tab: Tab, selector: string, pattern: RegExp | string, timeo
       { timeout: timeoutMs, polling: 'raf' },
     );
   } catch {
-    throw new Error(`${tab.name}: ${selector} shows ${JSON.stringify(await tab.page.textContent(selector))}, not /${source}/`);
+    throw new Error(
+      `${tab.name}: ${selector} shows ${JSON.stringify(await tab.page.textContent(selector))}, not /${source}/`,
+    );
   }
 }
 
@@ -209,7 +233,10 @@ describe.skipIf(skip)('the volunteer page', () => {
 
   beforeAll(async () => {
     const datasetDir = await writeDataset();
-    [coordinator, browser] = await Promise.all([CoordinatorProcess.spawn({ job: JOB, datasetDir, extraArgs: ['--dist', WEB_BUILD_DIR] }), launchChromium()]);
+    [coordinator, browser] = await Promise.all([
+      CoordinatorProcess.spawn({ job: JOB, datasetDir, extraArgs: ['--dist', WEB_BUILD_DIR] }),
+      launchChromium(),
+    ]);
     mkdirSync(ARTIFACTS, { recursive: true });
   });
 
@@ -248,7 +275,14 @@ describe.skipIf(skip)('the volunteer page', () => {
     lap('B training alone');
     await a.page.click('#start');
     const [sa, sb] = await Promise.all(
-      [a, b].map((t) => until(t, (s) => s.state === 'training' && s.worldSize === 2 && s.samplesProcessed > 0 && s.contributedMs > 0, null, 45_000)),
+      [a, b].map((t) =>
+        until(
+          t,
+          (s) => s.state === 'training' && s.worldSize === 2 && s.samplesProcessed > 0 && s.contributedMs > 0,
+          null,
+          45_000,
+        ),
+      ),
     );
     expect(a.requests.some((p) => p.startsWith('/api/dataset'))).toBe(true);
     lap('both training in a world of 2');
@@ -277,7 +311,9 @@ describe.skipIf(skip)('the volunteer page', () => {
     expect(await a.page.evaluate(() => window.tabswarmElastic?.stepPauseMs)).toBe(PAUSE_MS);
     await shows(a, '#gpu-limit-value', `pause ${PAUSE_MS} ms`);
     const limited = await msPerStep(a, 3);
-    console.log(`tab A: ${fullSpeed.toFixed(0)} ms per step at full speed, ${limited.toFixed(0)} ms with a ${PAUSE_MS} ms pause`);
+    console.log(
+      `tab A: ${fullSpeed.toFixed(0)} ms per step at full speed, ${limited.toFixed(0)} ms with a ${PAUSE_MS} ms pause`,
+    );
     // Every step interval now holds a whole pause. The other tab computes during it, so this tab then
     // computes with less contention: the interval is about pause + its compute alone, which on two
     // shared cores is less than pause + a full-speed step (both tabs computing at once).
@@ -295,8 +331,14 @@ describe.skipIf(skip)('the volunteer page', () => {
     const before = await coordinator.status();
     expect(before.world).toHaveLength(2);
     await b.page.click('#stop');
-    const { status: after, ms: leaveMs } = await statusUntil(coordinator, (s) => s.world.length < 2, 'the world shrinking');
-    console.log(`tab B left: the coordinator's world shrank (to ${after.world.length} while its next round opens) after ${leaveMs.toFixed(0)} ms; a heartbeat timeout takes ${3 * HEARTBEAT_MS} ms`);
+    const { status: after, ms: leaveMs } = await statusUntil(
+      coordinator,
+      (s) => s.world.length < 2,
+      'the world shrinking',
+    );
+    console.log(
+      `tab B left: the coordinator's world shrank (to ${after.world.length} while its next round opens) after ${leaveMs.toFixed(0)} ms; a heartbeat timeout takes ${3 * HEARTBEAT_MS} ms`,
+    );
     expect(leaveMs).toBeLessThan(HEARTBEAT_MS);
     expect(after.restarts).toBe(before.restarts);
     await statusUntil(coordinator, (s) => s.world.length === 1 && s.state === 'training', 'a world of 1 training');
@@ -307,7 +349,9 @@ describe.skipIf(skip)('the volunteer page', () => {
     // may have committed it without the tab hearing so, and the page counts only what it heard.
     const workerB = (await b.page.evaluate(() => window.tabswarmElastic?.workerId))!;
     const committedForB = committedSamplesOf(coordinator, workerB);
-    console.log(`tab B: ${left.samplesProcessed} samples processed on the page, ${committedForB} in the coordinator's commits`);
+    console.log(
+      `tab B: ${left.samplesProcessed} samples processed on the page, ${committedForB} in the coordinator's commits`,
+    );
     expect(left.samplesProcessed).toBeLessThanOrEqual(committedForB);
     expect(committedForB - left.samplesProcessed).toBeLessThanOrEqual(Math.ceil(0.55 * JOB.globalBatch));
     await shows(b, '#start', 'Rejoin');
@@ -322,7 +366,12 @@ describe.skipIf(skip)('the volunteer page', () => {
 
     // --- Rejoin: B is back, and its earlier contribution still counts
     await b.page.click('#start');
-    const rejoined = await until(b, (s, n) => s.state === 'training' && s.worldSize === 2 && s.samplesProcessed > n, left.samplesProcessed, 45_000);
+    const rejoined = await until(
+      b,
+      (s, n) => s.state === 'training' && s.worldSize === 2 && s.samplesProcessed > n,
+      left.samplesProcessed,
+      45_000,
+    );
     expect((await coordinator.status()).restarts).toBe(before.restarts);
     expect(rejoined.samplesProcessed).toBeGreaterThan(left.samplesProcessed);
     lap('B rejoined');
@@ -336,7 +385,9 @@ describe.skipIf(skip)('the volunteer page', () => {
       check();
     });
     const gaps = beats.slice(1).map((t, i) => t - beats[i]);
-    console.log(`tab A: ${beats.length} heartbeats, largest gap ${Math.max(...gaps).toFixed(0)} ms (heartbeatMs ${HEARTBEAT_MS})`);
+    console.log(
+      `tab A: ${beats.length} heartbeats, largest gap ${Math.max(...gaps).toFixed(0)} ms (heartbeatMs ${HEARTBEAT_MS})`,
+    );
     expect(Math.max(...gaps)).toBeLessThan(0.75 * HEARTBEAT_MS);
 
     // --- the coordinator restarts: the page says it reconnects, and then it trains again by itself
@@ -353,6 +404,10 @@ describe.skipIf(skip)('the volunteer page', () => {
 
     // The browser logs failed WebSocket/fetch attempts while the coordinator is down; nothing else may fail.
     const expected = /WebSocket connection|ERR_CONNECTION_REFUSED|Failed to load resource|peer|PeerJS|Lost connection/i;
-    for (const t of tabs) expect(t.problems.errors.filter((e) => !expected.test(e)), t.name).toEqual([]);
+    for (const t of tabs)
+      expect(
+        t.problems.errors.filter((e) => !expected.test(e)),
+        t.name,
+      ).toEqual([]);
   });
 });

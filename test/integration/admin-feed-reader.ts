@@ -65,7 +65,15 @@ export class FeedReader {
       return Promise.resolve(this.messages[this.seen - 1] as T);
     }
     return new Promise<T>((resolve, reject) => {
-      const timer = setTimeout(() => reject(new Error(`feed: no ${what} within ${timeoutMs} ms; last: ${JSON.stringify(this.messages.slice(-3)).slice(0, 600)}`)), timeoutMs);
+      const timer = setTimeout(
+        () =>
+          reject(
+            new Error(
+              `feed: no ${what} within ${timeoutMs} ms; last: ${JSON.stringify(this.messages.slice(-3)).slice(0, 600)}`,
+            ),
+          ),
+        timeoutMs,
+      );
       this.waiters.push({
         test,
         resolve: (m) => {
@@ -86,4 +94,3 @@ export const is =
   <K extends FeedMessage['type']>(type: K, where: (m: Extract<FeedMessage, { type: K }>) => boolean = () => true) =>
   (m: FeedMessage): m is Extract<FeedMessage, { type: K }> =>
     m.type === type && where(m as Extract<FeedMessage, { type: K }>);
-

@@ -117,7 +117,14 @@ describe('admin feed', () => {
       [1, 'join', 'join'],
       [3, 'message_rejected', 'rejected'],
     ]);
-    expect(snapshot.job).toMatchObject({ model: 'tiny-mlp', globalBatch: 16, epochs: 2, datasetSize: 160, stepsPerEpoch: 10, heartbeatMs: 2000 });
+    expect(snapshot.job).toMatchObject({
+      model: 'tiny-mlp',
+      globalBatch: 16,
+      epochs: 2,
+      datasetSize: 160,
+      stepsPerEpoch: 10,
+      heartbeatMs: 2000,
+    });
     expect(snapshot.status).toMatchObject({ runId: RUN, state: 'gathering', world: [], step: 0 });
   });
 
@@ -153,17 +160,30 @@ describe('admin feed', () => {
     clock = 20_000;
     emit([
       { kind: 'log', level: 'debug', event: 'commit', data: { step: 3 } },
-      { kind: 'log', level: 'warn', event: 'worker_failed', data: { workerId: 'w1', detail: 'socket closed without goodbye' } },
+      {
+        kind: 'log',
+        level: 'warn',
+        event: 'worker_failed',
+        data: { workerId: 'w1', detail: 'socket closed without goodbye' },
+      },
       { kind: 'log', level: 'warn', event: 'round_closed', data: { round: 1, reason: 'failure', restart: true } },
       { kind: 'log', level: 'info', event: 'round_closed', data: { round: 2, reason: 'goodbye', restart: false } },
       { kind: 'metric', name: 'tabswarm_restarts_total' },
     ]);
     const crash = await reader.next(is('event'), 'crash event');
-    expect(crash.event).toMatchObject({ id: null, at: 20_000, level: 'warn', event: 'worker_failed', category: 'crash' });
+    expect(crash.event).toMatchObject({
+      id: null,
+      at: 20_000,
+      level: 'warn',
+      event: 'worker_failed',
+      category: 'crash',
+    });
     expect((await reader.next(is('event'), 'restart event')).event.category).toBe('restart');
     expect((await reader.next(is('event'), 'round event')).event.category).toBe('round');
 
-    store.checkpointRows = [{ step: 3, epoch: 0, cursor: 48, sha256: 'ab'.repeat(32), bytes: 1234, path: '/x', createdAt: 19_000 }];
+    store.checkpointRows = [
+      { step: 3, epoch: 0, cursor: 48, sha256: 'ab'.repeat(32), bytes: 1234, path: '/x', createdAt: 19_000 },
+    ];
     emit([{ kind: 'log', level: 'info', event: 'checkpoint_stored', data: { step: 3, sha256: 'ab'.repeat(32) } }]);
     const list = await reader.next(is('checkpoints'), 'checkpoint list');
     expect(list.checkpoints).toEqual([
@@ -180,14 +200,26 @@ describe('admin feed', () => {
     ]);
 
     emit([{ kind: 'log', level: 'info', event: 'evaluation', data: { step: 3, accuracy: 0.8125 } }]);
-    expect((await reader.next(is('evaluation'), 'evaluation')).evaluation).toEqual({ step: 3, accuracy: 0.8125, at: 20_000 });
+    expect((await reader.next(is('evaluation'), 'evaluation')).evaluation).toEqual({
+      step: 3,
+      accuracy: 0.8125,
+      at: 20_000,
+    });
     // Debug lines and metrics never reach the page.
     expect(reader.messages.some((m) => m.type === 'event' && m.event.level === 'debug')).toBe(false);
 
     // A page connecting now sees the live lines in its snapshot, with the stored ones.
     const later = await open();
     const snapshot = await later.next(is('snapshot'), 'second snapshot');
-    expect(snapshot.events.map((e) => e.event)).toEqual(['join', 'message_rejected', 'worker_failed', 'round_closed', 'round_closed', 'checkpoint_stored', 'evaluation']);
+    expect(snapshot.events.map((e) => e.event)).toEqual([
+      'join',
+      'message_rejected',
+      'worker_failed',
+      'round_closed',
+      'round_closed',
+      'checkpoint_stored',
+      'evaluation',
+    ]);
     expect(snapshot.evaluations).toEqual([{ step: 3, accuracy: 0.8125, at: 20_000 }]);
   });
 

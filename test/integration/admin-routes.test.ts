@@ -23,7 +23,16 @@ import { FeedReader, is } from './admin-feed-reader';
 import { makeTempDir, SimTrainer, simulatedParams } from '../support/coordinator-process';
 
 const TOKEN = 'admin-routes-test-token';
-const JOB = parseJobSpec({ model: 'tiny-mlp', globalBatch: 32, epochs: 6, minWorkers: 2, maxWorkers: 4, lastCallMs: 20, heartbeatMs: 1000, checkpointEvery: 3 });
+const JOB = parseJobSpec({
+  model: 'tiny-mlp',
+  globalBatch: 32,
+  epochs: 6,
+  minWorkers: 2,
+  maxWorkers: 4,
+  lastCallMs: 20,
+  heartbeatMs: 1000,
+  checkpointEvery: 3,
+});
 const DATASET_SIZE = 300;
 type FeedMode = 'action hook' | 'store tail';
 
@@ -49,7 +58,10 @@ async function startStack(job: JobSpec, mode: FeedMode): Promise<Stack> {
     store,
     runId,
     metrics,
-    sockets: { send: (conn, text) => control!.send(conn, text), close: (conn, code, reason) => control!.close(conn, code, reason) },
+    sockets: {
+      send: (conn, text) => control!.send(conn, text),
+      close: (conn, code, reason) => control!.close(conn, code, reason),
+    },
     onFatal: (error) => {
       throw error;
     },
@@ -102,7 +114,10 @@ async function startStack(job: JobSpec, mode: FeedMode): Promise<Stack> {
 }
 
 /** An independent safetensors reader: tensors by name, values read little-endian. */
-function readSafetensors(bytes: Uint8Array): { meta: Record<string, string>; tensors: Map<string, { shape: number[]; values: Float32Array }> } {
+function readSafetensors(bytes: Uint8Array): {
+  meta: Record<string, string>;
+  tensors: Map<string, { shape: number[]; values: Float32Array }>;
+} {
   const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
   const n = Number(view.getBigUint64(0, true));
   const header = JSON.parse(new TextDecoder().decode(bytes.subarray(8, 8 + n)));
@@ -133,13 +148,20 @@ describe.each<FeedMode>(['action hook', 'store tail'])('admin routes (feed from 
   });
 
   it('refuses every admin route without the token, or with a wrong one (401)', async () => {
-    for (const path of ['/api/admin/feed', '/api/admin/model.safetensors', '/api/admin/checkpoints', '/api/admin/checkpoints?token=nope']) {
+    for (const path of [
+      '/api/admin/feed',
+      '/api/admin/model.safetensors',
+      '/api/admin/checkpoints',
+      '/api/admin/checkpoints?token=nope',
+    ]) {
       const res = await fetch(`${stack.url}${path}`);
       expect(res.status, path).toBe(401);
       expect(res.headers.get('www-authenticate')).toMatch(/^Bearer/);
       expect(await res.json()).toMatchObject({ error: 'unauthorized' });
     }
-    const wrong = await fetch(`${stack.url}/api/admin/checkpoints`, { headers: { authorization: 'Bearer not-the-token' } });
+    const wrong = await fetch(`${stack.url}/api/admin/checkpoints`, {
+      headers: { authorization: 'Bearer not-the-token' },
+    });
     expect(wrong.status).toBe(401);
     // Paths that are not the admin routes' own fall through to the server (its POST actions, its 401).
     const pause = await fetch(`${stack.url}/api/admin/pause`, { method: 'POST' });
@@ -168,12 +190,22 @@ describe.each<FeedMode>(['action hook', 'store tail'])('admin routes (feed from 
       expect(res.headers.get('content-type')).toMatch(/^text\/event-stream/);
       const first = await feed.next(is('snapshot'), 'snapshot');
       expect(first.runId).toBe(stack.executor.state.runId);
-      expect(first.job).toMatchObject({ model: 'tiny-mlp', globalBatch: 32, epochs: 6, datasetSize: 300, stepsPerEpoch: 10 });
+      expect(first.job).toMatchObject({
+        model: 'tiny-mlp',
+        globalBatch: 32,
+        epochs: 6,
+        datasetSize: 300,
+        stepsPerEpoch: 10,
+      });
       expect(first.status.world).toEqual([]);
       expect(first.commits).toEqual([]);
 
-      for (let i = 0; i < 3; i++) trainers.push(await SimTrainer.join(stack.wsUrl, { httpUrl: stack.url, computeMs: 15 }));
-      const training = await feed.next(is('status', (m) => m.status.world.length === 3 && m.status.state === 'training'), 'a world of 3 training');
+      for (let i = 0; i < 3; i++)
+        trainers.push(await SimTrainer.join(stack.wsUrl, { httpUrl: stack.url, computeMs: 15 }));
+      const training = await feed.next(
+        is('status', (m) => m.status.world.length === 3 && m.status.state === 'training'),
+        'a world of 3 training',
+      );
       expect(training.status.world.map((w) => w.rank)).toEqual([0, 1, 2]);
       expect(training.status.world.every((w) => w.adapter === 'sim none' && w.lastHeartbeatAgeMs >= 0)).toBe(true);
       const commit = await feed.next(is('commit'), 'a commit');
@@ -190,15 +222,26 @@ describe.each<FeedMode>(['action hook', 'store tail'])('admin routes (feed from 
         body: JSON.stringify({ workerId: victim }),
       });
       expect(kick.status).toBe(200);
-      await feed.next(is('event', (m) => m.event.category === 'leave' && (m.event.data as { workerId?: string }).workerId === victim), 'the leave of the kicked worker');
-      const after = await feed.next(is('status', (m) => m.status.world.length === 2 && m.status.state === 'training'), 'a world of 2 training again');
+      await feed.next(
+        is('event', (m) => m.event.category === 'leave' && (m.event.data as { workerId?: string }).workerId === victim),
+        'the leave of the kicked worker',
+      );
+      const after = await feed.next(
+        is('status', (m) => m.status.world.length === 2 && m.status.state === 'training'),
+        'a world of 2 training again',
+      );
       expect(after.status.world.map((w) => w.id)).not.toContain(victim);
       expect(after.status.world.map((w) => w.rank)).toEqual([0, 1]);
       const stepBefore = after.status.step;
-      await feed.next(is('commit', (m) => m.commit.step > stepBefore && m.commit.worldSize === 2), 'a commit by the smaller world');
+      await feed.next(
+        is('commit', (m) => m.commit.step > stepBefore && m.commit.worldSize === 2),
+        'a commit by the smaller world',
+      );
       expect(feed.messages.some((m) => m.type === 'event' && m.event.category === 'admin')).toBe(true);
       // Commits arrive in step order, without duplicates.
-      const steps = feed.messages.filter((m): m is Extract<FeedMessage, { type: 'commit' }> => m.type === 'commit').map((m) => m.commit.step);
+      const steps = feed.messages
+        .filter((m): m is Extract<FeedMessage, { type: 'commit' }> => m.type === 'commit')
+        .map((m) => m.commit.step);
       expect([...steps].sort((a, b) => a - b)).toEqual(steps);
       expect(new Set(steps).size).toBe(steps.length);
     } finally {
@@ -207,10 +250,16 @@ describe.each<FeedMode>(['action hook', 'store tail'])('admin routes (feed from 
   });
 
   it('lists checkpoints and downloads the model as safetensors equal to the checkpointed parameters', async () => {
-    await trainers[0].until(() => stack.store.checkpoints(stack.executor.state.runId).length > 0, 'a checkpoint stored', 20_000);
+    await trainers[0].until(
+      () => stack.store.checkpoints(stack.executor.state.runId).length > 0,
+      'a checkpoint stored',
+      20_000,
+    );
     const list = await fetch(`${stack.url}/api/admin/checkpoints`, { headers: { authorization: `Bearer ${TOKEN}` } });
     expect(list.status).toBe(200);
-    const { checkpoints } = (await list.json()) as { checkpoints: { step: number; safetensorsUrl: string; sha256: string; bytes: number }[] };
+    const { checkpoints } = (await list.json()) as {
+      checkpoints: { step: number; safetensorsUrl: string; sha256: string; bytes: number }[];
+    };
     expect(checkpoints.length).toBeGreaterThan(0);
     const checkpoint = checkpoints[checkpoints.length - 1];
     expect(checkpoint.step % 3 === 0 || checkpoint.step % 10 === 0).toBe(true);
@@ -218,7 +267,9 @@ describe.each<FeedMode>(['action hook', 'store tail'])('admin routes (feed from 
 
     const download = await fetch(`${stack.url}${checkpoint.safetensorsUrl}&token=${TOKEN}`);
     expect(download.status).toBe(200);
-    expect(download.headers.get('content-disposition')).toBe(`attachment; filename="tabswarm-tiny-mlp-step${checkpoint.step}.safetensors"`);
+    expect(download.headers.get('content-disposition')).toBe(
+      `attachment; filename="tabswarm-tiny-mlp-step${checkpoint.step}.safetensors"`,
+    );
     const bytes = new Uint8Array(await download.arrayBuffer());
     expect(Number(download.headers.get('content-length'))).toBe(bytes.length);
     const { meta, tensors } = readSafetensors(bytes);
@@ -234,7 +285,10 @@ describe.each<FeedMode>(['action hook', 'store tail'])('admin routes (feed from 
       expect(t.values).toEqual(expected.subarray(entry.offset, entry.offset + entry.size));
     }
 
-    const latest = await fetch(`${stack.url}/api/admin/model.safetensors`, { method: 'HEAD', headers: { authorization: `Bearer ${TOKEN}` } });
+    const latest = await fetch(`${stack.url}/api/admin/model.safetensors`, {
+      method: 'HEAD',
+      headers: { authorization: `Bearer ${TOKEN}` },
+    });
     expect(latest.status).toBe(200);
     expect(Number(latest.headers.get('x-checkpoint-step'))).toBeGreaterThanOrEqual(checkpoint.step);
     const missing = await fetch(`${stack.url}/api/admin/model.safetensors?step=99999&token=${TOKEN}`);
@@ -242,7 +296,9 @@ describe.each<FeedMode>(['action hook', 'store tail'])('admin routes (feed from 
   });
 
   it('gives a page that connects later the whole history: every commit row, rates, events, checkpoints', async () => {
-    const { feed } = await FeedReader.open(`${stack.url}/api/admin/feed`, { headers: { authorization: `Bearer ${TOKEN}` } });
+    const { feed } = await FeedReader.open(`${stack.url}/api/admin/feed`, {
+      headers: { authorization: `Bearer ${TOKEN}` },
+    });
     try {
       const snapshot = await feed.next(is('snapshot'), 'snapshot');
       const rows = stack.store.commits(stack.executor.state.runId).filter((r) => r.step <= snapshot.status.step);
@@ -256,8 +312,11 @@ describe.each<FeedMode>(['action hook', 'store tail'])('admin routes (feed from 
       });
       expect(new Set(snapshot.commits.map((c) => c.worldSize))).toEqual(new Set([3, 2]));
       const categories = new Set(snapshot.events.map((e) => e.category));
-      for (const category of ['join', 'leave', 'admin', 'round', 'checkpoint'] as const) expect(categories, category).toContain(category);
-      expect(snapshot.checkpoints.map((c) => c.step)).toEqual(stack.store.checkpoints(stack.executor.state.runId).map((c) => c.step));
+      for (const category of ['join', 'leave', 'admin', 'round', 'checkpoint'] as const)
+        expect(categories, category).toContain(category);
+      expect(snapshot.checkpoints.map((c) => c.step)).toEqual(
+        stack.store.checkpoints(stack.executor.state.runId).map((c) => c.step),
+      );
     } finally {
       feed.close();
     }

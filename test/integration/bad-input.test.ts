@@ -4,11 +4,26 @@
  * after, and the round it was thrown at still commits its next step.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { CoordinatorProcess, SimTrainer, SimWorker, simulatedParamsHash, spawnCoordinator, type ServerMsg } from '../support/coordinator-process';
+import {
+  CoordinatorProcess,
+  SimTrainer,
+  SimWorker,
+  simulatedParamsHash,
+  spawnCoordinator,
+  type ServerMsg,
+} from '../support/coordinator-process';
 import { assignStep, stepPosition } from '../../coordinator/core/sampler';
 import { MAX_CONTROL_MESSAGE_BYTES } from '../../coordinator/core/protocol';
 
-const JOB = { model: 'tiny-mlp', globalBatch: 32, minWorkers: 2, maxWorkers: 2, lastCallMs: 50, heartbeatMs: 5000, checkpointEvery: 1000 };
+const JOB = {
+  model: 'tiny-mlp',
+  globalBatch: 32,
+  minWorkers: 2,
+  maxWorkers: 2,
+  lastCallMs: 50,
+  heartbeatMs: 5000,
+  checkpointEvery: 1000,
+};
 
 /** Status without the fields that move with the clock. */
 function stable(status: any): unknown {
@@ -93,15 +108,31 @@ describe('bad input from a tab', () => {
   });
 
   it('unknown fields in a known message → bad_message', async () => {
-    await expectRejected(a.worker, () => a.worker.send({ type: 'heartbeat', runId: a.worker.runId, workerId: a.worker.workerId, admin: true }), 'bad_message');
+    await expectRejected(
+      a.worker,
+      () => a.worker.send({ type: 'heartbeat', runId: a.worker.runId, workerId: a.worker.workerId, admin: true }),
+      'bad_message',
+    );
   });
 
   it('another protocol version → bad_version', async () => {
-    await expectRejected(a.worker, () => a.worker.sendRaw(JSON.stringify({ v: 2, type: 'heartbeat', runId: a.worker.runId, workerId: a.worker.workerId })), 'bad_version');
+    await expectRejected(
+      a.worker,
+      () =>
+        a.worker.sendRaw(
+          JSON.stringify({ v: 2, type: 'heartbeat', runId: a.worker.runId, workerId: a.worker.workerId }),
+        ),
+      'bad_version',
+    );
   });
 
   it('a frame over the protocol size limit → too_large', async () => {
-    const padded = text({ type: 'heartbeat', runId: a.worker.runId, workerId: a.worker.workerId, pad: 'x'.repeat(MAX_CONTROL_MESSAGE_BYTES) });
+    const padded = text({
+      type: 'heartbeat',
+      runId: a.worker.runId,
+      workerId: a.worker.workerId,
+      pad: 'x'.repeat(MAX_CONTROL_MESSAGE_BYTES),
+    });
     await expectRejected(a.worker, () => a.worker.sendRaw(padded), 'too_large');
   });
 
@@ -123,13 +154,25 @@ describe('bad input from a tab', () => {
   });
 
   it('a wrong runId → wrong_run', async () => {
-    await expectRejected(a.worker, () => a.worker.send({ type: 'heartbeat', runId: 'some-other-run', workerId: a.worker.workerId }), 'wrong_run');
+    await expectRejected(
+      a.worker,
+      () => a.worker.send({ type: 'heartbeat', runId: 'some-other-run', workerId: a.worker.workerId }),
+      'wrong_run',
+    );
     await expectRejected(a.worker, () => a.worker.send(report(a, { runId: 'some-other-run' })), 'wrong_run');
   });
 
   it("a forged workerId (another worker's id on this socket) → forged_worker", async () => {
-    await expectRejected(a.worker, () => a.worker.send(report(a, { workerId: b.worker.workerId, rank: b.rank })), 'forged_worker');
-    await expectRejected(a.worker, () => a.worker.send({ type: 'goodbye', runId: a.worker.runId, workerId: b.worker.workerId }), 'forged_worker');
+    await expectRejected(
+      a.worker,
+      () => a.worker.send(report(a, { workerId: b.worker.workerId, rank: b.rank })),
+      'forged_worker',
+    );
+    await expectRejected(
+      a.worker,
+      () => a.worker.send({ type: 'goodbye', runId: a.worker.runId, workerId: b.worker.workerId }),
+      'forged_worker',
+    );
   });
 
   it("a forged rank (another rank's slot) → forged_rank", async () => {
@@ -139,7 +182,11 @@ describe('bad input from a tab', () => {
 
   it('a report for a stale round → stale_round', async () => {
     await expectRejected(a.worker, () => a.worker.send(report(a, { round: round - 1 })), 'stale_round');
-    await expectRejected(a.worker, () => a.worker.send({ type: 'ready', runId: a.worker.runId, workerId: a.worker.workerId, round: round + 5 }), 'stale_round');
+    await expectRejected(
+      a.worker,
+      () => a.worker.send({ type: 'ready', runId: a.worker.runId, workerId: a.worker.workerId, round: round + 5 }),
+      'stale_round',
+    );
   });
 
   it('a report for a future step → wrong_step', async () => {
@@ -155,7 +202,15 @@ describe('bad input from a tab', () => {
   });
 
   it('a second hello on a welcomed socket → already_joined', async () => {
-    const hello = { type: 'hello', runId: null, workerId: null, peerId: 'p', adapter: { vendor: '', architecture: '', description: '' }, haveStep: null, haveHash: null };
+    const hello = {
+      type: 'hello',
+      runId: null,
+      workerId: null,
+      peerId: 'p',
+      adapter: { vendor: '', architecture: '', description: '' },
+      haveStep: null,
+      haveHash: null,
+    };
     await expectRejected(a.worker, () => a.worker.send(hello), 'already_joined');
   });
 
@@ -179,7 +234,9 @@ describe('bad input from a tab', () => {
     const closed = await attacker.closed;
     expect(closed.code).toBe(1009);
     await expect
-      .poll(async () => CoordinatorProcess.metricValue(await proc.metrics(), 'tabswarm_message_errors_total{code="too_large"}'))
+      .poll(async () =>
+        CoordinatorProcess.metricValue(await proc.metrics(), 'tabswarm_message_errors_total{code="too_large"}'),
+      )
       .toBe(CoordinatorProcess.metricValue(before, 'tabswarm_message_errors_total{code="too_large"}') + 1);
     expect(stable(await proc.status())).toEqual(baseline.status);
   });
@@ -189,7 +246,9 @@ describe('bad input from a tab', () => {
     for (let i = 0; i < 3000; i++) flooder.sendRaw('{');
     const closed = await flooder.closed;
     expect(closed.code).toBe(1008);
-    expect(CoordinatorProcess.metricValue(await proc.metrics(), 'tabswarm_message_errors_total{code="rate_limited"}')).toBeGreaterThan(0);
+    expect(
+      CoordinatorProcess.metricValue(await proc.metrics(), 'tabswarm_message_errors_total{code="rate_limited"}'),
+    ).toBeGreaterThan(0);
     expect(stable(await proc.status())).toEqual(baseline.status);
   });
 

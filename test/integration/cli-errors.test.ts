@@ -49,7 +49,13 @@ describe('tabswarm coordinator refuses to start with one clear line', () => {
   });
 
   it('when the job file does not exist', async () => {
-    const result = await runCoordinatorCli([...baseArgs(dataDir), '--job', join(dir, 'nope.json'), '--dataset', sharedFakeDataset()]);
+    const result = await runCoordinatorCli([
+      ...baseArgs(dataDir),
+      '--job',
+      join(dir, 'nope.json'),
+      '--dataset',
+      sharedFakeDataset(),
+    ]);
     expectOneLineFailure(result, /cannot read job file .*nope\.json: ENOENT/);
   });
 
@@ -61,7 +67,9 @@ describe('tabswarm coordinator refuses to start with one clear line', () => {
   it('when no dataset is given and the Debian folder is missing, says how to get one', () => {
     const missing = join(dir, 'no-debian-package');
     expect(() => resolveDatasetDir(undefined, {}, missing)).toThrow(StartupError);
-    expect(() => resolveDatasetDir(undefined, {}, missing)).toThrow(/apt-get install dataset-fashion-mnist.*--dataset DIR/);
+    expect(() => resolveDatasetDir(undefined, {}, missing)).toThrow(
+      /apt-get install dataset-fashion-mnist.*--dataset DIR/,
+    );
     // The order of precedence: flag, then environment, then the package folder.
     expect(resolveDatasetDir('/flag', { TABSWARM_DATASET: '/env' }, missing)).toBe('/flag');
     expect(resolveDatasetDir(undefined, { TABSWARM_DATASET: '/env' }, missing)).toBe('/env');
@@ -84,7 +92,17 @@ describe('tabswarm coordinator refuses to start with one clear line', () => {
   it('when the data dir cannot be created', async () => {
     const file = join(dir, 'a-file');
     writeFileSync(file, 'x');
-    const result = await runCoordinatorCli(['coordinator', '--port', '0', '--data-dir', join(file, 'data'), '--admin-token', 't', '--dataset', sharedFakeDataset()]);
+    const result = await runCoordinatorCli([
+      'coordinator',
+      '--port',
+      '0',
+      '--data-dir',
+      join(file, 'data'),
+      '--admin-token',
+      't',
+      '--dataset',
+      sharedFakeDataset(),
+    ]);
     expectOneLineFailure(result, /data dir .* is not writable/);
   });
 
@@ -100,7 +118,17 @@ describe('tabswarm coordinator refuses to start with one clear line', () => {
 
     it('names the port and how to pick another', async () => {
       mkdirSync(dataDir, { recursive: true });
-      const result = await runCoordinatorCli(['coordinator', '--port', String(port), '--data-dir', dataDir, '--admin-token', 't', '--dataset', sharedFakeDataset()]);
+      const result = await runCoordinatorCli([
+        'coordinator',
+        '--port',
+        String(port),
+        '--data-dir',
+        dataDir,
+        '--admin-token',
+        't',
+        '--dataset',
+        sharedFakeDataset(),
+      ]);
       expectOneLineFailure(result, new RegExp(`port ${port} on 127\\.0\\.0\\.1 is already in use.*--port`));
     });
   });

@@ -10,11 +10,30 @@ import { stepPosition } from '../../coordinator/core/sampler';
 import { CoordinatorProcess, SimTrainer, simulatedParamsHash, spawnCoordinator } from '../support/coordinator-process';
 
 /** 300 fake training images, batch 32: 10 steps; checkpoints every 3 steps. */
-const JOB = { model: 'tiny-mlp', globalBatch: 32, minWorkers: 1, maxWorkers: 2, lastCallMs: 50, heartbeatMs: 1000, checkpointEvery: 3 };
+const JOB = {
+  model: 'tiny-mlp',
+  globalBatch: 32,
+  minWorkers: 1,
+  maxWorkers: 2,
+  lastCallMs: 50,
+  heartbeatMs: 1000,
+  checkpointEvery: 3,
+};
 const PLAN = jobPublic(parseJobSpec(JOB), 300);
 const STEPS = 10;
 
-const COMMIT_FIELDS = ['committedAt', 'count', 'cursorStart', 'epoch', 'firstStep', 'hash', 'loss', 'round', 'step', 'worldSize'];
+const COMMIT_FIELDS = [
+  'committedAt',
+  'count',
+  'cursorStart',
+  'epoch',
+  'firstStep',
+  'hash',
+  'loss',
+  'round',
+  'step',
+  'worldSize',
+];
 
 describe('commits and evaluations API', () => {
   let proc: CoordinatorProcess;
@@ -54,7 +73,14 @@ describe('commits and evaluations API', () => {
     for (const c of body.commits) {
       expect(Object.keys(c).sort()).toEqual(COMMIT_FIELDS);
       const { epoch, cursor, count } = stepPosition(c.step, PLAN);
-      expect(c).toMatchObject({ firstStep: c.step, epoch, cursorStart: cursor, count, worldSize: 1, hash: simulatedParamsHash(PLAN.model, c.step) });
+      expect(c).toMatchObject({
+        firstStep: c.step,
+        epoch,
+        cursorStart: cursor,
+        count,
+        worldSize: 1,
+        hash: simulatedParamsHash(PLAN.model, c.step),
+      });
       // SimTrainer reports lossSum = 0.5 per sample.
       expect(c.loss).toBeCloseTo(0.5, 12);
       expect(Number.isInteger(c.committedAt) && c.committedAt > 1.6e12).toBe(true);
@@ -123,7 +149,17 @@ describe('commits and evaluations API', () => {
     expect(await proc.getJson('/api/evaluations')).toEqual({ runId: (await proc.status()).runId, evaluations: [] });
     const { round } = await proc.status();
     const w = second.worker;
-    const base = { type: 'evaluation', runId: w.runId, workerId: w.workerId, round, step: STEPS, epoch: 0, testSamples: 50, correct: 41, lossSum: 20 };
+    const base = {
+      type: 'evaluation',
+      runId: w.runId,
+      workerId: w.workerId,
+      round,
+      step: STEPS,
+      epoch: 0,
+      testSamples: 50,
+      correct: 41,
+      lossSum: 20,
+    };
     // Rejected: more correct than images (schema), a step never committed (machine).
     const errorsBefore = second.errors.length;
     w.send({ ...base, correct: 51 });
@@ -138,7 +174,17 @@ describe('commits and evaluations API', () => {
       if (evaluations.length === 0) await new Promise((r) => setTimeout(r, 100));
     }
     expect(evaluations).toEqual([
-      { id: expect.any(Number), at: expect.any(Number), step: STEPS, epoch: 0, accuracy: 0.82, loss: 0.4, testSamples: 50, workerId: w.workerId, round },
+      {
+        id: expect.any(Number),
+        at: expect.any(Number),
+        step: STEPS,
+        epoch: 0,
+        accuracy: 0.82,
+        loss: 0.4,
+        testSamples: 50,
+        workerId: w.workerId,
+        round,
+      },
     ]);
     expect(await proc.getJson(`/api/evaluations?after=${evaluations[0].id}`)).toMatchObject({ evaluations: [] });
     expect((await proc.fetch('/api/evaluations?after=x')).status).toBe(400);

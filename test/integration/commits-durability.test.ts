@@ -47,7 +47,10 @@ async function start(opts: Parameters<typeof spawnCoordinator>[0] = {}): Promise
   return proc;
 }
 
-async function join(proc: CoordinatorProcess, extra: Partial<Parameters<typeof SimTrainer.join>[1]> = {}): Promise<SimTrainer> {
+async function join(
+  proc: CoordinatorProcess,
+  extra: Partial<Parameters<typeof SimTrainer.join>[1]> = {},
+): Promise<SimTrainer> {
   const t = await SimTrainer.join(proc.wsUrl, { httpUrl: proc.url, ...extra });
   trainers.push(t);
   return t;
@@ -73,14 +76,24 @@ describe('rounds and commits', () => {
     expect(new Set([a.rank, b.rank])).toEqual(new Set([0, 1]));
 
     const status = await proc.status();
-    expect(status).toMatchObject({ state: 'training', step: 6, epoch: 0, processedInEpoch: samplesThrough(6), restarts: 0 });
+    expect(status).toMatchObject({
+      state: 'training',
+      step: 6,
+      epoch: 0,
+      processedInEpoch: samplesThrough(6),
+      restarts: 0,
+    });
     expect(status.lastCommit).toEqual({ step: 6, hash: simulatedParamsHash(PLAN.model, 6) });
     expect(status.world.map((w: { rank: number }) => w.rank).sort()).toEqual([0, 1]);
     expect(status.world.reduce((sum: number, w: { share: number }) => sum + w.share, 0)).toBeCloseTo(1, 12);
 
     const audit = await proc.audit();
     expect(audit).toMatchObject({ ok: true, commitRows: 6, lastRowStep: 6, recordAgrees: true });
-    expect(audit.epochs[0]).toMatchObject({ committed: samplesThrough(6), positions: samplesThrough(6), duplicates: [] });
+    expect(audit.epochs[0]).toMatchObject({
+      committed: samplesThrough(6),
+      positions: samplesThrough(6),
+      duplicates: [],
+    });
     // The checkpoint of step 4 was asked of rank 0 and uploaded.
     const rank0 = a.rank === 0 ? a : b;
     await rank0.until(() => rank0.uploads.some((u) => u.step === 4), 'uploaded step 4');
@@ -99,7 +112,14 @@ describe('rounds and commits', () => {
     expect(audit.ok).toBe(true);
     expect(audit.epochs).toHaveLength(2);
     for (const epoch of audit.epochs) {
-      expect(epoch).toMatchObject({ finished: true, committed: 300, positions: 300, duplicates: [], neverCommitted: [], discontinuities: 0 });
+      expect(epoch).toMatchObject({
+        finished: true,
+        committed: 300,
+        positions: 300,
+        duplicates: [],
+        neverCommitted: [],
+        discontinuities: 0,
+      });
     }
     // The job's last step was checkpointed.
     expect(status.latestCheckpoint?.step).toBe(TOTAL);
@@ -149,7 +169,13 @@ describe('kill -9 during a stream of commits', () => {
     const audit = await proc.audit();
     expect(audit.ok).toBe(true);
     for (const epoch of audit.epochs) {
-      expect(epoch).toMatchObject({ finished: true, committed: 300, positions: 300, duplicates: [], neverCommitted: [] });
+      expect(epoch).toMatchObject({
+        finished: true,
+        committed: 300,
+        positions: 300,
+        duplicates: [],
+        neverCommitted: [],
+      });
     }
   });
 

@@ -7,9 +7,24 @@ import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import WebSocket from 'ws';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { CoordinatorProcess, makeTempDir, SimTrainer, SimWorker, simulatedSnapshot, spawnCoordinator } from '../support/coordinator-process';
+import {
+  CoordinatorProcess,
+  makeTempDir,
+  SimTrainer,
+  SimWorker,
+  simulatedSnapshot,
+  spawnCoordinator,
+} from '../support/coordinator-process';
 
-const JOB = { model: 'tiny-mlp', globalBatch: 32, minWorkers: 2, maxWorkers: 4, lastCallMs: 50, heartbeatMs: 1000, checkpointEvery: 3 };
+const JOB = {
+  model: 'tiny-mlp',
+  globalBatch: 32,
+  minWorkers: 2,
+  maxWorkers: 4,
+  lastCallMs: 50,
+  heartbeatMs: 1000,
+  checkpointEvery: 3,
+};
 
 describe('coordinator HTTP API', () => {
   let proc: CoordinatorProcess;
@@ -30,7 +45,17 @@ describe('coordinator HTTP API', () => {
 
   it('reports status of a fresh run', async () => {
     const status = await proc.status();
-    expect(status).toMatchObject({ state: 'gathering', round: 0, step: 0, epoch: 0, world: [], waiting: [], processedInEpoch: 0, datasetSize: 300, restarts: 0 });
+    expect(status).toMatchObject({
+      state: 'gathering',
+      round: 0,
+      step: 0,
+      epoch: 0,
+      world: [],
+      waiting: [],
+      processedInEpoch: 0,
+      datasetSize: 300,
+      restarts: 0,
+    });
     expect(status.lastCommit).toEqual({ step: 0, hash: null });
     expect(status.totalSteps).toBe(Math.ceil(300 / 32));
     expect(typeof status.runId).toBe('string');
@@ -39,7 +64,9 @@ describe('coordinator HTTP API', () => {
   it('audits an empty run as clean', async () => {
     const audit = await proc.audit();
     expect(audit).toMatchObject({ ok: true, commitRows: 0, recordAgrees: true, datasetSize: 300 });
-    expect(audit.epochs).toEqual([expect.objectContaining({ epoch: 0, committed: 0, duplicates: [], finished: false, neverCommitted: null })]);
+    expect(audit.epochs).toEqual([
+      expect.objectContaining({ epoch: 0, committed: 0, duplicates: [], finished: false, neverCommitted: null }),
+    ]);
   });
 
   it('serves Prometheus text with the documented series', async () => {
@@ -108,19 +135,26 @@ describe('coordinator HTTP API', () => {
       ['workers', { min: 1, max: 2 }],
     ];
 
-    it.each(actions)('refuses %s without a token, with a wrong token, or with a non-bearer scheme (401)', async (action, body) => {
-      const before = await proc.status();
-      const attempts: Record<string, string>[] = [{}, { authorization: 'Bearer wrong-token' }, { authorization: `Basic ${proc.adminToken}` }];
-      for (const headers of attempts) {
-        const res = await proc.fetch(`/api/admin/${action}`, { method: 'POST', headers, body: JSON.stringify(body) });
-        expect(res.status).toBe(401);
-        expect(res.headers.get('www-authenticate')).toMatch(/^Bearer/);
-        expect(await res.json()).toMatchObject({ error: 'unauthorized' });
-      }
-      const after = await proc.status();
-      expect(after.state).toBe(before.state);
-      expect(after.minWorkers).toBe(before.minWorkers);
-    });
+    it.each(actions)(
+      'refuses %s without a token, with a wrong token, or with a non-bearer scheme (401)',
+      async (action, body) => {
+        const before = await proc.status();
+        const attempts: Record<string, string>[] = [
+          {},
+          { authorization: 'Bearer wrong-token' },
+          { authorization: `Basic ${proc.adminToken}` },
+        ];
+        for (const headers of attempts) {
+          const res = await proc.fetch(`/api/admin/${action}`, { method: 'POST', headers, body: JSON.stringify(body) });
+          expect(res.status).toBe(401);
+          expect(res.headers.get('www-authenticate')).toMatch(/^Bearer/);
+          expect(await res.json()).toMatchObject({ error: 'unauthorized' });
+        }
+        const after = await proc.status();
+        expect(after.state).toBe(before.state);
+        expect(after.minWorkers).toBe(before.minWorkers);
+      },
+    );
 
     it('pauses and resumes with the token', async () => {
       const paused = await proc.admin('pause');
@@ -137,7 +171,11 @@ describe('coordinator HTTP API', () => {
       expect(await proc.status()).toMatchObject({ minWorkers: 3, maxWorkers: 5 });
       expect((await proc.admin('workers', { min: 4, max: 2 })).status).toBe(400);
       expect((await proc.admin('workers', { min: 'x', max: 2 })).status).toBe(400);
-      const badJson = await proc.fetch('/api/admin/workers', { method: 'POST', headers: { authorization: `Bearer ${proc.adminToken}` }, body: '{"min":' });
+      const badJson = await proc.fetch('/api/admin/workers', {
+        method: 'POST',
+        headers: { authorization: `Bearer ${proc.adminToken}` },
+        body: '{"min":',
+      });
       expect(badJson.status).toBe(400);
       expect(await badJson.json()).toMatchObject({ error: 'bad_json' });
       expect(await proc.status()).toMatchObject({ minWorkers: 3, maxWorkers: 5 });
@@ -166,7 +204,9 @@ describe('coordinator HTTP API', () => {
 
     it("mounts the admin page's routes (feed, checkpoint list) behind the same token", async () => {
       expect((await proc.fetch('/api/admin/checkpoints')).status).toBe(401);
-      const list = await proc.fetch('/api/admin/checkpoints', { headers: { authorization: `Bearer ${proc.adminToken}` } });
+      const list = await proc.fetch('/api/admin/checkpoints', {
+        headers: { authorization: `Bearer ${proc.adminToken}` },
+      });
       expect(list.status).toBe(200);
       expect((await list.json()).runId).toBe((await proc.status()).runId);
       expect((await proc.fetch('/api/admin/feed')).status).toBe(401);

@@ -22,7 +22,18 @@ function open(dir: string): SqliteStore {
 }
 
 function commit(step: number, extra: Partial<CommitRecord> = {}): CommitRecord {
-  return { step, firstStep: step, epoch: 0, cursorStart: (step - 1) * 10, count: 10, hash: `h${step}`, round: 1, world: [{ workerId: 'w1', rank: 0, share: 1 }], loss: 0.25, ...extra };
+  return {
+    step,
+    firstStep: step,
+    epoch: 0,
+    cursorStart: (step - 1) * 10,
+    count: 10,
+    hash: `h${step}`,
+    round: 1,
+    world: [{ workerId: 'w1', rank: 0, share: 1 }],
+    loss: 0.25,
+    ...extra,
+  };
 }
 
 describe('SqliteStore', () => {
@@ -43,9 +54,17 @@ describe('SqliteStore', () => {
   it('applies a batch in order in one transaction: a failing op leaves none of the batch', () => {
     const store = open(makeTempDir());
     const { runId } = store.openRun({}, 'k', 100);
-    store.apply(runId, [{ kind: 'commit', commit: commit(1) }, { kind: 'persist', durable: { step: 1 } }]);
+    store.apply(runId, [
+      { kind: 'commit', commit: commit(1) },
+      { kind: 'persist', durable: { step: 1 } },
+    ]);
     // Step 1 is live already: the unique index refuses a second live row, and the persist with it is undone.
-    expect(() => store.apply(runId, [{ kind: 'persist', durable: { step: 99 } }, { kind: 'commit', commit: commit(1) }])).toThrow(/UNIQUE/);
+    expect(() =>
+      store.apply(runId, [
+        { kind: 'persist', durable: { step: 99 } },
+        { kind: 'commit', commit: commit(1) },
+      ]),
+    ).toThrow(/UNIQUE/);
     expect(store.openRun({}, 'k', 100).durable).toEqual({ step: 1 });
     expect(store.commits(runId).map((c) => c.step)).toEqual([1]);
   });
@@ -54,7 +73,10 @@ describe('SqliteStore', () => {
     const store = open(makeTempDir());
     const { runId } = store.openRun({}, 'k', 100);
     for (let step = 1; step <= 5; step++) store.apply(runId, [{ kind: 'commit', commit: commit(step) }]);
-    store.apply(runId, [{ kind: 'rollback', afterStep: 2 }, { kind: 'commit', commit: commit(3, { hash: 'again3' }) }]);
+    store.apply(runId, [
+      { kind: 'rollback', afterStep: 2 },
+      { kind: 'commit', commit: commit(3, { hash: 'again3' }) },
+    ]);
     expect(store.commits(runId).map((c) => [c.step, c.hash])).toEqual([
       [1, 'h1'],
       [2, 'h2'],
@@ -62,7 +84,14 @@ describe('SqliteStore', () => {
     ]);
     const all = store.commits(runId, { includeRolledBack: true });
     expect(all.filter((c) => c.rolledBack).map((c) => c.step)).toEqual([3, 4, 5]);
-    expect(all[0]).toMatchObject({ firstStep: 1, cursorStart: 0, count: 10, round: 1, loss: 0.25, world: [{ workerId: 'w1', rank: 0, share: 1 }] });
+    expect(all[0]).toMatchObject({
+      firstStep: 1,
+      cursorStart: 0,
+      count: 10,
+      round: 1,
+      loss: 0.25,
+      world: [{ workerId: 'w1', rank: 0, share: 1 }],
+    });
   });
 
   it('stores rounds and events', () => {
@@ -87,7 +116,11 @@ describe('SqliteStore', () => {
     const row = store.putCheckpoint(runId, { step: 4, epoch: 0, cursor: 40 }, bytes);
     expect(row).toMatchObject({ step: 4, epoch: 0, cursor: 40, bytes: 1000, sha256: sha256Hex(bytes) });
     expect(readFileSync(row.path)).toEqual(Buffer.from(bytes));
-    const replaced = store.putCheckpoint(runId, { step: 4, epoch: 0, cursor: 40 }, bytes.map((b) => 255 - b));
+    const replaced = store.putCheckpoint(
+      runId,
+      { step: 4, epoch: 0, cursor: 40 },
+      bytes.map((b) => 255 - b),
+    );
     expect(replaced.sha256).not.toBe(row.sha256);
     expect(store.checkpoint(runId, 4)).toEqual(replaced);
     store.putCheckpoint(runId, { step: 8, epoch: 0, cursor: 80 }, bytes);
@@ -104,10 +137,14 @@ describe('SqliteStore', () => {
 
   it('survives SIGKILL mid-stream: the durable state names the last live commit, every printed step is there', async () => {
     const dir = makeTempDir();
-    const child = spawn(process.execPath, ['--import', 'tsx', join(REPO_ROOT, 'test/integration/fixtures/store-writer.ts'), dir], {
-      cwd: REPO_ROOT,
-      stdio: ['ignore', 'pipe', 'pipe'],
-    });
+    const child = spawn(
+      process.execPath,
+      ['--import', 'tsx', join(REPO_ROOT, 'test/integration/fixtures/store-writer.ts'), dir],
+      {
+        cwd: REPO_ROOT,
+        stdio: ['ignore', 'pipe', 'pipe'],
+      },
+    );
     let printed = 0;
     let stderr = '';
     child.stderr.on('data', (d: Buffer) => (stderr += d.toString()));

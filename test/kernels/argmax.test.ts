@@ -9,15 +9,27 @@ describe('countCorrect', () => {
   it('counts rows whose argmax equals the label, on seeded random shapes', async () => {
     const gpu = await nodeGpu();
     let seed = 1;
-    for (const [rows, classes] of [[1, 1], [1, 10], [7, 3], [64, 10], [65, 10], [1000, 10], [33, 129]]) {
+    for (const [rows, classes] of [
+      [1, 1],
+      [1, 10],
+      [7, 3],
+      [64, 10],
+      [65, 10],
+      [1000, 10],
+      [33, 129],
+    ]) {
       const rand = mulberry32(seed++);
       const logitsData = randomArray(rand, rows * classes);
       // About half the labels right, so both outcomes are exercised.
-      const labelsData = Uint32Array.from({ length: rows }, (_, r) => (rand() < 0.5 ? randomInt(rand, 0, classes - 1) : argmax(logitsData, r, classes)));
+      const labelsData = Uint32Array.from({ length: rows }, (_, r) =>
+        rand() < 0.5 ? randomInt(rand, 0, classes - 1) : argmax(logitsData, r, classes),
+      );
       const logits = createTensor(gpu, [rows, classes], 'logits', logitsData);
       const labels = createTensor(gpu, [rows], 'labels', labelsData);
       const correct = createTensor(gpu, [1], 'correct', new Uint32Array([999]));
-      await withValidation(gpu, () => submitCalls(gpu, [countCorrect(gpu, { logits, labels, correct }, { rows, classes }).call]));
+      await withValidation(gpu, () =>
+        submitCalls(gpu, [countCorrect(gpu, { logits, labels, correct }, { rows, classes }).call]),
+      );
       const got = new Uint32Array(await readBuffer(gpu, correct.buffer, 4))[0];
       expect(got, `${rows}x${classes}`).toBe(countCorrectRef(logitsData, labelsData, rows, classes));
     }
@@ -31,7 +43,9 @@ describe('countCorrect', () => {
     const logits = createTensor(gpu, [3, 4], 'logits', logitsData);
     const labels = createTensor(gpu, [3], 'labels', labelsData);
     const correct = createTensor(gpu, [1], 'correct');
-    await withValidation(gpu, () => submitCalls(gpu, [countCorrect(gpu, { logits, labels, correct }, { rows: 3, classes: 4 }).call]));
+    await withValidation(gpu, () =>
+      submitCalls(gpu, [countCorrect(gpu, { logits, labels, correct }, { rows: 3, classes: 4 }).call]),
+    );
     expect(new Uint32Array(await readBuffer(gpu, correct.buffer, 4))[0]).toBe(2);
     expect(countCorrectRef(logitsData, labelsData, 3, 4)).toBe(2);
   });

@@ -112,13 +112,19 @@ describe('biasGrad', () => {
     const kernel = biasGrad(gpu, { dy, dbias }, { rows, cols });
     kernel.update({ rows: 5, cols });
     await withValidation(gpu, () => submitCalls(gpu, [kernel.call]));
-    expectClose(await readTensor(gpu, dbias), biasGradRef(dyData, 5, cols), { atol: 1e-6, rtol: 1e-5, label: '5 of 64 rows' });
+    expectClose(await readTensor(gpu, dbias), biasGradRef(dyData, 5, cols), {
+      atol: 1e-6,
+      rtol: 1e-5,
+      label: '5 of 64 rows',
+    });
   });
 
   it('rejects tensors too small for the dims', async () => {
     const gpu = await nodeGpu();
     const dy = createTensor(gpu, [4, 5], 'dy');
     expect(() => biasGrad(gpu, { dy, dbias: createTensor(gpu, [4], 'dbias') }, { rows: 4, cols: 5 })).toThrow(/dbias/);
-    expect(() => biasAdd(gpu, { x: dy, bias: createTensor(gpu, [5], 'b'), out: dy }, { rows: 5, cols: 5 })).toThrow(/needs/);
+    expect(() => biasAdd(gpu, { x: dy, bias: createTensor(gpu, [5], 'b'), out: dy }, { rows: 5, cols: 5 })).toThrow(
+      /needs/,
+    );
   });
 });

@@ -66,12 +66,30 @@ async function runAll(d: Conv2dDims, data: ReturnType<typeof inputs>, variant: C
 }
 
 const cases: { name: string; dims: Conv2dDims }[] = [
-  { name: '1×5×7×3 → 4, kernel 3 pad 1', dims: { batch: 1, height: 5, width: 7, inChannels: 3, outChannels: 4, kernel: 3, pad: 1 } },
-  { name: '2×9×9×2 → 5, kernel 5 pad 2', dims: { batch: 2, height: 9, width: 9, inChannels: 2, outChannels: 5, kernel: 5, pad: 2 } },
-  { name: '2×6×8×4 → 6, kernel 3 pad 0', dims: { batch: 2, height: 6, width: 8, inChannels: 4, outChannels: 6, kernel: 3, pad: 0 } },
-  { name: '2×7×10×8 → 12, kernel 3 pad 1', dims: { batch: 2, height: 7, width: 10, inChannels: 8, outChannels: 12, kernel: 3, pad: 1 } },
-  { name: '3×8×6×1 → 3, kernel 5 pad 2 (one input channel)', dims: { batch: 3, height: 8, width: 6, inChannels: 1, outChannels: 3, kernel: 5, pad: 2 } },
-  { name: '1×3×5×6 → 7, kernel 1 pad 0', dims: { batch: 1, height: 3, width: 5, inChannels: 6, outChannels: 7, kernel: 1, pad: 0 } },
+  {
+    name: '1×5×7×3 → 4, kernel 3 pad 1',
+    dims: { batch: 1, height: 5, width: 7, inChannels: 3, outChannels: 4, kernel: 3, pad: 1 },
+  },
+  {
+    name: '2×9×9×2 → 5, kernel 5 pad 2',
+    dims: { batch: 2, height: 9, width: 9, inChannels: 2, outChannels: 5, kernel: 5, pad: 2 },
+  },
+  {
+    name: '2×6×8×4 → 6, kernel 3 pad 0',
+    dims: { batch: 2, height: 6, width: 8, inChannels: 4, outChannels: 6, kernel: 3, pad: 0 },
+  },
+  {
+    name: '2×7×10×8 → 12, kernel 3 pad 1',
+    dims: { batch: 2, height: 7, width: 10, inChannels: 8, outChannels: 12, kernel: 3, pad: 1 },
+  },
+  {
+    name: '3×8×6×1 → 3, kernel 5 pad 2 (one input channel)',
+    dims: { batch: 3, height: 8, width: 6, inChannels: 1, outChannels: 3, kernel: 5, pad: 2 },
+  },
+  {
+    name: '1×3×5×6 → 7, kernel 1 pad 0',
+    dims: { batch: 1, height: 3, width: 5, inChannels: 6, outChannels: 7, kernel: 1, pad: 0 },
+  },
 ];
 
 // The CNN's layers (28×28×1 → 16 and 14×14×16 → 32, 5×5 'same'), with the tiles chosen for them.
@@ -91,14 +109,24 @@ describe('conv2d (stride 1, NHWC, HWIO)', () => {
 
       // Independent check of both backward kernels: central differences of L = Σ g ⊙ conv(x, w),
       // evaluated with the float64 forward only. L is linear in x and in w, so a large eps is exact.
-      const lossOfX = (x: Float64Array) => conv2dForwardRef(x, data.w, null, dims).reduce((s, y, i) => s + y * data.g[i], 0);
-      const lossOfW = (w: Float64Array) => conv2dForwardRef(data.x, w, null, dims).reduce((s, y, i) => s + y * data.g[i], 0);
+      const lossOfX = (x: Float64Array) =>
+        conv2dForwardRef(x, data.w, null, dims).reduce((s, y, i) => s + y * data.g[i], 0);
+      const lossOfW = (w: Float64Array) =>
+        conv2dForwardRef(data.x, w, null, dims).reduce((s, y, i) => s + y * data.g[i], 0);
       const xi = sampleIndices(data.x.length, 160, 1);
       const wi = sampleIndices(data.w.length, 160, 2);
       const fdx = finiteDifferences(lossOfX, data.x, { eps: 0.5, indices: xi });
       const fdw = finiteDifferences(lossOfW, data.w, { eps: 0.5, indices: wi });
-      expectClose(xi.map((i) => got.dx[i]), xi.map((i) => fdx[i]), { ...TOL, label: 'dx vs finite differences' });
-      expectClose(wi.map((i) => got.dw[i]), wi.map((i) => fdw[i]), { ...TOL, label: 'dw vs finite differences' });
+      expectClose(
+        xi.map((i) => got.dx[i]),
+        xi.map((i) => fdx[i]),
+        { ...TOL, label: 'dx vs finite differences' },
+      );
+      expectClose(
+        wi.map((i) => got.dw[i]),
+        wi.map((i) => fdw[i]),
+        { ...TOL, label: 'dw vs finite differences' },
+      );
     });
   });
 
@@ -158,19 +186,30 @@ describe('conv2d (stride 1, NHWC, HWIO)', () => {
       conv2dBackwardFilter(gpu, { x, dy, dw }, big),
     ];
     for (const k of kernels) k.update(small);
-    await withValidation(gpu, () => submitCalls(gpu, kernels.map((k) => k.call)));
+    await withValidation(gpu, () =>
+      submitCalls(
+        gpu,
+        kernels.map((k) => k.call),
+      ),
+    );
 
     const inSmall = count(shapes(small).input);
     const outSmall = count(shapes(small).output);
     const xs = data.x.subarray(0, inSmall);
     const gs = data.g.subarray(0, outSmall);
     const y = await readTensor(gpu, out);
-    expectClose(y.subarray(0, outSmall), conv2dForwardRef(xs, data.w, data.bias, small), { ...TOL, label: 'forward prefix' });
+    expectClose(y.subarray(0, outSmall), conv2dForwardRef(xs, data.w, data.bias, small), {
+      ...TOL,
+      label: 'forward prefix',
+    });
     expect(y.subarray(outSmall).every((v) => v === 7)).toBe(true);
     const gotDx = await readTensor(gpu, dx);
     expectClose(gotDx.subarray(0, inSmall), conv2dBackwardInputRef(gs, data.w, small), { ...TOL, label: 'dx prefix' });
     expect(gotDx.subarray(inSmall).every((v) => v === 7)).toBe(true);
-    expectClose(await readTensor(gpu, dw), conv2dBackwardFilterRef(xs, gs, small), { ...TOL, label: 'dw over the small batch' });
+    expectClose(await readTensor(gpu, dw), conv2dBackwardFilterRef(xs, gs, small), {
+      ...TOL,
+      label: 'dw over the small batch',
+    });
 
     expect(() => kernels[0].update({ ...big, batch: 4 })).toThrow(/elements/);
   });
@@ -180,7 +219,15 @@ describe('conv2d (stride 1, NHWC, HWIO)', () => {
     const dims: Conv2dDims = { ...cases[0].dims, batch: 2 };
     const data = inputs(dims, 10);
     const s = shapes(dims);
-    const parts = { x: count(s.input), w: count(s.weight), bias: dims.outChannels, out: count(s.output), dy: count(s.output), dx: count(s.input), dw: count(s.weight) };
+    const parts = {
+      x: count(s.input),
+      w: count(s.weight),
+      bias: dims.outChannels,
+      out: count(s.output),
+      dy: count(s.output),
+      dx: count(s.input),
+      dw: count(s.weight),
+    };
     const total = Object.values(parts).reduce((a, n) => a + alignElements(n), 0);
     const flat = createTensor(gpu, [total], 'flat');
     let offset = 0;
@@ -207,7 +254,10 @@ describe('conv2d (stride 1, NHWC, HWIO)', () => {
         conv2dBackwardFilter(gpu, { x, dy, dw }, dims).call,
       ]),
     );
-    expectClose(await readTensor(gpu, out), conv2dForwardRef(data.x, data.w, data.bias, dims), { ...TOL, label: 'forward' });
+    expectClose(await readTensor(gpu, out), conv2dForwardRef(data.x, data.w, data.bias, dims), {
+      ...TOL,
+      label: 'forward',
+    });
     expectClose(await readTensor(gpu, dx), conv2dBackwardInputRef(data.g, data.w, dims), { ...TOL, label: 'dx' });
     expectClose(await readTensor(gpu, dw), conv2dBackwardFilterRef(data.x, data.g, dims), { ...TOL, label: 'dw' });
   });

@@ -18,7 +18,11 @@ describe('elementwise kernels', () => {
       const k = addInto(gpu, { x, y }, { size: n });
       submitCalls(gpu, [k.call]);
       const got = await readTensor(gpu, y);
-      expectClose(got, Array.from(ys, (v, i) => v + xs[i]), { atol: 0, rtol: 1e-7, label: 'y + x' });
+      expectClose(
+        got,
+        Array.from(ys, (v, i) => v + xs[i]),
+        { atol: 0, rtol: 1e-7, label: 'y + x' },
+      );
       k.update({ size: 500 });
       submitCalls(gpu, [k.call]);
       const twice = await readTensor(gpu, y);
@@ -29,7 +33,12 @@ describe('elementwise kernels', () => {
 
   it('addInto accepts x and y as disjoint views of one buffer', async () => {
     const gpu = await nodeGpu();
-    const flat = createTensor(gpu, [128 + 10], 'flat', Float32Array.from({ length: 138 }, (_, i) => i));
+    const flat = createTensor(
+      gpu,
+      [128 + 10],
+      'flat',
+      Float32Array.from({ length: 138 }, (_, i) => i),
+    );
     const x = tensorView(flat, 0, [10], 'x');
     const y = tensorView(flat, 128, [10], 'y');
     await withValidation(gpu, async () => submitCalls(gpu, [addInto(gpu, { x, y }, { size: 10 }).call]));
@@ -46,7 +55,11 @@ describe('elementwise kernels', () => {
     const scale = scaleInPlace(gpu, { x }, { size: n, alpha: -0.37 }, { workgroupSize: 4 });
     expect(scale.call.workgroups[1]).toBeGreaterThan(1);
     await withValidation(gpu, () => submitCalls(gpu, [scale.call]));
-    expectClose(await readTensor(gpu, x), Array.from(xs, (v) => v * -0.37), { atol: 0, rtol: 1e-6, label: 'scaled' });
+    expectClose(
+      await readTensor(gpu, x),
+      Array.from(xs, (v) => v * -0.37),
+      { atol: 0, rtol: 1e-6, label: 'scaled' },
+    );
 
     const zero = fill(gpu, { x }, { size: n, value: 2.5 }, { workgroupSize: 4 });
     await withValidation(gpu, () => submitCalls(gpu, [zero.call]));

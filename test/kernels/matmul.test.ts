@@ -1,6 +1,21 @@
 import { describe, expect, it } from 'vitest';
-import { DEFAULT_MATMUL_TILE, WORKGROUP_MATMUL_TILE, matmul, type MatmulDims, type MatmulTile } from '../../kernels/matmul';
-import { alignElements, createTensor, readTensor, submitCalls, tensorView, writeTensor, type Gpu, type Tensor } from '../../kernels/runtime';
+import {
+  DEFAULT_MATMUL_TILE,
+  WORKGROUP_MATMUL_TILE,
+  matmul,
+  type MatmulDims,
+  type MatmulTile,
+} from '../../kernels/matmul';
+import {
+  alignElements,
+  createTensor,
+  readTensor,
+  submitCalls,
+  tensorView,
+  writeTensor,
+  type Gpu,
+  type Tensor,
+} from '../../kernels/runtime';
 import { expectClose, finiteDifferences } from '../support/compare';
 import { nodeGpu, withValidation } from '../support/node-gpu';
 import { dot, matmulRef, type MatmulRefOptions } from '../support/reference-dense';
@@ -51,12 +66,21 @@ async function checkMatmul(
   const bias = opts.bias ? createTensor(gpu, [n], 'bias', biasData) : undefined;
   const out = createTensor(gpu, [m, n], 'out', prev);
   await withValidation(gpu, async () => {
-    const kernel = matmul(gpu, { a, b, out, bias }, c, { transA: c.transA, transB: c.transB, accumulate: opts.accumulate, relu: opts.relu, tile: opts.tile });
+    const kernel = matmul(gpu, { a, b, out, bias }, c, {
+      transA: c.transA,
+      transB: c.transB,
+      accumulate: opts.accumulate,
+      relu: opts.relu,
+      tile: opts.tile,
+    });
     submitCalls(gpu, [kernel.call]);
     const ref: MatmulRefOptions = { transA: c.transA, transB: c.transB, relu: opts.relu };
     if (opts.bias) ref.bias = biasData;
     if (opts.accumulate) ref.accumulateInto = prev;
-    expectClose(await readTensor(gpu, out), matmulRef(aData, bData, m, n, k, ref), { ...tolerance(k), label: `${name(c)} ${JSON.stringify(opts)}` });
+    expectClose(await readTensor(gpu, out), matmulRef(aData, bData, m, n, k, ref), {
+      ...tolerance(k),
+      label: `${name(c)} ${JSON.stringify(opts)}`,
+    });
   });
 }
 
@@ -90,7 +114,11 @@ describe('matmul', () => {
     ];
     let seed = 200;
     for (const tile of tiles) {
-      for (const c of [{ m: 7, n: 13, k: 5, transA: true }, { m: 33, n: 65, k: 17, transB: true }, { m: 70, n: 41, k: 29 }]) {
+      for (const c of [
+        { m: 7, n: 13, k: 5, transA: true },
+        { m: 33, n: 65, k: 17, transB: true },
+        { m: 70, n: 41, k: 29 },
+      ]) {
         await checkMatmul(gpu, c, seed++, { tile });
       }
     }
@@ -101,7 +129,12 @@ describe('matmul', () => {
     let seed = 300;
     for (const tile of [DEFAULT_MATMUL_TILE, WORKGROUP_MATMUL_TILE]) {
       // k = 0 leaves only the epilogue: out = relu(prev + bias).
-      for (const c of [{ m: 33, n: 65, k: 17 }, { m: 9, n: 10, k: 130, transA: true }, { m: 12, n: 7, k: 3, transB: true }, { m: 5, n: 6, k: 0 }]) {
+      for (const c of [
+        { m: 33, n: 65, k: 17 },
+        { m: 9, n: 10, k: 130, transA: true },
+        { m: 12, n: 7, k: 3, transB: true },
+        { m: 5, n: 6, k: 0 },
+      ]) {
         await checkMatmul(gpu, c, seed++, { tile, bias: true });
         await checkMatmul(gpu, c, seed++, { tile, bias: true, relu: true });
         await checkMatmul(gpu, c, seed++, { tile, accumulate: true });
@@ -147,13 +180,24 @@ describe('matmul', () => {
       total += alignElements(s);
     }
     const flat = createTensor(gpu, [total], 'flat');
-    const [a, b, bias, out] = ['a', 'b', 'bias', 'out'].map((label, i) => tensorView(flat, offsets[i], [sizes[i]], label));
-    const [aData, bData, biasData] = [randomArray(rand, sizes[0]), randomArray(rand, sizes[1]), randomArray(rand, sizes[2])];
+    const [a, b, bias, out] = ['a', 'b', 'bias', 'out'].map((label, i) =>
+      tensorView(flat, offsets[i], [sizes[i]], label),
+    );
+    const [aData, bData, biasData] = [
+      randomArray(rand, sizes[0]),
+      randomArray(rand, sizes[1]),
+      randomArray(rand, sizes[2]),
+    ];
     writeTensor(gpu, a, aData);
     writeTensor(gpu, b, bData);
     writeTensor(gpu, bias, biasData);
-    await withValidation(gpu, () => submitCalls(gpu, [matmul(gpu, { a, b, bias, out }, { m, n, k }, { relu: true }).call]));
-    expectClose(await readTensor(gpu, out), matmulRef(aData, bData, m, n, k, { bias: biasData, relu: true }), { ...tolerance(k), label: 'views' });
+    await withValidation(gpu, () =>
+      submitCalls(gpu, [matmul(gpu, { a, b, bias, out }, { m, n, k }, { relu: true }).call]),
+    );
+    expectClose(await readTensor(gpu, out), matmulRef(aData, bData, m, n, k, { bias: biasData, relu: true }), {
+      ...tolerance(k),
+      label: 'views',
+    });
   });
 
   it('update() to fewer rows recomputes only those rows and leaves the rest untouched', async () => {
@@ -169,7 +213,10 @@ describe('matmul', () => {
       await withValidation(gpu, async () => {
         const kernel = matmul(gpu, { a, b, out }, { m: maxRows, n, k }, { tile });
         submitCalls(gpu, [kernel.call]);
-        expectClose(await readTensor(gpu, out), matmulRef(aData, bData, maxRows, n, k), { ...tolerance(k), label: 'max rows' });
+        expectClose(await readTensor(gpu, out), matmulRef(aData, bData, maxRows, n, k), {
+          ...tolerance(k),
+          label: 'max rows',
+        });
         // Fewer rows with new data: rows past 13 must keep the first result.
         const first = Float64Array.from(await readTensor(gpu, out));
         const aNext = randomArray(rand, maxRows * k);
@@ -178,7 +225,10 @@ describe('matmul', () => {
         submitCalls(gpu, [kernel.call]);
         const expected = Float64Array.from(first);
         expected.set(matmulRef(aNext, bData, 13, n, k));
-        expectClose(await readTensor(gpu, out), expected, { ...tolerance(k), label: `13 rows (${tile.workgroupMemory ? 'workgroup' : 'registers'})` });
+        expectClose(await readTensor(gpu, out), expected, {
+          ...tolerance(k),
+          label: `13 rows (${tile.workgroupMemory ? 'workgroup' : 'registers'})`,
+        });
       });
     }
   });
@@ -195,12 +245,26 @@ describe('matmul', () => {
     const gpu = await nodeGpu();
     const t = (shape: number[]): Tensor => createTensor(gpu, shape, 't');
     expect(() => matmul(gpu, { a: t([4, 5]), b: t([5, 6]), out: t([4, 5]) }, { m: 4, n: 6, k: 5 })).toThrow(/out/);
-    expect(() => matmul(gpu, { a: t([4, 5]), b: t([5, 6]), out: t([4, 6]), bias: t([5]) }, { m: 4, n: 6, k: 5 })).toThrow(/bias/);
+    expect(() =>
+      matmul(gpu, { a: t([4, 5]), b: t([5, 6]), out: t([4, 6]), bias: t([5]) }, { m: 4, n: 6, k: 5 }),
+    ).toThrow(/bias/);
     const ok = matmul(gpu, { a: t([4, 5]), b: t([5, 6]), out: t([4, 6]) }, { m: 4, n: 6, k: 5 });
     expect(() => ok.update({ m: 5, n: 6, k: 5 })).toThrow(/needs/);
-    expect(() => matmul(gpu, { a: t([1]), b: t([1]), out: t([1]) }, { m: 1, n: 1, k: 1 }, { tile: { ...DEFAULT_MATMUL_TILE, tm: 9 } })).toThrow(/tile/);
     expect(() =>
-      matmul(gpu, { a: t([1]), b: t([1]), out: t([1]) }, { m: 1, n: 1, k: 1 }, { tile: { ...WORKGROUP_MATMUL_TILE, tk: 6 } }),
+      matmul(
+        gpu,
+        { a: t([1]), b: t([1]), out: t([1]) },
+        { m: 1, n: 1, k: 1 },
+        { tile: { ...DEFAULT_MATMUL_TILE, tm: 9 } },
+      ),
+    ).toThrow(/tile/);
+    expect(() =>
+      matmul(
+        gpu,
+        { a: t([1]), b: t([1]), out: t([1]) },
+        { m: 1, n: 1, k: 1 },
+        { tile: { ...WORKGROUP_MATMUL_TILE, tk: 6 } },
+      ),
     ).toThrow(/workgroup/);
   });
 });

@@ -1,6 +1,15 @@
 import { describe, expect, it } from 'vitest';
 import { maxPoolBackward, maxPoolForward, poolOutputShape, type PoolDims } from '../../kernels/maxpool';
-import { createTensor, readBuffer, readTensor, submitCalls, tensorView, writeTensor, type Gpu, type Tensor } from '../../kernels/runtime';
+import {
+  createTensor,
+  readBuffer,
+  readTensor,
+  submitCalls,
+  tensorView,
+  writeTensor,
+  type Gpu,
+  type Tensor,
+} from '../../kernels/runtime';
 import { expectClose, finiteDifferences } from '../support/compare';
 import { nodeGpu, withValidation } from '../support/node-gpu';
 import { maxPoolBackwardRef, maxPoolForwardRef } from '../support/reference-conv';
@@ -43,7 +52,10 @@ describe('max pool 2×2 stride 2', () => {
       // dx starts as NaN: every element must be overwritten (zeros where the element lost).
       const dx = createTensor(gpu, inShape, 'dx', new Float32Array(elements(inShape)).fill(NaN));
       await withValidation(gpu, () =>
-        submitCalls(gpu, [maxPoolForward(gpu, { x, out, argmax }, dims).call, maxPoolBackward(gpu, { dy, argmax, dx }, dims).call]),
+        submitCalls(gpu, [
+          maxPoolForward(gpu, { x, out, argmax }, dims).call,
+          maxPoolBackward(gpu, { dy, argmax, dx }, dims).call,
+        ]),
       );
 
       const ref = maxPoolForwardRef(xs, dims);
@@ -86,11 +98,15 @@ describe('max pool 2×2 stride 2', () => {
     expectClose(gotOut.subarray(0, smallOut), ref.out, { atol: 0, rtol: 0, label: 'pooled prefix' });
     expect(gotOut.subarray(smallOut).every((v) => v === 7)).toBe(true);
     const gotDx = await readTensor(gpu, dx);
-    expectClose(gotDx.subarray(0, smallIn), maxPoolBackwardRef(xs.subarray(0, smallIn), g.subarray(0, smallOut), small), {
-      atol: 0,
-      rtol: 0,
-      label: 'dx prefix',
-    });
+    expectClose(
+      gotDx.subarray(0, smallIn),
+      maxPoolBackwardRef(xs.subarray(0, smallIn), g.subarray(0, smallOut), small),
+      {
+        atol: 0,
+        rtol: 0,
+        label: 'dx prefix',
+      },
+    );
     expect(gotDx.subarray(smallIn).every((v) => v === 9)).toBe(true);
     expect(() => forward.update({ ...big, batch: 5 })).toThrow(/elements/);
   });
@@ -121,7 +137,10 @@ describe('max pool 2×2 stride 2', () => {
     writeTensor(gpu, x, xs);
     writeTensor(gpu, dy, g);
     await withValidation(gpu, () =>
-      submitCalls(gpu, [maxPoolForward(gpu, { x, out, argmax }, dims).call, maxPoolBackward(gpu, { dy, argmax, dx }, dims).call]),
+      submitCalls(gpu, [
+        maxPoolForward(gpu, { x, out, argmax }, dims).call,
+        maxPoolBackward(gpu, { dy, argmax, dx }, dims).call,
+      ]),
     );
     expectClose(await readTensor(gpu, out), maxPoolForwardRef(xs, dims).out, { atol: 0, rtol: 0, label: 'pooled' });
     expectClose(await readTensor(gpu, dx), maxPoolBackwardRef(xs, g, dims), { atol: 0, rtol: 0, label: 'dx' });

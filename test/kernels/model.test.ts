@@ -1,6 +1,12 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { hashParams } from '../../coordinator/core/hash';
-import { CNN_SPEC, MLP_SPEC, parameterLayout, type ModelSpec, type ParamLayout } from '../../coordinator/core/model-spec';
+import {
+  CNN_SPEC,
+  MLP_SPEC,
+  parameterLayout,
+  type ModelSpec,
+  type ParamLayout,
+} from '../../coordinator/core/model-spec';
 import { initParams, type ModelSpecLike, type ParamLayoutLike } from '../../kernels/layers';
 import { createModel, type Model, type ModelOptions } from '../../kernels/model';
 import type { Gpu } from '../../kernels/runtime';
@@ -14,8 +20,6 @@ import {
 } from '../support/reference-model';
 import { finiteDifferences } from '../support/compare';
 import { mulberry32, randomArray } from '../support/rng';
-
-
 
 // The core's inferred types must stay assignable to the structural ones kernels/ declares
 // (checked by `tsc -p test`; web/ passes core specs and layouts straight to createModel).
@@ -65,21 +69,27 @@ describe('structural model types and initialisation', () => {
       covered.fill(1, e.offset, e.offset + e.size);
       const values = a.subarray(e.offset, e.offset + e.size);
       if (e.kind === 'bias') {
-        expect(values.every((v) => v === 0), e.name).toBe(true);
+        expect(
+          values.every((v) => v === 0),
+          e.name,
+        ).toBe(true);
         continue;
       }
       const layer = CNN_SPEC.layers[e.layer];
       const receptive = e.shape.length === 4 ? e.shape[0] * e.shape[1] : 1;
       const fanIn = receptive * e.shape[e.shape.length - 2];
       const fanOut = receptive * e.shape[e.shape.length - 1];
-      const limit = layer.type !== 'maxpool2' && layer.activation === 'relu' ? Math.sqrt(6 / fanIn) : Math.sqrt(6 / (fanIn + fanOut));
+      const limit =
+        layer.type !== 'maxpool2' && layer.activation === 'relu'
+          ? Math.sqrt(6 / fanIn)
+          : Math.sqrt(6 / (fanIn + fanOut));
       const max = values.reduce((m, v) => Math.max(m, Math.abs(v)), 0);
       expect(max, e.name).toBeLessThanOrEqual(limit);
       expect(max, e.name).toBeGreaterThan(0.9 * limit);
       // Uniform on ±limit has variance limit²/3.
       const variance = values.reduce((s, v) => s + v * v, 0) / values.length;
-      expect(variance / (limit * limit / 3), e.name).toBeGreaterThan(0.8);
-      expect(variance / (limit * limit / 3), e.name).toBeLessThan(1.2);
+      expect(variance / ((limit * limit) / 3), e.name).toBeGreaterThan(0.8);
+      expect(variance / ((limit * limit) / 3), e.name).toBeLessThan(1.2);
     }
     a.forEach((v, i) => {
       if (!covered[i] && v !== 0) throw new Error(`padding element ${i} is ${v}`);
@@ -110,19 +120,27 @@ describe('float64 reference model', () => {
     const layout = parameterLayout(spec);
     const params = Float64Array.from(initParams(spec, layout, 5));
     const rand = mulberry32(9);
-    for (const e of layout.entries) if (e.kind === 'bias') for (let i = 0; i < e.size; i++) params[e.offset + i] = 0.1 * (rand() - 0.5);
+    for (const e of layout.entries)
+      if (e.kind === 'bias') for (let i = 0; i < e.size; i++) params[e.offset + i] = 0.1 * (rand() - 0.5);
     const { x, labels } = seededBatch(spec, 3, 4);
     const ref = referenceForwardBackward(spec, layout, params, x, labels, 3);
     const indices = layout.entries.flatMap((e) => [...Array(e.size).keys()].map((i) => e.offset + i));
-    const fd = finiteDifferences((p) => referenceForwardBackward(spec, layout, p, x, labels, 3).lossSum, params, { eps: 1e-6, indices });
-    for (const i of indices) expect(Math.abs(ref.grads[i] - fd[i]), `param ${i}`).toBeLessThan(1e-6 + 1e-5 * Math.abs(fd[i]));
+    const fd = finiteDifferences((p) => referenceForwardBackward(spec, layout, p, x, labels, 3).lossSum, params, {
+      eps: 1e-6,
+      indices,
+    });
+    for (const i of indices)
+      expect(Math.abs(ref.grads[i] - fd[i]), `param ${i}`).toBeLessThan(1e-6 + 1e-5 * Math.abs(fd[i]));
   });
 });
 
 describe('GPU model against the float64 reference', () => {
   let gpu: Gpu;
   const models: Model[] = [];
-  const make = (spec: ModelSpec, options: Omit<ModelOptions, 'optimizer'> & { optimizer?: ModelOptions['optimizer'] }) => {
+  const make = (
+    spec: ModelSpec,
+    options: Omit<ModelOptions, 'optimizer'> & { optimizer?: ModelOptions['optimizer'] },
+  ) => {
     const model = createModel(gpu, spec, parameterLayout(spec), { optimizer: ADAMW, ...options });
     models.push(model);
     return model;
@@ -135,26 +153,33 @@ describe('GPU model against the float64 reference', () => {
   it.each([
     ['mlp', MLP_SPEC, 32],
     ['small conv net', SMALL_CNN_SPEC, 16],
-  ] as const)('%s: one AdamW training step matches in loss, every gradient and the updated parameters', async (_, spec, batch) => {
-    const layout = parameterLayout(spec);
-    const model = make(spec, { maxBatch: batch, seed: 3 });
-    const params0 = await model.readParams();
-    const { x, labels } = seededBatch(spec, batch, 17);
-    await withValidation(gpu, () => model.trainStep(x, labels));
-    const [lossSum, grads, params1] = [await model.readLossSum(), await model.readGradients(), await model.readParams()];
-    expect(model.optimizerStep).toBe(1);
+  ] as const)(
+    '%s: one AdamW training step matches in loss, every gradient and the updated parameters',
+    async (_, spec, batch) => {
+      const layout = parameterLayout(spec);
+      const model = make(spec, { maxBatch: batch, seed: 3 });
+      const params0 = await model.readParams();
+      const { x, labels } = seededBatch(spec, batch, 17);
+      await withValidation(gpu, () => model.trainStep(x, labels));
+      const [lossSum, grads, params1] = [
+        await model.readLossSum(),
+        await model.readGradients(),
+        await model.readParams(),
+      ];
+      expect(model.optimizerStep).toBe(1);
 
-    const ref = referenceForwardBackward(spec, layout, params0, x, labels, batch);
-    expectScalarClose(lossSum, ref.lossSum, 1e-4, 'loss sum');
-    expectTensorsClose(grads, ref.grads, layout, { label: 'gradients' });
-    // The optimizer is checked on the GPU's own gradients (already checked above): AdamW's first step
-    // is ≈ lr·sign(g), so the reference's gradients would flip updates wherever g is float32 noise.
-    const zeros = new Float64Array(layout.totalElements);
-    const refStep = referenceAdamW(params0, grads, zeros, zeros, { ...ADAMW, gradScale: 1 / batch, t: 1 });
-    expectTensorsClose(params1, refStep.params, layout, { label: 'params after AdamW' });
-    const padding = params1.filter((_, i) => !layout.entries.some((e) => i >= e.offset && i < e.offset + e.size));
-    expect(padding.every((v) => v === 0)).toBe(true);
-  });
+      const ref = referenceForwardBackward(spec, layout, params0, x, labels, batch);
+      expectScalarClose(lossSum, ref.lossSum, 1e-4, 'loss sum');
+      expectTensorsClose(grads, ref.grads, layout, { label: 'gradients' });
+      // The optimizer is checked on the GPU's own gradients (already checked above): AdamW's first step
+      // is ≈ lr·sign(g), so the reference's gradients would flip updates wherever g is float32 noise.
+      const zeros = new Float64Array(layout.totalElements);
+      const refStep = referenceAdamW(params0, grads, zeros, zeros, { ...ADAMW, gradScale: 1 / batch, t: 1 });
+      expectTensorsClose(params1, refStep.params, layout, { label: 'params after AdamW' });
+      const padding = params1.filter((_, i) => !layout.entries.some((e) => i >= e.offset && i < e.offset + e.size));
+      expect(padding.every((v) => v === 0)).toBe(true);
+    },
+  );
 
   it('cnn (two conv blocks, 5×5 kernels): forward and backward match at a small batch', async () => {
     const layout = parameterLayout(CNN_SPEC);
@@ -226,11 +251,20 @@ describe('GPU model against the float64 reference', () => {
     model.trainStep(x, labels);
     const grads1 = await model.readGradients();
     const params1 = await model.readParams();
-    const step1 = referenceSgdMomentum(params0, grads1, new Float64Array(layout.totalElements), { ...SGD, gradScale: 1 / 8 });
+    const step1 = referenceSgdMomentum(params0, grads1, new Float64Array(layout.totalElements), {
+      ...SGD,
+      gradScale: 1 / 8,
+    });
     expectTensorsClose(params1, step1.params, layout, { rtol: 1e-5, label: 'params after SGD step 1' });
     model.trainStep(x, labels);
-    const step2 = referenceSgdMomentum(params1, await model.readGradients(), step1.velocity, { ...SGD, gradScale: 1 / 8 });
-    expectTensorsClose(await model.readParams(), step2.params, layout, { rtol: 1e-5, label: 'params after SGD step 2 (momentum)' });
+    const step2 = referenceSgdMomentum(params1, await model.readGradients(), step1.velocity, {
+      ...SGD,
+      gradScale: 1 / 8,
+    });
+    expectTensorsClose(await model.readParams(), step2.params, layout, {
+      rtol: 1e-5,
+      label: 'params after SGD step 2 (momentum)',
+    });
   });
 
   it('evaluates loss and accuracy over more samples than maxBatch, in chunks', async () => {

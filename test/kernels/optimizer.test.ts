@@ -33,7 +33,11 @@ describe('optimizer kernels', () => {
       const mean = Float64Array.from(g.subarray(0, size), (x) => x / samples);
       const prefix = { params: ref.params.subarray(0, size), m: ref.m.subarray(0, size), v: ref.v.subarray(0, size) };
       adamwStepRef(prefix, mean, hyper, t);
-      expectClose(await readTensor(gpu, params), ref.params, { atol: 1e-6, rtol: 1e-5, label: `adamw params at t=${t}` });
+      expectClose(await readTensor(gpu, params), ref.params, {
+        atol: 1e-6,
+        rtol: 1e-5,
+        label: `adamw params at t=${t}`,
+      });
       expectClose(await readTensor(gpu, m), ref.m, { atol: 1e-7, rtol: 1e-5, label: `adamw m at t=${t}` });
       expectClose(await readTensor(gpu, v), ref.v, { atol: 1e-9, rtol: 1e-5, label: `adamw v at t=${t}` });
     }
@@ -46,7 +50,12 @@ describe('optimizer kernels', () => {
 
   it('adamw rejects a step number that is not 1-based', async () => {
     const gpu = await nodeGpu();
-    const t = { params: createTensor(gpu, [4], 'p'), grads: createTensor(gpu, [4], 'g'), m: createTensor(gpu, [4], 'm'), v: createTensor(gpu, [4], 'v') };
+    const t = {
+      params: createTensor(gpu, [4], 'p'),
+      grads: createTensor(gpu, [4], 'g'),
+      m: createTensor(gpu, [4], 'm'),
+      v: createTensor(gpu, [4], 'v'),
+    };
     const hyper = { lr: 1e-3, beta1: 0.9, beta2: 0.999, eps: 1e-8, weightDecay: 0 };
     expect(() => adamw(gpu, t, { size: 4, gradScale: 1, t: 0, ...hyper })).toThrow(/1-based/);
   });
@@ -67,9 +76,17 @@ describe('optimizer kernels', () => {
       const g = randomArray(rand, n, -5, 5);
       writeTensor(gpu, grads, g);
       await withValidation(gpu, () => submitCalls(gpu, [kernel.call]));
-      sgdStepRef(ref, Float64Array.from(g, (x) => x / samples), hyper);
+      sgdStepRef(
+        ref,
+        Float64Array.from(g, (x) => x / samples),
+        hyper,
+      );
       expectClose(await readTensor(gpu, params), ref.params, { atol: 1e-6, rtol: 1e-5, label: `sgd params at t=${t}` });
-      expectClose(await readTensor(gpu, velocity), ref.velocity!, { atol: 1e-6, rtol: 1e-5, label: `sgd velocity at t=${t}` });
+      expectClose(await readTensor(gpu, velocity), ref.velocity!, {
+        atol: 1e-6,
+        rtol: 1e-5,
+        label: `sgd velocity at t=${t}`,
+      });
     }
   });
 
@@ -86,7 +103,11 @@ describe('optimizer kernels', () => {
     const kernel = sgdMomentum(gpu, { params, grads, velocity }, { size: n, gradScale: 0.5, ...hyper });
     await withValidation(gpu, () => submitCalls(gpu, [kernel.call]));
     const ref = { params: Float64Array.from(p0), velocity: null };
-    sgdStepRef(ref, Float64Array.from(g, (x) => x * 0.5), hyper);
+    sgdStepRef(
+      ref,
+      Float64Array.from(g, (x) => x * 0.5),
+      hyper,
+    );
     expectClose(await readTensor(gpu, params), ref.params, { atol: 1e-7, rtol: 1e-6, label: 'plain sgd' });
   });
 });

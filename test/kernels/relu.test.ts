@@ -60,7 +60,11 @@ describe('reluBackward', () => {
           expectClose(got, fd, { atol: 1e-5, rtol: 1e-4, label: `drelu vs finite differences ${size}` });
         }
         submitCalls(gpu, [reluBackward(gpu, { y, dy, dx: dy }, { size }).call]);
-        expectClose(await readTensor(gpu, dy), reluBackwardRef(yData, gData), { atol: 0, rtol: 0, label: `drelu in place ${size}` });
+        expectClose(await readTensor(gpu, dy), reluBackwardRef(yData, gData), {
+          atol: 0,
+          rtol: 0,
+          label: `drelu in place ${size}`,
+        });
       });
     }
   });

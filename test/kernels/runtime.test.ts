@@ -16,7 +16,12 @@ describe('kernel runtime', () => {
 
   it('reads ranges through reused staging buffers, fresh data each time, concurrent reads apart', async () => {
     const gpu = await nodeGpu();
-    const big = createTensor(gpu, [300], 'big', Float32Array.from({ length: 300 }, (_, i) => i));
+    const big = createTensor(
+      gpu,
+      [300],
+      'big',
+      Float32Array.from({ length: 300 }, (_, i) => i),
+    );
     const small = createTensor(gpu, [1], 'small', new Float32Array([7]));
     const reader = new StagingReader(gpu, 'test-reader');
     const created: number[] = [];

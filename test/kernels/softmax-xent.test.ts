@@ -10,7 +10,13 @@ function randomLabels(rand: () => number, rows: number, classes: number): Uint32
   return Uint32Array.from({ length: rows }, () => randomInt(rand, 0, classes - 1));
 }
 
-async function runSoftmaxXent(gpu: Gpu, logitsData: Float32Array, labelsData: Uint32Array, rows: number, classes: number) {
+async function runSoftmaxXent(
+  gpu: Gpu,
+  logitsData: Float32Array,
+  labelsData: Uint32Array,
+  rows: number,
+  classes: number,
+) {
   const logits = createTensor(gpu, [rows, classes], 'logits', logitsData);
   const labels = createTensor(gpu, [rows], 'labels', labelsData);
   const loss = createTensor(gpu, [1], 'loss', new Float32Array([123]));
@@ -27,13 +33,24 @@ describe('softmaxCrossEntropy', () => {
   it('matches the float64 loss (a sum over rows) and softmax − onehot for odd shapes', async () => {
     const gpu = await nodeGpu();
     let seed = 1;
-    for (const [rows, classes] of [[1, 1], [1, 10], [7, 3], [65, 10], [513, 10], [33, 129]]) {
+    for (const [rows, classes] of [
+      [1, 1],
+      [1, 10],
+      [7, 3],
+      [65, 10],
+      [513, 10],
+      [33, 129],
+    ]) {
       const rand = mulberry32(seed++);
       const logitsData = randomArray(rand, rows * classes, -4, 4);
       const labelsData = randomLabels(rand, rows, classes);
       const { loss, dlogits } = await runSoftmaxXent(gpu, logitsData, labelsData, rows, classes);
       const refLoss = softmaxCrossEntropyLossRef(logitsData, labelsData, rows, classes);
-      expectClose(await readTensor(gpu, loss), [refLoss], { atol: 1e-5 * rows, rtol: 1e-5, label: `loss ${rows}x${classes}` });
+      expectClose(await readTensor(gpu, loss), [refLoss], {
+        atol: 1e-5 * rows,
+        rtol: 1e-5,
+        label: `loss ${rows}x${classes}`,
+      });
       expectClose(await readTensor(gpu, dlogits), softmaxCrossEntropyGradRef(logitsData, labelsData, rows, classes), {
         atol: 1e-6,
         rtol: 1e-5,
@@ -49,7 +66,9 @@ describe('softmaxCrossEntropy', () => {
     const logitsData = randomArray(rand, rows * classes, -3, 3);
     const labelsData = randomLabels(rand, rows, classes);
     const { dlogits } = await runSoftmaxXent(gpu, logitsData, labelsData, rows, classes);
-    const fd = finiteDifferences((z) => softmaxCrossEntropyLossRef(z, labelsData, rows, classes), logitsData, { eps: 1e-4 });
+    const fd = finiteDifferences((z) => softmaxCrossEntropyLossRef(z, labelsData, rows, classes), logitsData, {
+      eps: 1e-4,
+    });
     expectClose(await readTensor(gpu, dlogits), fd, { atol: 1e-5, rtol: 1e-4, label: 'dlogits vs finite differences' });
   });
 
@@ -86,7 +105,11 @@ describe('softmaxCrossEntropy', () => {
     const before = await readTensor(gpu, dlogits);
     kernel.update({ rows: 37, classes });
     submitCalls(gpu, [kernel.call]);
-    expectClose(await readTensor(gpu, loss), [softmaxCrossEntropyLossRef(logitsData, labelsData, 37, classes)], { atol: 1e-4, rtol: 1e-5, label: '37-row loss' });
+    expectClose(await readTensor(gpu, loss), [softmaxCrossEntropyLossRef(logitsData, labelsData, 37, classes)], {
+      atol: 1e-4,
+      rtol: 1e-5,
+      label: '37-row loss',
+    });
     const after = await readTensor(gpu, dlogits);
     expect(Array.from(after.subarray(37 * classes))).toEqual(Array.from(before.subarray(37 * classes)));
 
@@ -104,7 +127,11 @@ describe('softmaxCrossEntropy', () => {
   it('rejects tensors too small for the dims', async () => {
     const gpu = await nodeGpu();
     const t = (n: number) => createTensor(gpu, [n], 't');
-    expect(() => softmaxCrossEntropy(gpu, { logits: t(20), labels: t(2), loss: t(1), dlogits: t(20) }, { rows: 3, classes: 10 })).toThrow(/needs/);
-    expect(() => softmaxCrossEntropy(gpu, { logits: t(30), labels: t(3), loss: t(1), dlogits: t(20) }, { rows: 3, classes: 10 })).toThrow(/dlogits|smaller/);
+    expect(() =>
+      softmaxCrossEntropy(gpu, { logits: t(20), labels: t(2), loss: t(1), dlogits: t(20) }, { rows: 3, classes: 10 }),
+    ).toThrow(/needs/);
+    expect(() =>
+      softmaxCrossEntropy(gpu, { logits: t(30), labels: t(3), loss: t(1), dlogits: t(20) }, { rows: 3, classes: 10 }),
+    ).toThrow(/dlogits|smaller/);
   });
 });

@@ -39,7 +39,9 @@ describe('mlp step against TensorFlow.js (CPU backend)', () => {
     const [lossSum, grads] = [await model.readLossSum(), await model.readGradients()];
     model.destroy();
 
-    const variables = layout.entries.map((e) => tf.variable(tf.tensor(params.subarray(e.offset, e.offset + e.size), e.shape), true, e.name));
+    const variables = layout.entries.map((e) =>
+      tf.variable(tf.tensor(params.subarray(e.offset, e.offset + e.size), e.shape), true, e.name),
+    );
     const input = tf.tensor2d(x, [BATCH, 784]);
     const onehot = tf.oneHot(tf.tensor1d(Array.from(labels), 'int32'), 10);
     const { value, grads: tfGrads } = tf.variableGrads(() => {

@@ -8,8 +8,6 @@ import { createTrainingState, type ExportedState } from '../../kernels/training-
 import { nodeGpu, withValidation } from '../support/node-gpu';
 import { mulberry32, randomArray } from '../support/rng';
 
-
-
 const SPEC: ModelSpec = {
   name: 'state-test',
   input: [12, 12, 1],

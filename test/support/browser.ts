@@ -30,7 +30,8 @@ export function skipWithout(what: string, present: boolean): boolean {
 }
 
 /** True when browser tests should skip (no Chromium, not CI). */
-export const skipWithoutChromium = (): boolean => skipWithout('Chromium (set CHROMIUM_PATH or apt-get install chromium)', !!findChromium());
+export const skipWithoutChromium = (): boolean =>
+  skipWithout('Chromium (set CHROMIUM_PATH or apt-get install chromium)', !!findChromium());
 
 /** The Vite build the browser tests serve: `TABSWARM_DIST`, else the repository's `dist/` (`npm test` builds it first). */
 export const WEB_BUILD_DIR = resolve(process.env.TABSWARM_DIST ?? join(import.meta.dirname, '../../dist'));
@@ -40,16 +41,26 @@ export const FASHION_MNIST_DIR = process.env.TABSWARM_DATASET ?? '/usr/share/dat
 
 /** True when a test needing the web build should skip (not built, not CI). */
 export const skipWithoutWebBuild = (): boolean =>
-  skipWithout(`the web build in ${WEB_BUILD_DIR} (npx vite build, or set TABSWARM_DIST)`, existsSync(join(WEB_BUILD_DIR, 'index.html')));
+  skipWithout(
+    `the web build in ${WEB_BUILD_DIR} (npx vite build, or set TABSWARM_DIST)`,
+    existsSync(join(WEB_BUILD_DIR, 'index.html')),
+  );
 
 /** True when a test needing the real Fashion-MNIST should skip (not installed, not CI). */
 export const skipWithoutFashionMnist = (): boolean =>
-  skipWithout(`Fashion-MNIST in ${FASHION_MNIST_DIR} (apt-get install dataset-fashion-mnist)`, existsSync(FASHION_MNIST_DIR));
+  skipWithout(
+    `Fashion-MNIST in ${FASHION_MNIST_DIR} (apt-get install dataset-fashion-mnist)`,
+    existsSync(FASHION_MNIST_DIR),
+  );
 
-export async function launchChromium(opts: { args?: readonly string[]; executablePath?: string } = {}): Promise<Browser> {
+export async function launchChromium(
+  opts: { args?: readonly string[]; executablePath?: string } = {},
+): Promise<Browser> {
   const executablePath = opts.executablePath ?? findChromium();
   if (!executablePath) {
-    throw new Error('no Chromium found: set CHROMIUM_PATH, apt-get install chromium, or npx playwright install chromium');
+    throw new Error(
+      'no Chromium found: set CHROMIUM_PATH, apt-get install chromium, or npx playwright install chromium',
+    );
   }
   return chromium.launch({ executablePath, headless: true, args: [...CHROMIUM_ARGS, ...(opts.args ?? [])] });
 }
@@ -83,7 +94,8 @@ export function watchPage(page: Page, opts: { echo?: boolean } = {}): PageProble
       return crashed;
     },
     assertNone() {
-      if (errors.length > 0) throw new Error(`the page reported ${errors.length} problem(s):\n  ${errors.join('\n  ')}`);
+      if (errors.length > 0)
+        throw new Error(`the page reported ${errors.length} problem(s):\n  ${errors.join('\n  ')}`);
     },
   };
 }

@@ -23,7 +23,9 @@ export function expectClose(
     }
   }
   if (count > 0) {
-    throw new Error(`${label}: ${count}/${ref.length} elements outside atol ${atol} + rtol ${rtol}:\n  ${bad.join('\n  ')}`);
+    throw new Error(
+      `${label}: ${count}/${ref.length} elements outside atol ${atol} + rtol ${rtol}:\n  ${bad.join('\n  ')}`,
+    );
   }
 }
 

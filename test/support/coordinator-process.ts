@@ -145,7 +145,15 @@ export interface ExitInfo {
 }
 
 function coordinatorArgs(opts: SpawnOptions, dataDir: string, jobFile: string | undefined): string[] {
-  const args = ['coordinator', '--port', String(opts.port ?? 0), '--host', opts.host ?? '127.0.0.1', '--data-dir', dataDir];
+  const args = [
+    'coordinator',
+    '--port',
+    String(opts.port ?? 0),
+    '--host',
+    opts.host ?? '127.0.0.1',
+    '--data-dir',
+    dataDir,
+  ];
   if (jobFile) args.push('--job', jobFile);
   const datasetDir = opts.datasetDir === undefined ? sharedFakeDataset() : opts.datasetDir;
   if (datasetDir !== null) args.push('--dataset', datasetDir);
@@ -156,7 +164,12 @@ function coordinatorArgs(opts: SpawnOptions, dataDir: string, jobFile: string | 
 }
 
 function spawnCli(args: string[], env: Record<string, string | undefined> = {}): ChildProcess {
-  const childEnv: Record<string, string | undefined> = { ...process.env, TABSWARM_DATASET: undefined, FORCE_COLOR: '0', ...env };
+  const childEnv: Record<string, string | undefined> = {
+    ...process.env,
+    TABSWARM_DATASET: undefined,
+    FORCE_COLOR: '0',
+    ...env,
+  };
   // tsx as an --import hook (not the tsx CLI) so the child is one process and kill -9 hits the coordinator itself.
   const child = spawn(process.execPath, ['--import', 'tsx', CLI_PATH, ...args], {
     cwd: REPO_ROOT,
@@ -233,7 +246,11 @@ export class CoordinatorProcess {
     const url = await new Promise<string>((resolveUrl, reject) => {
       const timer = setTimeout(() => {
         child.kill('SIGKILL');
-        reject(new Error(`coordinator did not print its listening line within ${opts.startTimeoutMs ?? 30_000} ms:\n${output.stdout}${output.stderr}`));
+        reject(
+          new Error(
+            `coordinator did not print its listening line within ${opts.startTimeoutMs ?? 30_000} ms:\n${output.stdout}${output.stderr}`,
+          ),
+        );
       }, opts.startTimeoutMs ?? 30_000);
       const onData = (d: Buffer) => {
         output.stdout += d.toString();
@@ -247,7 +264,11 @@ export class CoordinatorProcess {
       };
       const onExit = (code: number | null, signal: string | null) => {
         clearTimeout(timer);
-        reject(new Error(`coordinator exited (code ${code}, signal ${signal}) before listening:\n${output.stdout}${output.stderr}`));
+        reject(
+          new Error(
+            `coordinator exited (code ${code}, signal ${signal}) before listening:\n${output.stdout}${output.stderr}`,
+          ),
+        );
       };
       child.stdout!.on('data', onData);
       child.stderr!.on('data', (d: Buffer) => (output.stderr += d.toString()));
@@ -287,7 +308,8 @@ export class CoordinatorProcess {
 
   /** Starts a new coordinator on the same data dir, job and dataset (this one must have exited). */
   async restart(overrides: SpawnOptions = {}): Promise<CoordinatorProcess> {
-    if (this.child.exitCode === null && this.child.signalCode === null) throw new Error('restart(): the coordinator is still running');
+    if (this.child.exitCode === null && this.child.signalCode === null)
+      throw new Error('restart(): the coordinator is still running');
     return CoordinatorProcess.spawn({ ...this.options, ...overrides });
   }
 
@@ -434,7 +456,7 @@ export class SimWorker {
         this.waiters = this.waiters.filter((w) => w !== waiter);
         reject(
           new Error(
-            `SimWorker ${this.workerId ?? '?'}: no message matching ${typeof matcher === 'function' ? 'predicate' : matcher ?? 'any'} within ${timeoutMs} ms; got: ${JSON.stringify(this.received.slice(-5))}`,
+            `SimWorker ${this.workerId ?? '?'}: no message matching ${typeof matcher === 'function' ? 'predicate' : (matcher ?? 'any')} within ${timeoutMs} ms; got: ${JSON.stringify(this.received.slice(-5))}`,
           ),
         );
       }, timeoutMs);
@@ -488,7 +510,15 @@ export class SimWorker {
   }
 
   /** Reports `step` with `simulatedHash(step)` unless overridden. */
-  report(fields: { round: number; rank: number; step: number; hash?: string; lossSum?: number; samples?: number; computeMs?: number }): void {
+  report(fields: {
+    round: number;
+    rank: number;
+    step: number;
+    hash?: string;
+    lossSum?: number;
+    samples?: number;
+    computeMs?: number;
+  }): void {
     this.send({
       type: 'step_report',
       runId: this.runId,
@@ -555,7 +585,17 @@ export function simulatedSnapshot(job: JobPublic, step: number): Uint8Array<Arra
   const params = simulatedParams(job.model, step);
   const { epoch, cursor } = positionAfter(step, job);
   const moments = OPTIMIZER_MOMENTS[job.optimizer.kind].map(() => new Float32Array(params.length));
-  return new Uint8Array(encodeSnapshot({ spec: job.model, step, epoch, cursor, optimizer: { kind: job.optimizer.kind, t: step }, params, moments }));
+  return new Uint8Array(
+    encodeSnapshot({
+      spec: job.model,
+      step,
+      epoch,
+      cursor,
+      optimizer: { kind: job.optimizer.kind, t: step },
+      params,
+      moments,
+    }),
+  );
 }
 
 export interface SimTrainerOptions {
@@ -633,7 +673,10 @@ export class SimTrainer {
     previous.stop();
     const worker = await SimWorker.connect(wsUrl);
     const model = previous.job.model;
-    const pending = previous.lastReported > previous.lastCommitted ? { step: previous.lastReported, hash: simulatedParamsHash(model, previous.lastReported) } : null;
+    const pending =
+      previous.lastReported > previous.lastCommitted
+        ? { step: previous.lastReported, hash: simulatedParamsHash(model, previous.lastReported) }
+        : null;
     const welcome = await worker.join({
       runId: previous.worker.runId,
       workerId: previous.worker.workerId,
@@ -676,7 +719,11 @@ export class SimTrainer {
     return new Promise((resolveWait, reject) => {
       const timer = setTimeout(() => {
         this.progressWaiters = this.progressWaiters.filter((w) => w !== waiter);
-        reject(new Error(`SimTrainer ${this.worker.workerId}: not ${what} within ${timeoutMs} ms (last committed ${this.lastCommitted}, errors ${JSON.stringify(this.errors.slice(-3))})`));
+        reject(
+          new Error(
+            `SimTrainer ${this.worker.workerId}: not ${what} within ${timeoutMs} ms (last committed ${this.lastCommitted}, errors ${JSON.stringify(this.errors.slice(-3))})`,
+          ),
+        );
       }, timeoutMs);
       const waiter = {
         ready,
@@ -713,9 +760,16 @@ export class SimTrainer {
   private handleMessage(msg: ServerMsg): void {
     switch (msg.type) {
       case 'round': {
-        const me = (msg.world as { workerId: string; rank: number; share: number }[]).find((w) => w.workerId === this.worker.workerId);
+        const me = (msg.world as { workerId: string; rank: number; share: number }[]).find(
+          (w) => w.workerId === this.worker.workerId,
+        );
         if (!me) return;
-        this.round = { round: msg.round, rank: me.rank, shares: msg.world.map((w: { share: number }) => w.share), step: msg.step };
+        this.round = {
+          round: msg.round,
+          rank: me.rank,
+          shares: msg.world.map((w: { share: number }) => w.share),
+          step: msg.step,
+        };
         this.training = false;
         this.worker.ready(msg.round);
         break;
@@ -756,7 +810,15 @@ export class SimTrainer {
       if (this.stopped || !this.training || this.round !== round || this.worker.isClosed) return;
       const { cursor, count } = stepPosition(step, this.job);
       const samples = assignStep(cursor, count, round.shares)[round.rank].count;
-      this.worker.report({ round: round.round, rank: round.rank, step, hash: simulatedParamsHash(this.job.model, step), samples, lossSum: samples * 0.5, computeMs: 1 });
+      this.worker.report({
+        round: round.round,
+        rank: round.rank,
+        step,
+        hash: simulatedParamsHash(this.job.model, step),
+        samples,
+        lossSum: samples * 0.5,
+        computeMs: 1,
+      });
       this.lastReported = step;
       this.options.onReport?.(step, performance.now(), round.round);
       // Between commit points a rank goes straight on to the next step.
@@ -768,7 +830,11 @@ export class SimTrainer {
 
   private async upload(step: number, url: string): Promise<void> {
     try {
-      const res = await fetch(`${this.options.httpUrl}${url}`, { method: 'PUT', body: simulatedSnapshot(this.job, step), headers: { 'content-type': 'application/octet-stream' } });
+      const res = await fetch(`${this.options.httpUrl}${url}`, {
+        method: 'PUT',
+        body: simulatedSnapshot(this.job, step),
+        headers: { 'content-type': 'application/octet-stream' },
+      });
       await res.arrayBuffer();
       this.uploads.push({ step, status: res.status });
     } catch {

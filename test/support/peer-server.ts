@@ -32,7 +32,9 @@ export function announceDepartures(app: ReturnType<typeof PeerServer>): void {
 
 export async function startPeerServer(opts: { announceDepartures?: boolean } = {}): Promise<TestPeerServer> {
   const server = await new Promise<Server>((resolve, reject) => {
-    const app = PeerServer({ host: '127.0.0.1', port: 0, path: '/peer', key: 'peerjs', allow_discovery: false }, (s) => resolve(s as Server));
+    const app = PeerServer({ host: '127.0.0.1', port: 0, path: '/peer', key: 'peerjs', allow_discovery: false }, (s) =>
+      resolve(s as Server),
+    );
     app.on('error', (err: Error) => reject(err));
     if (opts.announceDepartures ?? true) announceDepartures(app);
   });

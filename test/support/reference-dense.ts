@@ -70,7 +70,12 @@ export function reluBackwardRef(y: ArrayLike<number>, dy: ArrayLike<number>): Fl
 }
 
 /** Σ_r −log softmax(logits_r)[labels_r], computed stably with log-sum-exp in float64. */
-export function softmaxCrossEntropyLossRef(logits: ArrayLike<number>, labels: ArrayLike<number>, rows: number, classes: number): number {
+export function softmaxCrossEntropyLossRef(
+  logits: ArrayLike<number>,
+  labels: ArrayLike<number>,
+  rows: number,
+  classes: number,
+): number {
   let loss = 0;
   for (let r = 0; r < rows; r++) {
     let top = -Infinity;
@@ -83,7 +88,12 @@ export function softmaxCrossEntropyLossRef(logits: ArrayLike<number>, labels: Ar
 }
 
 /** softmax(logits_r) − onehot(labels_r) per row: the analytic gradient of the summed loss. */
-export function softmaxCrossEntropyGradRef(logits: ArrayLike<number>, labels: ArrayLike<number>, rows: number, classes: number): Float64Array {
+export function softmaxCrossEntropyGradRef(
+  logits: ArrayLike<number>,
+  labels: ArrayLike<number>,
+  rows: number,
+  classes: number,
+): Float64Array {
   const out = new Float64Array(rows * classes);
   for (let r = 0; r < rows; r++) {
     let top = -Infinity;
@@ -98,7 +108,12 @@ export function softmaxCrossEntropyGradRef(logits: ArrayLike<number>, labels: Ar
 }
 
 /** Rows whose first maximal logit is at the label's index. */
-export function countCorrectRef(logits: ArrayLike<number>, labels: ArrayLike<number>, rows: number, classes: number): number {
+export function countCorrectRef(
+  logits: ArrayLike<number>,
+  labels: ArrayLike<number>,
+  rows: number,
+  classes: number,
+): number {
   let correct = 0;
   for (let r = 0; r < rows; r++) {
     let best = 0;

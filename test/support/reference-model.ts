@@ -89,7 +89,8 @@ export function referenceForwardBackward(
                 for (let kw = 0; kw < k; kw++) {
                   const iw = ow + kw - pad;
                   if (iw < 0 || iw >= W) continue;
-                  for (let c = 0; c < C; c++) s += input[((b * H + ih) * W + iw) * C + c] * p[w + ((kh * k + kw) * C + c) * F + f];
+                  for (let c = 0; c < C; c++)
+                    s += input[((b * H + ih) * W + iw) * C + c] * p[w + ((kh * k + kw) * C + c) * F + f];
                 }
               }
               out[((b * OH + oh) * OW + ow) * F + f] = layer.activation === 'relu' ? Math.max(0, s) : s;
@@ -155,7 +156,8 @@ export function referenceForwardBackward(
     for (let c = 0; c < classes; c++) sum += Math.exp(logits[b * classes + c] - max);
     const logSum = max + Math.log(sum);
     lossSum += logSum - logits[b * classes + labels[b]];
-    for (let c = 0; c < classes; c++) grad[b * classes + c] = Math.exp(logits[b * classes + c] - logSum) - (c === labels[b] ? 1 : 0);
+    for (let c = 0; c < classes; c++)
+      grad[b * classes + c] = Math.exp(logits[b * classes + c] - logSum) - (c === labels[b] ? 1 : 0);
   }
 
   for (let li = spec.layers.length - 1; li >= 0; li--) {
@@ -298,7 +300,9 @@ export function expectTensorsClose(
     }
     const rms = Math.sqrt(ref2 / e.size);
     if (!(Math.sqrt(diff2) <= rtol * Math.sqrt(ref2))) {
-      problems.push(`${e.name}: norm-wise relative error ${(Math.sqrt(diff2) / Math.sqrt(ref2)).toExponential(2)} > ${rtol}`);
+      problems.push(
+        `${e.name}: norm-wise relative error ${(Math.sqrt(diff2) / Math.sqrt(ref2)).toExponential(2)} > ${rtol}`,
+      );
     }
     const bad: string[] = [];
     let count = 0;
@@ -310,14 +314,20 @@ export function expectTensorsClose(
         if (bad.length < 4) bad.push(`[${i}] got ${g} ref ${r}`);
       }
     }
-    if (count > 0) problems.push(`${e.name}: ${count}/${e.size} elements outside rtol·(|ref| + rms ${rms.toExponential(2)}): ${bad.join(', ')}`);
+    if (count > 0)
+      problems.push(
+        `${e.name}: ${count}/${e.size} elements outside rtol·(|ref| + rms ${rms.toExponential(2)}): ${bad.join(', ')}`,
+      );
   }
-  if (problems.length > 0) throw new Error(`${opts.label ?? 'tensors'} differ from the reference:\n  ${problems.join('\n  ')}`);
+  if (problems.length > 0)
+    throw new Error(`${opts.label ?? 'tensors'} differ from the reference:\n  ${problems.join('\n  ')}`);
 }
 
 /** |got − ref| ≤ rtol·|ref| for a scalar such as the summed loss. */
 export function expectScalarClose(got: number, ref: number, rtol: number, label: string): void {
   if (!(Math.abs(got - ref) <= rtol * Math.abs(ref))) {
-    throw new Error(`${label}: got ${got}, reference ${ref} (relative error ${(Math.abs(got - ref) / Math.abs(ref)).toExponential(2)} > ${rtol})`);
+    throw new Error(
+      `${label}: got ${got}, reference ${ref} (relative error ${(Math.abs(got - ref) / Math.abs(ref)).toExponential(2)} > ${rtol})`,
+    );
   }
 }

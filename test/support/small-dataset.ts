@@ -8,14 +8,29 @@ import { loadIdxDataset } from '../../coordinator/dataset';
 import { idxFile } from './coordinator-process';
 
 /** Write the first images of the IDX dataset in `sourceDir` into `targetDir` (created). */
-export async function writeDatasetSlice(sourceDir: string, targetDir: string, trainCount: number, testCount: number): Promise<string> {
+export async function writeDatasetSlice(
+  sourceDir: string,
+  targetDir: string,
+  trainCount: number,
+  testCount: number,
+): Promise<string> {
   const full = await loadIdxDataset(sourceDir);
   mkdirSync(targetDir, { recursive: true });
-  for (const [prefix, split, count] of [['train', full.train, trainCount], ['t10k', full.test, testCount]] as const) {
-    if (count > split.count) throw new Error(`writeDatasetSlice: ${count} ${prefix} images asked, ${split.count} available`);
+  for (const [prefix, split, count] of [
+    ['train', full.train, trainCount],
+    ['t10k', full.test, testCount],
+  ] as const) {
+    if (count > split.count)
+      throw new Error(`writeDatasetSlice: ${count} ${prefix} images asked, ${split.count} available`);
     const pixels = split.rows * split.cols;
-    writeFileSync(join(targetDir, `${prefix}-images-idx3-ubyte`), idxFile(0x803, [count, split.rows, split.cols], split.images.subarray(0, count * pixels)));
-    writeFileSync(join(targetDir, `${prefix}-labels-idx1-ubyte`), idxFile(0x801, [count], split.labels.subarray(0, count)));
+    writeFileSync(
+      join(targetDir, `${prefix}-images-idx3-ubyte`),
+      idxFile(0x803, [count, split.rows, split.cols], split.images.subarray(0, count * pixels)),
+    );
+    writeFileSync(
+      join(targetDir, `${prefix}-labels-idx1-ubyte`),
+      idxFile(0x801, [count], split.labels.subarray(0, count)),
+    );
   }
   return targetDir;
 }

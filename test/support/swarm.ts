@@ -86,7 +86,12 @@ export class Swarm {
    * Wait until `predicate(status, arg)` holds in the tab (evaluated in the page; it must be
    * self-contained). On timeout the error shows the tab's last status and console errors.
    */
-  async waitFor<A>(tab: SwarmTab, predicate: (s: ElasticStatus, arg: A) => boolean, arg: A, timeoutMs = 60_000): Promise<ElasticStatus> {
+  async waitFor<A>(
+    tab: SwarmTab,
+    predicate: (s: ElasticStatus, arg: A) => boolean,
+    arg: A,
+    timeoutMs = 60_000,
+  ): Promise<ElasticStatus> {
     const source = predicate.toString();
     try {
       await tab.page.waitForFunction(

@@ -20,7 +20,9 @@ export interface TestViteServer {
  * `cacheDir`: Vite's dependency cache (default node_modules/.vite). A caller with other dependencies
  * than the tests' gives its own, since re-optimizing a shared cache breaks pages served from it.
  */
-export async function startViteServer(opts: { root?: string; optimizeDeps?: string[]; cacheDir?: string } = {}): Promise<TestViteServer> {
+export async function startViteServer(
+  opts: { root?: string; optimizeDeps?: string[]; cacheDir?: string } = {},
+): Promise<TestViteServer> {
   const server = await createServer({
     root: opts.root ?? REPO_ROOT,
     configFile: false,

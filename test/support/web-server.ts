@@ -49,7 +49,10 @@ export async function startWebServer(opts: { dataset?: IdxDataset; root?: string
     }
     readFile(file).then(
       (body) => {
-        res.writeHead(200, { 'Content-Type': CONTENT_TYPES[extname(file)] ?? 'application/octet-stream', 'Content-Length': body.length });
+        res.writeHead(200, {
+          'Content-Type': CONTENT_TYPES[extname(file)] ?? 'application/octet-stream',
+          'Content-Length': body.length,
+        });
         res.end(body);
       },
       () => res.writeHead(404, { 'Content-Type': 'text/plain' }).end(`not found: ${path}\n`),

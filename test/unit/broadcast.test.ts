@@ -15,7 +15,10 @@ function randomBytes(seed: number, n: number): ArrayBuffer {
 }
 
 /** Root's links to `count` receivers and each receiver's link to the root. */
-function star(count: number, opts: Parameters<typeof memoryLinkPair>[2] = {}): { toReceivers: MemoryLink[]; toRoot: MemoryLink[] } {
+function star(
+  count: number,
+  opts: Parameters<typeof memoryLinkPair>[2] = {},
+): { toReceivers: MemoryLink[]; toRoot: MemoryLink[] } {
   const toReceivers: MemoryLink[] = [];
   const toRoot: MemoryLink[] = [];
   for (let i = 0; i < count; i++) {
@@ -34,7 +37,8 @@ function corrupting(link: MemoryLink, chunkToCorrupt: number): Link {
       if (prop === 'send') {
         return (message: ArrayBuffer) => {
           const bytes = new Uint8Array(message);
-          if (bytes[3] === FrameKind.BroadcastChunk && chunks++ === chunkToCorrupt) bytes[FRAME_HEADER_BYTES + 5] ^= 0x40;
+          if (bytes[3] === FrameKind.BroadcastChunk && chunks++ === chunkToCorrupt)
+            bytes[FRAME_HEADER_BYTES + 5] ^= 0x40;
           target.send(message);
         };
       }
@@ -62,8 +66,20 @@ describe('broadcast over in-memory links', () => {
     const rootProgress: number[] = [];
     const receiverProgress: number[] = [];
     const [, ...received] = await Promise.all([
-      broadcastSend(toReceivers, state, { id, timeoutMs: 10_000, hash, onProgress: (done, total) => rootProgress.push(done / total) }),
-      ...toRoot.map((link, i) => broadcastReceive(link, { id, timeoutMs: 10_000, hash, onProgress: i === 0 ? (done, total) => receiverProgress.push(done / total) : undefined })),
+      broadcastSend(toReceivers, state, {
+        id,
+        timeoutMs: 10_000,
+        hash,
+        onProgress: (done, total) => rootProgress.push(done / total),
+      }),
+      ...toRoot.map((link, i) =>
+        broadcastReceive(link, {
+          id,
+          timeoutMs: 10_000,
+          hash,
+          onProgress: i === 0 ? (done, total) => receiverProgress.push(done / total) : undefined,
+        }),
+      ),
     ]);
     for (const copy of received) expectSameBytes(copy, state);
     for (const progress of [rootProgress, receiverProgress]) {
@@ -148,7 +164,10 @@ describe('broadcast over in-memory links', () => {
   it('a receiver that never answers makes the root reject with timeout, naming it', async () => {
     const { toReceivers } = star(2);
     const t0 = performance.now();
-    await expect(broadcastSend(toReceivers, randomBytes(7, 1000), { id, timeoutMs: 100, hash })).rejects.toMatchObject({ kind: 'timeout', peer: 'joiner0' });
+    await expect(broadcastSend(toReceivers, randomBytes(7, 1000), { id, timeoutMs: 100, hash })).rejects.toMatchObject({
+      kind: 'timeout',
+      peer: 'joiner0',
+    });
     expect(performance.now() - t0).toBeGreaterThanOrEqual(95);
   });
 

@@ -4,12 +4,30 @@
  */
 import { describe, expect, it } from 'vitest';
 import type { JobSpecInput } from '../../coordinator/core/job';
-import { MAX_CONTROL_MESSAGE_BYTES, parseClientMessage, PROTOCOL_VERSION, type ErrorCode } from '../../coordinator/core/protocol';
+import {
+  MAX_CONTROL_MESSAGE_BYTES,
+  parseClientMessage,
+  PROTOCOL_VERSION,
+  type ErrorCode,
+} from '../../coordinator/core/protocol';
 import { REBALANCE_MIN_COMMITS } from '../../coordinator/core/rendezvous';
-import { computeShares, MIN_SHARE_OF_EQUAL, smoothThroughput, THROUGHPUT_SMOOTHING } from '../../coordinator/core/shares';
+import {
+  computeShares,
+  MIN_SHARE_OF_EQUAL,
+  smoothThroughput,
+  THROUGHPUT_SMOOTHING,
+} from '../../coordinator/core/shares';
 import { Harness, hashOf } from './coordinator-harness';
 
-const JOB: JobSpecInput = { model: 'tiny-mlp', globalBatch: 8, epochs: 1, minWorkers: 3, maxWorkers: 3, lastCallMs: 0, heartbeatMs: 60_000 };
+const JOB: JobSpecInput = {
+  model: 'tiny-mlp',
+  globalBatch: 8,
+  epochs: 1,
+  minWorkers: 3,
+  maxWorkers: 3,
+  lastCallMs: 0,
+  heartbeatMs: 60_000,
+};
 
 /** a, b, c (ranks 0..2) committed steps 1 and 2; a reported step 3; d waits (the world is full). */
 function midStep(job: JobSpecInput = {}, datasetSize = 64): Harness {
@@ -41,16 +59,56 @@ function reportOf(h: Harness, name: string, overrides: Record<string, unknown> =
 }
 
 const forgeries: Forgery[] = [
-  ['a report with another run id is rejected as wrong_run', (h) => ({ from: 'b', body: reportOf(h, 'b', { runId: 'run-0' }) }), 'wrong_run'],
-  ["a report carrying another worker's id is rejected as forged_worker", (h) => ({ from: 'b', body: reportOf(h, 'b', { workerId: h.worker('c').workerId }) }), 'forged_worker'],
-  ['a report from a worker outside the round is rejected as not_member', (h) => ({ from: 'd', body: reportOf(h, 'd', { step: 3 }) }), 'not_member'],
-  ['a report claiming another rank is rejected as forged_rank', (h) => ({ from: 'b', body: reportOf(h, 'b', { rank: 0 }) }), 'forged_rank'],
-  ['a report for an old round is rejected as stale_round', (h) => ({ from: 'b', body: reportOf(h, 'b', { round: 0 }) }), 'stale_round'],
-  ['a report for a future round is rejected as stale_round', (h) => ({ from: 'b', body: reportOf(h, 'b', { round: 7 }) }), 'stale_round'],
-  ['a report for a committed step is rejected as stale_step', (h) => ({ from: 'b', body: reportOf(h, 'b', { step: 1, hash: hashOf(1) }) }), 'stale_step'],
-  ['a report skipping a step is rejected as wrong_step', (h) => ({ from: 'b', body: reportOf(h, 'b', { step: 4, hash: hashOf(4) }) }), 'wrong_step'],
-  ['a second report of the same step is rejected as duplicate_report', (h) => ({ from: 'a', body: reportOf(h, 'a', { step: 3, hash: hashOf(3) }) }), 'duplicate_report'],
-  ['a report with a sample count other than its slice is rejected as bad_samples', (h) => ({ from: 'b', body: reportOf(h, 'b', { samples: 8 }) }), 'bad_samples'],
+  [
+    'a report with another run id is rejected as wrong_run',
+    (h) => ({ from: 'b', body: reportOf(h, 'b', { runId: 'run-0' }) }),
+    'wrong_run',
+  ],
+  [
+    "a report carrying another worker's id is rejected as forged_worker",
+    (h) => ({ from: 'b', body: reportOf(h, 'b', { workerId: h.worker('c').workerId }) }),
+    'forged_worker',
+  ],
+  [
+    'a report from a worker outside the round is rejected as not_member',
+    (h) => ({ from: 'd', body: reportOf(h, 'd', { step: 3 }) }),
+    'not_member',
+  ],
+  [
+    'a report claiming another rank is rejected as forged_rank',
+    (h) => ({ from: 'b', body: reportOf(h, 'b', { rank: 0 }) }),
+    'forged_rank',
+  ],
+  [
+    'a report for an old round is rejected as stale_round',
+    (h) => ({ from: 'b', body: reportOf(h, 'b', { round: 0 }) }),
+    'stale_round',
+  ],
+  [
+    'a report for a future round is rejected as stale_round',
+    (h) => ({ from: 'b', body: reportOf(h, 'b', { round: 7 }) }),
+    'stale_round',
+  ],
+  [
+    'a report for a committed step is rejected as stale_step',
+    (h) => ({ from: 'b', body: reportOf(h, 'b', { step: 1, hash: hashOf(1) }) }),
+    'stale_step',
+  ],
+  [
+    'a report skipping a step is rejected as wrong_step',
+    (h) => ({ from: 'b', body: reportOf(h, 'b', { step: 4, hash: hashOf(4) }) }),
+    'wrong_step',
+  ],
+  [
+    'a second report of the same step is rejected as duplicate_report',
+    (h) => ({ from: 'a', body: reportOf(h, 'a', { step: 3, hash: hashOf(3) }) }),
+    'duplicate_report',
+  ],
+  [
+    'a report with a sample count other than its slice is rejected as bad_samples',
+    (h) => ({ from: 'b', body: reportOf(h, 'b', { samples: 8 }) }),
+    'bad_samples',
+  ],
 ];
 
 describe('commit rule: rejected reports leave the state untouched', () => {
@@ -60,7 +118,11 @@ describe('commit rule: rejected reports leave the state untouched', () => {
       const { from, body } = forge(h);
       const before = h.state;
       const snapshot = JSON.stringify(before);
-      const actions = h.apply({ kind: 'message', conn: h.worker(from).conn, msg: { v: PROTOCOL_VERSION, ...body } as never });
+      const actions = h.apply({
+        kind: 'message',
+        conn: h.worker(from).conn,
+        msg: { v: PROTOCOL_VERSION, ...body } as never,
+      });
       expect(h.state).toBe(before);
       expect(JSON.stringify(h.state)).toBe(snapshot);
       expect(actions.map((a) => a.kind)).toEqual(['send', 'metric', 'log']);
@@ -92,7 +154,9 @@ describe('commit rule: rejected reports leave the state untouched', () => {
       const h = midStep();
       const body = JSON.stringify({ v: 1, ...reportOf(h, 'b', { samples: 3 }) });
       const key = patch.split(':')[0];
-      const text = body.includes(key) ? body.replace(new RegExp(`${key}:[^,}]*`), patch) : body.replace(/}$/, `,${patch}}`);
+      const text = body.includes(key)
+        ? body.replace(new RegExp(`${key}:[^,}]*`), patch)
+        : body.replace(/}$/, `,${patch}}`);
       const parsed = parseClientMessage(text);
       expect(parsed.ok).toBe(false);
       if (parsed.ok) return;
@@ -106,7 +170,9 @@ describe('commit rule: rejected reports leave the state untouched', () => {
   }
 
   it('an oversized frame is rejected as too_large', () => {
-    const parsed = parseClientMessage(JSON.stringify({ v: 1, type: 'heartbeat', runId: 'r', workerId: 'x'.repeat(MAX_CONTROL_MESSAGE_BYTES) }));
+    const parsed = parseClientMessage(
+      JSON.stringify({ v: 1, type: 'heartbeat', runId: 'r', workerId: 'x'.repeat(MAX_CONTROL_MESSAGE_BYTES) }),
+    );
     expect(parsed).toMatchObject({ ok: false, code: 'too_large' });
   });
 });
@@ -134,15 +200,27 @@ describe('commit rule: commits', () => {
         loss: 0.5,
       },
     });
-    for (const n of ['a', 'b', 'c']) expect(h.lastReceived(n)).toEqual({ v: 1, type: 'committed', round: 1, step: 3, epoch: 0, cursor: 24, hash: hashOf(3) });
+    for (const n of ['a', 'b', 'c'])
+      expect(h.lastReceived(n)).toEqual({
+        v: 1,
+        type: 'committed',
+        round: 1,
+        step: 3,
+        epoch: 0,
+        cursor: 24,
+        hash: hashOf(3),
+      });
     expect(h.received('d', 'committed')).toEqual([]);
   });
 
   it('treats different hashes for one step as divergence: the round closes with restore:true and a restart', () => {
     const h = midStep();
     const actions = h.report('b', { hash: 'ffffffffffffffff' });
-    expect(actions.find((a) => a.kind === 'send' && a.conn === h.worker('b').conn)).toMatchObject({ msg: { type: 'error', code: 'hash_mismatch' } });
-    for (const n of ['a', 'b', 'c']) expect(h.received(n, 'round_closed').pop()).toMatchObject({ reason: 'divergence', restore: true });
+    expect(actions.find((a) => a.kind === 'send' && a.conn === h.worker('b').conn)).toMatchObject({
+      msg: { type: 'error', code: 'hash_mismatch' },
+    });
+    for (const n of ['a', 'b', 'c'])
+      expect(h.received(n, 'round_closed').pop()).toMatchObject({ reason: 'divergence', restore: true });
     expect(h.state.restarts).toBe(1);
     expect(h.state.lastCommit.step).toBe(2);
     expect(h.logs.some((l) => l.event === 'divergence' && l.level === 'error')).toBe(true);
@@ -154,7 +232,9 @@ describe('commit rule: commits', () => {
     for (const n of ['a', 'b', 'c']) h.join(n);
     h.readyAll();
     for (let i = 0; i < 3; i++) h.report('a');
-    expect(h.report('a')).toEqual(expect.arrayContaining([expect.objectContaining({ msg: expect.objectContaining({ code: 'wrong_step' }) })]));
+    expect(h.report('a')).toEqual(
+      expect.arrayContaining([expect.objectContaining({ msg: expect.objectContaining({ code: 'wrong_step' }) })]),
+    );
     for (let i = 0; i < 3; i++) h.report('b');
     h.report('c');
     h.report('c');
@@ -226,7 +306,10 @@ describe('commit rule: commits', () => {
     h.report('a', { computeMs: 1 });
     h.report('b', { computeMs: 4 });
     expect(h.received('a', 'round_closed').pop()).toMatchObject({ reason: 'rebalance', restore: false });
-    const [a, b] = h.received('a', 'round').pop()!.world.map((e) => e.share);
+    const [a, b] = h
+      .received('a', 'round')
+      .pop()!
+      .world.map((e) => e.share);
     expect(a / b).toBeCloseTo(4, 1);
     expect(h.state.restarts).toBe(0);
   });

@@ -10,13 +10,35 @@
  */
 import { expect } from 'vitest';
 import { parseJobSpec, type JobSpecInput } from '../../coordinator/core/job';
-import { handle, initialState, type Action, type CommitRecord, type CoordinatorState, type DurableState, type Event } from '../../coordinator/core/machine';
-import { PROTOCOL_VERSION, serverMessageSchema, type ClientMessage, type RoundMessage, type ServerMessage } from '../../coordinator/core/protocol';
-import { epochOrder, indicesForRank, positionAfter, processedIndices, stepPosition } from '../../coordinator/core/sampler';
+import {
+  handle,
+  initialState,
+  type Action,
+  type CommitRecord,
+  type CoordinatorState,
+  type DurableState,
+  type Event,
+} from '../../coordinator/core/machine';
+import {
+  PROTOCOL_VERSION,
+  serverMessageSchema,
+  type ClientMessage,
+  type RoundMessage,
+  type ServerMessage,
+} from '../../coordinator/core/protocol';
+import {
+  epochOrder,
+  indicesForRank,
+  positionAfter,
+  processedIndices,
+  stepPosition,
+} from '../../coordinator/core/sampler';
 
 /** The parameter hash every honest rank reports after `step` (all ranks agree by construction). */
 export function hashOf(step: number): string {
-  return (Math.imul(step + 1, 0x9e3779b1) >>> 0).toString(16).padStart(8, '0') + (step >>> 0).toString(16).padStart(8, '0');
+  return (
+    (Math.imul(step + 1, 0x9e3779b1) >>> 0).toString(16).padStart(8, '0') + (step >>> 0).toString(16).padStart(8, '0')
+  );
 }
 
 export interface SimWorker {
@@ -58,7 +80,11 @@ export class Harness {
   logs: { level: string; event: string; data: Record<string, unknown> }[] = [];
   lastActions: Action[] = [];
 
-  constructor(job: JobSpecInput, datasetSize: number, public runId = 'run-1') {
+  constructor(
+    job: JobSpecInput,
+    datasetSize: number,
+    public runId = 'run-1',
+  ) {
     this.state = initialState(parseJobSpec(job), datasetSize, runId);
   }
 
@@ -108,7 +134,18 @@ export class Harness {
     const prev = this.workers.get(name);
     const w: SimWorker = prev
       ? { ...prev, conn, inbox: [], round: null, readySent: false, training: false, closedByServer: false }
-      : { name, conn, workerId: null, inbox: [], round: null, readySent: false, training: false, committed: { step: 0, hash: null }, live: 0, closedByServer: false };
+      : {
+          name,
+          conn,
+          workerId: null,
+          inbox: [],
+          round: null,
+          readySent: false,
+          training: false,
+          committed: { step: 0, hash: null },
+          live: 0,
+          closedByServer: false,
+        };
     this.workers.set(name, w);
     this.byConn.set(conn, w);
     this.apply({ kind: 'connected', conn, nonce: `n${name}` });
@@ -179,9 +216,20 @@ export class Harness {
     const step = w.live + 1;
     const me = w.round.world.find((e) => e.workerId === w.workerId)!;
     const plan = this.state;
-    const { epoch, cursor } = stepPosition(step, { datasetSize: plan.datasetSize, globalBatch: plan.job.globalBatch, epochs: plan.job.epochs, commitEvery: plan.job.commitEvery });
+    const { epoch, cursor } = stepPosition(step, {
+      datasetSize: plan.datasetSize,
+      globalBatch: plan.job.globalBatch,
+      epochs: plan.job.epochs,
+      commitEvery: plan.job.commitEvery,
+    });
     const order = epochOrder(plan.job.seed, epoch, plan.datasetSize);
-    const samples = indicesForRank(order, cursor, plan.job.globalBatch, w.round.world.map((e) => e.share), me.rank).length;
+    const samples = indicesForRank(
+      order,
+      cursor,
+      plan.job.globalBatch,
+      w.round.world.map((e) => e.share),
+      me.rank,
+    ).length;
     const actions = this.send(name, {
       type: 'step_report',
       runId: this.runId,
@@ -302,13 +350,18 @@ export class Harness {
       if (msg.type === 'welcome') welcomed.set(action.conn, msg.workerId);
       if (msg.type === 'round') {
         const recipient = welcomed.get(action.conn) ?? this.byConn.get(action.conn)?.workerId;
-        expect(msg.world.some((e) => e.workerId === recipient), `round ${msg.round} sent to a non-member`).toBe(true);
+        expect(
+          msg.world.some((e) => e.workerId === recipient),
+          `round ${msg.round} sent to a non-member`,
+        ).toBe(true);
         const members = this.roundMembers.get(msg.round) ?? new Set<string>();
         members.add(action.conn);
         this.roundMembers.set(msg.round, members);
       } else if (msg.type === 'train' || msg.type === 'round_closed' || msg.type === 'committed') {
         const members = this.roundMembers.get(msg.round);
-        expect(members?.has(action.conn), `${msg.type} of round ${msg.round} sent to non-member ${action.conn}`).toBe(true);
+        expect(members?.has(action.conn), `${msg.type} of round ${msg.round} sent to non-member ${action.conn}`).toBe(
+          true,
+        );
       }
     }
     expect(unpersisted, 'a commit never persisted').toBe(false);
@@ -317,7 +370,12 @@ export class Harness {
   checkInvariants(): void {
     const s = this.state;
     expect(JSON.parse(JSON.stringify(s))).toEqual(s);
-    const plan = { datasetSize: s.datasetSize, globalBatch: s.job.globalBatch, epochs: s.job.epochs, commitEvery: s.job.commitEvery };
+    const plan = {
+      datasetSize: s.datasetSize,
+      globalBatch: s.job.globalBatch,
+      epochs: s.job.epochs,
+      commitEvery: s.job.commitEvery,
+    };
     // The record agrees with the last commit.
     const at = positionAfter(s.lastCommit.step, plan);
     expect({ epoch: s.record.epoch, cursor: s.record.cursor }).toEqual(at);

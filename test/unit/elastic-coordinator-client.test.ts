@@ -83,7 +83,11 @@ afterEach(async () => {
   for (const c of cleanups.splice(0).reverse()) await c();
 });
 
-function makeClient(url: string, hello: () => HelloState, extra: Partial<ConstructorParameters<typeof CoordinatorClient>[0]> = {}) {
+function makeClient(
+  url: string,
+  hello: () => HelloState,
+  extra: Partial<ConstructorParameters<typeof CoordinatorClient>[0]> = {},
+) {
   const received: ServerMessage[] = [];
   const disconnects: { code: number; reconnecting: boolean }[] = [];
   const logs: string[] = [];
@@ -109,11 +113,24 @@ describe('CoordinatorClient', () => {
   it('says hello with what the tab holds, records the welcome, and heartbeats at the job period', async () => {
     const server = await startServer();
     cleanups.push(() => server.close());
-    const { client, received } = makeClient(server.url, () => ({ peerId: 'peer-a', adapter, haveStep: null, haveHash: null, pending: null }));
+    const { client, received } = makeClient(server.url, () => ({
+      peerId: 'peer-a',
+      adapter,
+      haveStep: null,
+      haveHash: null,
+      pending: null,
+    }));
     expect(client.send({ type: 'heartbeat' })).toBe(false); // not welcomed: dropped
     client.start();
     const hello = await server.nextMessage(0, 'hello');
-    expect(hello).toMatchObject({ type: 'hello', runId: null, workerId: null, peerId: 'peer-a', haveStep: null, haveHash: null });
+    expect(hello).toMatchObject({
+      type: 'hello',
+      runId: null,
+      workerId: null,
+      peerId: 'peer-a',
+      haveStep: null,
+      haveHash: null,
+    });
     sendTo(server.conns[0].socket, { type: 'welcome', runId: 'run-1', workerId: 'w-1', job });
     const t0 = Date.now();
     await server.nextMessage(0, 'heartbeat');
@@ -131,7 +148,12 @@ describe('CoordinatorClient', () => {
   it('drops invalid frames without handing them on', async () => {
     const server = await startServer();
     cleanups.push(() => server.close());
-    const { client, received, logs } = makeClient(server.url, () => ({ peerId: 'peer-a', adapter, haveStep: null, haveHash: null }));
+    const { client, received, logs } = makeClient(server.url, () => ({
+      peerId: 'peer-a',
+      adapter,
+      haveStep: null,
+      haveHash: null,
+    }));
     client.start();
     await server.nextMessage(0, 'hello');
     const socket = server.conns[0].socket;
@@ -157,11 +179,23 @@ describe('CoordinatorClient', () => {
     await server.nextMessage(0, 'hello');
     sendTo(server.conns[0].socket, { type: 'welcome', runId: 'run-1', workerId: 'w-7', job });
     await server.nextMessage(0, 'heartbeat');
-    state = { peerId: 'peer-a', adapter, haveStep: 12, haveHash: '00112233aabbccdd', pending: { step: 13, hash: '0123456789abcdef' } };
+    state = {
+      peerId: 'peer-a',
+      adapter,
+      haveStep: 12,
+      haveHash: '00112233aabbccdd',
+      pending: { step: 13, hash: '0123456789abcdef' },
+    };
     server.conns[0].socket.terminate(); // a coordinator crash: no close frame
     await server.nextConnection(1);
     const hello = await server.nextMessage(1, 'hello');
-    expect(hello).toMatchObject({ runId: 'run-1', workerId: 'w-7', haveStep: 12, haveHash: '00112233aabbccdd', pending: { step: 13, hash: '0123456789abcdef' } });
+    expect(hello).toMatchObject({
+      runId: 'run-1',
+      workerId: 'w-7',
+      haveStep: 12,
+      haveHash: '00112233aabbccdd',
+      pending: { step: 13, hash: '0123456789abcdef' },
+    });
     expect(disconnects).toEqual([{ code: 1006, reconnecting: true }]);
     expect(client.send({ type: 'heartbeat' })).toBe(false); // not welcomed again yet
   });
@@ -170,7 +204,12 @@ describe('CoordinatorClient', () => {
     const server = await startServer();
     const url = server.url;
     await server.close();
-    const { client, disconnects } = makeClient(url, () => ({ peerId: 'peer-a', adapter, haveStep: null, haveHash: null }));
+    const { client, disconnects } = makeClient(url, () => ({
+      peerId: 'peer-a',
+      adapter,
+      haveStep: null,
+      haveHash: null,
+    }));
     client.start();
     const deadline = Date.now() + 3000;
     while (disconnects.length < 3 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 10));
@@ -182,7 +221,12 @@ describe('CoordinatorClient', () => {
   it('stops for good when the coordinator says the job is over', async () => {
     const server = await startServer();
     cleanups.push(() => server.close());
-    const { client, disconnects } = makeClient(server.url, () => ({ peerId: 'peer-a', adapter, haveStep: null, haveHash: null }));
+    const { client, disconnects } = makeClient(server.url, () => ({
+      peerId: 'peer-a',
+      adapter,
+      haveStep: null,
+      haveHash: null,
+    }));
     client.start();
     await server.nextMessage(0, 'hello');
     sendTo(server.conns[0].socket, { type: 'welcome', runId: 'run-1', workerId: 'w-1', job });

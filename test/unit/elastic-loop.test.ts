@@ -7,7 +7,14 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import { parseJobSpec, type JobSpec } from '../../coordinator/core/job';
 import { epochOrder } from '../../coordinator/core/sampler';
-import { MemoryNetwork, SIM_MODEL, SimCoordinator, SimTab, until, type StoredCommit } from '../../web/elastic/simulation';
+import {
+  MemoryNetwork,
+  SIM_MODEL,
+  SimCoordinator,
+  SimTab,
+  until,
+  type StoredCommit,
+} from '../../web/elastic/simulation';
 
 const DATASET = 200;
 const job: JobSpec = parseJobSpec({
@@ -38,17 +45,32 @@ function setUp(tickMs = 5) {
     coordinator.stop();
   });
   const open = (name: string, delayMs = 1) => {
-    const tab = new SimTab(name, coordinator, network, { delayMs, loop: { timeouts: { collectiveMs: 2000, ringConnectMs: 2000, syncMs: 2000, coordinatorWaitMs: 5000 } } });
+    const tab = new SimTab(name, coordinator, network, {
+      delayMs,
+      loop: { timeouts: { collectiveMs: 2000, ringConnectMs: 2000, syncMs: 2000, coordinatorWaitMs: 5000 } },
+    });
     tabs.push(tab);
     return tab.start();
   };
   const describeAll = () =>
     JSON.stringify({
-      coordinator: { step: coordinator.state.lastCommit.step, phase: coordinator.state.rendezvous.phase, round: coordinator.state.rendezvous.round, status: coordinator.state.status },
-      tabs: tabs.map((t) => ({ name: t.name, phase: t.loop.status.phase, round: t.loop.status.round, local: t.loop.status.localStep, logs: t.logs.slice(-3) })),
+      coordinator: {
+        step: coordinator.state.lastCommit.step,
+        phase: coordinator.state.rendezvous.phase,
+        round: coordinator.state.rendezvous.round,
+        status: coordinator.state.status,
+      },
+      tabs: tabs.map((t) => ({
+        name: t.name,
+        phase: t.loop.status.phase,
+        round: t.loop.status.round,
+        local: t.loop.status.localStep,
+        logs: t.logs.slice(-3),
+      })),
     });
   const committed = () => coordinator.state.lastCommit.step;
-  const waitFor = (check: () => boolean, what: string, timeoutMs = 10_000) => until(check, what, timeoutMs, describeAll);
+  const waitFor = (check: () => boolean, what: string, timeoutMs = 10_000) =>
+    until(check, what, timeoutMs, describeAll);
   return { coordinator, network, tabs, open, committed, waitFor };
 }
 
@@ -58,7 +80,10 @@ async function reference(): Promise<Map<number, string>> {
   if (referenceHashes) return referenceHashes;
   const { coordinator, open, waitFor } = setUp();
   const tab = open('solo', 0);
-  await waitFor(() => coordinator.state.status === 'done' && tab.loop.status.phase === 'done', 'the reference run to finish');
+  await waitFor(
+    () => coordinator.state.status === 'done' && tab.loop.status.phase === 'done',
+    'the reference run to finish',
+  );
   expect(tab.loop.status.checkpointsUploaded).toBeGreaterThan(0);
   referenceHashes = new Map(coordinator.liveCommits().map((c) => [c.step, c.hash]));
   for (const c of cleanups.splice(0).reverse()) c();
@@ -73,9 +98,15 @@ function auditCommits(commits: StoredCommit[]): void {
     const order = epochOrder(job.seed, epoch, DATASET);
     const seen = new Uint8Array(DATASET);
     for (const row of rows) for (let p = row.cursorStart; p < row.cursorStart + row.count; p++) seen[order[p]]++;
-    expect(seen.every((x) => x <= 1), `epoch ${epoch}: an index committed twice`).toBe(true);
+    expect(
+      seen.every((x) => x <= 1),
+      `epoch ${epoch}: an index committed twice`,
+    ).toBe(true);
     if (epoch < job.epochs - 1 || rows.some((r) => r.step === TOTAL_STEPS)) {
-      expect(seen.every((x) => x === 1), `epoch ${epoch}: an index never committed`).toBe(true);
+      expect(
+        seen.every((x) => x === 1),
+        `epoch ${epoch}: an index never committed`,
+      ).toBe(true);
     }
   }
 }
@@ -86,25 +117,38 @@ function expectSameTrajectory(commits: StoredCommit[], ref: Map<number, string>)
 }
 
 describe('elastic loop (simulated tabs, real coordinator machine)', () => {
-  it('trains alone to the end, committing every step and uploading the requested checkpoints', { timeout: 30_000 }, async () => {
+  it('trains alone to the end, committing every step and uploading the requested checkpoints', {
+    timeout: 30_000,
+  }, async () => {
     const ref = await reference();
     expect(ref.size).toBe(TOTAL_STEPS);
   });
 
-  it('survives a goodbye, a join and a crash with the trajectory of an uninterrupted run', { timeout: 30_000 }, async () => {
+  it('survives a goodbye, a join and a crash with the trajectory of an uninterrupted run', {
+    timeout: 30_000,
+  }, async () => {
     const ref = await reference();
     const { coordinator, open, committed, waitFor, tabs } = setUp();
     const [a, b, c] = [open('a'), open('b'), open('c')];
-    await waitFor(() => committed() >= 3 && coordinator.state.rendezvous.participants.length === 3, 'three tabs training');
+    await waitFor(
+      () => committed() >= 3 && coordinator.state.rendezvous.participants.length === 3,
+      'three tabs training',
+    );
     const restartsBefore = coordinator.state.restarts;
 
     a.goodbye();
     const afterGoodbye = committed();
-    await waitFor(() => committed() >= afterGoodbye + 2 && coordinator.state.rendezvous.participants.length === 2, 'two tabs training on');
+    await waitFor(
+      () => committed() >= afterGoodbye + 2 && coordinator.state.rendezvous.participants.length === 2,
+      'two tabs training on',
+    );
     expect(coordinator.state.restarts).toBe(restartsBefore); // a goodbye is not a restart
 
     const d = open('d');
-    await waitFor(() => d.loop.status.phase === 'training' && coordinator.state.rendezvous.participants.length === 3, 'the newcomer admitted');
+    await waitFor(
+      () => d.loop.status.phase === 'training' && coordinator.state.rendezvous.participants.length === 3,
+      'the newcomer admitted',
+    );
     expect(d.loop.status.lastSync).toBe('receive');
     expect(coordinator.state.restarts).toBe(restartsBefore); // nor is a join
 
@@ -112,7 +156,10 @@ describe('elastic loop (simulated tabs, real coordinator machine)', () => {
     await waitFor(() => committed() >= beforeCrash + 1, 'a step with the newcomer');
     b.crash();
     const afterCrash = committed();
-    await waitFor(() => committed() >= afterCrash + 2 && coordinator.state.rendezvous.participants.length === 2, 'survivors training on');
+    await waitFor(
+      () => committed() >= afterCrash + 2 && coordinator.state.rendezvous.participants.length === 2,
+      'survivors training on',
+    );
     expect(coordinator.state.restarts).toBe(restartsBefore + 1);
 
     await waitFor(() => coordinator.state.status === 'done', 'the job to finish');
@@ -129,7 +176,10 @@ describe('elastic loop (simulated tabs, real coordinator machine)', () => {
     const ref = await reference();
     const { coordinator, open, committed, waitFor } = setUp();
     const [a, b] = [open('a', 2), open('b', 2)];
-    await waitFor(() => coordinator.state.checkpoints.length > 0 && committed() >= 6, 'a checkpoint and a few more steps');
+    await waitFor(
+      () => coordinator.state.checkpoints.length > 0 && committed() >= 6,
+      'a checkpoint and a few more steps',
+    );
     a.crash();
     b.crash();
     await waitFor(() => Object.keys(coordinator.state.workers).length === 0, 'the coordinator to notice');
@@ -146,19 +196,28 @@ describe('elastic loop (simulated tabs, real coordinator machine)', () => {
     expectSameTrajectory(commits, ref);
     auditCommits(commits);
     // The steps after the checkpoint were rolled back and committed again.
-    expect(coordinator.commits.filter((r) => r.rolledBack).map((r) => r.step)).toEqual(Array.from({ length: lost - checkpoint.step }, (_, i) => checkpoint.step + 1 + i));
+    expect(coordinator.commits.filter((r) => r.rolledBack).map((r) => r.step)).toEqual(
+      Array.from({ length: lost - checkpoint.step }, (_, i) => checkpoint.step + 1 + i),
+    );
     expect(await c.trainer.hash()).toBe(ref.get(TOTAL_STEPS));
   });
 
-  it('re-forms the ring when a data channel between two live tabs fails, blaming the peer', { timeout: 30_000 }, async () => {
+  it('re-forms the ring when a data channel between two live tabs fails, blaming the peer', {
+    timeout: 30_000,
+  }, async () => {
     const ref = await reference();
     const { coordinator, network, open, committed, waitFor } = setUp();
     const [a, b, c] = [open('a', 2), open('b', 2), open('c', 2)];
-    await waitFor(() => committed() >= 4 && coordinator.state.rendezvous.participants.length === 3, 'three tabs training');
+    await waitFor(
+      () => committed() >= 4 && coordinator.state.rendezvous.participants.length === 3,
+      'three tabs training',
+    );
     const closedBefore = coordinator.log.filter((l) => l.event === 'round_closed').length;
     network.cut(a.peerId, b.peerId);
     await waitFor(
-      () => coordinator.log.filter((l) => l.event === 'round_closed' && l.data.reason === 'failure').length > 0 && coordinator.log.filter((l) => l.event === 'round_closed').length > closedBefore,
+      () =>
+        coordinator.log.filter((l) => l.event === 'round_closed' && l.data.reason === 'failure').length > 0 &&
+        coordinator.log.filter((l) => l.event === 'round_closed').length > closedBefore,
       'the failure to close the round',
     );
     expect([a, b, c].reduce((n, t) => n + t.loop.status.failuresReported, 0)).toBeGreaterThan(0);
@@ -169,7 +228,9 @@ describe('elastic loop (simulated tabs, real coordinator machine)', () => {
     auditCommits(commits);
   });
 
-  it('offers a reported step it never saw committed when the coordinator restarts right after committing it', { timeout: 30_000 }, async () => {
+  it('offers a reported step it never saw committed when the coordinator restarts right after committing it', {
+    timeout: 30_000,
+  }, async () => {
     const ref = await reference();
     const { coordinator, open, committed, waitFor } = setUp();
     const [a, b] = [open('a', 2), open('b', 2)];

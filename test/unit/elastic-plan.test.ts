@@ -16,7 +16,10 @@ import { CollectiveError } from '../../web/net/collective-error';
 import { mulberry32 } from '../support/rng';
 
 function job(overrides: Record<string, unknown> = {}, datasetSize = 1000): JobPublic {
-  return jobPublic(parseJobSpec({ model: 'tiny-mlp', globalBatch: 64, epochs: 2, seed: 9, checkpointEvery: 5, ...overrides }), datasetSize);
+  return jobPublic(
+    parseJobSpec({ model: 'tiny-mlp', globalBatch: 64, epochs: 2, seed: 9, checkpointEvery: 5, ...overrides }),
+    datasetSize,
+  );
 }
 
 function world(shares: number[]): WorldEntry[] {
@@ -32,7 +35,9 @@ describe('stepWork', () => {
       const perEpoch = Math.ceil(1000 / 64);
       const epoch = Math.floor((step - 1) / perEpoch);
       const cursor = ((step - 1) % perEpoch) * 64;
-      const expected = Array.from(epochOrder(9, epoch, 1000).slice(cursor, Math.min(cursor + 64, 1000))).sort((a, b) => a - b);
+      const expected = Array.from(epochOrder(9, epoch, 1000).slice(cursor, Math.min(cursor + 64, 1000))).sort(
+        (a, b) => a - b,
+      );
       for (const size of [1, 2, 3, 4, 7]) {
         const shares: number[] = Array.from({ length: size }, () => (rand() < 0.15 ? 0 : rand()));
         if (!shares.some((s) => s > 0)) shares[0] = 1;
@@ -74,7 +79,11 @@ describe('expectsCheckpoint', () => {
 });
 
 describe('planSync', () => {
-  const round = (stateFrom: RoundMessage['stateFrom'], step = 8, committedHash: string | null = 'aa'): Pick<RoundMessage, 'step' | 'committedHash' | 'stateFrom'> => ({
+  const round = (
+    stateFrom: RoundMessage['stateFrom'],
+    step = 8,
+    committedHash: string | null = 'aa',
+  ): Pick<RoundMessage, 'step' | 'committedHash' | 'stateFrom'> => ({
     step,
     committedHash,
     stateFrom,
@@ -87,17 +96,47 @@ describe('planSync', () => {
 
   it.each([
     ['fresh start', round({ kind: 'fresh' }, 1, null), 0, held(null, null), { kind: 'fresh' }],
-    ['fresh start over a trained tab', round({ kind: 'fresh' }, 1, null), 0, held([5, 'bb'], [4, 'cc']), { kind: 'fresh' }],
+    [
+      'fresh start over a trained tab',
+      round({ kind: 'fresh' }, 1, null),
+      0,
+      held([5, 'bb'], [4, 'cc']),
+      { kind: 'fresh' },
+    ],
     ['checkpoint held live', round(checkpoint), 1, held([7, 'aa'], [6, 'dd']), { kind: 'local', use: 'live' }],
     ['checkpoint held as backup', round(checkpoint), 1, held([8, 'ee'], [7, 'aa']), { kind: 'local', use: 'backup' }],
     ['checkpoint not held', round(checkpoint), 1, held([9, 'ee'], [8, 'ff']), checkpoint],
     ['same hash at another step is not the state', round(checkpoint), 1, held([6, 'aa'], null), checkpoint],
-    ['root holds it live', round({ kind: 'peer', rank: 2 }), 2, held([7, 'aa'], [6, 'bb']), { kind: 'send', use: 'live' }],
-    ['root holds it as backup', round({ kind: 'peer', rank: 2 }), 2, held([8, 'cc'], [7, 'aa']), { kind: 'send', use: 'backup' }],
+    [
+      'root holds it live',
+      round({ kind: 'peer', rank: 2 }),
+      2,
+      held([7, 'aa'], [6, 'bb']),
+      { kind: 'send', use: 'live' },
+    ],
+    [
+      'root holds it as backup',
+      round({ kind: 'peer', rank: 2 }),
+      2,
+      held([8, 'cc'], [7, 'aa']),
+      { kind: 'send', use: 'backup' },
+    ],
     ['root does not hold it', round({ kind: 'peer', rank: 0 }), 0, held([8, 'cc'], [6, 'bb']), { kind: 'impossible' }],
     ['receiver', round({ kind: 'peer', rank: 1 }), 0, held(null, null), { kind: 'receive', root: 1 }],
-    ['receiver that holds it still receives (the ring forwards through it)', round({ kind: 'peer', rank: 1 }), 0, held([7, 'aa'], [7, 'aa']), { kind: 'receive', root: 1 }],
-    ['step-0 state from a peer', round({ kind: 'peer', rank: 0 }, 1, null), 0, held([0, null], null), { kind: 'send', use: 'live' }],
+    [
+      'receiver that holds it still receives (the ring forwards through it)',
+      round({ kind: 'peer', rank: 1 }),
+      0,
+      held([7, 'aa'], [7, 'aa']),
+      { kind: 'receive', root: 1 },
+    ],
+    [
+      'step-0 state from a peer',
+      round({ kind: 'peer', rank: 0 }, 1, null),
+      0,
+      held([0, null], null),
+      { kind: 'send', use: 'live' },
+    ],
   ])('%s', (_name, r, rank, h, expected) => {
     expect(planSync(r, rank, h)).toMatchObject(expected);
   });
@@ -134,18 +173,28 @@ describe('helloHolding', () => {
     expect(helloHolding({ live: null, backup: null }, null)).toEqual({ haveStep: null, haveHash: null, pending: null });
   });
   it('offers the freshly initialised state as step 0', () => {
-    expect(helloHolding({ live: { step: 0, hash: null }, backup: null }, null)).toEqual({ haveStep: 0, haveHash: null, pending: null });
+    expect(helloHolding({ live: { step: 0, hash: null }, backup: null }, null)).toEqual({
+      haveStep: 0,
+      haveHash: null,
+      pending: null,
+    });
   });
   it('offers the backup as committed and a newer reported live state as pending', () => {
-    expect(helloHolding({ live: { step: 8, hash: 'bb' }, backup: { step: 7, hash: 'aa' } }, { step: 8, hash: 'bb' })).toEqual({
+    expect(
+      helloHolding({ live: { step: 8, hash: 'bb' }, backup: { step: 7, hash: 'aa' } }, { step: 8, hash: 'bb' }),
+    ).toEqual({
       haveStep: 7,
       haveHash: 'aa',
       pending: { step: 8, hash: 'bb' },
     });
   });
   it('does not offer a live state it never reported, nor one already restored away', () => {
-    expect(helloHolding({ live: { step: 8, hash: 'bb' }, backup: { step: 7, hash: 'aa' } }, { step: 7, hash: 'aa' }).pending).toBeNull();
-    expect(helloHolding({ live: { step: 7, hash: 'aa' }, backup: { step: 7, hash: 'aa' } }, { step: 8, hash: 'bb' }).pending).toBeNull();
+    expect(
+      helloHolding({ live: { step: 8, hash: 'bb' }, backup: { step: 7, hash: 'aa' } }, { step: 7, hash: 'aa' }).pending,
+    ).toBeNull();
+    expect(
+      helloHolding({ live: { step: 7, hash: 'aa' }, backup: { step: 7, hash: 'aa' } }, { step: 8, hash: 'bb' }).pending,
+    ).toBeNull();
   });
 });
 
@@ -156,8 +205,13 @@ describe('failureReport', () => {
     expect(failureReport(new CollectiveError('aborted', 'round closed'), w, false)).toBeNull();
   });
   it('names the peer by worker id when the error names a member', () => {
-    expect(failureReport(new CollectiveError('peer_closed', 'channel closed', { peer: 'p2' }), w, false)).toEqual({ reason: 'peer_closed: channel closed', peer: 'w2' });
-    expect(failureReport(new CollectiveError('timeout', 'slow', { peer: 'p9' }), w, false)).toEqual({ reason: 'timeout: slow' });
+    expect(failureReport(new CollectiveError('peer_closed', 'channel closed', { peer: 'p2' }), w, false)).toEqual({
+      reason: 'peer_closed: channel closed',
+      peer: 'w2',
+    });
+    expect(failureReport(new CollectiveError('timeout', 'slow', { peer: 'p9' }), w, false)).toEqual({
+      reason: 'timeout: slow',
+    });
   });
   it('reports other errors without a peer, cut to the protocol limit', () => {
     const r = failureReport(new Error('x'.repeat(400)), w, false)!;

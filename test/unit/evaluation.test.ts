@@ -12,7 +12,18 @@ import { isCommitPoint, stepPosition, totalSteps } from '../../coordinator/core/
 import { MemoryNetwork, SIM_MODEL, SimCoordinator, SimTab, until } from '../../web/elastic/simulation';
 import { Harness } from './coordinator-harness';
 
-const VALID = { v: 1, type: 'evaluation', runId: 'run-1', workerId: 'w1-abc', round: 3, step: 13, epoch: 0, testSamples: 2000, correct: 1712, lossSum: 801.25 };
+const VALID = {
+  v: 1,
+  type: 'evaluation',
+  runId: 'run-1',
+  workerId: 'w1-abc',
+  round: 3,
+  step: 13,
+  epoch: 0,
+  testSamples: 2000,
+  correct: 1712,
+  lossSum: 801.25,
+};
 
 describe('evaluation message schema', () => {
   const accepted: [string, Record<string, unknown>][] = [
@@ -75,7 +86,11 @@ describe('evaluation points', () => {
   const cases: [string, EvaluationPlan, number[]][] = [
     ['default: each epoch end and the job end', base, [13, 26]],
     ['every 5 steps (and the job end)', { ...base, evalEvery: 5 }, [5, 10, 15, 20, 25, 26]],
-    ['every 5 steps, committing every 4: the next commit point', { ...base, evalEvery: 5, commitEvery: 4 }, [8, 12, 16, 20, 26]],
+    [
+      'every 5 steps, committing every 4: the next commit point',
+      { ...base, evalEvery: 5, commitEvery: 4 },
+      [8, 12, 16, 20, 26],
+    ],
     ['every step', { ...base, evalEvery: 1 }, Array.from({ length: 26 }, (_, i) => i + 1)],
     ['every 100 steps: only the end', { ...base, evalEvery: 100 }, [26]],
     ['evalSamples 0: never', { ...base, evalSamples: 0 }, []],
@@ -97,7 +112,9 @@ describe('evaluation points', () => {
         for (const commitEvery of [1, 2, 5])
           for (const evalEvery of [null, 1, 3, 4, 10]) {
             const plan = { datasetSize, globalBatch, epochs: 3, commitEvery, evalEvery, evalSamples: 10 };
-            const points = Array.from({ length: totalSteps(plan) }, (_, i) => i + 1).filter((s) => isEvaluationPoint(s, plan));
+            const points = Array.from({ length: totalSteps(plan) }, (_, i) => i + 1).filter((s) =>
+              isEvaluationPoint(s, plan),
+            );
             expect(points, JSON.stringify(plan)).toEqual(referencePoints(plan));
           }
   });
@@ -106,7 +123,16 @@ describe('evaluation points', () => {
 // ---------------------------------------------------------------- the machine
 
 /** 100 images, batch 8: 13 steps per epoch, one epoch. */
-const JOB: JobSpecInput = { model: 'tiny-mlp', globalBatch: 8, epochs: 1, minWorkers: 2, maxWorkers: 3, lastCallMs: 100, heartbeatMs: 1000, checkpointEvery: 100 };
+const JOB: JobSpecInput = {
+  model: 'tiny-mlp',
+  globalBatch: 8,
+  epochs: 1,
+  minWorkers: 2,
+  maxWorkers: 3,
+  lastCallMs: 100,
+  heartbeatMs: 1000,
+  checkpointEvery: 100,
+};
 
 type EvaluationBody = Omit<Extract<ClientMessage, { type: 'evaluation' }>, 'v'>;
 
@@ -148,7 +174,15 @@ describe('machine: evaluation reports', () => {
         kind: 'log',
         level: 'info',
         event: 'evaluation',
-        data: { step: 4, epoch: 0, accuracy: 0.873, loss: 0.4125, testSamples: 1000, workerId: h.worker('a').workerId, round: h.state.rendezvous.round },
+        data: {
+          step: 4,
+          epoch: 0,
+          accuracy: 0.873,
+          loss: 0.4125,
+          testSamples: 1000,
+          workerId: h.worker('a').workerId,
+          round: h.state.rendezvous.round,
+        },
       },
     ]);
     expect(actions.filter((a) => a.kind === 'send')).toEqual([]);
@@ -169,19 +203,47 @@ describe('machine: evaluation reports', () => {
 
   type Case = [string, (h: Harness) => { name: string; body: EvaluationBody }, string];
   const rejections: Case[] = [
-    ['a non-member (a newcomer waiting for the boundary)', (h) => {
-      h.join('c');
-      return { name: 'c', body: evaluation(h, 'c') };
-    }, 'not_member'],
-    ['a future step (not committed yet)', (h) => ({ name: 'a', body: evaluation(h, 'a', { step: h.state.lastCommit.step + 1 }) }), 'wrong_step'],
+    [
+      'a non-member (a newcomer waiting for the boundary)',
+      (h) => {
+        h.join('c');
+        return { name: 'c', body: evaluation(h, 'c') };
+      },
+      'not_member',
+    ],
+    [
+      'a future step (not committed yet)',
+      (h) => ({ name: 'a', body: evaluation(h, 'a', { step: h.state.lastCommit.step + 1 }) }),
+      'wrong_step',
+    ],
     ['a step far in the future', (h) => ({ name: 'a', body: evaluation(h, 'a', { step: 13 }) }), 'wrong_step'],
-    ['more correct than images (bypassing the schema)', (h) => ({ name: 'a', body: evaluation(h, 'a', { testSamples: 100, correct: 101 }) }), 'bad_samples'],
-    ['a NaN loss sum (bypassing the schema)', (h) => ({ name: 'a', body: evaluation(h, 'a', { lossSum: Number.NaN }) }), 'bad_samples'],
+    [
+      'more correct than images (bypassing the schema)',
+      (h) => ({ name: 'a', body: evaluation(h, 'a', { testSamples: 100, correct: 101 }) }),
+      'bad_samples',
+    ],
+    [
+      'a NaN loss sum (bypassing the schema)',
+      (h) => ({ name: 'a', body: evaluation(h, 'a', { lossSum: Number.NaN }) }),
+      'bad_samples',
+    ],
     ['the wrong epoch for the step', (h) => ({ name: 'a', body: evaluation(h, 'a', { epoch: 1 }) }), 'wrong_step'],
-    ['a round that is neither current nor just closed', (h) => ({ name: 'a', body: evaluation(h, 'a', { round: h.state.rendezvous.round - 1 }) }), 'stale_round'],
-    ['a future round', (h) => ({ name: 'a', body: evaluation(h, 'a', { round: h.state.rendezvous.round + 1 }) }), 'stale_round'],
+    [
+      'a round that is neither current nor just closed',
+      (h) => ({ name: 'a', body: evaluation(h, 'a', { round: h.state.rendezvous.round - 1 }) }),
+      'stale_round',
+    ],
+    [
+      'a future round',
+      (h) => ({ name: 'a', body: evaluation(h, 'a', { round: h.state.rendezvous.round + 1 }) }),
+      'stale_round',
+    ],
     ['another run', (h) => ({ name: 'a', body: evaluation(h, 'a', { runId: 'run-0' }) }), 'wrong_run'],
-    ['a forged worker id', (h) => ({ name: 'a', body: evaluation(h, 'a', { workerId: h.worker('b').workerId! }) }), 'forged_worker'],
+    [
+      'a forged worker id',
+      (h) => ({ name: 'a', body: evaluation(h, 'a', { workerId: h.worker('b').workerId! }) }),
+      'forged_worker',
+    ],
   ];
   for (const [name, make, code] of rejections) {
     it(`rejects ${name} (${code}), state unchanged, counted`, () => {
@@ -234,12 +296,31 @@ describe('elastic loop: rank 0 evaluates the committed state', () => {
     for (const c of cleanups.splice(0).reverse()) c();
   });
 
-  it('reports at each epoch end and at the job end, with the parameters of that commit', { timeout: 20_000 }, async () => {
+  it('reports at each epoch end and at the job end, with the parameters of that commit', {
+    timeout: 20_000,
+  }, async () => {
     // 200 images, batch 16: 13 steps per epoch, 2 epochs; evaluations after steps 13 and 26.
-    const job = parseJobSpec({ model: SIM_MODEL, optimizer: { kind: 'sgd', lr: 0.1, momentum: 0.5 }, globalBatch: 16, epochs: 2, minWorkers: 2, maxWorkers: 2, heartbeatMs: 40, lastCallMs: 15, seed: 5, evalSamples: 300 });
+    const job = parseJobSpec({
+      model: SIM_MODEL,
+      optimizer: { kind: 'sgd', lr: 0.1, momentum: 0.5 },
+      globalBatch: 16,
+      epochs: 2,
+      minWorkers: 2,
+      maxWorkers: 2,
+      heartbeatMs: 40,
+      lastCallMs: 15,
+      seed: 5,
+      evalSamples: 300,
+    });
     const coordinator = new SimCoordinator(job, 200, 'sim-run', 5);
     const network = new MemoryNetwork();
-    const tabs = ['a', 'b'].map((name) => new SimTab(name, coordinator, network, { delayMs: 1, loop: { timeouts: { collectiveMs: 2000, ringConnectMs: 2000, syncMs: 2000, coordinatorWaitMs: 5000 } } }));
+    const tabs = ['a', 'b'].map(
+      (name) =>
+        new SimTab(name, coordinator, network, {
+          delayMs: 1,
+          loop: { timeouts: { collectiveMs: 2000, ringConnectMs: 2000, syncMs: 2000, coordinatorWaitMs: 5000 } },
+        }),
+    );
     cleanups.push(() => {
       for (const t of tabs) if (!t.closed) t.crash();
       coordinator.stop();
@@ -255,7 +336,12 @@ describe('elastic loop: rank 0 evaluates the committed state', () => {
       t.start();
     }
     const events = () => coordinator.log.filter((l) => l.event === 'evaluation');
-    await until(() => coordinator.state.status === 'done' && events().length === 2, 'the job and both evaluations', 15_000, () => JSON.stringify({ step: coordinator.state.lastCommit.step, log: coordinator.log.slice(-5) }));
+    await until(
+      () => coordinator.state.status === 'done' && events().length === 2,
+      'the job and both evaluations',
+      15_000,
+      () => JSON.stringify({ step: coordinator.state.lastCommit.step, log: coordinator.log.slice(-5) }),
+    );
 
     expect(coordinator.log.filter((l) => l.event === 'message_rejected')).toEqual([]);
     const commits = new Map(coordinator.liveCommits().map((c) => [c.step, c]));

@@ -124,7 +124,8 @@ describe('scaled float16 frames', () => {
       for (const x of src) maxAbs = Math.max(maxAbs, Math.abs(x));
       for (let i = 0; i < n; i++) {
         const bound = 2 ** -11 * Math.abs(src[i]) + maxAbs * 2 ** -39;
-        if (!(Math.abs(back[i] - src[i]) <= bound)) expect.fail(`magnitude ${magnitude} [${i}]: ${src[i]} → ${back[i]}`);
+        if (!(Math.abs(back[i] - src[i]) <= bound))
+          expect.fail(`magnitude ${magnitude} [${i}]: ${src[i]} → ${back[i]}`);
       }
       // And the rounding is really to binary16 (not a no-op): most values change.
       let changed = 0;

@@ -28,7 +28,19 @@ const base: FrameHeader = {
 };
 
 /** Write a header by hand (independently of `allocateFrame`) so a layout bug cannot cancel itself out. */
-function handMadeFrame(fields: Partial<{ magic: number; version: number; kind: number; encoding: number; scale: number; index: number; count: number; lengthField: number }>, payload: number): ArrayBuffer {
+function handMadeFrame(
+  fields: Partial<{
+    magic: number;
+    version: number;
+    kind: number;
+    encoding: number;
+    scale: number;
+    index: number;
+    count: number;
+    lengthField: number;
+  }>,
+  payload: number,
+): ArrayBuffer {
   const buf = new ArrayBuffer(FRAME_HEADER_BYTES + payload);
   const v = new DataView(buf);
   v.setUint16(0, fields.magic ?? FRAME_MAGIC, true);
@@ -70,7 +82,9 @@ describe('frame encoding', () => {
   it('puts the fields where the documented layout says (little-endian)', () => {
     const v = new DataView(encodeFrame(base, new Uint8Array(8)));
     expect([v.getUint16(0, true), v.getUint8(2), v.getUint8(3)]).toEqual([0x5754, 1, FrameKind.RingChunk]);
-    expect([v.getUint32(4, true), v.getUint32(8, true), v.getUint32(12, true), v.getUint16(16, true)]).toEqual([7, 123_456, 2, 9]);
+    expect([v.getUint32(4, true), v.getUint32(8, true), v.getUint32(12, true), v.getUint16(16, true)]).toEqual([
+      7, 123_456, 2, 9,
+    ]);
     expect([v.getUint32(20, true), v.getUint32(24, true), v.getUint32(28, true)]).toEqual([3, 10, 8]);
   });
 
@@ -127,7 +141,17 @@ describe('collective ids', () => {
 
 describe('frame router', () => {
   const frame = (step: number, bytes = 100) =>
-    encodeFrame({ ...base, kind: FrameKind.BroadcastChunk, encoding: PayloadEncoding.Bytes, id: { round: 1, step, seq: 0 }, chunkIndex: 0, chunkCount: 1 }, new Uint8Array(bytes));
+    encodeFrame(
+      {
+        ...base,
+        kind: FrameKind.BroadcastChunk,
+        encoding: PayloadEncoding.Bytes,
+        id: { round: 1, step, seq: 0 },
+        chunkIndex: 0,
+        chunkCount: 1,
+      },
+      new Uint8Array(bytes),
+    );
   const tick = () => new Promise((resolve) => setTimeout(resolve, 5));
 
   it('holds early frames for a collective until it starts, and drops those of older ones', async () => {
@@ -143,7 +167,9 @@ describe('frame router', () => {
     // Step 1 is older than the newest started (2): gone. Step 3 is still waiting.
     router.open({ round: 1, step: 3, seq: 0 }, { onFrame: (f) => seen.push(f.id.step), onFailure: () => {} }).close();
     expect(seen).toEqual([2, 3]);
-    expect(() => router.open({ round: 1, step: 1, seq: 0 }, { onFrame: () => {}, onFailure: () => {} })).toThrow(CollectiveError);
+    expect(() => router.open({ round: 1, step: 1, seq: 0 }, { onFrame: () => {}, onFailure: () => {} })).toThrow(
+      CollectiveError,
+    );
   });
 
   it('breaks the link with a protocol error when a peer floods frames for collectives not started', async () => {

@@ -10,7 +10,8 @@ const M32 = (1n << 32n) - 1n;
 const mul = (a: bigint, b: bigint) => (a * b) & M32;
 const add = (a: bigint, b: bigint) => (a + b) & M32;
 const rotl = (x: bigint, r: bigint) => ((x << r) | (x >> (32n - r))) & M32;
-const word = (b: Uint8Array, i: number) => BigInt(b[i]) | (BigInt(b[i + 1]) << 8n) | (BigInt(b[i + 2]) << 16n) | (BigInt(b[i + 3]) << 24n);
+const word = (b: Uint8Array, i: number) =>
+  BigInt(b[i]) | (BigInt(b[i + 1]) << 8n) | (BigInt(b[i + 2]) << 16n) | (BigInt(b[i + 3]) << 24n);
 
 function murmur3Reference(bytes: Uint8Array, seed: number): number {
   const c1 = 0xcc9e2d51n;
@@ -44,7 +45,8 @@ function xxh32Reference(bytes: Uint8Array, seed: number): number {
   if (bytes.length >= 16) {
     const v = [add(add(s, p1), p2), add(s, p2), s, (s - p1) & M32];
     for (; i + 16 <= bytes.length; i += 16) {
-      for (let lane = 0; lane < 4; lane++) v[lane] = mul(rotl(add(v[lane], mul(word(bytes, i + lane * 4), p2)), 13n), p1);
+      for (let lane = 0; lane < 4; lane++)
+        v[lane] = mul(rotl(add(v[lane], mul(word(bytes, i + lane * 4), p2)), 13n), p1);
     }
     h = add(add(rotl(v[0], 1n), rotl(v[1], 7n)), add(rotl(v[2], 12n), rotl(v[3], 18n)));
   } else {
@@ -108,7 +110,8 @@ describe('hashWords', () => {
       expect(murmur3Words(words), `murmur3 n=${n}`).toBe(murmur3Reference(bytes, 0));
       expect(xxh32Words(words), `xxh32 n=${n}`).toBe(xxh32Reference(bytes, 0));
       expect(hashWords(words)).toBe(
-        murmur3Reference(bytes, 0).toString(16).padStart(8, '0') + xxh32Reference(bytes, 0).toString(16).padStart(8, '0'),
+        murmur3Reference(bytes, 0).toString(16).padStart(8, '0') +
+          xxh32Reference(bytes, 0).toString(16).padStart(8, '0'),
       );
     }
   });
@@ -119,7 +122,8 @@ describe('hashWords', () => {
     // Exactly representable values (no Math.sin, whose last bits may differ between engines).
     const params = Float32Array.from({ length: 1000 }, (_, i) => ((i * 37) % 97) / 64 - 0.75);
     const bytes = new Uint8Array(params.buffer);
-    const expected = murmur3Reference(bytes, 0).toString(16).padStart(8, '0') + xxh32Reference(bytes, 0).toString(16).padStart(8, '0');
+    const expected =
+      murmur3Reference(bytes, 0).toString(16).padStart(8, '0') + xxh32Reference(bytes, 0).toString(16).padStart(8, '0');
     expect(hashParams(params)).toBe(expected);
     expect(hashParams(params)).toBe('e8a3733966af47a0');
   });

@@ -8,7 +8,12 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { datasetRoutes, loadIdxDataset, parseIdx, type IdxDataset } from '../../coordinator/dataset';
 
 /** An IDX file written by hand: magic, big-endian dims, data — independent of the parser. */
-function idxBytes(magic: number, dims: number[], data: ArrayLike<number>, extra: { type?: number; rank?: number } = {}): Uint8Array {
+function idxBytes(
+  magic: number,
+  dims: number[],
+  data: ArrayLike<number>,
+  extra: { type?: number; rank?: number } = {},
+): Uint8Array {
   const header = new Uint8Array(4 + 4 * dims.length);
   const view = new DataView(header.buffer);
   view.setUint32(0, magic, false);
@@ -46,7 +51,10 @@ function goodFiles(): Files {
 }
 
 const dirs: string[] = [];
-async function writeDataset(files: Partial<Files>, gzip: boolean | ((name: string) => boolean) = false): Promise<string> {
+async function writeDataset(
+  files: Partial<Files>,
+  gzip: boolean | ((name: string) => boolean) = false,
+): Promise<string> {
   const dir = await mkdtemp(join(tmpdir(), 'tabswarm-idx-'));
   dirs.push(dir);
   for (const [name, bytes] of Object.entries(files)) {
@@ -75,11 +83,27 @@ describe('parseIdx', () => {
 
   const cases: [string, Uint8Array, RegExp][] = [
     ['a file shorter than the header', new Uint8Array([0, 0]), /^f: not an IDX file \(only 2 bytes/],
-    ['a magic number with non-zero leading bytes', idxBytes(0x12340803, [1], [0]), /^f: not an IDX file \(magic number/],
-    ['an element type other than unsigned bytes', idxBytes(2049, [1], [0], { type: 0x0d }), /^f: IDX element type 0x0d is not supported/],
+    [
+      'a magic number with non-zero leading bytes',
+      idxBytes(0x12340803, [1], [0]),
+      /^f: not an IDX file \(magic number/,
+    ],
+    [
+      'an element type other than unsigned bytes',
+      idxBytes(2049, [1], [0], { type: 0x0d }),
+      /^f: IDX element type 0x0d is not supported/,
+    ],
     ['rank zero', idxBytes(0x800, [], []), /^f: IDX rank 0/],
-    ['a truncated header', idxBytes(2051, [5, 3, 2], []).subarray(0, 10), /^f: truncated IDX header \(10 bytes, a rank-3 header needs 16\)/],
-    ['a truncated data section', idxBytes(2051, [5, 3, 2], new Uint8Array(29)), /^f: truncated: dimensions \[5, 3, 2\] need 30 data bytes, the file has 29/],
+    [
+      'a truncated header',
+      idxBytes(2051, [5, 3, 2], []).subarray(0, 10),
+      /^f: truncated IDX header \(10 bytes, a rank-3 header needs 16\)/,
+    ],
+    [
+      'a truncated data section',
+      idxBytes(2051, [5, 3, 2], new Uint8Array(29)),
+      /^f: truncated: dimensions \[5, 3, 2\] need 30 data bytes, the file has 29/,
+    ],
     ['bytes after the data', idxBytes(2049, [3], [1, 2, 3, 4]), /^f: 1 unexpected bytes after the data/],
   ];
   for (const [name, bytes, error] of cases) {
@@ -122,22 +146,50 @@ describe('loadIdxDataset', () => {
   });
 
   it('rejects a folder that does not exist', async () => {
-    await expect(loadIdxDataset('/nonexistent/tabswarm-dataset')).rejects.toThrow(/dataset folder \/nonexistent\/tabswarm-dataset does not exist/);
+    await expect(loadIdxDataset('/nonexistent/tabswarm-dataset')).rejects.toThrow(
+      /dataset folder \/nonexistent\/tabswarm-dataset does not exist/,
+    );
   });
 
   it('rejects a folder missing a file, naming it', async () => {
     const files: Partial<Files> = goodFiles();
     delete files['t10k-labels-idx1-ubyte'];
-    await expect(loadIdxDataset(await writeDataset(files))).rejects.toThrow(/missing t10k-labels-idx1-ubyte \(or t10k-labels-idx1-ubyte.gz\)/);
+    await expect(loadIdxDataset(await writeDataset(files))).rejects.toThrow(
+      /missing t10k-labels-idx1-ubyte \(or t10k-labels-idx1-ubyte.gz\)/,
+    );
   });
 
   const badDatasets: [string, (f: Files) => void, RegExp][] = [
-    ['label magic on an image file', (f) => (f['train-images-idx3-ubyte'] = idxBytes(2049, [30], images(5, 1))), /^train-images-idx3-ubyte: magic number 2049 is not an IDX image file \(expected 2051\)/],
-    ['image magic on a label file', (f) => (f['t10k-labels-idx1-ubyte'] = idxBytes(2051, [3, 1, 1], labels(3))), /^t10k-labels-idx1-ubyte: magic number 2051 is not an IDX label file \(expected 2049\)/],
-    ['more labels than images', (f) => (f['train-labels-idx1-ubyte'] = idxBytes(2049, [6], labels(6))), /^train-labels-idx1-ubyte: 6 labels but train-images-idx3-ubyte has 5 images/],
-    ['a label outside [0, 10)', (f) => (f['t10k-labels-idx1-ubyte'] = idxBytes(2049, [3], [1, 10, 2])), /^t10k-labels-idx1-ubyte: label 10 at index 1 is outside \[0, 10\)/],
-    ['a truncated image file', (f) => (f['train-images-idx3-ubyte'] = f['train-images-idx3-ubyte'].subarray(0, 40)), /^train-images-idx3-ubyte: truncated: dimensions \[5, 3, 2\] need 30 data bytes, the file has 24/],
-    ['test images of another size', (f) => (f['t10k-images-idx3-ubyte'] = idxBytes(2051, [3, 2, 3], images(3, 2))), /^t10k-images-idx3-ubyte: images are 2×3 but training images are 3×2/],
+    [
+      'label magic on an image file',
+      (f) => (f['train-images-idx3-ubyte'] = idxBytes(2049, [30], images(5, 1))),
+      /^train-images-idx3-ubyte: magic number 2049 is not an IDX image file \(expected 2051\)/,
+    ],
+    [
+      'image magic on a label file',
+      (f) => (f['t10k-labels-idx1-ubyte'] = idxBytes(2051, [3, 1, 1], labels(3))),
+      /^t10k-labels-idx1-ubyte: magic number 2051 is not an IDX label file \(expected 2049\)/,
+    ],
+    [
+      'more labels than images',
+      (f) => (f['train-labels-idx1-ubyte'] = idxBytes(2049, [6], labels(6))),
+      /^train-labels-idx1-ubyte: 6 labels but train-images-idx3-ubyte has 5 images/,
+    ],
+    [
+      'a label outside [0, 10)',
+      (f) => (f['t10k-labels-idx1-ubyte'] = idxBytes(2049, [3], [1, 10, 2])),
+      /^t10k-labels-idx1-ubyte: label 10 at index 1 is outside \[0, 10\)/,
+    ],
+    [
+      'a truncated image file',
+      (f) => (f['train-images-idx3-ubyte'] = f['train-images-idx3-ubyte'].subarray(0, 40)),
+      /^train-images-idx3-ubyte: truncated: dimensions \[5, 3, 2\] need 30 data bytes, the file has 24/,
+    ],
+    [
+      'test images of another size',
+      (f) => (f['t10k-images-idx3-ubyte'] = idxBytes(2051, [3, 2, 3], images(3, 2))),
+      /^t10k-images-idx3-ubyte: images are 2×3 but training images are 3×2/,
+    ],
   ];
   for (const [name, corrupt, error] of badDatasets) {
     for (const gzip of [false, true]) {

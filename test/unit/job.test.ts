@@ -19,12 +19,23 @@ describe('job spec', () => {
 
   it('resolves built-in model names and inline specs', () => {
     expect(parseJobSpec({ model: 'cnn' }).model).toEqual(CNN_SPEC);
-    expect(parseJobSpec({ model: { ...TINY_MLP_SPEC, name: 'mine' } }).model).toEqual({ ...TINY_MLP_SPEC, name: 'mine' });
+    expect(parseJobSpec({ model: { ...TINY_MLP_SPEC, name: 'mine' } }).model).toEqual({
+      ...TINY_MLP_SPEC,
+      name: 'mine',
+    });
   });
 
   it('fills optimizer defaults per kind', () => {
-    expect(parseJobSpec({ optimizer: { kind: 'sgd', lr: 0.1 } }).optimizer).toEqual({ kind: 'sgd', lr: 0.1, momentum: 0 });
-    expect(parseJobSpec({ optimizer: { kind: 'adamw', lr: 0.01 } }).optimizer).toMatchObject({ kind: 'adamw', lr: 0.01, beta2: 0.999 });
+    expect(parseJobSpec({ optimizer: { kind: 'sgd', lr: 0.1 } }).optimizer).toEqual({
+      kind: 'sgd',
+      lr: 0.1,
+      momentum: 0,
+    });
+    expect(parseJobSpec({ optimizer: { kind: 'adamw', lr: 0.01 } }).optimizer).toMatchObject({
+      kind: 'adamw',
+      lr: 0.01,
+      beta2: 0.999,
+    });
   });
 
   const bad: [string, unknown, RegExp][] = [
@@ -54,7 +65,13 @@ describe('job public view', () => {
     expect(effectiveDatasetSize(job, 60000)).toBe(1000);
     expect(effectiveDatasetSize(job, 500)).toBe(500);
     const pub = jobPublic(job, 60000);
-    expect(pub).toMatchObject({ datasetSize: 1000, stepsPerEpoch: 8, totalSteps: 24, dataset: 'fashion-mnist', seed: job.seed });
+    expect(pub).toMatchObject({
+      datasetSize: 1000,
+      stepsPerEpoch: 8,
+      totalSteps: 24,
+      dataset: 'fashion-mnist',
+      seed: job.seed,
+    });
     expect(jobPublic(defaultJob, 60000)).toMatchObject({ datasetSize: 60000, stepsPerEpoch: 469, totalSteps: 469 });
   });
 

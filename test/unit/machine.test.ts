@@ -31,13 +31,24 @@ function restartCount(h: Harness): number {
 
 /** The server stores every checkpoint that was requested since the last call. */
 function storeRequestedCheckpoints(h: Harness, seen: Set<number>): void {
-  const plan = { datasetSize: h.state.datasetSize, globalBatch: h.state.job.globalBatch, epochs: h.state.job.epochs, commitEvery: h.state.job.commitEvery };
+  const plan = {
+    datasetSize: h.state.datasetSize,
+    globalBatch: h.state.job.globalBatch,
+    epochs: h.state.job.epochs,
+    commitEvery: h.state.job.commitEvery,
+  };
   for (const w of h.workers.values()) {
     for (const m of w.inbox) {
       if (m.type !== 'checkpoint_request' || seen.has(m.step)) continue;
       seen.add(m.step);
       const at = positionAfter(m.step, plan);
-      h.apply({ kind: 'checkpoint_stored', step: m.step, epoch: at.epoch, cursor: at.cursor, sha256: m.step.toString(16).padStart(64, '0') });
+      h.apply({
+        kind: 'checkpoint_stored',
+        step: m.step,
+        epoch: at.epoch,
+        cursor: at.cursor,
+        sha256: m.step.toString(16).padStart(64, '0'),
+      });
     }
   }
 }
@@ -69,7 +80,11 @@ describe('machine scenario', () => {
     h.join('d');
     h.advance(500);
     expect(h.members()).toEqual(['a', 'd']);
-    expect(h.received('d', 'round').pop()).toMatchObject({ step: 12, stateFrom: { kind: 'peer', rank: 0 }, committedHash: hashOf(11) });
+    expect(h.received('d', 'round').pop()).toMatchObject({
+      step: 12,
+      stateFrom: { kind: 'peer', rank: 0 },
+      committedHash: hashOf(11),
+    });
     h.train(2); // step 13 ends epoch 0
     expect(h.state.record).toMatchObject({ epoch: 1, cursor: 0 });
     expect(h.commits.filter((c) => c.epoch === 0).reduce((acc, c) => acc + c.count, 0)).toBe(100);
@@ -90,7 +105,12 @@ describe('machine scenario', () => {
     expect(durable).toEqual(durableOf(h.state));
     const staleReport = { ...h.worker('a') };
     h.restart(restoreState(durable));
-    expect(h.state.rendezvous).toMatchObject({ phase: 'gathering', round: roundBefore, participants: [], waitList: [] });
+    expect(h.state.rendezvous).toMatchObject({
+      phase: 'gathering',
+      round: roundBefore,
+      participants: [],
+      waitList: [],
+    });
     expect(h.state.workers).toEqual({});
     expect(h.state.lastCommit.step).toBe(16);
     for (const n of ['a', 'd', 'e']) h.join(n);
@@ -125,7 +145,13 @@ describe('machine scenario', () => {
     // Both epochs complete exactly once (the harness checks finished epochs after every event).
     expect(h.state.record.epoch).toBe(2);
     expect(h.commits.map((c) => c.step)).toEqual(Array.from({ length: 26 }, (_, i) => i + 1));
-    expect(statusView(h.state)).toMatchObject({ state: 'done', step: 26, restarts: 1, datasetSize: 100, totalSteps: 26 });
+    expect(statusView(h.state)).toMatchObject({
+      state: 'done',
+      step: 26,
+      restarts: 1,
+      datasetSize: 100,
+      totalSteps: 26,
+    });
   });
 
   it('after a restart, a tab holding a step committed just before the crash (not yet announced) is the state source', () => {
@@ -137,7 +163,19 @@ describe('machine scenario', () => {
     h.report('a');
     // b's report commits step 4; the coordinator persists, then dies before anyone hears of it.
     const b = h.worker('b');
-    const msg = { v: 1 as const, type: 'step_report' as const, runId: h.runId, workerId: b.workerId!, round: 1, rank: 1, step: 4, hash: hashOf(4), lossSum: 2, samples: 4, computeMs: 3 };
+    const msg = {
+      v: 1 as const,
+      type: 'step_report' as const,
+      runId: h.runId,
+      workerId: b.workerId!,
+      round: 1,
+      rank: 1,
+      step: 4,
+      hash: hashOf(4),
+      lossSum: 2,
+      samples: 4,
+      computeMs: 3,
+    };
     const { actions } = handle(h.state, { kind: 'message', conn: b.conn, msg }, h.now);
     const persisted = actions.find((a) => a.kind === 'persist');
     if (persisted?.kind !== 'persist') throw new Error('no persist');
@@ -159,7 +197,11 @@ describe('machine scenario', () => {
       });
     }
     h.advance(500);
-    expect(h.received('a', 'round').pop()).toMatchObject({ step: 5, committedHash: hashOf(4), stateFrom: { kind: 'peer', rank: 0 } });
+    expect(h.received('a', 'round').pop()).toMatchObject({
+      step: 5,
+      committedHash: hashOf(4),
+      stateFrom: { kind: 'peer', rank: 0 },
+    });
     expect(h.state.lastCommit.step).toBe(4);
   });
 });
@@ -216,7 +258,12 @@ describe('machine: hello and connections', () => {
     const h = new Harness(JOB, 100);
     h.join('a');
     const before = h.state;
-    const actions = h.apply({ kind: 'invalid', conn: h.worker('a').conn, code: 'bad_json', message: 'Unexpected token' });
+    const actions = h.apply({
+      kind: 'invalid',
+      conn: h.worker('a').conn,
+      code: 'bad_json',
+      message: 'Unexpected token',
+    });
     expect(h.state).toBe(before);
     expect(actions.map((a) => a.kind)).toEqual(['send', 'metric', 'log']);
     expect(h.lastReceived('a')).toMatchObject({ type: 'error', code: 'bad_json' });
@@ -246,7 +293,12 @@ describe('machine: hello and connections', () => {
     h.apply({ kind: 'checkpoint_stored', step: 2, epoch: 0, cursor: 17, sha256: 'aa' });
     expect(h.state).toBe(before);
     h.apply({ kind: 'admin', action: { type: 'checkpoint_now' } });
-    expect(h.received('a', 'checkpoint_request').pop()).toEqual({ v: 1, type: 'checkpoint_request', step: 3, url: '/api/checkpoints/run-1/3' });
+    expect(h.received('a', 'checkpoint_request').pop()).toEqual({
+      v: 1,
+      type: 'checkpoint_request',
+      step: 3,
+      url: '/api/checkpoints/run-1/3',
+    });
     h.apply({ kind: 'checkpoint_stored', step: 3, epoch: 0, cursor: 24, sha256: 'cd'.repeat(32) });
     expect(h.state.checkpoints).toEqual([{ step: 3, epoch: 0, cursor: 24, sha256: 'cd'.repeat(32), hash: hashOf(3) }]);
   });
@@ -277,8 +329,12 @@ describe('machine under random churn', () => {
       let restarts = 0;
       let hung: string | null = null;
       for (let i = 0; i < 800 && h.state.status !== 'done'; i++) {
-        const connected = names.filter((n) => h.isConnected(n) && h.worker(n).workerId !== null && h.state.workers[h.worker(n).workerId!]);
-        const members = h.state.rendezvous.participants.map((p) => h.nameOf(p.workerId)).filter((n) => h.isConnected(n));
+        const connected = names.filter(
+          (n) => h.isConnected(n) && h.worker(n).workerId !== null && h.state.workers[h.worker(n).workerId!],
+        );
+        const members = h.state.rendezvous.participants
+          .map((p) => h.nameOf(p.workerId))
+          .filter((n) => h.isConnected(n));
         const r = rand();
         if (r < 0.08) {
           const absent = names.filter((n) => !h.isConnected(n));
@@ -296,16 +352,30 @@ describe('machine under random churn', () => {
         } else if (r < 0.65 && members.length) {
           const n = pick(members);
           const w = h.worker(n);
-          h.send(n, { type: 'failure', runId: h.runId, workerId: w.workerId!, round: w.round?.round ?? 0, reason: 'random' });
+          h.send(n, {
+            type: 'failure',
+            runId: h.runId,
+            workerId: w.workerId!,
+            round: w.round?.round ?? 0,
+            reason: 'random',
+          });
         } else if (r < 0.7 && members.length) {
           // forged or broken reports: never change the record
           const n = pick(members);
-          const forged = pick([{ rank: 4095 }, { step: 1 }, { hash: 'ffffffffffffffff' }, { samples: 999 }, { round: 0 }]);
+          const forged = pick([
+            { rank: 4095 },
+            { step: 1 },
+            { hash: 'ffffffffffffffff' },
+            { samples: 999 },
+            { round: 0 },
+          ]);
           h.report(n, forged as never);
         } else if (r < 0.8) {
           // time passes; everyone but a hung tab keeps its heartbeat
           if (rand() < 0.1) hung = connected.length ? pick(connected) : null;
-          for (const n of connected) if (n !== hung && h.isConnected(n)) h.send(n, { type: 'heartbeat', runId: h.runId, workerId: h.worker(n).workerId! });
+          for (const n of connected)
+            if (n !== hung && h.isConnected(n))
+              h.send(n, { type: 'heartbeat', runId: h.runId, workerId: h.worker(n).workerId! });
           h.advance(100 + Math.floor(rand() * 700));
         } else if (r < 0.86) {
           storeRequestedCheckpoints(h, stored);
@@ -327,7 +397,15 @@ describe('machine under random churn', () => {
           hung = null;
         }
       }
-      if (process.env.CHURN_STATS) console.log({ seed, step: h.state.lastCommit.step, rounds: h.state.rendezvous.round, restarts: h.state.restarts, rollbacks: h.logs.filter((l) => l.event === 'record_rolled_back').length, rejected: h.metricCount('tabswarm_message_errors_total') });
+      if (process.env.CHURN_STATS)
+        console.log({
+          seed,
+          step: h.state.lastCommit.step,
+          rounds: h.state.rendezvous.round,
+          restarts: h.state.restarts,
+          rollbacks: h.logs.filter((l) => l.event === 'record_rolled_back').length,
+          rejected: h.metricCount('tabswarm_message_errors_total'),
+        });
       // Failure restarts are exactly the failure closes (goodbyes, kicks, pauses and joins never count).
       expect(h.state.restarts).toBe(restartCount(h));
       // Drive to the end with two healthy tabs (if churn has not finished the job already).

@@ -1,12 +1,24 @@
 import { describe, expect, it } from 'vitest';
-import { CNN_SPEC, MLP_SPEC, PARAM_ALIGN_ELEMENTS, modelSpecSchema, parameterLayout, resolveModelSpec } from '../../coordinator/core/model-spec';
+import {
+  CNN_SPEC,
+  MLP_SPEC,
+  PARAM_ALIGN_ELEMENTS,
+  modelSpecSchema,
+  parameterLayout,
+  resolveModelSpec,
+} from '../../coordinator/core/model-spec';
 
 describe('model specs', () => {
   it('the built-in mlp has 784·256+256 + 256·128+128 + 128·10+10 parameters', () => {
     const layout = parameterLayout(MLP_SPEC);
     expect(layout.parameterCount).toBe(784 * 256 + 256 + 256 * 128 + 128 + 128 * 10 + 10);
     expect(layout.entries.map((e) => e.name)).toEqual([
-      'layers.0.weight', 'layers.0.bias', 'layers.1.weight', 'layers.1.bias', 'layers.2.weight', 'layers.2.bias',
+      'layers.0.weight',
+      'layers.0.bias',
+      'layers.1.weight',
+      'layers.1.bias',
+      'layers.2.weight',
+      'layers.2.bias',
     ]);
     expect(layout.entries[0].shape).toEqual([784, 256]);
   });
@@ -34,7 +46,14 @@ describe('model specs', () => {
   it('rejects a spec whose last layer is not a logits layer, and a conv after a dense layer', () => {
     const bad1 = { ...MLP_SPEC, layers: [{ type: 'dense', units: 10, activation: 'relu' }] };
     expect(modelSpecSchema.safeParse(bad1).success).toBe(false);
-    const bad2 = { ...MLP_SPEC, layers: [{ type: 'dense', units: 8 }, { type: 'conv2d', filters: 2, kernel: 3 }, { type: 'dense', units: 10 }] };
+    const bad2 = {
+      ...MLP_SPEC,
+      layers: [
+        { type: 'dense', units: 8 },
+        { type: 'conv2d', filters: 2, kernel: 3 },
+        { type: 'dense', units: 10 },
+      ],
+    };
     expect(modelSpecSchema.safeParse(bad2).success).toBe(false);
   });
 

@@ -9,7 +9,15 @@ import { maxLinkRttMs, RoundTripSampler, selectedPairRttMs } from '../../web/net
 import { memoryLinkPair } from '../../web/net/memory-link';
 import { Harness } from './coordinator-harness';
 
-const JOB = { model: 'tiny-mlp', globalBatch: 8, epochs: 1, minWorkers: 2, maxWorkers: 4, lastCallMs: 500, heartbeatMs: 1000 } as const;
+const JOB = {
+  model: 'tiny-mlp',
+  globalBatch: 8,
+  epochs: 1,
+  minWorkers: 2,
+  maxWorkers: 4,
+  lastCallMs: 500,
+  heartbeatMs: 1000,
+} as const;
 
 function heartbeat(extra: Record<string, unknown>): Record<string, unknown> {
   return { v: PROTOCOL_VERSION, type: 'heartbeat', runId: 'run-1', workerId: 'w-1', ...extra };
@@ -23,7 +31,16 @@ describe('heartbeat peerRttMs', () => {
   });
 
   it('rejects NaN, infinities, negative and huge values, and strings', () => {
-    for (const bad of [Number.NaN, Number.POSITIVE_INFINITY, Number.NEGATIVE_INFINITY, -1, -0.001, 60_000.5, 1e9, '12']) {
+    for (const bad of [
+      Number.NaN,
+      Number.POSITIVE_INFINITY,
+      Number.NEGATIVE_INFINITY,
+      -1,
+      -0.001,
+      60_000.5,
+      1e9,
+      '12',
+    ]) {
       expect(clientMessageSchema.safeParse(heartbeat({ peerRttMs: bad })).success, String(bad)).toBe(false);
     }
     // On the wire (JSON text) too.
@@ -62,14 +79,22 @@ describe('tab-side RTT reading', () => {
       ['CPb', { type: 'candidate-pair', state: 'succeeded', nominated: true, currentRoundTripTime: 0.0042 }],
       ['CPc', { type: 'candidate-pair', state: 'failed', nominated: false, currentRoundTripTime: 0.001 }],
     ];
-    expect(selectedPairRttMs(new Map([...pairs, ['T', { type: 'transport', selectedCandidatePairId: 'CPb' }]]))).toBe(4.2);
+    expect(selectedPairRttMs(new Map([...pairs, ['T', { type: 'transport', selectedCandidatePairId: 'CPb' }]]))).toBe(
+      4.2,
+    );
     expect(selectedPairRttMs(new Map(pairs))).toBe(500);
     // No pair yet, a failed pair only, or a pair without an RTT: unknown.
     expect(selectedPairRttMs(new Map())).toBeNull();
     expect(selectedPairRttMs(new Map([pairs[2]!]))).toBeNull();
-    expect(selectedPairRttMs(new Map([['CP', { type: 'candidate-pair', state: 'succeeded', nominated: true }]]))).toBeNull();
+    expect(
+      selectedPairRttMs(new Map([['CP', { type: 'candidate-pair', state: 'succeeded', nominated: true }]])),
+    ).toBeNull();
     // Clamped to what the protocol accepts.
-    expect(selectedPairRttMs(new Map([['CP', { type: 'candidate-pair', state: 'succeeded', nominated: true, currentRoundTripTime: 99 }]]))).toBe(60_000);
+    expect(
+      selectedPairRttMs(
+        new Map([['CP', { type: 'candidate-pair', state: 'succeeded', nominated: true, currentRoundTripTime: 99 }]]),
+      ),
+    ).toBe(60_000);
   });
 
   it('reads nothing from non-WebRTC links', async () => {

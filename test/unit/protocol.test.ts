@@ -37,8 +37,28 @@ const validClient: ClientMessage[] = [
   },
   { v: 1, type: 'heartbeat', runId: 'run-1', workerId: 'w1-abc' },
   { v: 1, type: 'ready', runId: 'run-1', workerId: 'w1-abc', round: 3 },
-  { v: 1, type: 'step_report', runId: 'run-1', workerId: 'w1-abc', round: 3, rank: 1, step: 14, hash: HASH, lossSum: 12.5, samples: 43, computeMs: 17.25 },
-  { v: 1, type: 'failure', runId: 'run-1', workerId: 'w1-abc', round: 3, reason: 'data channel closed', peer: 'w2-def' },
+  {
+    v: 1,
+    type: 'step_report',
+    runId: 'run-1',
+    workerId: 'w1-abc',
+    round: 3,
+    rank: 1,
+    step: 14,
+    hash: HASH,
+    lossSum: 12.5,
+    samples: 43,
+    computeMs: 17.25,
+  },
+  {
+    v: 1,
+    type: 'failure',
+    runId: 'run-1',
+    workerId: 'w1-abc',
+    round: 3,
+    reason: 'data channel closed',
+    peer: 'w2-def',
+  },
   { v: 1, type: 'goodbye', runId: 'run-1', workerId: 'w1-abc' },
 ];
 
@@ -94,7 +114,11 @@ describe('parseClientMessage', () => {
     ['a negative loss', JSON.stringify({ ...report, lossSum: -1 }), 'bad_message'],
     ['a number as a string', JSON.stringify({ ...report, computeMs: '5' }), 'bad_message'],
     ['too many samples', JSON.stringify({ ...report, samples: 2 ** 21 }), 'bad_message'],
-    ['a failure reason of 257 characters', JSON.stringify({ ...validClient[5], reason: 'x'.repeat(257) }), 'bad_message'],
+    [
+      'a failure reason of 257 characters',
+      JSON.stringify({ ...validClient[5], reason: 'x'.repeat(257) }),
+      'bad_message',
+    ],
     ['a hello without adapter fields', JSON.stringify({ ...validClient[0], adapter: { vendor: 'x' } }), 'bad_message'],
   ];
   for (const [name, text, code] of bad) {
@@ -144,8 +168,14 @@ describe('parseServerMessage', () => {
 
   it('rejects a round with an unknown state source and a share above 1', () => {
     const round = validServer[2] as Extract<ServerMessage, { type: 'round' }>;
-    expect(parseServerMessage(JSON.stringify({ ...round, stateFrom: { kind: 'magic' } }))).toMatchObject({ ok: false, code: 'bad_message' });
-    expect(parseServerMessage(JSON.stringify({ ...round, world: [{ ...round.world[0], share: 1.5 }] }))).toMatchObject({ ok: false, code: 'bad_message' });
+    expect(parseServerMessage(JSON.stringify({ ...round, stateFrom: { kind: 'magic' } }))).toMatchObject({
+      ok: false,
+      code: 'bad_message',
+    });
+    expect(parseServerMessage(JSON.stringify({ ...round, world: [{ ...round.world[0], share: 1.5 }] }))).toMatchObject({
+      ok: false,
+      code: 'bad_message',
+    });
   });
 });
 

@@ -72,7 +72,14 @@ const cases: [string, () => void][] = [
       expect(h.state.rendezvous.phase).toBe('syncing');
       expect(h.members()).toEqual(['a', 'b']);
       const round = h.received('b', 'round')[0];
-      expect(round).toMatchObject({ round: 1, step: 1, epoch: 0, cursor: 0, committedHash: null, stateFrom: { kind: 'fresh' } });
+      expect(round).toMatchObject({
+        round: 1,
+        step: 1,
+        epoch: 0,
+        cursor: 0,
+        committedHash: null,
+        stateFrom: { kind: 'fresh' },
+      });
       expect(round.world.map((e) => [e.rank, e.share])).toEqual([
         [0, 0.5],
         [1, 0.5],
@@ -124,12 +131,20 @@ const cases: [string, () => void][] = [
       expect(h.state.rendezvous.round).toBe(1);
       h.report('c'); // step 3 commits: the boundary
       for (const n of ['a', 'b', 'c']) {
-        const inbox = h.worker(n).inbox.slice(-3).map((m) => m.type);
+        const inbox = h
+          .worker(n)
+          .inbox.slice(-3)
+          .map((m) => m.type);
         expect(inbox).toEqual(['committed', 'round_closed', 'round']);
         expect(h.received(n, 'round_closed').pop()).toMatchObject({ round: 1, reason: 'membership', restore: false });
       }
       const round = h.received('d', 'round')[0];
-      expect(round).toMatchObject({ round: 2, step: 4, committedHash: hashOf(3), stateFrom: { kind: 'peer', rank: 0 } });
+      expect(round).toMatchObject({
+        round: 2,
+        step: 4,
+        committedHash: hashOf(3),
+        stateFrom: { kind: 'peer', rank: 0 },
+      });
       expect(h.members()).toEqual(['a', 'b', 'c', 'd']);
       expect(h.state.restarts).toBe(0);
       h.train(2);
@@ -141,7 +156,8 @@ const cases: [string, () => void][] = [
       const h = training(2);
       h.report('a'); // step 3 in flight
       h.send('b', { type: 'goodbye', runId: h.runId, workerId: h.worker('b').workerId! });
-      for (const n of ['a', 'c']) expect(h.received(n, 'round_closed').pop()).toMatchObject({ round: 1, reason: 'goodbye', restore: true });
+      for (const n of ['a', 'c'])
+        expect(h.received(n, 'round_closed').pop()).toMatchObject({ round: 1, reason: 'goodbye', restore: true });
       expect(h.received('b', 'round_closed')).toEqual([]);
       expect(h.state.restarts).toBe(0);
       expect(h.state.lastCommit.step).toBe(2);
@@ -156,7 +172,8 @@ const cases: [string, () => void][] = [
     () => {
       const h = training(2);
       h.disconnect('b');
-      for (const n of ['a', 'c']) expect(h.received(n, 'round_closed').pop()).toMatchObject({ reason: 'failure', restore: true });
+      for (const n of ['a', 'c'])
+        expect(h.received(n, 'round_closed').pop()).toMatchObject({ reason: 'failure', restore: true });
       expect(h.state.restarts).toBe(1);
       expect(h.durable?.restarts).toBe(1);
       expect(h.state.workers[h.worker('b').workerId!]).toBeUndefined();
@@ -172,7 +189,10 @@ const cases: [string, () => void][] = [
       expect(h.worker('b').closedByServer).toBe(true);
       expect(h.state.restarts).toBe(1);
       expect(h.received('a', 'round_closed').pop()).toMatchObject({ reason: 'failure', restore: true });
-      expect(h.lastActions.some((a) => a.kind === 'close' && a.code === CloseCode.heartbeatTimeout) || h.worker('b').closedByServer).toBe(true);
+      expect(
+        h.lastActions.some((a) => a.kind === 'close' && a.code === CloseCode.heartbeatTimeout) ||
+          h.worker('b').closedByServer,
+      ).toBe(true);
     },
   ],
   [
@@ -180,7 +200,14 @@ const cases: [string, () => void][] = [
     () => {
       const h = training(1, { maxWorkers: 4 });
       h.join('d');
-      h.send('a', { type: 'failure', runId: h.runId, workerId: h.worker('a').workerId!, round: 1, reason: 'allreduce timeout', peer: h.worker('b').workerId! });
+      h.send('a', {
+        type: 'failure',
+        runId: h.runId,
+        workerId: h.worker('a').workerId!,
+        round: 1,
+        reason: 'allreduce timeout',
+        peer: h.worker('b').workerId!,
+      });
       // The blamed peer gets a grace period to say goodbye before the restart counts.
       expect(h.state.restarts).toBe(0);
       expect(h.received('b', 'round_closed').pop()).toMatchObject({ round: 1, reason: 'failure', restore: true });
@@ -199,7 +226,14 @@ const cases: [string, () => void][] = [
     'a failure report that blames a peer which then says goodbye is no restart (its channel closed before its goodbye landed)',
     () => {
       const h = training(1);
-      h.send('a', { type: 'failure', runId: h.runId, workerId: h.worker('a').workerId!, round: 1, reason: 'peer_closed', peer: h.worker('b').workerId! });
+      h.send('a', {
+        type: 'failure',
+        runId: h.runId,
+        workerId: h.worker('a').workerId!,
+        round: 1,
+        reason: 'peer_closed',
+        peer: h.worker('b').workerId!,
+      });
       h.send('b', { type: 'goodbye', runId: h.runId, workerId: h.worker('b').workerId! });
       h.advance(GOODBYE_GRACE_MS + 1);
       expect(h.state.restarts).toBe(0);
@@ -210,7 +244,14 @@ const cases: [string, () => void][] = [
     'a blamed peer whose socket then drops without goodbye (a crash) counts exactly one restart',
     () => {
       const h = training(1);
-      h.send('a', { type: 'failure', runId: h.runId, workerId: h.worker('a').workerId!, round: 1, reason: 'peer_closed', peer: h.worker('b').workerId! });
+      h.send('a', {
+        type: 'failure',
+        runId: h.runId,
+        workerId: h.worker('a').workerId!,
+        round: 1,
+        reason: 'peer_closed',
+        peer: h.worker('b').workerId!,
+      });
       h.disconnect('b');
       expect(h.state.restarts).toBe(1);
       h.advance(GOODBYE_GRACE_MS + 1);
@@ -235,7 +276,13 @@ const cases: [string, () => void][] = [
       h.join('b');
       for (let i = 0; i < 3; i++) {
         h.readyAll();
-        h.send('a', { type: 'failure', runId: h.runId, workerId: h.worker('a').workerId!, round: h.state.rendezvous.round, reason: 'channel closed' });
+        h.send('a', {
+          type: 'failure',
+          runId: h.runId,
+          workerId: h.worker('a').workerId!,
+          round: h.state.rendezvous.round,
+          reason: 'channel closed',
+        });
         expect(h.state.restarts).toBe(i + 1);
       }
       expect(h.state.status).toBe('failed');
@@ -245,7 +292,15 @@ const cases: [string, () => void][] = [
         expect(h.worker(n).closedByServer).toBe(true);
       }
       h.connect('late');
-      h.send('late', { type: 'hello', runId: null, workerId: null, peerId: 'p', adapter: { vendor: '', architecture: '', description: '' }, haveStep: null, haveHash: null });
+      h.send('late', {
+        type: 'hello',
+        runId: null,
+        workerId: null,
+        peerId: 'p',
+        adapter: { vendor: '', architecture: '', description: '' },
+        haveStep: null,
+        haveHash: null,
+      });
       expect(h.lastReceived('late')).toMatchObject({ type: 'error', code: 'job_failed' });
       expect(h.worker('late').closedByServer).toBe(true);
     },
@@ -341,7 +396,15 @@ const cases: [string, () => void][] = [
       h.disconnect('b');
       expect(h.state.restarts).toBe(0);
       h.connect('late');
-      h.send('late', { type: 'hello', runId: null, workerId: null, peerId: 'p', adapter: { vendor: '', architecture: '', description: '' }, haveStep: null, haveHash: null });
+      h.send('late', {
+        type: 'hello',
+        runId: null,
+        workerId: null,
+        peerId: 'p',
+        adapter: { vendor: '', architecture: '', description: '' },
+        haveStep: null,
+        haveHash: null,
+      });
       expect(h.lastReceived('late')).toEqual({ v: 1, type: 'done', step: 8 });
       expect(h.worker('late').closedByServer).toBe(true);
     },
@@ -352,7 +415,9 @@ const cases: [string, () => void][] = [
       const h = training(5); // checkpointEvery 4: requested at step 4
       expect(h.received('a', 'checkpoint_request').pop()).toMatchObject({ step: 4, url: '/api/checkpoints/run-1/4' });
       h.apply({ kind: 'checkpoint_stored', step: 4, epoch: 0, cursor: 32, sha256: 'ab'.repeat(32) });
-      expect(h.durable?.checkpoints).toEqual([{ step: 4, epoch: 0, cursor: 32, sha256: 'ab'.repeat(32), hash: hashOf(4) }]);
+      expect(h.durable?.checkpoints).toEqual([
+        { step: 4, epoch: 0, cursor: 32, sha256: 'ab'.repeat(32), hash: hashOf(4) },
+      ]);
       for (const n of ['a', 'b', 'c']) h.disconnect(n);
       h.join('x');
       h.join('y');

@@ -17,22 +17,29 @@ function float64Sum(xs: Float32Array[]): { sum: Float64Array; abs: Float64Array 
   const n = xs[0].length;
   const sum = new Float64Array(n);
   const abs = new Float64Array(n);
-  for (const x of xs) for (let i = 0; i < n; i++) {
-    sum[i] += x[i];
-    abs[i] += Math.abs(x[i]);
-  }
+  for (const x of xs)
+    for (let i = 0; i < n; i++) {
+      sum[i] += x[i];
+      abs[i] += Math.abs(x[i]);
+    }
   return { sum, abs };
 }
 
 /** Throws with the first mismatches when |got − sum| > relBound·Σ|x| (+ a denormal floor). */
-function expectWithinBound(got: Float32Array, ref: { sum: Float64Array; abs: Float64Array }, relBound: number, label: string): number {
+function expectWithinBound(
+  got: Float32Array,
+  ref: { sum: Float64Array; abs: Float64Array },
+  relBound: number,
+  label: string,
+): number {
   let worst = 0;
   const bad: string[] = [];
   for (let i = 0; i < got.length; i++) {
     const err = Math.abs(got[i] - ref.sum[i]);
     const bound = relBound * ref.abs[i] + 1e-30;
     worst = Math.max(worst, err / (ref.abs[i] || 1));
-    if (!(err <= bound) && bad.length < 5) bad.push(`[${i}] got ${got[i]} sum ${ref.sum[i]} |err| ${err.toExponential(2)} > ${bound.toExponential(2)}`);
+    if (!(err <= bound) && bad.length < 5)
+      bad.push(`[${i}] got ${got[i]} sum ${ref.sum[i]} |err| ${err.toExponential(2)} > ${bound.toExponential(2)}`);
   }
   if (bad.length) expect.fail(`${label}: outside ${relBound.toExponential(2)}·Σ|x|:\n  ${bad.join('\n  ')}`);
   return worst;
@@ -43,7 +50,8 @@ function expectBitIdentical(results: Float32Array[], label: string): void {
   for (let r = 1; r < results.length; r++) {
     const other = new Uint32Array(results[r].buffer, results[r].byteOffset, results[r].length);
     for (let i = 0; i < first.length; i++) {
-      if (first[i] !== other[i]) expect.fail(`${label}: rank ${r} differs from rank 0 at [${i}]: ${results[r][i]} vs ${results[0][i]}`);
+      if (first[i] !== other[i])
+        expect.fail(`${label}: rank ${r} differs from rank 0 at [${i}]: ${results[r][i]} vs ${results[0][i]}`);
     }
   }
 }
@@ -53,7 +61,10 @@ async function allreduceAll(rings: RingView[], data: Float32Array[], opts: RingA
 }
 
 /** Every collective must reject, and must do so by `withinMs`; returns the errors and the slowest time. */
-async function expectAllReject(promises: Promise<unknown>[], withinMs: number): Promise<{ errors: CollectiveError[]; slowestMs: number }> {
+async function expectAllReject(
+  promises: Promise<unknown>[],
+  withinMs: number,
+): Promise<{ errors: CollectiveError[]; slowestMs: number }> {
   const t0 = performance.now();
   let slowest = 0;
   const errors = await Promise.all(
@@ -109,7 +120,11 @@ describe('ringAllreduce over in-memory links', () => {
     const n = 5003;
     const original = inputs(size, n, 7);
     const runs: Float32Array[] = [];
-    for (const [seed, chunkElements] of [[1, 5003], [2, 64], [3, 1]] as const) {
+    for (const [seed, chunkElements] of [
+      [1, 5003],
+      [2, 64],
+      [3, 1],
+    ] as const) {
       const rand = mulberry32(seed);
       const { rings } = memoryRing(size, { latencyMs: () => rand() * 2, bytesPerMs: 200_000 });
       const data = original.map((x) => x.slice());
@@ -198,24 +213,30 @@ describe('ringAllreduce over in-memory links', () => {
   });
 
   describe('failures', () => {
-    it.each([3, 4, 6])('a link closed mid-collective makes all %i ranks reject with peer_closed, well before the deadline', async (size) => {
-      const n = 300_000;
-      const cutAfter = 200_000; // bytes from rank 1 to rank 2: a fraction of what it must send
-      const { rings, links } = memoryRing(size, { latencyMs: 1, linkOptions: (from) => (from === 1 ? { a: { closeAfterSentBytes: cutAfter } } : {}) });
-      const data = inputs(size, n, 9);
-      const timeoutMs = 10_000;
-      const { errors } = await expectAllReject(
-        rings.map((ring, r) => ringAllreduce(ring, data[r], { id: id(1), timeoutMs, chunkElements: 2048 })),
-        timeoutMs / 10,
-      );
-      expect(links[1][0].bytesSent).toBeGreaterThan(cutAfter); // the cut really happened mid-transfer
-      for (const err of errors) expect(err.kind).toBe('peer_closed');
-      // The two ends of the cut name each other; the others learn who failed from the abort frames.
-      expect(errors[1].peer).toBe('rank2');
-      expect(errors[2].peer).toBe('rank1');
-      for (const err of errors) expect(['rank1', 'rank2']).toContain(err.peer);
-      expectListenersReleased(links);
-    });
+    it.each([3, 4, 6])(
+      'a link closed mid-collective makes all %i ranks reject with peer_closed, well before the deadline',
+      async (size) => {
+        const n = 300_000;
+        const cutAfter = 200_000; // bytes from rank 1 to rank 2: a fraction of what it must send
+        const { rings, links } = memoryRing(size, {
+          latencyMs: 1,
+          linkOptions: (from) => (from === 1 ? { a: { closeAfterSentBytes: cutAfter } } : {}),
+        });
+        const data = inputs(size, n, 9);
+        const timeoutMs = 10_000;
+        const { errors } = await expectAllReject(
+          rings.map((ring, r) => ringAllreduce(ring, data[r], { id: id(1), timeoutMs, chunkElements: 2048 })),
+          timeoutMs / 10,
+        );
+        expect(links[1][0].bytesSent).toBeGreaterThan(cutAfter); // the cut really happened mid-transfer
+        for (const err of errors) expect(err.kind).toBe('peer_closed');
+        // The two ends of the cut name each other; the others learn who failed from the abort frames.
+        expect(errors[1].peer).toBe('rank2');
+        expect(errors[2].peer).toBe('rank1');
+        for (const err of errors) expect(['rank1', 'rank2']).toContain(err.peer);
+        expectListenersReleased(links);
+      },
+    );
 
     it('a rank that never arrives makes the others reject with timeout at the deadline', async () => {
       const { rings, links } = memoryRing(3);
@@ -223,7 +244,10 @@ describe('ringAllreduce over in-memory links', () => {
       const timeoutMs = 150;
       const t0 = performance.now();
       const { errors } = await expectAllReject(
-        [ringAllreduce(rings[0], data[0], { id: id(1), timeoutMs }), ringAllreduce(rings[1], data[1], { id: id(1), timeoutMs })],
+        [
+          ringAllreduce(rings[0], data[0], { id: id(1), timeoutMs }),
+          ringAllreduce(rings[1], data[1], { id: id(1), timeoutMs }),
+        ],
         timeoutMs + 500,
       );
       expect(performance.now() - t0).toBeGreaterThanOrEqual(timeoutMs - 5);
@@ -237,7 +261,12 @@ describe('ringAllreduce over in-memory links', () => {
       const data = inputs(3, 100_000, 1);
       const controller = new AbortController();
       const promises = rings.map((ring, r) =>
-        ringAllreduce(ring, data[r], { id: id(1), timeoutMs: 10_000, chunkElements: 1000, signal: r === 0 ? controller.signal : undefined }),
+        ringAllreduce(ring, data[r], {
+          id: id(1),
+          timeoutMs: 10_000,
+          chunkElements: 1000,
+          signal: r === 0 ? controller.signal : undefined,
+        }),
       );
       setTimeout(() => controller.abort(new Error('round closed')), 5);
       const { errors } = await expectAllReject(promises, 1000);
@@ -249,7 +278,9 @@ describe('ringAllreduce over in-memory links', () => {
     it('a rank closing its own link (leaving) aborts locally and looks like a closed peer to the others', async () => {
       const { rings, links } = memoryRing(4, { latencyMs: 1 });
       const data = inputs(4, 100_000, 1);
-      const promises = rings.map((ring, r) => ringAllreduce(ring, data[r], { id: id(1), timeoutMs: 10_000, chunkElements: 1000 }));
+      const promises = rings.map((ring, r) =>
+        ringAllreduce(ring, data[r], { id: id(1), timeoutMs: 10_000, chunkElements: 1000 }),
+      );
       setTimeout(() => links[2][0].close(), 5); // rank 2 closes its link to rank 3
       const { errors } = await expectAllReject(promises, 1000);
       expect(errors[2]).toMatchObject({ kind: 'aborted', peer: null });
@@ -260,13 +291,18 @@ describe('ringAllreduce over in-memory links', () => {
       const { rings, links } = memoryRing(3);
       links[0][0].close();
       await new Promise((resolve) => setTimeout(resolve, 1));
-      await expect(ringAllreduce(rings[0], new Float32Array(10), { id: id(1), timeoutMs: 10_000 })).rejects.toMatchObject({ kind: 'peer_closed', peer: 'rank1' });
+      await expect(
+        ringAllreduce(rings[0], new Float32Array(10), { id: id(1), timeoutMs: 10_000 }),
+      ).rejects.toMatchObject({ kind: 'peer_closed', peer: 'rank1' });
     });
 
     it('ranks that disagree on the length reject with protocol instead of mixing data', async () => {
       const { rings } = memoryRing(2);
       const { errors } = await expectAllReject(
-        [ringAllreduce(rings[0], new Float32Array(100), { id: id(1), timeoutMs: 5000 }), ringAllreduce(rings[1], new Float32Array(101), { id: id(1), timeoutMs: 5000 })],
+        [
+          ringAllreduce(rings[0], new Float32Array(100), { id: id(1), timeoutMs: 5000 }),
+          ringAllreduce(rings[1], new Float32Array(101), { id: id(1), timeoutMs: 5000 }),
+        ],
         1000,
       );
       for (const err of errors) expect(err.kind).toBe('protocol');
@@ -276,7 +312,9 @@ describe('ringAllreduce over in-memory links', () => {
       const { rings } = memoryRing(3);
       const data = inputs(3, 100, 1);
       const { errors } = await expectAllReject(
-        rings.map((ring, r) => ringAllreduce(ring, data[r], { id: id(1), timeoutMs: 5000, compression: r === 1 ? 'fp16' : 'none' })),
+        rings.map((ring, r) =>
+          ringAllreduce(ring, data[r], { id: id(1), timeoutMs: 5000, compression: r === 1 ? 'fp16' : 'none' }),
+        ),
         1000,
       );
       for (const err of errors) expect(err.kind).toBe('protocol');
@@ -288,7 +326,12 @@ describe('ringAllreduce over in-memory links', () => {
       const p0 = ringAllreduce(rings[0], data[0], { id: id(1), timeoutMs: 5000 });
       const p1 = ringAllreduce(rings[1], data[1], { id: id(1), timeoutMs: 5000 });
       // rank 2 is not running the collective; garbage arrives at rank 0 from it instead.
-      links[2][0].send(new Uint8Array([1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32]).buffer);
+      links[2][0].send(
+        new Uint8Array([
+          1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30,
+          31, 32,
+        ]).buffer,
+      );
       await expect(p0).rejects.toMatchObject({ kind: 'protocol', peer: 'rank2' });
       await expect(p1).rejects.toMatchObject({ kind: 'protocol' }); // told by rank 0's abort frame
     });
@@ -298,7 +341,14 @@ describe('ringAllreduce over in-memory links', () => {
       const { rings } = memoryRing(size, { latencyMs: 1 });
       const first = inputs(size, 50_000, 1);
       const controller = new AbortController();
-      const failed = rings.map((ring, r) => ringAllreduce(ring, first[r], { id: id(1), timeoutMs: 5000, chunkElements: 500, signal: r === 1 ? controller.signal : undefined }));
+      const failed = rings.map((ring, r) =>
+        ringAllreduce(ring, first[r], {
+          id: id(1),
+          timeoutMs: 5000,
+          chunkElements: 500,
+          signal: r === 1 ? controller.signal : undefined,
+        }),
+      );
       setTimeout(() => controller.abort(), 3);
       await Promise.allSettled(failed);
       const second = inputs(size, 50_000, 2);
@@ -311,19 +361,31 @@ describe('ringAllreduce over in-memory links', () => {
     it('refuses an id that does not grow on a link', async () => {
       const { rings } = memoryRing(2);
       await allreduceAll(rings, inputs(2, 10, 1), { id: id(5), timeoutMs: 5000 });
-      await expect(ringAllreduce(rings[0], new Float32Array(10), { id: id(4), timeoutMs: 5000 })).rejects.toMatchObject({ kind: 'protocol' });
+      await expect(ringAllreduce(rings[0], new Float32Array(10), { id: id(4), timeoutMs: 5000 })).rejects.toMatchObject(
+        { kind: 'protocol' },
+      );
     });
 
     it('an abort frame for a collective not yet started fails it as soon as it starts', async () => {
       const { rings, links } = memoryRing(3);
       links[2][0].send(
         encodeFrame(
-          { kind: FrameKind.Abort, id: id(9), ringStep: 0, encoding: PayloadEncoding.Bytes, scaleExponent: 0, chunkIndex: 0, chunkCount: 1 },
+          {
+            kind: FrameKind.Abort,
+            id: id(9),
+            ringStep: 0,
+            encoding: PayloadEncoding.Bytes,
+            scaleExponent: 0,
+            chunkIndex: 0,
+            chunkCount: 1,
+          },
           new TextEncoder().encode(JSON.stringify({ kind: 'peer_closed', peer: 'rank7', message: 'gone' })),
         ),
       );
       await new Promise((resolve) => setTimeout(resolve, 5));
-      await expect(ringAllreduce(rings[0], new Float32Array(10), { id: id(9), timeoutMs: 5000 })).rejects.toMatchObject({ kind: 'peer_closed', peer: 'rank7' });
+      await expect(ringAllreduce(rings[0], new Float32Array(10), { id: id(9), timeoutMs: 5000 })).rejects.toMatchObject(
+        { kind: 'peer_closed', peer: 'rank7' },
+      );
     });
   });
 });

@@ -21,7 +21,12 @@ interface ParsedTensor {
 }
 
 /** An independent safetensors reader (what safetensors.torch.load_file checks, minus torch). */
-function readSafetensors(file: Uint8Array): { headerLength: number; metadata: Record<string, string>; tensors: Map<string, ParsedTensor>; order: string[] } {
+function readSafetensors(file: Uint8Array): {
+  headerLength: number;
+  metadata: Record<string, string>;
+  tensors: Map<string, ParsedTensor>;
+  order: string[];
+} {
   const view = new DataView(file.buffer, file.byteOffset, file.byteLength);
   const n = view.getBigUint64(0, true);
   expect(n).toBeLessThan(100_000_000n);
@@ -146,7 +151,8 @@ describe('safetensors export', () => {
       expect(t.values.length).toBe(size);
       const bits = new Uint32Array(t.values.buffer);
       for (let i = 0; i < size; i++) {
-        if (bits[i] !== paramBits[offset + i]) throw new Error(`${name}[${i}]: ${t.values[i]} != ${params[offset + i]}`);
+        if (bits[i] !== paramBits[offset + i])
+          throw new Error(`${name}[${i}]: ${t.values[i]} != ${params[offset + i]}`);
       }
     }
     expect(Object.is(parsed.tensors.get('layers.0.weight')!.values[0], -0)).toBe(true);
@@ -181,10 +187,15 @@ describe('safetensors export', () => {
 
   it('refuses an invalid model spec and non-string metadata', () => {
     const bad = { ...TINY_MLP_SPEC, classes: 3 };
-    expect(() => encodeSafetensors({ spec: bad, params: new Float32Array(10), step: 1, epoch: 0, cursor: 0 })).toThrow(/invalid model spec: .*last layer/);
+    expect(() => encodeSafetensors({ spec: bad, params: new Float32Array(10), step: 1, epoch: 0, cursor: 0 })).toThrow(
+      /invalid model spec: .*last layer/,
+    );
     const params = new Float32Array(parameterLayout(TINY_MLP_SPEC).totalElements);
     expect(() =>
-      encodeSafetensors({ spec: TINY_MLP_SPEC, params, step: 1, epoch: 0, cursor: 0 }, { answer: 42 as unknown as string }),
+      encodeSafetensors(
+        { spec: TINY_MLP_SPEC, params, step: 1, epoch: 0, cursor: 0 },
+        { answer: 42 as unknown as string },
+      ),
     ).toThrow(/metadata value of "answer" must be a string/);
   });
 
@@ -195,7 +206,9 @@ describe('safetensors export', () => {
     expect(() => checkpointToSafetensors(flipped)).toThrow(SafetensorsError);
     expect(() => checkpointToSafetensors(flipped)).toThrow(/checkpoint cannot be read: .*hash mismatch/);
     expect(() => checkpointToSafetensors(bytes.subarray(0, bytes.length - 4))).toThrow(/truncated/);
-    expect(() => checkpointToSafetensors(new TextEncoder().encode('PK\u0003\u0004 not a snapshot at all'))).toThrow(/not a tabswarm snapshot/);
+    expect(() => checkpointToSafetensors(new TextEncoder().encode('PK\u0003\u0004 not a snapshot at all'))).toThrow(
+      /not a tabswarm snapshot/,
+    );
   });
 
   it('reads a checkpoint held in a Node Buffer slice (a view into a larger pool)', () => {

@@ -163,7 +163,8 @@ describe('indicesForRank', () => {
       for (let world = 1; world <= 7; world++) {
         const shares = randomShares(rand, world);
         const union: number[] = [];
-        for (let rank = 0; rank < world; rank++) union.push(...indicesForRank(order, cursor, globalBatch, shares, rank));
+        for (let rank = 0; rank < world; rank++)
+          union.push(...indicesForRank(order, cursor, globalBatch, shares, rank));
         expect(union.sort((a, b) => a - b)).toEqual(stepIndices);
       }
     }
@@ -206,7 +207,11 @@ describe('the sampler record', () => {
   it('refuses to run past the epoch or to process an index twice', () => {
     const order = epochOrder(9, 0, 10);
     expect(() => commitStep(emptyRecord(10), order, 11)).toThrow(/exceed/);
-    const forged: SamplerRecord = { ...emptyRecord(10), cursor: 0, processed: commitStep(emptyRecord(10), order, 3).processed };
+    const forged: SamplerRecord = {
+      ...emptyRecord(10),
+      cursor: 0,
+      processed: commitStep(emptyRecord(10), order, 3).processed,
+    };
     expect(() => commitStep(forged, order, 2)).toThrow(/already processed/);
   });
 
@@ -254,8 +259,11 @@ describe('record under churn (after Horovod test_elastic_sampler)', () => {
         const order = epochOrder(77, epoch, plan.datasetSize);
         // Every rank computes its slice; together they are the step's positions.
         const computed: number[] = [];
-        for (let rank = 0; rank < shares.length; rank++) computed.push(...indicesForRank(order, cursor, plan.globalBatch, shares, rank));
-        expect(computed.slice().sort((a, b) => a - b)).toEqual(Array.from(order.subarray(cursor, cursor + count)).sort((a, b) => a - b));
+        for (let rank = 0; rank < shares.length; rank++)
+          computed.push(...indicesForRank(order, cursor, plan.globalBatch, shares, rank));
+        expect(computed.slice().sort((a, b) => a - b)).toEqual(
+          Array.from(order.subarray(cursor, cursor + count)).sort((a, b) => a - b),
+        );
         if (r < 0.25) continue; // a failure: the step is lost, the record does not move
         if (r < 0.3) {
           // every tab gone: roll back to the checkpoint
@@ -280,7 +288,10 @@ describe('record under churn (after Horovod test_elastic_sampler)', () => {
       }
       expect(committedStep).toBe(totalSteps(plan));
       for (let e = 0; e < plan.epochs; e++) {
-        const all = log.filter((row) => row.epoch === e).flatMap((row) => row.indices).sort((a, b) => a - b);
+        const all = log
+          .filter((row) => row.epoch === e)
+          .flatMap((row) => row.indices)
+          .sort((a, b) => a - b);
         expect(all).toEqual(Array.from({ length: plan.datasetSize }, (_, i) => i));
       }
     });

@@ -20,7 +20,15 @@ function snapshotOf(spec: ModelSpec, kind: 'adamw' | 'sgd', seed: number): Train
   const rand = mulberry32(seed);
   const n = parameterLayout(spec).totalElements;
   const moments = kind === 'adamw' ? [randomArray(rand, n), randomArray(rand, n, 0, 1)] : [randomArray(rand, n)];
-  return { spec, step: 1234, epoch: 3, cursor: 40_960, optimizer: { kind, t: 1234 }, params: randomArray(rand, n), moments };
+  return {
+    spec,
+    step: 1234,
+    epoch: 3,
+    cursor: 40_960,
+    optimizer: { kind, t: 1234 },
+    params: randomArray(rand, n),
+    moments,
+  };
 }
 
 const bytesOf = (a: Float32Array) => new Uint8Array(a.buffer, a.byteOffset, a.byteLength);
@@ -79,10 +87,14 @@ describe('snapshot round trip', () => {
     expect(decoded.moments.length).toBe(original.moments.length);
     decoded.moments.forEach((m, i) => expect(firstByteDifference(m, original.moments[i])).toBe(-1));
     expect(decoded.paramsHash).toBe(hashParams(original.params));
-    expect(decoded.header.sections.map((s) => s.name)).toEqual(kind === 'adamw' ? ['params', 'm', 'v'] : ['params', 'velocity']);
+    expect(decoded.header.sections.map((s) => s.name)).toEqual(
+      kind === 'adamw' ? ['params', 'm', 'v'] : ['params', 'velocity'],
+    );
     // Sections are 4-byte aligned so they decode as views, without copying a large checkpoint.
     expect(decoded.params.buffer).toBe(encoded);
-    expect(encoded.byteLength).toBe(decoded.header.sections[0].byteOffset + (1 + original.moments.length) * original.params.byteLength);
+    expect(encoded.byteLength).toBe(
+      decoded.header.sections[0].byteOffset + (1 + original.moments.length) * original.params.byteLength,
+    );
   });
 
   it('decodes from a Uint8Array at an unaligned offset (a received message slice)', () => {
@@ -159,22 +171,47 @@ describe('snapshot corruption is detected', () => {
   });
 
   it('checks the header against the model and the optimizer, even when its checksum is valid', () => {
-    expectSnapshotError(() => decodeSnapshot(withHeader(encoded, (h) => (h.layout[1].offset = 0))), /layout in the header does not match/);
-    expectSnapshotError(() => decodeSnapshot(withHeader(encoded, (h) => (h.optimizer.kind = 'sgd'))), /do not match optimizer sgd/);
-    expectSnapshotError(() => decodeSnapshot(withHeader(encoded, (h) => (h.model.spec.layers[1].units = 3))), /invalid model spec/);
-    expectSnapshotError(() => decodeSnapshot(withHeader(encoded, (h) => (h.model.name = 'mlp'))), /differs from its spec's name/);
-    expectSnapshotError(() => decodeSnapshot(withHeader(encoded, (h) => (h.paramsHash = '0'.repeat(16)))), /paramsHash differs/);
+    expectSnapshotError(
+      () => decodeSnapshot(withHeader(encoded, (h) => (h.layout[1].offset = 0))),
+      /layout in the header does not match/,
+    );
+    expectSnapshotError(
+      () => decodeSnapshot(withHeader(encoded, (h) => (h.optimizer.kind = 'sgd'))),
+      /do not match optimizer sgd/,
+    );
+    expectSnapshotError(
+      () => decodeSnapshot(withHeader(encoded, (h) => (h.model.spec.layers[1].units = 3))),
+      /invalid model spec/,
+    );
+    expectSnapshotError(
+      () => decodeSnapshot(withHeader(encoded, (h) => (h.model.name = 'mlp'))),
+      /differs from its spec's name/,
+    );
+    expectSnapshotError(
+      () => decodeSnapshot(withHeader(encoded, (h) => (h.paramsHash = '0'.repeat(16)))),
+      /paramsHash differs/,
+    );
     expectSnapshotError(() => decodeSnapshot(withHeader(encoded, (h) => (h.step = 'x'))), /invalid header: step/);
-    expectSnapshotError(() => decodeSnapshot(withHeader(encoded, (h) => (h.sections[1].byteOffset += 4))), /section m starts at byte/);
+    expectSnapshotError(
+      () => decodeSnapshot(withHeader(encoded, (h) => (h.sections[1].byteOffset += 4))),
+      /section m starts at byte/,
+    );
   });
 });
-
 
 describe('decodeSnapshot on a Node Buffer inside a larger allocation', () => {
   it('decodes it (Buffer#slice is a view, not a copy)', () => {
     const n = parameterLayout(MLP_SPEC).totalElements;
     const params = new Float32Array(n).map((_, i) => Math.sin(i));
-    const encoded = encodeSnapshot({ spec: MLP_SPEC, step: 3, epoch: 0, cursor: 384, optimizer: { kind: 'sgd', t: 3 }, params, moments: [new Float32Array(n)] });
+    const encoded = encodeSnapshot({
+      spec: MLP_SPEC,
+      step: 3,
+      epoch: 0,
+      cursor: 384,
+      optimizer: { kind: 'sgd', t: 3 },
+      params,
+      moments: [new Float32Array(n)],
+    });
     const pool = Buffer.alloc(encoded.byteLength + 100);
     Buffer.from(encoded).copy(pool, 37);
     const view = pool.subarray(37, 37 + encoded.byteLength);

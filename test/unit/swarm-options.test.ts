@@ -42,8 +42,29 @@ describe('parseSwarmOptions', () => {
   });
 
   it('parses numbers given as strings', () => {
-    const o = parseSwarmOptions({ url: 'https://x.example', workers: '3', duration: '45.5', closeEvery: '10', crashEvery: '12', hangEvery: '30', joinEvery: '7', throttle: '256', maxTabs: '5', json: true });
-    expect(o).toMatchObject({ workers: 3, duration: 45.5, closeEvery: 10, crashEvery: 12, hangEvery: 30, joinEvery: 7, throttleKbps: 256, maxTabs: 5, json: true });
+    const o = parseSwarmOptions({
+      url: 'https://x.example',
+      workers: '3',
+      duration: '45.5',
+      closeEvery: '10',
+      crashEvery: '12',
+      hangEvery: '30',
+      joinEvery: '7',
+      throttle: '256',
+      maxTabs: '5',
+      json: true,
+    });
+    expect(o).toMatchObject({
+      workers: 3,
+      duration: 45.5,
+      closeEvery: 10,
+      crashEvery: 12,
+      hangEvery: 30,
+      joinEvery: 7,
+      throttleKbps: 256,
+      maxTabs: 5,
+      json: true,
+    });
   });
 
   const refused: [string, Record<string, string | undefined>, RegExp][] = [
@@ -64,7 +85,8 @@ describe('parseSwarmOptions', () => {
   ];
   for (const [name, raw, message] of refused) {
     it(`refuses ${name}`, () => {
-      const call = () => parseSwarmOptions({ url: 'http://127.0.0.1:8080', ...raw, ...(name === 'no URL' ? { url: undefined } : {}) });
+      const call = () =>
+        parseSwarmOptions({ url: 'http://127.0.0.1:8080', ...raw, ...(name === 'no URL' ? { url: undefined } : {}) });
       expect(call).toThrow(SwarmOptionsError);
       expect(call).toThrow(message);
     });
@@ -77,7 +99,9 @@ describe('fail fast before any browser starts', () => {
   let deadUrl: string;
 
   beforeAll(async () => {
-    notCoordinator = createServer((_req, res) => res.writeHead(404, { 'content-type': 'text/plain' }).end('nothing here'));
+    notCoordinator = createServer((_req, res) =>
+      res.writeHead(404, { 'content-type': 'text/plain' }).end('nothing here'),
+    );
     await new Promise<void>((resolve) => notCoordinator.listen(0, '127.0.0.1', resolve));
     notCoordinatorUrl = `http://127.0.0.1:${(notCoordinator.address() as AddressInfo).port}`;
     // A port that was free a moment ago: nothing listens there.
@@ -89,7 +113,9 @@ describe('fail fast before any browser starts', () => {
   afterAll(() => new Promise<void>((resolve) => notCoordinator.close(() => resolve())));
 
   it('names a dead URL and the fix', async () => {
-    await expect(probeCoordinator(deadUrl)).rejects.toThrow(new RegExp(`no coordinator at ${deadUrl} \\(connection refused\\): start one`));
+    await expect(probeCoordinator(deadUrl)).rejects.toThrow(
+      new RegExp(`no coordinator at ${deadUrl} \\(connection refused\\): start one`),
+    );
   });
 
   it('gives up on a server that never answers', async () => {
@@ -105,7 +131,9 @@ describe('fail fast before any browser starts', () => {
   });
 
   it('tells a server that is not a coordinator apart', async () => {
-    await expect(probeCoordinator(notCoordinatorUrl)).rejects.toThrow(/HTTP 404 and no JSON: not a tabswarm coordinator/);
+    await expect(probeCoordinator(notCoordinatorUrl)).rejects.toThrow(
+      /HTTP 404 and no JSON: not a tabswarm coordinator/,
+    );
   });
 
   it('swarmMain prints one line and returns 1 for bad flags and for a dead URL', async () => {
@@ -122,7 +150,9 @@ describe('fail fast before any browser starts', () => {
       const started = performance.now();
       expect(await swarmMain({ url: deadUrl, seed: '1' })).toBe(1);
       expect(performance.now() - started).toBeLessThan(5000);
-      expect(written.join('')).toMatch(/^tabswarm swarm: no coordinator at http:\/\/127\.0\.0\.1:\d+ \(connection refused\)[^\n]*\n$/);
+      expect(written.join('')).toMatch(
+        /^tabswarm swarm: no coordinator at http:\/\/127\.0\.0\.1:\d+ \(connection refused\)[^\n]*\n$/,
+      );
     } finally {
       spy.mockRestore();
     }

@@ -21,7 +21,15 @@ import type { AuditReport } from '../../coordinator/audit';
 // 100 images, batch 32: steps of 32, 32, 32, 4 per epoch.
 const plan = { datasetSize: 100, globalBatch: 32, epochs: 2, commitEvery: 1 };
 
-const status = (round: number, step: number, extra: Partial<StatusSample> = {}): StatusSample => ({ round, step, state: 'training', worldSize: 3, waiting: 0, restarts: 0, ...extra });
+const status = (round: number, step: number, extra: Partial<StatusSample> = {}): StatusSample => ({
+  round,
+  step,
+  state: 'training',
+  worldSize: 3,
+  waiting: 0,
+  restarts: 0,
+  ...extra,
+});
 
 describe('samplesThrough / epochProgressOf', () => {
   it('counts committed samples with a short last step per epoch', () => {
@@ -42,7 +50,14 @@ describe('samplesThrough / epochProgressOf', () => {
 describe('RecoveryTracker', () => {
   it('times a member fault to the first commit of a later round; a step the old round still committed is not lost', () => {
     const t = new RecoveryTracker();
-    const r = t.fault({ tab: 't2', kind: 'crash', atMs: 10_000, member: true, status: status(3, 10), localSteps: [12, 11, 10] });
+    const r = t.fault({
+      tab: 't2',
+      kind: 'crash',
+      atMs: 10_000,
+      member: true,
+      status: status(3, 10),
+      localSteps: [12, 11, 10],
+    });
     expect(r).toMatchObject({ stepBefore: 10, inFlight: 2, stepsLost: 2, recovered: false, durationMs: null });
     t.observe(status(3, 11), 10_100); // a commit of the old round (all reports were in before the fault): not a recovery
     expect(r.recovered).toBe(false);
@@ -56,7 +71,14 @@ describe('RecoveryTracker', () => {
 
   it('counts the step in flight when the fault hit as lost when the next round redoes it', () => {
     const t = new RecoveryTracker();
-    const r = t.fault({ tab: 't3', kind: 'close', atMs: 1000, member: true, status: status(2, 30), localSteps: [31, 31] });
+    const r = t.fault({
+      tab: 't3',
+      kind: 'close',
+      atMs: 1000,
+      member: true,
+      status: status(2, 30),
+      localSteps: [31, 31],
+    });
     t.observe(status(3, 30), 1200);
     t.observe(status(3, 31), 1700);
     expect(r).toMatchObject({ recovered: true, durationMs: 700, resumedFrom: 30, inFlight: 1, stepsLost: 1 });
@@ -64,8 +86,19 @@ describe('RecoveryTracker', () => {
 
   it('counts the step in progress as lost even before any tab applied it, but nothing outside training', () => {
     const t = new RecoveryTracker();
-    expect(t.fault({ tab: 't1', kind: 'crash', atMs: 0, member: true, status: status(2, 30), localSteps: [30, 30] })).toMatchObject({ inFlight: 1, stepsLost: 1 });
-    expect(t.fault({ tab: 't2', kind: 'crash', atMs: 0, member: true, status: status(2, 30, { state: 'syncing' }), localSteps: [30] })).toMatchObject({ inFlight: 0, stepsLost: 0 });
+    expect(
+      t.fault({ tab: 't1', kind: 'crash', atMs: 0, member: true, status: status(2, 30), localSteps: [30, 30] }),
+    ).toMatchObject({ inFlight: 1, stepsLost: 1 });
+    expect(
+      t.fault({
+        tab: 't2',
+        kind: 'crash',
+        atMs: 0,
+        member: true,
+        status: status(2, 30, { state: 'syncing' }),
+        localSteps: [30],
+      }),
+    ).toMatchObject({ inFlight: 0, stepsLost: 0 });
   });
 
   it('adds committed steps rolled back to a checkpoint to the steps lost', () => {
@@ -79,7 +112,14 @@ describe('RecoveryTracker', () => {
 
   it('needs no recovery when the tab was not a rank', () => {
     const t = new RecoveryTracker();
-    const r = t.fault({ tab: 't4', kind: 'close', atMs: 5000, member: false, status: status(2, 7), localSteps: [9, 9] });
+    const r = t.fault({
+      tab: 't4',
+      kind: 'close',
+      atMs: 5000,
+      member: false,
+      status: status(2, 7),
+      localSteps: [9, 9],
+    });
     expect(r).toMatchObject({ member: false, recovered: true, durationMs: 0, stepsLost: 0, inFlight: 0 });
     expect(t.openCount).toBe(0);
     expect(t.recoveredCount).toBe(0);
@@ -128,28 +168,78 @@ function cleanAudit(overrides: Partial<AuditSummary> = {}): AuditSummary {
     ...overrides,
   };
 }
-const steps = (overrides: Partial<SwarmReport['steps']> = {}): SwarmReport['steps'] => ({ atStart: 0, atChaosStart: 3, atEnd: 12, committedDuringChaos: 9, total: 60, jobState: 'training', ...overrides });
+const steps = (overrides: Partial<SwarmReport['steps']> = {}): SwarmReport['steps'] => ({
+  atStart: 0,
+  atChaosStart: 3,
+  atEnd: 12,
+  committedDuringChaos: 9,
+  total: 60,
+  jobState: 'training',
+  ...overrides,
+});
 
 describe('swarmVerdict', () => {
   const cases: [string, Parameters<typeof swarmVerdict>[0], RegExp | null][] = [
     ['passes a clean audit with progress', { audit: cleanAudit(), steps: steps() }, null],
     [
       'fails on an index committed twice',
-      { audit: cleanAudit({ ok: false, duplicates: 3, epochs: [{ epoch: 0, committed: 384, duplicates: 3, missing: null, finished: false }] }), steps: steps() },
+      {
+        audit: cleanAudit({
+          ok: false,
+          duplicates: 3,
+          epochs: [{ epoch: 0, committed: 384, duplicates: 3, missing: null, finished: false }],
+        }),
+        steps: steps(),
+      },
       /3 dataset indices committed more than once in epoch 0/,
     ],
     [
       'fails on an index never committed in a finished epoch',
-      { audit: cleanAudit({ ok: false, missing: 2, epochs: [{ epoch: 0, committed: 98, duplicates: 0, missing: 2, finished: true }] }), steps: steps() },
+      {
+        audit: cleanAudit({
+          ok: false,
+          missing: 2,
+          epochs: [{ epoch: 0, committed: 98, duplicates: 0, missing: 2, finished: true }],
+        }),
+        steps: steps(),
+      },
       /2 dataset indices never committed in finished epoch 0/,
     ],
-    ['fails when the record disagrees', { audit: cleanAudit({ ok: false, recordAgrees: false }), steps: steps() }, /record disagrees/],
-    ['fails when rows and durable state disagree', { audit: cleanAudit({ ok: false, lastRowStep: 11 }), steps: steps() }, /step 11 but the durable state says 12/],
-    ['fails on an audit that says not ok for another reason', { audit: cleanAudit({ ok: false }), steps: steps() }, /audit: not ok/],
-    ['fails when the audit cannot be read', { audit: { error: 'HTTP 500' }, steps: steps() }, /audit could not be read: HTTP 500/],
-    ['fails with no step committed at all', { audit: cleanAudit(), steps: steps({ atChaosStart: 0, atEnd: 0, committedDuringChaos: 0 }) }, /no progress: no step committed/],
-    ['fails when stuck under chaos', { audit: cleanAudit(), steps: steps({ atChaosStart: 12, atEnd: 12, committedDuringChaos: 0 }) }, /no progress under chaos: stuck at step 12/],
-    ['passes a job that finished during warm-up', { audit: cleanAudit(), steps: steps({ atChaosStart: 60, atEnd: 60, committedDuringChaos: 0, jobState: 'done' }) }, null],
+    [
+      'fails when the record disagrees',
+      { audit: cleanAudit({ ok: false, recordAgrees: false }), steps: steps() },
+      /record disagrees/,
+    ],
+    [
+      'fails when rows and durable state disagree',
+      { audit: cleanAudit({ ok: false, lastRowStep: 11 }), steps: steps() },
+      /step 11 but the durable state says 12/,
+    ],
+    [
+      'fails on an audit that says not ok for another reason',
+      { audit: cleanAudit({ ok: false }), steps: steps() },
+      /audit: not ok/,
+    ],
+    [
+      'fails when the audit cannot be read',
+      { audit: { error: 'HTTP 500' }, steps: steps() },
+      /audit could not be read: HTTP 500/,
+    ],
+    [
+      'fails with no step committed at all',
+      { audit: cleanAudit(), steps: steps({ atChaosStart: 0, atEnd: 0, committedDuringChaos: 0 }) },
+      /no progress: no step committed/,
+    ],
+    [
+      'fails when stuck under chaos',
+      { audit: cleanAudit(), steps: steps({ atChaosStart: 12, atEnd: 12, committedDuringChaos: 0 }) },
+      /no progress under chaos: stuck at step 12/,
+    ],
+    [
+      'passes a job that finished during warm-up',
+      { audit: cleanAudit(), steps: steps({ atChaosStart: 60, atEnd: 60, committedDuringChaos: 0, jobState: 'done' }) },
+      null,
+    ],
     ['fails a failed job', { audit: cleanAudit(), steps: steps({ jobState: 'failed' }) }, /the job failed/],
   ];
   for (const [name, input, failure] of cases) {
@@ -188,17 +278,41 @@ describe('summarizeAudit', () => {
       recordAgrees: true,
       ok: false,
     };
-    expect(summarizeAudit(audit)).toMatchObject({ ok: false, duplicates: 5, missing: 2, discontinuities: 1, rolledBackRows: 1 });
+    expect(summarizeAudit(audit)).toMatchObject({
+      ok: false,
+      duplicates: 5,
+      missing: 2,
+      discontinuities: 1,
+      rolledBackRows: 1,
+    });
   });
 });
 
 describe('report text', () => {
   it('shows every field of the progress line', () => {
     const line = formatProgress({
-      elapsedS: 23.4, durationS: 60, warmingUp: false, step: 123, totalSteps: 630, epoch: 1, epochs: 5, epochFraction: 0.426,
-      worldSize: 3, waiting: 1, samplesPerSec: 812.4, tabs: 4, hung: 1, eventsFired: 3, eventsPlanned: 7, recoveries: 2, recoveriesOpen: 1, phase: 'training',
+      elapsedS: 23.4,
+      durationS: 60,
+      warmingUp: false,
+      step: 123,
+      totalSteps: 630,
+      epoch: 1,
+      epochs: 5,
+      epochFraction: 0.426,
+      worldSize: 3,
+      waiting: 1,
+      samplesPerSec: 812.4,
+      tabs: 4,
+      hung: 1,
+      eventsFired: 3,
+      eventsPlanned: 7,
+      recoveries: 2,
+      recoveriesOpen: 1,
+      phase: 'training',
     });
-    expect(line).toBe('swarm 00:23/01:00 · step 123/630 · epoch 1/5 42% · world 3 (+1 waiting) training · 812 samples/s · tabs 4 (1 hung) · events 3/7 · recoveries 2 (1 open)');
+    expect(line).toBe(
+      'swarm 00:23/01:00 · step 123/630 · epoch 1/5 42% · world 3 (+1 waiting) training · 812 samples/s · tabs 4 (1 hung) · events 3/7 · recoveries 2 (1 open)',
+    );
   });
 
   it('prints the events with their recoveries and the verdict', () => {
@@ -221,12 +335,30 @@ describe('report text', () => {
       steps: steps({ atChaosStart: 12, atEnd: 12, committedDuringChaos: 0 }),
       throughput: [],
       meanSamplesPerSec: 0,
-      recoveries: [{ tab: 't1', kind: 'close', atS: 5.01, member: true, stepBefore: 12, inFlight: 1, resumedFrom: 12, stepsLost: 1, durationMs: 640, recovered: true }],
+      recoveries: [
+        {
+          tab: 't1',
+          kind: 'close',
+          atS: 5.01,
+          member: true,
+          stepBefore: 12,
+          inFlight: 1,
+          resumedFrom: 12,
+          stepsLost: 1,
+          durationMs: 640,
+          recovered: true,
+        },
+      ],
       joins: [{ tab: 't4', atS: 9, admittedAfterMs: 4200 }],
       restarts: { atStart: 0, atEnd: 0 },
       audit: cleanAudit(),
       tabs: [],
-      problems: { errors: [{ tab: 't2', atMs: 6000, kind: 'console', text: 'page: tabswarm: peer t1 closed', expected: false }], crashes: [], unexpectedCrashes: 0, dropped: 0 },
+      problems: {
+        errors: [{ tab: 't2', atMs: 6000, kind: 'console', text: 'page: tabswarm: peer t1 closed', expected: false }],
+        crashes: [],
+        unexpectedCrashes: 0,
+        dropped: 0,
+      },
     };
     const text = formatReportTable(report);
     expect(text).toMatch(/5\.0 +close +t1 +done +640 +1 +rank 0 of 3/);

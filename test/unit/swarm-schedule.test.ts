@@ -4,7 +4,12 @@
  * The replay below is written here, independently of the module's own `liveCountsAfter`.
  */
 import { describe, expect, it } from 'vitest';
-import { chaosSchedule, liveCountsAfter, type ChaosEvent, type ChaosOptions } from '../../coordinator/swarm/chaos-schedule';
+import {
+  chaosSchedule,
+  liveCountsAfter,
+  type ChaosEvent,
+  type ChaosOptions,
+} from '../../coordinator/swarm/chaos-schedule';
 
 /** Replays a schedule: live (open, not hung) and hung tabs after each event; throws on an impossible event. */
 function replay(schedule: ChaosEvent[], workers: number): { live: number; hung: number }[] {
@@ -39,7 +44,16 @@ function replay(schedule: ChaosEvent[], workers: number): { live: number; hung: 
   });
 }
 
-const busy: ChaosOptions = { seed: 1234, duration: 120, workers: 3, closeEvery: 7, crashEvery: 11, hangEvery: 13, joinEvery: 9, hangFor: 10 };
+const busy: ChaosOptions = {
+  seed: 1234,
+  duration: 120,
+  workers: 3,
+  closeEvery: 7,
+  crashEvery: 11,
+  hangEvery: 13,
+  joinEvery: 9,
+  hangFor: 10,
+};
 
 describe('chaosSchedule', () => {
   it('gives the same schedule for the same seed and options', () => {
@@ -75,15 +89,33 @@ describe('chaosSchedule', () => {
   });
 
   it('keeps each kind on its own stream: adding hangs does not move the closes', () => {
-    const closesOnly = chaosSchedule({ seed: 5, duration: 100, workers: 30, closeEvery: 8, maxTabs: 60 }).filter((e) => e.kind === 'close');
-    const withHangs = chaosSchedule({ seed: 5, duration: 100, workers: 30, closeEvery: 8, hangEvery: 6, maxTabs: 60 }).filter((e) => e.kind === 'close');
+    const closesOnly = chaosSchedule({ seed: 5, duration: 100, workers: 30, closeEvery: 8, maxTabs: 60 }).filter(
+      (e) => e.kind === 'close',
+    );
+    const withHangs = chaosSchedule({
+      seed: 5,
+      duration: 100,
+      workers: 30,
+      closeEvery: 8,
+      hangEvery: 6,
+      maxTabs: 60,
+    }).filter((e) => e.kind === 'close');
     expect(withHangs.map((e) => e.at)).toEqual(closesOnly.map((e) => e.at));
   });
 
   it('never leaves the swarm without a live tab, for many seeds and aggressive rates', () => {
     for (let seed = 0; seed < 300; seed++) {
       const workers = 1 + (seed % 3);
-      const opts: ChaosOptions = { seed, duration: 90, workers, closeEvery: 3, crashEvery: 4, hangEvery: 5, joinEvery: seed % 2 ? 20 : 0, hangFor: 12 };
+      const opts: ChaosOptions = {
+        seed,
+        duration: 90,
+        workers,
+        closeEvery: 3,
+        crashEvery: 4,
+        hangEvery: 5,
+        joinEvery: seed % 2 ? 20 : 0,
+        hangFor: 12,
+      };
       const schedule = chaosSchedule(opts);
       const counts = replay(schedule, workers);
       const emptied = counts.findIndex((c) => c.live < 1);
@@ -111,7 +143,15 @@ describe('chaosSchedule', () => {
 
   it('never opens more tabs (open + hung) than maxTabs', () => {
     for (let seed = 0; seed < 100; seed++) {
-      const schedule = chaosSchedule({ seed, duration: 60, workers: 2, joinEvery: 2, hangEvery: 3, hangFor: 30, maxTabs: 4 });
+      const schedule = chaosSchedule({
+        seed,
+        duration: 60,
+        workers: 2,
+        joinEvery: 2,
+        hangEvery: 3,
+        hangFor: 30,
+        maxTabs: 4,
+      });
       expect(Math.max(...replay(schedule, 2).map((c) => c.live + c.hung))).toBeLessThanOrEqual(4);
     }
   });
@@ -128,7 +168,9 @@ describe('chaosSchedule', () => {
   });
 
   it('names joined tabs in order after the initial ones', () => {
-    const joins = chaosSchedule({ seed: 2, duration: 40, workers: 3, joinEvery: 9, maxTabs: 10 }).filter((e) => e.kind === 'join');
+    const joins = chaosSchedule({ seed: 2, duration: 40, workers: 3, joinEvery: 9, maxTabs: 10 }).filter(
+      (e) => e.kind === 'join',
+    );
     expect(joins.map((e) => e.tab)).toEqual(['t4', 't5', 't6', 't7'].slice(0, joins.length));
     expect(joins.length).toBe(4);
   });

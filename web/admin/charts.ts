@@ -54,12 +54,20 @@ function axis(p: Palette, extra: uPlot.Axis = {}): uPlot.Axis {
 const stepped = uPlot.paths.stepped!({ align: 1 });
 
 /** Steps are whole numbers: ticks at 1, 2, 5 × 10^k. */
-const STEP_INCREMENTS = [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10_000, 20_000, 50_000, 100_000, 200_000, 500_000];
+const STEP_INCREMENTS = [
+  1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10_000, 20_000, 50_000, 100_000, 200_000, 500_000,
+];
 /** Time ticks in seconds, from a second to a day. */
 const TIME_INCREMENTS = [1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10_800, 21_600, 43_200, 86_400];
 
 function stepAxis(p: Palette): uPlot.Axis {
-  return axis(p, { label: 'step', labelSize: 14, labelFont: '11px system-ui', incrs: STEP_INCREMENTS, values: (_u, ticks) => ticks.map((t) => formatInt(t)) });
+  return axis(p, {
+    label: 'step',
+    labelSize: 14,
+    labelFont: '11px system-ui',
+    incrs: STEP_INCREMENTS,
+    values: (_u, ticks) => ticks.map((t) => formatInt(t)),
+  });
 }
 
 export class AdminCharts {
@@ -75,7 +83,11 @@ export class AdminCharts {
   ) {
     const p = palette();
     const width = (node: HTMLElement) => Math.max(200, node.clientWidth);
-    const common = { height: chartHeight(), legend: { show: false }, cursor: { drag: { x: true, y: false } } } satisfies Partial<uPlot.Options>;
+    const common = {
+      height: chartHeight(),
+      legend: { show: false },
+      cursor: { drag: { x: true, y: false } },
+    } satisfies Partial<uPlot.Options>;
     this.loss = new uPlot(
       {
         ...common,
@@ -84,7 +96,12 @@ export class AdminCharts {
         axes: [stepAxis(p), axis(p, { size: 44 })],
         series: [
           { label: 'step' },
-          { label: 'loss', stroke: p.lossPoints, width: 0, points: { show: true, size: 4, width: 0, fill: p.lossPoints } },
+          {
+            label: 'loss',
+            stroke: p.lossPoints,
+            width: 0,
+            points: { show: true, size: 4, width: 0, fill: p.lossPoints },
+          },
           { label: 'loss (average)', stroke: p.loss, width: 2, points: { show: false } },
         ],
       },
@@ -97,7 +114,10 @@ export class AdminCharts {
         width: width(accuracyEl),
         scales: { x: { time: false }, y: { range: [0, 100] } },
         axes: [stepAxis(p), axis(p, { size: 44, values: (_u, ticks) => ticks.map((t) => `${t}%`) })],
-        series: [{ label: 'step' }, { label: 'accuracy', stroke: p.accuracy, width: 2, points: { show: true, size: 5 } }],
+        series: [
+          { label: 'step' },
+          { label: 'accuracy', stroke: p.accuracy, width: 2, points: { show: true, size: 5 } },
+        ],
       },
       [[], []],
       accuracyEl,
@@ -106,16 +126,38 @@ export class AdminCharts {
       {
         ...common,
         width: width(throughputEl),
-        scales: { x: { time: true }, rate: { range: (_u, _min, max) => [0, Math.max(1, max * 1.1)] }, world: { range: (_u, _min, max) => [0, Math.max(2, max + 1)] } },
+        scales: {
+          x: { time: true },
+          rate: { range: (_u, _min, max) => [0, Math.max(1, max * 1.1)] },
+          world: { range: (_u, _min, max) => [0, Math.max(2, max + 1)] },
+        },
         axes: [
-          axis(p, { space: 72, incrs: TIME_INCREMENTS, values: (_u, ticks) => ticks.map((t) => formatClock(t * 1000)) }),
+          axis(p, {
+            space: 72,
+            incrs: TIME_INCREMENTS,
+            values: (_u, ticks) => ticks.map((t) => formatClock(t * 1000)),
+          }),
           axis(p, { scale: 'rate', size: 50 }),
-          axis(p, { scale: 'world', side: 1, size: 30, grid: { show: false }, values: (_u, ticks) => ticks.map((t) => (Number.isInteger(t) ? String(t) : '')) }),
+          axis(p, {
+            scale: 'world',
+            side: 1,
+            size: 30,
+            grid: { show: false },
+            values: (_u, ticks) => ticks.map((t) => (Number.isInteger(t) ? String(t) : '')),
+          }),
         ],
         series: [
           { label: 'time' },
           { label: 'samples/s', scale: 'rate', stroke: p.speed, width: 2, spanGaps: true, points: { show: false } },
-          { label: 'world size', scale: 'world', stroke: p.world, width: 2, spanGaps: true, paths: stepped, points: { show: false } },
+          {
+            label: 'world size',
+            scale: 'world',
+            stroke: p.world,
+            width: 2,
+            spanGaps: true,
+            paths: stepped,
+            points: { show: false },
+          },
         ],
       },
       [[], [], []],
@@ -163,7 +205,10 @@ export class AdminCharts {
 
   updateThroughput(model: AdminModel): void {
     // Seconds (uPlot's time unit); the world line is extended to the latest status so it reaches "now".
-    const rateTable: uPlot.AlignedData = [model.commits.map((c) => c.at / 1000), model.commits.map((c) => c.samplesPerSecond)];
+    const rateTable: uPlot.AlignedData = [
+      model.commits.map((c) => c.at / 1000),
+      model.commits.map((c) => c.samplesPerSecond),
+    ];
     const worldPoints = [...model.world];
     const last = worldPoints[worldPoints.length - 1];
     if (last && model.statusAt > last.at) worldPoints.push({ at: model.statusAt, size: last.size });

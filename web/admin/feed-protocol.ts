@@ -79,9 +79,30 @@ export interface FeedCommit {
 }
 
 /** Kinds of event the page filters by. */
-export type FeedCategory = 'join' | 'leave' | 'crash' | 'restart' | 'rejected' | 'admin' | 'checkpoint' | 'round' | 'job' | 'other';
+export type FeedCategory =
+  | 'join'
+  | 'leave'
+  | 'crash'
+  | 'restart'
+  | 'rejected'
+  | 'admin'
+  | 'checkpoint'
+  | 'round'
+  | 'job'
+  | 'other';
 
-export const FEED_CATEGORIES: readonly FeedCategory[] = ['join', 'leave', 'crash', 'restart', 'rejected', 'admin', 'checkpoint', 'round', 'job', 'other'];
+export const FEED_CATEGORIES: readonly FeedCategory[] = [
+  'join',
+  'leave',
+  'crash',
+  'restart',
+  'rejected',
+  'admin',
+  'checkpoint',
+  'round',
+  'job',
+  'other',
+];
 
 /** One line of the event log. */
 export interface FeedEvent {

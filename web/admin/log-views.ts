@@ -101,7 +101,12 @@ export class EventLog {
     for (const category of FEED_CATEGORIES) {
       const count = el('span', { class: 'chip-count' });
       this.counts.set(category, count);
-      const chip = el('button', { type: 'button', class: `chip cat-${category}`, 'aria-pressed': 'true', 'data-category': category }, CATEGORY_LABELS[category], count);
+      const chip = el(
+        'button',
+        { type: 'button', class: `chip cat-${category}`, 'aria-pressed': 'true', 'data-category': category },
+        CATEGORY_LABELS[category],
+        count,
+      );
       chip.addEventListener('click', () => {
         const on = !this.enabled.has(category);
         if (on) this.enabled.add(category);
@@ -131,7 +136,8 @@ export class EventLog {
       tally.set(event.category, (tally.get(event.category) ?? 0) + 1);
       if (shown.length >= SHOWN_EVENTS || !this.enabled.has(event.category)) continue;
       const text = describeEvent(event);
-      if (this.query && !`${event.event} ${text} ${JSON.stringify(event.data)}`.toLowerCase().includes(this.query)) continue;
+      if (this.query && !`${event.event} ${text} ${JSON.stringify(event.data)}`.toLowerCase().includes(this.query))
+        continue;
       shown.push(
         el(
           'li',
@@ -143,7 +149,14 @@ export class EventLog {
       );
     }
     for (const [category, node] of this.counts) setText(node, String(tally.get(category) ?? 0));
-    if (shown.length === 0) shown.push(el('li', { class: 'event empty' }, this.model.events.length === 0 ? 'No events yet.' : 'No event matches the filters.'));
+    if (shown.length === 0)
+      shown.push(
+        el(
+          'li',
+          { class: 'event empty' },
+          this.model.events.length === 0 ? 'No events yet.' : 'No event matches the filters.',
+        ),
+      );
     this.list.replaceChildren(...shown);
   }
 }
@@ -212,7 +225,10 @@ export function renderTimeline(model: AdminModel): void {
         el(
           'li',
           {},
-          el('span', { class: 'round-swatch', style: `background: var(${ROUND_COLORS[s.round % ROUND_COLORS.length]})` }),
+          el('span', {
+            class: 'round-swatch',
+            style: `background: var(${ROUND_COLORS[s.round % ROUND_COLORS.length]})`,
+          }),
           `Round ${s.round} · ${s.worldSize} rank${s.worldSize === 1 ? '' : 's'} · steps ${formatInt(s.first)}–${formatInt(s.last)} · ${s.commits} commit${s.commits === 1 ? '' : 's'}`,
         ),
       ),
@@ -220,12 +236,24 @@ export function renderTimeline(model: AdminModel): void {
   if (spans.length === 0) rounds.replaceChildren(el('li', { class: 'muted' }, 'Nothing committed yet.'));
 }
 
-export function renderCheckpoints(checkpoints: FeedCheckpoint[], onDownload: (checkpoint: FeedCheckpoint) => void): void {
+export function renderCheckpoints(
+  checkpoints: FeedCheckpoint[],
+  onDownload: (checkpoint: FeedCheckpoint) => void,
+): void {
   const body = byId('checkpoints-body');
   byId('checkpoints-empty').hidden = checkpoints.length > 0;
   body.replaceChildren(
     ...[...checkpoints].reverse().map((c) => {
-      const download = el('button', { type: 'button', class: 'small', 'data-step': c.step, title: `Download the parameters of step ${c.step} as safetensors` }, 'Download');
+      const download = el(
+        'button',
+        {
+          type: 'button',
+          class: 'small',
+          'data-step': c.step,
+          title: `Download the parameters of step ${c.step} as safetensors`,
+        },
+        'Download',
+      );
       download.addEventListener('click', () => onDownload(c));
       return el(
         'tr',

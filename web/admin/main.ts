@@ -48,7 +48,11 @@ async function signIn(token: string, fromForm: boolean): Promise<void> {
   const verdict = await candidate.verify();
   if (verdict === 'unauthorized') {
     forgetToken();
-    showLogin(fromForm ? 'That token was refused. Use the admin token the coordinator was started with.' : 'Your saved token is no longer accepted; sign in again.');
+    showLogin(
+      fromForm
+        ? 'That token was refused. Use the admin token the coordinator was started with.'
+        : 'Your saved token is no longer accepted; sign in again.',
+    );
     return;
   }
   if (verdict !== 'ok') {
@@ -178,13 +182,22 @@ async function downloadCheckpoint(checkpoint: FeedCheckpoint): Promise<void> {
 function wireControls(): void {
   byId('pause').addEventListener('click', () => void act('pause', {}, 'Paused: the round closed and workers wait.'));
   byId('resume').addEventListener('click', () => void act('resume', {}, 'Resumed: a new round is gathering.'));
-  byId('checkpoint-now').addEventListener('click', () => void act('checkpoint', {}, 'Checkpoint requested from rank 0.'));
+  byId('checkpoint-now').addEventListener(
+    'click',
+    () => void act('checkpoint', {}, 'Checkpoint requested from rank 0.'),
+  );
   byId('download-model').addEventListener('click', async () => {
     if (!api) return;
     say('Preparing the model…');
     const result = await api.download('/api/admin/model.safetensors', 'tabswarm-model.safetensors');
     if (result.ok) say(`Saved ${result.body.filename} (${formatBytes(result.body.bytes)}).`);
-    else say(result.status === 404 ? 'No checkpoint yet: press "Checkpoint now" once a step is committed.' : `Download failed: ${result.message}`, 'problem');
+    else
+      say(
+        result.status === 404
+          ? 'No checkpoint yet: press "Checkpoint now" once a step is committed.'
+          : `Download failed: ${result.message}`,
+        'problem',
+      );
   });
   const form = byId<HTMLFormElement>('workers-form');
   form.addEventListener('input', () => (form.dataset.dirty = 'true'));
@@ -203,7 +216,11 @@ function wireControls(): void {
       if (!ok) workers?.release(workerId);
     });
   });
-  events = new EventLog(byId<HTMLOListElement>('event-list'), byId('event-filters'), byId<HTMLInputElement>('event-search'));
+  events = new EventLog(
+    byId<HTMLOListElement>('event-list'),
+    byId('event-filters'),
+    byId<HTMLInputElement>('event-search'),
+  );
 }
 
 // ------------------------------------------------------------------ start

@@ -2,7 +2,15 @@
  * The admin page's state, rebuilt from the feed: a snapshot replaces everything, later messages patch
  * it. Pure (no DOM), so it could be unit-tested apart from the page.
  */
-import type { AdminJobSummary, AdminStatus, FeedCheckpoint, FeedCommit, FeedEvaluation, FeedEvent, FeedMessage } from './feed-protocol';
+import type {
+  AdminJobSummary,
+  AdminStatus,
+  FeedCheckpoint,
+  FeedCommit,
+  FeedEvaluation,
+  FeedEvent,
+  FeedMessage,
+} from './feed-protocol';
 
 /** Event lines kept in the page. */
 export const MAX_EVENTS = 1000;
@@ -46,7 +54,10 @@ function pushWorld(world: WorldPoint[], at: number, size: number): void {
 }
 
 /** Applies one feed message; returns the new model (the snapshot) or the patched one, and what changed. */
-export function applyFeedMessage(model: AdminModel | null, msg: FeedMessage): { model: AdminModel | null; changes: Changes } {
+export function applyFeedMessage(
+  model: AdminModel | null,
+  msg: FeedMessage,
+): { model: AdminModel | null; changes: Changes } {
   if (msg.type === 'snapshot') {
     const world: WorldPoint[] = [];
     for (const c of msg.commits) pushWorld(world, c.at, c.worldSize);

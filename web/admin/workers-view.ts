@@ -20,7 +20,10 @@ const STATE_LABELS: Record<string, string> = {
 
 export function renderSummary(model: AdminModel): void {
   const { status, job } = model;
-  setText(byId('run'), `run ${model.runId} · ${job.model} (${formatInt(job.parameterCount)} parameters) on ${job.dataset}`);
+  setText(
+    byId('run'),
+    `run ${model.runId} · ${job.model} (${formatInt(job.parameterCount)} parameters) on ${job.dataset}`,
+  );
   const badge = byId('job-state');
   setText(badge, STATE_LABELS[status.state] ?? status.state);
   badge.dataset.state = status.state;
@@ -40,11 +43,16 @@ export function renderSummary(model: AdminModel): void {
   setBar('epoch-progress', epochFraction);
   setText(
     byId('epoch-progress-text'),
-    done ? 'all epochs done' : `epoch ${status.epoch + 1}: ${formatInt(status.processedInEpoch)} / ${formatInt(status.datasetSize)} samples (${formatPercent(epochFraction)})`,
+    done
+      ? 'all epochs done'
+      : `epoch ${status.epoch + 1}: ${formatInt(status.processedInEpoch)} / ${formatInt(status.datasetSize)} samples (${formatPercent(epochFraction)})`,
   );
   const jobFraction = status.totalSteps > 0 ? status.step / status.totalSteps : 0;
   setBar('job-progress', jobFraction);
-  setText(byId('job-progress-text'), `step ${formatInt(status.step)} of ${formatInt(status.totalSteps)} (${formatPercent(jobFraction)})`);
+  setText(
+    byId('job-progress-text'),
+    `step ${formatInt(status.step)} of ${formatInt(status.totalSteps)} (${formatPercent(jobFraction)})`,
+  );
   setText(
     byId('job-line'),
     `Global batch ${job.globalBatch} · ${job.stepsPerEpoch} steps per epoch · ${job.optimizer} · commit every ${job.commitEvery} step${job.commitEvery === 1 ? '' : 's'} · checkpoint every ${job.checkpointEvery}`,
@@ -123,7 +131,12 @@ export class WorkersTable {
     const list = byId('waiting-list');
     list.replaceChildren(
       ...status.waiting.map((w) =>
-        el('li', { 'data-worker-id': w.id }, el('span', { class: 'mono' }, w.id), ` · ${w.adapter || 'unknown adapter'} · heartbeat ${formatAge(w.lastHeartbeatAgeMs)}`),
+        el(
+          'li',
+          { 'data-worker-id': w.id },
+          el('span', { class: 'mono' }, w.id),
+          ` · ${w.adapter || 'unknown adapter'} · heartbeat ${formatAge(w.lastHeartbeatAgeMs)}`,
+        ),
       ),
     );
   }
@@ -131,7 +144,11 @@ export class WorkersTable {
   private createRow(id: string): WorkerRow {
     const shareFill = el('div', { class: 'share-fill' });
     const shareText = el('span', { class: 'share-text' });
-    const kick = el('button', { type: 'button', class: 'kick small', 'data-worker-id': id, title: `Remove ${id} from the job` }, 'Kick');
+    const kick = el(
+      'button',
+      { type: 'button', class: 'kick small', 'data-worker-id': id, title: `Remove ${id} from the job` },
+      'Kick',
+    );
     kick.addEventListener('click', () => this.onKickClick(id));
     const row: WorkerRow = {
       tr: el('tr', { 'data-worker-id': id }),
@@ -170,7 +187,12 @@ export class WorkersTable {
     setText(row.speed, worker.throughput === null ? '–' : formatNumber(worker.throughput * 1000));
     setText(row.heartbeat, formatAge(worker.lastHeartbeatAgeMs));
     // Late heartbeats: amber past 1.5 periods, red past 2.5 (the coordinator drops a worker at 3).
-    row.heartbeat.dataset.late = worker.lastHeartbeatAgeMs > 2.5 * heartbeatMs ? 'very' : worker.lastHeartbeatAgeMs > 1.5 * heartbeatMs ? 'yes' : 'no';
+    row.heartbeat.dataset.late =
+      worker.lastHeartbeatAgeMs > 2.5 * heartbeatMs
+        ? 'very'
+        : worker.lastHeartbeatAgeMs > 1.5 * heartbeatMs
+          ? 'yes'
+          : 'no';
     // Older coordinators' feeds lack the field: treat it like null.
     const rtt = worker.peerRttMs ?? null;
     setText(row.rtt, rtt === null ? '–' : `${formatNumber(rtt)} ms`);

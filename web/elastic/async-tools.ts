@@ -17,7 +17,10 @@ export function abortReason(signal: AbortSignal): Error {
  * `promise`, or a rejection when `signal` aborts or `timeoutMs` passes (whichever first). The
  * underlying work is not cancelled; callers that must not lose its effects keep them inside it.
  */
-export function bounded<T>(promise: Promise<T>, opts: { signal?: AbortSignal; timeoutMs?: number; what: string }): Promise<T> {
+export function bounded<T>(
+  promise: Promise<T>,
+  opts: { signal?: AbortSignal; timeoutMs?: number; what: string },
+): Promise<T> {
   const { signal, timeoutMs, what } = opts;
   if (signal?.aborted) {
     promise.catch(() => {});
@@ -32,7 +35,10 @@ export function bounded<T>(promise: Promise<T>, opts: { signal?: AbortSignal; ti
       settle();
     };
     if (timeoutMs !== undefined && Number.isFinite(timeoutMs)) {
-      timer = setTimeout(() => finish(() => reject(new TimeoutError(`${what} timed out after ${timeoutMs} ms`))), timeoutMs);
+      timer = setTimeout(
+        () => finish(() => reject(new TimeoutError(`${what} timed out after ${timeoutMs} ms`))),
+        timeoutMs,
+      );
     }
     signal?.addEventListener('abort', onAbort, { once: true });
     promise.then(

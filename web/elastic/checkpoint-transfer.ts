@@ -10,7 +10,11 @@ export interface HttpPort {
   readonly baseUrl: string;
   fetch(url: string, init?: RequestInit): Promise<Response>;
   /** PUT with upload progress (XMLHttpRequest in browsers); without it, `fetch` is used. */
-  put?(url: string, body: ArrayBuffer, opts: { timeoutMs: number; onProgress?: (loaded: number, total: number) => void }): Promise<void>;
+  put?(
+    url: string,
+    body: ArrayBuffer,
+    opts: { timeoutMs: number; onProgress?: (loaded: number, total: number) => void },
+  ): Promise<void>;
 }
 
 export async function sha256Hex(bytes: ArrayBuffer): Promise<string> {
@@ -19,9 +23,16 @@ export async function sha256Hex(bytes: ArrayBuffer): Promise<string> {
 }
 
 /** An AbortController fired by `signal` or after `timeoutMs`; `dispose` removes both. */
-function deadline(signal: AbortSignal | undefined, timeoutMs: number, what: string): { signal: AbortSignal; dispose(): void } {
+function deadline(
+  signal: AbortSignal | undefined,
+  timeoutMs: number,
+  what: string,
+): { signal: AbortSignal; dispose(): void } {
   const controller = new AbortController();
-  const timer = setTimeout(() => controller.abort(new TimeoutError(`${what} timed out after ${timeoutMs} ms`)), timeoutMs);
+  const timer = setTimeout(
+    () => controller.abort(new TimeoutError(`${what} timed out after ${timeoutMs} ms`)),
+    timeoutMs,
+  );
   const onAbort = () => controller.abort(signal!.reason);
   if (signal?.aborted) controller.abort(signal.reason);
   else signal?.addEventListener('abort', onAbort, { once: true });
@@ -50,7 +61,10 @@ export async function downloadCheckpoint(
   const limit = deadline(opts.signal, opts.timeoutMs, `checkpoint download ${url}`);
   try {
     const res = await http.fetch(target, { signal: limit.signal, cache: 'no-store' });
-    if (!res.ok) throw new Error(`checkpoint download ${url}: HTTP ${res.status} ${(await res.text().catch(() => '')).slice(0, 200)}`);
+    if (!res.ok)
+      throw new Error(
+        `checkpoint download ${url}: HTTP ${res.status} ${(await res.text().catch(() => '')).slice(0, 200)}`,
+      );
     const total = Number(res.headers.get('content-length') ?? 0);
     let bytes: ArrayBuffer;
     if (res.body && opts.onProgress) {
@@ -75,7 +89,8 @@ export async function downloadCheckpoint(
       bytes = await res.arrayBuffer();
     }
     const actual = await sha256Hex(bytes);
-    if (actual !== sha256) throw new Error(`checkpoint download ${url}: sha256 ${actual} differs from the announced ${sha256}`);
+    if (actual !== sha256)
+      throw new Error(`checkpoint download ${url}: sha256 ${actual} differs from the announced ${sha256}`);
     return bytes;
   } catch (err) {
     rethrowAbort(err, limit.signal);
@@ -98,8 +113,14 @@ export async function uploadCheckpoint(
   }
   const limit = deadline(undefined, opts.timeoutMs, `checkpoint upload ${url}`);
   try {
-    const res = await http.fetch(target, { method: 'PUT', body: bytes, headers: { 'content-type': 'application/octet-stream' }, signal: limit.signal });
-    if (!res.ok) throw new Error(`checkpoint upload: HTTP ${res.status} ${(await res.text().catch(() => '')).slice(0, 300)}`);
+    const res = await http.fetch(target, {
+      method: 'PUT',
+      body: bytes,
+      headers: { 'content-type': 'application/octet-stream' },
+      signal: limit.signal,
+    });
+    if (!res.ok)
+      throw new Error(`checkpoint upload: HTTP ${res.status} ${(await res.text().catch(() => '')).slice(0, 300)}`);
     opts.onProgress?.(bytes.byteLength, bytes.byteLength);
   } catch (err) {
     rethrowAbort(err, limit.signal);

@@ -29,11 +29,31 @@ import { broadcastReceive, broadcastSend } from '../net/broadcast';
 import type { Ring } from '../net/link';
 import { ringAllreduce } from '../net/ring-allreduce';
 import { abortReason, bounded, deferred, SerialQueue, type Deferred } from './async-tools';
-import { expectsCheckpoint, failureReport, helloHolding, NOTHING_HELD, planSync, sameTag, stepWork, syncRoute, type HeldStates, type StateTag, type SyncPlan } from './plan';
+import {
+  expectsCheckpoint,
+  failureReport,
+  helloHolding,
+  NOTHING_HELD,
+  planSync,
+  sameTag,
+  stepWork,
+  syncRoute,
+  type HeldStates,
+  type StateTag,
+  type SyncPlan,
+} from './plan';
 import type { ControlPort, MeshPort, TrainerPort } from './ports';
 import { downloadCheckpoint, uploadCheckpoint, type HttpPort } from './checkpoint-transfer';
 
-export type ElasticPhase = 'connecting' | 'waiting' | 'syncing' | 'training' | 'recovering' | 'done' | 'failed' | 'stopped';
+export type ElasticPhase =
+  | 'connecting'
+  | 'waiting'
+  | 'syncing'
+  | 'training'
+  | 'recovering'
+  | 'done'
+  | 'failed'
+  | 'stopped';
 
 export interface CheckpointTransferStatus {
   step: number;
@@ -312,7 +332,8 @@ export class ElasticLoop {
         return;
       case 'train':
         if (this.session?.round === msg.round) this.session.train.resolve();
-        else this.log('warn', `train for round ${msg.round}, but this tab is in round ${this.session?.round ?? 'none'}`);
+        else
+          this.log('warn', `train for round ${msg.round}, but this tab is in round ${this.session?.round ?? 'none'}`);
         return;
       case 'committed':
         this.creditCommitted(msg.step);
@@ -346,7 +367,8 @@ export class ElasticLoop {
   disconnected(): void {
     if (this.stopped) return;
     this.endSession('coordinator connection lost', { keepPending: true });
-    if (this.status.phase !== 'done' && this.status.phase !== 'failed') this.update({ phase: 'connecting', round: null, rank: null, worldSize: 0, share: null });
+    if (this.status.phase !== 'done' && this.status.phase !== 'failed')
+      this.update({ phase: 'connecting', round: null, rank: null, worldSize: 0, share: null });
   }
 
   /** Stop for good (the tab leaves). */
@@ -371,7 +393,16 @@ export class ElasticLoop {
     this.runId = runId;
     this.workerId = workerId;
     this.job = job;
-    this.update({ runId, workerId, totalSteps: job.totalSteps, epochs: job.epochs, datasetSize: job.datasetSize, globalBatch: job.globalBatch, phase: this.status.phase === 'done' ? 'done' : 'waiting', error: null });
+    this.update({
+      runId,
+      workerId,
+      totalSteps: job.totalSteps,
+      epochs: job.epochs,
+      datasetSize: job.datasetSize,
+      globalBatch: job.globalBatch,
+      phase: this.status.phase === 'done' ? 'done' : 'waiting',
+      error: null,
+    });
   }
 
   private startRound(msg: RoundMessage): void {
@@ -388,7 +419,15 @@ export class ElasticLoop {
     // The round starts after the last committed step: reported steps up to it were committed (perhaps in our absence), later ones will be redone.
     this.creditCommitted(msg.step - 1, true);
     this.pausedMs = 0;
-    this.update({ phase: 'syncing', waitReason: null, round: msg.round, rank: me.rank, share: me.share, worldSize: msg.world.length, error: null });
+    this.update({
+      phase: 'syncing',
+      waitReason: null,
+      round: msg.round,
+      rank: me.rank,
+      share: me.share,
+      worldSize: msg.world.length,
+      error: null,
+    });
     const before = previous ? previous.finished : Promise.resolve();
     session.finished = before.then(() => this.runSession(session));
   }
@@ -409,12 +448,21 @@ export class ElasticLoop {
       if (session.signal.aborted) return;
       await this.queue.idle();
       const ring = await bounded(
-        this.opts.mesh.connectRing(session.world, session.rank, { round: session.round, signal: session.signal, timeoutMs: this.timeouts.ringConnectMs }),
+        this.opts.mesh.connectRing(session.world, session.rank, {
+          round: session.round,
+          signal: session.signal,
+          timeoutMs: this.timeouts.ringConnectMs,
+        }),
         { signal: session.signal, timeoutMs: this.timeouts.ringConnectMs + 1000, what: 'connecting the ring' },
       );
       await this.syncState(session, ring, job);
-      if (!this.opts.control.send({ type: 'ready', round: session.round })) throw new Error('control socket closed before ready');
-      await bounded(session.train.promise, { signal: session.signal, timeoutMs: this.timeouts.coordinatorWaitMs, what: `train for round ${session.round}` });
+      if (!this.opts.control.send({ type: 'ready', round: session.round }))
+        throw new Error('control socket closed before ready');
+      await bounded(session.train.promise, {
+        signal: session.signal,
+        timeoutMs: this.timeouts.coordinatorWaitMs,
+        what: `train for round ${session.round}`,
+      });
       this.update({ phase: 'training' });
       await this.trainSteps(session, ring, job);
     } catch (err) {
@@ -430,7 +478,15 @@ export class ElasticLoop {
     if (failure !== null && !aborted) {
       const report = failureReport(failure, session.world, false);
       this.log('warn', `round ${session.round} failed here: ${report?.reason ?? String(failure)}`);
-      if (report && this.opts.control.send({ type: 'failure', round: session.round, reason: report.reason, ...(report.peer ? { peer: report.peer } : {}) })) {
+      if (
+        report &&
+        this.opts.control.send({
+          type: 'failure',
+          round: session.round,
+          reason: report.reason,
+          ...(report.peer ? { peer: report.peer } : {}),
+        })
+      ) {
         this.update({ failuresReported: this.status.failuresReported + 1 });
       }
     }
@@ -451,7 +507,13 @@ export class ElasticLoop {
         return;
       }
     }
-    if (this.session === null && this.status.phase !== 'done' && this.status.phase !== 'failed' && this.status.phase !== 'stopped' && this.status.phase !== 'connecting') {
+    if (
+      this.session === null &&
+      this.status.phase !== 'done' &&
+      this.status.phase !== 'failed' &&
+      this.status.phase !== 'stopped' &&
+      this.status.phase !== 'connecting'
+    ) {
       this.update({ phase: 'recovering' });
     }
   }
@@ -483,7 +545,10 @@ export class ElasticLoop {
     const plan = planSync(msg, session.rank, this.held);
     const wanted: StateTag = { step: msg.step - 1, hash: msg.committedHash };
     const sync = { signal: session.signal, timeoutMs: this.timeouts.syncMs };
-    this.log('info', `round ${msg.round}: rank ${session.rank}/${msg.world.length}, step ${msg.step}, state ${plan.kind}`);
+    this.log(
+      'info',
+      `round ${msg.round}: rank ${session.rank}/${msg.world.length}, step ${msg.step}, state ${plan.kind}`,
+    );
     switch (plan.kind) {
       case 'fresh':
         if (!sameTag(this.held.live, { step: 0, hash: null })) await this.buildFresh(job);
@@ -499,10 +564,29 @@ export class ElasticLoop {
         }
         break;
       case 'checkpoint': {
-        this.update({ checkpoint: { step: plan.step, direction: 'download', loadedBytes: 0, totalBytes: 0, done: false, error: null } });
+        this.update({
+          checkpoint: {
+            step: plan.step,
+            direction: 'download',
+            loadedBytes: 0,
+            totalBytes: 0,
+            done: false,
+            error: null,
+          },
+        });
         const bytes = await downloadCheckpoint(this.opts.http, plan.url, plan.sha256, {
           ...sync,
-          onProgress: (loaded, total) => this.update({ checkpoint: { step: plan.step, direction: 'download', loadedBytes: loaded, totalBytes: total, done: false, error: null } }),
+          onProgress: (loaded, total) =>
+            this.update({
+              checkpoint: {
+                step: plan.step,
+                direction: 'download',
+                loadedBytes: loaded,
+                totalBytes: total,
+                done: false,
+                error: null,
+              },
+            }),
         });
         await this.restoreSnapshot(bytes, wanted);
         this.update({ checkpoint: { ...this.status.checkpoint!, done: true } });
@@ -516,7 +600,12 @@ export class ElasticLoop {
     if (plan.kind === 'send' || plan.kind === 'receive') {
       const root = plan.kind === 'send' ? session.rank : plan.root;
       const route = syncRoute(session.rank, ring.size, root);
-      const opts = { id: { round: session.round, step: SYNC_ID_STEP, seq: 0 }, hash: hashBytes, signal: session.signal, timeoutMs: this.timeouts.syncMs };
+      const opts = {
+        id: { round: session.round, step: SYNC_ID_STEP, seq: 0 },
+        hash: hashBytes,
+        signal: session.signal,
+        timeoutMs: this.timeouts.syncMs,
+      };
       if (route.receiveFromLeft) {
         const bytes = await broadcastReceive(ring.left!, opts);
         const forward = route.sendToRight ? broadcastSend([ring.right!], bytes, opts) : Promise.resolve();
@@ -536,9 +625,16 @@ export class ElasticLoop {
       });
     }
     if (!sameTag(this.held.live, wanted) && !(wanted.step === 0 && this.held.live?.step === 0)) {
-      throw new Error(`after sync the tab holds step ${this.held.live?.step} (${this.held.live?.hash}), the round starts from step ${wanted.step} (${wanted.hash})`);
+      throw new Error(
+        `after sync the tab holds step ${this.held.live?.step} (${this.held.live?.hash}), the round starts from step ${wanted.step} (${wanted.hash})`,
+      );
     }
-    this.update({ lastSync: plan.kind, syncs: this.status.syncs + 1, localStep: wanted.step, committedStep: wanted.step });
+    this.update({
+      lastSync: plan.kind,
+      syncs: this.status.syncs + 1,
+      localStep: wanted.step,
+      committedStep: wanted.step,
+    });
   }
 
   /** Load a snapshot and check it is the committed state the round starts from. */
@@ -546,8 +642,12 @@ export class ElasticLoop {
     await this.queue.run('restore', async () => {
       const info = await this.opts.trainer.restore(bytes);
       // Whatever happens next, the live state is now the snapshot's.
-      this.held = { ...this.held, live: { step: info.step, hash: info.step === 0 && wanted.hash === null ? null : info.paramsHash } };
-      if (info.step !== wanted.step) throw new Error(`received the state of step ${info.step}, the round starts from step ${wanted.step}`);
+      this.held = {
+        ...this.held,
+        live: { step: info.step, hash: info.step === 0 && wanted.hash === null ? null : info.paramsHash },
+      };
+      if (info.step !== wanted.step)
+        throw new Error(`received the state of step ${info.step}, the round starts from step ${wanted.step}`);
       if (wanted.hash !== null && info.paramsHash !== wanted.hash) {
         throw new Error(`received parameters with hash ${info.paramsHash}, the committed hash is ${wanted.hash}`);
       }
@@ -572,7 +672,9 @@ export class ElasticLoop {
       const sums = new Float32Array(gradient.gradients);
       await ringAllreduce(ring, sums, {
         id: { round: session.round, step, seq: 0 },
-        timeoutMs: Math.max(this.timeouts.collectiveMs, 10 * this.lastComputeMs) + evaluationAllowanceMs(step, job, computeMs, gradient.samples),
+        timeoutMs:
+          Math.max(this.timeouts.collectiveMs, 10 * this.lastComputeMs) +
+          evaluationAllowanceMs(step, job, computeMs, gradient.samples),
         signal,
       });
       if (signal.aborted) throw abortReason(signal);
@@ -585,13 +687,15 @@ export class ElasticLoop {
         return h;
       });
       const sliceLoss = gradient.samples > 0 ? gradient.lossSum / gradient.samples : null;
-      const losses = sliceLoss === null ? this.status.losses : [...this.status.losses.slice(-1999), { step, loss: sliceLoss }];
+      const losses =
+        sliceLoss === null ? this.status.losses : [...this.status.losses.slice(-1999), { step, loss: sliceLoss }];
       this.update({
         localStep: step,
         stepsComputed: this.status.stepsComputed + 1,
         loss: sliceLoss ?? this.status.loss,
         losses,
-        samplesPerSec: gradient.samples > 0 && computeMs > 0 ? (gradient.samples / computeMs) * 1000 : this.status.samplesPerSec,
+        samplesPerSec:
+          gradient.samples > 0 && computeMs > 0 ? (gradient.samples / computeMs) * 1000 : this.status.samplesPerSec,
         samplesComputed: this.status.samplesComputed + gradient.samples,
       });
       if (signal.aborted) throw abortReason(signal);
@@ -611,7 +715,11 @@ export class ElasticLoop {
       this.lastReported = { step, hash };
       if (gradient.samples > 0) this.uncommittedSamples.set(step, gradient.samples);
       if (work.commitPoint) {
-        await bounded(session.committed(step).promise, { signal, timeoutMs: this.timeouts.coordinatorWaitMs, what: `commit of step ${step}` });
+        await bounded(session.committed(step).promise, {
+          signal,
+          timeoutMs: this.timeouts.coordinatorWaitMs,
+          what: `commit of step ${step}`,
+        });
         await this.queue.run('saveBackup', async () => {
           await this.opts.trainer.saveBackup();
           this.held = { ...this.held, backup: { step, hash } };
@@ -660,9 +768,13 @@ export class ElasticLoop {
         if (!(r.count >= 1)) return;
         const correct = Math.min(r.count, Math.max(0, Math.round(r.accuracy * r.count)));
         const lossSum = r.lossAvg * r.count;
-        if (!Number.isFinite(lossSum) || lossSum < 0) throw new Error(`test loss ${r.lossAvg} is not a finite non-negative number`);
+        if (!Number.isFinite(lossSum) || lossSum < 0)
+          throw new Error(`test loss ${r.lossAvg} is not a finite non-negative number`);
         this.opts.control.send({ type: 'evaluation', round, step, epoch, testSamples: r.count, correct, lossSum });
-        this.log('info', `step ${step}: test accuracy ${((correct / r.count) * 100).toFixed(2)} % on ${r.count} images`);
+        this.log(
+          'info',
+          `step ${step}: test accuracy ${((correct / r.count) * 100).toFixed(2)} % on ${r.count} images`,
+        );
       })
       .catch((err) => this.log('warn', `evaluation of step ${step} failed: ${(err as Error).message}`));
   }
@@ -684,9 +796,15 @@ export class ElasticLoop {
     return this.queue.run('checkpoint snapshot', async () => {
       const { live, backup } = this.held;
       if (live?.step === step) return this.opts.trainer.snapshot(position);
-      if (backup?.step !== step) throw new Error(`asked for a checkpoint of step ${step}, this tab holds ${live?.step ?? 'nothing'} / backup ${backup?.step ?? 'nothing'}`);
+      if (backup?.step !== step)
+        throw new Error(
+          `asked for a checkpoint of step ${step}, this tab holds ${live?.step ?? 'nothing'} / backup ${backup?.step ?? 'nothing'}`,
+        );
       // The live state ran ahead: park it, snapshot the backup, and put the live state back.
-      const parked = await this.opts.trainer.snapshot({ step: live!.step, ...positionAfter(Math.max(1, live!.step), job) });
+      const parked = await this.opts.trainer.snapshot({
+        step: live!.step,
+        ...positionAfter(Math.max(1, live!.step), job),
+      });
       await this.opts.trainer.restoreBackup();
       const bytes = await this.opts.trainer.snapshot(position);
       await this.opts.trainer.restore(parked);
@@ -696,7 +814,18 @@ export class ElasticLoop {
 
   private async checkpointRequested(step: number, url: string): Promise<void> {
     const status = (patch: Partial<CheckpointTransferStatus>) =>
-      this.update({ checkpoint: { step, direction: 'upload', loadedBytes: 0, totalBytes: 0, done: false, error: null, ...this.status.checkpoint, ...patch } });
+      this.update({
+        checkpoint: {
+          step,
+          direction: 'upload',
+          loadedBytes: 0,
+          totalBytes: 0,
+          done: false,
+          error: null,
+          ...this.status.checkpoint,
+          ...patch,
+        },
+      });
     status({ step, loadedBytes: 0, totalBytes: 0, done: false, error: null });
     try {
       const bytes = await this.committedSnapshot(step);
@@ -743,7 +872,11 @@ export class ElasticLoop {
 
   private update(patch: Partial<ElasticStatus>): void {
     Object.assign(this.status, patch);
-    this.opts.onStatus?.({ ...this.status, losses: this.status.losses, checkpoint: this.status.checkpoint && { ...this.status.checkpoint } });
+    this.opts.onStatus?.({
+      ...this.status,
+      losses: this.status.losses,
+      checkpoint: this.status.checkpoint && { ...this.status.checkpoint },
+    });
   }
 
   private log(level: 'info' | 'warn' | 'error', text: string): void {

@@ -30,7 +30,10 @@ export class PeerMeshPort implements MeshPort {
   }
 
   /** Register a fresh random id with the signaling server at the page's origin (or `opts`). */
-  static async open(opts: Partial<PeerMeshOptions> = {}, log: (level: 'info' | 'warn', text: string) => void = () => {}): Promise<PeerMeshPort> {
+  static async open(
+    opts: Partial<PeerMeshOptions> = {},
+    log: (level: 'info' | 'warn', text: string) => void = () => {},
+  ): Promise<PeerMeshPort> {
     const full: PeerMeshOptions = {
       id: opts.id ?? `tab-${crypto.randomUUID().replace(/-/g, '').slice(0, 20)}`,
       host: opts.host ?? location.hostname,
@@ -45,12 +48,25 @@ export class PeerMeshPort implements MeshPort {
     return this.opts.id;
   }
 
-  async connectRing(world: readonly WorldEntry[], _rank: number, opts: { round: number; signal: AbortSignal; timeoutMs: number }): Promise<Ring> {
-    const mesh = this.mesh ?? (await bounded(this.reopen(), { signal: opts.signal, timeoutMs: opts.timeoutMs, what: 'reconnecting to the signaling server' }));
+  async connectRing(
+    world: readonly WorldEntry[],
+    _rank: number,
+    opts: { round: number; signal: AbortSignal; timeoutMs: number },
+  ): Promise<Ring> {
+    const mesh =
+      this.mesh ??
+      (await bounded(this.reopen(), {
+        signal: opts.signal,
+        timeoutMs: opts.timeoutMs,
+        what: 'reconnecting to the signaling server',
+      }));
     const members = world.map((w) => w.peerId);
     // Links to tabs that left the round are of no further use; links to members are reused.
     mesh.retain(members);
-    return bounded(mesh.ring(members, { timeoutMs: opts.timeoutMs }), { signal: opts.signal, what: `ring of round ${opts.round}` });
+    return bounded(mesh.ring(members, { timeoutMs: opts.timeoutMs }), {
+      signal: opts.signal,
+      what: `ring of round ${opts.round}`,
+    });
   }
 
   /**

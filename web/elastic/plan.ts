@@ -100,7 +100,11 @@ export function holding(held: HeldStates, wanted: StateTag): 'live' | 'backup' |
   return null;
 }
 
-export function planSync(round: Pick<RoundMessage, 'step' | 'committedHash' | 'stateFrom'>, rank: number, held: HeldStates): SyncPlan {
+export function planSync(
+  round: Pick<RoundMessage, 'step' | 'committedHash' | 'stateFrom'>,
+  rank: number,
+  held: HeldStates,
+): SyncPlan {
   const wanted: StateTag = { step: round.step - 1, hash: round.committedHash };
   const have = wanted.hash === null && wanted.step > 0 ? null : holding(held, wanted);
   const from = round.stateFrom;
@@ -109,12 +113,17 @@ export function planSync(round: Pick<RoundMessage, 'step' | 'committedHash' | 's
       return { kind: 'fresh' };
     case 'checkpoint':
       // The record was rolled back to the checkpoint; a tab that still holds that very state skips the download.
-      return have ? { kind: 'local', use: have } : { kind: 'checkpoint', url: from.url, sha256: from.sha256, step: from.step };
+      return have
+        ? { kind: 'local', use: have }
+        : { kind: 'checkpoint', url: from.url, sha256: from.sha256, step: from.step };
     case 'peer':
       if (from.rank === rank) {
         return have
           ? { kind: 'send', use: have }
-          : { kind: 'impossible', reason: `named state source for step ${wanted.step} (${wanted.hash}) but holds ${describe(held)}` };
+          : {
+              kind: 'impossible',
+              reason: `named state source for step ${wanted.step} (${wanted.hash}) but holds ${describe(held)}`,
+            };
       }
       return { kind: 'receive', root: from.rank };
   }
@@ -130,7 +139,11 @@ function describe(held: HeldStates): string {
  * its left neighbour, and every rank whose right neighbour is not the root forwards it. Only ring
  * links are needed (no extra connections for a sync), and each link carries the state once.
  */
-export function syncRoute(rank: number, size: number, root: number): { receiveFromLeft: boolean; sendToRight: boolean } {
+export function syncRoute(
+  rank: number,
+  size: number,
+  root: number,
+): { receiveFromLeft: boolean; sendToRight: boolean } {
   if (size <= 1) return { receiveFromLeft: false, sendToRight: false };
   return { receiveFromLeft: rank !== root, sendToRight: (rank + 1) % size !== root };
 }
@@ -142,14 +155,20 @@ export function syncRoute(rank: number, size: number, root: number): { receiveFr
  * as `pending`, a newer live state the tab reported but never saw committed (the coordinator may have
  * committed it just before it went away).
  */
-export function helloHolding(held: HeldStates, lastReported: StateTag | null): {
+export function helloHolding(
+  held: HeldStates,
+  lastReported: StateTag | null,
+): {
   haveStep: number | null;
   haveHash: string | null;
   pending: { step: number; hash: string } | null;
 } {
   const committed = held.backup ?? (held.live && held.live.step === 0 ? held.live : null);
   const pending =
-    lastReported && lastReported.hash && sameTag(held.live, lastReported) && (!committed || lastReported.step > committed.step)
+    lastReported &&
+    lastReported.hash &&
+    sameTag(held.live, lastReported) &&
+    (!committed || lastReported.step > committed.step)
       ? { step: lastReported.step, hash: lastReported.hash }
       : null;
   return { haveStep: committed ? committed.step : null, haveHash: committed?.hash ?? null, pending };
@@ -162,7 +181,11 @@ export function helloHolding(held: HeldStates, lastReported: StateTag | null): {
  * report (the round was aborted from outside: closed by the coordinator, or the socket dropped).
  * `peer` is the worker id of the peer the collective failed with, when the error names a known one.
  */
-export function failureReport(err: unknown, world: readonly WorldEntry[], aborted: boolean): { reason: string; peer?: string } | null {
+export function failureReport(
+  err: unknown,
+  world: readonly WorldEntry[],
+  aborted: boolean,
+): { reason: string; peer?: string } | null {
   if (aborted || isCollectiveError(err, 'aborted')) return null;
   const message = err instanceof Error ? err.message : String(err);
   const reason = (isCollectiveError(err) ? `${err.kind}: ${message}` : message).slice(0, 256);

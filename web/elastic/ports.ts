@@ -36,7 +36,11 @@ export interface MeshPort {
    * Open (or reuse) the data channels to this rank's ring neighbours in `world` and resolve with the
    * ring; reject on timeout or when `signal` aborts. Links to peers no longer needed may be closed.
    */
-  connectRing(world: readonly WorldEntry[], rank: number, opts: { round: number; signal: AbortSignal; timeoutMs: number }): Promise<Ring>;
+  connectRing(
+    world: readonly WorldEntry[],
+    rank: number,
+    opts: { round: number; signal: AbortSignal; timeoutMs: number },
+  ): Promise<Ring>;
 }
 
 /** The control channel: send a message in the current session with the coordinator (false: not sent). */

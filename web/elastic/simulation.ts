@@ -11,7 +11,15 @@
  */
 import { hashParams } from '../../coordinator/core/hash';
 import type { JobSpec } from '../../coordinator/core/job';
-import { handle, initialState, restoreState, type CommitRecord, type CoordinatorState, type DurableState, type Event } from '../../coordinator/core/machine';
+import {
+  handle,
+  initialState,
+  restoreState,
+  type CommitRecord,
+  type CoordinatorState,
+  type DurableState,
+  type Event,
+} from '../../coordinator/core/machine';
 import { parameterLayout, type ModelSpec } from '../../coordinator/core/model-spec';
 import { parseClientMessage, type WorldEntry } from '../../coordinator/core/protocol';
 import { decodeSnapshot, encodeSnapshot } from '../../coordinator/core/snapshot';
@@ -120,14 +128,21 @@ export class CpuTrainer implements TrainerPort {
   async snapshot(position: { step: number; epoch: number; cursor: number }): Promise<ArrayBuffer> {
     this.calls.push('snapshot');
     await this.pause();
-    return encodeSnapshot({ spec: this.spec!, ...position, optimizer: { kind: 'sgd', t: this.t }, params: this.params.slice(), moments: [this.velocity.slice()] });
+    return encodeSnapshot({
+      spec: this.spec!,
+      ...position,
+      optimizer: { kind: 'sgd', t: this.t },
+      params: this.params.slice(),
+      moments: [this.velocity.slice()],
+    });
   }
 
   async restore(bytes: ArrayBuffer): Promise<{ step: number; epoch: number; cursor: number; paramsHash: string }> {
     this.calls.push('restore');
     await this.pause();
     const snap = decodeSnapshot(bytes);
-    if (snap.spec.name !== this.spec?.name) throw new Error(`restore: snapshot of ${snap.spec.name}, model ${this.spec?.name}`);
+    if (snap.spec.name !== this.spec?.name)
+      throw new Error(`restore: snapshot of ${snap.spec.name}, model ${this.spec?.name}`);
     this.params = snap.params.slice();
     this.velocity = snap.moments[0].slice();
     this.t = snap.optimizer.t;
@@ -159,7 +174,12 @@ export class MemoryNetwork {
     if (!pair || ![...pair.ends.values()].every((l) => l.isOpen)) {
       const [a, b] = memoryLinkPair(from, to);
       // memoryLinkPair(a, b) returns [a's link to b, b's link to a]; a link is named by its remote peer.
-      pair = { ends: new Map([[from, a], [to, b]]) };
+      pair = {
+        ends: new Map([
+          [from, a],
+          [to, b],
+        ]),
+      };
       this.pairs.set(key, pair);
     }
     return pair.ends.get(from)!;
@@ -294,7 +314,8 @@ export class SimCoordinator {
         for (const action of t.actions) {
           switch (action.kind) {
             case 'send':
-              if (!this.dropped.has(action.msg.type)) this.sockets.get(action.conn)?.deliver(JSON.stringify(action.msg));
+              if (!this.dropped.has(action.msg.type))
+                this.sockets.get(action.conn)?.deliver(JSON.stringify(action.msg));
               break;
             case 'close': {
               const socket = this.sockets.get(action.conn);
@@ -344,7 +365,11 @@ export class SimCoordinator {
   receive(conn: string, text: string): void {
     if (!this.alive || !this.sockets.has(conn)) return;
     const parsed = parseClientMessage(text);
-    this.dispatch(parsed.ok ? { kind: 'message', conn, msg: parsed.msg } : { kind: 'invalid', conn, code: parsed.code, message: parsed.message });
+    this.dispatch(
+      parsed.ok
+        ? { kind: 'message', conn, msg: parsed.msg }
+        : { kind: 'invalid', conn, code: parsed.code, message: parsed.message },
+    );
   }
 
   socketGone(conn: string): void {
@@ -400,7 +425,10 @@ export class SimCoordinator {
       }
       const stored = this.checkpoints.get(step);
       if (!stored) return new Response('no checkpoint', { status: 404 });
-      return new Response(stored.bytes.slice(0), { status: 200, headers: { 'content-length': String(stored.bytes.byteLength) } });
+      return new Response(stored.bytes.slice(0), {
+        status: 200,
+        headers: { 'content-length': String(stored.bytes.byteLength) },
+      });
     },
   };
 }
@@ -434,7 +462,11 @@ export class SimTab {
     });
     client = new CoordinatorClient({
       url: 'ws://sim.invalid/ws',
-      hello: () => ({ peerId, adapter: { vendor: 'sim', architecture: 'cpu', description: name }, ...this.loop.holding() }),
+      hello: () => ({
+        peerId,
+        adapter: { vendor: 'sim', architecture: 'cpu', description: name },
+        ...this.loop.holding(),
+      }),
       onMessage: (msg) => this.loop.handle(msg),
       onDisconnect: () => this.loop.disconnected(),
       createSocket: () => coordinator.createSocket(),
@@ -472,11 +504,16 @@ export class SimTab {
 }
 
 /** Resolve when `check()` holds, polling every few ms; reject after `timeoutMs` with `describe()`. */
-export async function until(check: () => boolean, what: string, timeoutMs = 10_000, describe: () => string = () => ''): Promise<void> {
+export async function until(
+  check: () => boolean,
+  what: string,
+  timeoutMs = 10_000,
+  describe: () => string = () => '',
+): Promise<void> {
   const deadline = Date.now() + timeoutMs;
   while (!check()) {
-    if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}${describe() ? `: ${describe()}` : ''}`);
+    if (Date.now() > deadline)
+      throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}${describe() ? `: ${describe()}` : ''}`);
     await new Promise((r) => setTimeout(r, 2));
   }
 }
-

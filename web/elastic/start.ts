@@ -59,7 +59,10 @@ export interface ElasticHandle {
   heartbeat(): boolean;
 }
 
-export async function startElastic(opts: StartElasticOptions, callbacks: ElasticCallbacks = {}): Promise<ElasticHandle> {
+export async function startElastic(
+  opts: StartElasticOptions,
+  callbacks: ElasticCallbacks = {},
+): Promise<ElasticHandle> {
   const origin = new URL(opts.origin ?? location.origin);
   const log = callbacks.log ?? defaultLog;
   let current: ElasticStatus = initialElasticStatus();

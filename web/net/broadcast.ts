@@ -50,15 +50,24 @@ function header(kind: FrameKind, opts: CollectiveOptions, chunkIndex: number, ch
  * Root side: send `buffer` to every receiver; resolves when all acknowledged a verified copy. The
  * caller must not modify `buffer` until then (chunks are read from it as the links drain).
  */
-export async function broadcastSend(receivers: readonly Link[], buffer: ArrayBuffer, opts: BroadcastOptions): Promise<void> {
+export async function broadcastSend(
+  receivers: readonly Link[],
+  buffer: ArrayBuffer,
+  opts: BroadcastOptions,
+): Promise<void> {
   assertValidCollectiveId(opts.id);
   const chunkBytes = opts.chunkBytes ?? DEFAULT_BROADCAST_CHUNK_BYTES;
-  if (!Number.isInteger(chunkBytes) || chunkBytes < 1) throw new RangeError(`broadcast: chunkBytes must be a positive integer, got ${chunkBytes}`);
+  if (!Number.isInteger(chunkBytes) || chunkBytes < 1)
+    throw new RangeError(`broadcast: chunkBytes must be a positive integer, got ${chunkBytes}`);
   if (new Set(receivers).size !== receivers.length) throw new RangeError('broadcast: the same link is listed twice');
   if (receivers.length === 0) return;
   const session = new CollectiveSession('broadcast', opts);
   const hash = await Promise.resolve(opts.hash(new Uint8Array(buffer))).catch((err: unknown) => {
-    session.fail(new CollectiveError('protocol', `${session.label}: hashing the state failed: ${(err as Error)?.message ?? err}`, { cause: err }));
+    session.fail(
+      new CollectiveError('protocol', `${session.label}: hashing the state failed: ${(err as Error)?.message ?? err}`, {
+        cause: err,
+      }),
+    );
     return null;
   });
   if (hash === null) return session.done;
@@ -73,12 +82,17 @@ export async function broadcastSend(receivers: readonly Link[], buffer: ArrayBuf
   for (const link of receivers) {
     const sender = session.sender(link);
     session.listen(link, (frame) => {
-      if (frame.kind !== FrameKind.BroadcastAck) throw new FrameError(`unexpected frame kind ${frame.kind} from a broadcast receiver`);
+      if (frame.kind !== FrameKind.BroadcastAck)
+        throw new FrameError(`unexpected frame kind ${frame.kind} from a broadcast receiver`);
       const payload = payloadBytes(frame);
       if (payload.length < 1) throw new FrameError('empty broadcast ack');
       const theirs = decodeUtf8(payload.subarray(1));
       if (payload[0] !== 1) {
-        throw new CollectiveError('hash_mismatch', `${session.label}: ${link.peer} received bytes hashing to ${theirs}, sent ${hash}`, { peer: link.peer });
+        throw new CollectiveError(
+          'hash_mismatch',
+          `${session.label}: ${link.peer} received bytes hashing to ${theirs}, sent ${hash}`,
+          { peer: link.peer },
+        );
       }
       waitingForAck.delete(link);
       if (waitingForAck.size === 0) session.succeed();
@@ -116,20 +130,45 @@ export async function broadcastReceive(root: Link, opts: BroadcastOptions): Prom
         (ours) => {
           if (session.isSettled) return;
           const ok = ours === rootHash && (opts.expectedHash === undefined || ours === opts.expectedHash);
-          const ack = encodeFrame(header(FrameKind.BroadcastAck, opts, 0, 1), new Uint8Array([ok ? 1 : 0, ...encodeUtf8(ours)]));
+          const ack = encodeFrame(
+            header(FrameKind.BroadcastAck, opts, 0, 1),
+            new Uint8Array([ok ? 1 : 0, ...encodeUtf8(ours)]),
+          );
           try {
             root.send(ack);
           } catch (err) {
-            session.fail(new CollectiveError('peer_closed', `${session.label}: acknowledging to ${root.peer} failed: ${(err as Error).message}`, { peer: root.peer }));
+            session.fail(
+              new CollectiveError(
+                'peer_closed',
+                `${session.label}: acknowledging to ${root.peer} failed: ${(err as Error).message}`,
+                { peer: root.peer },
+              ),
+            );
             return;
           }
           if (ok) session.succeed();
           else {
-            const expected = opts.expectedHash !== undefined && opts.expectedHash !== rootHash ? ` (expected ${opts.expectedHash})` : '';
-            session.fail(new CollectiveError('hash_mismatch', `${session.label}: bytes from ${root.peer} hash to ${ours}, root says ${rootHash}${expected}`, { peer: root.peer, collective: session.label }));
+            const expected =
+              opts.expectedHash !== undefined && opts.expectedHash !== rootHash
+                ? ` (expected ${opts.expectedHash})`
+                : '';
+            session.fail(
+              new CollectiveError(
+                'hash_mismatch',
+                `${session.label}: bytes from ${root.peer} hash to ${ours}, root says ${rootHash}${expected}`,
+                { peer: root.peer, collective: session.label },
+              ),
+            );
           }
         },
-        (err: unknown) => session.fail(new CollectiveError('protocol', `${session.label}: hashing the received state failed: ${(err as Error)?.message ?? err}`, { cause: err, collective: session.label })),
+        (err: unknown) =>
+          session.fail(
+            new CollectiveError(
+              'protocol',
+              `${session.label}: hashing the received state failed: ${(err as Error)?.message ?? err}`,
+              { cause: err, collective: session.label },
+            ),
+          ),
       );
   };
 
@@ -141,7 +180,12 @@ export async function broadcastReceive(root: Link, opts: BroadcastOptions): Prom
       if (payload.length < 8) throw new FrameError('broadcast Begin frame too short');
       const total = new DataView(frame.buffer, FRAME_HEADER_BYTES, 8).getFloat64(0, true);
       if (!Number.isInteger(total) || total < 0) throw new FrameError(`broadcast announces ${total} bytes`);
-      if (total > maxBytes) throw new CollectiveError('protocol', `${session.label}: ${root.peer} announces ${total} bytes, more than the limit ${maxBytes}`, { peer: root.peer });
+      if (total > maxBytes)
+        throw new CollectiveError(
+          'protocol',
+          `${session.label}: ${root.peer} announces ${total} bytes, more than the limit ${maxBytes}`,
+          { peer: root.peer },
+        );
       rootHash = decodeUtf8(payload.subarray(8));
       bytes = new Uint8Array(total);
       count = total === 0 ? 0 : frame.chunkCount;
@@ -149,12 +193,14 @@ export async function broadcastReceive(root: Link, opts: BroadcastOptions): Prom
       if (count === 0) verify(bytes);
       return;
     }
-    if (frame.kind !== FrameKind.BroadcastChunk) throw new FrameError(`unexpected frame kind ${frame.kind} during a broadcast`);
+    if (frame.kind !== FrameKind.BroadcastChunk)
+      throw new FrameError(`unexpected frame kind ${frame.kind} during a broadcast`);
     if (!bytes) throw new FrameError('broadcast chunk before its Begin frame');
     if (frame.chunkIndex !== nextChunk || frame.chunkCount !== count) {
       throw new FrameError(`broadcast chunk ${frame.chunkIndex}/${frame.chunkCount}, expected ${nextChunk}/${count}`);
     }
-    if (received + frame.payloadLength > bytes.length) throw new FrameError(`broadcast chunks exceed the announced ${bytes.length} bytes`);
+    if (received + frame.payloadLength > bytes.length)
+      throw new FrameError(`broadcast chunks exceed the announced ${bytes.length} bytes`);
     bytes.set(payloadBytes(frame), received);
     received += frame.payloadLength;
     nextChunk++;
@@ -172,12 +218,18 @@ export async function broadcastReceive(root: Link, opts: BroadcastOptions): Prom
  * Either side of a broadcast: the root passes its receivers' links and the buffer; a receiver passes
  * `[linkToRoot]` and `null`. Resolves with the state (the root's own buffer on the root).
  */
-export async function broadcast(links: readonly Link[], isRoot: boolean, buffer: ArrayBuffer | null, opts: BroadcastOptions): Promise<ArrayBuffer> {
+export async function broadcast(
+  links: readonly Link[],
+  isRoot: boolean,
+  buffer: ArrayBuffer | null,
+  opts: BroadcastOptions,
+): Promise<ArrayBuffer> {
   if (isRoot) {
     if (!buffer) throw new RangeError('broadcast: the root needs a buffer to send');
     await broadcastSend(links, buffer, opts);
     return buffer;
   }
-  if (links.length !== 1) throw new RangeError(`broadcast: a receiver needs exactly one link (to the root), got ${links.length}`);
+  if (links.length !== 1)
+    throw new RangeError(`broadcast: a receiver needs exactly one link (to the root), got ${links.length}`);
   return broadcastReceive(links[0], opts);
 }

@@ -16,7 +16,13 @@
  */
 export type CollectiveErrorKind = 'peer_closed' | 'timeout' | 'protocol' | 'hash_mismatch' | 'aborted';
 
-export const COLLECTIVE_ERROR_KINDS: readonly CollectiveErrorKind[] = ['peer_closed', 'timeout', 'protocol', 'hash_mismatch', 'aborted'];
+export const COLLECTIVE_ERROR_KINDS: readonly CollectiveErrorKind[] = [
+  'peer_closed',
+  'timeout',
+  'protocol',
+  'hash_mismatch',
+  'aborted',
+];
 
 export class CollectiveError extends Error {
   override readonly name = 'CollectiveError';
@@ -27,7 +33,11 @@ export class CollectiveError extends Error {
   /** Which collective failed, e.g. `allreduce 3.17.0`. */
   readonly collective: string | null;
 
-  constructor(kind: CollectiveErrorKind, message: string, opts: { peer?: string | null; collective?: string | null; cause?: unknown } = {}) {
+  constructor(
+    kind: CollectiveErrorKind,
+    message: string,
+    opts: { peer?: string | null; collective?: string | null; cause?: unknown } = {},
+  ) {
     super(message, opts.cause === undefined ? undefined : { cause: opts.cause });
     this.kind = kind;
     this.peer = opts.peer ?? null;

@@ -8,7 +8,18 @@
  * their deadline.
  */
 import { CollectiveError, COLLECTIVE_ERROR_KINDS, type CollectiveErrorKind } from './collective-error';
-import { collectiveKey, decodeUtf8, encodeFrame, encodeUtf8, FrameError, FrameKind, PayloadEncoding, payloadBytes, type CollectiveId, type Frame } from './framing';
+import {
+  collectiveKey,
+  decodeUtf8,
+  encodeFrame,
+  encodeUtf8,
+  FrameError,
+  FrameKind,
+  PayloadEncoding,
+  payloadBytes,
+  type CollectiveId,
+  type Frame,
+} from './framing';
 import { routerFor, type Route } from './frame-router';
 import type { Link } from './link';
 import { DEFAULT_HIGH_WATER_BYTES, PacedSender } from './paced-sender';
@@ -48,15 +59,28 @@ export class CollectiveSession {
       this.resolve = resolve;
       this.reject = reject;
     });
-    if (!(opts.timeoutMs > 0) || !Number.isFinite(opts.timeoutMs)) throw new RangeError(`${this.label}: timeoutMs must be a positive number, got ${opts.timeoutMs}`);
+    if (!(opts.timeoutMs > 0) || !Number.isFinite(opts.timeoutMs))
+      throw new RangeError(`${this.label}: timeoutMs must be a positive number, got ${opts.timeoutMs}`);
     const timer = setTimeout(() => {
       const peer = this.timeoutPeer();
-      this.fail(new CollectiveError('timeout', `${this.label} timed out after ${opts.timeoutMs} ms${peer ? ` waiting on ${peer}` : ''}`, { peer, collective: this.label }));
+      this.fail(
+        new CollectiveError(
+          'timeout',
+          `${this.label} timed out after ${opts.timeoutMs} ms${peer ? ` waiting on ${peer}` : ''}`,
+          { peer, collective: this.label },
+        ),
+      );
     }, opts.timeoutMs);
     this.cleanups.push(() => clearTimeout(timer));
     const signal = opts.signal;
     if (signal) {
-      const onAbort = () => this.fail(new CollectiveError('aborted', `${this.label} aborted: ${String(signal.reason ?? 'signal')}`, { collective: this.label, cause: signal.reason }));
+      const onAbort = () =>
+        this.fail(
+          new CollectiveError('aborted', `${this.label} aborted: ${String(signal.reason ?? 'signal')}`, {
+            collective: this.label,
+            cause: signal.reason,
+          }),
+        );
       if (signal.aborted) queueMicrotask(onAbort);
       else {
         signal.addEventListener('abort', onAbort, { once: true });
@@ -89,7 +113,13 @@ export class CollectiveSession {
       if (this.settled) route.close();
       else this.routes.push(route);
     } catch (err) {
-      this.fail(this.tag(err instanceof CollectiveError ? err : new CollectiveError('protocol', String(err), { peer: link.peer, cause: err })));
+      this.fail(
+        this.tag(
+          err instanceof CollectiveError
+            ? err
+            : new CollectiveError('protocol', String(err), { peer: link.peer, cause: err }),
+        ),
+      );
     }
   }
 
@@ -112,8 +142,22 @@ export class CollectiveSession {
       fn();
     } catch (err) {
       if (err instanceof CollectiveError) this.fail(this.tag(err));
-      else if (err instanceof FrameError) this.fail(new CollectiveError('protocol', `${this.label}: ${err.message} (from ${link?.peer ?? 'unknown'})`, { peer: link?.peer ?? null, collective: this.label, cause: err }));
-      else this.fail(new CollectiveError('protocol', `${this.label}: ${(err as Error)?.message ?? String(err)}`, { peer: link?.peer ?? null, collective: this.label, cause: err }));
+      else if (err instanceof FrameError)
+        this.fail(
+          new CollectiveError('protocol', `${this.label}: ${err.message} (from ${link?.peer ?? 'unknown'})`, {
+            peer: link?.peer ?? null,
+            collective: this.label,
+            cause: err,
+          }),
+        );
+      else
+        this.fail(
+          new CollectiveError('protocol', `${this.label}: ${(err as Error)?.message ?? String(err)}`, {
+            peer: link?.peer ?? null,
+            collective: this.label,
+            cause: err,
+          }),
+        );
     }
   }
 
@@ -134,8 +178,22 @@ export class CollectiveSession {
     // that left: `peer: null` makes the receiver name the sender.
     const local = error.kind === 'aborted';
     const abort = encodeFrame(
-      { kind: FrameKind.Abort, id: this.opts.id, ringStep: 0, encoding: PayloadEncoding.Bytes, scaleExponent: 0, chunkIndex: 0, chunkCount: 1 },
-      encodeUtf8(JSON.stringify({ kind: local ? 'peer_closed' : error.kind, peer: local ? null : error.peer, message: error.message })),
+      {
+        kind: FrameKind.Abort,
+        id: this.opts.id,
+        ringStep: 0,
+        encoding: PayloadEncoding.Bytes,
+        scaleExponent: 0,
+        chunkIndex: 0,
+        chunkCount: 1,
+      },
+      encodeUtf8(
+        JSON.stringify({
+          kind: local ? 'peer_closed' : error.kind,
+          peer: local ? null : error.peer,
+          message: error.message,
+        }),
+      ),
     );
     for (const link of this.links) {
       if (!link.isOpen) continue;
@@ -150,7 +208,11 @@ export class CollectiveSession {
 
   private tag(error: CollectiveError): CollectiveError {
     if (error.collective) return error;
-    return new CollectiveError(error.kind, `${this.label}: ${error.message}`, { peer: error.peer, collective: this.label, cause: error.cause });
+    return new CollectiveError(error.kind, `${this.label}: ${error.message}`, {
+      peer: error.peer,
+      collective: this.label,
+      cause: error.cause,
+    });
   }
 
   private receiveAbort(link: Link, frame: Frame): void {
@@ -162,11 +224,15 @@ export class CollectiveSession {
     }
     const body = parsed as { kind?: unknown; peer?: unknown; message?: unknown };
     // 'aborted' describes the sender's own situation; to us its leaving is a closed peer.
-    const claimed = COLLECTIVE_ERROR_KINDS.includes(body.kind as CollectiveErrorKind) ? (body.kind as CollectiveErrorKind) : 'protocol';
+    const claimed = COLLECTIVE_ERROR_KINDS.includes(body.kind as CollectiveErrorKind)
+      ? (body.kind as CollectiveErrorKind)
+      : 'protocol';
     const kind = claimed === 'aborted' ? 'peer_closed' : claimed;
     const peer = typeof body.peer === 'string' ? body.peer : link.peer;
     const message = typeof body.message === 'string' ? body.message : '(no message)';
-    this.fail(new CollectiveError(kind, `${this.label}: ${link.peer} gave up: ${message}`, { peer, collective: this.label }));
+    this.fail(
+      new CollectiveError(kind, `${this.label}: ${link.peer} gave up: ${message}`, { peer, collective: this.label }),
+    );
   }
 
   private cleanUp(): void {

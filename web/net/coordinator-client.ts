@@ -39,7 +39,11 @@ const WS_OPEN = 1;
 export type HelloState = Pick<HelloMessage, 'peerId' | 'adapter' | 'haveStep' | 'haveHash' | 'pending'>;
 
 /** A client message without the fields the client fills in (`v`, `runId`, `workerId`). */
-export type OutgoingMessage = ClientMessage extends infer M ? (M extends ClientMessage ? Omit<M, 'v' | 'runId' | 'workerId'> : never) : never;
+export type OutgoingMessage = ClientMessage extends infer M
+  ? M extends ClientMessage
+    ? Omit<M, 'v' | 'runId' | 'workerId'>
+    : never
+  : never;
 
 export type ConnectionPhase = 'connecting' | 'handshaking' | 'welcomed' | 'backoff' | 'stopped';
 
@@ -70,7 +74,12 @@ export interface CoordinatorClientOptions {
 }
 
 /** Backoff before reconnect attempt `attempt` (0-based): initial·2^attempt, capped, with ±20 % jitter. */
-export function backoffDelay(attempt: number, initialMs: number, maxMs: number, random: () => number = Math.random): number {
+export function backoffDelay(
+  attempt: number,
+  initialMs: number,
+  maxMs: number,
+  random: () => number = Math.random,
+): number {
   const base = Math.min(maxMs, initialMs * 2 ** Math.min(attempt, 30));
   return Math.round(base * (0.8 + 0.4 * random()));
 }
@@ -263,7 +272,10 @@ export class CoordinatorClient {
     if (FINAL_CLOSE_CODES.has(code)) this.stopped = true;
     if (code === CloseCode.replaced) this.forgetWorkerId = true;
     const reconnecting = !this.stopped;
-    this.opts.log?.(reconnecting ? 'warn' : 'info', `coordinator socket closed (${code}${reason ? ` ${reason}` : ''})${reconnecting ? '; reconnecting' : ''}`);
+    this.opts.log?.(
+      reconnecting ? 'warn' : 'info',
+      `coordinator socket closed (${code}${reason ? ` ${reason}` : ''})${reconnecting ? '; reconnecting' : ''}`,
+    );
     this.opts.onDisconnect?.({ code, reason, reconnecting });
     if (reconnecting) this.scheduleReconnect();
     else this.setPhase('stopped');
@@ -282,7 +294,12 @@ export class CoordinatorClient {
 
   private scheduleReconnect(): void {
     this.setPhase('backoff');
-    const delay = backoffDelay(this.attempt++, this.opts.initialBackoffMs ?? 250, this.opts.maxBackoffMs ?? 5000, this.random);
+    const delay = backoffDelay(
+      this.attempt++,
+      this.opts.initialBackoffMs ?? 250,
+      this.opts.maxBackoffMs ?? 5000,
+      this.random,
+    );
     this.reconnectTimer = setTimeout(() => {
       this.reconnectTimer = null;
       this.connect();

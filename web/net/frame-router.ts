@@ -52,11 +52,19 @@ export class FrameRouter {
    */
   open(id: CollectiveId, handlers: RouteHandlers): Route {
     if (this.broken) throw this.broken;
-    if (!this.link.isOpen) throw new CollectiveError('peer_closed', `data channel to ${this.link.peer} is closed`, { peer: this.link.peer });
+    if (!this.link.isOpen)
+      throw new CollectiveError('peer_closed', `data channel to ${this.link.peer} is closed`, { peer: this.link.peer });
     const key = collectiveKey(id);
-    if (this.active.has(key)) throw new CollectiveError('protocol', `collective ${key} is already running on the link to ${this.link.peer}`, { peer: this.link.peer });
+    if (this.active.has(key))
+      throw new CollectiveError('protocol', `collective ${key} is already running on the link to ${this.link.peer}`, {
+        peer: this.link.peer,
+      });
     if (this.newestStarted && compareCollectiveIds(id, this.newestStarted) <= 0) {
-      throw new CollectiveError('protocol', `collective id ${key} is not newer than ${collectiveKey(this.newestStarted)} on the link to ${this.link.peer}; ids must grow`, { peer: this.link.peer });
+      throw new CollectiveError(
+        'protocol',
+        `collective id ${key} is not newer than ${collectiveKey(this.newestStarted)} on the link to ${this.link.peer}; ids must grow`,
+        { peer: this.link.peer },
+      );
     }
     this.newestStarted = id;
     this.active.set(key, handlers);
@@ -88,7 +96,12 @@ export class FrameRouter {
       frame = decodeFrame(data);
     } catch (err) {
       const message = err instanceof FrameError ? err.message : String(err);
-      this.breakWith(new CollectiveError('protocol', `malformed frame from ${this.link.peer}: ${message}`, { peer: this.link.peer, cause: err }));
+      this.breakWith(
+        new CollectiveError('protocol', `malformed frame from ${this.link.peer}: ${message}`, {
+          peer: this.link.peer,
+          cause: err,
+        }),
+      );
       return;
     }
     const key = collectiveKey(frame.id);
@@ -104,7 +117,11 @@ export class FrameRouter {
     this.pendingBytes += data.byteLength;
     if (this.pendingBytes > this.maxPendingBytes) {
       this.breakWith(
-        new CollectiveError('protocol', `${this.link.peer} sent ${this.pendingBytes} bytes for collectives not started here (limit ${this.maxPendingBytes})`, { peer: this.link.peer }),
+        new CollectiveError(
+          'protocol',
+          `${this.link.peer} sent ${this.pendingBytes} bytes for collectives not started here (limit ${this.maxPendingBytes})`,
+          { peer: this.link.peer },
+        ),
       );
     }
   }

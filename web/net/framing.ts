@@ -79,7 +79,11 @@ export function compareCollectiveIds(a: CollectiveId, b: CollectiveId): number {
 }
 
 export function assertValidCollectiveId(id: CollectiveId): void {
-  for (const [name, value] of [['round', id.round], ['step', id.step], ['seq', id.seq]] as const) {
+  for (const [name, value] of [
+    ['round', id.round],
+    ['step', id.step],
+    ['seq', id.seq],
+  ] as const) {
     if (!Number.isInteger(value) || value < 0 || value > 0xffff_ffff) {
       throw new RangeError(`collective id ${name} must be an integer in [0, 2^32): got ${value}`);
     }
@@ -116,7 +120,9 @@ export function allocateFrame(header: FrameHeader, payloadLength: number): Array
     throw new RangeError(`payload length ${payloadLength} out of range`);
   }
   if (payloadLength % ELEMENT_BYTES[header.encoding] !== 0) {
-    throw new RangeError(`payload length ${payloadLength} is not a whole number of elements for encoding ${header.encoding}`);
+    throw new RangeError(
+      `payload length ${payloadLength} is not a whole number of elements for encoding ${header.encoding}`,
+    );
   }
   if (!(header.chunkIndex < header.chunkCount) && !(header.chunkCount === 0 && header.chunkIndex === 0)) {
     throw new RangeError(`chunk index ${header.chunkIndex} must be below chunk count ${header.chunkCount}`);
@@ -148,7 +154,8 @@ export function encodeFrame(header: FrameHeader, payload: Uint8Array = new Uint8
 /** Parse and validate a frame header; throws `FrameError` for anything malformed. */
 export function decodeFrame(buffer: ArrayBuffer): Frame {
   if (!(buffer instanceof ArrayBuffer)) throw new FrameError(`frame is not an ArrayBuffer (${typeof buffer})`);
-  if (buffer.byteLength < FRAME_HEADER_BYTES) throw new FrameError(`frame of ${buffer.byteLength} bytes is shorter than the ${FRAME_HEADER_BYTES}-byte header`);
+  if (buffer.byteLength < FRAME_HEADER_BYTES)
+    throw new FrameError(`frame of ${buffer.byteLength} bytes is shorter than the ${FRAME_HEADER_BYTES}-byte header`);
   const view = new DataView(buffer);
   const magic = view.getUint16(0, true);
   if (magic !== FRAME_MAGIC) throw new FrameError(`bad frame magic 0x${magic.toString(16)}`);
@@ -159,7 +166,8 @@ export function decodeFrame(buffer: ArrayBuffer): Frame {
   const encoding = view.getUint8(18);
   if (!(encoding in ELEMENT_BYTES)) throw new FrameError(`unknown payload encoding ${encoding}`);
   const scaleExponent = view.getInt8(19);
-  if (encoding !== PayloadEncoding.Float16 && scaleExponent !== 0) throw new FrameError(`scale exponent ${scaleExponent} on a non-fp16 payload`);
+  if (encoding !== PayloadEncoding.Float16 && scaleExponent !== 0)
+    throw new FrameError(`scale exponent ${scaleExponent} on a non-fp16 payload`);
   const chunkIndex = view.getUint32(20, true);
   const chunkCount = view.getUint32(24, true);
   if (!(chunkIndex < chunkCount) && !(chunkCount === 0 && chunkIndex === 0)) {
@@ -167,7 +175,9 @@ export function decodeFrame(buffer: ArrayBuffer): Frame {
   }
   const payloadLength = view.getUint32(28, true);
   if (payloadLength !== buffer.byteLength - FRAME_HEADER_BYTES) {
-    throw new FrameError(`payload length field ${payloadLength} != ${buffer.byteLength - FRAME_HEADER_BYTES} bytes received`);
+    throw new FrameError(
+      `payload length field ${payloadLength} != ${buffer.byteLength - FRAME_HEADER_BYTES} bytes received`,
+    );
   }
   if (payloadLength % ELEMENT_BYTES[encoding as PayloadEncoding] !== 0) {
     throw new FrameError(`payload of ${payloadLength} bytes is not whole elements of encoding ${encoding}`);

@@ -21,13 +21,19 @@ export function selectedPairRttMs(stats: StatsLike): number | null {
   const selectedIds = new Set<string>();
   stats.forEach((value, key) => {
     byId.set(key, value);
-    if (value.type === 'transport' && typeof value.selectedCandidatePairId === 'string') selectedIds.add(value.selectedCandidatePairId);
+    if (value.type === 'transport' && typeof value.selectedCandidatePairId === 'string')
+      selectedIds.add(value.selectedCandidatePairId);
   });
   let pair: Record<string, unknown> | undefined;
   for (const id of selectedIds) pair ??= byId.get(id);
   if (!pair) {
     for (const value of byId.values()) {
-      if (value.type === 'candidate-pair' && value.state === 'succeeded' && (value.nominated === true || value.selected === true) && typeof value.currentRoundTripTime === 'number') {
+      if (
+        value.type === 'candidate-pair' &&
+        value.state === 'succeeded' &&
+        (value.nominated === true || value.selected === true) &&
+        typeof value.currentRoundTripTime === 'number'
+      ) {
         pair = value;
         break;
       }

@@ -74,7 +74,11 @@ export class MemoryLink implements Link {
 
   /** Listeners currently attached, to check that collectives clean up after themselves. */
   get listenerCounts(): { message: number; close: number; bufferedAmountLow: number } {
-    return { message: this.messageListeners.size, close: this.closeListeners.size, bufferedAmountLow: this.lowListeners.size };
+    return {
+      message: this.messageListeners.size,
+      close: this.closeListeners.size,
+      bufferedAmountLow: this.lowListeners.size,
+    };
   }
 
   send(message: ArrayBuffer): void {
@@ -159,7 +163,8 @@ export class MemoryLink implements Link {
       const before = this.buffered;
       this.buffered -= data.byteLength;
       this.remote.receive(data);
-      if (before > this.bufferedAmountLowThreshold && this.buffered <= this.bufferedAmountLowThreshold) this.lowListeners.emit();
+      if (before > this.bufferedAmountLowThreshold && this.buffered <= this.bufferedAmountLowThreshold)
+        this.lowListeners.emit();
     }
     if (this.open) this.schedule();
   }
@@ -172,7 +177,11 @@ export class MemoryLink implements Link {
 }
 
 /** Two connected ends: `[a's link to b, b's link to a]`. Options apply to each end's sending side. */
-export function memoryLinkPair(a: string, b: string, opts: { a?: MemoryLinkEndOptions; b?: MemoryLinkEndOptions } & MemoryLinkOptions = {}): [MemoryLink, MemoryLink] {
+export function memoryLinkPair(
+  a: string,
+  b: string,
+  opts: { a?: MemoryLinkEndOptions; b?: MemoryLinkEndOptions } & MemoryLinkOptions = {},
+): [MemoryLink, MemoryLink] {
   const { a: aOpts, b: bOpts, ...shared } = opts;
   const ab = new MemoryLink(b, { ...shared, ...aOpts });
   const ba = new MemoryLink(a, { ...shared, ...bOpts });
@@ -182,7 +191,12 @@ export function memoryLinkPair(a: string, b: string, opts: { a?: MemoryLinkEndOp
 }
 
 /** A ring of `size` ranks over memory links: `rings[r]` is rank r's view; `links[r]` joins r → r+1. */
-export function memoryRing(size: number, opts: MemoryLinkOptions & { linkOptions?: (from: number) => { a?: MemoryLinkEndOptions; b?: MemoryLinkEndOptions } } = {}): {
+export function memoryRing(
+  size: number,
+  opts: MemoryLinkOptions & {
+    linkOptions?: (from: number) => { a?: MemoryLinkEndOptions; b?: MemoryLinkEndOptions };
+  } = {},
+): {
   rings: { rank: number; size: number; left: MemoryLink | null; right: MemoryLink | null }[];
   links: [MemoryLink, MemoryLink][];
 } {
@@ -193,7 +207,8 @@ export function memoryRing(size: number, opts: MemoryLinkOptions & { linkOptions
     // Two ranks share one channel, as in a real mesh: left and right are the same link.
     links.push(memoryLinkPair(name(0), name(1), { ...shared, ...linkOptions?.(0) }));
   } else if (size > 2) {
-    for (let r = 0; r < size; r++) links.push(memoryLinkPair(name(r), name((r + 1) % size), { ...shared, ...linkOptions?.(r) }));
+    for (let r = 0; r < size; r++)
+      links.push(memoryLinkPair(name(r), name((r + 1) % size), { ...shared, ...linkOptions?.(r) }));
   }
   const rings = [];
   for (let r = 0; r < size; r++) {

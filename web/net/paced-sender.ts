@@ -82,7 +82,12 @@ export class PacedSender {
         try {
           this.link.send(message);
         } catch (err) {
-          this.onError(new CollectiveError('peer_closed', `sending to ${this.link.peer} failed: ${(err as Error).message}`, { peer: this.link.peer, cause: err }));
+          this.onError(
+            new CollectiveError('peer_closed', `sending to ${this.link.peer} failed: ${(err as Error).message}`, {
+              peer: this.link.peer,
+              cause: err,
+            }),
+          );
           return;
         }
         this.bytesSent += message.byteLength;

@@ -64,10 +64,12 @@ export class DataConnectionLink implements Link {
       else this.messageListeners.emit(message);
     };
     const onClose = () => this.shutDown('connection closed');
-    const onError = (err: { type?: string; message?: string }) => this.shutDown(`connection error ${err.type ?? ''}: ${err.message ?? ''}`);
+    const onError = (err: { type?: string; message?: string }) =>
+      this.shutDown(`connection error ${err.type ?? ''}: ${err.message ?? ''}`);
     const closeOnDisconnect = opts.closeOnIceDisconnected ?? true;
     const onIce = (state: RTCIceConnectionState) => {
-      if (state === 'failed' || state === 'closed' || (closeOnDisconnect && state === 'disconnected')) this.shutDown(`ICE ${state}`);
+      if (state === 'failed' || state === 'closed' || (closeOnDisconnect && state === 'disconnected'))
+        this.shutDown(`ICE ${state}`);
     };
     connection.on('data', onData);
     connection.on('close', onClose);
@@ -95,7 +97,8 @@ export class DataConnectionLink implements Link {
   }
 
   send(message: ArrayBuffer): void {
-    if (!this.isOpen) throw new Error(`link to ${this.peer} is closed${this.closeReason ? `: ${this.closeReason}` : ''}`);
+    if (!this.isOpen)
+      throw new Error(`link to ${this.peer} is closed${this.closeReason ? `: ${this.closeReason}` : ''}`);
     this.channel.send(message);
   }
 

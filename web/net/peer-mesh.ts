@@ -70,7 +70,9 @@ export class PeerMesh {
       // A dial to an unknown id is the dial loop's business; everything else is worth reporting.
       if (error.type !== 'peer-unavailable') this.emit({ type: 'error', error });
     });
-    peerClient.on('disconnected', () => this.emit({ type: 'signaling-lost', reason: 'disconnected from the signaling server' }));
+    peerClient.on('disconnected', () =>
+      this.emit({ type: 'signaling-lost', reason: 'disconnected from the signaling server' }),
+    );
     if ((opts.closeOnPageHide ?? true) && typeof window !== 'undefined') {
       const onPageHide = () => this.destroy();
       window.addEventListener('pagehide', onPageHide);
@@ -92,7 +94,15 @@ export class PeerMesh {
       debug: opts.debug ?? 0,
     });
     return new Promise<PeerMesh>((resolve, reject) => {
-      const timer = setTimeout(() => fail(new Error(`signaling server ${opts.host}:${opts.port} did not answer within ${opts.openTimeoutMs ?? 10_000} ms`)), opts.openTimeoutMs ?? 10_000);
+      const timer = setTimeout(
+        () =>
+          fail(
+            new Error(
+              `signaling server ${opts.host}:${opts.port} did not answer within ${opts.openTimeoutMs ?? 10_000} ms`,
+            ),
+          ),
+        opts.openTimeoutMs ?? 10_000,
+      );
       const onOpen = () => {
         clearTimeout(timer);
         peerClient.off('error', onError);
@@ -171,7 +181,8 @@ export class PeerMesh {
     this.removePageHide();
     this.sayGoodbye();
     for (const link of [...this.links.values()]) link.close();
-    for (const [peer, waiters] of this.waiters) for (const w of waiters) w.reject(new Error(`mesh destroyed while waiting for ${peer}`));
+    for (const [peer, waiters] of this.waiters)
+      for (const w of waiters) w.reject(new Error(`mesh destroyed while waiting for ${peer}`));
     this.waiters.clear();
     this.peerClient.destroy();
   }
@@ -244,7 +255,8 @@ export class PeerMesh {
       // PeerJS reports an unknown destination on the Peer, naming it in the message.
       cleanups.push(
         this.peerErrors.add((error) => {
-          if (error.type === 'peer-unavailable' && error.message.endsWith(` ${peer}`)) finish(new Error(`${peer} is not on the signaling server`));
+          if (error.type === 'peer-unavailable' && error.message.endsWith(` ${peer}`))
+            finish(new Error(`${peer} is not on the signaling server`));
         }),
       );
     });
@@ -254,10 +266,13 @@ export class PeerMesh {
     return new Promise<Link>((resolve, reject) => {
       let waiters = this.waiters.get(peer);
       if (!waiters) this.waiters.set(peer, (waiters = new Set()));
-      const timer = setTimeout(() => {
-        waiters!.delete(waiter);
-        reject(new Error(`${peer} did not connect to ${this.id} in time`));
-      }, Math.max(0, deadline - performance.now()));
+      const timer = setTimeout(
+        () => {
+          waiters!.delete(waiter);
+          reject(new Error(`${peer} did not connect to ${this.id} in time`));
+        },
+        Math.max(0, deadline - performance.now()),
+      );
       const waiter: Waiter = {
         resolve: (link) => {
           clearTimeout(timer);

@@ -99,7 +99,15 @@ export async function ringAllreduce(ring: Ring, data: Float32Array, opts: RingAl
     const s = sentSegment(g);
     const start = segmentStart(s) + c * chunkElements;
     const length = Math.min(chunkElements, segmentEnd(s) - start);
-    const header = { kind: FrameKind.RingChunk, id: opts.id, ringStep: g, encoding, scaleExponent: 0, chunkIndex: c, chunkCount: chunkCount(s) };
+    const header = {
+      kind: FrameKind.RingChunk,
+      id: opts.id,
+      ringStep: g,
+      encoding,
+      scaleExponent: 0,
+      chunkIndex: c,
+      chunkCount: chunkCount(s),
+    };
     const values = data.subarray(start, start + length);
     const frame = allocateFrame(header, length * elementBytes);
     if (!scratch) {
@@ -115,11 +123,16 @@ export async function ringAllreduce(ring: Ring, data: Float32Array, opts: RingAl
   };
 
   const receive = (frame: Frame) => {
-    if (frame.kind !== FrameKind.RingChunk) throw new FrameError(`unexpected frame kind ${frame.kind} during allreduce`);
+    if (frame.kind !== FrameKind.RingChunk)
+      throw new FrameError(`unexpected frame kind ${frame.kind} during allreduce`);
     const g = frame.ringStep;
     if (g > lastStep) throw new FrameError(`ring step ${g} beyond the last step ${lastStep} of a ring of ${size}`);
     if (frame.encoding !== encoding) {
-      throw new CollectiveError('protocol', `${session.label}: ${left.peer} sends encoding ${frame.encoding}, this rank expects ${encoding} (compression differs between ranks)`, { peer: left.peer });
+      throw new CollectiveError(
+        'protocol',
+        `${session.label}: ${left.peer} sends encoding ${frame.encoding}, this rank expects ${encoding} (compression differs between ranks)`,
+        { peer: left.peer },
+      );
     }
     const s = receivedSegment(g);
     const c = frame.chunkIndex;
@@ -153,7 +166,9 @@ export async function ringAllreduce(ring: Ring, data: Float32Array, opts: RingAl
   session.listen(left, receive);
   if (right !== left) {
     session.listen(right, (frame) => {
-      throw new FrameError(`${right.peer} (right neighbour) sent a frame of kind ${frame.kind}; only the left neighbour sends data`);
+      throw new FrameError(
+        `${right.peer} (right neighbour) sent a frame of kind ${frame.kind}; only the left neighbour sends data`,
+      );
     });
   }
   finishIfDone();
@@ -164,4 +179,3 @@ export async function ringAllreduce(ring: Ring, data: Float32Array, opts: RingAl
 export function ringAllreduceBusBytes(n: number, size: number, compression: WireCompression = 'none'): number {
   return size <= 1 ? 0 : (2 * (size - 1) * n * (compression === 'fp16' ? 2 : 4)) / size;
 }
-

@@ -35,8 +35,12 @@ export const DATASET_CACHE_NAME = 'tabswarm-dataset-v1';
 function checkMetadata(m: unknown): DatasetMetadata {
   const meta = m as DatasetMetadata;
   const ok =
-    meta && typeof meta.name === 'string' && Number.isInteger(meta.classes) && Array.isArray(meta.shape) &&
-    Number.isInteger(meta.train?.count) && Number.isInteger(meta.test?.count) &&
+    meta &&
+    typeof meta.name === 'string' &&
+    Number.isInteger(meta.classes) &&
+    Array.isArray(meta.shape) &&
+    Number.isInteger(meta.train?.count) &&
+    Number.isInteger(meta.test?.count) &&
     FILE_KEYS.every((k) => typeof meta.files?.[k]?.url === 'string' && Number.isInteger(meta.files[k].bytes));
   if (!ok) throw new Error('the coordinator sent malformed dataset metadata');
   return meta;
@@ -87,10 +91,15 @@ async function readBody(res: Response, expectedBytes: number, onBytes: (n: numbe
  */
 export async function fetchDataset(baseUrl = '', onProgress?: (p: DatasetProgress) => void): Promise<DatasetBytes> {
   const metaRes = await fetch(`${baseUrl}/api/dataset`, { cache: 'no-cache' });
-  if (!metaRes.ok) throw new Error(`dataset metadata: HTTP ${metaRes.status} ${await metaRes.text().catch(() => '')}`.trim());
+  if (!metaRes.ok)
+    throw new Error(`dataset metadata: HTTP ${metaRes.status} ${await metaRes.text().catch(() => '')}`.trim());
   const meta = checkMetadata(await metaRes.json());
   const cache = await openCache();
-  const progress: DatasetProgress = { loadedBytes: 0, totalBytes: FILE_KEYS.reduce((s, k) => s + meta.files[k].bytes, 0), cachedBytes: 0 };
+  const progress: DatasetProgress = {
+    loadedBytes: 0,
+    totalBytes: FILE_KEYS.reduce((s, k) => s + meta.files[k].bytes, 0),
+    cachedBytes: 0,
+  };
   const bytes = {} as Record<DatasetFileKey, Uint8Array>;
   for (const key of FILE_KEYS) {
     const file = meta.files[key];
@@ -119,8 +128,10 @@ export async function fetchDataset(baseUrl = '', onProgress?: (p: DatasetProgres
         progress.loadedBytes += n;
         onProgress?.({ ...progress });
       });
-      if (data.byteLength !== file.bytes) throw new Error(`dataset ${key}: received ${data.byteLength} bytes, expected ${file.bytes}`);
-      if ((await sha256Hex(data)) !== file.sha256) throw new Error(`dataset ${key}: SHA-256 does not match the coordinator's`);
+      if (data.byteLength !== file.bytes)
+        throw new Error(`dataset ${key}: received ${data.byteLength} bytes, expected ${file.bytes}`);
+      if ((await sha256Hex(data)) !== file.sha256)
+        throw new Error(`dataset ${key}: SHA-256 does not match the coordinator's`);
       if (cache) {
         // Drop entries of this URL with an older hash, then keep this one; a full or disabled cache
         // only costs a download next time, so failures here are not errors.
@@ -129,7 +140,12 @@ export async function fetchDataset(baseUrl = '', onProgress?: (p: DatasetProgres
           if (url.origin === absolute.origin && url.pathname === absolute.pathname) await cache.delete(request);
         }
         await cache
-          .put(cacheKey.href, new Response(data as Uint8Array<ArrayBuffer>, { headers: { 'Content-Type': 'application/octet-stream', ETag: file.etag } }))
+          .put(
+            cacheKey.href,
+            new Response(data as Uint8Array<ArrayBuffer>, {
+              headers: { 'Content-Type': 'application/octet-stream', ETag: file.etag },
+            }),
+          )
           .catch(() => undefined);
       }
     }

@@ -77,21 +77,31 @@ function parseOptions(query: URLSearchParams): PageOptions {
   };
   const positiveInt = (n: number) => Number.isInteger(n) && n >= 1;
   const mode = query.get('mode');
-  if (mode !== null && !(MODES as readonly string[]).includes(mode)) throw new Error(`?mode=${mode} is not available (modes: ${MODES.join(', ')})`);
+  if (mode !== null && !(MODES as readonly string[]).includes(mode))
+    throw new Error(`?mode=${mode} is not available (modes: ${MODES.join(', ')})`);
   const lr = number('lr', 1e-3, (n) => n > 0 && n <= 10, 'a learning rate in (0, 10]');
   const weightDecay = number('wd', 0, (n) => n >= 0 && n <= 10, 'a weight decay in [0, 10]');
   const kind = query.get('optimizer') ?? 'adamw';
   let optimizer: OptimizerSpec;
   if (kind === 'adamw') optimizer = { kind, lr, beta1: 0.9, beta2: 0.999, eps: 1e-8, weightDecay };
-  else if (kind === 'sgd') optimizer = { kind, lr, momentum: number('momentum', 0.9, (n) => n >= 0 && n < 1, 'a momentum in [0, 1)') };
+  else if (kind === 'sgd')
+    optimizer = { kind, lr, momentum: number('momentum', 0.9, (n) => n >= 0 && n < 1, 'a momentum in [0, 1)') };
   else throw new Error(`?optimizer=${kind} is not adamw or sgd`);
   const subset = query.get('subset') ? number('subset', 0, positiveInt, 'a positive integer') : undefined;
-  const testSubset = query.get('testSubset') !== null ? number('testSubset', 0, (n) => Number.isInteger(n) && n >= 0, 'a non-negative integer') : undefined;
+  const testSubset =
+    query.get('testSubset') !== null
+      ? number('testSubset', 0, (n) => Number.isInteger(n) && n >= 0, 'a non-negative integer')
+      : undefined;
   return {
     mode: mode as PageOptions['mode'],
     autostart: query.get('autostart') === '1',
     debug: query.get('debug') === '1',
-    stepPauseMs: number('pause', storedPause(), (n) => n >= 0 && n <= MAX_STEP_PAUSE_MS, `a pause in [0, ${MAX_STEP_PAUSE_MS}] ms`),
+    stepPauseMs: number(
+      'pause',
+      storedPause(),
+      (n) => n >= 0 && n <= MAX_STEP_PAUSE_MS,
+      `a pause in [0, ${MAX_STEP_PAUSE_MS}] ms`,
+    ),
     solo: {
       model: query.get('model') ?? 'mlp',
       optimizer,
@@ -107,7 +117,10 @@ function parseOptions(query: URLSearchParams): PageOptions {
 
 const query = new URLSearchParams(location.search);
 const status = initialStatus(query.get('model') ?? 'mlp');
-Object.defineProperty(window, 'tabswarm', { get: () => publicStatus({ ...status, contributedMs: contributedMs() }), configurable: false });
+Object.defineProperty(window, 'tabswarm', {
+  get: () => publicStatus({ ...status, contributedMs: contributedMs() }),
+  configurable: false,
+});
 const view = new VolunteerView();
 
 function update(patch: Partial<TabStatus>): void {
@@ -135,8 +148,13 @@ status.stepPauseMs = options.stepPauseMs;
 /** The job's heartbeat period (from `/api/job`), for the heartbeat ticker. */
 let heartbeatMs = 2000;
 
-const worker = new Worker(new URL('../worker/training-worker.ts', import.meta.url), { type: 'module', name: 'tabswarm-training' });
-worker.addEventListener('error', (e) => fail(new Error(`training worker failed: ${e.message || 'could not start (module workers unsupported?)'}`)));
+const worker = new Worker(new URL('../worker/training-worker.ts', import.meta.url), {
+  type: 'module',
+  name: 'tabswarm-training',
+});
+worker.addEventListener('error', (e) =>
+  fail(new Error(`training worker failed: ${e.message || 'could not start (module workers unsupported?)'}`)),
+);
 const api = Comlink.wrap<TrainingWorkerApi>(worker);
 if (options.debug) window.tabswarmWorker = api;
 
@@ -238,7 +256,21 @@ function onProgress(p: SoloProgress): void {
 }
 
 async function trainSolo(): Promise<void> {
-  update({ mode: 'solo', state: 'loading-data', error: null, step: 0, epoch: 0, epochs: options.solo.epochs, epochProgress: 0, loss: null, losses: [], accuracy: null, testLoss: null, samplesPerSec: null, seconds: null });
+  update({
+    mode: 'solo',
+    state: 'loading-data',
+    error: null,
+    step: 0,
+    epoch: 0,
+    epochs: options.solo.epochs,
+    epochProgress: 0,
+    loss: null,
+    losses: [],
+    accuracy: null,
+    testLoss: null,
+    samplesPerSec: null,
+    seconds: null,
+  });
   await loadDataset();
   update({ state: 'building' });
   const result = await api.trainSolo(
@@ -285,7 +317,10 @@ let ticker: Worker | null = null;
 function startTicker(handle: ElasticHandle): void {
   stopTicker();
   try {
-    ticker = new Worker(new URL('./heartbeat-ticker.ts', import.meta.url), { type: 'module', name: 'tabswarm-heartbeat' });
+    ticker = new Worker(new URL('./heartbeat-ticker.ts', import.meta.url), {
+      type: 'module',
+      name: 'tabswarm-heartbeat',
+    });
   } catch {
     return; // The client's own interval still beats.
   }
@@ -316,7 +351,17 @@ async function trainElastic(): Promise<void> {
   }
   leaveRequested = false;
   const join = ++joins;
-  update({ mode: 'elastic', state: 'loading-data', error: null, worldSize: 0, rank: null, share: null, waitReason: null, accuracy: null, testLoss: null });
+  update({
+    mode: 'elastic',
+    state: 'loading-data',
+    error: null,
+    worldSize: 0,
+    rank: null,
+    share: null,
+    waitReason: null,
+    accuracy: null,
+    testLoss: null,
+  });
   runClock(true);
   const testCount = await loadDataset();
   if (leaveRequested) {

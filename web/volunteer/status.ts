@@ -126,9 +126,17 @@ export function publicStatus(s: TabStatus): Readonly<TabStatus> {
 }
 
 /** Samples committed by every tab after `committedStep` steps of a job (the record position, in samples). */
-export function jobSamplesAfter(committedStep: number, job: Pick<ElasticStatus, 'datasetSize' | 'globalBatch' | 'epochs'>): number {
+export function jobSamplesAfter(
+  committedStep: number,
+  job: Pick<ElasticStatus, 'datasetSize' | 'globalBatch' | 'epochs'>,
+): number {
   if (committedStep <= 0 || job.datasetSize <= 0 || job.globalBatch <= 0) return 0;
-  const { epoch, cursor } = positionAfter(committedStep, { datasetSize: job.datasetSize, globalBatch: job.globalBatch, epochs: Math.max(1, job.epochs), commitEvery: 1 });
+  const { epoch, cursor } = positionAfter(committedStep, {
+    datasetSize: job.datasetSize,
+    globalBatch: job.globalBatch,
+    epochs: Math.max(1, job.epochs),
+    commitEvery: 1,
+  });
   return epoch * job.datasetSize + cursor;
 }
 
@@ -137,15 +145,28 @@ export function jobSamplesAfter(committedStep: number, job: Pick<ElasticStatus, 
  * so the page adds `carried` (what earlier joins of this page contributed).
  * `evaluating`: the page asked for a test evaluation at the end of the job.
  */
-export function elasticPatch(s: ElasticStatus, opts: { evaluating: boolean; carried: { samplesProcessed: number; samplesComputed: number } }): Partial<TabStatus> {
+export function elasticPatch(
+  s: ElasticStatus,
+  opts: { evaluating: boolean; carried: { samplesProcessed: number; samplesComputed: number } },
+): Partial<TabStatus> {
   const state: TabState =
-    s.phase === 'training' ? 'training'
-    : s.phase === 'connecting' ? (s.workerId !== null ? 'reconnecting' : 'connecting')
-    : s.phase === 'waiting' ? 'waiting'
-    : s.phase === 'syncing' || s.phase === 'recovering' ? 'syncing'
-    : s.phase === 'done' ? (opts.evaluating && s.accuracy === null ? 'evaluating' : 'done')
-    : s.phase === 'failed' ? 'error'
-    : 'left';
+    s.phase === 'training'
+      ? 'training'
+      : s.phase === 'connecting'
+        ? s.workerId !== null
+          ? 'reconnecting'
+          : 'connecting'
+        : s.phase === 'waiting'
+          ? 'waiting'
+          : s.phase === 'syncing' || s.phase === 'recovering'
+            ? 'syncing'
+            : s.phase === 'done'
+              ? opts.evaluating && s.accuracy === null
+                ? 'evaluating'
+                : 'done'
+              : s.phase === 'failed'
+                ? 'error'
+                : 'left';
   const outside = state === 'left' || state === 'error' || state === 'done' || state === 'evaluating';
   const samplesProcessed = opts.carried.samplesProcessed + s.samplesCommitted;
   const jobSamples = jobSamplesAfter(s.committedStep, s);

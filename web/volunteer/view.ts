@@ -54,7 +54,16 @@ const WAIT_TEXT: Record<string, string> = {
 
 /** States in which the tab works on the job (Leave/Stop shown, Start disabled). */
 export function isRunning(state: TabState): boolean {
-  return ['loading-data', 'building', 'connecting', 'reconnecting', 'waiting', 'syncing', 'training', 'evaluating'].includes(state);
+  return [
+    'loading-data',
+    'building',
+    'connecting',
+    'reconnecting',
+    'waiting',
+    'syncing',
+    'training',
+    'evaluating',
+  ].includes(state);
 }
 
 export function adapterText(a: AdapterSummary): string {
@@ -94,7 +103,10 @@ function lossPoints(losses: TabStatus['losses']): string {
   const min = Math.min(0, ...losses.map((l) => l.loss));
   const span = max - min || 1;
   return losses
-    .map((l) => `${(((l.step - first) / (last - first || 1)) * 300).toFixed(1)},${(78 - ((l.loss - min) / span) * 74).toFixed(1)}`)
+    .map(
+      (l) =>
+        `${(((l.step - first) / (last - first || 1)) * 300).toFixed(1)},${(78 - ((l.loss - min) / span) * 74).toFixed(1)}`,
+    )
     .join(' ');
 }
 
@@ -175,9 +187,15 @@ export class VolunteerView {
     this.start.hidden = running;
     this.start.disabled = running || s.state === 'checking' || s.state === 'unsupported';
     this.start.textContent =
-      s.state === 'left' ? 'Rejoin'
-      : s.state === 'done' || s.state === 'stopped' || s.state === 'error' ? (elastic ? 'Join again' : 'Train again')
-      : elastic ? 'Start contributing' : 'Start training';
+      s.state === 'left'
+        ? 'Rejoin'
+        : s.state === 'done' || s.state === 'stopped' || s.state === 'error'
+          ? elastic
+            ? 'Join again'
+            : 'Train again'
+          : elastic
+            ? 'Start contributing'
+            : 'Start training';
     this.stop.hidden = !running;
     this.stop.textContent = elastic ? 'Leave' : 'Stop';
     this.note.textContent = this.noteText(s);
@@ -187,7 +205,12 @@ export class VolunteerView {
     if (s.dataset) {
       const d = s.dataset;
       this.datasetProgress.value = d.totalBytes ? d.loadedBytes / d.totalBytes : 0;
-      const source = d.cachedBytes === d.loadedBytes && d.loadedBytes > 0 ? 'from this browser’s cache' : d.cachedBytes > 0 ? `${megabytes(d.cachedBytes)} from cache` : '';
+      const source =
+        d.cachedBytes === d.loadedBytes && d.loadedBytes > 0
+          ? 'from this browser’s cache'
+          : d.cachedBytes > 0
+            ? `${megabytes(d.cachedBytes)} from cache`
+            : '';
       this.datasetText.textContent = d.done
         ? `Training data: ${megabytes(d.totalBytes)} loaded${source ? ` ${source}` : ''}.`
         : `Downloading training data: ${megabytes(d.loadedBytes)} of ${megabytes(d.totalBytes)}${source ? ` (${source})` : ''}…`;
@@ -230,7 +253,9 @@ export class VolunteerView {
 
     this.error.hidden = !(s.error && s.state !== 'unsupported');
     this.error.textContent = s.error && s.state !== 'unsupported' ? s.error : '';
-    document.title = running ? `${STATE_TEXT[s.state]} · step ${s.step} — tabswarm` : 'tabswarm — lend this tab to train a neural network';
+    document.title = running
+      ? `${STATE_TEXT[s.state]} · step ${s.step} — tabswarm`
+      : 'tabswarm — lend this tab to train a neural network';
   }
 
   private noteText(s: TabStatus): string {
@@ -261,12 +286,17 @@ export class VolunteerView {
 
   private contributionLine(s: TabStatus): string {
     if (s.state === 'training' || s.state === 'syncing') {
-      const rank = s.rank === null ? '' : `${s.worldSize} tab${s.worldSize > 1 ? 's' : ''} train together; this one is rank ${s.rank}. `;
+      const rank =
+        s.rank === null
+          ? ''
+          : `${s.worldSize} tab${s.worldSize > 1 ? 's' : ''} train together; this one is rank ${s.rank}. `;
       return `${rank}The job has committed ${formatCount(s.jobSamples)} samples so far; ${formatCount(s.samplesProcessed)} of them were computed here.`;
     }
     if (s.samplesComputed > s.samplesProcessed && s.state !== 'left') {
       return `${formatCount(s.samplesComputed - s.samplesProcessed)} samples computed here are not committed (yet, or were redone after a tab failed).`;
     }
-    return s.samplesProcessed > 0 ? `${formatCount(s.samplesProcessed)} of the job’s ${formatCount(s.jobSamples)} committed samples were computed here.` : '';
+    return s.samplesProcessed > 0
+      ? `${formatCount(s.samplesProcessed)} of the job’s ${formatCount(s.jobSamples)} committed samples were computed here.`
+      : '';
   }
 }

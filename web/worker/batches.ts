@@ -23,7 +23,11 @@ export class BatchAssembler {
    * The batch of the samples `indices[start .. start+count)`. Returned arrays are views into reused
    * storage, valid until the next call.
    */
-  gather(indices: ArrayLike<number>, start = 0, count = indices.length - start): { x: Float32Array; labels: Uint32Array; batch: number } {
+  gather(
+    indices: ArrayLike<number>,
+    start = 0,
+    count = indices.length - start,
+  ): { x: Float32Array; labels: Uint32Array; batch: number } {
     if (count > this.maxBatch) throw new Error(`batch of ${count} exceeds the maximum ${this.maxBatch}`);
     const { images, labels, count: n } = this.split;
     const p = this.pixels;

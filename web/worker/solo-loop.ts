@@ -68,14 +68,31 @@ export async function runSolo(run: SoloRun): Promise<SoloResult> {
         windowSamples = 0;
         windowStart = now;
         if (!Number.isFinite(lastLoss)) throw new Error(`training diverged: loss ${lastLoss} at step ${step}`);
-        run.onProgress({ kind: 'step', step, epoch, epochProgress: (cursor + count) / n, lossAvg: lastLoss, samplesPerSec });
+        run.onProgress({
+          kind: 'step',
+          step,
+          epoch,
+          epochProgress: (cursor + count) / n,
+          lossAvg: lastLoss,
+          samplesPerSec,
+        });
       }
     }
     if (run.test && !stopped) {
       const r = await model.evaluate(run.test.x, run.test.labels, run.test.count);
       accuracy = r.correct / r.count;
       testLoss = r.lossSum / r.count;
-      run.onProgress({ kind: 'evaluation', step, epoch, epochProgress: 1, lossAvg: lastLoss, samplesPerSec: null, accuracy, testLoss, testCount: r.count });
+      run.onProgress({
+        kind: 'evaluation',
+        step,
+        epoch,
+        epochProgress: 1,
+        lossAvg: lastLoss,
+        samplesPerSec: null,
+        accuracy,
+        testLoss,
+        testCount: r.count,
+      });
       // Evaluation time is not training time.
       windowStart = performance.now();
       windowSamples = 0;

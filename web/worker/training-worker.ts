@@ -141,7 +141,8 @@ const api = {
       if (!adapter) {
         return {
           ok: false,
-          reason: 'the browser offers WebGPU but found no usable GPU adapter (the GPU or its driver may be blocklisted or disabled; see chrome://gpu)',
+          reason:
+            'the browser offers WebGPU but found no usable GPU adapter (the GPU or its driver may be blocklisted or disabled; see chrome://gpu)',
         };
       }
       return { ok: true, adapter: summarize(adapter) };
@@ -152,9 +153,14 @@ const api = {
 
   /** Take the dataset (its ArrayBuffers transferred, not copied). */
   loadData(data: DatasetBytes): { train: number; test: number } {
-    for (const [name, split] of [['train', data.train], ['test', data.test]] as const) {
+    for (const [name, split] of [
+      ['train', data.train],
+      ['test', data.test],
+    ] as const) {
       if (split.images.length !== split.count * split.rows * split.cols || split.labels.length !== split.count) {
-        throw new Error(`dataset ${name}: ${split.images.length} pixels and ${split.labels.length} labels do not make ${split.count} ${split.rows}×${split.cols} images`);
+        throw new Error(
+          `dataset ${name}: ${split.images.length} pixels and ${split.labels.length} labels do not make ${split.count} ${split.rows}×${split.cols} images`,
+        );
       }
     }
     dataset = data;
@@ -185,7 +191,12 @@ const api = {
     const data = requireDataset();
     stopRequested = false;
     const subset = opts.subset === undefined ? data.train.count : Math.min(opts.subset, data.train.count);
-    await api.buildModel({ model: opts.model, optimizer: opts.optimizer, maxBatch: Math.min(opts.globalBatch, subset), seed: opts.seed });
+    await api.buildModel({
+      model: opts.model,
+      optimizer: opts.optimizer,
+      maxBatch: Math.min(opts.globalBatch, subset),
+      seed: opts.seed,
+    });
     const { model } = requireModel();
     const testCount = Math.min(opts.testSubset ?? data.test.count, data.test.count);
     return runSolo({
@@ -275,8 +286,10 @@ const api = {
   restore(bytes: ArrayBuffer): { step: number; epoch: number; cursor: number; paramsHash: string } {
     const b = requireModel();
     const snap = decodeSnapshot(bytes);
-    if (JSON.stringify(snap.spec) !== JSON.stringify(b.spec)) throw new Error(`restore: snapshot is for model ${snap.spec.name}, this worker runs ${b.spec.name}`);
-    if (snap.optimizer.kind !== b.model.optimizer.kind) throw new Error(`restore: snapshot optimizer ${snap.optimizer.kind}, this worker uses ${b.model.optimizer.kind}`);
+    if (JSON.stringify(snap.spec) !== JSON.stringify(b.spec))
+      throw new Error(`restore: snapshot is for model ${snap.spec.name}, this worker runs ${b.spec.name}`);
+    if (snap.optimizer.kind !== b.model.optimizer.kind)
+      throw new Error(`restore: snapshot optimizer ${snap.optimizer.kind}, this worker uses ${b.model.optimizer.kind}`);
     b.state.importState({ params: snap.params, moments: snap.moments, step: snap.optimizer.t });
     return { step: snap.step, epoch: snap.epoch, cursor: snap.cursor, paramsHash: snap.paramsHash };
   },

@@ -107,12 +107,19 @@ const harness = {
   async open(opts: { id: string; host: string; port: number; lowWaterBytes?: number }): Promise<void> {
     signaling = { host: opts.host, port: opts.port };
     lowWaterBytes = opts.lowWaterBytes;
-    mesh = await PeerMesh.open({ id: opts.id, host: opts.host, port: opts.port, link: { bufferedAmountLowThreshold: lowWaterBytes } });
+    mesh = await PeerMesh.open({
+      id: opts.id,
+      host: opts.host,
+      port: opts.port,
+      link: { bufferedAmountLowThreshold: lowWaterBytes },
+    });
     mesh.on((event) => events.push(event));
   },
 
   events(): PeerMeshEvent[] {
-    return events.map((e) => (e.type === 'error' ? { type: 'error', error: { message: e.error.message } as Error } : e));
+    return events.map((e) =>
+      e.type === 'error' ? { type: 'error', error: { message: e.error.message } as Error } : e,
+    );
   },
 
   async ring(members: string[], timeoutMs = 20_000): Promise<{ rank: number; size: number }> {
@@ -138,7 +145,13 @@ const harness = {
     }
     const endAt = now();
     const bytes = new Uint8Array(data.buffer);
-    return { ok: true, startAt, endAt, hash: hashBytes(bytes), base64: params.returnData ? toBase64(bytes) : undefined };
+    return {
+      ok: true,
+      startAt,
+      endAt,
+      hash: hashBytes(bytes),
+      base64: params.returnData ? toBase64(bytes) : undefined,
+    };
   },
 
   /** Start an allreduce without waiting (for fault tests); `finishAllreduce` returns its outcome. */
@@ -191,12 +204,23 @@ const harness = {
 
   /** A second mesh (`<id>-raw`) for raw throughput, so raw bytes never meet a frame router. */
   async rawConnect(selfId: string, peerIds: string | string[]): Promise<void> {
-    rawMesh ??= await PeerMesh.open({ id: `${selfId}-raw`, host: signaling!.host, port: signaling!.port, link: { bufferedAmountLowThreshold: lowWaterBytes } });
+    rawMesh ??= await PeerMesh.open({
+      id: `${selfId}-raw`,
+      host: signaling!.host,
+      port: signaling!.port,
+      link: { bufferedAmountLowThreshold: lowWaterBytes },
+    });
     await rawMesh.connect((Array.isArray(peerIds) ? peerIds : [peerIds]).map((p) => `${p}-raw`));
   },
 
   /** Send `total` bytes in `messageBytes` messages, paced like the collectives (same high water by default). */
-  async rawSend(peerId: string, total: number, messageBytes: number, startAt: number, highWaterBytes = DEFAULT_HIGH_WATER_BYTES): Promise<{ startAt: number; endAt: number }> {
+  async rawSend(
+    peerId: string,
+    total: number,
+    messageBytes: number,
+    startAt: number,
+    highWaterBytes = DEFAULT_HIGH_WATER_BYTES,
+  ): Promise<{ startAt: number; endAt: number }> {
     const link = rawMesh!.link(`${peerId}-raw`)!;
     const message = new ArrayBuffer(messageBytes);
     const highWater = Math.max(highWaterBytes, link.bufferedAmountLowThreshold);
