@@ -2,12 +2,19 @@
  * The CLI's failure modes: each ends with exactly one line on stderr that names the cause, and a
  * non-zero exit — never a stack trace, never a server half up.
  */
-import { mkdirSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { createServer, type Server } from 'node:net';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { makeTempDir, runCoordinatorCli, sharedFakeDataset, writeFakeIdxDataset } from '../support/coordinator-process';
-import { DEFAULT_DATASET_DIR, resolveDatasetDir, StartupError } from '../../coordinator/startup-config';
+import {
+  DEFAULT_DATASET_DIR,
+  loadDataset,
+  resolveDatasetDir,
+  SHIPPED_DATASET_DIR,
+  StartupError,
+  verifyChecksums,
+} from '../../coordinator/startup-config';
 
 function baseArgs(dataDir: string): string[] {
   return ['coordinator', '--port', '0', '--data-dir', dataDir, '--admin-token', 't'];
@@ -64,17 +71,39 @@ describe('tabswarm coordinator refuses to start with one clear line', () => {
     expectOneLineFailure(result, /no-such-dataset.*does not exist.*apt-get install dataset-fashion-mnist/);
   });
 
-  it('when no dataset is given and the Debian folder is missing, says how to get one', () => {
+  it('when no dataset is given and neither the Debian folder nor the shipped copy exists, says how to get one', () => {
     const missing = join(dir, 'no-debian-package');
-    expect(() => resolveDatasetDir(undefined, {}, missing)).toThrow(StartupError);
-    expect(() => resolveDatasetDir(undefined, {}, missing)).toThrow(
+    const noShipped = join(dir, 'no-shipped-copy');
+    expect(() => resolveDatasetDir(undefined, {}, missing, noShipped)).toThrow(StartupError);
+    expect(() => resolveDatasetDir(undefined, {}, missing, noShipped)).toThrow(
       /apt-get install dataset-fashion-mnist.*--dataset DIR/,
     );
-    // The order of precedence: flag, then environment, then the package folder.
+    // The order of precedence: flag, then environment, then the package folder, then the shipped copy.
     expect(resolveDatasetDir('/flag', { TABSWARM_DATASET: '/env' }, missing)).toBe('/flag');
     expect(resolveDatasetDir(undefined, { TABSWARM_DATASET: '/env' }, missing)).toBe('/env');
     expect(resolveDatasetDir(undefined, {}, dir)).toBe(dir);
+    expect(resolveDatasetDir(undefined, {}, missing)).toBe(SHIPPED_DATASET_DIR);
     expect(DEFAULT_DATASET_DIR).toBe('/usr/share/datasets/fashion-mnist/');
+  });
+
+  it('the shipped copy has its licence and matches its checksums; a changed byte stops the start with the file named', async () => {
+    expect(readFileSync(join(SHIPPED_DATASET_DIR, 'LICENSE'), 'utf8')).toMatch(/MIT[\s\S]*2017 Zalando SE/);
+    await verifyChecksums(SHIPPED_DATASET_DIR);
+    const copy = join(dir, 'shipped-copy');
+    mkdirSync(copy);
+    writeFileSync(join(copy, 'SHA256SUMS'), readFileSync(join(SHIPPED_DATASET_DIR, 'SHA256SUMS')));
+    const labels = readFileSync(join(SHIPPED_DATASET_DIR, 't10k-labels-idx1-ubyte.gz'));
+    for (const name of ['train-images-idx3-ubyte.gz', 'train-labels-idx1-ubyte.gz', 't10k-images-idx3-ubyte.gz'])
+      symlinkSync(join(SHIPPED_DATASET_DIR, name), join(copy, name));
+    labels[labels.length - 1] ^= 1;
+    writeFileSync(join(copy, 't10k-labels-idx1-ubyte.gz'), labels);
+    await expect(loadDataset(copy, copy)).rejects.toThrow(
+      /t10k-labels-idx1-ubyte\.gz has sha256 [0-9a-f]{64}, SHA256SUMS says/,
+    );
+    rmSync(join(copy, 't10k-labels-idx1-ubyte.gz'));
+    await expect(verifyChecksums(copy)).rejects.toThrow(
+      /t10k-labels-idx1-ubyte\.gz is listed in SHA256SUMS but missing/,
+    );
   });
 
   it('when $TABSWARM_DATASET points nowhere', async () => {

@@ -8,6 +8,7 @@
 import { existsSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { chromium, type Browser, type ConsoleMessage, type Page } from 'playwright-core';
+import { resolveDatasetDir } from '../../coordinator/startup-config';
 import { SWARM_CHROMIUM_ARGS, findChromium as findSwarmChromium } from '../../coordinator/swarm/chromium';
 
 /** The swarm's flags and lookup (one list for product and tests; CHROMIUM.md explains them). */
@@ -36,8 +37,11 @@ export const skipWithoutChromium = (): boolean =>
 /** The Vite build the browser tests serve: `TABSWARM_DIST`, else the repository's `dist/` (`npm test` builds it first). */
 export const WEB_BUILD_DIR = resolve(process.env.TABSWARM_DIST ?? join(import.meta.dirname, '../../dist'));
 
-/** The real Fashion-MNIST IDX files: `TABSWARM_DATASET`, else Debian's dataset-fashion-mnist. */
-export const FASHION_MNIST_DIR = process.env.TABSWARM_DATASET ?? '/usr/share/datasets/fashion-mnist';
+/**
+ * The real Fashion-MNIST IDX files, found as `npm start` finds them: `$TABSWARM_DATASET`, then Debian's
+ * dataset-fashion-mnist, then the copy shipped in `data/fashion-mnist/` (so this is always set in a clone).
+ */
+export const FASHION_MNIST_DIR = resolveDatasetDir(undefined, process.env);
 
 /** True when a test needing the web build should skip (not built, not CI). */
 export const skipWithoutWebBuild = (): boolean =>
@@ -49,7 +53,7 @@ export const skipWithoutWebBuild = (): boolean =>
 /** True when a test needing the real Fashion-MNIST should skip (not installed, not CI). */
 export const skipWithoutFashionMnist = (): boolean =>
   skipWithout(
-    `Fashion-MNIST in ${FASHION_MNIST_DIR} (apt-get install dataset-fashion-mnist)`,
+    `Fashion-MNIST in ${FASHION_MNIST_DIR} (the repository ships it in data/fashion-mnist/)`,
     existsSync(FASHION_MNIST_DIR),
   );
 

@@ -5,6 +5,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { gzipSync } from 'node:zlib';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { resolveDatasetDir } from '../../coordinator/startup-config';
 import { datasetRoutes, loadIdxDataset, parseIdx, type IdxDataset } from '../../coordinator/dataset';
 
 /** An IDX file written by hand: magic, big-endian dims, data — independent of the parser. */
@@ -265,7 +266,7 @@ describe('datasetRoutes', () => {
   });
 });
 
-const FASHION_MNIST = process.env.TABSWARM_DATASET ?? '/usr/share/datasets/fashion-mnist';
+const FASHION_MNIST = resolveDatasetDir(undefined, process.env);
 describe('the real Fashion-MNIST', () => {
   const present = existsSync(FASHION_MNIST);
   it.skipIf(!present && !process.env.CI)('has 60,000 + 10,000 28×28 images, 6,000 / 1,000 of each class', async () => {
