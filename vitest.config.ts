@@ -1,3 +1,4 @@
+import { existsSync } from 'node:fs';
 import { defineConfig } from 'vitest/config';
 
 /**
@@ -8,10 +9,15 @@ import { defineConfig } from 'vitest/config';
  * - browser: real headless Chromium tabs through Playwright against a real coordinator.
  * Kernel and browser tests need SwiftShader's Vulkan ICD, which Debian's chromium ships.
  */
-const swiftshaderEnv = {
-  VK_ICD_FILENAMES: process.env.VK_ICD_FILENAMES ?? '/usr/lib/chromium/vk_swiftshader_icd.json',
-  LD_LIBRARY_PATH: [process.env.LD_LIBRARY_PATH, '/usr/lib/chromium'].filter(Boolean).join(':'),
-};
+const SWIFTSHADER_ICD = '/usr/lib/chromium/vk_swiftshader_icd.json';
+// Point Vulkan at SwiftShader only where it exists: elsewhere (a laptop with a GPU) Vulkan finds its own driver.
+const swiftshaderEnv: Record<string, string> =
+  process.env.VK_ICD_FILENAMES || !existsSync(SWIFTSHADER_ICD)
+    ? {}
+    : {
+        VK_ICD_FILENAMES: SWIFTSHADER_ICD,
+        LD_LIBRARY_PATH: [process.env.LD_LIBRARY_PATH, '/usr/lib/chromium'].filter(Boolean).join(':'),
+      };
 Object.assign(process.env, swiftshaderEnv);
 
 export default defineConfig({
@@ -24,6 +30,7 @@ export default defineConfig({
           include: ['test/kernels/**/*.test.ts'],
           pool: 'forks',
           env: swiftshaderEnv,
+          setupFiles: ['test/support/kernels-setup.ts'],
           testTimeout: 120_000,
         },
       },

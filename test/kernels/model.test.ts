@@ -10,7 +10,7 @@ import {
 import { initParams, type ModelSpecLike, type ParamLayoutLike } from '../../kernels/layers';
 import { createModel, type Model, type ModelOptions } from '../../kernels/model';
 import type { Gpu } from '../../kernels/runtime';
-import { nodeGpu, withValidation } from '../support/node-gpu';
+import { nodeGpu, withValidation, skipWithoutNodeGpu } from '../support/node-gpu';
 import {
   expectScalarClose,
   expectTensorsClose,
@@ -134,7 +134,8 @@ describe('float64 reference model', () => {
   });
 });
 
-describe('GPU model against the float64 reference', () => {
+// The device is taken in beforeAll, which runs before the per-test skip: skip the suite here.
+describe.skipIf(await skipWithoutNodeGpu())('GPU model against the float64 reference', () => {
   let gpu: Gpu;
   const models: Model[] = [];
   const make = (

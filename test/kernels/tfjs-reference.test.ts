@@ -9,13 +9,14 @@ import { beforeAll, describe, expect, it } from 'vitest';
 import { MLP_SPEC, parameterLayout } from '../../coordinator/core/model-spec';
 import { createModel } from '../../kernels/model';
 import type { Gpu } from '../../kernels/runtime';
-import { nodeGpu } from '../support/node-gpu';
+import { nodeGpu, skipWithoutNodeGpu } from '../support/node-gpu';
 import { expectScalarClose, expectTensorsClose } from '../support/reference-model';
 import { mulberry32, randomArray } from '../support/rng';
 
 const BATCH = 64;
 
-describe('mlp step against TensorFlow.js (CPU backend)', () => {
+// The device is taken in beforeAll, which runs before the per-test skip: skip the suite here.
+describe.skipIf(await skipWithoutNodeGpu())('mlp step against TensorFlow.js (CPU backend)', () => {
   let gpu: Gpu;
   beforeAll(async () => {
     gpu = await nodeGpu();

@@ -5,7 +5,7 @@ import { decodeSnapshot, encodeSnapshot } from '../../coordinator/core/snapshot'
 import { createModel, type Model, type ModelOptions } from '../../kernels/model';
 import type { Gpu } from '../../kernels/runtime';
 import { createTrainingState, type ExportedState } from '../../kernels/training-state';
-import { nodeGpu, withValidation } from '../support/node-gpu';
+import { nodeGpu, withValidation, skipWithoutNodeGpu } from '../support/node-gpu';
 import { mulberry32, randomArray } from '../support/rng';
 
 const SPEC: ModelSpec = {
@@ -44,7 +44,8 @@ function expectSameState(got: ExportedState, want: ExportedState): void {
   got.moments.forEach((m, i) => expect(firstByteDifference(m, want.moments[i]), `moment ${i}`).toBe(-1));
 }
 
-describe('training state', () => {
+// The device is taken in beforeAll, which runs before the per-test skip: skip the suite here.
+describe.skipIf(await skipWithoutNodeGpu())('training state', () => {
   let gpu: Gpu;
   const models: Model[] = [];
   const make = (options: Partial<ModelOptions> = {}) => {

@@ -9,6 +9,7 @@ import { existsSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { chromium, type Browser, type ConsoleMessage, type Page } from 'playwright-core';
 import { resolveDatasetDir } from '../../coordinator/startup-config';
+import { skipWithout } from './skip';
 import { SWARM_CHROMIUM_ARGS, findChromium as findSwarmChromium } from '../../coordinator/swarm/chromium';
 
 /** The swarm's flags and lookup (one list for product and tests; CHROMIUM.md explains them). */
@@ -19,16 +20,7 @@ export function findChromium(): string | undefined {
   return findSwarmChromium();
 }
 
-/**
- * Whether a test needing `what` should skip: true when it is absent and we are not under CI.
- * Under CI it returns false, so the test runs and fails with the prerequisite's own clear error.
- */
-export function skipWithout(what: string, present: boolean): boolean {
-  if (present) return false;
-  if (process.env.CI) return false;
-  console.warn(`skipping: ${what} is not available (under CI this fails instead)`);
-  return true;
-}
+export { skipWithout } from './skip';
 
 /** True when browser tests should skip (no Chromium, not CI). */
 export const skipWithoutChromium = (): boolean =>

@@ -1,11 +1,15 @@
 /**
  * A WebGPU device in Node through the `webgpu` package (Dawn) on SwiftShader, for fast kernel tests.
- * Dawn finds no adapter here unless Vulkan is pointed at Chromium's SwiftShader ICD (CHROMIUM.md);
- * vitest.config.ts sets VK_ICD_FILENAMES / LD_LIBRARY_PATH for the test processes.
- * Under CI a missing adapter fails the test run instead of skipping it.
+ * Dawn finds no adapter on a CPU-only machine unless Vulkan is pointed at Chromium's SwiftShader ICD
+ * (docs/chromium.md); vitest.config.ts sets VK_ICD_FILENAMES / LD_LIBRARY_PATH where that ICD exists.
+ *
+ * Without an adapter the kernel tests skip (`skipWithoutNodeGpu`, used by test/support/kernels-setup.ts
+ * for every test and by suites that take the device in `beforeAll`); under `CI` they run and fail with
+ * `nodeGpu()`'s message instead.
  */
 import { create, globals } from 'webgpu';
 import { createGpu, type Gpu } from '../../kernels/runtime';
+import { skipWithout } from './skip';
 
 let cached: Promise<Gpu> | undefined;
 /** Kept alive for the process: if Dawn's instance is garbage-collected it tears the device down mid-work. */
@@ -37,6 +41,24 @@ export function nodeGpu(): Promise<Gpu> {
     return createGpu(device);
   })();
   return cached;
+}
+
+/** Whether Dawn offers an adapter here (probed once per process, never throws). */
+let probed: Promise<boolean> | undefined;
+export function nodeGpuAvailable(): Promise<boolean> {
+  probed ??= nodeGpu().then(
+    () => true,
+    () => false,
+  );
+  return probed;
+}
+
+/** True when a test needing WebGPU in Node should skip: no adapter, and not under CI. */
+export async function skipWithoutNodeGpu(): Promise<boolean> {
+  return skipWithout(
+    'a WebGPU adapter in Node (Debian chromium ships SwiftShader: apt-get install chromium)',
+    await nodeGpuAvailable(),
+  );
 }
 
 /** Run `fn` inside a validation error scope and throw if WebGPU reported an error. */
