@@ -4,7 +4,7 @@
  * The audit is computed from the stored commit rows alone, re-deriving each commit's dataset indices
  * from `epochOrder(seed, epoch, n)` and its [cursorStart, cursorStart+count) — independent of the
  * machine's in-memory bitset, which it is compared against at the end (`recordAgrees`). Invariant (1)
- * of DESIGN.md holds when every epoch has no index committed twice and every finished epoch has no
+ * of docs/ARCHITECTURE.md holds when every epoch has no index committed twice and every finished epoch has no
  * index never committed.
  */
 import { adapterLabel, statusView, type CoordinatorState } from './core/machine';

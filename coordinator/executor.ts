@@ -1,7 +1,7 @@
 /**
  * The executor of the pure machine: one event in, `handle`, then the actions out, in order.
  *
- * Durability rule (coordinator-contract.md): `record_commit`, `rollback_commits` and `persist` are
+ * Durability rule (docs/coordinator-contract.md): `record_commit`, `rollback_commits` and `persist` are
  * queued and written in ONE SQLite transaction as soon as the next `send`/`close` comes up (or at
  * the end of the transition), so a tab never sees `committed` for a step the store could lose. Log
  * events are buffered and ride along with the next transaction (or a short timer), because an fsync

@@ -1,6 +1,6 @@
 // Direct 2-D convolution, stride 1, zero padding, NHWC activations, HWIO weights [k, k, cin, cout].
 //
-// Why this shape (SwiftShader, CHROMIUM.md): the CPU emulation runs 4 invocations as the 4 lanes of
+// Why this shape (SwiftShader, docs/chromium.md): the CPU emulation runs 4 invocations as the 4 lanes of
 // one SIMD register; every storage load is a masked 4-lane gather that costs far more than a
 // multiply-add, while barriers and workgroup memory are expensive. So every invocation owns a register
 // tile and reuses each loaded value many times, with no workgroup memory and no barriers:

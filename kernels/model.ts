@@ -8,7 +8,7 @@
  * dispatch, a snapshot one copy and an allreduce one read-back. Activations are kept per layer (the
  * backward pass needs them); gradients of activations ping-pong between two scratch buffers.
  *
- * Semantics (DESIGN.md): the loss is the SUM over the batch and the gradients are SUMS over samples;
+ * Semantics (docs/ARCHITECTURE.md, inv. 6): the loss is the SUM over the batch and the gradients are SUMS over samples;
  * the optimizer multiplies by 1/samples of the step (`gradScale`), so gradients of rank shares can be
  * added (allreduce) before one optimizer step over the whole global batch.
  */

@@ -1,7 +1,7 @@
 /**
  * Fused softmax cross-entropy for a classifier head: the SUM over rows of −log softmax(z_r)[label_r]
  * into `loss` (one float), and dlogits = softmax − onehot per row (not divided by rows: the step
- * divides the summed gradient by the samples actually in the global step, see DESIGN.md).
+ * divides the summed gradient by the samples actually in the global step, see docs/ARCHITECTURE.md, invariant (6)).
  * One workgroup, deterministic: the loss is bit-identical on every rank for the same inputs.
  */
 import code from './softmax-xent.wgsl?raw';

@@ -2,7 +2,7 @@
  * A fast, stable 64-bit hash of parameter bytes, identical in every browser and in Node.
  *
  * Ranks report this hash of their parameters after each step and the commit rule requires the
- * reports to agree (DESIGN.md: divergence is detected, not guessed); snapshots carry it too. So it
+ * reports to agree (docs/ARCHITECTURE.md, invariant 2: divergence is detected); snapshots carry it too. So it
  * must be cheap over megabytes (a few ms for a 1 MB `mlp`), pure JS (no WebCrypto: async, and not
  * available in every worker context) and defined on bytes, not on float values (-0 ≠ +0, NaN
  * payloads differ: bit-identical parameters are the invariant).

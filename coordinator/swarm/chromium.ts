@@ -1,5 +1,5 @@
 /**
- * Headless Chromium for swarms, with WebGPU on SwiftShader where there is no GPU (CHROMIUM.md).
+ * Headless Chromium for swarms, with WebGPU on SwiftShader where there is no GPU (docs/chromium.md).
  *
  * The one flag list and lookup order of the project: `test/support/browser.ts` re-exports them.
  */
@@ -7,7 +7,7 @@ import { existsSync } from 'node:fs';
 import { chromium, type Browser } from 'playwright-core';
 import { NoChromiumError } from './swarm-errors';
 
-/** Flags that gave a working WebGPU adapter headless on a CPU-only machine (CHROMIUM.md). */
+/** Flags that gave a working WebGPU adapter headless on a CPU-only machine (docs/chromium.md). */
 export const SWARM_CHROMIUM_ARGS: readonly string[] = [
   '--no-sandbox',
   '--disable-quic',

@@ -1,6 +1,6 @@
 /**
  * The tabs of a swarm: each a page in its own browser context (its own storage, like a separate
- * person), opened at the coordinator's URL with `autostart=1`, and the faults CHROMIUM.md measured:
+ * person), opened at the coordinator's URL with `autostart=1`, and the faults docs/chromium.md measured:
  * close (`page.close`, `pagehide` → goodbye), crash (CDP `Page.crash`), hang (CDP `Debugger.pause`:
  * sockets stay open, only heartbeats notice), resume, throttle (CDP `Network.emulateNetworkConditions`).
  *

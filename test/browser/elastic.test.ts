@@ -4,7 +4,7 @@
  * renderer crashed) keeps every invariant, does not change the optimisation trajectory, and killing
  * every tab resumes from the durable checkpoint.
  *
- * Small on purpose (CHROMIUM.md: SwiftShader is slow): `tiny-mlp`, global batch 64, the first 3,072
+ * Small on purpose (docs/chromium.md: SwiftShader is slow): `tiny-mlp`, global batch 64, the first 3,072
  * Fashion-MNIST training images (48 steps per epoch), 1,000 test images. The coordinator serves the
  * Vite build in `TABSWARM_DIST` (default `dist/`, which `npm test` builds first).
  */
@@ -74,7 +74,7 @@ async function commitRows(coordinator: CoordinatorProcess): Promise<CommitRow[]>
   return rows;
 }
 
-/** Invariants (1) and (2) as the coordinator's audit reports them. */
+/** Invariants (1) and (2) of docs/ARCHITECTURE.md as the coordinator's audit reports them. */
 async function expectCleanAudit(coordinator: CoordinatorProcess, opts: { finished?: boolean } = {}): Promise<void> {
   const audit = await coordinator.audit();
   const summary = JSON.stringify({

@@ -5,7 +5,7 @@
  * must carry the same schedule the pure function gives for that seed. A dead URL must fail in seconds
  * with one clear line.
  *
- * Small on purpose (CHROMIUM.md: WebGPU on SwiftShader is slow, and CPU is shared): `tiny-mlp`, global
+ * Small on purpose (docs/chromium.md: WebGPU on SwiftShader is slow, and CPU is shared): `tiny-mlp`, global
  * batch 32, 2,000 seeded fake training images, at most 4 tabs, 30 s of chaos. The coordinator serves
  * the Vite build in `TABSWARM_DIST` (default `dist/`, which `npm test` builds first).
  */

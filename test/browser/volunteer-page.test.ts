@@ -11,7 +11,7 @@
  * - a coordinator restart shows "reconnecting…", and the tab rejoins by itself;
  * - screenshots at 1280×800 and 390×844 go to test-results/, and the phone layout has no sideways scroll.
  *
- * Small on purpose (CHROMIUM.md: SwiftShader is slow): `tiny-mlp`, global batch 32, the first 1,024
+ * Small on purpose (docs/chromium.md: SwiftShader is slow): `tiny-mlp`, global batch 32, the first 1,024
  * Fashion-MNIST images (or the seeded fake IDX set when the real one is not installed). The
  * coordinator serves the Vite build in `TABSWARM_DIST` (default `dist/`).
  */

@@ -1,5 +1,5 @@
 /**
- * DESIGN.md invariant (4): bad input gets an error (or a closed socket), is counted in
+ * Invariant (4) of docs/ARCHITECTURE.md: bad input gets an error (or a closed socket), is counted in
  * `tabswarm_message_errors_total{code}`, and changes nothing: status and audit are the same before and
  * after, and the round it was thrown at still commits its next step.
  */

@@ -1,5 +1,5 @@
 /**
- * Headless Chromium for browser tests, with WebGPU on SwiftShader where there is no GPU (CHROMIUM.md).
+ * Headless Chromium for browser tests, with WebGPU on SwiftShader where there is no GPU (docs/chromium.md).
  *
  * The executable is `CHROMIUM_PATH`, else Debian's `/usr/bin/chromium`, else Playwright's own
  * browser if one was installed (`npx playwright install chromium`), so the tests also run on a
@@ -12,7 +12,7 @@ import { resolveDatasetDir } from '../../coordinator/startup-config';
 import { skipWithout } from './skip';
 import { SWARM_CHROMIUM_ARGS, findChromium as findSwarmChromium } from '../../coordinator/swarm/chromium';
 
-/** The swarm's flags and lookup (one list for product and tests; CHROMIUM.md explains them). */
+/** The swarm's flags and lookup (one list for product and tests; docs/chromium.md explains them). */
 export const CHROMIUM_ARGS: readonly string[] = SWARM_CHROMIUM_ARGS;
 
 /** The Chromium to drive, or undefined when none is installed. */

@@ -1,7 +1,7 @@
 /**
  * A swarm of volunteer tabs for browser tests: each tab is a page in its own browser context (its own
  * storage, like a separate person), pointed at a coordinator URL with `?autostart=1`, so it joins the
- * coordinator's job on its own. Faults as the CHROMIUM.md vocabulary has them: `close` (page.close →
+ * coordinator's job on its own. Faults as the docs/chromium.md vocabulary has them: `close` (page.close →
  * `pagehide` → goodbye), `crash` (CDP `Page.crash`: the renderer dies, sockets drop without goodbye).
  *
  * The tabs' elastic status is `window.tabswarmElastic` (web/elastic/start.ts); helpers wait on it

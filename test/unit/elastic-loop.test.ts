@@ -90,7 +90,7 @@ async function reference(): Promise<Map<number, string>> {
   return referenceHashes;
 }
 
-/** Invariant (1) from the live commit rows alone: every index once per epoch, finished epochs complete. */
+/** Invariant (1) (docs/ARCHITECTURE.md) from the commit rows: each index once per epoch, finished epochs complete. */
 function auditCommits(commits: StoredCommit[]): void {
   const byEpoch = new Map<number, StoredCommit[]>();
   for (const c of commits) byEpoch.set(c.epoch, [...(byEpoch.get(c.epoch) ?? []), c]);

@@ -19,7 +19,7 @@
  * - The training worker (a dedicated Web Worker) owns the GPU device, the model and the dataset; no
  *   page timer drives it.
  * - The main thread keeps what only it can have: the WebSocket to the coordinator and the WebRTC peer
- *   connections (RTCPeerConnection does not exist in workers, CHROMIUM.md), and with them the elastic
+ *   connections (RTCPeerConnection does not exist in workers, docs/chromium.md), and with them the elastic
  *   loop that sequences steps. That loop advances on events (worker replies, data-channel messages,
  *   coordinator messages), which hidden tabs deliver without delay; only its deadlines and the optional
  *   pause between steps are main-thread timers, which hidden tabs may round up to whole seconds.
