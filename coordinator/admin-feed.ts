@@ -33,7 +33,7 @@ import {
   type FeedEvaluation,
   type FeedEvent,
   type FeedMessage,
-} from '../web/admin/feed-protocol';
+} from './core/admin-feed-protocol';
 
 export type { FeedMessage };
 

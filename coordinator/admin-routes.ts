@@ -17,7 +17,7 @@ import type { CoordinatorState } from './core/machine';
 import { bearerToken, HttpError, sameSecret, sendError, sendJson } from './http-util';
 import { checkpointToSafetensors, SafetensorsError, type SafetensorsExport } from './safetensors';
 import type { CheckpointRow, Store } from './store';
-import type { CheckpointListResponse } from '../web/admin/feed-protocol';
+import type { CheckpointListResponse } from './core/admin-feed-protocol';
 
 export interface AdminRoutesDeps {
   runId: string;

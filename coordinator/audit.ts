@@ -8,7 +8,7 @@
  * index never committed.
  */
 import { adapterLabel, statusView, type CoordinatorState } from './core/machine';
-import type { AdminStatus } from '../web/admin/feed-protocol';
+import type { AdminStatus } from './core/admin-feed-protocol';
 import { base64ToBytes, epochOrder } from './core/sampler';
 import type { CommitRow, EventRow } from './store';
 

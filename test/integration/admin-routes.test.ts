@@ -18,7 +18,7 @@ import { CoordinatorServer } from '../../coordinator/server';
 import { CoordinatorMetrics } from '../../coordinator/server-metrics';
 import { staticFiles } from '../../coordinator/static-files';
 import { SqliteStore } from '../../coordinator/store';
-import type { FeedMessage } from '../../web/admin/feed-protocol';
+import type { FeedMessage } from '../../coordinator/core/admin-feed-protocol';
 import { FeedReader, is } from './admin-feed-reader';
 import { makeTempDir, SimTrainer, simulatedParams } from '../support/coordinator-process';
 

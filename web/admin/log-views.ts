@@ -1,5 +1,5 @@
 /** The event log (with filters), the commit timeline and the checkpoint list. */
-import { FEED_CATEGORIES, type FeedCategory, type FeedCheckpoint, type FeedEvent } from './feed-protocol';
+import { FEED_CATEGORIES, type FeedCategory, type FeedCheckpoint, type FeedEvent } from '../../coordinator/core/admin-feed-protocol';
 import { byId, el, formatBytes, formatClock, formatInt, formatMoment, setText } from './format';
 import type { AdminModel } from './model';
 

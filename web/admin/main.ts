@@ -8,7 +8,7 @@ import '../shared.css';
 import './admin.css';
 import { AdminApi, forgetToken, initialToken, saveToken } from './admin-api';
 import { AdminCharts } from './charts';
-import type { FeedCheckpoint, FeedMessage } from './feed-protocol';
+import type { FeedCheckpoint, FeedMessage } from '../../coordinator/core/admin-feed-protocol';
 import { byId, formatBytes } from './format';
 import { EventLog, renderCheckpoints, renderTimeline } from './log-views';
 import { applyFeedMessage, mergeChanges, type AdminModel, type Changes } from './model';

@@ -10,7 +10,7 @@ import type {
   FeedEvaluation,
   FeedEvent,
   FeedMessage,
-} from './feed-protocol';
+} from '../../coordinator/core/admin-feed-protocol';
 
 /** Event lines kept in the page. */
 export const MAX_EVENTS = 1000;

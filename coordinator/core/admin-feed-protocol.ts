@@ -3,8 +3,8 @@
  * `FeedMessage` per `data:` line, default event type), and what the admin REST routes return.
  *
  * Pure types (no DOM, no Node), shared by the coordinator (coordinator/admin-feed.ts writes them) and
- * the admin page (web/admin reads them). It lives here rather than in coordinator/ because web/ may
- * not import coordinator/ beyond its pure core, while coordinator/ may import a file without DOM use.
+ * the admin page (web/admin reads them), so they live in the pure core both may import
+ * (docs/boundaries.md).
  *
  * Life of a connection: the first message is a `snapshot` (the whole picture: status, commit history,
  * recent events, checkpoints); after it, `status` at least every second and after every change,
@@ -12,7 +12,7 @@
  * log line at info level or above, `checkpoints` when the list changed. A reconnecting EventSource
  * gets a fresh snapshot, so the page replaces its state instead of patching it.
  */
-import type { StatusView, WorldView } from '../../coordinator/core/machine';
+import type { StatusView, WorldView } from './machine';
 
 /** One rank of the current round as the admin page shows it: the core's view plus the server clock's view. */
 export type AdminWorkerView = WorldView & {

@@ -1,0 +1,64 @@
+/**
+ * The import boundaries of docs/boundaries.md, as dependency-cruiser checks them with the repository's
+ * own `.dependency-cruiser.cjs`: a small tree with one wrong-way import per rule must report exactly
+ * those, and the real tree must report none. (About 10–20 s: it parses every source file once.)
+ */
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { createRequire } from 'node:module';
+import { tmpdir } from 'node:os';
+import { dirname, join, resolve } from 'node:path';
+import { cruise, type ICruiseOptions, type IConfiguration, type ICruiseResult } from 'dependency-cruiser';
+import { afterAll, describe, expect, it } from 'vitest';
+
+const ROOT = resolve(import.meta.dirname, '../..');
+const config = createRequire(import.meta.url)(join(ROOT, '.dependency-cruiser.cjs')) as IConfiguration;
+
+async function violations(baseDir: string, roots: string[]): Promise<string[]> {
+  const { options } = config;
+  const cruiseOptions: ICruiseOptions = {
+    ...options,
+    tsConfig: undefined,
+    baseDir,
+    validate: true,
+    ruleSet: { forbidden: config.forbidden },
+  };
+  const result = (await cruise(roots, cruiseOptions)).output as ICruiseResult;
+  return result.summary.violations.map((v) => `${v.rule.name}: ${v.from} -> ${v.to}`).sort();
+}
+
+describe('import boundaries (dependency-cruiser)', () => {
+  const fixture = mkdtempSync(join(tmpdir(), 'tabswarm-boundaries-'));
+  afterAll(() => rmSync(fixture, { recursive: true, force: true }));
+
+  it('reports each wrong-way import of a small tree, and only those', async () => {
+    const files: Record<string, string> = {
+      'coordinator/core/protocol.ts': 'export const v = 1;\n',
+      'coordinator/core/leaky.ts':
+        "import { readFileSync } from 'node:fs';\nimport { s } from '../server';\nexport const x = [readFileSync, s];\n",
+      'coordinator/server.ts':
+        "import { v } from './core/protocol';\nimport { page } from '../web/page';\nexport const s = [v, page];\n",
+      'kernels/matmul.ts':
+        "import { v } from '../coordinator/core/protocol';\nimport { page } from '../web/page';\nexport const k = [v, page];\n",
+      'web/page.ts':
+        "import { v } from '../coordinator/core/protocol';\nimport { k } from '../kernels/matmul';\nimport { s } from '../coordinator/server';\nimport { helper } from '../test/helper';\nexport const page = [v, k, s, helper];\n",
+      'test/helper.ts':
+        "import { s } from '../coordinator/server';\nimport { page } from '../web/page';\nexport const helper = [s, page];\n",
+    };
+    for (const [path, text] of Object.entries(files)) {
+      mkdirSync(dirname(join(fixture, path)), { recursive: true });
+      writeFileSync(join(fixture, path), text);
+    }
+    expect(await violations(fixture, ['coordinator', 'kernels', 'web', 'test'])).toEqual([
+      'coordinator-not-into-web-or-kernels: coordinator/server.ts -> web/page.ts',
+      'core-is-pure: coordinator/core/leaky.ts -> coordinator/server.ts',
+      'core-no-node-apis: coordinator/core/leaky.ts -> fs',
+      'kernels-only-core: kernels/matmul.ts -> web/page.ts',
+      'product-not-into-test-or-bench: web/page.ts -> test/helper.ts',
+      'web-only-kernels-and-core: web/page.ts -> coordinator/server.ts',
+    ]);
+  });
+
+  it('finds none in the real tree', async () => {
+    expect(await violations(ROOT, ['coordinator', 'web', 'kernels', 'bin', 'test', 'bench'])).toEqual([]);
+  }, 120_000);
+});
