@@ -196,7 +196,9 @@ async function main(): Promise<void> {
       const gflops = (ms: number) => (2 * n ** 3 * runs) / (ms * 1e6);
       const tfjs = gflops(median(tfjsMs));
       const perVariant = VARIANTS.map(() => Number.NaN);
-      candidates.forEach((v, j) => (perVariant[v] = gflops(median(oursMs[j]))));
+      candidates.forEach((v, j) => {
+        perVariant[v] = gflops(median(oursMs[j]));
+      });
       variantTable.set(n, perVariant);
       const best = candidates.reduce(
         (b, v) => (!VARIANTS[v].interleaved && perVariant[v] > perVariant[b] ? v : b),

@@ -325,7 +325,7 @@ export function datasetRoutes(dataset: IdxDataset): (req: IncomingMessage, res: 
     const etag = etagOf(dataset, key);
     const headers = { ETag: etag, 'Cache-Control': 'no-cache' };
     const ifNoneMatch = req.headers['if-none-match'];
-    if (ifNoneMatch && ifNoneMatch.split(',').some((tag) => tag.trim() === etag)) {
+    if (ifNoneMatch?.split(',').some((tag) => tag.trim() === etag)) {
       res.writeHead(304, headers).end();
       return true;
     }

@@ -13,7 +13,7 @@
  * resumes from the last transaction that did commit).
  */
 import { randomBytes } from 'node:crypto';
-import { handle, nextDeadline, type Action, type CoordinatorState, type Event } from './core/machine';
+import { type Action, type CoordinatorState, type Event, handle, nextDeadline, type Transition } from './core/machine';
 import type { ServerMessage } from './core/protocol';
 import type { CoordinatorMetrics } from './server-metrics';
 import type { Store, StoreOp } from './store';
@@ -111,7 +111,7 @@ export class MachineExecutor {
 
   private applyOne(event: Event): void {
     const started = performance.now();
-    let transition;
+    let transition: Transition;
     try {
       transition = handle(this.currentState, event, this.now());
     } catch (error) {

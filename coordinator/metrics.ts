@@ -97,7 +97,9 @@ export class Histogram implements Series {
   }
   render(): string[] {
     const lines = [`# HELP ${this.name} ${this.help}`, `# TYPE ${this.name} histogram`];
-    this.buckets.forEach((le, i) => lines.push(`${this.name}_bucket{le="${formatNumber(le)}"} ${this.counts[i]}`));
+    this.buckets.forEach((le, i) => {
+      lines.push(`${this.name}_bucket{le="${formatNumber(le)}"} ${this.counts[i]}`);
+    });
     lines.push(`${this.name}_bucket{le="+Inf"} ${this.count}`);
     lines.push(`${this.name}_sum ${formatNumber(this.sum)}`);
     lines.push(`${this.name}_count ${this.count}`);

@@ -18,7 +18,7 @@
  * NHWC-flattened activation. Metadata values are strings, as the format requires.
  */
 import { modelSpecSchema, parameterLayout, type ModelSpec } from './core/model-spec';
-import { decodeSnapshot, SnapshotError } from './core/snapshot';
+import { type DecodedSnapshot, decodeSnapshot, SnapshotError } from './core/snapshot';
 
 /** What the encoder needs of a snapshot (a `DecodedSnapshot` has all of it). */
 export interface ModelWeights {
@@ -139,7 +139,7 @@ export function checkpointToSafetensors(
   checkpoint: Uint8Array,
   metadata: Record<string, string> = {},
 ): SafetensorsExport {
-  let snapshot;
+  let snapshot: DecodedSnapshot;
   try {
     // A plain Uint8Array over the same bytes: a Node Buffer's slice() is a view, which decodeSnapshot does not expect.
     snapshot = decodeSnapshot(new Uint8Array(checkpoint.buffer, checkpoint.byteOffset, checkpoint.byteLength));

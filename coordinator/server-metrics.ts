@@ -5,7 +5,7 @@
  * unlike counters survive a coordinator restart.
  */
 import { METRICS, type Action, type CoordinatorState, type MetricName } from './core/machine';
-import { Counter, DURATION_BUCKETS_SECONDS, Gauge, Histogram, MetricsRegistry, Summary } from './metrics';
+import { Counter, DURATION_BUCKETS_SECONDS, Gauge, type Histogram, MetricsRegistry, type Summary } from './metrics';
 
 type MetricAction = Extract<Action, { kind: 'metric' }>;
 

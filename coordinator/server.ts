@@ -18,7 +18,7 @@ import { jobPublic } from './core/job';
 import { adminActionSchema, type AdminAction } from './core/machine';
 import { idSchema } from './core/protocol';
 import { positionAfter } from './core/sampler';
-import { decodeSnapshot, SnapshotError } from './core/snapshot';
+import { type DecodedSnapshot, decodeSnapshot, SnapshotError } from './core/snapshot';
 import { auditRun, commitsPage, evaluationViews, MAX_COMMITS_PAGE, statusOf } from './audit';
 import type { ControlChannel } from './control-channel';
 import type { MachineExecutor } from './executor';
@@ -357,7 +357,7 @@ export class CoordinatorServer {
       if (error instanceof HttpError) metrics.checkpointUploads.inc(1, { result: error.code });
       throw error;
     });
-    let snapshot;
+    let snapshot: DecodedSnapshot;
     try {
       // A plain Uint8Array view: Buffer#slice returns a view, not a copy, which decodeSnapshot does not expect.
       snapshot = decodeSnapshot(new Uint8Array(body.buffer, body.byteOffset, body.byteLength));

@@ -4,7 +4,7 @@
  * dispatches split over x/y (dispatch1d) so multi-million-element flat buffers fit the 65,535 limit.
  */
 import code from './elementwise.wgsl?raw';
-import { flatKernel, dispatch1d, f32bits, type Gpu, type Kernel, type Tensor } from './runtime';
+import { flatKernel, f32bits, type Gpu, type Kernel, type Tensor } from './runtime';
 
 /** Invocations per workgroup (the WGSL override WORKGROUP_SIZE). */
 export const ELEMENTWISE_WORKGROUP_SIZE = 256;

@@ -100,7 +100,7 @@ export function paramEntries(
 ): { weight?: ParamEntryLike; bias?: ParamEntryLike }[] {
   const shapes = layerShapes(spec);
   const last = spec.layers[spec.layers.length - 1];
-  if (!last || last.type !== 'dense' || last.units !== spec.classes)
+  if (last?.type !== 'dense' || last.units !== spec.classes)
     throw new Error(`model ${spec.name}: last layer must be dense with ${spec.classes} units`);
   const sameShape = (a: readonly number[], b: readonly number[]) =>
     a.length === b.length && a.every((d, i) => d === b[i]);

@@ -72,8 +72,8 @@ export function adamw(
     dims,
     (d) => {
       if (!Number.isInteger(d.t) || d.t < 1) throw new Error(`adamw: step t=${d.t} must be a 1-based integer`);
-      const biasCorrection1 = 1 - Math.pow(d.beta1, d.t);
-      const biasCorrection2 = 1 - Math.pow(d.beta2, d.t);
+      const biasCorrection1 = 1 - d.beta1 ** d.t;
+      const biasCorrection2 = 1 - d.beta2 ** d.t;
       return [
         d.size,
         f32bits(d.gradScale),

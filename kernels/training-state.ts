@@ -51,7 +51,9 @@ export class TrainingState {
       usage: MAP_READ | COPY_DST,
     });
     const encoder = device.createCommandEncoder({ label: 'training-state.export' });
-    tensors.forEach((t, i) => encoder.copyBufferToBuffer(t.buffer, t.offset, staging, i * bytes, bytes));
+    tensors.forEach((t, i) => {
+      encoder.copyBufferToBuffer(t.buffer, t.offset, staging, i * bytes, bytes);
+    });
     const step = this.model.optimizerStep;
     device.queue.submit([encoder.finish()]);
     await staging.mapAsync(MAP_READ);
@@ -94,9 +96,9 @@ export class TrainingState {
       };
     }
     const bytes = this.model.totalElements * 4;
-    this.stateTensors.forEach((t, i) =>
-      encoder.copyBufferToBuffer(t.buffer, t.offset, this.backup!.tensors[i].buffer, 0, bytes),
-    );
+    this.stateTensors.forEach((t, i) => {
+      encoder.copyBufferToBuffer(t.buffer, t.offset, this.backup!.tensors[i].buffer, 0, bytes);
+    });
     this.backup.step = this.model.optimizerStep;
   }
 
@@ -118,9 +120,9 @@ export class TrainingState {
     const backup = this.backup;
     const bytes = this.model.totalElements * 4;
     const encoder = this.gpu.device.createCommandEncoder({ label: 'training-state.restore-backup' });
-    this.stateTensors.forEach((t, i) =>
-      encoder.copyBufferToBuffer(backup.tensors[i].buffer, 0, t.buffer, t.offset, bytes),
-    );
+    this.stateTensors.forEach((t, i) => {
+      encoder.copyBufferToBuffer(backup.tensors[i].buffer, 0, t.buffer, t.offset, bytes);
+    });
     this.gpu.device.queue.submit([encoder.finish()]);
     this.model.optimizerStep = backup.step;
   }
@@ -132,7 +134,7 @@ export class TrainingState {
 
   /** Free the backup buffers (the model's own buffers belong to the model). */
   destroy(): void {
-    this.backup?.tensors.forEach((t) => t.buffer.destroy());
+    for (const t of this.backup?.tensors ?? []) t.buffer.destroy();
     this.backup = undefined;
   }
 }

@@ -266,7 +266,9 @@ async function trainSetup(batch: number, options: TrainOptions): Promise<TrainSe
   const x = randomArray(rand, batch * 784, 0, 1);
   const labels = Uint32Array.from({ length: batch }, () => Math.floor(rand() * 10));
   const oneHot = new Float32Array(batch * 10);
-  labels.forEach((label, i) => (oneHot[i * 10 + label] = 1));
+  labels.forEach((label, i) => {
+    oneHot[i * 10 + label] = 1;
+  });
   const ours = options.tiles.map((tile) =>
     createModel(g, MLP_SPEC, layout, {
       maxBatch: batch,

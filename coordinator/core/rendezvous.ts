@@ -63,7 +63,9 @@ function waitReason(s: CoordinatorState): WaitReason {
 /** Tell every waiting worker where it stands. */
 export function notifyWaitingIn(ctx: Ctx): void {
   const reason = waitReason(ctx.s);
-  ctx.s.rendezvous.waitList.forEach((id, position) => sendWorker(ctx, id, { type: 'wait', reason, position }));
+  ctx.s.rendezvous.waitList.forEach((id, position) => {
+    sendWorker(ctx, id, { type: 'wait', reason, position });
+  });
   metric(ctx, 'tabswarm_waiting_workers', ctx.s.rendezvous.waitList.length);
 }
 
@@ -110,7 +112,7 @@ export function evaluateGatheringIn(ctx: Ctx): void {
     // wait list: there is nobody to wait for. The last call only helps a fresh rendezvous (the first
     // round, or after a coordinator restart) gather the tabs that are still arriving. Skipping it here
     // takes lastCallMs off every recovery.
-    if (rv.closedRound !== null && rv.closedRound.members.some((id) => rv.waitList.includes(id))) {
+    if (rv.closedRound?.members.some((id) => rv.waitList.includes(id))) {
       openRoundIn(ctx);
       return;
     }

@@ -409,7 +409,7 @@ export function formatReportTable(r: SwarmReport): string {
       e.tab,
       e.outcome,
       recovery,
-      rec && rec.member ? String(rec.stepsLost) : '',
+      rec?.member ? String(rec.stepsLost) : '',
       e.note ?? (e.kbps ? `${e.kbps} kbit/s` : ''),
     ];
     lines.push(

@@ -175,8 +175,8 @@ async function msPerStep(tab: Tab, steps: number): Promise<number> {
  * a status change, so the DOM may lag `window.tabswarm` by a frame); fail with the text it has.
  */
 async function shows(tab: Tab, selector: string, pattern: RegExp | string, timeoutMs = 5000): Promise<void> {
-  const escaped = typeof pattern === 'string' ? pattern.replace(/[.*+?^$()|[\]\\{}]/g, (c) => '\\' + c) : '';
-  const source = typeof pattern === 'string' ? '^' + escaped + '$' : pattern.source;
+  const escaped = typeof pattern === 'string' ? pattern.replace(/[.*+?^$()|[\]\\{}]/g, (c) => `\\${c}`) : '';
+  const source = typeof pattern === 'string' ? `^${escaped}$` : pattern.source;
   try {
     await tab.page.waitForFunction(
       ({ selector, source }) => new RegExp(source).test(document.querySelector(selector)?.textContent ?? ''),
@@ -381,7 +381,11 @@ describe.skipIf(skip)('the volunteer page', () => {
     const beats = a.heartbeats[0];
     await new Promise<void>((resolveBeats, reject) => {
       const timer = setTimeout(() => reject(new Error(`tab A sent only ${beats.length} heartbeats`)), 4 * HEARTBEAT_MS);
-      const check = () => (beats.length >= 4 ? (clearTimeout(timer), resolveBeats()) : beatListeners.push(check));
+      const check = () => {
+        if (beats.length < 4) return beatListeners.push(check);
+        clearTimeout(timer);
+        resolveBeats();
+      };
       check();
     });
     const gaps = beats.slice(1).map((t, i) => t - beats[i]);

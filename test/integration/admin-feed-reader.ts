@@ -31,8 +31,7 @@ export class FeedReader {
         const { done, value } = await reader.read();
         if (done) break;
         this.buffer += decoder.decode(value, { stream: true });
-        let end: number;
-        while ((end = this.buffer.indexOf('\n\n')) >= 0) {
+        for (let end = this.buffer.indexOf('\n\n'); end >= 0; end = this.buffer.indexOf('\n\n')) {
           const block = this.buffer.slice(0, end);
           this.buffer = this.buffer.slice(end + 2);
           const data = block

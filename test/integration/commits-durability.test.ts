@@ -6,7 +6,12 @@
  * every index of every epoch committed exactly once.
  */
 import { afterEach, describe, expect, it } from 'vitest';
-import { CoordinatorProcess, SimTrainer, simulatedParamsHash, spawnCoordinator } from '../support/coordinator-process';
+import {
+  type CoordinatorProcess,
+  SimTrainer,
+  simulatedParamsHash,
+  spawnCoordinator,
+} from '../support/coordinator-process';
 import { jobPublic, parseJobSpec } from '../../coordinator/core/job';
 import { stepPosition, totalSteps } from '../../coordinator/core/sampler';
 

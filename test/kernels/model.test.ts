@@ -149,7 +149,11 @@ describe.skipIf(await skipWithoutNodeGpu())('GPU model against the float64 refer
   beforeAll(async () => {
     gpu = await nodeGpu();
   });
-  afterAll(() => models.forEach((m) => m.destroy()));
+  afterAll(() =>
+    models.forEach((m) => {
+      m.destroy();
+    }),
+  );
 
   it.each([
     ['mlp', MLP_SPEC, 32],

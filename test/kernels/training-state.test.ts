@@ -41,7 +41,9 @@ function expectSameState(got: ExportedState, want: ExportedState): void {
   expect(got.step).toBe(want.step);
   expect(firstByteDifference(got.params, want.params), 'params').toBe(-1);
   expect(got.moments.length).toBe(want.moments.length);
-  got.moments.forEach((m, i) => expect(firstByteDifference(m, want.moments[i]), `moment ${i}`).toBe(-1));
+  got.moments.forEach((m, i) => {
+    expect(firstByteDifference(m, want.moments[i]), `moment ${i}`).toBe(-1);
+  });
 }
 
 // The device is taken in beforeAll, which runs before the per-test skip: skip the suite here.
@@ -56,7 +58,9 @@ describe.skipIf(await skipWithoutNodeGpu())('training state', () => {
   beforeAll(async () => {
     gpu = await nodeGpu();
   });
-  afterAll(() => models.forEach((m) => m.destroy()));
+  afterAll(() => {
+    for (const m of models) m.destroy();
+  });
 
   it('restores the backup bit-identically: params, moments and step', async () => {
     const { model, state } = make({ seed: 1 });

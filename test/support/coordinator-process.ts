@@ -63,7 +63,9 @@ export interface FakeIdxOptions {
 export function idxFile(magic: number, dims: number[], data: Uint8Array): Buffer {
   const header = Buffer.alloc(4 + 4 * dims.length);
   header.writeUInt32BE(magic, 0);
-  dims.forEach((d, i) => header.writeUInt32BE(d, 4 + 4 * i));
+  dims.forEach((d, i) => {
+    header.writeUInt32BE(d, 4 + 4 * i);
+  });
   return Buffer.concat([header, data]);
 }
 

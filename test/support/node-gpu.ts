@@ -13,6 +13,7 @@ import { skipWithout } from './skip';
 
 let cached: Promise<Gpu> | undefined;
 /** Kept alive for the process: if Dawn's instance is garbage-collected it tears the device down mid-work. */
+// biome-ignore lint/correctness/noUnusedVariables: written, never read: holding the reference is the point
 let pinnedInstance: GPU | undefined;
 
 export function nodeGpu(): Promise<Gpu> {

@@ -25,7 +25,10 @@ async function startServer(): Promise<ServerSide> {
   await new Promise<void>((r) => wss.once('listening', () => r()));
   const conns: ServerSide['conns'] = [];
   const waiters: (() => void)[] = [];
-  const wake = () => waiters.splice(0).forEach((w) => w());
+  const wake = () =>
+    waiters.splice(0).forEach((w) => {
+      w();
+    });
   wss.on('connection', (socket) => {
     const conn = { socket, messages: [] as ClientMessage[], raw: [] as string[] };
     conns.push(conn);
@@ -54,7 +57,7 @@ async function startServer(): Promise<ServerSide> {
     url: `ws://127.0.0.1:${address.port}/ws`,
     conns,
     async nextMessage(conn, type) {
-      let seen = 0;
+      const seen = 0;
       let found: ClientMessage | undefined;
       await until(() => {
         const list = conns[conn]?.messages ?? [];

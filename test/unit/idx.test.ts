@@ -20,7 +20,9 @@ function idxBytes(
   view.setUint32(0, magic, false);
   if (extra.type !== undefined) header[2] = extra.type;
   if (extra.rank !== undefined) header[3] = extra.rank;
-  dims.forEach((d, i) => view.setUint32(4 + 4 * i, d, false));
+  dims.forEach((d, i) => {
+    view.setUint32(4 + 4 * i, d, false);
+  });
   const out = new Uint8Array(header.length + data.length);
   out.set(header);
   out.set(Array.from(data), header.length);

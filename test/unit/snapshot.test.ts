@@ -85,7 +85,9 @@ describe('snapshot round trip', () => {
     });
     expect(firstByteDifference(decoded.params, original.params)).toBe(-1);
     expect(decoded.moments.length).toBe(original.moments.length);
-    decoded.moments.forEach((m, i) => expect(firstByteDifference(m, original.moments[i])).toBe(-1));
+    decoded.moments.forEach((m, i) => {
+      expect(firstByteDifference(m, original.moments[i])).toBe(-1);
+    });
     expect(decoded.paramsHash).toBe(hashParams(original.params));
     expect(decoded.header.sections.map((s) => s.name)).toEqual(
       kind === 'adamw' ? ['params', 'm', 'v'] : ['params', 'velocity'],

@@ -1,5 +1,10 @@
 /** The event log (with filters), the commit timeline and the checkpoint list. */
-import { FEED_CATEGORIES, type FeedCategory, type FeedCheckpoint, type FeedEvent } from '../../coordinator/core/admin-feed-protocol';
+import {
+  FEED_CATEGORIES,
+  type FeedCategory,
+  type FeedCheckpoint,
+  type FeedEvent,
+} from '../../coordinator/core/admin-feed-protocol';
 import { byId, el, formatBytes, formatClock, formatInt, formatMoment, setText } from './format';
 import type { AdminModel } from './model';
 
@@ -19,6 +24,7 @@ const CATEGORY_LABELS: Record<FeedCategory, string> = {
   other: 'Other',
 };
 
+// biome-ignore lint/suspicious/noExplicitAny: log data is free-form JSON whose fields are only interpolated into text
 type Data = Record<string, any>;
 
 /** One human line per machine log event (names from coordinator/core). */

@@ -21,6 +21,7 @@ let charts: AdminCharts | null = null;
 let workers: WorkersTable | null = null;
 let events: EventLog | null = null;
 let pending: Changes = {};
+// biome-ignore lint/correctness/noUnusedVariables: read by `frame ??=` below (Biome misses the read)
 let frame: number | null = null;
 let messageTimer: number | null = null;
 

@@ -165,10 +165,7 @@ export function helloHolding(
 } {
   const committed = held.backup ?? (held.live && held.live.step === 0 ? held.live : null);
   const pending =
-    lastReported &&
-    lastReported.hash &&
-    sameTag(held.live, lastReported) &&
-    (!committed || lastReported.step > committed.step)
+    lastReported?.hash && sameTag(held.live, lastReported) && (!committed || lastReported.step > committed.step)
       ? { step: lastReported.step, hash: lastReported.hash }
       : null;
   return { haveStep: committed ? committed.step : null, haveHash: committed?.hash ?? null, pending };

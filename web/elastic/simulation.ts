@@ -221,10 +221,10 @@ const CLOSED = 3;
 
 class SimSocket implements WebSocketLike {
   readyState = CONNECTING;
-  onopen: ((ev: any) => void) | null = null;
-  onmessage: ((ev: { data: any }) => void) | null = null;
+  onopen: ((ev: unknown) => void) | null = null;
+  onmessage: ((ev: { data: string }) => void) | null = null;
   onclose: ((ev: { code: number; reason: string }) => void) | null = null;
-  onerror: ((ev: any) => void) | null = null;
+  onerror: ((ev: unknown) => void) | null = null;
 
   constructor(
     private readonly coordinator: SimCoordinator,
@@ -445,7 +445,7 @@ export class SimTab {
 
   constructor(
     readonly name: string,
-    private readonly coordinator: SimCoordinator,
+    coordinator: SimCoordinator,
     private readonly network: MemoryNetwork,
     opts: { delayMs?: number; loop?: Partial<ElasticLoopOptions> } = {},
   ) {

@@ -26,9 +26,12 @@ export interface WebSocketLike {
   readonly readyState: number;
   send(data: string): void;
   close(code?: number, reason?: string): void;
+  // biome-ignore lint/suspicious/noExplicitAny: the DOM WebSocket and the `ws` package type their events differently; both must fit
   onopen: ((ev: any) => void) | null;
+  // biome-ignore lint/suspicious/noExplicitAny: the DOM WebSocket and the `ws` package type their events differently; both must fit
   onmessage: ((ev: { data: any }) => void) | null;
   onclose: ((ev: { code: number; reason: string }) => void) | null;
+  // biome-ignore lint/suspicious/noExplicitAny: the DOM WebSocket and the `ws` package type their events differently; both must fit
   onerror: ((ev: any) => void) | null;
 }
 export type WebSocketFactory = (url: string) => WebSocketLike;

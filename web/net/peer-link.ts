@@ -40,7 +40,7 @@ export class DataConnectionLink implements Link {
   ) {
     this.peer = connection.peer;
     const channel = connection.dataChannel;
-    if (!channel || channel.readyState !== 'open') throw new Error(`data connection to ${connection.peer} is not open`);
+    if (channel?.readyState !== 'open') throw new Error(`data connection to ${connection.peer} is not open`);
     this.channel = channel;
     channel.binaryType = 'arraybuffer';
     this.bufferedAmountLowThreshold = opts.bufferedAmountLowThreshold ?? DEFAULT_LOW_WATER_BYTES;

@@ -265,7 +265,10 @@ export class PeerMesh {
   private awaitCall(peer: string, deadline: number): Promise<Link> {
     return new Promise<Link>((resolve, reject) => {
       let waiters = this.waiters.get(peer);
-      if (!waiters) this.waiters.set(peer, (waiters = new Set()));
+      if (!waiters) {
+        waiters = new Set();
+        this.waiters.set(peer, waiters);
+      }
       const timer = setTimeout(
         () => {
           waiters!.delete(waiter);

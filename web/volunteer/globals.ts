@@ -14,5 +14,3 @@ declare global {
     tabswarmWorker?: Comlink.Remote<TrainingWorkerApi>;
   }
 }
-
-export {};

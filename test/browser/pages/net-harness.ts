@@ -82,7 +82,11 @@ class ReceiveCounter {
     routerFor(link);
     this.unsubscribe = link.onMessage((m) => {
       this.bytes += m.byteLength;
-      this.waiters = this.waiters.filter((w) => (this.bytes >= w.bytes ? (w.resolve(), false) : true));
+      this.waiters = this.waiters.filter((w) => {
+        if (this.bytes < w.bytes) return true;
+        w.resolve();
+        return false;
+      });
     });
   }
   whenAtLeast(bytes: number): Promise<void> {
