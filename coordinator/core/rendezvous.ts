@@ -1,6 +1,6 @@
 /**
  * Rendezvous after TorchElastic's DynamicRendezvousHandler, as pure decisions over the coordinator
- * state: `(state, now, …) → {state, actions}`.
+ * state, run inside one `handle(state, event, now)` transition of machine.ts.
  *
  * - Enrolled workers wait on `waitList`. A round completes when minWorkers are enrolled and the
  *   last-call window (lastCallMs) has passed, or at once when maxWorkers are enrolled.
@@ -12,12 +12,10 @@
  *   hash divergence) closes it with restore:true and counts a restart; past maxRestarts the job fails.
  * - Survivors are re-enrolled first, in old-rank order, so ranks stay dense and stable where possible.
  *
- * The `…In(ctx)` functions mutate a transition's private copy (see context.ts); the exported ops
- * without the suffix are the pure wrappers.
+ * The `…In(ctx)` functions mutate a transition's private copy (see context.ts); machine.ts is the only
+ * entry point (`handle`), so every op is reached, and tested, through it.
  */
 import {
-  begin,
-  finish,
   log,
   metric,
   mutWorker,
@@ -31,7 +29,7 @@ import {
 import { checkpointPath, CloseCode, type CloseReason, type StateSource, type WaitReason } from './protocol';
 import { emptyRecord, epochOrder, rollbackTo, type StepPlan } from './sampler';
 import { computeShares, sharesDrift } from './shares';
-import type { CoordinatorState, HeldState, Participant, Transition, WorkerInfo } from './state';
+import type { CoordinatorState, HeldState, Participant, WorkerInfo } from './state';
 
 /** A worker silent for longer than this many heartbeat periods has failed. */
 export const HEARTBEAT_TIMEOUT_FACTOR = 3;
@@ -458,61 +456,7 @@ export function admitAtBoundaryIn(ctx: Ctx): boolean {
   return true;
 }
 
-// ---------------------------------------------------------------- pure ops
-
-/** Enrol a welcomed worker (it must be in `state.workers`). */
-export function join(state: CoordinatorState, now: number, workerId: string): Transition {
-  const ctx = begin(state, now);
-  enrollIn(ctx, workerId);
-  return finish(ctx);
-}
-
-/** A sign of life from a worker. */
-export function keepAlive(state: CoordinatorState, now: number, workerId: string): Transition {
-  if (!state.workers[workerId]) return { state, actions: [] };
-  const ctx = begin(state, now);
-  mutWorker(ctx, workerId).lastSeen = now;
-  return finish(ctx);
-}
-
-/** A goodbye (or a kick): removes the worker; closes its round with restore:true; not a restart. */
-export function leave(
-  state: CoordinatorState,
-  now: number,
-  workerId: string,
-  reason: 'goodbye' | 'kicked' = 'goodbye',
-): Transition {
-  const ctx = begin(state, now);
-  leaveIn(ctx, workerId, reason);
-  return finish(ctx);
-}
-
-/** Failed workers (closed socket, late heartbeat: remove; failure report: keep): closes the round and counts a restart. */
-export function markFailed(
-  state: CoordinatorState,
-  now: number,
-  workerIds: string[],
-  detail: string,
-  remove = true,
-): Transition {
-  const ctx = begin(state, now);
-  failIn(ctx, workerIds, 'failure', detail, { remove });
-  return finish(ctx);
-}
-
-/** Time passed: heartbeats and the last-call deadline. */
-export function tick(state: CoordinatorState, now: number): Transition {
-  const ctx = begin(state, now);
-  tickIn(ctx);
-  return finish(ctx);
-}
-
-/** At a commit boundary, admit waiting workers (or shrink, or rebalance) with a new round. */
-export function admitAtBoundary(state: CoordinatorState, now: number): Transition {
-  const ctx = begin(state, now);
-  admitAtBoundaryIn(ctx);
-  return finish(ctx);
-}
+// ---------------------------------------------------------------- deadlines
 
 /** The earliest time at which `tick` can change something, or null. */
 export function nextDeadline(s: CoordinatorState): number | null {
