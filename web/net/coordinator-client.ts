@@ -104,6 +104,8 @@ export class CoordinatorClient {
   private handshakeTimer: ReturnType<typeof setTimeout> | null = null;
   /** Set when the coordinator refused our id: the next hello comes as a new worker. */
   private forgetWorkerId = false;
+  /** The reconnect secret of the last welcome (proves the worker id is ours when we say hello again). */
+  private secret: string | null = null;
   private readonly url: string;
   private readonly createSocket: WebSocketFactory;
   private readonly random: () => number;
@@ -202,6 +204,7 @@ export class CoordinatorClient {
         type: 'hello',
         runId: this.runId,
         workerId: this.forgetWorkerId ? null : this.workerId,
+        ...(!this.forgetWorkerId && this.workerId && this.secret ? { secret: this.secret } : {}),
         peerId: state.peerId,
         adapter: state.adapter,
         haveStep: state.haveStep,
@@ -240,6 +243,7 @@ export class CoordinatorClient {
     if (msg.type === 'welcome') {
       this.runId = msg.runId;
       this.workerId = msg.workerId;
+      this.secret = msg.secret ?? null;
       this.job = msg.job;
       this.attempt = 0;
       if (this.handshakeTimer !== null) clearTimeout(this.handshakeTimer);
