@@ -13,11 +13,11 @@ import type { IncomingMessage } from 'node:http';
 import type { Duplex } from 'node:stream';
 import WebSocket, { WebSocketServer } from 'ws';
 import {
-  CloseCode,
   MAX_CONTROL_MESSAGE_BYTES,
   parseClientMessage,
   PROTOCOL_VERSION,
   type ClientMessage,
+  type ErrorCode,
 } from './core/protocol';
 import type { Event } from './core/machine';
 import type { SocketSink } from './executor';
@@ -39,11 +39,16 @@ export interface ControlChannelOptions {
   maxBufferedBytes?: number;
   /** The client address of an upgrade request (default: the TCP peer's). */
   addressOf?: (req: IncomingMessage) => string;
-  /** Whether a `hello` from this address may go on (per-address join rate); refused ones close the socket. */
-  allowJoin?: (addr: string) => boolean;
-  /** A last look at each valid message before the machine sees it (e.g. reconnect secrets). */
-  vet?: (msg: ClientMessage) => ClientMessage;
+  /**
+   * A last look at each valid message before the machine sees it (join rate per address, reconnect
+   * secrets, invites: trust.ts). A refusal is sent as `error` and closes the socket.
+   */
+  screen?: (addr: string, msg: ClientMessage) => ScreenResult;
 }
+
+export type ScreenResult =
+  | { ok: true; msg: ClientMessage }
+  | { ok: false; code: ErrorCode; closeCode: number; message: string };
 
 const NONCE_ALPHABET = 'ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789';
 
@@ -127,14 +132,16 @@ export class ControlChannel implements SocketSink {
         dispatch({ kind: 'invalid', conn, code: parsed.code, message: parsed.message });
         return;
       }
-      if (parsed.msg.type === 'hello' && this.options.allowJoin && !this.options.allowJoin(addr)) {
-        metrics.messageErrors.inc(1, { code: 'joins_per_address' });
-        const message = 'too many joins from this address; try again in a minute';
-        ws.send(JSON.stringify({ v: PROTOCOL_VERSION, type: 'error', code: 'banned', message }));
-        this.close(conn, CloseCode.banned, 'join rate');
+      const screened = this.options.screen
+        ? this.options.screen(addr, parsed.msg)
+        : { ok: true as const, msg: parsed.msg };
+      if (!screened.ok) {
+        metrics.messageErrors.inc(1, { code: screened.code });
+        ws.send(JSON.stringify({ v: PROTOCOL_VERSION, type: 'error', code: screened.code, message: screened.message }));
+        this.close(conn, screened.closeCode, screened.code);
         return;
       }
-      dispatch({ kind: 'message', conn, msg: this.options.vet ? this.options.vet(parsed.msg) : parsed.msg });
+      dispatch({ kind: 'message', conn, msg: screened.msg });
     });
     ws.on('error', (error: Error & { code?: string }) => {
       // ws reports an oversized frame as an error and closes with 1009; the machine never saw the frame.

@@ -17,6 +17,7 @@ import { CoordinatorMetrics } from './server-metrics';
 import { staticFiles } from './static-files';
 import { SqliteStore } from './store';
 import { clientAddress } from './socket-gate';
+import { inviteRoutes } from './invite-routes';
 import { setUpTrust, type TrustOptions } from './trust';
 
 export interface CoordinatorConfig {
@@ -153,8 +154,7 @@ export async function startCoordinator(config: CoordinatorConfig): Promise<Runni
       dispatch: (event) => executor.dispatch(event),
       metrics,
       addressOf: clientAddress,
-      allowJoin: (addr) => trust.gate.allowJoin(addr),
-      vet: (msg) => trust.secrets.vet(msg),
+      screen: trust.screen,
     });
     const admin = adminRoutes({
       runId: opened.runId,
@@ -174,7 +174,16 @@ export async function startCoordinator(config: CoordinatorConfig): Promise<Runni
       datasetRoute: datasetRoutes(config.dataset),
       adminToken: config.adminToken,
       maxCheckpointBytes: checkpointLimit(config.job),
-      extraRoutes: [admin],
+      extraRoutes: [
+        inviteRoutes({
+          adminToken: config.adminToken,
+          invites: trust.invites,
+          join: trust.admission.mode,
+          state: () => executor.state,
+          onRequest: (route, result) => metrics.adminRequests.inc(1, { action: route, result }),
+        }),
+        admin,
+      ],
       gate: trust.gate,
     });
     server.peer = mountPeerSignaling(server.http);
@@ -195,6 +204,7 @@ export async function startCoordinator(config: CoordinatorConfig): Promise<Runni
     }).catch((error: unknown) => {
       server?.peer?.close();
       admin.close();
+      trust.close();
       throw error;
     });
     http.on('error', (error) => log(`tabswarm error: http server: ${error.message}`));
@@ -226,7 +236,10 @@ export async function startCoordinator(config: CoordinatorConfig): Promise<Runni
           server!.peer?.close();
           http.close(() => resolve());
           http.closeAllConnections();
-        }).finally(() => store.close());
+        }).finally(() => {
+          trust.close();
+          store.close();
+        });
         return closed;
       },
     };

@@ -1,5 +1,6 @@
 /**
  * The coordinator's CLI flags for its defences (trust.ts), kept apart from cli.ts:
+ *   --join open|invite                who may join: anyone with the URL (default), or invite links only
  *   --allow-origin <origins>          extra origins allowed on /ws and /peer (comma-separated; repeatable).
  *                                     Default: only the coordinator's own origin (the Host it was reached at).
  *   --max-sockets-per-address <n>     open WebSockets per client address (default 64)
@@ -12,6 +13,7 @@
  */
 import { type Command, InvalidArgumentError } from 'commander';
 import { DEFAULT_TRUST_POLICY, type TrustPolicy } from './core/machine';
+import type { JoinMode } from './admission';
 import { parseOriginList } from './origin';
 import {
   DEFAULT_JOINS_PER_MINUTE,
@@ -21,6 +23,7 @@ import {
 } from './trust';
 
 export interface TrustFlags {
+  join?: JoinMode;
   allowOrigin?: string[];
   maxSocketsPerAddress?: number;
   joinsPerMinute?: number;
@@ -40,6 +43,11 @@ function integer(min: number, max: number) {
   };
 }
 
+function joinMode(value: string): JoinMode {
+  if (value !== 'open' && value !== 'invite') throw new InvalidArgumentError('open or invite');
+  return value;
+}
+
 function origins(value: string, previous: string[] = []): string[] {
   try {
     return [...previous, ...parseOriginList([value])];
@@ -50,6 +58,7 @@ function origins(value: string, previous: string[] = []): string[] {
 
 export function addTrustFlags(command: Command): Command {
   return command
+    .option('--join <mode>', 'who may join: open (anyone with the URL) or invite (invite links only)', joinMode, 'open')
     .option('--allow-origin <origins>', "origins allowed on /ws and /peer besides the coordinator's own", origins)
     .option(
       '--max-sockets-per-address <n>',
@@ -96,5 +105,6 @@ export function trustOptionsOf(flags: TrustFlags): TrustOptions {
     maxSocketsPerAddress: flags.maxSocketsPerAddress,
     joinsPerMinute: flags.joinsPerMinute,
     maxEvents: flags.maxEvents,
+    join: flags.join,
   };
 }

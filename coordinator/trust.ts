@@ -4,6 +4,10 @@
  * bans and per-address caps). See docs/threat-model.md.
  */
 import { bannedAddresses, DEFAULT_TRUST_POLICY, type CoordinatorState, type TrustPolicy } from './core/machine';
+import { Admission, type JoinMode } from './admission';
+import type { ScreenResult } from './control-channel';
+import { CloseCode, type ClientMessage } from './core/protocol';
+import { InviteStore } from './invites';
 import { SocketGate } from './socket-gate';
 import { WorkerSecrets } from './worker-secrets';
 
@@ -16,6 +20,8 @@ export interface TrustOptions {
   joinsPerMinute?: number;
   /** Event-log rows kept per run. */
   maxEvents?: number;
+  /** `open` (default): anyone may join; `invite`: only tabs opened from an invite link. */
+  join?: JoinMode;
 }
 
 export const DEFAULT_MAX_SOCKETS_PER_ADDRESS = 64;
@@ -27,6 +33,11 @@ export interface Trust {
   secrets: WorkerSecrets;
   gate: SocketGate;
   maxEvents: number;
+  invites: InviteStore;
+  admission: Admission;
+  /** The control channel's look at each message (join rate, reconnect secret, invite). */
+  screen: (addr: string, msg: ClientMessage) => ScreenResult;
+  close(): void;
 }
 
 export function setUpTrust(
@@ -43,10 +54,29 @@ export function setUpTrust(
     bannedUntil: (addr) => bannedAddresses(state(), Date.now()).get(addr) ?? null,
     onRefused,
   });
+  const secrets = WorkerSecrets.forDataDir(dataDir);
+  const invites = new InviteStore(dataDir);
+  const admission = new Admission(options?.join ?? 'open', invites);
+  const screen = (addr: string, msg: ClientMessage): ScreenResult => {
+    if (msg.type !== 'hello') return { ok: true, msg };
+    if (!gate.allowJoin(addr)) {
+      const message = 'too many joins from this address; try again in a minute';
+      return { ok: false, code: 'banned', closeCode: CloseCode.banned, message };
+    }
+    const vetted = secrets.vet(msg);
+    if (vetted.type !== 'hello') return { ok: true, msg: vetted };
+    const admitted = admission.screen(vetted, state());
+    if (!admitted.ok) return { ok: false, code: 'no_invite', closeCode: CloseCode.noInvite, message: admitted.message };
+    return admitted;
+  };
   return {
     policy,
-    secrets: WorkerSecrets.forDataDir(dataDir),
+    secrets,
     gate,
     maxEvents: options?.maxEvents ?? DEFAULT_MAX_EVENTS,
+    invites,
+    admission,
+    screen,
+    close: () => invites.close(),
   };
 }

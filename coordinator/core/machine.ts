@@ -297,6 +297,7 @@ function onHello(
     throughput: null,
     peerRttMs: null,
     addr: connection.addr ?? '',
+    invite: msg.invite ?? null,
   };
   writableConnections(ctx)[conn] = { ...connection, workerId };
   metric(ctx, 'tabswarm_joins_total');
@@ -487,6 +488,8 @@ export interface WorldView {
   /** WebRTC round-trip time (ms) of its ring links (max over them) from its last heartbeat, or null. */
   peerRttMs: number | null;
   adapter: string;
+  /** The invite it joined through (id), or null. */
+  invite: string | null;
 }
 
 /** The body of `GET /api/status`. */
@@ -536,6 +539,7 @@ export function statusView(s: CoordinatorState): StatusView {
         throughput: w?.throughput ?? null,
         peerRttMs: w?.peerRttMs ?? null,
         adapter: adapterLabel(w?.adapter),
+        invite: w?.invite ?? null,
       };
     }),
     waiting: s.rendezvous.waitList.map((id, position) => ({ id, position })),

@@ -84,6 +84,8 @@ export interface WorkerInfo {
   peerRttMs: number | null;
   /** Client address of its socket ('' when unknown): restarts and strikes are charged to it too (penalties.ts). */
   addr: string;
+  /** The invite it joined through (its id, never its token; the server resolves tokens), or null. */
+  invite?: string | null;
 }
 
 /** One rank's report of one step, kept until the step commits or the round closes. */

@@ -493,6 +493,7 @@ export class SimWorker {
       workerId?: string | null;
       runId?: string | null;
       secret?: string | null;
+      invite?: string;
     } = {},
   ): Promise<ServerMsg> {
     this.send({
@@ -500,6 +501,7 @@ export class SimWorker {
       runId: opts.runId ?? null,
       workerId: opts.workerId ?? null,
       ...(opts.secret ? { secret: opts.secret } : {}),
+      ...(opts.invite ? { invite: opts.invite } : {}),
       peerId: opts.peerId ?? `peer-${Math.random().toString(36).slice(2, 10)}`,
       adapter: { vendor: 'sim', architecture: 'none', description: 'simulated worker' },
       haveStep: opts.haveStep ?? null,
