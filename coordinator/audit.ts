@@ -172,6 +172,7 @@ export function statusOf(state: CoordinatorState, now: number): StatusReport {
     waiting: view.waiting.map((w) => ({
       ...w,
       adapter: adapterLabel(state.workers[w.id]?.adapter),
+      invite: state.workers[w.id]?.invite ?? null,
       lastHeartbeatAgeMs: age(w.id),
     })),
     latestCheckpoint: latest ? { step: latest.step, sha256: latest.sha256 } : null,

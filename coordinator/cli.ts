@@ -13,6 +13,7 @@ import { resolve } from 'node:path';
 import { startCoordinator, type RunningCoordinator } from './start';
 import { DEFAULT_DATASET_DIR, loadDataset, loadJobFile, resolveDatasetDir, StartupError } from './startup-config';
 import { registerSwarmCommand, startLocalWorkers, type LocalWorkers } from './swarm';
+import { addTrustFlags, trustOptionsOf, type TrustFlags } from './trust-flags';
 
 const REPO_ROOT = resolve(import.meta.dirname, '..');
 
@@ -34,7 +35,7 @@ function parseLocalWorkers(value: string): number {
   return n;
 }
 
-interface CoordinatorFlags {
+interface CoordinatorFlags extends TrustFlags {
   port: number;
   host: string;
   dataDir: string;
@@ -61,6 +62,7 @@ async function runCoordinator(flags: CoordinatorFlags): Promise<void> {
       dataset,
       adminToken,
       distDir: resolve(flags.dist),
+      trust: trustOptionsOf(flags),
     });
   } catch (error) {
     const err = error as NodeJS.ErrnoException;
@@ -129,8 +131,9 @@ async function runCoordinator(flags: CoordinatorFlags): Promise<void> {
 function buildProgram(): Command {
   const program = new Command('tabswarm');
   program.description('Elastic data-parallel training in browser tabs.').showHelpAfterError(false);
-  program
-    .command('coordinator')
+  const coordinator = program.command('coordinator');
+  addTrustFlags(coordinator);
+  coordinator
     .description('Serve the web app, the control WebSocket, PeerJS signaling and the REST API on one port.')
     .option('--port <port>', 'TCP port (0: any free port)', parsePort, 8080)
     .option('--host <host>', 'address to listen on', '127.0.0.1')

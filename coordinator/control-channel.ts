@@ -12,7 +12,13 @@ import { randomBytes } from 'node:crypto';
 import type { IncomingMessage } from 'node:http';
 import type { Duplex } from 'node:stream';
 import WebSocket, { WebSocketServer } from 'ws';
-import { MAX_CONTROL_MESSAGE_BYTES, parseClientMessage } from './core/protocol';
+import {
+  MAX_CONTROL_MESSAGE_BYTES,
+  parseClientMessage,
+  PROTOCOL_VERSION,
+  type ClientMessage,
+  type ErrorCode,
+} from './core/protocol';
 import type { Event } from './core/machine';
 import type { SocketSink } from './executor';
 import type { CoordinatorMetrics } from './server-metrics';
@@ -31,7 +37,18 @@ export interface ControlChannelOptions {
   maxSockets?: number;
   /** A socket whose unsent bytes exceed this is dropped. */
   maxBufferedBytes?: number;
+  /** The client address of an upgrade request (default: the TCP peer's). */
+  addressOf?: (req: IncomingMessage) => string;
+  /**
+   * A last look at each valid message before the machine sees it (join rate per address, reconnect
+   * secrets, invites: trust.ts). A refusal is sent as `error` and closes the socket.
+   */
+  screen?: (addr: string, msg: ClientMessage) => ScreenResult;
 }
+
+export type ScreenResult =
+  | { ok: true; msg: ClientMessage }
+  | { ok: false; code: ErrorCode; closeCode: number; message: string };
 
 const NONCE_ALPHABET = 'ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789';
 
@@ -83,10 +100,11 @@ export class ControlChannel implements SocketSink {
       socket.end('HTTP/1.1 503 Service Unavailable\r\nConnection: close\r\nContent-Length: 0\r\n\r\n');
       return;
     }
-    this.wss.handleUpgrade(req, socket, head, (ws) => this.accept(ws));
+    const addr = this.options.addressOf?.(req) ?? req.socket.remoteAddress ?? '';
+    this.wss.handleUpgrade(req, socket, head, (ws) => this.accept(ws, addr));
   }
 
-  private accept(ws: WebSocket): void {
+  private accept(ws: WebSocket, addr: string): void {
     const conn = `c${this.nextConn++}`;
     const entry: SocketEntry = { ws, tokens: this.rateBurst, refilledAt: performance.now(), strikes: 0 };
     this.sockets.set(conn, entry);
@@ -110,8 +128,20 @@ export class ControlChannel implements SocketSink {
           ? Buffer.concat(data).toString('utf8')
           : Buffer.from(data).toString('utf8');
       const parsed = parseClientMessage(text);
-      if (parsed.ok) dispatch({ kind: 'message', conn, msg: parsed.msg });
-      else dispatch({ kind: 'invalid', conn, code: parsed.code, message: parsed.message });
+      if (!parsed.ok) {
+        dispatch({ kind: 'invalid', conn, code: parsed.code, message: parsed.message });
+        return;
+      }
+      const screened = this.options.screen
+        ? this.options.screen(addr, parsed.msg)
+        : { ok: true as const, msg: parsed.msg };
+      if (!screened.ok) {
+        metrics.messageErrors.inc(1, { code: screened.code });
+        ws.send(JSON.stringify({ v: PROTOCOL_VERSION, type: 'error', code: screened.code, message: screened.message }));
+        this.close(conn, screened.closeCode, screened.code);
+        return;
+      }
+      dispatch({ kind: 'message', conn, msg: screened.msg });
     });
     ws.on('error', (error: Error & { code?: string }) => {
       // ws reports an oversized frame as an error and closes with 1009; the machine never saw the frame.
@@ -121,7 +151,7 @@ export class ControlChannel implements SocketSink {
       if (!this.sockets.delete(conn)) return;
       dispatch({ kind: 'disconnected', conn });
     });
-    dispatch({ kind: 'connected', conn, nonce: nonce() });
+    dispatch({ kind: 'connected', conn, nonce: nonce(), addr });
   }
 
   /** Token bucket; a socket that keeps hitting the limit is closed. */

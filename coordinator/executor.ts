@@ -48,7 +48,20 @@ export interface ExecutorOptions {
   onFatal: (error: Error) => void;
   /** Log levels written to the event log. Default: info, warn, error. */
   storedLogLevels?: ReadonlySet<string>;
+  /** Adds server-side fields to a `welcome` (the reconnect secret). */
+  onWelcome?: (msg: Extract<ServerMessage, { type: 'welcome' }>) => ServerMessage;
+  /** Event-log retention: rows kept per run (older ones pruned now and then; evaluations kept). Default 100,000. */
+  maxEvents?: number;
 }
+
+/**
+ * Log events that a client can cause at will (one per bad frame): counted and written as one
+ * `messages_rejected {counts}` row per window, never one row each.
+ */
+const COUNTED_EVENTS = new Set(['message_invalid', 'message_rejected']);
+const COUNTED_WINDOW_MS = 10_000;
+/** Prune the event log after this many rows were written. */
+const PRUNE_EVERY_ROWS = 1000;
 
 const LOG_FLUSH_MS = 250;
 const MAX_LAZY_QUEUE = 10_000;
@@ -67,6 +80,9 @@ export class MachineExecutor {
   private lastRecordedRound = -1;
   private droppedLogLines = 0;
   private readonly listeners = new Set<(actions: readonly Action[]) => void>();
+  private readonly counted = new Map<string, number>();
+  private countedTimer: NodeJS.Timeout | null = null;
+  private rowsSincePrune = 0;
   private readonly now: () => number;
   private readonly storedLogLevels: ReadonlySet<string>;
 
@@ -168,6 +184,10 @@ export class MachineExecutor {
         for (const step of [...this.grants.keys()]) if (step > action.afterStep) this.grants.delete(step);
         break;
       case 'log':
+        if (COUNTED_EVENTS.has(action.event)) {
+          this.count(action.event, action.data);
+          break;
+        }
         if (action.level === 'warn' || action.level === 'error')
           this.options.onLog?.(action.level, action.event, action.data);
         if (this.storedLogLevels.has(action.level)) this.queueLog(action.level, action.event, action.data);
@@ -188,8 +208,29 @@ export class MachineExecutor {
     }
   }
 
+  /** One more client-caused rejection: counted by event and code, written once per window. */
+  private count(event: string, data: Record<string, unknown>): void {
+    const key = `${event}:${String(data.code ?? 'unknown').slice(0, 40)}`;
+    if (this.counted.size < 64 || this.counted.has(key)) this.counted.set(key, (this.counted.get(key) ?? 0) + 1);
+    if (!this.countedTimer) {
+      this.countedTimer = setTimeout(() => this.flushCounted(), COUNTED_WINDOW_MS);
+      this.countedTimer.unref();
+    }
+  }
+
+  private flushCounted(): void {
+    if (this.countedTimer) clearTimeout(this.countedTimer);
+    this.countedTimer = null;
+    if (this.counted.size === 0) return;
+    const counts = Object.fromEntries(this.counted);
+    this.counted.clear();
+    this.options.onLog?.('warn', 'messages_rejected', { counts });
+    this.queueLog('warn', 'messages_rejected', { counts, windowMs: COUNTED_WINDOW_MS });
+  }
+
   /** Server-side additions to outgoing messages: a capability token on checkpoint upload URLs; round rows. */
   private beforeSend(conn: string, msg: ServerMessage): ServerMessage {
+    if (msg.type === 'welcome' && this.options.onWelcome) return this.options.onWelcome(msg);
     if (msg.type === 'checkpoint_request') {
       const token = randomBytes(16).toString('hex');
       const request = this.currentState.checkpointRequests.find((r) => r.step === msg.step);
@@ -276,6 +317,11 @@ export class MachineExecutor {
     const started = performance.now();
     try {
       this.options.store.apply(this.options.runId, ops);
+      this.rowsSincePrune += ops.length;
+      if (this.rowsSincePrune >= PRUNE_EVERY_ROWS) {
+        this.rowsSincePrune = 0;
+        this.options.store.pruneEvents(this.options.runId, this.options.maxEvents ?? 100_000);
+      }
     } catch (error) {
       this.failed = true;
       this.options.onFatal(new Error(`store write failed: ${(error as Error).message}`));
@@ -315,6 +361,7 @@ export class MachineExecutor {
     if (this.logTimer) clearTimeout(this.logTimer);
     this.tickTimer = null;
     this.logTimer = null;
+    this.flushCounted();
     this.flushStore();
     this.flushLogs();
   }

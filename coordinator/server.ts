@@ -15,7 +15,8 @@ import { createServer, type IncomingMessage, type Server, type ServerResponse } 
 import type { Duplex } from 'node:stream';
 import { z } from 'zod';
 import { jobPublic } from './core/job';
-import { adminActionSchema, type AdminAction } from './core/machine';
+import { hashParams } from './core/hash';
+import { adminActionSchema, adminRefusal, type AdminAction } from './core/machine';
 import { idSchema } from './core/protocol';
 import { positionAfter } from './core/sampler';
 import { type DecodedSnapshot, decodeSnapshot, SnapshotError } from './core/snapshot';
@@ -24,6 +25,7 @@ import type { ControlChannel } from './control-channel';
 import type { MachineExecutor } from './executor';
 import { bearerToken, HttpError, readBody, readJsonBody, sameSecret, sendError, sendJson, sendText } from './http-util';
 import type { PeerSignaling } from './peer-signaling';
+import type { SocketGate } from './socket-gate';
 import type { CoordinatorMetrics } from './server-metrics';
 import type { StaticFiles } from './static-files';
 import type { CheckpointRow, Store } from './store';
@@ -41,21 +43,48 @@ export interface ServerDeps {
   maxCheckpointBytes: number;
   /** Handlers tried before the built-in API routes (e.g. the admin page's feed and downloads); true = handled. */
   extraRoutes?: ((req: IncomingMessage, res: ServerResponse) => boolean)[];
+  /** Origin allowlist, bans and per-address caps for `/ws` and `/peer` upgrades (socket-gate.ts). */
+  gate?: SocketGate;
   now?: () => number;
 }
 
-/** Body schemas of the admin routes, mapped to the machine's admin actions. */
-const adminRoutes: Record<string, (body: unknown) => AdminAction> = {
-  pause: () => ({ type: 'pause' }),
-  resume: () => ({ type: 'resume' }),
-  checkpoint: () => ({ type: 'checkpoint_now' }),
-  kick: (body) =>
-    adminActionSchema.parse({ type: 'kick', workerId: z.object({ workerId: z.string() }).parse(body).workerId }),
-  workers: (body) => {
-    const { min, max } = z.object({ min: z.unknown(), max: z.unknown() }).parse(body);
-    return adminActionSchema.parse({ type: 'set_workers', min, max });
-  },
-};
+/** `route` labels of `tabswarm_http_requests_total`: a fixed set, whatever paths clients ask for. */
+const API_ROUTE_LABELS = new Set([
+  'status',
+  'audit',
+  'job',
+  'commits',
+  'evaluations',
+  'dataset',
+  'checkpoints',
+  'admin',
+  'health',
+]);
+/** `action` labels of `tabswarm_admin_requests_total`. */
+const ADMIN_ACTION_LABELS = new Set(['pause', 'resume', 'checkpoint', 'kick', 'workers', 'events', 'invites']);
+
+export function apiRouteLabel(path: string): string {
+  const part = path.split('/')[2] ?? '';
+  return API_ROUTE_LABELS.has(part) ? part : 'other';
+}
+
+/**
+ * Body schemas of the admin routes, mapped to the machine's admin actions. A Map, so that no request
+ * path (`constructor`, `__proto__`) can reach an inherited property.
+ */
+const adminRoutes = new Map<string, (body: unknown) => AdminAction>(
+  Object.entries({
+    pause: () => ({ type: 'pause' }),
+    resume: () => ({ type: 'resume' }),
+    checkpoint: () => ({ type: 'checkpoint_now' }),
+    kick: (body) =>
+      adminActionSchema.parse({ type: 'kick', workerId: z.object({ workerId: z.string() }).parse(body).workerId }),
+    workers: (body) => {
+      const { min, max } = z.object({ min: z.unknown(), max: z.unknown() }).parse(body);
+      return adminActionSchema.parse({ type: 'set_workers', min, max });
+    },
+  }),
+);
 
 const stepParam = z.coerce.number().int().min(0).max(Number.MAX_SAFE_INTEGER);
 
@@ -94,6 +123,16 @@ export class CoordinatorServer {
   private handleUpgrade(req: IncomingMessage, socket: Duplex, head: Buffer): void {
     socket.on('error', () => socket.destroy());
     const pathname = safePathname(req.url);
+    if (this.deps.gate && pathname !== null && (pathname === '/ws' || pathname.startsWith('/peer'))) {
+      const verdict = this.deps.gate.admit(req, socket);
+      if (!verdict.ok) {
+        const text = verdict.status === 429 ? 'Too Many Requests' : 'Forbidden';
+        socket.end(
+          `HTTP/1.1 ${verdict.status} ${text}\r\nConnection: close\r\nContent-Type: text/plain\r\nContent-Length: ${Buffer.byteLength(verdict.message)}\r\n\r\n${verdict.message}`,
+        );
+        return;
+      }
+    }
     if (pathname === '/ws') {
       this.deps.control.handleUpgrade(req, socket, head);
       return;
@@ -140,7 +179,7 @@ export class CoordinatorServer {
       return;
     }
     if (path.startsWith('/api/')) {
-      metrics.httpRequests.inc(1, { route: path.split('/')[2] || 'api' });
+      metrics.httpRequests.inc(1, { route: apiRouteLabel(path) });
       if (this.deps.datasetRoute(req, res)) return;
       for (const route of this.deps.extraRoutes ?? []) if (route(req, res)) return;
       await this.handleApi(req, res, url);
@@ -221,7 +260,10 @@ export class CoordinatorServer {
     const { metrics, executor, store, runId } = this.deps;
     const action = parts.join('/');
     if (!sameSecret(bearerToken(req), this.deps.adminToken)) {
-      metrics.adminRequests.inc(1, { action: action.slice(0, 32), result: 'unauthorized' });
+      metrics.adminRequests.inc(1, {
+        action: ADMIN_ACTION_LABELS.has(action) ? action : 'other',
+        result: 'unauthorized',
+      });
       res.setHeader('www-authenticate', 'Bearer realm="tabswarm admin"');
       throw new HttpError(401, 'unauthorized', 'admin calls need "Authorization: Bearer <admin token>"');
     }
@@ -232,7 +274,7 @@ export class CoordinatorServer {
       sendJson(res, 200, { events: store.events(runId, { afterId: Number.isFinite(after) ? after : 0, limit }) });
       return;
     }
-    const toAction = adminRoutes[action];
+    const toAction = adminRoutes.get(action);
     if (!toAction)
       throw new HttpError(
         404,
@@ -252,9 +294,16 @@ export class CoordinatorServer {
       metrics.adminRequests.inc(1, { action, result: 'bad_request' });
       throw new HttpError(400, 'bad_request', 'min must be <= max');
     }
-    if (adminAction.type === 'kick' && !executor.state.workers[adminAction.workerId]) {
+    if (adminAction.type === 'kick' && !Object.hasOwn(executor.state.workers, adminAction.workerId)) {
       metrics.adminRequests.inc(1, { action, result: 'not_found' });
       throw new HttpError(404, 'unknown_worker', `no worker ${adminAction.workerId}`);
+    }
+    // The machine would ignore it: say why instead of an `ok` that changes nothing.
+    const refusal = adminRefusal(executor.state, adminAction);
+    if (refusal !== null) {
+      const invalid = adminAction.type === 'set_workers';
+      metrics.adminRequests.inc(1, { action, result: invalid ? 'bad_request' : 'refused' });
+      throw new HttpError(invalid ? 400 : 409, invalid ? 'bad_request' : 'refused', refusal);
     }
     executor.dispatch({ kind: 'admin', action: adminAction });
     metrics.adminRequests.inc(1, { action, result: 'ok' });
@@ -383,12 +432,12 @@ export class CoordinatorServer {
         `snapshot of ${snapshot!.spec.name}/${snapshot!.optimizer.kind}, the job trains ${state.job.model.name}/${state.job.optimizer.kind}`,
       );
     }
-    if (grant!.hash !== null && snapshot!.paramsHash !== grant!.hash) {
-      reject(
-        422,
-        'hash_mismatch',
-        `snapshot parameters hash ${snapshot!.paramsHash}, step ${step} committed ${grant!.hash}`,
-      );
+    // The coordinator hashes the uploaded parameters itself (the header's hash is the sender's claim)
+    // and stores them only if that equals the hash every rank reported for the committed step.
+    if (grant!.hash === null) reject(409, 'no_hash', `step ${step} has no committed hash to verify against`);
+    const computed = hashParams(snapshot!.params);
+    if (computed !== grant!.hash) {
+      reject(422, 'hash_mismatch', `snapshot parameters hash to ${computed}, step ${step} committed ${grant!.hash}`);
     }
     // The machine may have moved on (rolled back past this step) while the body streamed in.
     if (executor.checkpointGrant(step) !== grant)

@@ -16,6 +16,9 @@ import { CoordinatorServer } from './server';
 import { CoordinatorMetrics } from './server-metrics';
 import { staticFiles } from './static-files';
 import { SqliteStore } from './store';
+import { clientAddress } from './socket-gate';
+import { inviteRoutes } from './invite-routes';
+import { setUpTrust, type TrustOptions } from './trust';
 
 export interface CoordinatorConfig {
   host: string;
@@ -31,6 +34,8 @@ export interface CoordinatorConfig {
   onFatal?: (error: Error) => void;
   /** Where warn/error machine logs go (default: stderr). */
   log?: (line: string) => void;
+  /** Abuse policy, origin allowlist, per-address caps, event-log retention (trust.ts). */
+  trust?: TrustOptions;
 }
 
 export interface RunningCoordinator {
@@ -95,10 +100,17 @@ export async function startCoordinator(config: CoordinatorConfig): Promise<Runni
     const datasetSize = effectiveDatasetSize(config.job, fullSize);
     const opened = store.openRun(config.job, jobKeyOf(config.job, config.dataset), datasetSize);
     let state: CoordinatorState;
+    let metricsRef: CoordinatorMetrics | null = null;
+    const trust = setUpTrust(
+      config.trust,
+      config.dataDir,
+      () => executor.state,
+      (reason) => metricsRef?.messageErrors.inc(1, { code: reason }),
+    );
     try {
       state = opened.durable
-        ? restoreState(opened.durable as DurableState)
-        : initialState(config.job, fullSize, opened.runId);
+        ? restoreState(opened.durable as DurableState, trust.policy)
+        : initialState(config.job, fullSize, opened.runId, trust.policy);
     } catch (error) {
       throw Object.assign(
         new Error(
@@ -116,6 +128,7 @@ export async function startCoordinator(config: CoordinatorConfig): Promise<Runni
       () => executor.state,
       () => ({ sockets: control?.size ?? 0, peers: server?.peer?.clientCount ?? 0 }),
     );
+    metricsRef = metrics;
     const onFatal =
       config.onFatal ??
       ((error: Error) => {
@@ -134,8 +147,15 @@ export async function startCoordinator(config: CoordinatorConfig): Promise<Runni
       },
       onLog: (level, event, data) => log(`tabswarm ${level}: ${event} ${JSON.stringify(data).slice(0, 500)}`),
       onFatal,
+      onWelcome: (msg) => ({ ...msg, secret: trust.secrets.issue(msg.runId, msg.workerId) }),
+      maxEvents: trust.maxEvents,
     });
-    control = new ControlChannel({ dispatch: (event) => executor.dispatch(event), metrics });
+    control = new ControlChannel({
+      dispatch: (event) => executor.dispatch(event),
+      metrics,
+      addressOf: clientAddress,
+      screen: trust.screen,
+    });
     const admin = adminRoutes({
       runId: opened.runId,
       adminToken: config.adminToken,
@@ -154,7 +174,17 @@ export async function startCoordinator(config: CoordinatorConfig): Promise<Runni
       datasetRoute: datasetRoutes(config.dataset),
       adminToken: config.adminToken,
       maxCheckpointBytes: checkpointLimit(config.job),
-      extraRoutes: [admin],
+      extraRoutes: [
+        inviteRoutes({
+          adminToken: config.adminToken,
+          invites: trust.invites,
+          join: trust.admission.mode,
+          state: () => executor.state,
+          onRequest: (route, result) => metrics.adminRequests.inc(1, { action: route, result }),
+        }),
+        admin,
+      ],
+      gate: trust.gate,
     });
     server.peer = mountPeerSignaling(server.http);
 
@@ -174,6 +204,7 @@ export async function startCoordinator(config: CoordinatorConfig): Promise<Runni
     }).catch((error: unknown) => {
       server?.peer?.close();
       admin.close();
+      trust.close();
       throw error;
     });
     http.on('error', (error) => log(`tabswarm error: http server: ${error.message}`));
@@ -205,7 +236,10 @@ export async function startCoordinator(config: CoordinatorConfig): Promise<Runni
           server!.peer?.close();
           http.close(() => resolve());
           http.closeAllConnections();
-        }).finally(() => store.close());
+        }).finally(() => {
+          trust.close();
+          store.close();
+        });
         return closed;
       },
     };

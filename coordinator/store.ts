@@ -90,6 +90,11 @@ export interface Store {
   latestCheckpoint(runId: string): CheckpointRow | null;
   checkpoints(runId: string): CheckpointRow[];
   readCheckpoint(row: CheckpointRow): Buffer;
+  /**
+   * Event-log retention: keeps the newest `keep` rows of the run (and every `evaluation` row, which
+   * `/api/evaluations` serves); returns the number of rows deleted.
+   */
+  pruneEvents(runId: string, keep: number): number;
   /** Deletes every checkpoint of the run whose step is not in `keepSteps` (rows, then files). Returns the steps deleted. */
   pruneCheckpoints(runId: string, keepSteps: readonly number[]): number[];
   close(): void;
@@ -215,10 +220,10 @@ function checkpointFromDb(row: CheckpointDbRow | undefined): CheckpointRow | nul
 }
 
 /** Writes `bytes` to `path` so that after a crash the path holds either nothing, the old file, or all of `bytes`. */
-export function writeFileAtomic(path: string, bytes: Uint8Array): void {
+export function writeFileAtomic(path: string, bytes: Uint8Array, mode = 0o644): void {
   const dir = join(path, '..');
   const temp = `${path}.${process.pid}.${randomUUID()}.tmp`;
-  const fd = openSync(temp, 'w', 0o644);
+  const fd = openSync(temp, 'w', mode);
   try {
     let written = 0;
     while (written < bytes.length) written += writeSync(fd, bytes, written, bytes.length - written);
@@ -321,6 +326,10 @@ export class SqliteStore implements Store {
       ),
       checkpoints: db.prepare<[string], CheckpointDbRow>('SELECT * FROM checkpoints WHERE run_id = ? ORDER BY step'),
       deleteCheckpoint: db.prepare('DELETE FROM checkpoints WHERE run_id = ? AND step = ?'),
+      pruneEvents: db.prepare(
+        `DELETE FROM events WHERE run_id = ? AND event != 'evaluation' AND id <= (
+           SELECT id FROM events WHERE run_id = ? ORDER BY id DESC LIMIT 1 OFFSET ?)`,
+      ),
     };
   }
 
@@ -445,6 +454,10 @@ export class SqliteStore implements Store {
 
   readCheckpoint(row: CheckpointRow): Buffer {
     return readFileSync(row.path);
+  }
+
+  pruneEvents(runId: string, keep: number): number {
+    return this.statements.pruneEvents.run(runId, runId, Math.max(0, Math.floor(keep))).changes;
   }
 
   pruneCheckpoints(runId: string, keepSteps: readonly number[]): number[] {

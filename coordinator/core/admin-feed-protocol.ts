@@ -24,6 +24,8 @@ export type AdminWorkerView = WorldView & {
 export type AdminWaitingView = StatusView['waiting'][number] & {
   /** WebGPU adapter vendor and architecture. */
   adapter: string;
+  /** The invite it joined through (id), or null. */
+  invite: string | null;
   lastHeartbeatAgeMs: number;
 };
 

@@ -16,6 +16,7 @@ import {
   stepPosition,
   totalSteps,
 } from './sampler';
+import { own } from './penalties';
 import { smoothThroughput } from './shares';
 import type { CommitRecord, CoordinatorState, Transition } from './state';
 
@@ -100,7 +101,11 @@ function acceptReportIn(ctx: Ctx, workerId: string, msg: StepReportMessage): voi
   p.lastStep = msg.step;
   const worker = mutWorker(ctx, workerId);
   worker.lastSeen = ctx.now;
-  worker.throughput = smoothThroughput(worker.throughput, msg.samples, msg.computeMs);
+  // Throughput from time the coordinator measured (from when the step could start, or the rank's
+  // previous report, to this report), never from the tab's own `computeMs` claim.
+  const since = Math.max(s.rendezvous.stepStartedAt ?? ctx.now, p.lastReportAt ?? 0);
+  worker.throughput = smoothThroughput(worker.throughput, msg.samples, ctx.now - since);
+  p.lastReportAt = ctx.now;
   const point = nextCommitPoint(s.lastCommit.step, planOf(s));
   if (s.rendezvous.participants.every((q) => q.lastStep >= point)) commitIn(ctx, point);
 }
@@ -126,7 +131,14 @@ function commitIn(ctx: Ctx, point: number): void {
   const hash = Object.values(s.pending[point])[0].hash;
   s.record = commitStep(s.record, epochOrder(s.job.seed, start.epoch, s.datasetSize), count);
   const after = positionAfter(point, plan);
-  s.lastCommit = { step: point, epoch: after.epoch, cursor: after.cursor, hash };
+  s.lastCommit = {
+    step: point,
+    epoch: after.epoch,
+    cursor: after.cursor,
+    hash,
+    members: rv.participants.map((p) => p.workerId),
+  };
+  rv.stepStartedAt = ctx.now;
   for (const step of Object.keys(s.pending)) if (Number(step) <= point) delete s.pending[step];
   rv.roundCommits += 1;
   for (const p of rv.participants) mutWorker(ctx, p.workerId).holds = [{ step: point, hash }];
@@ -187,11 +199,15 @@ function commitIn(ctx: Ctx, point: number): void {
   admitAtBoundaryIn(ctx);
 }
 
-/** Divergence: reject the report and close the round with restore:true; a failure (counts a restart). */
-function divergeIn(ctx: Ctx, divergence: { step: number; hashes: Record<string, string> }): void {
+/**
+ * Divergence: reject the report and close the round with restore:true; a failure (counts a restart),
+ * charged to the rank whose report disagreed with those already in (it cannot know which is right).
+ */
+function divergeIn(ctx: Ctx, divergence: { step: number; hashes: Record<string, string> }, workerId: string): void {
   metric(ctx, 'tabswarm_failures_total');
-  log(ctx, 'error', 'divergence', { round: ctx.s.rendezvous.round, ...divergence });
-  closeRoundIn(ctx, 'divergence', true, true);
+  log(ctx, 'error', 'divergence', { round: ctx.s.rendezvous.round, ...divergence, charged: workerId });
+  const addr = own(ctx.s.workers, workerId)?.addr ?? '';
+  closeRoundIn(ctx, 'divergence', true, true, undefined, [{ workerId, addr }]);
   afterCloseIn(ctx);
 }
 
@@ -217,7 +233,7 @@ export function reportStep(
     if (!check.divergence) return rejected;
     const ctx = begin(state, now);
     ctx.out.push(...rejected.actions);
-    divergeIn(ctx, check.divergence);
+    divergeIn(ctx, check.divergence, workerId);
     return finish(ctx);
   }
   const ctx = begin(state, now);

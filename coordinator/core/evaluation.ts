@@ -39,6 +39,15 @@ export function isEvaluationPoint(step: number, plan: EvaluationPlan): boolean {
   return Math.floor(step / plan.evalEvery) > Math.floor(previous / plan.evalEvery);
 }
 
+function planOfState(s: CoordinatorState): StepPlan {
+  return {
+    datasetSize: s.datasetSize,
+    globalBatch: s.job.globalBatch,
+    epochs: s.job.epochs,
+    commitEvery: s.job.commitEvery,
+  };
+}
+
 export type EvaluationCheck = { ok: true } | { ok: false; code: ErrorCode; message: string };
 
 /**
@@ -65,6 +74,12 @@ export function checkEvaluation(s: CoordinatorState, workerId: string, msg: Eval
     ? rv.participants.some((p) => p.workerId === workerId)
     : rv.closedRound!.members.includes(workerId);
   if (!member) return { ok: false, code: 'not_member', message: `worker ${workerId} is not in round ${msg.round}` };
+  // Only the rank asked: rank 0 of that round (members are listed in rank order).
+  const evaluator = current ? rv.participants[0]?.workerId : rv.closedRound!.members[0];
+  if (workerId !== evaluator)
+    return { ok: false, code: 'not_evaluator', message: `only rank 0 of round ${msg.round} evaluates` };
+  if (!isEvaluationPoint(msg.step, { ...planOfState(s), evalEvery: s.job.evalEvery, evalSamples: s.job.evalSamples }))
+    return { ok: false, code: 'wrong_step', message: `step ${msg.step} is not an evaluation point` };
   if (msg.step > s.lastCommit.step)
     return {
       ok: false,

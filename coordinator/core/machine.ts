@@ -23,7 +23,8 @@ import {
   type Ctx,
 } from './context';
 import { reportEvaluation } from './evaluation';
-import { effectiveDatasetSize, jobPublic, type JobSpec } from './job';
+import { effectiveDatasetSize, jobPublic, jobSpecSchema, type JobSpec } from './job';
+import { bannedUntil, DEFAULT_TRUST_POLICY, own, refuseConnIn } from './penalties';
 import type { ClientMessage } from './protocol';
 import { CloseCode } from './protocol';
 import {
@@ -41,8 +42,8 @@ import {
   requestCheckpointIn,
   tickIn,
 } from './rendezvous';
-import { emptyRecord, positionAfter, totalSteps } from './sampler';
-import type { AdminAction, CoordinatorState, DurableState, Event, HeldState, Transition } from './state';
+import { emptyRecord, epochOrder, positionAfter, rollbackTo, totalSteps } from './sampler';
+import type { AdminAction, CoordinatorState, DurableState, Event, HeldState, Transition, TrustPolicy } from './state';
 
 export type {
   Action,
@@ -59,7 +60,9 @@ export type {
   MetricName,
   Participant,
   PendingReport,
+  PenaltyRecord,
   RendezvousState,
+  TrustPolicy,
   Transition,
   WorkerInfo,
 } from './state';
@@ -67,12 +70,18 @@ export { METRICS, adminActionSchema } from './state';
 export { durableOf } from './context';
 export { nextDeadline } from './rendezvous';
 export { isEvaluationPoint } from './evaluation';
+export { DEFAULT_TRUST_POLICY, bannedAddresses } from './penalties';
 
 /** Stored checkpoints kept in the state (older ones may be garbage-collected by the server). */
 export const MAX_CHECKPOINTS_KEPT = 16;
 
 /** A new run over `datasetSize` training images (the full set; `job.dataset.subset` is applied here). */
-export function initialState(job: JobSpec, datasetSize: number, runId: string): CoordinatorState {
+export function initialState(
+  job: JobSpec,
+  datasetSize: number,
+  runId: string,
+  policy: TrustPolicy = DEFAULT_TRUST_POLICY,
+): CoordinatorState {
   const n = effectiveDatasetSize(job, datasetSize);
   if (!Number.isInteger(n) || n < 1) throw new Error(`initialState: dataset of ${datasetSize} images`);
   return {
@@ -90,6 +99,8 @@ export function initialState(job: JobSpec, datasetSize: number, runId: string): 
       baseStep: 0,
       roundCommits: 0,
       closedRound: null,
+      readyDeadline: null,
+      stepStartedAt: null,
     },
     record: emptyRecord(n),
     lastCommit: { step: 0, epoch: 0, cursor: 0, hash: null },
@@ -101,12 +112,14 @@ export function initialState(job: JobSpec, datasetSize: number, runId: string): 
     workers: {},
     nextWorkerSeq: 1,
     pending: {},
+    policy,
+    penalties: {},
   };
 }
 
 /** The state after a coordinator restart: no sockets, no round open; every tab must say hello again. */
-export function restoreState(durable: DurableState): CoordinatorState {
-  const s = initialState(durable.job, durable.datasetSize, durable.runId);
+export function restoreState(durable: DurableState, policy: TrustPolicy = DEFAULT_TRUST_POLICY): CoordinatorState {
+  const s = initialState(durable.job, durable.datasetSize, durable.runId, policy);
   return {
     ...s,
     status: durable.status,
@@ -124,7 +137,7 @@ export function handle(state: CoordinatorState, event: Event, now: number): Tran
   switch (event.kind) {
     case 'connected': {
       const ctx = begin(state, now);
-      writableConnections(ctx)[event.conn] = { workerId: null, nonce: event.nonce };
+      writableConnections(ctx)[event.conn] = { workerId: null, nonce: event.nonce, addr: event.addr ?? '' };
       return finish(ctx);
     }
     case 'invalid': {
@@ -154,7 +167,7 @@ export function handle(state: CoordinatorState, event: Event, now: number): Tran
 
 function onMessage(state: CoordinatorState, conn: string, msg: ClientMessage, now: number): Transition {
   if (msg.type === 'hello') return onHello(state, conn, msg, now);
-  const welcomed = state.connections[conn]?.workerId ?? null;
+  const welcomed = own(state.connections, conn)?.workerId ?? null;
   if (welcomed === null) return reject(state, conn, 'not_joined', `send hello before ${msg.type}`);
   if (msg.workerId !== welcomed)
     return reject(state, conn, 'forged_worker', `this socket is worker ${welcomed}, not ${msg.workerId}`);
@@ -204,7 +217,7 @@ function onMessage(state: CoordinatorState, conn: string, msg: ClientMessage, no
         reason: msg.reason,
         peer: msg.peer ?? null,
       });
-      failIn(ctx, [welcomed], 'failure', `failure report: ${msg.reason}`, { remove: false, blame });
+      failIn(ctx, [welcomed], 'failure', `failure report: ${msg.reason}`, { remove: false, blame, reporter: welcomed });
       return finish(ctx);
     }
     case 'goodbye': {
@@ -227,7 +240,7 @@ function onHello(
   msg: Extract<ClientMessage, { type: 'hello' }>,
   now: number,
 ): Transition {
-  const existing = state.connections[conn];
+  const existing = own(state.connections, conn);
   if (existing && existing.workerId !== null)
     return reject(state, conn, 'already_joined', `this socket is already worker ${existing.workerId}`);
   if (state.status === 'done' || state.status === 'failed') {
@@ -238,7 +251,14 @@ function onHello(
     return finish(ctx);
   }
   const sameRun = msg.runId === state.runId;
-  if (sameRun && msg.workerId !== null && state.workers[msg.workerId]) {
+  const until = bannedUntil(state, now, { workerId: sameRun ? msg.workerId : null, addr: existing?.addr });
+  if (until !== null) {
+    const ctx: Ctx = { s: state, now, out: [], copied: new Set() };
+    refuseConnIn(ctx, conn, until);
+    metric(ctx, 'tabswarm_message_errors_total', 1, { code: 'banned' });
+    return finish(ctx);
+  }
+  if (sameRun && msg.workerId !== null && own(state.workers, msg.workerId)) {
     return reject(state, conn, 'id_in_use', `worker ${msg.workerId} is connected on another socket`);
   }
   const peerOwner = Object.values(state.workers).find((w) => w.peerId === msg.peerId);
@@ -246,7 +266,7 @@ function onHello(
     return reject(state, conn, 'id_in_use', `peer id ${msg.peerId} belongs to worker ${peerOwner.workerId}`);
   const ctx = begin(state, now);
   const s = ctx.s;
-  const connection = s.connections[conn] ?? { workerId: null, nonce: conn };
+  const connection = own(s.connections, conn) ?? { workerId: null, nonce: conn, addr: '' };
   let workerId: string;
   if (sameRun && msg.workerId !== null) {
     workerId = msg.workerId;
@@ -254,10 +274,13 @@ function onHello(
     do {
       workerId = `w${s.nextWorkerSeq}-${nonceFragment(connection.nonce, conn)}`;
       s.nextWorkerSeq += 1;
-    } while (s.workers[workerId]);
+    } while (own(s.workers, workerId));
   }
   const holds: HeldState[] = [];
-  if (sameRun) {
+  // Claims of a held state count only from a worker that reported that state's hash itself (its id was
+  // vouched for by its reconnect secret before the machine saw the hello).
+  const vouched = sameRun && msg.workerId !== null && (s.lastCommit.members ?? []).includes(msg.workerId);
+  if (vouched) {
     if (msg.haveStep !== null && msg.haveStep <= s.lastCommit.step)
       holds.push({ step: msg.haveStep, hash: msg.haveHash });
     if (msg.pending && msg.pending.step <= s.lastCommit.step)
@@ -273,6 +296,8 @@ function onHello(
     holds,
     throughput: null,
     peerRttMs: null,
+    addr: connection.addr ?? '',
+    invite: msg.invite ?? null,
   };
   writableConnections(ctx)[conn] = { ...connection, workerId };
   metric(ctx, 'tabswarm_joins_total');
@@ -280,6 +305,8 @@ function onHello(
     workerId,
     conn,
     reconnect: sameRun && msg.workerId !== null,
+    vouched,
+    addr: connection.addr ?? '',
     holdsCommitted: holdsState(s.workers[workerId], s.lastCommit),
     adapter: msg.adapter,
   });
@@ -289,12 +316,12 @@ function onHello(
 }
 
 function onDisconnected(state: CoordinatorState, conn: string, now: number): Transition {
-  const connection = state.connections[conn];
+  const connection = own(state.connections, conn);
   if (!connection) return { state, actions: [] };
   const ctx = begin(state, now);
   delete writableConnections(ctx)[conn];
   const workerId = connection.workerId;
-  const worker = workerId !== null ? ctx.s.workers[workerId] : undefined;
+  const worker = workerId !== null ? own(ctx.s.workers, workerId) : undefined;
   if (workerId !== null && worker && worker.conn === conn) {
     if (ctx.s.status === 'active' || ctx.s.status === 'paused') {
       failIn(ctx, [workerId], 'failure', 'socket closed without goodbye', { remove: true });
@@ -344,19 +371,70 @@ function onCheckpointStored(
   return finish(ctx);
 }
 
+/**
+ * Why the machine would refuse `action` in `state`, or null when it would apply it. The server answers
+ * an admin request with this reason (409) instead of an `ok` that changes nothing.
+ */
+export function adminRefusal(s: CoordinatorState, action: AdminAction): string | null {
+  if (s.status === 'done') return 'the job is done';
+  if (s.status === 'failed' && action.type !== 'resume')
+    return 'the job failed: resume it first (POST /api/admin/resume)';
+  switch (action.type) {
+    case 'pause':
+      return s.status === 'paused' ? 'already paused' : null;
+    case 'resume':
+      return s.status === 'paused' || s.status === 'failed' ? null : `the job is ${s.status}, not paused or failed`;
+    case 'checkpoint_now':
+      return s.lastCommit.step > 0 &&
+        s.rendezvous.participants.some((p) => holdsState(own(s.workers, p.workerId), s.lastCommit))
+        ? null
+        : 'no round member holds the last commit, or nothing is committed yet';
+    case 'kick':
+      return own(s.workers, action.workerId) ? null : `unknown worker ${action.workerId}`;
+    case 'set_workers': {
+      // The same validation as the job file: the changed job must still be a valid job.
+      const checked = jobSpecSchema.safeParse({ ...s.job, minWorkers: action.min, maxWorkers: action.max });
+      return checked.success
+        ? null
+        : checked.error.issues.map((i) => `${i.path.join('.') || 'job'}: ${i.message}`).join('; ');
+    }
+  }
+}
+
+/** Resume a failed job: restarts from 0, the record back to the latest stored checkpoint (or step 0). */
+function resumeFailedIn(ctx: Ctx): void {
+  const s = ctx.s;
+  const checkpoint = s.checkpoints.filter((c) => c.step <= s.lastCommit.step).pop();
+  const target = checkpoint ?? { step: 0, epoch: 0, cursor: 0, hash: null };
+  if (target.step !== s.lastCommit.step) {
+    s.record =
+      target.step === 0
+        ? emptyRecord(s.datasetSize)
+        : rollbackTo(target.epoch, target.cursor, epochOrder(s.job.seed, target.epoch, s.datasetSize));
+    s.lastCommit = { step: target.step, epoch: target.epoch, cursor: target.cursor, hash: target.hash, members: [] };
+    s.checkpointRequests = [];
+    ctx.out.push({ kind: 'rollback_commits', afterStep: target.step });
+  }
+  s.status = 'active';
+  s.restarts = 0;
+  s.blamedRestart = null;
+  s.rendezvous.gatheringSince = null;
+  log(ctx, 'warn', 'job_resumed_after_failure', { fromStep: target.step, checkpoint: checkpoint?.step ?? null });
+  persist(ctx);
+  afterCloseIn(ctx);
+}
+
 function onAdmin(state: CoordinatorState, action: AdminAction, now: number): Transition {
   const ctx = begin(state, now);
   const s = ctx.s;
-  const over = s.status === 'done' || s.status === 'failed';
-  const ignored = (why: string) => {
-    log(ctx, 'warn', 'admin_ignored', { action, why });
+  const refusal = adminRefusal(s, action);
+  if (refusal !== null) {
+    log(ctx, 'warn', 'admin_ignored', { action, why: refusal });
     return { state, actions: ctx.out };
-  };
-  if (over) return ignored(`job ${s.status}`);
+  }
   log(ctx, 'info', 'admin', { action });
   switch (action.type) {
     case 'pause': {
-      if (s.status === 'paused') return ignored('already paused');
       s.status = 'paused';
       closeRoundIn(ctx, 'paused', true, false);
       s.rendezvous.deadline = null;
@@ -365,7 +443,10 @@ function onAdmin(state: CoordinatorState, action: AdminAction, now: number): Tra
       break;
     }
     case 'resume': {
-      if (s.status !== 'paused') return ignored('not paused');
+      if (s.status === 'failed') {
+        resumeFailedIn(ctx);
+        break;
+      }
       s.status = 'active';
       s.rendezvous.gatheringSince = null;
       persist(ctx);
@@ -373,20 +454,17 @@ function onAdmin(state: CoordinatorState, action: AdminAction, now: number): Tra
       break;
     }
     case 'checkpoint_now': {
-      if (!requestCheckpointIn(ctx))
-        return ignored('no round member holds the last commit, or nothing is committed yet');
+      requestCheckpointIn(ctx);
       break;
     }
     case 'kick': {
-      const worker = s.workers[action.workerId];
-      if (!worker) return ignored(`unknown worker ${action.workerId}`);
+      const worker = own(s.workers, action.workerId)!;
       sendError(ctx, worker.conn, 'kicked', 'removed by an admin');
       ctx.out.push({ kind: 'close', conn: worker.conn, code: CloseCode.kicked, reason: 'kicked' });
       leaveIn(ctx, action.workerId, 'kicked');
       break;
     }
     case 'set_workers': {
-      if (action.min > action.max) return ignored('min > max');
       s.job = { ...s.job, minWorkers: action.min, maxWorkers: action.max };
       persist(ctx);
       evaluateGatheringIn(ctx);
@@ -410,6 +488,8 @@ export interface WorldView {
   /** WebRTC round-trip time (ms) of its ring links (max over them) from its last heartbeat, or null. */
   peerRttMs: number | null;
   adapter: string;
+  /** The invite it joined through (id), or null. */
+  invite: string | null;
 }
 
 /** The body of `GET /api/status`. */
@@ -459,6 +539,7 @@ export function statusView(s: CoordinatorState): StatusView {
         throughput: w?.throughput ?? null,
         peerRttMs: w?.peerRttMs ?? null,
         adapter: adapterLabel(w?.adapter),
+        invite: w?.invite ?? null,
       };
     }),
     waiting: s.rendezvous.waitList.map((id, position) => ({ id, position })),

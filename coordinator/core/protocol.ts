@@ -22,12 +22,23 @@ export const PROTOCOL_VERSION = 1;
 /** Largest accepted control frame, in UTF-8 bytes. Control messages are small; bulk data goes elsewhere. */
 export const MAX_CONTROL_MESSAGE_BYTES = 16 * 1024;
 
-/** Run ids, worker ids, peer ids: short, printable, no spaces. */
+/** Names an object inherits (`__proto__`, `constructor`, …): never valid ids, so no lookup can reach them. */
+const PROTOTYPE_KEYS = new Set(Object.getOwnPropertyNames(Object.prototype));
+
+/** Run ids, worker ids, peer ids: short, printable, no spaces, not an inherited property name. */
 export const idSchema = z
   .string()
   .min(1)
   .max(64)
-  .regex(/^[A-Za-z0-9_.:-]+$/, 'ids are [A-Za-z0-9_.:-]{1,64}');
+  .regex(/^[A-Za-z0-9_.:-]+$/, 'ids are [A-Za-z0-9_.:-]{1,64}')
+  .refine((id) => !PROTOTYPE_KEYS.has(id), 'ids may not be a property name of Object.prototype');
+
+/** The reconnect secret of `welcome` (base64url). */
+export const secretSchema = z
+  .string()
+  .min(16)
+  .max(128)
+  .regex(/^[A-Za-z0-9_-]+$/, 'secrets are base64url');
 /** A parameter hash (hash.ts: 16 lower-case hex digits) or a sha256 (64 hex digits). */
 export const hashSchema = z
   .string()
@@ -52,6 +63,13 @@ export const helloSchema = z.strictObject({
   workerId: idSchema.nullable(),
   /** The tab's PeerJS id, so peers of a round can connect to it. */
   peerId: idSchema,
+  /**
+   * With `workerId`: the secret `welcome` gave with that id. Without the right one, the tab is welcomed
+   * as a new worker (a worker id read from /api/status cannot be taken over).
+   */
+  secret: secretSchema.optional(),
+  /** The invite token the tab was opened with (`/?invite=…`), when the coordinator admits by invite. */
+  invite: z.string().min(1).max(128).optional(),
   /** The WebGPU adapter, for the admin page and logs. */
   adapter: z.strictObject({
     vendor: textSchema(256),
@@ -231,6 +249,8 @@ export const welcomeSchema = z.strictObject({
   workerId: idSchema,
   /** What the tab needs to train (model, optimizer, dataset size, step plan, seed). */
   job: jobPublicSchema,
+  /** Send this back with `workerId` in a reconnecting hello (added by the server; proves the id is yours). */
+  secret: secretSchema.optional(),
 });
 
 /** Why a worker waits: too few workers yet (or a last call), a round is running (admitted at the next commit), the world is full, or an admin paused the job. */
@@ -351,6 +371,9 @@ export const errorCodeSchema = z.enum([
   'job_failed',
   'job_done',
   'kicked',
+  'banned',
+  'not_evaluator',
+  'no_invite',
 ]);
 export type ErrorCode = z.infer<typeof errorCodeSchema>;
 
@@ -471,4 +494,10 @@ export const CloseCode = {
   jobOver: 4003,
   /** Another socket took over this worker id, or the id was refused. */
   replaced: 4004,
+  /** The worker or its address is cooling off after too many failures charged to it (penalties.ts). */
+  banned: 4005,
+  /** Not ready in time: the round went on without it (no restart was counted). */
+  notReady: 4006,
+  /** Admission is by invite and the hello carried no valid invite. */
+  noInvite: 4007,
 } as const;

@@ -28,6 +28,7 @@ import {
 } from './context';
 import { checkpointPath, CloseCode, type CloseReason, type StateSource, type WaitReason } from './protocol';
 import { emptyRecord, epochOrder, rollbackTo, type StepPlan } from './sampler';
+import { chargeIn, bannedWorkers, bannedUntil, own, refuseConnIn, type Culprit } from './penalties';
 import { computeShares, sharesDrift } from './shares';
 import type { CoordinatorState, HeldState, Participant, WorkerInfo } from './state';
 
@@ -143,7 +144,10 @@ function rollbackIn(ctx: Ctx, target: { step: number; epoch: number; cursor: num
 function chooseStateSource(ctx: Ctx, participants: Participant[]): StateSource {
   const s = ctx.s;
   if (s.lastCommit.step === 0) return { kind: 'fresh' };
-  const holder = participants.find((p) => holdsState(s.workers[p.workerId], s.lastCommit));
+  // Prefer a worker that reported the committed hash itself over one that only synced it in a round.
+  const members = s.lastCommit.members ?? [];
+  const holders = participants.filter((p) => holdsState(own(s.workers, p.workerId), s.lastCommit));
+  const holder = holders.find((p) => members.includes(p.workerId)) ?? holders[0];
   if (holder) return { kind: 'peer', rank: holder.rank };
   const checkpoint = s.checkpoints.filter((c) => c.step <= s.lastCommit.step).pop();
   if (checkpoint) {
@@ -183,6 +187,8 @@ export function openRoundIn(ctx: Ctx): void {
   rv.deadline = null;
   rv.baseStep = s.lastCommit.step;
   rv.roundCommits = 0;
+  rv.readyDeadline = ctx.now + s.policy.readyTimeoutMs;
+  rv.stepStartedAt = null;
   s.pending = {};
   metric(ctx, 'tabswarm_rounds_total');
   metric(ctx, 'tabswarm_world_size', participants.length);
@@ -222,6 +228,8 @@ export function markReadyIn(ctx: Ctx, workerId: string): void {
     mutWorker(ctx, workerId).holds = [{ step: s.lastCommit.step, hash: s.lastCommit.hash }];
   if (rv.participants.every((q) => q.ready)) {
     rv.phase = 'training';
+    rv.readyDeadline = null;
+    rv.stepStartedAt = now;
     if (rv.gatheringSince !== null) metric(ctx, 'tabswarm_rendezvous_duration_ms', now - rv.gatheringSince);
     rv.gatheringSince = null;
     log(ctx, 'info', 'round_train', { round: rv.round, step: s.lastCommit.step + 1 });
@@ -234,7 +242,14 @@ export function markReadyIn(ctx: Ctx, workerId: string): void {
  * head of the wait list in rank order (`demote` goes to the tail). A failure counts a restart and may
  * fail the job. Does not open the next round: callers follow with `afterCloseIn` or `openRoundIn`.
  */
-export function closeRoundIn(ctx: Ctx, reason: CloseReason, restore: boolean, failure: boolean, demote?: string): void {
+export function closeRoundIn(
+  ctx: Ctx,
+  reason: CloseReason,
+  restore: boolean,
+  failure: boolean,
+  demote?: string,
+  culprits: Culprit[] = [],
+): void {
   const { s, now } = ctx;
   const rv = s.rendezvous;
   if (rv.phase === 'gathering') return;
@@ -248,12 +263,14 @@ export function closeRoundIn(ctx: Ctx, reason: CloseReason, restore: boolean, fa
   rv.participants = [];
   rv.phase = 'gathering';
   rv.deadline = null;
+  rv.readyDeadline = null;
+  rv.stepStartedAt = null;
   rv.gatheringSince = now;
   rv.roundCommits = 0;
   s.pending = {};
   metric(ctx, 'tabswarm_world_size', 0);
   log(ctx, failure ? 'warn' : 'info', 'round_closed', { round: closed, reason, restore, restart: failure });
-  if (failure) countRestartIn(ctx);
+  if (failure) countRestartIn(ctx, culprits);
 }
 
 /**
@@ -262,9 +279,19 @@ export function closeRoundIn(ctx: Ctx, reason: CloseReason, restore: boolean, fa
  */
 export const GOODBYE_GRACE_MS = 1000;
 
-/** Count one failure restart (persisted); past maxRestarts the job fails. */
-function countRestartIn(ctx: Ctx): void {
+/**
+ * Count one failure restart (persisted); past maxRestarts the job fails. The restart is charged to its
+ * culprits first (penalties.ts): when one of them is over its quota the restart is absorbed (not
+ * counted against the job) and the culprit is cooled off.
+ */
+function countRestartIn(ctx: Ctx, culprits: Culprit[]): void {
   const s = ctx.s;
+  if (culprits.length > 0 && chargeIn(ctx, culprits, 'restart').absorbed) {
+    metric(ctx, 'tabswarm_restarts_absorbed_total');
+    log(ctx, 'warn', 'restart_absorbed', { culprits, restarts: s.restarts });
+    enforceBansIn(ctx);
+    return;
+  }
   s.restarts += 1;
   metric(ctx, 'tabswarm_restarts_total');
   if (s.restarts > s.job.maxRestarts) {
@@ -274,13 +301,41 @@ function countRestartIn(ctx: Ctx): void {
   persist(ctx);
 }
 
-/** The blamed worker did not say goodbye in time (or failed itself): its restart counts now. */
-function confirmBlamedRestartIn(ctx: Ctx, why: string): void {
+/**
+ * The blamed worker did not say goodbye in time (or failed itself): the restart counts now. It is
+ * charged to the blamed worker when its failure is corroborated (its socket died, its heartbeat went
+ * silent, it failed again), otherwise to the reporter: an accusation nobody else confirms costs the
+ * accuser.
+ */
+function confirmBlamedRestartIn(ctx: Ctx, why: string, corroborated: boolean): void {
   const blamed = ctx.s.blamedRestart;
   if (!blamed) return;
   ctx.s.blamedRestart = null;
-  log(ctx, 'warn', 'restart_confirmed', { workerId: blamed.workerId, why });
-  if (ctx.s.status === 'active' || ctx.s.status === 'paused') countRestartIn(ctx);
+  const culprit: Culprit | undefined = corroborated
+    ? { workerId: blamed.workerId, addr: blamed.addr ?? '' }
+    : blamed.reporter;
+  log(ctx, 'warn', 'restart_confirmed', { workerId: blamed.workerId, why, corroborated, charged: culprit ?? null });
+  if (ctx.s.status === 'active' || ctx.s.status === 'paused') countRestartIn(ctx, culprit ? [culprit] : []);
+}
+
+/**
+ * Close the sockets of every worker whose id or address is cooling off, and forget them (a departure,
+ * not a failure: the restart that led here was already charged). An open round they were in closes.
+ */
+export function enforceBansIn(ctx: Ctx): void {
+  const s = ctx.s;
+  let memberBanned = false;
+  for (const workerId of bannedWorkers(s, ctx.now)) {
+    const worker = own(s.workers, workerId)!;
+    refuseConnIn(ctx, worker.conn, bannedUntil(s, ctx.now, { workerId, addr: worker.addr }) ?? ctx.now);
+    if (s.blamedRestart?.workerId === workerId) s.blamedRestart = null;
+    memberBanned = removeWorkerIn(ctx, workerId) || memberBanned;
+    log(ctx, 'warn', 'worker_refused', { workerId, addr: worker.addr });
+  }
+  if (memberBanned && s.status === 'active') {
+    closeRoundIn(ctx, 'kicked', true, false);
+    afterCloseIn(ctx);
+  }
 }
 
 /** After a close that was not followed by an immediate new round: gather again and tell the waiters. */
@@ -362,12 +417,16 @@ export function failIn(
   workerIds: string[],
   reason: 'failure' | 'divergence',
   detail: string,
-  opts: { remove: boolean; blame?: string },
+  opts: { remove: boolean; blame?: string; reporter?: string },
 ): void {
   const s = ctx.s;
   const rv = s.rendezvous;
   let memberFailed = false;
   let blamedFailed = false;
+  // Addresses are read before the workers are removed. A failure report without blame is charged to
+  // its reporter (it says it failed); one with blame waits for corroboration (blamedRestart).
+  const culprits: Culprit[] = workerIds.map((id) => ({ workerId: id, addr: own(s.workers, id)?.addr ?? '' }));
+  const blamedAddr = opts.blame !== undefined ? (own(s.workers, opts.blame)?.addr ?? '') : '';
   for (const id of workerIds) {
     const member = rv.phase !== 'gathering' && rv.participants.some((p) => p.workerId === id);
     if (opts.remove) removeWorkerIn(ctx, id);
@@ -380,15 +439,21 @@ export function failIn(
     // A blamed worker that fails inside a new round costs that round's restart only (one fault, one count).
     if (blamedFailed) s.blamedRestart = null;
     const deferred = reason === 'failure' && opts.blame !== undefined;
-    closeRoundIn(ctx, reason, true, !deferred, opts.blame);
+    closeRoundIn(ctx, reason, true, !deferred, opts.blame, culprits);
     if (deferred && s.status === 'active') {
-      if (s.blamedRestart) confirmBlamedRestartIn(ctx, 'a second blame arrived');
-      s.blamedRestart = { workerId: opts.blame!, deadline: ctx.now + GOODBYE_GRACE_MS };
+      if (s.blamedRestart)
+        confirmBlamedRestartIn(ctx, 'a second blame arrived', !own(s.workers, s.blamedRestart.workerId));
+      s.blamedRestart = {
+        workerId: opts.blame!,
+        deadline: ctx.now + GOODBYE_GRACE_MS,
+        addr: blamedAddr,
+        reporter: culprits[0],
+      };
       log(ctx, 'info', 'restart_deferred', { workerId: opts.blame!, until: ctx.now + GOODBYE_GRACE_MS });
     }
     afterCloseIn(ctx);
   } else {
-    if (blamedFailed) confirmBlamedRestartIn(ctx, detail);
+    if (blamedFailed) confirmBlamedRestartIn(ctx, detail, true);
     if (s.status === 'active' && rv.phase === 'gathering') evaluateGatheringIn(ctx);
   }
 }
@@ -411,9 +476,12 @@ export function tickIn(ctx: Ctx): void {
   const { s, now } = ctx;
   if (s.status === 'done' || s.status === 'failed') return;
   if (s.blamedRestart && now >= s.blamedRestart.deadline) {
-    confirmBlamedRestartIn(ctx, 'no goodbye within the grace period');
+    // Still connected and in good health: nothing corroborates the accusation.
+    confirmBlamedRestartIn(ctx, 'no goodbye within the grace period', !own(s.workers, s.blamedRestart.workerId));
     if ((s.status as string) === 'failed') return; // countRestartIn may fail the job
   }
+  const rv = s.rendezvous;
+  if (rv.phase === 'syncing' && rv.readyDeadline != null && now >= rv.readyDeadline) dropNotReadyIn(ctx);
   const limit = HEARTBEAT_TIMEOUT_FACTOR * s.job.heartbeatMs;
   const late = Object.values(s.workers).filter((w) => now - w.lastSeen > limit);
   for (const w of late)
@@ -427,6 +495,29 @@ export function tickIn(ctx: Ctx): void {
       { remove: true },
     );
   evaluateGatheringIn(ctx);
+}
+
+/**
+ * The round's ready deadline passed: members that are not `ready` are dropped (socket closed, a strike
+ * charged to them and their address, no restart: a member that never syncs is no failure of the job),
+ * and the round closes so the others regather at once.
+ */
+function dropNotReadyIn(ctx: Ctx): void {
+  const s = ctx.s;
+  const late = s.rendezvous.participants.filter((p) => !p.ready).map((p) => p.workerId);
+  const culprits: Culprit[] = late.map((id) => ({ workerId: id, addr: own(s.workers, id)?.addr ?? '' }));
+  log(ctx, 'warn', 'ready_timeout', { round: s.rendezvous.round, workers: late });
+  for (const id of late) {
+    const worker = own(s.workers, id);
+    if (!worker) continue;
+    ctx.out.push({ kind: 'close', conn: worker.conn, code: CloseCode.notReady, reason: 'not ready in time' });
+    removeWorkerIn(ctx, id);
+    metric(ctx, 'tabswarm_ready_timeouts_total');
+  }
+  closeRoundIn(ctx, 'failure', true, false);
+  chargeIn(ctx, culprits, 'not ready in time');
+  enforceBansIn(ctx);
+  afterCloseIn(ctx);
 }
 
 /**
@@ -462,6 +553,8 @@ export function admitAtBoundaryIn(ctx: Ctx): boolean {
 export function nextDeadline(s: CoordinatorState): number | null {
   if (s.status === 'done' || s.status === 'failed') return null;
   let next: number | null = s.status === 'active' && s.rendezvous.phase === 'gathering' ? s.rendezvous.deadline : null;
+  const ready = s.rendezvous.phase === 'syncing' ? (s.rendezvous.readyDeadline ?? null) : null;
+  if (ready !== null && (next === null || ready < next)) next = ready;
   if (s.blamedRestart && (next === null || s.blamedRestart.deadline < next)) next = s.blamedRestart.deadline;
   const limit = HEARTBEAT_TIMEOUT_FACTOR * s.job.heartbeatMs;
   for (const w of Object.values(s.workers)) {

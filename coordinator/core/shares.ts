@@ -1,6 +1,7 @@
 /**
  * Throughput shares: each rank computes a part of every step proportional to its measured speed, so a
- * fast GPU is not held to a phone's pace. Measured from step reports (samples / computeMs), smoothed,
+ * fast GPU is not held to a phone's pace. Measured by the coordinator from step reports (samples / time
+ * from the step's start to the rank's report; the tab's `computeMs` claim is not used), smoothed,
  * fixed for a round (so `assignStep` is the same on every tab), normalised, deterministic.
  */
 
@@ -9,6 +10,12 @@ export const THROUGHPUT_SMOOTHING = 0.3;
 
 /** No rank gets less than this fraction of an equal share, so a slow rank still gets measured. */
 export const MIN_SHARE_OF_EQUAL = 0.1;
+
+/**
+ * No rank gets more than this many equal shares: a tab that makes itself look fast (or is) cannot take
+ * over the step. Throughput is measured by the coordinator (commit.ts), not claimed by the tab.
+ */
+export const MAX_SHARE_OF_EQUAL = 2;
 
 /** Share decimals kept (shares travel as JSON; short numbers read better in logs and tests). */
 const SHARE_DECIMALS = 1e6;
@@ -32,23 +39,26 @@ export function computeShares(throughputs: readonly (number | null)[]): number[]
   if (measured.length === 0) return throughputs.map(() => Math.round(SHARE_DECIMALS / world) / SHARE_DECIMALS);
   const mean = measured.reduce((a, b) => a + b, 0) / measured.length;
   const raw = throughputs.map((t) => (t !== null && t > 0 && Number.isFinite(t) ? t : mean));
-  // Ranks below the floor get exactly the floor; the rest share what is left in proportion. Raising
-  // some ranks can push others below the floor, so repeat (at most `world` times).
+  // Ranks below the floor get exactly the floor, ranks above the cap exactly the cap; the rest share
+  // what is left in proportion. Pinning some ranks can push others past a bound, so repeat (at most
+  // `world` times: each pass pins at least one more rank or stops).
   const floor = MIN_SHARE_OF_EQUAL / world;
-  const pinned = new Array<boolean>(world).fill(false);
+  const cap = Math.min(1, MAX_SHARE_OF_EQUAL / world);
+  const pinned = new Array<number | null>(world).fill(null);
   let shares: number[] = [];
   for (let pass = 0; pass <= world; pass++) {
-    const freeTotal = raw.reduce((acc, t, i) => (pinned[i] ? acc : acc + t), 0);
-    const freeMass = 1 - floor * pinned.filter(Boolean).length;
-    shares = raw.map((t, i) => (pinned[i] ? floor : (t / freeTotal) * freeMass));
-    let changed = false;
-    shares.forEach((share, i) => {
-      if (!pinned[i] && share < floor) {
-        pinned[i] = true;
-        changed = true;
-      }
+    const freeTotal = raw.reduce((acc, t, i) => (pinned[i] !== null ? acc : acc + t), 0);
+    const freeMass = 1 - pinned.reduce<number>((acc, p) => acc + (p ?? 0), 0);
+    shares = raw.map((t, i) => pinned[i] ?? (freeTotal > 0 ? (t / freeTotal) * freeMass : 0));
+    // Pin the ranks over the cap first (that frees mass for the rest), else those under the floor.
+    const over = shares.map((share, i) => pinned[i] === null && share > cap);
+    const under = shares.map((share, i) => pinned[i] === null && share < floor);
+    const pinCap = over.some(Boolean);
+    if (!pinCap && !under.some(Boolean)) break;
+    shares.forEach((_, i) => {
+      if (pinCap && over[i]) pinned[i] = cap;
+      else if (!pinCap && under[i]) pinned[i] = floor;
     });
-    if (!changed) break;
   }
   return shares.map((share) => Math.round(share * SHARE_DECIMALS) / SHARE_DECIMALS);
 }

@@ -22,6 +22,8 @@ export interface Participant {
   ready: boolean;
   /** Last step this rank reported in this round (the round's base step before its first report). */
   lastStep: number;
+  /** When (ms, coordinator clock) its last report of this round arrived; absent before the first. */
+  lastReportAt?: number;
 }
 
 /** TorchElastic-style rendezvous state. */
@@ -52,6 +54,10 @@ export interface RendezvousState {
    * or of the job's last step after `done` — and are still accepted from them.
    */
   closedRound: { round: number; members: string[] } | null;
+  /** While syncing: members not `ready` by this time (ms) are dropped, without a restart. Null otherwise. */
+  readyDeadline?: number | null;
+  /** When the round's members may start computing their next step (train, or the last commit): ms. */
+  stepStartedAt?: number | null;
 }
 
 /** A state a worker holds: a committed step and the parameter hash there. */
@@ -76,6 +82,10 @@ export interface WorkerInfo {
   throughput: number | null;
   /** WebRTC round-trip time (ms) of its ring links as its last heartbeat reported it, or null (unknown). */
   peerRttMs: number | null;
+  /** Client address of its socket ('' when unknown): restarts and strikes are charged to it too (penalties.ts). */
+  addr: string;
+  /** The invite it joined through (its id, never its token; the server resolves tokens), or null. */
+  invite?: string | null;
 }
 
 /** One rank's report of one step, kept until the step commits or the round closes. */
@@ -105,6 +115,36 @@ export interface LastCommit {
   epoch: number;
   cursor: number;
   hash: string | null;
+  /**
+   * Workers that reported `hash` for `step` (the committing round's members). Only they may be the
+   * state source for it: a hello that merely claims `haveStep/haveHash` (copied from /api/status)
+   * proves nothing. Absent in states persisted before the field existed (then nobody qualifies).
+   */
+  members?: string[];
+}
+
+/** The abuse policy (penalties.ts; the CLI sets it, defaults in DEFAULT_TRUST_POLICY). */
+export interface TrustPolicy {
+  /** A round member not `ready` this long after the round opened is dropped (no restart). */
+  readyTimeoutMs: number;
+  /** Charges a worker may collect within `chargeWindowMs` before it is cooled off. */
+  workerQuota: number;
+  /** Charges a client address may collect within `chargeWindowMs` before it is cooled off. */
+  addressQuota: number;
+  chargeWindowMs: number;
+  /** First cooling-off period; each further one doubles, up to `maxCoolOffMs`. */
+  coolOffMs: number;
+  maxCoolOffMs: number;
+}
+
+/** Charges and bans of one worker (`w:<id>`) or one client address (`a:<addr>`). */
+export interface PenaltyRecord {
+  /** Times (ms) of charges inside the window. */
+  charges: number[];
+  /** Bans so far (the next lasts coolOffMs · 2^bans). */
+  bans: number;
+  /** Refused until this time (ms); 0 or past: not banned. */
+  bannedUntil: number;
 }
 
 export type JobStatus = 'active' | 'paused' | 'done' | 'failed';
@@ -130,14 +170,23 @@ export interface CoordinatorState {
    * report blames a peer, the round closes at once but the restart is counted only if the blamed
    * worker does not say goodbye before `deadline` (it crashed, hung or lost its link instead).
    */
-  blamedRestart: { workerId: string; deadline: number } | null;
+  blamedRestart: {
+    workerId: string;
+    deadline: number;
+    reporter?: { workerId: string; addr: string };
+    addr?: string;
+  } | null;
   /** Open sockets: conn id → the worker welcomed on it (null before hello or after goodbye) and the server's nonce. */
-  connections: Record<string, { workerId: string | null; nonce: string }>;
+  connections: Record<string, { workerId: string | null; nonce: string; addr?: string }>;
   workers: Record<string, WorkerInfo>;
   /** Counter for worker ids (ids also carry the connection's nonce). */
   nextWorkerSeq: number;
   /** Reports of uncommitted steps of the current round: step → rank → report. */
   pending: Record<string, Record<string, PendingReport>>;
+  /** The abuse policy (not durable: from the CLI). */
+  policy: TrustPolicy;
+  /** Charges and bans by `w:<workerId>` / `a:<address>` (not durable). */
+  penalties: Record<string, PenaltyRecord>;
 }
 
 /** What must survive `kill -9`: persisted by the server on every `persist` action. */
@@ -161,7 +210,10 @@ export interface DurableState {
 export const adminActionSchema = z.discriminatedUnion('type', [
   /** Stop training now (the round closes with restore:true, every worker gets `wait {reason:'paused'}`). Not a restart. */
   z.strictObject({ type: z.literal('pause') }),
-  /** Resume after a pause: a new rendezvous starts with every enrolled worker. */
+  /**
+   * Resume after a pause: a new rendezvous starts with every enrolled worker. Also resumes a FAILED job:
+   * the restart count starts again from 0 and the record rolls back to the last stored checkpoint.
+   */
   z.strictObject({ type: z.literal('resume') }),
   /** Ask rank 0 of the running round to upload a checkpoint of the last commit. */
   z.strictObject({ type: z.literal('checkpoint_now') }),
@@ -173,8 +225,11 @@ export const adminActionSchema = z.discriminatedUnion('type', [
 export type AdminAction = z.infer<typeof adminActionSchema>;
 
 export type Event =
-  /** A socket opened. `nonce`: a random string from the server (≥ 4 chars of [A-Za-z0-9]) used in the worker id. */
-  | { kind: 'connected'; conn: string; nonce: string }
+  /**
+   * A socket opened. `nonce`: a random string from the server (≥ 4 chars of [A-Za-z0-9]) used in the
+   * worker id; `addr`: the client address (restarts are charged to it; '' or absent: unknown).
+   */
+  | { kind: 'connected'; conn: string; nonce: string; addr?: string }
   /** A valid message arrived on `conn` (parsed with parseClientMessage). */
   | { kind: 'message'; conn: string; msg: ClientMessage }
   /** A frame on `conn` failed to parse: the machine answers with `error` and counts it. */
@@ -230,6 +285,12 @@ export const METRICS = {
   tabswarm_loss: { type: 'gauge', help: 'Mean loss of the last commit.' },
   tabswarm_evaluations_total: { type: 'counter', help: 'Test-set evaluations accepted.' },
   tabswarm_test_accuracy: { type: 'gauge', help: 'Test accuracy of the last accepted evaluation, in [0, 1].' },
+  tabswarm_restarts_absorbed_total: {
+    type: 'counter',
+    help: 'Restarts not counted against maxRestarts because their culprit was over its quota.',
+  },
+  tabswarm_bans_total: { type: 'counter', help: 'Cooling-off bans, by kind (worker, address).' },
+  tabswarm_ready_timeouts_total: { type: 'counter', help: 'Round members dropped for not being ready in time.' },
 } as const;
 export type MetricName = keyof typeof METRICS;
 

@@ -214,7 +214,7 @@ describe('bad input from a tab', () => {
     await expectRejected(a.worker, () => a.worker.send(hello), 'already_joined');
   });
 
-  it("a stranger's messages before hello → not_joined; claiming a connected worker's id → id_in_use", async () => {
+  it("a stranger's messages before hello → not_joined; a worker id cannot be taken over", async () => {
     await expectRejected(attacker, () => attacker.send(report(a)), 'not_joined');
     const hijack = {
       type: 'hello',
@@ -225,7 +225,15 @@ describe('bad input from a tab', () => {
       haveStep: 1,
       haveHash: simulatedParamsHash(a.job.model, 1),
     };
-    await expectRejected(attacker, () => attacker.send(hijack), 'id_in_use');
+    // With the right reconnect secret a second socket for a live id is refused …
+    await expectRejected(attacker, () => attacker.send({ ...hijack, secret: a.worker.secret }), 'id_in_use');
+    // … and without it the id is not taken over at all: the socket is welcomed as a new worker whose
+    // state claims count for nothing.
+    const thief = await SimWorker.connect(proc.wsUrl);
+    const welcome = await thief.join({ ...hijack, workerId: a.worker.workerId, runId: a.worker.runId });
+    expect(welcome.workerId).not.toBe(a.worker.workerId);
+    await thief.close();
+    await expect.poll(async () => stable(await proc.status())).toEqual(baseline.status);
   });
 
   it('a frame beyond the hard limit closes that socket (1009), is counted, and changes nothing', async () => {

@@ -383,6 +383,8 @@ export class SimWorker {
   readonly closed: Promise<CloseInfo>;
   runId: string | null = null;
   workerId: string | null = null;
+  /** The reconnect secret of the last welcome. */
+  secret: string | null = null;
   private waiters: { matcher?: MessageMatcher; resolve: (msg: ServerMsg) => void }[] = [];
   private closeInfo: CloseInfo | null = null;
   /** When set, messages go to this handler instead of the inbox (still recorded in `received`). */
@@ -420,9 +422,17 @@ export class SimWorker {
     socket.on('error', () => {});
   }
 
-  static connect(wsUrl: string, opts: { timeoutMs?: number } = {}): Promise<SimWorker> {
+  /** `localAddress`: the loopback address to connect from (e.g. 127.0.0.2, a second "client"); `origin`: the Origin header. */
+  static connect(
+    wsUrl: string,
+    opts: { timeoutMs?: number; localAddress?: string; origin?: string } = {},
+  ): Promise<SimWorker> {
     return new Promise((resolveWorker, reject) => {
-      const socket = new WebSocket(wsUrl, { handshakeTimeout: opts.timeoutMs ?? 10_000 });
+      const socket = new WebSocket(wsUrl, {
+        handshakeTimeout: opts.timeoutMs ?? 10_000,
+        ...(opts.localAddress ? { localAddress: opts.localAddress } : {}),
+        ...(opts.origin ? { origin: opts.origin } : {}),
+      });
       const worker = new SimWorker(socket);
       socket.once('open', () => resolveWorker(worker));
       socket.once('error', reject);
@@ -484,12 +494,16 @@ export class SimWorker {
       pending?: { step: number; hash: string } | null;
       workerId?: string | null;
       runId?: string | null;
+      secret?: string | null;
+      invite?: string;
     } = {},
   ): Promise<ServerMsg> {
     this.send({
       type: 'hello',
       runId: opts.runId ?? null,
       workerId: opts.workerId ?? null,
+      ...(opts.secret ? { secret: opts.secret } : {}),
+      ...(opts.invite ? { invite: opts.invite } : {}),
       peerId: opts.peerId ?? `peer-${Math.random().toString(36).slice(2, 10)}`,
       adapter: { vendor: 'sim', architecture: 'none', description: 'simulated worker' },
       haveStep: opts.haveStep ?? null,
@@ -500,6 +514,7 @@ export class SimWorker {
     if (welcome.type !== 'welcome') throw new Error(`hello refused: ${JSON.stringify(welcome)}`);
     this.runId = welcome.runId;
     this.workerId = welcome.workerId;
+    this.secret = welcome.secret ?? null;
     return welcome;
   }
 
@@ -682,6 +697,7 @@ export class SimTrainer {
     const welcome = await worker.join({
       runId: previous.worker.runId,
       workerId: previous.worker.workerId,
+      secret: previous.worker.secret,
       haveStep: previous.lastCommitted,
       haveHash: previous.lastCommitted > 0 ? simulatedParamsHash(model, previous.lastCommitted) : null,
       pending,

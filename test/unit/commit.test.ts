@@ -273,13 +273,16 @@ describe('commit rule: commits', () => {
     h.join('a');
     h.join('b');
     h.readyAll();
-    for (let i = 0; i < 4; i++) {
-      h.report('a', { computeMs: 5 });
-      h.report('b', { computeMs: 10 });
-    }
+    // The coordinator measures each rank from the step's start to its report; claims are ignored.
+    const step = () => {
+      h.advance(5);
+      h.report('a', { computeMs: 50 });
+      h.advance(5);
+      h.report('b', { computeMs: 1e-6 });
+    };
+    for (let i = 0; i < 4; i++) step();
     h.join('c'); // admitted at the next boundary: a new round with measured shares
-    h.report('a', { computeMs: 5 });
-    h.report('b', { computeMs: 10 });
+    step();
     const world = h.received('c', 'round').pop()!.world;
     const [a, b, c] = world.map((e) => e.share);
     expect(a / b).toBeCloseTo(2, 1);
@@ -298,13 +301,15 @@ describe('commit rule: commits', () => {
     h.join('a');
     h.join('b');
     h.readyAll();
-    for (let i = 0; i < REBALANCE_MIN_COMMITS - 1; i++) {
-      h.report('a', { computeMs: 1 });
-      h.report('b', { computeMs: 4 });
-    }
+    const step = () => {
+      h.advance(1);
+      h.report('a');
+      h.advance(3);
+      h.report('b');
+    };
+    for (let i = 0; i < REBALANCE_MIN_COMMITS - 1; i++) step();
     expect(h.state.rendezvous.round).toBe(1);
-    h.report('a', { computeMs: 1 });
-    h.report('b', { computeMs: 4 });
+    step();
     expect(h.received('a', 'round_closed').pop()).toMatchObject({ reason: 'rebalance', restore: false });
     const [a, b] = h
       .received('a', 'round')
@@ -316,6 +321,37 @@ describe('commit rule: commits', () => {
 });
 
 describe('throughput shares', () => {
+  it('ignore a tab that claims to compute in no time (the 0.95 share of the issue)', () => {
+    const h = new Harness({ ...JOB, minWorkers: 2, maxWorkers: 3, globalBatch: 30 }, 600);
+    h.join('a');
+    h.join('b');
+    h.readyAll();
+    for (let i = 0; i < 4; i++) {
+      h.advance(10);
+      h.report('a', { computeMs: 1e-6 });
+      h.report('b', { computeMs: 10 });
+    }
+    h.join('c');
+    h.advance(10);
+    h.report('a', { computeMs: 1e-6 });
+    h.report('b', { computeMs: 10 });
+    const [a, b] = h
+      .received('c', 'round')
+      .pop()!
+      .world.map((e) => e.share);
+    expect(a / b).toBeCloseTo(1, 5);
+  });
+
+  it('are capped at twice the equal share, the excess spread over the others', () => {
+    const shares = computeShares([1000, 1, 1, 1]);
+    expect(shares[0]).toBeCloseTo(0.5, 6);
+    expect(shares.slice(1).every((x) => Math.abs(x - 0.5 / 3) < 1e-6)).toBe(true);
+    expect(shares.reduce((x, y) => x + y, 0)).toBeCloseTo(1, 5);
+    const three = computeShares([1e9, 1, 1e-9]);
+    expect(three[0]).toBeCloseTo(2 / 3, 5);
+    expect(three[2]).toBeCloseTo(0.1 / 3, 5); // the floor still holds
+  });
+
   it('are equal before any measurement and sum to 1', () => {
     expect(computeShares([null, null, null, null])).toEqual([0.25, 0.25, 0.25, 0.25]);
     expect(computeShares([])).toEqual([]);

@@ -18,6 +18,7 @@ import {
   type CoordinatorState,
   type DurableState,
   type Event,
+  type TrustPolicy,
 } from '../../coordinator/core/machine';
 import {
   PROTOCOL_VERSION,
@@ -84,8 +85,9 @@ export class Harness {
     job: JobSpecInput,
     datasetSize: number,
     public runId = 'run-1',
+    policy?: TrustPolicy,
   ) {
-    this.state = initialState(parseJobSpec(job), datasetSize, runId);
+    this.state = initialState(parseJobSpec(job), datasetSize, runId, policy);
   }
 
   /** Replace the machine's state (a coordinator restart); sockets are gone. */
@@ -129,7 +131,8 @@ export class Harness {
 
   // ------------------------------------------------------------ simulated workers
 
-  connect(name: string): SimWorker {
+  /** Open a socket for `name` from client address `addr` (default '127.0.0.1'). */
+  connect(name: string, addr = '127.0.0.1'): SimWorker {
     const conn = `c${++this.connSeq}-${name}`;
     const prev = this.workers.get(name);
     const w: SimWorker = prev
@@ -148,13 +151,13 @@ export class Harness {
         };
     this.workers.set(name, w);
     this.byConn.set(conn, w);
-    this.apply({ kind: 'connected', conn, nonce: `n${name}` });
+    this.apply({ kind: 'connected', conn, nonce: `n${name}`, addr });
     return w;
   }
 
   /** Connect (if needed) and say hello; a known worker reconnects with its id and held state. */
-  join(name: string, opts: { fresh?: boolean } = {}): SimWorker {
-    const w = this.connect(name);
+  join(name: string, opts: { fresh?: boolean; addr?: string } = {}): SimWorker {
+    const w = this.connect(name, opts.addr);
     const reconnect = !opts.fresh && w.workerId !== null;
     this.send(name, {
       type: 'hello',

@@ -132,6 +132,8 @@ const JOB: JobSpecInput = {
   lastCallMs: 100,
   heartbeatMs: 1000,
   checkpointEvery: 100,
+  // Every commit is an evaluation point, so the tests can pick any committed step.
+  evalEvery: 1,
 };
 
 type EvaluationBody = Omit<Extract<ClientMessage, { type: 'evaluation' }>, 'v'>;
@@ -195,10 +197,23 @@ describe('machine: evaluation reports', () => {
     expect(rest).toEqual(restBefore);
   });
 
-  it('accepts an earlier committed step and a report from rank 1', () => {
+  it('accepts an earlier committed step from rank 0', () => {
     const h = trainingPair();
-    h.send('b', evaluation(h, 'b', { step: 2 }));
-    expect(h.logs.at(-1)).toMatchObject({ event: 'evaluation', data: { step: 2, workerId: h.worker('b').workerId } });
+    h.send('a', evaluation(h, 'a', { step: 2 }));
+    expect(h.logs.at(-1)).toMatchObject({ event: 'evaluation', data: { step: 2, workerId: h.worker('a').workerId } });
+  });
+
+  it('rejects a step that is not an evaluation point (wrong_step), state unchanged', () => {
+    const h = new Harness({ ...JOB, evalEvery: null }, 100); // only the epoch end (= job end, step 13)
+    h.join('a');
+    h.join('b');
+    h.advance(100);
+    h.train(4);
+    const before = h.state;
+    h.send('a', evaluation(h, 'a', { step: 4 }));
+    expect(h.state).toBe(before);
+    expect(h.lastReceived('a')).toMatchObject({ type: 'error', code: 'wrong_step' });
+    expect(h.logs.some((l) => l.event === 'evaluation')).toBe(false);
   });
 
   type Case = [string, (h: Harness) => { name: string; body: EvaluationBody }, string];
@@ -217,6 +232,7 @@ describe('machine: evaluation reports', () => {
       'wrong_step',
     ],
     ['a step far in the future', (h) => ({ name: 'a', body: evaluation(h, 'a', { step: 13 }) }), 'wrong_step'],
+    ['rank 1 (only rank 0 is asked)', (h) => ({ name: 'b', body: evaluation(h, 'b', { step: 2 }) }), 'not_evaluator'],
     [
       'more correct than images (bypassing the schema)',
       (h) => ({ name: 'a', body: evaluation(h, 'a', { testSamples: 100, correct: 101 }) }),

@@ -76,6 +76,17 @@ export class AdminApi {
     return `/api/admin/feed?token=${encodeURIComponent(this.token)}`;
   }
 
+  /** GET /api/admin/<path> as JSON. */
+  async get<T = unknown>(path: string): Promise<CallResult<T>> {
+    try {
+      const res = await fetch(`/api/admin/${path}`, { headers: this.headers(), cache: 'no-store' });
+      if (!res.ok) return { ok: false, status: res.status, message: await errorMessage(res) };
+      return { ok: true, body: (await res.json()) as T };
+    } catch (error) {
+      return { ok: false, status: 0, message: `cannot reach the coordinator (${(error as Error).message})` };
+    }
+  }
+
   /** POST /api/admin/<action> (pause, resume, checkpoint, kick, workers). */
   async post<T = unknown>(action: string, body: unknown = {}): Promise<CallResult<T>> {
     try {

@@ -12,6 +12,7 @@ import type { FeedCheckpoint, FeedMessage } from '../../coordinator/core/admin-f
 import { byId, formatBytes } from './format';
 import { EventLog, renderCheckpoints, renderTimeline } from './log-views';
 import { applyFeedMessage, mergeChanges, type AdminModel, type Changes } from './model';
+import { InvitesPanel } from './invites-view';
 import { renderControls, renderSummary, WorkersTable } from './workers-view';
 
 let api: AdminApi | null = null;
@@ -19,6 +20,7 @@ let source: EventSource | null = null;
 let model: AdminModel | null = null;
 let charts: AdminCharts | null = null;
 let workers: WorkersTable | null = null;
+let invites: InvitesPanel | null = null;
 let events: EventLog | null = null;
 let pending: Changes = {};
 // biome-ignore lint/correctness/noUnusedVariables: read by `frame ??=` below (Biome misses the read)
@@ -66,6 +68,7 @@ async function signIn(token: string, fromForm: boolean): Promise<void> {
   byId('app').hidden = false;
   byId('logout').hidden = false;
   if (!charts) charts = new AdminCharts(byId('loss-chart'), byId('accuracy-chart'), byId('throughput-chart'));
+  void invites?.load();
   connect();
 }
 
@@ -138,6 +141,7 @@ function render(m: AdminModel, changes: Changes): void {
   if (all || changes.status) {
     renderControls(m.status);
     workers?.render(m.status, m.job.heartbeatMs);
+    invites?.updateCounts(m.status);
   }
   if (all || changes.commits) {
     charts?.updateLoss(m);
@@ -217,6 +221,7 @@ function wireControls(): void {
       if (!ok) workers?.release(workerId);
     });
   });
+  invites = new InvitesPanel(() => api, say);
   events = new EventLog(
     byId<HTMLOListElement>('event-list'),
     byId('event-filters'),

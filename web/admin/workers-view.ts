@@ -87,6 +87,7 @@ interface WorkerRow {
   rank: HTMLTableCellElement;
   id: HTMLTableCellElement;
   adapter: HTMLTableCellElement;
+  invite: HTMLTableCellElement;
   shareFill: HTMLDivElement;
   shareText: HTMLSpanElement;
   speed: HTMLTableCellElement;
@@ -155,6 +156,7 @@ export class WorkersTable {
       rank: el('td', { class: 'rank num' }),
       id: el('td', { class: 'mono worker-id' }),
       adapter: el('td', { class: 'adapter-cell' }),
+      invite: el('td', { class: 'mono invite-cell' }),
       shareFill,
       shareText,
       speed: el('td', { class: 'num' }),
@@ -172,6 +174,7 @@ export class WorkersTable {
       row.heartbeat,
       row.rtt,
       row.step,
+      row.invite,
       el('td', { class: 'actions' }, kick),
     );
     return row;
@@ -182,6 +185,7 @@ export class WorkersTable {
     setText(row.id, worker.id);
     row.id.title = `peer ${worker.peerId}`;
     setText(row.adapter, worker.adapter || 'unknown');
+    setText(row.invite, worker.invite ?? '–');
     row.shareFill.style.width = `${(worker.share * 100).toFixed(1)}%`;
     setText(row.shareText, formatPercent(worker.share));
     setText(row.speed, worker.throughput === null ? '–' : formatNumber(worker.throughput * 1000));

@@ -74,6 +74,15 @@ export interface CoordinatorClientOptions {
   defaultHeartbeatMs?: number;
   /** Random source for jitter (tests pass a fixed one). */
   random?: () => number;
+  /** The invite token to join with; default: the page URL's `?invite=` (none: no invite). */
+  invite?: string | null;
+}
+
+/** The page URL's `?invite=` token, or null. */
+export function inviteFromPage(loc: { search: string } | undefined = globalThis.location): string | null {
+  if (!loc) return null;
+  const token = new URLSearchParams(loc.search).get('invite');
+  return token && token.length <= 128 ? token : null;
 }
 
 /** Backoff before reconnect attempt `attempt` (0-based): initial·2^attempt, capped, with ±20 % jitter. */
@@ -88,7 +97,7 @@ export function backoffDelay(
 }
 
 /** Close codes after which reconnecting is pointless: the coordinator is done with this tab. */
-const FINAL_CLOSE_CODES: ReadonlySet<number> = new Set([CloseCode.kicked, CloseCode.jobOver]);
+const FINAL_CLOSE_CODES: ReadonlySet<number> = new Set([CloseCode.kicked, CloseCode.jobOver, CloseCode.noInvite]);
 
 export function defaultCoordinatorUrl(loc: { protocol: string; host: string } = location): string {
   return `${loc.protocol === 'https:' ? 'wss:' : 'ws:'}//${loc.host}/ws`;
@@ -107,6 +116,9 @@ export class CoordinatorClient {
   private handshakeTimer: ReturnType<typeof setTimeout> | null = null;
   /** Set when the coordinator refused our id: the next hello comes as a new worker. */
   private forgetWorkerId = false;
+  /** The reconnect secret of the last welcome (proves the worker id is ours when we say hello again). */
+  private secret: string | null = null;
+  private readonly invite: string | null;
   private readonly url: string;
   private readonly createSocket: WebSocketFactory;
   private readonly random: () => number;
@@ -117,6 +129,7 @@ export class CoordinatorClient {
     this.url = opts.url ?? defaultCoordinatorUrl();
     this.createSocket = opts.createSocket ?? ((url) => new WebSocket(url) as unknown as WebSocketLike);
     this.random = opts.random ?? Math.random;
+    this.invite = opts.invite === undefined ? inviteFromPage() : opts.invite;
   }
 
   get phase(): ConnectionPhase {
@@ -205,6 +218,8 @@ export class CoordinatorClient {
         type: 'hello',
         runId: this.runId,
         workerId: this.forgetWorkerId ? null : this.workerId,
+        ...(!this.forgetWorkerId && this.workerId && this.secret ? { secret: this.secret } : {}),
+        ...(this.invite ? { invite: this.invite } : {}),
         peerId: state.peerId,
         adapter: state.adapter,
         haveStep: state.haveStep,
@@ -243,6 +258,7 @@ export class CoordinatorClient {
     if (msg.type === 'welcome') {
       this.runId = msg.runId;
       this.workerId = msg.workerId;
+      this.secret = msg.secret ?? null;
       this.job = msg.job;
       this.attempt = 0;
       if (this.handshakeTimer !== null) clearTimeout(this.handshakeTimer);

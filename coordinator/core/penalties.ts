@@ -1,0 +1,141 @@
+/**
+ * Who pays for a restart. A failure report is evidence, not a verdict: every restart has a culprit (the
+ * worker whose socket died or whose heartbeat went silent, the peer a failure report blamed if its
+ * failure is corroborated, else the reporter itself), and the restart is charged to that worker and to
+ * its client address as well as to the job.
+ *
+ * A worker or an address that has used up its quota of charges in the window is cooled off: its
+ * sockets are closed and it is refused until `bannedUntil`, and each further ban lasts twice as long
+ * (capped). A restart whose culprit is over quota is absorbed: it does not count against the job's
+ * `maxRestarts`, so one visitor (or one address) cannot fail a job however often it breaks rounds.
+ *
+ * Pure functions over the plain-JSON state (`CoordinatorState.penalties`); not durable: a coordinator
+ * restart forgets bans (a restart is also what an operator does to lift one).
+ */
+import { log, metric, sendConn, type Ctx } from './context';
+import { CloseCode } from './protocol';
+import type { CoordinatorState, PenaltyRecord, TrustPolicy } from './state';
+
+/** Defaults of the abuse policy (the CLI can override each). */
+export const DEFAULT_TRUST_POLICY: TrustPolicy = {
+  readyTimeoutMs: 30_000,
+  workerQuota: 3,
+  addressQuota: 20,
+  chargeWindowMs: 10 * 60_000,
+  coolOffMs: 30_000,
+  maxCoolOffMs: 60 * 60_000,
+};
+
+/** Someone a restart (or a missed deadline) is charged to. `addr` is the client address of its socket. */
+export interface Culprit {
+  workerId: string;
+  addr: string;
+}
+
+const workerKey = (workerId: string) => `w:${workerId}`;
+const addressKey = (addr: string) => `a:${addr}`;
+
+function ownRecord(s: CoordinatorState, key: string): PenaltyRecord | undefined {
+  return Object.hasOwn(s.penalties, key) ? s.penalties[key] : undefined;
+}
+
+/** The time until which `workerId` or `addr` is refused, or null when neither is cooling off at `now`. */
+export function bannedUntil(
+  s: CoordinatorState,
+  now: number,
+  who: { workerId?: string | null; addr?: string },
+): number | null {
+  let until: number | null = null;
+  const keys = [
+    ...(who.workerId ? [workerKey(who.workerId)] : []),
+    ...(who.addr !== undefined && who.addr !== '' ? [addressKey(who.addr)] : []),
+  ];
+  for (const key of keys) {
+    const record = ownRecord(s, key);
+    if (record && record.bannedUntil > now) until = Math.max(until ?? 0, record.bannedUntil);
+  }
+  return until;
+}
+
+/** Addresses cooling off at `now` (the control channel refuses their sockets at upgrade). */
+export function bannedAddresses(s: CoordinatorState, now: number): Map<string, number> {
+  const out = new Map<string, number>();
+  for (const [key, record] of Object.entries(s.penalties)) {
+    if (key.startsWith('a:') && record.bannedUntil > now) out.set(key.slice(2), record.bannedUntil);
+  }
+  return out;
+}
+
+/** Length of the next ban of a record that has been banned `bans` times before. */
+export function coolOffFor(policy: TrustPolicy, bans: number): number {
+  return Math.min(policy.maxCoolOffMs, policy.coolOffMs * 2 ** Math.min(bans, 30));
+}
+
+/**
+ * Charge one event to `culprit` (worker and address). Returns whether either is now over its quota
+ * (then it was banned: its sockets are closed). The caller decides whether the job pays too.
+ */
+function chargeOneIn(ctx: Ctx, culprit: Culprit, why: string): boolean {
+  const { s, now } = ctx;
+  const policy = s.policy;
+  s.penalties = { ...s.penalties };
+  let over = false;
+  const entries: [string, number][] = [[workerKey(culprit.workerId), policy.workerQuota]];
+  if (culprit.addr !== '') entries.push([addressKey(culprit.addr), policy.addressQuota]);
+  for (const [key, quota] of entries) {
+    const previous = ownRecord(s, key) ?? { charges: [], bans: 0, bannedUntil: 0 };
+    const charges = [...previous.charges.filter((t) => now - t < policy.chargeWindowMs), now];
+    const record: PenaltyRecord = { ...previous, charges };
+    if (charges.length > quota) {
+      over = true;
+      if (record.bannedUntil <= now) {
+        record.bannedUntil = now + coolOffFor(policy, record.bans);
+        record.bans += 1;
+        record.charges = [];
+        metric(ctx, 'tabswarm_bans_total', 1, { kind: key.startsWith('a:') ? 'address' : 'worker' });
+        log(ctx, 'warn', 'cooled_off', {
+          who: key,
+          until: record.bannedUntil,
+          bans: record.bans,
+          why,
+        });
+      }
+    }
+    s.penalties[key] = record;
+  }
+  return over;
+}
+
+/**
+ * Charge `culprits` for one event. `countsForJob`: a restart (true) or only a strike (a missed ready
+ * deadline). Returns whether the job should count the restart: not when a culprit is over its quota.
+ */
+export function chargeIn(ctx: Ctx, culprits: Culprit[], why: string): { absorbed: boolean } {
+  let absorbed = false;
+  for (const c of culprits) absorbed = chargeOneIn(ctx, c, why) || absorbed;
+  for (const c of culprits) log(ctx, 'info', 'charged', { workerId: c.workerId, addr: c.addr, why });
+  return { absorbed };
+}
+
+/** Workers (connected now) that are refused at `now`: their worker id or their address is cooling off. */
+export function bannedWorkers(s: CoordinatorState, now: number): string[] {
+  return Object.values(s.workers)
+    .filter((w) => bannedUntil(s, now, { workerId: w.workerId, addr: w.addr }) !== null)
+    .map((w) => w.workerId);
+}
+
+/** Tell a refused socket why and close it. */
+export function refuseConnIn(ctx: Ctx, conn: string, until: number): void {
+  const seconds = Math.max(1, Math.ceil((until - ctx.now) / 1000));
+  sendConn(ctx, conn, {
+    type: 'error',
+    code: 'banned',
+    message: `refused for ${seconds} s: too many failures charged to this worker or address`,
+  });
+  ctx.out.push({ kind: 'close', conn, code: CloseCode.banned, reason: 'cooling off' });
+}
+
+/** A lookup in a map keyed by untrusted strings that never reaches the prototype (`__proto__`, `constructor`). */
+export function own<T>(map: Record<string, T>, key: string): T | undefined {
+  return Object.hasOwn(map, key) ? map[key] : undefined;
+}

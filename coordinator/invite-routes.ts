@@ -1,0 +1,124 @@
+/**
+ * The admin's invite routes (bearer admin token), mounted before the server's own `/api/admin/*`:
+ *
+ *   GET    /api/admin/invites            every invite: id, link, label, tab limit, tabs connected, expiry, revoked
+ *   POST   /api/admin/invites            {label?, maxTabs?, expiresInMinutes?} → the new invite (201)
+ *   DELETE /api/admin/invites/{id}       revoke (also POST /api/admin/invites/{id}/revoke); tabs already in stay
+ *
+ * Body fields are validated (zod, strict); a bad one is a 400 that changes nothing.
+ */
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import { z } from 'zod';
+import type { JoinMode } from './admission';
+import type { CoordinatorState } from './core/machine';
+import { bearerToken, HttpError, readJsonBody, sameSecret, sendError, sendJson } from './http-util';
+import type { Invite, InviteStore } from './invites';
+
+export interface InviteView {
+  id: string;
+  /** Path of the link to hand out (`/?invite=…`). */
+  link: string;
+  label: string;
+  maxTabs: number | null;
+  /** Workers connected now that joined through it. */
+  tabs: number;
+  expiresAt: number | null;
+  createdAt: number;
+  revokedAt: number | null;
+  /** Live: not revoked, not expired. */
+  live: boolean;
+}
+
+export interface InvitesResponse {
+  join: JoinMode;
+  invites: InviteView[];
+}
+
+const createSchema = z.strictObject({
+  label: z.string().max(120).optional(),
+  maxTabs: z.int().min(1).max(100_000).nullable().optional(),
+  expiresInMinutes: z.number().positive().max(525_600).nullable().optional(),
+});
+
+export function inviteRoutes(deps: {
+  adminToken: string;
+  invites: InviteStore;
+  join: JoinMode;
+  state: () => CoordinatorState;
+  now?: () => number;
+  onRequest?: (route: string, result: string) => void;
+}): (req: IncomingMessage, res: ServerResponse) => boolean {
+  const now = deps.now ?? Date.now;
+  const view = (invite: Invite): InviteView => ({
+    id: invite.id,
+    link: `/?invite=${invite.token}`,
+    label: invite.label,
+    maxTabs: invite.maxTabs,
+    tabs: Object.values(deps.state().workers).filter((w) => w.invite === invite.id).length,
+    expiresAt: invite.expiresAt,
+    createdAt: invite.createdAt,
+    revokedAt: invite.revokedAt,
+    live: invite.revokedAt === null && (invite.expiresAt === null || invite.expiresAt > now()),
+  });
+
+  async function handle(req: IncomingMessage, res: ServerResponse, rest: string[]): Promise<void> {
+    const method = req.method ?? 'GET';
+    if (rest.length === 0 && method === 'GET') {
+      const body: InvitesResponse = { join: deps.join, invites: deps.invites.list().map(view) };
+      sendJson(res, 200, body);
+      return;
+    }
+    if (rest.length === 0 && method === 'POST') {
+      const body = createSchema.parse(await readJsonBody(req));
+      const minutes = body.expiresInMinutes ?? null;
+      const invite = deps.invites.create(
+        {
+          label: body.label,
+          maxTabs: body.maxTabs ?? null,
+          expiresAt: minutes === null ? null : now() + minutes * 60_000,
+        },
+        now(),
+      );
+      sendJson(res, 201, view(invite));
+      return;
+    }
+    const revoke =
+      (rest.length === 1 && method === 'DELETE') || (rest.length === 2 && rest[1] === 'revoke' && method === 'POST');
+    if (revoke) {
+      if (!deps.invites.revoke(rest[0], now()))
+        throw new HttpError(404, 'unknown_invite', `no live invite ${rest[0].slice(0, 40)}`);
+      sendJson(res, 200, { ok: true, id: rest[0] });
+      return;
+    }
+    throw new HttpError(405, 'method_not_allowed', 'GET or POST /api/admin/invites, DELETE /api/admin/invites/{id}');
+  }
+
+  return (req, res) => {
+    const path = (req.url ?? '/').split('?')[0];
+    if (path !== '/api/admin/invites' && !path.startsWith('/api/admin/invites/')) return false;
+    const rest = path.slice('/api/admin/invites'.length).split('/').filter(Boolean);
+    const count = deps.onRequest ?? (() => {});
+    if (!sameSecret(bearerToken(req), deps.adminToken)) {
+      count('invites', 'unauthorized');
+      res.setHeader('www-authenticate', 'Bearer realm="tabswarm admin"');
+      sendError(res, 401, 'unauthorized', 'admin calls need "Authorization: Bearer <admin token>"');
+      return true;
+    }
+    handle(req, res, rest)
+      .then(() => count('invites', 'ok'))
+      .catch((error: unknown) => {
+        if (error instanceof z.ZodError) {
+          count('invites', 'bad_request');
+          const message = error.issues.map((i) => `${i.path.join('.') || '(body)'}: ${i.message}`).join('; ');
+          sendError(res, 400, 'bad_request', message);
+        } else if (error instanceof HttpError) {
+          count('invites', error.code);
+          sendError(res, error.status, error.code, error.message);
+        } else {
+          count('invites', 'internal');
+          sendError(res, 500, 'internal', 'internal error');
+        }
+      });
+    return true;
+  };
+}
