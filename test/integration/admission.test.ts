@@ -4,7 +4,7 @@
  * status, invites kept across a restart; and `--join open`, where an invite only labels a tab.
  */
 import { afterEach, describe, expect, it } from 'vitest';
-import { CoordinatorProcess, SimWorker, spawnCoordinator } from '../support/coordinator-process';
+import { type CoordinatorProcess, SimWorker, spawnCoordinator } from '../support/coordinator-process';
 
 const JOB = { model: 'tiny-mlp', globalBatch: 32, epochs: 100, minWorkers: 5, maxWorkers: 8, heartbeatMs: 1000 };
 

@@ -5,7 +5,7 @@
  * through), so the page still runs no polling loop.
  */
 import type { AdminApi } from './admin-api';
-import type { AdminStatus } from './feed-protocol';
+import type { AdminStatus } from '../../coordinator/core/admin-feed-protocol';
 import { byId, el, setText } from './format';
 
 /** One invite as `GET /api/admin/invites` returns it (coordinator/invite-routes.ts `InviteView`). */

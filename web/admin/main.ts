@@ -1,6 +1,6 @@
 /**
  * The coordinator admin page (`/admin/`): sign in with the admin token, then everything is pushed by
- * the coordinator over one EventSource (`/api/admin/feed`, see feed-protocol.ts) — the page runs no
+ * the coordinator over one EventSource (`/api/admin/feed`, see coordinator/core/admin-feed-protocol.ts) — the page runs no
  * polling loop. Controls are POSTs to the server's admin actions; downloads are fetched with the token
  * in a header.
  */
