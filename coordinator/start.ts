@@ -9,6 +9,8 @@ import { initialState, restoreState, type CoordinatorState, type DurableState } 
 import { parameterLayout } from './core/model-spec';
 import { adminRoutes } from './admin-routes';
 import { ControlChannel } from './control-channel';
+import { iceConfigFor, type IceSettings } from './ice';
+import type { TlsMaterial } from './tls';
 import { datasetRoutes, type IdxDataset } from './dataset';
 import { MachineExecutor } from './executor';
 import { mountPeerSignaling } from './peer-signaling';
@@ -31,10 +33,18 @@ export interface CoordinatorConfig {
   onFatal?: (error: Error) => void;
   /** Where warn/error machine logs go (default: stderr). */
   log?: (line: string) => void;
+  /** STUN/TURN servers and credentials handed to each tab in its welcome (ice.ts). Default: none. */
+  ice?: IceSettings;
+  /** PEM certificate chain and key (tls.ts): serve everything over HTTPS/WSS on the one port. */
+  tls?: TlsMaterial;
+  /** The URL volunteers open when a reverse proxy fronts this server (printed, and in /api/health). */
+  publicUrl?: string;
+  /** Honour X-Forwarded-Proto/Host from a reverse proxy (only behind one you run). */
+  trustProxy?: boolean;
 }
 
 export interface RunningCoordinator {
-  /** `http://host:port` (no trailing slash). */
+  /** `http://host:port`, or `https://…` with `tls` (no trailing slash). */
   url: string;
   port: number;
   info: { runId: string; resumed: boolean; step: number; datasetSize: number; supersededRunId: string | null };
@@ -134,6 +144,7 @@ export async function startCoordinator(config: CoordinatorConfig): Promise<Runni
       },
       onLog: (level, event, data) => log(`tabswarm ${level}: ${event} ${JSON.stringify(data).slice(0, 500)}`),
       onFatal,
+      iceFor: config.ice ? (workerId) => iceConfigFor(config.ice!, workerId, Date.now()) : undefined,
     });
     control = new ControlChannel({ dispatch: (event) => executor.dispatch(event), metrics });
     const admin = adminRoutes({
@@ -155,6 +166,9 @@ export async function startCoordinator(config: CoordinatorConfig): Promise<Runni
       adminToken: config.adminToken,
       maxCheckpointBytes: checkpointLimit(config.job),
       extraRoutes: [admin],
+      tls: config.tls,
+      publicUrl: config.publicUrl,
+      trustProxy: config.trustProxy,
     });
     server.peer = mountPeerSignaling(server.http);
 
@@ -186,7 +200,7 @@ export async function startCoordinator(config: CoordinatorConfig): Promise<Runni
     const hostForUrl = wildcard ? 'localhost' : address.family === 'IPv6' ? `[${address.address}]` : address.address;
     let closed: Promise<void> | null = null;
     return {
-      url: `http://${hostForUrl}:${address.port}`,
+      url: `${config.tls ? 'https' : 'http'}://${hostForUrl}:${address.port}`,
       port: address.port,
       info: {
         runId: opened.runId,

@@ -24,7 +24,7 @@ import {
 } from './context';
 import { reportEvaluation } from './evaluation';
 import { effectiveDatasetSize, jobPublic, type JobSpec } from './job';
-import type { ClientMessage } from './protocol';
+import type { CandidateType, ClientMessage } from './protocol';
 import { CloseCode } from './protocol';
 import {
   afterCloseIn,
@@ -168,6 +168,8 @@ function onMessage(state: CoordinatorState, conn: string, msg: ClientMessage, no
       worker.lastSeen = now;
       // A heartbeat without the field (an older tab) leaves the last known value alone.
       if (msg.peerRttMs !== undefined) worker.peerRttMs = msg.peerRttMs;
+      if (msg.peerLinks !== undefined) worker.peerLinks = msg.peerLinks;
+      if (msg.iceError !== undefined) worker.iceError = msg.iceError;
       return finish(ctx);
     }
     case 'step_report':
@@ -409,6 +411,10 @@ export interface WorldView {
   throughput: number | null;
   /** WebRTC round-trip time (ms) of its ring links (max over them) from its last heartbeat, or null. */
   peerRttMs: number | null;
+  /** Selected ICE candidate types (local/remote) of its ring links, from its last heartbeat ([] unknown). */
+  peerLinks: { peer: string; local: CandidateType; remote: CandidateType }[];
+  /** Why ICE fails for it (e.g. "TURN authentication failed …"), or null. */
+  iceError: string | null;
   adapter: string;
 }
 
@@ -422,7 +428,7 @@ export interface StatusView {
   step: number;
   epoch: number;
   world: WorldView[];
-  waiting: { id: string; position: number }[];
+  waiting: { id: string; position: number; iceError: string | null }[];
   processedInEpoch: number;
   datasetSize: number;
   totalSteps: number;
@@ -458,10 +464,12 @@ export function statusView(s: CoordinatorState): StatusView {
         lastStep: p.lastStep,
         throughput: w?.throughput ?? null,
         peerRttMs: w?.peerRttMs ?? null,
+        peerLinks: w?.peerLinks ?? [],
+        iceError: w?.iceError ?? null,
         adapter: adapterLabel(w?.adapter),
       };
     }),
-    waiting: s.rendezvous.waitList.map((id, position) => ({ id, position })),
+    waiting: s.rendezvous.waitList.map((id, position) => ({ id, position, iceError: s.workers[id]?.iceError ?? null })),
     processedInEpoch: s.record.processedCount,
     datasetSize: s.datasetSize,
     totalSteps: totalSteps(plan),

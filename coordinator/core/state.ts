@@ -5,7 +5,7 @@
  */
 import { z } from 'zod';
 import type { JobSpec } from './job';
-import type { ClientMessage, ParseErrorCode, ServerMessage } from './protocol';
+import type { CandidateType, ClientMessage, ParseErrorCode, ServerMessage } from './protocol';
 import type { SamplerRecord } from './sampler';
 
 // ---------------------------------------------------------------- state
@@ -76,6 +76,10 @@ export interface WorkerInfo {
   throughput: number | null;
   /** WebRTC round-trip time (ms) of its ring links as its last heartbeat reported it, or null (unknown). */
   peerRttMs: number | null;
+  /** Selected ICE candidate types of its ring links as its last heartbeat reported them (absent: unknown). */
+  peerLinks?: { peer: string; local: CandidateType; remote: CandidateType }[];
+  /** Why ICE fails for it (e.g. TURN authentication), as its last heartbeat said; absent or null: no error known. */
+  iceError?: string | null;
 }
 
 /** One rank's report of one step, kept until the step commits or the round closes. */
