@@ -285,6 +285,13 @@ export class Netbed {
         '  chain post { type nat hook postrouting priority srcnat; policy accept;',
         `    oifname "${p}w${i}" ${masquerade}`,
         '  }',
+        // Unsolicited packets to the router itself are dropped before conntrack confirms an entry for
+        // them: otherwise a peer's early hole-punching packet would claim the public port the home's
+        // own outgoing flow wants, the masquerade would pick another port, and two endpoint-
+        // independent NATs would fall back to TURN (real home routers drop such packets too).
+        '  chain input { type filter hook input priority filter; policy accept;',
+        `    iifname "${p}w${i}" ct state new drop`,
+        '  }',
         '  chain forwarding { type filter hook forward priority filter; policy drop;',
         lossPerMyriad > 0 ? `    numgen random mod 10000 < ${lossPerMyriad} drop` : '',
         `    iifname "${outside}" oifname "${p}w${i}" accept`,
