@@ -1,6 +1,6 @@
 /**
  * `tabswarm coordinator [--port 8080] [--host 127.0.0.1] [--data-dir ./.tabswarm] [--job job.json]
- *  [--dataset DIR] [--admin-token T] [--dist DIR] [--local-workers N]`
+ *  [--dataset DIR] [--admin-token T] [--dist DIR] [--local-workers N] [network flags: net-flags.ts]`
  * `tabswarm swarm --url URL --workers N [...]` (coordinator/swarm/swarm-command.ts)
  *
  * Every way the coordinator cannot start (bad job file, no dataset, port in use, unwritable data dir)
@@ -10,6 +10,7 @@
 import { Command, InvalidArgumentError } from 'commander';
 import { randomBytes } from 'node:crypto';
 import { resolve } from 'node:path';
+import { addNetOptions, netConfigFrom, type NetFlags } from './net-flags';
 import { startCoordinator, type RunningCoordinator } from './start';
 import { DEFAULT_DATASET_DIR, loadDataset, loadJobFile, resolveDatasetDir, StartupError } from './startup-config';
 import { registerSwarmCommand, startLocalWorkers, type LocalWorkers } from './swarm';
@@ -35,7 +36,7 @@ function parseLocalWorkers(value: string): number {
   return n;
 }
 
-interface CoordinatorFlags extends TrustFlags {
+interface CoordinatorFlags extends TrustFlags, NetFlags {
   port: number;
   host: string;
   dataDir: string;
@@ -47,6 +48,7 @@ interface CoordinatorFlags extends TrustFlags {
 }
 
 async function runCoordinator(flags: CoordinatorFlags): Promise<void> {
+  const net = netConfigFrom(flags);
   const job = loadJobFile(flags.job);
   const datasetDir = resolveDatasetDir(flags.dataset);
   const dataset = await loadDataset(datasetDir);
@@ -63,6 +65,10 @@ async function runCoordinator(flags: CoordinatorFlags): Promise<void> {
       adminToken,
       distDir: resolve(flags.dist),
       trust: trustOptionsOf(flags),
+      ice: net.ice,
+      tls: net.tls,
+      publicUrl: net.publicUrl,
+      trustProxy: net.trustProxy,
     });
   } catch (error) {
     const err = error as NodeJS.ErrnoException;
@@ -95,6 +101,7 @@ async function runCoordinator(flags: CoordinatorFlags): Promise<void> {
     `tabswarm coordinator listening on ${coordinator.url}/ (admin: ${coordinator.url}/admin/, run ${info.runId}${info.resumed ? ' resumed' : ''}, ` +
       `step ${info.step}, dataset ${dataset.name} ${info.datasetSize} images, data dir ${resolve(flags.dataDir)})`,
   );
+  console.log(`${net.summary}${net.publicUrl ? `; volunteers open ${net.publicUrl}/` : ''}`);
   if (!tokenGiven) console.log(`admin token: ${adminToken} (printed once; pass --admin-token to choose one)`);
 
   let localWorkers: LocalWorkers | null = null;
@@ -152,10 +159,10 @@ function buildProgram(): Command {
       '--local-workers <n>',
       'also open N headless Chromium tabs that train (the quickest demo; Ctrl-C stops all)',
       parseLocalWorkers,
-    )
-    .action(async (flags: CoordinatorFlags) => {
-      await runCoordinator(flags);
-    });
+    );
+  addNetOptions(coordinator).action(async (flags: CoordinatorFlags) => {
+    await runCoordinator(flags);
+  });
   registerSwarmCommand(program);
   return program;
 }

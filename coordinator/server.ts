@@ -12,6 +12,7 @@
  */
 import { createReadStream } from 'node:fs';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import { createServer as createHttpsServer } from 'node:https';
 import type { Duplex } from 'node:stream';
 import { z } from 'zod';
 import { jobPublic } from './core/job';
@@ -28,6 +29,7 @@ import type { PeerSignaling } from './peer-signaling';
 import type { SocketGate } from './socket-gate';
 import type { CoordinatorMetrics } from './server-metrics';
 import type { StaticFiles } from './static-files';
+import { requestOrigin, type TlsMaterial } from './tls';
 import type { CheckpointRow, Store } from './store';
 
 export interface ServerDeps {
@@ -46,6 +48,11 @@ export interface ServerDeps {
   /** Origin allowlist, bans and per-address caps for `/ws` and `/peer` upgrades (socket-gate.ts). */
   gate?: SocketGate;
   now?: () => number;
+  /** PEM cert and key: serve HTTPS (and WSS) instead of HTTP on the one port (tls.ts). */
+  tls?: TlsMaterial;
+  /** See `requestOrigin` (tls.ts): the origin `/api/health` reports. */
+  publicUrl?: string;
+  trustProxy?: boolean;
 }
 
 /** `route` labels of `tabswarm_http_requests_total`: a fixed set, whatever paths clients ask for. */
@@ -110,9 +117,12 @@ export class CoordinatorServer {
 
   constructor(private readonly deps: ServerDeps) {
     this.now = deps.now ?? Date.now;
-    this.http = createServer((req, res) => {
+    const onRequest = (req: IncomingMessage, res: ServerResponse) => {
       this.handleRequest(req, res).catch((error: unknown) => this.fail(res, error));
-    });
+    };
+    this.http = deps.tls
+      ? createHttpsServer({ cert: deps.tls.cert, key: deps.tls.key }, onRequest)
+      : createServer(onRequest);
     this.http.on('upgrade', (req, socket, head) => this.handleUpgrade(req, socket, head));
     this.http.on('clientError', (_error, socket) => {
       if (socket.writable) socket.end('HTTP/1.1 400 Bad Request\r\nConnection: close\r\n\r\n');
@@ -240,7 +250,8 @@ export class CoordinatorServer {
       return;
     }
     if (route === 'health' && parts.length === 1) {
-      sendJson(res, 200, { ok: true, runId });
+      const { tls, publicUrl, trustProxy } = this.deps;
+      sendJson(res, 200, { ok: true, runId, origin: requestOrigin(req, { tls: !!tls, publicUrl, trustProxy }) });
       return;
     }
     if (route === 'checkpoints') {

@@ -9,6 +9,8 @@ import { initialState, restoreState, type CoordinatorState, type DurableState } 
 import { parameterLayout } from './core/model-spec';
 import { adminRoutes } from './admin-routes';
 import { ControlChannel } from './control-channel';
+import { iceConfigFor, type IceSettings } from './ice';
+import type { TlsMaterial } from './tls';
 import { datasetRoutes, type IdxDataset } from './dataset';
 import { MachineExecutor } from './executor';
 import { mountPeerSignaling } from './peer-signaling';
@@ -36,10 +38,18 @@ export interface CoordinatorConfig {
   log?: (line: string) => void;
   /** Abuse policy, origin allowlist, per-address caps, event-log retention (trust.ts). */
   trust?: TrustOptions;
+  /** STUN/TURN servers and credentials handed to each tab in its welcome (ice.ts). Default: none. */
+  ice?: IceSettings;
+  /** PEM certificate chain and key (tls.ts): serve everything over HTTPS/WSS on the one port. */
+  tls?: TlsMaterial;
+  /** The URL volunteers open when a reverse proxy fronts this server (printed, and in /api/health). */
+  publicUrl?: string;
+  /** Honour X-Forwarded-Proto/Host from a reverse proxy (only behind one you run). */
+  trustProxy?: boolean;
 }
 
 export interface RunningCoordinator {
-  /** `http://host:port` (no trailing slash). */
+  /** `http://host:port`, or `https://…` with `tls` (no trailing slash). */
   url: string;
   port: number;
   info: { runId: string; resumed: boolean; step: number; datasetSize: number; supersededRunId: string | null };
@@ -102,7 +112,7 @@ export async function startCoordinator(config: CoordinatorConfig): Promise<Runni
     let state: CoordinatorState;
     let metricsRef: CoordinatorMetrics | null = null;
     const trust = setUpTrust(
-      config.trust,
+      withOwnOrigins(config),
       config.dataDir,
       () => executor.state,
       (reason) => metricsRef?.messageErrors.inc(1, { code: reason }),
@@ -147,6 +157,7 @@ export async function startCoordinator(config: CoordinatorConfig): Promise<Runni
       },
       onLog: (level, event, data) => log(`tabswarm ${level}: ${event} ${JSON.stringify(data).slice(0, 500)}`),
       onFatal,
+      iceFor: config.ice ? (workerId) => iceConfigFor(config.ice!, workerId, Date.now()) : undefined,
       onWelcome: (msg) => ({ ...msg, secret: trust.secrets.issue(msg.runId, msg.workerId) }),
       maxEvents: trust.maxEvents,
     });
@@ -185,6 +196,9 @@ export async function startCoordinator(config: CoordinatorConfig): Promise<Runni
         admin,
       ],
       gate: trust.gate,
+      tls: config.tls,
+      publicUrl: config.publicUrl,
+      trustProxy: config.trustProxy,
     });
     server.peer = mountPeerSignaling(server.http);
 
@@ -217,7 +231,7 @@ export async function startCoordinator(config: CoordinatorConfig): Promise<Runni
     const hostForUrl = wildcard ? 'localhost' : address.family === 'IPv6' ? `[${address.address}]` : address.address;
     let closed: Promise<void> | null = null;
     return {
-      url: `http://${hostForUrl}:${address.port}`,
+      url: `${config.tls ? 'https' : 'http'}://${hostForUrl}:${address.port}`,
       port: address.port,
       info: {
         runId: opened.runId,
@@ -247,4 +261,17 @@ export async function startCoordinator(config: CoordinatorConfig): Promise<Runni
     store.close();
     throw error;
   }
+}
+
+/**
+ * The trust options with what the server itself knows: it speaks TLS, and the `--public-url` that
+ * volunteers open behind a proxy is an allowed `Origin` on /ws and /peer without being listed again.
+ */
+function withOwnOrigins(config: CoordinatorConfig): TrustOptions {
+  const publicOrigin = config.publicUrl ? [new URL(config.publicUrl).origin] : [];
+  return {
+    ...config.trust,
+    allowedOrigins: [...(config.trust?.allowedOrigins ?? []), ...publicOrigin],
+    tls: config.tls !== undefined,
+  };
 }

@@ -16,6 +16,8 @@ export interface TrustOptions {
   policy?: Partial<TrustPolicy>;
   /** Origins allowed on /ws and /peer besides the coordinator's own. */
   allowedOrigins?: string[];
+  /** The server speaks TLS (its own origin is https://host). */
+  tls?: boolean;
   maxSocketsPerAddress?: number;
   joinsPerMinute?: number;
   /** Event-log rows kept per run. */
@@ -49,6 +51,7 @@ export function setUpTrust(
   const policy = { ...DEFAULT_TRUST_POLICY, ...options?.policy };
   const gate = new SocketGate({
     allowedOrigins: options?.allowedOrigins ?? [],
+    tls: options?.tls ?? false,
     maxSocketsPerAddress: options?.maxSocketsPerAddress ?? DEFAULT_MAX_SOCKETS_PER_ADDRESS,
     joinsPerMinute: options?.joinsPerMinute ?? DEFAULT_JOINS_PER_MINUTE,
     bannedUntil: (addr) => bannedAddresses(state(), Date.now()).get(addr) ?? null,

@@ -25,7 +25,7 @@ import {
 import { reportEvaluation } from './evaluation';
 import { effectiveDatasetSize, jobPublic, jobSpecSchema, type JobSpec } from './job';
 import { bannedUntil, DEFAULT_TRUST_POLICY, own, refuseConnIn } from './penalties';
-import type { ClientMessage } from './protocol';
+import type { CandidateType, ClientMessage } from './protocol';
 import { CloseCode } from './protocol';
 import {
   afterCloseIn,
@@ -181,6 +181,8 @@ function onMessage(state: CoordinatorState, conn: string, msg: ClientMessage, no
       worker.lastSeen = now;
       // A heartbeat without the field (an older tab) leaves the last known value alone.
       if (msg.peerRttMs !== undefined) worker.peerRttMs = msg.peerRttMs;
+      if (msg.peerLinks !== undefined) worker.peerLinks = msg.peerLinks;
+      if (msg.iceError !== undefined) worker.iceError = msg.iceError;
       return finish(ctx);
     }
     case 'step_report':
@@ -487,6 +489,10 @@ export interface WorldView {
   throughput: number | null;
   /** WebRTC round-trip time (ms) of its ring links (max over them) from its last heartbeat, or null. */
   peerRttMs: number | null;
+  /** Selected ICE candidate types (local/remote) of its ring links, from its last heartbeat ([] unknown). */
+  peerLinks: { peer: string; local: CandidateType; remote: CandidateType }[];
+  /** Why ICE fails for it (e.g. "TURN authentication failed …"), or null. */
+  iceError: string | null;
   adapter: string;
   /** The invite it joined through (id), or null. */
   invite: string | null;
@@ -502,7 +508,7 @@ export interface StatusView {
   step: number;
   epoch: number;
   world: WorldView[];
-  waiting: { id: string; position: number }[];
+  waiting: { id: string; position: number; iceError: string | null }[];
   processedInEpoch: number;
   datasetSize: number;
   totalSteps: number;
@@ -538,11 +544,13 @@ export function statusView(s: CoordinatorState): StatusView {
         lastStep: p.lastStep,
         throughput: w?.throughput ?? null,
         peerRttMs: w?.peerRttMs ?? null,
+        peerLinks: w?.peerLinks ?? [],
+        iceError: w?.iceError ?? null,
         adapter: adapterLabel(w?.adapter),
         invite: w?.invite ?? null,
       };
     }),
-    waiting: s.rendezvous.waitList.map((id, position) => ({ id, position })),
+    waiting: s.rendezvous.waitList.map((id, position) => ({ id, position, iceError: s.workers[id]?.iceError ?? null })),
     processedInEpoch: s.record.processedCount,
     datasetSize: s.datasetSize,
     totalSteps: totalSteps(plan),

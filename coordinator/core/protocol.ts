@@ -87,6 +87,10 @@ export const helloSchema = z.strictObject({
   pending: z.strictObject({ step: stepSchema, hash: hashSchema }).nullable().optional(),
 });
 
+/** An ICE candidate type (RFC 8445; `getStats` `candidateType`). */
+export const candidateTypeSchema = z.enum(['host', 'srflx', 'prflx', 'relay']);
+export type CandidateType = z.infer<typeof candidateTypeSchema>;
+
 export const heartbeatSchema = z.strictObject({
   v,
   type: z.literal('heartbeat'),
@@ -101,6 +105,16 @@ export const heartbeatSchema = z.strictObject({
    * yet; absent from tabs that predate the field. Only shown (admin page, `/api/status`).
    */
   peerRttMs: z.number().finite().min(0).max(60_000).nullable().optional(),
+  /**
+   * Optional: the selected ICE candidate pair of each open ring link (local and remote candidate type,
+   * from getStats), e.g. `relay` when the link goes through TURN. Only shown (admin page, `/api/status`).
+   */
+  peerLinks: z
+    .array(z.strictObject({ peer: idSchema, local: candidateTypeSchema, remote: candidateTypeSchema }))
+    .max(8)
+    .optional(),
+  /** Optional: why ICE fails for this tab (e.g. "TURN authentication failed (401) at turn:…"), or null when fine. Only shown. */
+  iceError: textSchema(300).nullable().optional(),
 });
 
 export const readySchema = z.strictObject({
@@ -240,6 +254,25 @@ export const worldEntrySchema = z.strictObject({
 });
 export type WorldEntry = z.infer<typeof worldEntrySchema>;
 
+const iceUrlSchema = z
+  .string()
+  .max(512)
+  .regex(/^(stun|stuns|turn|turns):/, 'ICE server URLs start with stun:, stuns:, turn: or turns:');
+export const iceConfigSchema = z.strictObject({
+  iceServers: z
+    .array(
+      z.strictObject({
+        urls: z.array(iceUrlSchema).min(1).max(16),
+        username: textSchema(512).optional(),
+        credential: textSchema(512).optional(),
+      }),
+    )
+    .max(16),
+  iceTransportPolicy: z.enum(['all', 'relay']),
+  credentialExpiresAt: z.number().int().min(0).nullable(),
+});
+export type IceConfigMessage = z.infer<typeof iceConfigSchema>;
+
 export const welcomeSchema = z.strictObject({
   v,
   type: z.literal('welcome'),
@@ -251,6 +284,12 @@ export const welcomeSchema = z.strictObject({
   job: jobPublicSchema,
   /** Send this back with `workerId` in a reconnecting hello (added by the server; proves the id is yours). */
   secret: secretSchema.optional(),
+  /**
+   * Optional: how this tab's peer connections find each other (coordinator/ice.ts): STUN/TURN servers
+   * with this tab's own TURN credential, the transport policy, and when the credential expires (ms
+   * since the epoch, or null). Absent: host candidates only. Sent to this tab alone, never logged.
+   */
+  ice: iceConfigSchema.optional(),
 });
 
 /** Why a worker waits: too few workers yet (or a last call), a round is running (admitted at the next commit), the world is full, or an admin paused the job. */

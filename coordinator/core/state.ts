@@ -5,7 +5,7 @@
  */
 import { z } from 'zod';
 import type { JobSpec } from './job';
-import type { ClientMessage, ParseErrorCode, ServerMessage } from './protocol';
+import type { CandidateType, ClientMessage, ParseErrorCode, ServerMessage } from './protocol';
 import type { SamplerRecord } from './sampler';
 
 // ---------------------------------------------------------------- state
@@ -86,6 +86,10 @@ export interface WorkerInfo {
   addr: string;
   /** The invite it joined through (its id, never its token; the server resolves tokens), or null. */
   invite?: string | null;
+  /** Selected ICE candidate types of its ring links as its last heartbeat reported them (absent: unknown). */
+  peerLinks?: { peer: string; local: CandidateType; remote: CandidateType }[];
+  /** Why ICE fails for it (e.g. TURN authentication), as its last heartbeat said; absent or null: no error known. */
+  iceError?: string | null;
 }
 
 /** One rank's report of one step, kept until the step commits or the round closes. */

@@ -126,8 +126,19 @@ export function registerSwarmCommand(program: Command): Command {
     .option('--max-tabs <n>', 'joins never make more tabs than this (default: max(2·workers, workers+2))')
     .option('--warmup <s>', 'seconds to wait for the first committed step', '180')
     .option('--json', 'print one JSON line {"swarm": {...}} on stdout (the table goes to stderr)')
-    .action(async (flags: RawSwarmOptions) => {
-      const code = await swarmMain(flags);
+    .option(
+      '--netbed',
+      'root: each tab in its own NATed home of a network test bed, with its own HTTPS coordinator and coturn',
+    )
+    .option('--nat <kind>', 'with --netbed: endpoint-independent, symmetric or mixed (default mixed)')
+    .option('--link <profile>', 'with --netbed: access link "DELAY JITTER RATE LOSS", e.g. "40ms 5ms 20mbit 1%"')
+    .option('--job <file>', 'with --netbed: the job file of its coordinator (default a small tiny-mlp job)')
+    .option('--dataset <dir>', 'with --netbed: the dataset folder of its coordinator')
+    .action(async (flags: RawSwarmOptions & { netbed?: boolean }) => {
+      // Loaded on use, like run-swarm: the test bed is only for --netbed.
+      const code = flags.netbed
+        ? await (await import('../netbed/netbed-swarm')).netbedSwarmMain(flags)
+        : await swarmMain(flags);
       // Playwright's pipes can keep the loop alive a moment after the browser closed: leave now.
       process.exit(code);
     });

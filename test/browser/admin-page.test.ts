@@ -62,6 +62,8 @@ class SimulatedTab {
   private heartbeat: NodeJS.Timeout | null = null;
   /** What its heartbeats say as `peerRttMs` (undefined: the field is left out, as an older tab does). */
   peerRttMs: number | null | undefined = undefined;
+  /** Extra ICE fields its heartbeats carry (`peerLinks`, `iceError`), if any. */
+  iceFields: Record<string, unknown> = {};
   private readonly timers = new Set<NodeJS.Timeout>();
 
   private constructor(
@@ -106,13 +108,14 @@ class SimulatedTab {
   }
 
   sendHeartbeat(): void {
-    if (this.peerRttMs === undefined) this.worker.heartbeat();
+    if (this.peerRttMs === undefined && Object.keys(this.iceFields).length === 0) this.worker.heartbeat();
     else
       this.worker.send({
         type: 'heartbeat',
         runId: this.worker.runId,
         workerId: this.worker.workerId,
-        peerRttMs: this.peerRttMs,
+        ...(this.peerRttMs === undefined ? {} : { peerRttMs: this.peerRttMs }),
+        ...this.iceFields,
       });
   }
 
@@ -268,11 +271,13 @@ describe.skipIf(skip)('admin page', () => {
     // RTT column: a heartbeat's peerRttMs shows in ms; a tab that never sends it (older tab) shows "–".
     tabs[0].peerRttMs = 12.5;
     tabs[2].peerRttMs = 3.25;
+    // ICE path: rank 2's links go through a TURN relay (the path shows after the RTT).
+    tabs[2].iceFields = { peerLinks: [{ peer: tabs[1].id, local: 'relay', remote: 'srflx' }] };
     tabs[0].sendHeartbeat();
     tabs[2].sendHeartbeat();
     const rttCell = (id: string) => page.textContent(`#workers-body tr[data-worker-id="${id}"] td.rtt`);
     await expect.poll(() => rttCell(tabs[0].id), { timeout: 10_000 }).toBe('12.5 ms');
-    await expect.poll(() => rttCell(tabs[2].id), { timeout: 10_000 }).toBe('3.25 ms');
+    await expect.poll(() => rttCell(tabs[2].id), { timeout: 10_000 }).toBe('3.25 ms · relay');
     expect(await rttCell(tabs[1].id)).toBe('–');
     const rttStatus = await proc.status();
     expect(new Map(rttStatus.world.map((w: { id: string; peerRttMs: number | null }) => [w.id, w.peerRttMs]))).toEqual(
@@ -282,7 +287,18 @@ describe.skipIf(skip)('admin page', () => {
         [tabs[2].id, 3.25],
       ]),
     );
-    expect(await page.textContent('#workers-table thead th:nth-child(7)')).toBe('RTT');
+    expect(await page.textContent('#workers-table thead th:nth-child(7)')).toBe('RTT · path');
+    expect((await proc.status()).world.find((w: { id: string }) => w.id === tabs[2].id)?.peerLinks).toEqual([
+      { peer: tabs[1].id, local: 'relay', remote: 'srflx' },
+    ]);
+    // An ICE problem a tab reports replaces its RTT cell (within one heartbeat) and is in /api/status.
+    tabs[1].iceFields = { iceError: 'TURN authentication failed (401 Unauthorized at turn:203.0.113.2:3478)' };
+    tabs[1].sendHeartbeat();
+    await expect.poll(() => rttCell(tabs[1].id), { timeout: 10_000 }).toMatch(/^TURN authentication failed/);
+    expect((await proc.status()).world.find((w: { id: string }) => w.id === tabs[1].id)?.iceError).toMatch(/401/);
+    tabs[1].iceFields = { iceError: null };
+    tabs[1].sendHeartbeat();
+    await expect.poll(() => rttCell(tabs[1].id), { timeout: 10_000 }).toBe('–');
 
     // Let it train past a checkpoint, then keep a screenshot of the full page.
     await page.waitForFunction(() => document.querySelectorAll('#checkpoints-body tr').length > 0, undefined, {

@@ -101,10 +101,10 @@ describe.skipIf(skip)('one tab learns Fashion-MNIST', () => {
     await page.waitForFunction(() => window.tabswarm.state !== 'checking', undefined, { polling: 100 });
     const status = await page.evaluate(() => window.tabswarm);
     expect(status.state).toBe('unsupported');
-    expect(status.error).toMatch(/WebGPU needs a secure context/);
+    expect(status.error).toMatch(/WebGPU needs HTTPS/);
     expect(await page.isVisible('#gpu-problem')).toBe(true);
     expect(await page.textContent('#gpu-problem')).toMatch(
-      /WebGPU needs a secure context \(https:\/\/, or http:\/\/localhost\)/,
+      /WebGPU needs HTTPS: .* not a secure context\. Open the https:\/\/ address .*--tls-cert.*http:\/\/localhost/,
     );
     expect(await page.isDisabled('#start')).toBe(true);
   });

@@ -256,7 +256,7 @@ export class CoordinatorProcess {
       }, opts.startTimeoutMs ?? 30_000);
       const onData = (d: Buffer) => {
         output.stdout += d.toString();
-        const match = /listening on (http:\/\/\S+)/.exec(output.stdout);
+        const match = /listening on (https?:\/\/\S+)/.exec(output.stdout);
         if (match) {
           clearTimeout(timer);
           child.stdout!.off('data', onData);

@@ -137,6 +137,7 @@ export class WorkersTable {
           { 'data-worker-id': w.id },
           el('span', { class: 'mono' }, w.id),
           ` · ${w.adapter || 'unknown adapter'} · heartbeat ${formatAge(w.lastHeartbeatAgeMs)}`,
+          w.iceError ? el('span', { class: 'ice-error' }, ` · ${w.iceError}`) : '',
         ),
       ),
     );
@@ -199,7 +200,15 @@ export class WorkersTable {
           : 'no';
     // Older coordinators' feeds lack the field: treat it like null.
     const rtt = worker.peerRttMs ?? null;
-    setText(row.rtt, rtt === null ? '–' : `${formatNumber(rtt)} ms`);
+    // The ICE path of each ring link (`relay` = through TURN), and an ICE problem, which wins.
+    const paths = (worker.peerLinks ?? []).map((l) =>
+      l.local === 'relay' || l.remote === 'relay' ? 'relay' : l.local,
+    );
+    const path = [...new Set(paths)].join('/');
+    const iceError = worker.iceError ?? null;
+    setText(row.rtt, iceError ?? `${rtt === null ? '–' : `${formatNumber(rtt)} ms`}${path ? ` · ${path}` : ''}`);
+    row.rtt.dataset.iceError = iceError ? 'yes' : 'no';
+    row.rtt.title = (worker.peerLinks ?? []).map((l) => `${l.peer}: ${l.local} → ${l.remote}`).join('\n');
     setText(row.step, worker.ready ? formatInt(worker.lastStep) : 'syncing');
     const armed = this.armed !== null && this.armed.id === worker.id && this.armed.until > Date.now();
     setText(row.kick, armed ? 'Confirm kick' : 'Kick');

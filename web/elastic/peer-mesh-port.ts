@@ -10,7 +10,8 @@
 import type { WorldEntry } from '../../coordinator/core/protocol';
 import type { Link, Ring } from '../net/link';
 import { PeerMesh, type PeerMeshOptions } from '../net/peer-mesh';
-import { maxLinkRttMs } from '../net/link-rtt';
+import { linkPaths, maxLinkRttMs } from '../net/link-rtt';
+import type { CandidateType } from '../../coordinator/core/protocol';
 import { backoffDelay } from '../net/coordinator-client';
 import { bounded } from './async-tools';
 import type { MeshPort } from './ports';
@@ -78,6 +79,15 @@ export class PeerMeshPort implements MeshPort {
     if (!mesh) return null;
     const links = mesh.connectedPeers.map((peer) => mesh.link(peer)).filter((link): link is Link => link !== undefined);
     return maxLinkRttMs(links);
+  }
+
+  /** The selected ICE candidate types of each open link (e.g. `relay` through TURN). */
+  async linkPaths(): Promise<{ peer: string; local: CandidateType; remote: CandidateType }[]> {
+    const mesh = this.mesh;
+    if (!mesh) return [];
+    return linkPaths(
+      mesh.connectedPeers.flatMap((peer) => (mesh.link(peer) ? [{ peer, link: mesh.link(peer)! }] : [])),
+    );
   }
 
   close(): void {

@@ -12,7 +12,8 @@
  */
 import type * as Comlink from 'comlink';
 import { CoordinatorClient, defaultCoordinatorUrl } from '../net/coordinator-client';
-import { RoundTripSampler } from '../net/link-rtt';
+import { IceState } from '../net/ice-state';
+import { LatestSample, RoundTripSampler } from '../net/link-rtt';
 import type { TrainingWorkerApi } from '../worker/training-worker';
 import { browserHttp } from './checkpoint-transfer';
 import { ElasticLoop, initialElasticStatus, type ElasticStatus, type ElasticTimeouts } from './elastic-loop';
@@ -44,6 +45,8 @@ export interface ElasticCallbacks {
   /** Every status change (a fresh copy each time). */
   onStatus?(status: ElasticStatus): void;
   log?(level: 'info' | 'warn' | 'error', text: string): void;
+  /** Why this tab's peer connections cannot work as configured (e.g. TURN authentication failed), or null. */
+  onIceError?(message: string | null): void;
 }
 
 export interface ElasticHandle {
@@ -71,8 +74,11 @@ export async function startElastic(
     get: () => Object.freeze({ ...current, losses: Object.freeze([...current.losses]) as ElasticStatus['losses'] }),
   });
 
+  // Filled from `welcome` (STUN/TURN, this tab's TURN credential); read by every peer connection made later.
+  const ice = new IceState((error) => callbacks.onIceError?.(error), log);
   const mesh = await PeerMeshPort.open(
     {
+      rtcConfig: ice.rtcConfig,
       host: origin.hostname,
       port: Number(origin.port || (origin.protocol === 'https:' ? 443 : 80)),
       secure: origin.protocol === 'https:',
@@ -98,13 +104,17 @@ export async function startElastic(
     },
   });
   const rtt = new RoundTripSampler(() => mesh.roundTripMs());
+  const paths = new LatestSample(() => mesh.linkPaths());
   client = new CoordinatorClient({
     url: defaultCoordinatorUrl(origin),
     hello: () => ({ peerId: mesh.peerId, adapter: opts.adapter, ...loop.holding() }),
-    onMessage: (msg) => loop.handle(msg),
+    onMessage: (msg) => {
+      if (msg.type === 'welcome') ice.apply(msg.ice);
+      loop.handle(msg);
+    },
     onDisconnect: () => loop.disconnected(),
     // Ring-link RTT for the admin page: read from getStats() at most once per heartbeat, sent one beat late.
-    heartbeatFields: () => ({ peerRttMs: rtt.take() }),
+    heartbeatFields: () => ({ peerRttMs: rtt.take(), peerLinks: paths.take() ?? undefined, iceError: ice.error }),
     log,
   });
 

@@ -58,7 +58,7 @@ export interface CoordinatorClientOptions {
   /** A validated server message (welcome included, after the client recorded it). */
   onMessage(msg: ServerMessage): void;
   /** Optional extra heartbeat fields (e.g. the ring links' RTT), called once per heartbeat; must not block. */
-  heartbeatFields?(): Pick<Extract<OutgoingMessage, { type: 'heartbeat' }>, 'peerRttMs'>;
+  heartbeatFields?(): Pick<Extract<OutgoingMessage, { type: 'heartbeat' }>, 'peerRttMs' | 'peerLinks' | 'iceError'>;
   /** The socket closed (before any reconnect); the round it was in is over from this tab's view. */
   onDisconnect?(info: { code: number; reason: string; reconnecting: boolean }): void;
   onPhase?(phase: ConnectionPhase): void;

@@ -5,6 +5,8 @@
  * measured by ICE consent checks, so reading it costs no extra traffic.
  */
 import type { Link } from './link';
+import type { CandidateType } from '../../coordinator/core/protocol';
+import { selectedPairTypes } from './ice-path';
 import { DataConnectionLink } from './peer-link';
 
 /** The subset of `RTCStatsReport` read here (a Map in unit tests). */
@@ -59,6 +61,26 @@ export async function linkRttMs(link: Link): Promise<number | null> {
   }
 }
 
+/** The selected candidate types of each open WebRTC link in `peers` (for the heartbeat's `peerLinks`). */
+export async function linkPaths(
+  peers: readonly { peer: string; link: Link }[],
+): Promise<{ peer: string; local: CandidateType; remote: CandidateType }[]> {
+  const paths = await Promise.all(
+    peers.map(async ({ peer, link }) => {
+      if (!(link instanceof DataConnectionLink) || !link.isOpen) return null;
+      const pc = link.connection.peerConnection as RTCPeerConnection | undefined;
+      if (!pc) return null;
+      try {
+        const types = selectedPairTypes((await pc.getStats()) as unknown as StatsLike);
+        return types ? { peer, ...types } : null;
+      } catch {
+        return null;
+      }
+    }),
+  );
+  return paths.filter((p) => p !== null);
+}
+
 /** The MAX RTT over `links` (the slowest link paces a ring all-reduce), or null when none is known. */
 export async function maxLinkRttMs(links: readonly Link[]): Promise<number | null> {
   const rtts = (await Promise.all(links.map(linkRttMs))).filter((r): r is number => r !== null);
@@ -70,13 +92,13 @@ export async function maxLinkRttMs(links: readonly Link[]): Promise<number | nul
  * and starts at most one new measurement per `take()`, none while one is still running. The first
  * heartbeat after a ring forms therefore carries null or the previous ring's value; the next one is fresh.
  */
-export class RoundTripSampler {
-  private last: number | null = null;
+export class LatestSample<T> {
+  private last: T | null = null;
   private running = false;
 
-  constructor(private readonly measure: () => Promise<number | null>) {}
+  constructor(private readonly measure: () => Promise<T | null>) {}
 
-  take(): number | null {
+  take(): T | null {
     if (!this.running) {
       this.running = true;
       this.measure().then(
@@ -93,3 +115,6 @@ export class RoundTripSampler {
     return this.last;
   }
 }
+
+/** The heartbeat's RTT sampler (see `LatestSample`). */
+export class RoundTripSampler extends LatestSample<number> {}

@@ -2,7 +2,8 @@
  * The tab's PeerJS endpoint and its links to other tabs.
  *
  * - One `Peer` per tab, registered with the coordinator's signaling server (`/peer`). No STUN/TURN by
- *   default: tabs of one machine or LAN reach each other with host candidates.
+ *   default: tabs of one machine or LAN reach each other with host candidates; across NATs the
+ *   coordinator's STUN/TURN servers come in `welcome` and go into `rtcConfig`.
  * - One reliable raw data connection per pair of tabs. To avoid two connections racing for the same
  *   pair, only the tab with the lower id dials; the other waits for the call. A dial to a tab that has
  *   not registered yet is retried until the deadline (the signaling server only holds offers for 5 s).
@@ -22,8 +23,14 @@ export interface PeerMeshOptions {
   /** PeerServer key. Default `peerjs` (the coordinator's). */
   readonly key?: string;
   readonly secure?: boolean;
-  /** Default none: localhost and LAN only. */
+  /** Default none: localhost and LAN only. Ignored when `rtcConfig` is given. */
   readonly iceServers?: RTCIceServer[];
+  /**
+   * The configuration of every peer connection, read when each one is made: the caller may change
+   * its fields later (the coordinator's ICE servers and TURN credential arrive in `welcome`, after the
+   * mesh registered) and connections made from then on use them.
+   */
+  readonly rtcConfig?: RTCConfiguration;
   /** How long `PeerMesh.open` waits for the signaling server. Default 10 s. */
   readonly openTimeoutMs?: number;
   readonly link?: DataConnectionLinkOptions;
@@ -90,7 +97,7 @@ export class PeerMesh {
       path: opts.path ?? '/peer',
       key: opts.key ?? 'peerjs',
       secure: opts.secure ?? false,
-      config: { iceServers: opts.iceServers ?? [] },
+      config: opts.rtcConfig ?? { iceServers: opts.iceServers ?? [] },
       debug: opts.debug ?? 0,
     });
     return new Promise<PeerMesh>((resolve, reject) => {

@@ -381,7 +381,10 @@ async function trainElastic(): Promise<void> {
       stepPauseMs: status.stepPauseMs,
     },
     // A loop that was left may still report (its last restore unwinding): only the current join speaks.
-    { onStatus: (s) => join === joins && onElasticStatus(s, evaluateOnDone > 0) },
+    {
+      onStatus: (s) => join === joins && onElasticStatus(s, evaluateOnDone > 0),
+      onIceError: (message) => join === joins && update({ networkProblem: message }),
+    },
   );
   startTicker(elastic);
   // Leave pressed while the dataset was loading: go at once (the goodbye reaches a coordinator that may have welcomed us).

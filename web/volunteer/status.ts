@@ -58,6 +58,8 @@ export interface TabStatus {
   dataset: { loadedBytes: number; totalBytes: number; cachedBytes: number; done: boolean } | null;
   /** Why WebGPU is unavailable, or what failed. */
   error: string | null;
+  /** Elastic: why peer connections cannot work (e.g. "TURN authentication failed …"), or null. */
+  networkProblem: string | null;
   /** Wall-clock seconds of the finished (solo) run. */
   seconds: number | null;
 
@@ -101,6 +103,7 @@ export function initialStatus(model: string): TabStatus {
     samplesPerSec: null,
     dataset: null,
     error: null,
+    networkProblem: null,
     seconds: null,
     waitReason: null,
     worldSize: 0,

@@ -251,8 +251,9 @@ export class VolunteerView {
     }
     line.setAttribute('points', lossPoints(s.losses));
 
-    this.error.hidden = !(s.error && s.state !== 'unsupported');
-    this.error.textContent = s.error && s.state !== 'unsupported' ? s.error : '';
+    const problem = s.error && s.state !== 'unsupported' ? s.error : s.networkProblem;
+    this.error.hidden = !problem;
+    this.error.textContent = problem ?? '';
     document.title = running
       ? `${STATE_TEXT[s.state]} · step ${s.step} — tabswarm`
       : 'tabswarm — lend this tab to train a neural network';

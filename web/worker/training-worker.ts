@@ -55,7 +55,11 @@ let stopRequested = false;
 function unavailableReason(): string | undefined {
   if (!('gpu' in navigator) || !navigator.gpu) {
     if (!self.isSecureContext) {
-      return `WebGPU needs a secure context (https://, or http://localhost); this page was loaded from ${self.location.origin}`;
+      return (
+        `WebGPU needs HTTPS: this page was loaded from ${self.location.origin}, which is not a secure context. ` +
+        'Open the https:// address of this coordinator (it serves HTTPS with --tls-cert/--tls-key, or behind Caddy or nginx), ' +
+        'or http://localhost on the coordinator’s own machine.'
+      );
     }
     return 'this browser does not offer WebGPU (navigator.gpu is missing): use a recent Chrome, Edge or Safari, or enable WebGPU in the browser settings';
   }
