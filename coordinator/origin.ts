@@ -37,8 +37,15 @@ export function parseOriginList(values: readonly string[]): string[] {
 
 export type OriginVerdict = { ok: true } | { ok: false; origin: string };
 
-/** Whether a WebSocket handshake's `Origin` may connect. `tls`: the request arrived over TLS. */
-export function checkOrigin(req: IncomingMessage, allowed: readonly string[], tls = false): OriginVerdict {
+/**
+ * Whether a WebSocket handshake's `Origin` may connect. `tls`: the request arrived over TLS (default:
+ * read from the socket, so an HTTPS listener's own origin is `https://…`).
+ */
+export function checkOrigin(
+  req: IncomingMessage,
+  allowed: readonly string[],
+  tls = Boolean((req.socket as { encrypted?: boolean }).encrypted),
+): OriginVerdict {
   const raw = req.headers.origin;
   if (raw === undefined) return { ok: true };
   const origin = normalizeOrigin(raw);

@@ -361,6 +361,21 @@ describe.skipIf(skip)('admin page', () => {
     }
     expect(bytes.length).toBe(8 + headerLength + dataBytes);
 
+    // Invites: create one with a tab limit (its link is listed), then revoke it.
+    await page.fill('#invite-label', 'lab');
+    await page.fill('#invite-max-tabs', '2');
+    await page.click('#invite-form button[type=submit]');
+    const invite = page.locator('#invites-body tr[data-state=live]');
+    await invite.waitFor();
+    expect(await invite.locator('.invite-link a').getAttribute('href')).toMatch(/\/\?invite=[A-Za-z0-9_-]{20,}$/);
+    expect(await invite.locator('td.num').textContent()).toBe('0 / 2');
+    const listed = (await (
+      await proc.fetch('/api/admin/invites', { headers: { authorization: `Bearer ${TEST_ADMIN_TOKEN}` } })
+    ).json()) as { invites: { label: string; maxTabs: number }[] };
+    expect(listed.invites).toMatchObject([{ label: 'lab', maxTabs: 2 }]);
+    await invite.locator('button').click();
+    await page.waitForSelector('#invites-body tr[data-state=revoked]');
+
     await page.screenshot({ path: join(ARTIFACTS, 'admin-page-1280x800-after-kick.png'), fullPage: true });
     // The refused sign-in is a 401 that Chromium logs as a console error; anything else is a problem.
     expect(problems.errors.filter((e) => !/status of 401/.test(e))).toEqual([]);

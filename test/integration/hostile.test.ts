@@ -298,6 +298,29 @@ describe('state, checkpoints and evaluations are checked, not trusted', () => {
   }, 30_000);
 });
 
+describe('shares', () => {
+  it('a tab claiming computeMs 1e-6 does not get a larger share (the coordinator measures)', async () => {
+    const proc = await start({ ...JOB, maxWorkers: 3 });
+    const liar = await SimTrainer.join(proc.wsUrl, {
+      httpUrl: proc.url,
+      computeMs: 10,
+      claimedComputeMs: 1e-6,
+      keepReceived: false,
+    });
+    trainers.push(liar);
+    const a = await honest(proc, 10);
+    await Promise.all([liar.untilCommitted(10), a.untilCommitted(10)]);
+    // A third tab is admitted at the next boundary: the new round's shares come from measured throughput.
+    const b = await honest(proc, 10);
+    await b.untilCommitted((await proc.status()).step + 2);
+    const world = (await proc.status()).world;
+    expect(world).toHaveLength(3);
+    const share = world.find((w) => w.id === liar.worker.workerId)!.share;
+    expect(share).toBeLessThanOrEqual(2 / 3); // never above twice the equal share
+    expect(share).toBeLessThan(0.45); // and here about a third: it is no faster than the others
+  }, 30_000);
+});
+
 describe('the edges', () => {
   it('refuses a foreign Origin on /ws and /peer; accepts its own origin, an --allow-origin one, and none', async () => {
     const proc = await start(JOB, [...DEFENCES, '--allow-origin', 'https://tabs.example.org']);

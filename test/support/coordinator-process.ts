@@ -622,6 +622,8 @@ export interface SimTrainerOptions {
   stopAfterStep?: number;
   /** Delay before each report (simulated compute), ms. Default 0. */
   computeMs?: number;
+  /** The `computeMs` the reports claim (default 1): a liar claims far less than it takes. */
+  claimedComputeMs?: number;
   /** Send heartbeats every this many ms. Default: the job's heartbeatMs / 2. 0 disables. */
   heartbeatMs?: number;
   /** Upload checkpoints when asked. Default true. */
@@ -835,7 +837,7 @@ export class SimTrainer {
         hash: simulatedParamsHash(this.job.model, step),
         samples,
         lossSum: samples * 0.5,
-        computeMs: 1,
+        computeMs: this.options.claimedComputeMs ?? 1,
       });
       this.lastReported = step;
       this.options.onReport?.(step, performance.now(), round.round);

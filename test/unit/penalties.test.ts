@@ -72,7 +72,7 @@ function settle(h: Harness): void {
 }
 
 describe('a failure report is evidence, not a verdict', () => {
-  it('101 failure reports from one address cannot fail the job; the address is cooled off', () => {
+  it('101 failure reports from one address cannot fail the job; the address is cooled off', { timeout: 30_000 }, () => {
     const h = honestPair(POLICY, { ...JOB, maxRestarts: 100 });
     let sent = 0;
     let attempt = 0;
@@ -154,7 +154,7 @@ describe('a failure report is evidence, not a verdict', () => {
     expect(h.state.penalties[`w:${a.workerId}`]).toBeUndefined();
   });
 
-  it('hello-and-close sockets from one address cannot fail the job (500 of them)', () => {
+  it('hello-and-close sockets from one address cannot fail the job (500 of them)', { timeout: 30_000 }, () => {
     const h = new Harness({ ...JOB, minWorkers: 1, maxWorkers: 8, maxRestarts: 100 }, 400, 'run-1', POLICY);
     h.join('a', { addr: HONEST_A });
     settle(h);
@@ -181,7 +181,7 @@ describe('a failure report is evidence, not a verdict', () => {
     expect(h.state.lastCommit.step).toBe(before + 1);
   });
 
-  it('cooling-off periods double with each ban, up to the cap', () => {
+  it('cooling-off periods double with each ban, up to the cap', { timeout: 30_000 }, () => {
     expect([0, 1, 2, 3].map((n) => coolOffFor(POLICY, n))).toEqual([10_000, 20_000, 40_000, 80_000]);
     expect(coolOffFor(POLICY, 40)).toBe(POLICY.maxCoolOffMs);
     const h = honestPair();
@@ -213,7 +213,7 @@ describe('a failure report is evidence, not a verdict', () => {
 });
 
 describe('the ready deadline', () => {
-  it('drops members that never say ready, without a restart, and admits the honest tab', () => {
+  it('drops members that never say ready, without a restart, and admits the honest tab', { timeout: 30_000 }, () => {
     const h = new Harness({ ...JOB, minWorkers: 1, maxWorkers: 8 }, 400, 'run-1', {
       ...POLICY,
       addressQuota: 100,
