@@ -15,14 +15,14 @@ import { createServer, type IncomingMessage, type Server, type ServerResponse } 
 import type { Duplex } from 'node:stream';
 import { z } from 'zod';
 import { jobPublic } from './core/job';
-import { adminActionSchema, type AdminAction } from './core/machine';
 import { idSchema } from './core/protocol';
 import { positionAfter } from './core/sampler';
 import { type DecodedSnapshot, decodeSnapshot, SnapshotError } from './core/snapshot';
+import type { AdminRoutes } from './admin-routes';
 import { auditRun, commitsPage, evaluationViews, MAX_COMMITS_PAGE, statusOf } from './audit';
 import type { ControlChannel } from './control-channel';
 import type { MachineExecutor } from './executor';
-import { bearerToken, HttpError, readBody, readJsonBody, sameSecret, sendError, sendJson, sendText } from './http-util';
+import { HttpError, readBody, sameSecret, sendError, sendJson, sendText } from './http-util';
 import type { PeerSignaling } from './peer-signaling';
 import type { CoordinatorMetrics } from './server-metrics';
 import type { StaticFiles } from './static-files';
@@ -36,26 +36,12 @@ export interface ServerDeps {
   control: ControlChannel;
   staticFiles: StaticFiles;
   datasetRoute: (req: IncomingMessage, res: ServerResponse) => boolean;
-  adminToken: string;
+  /** The one router of /api/admin/* (admin-routes.ts), with its token guard. */
+  admin: Pick<AdminRoutes, 'handle'>;
   /** Largest accepted checkpoint upload, in bytes. */
   maxCheckpointBytes: number;
-  /** Handlers tried before the built-in API routes (e.g. the admin page's feed and downloads); true = handled. */
-  extraRoutes?: ((req: IncomingMessage, res: ServerResponse) => boolean)[];
   now?: () => number;
 }
-
-/** Body schemas of the admin routes, mapped to the machine's admin actions. */
-const adminRoutes: Record<string, (body: unknown) => AdminAction> = {
-  pause: () => ({ type: 'pause' }),
-  resume: () => ({ type: 'resume' }),
-  checkpoint: () => ({ type: 'checkpoint_now' }),
-  kick: (body) =>
-    adminActionSchema.parse({ type: 'kick', workerId: z.object({ workerId: z.string() }).parse(body).workerId }),
-  workers: (body) => {
-    const { min, max } = z.object({ min: z.unknown(), max: z.unknown() }).parse(body);
-    return adminActionSchema.parse({ type: 'set_workers', min, max });
-  },
-};
 
 const stepParam = z.coerce.number().int().min(0).max(Number.MAX_SAFE_INTEGER);
 
@@ -142,7 +128,6 @@ export class CoordinatorServer {
     if (path.startsWith('/api/')) {
       metrics.httpRequests.inc(1, { route: path.split('/')[2] || 'api' });
       if (this.deps.datasetRoute(req, res)) return;
-      for (const route of this.deps.extraRoutes ?? []) if (route(req, res)) return;
       await this.handleApi(req, res, url);
       return;
     }
@@ -208,57 +193,11 @@ export class CoordinatorServer {
       await this.handleCheckpoints(req, res, url, parts.slice(1));
       return;
     }
-    if (route === 'admin') {
-      await this.handleAdmin(req, res, url, parts.slice(1));
+    if (route === 'admin' && parts.length > 1) {
+      await this.deps.admin.handle(req, res, url);
       return;
     }
     throw new HttpError(404, 'not_found', `no API route ${url.pathname}`);
-  }
-
-  // ------------------------------------------------------------------ admin
-
-  private async handleAdmin(req: IncomingMessage, res: ServerResponse, url: URL, parts: string[]): Promise<void> {
-    const { metrics, executor, store, runId } = this.deps;
-    const action = parts.join('/');
-    if (!sameSecret(bearerToken(req), this.deps.adminToken)) {
-      metrics.adminRequests.inc(1, { action: action.slice(0, 32), result: 'unauthorized' });
-      res.setHeader('www-authenticate', 'Bearer realm="tabswarm admin"');
-      throw new HttpError(401, 'unauthorized', 'admin calls need "Authorization: Bearer <admin token>"');
-    }
-    if (action === 'events') {
-      requireMethod(req.method, 'GET');
-      const after = Number(url.searchParams.get('after') ?? 0);
-      const limit = Math.min(1000, Math.max(1, Number(url.searchParams.get('limit') ?? 200) || 200));
-      sendJson(res, 200, { events: store.events(runId, { afterId: Number.isFinite(after) ? after : 0, limit }) });
-      return;
-    }
-    const toAction = adminRoutes[action];
-    if (!toAction)
-      throw new HttpError(
-        404,
-        'not_found',
-        `no admin action "${action}" (pause, resume, kick, workers, checkpoint, events)`,
-      );
-    requireMethod(req.method, 'POST');
-    const body = await readJsonBody(req);
-    let adminAction: AdminAction;
-    try {
-      adminAction = toAction(body);
-    } catch (error) {
-      metrics.adminRequests.inc(1, { action, result: 'bad_request' });
-      throw error;
-    }
-    if (adminAction.type === 'set_workers' && adminAction.min > adminAction.max) {
-      metrics.adminRequests.inc(1, { action, result: 'bad_request' });
-      throw new HttpError(400, 'bad_request', 'min must be <= max');
-    }
-    if (adminAction.type === 'kick' && !executor.state.workers[adminAction.workerId]) {
-      metrics.adminRequests.inc(1, { action, result: 'not_found' });
-      throw new HttpError(404, 'unknown_worker', `no worker ${adminAction.workerId}`);
-    }
-    executor.dispatch({ kind: 'admin', action: adminAction });
-    metrics.adminRequests.inc(1, { action, result: 'ok' });
-    sendJson(res, 200, { ok: true, action: adminAction, status: statusOf(executor.state, this.now()) });
   }
 
   // ------------------------------------------------------------------ checkpoints

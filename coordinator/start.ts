@@ -3,6 +3,7 @@
  * HTTP server, PeerJS signaling → listen. The CLI calls this; so can a test that wants one in-process.
  */
 import { createHash } from 'node:crypto';
+import type { Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { effectiveDatasetSize, type JobSpec } from './core/job';
 import { initialState, restoreState, type CoordinatorState, type DurableState } from './core/machine';
@@ -87,43 +88,68 @@ function rateLimitedLog(write: (line: string) => void, burst = 20, windowMs = 10
   };
 }
 
+/** Opens the run in the store: a new run's initial state, or the durable state of the run it resumes. */
+function openState(store: SqliteStore, config: CoordinatorConfig) {
+  const fullSize = config.dataset.train.count;
+  const datasetSize = effectiveDatasetSize(config.job, fullSize);
+  const opened = store.openRun(config.job, jobKeyOf(config.job, config.dataset), datasetSize);
+  try {
+    const state: CoordinatorState = opened.durable
+      ? restoreState(opened.durable as DurableState)
+      : initialState(config.job, fullSize, opened.runId);
+    return { opened, state, datasetSize };
+  } catch (error) {
+    throw Object.assign(
+      new Error(
+        `cannot resume run ${opened.runId} from ${config.dataDir}: ${(error as Error).message} (start with a fresh --data-dir)`,
+      ),
+      { code: 'ERESUME' },
+    );
+  }
+}
+
+function defaultOnFatal(error: Error): void {
+  process.stderr.write(
+    `tabswarm: fatal: ${error.message}; exiting (a restart resumes from the last committed transaction)\n`,
+  );
+  process.exit(1);
+}
+
+/** Listens on `port` (0: any free one) and `host`; rejects with the listen error (EADDRINUSE, …). */
+function listen(http: Server, port: number, host: string): Promise<void> {
+  return new Promise<void>((resolve, reject) => {
+    const onError = (error: Error) => {
+      http.off('listening', onListening);
+      reject(error);
+    };
+    const onListening = () => {
+      http.off('error', onError);
+      resolve();
+    };
+    http.once('error', onError);
+    http.once('listening', onListening);
+    http.listen(port, host);
+  });
+}
+
+/** `http://host:port` for a listening address; a wildcard address becomes the machine's own name for itself. */
+function urlOf(address: AddressInfo): string {
+  const wildcard = address.address === '0.0.0.0' || address.address === '::';
+  const hostForUrl = wildcard ? 'localhost' : address.family === 'IPv6' ? `[${address.address}]` : address.address;
+  return `http://${hostForUrl}:${address.port}`;
+}
+
 export async function startCoordinator(config: CoordinatorConfig): Promise<RunningCoordinator> {
   const log = rateLimitedLog(config.log ?? ((line: string) => process.stderr.write(`${line}\n`)));
   const store = new SqliteStore(config.dataDir);
   try {
-    const fullSize = config.dataset.train.count;
-    const datasetSize = effectiveDatasetSize(config.job, fullSize);
-    const opened = store.openRun(config.job, jobKeyOf(config.job, config.dataset), datasetSize);
-    let state: CoordinatorState;
-    try {
-      state = opened.durable
-        ? restoreState(opened.durable as DurableState)
-        : initialState(config.job, fullSize, opened.runId);
-    } catch (error) {
-      throw Object.assign(
-        new Error(
-          `cannot resume run ${opened.runId} from ${config.dataDir}: ${(error as Error).message} (start with a fresh --data-dir)`,
-        ),
-        {
-          code: 'ERESUME',
-        },
-      );
-    }
-
+    const { opened, state, datasetSize } = openState(store, config);
     let control: ControlChannel | null = null;
     let server: CoordinatorServer | null = null;
     const metrics = new CoordinatorMetrics(
       () => executor.state,
       () => ({ sockets: control?.size ?? 0, peers: server?.peer?.clientCount ?? 0 }),
     );
-    const onFatal =
-      config.onFatal ??
-      ((error: Error) => {
-        process.stderr.write(
-          `tabswarm: fatal: ${error.message}; exiting (a restart resumes from the last committed transaction)\n`,
-        );
-        process.exit(1);
-      });
     const executor: MachineExecutor = new MachineExecutor(state, {
       store,
       runId: opened.runId,
@@ -133,7 +159,7 @@ export async function startCoordinator(config: CoordinatorConfig): Promise<Runni
         close: (conn, code, reason) => control!.close(conn, code, reason),
       },
       onLog: (level, event, data) => log(`tabswarm ${level}: ${event} ${JSON.stringify(data).slice(0, 500)}`),
-      onFatal,
+      onFatal: config.onFatal ?? defaultOnFatal,
     });
     control = new ControlChannel({ dispatch: (event) => executor.dispatch(event), metrics });
     const admin = adminRoutes({
@@ -141,6 +167,7 @@ export async function startCoordinator(config: CoordinatorConfig): Promise<Runni
       adminToken: config.adminToken,
       store,
       state: () => executor.state,
+      dispatch: (action) => executor.dispatch({ kind: 'admin', action }),
       subscribe: (listener) => executor.subscribe(listener),
       onRequest: (route, result) => metrics.adminRequests.inc(1, { action: route, result }),
     });
@@ -152,26 +179,13 @@ export async function startCoordinator(config: CoordinatorConfig): Promise<Runni
       control,
       staticFiles: staticFiles(config.distDir),
       datasetRoute: datasetRoutes(config.dataset),
-      adminToken: config.adminToken,
+      admin,
       maxCheckpointBytes: checkpointLimit(config.job),
-      extraRoutes: [admin],
     });
     server.peer = mountPeerSignaling(server.http);
 
     const http = server.http;
-    await new Promise<void>((resolve, reject) => {
-      const onError = (error: Error) => {
-        http.off('listening', onListening);
-        reject(error);
-      };
-      const onListening = () => {
-        http.off('error', onError);
-        resolve();
-      };
-      http.once('error', onError);
-      http.once('listening', onListening);
-      http.listen(config.port, config.host);
-    }).catch((error: unknown) => {
+    await listen(http, config.port, config.host).catch((error: unknown) => {
       server?.peer?.close();
       admin.close();
       throw error;
@@ -181,12 +195,9 @@ export async function startCoordinator(config: CoordinatorConfig): Promise<Runni
     executor.dispatch({ kind: 'tick' });
 
     const address = http.address() as AddressInfo;
-    // A wildcard address is not something to open in a browser; the machine's own name for itself is.
-    const wildcard = address.address === '0.0.0.0' || address.address === '::';
-    const hostForUrl = wildcard ? 'localhost' : address.family === 'IPv6' ? `[${address.address}]` : address.address;
     let closed: Promise<void> | null = null;
     return {
-      url: `http://${hostForUrl}:${address.port}`,
+      url: urlOf(address),
       port: address.port,
       info: {
         runId: opened.runId,
