@@ -139,6 +139,31 @@ function urlOf(address: AddressInfo): string {
   return `http://${hostForUrl}:${address.port}`;
 }
 
+/** The handle `startCoordinator` returns: its address, what it opened, and one idempotent `close`. */
+function running(
+  http: Server,
+  opened: Omit<RunningCoordinator['info'], 'step'>,
+  parts: { executor: MachineExecutor; store: SqliteStore; stop: () => void },
+): RunningCoordinator {
+  const address = http.address() as AddressInfo;
+  let closed: Promise<void> | null = null;
+  return {
+    url: urlOf(address),
+    port: address.port,
+    info: { ...opened, step: parts.executor.state.lastCommit.step },
+    executor: parts.executor,
+    store: parts.store,
+    close() {
+      closed ??= new Promise<void>((resolve) => {
+        parts.stop();
+        http.close(() => resolve());
+        http.closeAllConnections();
+      }).finally(() => parts.store.close());
+      return closed;
+    },
+  };
+}
+
 export async function startCoordinator(config: CoordinatorConfig): Promise<RunningCoordinator> {
   const log = rateLimitedLog(config.log ?? ((line: string) => process.stderr.write(`${line}\n`)));
   const store = new SqliteStore(config.dataDir);
@@ -194,32 +219,20 @@ export async function startCoordinator(config: CoordinatorConfig): Promise<Runni
     executor.start();
     executor.dispatch({ kind: 'tick' });
 
-    const address = http.address() as AddressInfo;
-    let closed: Promise<void> | null = null;
-    return {
-      url: urlOf(address),
-      port: address.port,
-      info: {
-        runId: opened.runId,
-        resumed: opened.resumed,
-        step: executor.state.lastCommit.step,
-        datasetSize,
-        supersededRunId: opened.supersededRunId,
-      },
-      executor,
-      store,
-      close() {
-        closed ??= new Promise<void>((resolve) => {
+    return running(
+      http,
+      { runId: opened.runId, resumed: opened.resumed, datasetSize, supersededRunId: opened.supersededRunId },
+      {
+        executor,
+        store,
+        stop: () => {
           admin.close();
           executor.stop();
           control!.closeAll();
           server!.peer?.close();
-          http.close(() => resolve());
-          http.closeAllConnections();
-        }).finally(() => store.close());
-        return closed;
+        },
       },
-    };
+    );
   } catch (error) {
     store.close();
     throw error;
