@@ -20,7 +20,8 @@ import { staticFiles } from '../../coordinator/static-files';
 import { SqliteStore } from '../../coordinator/store';
 import type { FeedMessage } from '../../coordinator/core/admin-feed-protocol';
 import { FeedReader, is } from './admin-feed-reader';
-import { makeTempDir, SimTrainer, simulatedParams } from '../support/coordinator-process';
+import { makeTempDir } from '../support/fake-dataset';
+import { SimTrainer, simulatedParams } from '../support/sim-trainer';
 
 const TOKEN = 'admin-routes-test-token';
 const JOB = parseJobSpec({
