@@ -9,7 +9,7 @@ import type { JobPublic } from '../../coordinator/core/job';
 import { type ModelSpec, parameterLayout } from '../../coordinator/core/model-spec';
 import { assignStep, isCommitPoint, positionAfter, stepPosition, totalSteps } from '../../coordinator/core/sampler';
 import { encodeSnapshot, OPTIMIZER_MOMENTS } from '../../coordinator/core/snapshot';
-import { type ServerMsg, SimWorker, } from './sim-worker';
+import { type ServerMsg, SimWorker } from './sim-worker';
 
 /** Simulated parameters after `step` (deterministic, the same in every simulated rank). */
 export function simulatedParams(spec: ModelSpec, step: number): Float32Array {
