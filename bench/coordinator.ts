@@ -20,13 +20,9 @@ import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import WebSocket, { WebSocketServer } from 'ws';
 import { SqliteStore } from '../coordinator/store';
-import {
-  CoordinatorProcess,
-  makeTempDir,
-  SimTrainer,
-  spawnCoordinator,
-  writeFakeIdxDataset,
-} from '../test/support/coordinator-process';
+import { CoordinatorProcess, spawnCoordinator } from '../test/support/coordinator-process';
+import { makeTempDir, writeFakeIdxDataset } from '../test/support/fake-dataset';
+import { SimTrainer } from '../test/support/sim-trainer';
 
 const { values: flags } = parseArgs({
   options: {

@@ -53,12 +53,8 @@ import type { FeedMessage } from '../coordinator/core/admin-feed-protocol';
 import type { NetHarness } from '../test/browser/pages/net-harness';
 import { FASHION_MNIST_DIR, launchChromium } from '../test/support/browser';
 import { mulberry32 } from '../test/support/rng';
-import {
-  CoordinatorProcess,
-  REPO_ROOT,
-  TEST_ADMIN_TOKEN,
-  writeFakeIdxDataset,
-} from '../test/support/coordinator-process';
+import { CoordinatorProcess, REPO_ROOT, TEST_ADMIN_TOKEN } from '../test/support/coordinator-process';
+import { writeFakeIdxDataset } from '../test/support/fake-dataset';
 import { startPeerServer } from '../test/support/peer-server';
 import { Swarm } from '../test/support/swarm';
 import { startViteServer } from '../test/support/vite-server';

@@ -36,12 +36,24 @@ export interface CheckpointGrant {
   issuedAt: number;
 }
 
+/** The metrics the executor feeds (CoordinatorMetrics in the product; a recorder in tests). */
+export type ExecutorMetrics = Pick<
+  CoordinatorMetrics,
+  'apply' | 'eventSeconds' | 'framesSent' | 'storeTransactions' | 'storeTransactionSeconds'
+>;
+
+/**
+ * The executor's ports. The product passes SQLite, the control channel's sockets and Prometheus metrics;
+ * test/unit/coordinator-harness.ts passes in-memory ones and drives the same executor with a manual clock.
+ */
 export interface ExecutorOptions {
-  store: Store;
+  store: Pick<Store, 'apply' | 'pruneEvents'>;
   runId: string;
-  metrics: CoordinatorMetrics;
+  metrics: ExecutorMetrics;
   sockets: SocketSink;
   now?: () => number;
+  /** Schedule `tick` events on timers at the machine's deadlines (default true; false: the caller ticks). */
+  timers?: boolean;
   /** Called for warn/error log actions (besides storing them). */
   onLog?: (level: string, event: string, data: Record<string, unknown>) => void;
   /** The store failed: the process must stop. */
@@ -297,7 +309,7 @@ export class MachineExecutor {
       this.droppedLogLines = 0;
     }
     this.lazyQueue.push(op);
-    if (!this.logTimer) {
+    if (!this.logTimer && this.options.timers !== false) {
       this.logTimer = setTimeout(() => {
         this.logTimer = null;
         this.flushLogs();
@@ -342,7 +354,7 @@ export class MachineExecutor {
 
   /** Ticks at the machine's next deadline, and at least every `maxTickMs` (heartbeat checks). */
   private scheduleTick(): void {
-    if (this.failed || this.stopped) return;
+    if (this.failed || this.stopped || this.options.timers === false) return;
     const deadline = nextDeadline(this.currentState);
     const maxTickMs = Math.max(50, Math.floor(this.currentState.job.heartbeatMs / 2));
     const now = this.now();

@@ -1,5 +1,5 @@
 /**
- * The admin's invite routes (bearer admin token), mounted before the server's own `/api/admin/*`:
+ * The admin's invite routes, served by the one admin router (admin-routes.ts) behind its token guard:
  *
  *   GET    /api/admin/invites            every invite: id, link, label, tab limit, tabs connected, expiry, revoked
  *   POST   /api/admin/invites            {label?, maxTabs?, expiresInMinutes?} → the new invite (201)
@@ -11,7 +11,7 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import { z } from 'zod';
 import type { JoinMode } from './admission';
 import type { CoordinatorState } from './core/machine';
-import { bearerToken, HttpError, readJsonBody, sameSecret, sendError, sendJson } from './http-util';
+import { HttpError, readJsonBody, sendJson } from './http-util';
 import type { Invite, InviteStore } from './invites';
 
 export interface InviteView {
@@ -40,14 +40,15 @@ const createSchema = z.strictObject({
   expiresInMinutes: z.number().positive().max(525_600).nullable().optional(),
 });
 
+/** Serves `/api/admin/invites[/…]`; `rest` is the path after `invites`. The admin router guards it. */
+export type InviteRoutes = (req: IncomingMessage, res: ServerResponse, rest: string[]) => Promise<void>;
+
 export function inviteRoutes(deps: {
-  adminToken: string;
   invites: InviteStore;
   join: JoinMode;
   state: () => CoordinatorState;
   now?: () => number;
-  onRequest?: (route: string, result: string) => void;
-}): (req: IncomingMessage, res: ServerResponse) => boolean {
+}): InviteRoutes {
   const now = deps.now ?? Date.now;
   const view = (invite: Invite): InviteView => ({
     id: invite.id,
@@ -93,32 +94,5 @@ export function inviteRoutes(deps: {
     throw new HttpError(405, 'method_not_allowed', 'GET or POST /api/admin/invites, DELETE /api/admin/invites/{id}');
   }
 
-  return (req, res) => {
-    const path = (req.url ?? '/').split('?')[0];
-    if (path !== '/api/admin/invites' && !path.startsWith('/api/admin/invites/')) return false;
-    const rest = path.slice('/api/admin/invites'.length).split('/').filter(Boolean);
-    const count = deps.onRequest ?? (() => {});
-    if (!sameSecret(bearerToken(req), deps.adminToken)) {
-      count('invites', 'unauthorized');
-      res.setHeader('www-authenticate', 'Bearer realm="tabswarm admin"');
-      sendError(res, 401, 'unauthorized', 'admin calls need "Authorization: Bearer <admin token>"');
-      return true;
-    }
-    handle(req, res, rest)
-      .then(() => count('invites', 'ok'))
-      .catch((error: unknown) => {
-        if (error instanceof z.ZodError) {
-          count('invites', 'bad_request');
-          const message = error.issues.map((i) => `${i.path.join('.') || '(body)'}: ${i.message}`).join('; ');
-          sendError(res, 400, 'bad_request', message);
-        } else if (error instanceof HttpError) {
-          count('invites', error.code);
-          sendError(res, error.status, error.code, error.message);
-        } else {
-          count('invites', 'internal');
-          sendError(res, 500, 'internal', 'internal error');
-        }
-      });
-    return true;
-  };
+  return handle;
 }

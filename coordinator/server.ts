@@ -17,14 +17,14 @@ import type { Duplex } from 'node:stream';
 import { z } from 'zod';
 import { jobPublic } from './core/job';
 import { hashParams } from './core/hash';
-import { adminActionSchema, adminRefusal, type AdminAction } from './core/machine';
 import { idSchema } from './core/protocol';
 import { positionAfter } from './core/sampler';
 import { type DecodedSnapshot, decodeSnapshot, SnapshotError } from './core/snapshot';
+import type { AdminRoutes } from './admin-routes';
 import { auditRun, commitsPage, evaluationViews, MAX_COMMITS_PAGE, statusOf } from './audit';
 import type { ControlChannel } from './control-channel';
 import type { MachineExecutor } from './executor';
-import { bearerToken, HttpError, readBody, readJsonBody, sameSecret, sendError, sendJson, sendText } from './http-util';
+import { HttpError, readBody, sameSecret, sendError, sendJson, sendText } from './http-util';
 import type { PeerSignaling } from './peer-signaling';
 import type { SocketGate } from './socket-gate';
 import type { CoordinatorMetrics } from './server-metrics';
@@ -40,11 +40,10 @@ export interface ServerDeps {
   control: ControlChannel;
   staticFiles: StaticFiles;
   datasetRoute: (req: IncomingMessage, res: ServerResponse) => boolean;
-  adminToken: string;
+  /** The one router of /api/admin/* (admin-routes.ts), with its token guard. */
+  admin: Pick<AdminRoutes, 'handle'>;
   /** Largest accepted checkpoint upload, in bytes. */
   maxCheckpointBytes: number;
-  /** Handlers tried before the built-in API routes (e.g. the admin page's feed and downloads); true = handled. */
-  extraRoutes?: ((req: IncomingMessage, res: ServerResponse) => boolean)[];
   /** Origin allowlist, bans and per-address caps for `/ws` and `/peer` upgrades (socket-gate.ts). */
   gate?: SocketGate;
   now?: () => number;
@@ -67,31 +66,11 @@ const API_ROUTE_LABELS = new Set([
   'admin',
   'health',
 ]);
-/** `action` labels of `tabswarm_admin_requests_total`. */
-const ADMIN_ACTION_LABELS = new Set(['pause', 'resume', 'checkpoint', 'kick', 'workers', 'events', 'invites']);
 
 export function apiRouteLabel(path: string): string {
   const part = path.split('/')[2] ?? '';
   return API_ROUTE_LABELS.has(part) ? part : 'other';
 }
-
-/**
- * Body schemas of the admin routes, mapped to the machine's admin actions. A Map, so that no request
- * path (`constructor`, `__proto__`) can reach an inherited property.
- */
-const adminRoutes = new Map<string, (body: unknown) => AdminAction>(
-  Object.entries({
-    pause: () => ({ type: 'pause' }),
-    resume: () => ({ type: 'resume' }),
-    checkpoint: () => ({ type: 'checkpoint_now' }),
-    kick: (body) =>
-      adminActionSchema.parse({ type: 'kick', workerId: z.object({ workerId: z.string() }).parse(body).workerId }),
-    workers: (body) => {
-      const { min, max } = z.object({ min: z.unknown(), max: z.unknown() }).parse(body);
-      return adminActionSchema.parse({ type: 'set_workers', min, max });
-    },
-  }),
-);
 
 const stepParam = z.coerce.number().int().min(0).max(Number.MAX_SAFE_INTEGER);
 
@@ -191,7 +170,6 @@ export class CoordinatorServer {
     if (path.startsWith('/api/')) {
       metrics.httpRequests.inc(1, { route: apiRouteLabel(path) });
       if (this.deps.datasetRoute(req, res)) return;
-      for (const route of this.deps.extraRoutes ?? []) if (route(req, res)) return;
       await this.handleApi(req, res, url);
       return;
     }
@@ -258,67 +236,11 @@ export class CoordinatorServer {
       await this.handleCheckpoints(req, res, url, parts.slice(1));
       return;
     }
-    if (route === 'admin') {
-      await this.handleAdmin(req, res, url, parts.slice(1));
+    if (route === 'admin' && parts.length > 1) {
+      await this.deps.admin.handle(req, res, url);
       return;
     }
     throw new HttpError(404, 'not_found', `no API route ${url.pathname}`);
-  }
-
-  // ------------------------------------------------------------------ admin
-
-  private async handleAdmin(req: IncomingMessage, res: ServerResponse, url: URL, parts: string[]): Promise<void> {
-    const { metrics, executor, store, runId } = this.deps;
-    const action = parts.join('/');
-    if (!sameSecret(bearerToken(req), this.deps.adminToken)) {
-      metrics.adminRequests.inc(1, {
-        action: ADMIN_ACTION_LABELS.has(action) ? action : 'other',
-        result: 'unauthorized',
-      });
-      res.setHeader('www-authenticate', 'Bearer realm="tabswarm admin"');
-      throw new HttpError(401, 'unauthorized', 'admin calls need "Authorization: Bearer <admin token>"');
-    }
-    if (action === 'events') {
-      requireMethod(req.method, 'GET');
-      const after = Number(url.searchParams.get('after') ?? 0);
-      const limit = Math.min(1000, Math.max(1, Number(url.searchParams.get('limit') ?? 200) || 200));
-      sendJson(res, 200, { events: store.events(runId, { afterId: Number.isFinite(after) ? after : 0, limit }) });
-      return;
-    }
-    const toAction = adminRoutes.get(action);
-    if (!toAction)
-      throw new HttpError(
-        404,
-        'not_found',
-        `no admin action "${action}" (pause, resume, kick, workers, checkpoint, events)`,
-      );
-    requireMethod(req.method, 'POST');
-    const body = await readJsonBody(req);
-    let adminAction: AdminAction;
-    try {
-      adminAction = toAction(body);
-    } catch (error) {
-      metrics.adminRequests.inc(1, { action, result: 'bad_request' });
-      throw error;
-    }
-    if (adminAction.type === 'set_workers' && adminAction.min > adminAction.max) {
-      metrics.adminRequests.inc(1, { action, result: 'bad_request' });
-      throw new HttpError(400, 'bad_request', 'min must be <= max');
-    }
-    if (adminAction.type === 'kick' && !Object.hasOwn(executor.state.workers, adminAction.workerId)) {
-      metrics.adminRequests.inc(1, { action, result: 'not_found' });
-      throw new HttpError(404, 'unknown_worker', `no worker ${adminAction.workerId}`);
-    }
-    // The machine would ignore it: say why instead of an `ok` that changes nothing.
-    const refusal = adminRefusal(executor.state, adminAction);
-    if (refusal !== null) {
-      const invalid = adminAction.type === 'set_workers';
-      metrics.adminRequests.inc(1, { action, result: invalid ? 'bad_request' : 'refused' });
-      throw new HttpError(invalid ? 400 : 409, invalid ? 'bad_request' : 'refused', refusal);
-    }
-    executor.dispatch({ kind: 'admin', action: adminAction });
-    metrics.adminRequests.inc(1, { action, result: 'ok' });
-    sendJson(res, 200, { ok: true, action: adminAction, status: statusOf(executor.state, this.now()) });
   }
 
   // ------------------------------------------------------------------ checkpoints

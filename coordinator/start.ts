@@ -3,6 +3,7 @@
  * HTTP server, PeerJS signaling → listen. The CLI calls this; so can a test that wants one in-process.
  */
 import { createHash } from 'node:crypto';
+import type { Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { effectiveDatasetSize, type JobSpec } from './core/job';
 import { initialState, restoreState, type CoordinatorState, type DurableState } from './core/machine';
@@ -20,7 +21,7 @@ import { staticFiles } from './static-files';
 import { SqliteStore } from './store';
 import { clientAddress } from './socket-gate';
 import { inviteRoutes } from './invite-routes';
-import { setUpTrust, type TrustOptions } from './trust';
+import { setUpTrust, type Trust, type TrustOptions } from './trust';
 
 export interface CoordinatorConfig {
   host: string;
@@ -102,14 +103,89 @@ function rateLimitedLog(write: (line: string) => void, burst = 20, windowMs = 10
   };
 }
 
+/** Opens the run in the store: a new run's initial state, or the durable state of the run it resumes. */
+function openState(store: SqliteStore, config: CoordinatorConfig, policy: Trust['policy']) {
+  const fullSize = config.dataset.train.count;
+  const datasetSize = effectiveDatasetSize(config.job, fullSize);
+  const opened = store.openRun(config.job, jobKeyOf(config.job, config.dataset), datasetSize);
+  try {
+    const state: CoordinatorState = opened.durable
+      ? restoreState(opened.durable as DurableState, policy)
+      : initialState(config.job, fullSize, opened.runId, policy);
+    return { opened, state, datasetSize };
+  } catch (error) {
+    throw Object.assign(
+      new Error(
+        `cannot resume run ${opened.runId} from ${config.dataDir}: ${(error as Error).message} (start with a fresh --data-dir)`,
+      ),
+      { code: 'ERESUME' },
+    );
+  }
+}
+
+function defaultOnFatal(error: Error): void {
+  process.stderr.write(
+    `tabswarm: fatal: ${error.message}; exiting (a restart resumes from the last committed transaction)\n`,
+  );
+  process.exit(1);
+}
+
+/** Listens on `port` (0: any free one) and `host`; rejects with the listen error (EADDRINUSE, …). */
+function listen(http: Server, port: number, host: string): Promise<void> {
+  return new Promise<void>((resolve, reject) => {
+    const onError = (error: Error) => {
+      http.off('listening', onListening);
+      reject(error);
+    };
+    const onListening = () => {
+      http.off('error', onError);
+      resolve();
+    };
+    http.once('error', onError);
+    http.once('listening', onListening);
+    http.listen(port, host);
+  });
+}
+
+/** `http://host:port` for a listening address; a wildcard address becomes the machine's own name for itself. */
+function urlOf(address: AddressInfo, tls: boolean): string {
+  const wildcard = address.address === '0.0.0.0' || address.address === '::';
+  const hostForUrl = wildcard ? 'localhost' : address.family === 'IPv6' ? `[${address.address}]` : address.address;
+  return `${tls ? 'https' : 'http'}://${hostForUrl}:${address.port}`;
+}
+
+/** The handle `startCoordinator` returns: its address, what it opened, and one idempotent `close`. */
+function running(
+  http: Server,
+  opened: Omit<RunningCoordinator['info'], 'step'>,
+  parts: { executor: MachineExecutor; store: SqliteStore; tls: boolean; stop: () => void; release: () => void },
+): RunningCoordinator {
+  const address = http.address() as AddressInfo;
+  let closed: Promise<void> | null = null;
+  return {
+    url: urlOf(address, parts.tls),
+    port: address.port,
+    info: { ...opened, step: parts.executor.state.lastCommit.step },
+    executor: parts.executor,
+    store: parts.store,
+    close() {
+      closed ??= new Promise<void>((resolve) => {
+        parts.stop();
+        http.close(() => resolve());
+        http.closeAllConnections();
+      }).finally(() => {
+        parts.release();
+        parts.store.close();
+      });
+      return closed;
+    },
+  };
+}
+
 export async function startCoordinator(config: CoordinatorConfig): Promise<RunningCoordinator> {
   const log = rateLimitedLog(config.log ?? ((line: string) => process.stderr.write(`${line}\n`)));
   const store = new SqliteStore(config.dataDir);
   try {
-    const fullSize = config.dataset.train.count;
-    const datasetSize = effectiveDatasetSize(config.job, fullSize);
-    const opened = store.openRun(config.job, jobKeyOf(config.job, config.dataset), datasetSize);
-    let state: CoordinatorState;
     let metricsRef: CoordinatorMetrics | null = null;
     const trust = setUpTrust(
       withOwnOrigins(config),
@@ -117,21 +193,7 @@ export async function startCoordinator(config: CoordinatorConfig): Promise<Runni
       () => executor.state,
       (reason) => metricsRef?.messageErrors.inc(1, { code: reason }),
     );
-    try {
-      state = opened.durable
-        ? restoreState(opened.durable as DurableState, trust.policy)
-        : initialState(config.job, fullSize, opened.runId, trust.policy);
-    } catch (error) {
-      throw Object.assign(
-        new Error(
-          `cannot resume run ${opened.runId} from ${config.dataDir}: ${(error as Error).message} (start with a fresh --data-dir)`,
-        ),
-        {
-          code: 'ERESUME',
-        },
-      );
-    }
-
+    const { opened, state, datasetSize } = openState(store, config, trust.policy);
     let control: ControlChannel | null = null;
     let server: CoordinatorServer | null = null;
     const metrics = new CoordinatorMetrics(
@@ -139,14 +201,6 @@ export async function startCoordinator(config: CoordinatorConfig): Promise<Runni
       () => ({ sockets: control?.size ?? 0, peers: server?.peer?.clientCount ?? 0 }),
     );
     metricsRef = metrics;
-    const onFatal =
-      config.onFatal ??
-      ((error: Error) => {
-        process.stderr.write(
-          `tabswarm: fatal: ${error.message}; exiting (a restart resumes from the last committed transaction)\n`,
-        );
-        process.exit(1);
-      });
     const executor: MachineExecutor = new MachineExecutor(state, {
       store,
       runId: opened.runId,
@@ -156,7 +210,7 @@ export async function startCoordinator(config: CoordinatorConfig): Promise<Runni
         close: (conn, code, reason) => control!.close(conn, code, reason),
       },
       onLog: (level, event, data) => log(`tabswarm ${level}: ${event} ${JSON.stringify(data).slice(0, 500)}`),
-      onFatal,
+      onFatal: config.onFatal ?? defaultOnFatal,
       iceFor: config.ice ? (workerId) => iceConfigFor(config.ice!, workerId, Date.now()) : undefined,
       onWelcome: (msg) => ({ ...msg, secret: trust.secrets.issue(msg.runId, msg.workerId) }),
       maxEvents: trust.maxEvents,
@@ -172,8 +226,14 @@ export async function startCoordinator(config: CoordinatorConfig): Promise<Runni
       adminToken: config.adminToken,
       store,
       state: () => executor.state,
+      dispatch: (action) => executor.dispatch({ kind: 'admin', action }),
       subscribe: (listener) => executor.subscribe(listener),
       onRequest: (route, result) => metrics.adminRequests.inc(1, { action: route, result }),
+      invites: inviteRoutes({
+        invites: trust.invites,
+        join: trust.admission.mode,
+        state: () => executor.state,
+      }),
     });
     server = new CoordinatorServer({
       runId: opened.runId,
@@ -183,18 +243,8 @@ export async function startCoordinator(config: CoordinatorConfig): Promise<Runni
       control,
       staticFiles: staticFiles(config.distDir),
       datasetRoute: datasetRoutes(config.dataset),
-      adminToken: config.adminToken,
+      admin,
       maxCheckpointBytes: checkpointLimit(config.job),
-      extraRoutes: [
-        inviteRoutes({
-          adminToken: config.adminToken,
-          invites: trust.invites,
-          join: trust.admission.mode,
-          state: () => executor.state,
-          onRequest: (route, result) => metrics.adminRequests.inc(1, { action: route, result }),
-        }),
-        admin,
-      ],
       gate: trust.gate,
       tls: config.tls,
       publicUrl: config.publicUrl,
@@ -203,19 +253,7 @@ export async function startCoordinator(config: CoordinatorConfig): Promise<Runni
     server.peer = mountPeerSignaling(server.http);
 
     const http = server.http;
-    await new Promise<void>((resolve, reject) => {
-      const onError = (error: Error) => {
-        http.off('listening', onListening);
-        reject(error);
-      };
-      const onListening = () => {
-        http.off('error', onError);
-        resolve();
-      };
-      http.once('error', onError);
-      http.once('listening', onListening);
-      http.listen(config.port, config.host);
-    }).catch((error: unknown) => {
+    await listen(http, config.port, config.host).catch((error: unknown) => {
       server?.peer?.close();
       admin.close();
       trust.close();
@@ -225,38 +263,22 @@ export async function startCoordinator(config: CoordinatorConfig): Promise<Runni
     executor.start();
     executor.dispatch({ kind: 'tick' });
 
-    const address = http.address() as AddressInfo;
-    // A wildcard address is not something to open in a browser; the machine's own name for itself is.
-    const wildcard = address.address === '0.0.0.0' || address.address === '::';
-    const hostForUrl = wildcard ? 'localhost' : address.family === 'IPv6' ? `[${address.address}]` : address.address;
-    let closed: Promise<void> | null = null;
-    return {
-      url: `${config.tls ? 'https' : 'http'}://${hostForUrl}:${address.port}`,
-      port: address.port,
-      info: {
-        runId: opened.runId,
-        resumed: opened.resumed,
-        step: executor.state.lastCommit.step,
-        datasetSize,
-        supersededRunId: opened.supersededRunId,
-      },
-      executor,
-      store,
-      close() {
-        closed ??= new Promise<void>((resolve) => {
+    return running(
+      http,
+      { runId: opened.runId, resumed: opened.resumed, datasetSize, supersededRunId: opened.supersededRunId },
+      {
+        executor,
+        store,
+        tls: config.tls !== undefined,
+        release: () => trust.close(),
+        stop: () => {
           admin.close();
           executor.stop();
           control!.closeAll();
           server!.peer?.close();
-          http.close(() => resolve());
-          http.closeAllConnections();
-        }).finally(() => {
-          trust.close();
-          store.close();
-        });
-        return closed;
+        },
       },
-    };
+    );
   } catch (error) {
     store.close();
     throw error;

@@ -6,6 +6,9 @@
  *
  * Every console error (page and its Web Workers), uncaught page error and renderer crash is kept as a
  * `TabProblem`, marked `expected` when the swarm caused it (a crash it ordered), so nothing is lost.
+ *
+ * The one tab driver: `npm run swarm`, `--local-workers` and the browser tests (test/support/swarm.ts
+ * wraps it) all open, close, crash and read tabs through this pool.
  */
 import type { Browser, BrowserContext, CDPSession, ConsoleMessage, Page } from 'playwright-core';
 
@@ -90,6 +93,8 @@ export interface TabPoolOptions {
   maxProblems?: number;
   /** Page load timeout. */
   openTimeoutMs?: number;
+  /** Called with each new page before it loads (the tests attach their own console watcher here). */
+  onPage?: (name: string, page: Page) => void;
 }
 
 function withTimeout<T>(promise: Promise<T>, ms: number, what: string): Promise<T> {
@@ -159,6 +164,7 @@ export class TabPool {
     const tab = new SwarmTab(name, context, page, this.opts.clock());
     this.tabs.push(tab);
     this.watch(tab);
+    this.opts.onPage?.(name, page);
     try {
       const response = await page.goto(this.tabUrl, { timeout: this.opts.openTimeoutMs ?? 30_000, waitUntil: 'load' });
       if (response && !response.ok())

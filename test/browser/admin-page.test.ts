@@ -20,17 +20,9 @@ import {
   WEB_BUILD_DIR,
   type PageProblems,
 } from '../support/browser';
-import {
-  REPO_ROOT,
-  simulatedParams,
-  simulatedParamsHash,
-  simulatedSnapshot,
-  SimWorker,
-  spawnCoordinator,
-  TEST_ADMIN_TOKEN,
-  type CoordinatorProcess,
-  type ServerMsg,
-} from '../support/coordinator-process';
+import { REPO_ROOT, spawnCoordinator, TEST_ADMIN_TOKEN, type CoordinatorProcess } from '../support/coordinator-process';
+import { simulatedParams, simulatedParamsHash, simulatedSnapshot } from '../support/sim-trainer';
+import { SimWorker, type ServerMsg } from '../support/sim-worker';
 
 const ARTIFACTS = join(REPO_ROOT, 'test-results');
 const JOB = {

@@ -20,7 +20,8 @@ import {
   skipWithoutWebBuild,
   WEB_BUILD_DIR,
 } from '../support/browser';
-import { CoordinatorProcess, makeTempDir } from '../support/coordinator-process';
+import { CoordinatorProcess } from '../support/coordinator-process';
+import { makeTempDir } from '../support/fake-dataset';
 import type { StatusReport } from '../../coordinator/audit';
 import { coordinatorStatusUntil, Swarm, type SwarmTab } from '../support/swarm';
 

@@ -27,7 +27,7 @@ import {
   skipWithoutWebBuild,
   WEB_BUILD_DIR,
 } from '../support/browser';
-import { makeTempDir } from '../support/coordinator-process';
+import { makeTempDir } from '../support/fake-dataset';
 import { writeDatasetSlice } from '../support/small-dataset';
 
 const skip =

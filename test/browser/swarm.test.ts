@@ -16,12 +16,8 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { chaosSchedule } from '../../coordinator/swarm/chaos-schedule';
 import type { SwarmReport } from '../../coordinator/swarm/swarm-report';
 import { skipWithoutChromium, skipWithoutWebBuild, WEB_BUILD_DIR } from '../support/browser';
-import {
-  CoordinatorProcess,
-  makeTempDir,
-  runCoordinatorCli,
-  writeFakeIdxDataset,
-} from '../support/coordinator-process';
+import { CoordinatorProcess, runCoordinatorCli } from '../support/coordinator-process';
+import { makeTempDir, writeFakeIdxDataset } from '../support/fake-dataset';
 
 const job = {
   model: 'tiny-mlp',

@@ -35,7 +35,8 @@ import {
   WEB_BUILD_DIR,
   type PageProblems,
 } from '../support/browser';
-import { CoordinatorProcess, makeTempDir, REPO_ROOT, writeFakeIdxDataset } from '../support/coordinator-process';
+import { CoordinatorProcess, REPO_ROOT } from '../support/coordinator-process';
+import { makeTempDir, writeFakeIdxDataset } from '../support/fake-dataset';
 
 const ARTIFACTS = join(REPO_ROOT, 'test-results');
 const TRAIN_IMAGES = 1024;

@@ -20,7 +20,8 @@ import { staticFiles } from '../../coordinator/static-files';
 import { SqliteStore } from '../../coordinator/store';
 import type { FeedMessage } from '../../coordinator/core/admin-feed-protocol';
 import { FeedReader, is } from './admin-feed-reader';
-import { makeTempDir, SimTrainer, simulatedParams } from '../support/coordinator-process';
+import { makeTempDir } from '../support/fake-dataset';
+import { SimTrainer, simulatedParams } from '../support/sim-trainer';
 
 const TOKEN = 'admin-routes-test-token';
 const JOB = parseJobSpec({
@@ -34,7 +35,6 @@ const JOB = parseJobSpec({
   checkpointEvery: 3,
 });
 const DATASET_SIZE = 300;
-type FeedMode = 'action hook' | 'store tail';
 
 interface Stack {
   url: string;
@@ -45,8 +45,8 @@ interface Stack {
   close(): Promise<void>;
 }
 
-/** start.ts's composition, plus the admin routes in front of the server's request handler. */
-async function startStack(job: JobSpec, mode: FeedMode): Promise<Stack> {
+/** start.ts's composition, in process (so the test can reach the executor and store). */
+async function startStack(job: JobSpec): Promise<Stack> {
   const store = new SqliteStore(join(makeTempDir('tabswarm-admin-'), 'data'));
   const { runId } = store.openRun(job, 'admin-routes-test', DATASET_SIZE);
   let control: ControlChannel | null = null;
@@ -67,6 +67,15 @@ async function startStack(job: JobSpec, mode: FeedMode): Promise<Stack> {
     },
   });
   control = new ControlChannel({ dispatch: (event) => executor.dispatch(event), metrics });
+  const routes = adminRoutes({
+    runId,
+    adminToken: TOKEN,
+    store,
+    state: () => executor.state,
+    dispatch: (action) => executor.dispatch({ kind: 'admin', action }),
+    subscribe: (listener) => executor.subscribe(listener),
+    feed: { statusIntervalMs: 200 },
+  });
   const server = new CoordinatorServer({
     runId,
     store,
@@ -75,21 +84,8 @@ async function startStack(job: JobSpec, mode: FeedMode): Promise<Stack> {
     control,
     staticFiles: staticFiles(makeTempDir('tabswarm-nodist-')),
     datasetRoute: () => false,
-    adminToken: TOKEN,
+    admin: routes,
     maxCheckpointBytes: parameterLayout(job.model).totalElements * 12 + 1024 * 1024,
-  });
-  const routes = adminRoutes({
-    runId,
-    adminToken: TOKEN,
-    store,
-    state: () => executor.state,
-    subscribe: mode === 'action hook' ? (listener) => executor.subscribe(listener) : undefined,
-    feed: { pollMs: 50, statusIntervalMs: 200 },
-  });
-  const [serverHandler] = server.http.listeners('request') as ((req: unknown, res: unknown) => void)[];
-  server.http.removeAllListeners('request');
-  server.http.on('request', (req, res) => {
-    if (!routes(req, res)) serverHandler(req, res);
   });
   await new Promise<void>((resolve) => server.http.listen(0, '127.0.0.1', resolve));
   executor.start();
@@ -132,12 +128,12 @@ function readSafetensors(bytes: Uint8Array): {
   return { meta: header.__metadata__, tensors };
 }
 
-describe.each<FeedMode>(['action hook', 'store tail'])('admin routes (feed from the %s)', (mode) => {
+describe("admin routes (one router, one guard; the feed from the executor's action hook)", () => {
   let stack: Stack;
   const trainers: SimTrainer[] = [];
 
   beforeAll(async () => {
-    stack = await startStack(JOB, mode);
+    stack = await startStack(JOB);
   });
   afterAll(async () => {
     for (const t of trainers) {
@@ -163,9 +159,15 @@ describe.each<FeedMode>(['action hook', 'store tail'])('admin routes (feed from 
       headers: { authorization: 'Bearer not-the-token' },
     });
     expect(wrong.status).toBe(401);
-    // Paths that are not the admin routes' own fall through to the server (its POST actions, its 401).
+    // The actions sit behind the same guard, and never take the token from the URL.
     const pause = await fetch(`${stack.url}/api/admin/pause`, { method: 'POST' });
     expect(pause.status).toBe(401);
+    const pauseByQuery = await fetch(`${stack.url}/api/admin/pause?token=${TOKEN}`, { method: 'POST' });
+    expect(pauseByQuery.status).toBe(401);
+    const unknown = await fetch(`${stack.url}/api/admin/nope`);
+    expect(unknown.status).toBe(401);
+    const unknownAuthed = await fetch(`${stack.url}/api/admin/nope`, { headers: { authorization: `Bearer ${TOKEN}` } });
+    expect(unknownAuthed.status).toBe(404);
     const status = await fetch(`${stack.url}/api/status`);
     expect(status.status).toBe(200);
   });

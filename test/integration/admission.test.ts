@@ -4,7 +4,8 @@
  * status, invites kept across a restart; and `--join open`, where an invite only labels a tab.
  */
 import { afterEach, describe, expect, it } from 'vitest';
-import { type CoordinatorProcess, SimWorker, spawnCoordinator } from '../support/coordinator-process';
+import { type CoordinatorProcess, spawnCoordinator } from '../support/coordinator-process';
+import { SimWorker } from '../support/sim-worker';
 
 const JOB = { model: 'tiny-mlp', globalBatch: 32, epochs: 100, minWorkers: 5, maxWorkers: 8, heartbeatMs: 1000 };
 

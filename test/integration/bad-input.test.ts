@@ -4,14 +4,9 @@
  * after, and the round it was thrown at still commits its next step.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import {
-  CoordinatorProcess,
-  SimTrainer,
-  SimWorker,
-  simulatedParamsHash,
-  spawnCoordinator,
-  type ServerMsg,
-} from '../support/coordinator-process';
+import { CoordinatorProcess, spawnCoordinator } from '../support/coordinator-process';
+import { SimTrainer, simulatedParamsHash } from '../support/sim-trainer';
+import { SimWorker, type ServerMsg } from '../support/sim-worker';
 import { assignStep, stepPosition } from '../../coordinator/core/sampler';
 import { MAX_CONTROL_MESSAGE_BYTES } from '../../coordinator/core/protocol';
 

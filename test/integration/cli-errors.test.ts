@@ -6,7 +6,8 @@ import { mkdirSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'nod
 import { createServer, type Server } from 'node:net';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { makeTempDir, runCoordinatorCli, sharedFakeDataset, writeFakeIdxDataset } from '../support/coordinator-process';
+import { makeTempDir, sharedFakeDataset, writeFakeIdxDataset } from '../support/fake-dataset';
+import { runCoordinatorCli } from '../support/coordinator-process';
 import {
   DEFAULT_DATASET_DIR,
   loadDataset,

@@ -7,12 +7,8 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { jobPublic, parseJobSpec } from '../../coordinator/core/job';
 import { stepPosition } from '../../coordinator/core/sampler';
-import {
-  type CoordinatorProcess,
-  SimTrainer,
-  simulatedParamsHash,
-  spawnCoordinator,
-} from '../support/coordinator-process';
+import { type CoordinatorProcess, spawnCoordinator } from '../support/coordinator-process';
+import { SimTrainer, simulatedParamsHash } from '../support/sim-trainer';
 
 /** 300 fake training images, batch 32: 10 steps; checkpoints every 3 steps. */
 const JOB = {

@@ -6,12 +6,8 @@
  * every index of every epoch committed exactly once.
  */
 import { afterEach, describe, expect, it } from 'vitest';
-import {
-  type CoordinatorProcess,
-  SimTrainer,
-  simulatedParamsHash,
-  spawnCoordinator,
-} from '../support/coordinator-process';
+import { type CoordinatorProcess, spawnCoordinator } from '../support/coordinator-process';
+import { SimTrainer, simulatedParamsHash } from '../support/sim-trainer';
 import { jobPublic, parseJobSpec } from '../../coordinator/core/job';
 import { stepPosition, totalSteps } from '../../coordinator/core/sampler';
 

@@ -7,14 +7,10 @@ import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import WebSocket from 'ws';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import {
-  CoordinatorProcess,
-  makeTempDir,
-  SimTrainer,
-  SimWorker,
-  simulatedSnapshot,
-  spawnCoordinator,
-} from '../support/coordinator-process';
+import { CoordinatorProcess, spawnCoordinator } from '../support/coordinator-process';
+import { makeTempDir } from '../support/fake-dataset';
+import { SimTrainer, simulatedSnapshot } from '../support/sim-trainer';
+import { SimWorker } from '../support/sim-worker';
 
 const JOB = {
   model: 'tiny-mlp',

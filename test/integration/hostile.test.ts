@@ -10,13 +10,9 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { positionAfter } from '../../coordinator/core/sampler';
 import { encodeSnapshot, OPTIMIZER_MOMENTS } from '../../coordinator/core/snapshot';
 import { parameterLayout } from '../../coordinator/core/model-spec';
-import {
-  CoordinatorProcess,
-  SimTrainer,
-  SimWorker,
-  spawnCoordinator,
-  type ServerMsg,
-} from '../support/coordinator-process';
+import { CoordinatorProcess, spawnCoordinator } from '../support/coordinator-process';
+import { SimTrainer } from '../support/sim-trainer';
+import { SimWorker, type ServerMsg } from '../support/sim-worker';
 
 const JOB = {
   model: 'tiny-mlp',

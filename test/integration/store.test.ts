@@ -8,7 +8,8 @@ import { readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import { sha256Hex, SqliteStore, type CommitRecord } from '../../coordinator/store';
-import { makeTempDir, REPO_ROOT } from '../support/coordinator-process';
+import { makeTempDir } from '../support/fake-dataset';
+import { REPO_ROOT } from '../support/coordinator-process';
 
 const stores: SqliteStore[] = [];
 afterEach(() => {

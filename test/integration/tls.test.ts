@@ -10,13 +10,8 @@ import { join } from 'node:path';
 import WebSocket from 'ws';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { makeTestCertificates, type TestCertificates } from '../../coordinator/netbed/test-ca';
-import {
-  makeTempDir,
-  runCoordinatorCli,
-  sharedFakeDataset,
-  spawnCoordinator,
-  type CoordinatorProcess,
-} from '../support/coordinator-process';
+import { runCoordinatorCli, spawnCoordinator, type CoordinatorProcess } from '../support/coordinator-process';
+import { makeTempDir, sharedFakeDataset } from '../support/fake-dataset';
 
 function httpsText(url: string, ca: Buffer | string): Promise<{ status: number; body: string }> {
   return new Promise((resolve, reject) => {

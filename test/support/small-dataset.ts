@@ -5,7 +5,7 @@
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { loadIdxDataset } from '../../coordinator/dataset';
-import { idxFile } from './coordinator-process';
+import { idxFile } from './fake-dataset';
 
 /** Write the first images of the IDX dataset in `sourceDir` into `targetDir` (created). */
 export async function writeDatasetSlice(

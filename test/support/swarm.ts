@@ -1,8 +1,9 @@
 /**
- * A swarm of volunteer tabs for browser tests: each tab is a page in its own browser context (its own
- * storage, like a separate person), pointed at a coordinator URL with `?autostart=1`, so it joins the
- * coordinator's job on its own. Faults as the docs/chromium.md vocabulary has them: `close` (page.close →
- * `pagehide` → goodbye), `crash` (CDP `Page.crash`: the renderer dies, sockets drop without goodbye).
+ * A swarm of volunteer tabs for browser tests, on the product's tab pool (coordinator/swarm/swarm-tabs.ts):
+ * each tab is a page in its own browser context (its own storage, like a separate person), pointed at a
+ * coordinator URL with `?autostart=1`, so it joins the coordinator's job on its own. Faults as
+ * docs/chromium.md has them: `close` (page.close → `pagehide` → goodbye), `crash` (CDP `Page.crash`:
+ * the renderer dies, sockets drop without goodbye).
  *
  * The tabs' elastic status is `window.tabswarmElastic` (web/elastic/start.ts); helpers wait on it
  * with `page.waitForFunction`, never with sleeps.
@@ -11,7 +12,8 @@ import type { Browser, BrowserContext, Page } from 'playwright-core';
 import type { StatusReport } from '../../coordinator/audit';
 import type { ElasticStatus } from '../../web/elastic/elastic-loop';
 import type {} from '../../web/elastic/start';
-import { watchPage, type PageProblems } from './browser';
+import { type SwarmTab as PooledTab, TabPool } from '../../coordinator/swarm/swarm-tabs';
+import { type PageProblems, watchPage } from './browser';
 import type { CoordinatorProcess } from './coordinator-process';
 
 /**
@@ -41,6 +43,8 @@ export interface SwarmTab {
   readonly problems: PageProblems;
   /** Set once the tab was closed or crashed on purpose. */
   gone: 'closed' | 'crashed' | null;
+  /** The product's tab (coordinator/swarm/swarm-tabs.ts) this one wraps. */
+  readonly pooled: PooledTab;
 }
 
 export interface SwarmOptions {
@@ -50,24 +54,38 @@ export interface SwarmOptions {
   echo?: boolean;
 }
 
+/**
+ * The product's tab pool (the same open/close/crash code `npm run swarm` uses), plus what tests need:
+ * per-tab console errors, and waiting on a tab's elastic status.
+ */
 export class Swarm {
   readonly tabs: SwarmTab[] = [];
   private counter = 0;
+  private readonly pool: TabPool;
+  private readonly watched = new Map<string, PageProblems>();
 
   constructor(
     readonly browser: Browser,
     readonly url: string,
-    private readonly opts: SwarmOptions = {},
-  ) {}
+    opts: SwarmOptions = {},
+  ) {
+    const query = new URLSearchParams({ autostart: '1', ...opts.query });
+    const t0 = performance.now();
+    this.pool = new TabPool(browser, `${url}/?${query}`, {
+      clock: () => performance.now() - t0,
+      onPage: (name, page) => this.watched.set(name, watchPage(page, { echo: opts.echo })),
+    });
+  }
 
   /** Open a tab that joins the coordinator; resolves once the page has loaded (not yet joined). */
   async open(name = `tab${++this.counter}`): Promise<SwarmTab> {
-    const context = await this.browser.newContext({ viewport: { width: 900, height: 700 } });
-    const page = await context.newPage();
-    const problems = watchPage(page, { echo: this.opts.echo });
-    const query = new URLSearchParams({ autostart: '1', ...this.opts.query });
-    await page.goto(`${this.url}/?${query}`);
-    const tab: SwarmTab = { name, context, page, problems, gone: null };
+    const pooled = await this.pool.open(name);
+    if (pooled.fate === 'failed') {
+      const why = this.pool.problems.filter((p) => p.tab === name).map((p) => p.text);
+      throw new Error(`${name}: ${why.join('; ')}`);
+    }
+    const problems = this.watched.get(name)!;
+    const tab: SwarmTab = { name, context: pooled.context, page: pooled.page, problems, gone: null, pooled };
     this.tabs.push(tab);
     return tab;
   }
@@ -97,7 +115,6 @@ export class Swarm {
       await tab.page.waitForFunction(
         ({ source, arg }) => {
           const s = window.tabswarmElastic;
-          // eslint-disable-next-line no-new-func
           return !!s && (new Function(`return (${source})`)() as (s: unknown, a: unknown) => boolean)(s, arg);
         },
         { source, arg },
@@ -115,20 +132,13 @@ export class Swarm {
   /** Leave like a person closing the tab: `pagehide` runs and the page says goodbye. */
   async close(tab: SwarmTab): Promise<void> {
     tab.gone = 'closed';
-    await tab.page.close();
-    await tab.context.close();
+    await this.pool.close(tab.pooled);
   }
 
   /** Kill the tab's renderer at once (no goodbye, sockets and data channels drop). */
   async crash(tab: SwarmTab): Promise<void> {
     tab.gone = 'crashed';
-    const cdp = await tab.context.newCDPSession(tab.page);
-    const crashed = new Promise<void>((resolve) => tab.page.once('crash', () => resolve()));
-    // The call itself never settles here (its target is gone, headless Chromium 156): wait for the
-    // page's crash event instead.
-    cdp.send('Page.crash').catch(() => undefined);
-    await crashed;
-    await tab.context.close().catch(() => undefined);
+    await this.pool.crash(tab.pooled);
   }
 
   /** Tabs still running. */
@@ -136,14 +146,10 @@ export class Swarm {
     return this.tabs.filter((t) => t.gone === null);
   }
 
-  /** Close every tab still open (without waiting for goodbyes to matter). */
+  /** Close every tab still open. */
   async closeAll(): Promise<void> {
-    await Promise.all(
-      this.live.map(async (t) => {
-        t.gone = 'closed';
-        await t.context.close().catch(() => undefined);
-      }),
-    );
+    for (const t of this.live) t.gone = 'closed';
+    await this.pool.closeAll();
   }
 
   /**

@@ -1,7 +1,8 @@
 /**
- * A test executor for the coordinator machine: feeds events with an injected clock, executes the
- * actions the way the server must (a fake store for commits/persist, inboxes for sockets), plays
- * simulated workers, and checks the invariants after every event:
+ * The coordinator machine driven through the product's own executor (coordinator/executor.ts) with
+ * in-memory ports: a manual clock, a store that keeps commits and the durable state in arrays, sockets
+ * that deliver to simulated workers' inboxes. It plays the workers and checks the invariants after every
+ * event:
  * - every sent message is a valid ServerMessage;
  * - `record_commit`/`rollback_commits` are followed by `persist` before any send;
  * - round messages (train, round_closed, committed) go only to members of that round;
@@ -9,9 +10,10 @@
  * - the record agrees with the last commit; the state is plain JSON; ranks are dense.
  */
 import { expect } from 'vitest';
+import { type ExecutorMetrics, MachineExecutor } from '../../coordinator/executor';
+import type { StoreOp } from '../../coordinator/store';
 import { parseJobSpec, type JobSpecInput } from '../../coordinator/core/job';
 import {
-  handle,
   initialState,
   type Action,
   type CommitRecord,
@@ -67,16 +69,34 @@ function deepFreeze<T>(value: T): T {
   return value;
 }
 
-export class Harness {
-  state: CoordinatorState;
-  now = 0;
-  durable: DurableState | null = null;
-  /** The store's commit table. */
+/** The store port: commits and the durable state in memory, written by the executor exactly as SQLite is. */
+class MemoryStore {
   commits: CommitRecord[] = [];
+  durable: DurableState | null = null;
+  /** Event rows are not kept here (logs are recorded from the action list). */
+  pruneEvents(_runId: string, _keep: number): number {
+    return 0;
+  }
+
+  apply(_runId: string, ops: StoreOp[]): void {
+    for (const op of ops) {
+      if (op.kind === 'persist') this.durable = JSON.parse(JSON.stringify(op.durable));
+      else if (op.kind === 'commit') this.commits.push(op.commit);
+      else if (op.kind === 'rollback') this.commits = this.commits.filter((c) => c.step <= op.afterStep);
+    }
+  }
+}
+
+const noMetric = { observe() {}, inc() {} };
+
+export class Harness {
+  now = 0;
   workers = new Map<string, SimWorker>();
   private byConn = new Map<string, SimWorker>();
   private roundMembers = new Map<number, Set<string>>();
   private connSeq = 0;
+  private readonly store = new MemoryStore();
+  private executor: MachineExecutor;
   metrics: { name: string; value?: number; labels?: Record<string, string> }[] = [];
   logs: { level: string; event: string; data: Record<string, unknown> }[] = [];
   lastActions: Action[] = [];
@@ -87,12 +107,76 @@ export class Harness {
     public runId = 'run-1',
     policy?: TrustPolicy,
   ) {
-    this.state = initialState(parseJobSpec(job), datasetSize, runId, policy);
+    this.executor = this.executorFor(initialState(parseJobSpec(job), datasetSize, runId, policy));
+  }
+
+  get state(): CoordinatorState {
+    return this.executor.state;
+  }
+
+  /** The store's commit table. */
+  get commits(): CommitRecord[] {
+    return this.store.commits;
+  }
+
+  /** The store's durable state (null before the first persist). */
+  get durable(): DurableState | null {
+    return this.store.durable;
+  }
+
+  set durable(durable: DurableState | null) {
+    this.store.durable = durable;
+  }
+
+  private executorFor(state: CoordinatorState): MachineExecutor {
+    // The machine's metric actions are recorded from the action list (below); timings are not checked here.
+    const metrics = {
+      apply: () => {},
+      eventSeconds: noMetric,
+      framesSent: noMetric,
+      storeTransactions: noMetric,
+      storeTransactionSeconds: noMetric,
+    } as unknown as ExecutorMetrics;
+    const executor = new MachineExecutor(state, {
+      store: this.store,
+      runId: this.runId,
+      metrics,
+      now: () => this.now,
+      timers: false,
+      storedLogLevels: new Set(),
+      sockets: {
+        send: (conn, text) => {
+          const w = this.byConn.get(conn);
+          if (w) this.deliver(w, JSON.parse(text) as ServerMessage);
+          return !!w;
+        },
+        close: (conn) => {
+          const w = this.byConn.get(conn);
+          if (w) w.closedByServer = true;
+        },
+      },
+      // A machine that throws is a bug: the product logs it and drops the event; a test must fail.
+      onLog: (_level, event, data) => {
+        if (event === 'machine_threw' || event === 'action_listener_threw') throw new Error(String(data.error));
+      },
+      onFatal: (error) => {
+        throw error;
+      },
+    });
+    executor.subscribe((actions) => {
+      this.lastActions = [...actions];
+      for (const action of actions) {
+        if (action.kind === 'metric')
+          this.metrics.push({ name: action.name, value: action.value, labels: action.labels });
+        if (action.kind === 'log') this.logs.push({ level: action.level, event: action.event, data: action.data });
+      }
+    });
+    return executor;
   }
 
   /** Replace the machine's state (a coordinator restart); sockets are gone. */
   restart(state: CoordinatorState): void {
-    this.state = state;
+    this.executor = this.executorFor(state);
     for (const w of this.workers.values()) {
       w.round = null;
       w.training = false;
@@ -103,11 +187,11 @@ export class Harness {
 
   apply(event: Event): Action[] {
     // handle() must never mutate its input: a frozen state makes any mutation throw (ESM is strict).
-    const { state, actions } = handle(deepFreeze(this.state), event, this.now);
+    deepFreeze(this.executor.state);
+    this.lastActions = [];
+    this.executor.dispatch(event);
+    const actions = this.lastActions;
     this.checkActions(actions);
-    this.state = state;
-    this.lastActions = actions;
-    for (const action of actions) this.execute(action);
     this.checkInvariants();
     // Like the server: a socket the machine closed reports its close event afterwards.
     for (const action of actions) {
@@ -276,36 +360,6 @@ export class Harness {
   }
 
   // ------------------------------------------------------------ execution
-
-  private execute(action: Action): void {
-    switch (action.kind) {
-      case 'persist':
-        this.durable = JSON.parse(JSON.stringify(action.durable));
-        break;
-      case 'record_commit':
-        this.commits.push(action.commit);
-        break;
-      case 'rollback_commits':
-        this.commits = this.commits.filter((c) => c.step <= action.afterStep);
-        break;
-      case 'metric':
-        this.metrics.push({ name: action.name, value: action.value, labels: action.labels });
-        break;
-      case 'log':
-        this.logs.push({ level: action.level, event: action.event, data: action.data });
-        break;
-      case 'close': {
-        const w = this.byConn.get(action.conn);
-        if (w) w.closedByServer = true;
-        break;
-      }
-      case 'send': {
-        const w = this.byConn.get(action.conn);
-        if (w) this.deliver(w, action.msg);
-        break;
-      }
-    }
-  }
 
   private deliver(w: SimWorker, msg: ServerMessage): void {
     w.inbox.push(msg);

@@ -413,7 +413,10 @@ const cases: [string, () => void][] = [
     'when no participant holds the last commit, the record rolls back to the latest checkpoint',
     () => {
       const h = training(5); // checkpointEvery 4: requested at step 4
-      expect(h.received('a', 'checkpoint_request').pop()).toMatchObject({ step: 4, url: '/api/checkpoints/run-1/4' });
+      expect(h.received('a', 'checkpoint_request').pop()).toMatchObject({
+        step: 4,
+        url: expect.stringMatching(/^\/api\/checkpoints\/run-1\/4\?token=[0-9a-f]{32}$/),
+      });
       h.apply({ kind: 'checkpoint_stored', step: 4, epoch: 0, cursor: 32, sha256: 'ab'.repeat(32) });
       expect(h.durable?.checkpoints).toEqual([
         { step: 4, epoch: 0, cursor: 32, sha256: 'ab'.repeat(32), hash: hashOf(4) },

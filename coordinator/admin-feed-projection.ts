@@ -1,0 +1,225 @@
+/**
+ * The admin feed as a projection, without I/O: stored rows and machine actions in, `FeedMessage`s out
+ * (coordinator/core/admin-feed-protocol.ts). It keeps only what a new page's snapshot needs beyond the
+ * store: the newest event-log lines (a bounded ring), the evaluations, and the commit-rate window.
+ * coordinator/admin-feed.ts feeds it and sends what it returns through an SSE hub.
+ */
+import type { Action, CoordinatorState } from './core/machine';
+import type { CommitRecord } from './core/state';
+import { parameterLayout } from './core/model-spec';
+import { stepsPerEpoch } from './core/sampler';
+import { statusOf } from './audit';
+import type { CheckpointRow, CommitRow, EventRow } from './store';
+import {
+  categoryOf,
+  type AdminJobSummary,
+  type FeedCheckpoint,
+  type FeedCommit,
+  type FeedEvaluation,
+  type FeedEvent,
+  type FeedMessage,
+} from './core/admin-feed-protocol';
+
+/** Commits whose rate is averaged (the newest, within one round). */
+const RATE_WINDOW = 8;
+
+/** Samples per second over the last few commits of a round: samples after the first / time span. */
+export class CommitRater {
+  private window: { at: number; count: number; round: number }[] = [];
+
+  push(at: number, count: number, round: number): number | null {
+    if (this.window.length > 0 && this.window[this.window.length - 1].round !== round) this.window = [];
+    this.window.push({ at, count, round });
+    if (this.window.length > RATE_WINDOW) this.window.shift();
+    if (this.window.length < 2) return null;
+    const span = this.window[this.window.length - 1].at - this.window[0].at;
+    if (span <= 0) return null;
+    const samples = this.window.slice(1).reduce((sum, c) => sum + c.count, 0);
+    return (samples * 1000) / span;
+  }
+
+  /** Forget everything after a rollback (the rate restarts with the next round). */
+  reset(): void {
+    this.window = [];
+  }
+}
+
+function finiteOrNull(x: number): number | null {
+  return Number.isFinite(x) ? x : null;
+}
+
+/** A commit as the feed shows it: a stored row, or a live `record_commit` stamped with the feed's clock. */
+export function feedCommitFromRow(
+  row: CommitRecord & Pick<CommitRow, 'committedAt'>,
+  samplesPerSecond: number | null,
+): FeedCommit {
+  return {
+    step: row.step,
+    firstStep: row.firstStep,
+    epoch: row.epoch,
+    cursorStart: row.cursorStart,
+    count: row.count,
+    loss: finiteOrNull(row.loss),
+    worldSize: row.world.length,
+    round: row.round,
+    hash: row.hash,
+    at: row.committedAt,
+    samplesPerSecond,
+  };
+}
+
+export function feedCheckpoint(
+  runId: string,
+  row: Pick<CheckpointRow, 'step' | 'epoch' | 'cursor' | 'sha256' | 'bytes' | 'createdAt'>,
+): FeedCheckpoint {
+  return {
+    step: row.step,
+    epoch: row.epoch,
+    cursor: row.cursor,
+    sha256: row.sha256,
+    bytes: row.bytes,
+    createdAt: row.createdAt,
+    safetensorsUrl: `/api/admin/model.safetensors?step=${row.step}`,
+    snapshotUrl: `/api/checkpoints/${encodeURIComponent(runId)}/${row.step}`,
+  };
+}
+
+function feedEvent(id: number | null, at: number, level: string, event: string, data: unknown): FeedEvent {
+  return { id, at, level, event, category: categoryOf(event, data), data };
+}
+
+/** An `evaluation` log event carrying `{step, accuracy}`, if this is one. */
+function evaluationOf(event: FeedEvent): FeedEvaluation | null {
+  if (event.event !== 'evaluation') return null;
+  const data = event.data as { step?: unknown; accuracy?: unknown } | null;
+  if (typeof data?.step !== 'number' || typeof data.accuracy !== 'number' || !Number.isFinite(data.accuracy))
+    return null;
+  return { step: data.step, accuracy: data.accuracy, at: event.at };
+}
+
+export function jobSummary(state: CoordinatorState): AdminJobSummary {
+  const job = state.job;
+  const optimizer =
+    job.optimizer.kind === 'adamw'
+      ? `AdamW lr ${job.optimizer.lr}`
+      : `SGD lr ${job.optimizer.lr} momentum ${job.optimizer.momentum}`;
+  return {
+    model: job.model.name,
+    parameterCount: parameterLayout(job.model).parameterCount,
+    dataset: job.dataset.name,
+    datasetSize: state.datasetSize,
+    globalBatch: job.globalBatch,
+    epochs: job.epochs,
+    stepsPerEpoch: stepsPerEpoch({
+      datasetSize: state.datasetSize,
+      globalBatch: job.globalBatch,
+      epochs: job.epochs,
+      commitEvery: job.commitEvery,
+    }),
+    optimizer,
+    commitEvery: job.commitEvery,
+    checkpointEvery: job.checkpointEvery,
+    heartbeatMs: job.heartbeatMs,
+  };
+}
+
+/** Log levels the feed shows (debug lines stay in the event log). */
+const LIVE_LEVELS = new Set(['info', 'warn', 'error']);
+
+/** What one transition's actions mean for the feed. */
+export interface Projected {
+  messages: FeedMessage[];
+  /** Something a status message would show changed. */
+  changed: boolean;
+  /** The stored checkpoint list may have changed (re-read and send it). */
+  checkpointsChanged: boolean;
+}
+
+export class FeedProjection {
+  readonly events: FeedEvent[] = [];
+  readonly evaluations: FeedEvaluation[] = [];
+  private readonly rater = new CommitRater();
+
+  constructor(private readonly recentEvents: number) {}
+
+  /** History from the store: the last commits prime the rate, the event rows fill the ring. */
+  loadHistory(commitRows: readonly CommitRow[], eventRows: Iterable<EventRow>): void {
+    for (const row of commitRows.slice(-RATE_WINDOW)) this.rater.push(row.committedAt, row.count, row.round);
+    for (const row of eventRows) {
+      if (LIVE_LEVELS.has(row.level)) this.addEvent(feedEvent(row.id, row.at, row.level, row.event, row.data), []);
+    }
+  }
+
+  /** One transition's actions, stamped `at`. */
+  apply(actions: readonly Action[], at: number): Projected {
+    const out: Projected = { messages: [], changed: false, checkpointsChanged: false };
+    for (const action of actions) {
+      switch (action.kind) {
+        case 'record_commit': {
+          const c = action.commit;
+          const rate = this.rater.push(at, c.count, c.round);
+          out.messages.push({ type: 'commit', commit: feedCommitFromRow({ ...c, committedAt: at }, rate) });
+          out.changed = true;
+          break;
+        }
+        case 'rollback_commits':
+          this.rater.reset();
+          out.messages.push({ type: 'rollback', afterStep: action.afterStep });
+          out.changed = true;
+          break;
+        case 'log':
+          if (!LIVE_LEVELS.has(action.level)) break;
+          this.addEvent(feedEvent(null, at, action.level, action.event, action.data), out.messages);
+          if (action.event === 'checkpoint_stored' || action.event === 'record_rolled_back')
+            out.checkpointsChanged = true;
+          out.changed = true;
+          break;
+        case 'persist':
+        case 'send':
+        case 'close':
+          out.changed = true;
+          break;
+        case 'metric':
+          break;
+      }
+    }
+    return out;
+  }
+
+  /** The whole picture, as a new page's first message. */
+  snapshot(
+    runId: string,
+    state: CoordinatorState,
+    commitRows: readonly CommitRow[],
+    checkpointRows: readonly CheckpointRow[],
+    at: number,
+    maxCommits: number,
+  ): Extract<FeedMessage, { type: 'snapshot' }> {
+    const rater = new CommitRater();
+    const commits = commitRows
+      .map((row) => feedCommitFromRow(row, rater.push(row.committedAt, row.count, row.round)))
+      .slice(-maxCommits);
+    return {
+      type: 'snapshot',
+      runId,
+      at,
+      status: statusOf(state, at),
+      job: jobSummary(state),
+      commits,
+      events: [...this.events],
+      checkpoints: checkpointRows.map((row) => feedCheckpoint(runId, row)),
+      evaluations: [...this.evaluations],
+    };
+  }
+
+  private addEvent(event: FeedEvent, messages: FeedMessage[]): void {
+    this.events.push(event);
+    if (this.events.length > this.recentEvents) this.events.splice(0, this.events.length - this.recentEvents);
+    messages.push({ type: 'event', event });
+    const evaluation = evaluationOf(event);
+    if (evaluation) {
+      this.evaluations.push(evaluation);
+      messages.push({ type: 'evaluation', evaluation });
+    }
+  }
+}

@@ -1,0 +1,299 @@
+/**
+ * `SimTrainer` drives a SimWorker through whole rounds without gradients: ready, step reports with the
+ * right sample counts and a hash that is a pure function of the step, waiting for `committed`,
+ * checkpoint uploads of a valid simulated snapshot. `untilCommitted(step)` / `untilDone()` await
+ * progress; `SimTrainer.rejoin(old, wsUrl, …)` reconnects like a tab after a coordinator restart.
+ */
+import { hashParams } from '../../coordinator/core/hash';
+import type { JobPublic } from '../../coordinator/core/job';
+import { type ModelSpec, parameterLayout } from '../../coordinator/core/model-spec';
+import { assignStep, isCommitPoint, positionAfter, stepPosition, totalSteps } from '../../coordinator/core/sampler';
+import { encodeSnapshot, OPTIMIZER_MOMENTS } from '../../coordinator/core/snapshot';
+import { type ServerMsg, SimWorker } from './sim-worker';
+
+/** Simulated parameters after `step` (deterministic, the same in every simulated rank). */
+export function simulatedParams(spec: ModelSpec, step: number): Float32Array {
+  const params = new Float32Array(parameterLayout(spec).totalElements);
+  for (let i = 0; i < params.length; i++) params[i] = step * 1e-3 + (i % 17) * 1e-4;
+  return params;
+}
+
+const paramsHashCache = new Map<string, string>();
+/** `hashParams(simulatedParams(spec, step))`, cached: what a simulated rank that uploads checkpoints reports. */
+export function simulatedParamsHash(spec: ModelSpec, step: number): string {
+  const key = `${spec.name}:${step}`;
+  let hash = paramsHashCache.get(key);
+  if (!hash) {
+    hash = hashParams(simulatedParams(spec, step));
+    paramsHashCache.set(key, hash);
+    if (paramsHashCache.size > 256) paramsHashCache.delete(paramsHashCache.keys().next().value!);
+  }
+  return hash;
+}
+
+/** A checkpoint snapshot of simulated state at `step`, as a tab would upload it. */
+export function simulatedSnapshot(job: JobPublic, step: number): Uint8Array<ArrayBuffer> {
+  const params = simulatedParams(job.model, step);
+  const { epoch, cursor } = positionAfter(step, job);
+  const moments = OPTIMIZER_MOMENTS[job.optimizer.kind].map(() => new Float32Array(params.length));
+  return new Uint8Array(
+    encodeSnapshot({
+      spec: job.model,
+      step,
+      epoch,
+      cursor,
+      optimizer: { kind: job.optimizer.kind, t: step },
+      params,
+      moments,
+    }),
+  );
+}
+
+export interface SimTrainerOptions {
+  /** Coordinator base URL (for checkpoint uploads), e.g. `proc.url`. */
+  httpUrl: string;
+  /** Do not compute steps after this one (default: the job's last step). */
+  stopAfterStep?: number;
+  /** Delay before each report (simulated compute), ms. Default 0. */
+  computeMs?: number;
+  /** The `computeMs` the reports claim (default 1): a liar claims far less than it takes. */
+  claimedComputeMs?: number;
+  /** Send heartbeats every this many ms. Default: the job's heartbeatMs / 2. 0 disables. */
+  heartbeatMs?: number;
+  /** Upload checkpoints when asked. Default true. */
+  uploadCheckpoints?: boolean;
+  /** Called on every step report sent (`at`: performance.now()) — for latency measurements. */
+  onReport?: (step: number, at: number, round: number) => void;
+  /** Called on every `committed` received. */
+  onCommitted?: (step: number, at: number, round: number) => void;
+  /** Keep every received message in `worker.received` (default true; turn off under load). */
+  keepReceived?: boolean;
+}
+
+/**
+ * Drives a joined SimWorker through the protocol with no gradients: ready on `round`, on `train` report
+ * steps up to the next commit point (hash = `simulatedParamsHash(step)`, samples = its slice), wait for
+ * `committed`, go on; stop on `round_closed`; upload a simulated snapshot on `checkpoint_request`.
+ */
+export class SimTrainer {
+  readonly job: JobPublic;
+  /** Steps this worker saw committed, in order. */
+  readonly committed: number[] = [];
+  /** Last step this worker reported (0: none). */
+  lastReported = 0;
+  readonly errors: ServerMsg[] = [];
+  readonly uploads: { step: number; status: number }[] = [];
+  done = false;
+  private round: { round: number; rank: number; shares: number[]; step: number } | null = null;
+  private training = false;
+  private heartbeat: NodeJS.Timeout | null = null;
+  private stopped = false;
+  private progressWaiters: { ready: () => boolean; resolve: () => void }[] = [];
+
+  constructor(
+    readonly worker: SimWorker,
+    welcome: ServerMsg,
+    private readonly options: SimTrainerOptions,
+  ) {
+    this.job = welcome.job as JobPublic;
+    if (options.keepReceived === false) {
+      worker.keepReceived = false;
+      worker.received.length = 0;
+    }
+    worker.onMessage = (msg) => this.onMessage(msg);
+    for (const msg of worker.drain()) this.onMessage(msg);
+    const period = options.heartbeatMs ?? Math.floor(this.job.heartbeatMs / 2);
+    if (period > 0) {
+      this.heartbeat = setInterval(() => {
+        if (!worker.isClosed) worker.heartbeat();
+      }, period);
+    }
+    void worker.closed.then(() => this.stop());
+  }
+
+  /** Joins a new simulated worker and starts training with it. */
+  static async join(wsUrl: string, options: SimTrainerOptions): Promise<SimTrainer> {
+    const worker = await SimWorker.connect(wsUrl);
+    const welcome = await worker.join();
+    return new SimTrainer(worker, welcome, options);
+  }
+
+  /**
+   * A tab reconnecting (after its socket or the coordinator died): same run and worker id, and it says
+   * which states it holds — its last committed step and, as `pending`, the last step it reported.
+   */
+  static async rejoin(previous: SimTrainer, wsUrl: string, options: SimTrainerOptions): Promise<SimTrainer> {
+    previous.stop();
+    const worker = await SimWorker.connect(wsUrl);
+    const model = previous.job.model;
+    const pending =
+      previous.lastReported > previous.lastCommitted
+        ? { step: previous.lastReported, hash: simulatedParamsHash(model, previous.lastReported) }
+        : null;
+    const welcome = await worker.join({
+      runId: previous.worker.runId,
+      workerId: previous.worker.workerId,
+      secret: previous.worker.secret,
+      haveStep: previous.lastCommitted,
+      haveHash: previous.lastCommitted > 0 ? simulatedParamsHash(model, previous.lastCommitted) : null,
+      pending,
+    });
+    const trainer = new SimTrainer(worker, welcome, options);
+    trainer.committed.unshift(...previous.committed);
+    trainer.lastReported = Math.max(trainer.lastReported, previous.lastReported);
+    return trainer;
+  }
+
+  get lastCommitted(): number {
+    return this.committed.length > 0 ? this.committed[this.committed.length - 1] : 0;
+  }
+
+  get rank(): number | null {
+    return this.round?.rank ?? null;
+  }
+
+  /** In a round that has not closed (syncing or training). */
+  get inRound(): boolean {
+    return this.round !== null;
+  }
+
+  /** Resolves once this worker has seen `step` (or a later one) committed. */
+  untilCommitted(step: number, timeoutMs = 20_000): Promise<void> {
+    return this.until(() => this.lastCommitted >= step, `step ${step} committed`, timeoutMs);
+  }
+
+  /** Resolves once this worker received `done`. */
+  untilDone(timeoutMs = 30_000): Promise<void> {
+    return this.until(() => this.done, 'done', timeoutMs);
+  }
+
+  /** Resolves once `ready()` holds (checked after every message). */
+  until(ready: () => boolean, what: string, timeoutMs = 20_000): Promise<void> {
+    if (ready()) return Promise.resolve();
+    return new Promise((resolveWait, reject) => {
+      const timer = setTimeout(() => {
+        this.progressWaiters = this.progressWaiters.filter((w) => w !== waiter);
+        reject(
+          new Error(
+            `SimTrainer ${this.worker.workerId}: not ${what} within ${timeoutMs} ms (last committed ${this.lastCommitted}, errors ${JSON.stringify(this.errors.slice(-3))})`,
+          ),
+        );
+      }, timeoutMs);
+      const waiter = {
+        ready,
+        resolve: () => {
+          clearTimeout(timer);
+          resolveWait();
+        },
+      };
+      this.progressWaiters.push(waiter);
+    });
+  }
+
+  stop(): void {
+    this.stopped = true;
+    if (this.heartbeat) clearInterval(this.heartbeat);
+    this.heartbeat = null;
+  }
+
+  private onMessage(msg: ServerMsg): void {
+    if (this.stopped) return;
+    this.handleMessage(msg);
+    this.notifyProgress();
+  }
+
+  private notifyProgress(): void {
+    for (const waiter of [...this.progressWaiters]) {
+      if (waiter.ready()) {
+        this.progressWaiters = this.progressWaiters.filter((w) => w !== waiter);
+        waiter.resolve();
+      }
+    }
+  }
+
+  private handleMessage(msg: ServerMsg): void {
+    switch (msg.type) {
+      case 'round': {
+        const me = (msg.world as { workerId: string; rank: number; share: number }[]).find(
+          (w) => w.workerId === this.worker.workerId,
+        );
+        if (!me) return;
+        this.round = {
+          round: msg.round,
+          rank: me.rank,
+          shares: msg.world.map((w: { share: number }) => w.share),
+          step: msg.step,
+        };
+        this.training = false;
+        this.worker.ready(msg.round);
+        break;
+      }
+      case 'train':
+        if (this.round && msg.round === this.round.round) {
+          this.training = true;
+          this.compute(this.round.step);
+        }
+        break;
+      case 'committed':
+        this.committed.push(msg.step);
+        this.options.onCommitted?.(msg.step, performance.now(), msg.round);
+        if (this.training && this.round && msg.round === this.round.round) this.compute(msg.step + 1);
+        break;
+      case 'round_closed':
+        this.training = false;
+        if (this.round && msg.round === this.round.round) this.round = null;
+        break;
+      case 'checkpoint_request':
+        if (this.options.uploadCheckpoints !== false) void this.upload(msg.step, msg.url);
+        break;
+      case 'done':
+        this.done = true;
+        this.training = false;
+        break;
+      case 'error':
+        this.errors.push(msg);
+        break;
+    }
+  }
+
+  private compute(step: number): void {
+    const limit = Math.min(this.options.stopAfterStep ?? Infinity, totalSteps(this.job));
+    if (step > limit || !this.round) return;
+    const round = this.round;
+    const send = () => {
+      if (this.stopped || !this.training || this.round !== round || this.worker.isClosed) return;
+      const { cursor, count } = stepPosition(step, this.job);
+      const samples = assignStep(cursor, count, round.shares)[round.rank].count;
+      this.worker.report({
+        round: round.round,
+        rank: round.rank,
+        step,
+        hash: simulatedParamsHash(this.job.model, step),
+        samples,
+        lossSum: samples * 0.5,
+        computeMs: this.options.claimedComputeMs ?? 1,
+      });
+      this.lastReported = step;
+      this.options.onReport?.(step, performance.now(), round.round);
+      // Between commit points a rank goes straight on to the next step.
+      if (!isCommitPoint(step, this.job)) this.compute(step + 1);
+    };
+    if (this.options.computeMs) setTimeout(send, this.options.computeMs);
+    else send();
+  }
+
+  private async upload(step: number, url: string): Promise<void> {
+    try {
+      const res = await fetch(`${this.options.httpUrl}${url}`, {
+        method: 'PUT',
+        body: simulatedSnapshot(this.job, step),
+        headers: { 'content-type': 'application/octet-stream' },
+      });
+      await res.arrayBuffer();
+      this.uploads.push({ step, status: res.status });
+    } catch {
+      this.uploads.push({ step, status: 0 });
+    }
+    this.notifyProgress();
+  }
+}
