@@ -1,7 +1,7 @@
 /**
  * The elastic loop end to end without a browser: real coordinator state machine, real coordinator
  * client, real collectives over in-memory channels, a CPU trainer whose gradient sums are exact
- * (web/elastic/simulation.ts). Churn must never change the trajectory: every committed step's
+ * (test/kit/simulation.ts). Churn must never change the trajectory: every committed step's
  * parameter hash equals the one of an uninterrupted single-tab run, bit for bit.
  */
 import { afterEach, describe, expect, it } from 'vitest';
@@ -14,7 +14,7 @@ import {
   SimTab,
   until,
   type StoredCommit,
-} from '../../web/elastic/simulation';
+} from '../kit/simulation';
 
 const DATASET = 200;
 const job: JobSpec = parseJobSpec({

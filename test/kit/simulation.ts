@@ -23,13 +23,13 @@ import {
 import { parameterLayout, type ModelSpec } from '../../coordinator/core/model-spec';
 import { parseClientMessage, type WorldEntry } from '../../coordinator/core/protocol';
 import { decodeSnapshot, encodeSnapshot } from '../../coordinator/core/snapshot';
-import { CoordinatorClient, type WebSocketLike } from '../net/coordinator-client';
-import type { Ring } from '../net/link';
-import { memoryLinkPair, type MemoryLink } from '../net/memory-link';
-import { sha256Hex, type HttpPort } from './checkpoint-transfer';
-import { ElasticLoop, type ElasticLoopOptions, type ElasticStatus } from './elastic-loop';
-import type { MeshPort, TrainerPort } from './ports';
-import type { BuildModelOptions, EvaluationResult, GradientResult, ModelSummary } from '../worker/types';
+import { CoordinatorClient, type WebSocketLike } from '../../web/net/coordinator-client';
+import type { Ring } from '../../web/net/link';
+import { memoryLinkPair, type MemoryLink } from '../../web/net/memory-link';
+import { sha256Hex, type HttpPort } from '../../web/elastic/checkpoint-transfer';
+import { ElasticLoop, type ElasticLoopOptions, type ElasticStatus } from '../../web/elastic/elastic-loop';
+import type { MeshPort, TrainerPort } from '../../web/elastic/ports';
+import type { BuildModelOptions, EvaluationResult, GradientResult, ModelSummary } from '../../web/worker/types';
 
 // ---------------------------------------------------------------- a CPU trainer
 
@@ -85,7 +85,10 @@ export class CpuTrainer implements TrainerPort {
     return { name: spec.name, parameterCount: layout.parameterCount, totalElements: layout.totalElements };
   }
 
-  async computeGradients(indices: Uint32Array): Promise<GradientResult> {
+  /** Gradients kept "on the device" by `computeGradients(…, true)`, for `applyAndHash(null, …)`. */
+  private onDevice: Float32Array | null = null;
+
+  async computeGradients(indices: Uint32Array, keepOnDevice = false): Promise<GradientResult> {
     this.calls.push('computeGradients');
     await this.pause();
     const g = new Float32Array(this.params.length);
@@ -94,13 +97,22 @@ export class CpuTrainer implements TrainerPort {
       for (let j = 0; j < g.length; j++) g[j] += ((i * 31 + j * 7 + (Math.floor(this.params[j] * 8) & 3)) % 5) - 2;
       lossSum += (i % 7) * 0.5 + Math.abs(this.params[0]);
     }
-    return { gradients: g.buffer, lossSum, samples: indices.length };
+    this.onDevice = keepOnDevice ? g : null;
+    return { gradients: keepOnDevice ? null : g.buffer, lossSum, samples: indices.length };
   }
 
-  async applyGradients(sums: ArrayBuffer, sampleCount: number): Promise<void> {
+  /** The worker's apply + hash; the next step's gradients are computed on demand (no prefetch to model here). */
+  async applyAndHash(sums: ArrayBuffer | null, sampleCount: number): Promise<string> {
+    const kept = this.onDevice;
+    this.onDevice = null;
+    if (!sums && !kept) throw new Error('applyAndHash: no sums and no gradients kept on the device');
+    await this.applyGradients(sums ? new Float32Array(sums) : kept!, sampleCount);
+    return this.hash();
+  }
+
+  async applyGradients(s: Float32Array, sampleCount: number): Promise<void> {
     this.calls.push('applyGradients');
     await this.pause();
-    const s = new Float32Array(sums);
     this.t += 1;
     for (let j = 0; j < this.params.length; j++) {
       this.velocity[j] = Math.fround(0.5 * this.velocity[j] + s[j] / sampleCount);

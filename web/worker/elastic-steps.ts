@@ -1,0 +1,106 @@
+/**
+ * The elastic loop's steps inside the training worker, arranged so the GPU and the worker's own
+ * thread overlap and so no read-back is made that a later one could carry:
+ *
+ * - `applyAndHash(sums, count, next)` writes the allreduced sums (or keeps the gradients already on
+ *   the device: a world of one tab has nothing to reduce), records the optimizer step and a copy of
+ *   the new parameters for the hash, and then, when the caller names the next step's samples, records
+ *   that step's forward and backward passes at once (they only read the parameters just written).
+ *   The worker hashes the parameters while the GPU computes the next step; the main thread gets the
+ *   hash for its step report, and the coordinator's commit runs while the next gradients are formed.
+ * - `computeGradients(indices)` returns that prefetched result when it is for the same samples and
+ *   the state has not changed since (`stateChanged` is called by every restore and rebuild), else it
+ *   computes them now.
+ *
+ * A prefetch never changes the training state (only the gradient, activation and loss buffers), so
+ * the backup, the hash and the "at most one uncommitted step" rule are as without it.
+ */
+import type { Model } from '../../kernels/model';
+import type { BatchAssembler } from './batches';
+import type { GradientResult } from './types';
+
+interface Prefetch {
+  indices: Uint32Array;
+  version: number;
+  keepOnDevice: boolean;
+  result: Promise<GradientResult>;
+}
+
+export class ElasticSteps {
+  private version = 0;
+  private prefetched: Prefetch | null = null;
+
+  constructor(
+    private readonly model: Model,
+    private readonly batches: () => BatchAssembler,
+    private readonly hash: (params: Float32Array) => string,
+  ) {}
+
+  /** The live state was replaced (restore, backup put back, rebuild): a prefetch is stale. */
+  stateChanged(): void {
+    this.version += 1;
+    this.drop();
+  }
+
+  /** Gradient sums over `indices`; with `keepOnDevice` they stay in the grads buffer (`gradients` null). */
+  computeGradients(indices: Uint32Array, keepOnDevice: boolean): Promise<GradientResult> {
+    const p = this.prefetched;
+    this.prefetched = null;
+    if (p && p.version === this.version && p.keepOnDevice === keepOnDevice && sameIndices(p.indices, indices))
+      return p.result;
+    if (p) p.result.catch(() => undefined);
+    return this.start(indices, keepOnDevice);
+  }
+
+  /**
+   * One optimizer step over `sampleCount` samples with `sums` (null: the gradients on the device),
+   * then, if `next` is given, the next step's gradients recorded behind it. Resolves to the new hash.
+   */
+  async applyAndHash(
+    sums: ArrayBuffer | null,
+    sampleCount: number,
+    next: { indices: Uint32Array; keepOnDevice: boolean } | null,
+  ): Promise<string> {
+    this.drop();
+    if (sums) this.model.writeGradients(new Float32Array(sums));
+    this.model.applyOptimizer(sampleCount);
+    this.version += 1;
+    const params = this.model.readParams();
+    if (next && next.indices.length > 0) {
+      const result = this.start(next.indices, next.keepOnDevice);
+      result.catch(() => undefined);
+      this.prefetched = {
+        indices: next.indices.slice(),
+        version: this.version,
+        keepOnDevice: next.keepOnDevice,
+        result,
+      };
+    }
+    return this.hash(await params);
+  }
+
+  private start(indices: Uint32Array, keepOnDevice: boolean): Promise<GradientResult> {
+    if (indices.length < 1) throw new Error('computeGradients: no samples');
+    const { x, labels, batch } = this.batches().gather(indices);
+    this.model.forwardBackward(x, labels, batch);
+    const loss = this.model.readLossSum();
+    if (keepOnDevice) return loss.then((lossSum) => ({ gradients: null, lossSum, samples: batch }));
+    const gradients = this.model.readGradients();
+    return Promise.all([gradients, loss]).then(([g, lossSum]) => ({
+      gradients: g.buffer as ArrayBuffer,
+      lossSum,
+      samples: batch,
+    }));
+  }
+
+  private drop(): void {
+    this.prefetched?.result.catch(() => undefined);
+    this.prefetched = null;
+  }
+}
+
+function sameIndices(a: Uint32Array, b: Uint32Array): boolean {
+  if (a.length !== b.length) return false;
+  for (let i = 0; i < a.length; i++) if (a[i] !== b[i]) return false;
+  return true;
+}
