@@ -152,11 +152,17 @@ export function descendants(root: number): ProcInfo[] {
   return out;
 }
 
-/** RSS now; renderers in `ignore` (started before the tabs opened: Chromium's own pages, a spare) are left out. */
-function rssNow(coordinatorPid: number, ignore: ReadonlySet<number>): Omit<Sample, 't' | 'steps'> {
+/**
+ * RSS now. Renderers started before the tabs opened (`ignore`: Chromium's own pages) are left out, and
+ * of the rest the `tabs` largest are taken (a browser context also starts an idle renderer or two of
+ * ~75-160 MB; a training tab's renderer, which also runs its worker, is well above them), by pid.
+ */
+function rssNow(coordinatorPid: number, ignore: ReadonlySet<number>, tabs: number): Omit<Sample, 't' | 'steps'> {
   const procs = descendants(process.pid);
   const renderers = procs
     .filter((p) => p.cmdline.includes('--type=renderer') && !ignore.has(p.pid))
+    .sort((a, b) => b.rssMb - a.rssMb)
+    .slice(0, tabs)
     .sort((a, b) => a.pid - b.pid);
   const gpu = procs.find((p) => p.cmdline.includes('--type=gpu-process'));
   const coordinator = procs.find((p) => p.pid === coordinatorPid);
@@ -280,7 +286,7 @@ async function sampleRun(
   for (let k = 0; ; k++) {
     const t = (performance.now() - t0) / 1000;
     const steps = (await readSteps(config, coordinator.url, pages)) - first;
-    samples.push({ t, steps, ...rssNow(coordinator.child.pid!, ignore) });
+    samples.push({ t, steps, ...rssNow(coordinator.child.pid!, ignore, pages.length) });
     if (t >= total) break;
     const next = Math.min(total, (k + 1) * opts.sampleEverySec);
     await sleep(Math.max(0, (next - (performance.now() - t0) / 1000) * 1000));

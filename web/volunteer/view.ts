@@ -1,5 +1,6 @@
 /** Renders a `TabStatus` into the volunteer page's DOM (index.html). Plain DOM, no framework. */
 import type { AdapterSummary } from '../worker/types';
+import { lossPolyline } from './loss-chart';
 import type { TabState, TabStatus } from './status';
 
 function element<T extends HTMLElement | SVGElement = HTMLElement>(id: string): T {
@@ -95,22 +96,15 @@ function megabytes(bytes: number): string {
   return `${(bytes / 1e6).toFixed(1)} MB`;
 }
 
-function lossPoints(losses: TabStatus['losses']): string {
-  if (losses.length < 2) return '';
-  const first = losses[0].step;
-  const last = losses[losses.length - 1].step;
-  const max = Math.max(...losses.map((l) => l.loss));
-  const min = Math.min(0, ...losses.map((l) => l.loss));
-  const span = max - min || 1;
-  return losses
-    .map(
-      (l) =>
-        `${(((l.step - first) / (last - first || 1)) * 300).toFixed(1)},${(78 - ((l.loss - min) / span) * 74).toFixed(1)}`,
-    )
-    .join(' ');
-}
+/** The loss chart is redrawn at most this often. */
+const CHART_EVERY_MS = 1000;
 
 export class VolunteerView {
+  private chartStep = -1;
+  private chartLength = 0;
+  private chartDrawnAt = -Infinity;
+  private chartLosses: TabStatus['losses'] = [];
+  private chartTimer: ReturnType<typeof setTimeout> | null = null;
   readonly start = element<HTMLButtonElement>('start');
   readonly stop = element<HTMLButtonElement>('stop');
   readonly gpuLimit = element<HTMLInputElement>('gpu-limit');
@@ -166,6 +160,33 @@ export class VolunteerView {
     // Hidden tabs get no animation frames; render there too, so the title and status stay current.
     if (document.visibilityState === 'visible') requestAnimationFrame(draw);
     else setTimeout(draw, 0);
+  }
+
+  /** The loss chart, redrawn only when the log changed and at most every CHART_EVERY_MS (it is the costly part). */
+  private drawChart(losses: TabStatus['losses']): void {
+    const last = losses.length > 0 ? losses[losses.length - 1].step : -1;
+    const now = performance.now();
+    const changed = last !== this.chartStep || losses.length < this.chartLength;
+    if (!changed) return;
+    const wait = this.chartDrawnAt + CHART_EVERY_MS - now;
+    if (wait > 0) {
+      // Too soon: draw the latest log once the interval is over (the last change is never left out).
+      this.chartLosses = losses;
+      this.chartTimer ??= setTimeout(() => {
+        this.chartTimer = null;
+        this.drawChart(this.chartLosses);
+      }, wait);
+      return;
+    }
+    this.chartStep = last;
+    this.chartLength = losses.length;
+    this.chartDrawnAt = now;
+    let line = this.chart.querySelector('polyline');
+    if (!line) {
+      line = document.createElementNS('http://www.w3.org/2000/svg', 'polyline');
+      this.chart.append(line);
+    }
+    line.setAttribute('points', lossPolyline(losses));
   }
 
   private draw(s: TabStatus): void {
@@ -244,12 +265,7 @@ export class VolunteerView {
     this.progressText.textContent = s.step > 0 || progress > 0 ? formatPercent(progress) : '';
     this.lossCaption.textContent = elastic ? 'Training loss on this tab’s samples' : 'Training loss';
 
-    let line = this.chart.querySelector('polyline');
-    if (!line) {
-      line = document.createElementNS('http://www.w3.org/2000/svg', 'polyline');
-      this.chart.append(line);
-    }
-    line.setAttribute('points', lossPoints(s.losses));
+    this.drawChart(s.losses);
 
     this.error.hidden = !(s.error && s.state !== 'unsupported');
     this.error.textContent = s.error && s.state !== 'unsupported' ? s.error : '';
