@@ -36,6 +36,8 @@ export interface SoakOptions {
   configs: Config[];
   sampleEverySec: number;
   dataset: string;
+  /** The built web app the coordinator serves (default dist/); another build compares two versions. */
+  dist: string | null;
 }
 
 export type Config = { kind: 'solo' } | { kind: 'elastic'; tabs: number };
@@ -75,6 +77,7 @@ function parseOptions(argv: string[]): SoakOptions {
     ],
     sampleEverySec: 5,
     dataset: process.env.TABSWARM_DATASET ?? DEFAULT_DATASET,
+    dist: null,
   };
   for (let i = 0; i < argv.length; i++) {
     const value = argv[i + 1];
@@ -97,8 +100,14 @@ function parseOptions(argv: string[]): SoakOptions {
         opts.dataset = value;
         i++;
         break;
+      case '--dist':
+        opts.dist = resolve(value);
+        i++;
+        break;
       default:
-        throw new Error(`unknown option ${argv[i]} (--minutes M --configs solo,1,2,3 --sample-every S --dataset DIR)`);
+        throw new Error(
+          `unknown option ${argv[i]} (--minutes M --configs solo,1,2,3 --sample-every S --dataset DIR --dist DIR)`,
+        );
     }
   }
   return opts;
@@ -181,13 +190,14 @@ interface Coordinator {
   stop(): Promise<void>;
 }
 
-async function startCoordinator(dataset: string, epochs: number): Promise<Coordinator> {
+async function startCoordinator(dataset: string, epochs: number, dist: string | null): Promise<Coordinator> {
   const dir = mkdtempSync(join(tmpdir(), 'tabswarm-soak-'));
   const jobFile = join(dir, 'job.json');
   writeFileSync(jobFile, JSON.stringify({ epochs, globalBatch: GLOBAL_BATCH, maxWorkers: 8 }));
   const args = ['--import', 'tsx', join(REPO_ROOT, 'coordinator/cli.ts'), 'coordinator', '--port', '0'];
   args.push('--host', '127.0.0.1', '--data-dir', join(dir, 'data'), '--job', jobFile, '--dataset', dataset);
   args.push('--admin-token', 'soak');
+  if (dist) args.push('--dist', dist);
   const child = spawn(process.execPath, args, { cwd: REPO_ROOT, stdio: ['ignore', 'pipe', 'pipe'] });
   let output = '';
   const url = await new Promise<string>((ok, fail) => {
@@ -249,7 +259,7 @@ const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 async function runConfig(config: Config, opts: SoakOptions): Promise<ConfigResult> {
   const name = config.kind === 'solo' ? 'solo' : `elastic ${config.tabs} tab${config.tabs > 1 ? 's' : ''}`;
-  const coordinator = await startCoordinator(opts.dataset, 50);
+  const coordinator = await startCoordinator(opts.dataset, 50, opts.dist);
   let browser: Browser | null = null;
   try {
     browser = await launchSwarmChromium();
