@@ -183,12 +183,10 @@ describe.skipIf(skip)('collectives over WebRTC between headless Chromium tabs', 
     const t0 = Date.now();
     await tabs[2].context.close();
     const survivors = await Promise.all(
-      tabs
-        .slice(0, 2)
-        .map(async (t) => ({
-          outcome: await t.page.evaluate(() => netHarness.finishAllreduce()),
-          ms: Date.now() - t0,
-        })),
+      tabs.slice(0, 2).map(async (t) => ({
+        outcome: await t.page.evaluate(() => netHarness.finishAllreduce()),
+        ms: Date.now() - t0,
+      })),
     );
     const closedId = tabs[2].id;
     for (const { outcome, ms } of survivors) {

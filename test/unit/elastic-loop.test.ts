@@ -7,14 +7,7 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import { parseJobSpec, type JobSpec } from '../../coordinator/core/job';
 import { epochOrder } from '../../coordinator/core/sampler';
-import {
-  MemoryNetwork,
-  SIM_MODEL,
-  SimCoordinator,
-  SimTab,
-  until,
-  type StoredCommit,
-} from '../kit/simulation';
+import { MemoryNetwork, SIM_MODEL, SimCoordinator, SimTab, until, type StoredCommit } from '../kit/simulation';
 
 const DATASET = 200;
 const job: JobSpec = parseJobSpec({

@@ -15,6 +15,7 @@ import { appendBounded, creditCommitted, StatusBox, stepComputed } from '../../w
 import { evaluationAllowanceMs, StepRunner } from '../../web/elastic/step-runner';
 import type { OutgoingMessage } from '../../web/net/coordinator-client';
 import { lossPolyline } from '../../web/volunteer/loss-chart';
+import { stepWork } from '../../web/elastic/plan';
 import { CpuTrainer, SIM_MODEL } from '../kit/simulation';
 
 describe('status reducers', () => {
@@ -130,7 +131,7 @@ describe('HeldStateKeeper', () => {
     expect(k.held).toEqual({ live: { step: 0, hash: null }, backup: null });
     await k.saveBackup();
     const g = await trainer.computeGradients(Uint32Array.of(1, 2), true);
-    const hash = await k.applyAndHash(1, null, 2, null);
+    const { hash } = await k.applyAndHash(1, null, 2, null);
     expect(g.gradients).toBeNull();
     expect(k.held.live).toEqual({ step: 1, hash });
     expect(k.liveToUndo).toBe(true);
@@ -143,23 +144,8 @@ describe('HeldStateKeeper', () => {
 });
 
 describe('StepRunner', () => {
-  it('overlaps a commit wait with the next step, but applies a step only after the previous one is committed and saved', async () => {
-    const trainer = new CpuTrainer();
-    const sent: OutgoingMessage[] = [];
-    let session!: RoundSession;
-    const committedAt = new Map<number, number>();
-    const ctx = context(trainer, sent, (m) => {
-      if (m.type !== 'step_report') return;
-      // The coordinator answers a little later; record where in the trainer's call log it landed.
-      setTimeout(() => {
-        committedAt.set(m.step, trainer.calls.length);
-        session.committed(m.step).resolve();
-      }, 3);
-    });
-    await ctx.keeper.buildFresh(job);
-    await ctx.keeper.saveBackup();
-    const world = [{ workerId: 'w', peerId: 'p', rank: 0, share: 1 }];
-    session = new RoundSession({
+  const roundOf = (world: { workerId: string; peerId: string; rank: number; share: number }[]) =>
+    new RoundSession({
       v: 1,
       type: 'round',
       runId: 'r',
@@ -171,27 +157,70 @@ describe('StepRunner', () => {
       committedHash: null,
       stateFrom: { kind: 'fresh' },
     } as RoundMessage);
+
+  async function runOneTab(commitDelayMs: number) {
+    const trainer = new CpuTrainer();
+    const sent: OutgoingMessage[] = [];
+    const session = roundOf([{ workerId: 'w', peerId: 'p', rank: 0, share: 1 }]);
+    const ctx = context(trainer, sent, (m) => {
+      if (m.type !== 'step_report') return;
+      // The coordinator answers a little later; its answer is marked in the trainer's call log.
+      setTimeout(() => {
+        trainer.calls.push(`committed:${m.step}`);
+        session.committed(m.step).resolve();
+      }, commitDelayMs);
+    });
+    await ctx.keeper.buildFresh(job);
+    await ctx.keeper.saveBackup();
     session.rank = 0;
     const runner = new StepRunner(ctx, new CheckpointService(ctx, () => ({ job, workerId: 'w' })), new Map());
     trainer.calls.length = 0;
     await runner.run(session, { rank: 0, size: 1, left: null, right: null }, job);
-    const reports = sent.filter((m) => m.type === 'step_report');
-    expect(reports.map((r) => r.step)).toEqual([1, 2, 3, 4]);
-    // Calls per step: computeGradients, [saveBackup of the previous step], applyGradients.
-    const applies = trainer.calls.flatMap((c, i) => (c === 'applyGradients' ? [i] : []));
-    const saves = trainer.calls.flatMap((c, i) => (c === 'saveBackup' ? [i] : []));
-    const computes = trainer.calls.flatMap((c, i) => (c === 'computeGradients' ? [i] : []));
-    expect(applies).toHaveLength(4);
-    expect(saves).toHaveLength(4);
+    return { trainer, sent, ctx };
+  }
+
+  it('overlaps a commit wait with the next step, but applies a step only after the previous one is committed and saved', async () => {
+    const { trainer, sent, ctx } = await runOneTab(3);
+    expect(sent.filter((m) => m.type === 'step_report').map((r) => r.step)).toEqual([1, 2, 3, 4]);
+    const at = (name: string, nth: number) =>
+      trainer.calls.filter((c) => c === name).length > nth
+        ? trainer.calls.reduce(
+            (found, c, i) =>
+              found < 0 && c === name && trainer.calls.slice(0, i).filter((x) => x === name).length === nth ? i : found,
+            -1,
+          )
+        : -1;
+    // A world of one: the gradients are asked for once; every later step was prefetched by the previous apply.
+    expect(trainer.calls.filter((c) => c === 'computeGradients')).toHaveLength(1);
+    expect(trainer.calls.filter((c) => c === 'prefetch')).toHaveLength(3);
     for (let s = 2; s <= 4; s++) {
-      // Step s's gradients were computed before step s-1's backup was saved (the overlap) ...
-      expect(computes[s - 1]).toBeLessThan(saves[s - 2]);
-      // ... and step s is applied only after step s-1 was saved as the backup.
-      expect(saves[s - 2]).toBeLessThan(applies[s - 1]);
+      const prefetch = at('prefetch', s - 2);
+      const committed = trainer.calls.indexOf(`committed:${s - 1}`);
+      const save = at('saveBackup', s - 2);
+      const apply = at('applyGradients', s - 1);
+      // Step s's gradients were computed before step s-1's commit arrived (the overlap) ...
+      expect(prefetch).toBeGreaterThanOrEqual(0);
+      expect(prefetch).toBeLessThan(committed);
+      // ... and step s was applied only after step s-1 was committed and saved as the backup.
+      expect(committed).toBeLessThan(save);
+      expect(save).toBeLessThan(apply);
     }
     expect(ctx.keeper.held.backup).toEqual(ctx.keeper.held.live);
     expect(ctx.keeper.held.live?.step).toBe(4);
-    expect(committedAt.size).toBe(4);
+  });
+
+  it('reports the same hashes as the unpipelined order (apply, hash, wait, save, one step at a time)', async () => {
+    const { sent } = await runOneTab(1);
+    const trainer = new CpuTrainer();
+    await trainer.buildModel({ model: SIM_MODEL, optimizer: job.optimizer, maxBatch: 16, seed: job.seed });
+    const expected: string[] = [];
+    for (let step = 1; step <= 4; step++) {
+      const indices = stepWork(job, [{ workerId: 'w', peerId: 'p', rank: 0, share: 1 }], 0, step).indices;
+      const g = await trainer.computeGradients(indices);
+      const { hash } = await trainer.applyAndHash(g.gradients, indices.length, null);
+      expected.push(hash);
+    }
+    expect(sent.filter((m) => m.type === 'step_report').map((r) => (r as { hash: string }).hash)).toEqual(expected);
   });
 
   it('allows for rank 0 evaluating after the commits one and two steps back', () => {

@@ -9,6 +9,7 @@ import type { JobPublic } from '../../coordinator/core/job';
 import type { SerialQueue } from './async-tools';
 import { helloHolding, NOTHING_HELD, sameTag, type HeldStates, type StateTag } from './plan';
 import type { TrainerPort } from './ports';
+import type { ApplyResult } from '../worker/elastic-steps';
 
 export interface NextStep {
   indices: Uint32Array;
@@ -104,13 +105,29 @@ export class HeldStateKeeper {
   /**
    * Apply step `step` (sums, or null for gradients kept on the device) and hash it, as one worker
    * task, so the live state is never left untagged; `next` starts the next step's gradients.
+   * `backup`: the live state before this step, just committed, is saved as the backup first (same task).
+   * `prefetched`: this step's indices, whose gradients an earlier `next` left on the device.
    */
-  applyAndHash(step: number, sums: ArrayBuffer | null, count: number, next: NextStep | null): Promise<string> {
+  applyAndHash(
+    step: number,
+    sums: ArrayBuffer | null,
+    count: number,
+    next: NextStep | null,
+    opts: { backup?: StateTag; prefetched?: Uint32Array } = {},
+  ): Promise<ApplyResult> {
     return this.queue.run('applyAndHash', async () => {
-      this.held = { ...this.held, live: { step, hash: null } };
-      const hash = await this.trainer.applyAndHash(sums, count, next);
-      this.held = { ...this.held, live: { step, hash } };
-      return hash;
+      const backup = opts.backup && sameTag(opts.backup, this.held.live) ? opts.backup : null;
+      if (opts.backup && !backup)
+        throw new Error(`asked to back up step ${opts.backup.step}, the live state is step ${this.held.live?.step}`);
+      // The worker saves the backup first thing in the call, so it is tagged before the call: a
+      // failure later in the call leaves the backup saved and the live state untagged.
+      this.held = { backup: backup ?? this.held.backup, live: { step, hash: null } };
+      const result = await this.trainer.applyAndHash(sums, count, next, {
+        backupFirst: backup !== null,
+        prefetched: opts.prefetched,
+      });
+      this.held = { ...this.held, live: { step, hash: result.hash } };
+      return result;
     });
   }
 }

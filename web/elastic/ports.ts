@@ -8,6 +8,7 @@ import type { WorldEntry } from '../../coordinator/core/protocol';
 import type { OutgoingMessage } from '../net/coordinator-client';
 import type { Ring } from '../net/link';
 import type { TrainingWorkerApi } from '../worker/training-worker';
+import type { ApplyOptions, ApplyResult, NextIndices } from '../worker/elastic-steps';
 import type { BuildModelOptions, EvaluationResult, GradientResult, ModelSummary } from '../worker/types';
 
 /** The training worker as the loop calls it (every call may be slow: it runs on the GPU). */
@@ -22,13 +23,16 @@ export interface TrainerPort {
   /**
    * One optimizer step with the allreduced `sums` (consumed: transferred; null: the gradients kept on
    * the device) over `sampleCount` samples; resolves to the new parameters' hash. `next` names the
-   * next step's samples, whose gradients the worker then computes while it hashes.
+   * next step's samples, whose gradients the worker then computes while it hashes. `opts`: save the
+   * backup first (the previous step was just committed), and/or use the gradients of this step that
+   * a previous `next` left on the device (web/worker/elastic-steps.ts).
    */
   applyAndHash(
     sums: ArrayBuffer | null,
     sampleCount: number,
-    next: { indices: Uint32Array; keepOnDevice: boolean } | null,
-  ): Promise<string>;
+    next: NextIndices | null,
+    opts?: ApplyOptions,
+  ): Promise<ApplyResult>;
   saveBackup(): Promise<void>;
   restoreBackup(): Promise<void>;
   /** The live state as a snapshot (coordinator/core/snapshot.ts) tagged with the record position. */
@@ -67,13 +71,14 @@ export function comlinkTrainer(remote: Comlink.Remote<TrainingWorkerApi>): Train
       const own = indices.slice();
       return remote.computeGradients(Comlink.transfer(own, [own.buffer]), keepOnDevice);
     },
-    applyAndHash: (sums, sampleCount, next) => {
+    applyAndHash: (sums, sampleCount, next, opts = {}) => {
       // Each argument carries its own transfer list (Comlink keys them by object).
       const own = next && { indices: next.indices.slice(), keepOnDevice: next.keepOnDevice };
       return remote.applyAndHash(
         sums && Comlink.transfer(sums, [sums]),
         sampleCount,
         own && Comlink.transfer(own, [own.indices.buffer]),
+        opts.prefetched ? { ...opts, prefetched: opts.prefetched.slice() } : opts,
       );
     },
     saveBackup: () => remote.saveBackup(),

@@ -72,24 +72,36 @@ export class StepRunner {
     const keepOnDevice = session.world.length === 1;
     this.reset();
     let pending: StateTag | null = null;
+    /** The step whose gradients the previous apply left on the device (a world of one). */
+    let onDevice: number | null = null;
     for (let step = session.msg.step; step <= job.totalSteps; step++) {
       if (signal.aborted) throw abortReason(signal);
       const work = stepWork(job, session.world, session.rank, step);
-      const { gradient, computeMs } = await this.gradients(work, keepOnDevice);
-      const sums = await this.allreduce(session, ring, job, step, gradient, computeMs);
-      if (pending) await this.settleCommit(session, job, pending);
+      const computed = onDevice === step ? null : await this.gradients(work, keepOnDevice);
+      const sums = computed
+        ? await this.allreduce(session, ring, job, step, computed.gradient, computed.computeMs)
+        : null;
+      const waitStart = this.ctx.now();
+      const backup = pending ? await this.awaitCommit(session, job, pending) : undefined;
+      const waitedMs = this.ctx.now() - waitStart;
       pending = null;
       if (signal.aborted) throw abortReason(signal);
       const next = step < job.totalSteps ? this.nextStep(session, job, step + 1, keepOnDevice) : null;
+      const requested = this.requestedAt;
       if (next) this.requestedAt = this.ctx.now();
-      const hash = await this.ctx.keeper.applyAndHash(step, sums, work.count, next);
+      const prefetched = onDevice === step ? work.indices : undefined;
+      const result = await this.ctx.keeper.applyAndHash(step, sums, work.count, next, { backup, prefetched });
+      onDevice = next?.keepOnDevice ? step + 1 : null;
+      const gradient = computed?.gradient ?? result.gradient!;
+      // A step computed behind the previous apply: its time runs from that request, less the commit wait.
+      const computeMs = computed?.computeMs ?? Math.max(0, this.ctx.now() - (requested ?? waitStart) - waitedMs);
       this.ctx.box.update(stepComputed(this.ctx.box.status, { step, ...gradient, computeMs }));
       if (signal.aborted) throw abortReason(signal);
-      this.report(session, step, hash, gradient, computeMs);
-      if (work.commitPoint) pending = { step, hash };
+      this.report(session, step, result.hash, gradient, computeMs);
+      if (work.commitPoint) pending = { step, hash: result.hash };
       if (step < job.totalSteps) await this.pauseBetweenSteps(signal, next !== null);
     }
-    if (pending) await this.settleCommit(session, job, pending);
+    if (pending) await this.ctx.keeper.saveBackup(await this.awaitCommit(session, job, pending));
     // Every step of the job is done; `done` follows from the coordinator.
   }
 
@@ -163,8 +175,12 @@ export class StepRunner {
     if (g.samples > 0) this.uncommitted.set(step, g.samples);
   }
 
-  /** Wait for the commit of a reported commit point, make it the backup, and do rank 0's duties for it. */
-  private async settleCommit(session: RoundSession, job: JobPublic, tag: StateTag): Promise<void> {
+  /**
+   * Wait for the commit of a reported commit point and do rank 0's duties for it (queued before the
+   * next apply, so they see the committed state). Returns its tag: the next apply saves it as the
+   * backup first (one worker call).
+   */
+  private async awaitCommit(session: RoundSession, job: JobPublic, tag: StateTag): Promise<StateTag> {
     const step = tag.step;
     await bounded(session.committed(step).promise, {
       signal: session.signal,
@@ -172,10 +188,10 @@ export class StepRunner {
       what: `commit of step ${step}`,
     });
     session.forgetCommitsThrough(step);
-    await this.ctx.keeper.saveBackup(tag);
     if (session.rank === 0 && expectsCheckpoint(step, job)) this.checkpoints.prepare(step, job);
     if (session.rank === 0 && isEvaluationPoint(step, job))
       this.checkpoints.evaluateCommitted(session.round, step, job);
+    return tag;
   }
 
   /**

@@ -19,6 +19,22 @@ import type { Model } from '../../kernels/model';
 import type { BatchAssembler } from './batches';
 import type { GradientResult } from './types';
 
+export interface NextIndices {
+  indices: Uint32Array;
+  keepOnDevice: boolean;
+}
+
+export interface ApplyOptions {
+  backupFirst?: boolean;
+  prefetched?: Uint32Array;
+}
+
+export interface ApplyResult {
+  hash: string;
+  /** The consumed prefetch of this step (`opts.prefetched`): its loss and sample count. */
+  gradient: GradientResult | null;
+}
+
 interface Prefetch {
   indices: Uint32Array;
   version: number;
@@ -34,6 +50,8 @@ export class ElasticSteps {
     private readonly model: Model,
     private readonly batches: () => BatchAssembler,
     private readonly hash: (params: Float32Array) => string,
+    /** Records the GPU copy of the live state into the backup (TrainingState.saveBackup). */
+    private readonly saveBackup: () => void,
   ) {}
 
   /** The live state was replaced (restore, backup put back, rebuild): a prefetch is stale. */
@@ -44,24 +62,31 @@ export class ElasticSteps {
 
   /** Gradient sums over `indices`; with `keepOnDevice` they stay in the grads buffer (`gradients` null). */
   computeGradients(indices: Uint32Array, keepOnDevice: boolean): Promise<GradientResult> {
-    const p = this.prefetched;
-    this.prefetched = null;
-    if (p && p.version === this.version && p.keepOnDevice === keepOnDevice && sameIndices(p.indices, indices))
-      return p.result;
-    if (p) p.result.catch(() => undefined);
-    return this.start(indices, keepOnDevice);
+    return this.take(indices, keepOnDevice) ?? this.start(indices, keepOnDevice);
   }
 
   /**
    * One optimizer step over `sampleCount` samples with `sums` (null: the gradients on the device),
    * then, if `next` is given, the next step's gradients recorded behind it. Resolves to the new hash.
+   *
+   * `opts.backupFirst`: save the live state (the previous step, just committed) as the backup before
+   * applying, in this same task (one worker call per step instead of two).
+   * `opts.prefetched`: this step's samples, whose gradients a previous call left on the device
+   * (`next` with `keepOnDevice`); their loss is returned with the hash, so a world of one makes one
+   * worker call per step.
    */
   async applyAndHash(
     sums: ArrayBuffer | null,
     sampleCount: number,
-    next: { indices: Uint32Array; keepOnDevice: boolean } | null,
-  ): Promise<string> {
-    this.drop();
+    next: NextIndices | null,
+    opts: ApplyOptions = {},
+  ): Promise<ApplyResult> {
+    // First, before anything can fail: the caller tags the backup as saved when it asks for it.
+    if (opts.backupFirst) this.saveBackup();
+    let own: Promise<GradientResult> | null = null;
+    // A prefetch made stale (a checkpoint upload parked and restored the state) is computed again.
+    if (opts.prefetched) own = this.take(opts.prefetched, true) ?? this.start(opts.prefetched, true);
+    else this.drop();
     if (sums) this.model.writeGradients(new Float32Array(sums));
     this.model.applyOptimizer(sampleCount);
     this.version += 1;
@@ -76,7 +101,18 @@ export class ElasticSteps {
         result,
       };
     }
-    return this.hash(await params);
+    const [values, gradient] = await Promise.all([params, own]);
+    return { hash: this.hash(values), gradient };
+  }
+
+  /** The prefetch for `indices` made on the current state, or null; it is consumed either way. */
+  private take(indices: Uint32Array, keepOnDevice: boolean): Promise<GradientResult> | null {
+    const p = this.prefetched;
+    this.prefetched = null;
+    if (p && p.version === this.version && p.keepOnDevice === keepOnDevice && sameIndices(p.indices, indices))
+      return p.result;
+    p?.result.catch(() => undefined);
+    return null;
   }
 
   private start(indices: Uint32Array, keepOnDevice: boolean): Promise<GradientResult> {

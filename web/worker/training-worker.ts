@@ -22,7 +22,7 @@ import { createModel, type Model } from '../../kernels/model';
 import { createGpu, type Gpu } from '../../kernels/runtime';
 import { createTrainingState, type TrainingState } from '../../kernels/training-state';
 import { BatchAssembler } from './batches';
-import { ElasticSteps } from './elastic-steps';
+import { ElasticSteps, type ApplyOptions, type ApplyResult, type NextIndices } from './elastic-steps';
 import { runSolo } from './solo-loop';
 import type {
   AdapterSummary,
@@ -187,7 +187,12 @@ const api = {
     built = undefined;
     const model = createModel(g, spec, layout, { maxBatch: opts.maxBatch, optimizer: opts.optimizer, seed: opts.seed });
     const state = createTrainingState(model, hashParams);
-    const steps = new ElasticSteps(model, () => trainBatches(), hashParams);
+    const steps = new ElasticSteps(
+      model,
+      () => trainBatches(),
+      hashParams,
+      () => state.saveBackup(),
+    );
     built = { spec, model, state, steps };
     return { name: spec.name, parameterCount: layout.parameterCount, totalElements: layout.totalElements };
   },
@@ -253,9 +258,10 @@ const api = {
   applyAndHash(
     sums: ArrayBuffer | null,
     sampleCount: number,
-    next: { indices: Uint32Array; keepOnDevice: boolean } | null = null,
-  ): Promise<string> {
-    return requireModel().steps.applyAndHash(sums, sampleCount, next);
+    next: NextIndices | null = null,
+    opts: ApplyOptions = {},
+  ): Promise<ApplyResult> {
+    return requireModel().steps.applyAndHash(sums, sampleCount, next, opts);
   },
 
   /** Replace the gradients with `sums` (flat layout, allreduced) and take one optimizer step over `sampleCount` samples. */
