@@ -11,8 +11,8 @@
  *   descendants.
  *
  * It prints steps per minute for every minute of the run, the late/early step-rate ratio (last
- * quarter of the training time vs the first quarter), MB per 1,000 steps per process (least-squares
- * slope of RSS against steps over the samples after the first third of the run, i.e. after warm-up),
+ * quarter of the training time vs the first quarter), MB per 1,000 steps per process (`growthPer1kSteps`:
+ * median RSS of the last third of the run against the middle third, i.e. after warm-up),
  * samples/s of each configuration over solo's, a table, and one JSON line starting `{"bench":"soak"`.
  *
  *   npm run bench:soak -- --minutes 4 --configs solo,1,2,3
@@ -257,7 +257,7 @@ async function readSteps(config: Config, url: string, pages: Page[]): Promise<nu
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
-async function runConfig(config: Config, opts: SoakOptions): Promise<ConfigResult> {
+export async function runConfig(config: Config, opts: SoakOptions): Promise<ConfigResult> {
   const name = config.kind === 'solo' ? 'solo' : `elastic ${config.tabs} tab${config.tabs > 1 ? 's' : ''}`;
   const coordinator = await startCoordinator(opts.dataset, 50, opts.dist);
   let browser: Browser | null = null;
@@ -321,18 +321,27 @@ export function stepsAt(samples: readonly Sample[], t: number): number {
   return samples[samples.length - 1].steps;
 }
 
-/** Least-squares slope of y against x; 0 with fewer than two distinct x. */
-export function slope(xs: readonly number[], ys: readonly number[]): number {
-  const n = xs.length;
-  const mx = xs.reduce((a, b) => a + b, 0) / n;
-  const my = ys.reduce((a, b) => a + b, 0) / n;
-  let sxy = 0;
-  let sxx = 0;
-  for (let i = 0; i < n; i++) {
-    sxy += (xs[i] - mx) * (ys[i] - my);
-    sxx += (xs[i] - mx) ** 2;
-  }
-  return sxx > 0 ? sxy / sxx : 0;
+const median = (xs: readonly number[]) => {
+  const sorted = [...xs].sort((a, b) => a - b);
+  const mid = sorted.length >> 1;
+  return sorted.length % 2 ? sorted[mid] : (sorted[mid - 1] + sorted[mid]) / 2;
+};
+
+/**
+ * Memory growth per 1,000 steps after warm-up: the median RSS of the last third of the run minus the
+ * median of the middle third, over the steps between the two thirds' medians. Medians rather than a
+ * least-squares slope, because a garbage-collected heap's RSS is a sawtooth (tens of MB) whose phase
+ * would otherwise dominate a few minutes' slope; the first third (page load, shader compilation,
+ * JIT, first allocations of every buffer) is warm-up and not counted.
+ */
+export function growthPer1kSteps(samples: readonly Sample[], pick: (s: Sample) => number): number {
+  const t = samples[samples.length - 1].t;
+  const middle = samples.filter((s) => s.t >= t / 3 && s.t < (2 * t) / 3);
+  const last = samples.filter((s) => s.t >= (2 * t) / 3);
+  if (middle.length < 2 || last.length < 2) return 0;
+  const steps = median(last.map((s) => s.steps)) - median(middle.map((s) => s.steps));
+  if (steps <= 0) return 0;
+  return (1000 * (median(last.map(pick)) - median(middle.map(pick)))) / steps;
 }
 
 export function summarise(name: string, tabs: number, samples: readonly Sample[]): ConfigResult {
@@ -344,13 +353,7 @@ export function summarise(name: string, tabs: number, samples: readonly Sample[]
   const q = seconds / 4;
   const early = stepsAt(samples, q) - stepsAt(samples, 0);
   const late = stepsAt(samples, seconds) - stepsAt(samples, seconds - q);
-  const warm = samples.filter((s) => s.t >= seconds / 3);
-  const per1k = (pick: (s: Sample) => number) =>
-    1000 *
-    slope(
-      warm.map((s) => s.steps),
-      warm.map(pick),
-    );
+  const per1k = (pick: (s: Sample) => number) => growthPer1kSteps(samples, pick);
   const rendererCount = Math.min(...samples.map((s) => s.renderersMb.length));
   const rendererIdx = Array.from({ length: rendererCount }, (_, i) => i);
   const rss = (s: Sample) => ({

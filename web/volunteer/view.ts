@@ -98,8 +98,12 @@ function megabytes(bytes: number): string {
 
 /** The loss chart is redrawn at most this often. */
 const CHART_EVERY_MS = 1000;
+/** The page is redrawn at most this often. */
+const RENDER_EVERY_MS = 250;
 
 export class VolunteerView {
+  private latest: TabStatus | null = null;
+  private drawnAt = -Infinity;
   private chartStep = -1;
   private chartLength = 0;
   private chartDrawnAt = -Infinity;
@@ -149,17 +153,26 @@ export class VolunteerView {
       'Press Start and this tab uses its graphics card, through WebGPU, to train a small neural network that recognises pictures of clothing, until you press Stop or close the tab.';
   }
 
-  /** Render on the next animation frame, at most once per frame (progress arrives often). */
+  /**
+   * Render at most every RENDER_EVERY_MS, the latest status, on an animation frame (progress arrives
+   * several times per step). Each render repaints the page, and in Chromium the page's raster runs in
+   * the GPU process, the same process as the WebGPU kernels: on a machine without a GPU both are CPU
+   * work there, so rendering per step slowed the steps themselves (docs/performance.md).
+   */
   render(s: TabStatus): void {
+    this.latest = s;
     if (this.pending) return;
     this.pending = true;
     const draw = () => {
       this.pending = false;
-      this.draw(s);
+      this.drawnAt = performance.now();
+      this.draw(this.latest!);
     };
+    const wait = Math.max(0, this.drawnAt + RENDER_EVERY_MS - performance.now());
     // Hidden tabs get no animation frames; render there too, so the title and status stay current.
-    if (document.visibilityState === 'visible') requestAnimationFrame(draw);
-    else setTimeout(draw, 0);
+    const frame = () => (document.visibilityState === 'visible' ? requestAnimationFrame(draw) : setTimeout(draw, 0));
+    if (wait > 0) setTimeout(frame, wait);
+    else frame();
   }
 
   /** The loss chart, redrawn only when the log changed and at most every CHART_EVERY_MS (it is the costly part). */
