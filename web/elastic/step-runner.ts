@@ -36,8 +36,8 @@ export const MAX_STEP_PAUSE_MS = 2000;
 
 /**
  * Extra allreduce time for the steps after an evaluation point: rank 0 evaluates the committed state
- * of step e while settling its commit, before it applies e+1 and starts the gradients of e+2, so the
- * other ranks wait for it inside the allreduce of e+1 or e+2. Estimated from this rank's own time per
+ * of step e when the commit arrives, usually while computing e+1 and before it applies e+1 and starts
+ * the gradients of e+2, so the other ranks wait for it inside the allreduce of e+1 or e+2. Estimated from this rank's own time per
  * training sample (a forward pass costs about a third of forward+backward, and throughput shares make
  * the ranks' slice times alike), doubled: about 6× the expected time.
  */
@@ -82,7 +82,7 @@ export class StepRunner {
         ? await this.allreduce(session, ring, job, step, computed.gradient, computed.computeMs)
         : null;
       const waitStart = this.ctx.now();
-      const backup = pending ? await this.awaitCommit(session, job, pending) : undefined;
+      const backup = pending ? await this.awaitCommit(session, pending) : undefined;
       const waitedMs = this.ctx.now() - waitStart;
       pending = null;
       if (signal.aborted) throw abortReason(signal);
@@ -98,10 +98,13 @@ export class StepRunner {
       this.ctx.box.update(stepComputed(this.ctx.box.status, { step, ...gradient, computeMs }));
       if (signal.aborted) throw abortReason(signal);
       this.report(session, step, result.hash, gradient, computeMs);
-      if (work.commitPoint) pending = { step, hash: result.hash };
+      if (work.commitPoint) {
+        pending = { step, hash: result.hash };
+        this.onCommitted(session, job, step);
+      }
       if (step < job.totalSteps) await this.pauseBetweenSteps(signal, next !== null);
     }
-    if (pending) await this.ctx.keeper.saveBackup(await this.awaitCommit(session, job, pending));
+    if (pending) await this.ctx.keeper.saveBackup(await this.awaitCommit(session, pending));
     // Every step of the job is done; `done` follows from the coordinator.
   }
 
@@ -176,11 +179,10 @@ export class StepRunner {
   }
 
   /**
-   * Wait for the commit of a reported commit point and do rank 0's duties for it (queued before the
-   * next apply, so they see the committed state). Returns its tag: the next apply saves it as the
+   * Wait for the commit of a reported commit point. Returns its tag: the next apply saves it as the
    * backup first (one worker call).
    */
-  private async awaitCommit(session: RoundSession, job: JobPublic, tag: StateTag): Promise<StateTag> {
+  private async awaitCommit(session: RoundSession, tag: StateTag): Promise<StateTag> {
     const step = tag.step;
     await bounded(session.committed(step).promise, {
       signal: session.signal,
@@ -188,10 +190,24 @@ export class StepRunner {
       what: `commit of step ${step}`,
     });
     session.forgetCommitsThrough(step);
-    if (session.rank === 0 && expectsCheckpoint(step, job)) this.checkpoints.prepare(step, job);
-    if (session.rank === 0 && isEvaluationPoint(step, job))
-      this.checkpoints.evaluateCommitted(session.round, step, job);
     return tag;
+  }
+
+  /**
+   * Rank 0's duties for a committed step (a checkpoint snapshot it will be asked for, a test
+   * evaluation), queued on the worker the moment `committed` arrives: the live state is still that
+   * step (the next apply waits for this commit, and is queued after these), and a round that fails
+   * in the meantime does not lose them.
+   */
+  private onCommitted(session: RoundSession, job: JobPublic, step: number): void {
+    if (session.rank !== 0 || !(expectsCheckpoint(step, job) || isEvaluationPoint(step, job))) return;
+    session.committed(step).promise.then(
+      () => {
+        if (expectsCheckpoint(step, job)) this.checkpoints.prepare(step, job);
+        if (isEvaluationPoint(step, job)) this.checkpoints.evaluateCommitted(session.round, step, job);
+      },
+      () => undefined,
+    );
   }
 
   /**
