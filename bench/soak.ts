@@ -11,7 +11,7 @@
  *   descendants.
  *
  * It prints steps per minute for every minute of the run, the late/early step-rate ratio (last
- * quarter of the training time vs the first quarter), MB per 1,000 steps per process (`growthPer1kSteps`:
+ * third of the training time vs the first third), MB per 1,000 steps per process (`growth`:
  * median RSS of the last third of the run against the middle third, i.e. after warm-up),
  * samples/s of each configuration over solo's, a table, and one JSON line starting `{"bench":"soak"`.
  *
@@ -60,8 +60,11 @@ export interface ConfigResult {
   samplesPerSec: number;
   stepsPerMinute: number[];
   lateEarly: number;
-  /** MB per 1,000 steps (after warm-up). */
+  /** MB per 1,000 steps (after warm-up: `growth`). */
   mbPer1kSteps: { coordinator: number; renderers: number[]; gpu: number };
+  /** The same growth in MB, over `growthSteps` steps (middle third to last third of the run). */
+  growthMb: { coordinator: number; renderers: number[]; gpu: number };
+  growthSteps: number;
   rssStartMb: { coordinator: number; renderers: number[]; gpu: number };
   rssEndMb: { coordinator: number; renderers: number[]; gpu: number };
 }
@@ -328,20 +331,23 @@ const median = (xs: readonly number[]) => {
 };
 
 /**
- * Memory growth per 1,000 steps after warm-up: the median RSS of the last third of the run minus the
- * median of the middle third, over the steps between the two thirds' medians. Medians rather than a
- * least-squares slope, because a garbage-collected heap's RSS is a sawtooth (tens of MB) whose phase
- * would otherwise dominate a few minutes' slope; the first third (page load, shader compilation,
- * JIT, first allocations of every buffer) is warm-up and not counted.
+ * Memory growth after warm-up: the median RSS of the last third of the run minus the median of the
+ * middle third (`mb`), and that over the steps between the two thirds' medians (`per1k`, MB per 1,000
+ * steps). Medians rather than a least-squares slope, because a garbage-collected heap's RSS is a
+ * sawtooth (tens of MB) whose phase would otherwise dominate a few minutes' slope; the first third
+ * (page load, shader compilation, JIT, first allocations of every buffer) is warm-up and not counted.
  */
-export function growthPer1kSteps(samples: readonly Sample[], pick: (s: Sample) => number): number {
+export function growth(
+  samples: readonly Sample[],
+  pick: (s: Sample) => number,
+): { mb: number; per1k: number; steps: number } {
   const t = samples[samples.length - 1].t;
   const middle = samples.filter((s) => s.t >= t / 3 && s.t < (2 * t) / 3);
   const last = samples.filter((s) => s.t >= (2 * t) / 3);
-  if (middle.length < 2 || last.length < 2) return 0;
+  if (middle.length < 2 || last.length < 2) return { mb: 0, per1k: 0, steps: 0 };
   const steps = median(last.map((s) => s.steps)) - median(middle.map((s) => s.steps));
-  if (steps <= 0) return 0;
-  return (1000 * (median(last.map(pick)) - median(middle.map(pick)))) / steps;
+  const mb = median(last.map(pick)) - median(middle.map(pick));
+  return { mb, per1k: steps > 0 ? (1000 * mb) / steps : 0, steps };
 }
 
 export function summarise(name: string, tabs: number, samples: readonly Sample[]): ConfigResult {
@@ -350,10 +356,11 @@ export function summarise(name: string, tabs: number, samples: readonly Sample[]
   const stepsPerMinute: number[] = [];
   for (let m = 1; m * 60 <= seconds + 1e-6; m++)
     stepsPerMinute.push(stepsAt(samples, m * 60) - stepsAt(samples, (m - 1) * 60));
-  const q = seconds / 4;
-  const early = stepsAt(samples, q) - stepsAt(samples, 0);
-  const late = stepsAt(samples, seconds) - stepsAt(samples, seconds - q);
-  const per1k = (pick: (s: Sample) => number) => growthPer1kSteps(samples, pick);
+  const third = seconds / 3;
+  const early = stepsAt(samples, third) - stepsAt(samples, 0);
+  const late = stepsAt(samples, seconds) - stepsAt(samples, seconds - third);
+  const per1k = (pick: (s: Sample) => number) => growth(samples, pick).per1k;
+  const mb = (pick: (s: Sample) => number) => round1(growth(samples, pick).mb);
   const rendererCount = Math.min(...samples.map((s) => s.renderersMb.length));
   const rendererIdx = Array.from({ length: rendererCount }, (_, i) => i);
   const rss = (s: Sample) => ({
@@ -374,6 +381,12 @@ export function summarise(name: string, tabs: number, samples: readonly Sample[]
       renderers: rendererIdx.map((i) => round3(per1k((s) => s.renderersMb[i] ?? 0))),
       gpu: round3(per1k((s) => s.gpuMb)),
     },
+    growthMb: {
+      coordinator: mb((s) => s.coordinatorMb),
+      renderers: rendererIdx.map((i) => mb((s) => s.renderersMb[i] ?? 0)),
+      gpu: mb((s) => s.gpuMb),
+    },
+    growthSteps: Math.round(growth(samples, (s) => s.gpuMb).steps),
     rssStartMb: rss(samples[0]),
     rssEndMb: rss(last),
   };
