@@ -42,8 +42,12 @@ interface Prefetch {
   result: Promise<GradientResult>;
 }
 
+const MAP_READ = 0x1;
+const COPY_DST = 0x8;
+
 export class ElasticSteps {
   private version = 0;
+  private staging: GPUBuffer | null = null;
   private prefetched: Prefetch | null = null;
 
   constructor(
@@ -53,6 +57,13 @@ export class ElasticSteps {
     /** Records the GPU copy of the live state into the backup (TrainingState.saveBackup). */
     private readonly saveBackup: () => void,
   ) {}
+
+  /** Free the hash staging buffer (the model is being replaced). */
+  destroy(): void {
+    this.drop();
+    this.staging?.destroy();
+    this.staging = null;
+  }
 
   /** The live state was replaced (restore, backup put back, rebuild): a prefetch is stale. */
   stateChanged(): void {
@@ -90,7 +101,7 @@ export class ElasticSteps {
     if (sums) this.model.writeGradients(new Float32Array(sums));
     this.model.applyOptimizer(sampleCount);
     this.version += 1;
-    const params = this.model.readParams();
+    const hashed = this.hashParams();
     if (next && next.indices.length > 0) {
       const result = this.start(next.indices, next.keepOnDevice);
       result.catch(() => undefined);
@@ -101,8 +112,31 @@ export class ElasticSteps {
         result,
       };
     }
-    const [values, gradient] = await Promise.all([params, own]);
-    return { hash: this.hash(values), gradient };
+    const [hash, gradient] = await Promise.all([hashed, own]);
+    return { hash, gradient };
+  }
+
+  /**
+   * The hash of the parameters, read through one staging buffer kept for the model's life and hashed
+   * in place in the mapped range: no 1 MB ArrayBuffer per step for the garbage collector (the copy
+   * per step made the renderer's memory climb until its GC caught up). The copy is recorded now, so
+   * it sees exactly the parameters of the step just applied, whatever is submitted after it.
+   */
+  private async hashParams(): Promise<string> {
+    const device = this.model.gpu.device;
+    const { buffer, offset } = this.model.params;
+    const bytes = this.model.totalElements * 4;
+    this.staging ??= device.createBuffer({ label: 'elastic.hash-staging', size: bytes, usage: MAP_READ | COPY_DST });
+    const staging = this.staging;
+    const encoder = device.createCommandEncoder({ label: 'elastic.hash-copy' });
+    encoder.copyBufferToBuffer(buffer, offset, staging, 0, bytes);
+    device.queue.submit([encoder.finish()]);
+    await staging.mapAsync(MAP_READ, 0, bytes);
+    try {
+      return this.hash(new Float32Array(staging.getMappedRange(0, bytes)));
+    } finally {
+      staging.unmap();
+    }
   }
 
   /** The prefetch for `indices` made on the current state, or null; it is consumed either way. */

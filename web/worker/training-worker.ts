@@ -182,6 +182,7 @@ const api = {
     const g = await device();
     const spec = resolveModelSpec(opts.model);
     const layout = parameterLayout(spec);
+    built?.steps.destroy();
     built?.state.destroy();
     built?.model.destroy();
     built = undefined;
