@@ -78,8 +78,8 @@ async function stepInPage(
       const hash = await worker.hash();
       const params = Array.from(new Float32Array(await worker.parameters()));
       const g = await worker.computeGradients(Uint32Array.from(indices));
-      const gradients = Array.from(new Float32Array(g.gradients));
-      await worker.applyGradients(g.gradients.slice(0), g.samples);
+      const gradients = Array.from(new Float32Array(g.gradients!));
+      await worker.applyGradients(g.gradients!.slice(0), g.samples);
       const after = Array.from(new Float32Array(await worker.parameters()));
       return { hash, params, gradients, lossSum: g.lossSum, samples: g.samples, after };
     },

@@ -1,20 +1,13 @@
 /**
  * The elastic loop end to end without a browser: real coordinator state machine, real coordinator
  * client, real collectives over in-memory channels, a CPU trainer whose gradient sums are exact
- * (web/elastic/simulation.ts). Churn must never change the trajectory: every committed step's
+ * (test/kit/simulation.ts). Churn must never change the trajectory: every committed step's
  * parameter hash equals the one of an uninterrupted single-tab run, bit for bit.
  */
 import { afterEach, describe, expect, it } from 'vitest';
 import { parseJobSpec, type JobSpec } from '../../coordinator/core/job';
 import { epochOrder } from '../../coordinator/core/sampler';
-import {
-  MemoryNetwork,
-  SIM_MODEL,
-  SimCoordinator,
-  SimTab,
-  until,
-  type StoredCommit,
-} from '../../web/elastic/simulation';
+import { MemoryNetwork, SIM_MODEL, SimCoordinator, SimTab, until, type StoredCommit } from '../kit/simulation';
 
 const DATASET = 200;
 const job: JobSpec = parseJobSpec({

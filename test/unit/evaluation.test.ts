@@ -9,7 +9,7 @@ import { parseJobSpec, type JobSpecInput } from '../../coordinator/core/job';
 import { isEvaluationPoint, type EvaluationPlan } from '../../coordinator/core/evaluation';
 import { parseClientMessage, type ClientMessage } from '../../coordinator/core/protocol';
 import { isCommitPoint, stepPosition, totalSteps } from '../../coordinator/core/sampler';
-import { MemoryNetwork, SIM_MODEL, SimCoordinator, SimTab, until } from '../../web/elastic/simulation';
+import { MemoryNetwork, SIM_MODEL, SimCoordinator, SimTab, until } from '../kit/simulation';
 import { Harness } from './coordinator-harness';
 
 const VALID = {

@@ -8,17 +8,31 @@ import type { WorldEntry } from '../../coordinator/core/protocol';
 import type { OutgoingMessage } from '../net/coordinator-client';
 import type { Ring } from '../net/link';
 import type { TrainingWorkerApi } from '../worker/training-worker';
+import type { ApplyOptions, ApplyResult, NextIndices } from '../worker/elastic-steps';
 import type { BuildModelOptions, EvaluationResult, GradientResult, ModelSummary } from '../worker/types';
 
 /** The training worker as the loop calls it (every call may be slow: it runs on the GPU). */
 export interface TrainerPort {
   /** Build the model with fresh parameters from `opts.seed` (the step-0 state). */
   buildModel(opts: BuildModelOptions): Promise<ModelSummary>;
-  /** Gradient sums of the samples `indices` (non-empty); the buffer is the caller's to keep. */
-  computeGradients(indices: Uint32Array): Promise<GradientResult>;
-  /** One optimizer step with the allreduced `sums` over `sampleCount` samples; `sums` is consumed (transferred). */
-  applyGradients(sums: ArrayBuffer, sampleCount: number): Promise<void>;
-  hash(): Promise<string>;
+  /**
+   * Gradient sums of the samples `indices` (non-empty); the buffer is the caller's to keep. With
+   * `keepOnDevice` (a world of one) they stay in the worker and `gradients` is null.
+   */
+  computeGradients(indices: Uint32Array, keepOnDevice?: boolean): Promise<GradientResult>;
+  /**
+   * One optimizer step with the allreduced `sums` (consumed: transferred; null: the gradients kept on
+   * the device) over `sampleCount` samples; resolves to the new parameters' hash. `next` names the
+   * next step's samples, whose gradients the worker then computes while it hashes. `opts`: save the
+   * backup first (the previous step was just committed), and/or use the gradients of this step that
+   * a previous `next` left on the device (web/worker/elastic-steps.ts).
+   */
+  applyAndHash(
+    sums: ArrayBuffer | null,
+    sampleCount: number,
+    next: NextIndices | null,
+    opts?: ApplyOptions,
+  ): Promise<ApplyResult>;
   saveBackup(): Promise<void>;
   restoreBackup(): Promise<void>;
   /** The live state as a snapshot (coordinator/core/snapshot.ts) tagged with the record position. */
@@ -53,12 +67,20 @@ export function comlinkTrainer(remote: Comlink.Remote<TrainingWorkerApi>): Train
   return {
     buildModel: (opts) => remote.buildModel(opts),
     // A subarray would be cloned with its whole backing buffer (an epoch order): copy the slice and transfer it.
-    computeGradients: (indices) => {
+    computeGradients: (indices, keepOnDevice = false) => {
       const own = indices.slice();
-      return remote.computeGradients(Comlink.transfer(own, [own.buffer]));
+      return remote.computeGradients(Comlink.transfer(own, [own.buffer]), keepOnDevice);
     },
-    applyGradients: (sums, sampleCount) => remote.applyGradients(Comlink.transfer(sums, [sums]), sampleCount),
-    hash: () => remote.hash(),
+    applyAndHash: (sums, sampleCount, next, opts = {}) => {
+      // Each argument carries its own transfer list (Comlink keys them by object).
+      const own = next && { indices: next.indices.slice(), keepOnDevice: next.keepOnDevice };
+      return remote.applyAndHash(
+        sums && Comlink.transfer(sums, [sums]),
+        sampleCount,
+        own && Comlink.transfer(own, [own.indices.buffer]),
+        opts.prefetched ? { ...opts, prefetched: opts.prefetched.slice() } : opts,
+      );
+    },
     saveBackup: () => remote.saveBackup(),
     restoreBackup: () => remote.restoreBackup(),
     snapshot: (position) => remote.snapshot(position),

@@ -1,5 +1,6 @@
 /** Renders a `TabStatus` into the volunteer page's DOM (index.html). Plain DOM, no framework. */
 import type { AdapterSummary } from '../worker/types';
+import { lossPolyline } from './loss-chart';
 import type { TabState, TabStatus } from './status';
 
 function element<T extends HTMLElement | SVGElement = HTMLElement>(id: string): T {
@@ -95,22 +96,19 @@ function megabytes(bytes: number): string {
   return `${(bytes / 1e6).toFixed(1)} MB`;
 }
 
-function lossPoints(losses: TabStatus['losses']): string {
-  if (losses.length < 2) return '';
-  const first = losses[0].step;
-  const last = losses[losses.length - 1].step;
-  const max = Math.max(...losses.map((l) => l.loss));
-  const min = Math.min(0, ...losses.map((l) => l.loss));
-  const span = max - min || 1;
-  return losses
-    .map(
-      (l) =>
-        `${(((l.step - first) / (last - first || 1)) * 300).toFixed(1)},${(78 - ((l.loss - min) / span) * 74).toFixed(1)}`,
-    )
-    .join(' ');
-}
+/** The loss chart is redrawn at most this often. */
+const CHART_EVERY_MS = 1000;
+/** The page is redrawn at most this often. */
+const RENDER_EVERY_MS = 250;
 
 export class VolunteerView {
+  private latest: TabStatus | null = null;
+  private drawnAt = -Infinity;
+  private chartStep = -1;
+  private chartLength = 0;
+  private chartDrawnAt = -Infinity;
+  private chartLosses: TabStatus['losses'] = [];
+  private chartTimer: ReturnType<typeof setTimeout> | null = null;
   readonly start = element<HTMLButtonElement>('start');
   readonly stop = element<HTMLButtonElement>('stop');
   readonly gpuLimit = element<HTMLInputElement>('gpu-limit');
@@ -155,17 +153,53 @@ export class VolunteerView {
       'Press Start and this tab uses its graphics card, through WebGPU, to train a small neural network that recognises pictures of clothing, until you press Stop or close the tab.';
   }
 
-  /** Render on the next animation frame, at most once per frame (progress arrives often). */
+  /**
+   * Render at most every RENDER_EVERY_MS, the latest status, on an animation frame (progress arrives
+   * several times per step). Each render repaints the page, and in Chromium the page's raster runs in
+   * the GPU process, the same process as the WebGPU kernels: on a machine without a GPU both are CPU
+   * work there, so rendering per step slowed the steps themselves (docs/performance.md).
+   */
   render(s: TabStatus): void {
+    this.latest = s;
     if (this.pending) return;
     this.pending = true;
     const draw = () => {
       this.pending = false;
-      this.draw(s);
+      this.drawnAt = performance.now();
+      this.draw(this.latest!);
     };
+    const wait = Math.max(0, this.drawnAt + RENDER_EVERY_MS - performance.now());
     // Hidden tabs get no animation frames; render there too, so the title and status stay current.
-    if (document.visibilityState === 'visible') requestAnimationFrame(draw);
-    else setTimeout(draw, 0);
+    const frame = () => (document.visibilityState === 'visible' ? requestAnimationFrame(draw) : setTimeout(draw, 0));
+    if (wait > 0) setTimeout(frame, wait);
+    else frame();
+  }
+
+  /** The loss chart, redrawn only when the log changed and at most every CHART_EVERY_MS (it is the costly part). */
+  private drawChart(losses: TabStatus['losses']): void {
+    const last = losses.length > 0 ? losses[losses.length - 1].step : -1;
+    const now = performance.now();
+    const changed = last !== this.chartStep || losses.length < this.chartLength;
+    if (!changed) return;
+    const wait = this.chartDrawnAt + CHART_EVERY_MS - now;
+    if (wait > 0) {
+      // Too soon: draw the latest log once the interval is over (the last change is never left out).
+      this.chartLosses = losses;
+      this.chartTimer ??= setTimeout(() => {
+        this.chartTimer = null;
+        this.drawChart(this.chartLosses);
+      }, wait);
+      return;
+    }
+    this.chartStep = last;
+    this.chartLength = losses.length;
+    this.chartDrawnAt = now;
+    let line = this.chart.querySelector('polyline');
+    if (!line) {
+      line = document.createElementNS('http://www.w3.org/2000/svg', 'polyline');
+      this.chart.append(line);
+    }
+    line.setAttribute('points', lossPolyline(losses));
   }
 
   private draw(s: TabStatus): void {
@@ -244,12 +278,7 @@ export class VolunteerView {
     this.progressText.textContent = s.step > 0 || progress > 0 ? formatPercent(progress) : '';
     this.lossCaption.textContent = elastic ? 'Training loss on this tab’s samples' : 'Training loss';
 
-    let line = this.chart.querySelector('polyline');
-    if (!line) {
-      line = document.createElementNS('http://www.w3.org/2000/svg', 'polyline');
-      this.chart.append(line);
-    }
-    line.setAttribute('points', lossPoints(s.losses));
+    this.drawChart(s.losses);
 
     const problem = s.error && s.state !== 'unsupported' ? s.error : s.networkProblem;
     this.error.hidden = !problem;

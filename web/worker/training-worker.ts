@@ -22,6 +22,7 @@ import { createModel, type Model } from '../../kernels/model';
 import { createGpu, type Gpu } from '../../kernels/runtime';
 import { createTrainingState, type TrainingState } from '../../kernels/training-state';
 import { BatchAssembler } from './batches';
+import { ElasticSteps, type ApplyOptions, type ApplyResult, type NextIndices } from './elastic-steps';
 import { runSolo } from './solo-loop';
 import type {
   AdapterSummary,
@@ -40,6 +41,7 @@ interface Built {
   spec: ModelSpec;
   model: Model;
   state: TrainingState;
+  steps: ElasticSteps;
   train?: BatchAssembler;
 }
 
@@ -122,6 +124,12 @@ function requireModel(): Built {
   return built;
 }
 
+function trainBatches(): BatchAssembler {
+  const b = requireModel();
+  b.train ??= new BatchAssembler(requireDataset().train, b.model.maxBatch);
+  return b.train;
+}
+
 function getTestInputs(): { x: Float32Array; labels: Uint32Array } {
   if (!testInputs) {
     const { images, labels, count } = requireDataset().test;
@@ -178,12 +186,19 @@ const api = {
     const g = await device();
     const spec = resolveModelSpec(opts.model);
     const layout = parameterLayout(spec);
+    built?.steps.destroy();
     built?.state.destroy();
     built?.model.destroy();
     built = undefined;
     const model = createModel(g, spec, layout, { maxBatch: opts.maxBatch, optimizer: opts.optimizer, seed: opts.seed });
     const state = createTrainingState(model, hashParams);
-    built = { spec, model, state };
+    const steps = new ElasticSteps(
+      model,
+      () => trainBatches(),
+      hashParams,
+      () => state.saveBackup(),
+    );
+    built = { spec, model, state, steps };
     return { name: spec.name, parameterCount: layout.parameterCount, totalElements: layout.totalElements };
   },
 
@@ -231,24 +246,32 @@ const api = {
 
   /**
    * Forward and backward over the training samples `indices` (this rank's share of a step): the
-   * gradient SUMS over them, transferred (the elastic loop allreduces them on the main thread).
+   * gradient SUMS over them, transferred (the elastic loop allreduces them on the main thread), or
+   * kept in the grads buffer with `keepOnDevice` (a world of one: nothing to reduce, nothing to read).
+   * Returns the prefetch `applyAndHash` started when it is for these samples (web/worker/elastic-steps.ts).
    */
-  async computeGradients(indices: Uint32Array): Promise<GradientResult> {
-    const b = requireModel();
-    if (indices.length < 1) throw new Error('computeGradients: no samples');
-    b.train ??= new BatchAssembler(requireDataset().train, b.model.maxBatch);
-    const { x, labels, batch } = b.train.gather(indices);
-    b.model.forwardBackward(x, labels, batch);
-    const [gradients, lossSum] = await Promise.all([b.model.readGradients(), b.model.readLossSum()]);
-    const result: GradientResult = { gradients: gradients.buffer as ArrayBuffer, lossSum, samples: batch };
-    return Comlink.transfer(result, [result.gradients]);
+  async computeGradients(indices: Uint32Array, keepOnDevice = false): Promise<GradientResult> {
+    const result = await requireModel().steps.computeGradients(indices, keepOnDevice);
+    return result.gradients ? Comlink.transfer(result, [result.gradients]) : result;
+  },
+
+  /**
+   * One optimizer step with `sums` (flat layout, allreduced; null: the gradients kept on the device)
+   * over `sampleCount` samples; returns the new parameters' hash. With `next`, the next step's
+   * gradients are computed on the GPU while this hash is computed here.
+   */
+  applyAndHash(
+    sums: ArrayBuffer | null,
+    sampleCount: number,
+    next: NextIndices | null = null,
+    opts: ApplyOptions = {},
+  ): Promise<ApplyResult> {
+    return requireModel().steps.applyAndHash(sums, sampleCount, next, opts);
   },
 
   /** Replace the gradients with `sums` (flat layout, allreduced) and take one optimizer step over `sampleCount` samples. */
-  applyGradients(sums: ArrayBuffer, sampleCount: number): void {
-    const { model } = requireModel();
-    model.writeGradients(new Float32Array(sums));
-    model.applyOptimizer(sampleCount);
+  async applyGradients(sums: ArrayBuffer, sampleCount: number): Promise<void> {
+    await api.applyAndHash(sums, sampleCount, null);
   },
 
   /** The flat parameters (`totalElements` floats), transferred. */
@@ -269,7 +292,9 @@ const api = {
 
   /** Return to the state of the last `saveBackup` (after a failed step). */
   restoreBackup(): void {
-    requireModel().state.restoreBackup();
+    const b = requireModel();
+    b.state.restoreBackup();
+    b.steps.stateChanged();
   },
 
   /** The training state as one snapshot (coordinator/core/snapshot.ts), transferred. */
@@ -295,6 +320,7 @@ const api = {
     if (snap.optimizer.kind !== b.model.optimizer.kind)
       throw new Error(`restore: snapshot optimizer ${snap.optimizer.kind}, this worker uses ${b.model.optimizer.kind}`);
     b.state.importState({ params: snap.params, moments: snap.moments, step: snap.optimizer.t });
+    b.steps.stateChanged();
     return { step: snap.step, epoch: snap.epoch, cursor: snap.cursor, paramsHash: snap.paramsHash };
   },
 };

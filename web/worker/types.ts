@@ -109,8 +109,11 @@ export interface EvaluationResult {
 }
 
 export interface GradientResult {
-  /** Summed (not averaged) gradients over the samples, the flat layout's `totalElements` floats. */
-  gradients: ArrayBuffer;
+  /**
+   * Summed (not averaged) gradients over the samples, the flat layout's `totalElements` floats; null
+   * when they were kept in the worker's grads buffer (`keepOnDevice`).
+   */
+  gradients: ArrayBuffer | null;
   /** Summed cross-entropy over the samples. */
   lossSum: number;
   samples: number;

@@ -23,13 +23,14 @@ import {
 import { parameterLayout, type ModelSpec } from '../../coordinator/core/model-spec';
 import { parseClientMessage, type WorldEntry } from '../../coordinator/core/protocol';
 import { decodeSnapshot, encodeSnapshot } from '../../coordinator/core/snapshot';
-import { CoordinatorClient, type WebSocketLike } from '../net/coordinator-client';
-import type { Ring } from '../net/link';
-import { memoryLinkPair, type MemoryLink } from '../net/memory-link';
-import { sha256Hex, type HttpPort } from './checkpoint-transfer';
-import { ElasticLoop, type ElasticLoopOptions, type ElasticStatus } from './elastic-loop';
-import type { MeshPort, TrainerPort } from './ports';
-import type { BuildModelOptions, EvaluationResult, GradientResult, ModelSummary } from '../worker/types';
+import { CoordinatorClient, type WebSocketLike } from '../../web/net/coordinator-client';
+import type { Ring } from '../../web/net/link';
+import { memoryLinkPair, type MemoryLink } from '../../web/net/memory-link';
+import { sha256Hex, type HttpPort } from '../../web/elastic/checkpoint-transfer';
+import { ElasticLoop, type ElasticLoopOptions, type ElasticStatus } from '../../web/elastic/elastic-loop';
+import type { MeshPort, TrainerPort } from '../../web/elastic/ports';
+import type { ApplyOptions, ApplyResult, NextIndices } from '../../web/worker/elastic-steps';
+import type { BuildModelOptions, EvaluationResult, GradientResult, ModelSummary } from '../../web/worker/types';
 
 // ---------------------------------------------------------------- a CPU trainer
 
@@ -74,6 +75,7 @@ export class CpuTrainer implements TrainerPort {
   async buildModel(opts: BuildModelOptions): Promise<ModelSummary> {
     this.calls.push('buildModel');
     await this.pause();
+    this.version += 1;
     const spec = typeof opts.model === 'string' ? SIM_MODEL : opts.model;
     const layout = parameterLayout(spec);
     this.spec = spec;
@@ -85,23 +87,69 @@ export class CpuTrainer implements TrainerPort {
     return { name: spec.name, parameterCount: layout.parameterCount, totalElements: layout.totalElements };
   }
 
-  async computeGradients(indices: Uint32Array): Promise<GradientResult> {
-    this.calls.push('computeGradients');
-    await this.pause();
+  /** Gradients kept "on the device" by `computeGradients(…, true)`, for `applyAndHash(null, …)`. */
+  private onDevice: Float32Array | null = null;
+  /** Bumped by every change of the state: a prefetch made before a change is stale. */
+  private version = 0;
+  /** Gradients of the next step computed inside `applyAndHash` (the worker's prefetch). */
+  private prefetch: { indices: Uint32Array; version: number; g: Float32Array; lossSum: number } | null = null;
+
+  private gradientsOf(indices: Uint32Array): { g: Float32Array; lossSum: number } {
     const g = new Float32Array(this.params.length);
     let lossSum = 0;
     for (const i of indices) {
       for (let j = 0; j < g.length; j++) g[j] += ((i * 31 + j * 7 + (Math.floor(this.params[j] * 8) & 3)) % 5) - 2;
       lossSum += (i % 7) * 0.5 + Math.abs(this.params[0]);
     }
-    return { gradients: g.buffer, lossSum, samples: indices.length };
+    return { g, lossSum };
   }
 
-  async applyGradients(sums: ArrayBuffer, sampleCount: number): Promise<void> {
+  /** The prefetch for `indices` if it was made on the current state (consumed either way). */
+  private takePrefetch(indices: Uint32Array): { g: Float32Array; lossSum: number } | null {
+    const p = this.prefetch;
+    this.prefetch = null;
+    const same = p && p.version === this.version && p.indices.length === indices.length;
+    return same && p.indices.every((v, i) => v === indices[i]) ? p : null;
+  }
+
+  async computeGradients(indices: Uint32Array, keepOnDevice = false): Promise<GradientResult> {
+    this.calls.push('computeGradients');
+    await this.pause();
+    const { g, lossSum } = this.takePrefetch(indices) ?? this.gradientsOf(indices);
+    this.onDevice = keepOnDevice ? g : null;
+    return { gradients: keepOnDevice ? null : (g.buffer as ArrayBuffer), lossSum, samples: indices.length };
+  }
+
+  /** The worker's apply + hash (web/worker/elastic-steps.ts), with its backup-first and prefetch. */
+  async applyAndHash(
+    sums: ArrayBuffer | null,
+    sampleCount: number,
+    next: NextIndices | null,
+    opts: ApplyOptions = {},
+  ): Promise<ApplyResult> {
+    if (opts.backupFirst) await this.saveBackup();
+    let own: GradientResult | null = null;
+    if (opts.prefetched) {
+      const p = this.takePrefetch(opts.prefetched) ?? this.gradientsOf(opts.prefetched);
+      this.onDevice = p.g;
+      own = { gradients: null, lossSum: p.lossSum, samples: opts.prefetched.length };
+    }
+    const kept = this.onDevice;
+    this.onDevice = null;
+    if (!sums && !kept) throw new Error('applyAndHash: no sums and no gradients kept on the device');
+    await this.applyGradients(sums ? new Float32Array(sums) : kept!, sampleCount);
+    if (next && next.indices.length > 0) {
+      this.calls.push('prefetch');
+      this.prefetch = { indices: next.indices.slice(), version: this.version, ...this.gradientsOf(next.indices) };
+    }
+    return { hash: await this.hash(), gradient: own };
+  }
+
+  async applyGradients(s: Float32Array, sampleCount: number): Promise<void> {
     this.calls.push('applyGradients');
     await this.pause();
-    const s = new Float32Array(sums);
     this.t += 1;
+    this.version += 1;
     for (let j = 0; j < this.params.length; j++) {
       this.velocity[j] = Math.fround(0.5 * this.velocity[j] + s[j] / sampleCount);
       this.params[j] = Math.fround(this.params[j] - 0.125 * this.velocity[j]);
@@ -120,6 +168,7 @@ export class CpuTrainer implements TrainerPort {
   async restoreBackup(): Promise<void> {
     this.calls.push('restoreBackup');
     if (!this.backup) throw new Error('restoreBackup: no backup saved');
+    this.version += 1;
     this.params = this.backup.params.slice();
     this.velocity = this.backup.velocity.slice();
     this.t = this.backup.t;
@@ -140,6 +189,7 @@ export class CpuTrainer implements TrainerPort {
   async restore(bytes: ArrayBuffer): Promise<{ step: number; epoch: number; cursor: number; paramsHash: string }> {
     this.calls.push('restore');
     await this.pause();
+    this.version += 1;
     const snap = decodeSnapshot(bytes);
     if (snap.spec.name !== this.spec?.name)
       throw new Error(`restore: snapshot of ${snap.spec.name}, model ${this.spec?.name}`);

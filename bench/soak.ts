@@ -1,0 +1,462 @@
+/**
+ * `npm run bench:soak`: does training keep its speed and its memory over a long run?
+ *
+ * For each configuration (solo, and elastic with 1, 2, 3 local tabs) it starts a real coordinator
+ * (`coordinator/cli.ts coordinator --port 0`, the default `mlp` job with many epochs, the real
+ * Fashion-MNIST), opens headless Chromium tabs (the swarm's flags: WebGPU on SwiftShader), lets them
+ * train for `--minutes`, and samples every `--sample-every` seconds:
+ * - steps: elastic, the coordinator's last committed step (`/api/status`); solo, the page's step;
+ * - RSS of the coordinator, of each renderer (`--type=renderer`, which also runs the training worker)
+ *   and of Chromium's GPU process (`--type=gpu-process`), found through /proc among this process's
+ *   descendants.
+ *
+ * It prints steps per minute for every minute of the run, the late/early step-rate ratio (last
+ * third of the training time vs the first third), MB per 1,000 steps per process (`growth`:
+ * median RSS of the last third of the run against the middle third, i.e. after warm-up),
+ * samples/s of each configuration over solo's, a table, and one JSON line starting `{"bench":"soak"`.
+ *
+ *   npm run bench:soak -- --minutes 4 --configs solo,1,2,3
+ *
+ * The machine's other load shows up in the numbers; the ratios within one run are what to compare.
+ */
+import { type ChildProcess, spawn } from 'node:child_process';
+import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import type { Browser, Page } from 'playwright-core';
+import { launchSwarmChromium } from '../coordinator/swarm/chromium';
+
+const REPO_ROOT = resolve(import.meta.dirname, '..');
+const DEFAULT_DATASET = '/usr/share/datasets/fashion-mnist';
+const GLOBAL_BATCH = 128;
+
+export interface SoakOptions {
+  minutes: number;
+  configs: Config[];
+  sampleEverySec: number;
+  dataset: string;
+  /** The built web app the coordinator serves (default dist/); another build compares two versions. */
+  dist: string | null;
+}
+
+export type Config = { kind: 'solo' } | { kind: 'elastic'; tabs: number };
+
+export interface Sample {
+  /** Seconds since the configuration started training (first step seen). */
+  t: number;
+  steps: number;
+  /** RSS in MB: coordinator, each renderer (sorted by pid), GPU process. */
+  coordinatorMb: number;
+  renderersMb: number[];
+  gpuMb: number;
+}
+
+export interface ConfigResult {
+  name: string;
+  tabs: number;
+  seconds: number;
+  steps: number;
+  samplesPerSec: number;
+  stepsPerMinute: number[];
+  lateEarly: number;
+  /** MB per 1,000 steps (after warm-up: `growth`). */
+  mbPer1kSteps: { coordinator: number; renderers: number[]; gpu: number };
+  /** The same growth in MB, over `growthSteps` steps (middle third to last third of the run). */
+  growthMb: { coordinator: number; renderers: number[]; gpu: number };
+  growthSteps: number;
+  rssStartMb: { coordinator: number; renderers: number[]; gpu: number };
+  rssEndMb: { coordinator: number; renderers: number[]; gpu: number };
+}
+
+function parseOptions(argv: string[]): SoakOptions {
+  const opts: SoakOptions = {
+    minutes: 10,
+    configs: [
+      { kind: 'solo' },
+      { kind: 'elastic', tabs: 1 },
+      { kind: 'elastic', tabs: 2 },
+      { kind: 'elastic', tabs: 3 },
+    ],
+    sampleEverySec: 5,
+    dataset: process.env.TABSWARM_DATASET ?? DEFAULT_DATASET,
+    dist: null,
+  };
+  for (let i = 0; i < argv.length; i++) {
+    const value = argv[i + 1];
+    switch (argv[i]) {
+      case '--minutes':
+        opts.minutes = Number(value);
+        if (!(opts.minutes > 0)) throw new Error(`--minutes ${value}: expected a positive number`);
+        i++;
+        break;
+      case '--sample-every':
+        opts.sampleEverySec = Number(value);
+        if (!(opts.sampleEverySec >= 1)) throw new Error(`--sample-every ${value}: expected seconds >= 1`);
+        i++;
+        break;
+      case '--configs':
+        opts.configs = value.split(',').map(parseConfig);
+        i++;
+        break;
+      case '--dataset':
+        opts.dataset = value;
+        i++;
+        break;
+      case '--dist':
+        opts.dist = resolve(value);
+        i++;
+        break;
+      default:
+        throw new Error(
+          `unknown option ${argv[i]} (--minutes M --configs solo,1,2,3 --sample-every S --dataset DIR --dist DIR)`,
+        );
+    }
+  }
+  return opts;
+}
+
+function parseConfig(text: string): Config {
+  if (text === 'solo') return { kind: 'solo' };
+  const tabs = Number(text);
+  if (!Number.isInteger(tabs) || tabs < 1 || tabs > 8) throw new Error(`--configs: ${text} is not solo or 1..8 tabs`);
+  return { kind: 'elastic', tabs };
+}
+
+// ---------------------------------------------------------------- processes
+
+interface ProcInfo {
+  pid: number;
+  ppid: number;
+  cmdline: string;
+  rssMb: number;
+}
+
+function readProc(pid: number): ProcInfo | null {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    const ppid = Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]);
+    const status = readFileSync(`/proc/${pid}/status`, 'utf8');
+    const rssKb = Number(/VmRSS:\s+(\d+)/.exec(status)?.[1] ?? 0);
+    const cmdline = readFileSync(`/proc/${pid}/cmdline`, 'utf8').replace(/\0/g, ' ');
+    return { pid, ppid, cmdline, rssMb: rssKb / 1024 };
+  } catch {
+    return null; // exited while we looked
+  }
+}
+
+/** Every live descendant of `root`. */
+export function descendants(root: number): ProcInfo[] {
+  const all = readdirSync('/proc')
+    .filter((d) => /^\d+$/.test(d))
+    .map((d) => readProc(Number(d)))
+    .filter((p): p is ProcInfo => p !== null);
+  const children = new Map<number, ProcInfo[]>();
+  for (const p of all) children.set(p.ppid, [...(children.get(p.ppid) ?? []), p]);
+  const out: ProcInfo[] = [];
+  const stack = [root];
+  while (stack.length > 0) {
+    for (const c of children.get(stack.pop()!) ?? []) {
+      out.push(c);
+      stack.push(c.pid);
+    }
+  }
+  return out;
+}
+
+/**
+ * RSS now. Renderers started before the tabs opened (`ignore`: Chromium's own pages) are left out, and
+ * of the rest the `tabs` largest are taken (a browser context also starts an idle renderer or two of
+ * ~75-160 MB; a training tab's renderer, which also runs its worker, is well above them), by pid.
+ */
+function rssNow(coordinatorPid: number, ignore: ReadonlySet<number>, tabs: number): Omit<Sample, 't' | 'steps'> {
+  const procs = descendants(process.pid);
+  const renderers = procs
+    .filter((p) => p.cmdline.includes('--type=renderer') && !ignore.has(p.pid))
+    .sort((a, b) => b.rssMb - a.rssMb)
+    .slice(0, tabs)
+    .sort((a, b) => a.pid - b.pid);
+  const gpu = procs.find((p) => p.cmdline.includes('--type=gpu-process'));
+  const coordinator = procs.find((p) => p.pid === coordinatorPid);
+  return {
+    coordinatorMb: coordinator?.rssMb ?? 0,
+    renderersMb: renderers.map((r) => r.rssMb),
+    gpuMb: gpu?.rssMb ?? 0,
+  };
+}
+
+// ---------------------------------------------------------------- coordinator
+
+interface Coordinator {
+  url: string;
+  child: ChildProcess;
+  stop(): Promise<void>;
+}
+
+async function startCoordinator(dataset: string, epochs: number, dist: string | null): Promise<Coordinator> {
+  const dir = mkdtempSync(join(tmpdir(), 'tabswarm-soak-'));
+  const jobFile = join(dir, 'job.json');
+  writeFileSync(jobFile, JSON.stringify({ epochs, globalBatch: GLOBAL_BATCH, maxWorkers: 8 }));
+  const args = ['--import', 'tsx', join(REPO_ROOT, 'coordinator/cli.ts'), 'coordinator', '--port', '0'];
+  args.push('--host', '127.0.0.1', '--data-dir', join(dir, 'data'), '--job', jobFile, '--dataset', dataset);
+  args.push('--admin-token', 'soak');
+  if (dist) args.push('--dist', dist);
+  const child = spawn(process.execPath, args, { cwd: REPO_ROOT, stdio: ['ignore', 'pipe', 'pipe'] });
+  let output = '';
+  const url = await new Promise<string>((ok, fail) => {
+    const timer = setTimeout(() => fail(new Error(`coordinator did not start in 60 s:\n${output}`)), 60_000);
+    const onData = (chunk: Buffer) => {
+      output += chunk.toString();
+      const match = /listening on (http:\/\/\S+)/.exec(output);
+      if (match) {
+        clearTimeout(timer);
+        ok(match[1].replace(/\/$/, ''));
+      }
+    };
+    child.stdout!.on('data', onData);
+    child.stderr!.on('data', (c: Buffer) => (output += c.toString()));
+    child.once('exit', (code) => fail(new Error(`coordinator exited (${code}) before listening:\n${output}`)));
+  });
+  // Keep draining its output so it never blocks on a full pipe.
+  child.stdout!.resume();
+  child.stderr!.resume();
+  const stop = async () => {
+    if (child.exitCode === null && child.signalCode === null) {
+      const exited = new Promise((r) => child.once('exit', r));
+      child.kill('SIGTERM');
+      const timer = setTimeout(() => child.kill('SIGKILL'), 10_000);
+      await exited;
+      clearTimeout(timer);
+    }
+    rmSync(dir, { recursive: true, force: true });
+  };
+  return { url, child, stop };
+}
+
+async function committedStep(url: string): Promise<number> {
+  const res = await fetch(`${url}/api/status`, { signal: AbortSignal.timeout(10_000) });
+  const body = (await res.json()) as { step: number };
+  return body.step;
+}
+
+// ---------------------------------------------------------------- one configuration
+
+async function openTabs(browser: Browser, url: string, count: number): Promise<Page[]> {
+  const pages: Page[] = [];
+  for (let i = 0; i < count; i++) {
+    const context = await browser.newContext({ viewport: { width: 900, height: 700 } });
+    const page = await context.newPage();
+    page.on('pageerror', (err) => console.error(`tab ${i + 1}: ${err.message}`));
+    await page.goto(url, { waitUntil: 'load', timeout: 60_000 });
+    pages.push(page);
+  }
+  return pages;
+}
+
+async function readSteps(config: Config, url: string, pages: Page[]): Promise<number> {
+  if (config.kind === 'elastic') return committedStep(url);
+  return pages[0].evaluate(() => window.tabswarm.step);
+}
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+export async function runConfig(config: Config, opts: SoakOptions): Promise<ConfigResult> {
+  const name = config.kind === 'solo' ? 'solo' : `elastic ${config.tabs} tab${config.tabs > 1 ? 's' : ''}`;
+  const coordinator = await startCoordinator(opts.dataset, 50, opts.dist);
+  let browser: Browser | null = null;
+  try {
+    browser = await launchSwarmChromium();
+    const ignore = new Set(descendants(process.pid).map((p) => p.pid));
+    const tabUrl =
+      config.kind === 'solo'
+        ? `${coordinator.url}/?mode=solo&autostart=1&epochs=50&batch=${GLOBAL_BATCH}`
+        : `${coordinator.url}/?autostart=1`;
+    const pages = await openTabs(browser, tabUrl, config.kind === 'solo' ? 1 : config.tabs);
+    const deadline = Date.now() + 180_000;
+    while ((await readSteps(config, coordinator.url, pages)) < 1) {
+      if (Date.now() > deadline) throw new Error(`${name}: no step trained within 3 minutes`);
+      await sleep(250);
+    }
+    const samples = await sampleRun(config, coordinator, pages, opts, ignore);
+    return summarise(name, config.kind === 'solo' ? 1 : config.tabs, samples);
+  } finally {
+    await browser?.close().catch(() => undefined);
+    await coordinator.stop();
+  }
+}
+
+async function sampleRun(
+  config: Config,
+  coordinator: Coordinator,
+  pages: Page[],
+  opts: SoakOptions,
+  ignore: ReadonlySet<number>,
+): Promise<Sample[]> {
+  const t0 = performance.now();
+  const first = await readSteps(config, coordinator.url, pages);
+  const samples: Sample[] = [];
+  const total = opts.minutes * 60;
+  for (let k = 0; ; k++) {
+    const t = (performance.now() - t0) / 1000;
+    const steps = (await readSteps(config, coordinator.url, pages)) - first;
+    samples.push({ t, steps, ...rssNow(coordinator.child.pid!, ignore, pages.length) });
+    if (t >= total) break;
+    const next = Math.min(total, (k + 1) * opts.sampleEverySec);
+    await sleep(Math.max(0, (next - (performance.now() - t0) / 1000) * 1000));
+  }
+  const last = samples[samples.length - 1];
+  console.error(
+    `  ${config.kind === 'solo' ? 'solo' : `${config.tabs} tab(s)`}: ${last.steps} steps in ${last.t.toFixed(0)} s`,
+  );
+  return samples;
+}
+
+// ---------------------------------------------------------------- statistics (pure)
+
+/** Steps at time t, linearly interpolated between samples. */
+export function stepsAt(samples: readonly Sample[], t: number): number {
+  if (t <= samples[0].t) return samples[0].steps;
+  for (let i = 1; i < samples.length; i++) {
+    const a = samples[i - 1];
+    const b = samples[i];
+    if (t <= b.t) return a.steps + ((b.steps - a.steps) * (t - a.t)) / (b.t - a.t || 1);
+  }
+  return samples[samples.length - 1].steps;
+}
+
+const median = (xs: readonly number[]) => {
+  const sorted = [...xs].sort((a, b) => a - b);
+  const mid = sorted.length >> 1;
+  return sorted.length % 2 ? sorted[mid] : (sorted[mid - 1] + sorted[mid]) / 2;
+};
+
+/**
+ * Memory growth after warm-up: the median RSS of the last third of the run minus the median of the
+ * middle third (`mb`), and that over the steps between the two thirds' medians (`per1k`, MB per 1,000
+ * steps). Medians rather than a least-squares slope, because a garbage-collected heap's RSS is a
+ * sawtooth (tens of MB) whose phase would otherwise dominate a few minutes' slope; the first third
+ * (page load, shader compilation, JIT, first allocations of every buffer) is warm-up and not counted.
+ */
+export function growth(
+  samples: readonly Sample[],
+  pick: (s: Sample) => number,
+): { mb: number; per1k: number; steps: number } {
+  const t = samples[samples.length - 1].t;
+  const middle = samples.filter((s) => s.t >= t / 3 && s.t < (2 * t) / 3);
+  const last = samples.filter((s) => s.t >= (2 * t) / 3);
+  if (middle.length < 2 || last.length < 2) return { mb: 0, per1k: 0, steps: 0 };
+  const steps = median(last.map((s) => s.steps)) - median(middle.map((s) => s.steps));
+  const mb = median(last.map(pick)) - median(middle.map(pick));
+  return { mb, per1k: steps > 0 ? (1000 * mb) / steps : 0, steps };
+}
+
+export function summarise(name: string, tabs: number, samples: readonly Sample[]): ConfigResult {
+  const last = samples[samples.length - 1];
+  const seconds = last.t;
+  const stepsPerMinute: number[] = [];
+  for (let m = 1; m * 60 <= seconds + 1e-6; m++)
+    stepsPerMinute.push(stepsAt(samples, m * 60) - stepsAt(samples, (m - 1) * 60));
+  const third = seconds / 3;
+  const early = stepsAt(samples, third) - stepsAt(samples, 0);
+  const late = stepsAt(samples, seconds) - stepsAt(samples, seconds - third);
+  const per1k = (pick: (s: Sample) => number) => growth(samples, pick).per1k;
+  const mb = (pick: (s: Sample) => number) => round1(growth(samples, pick).mb);
+  const rendererCount = Math.min(...samples.map((s) => s.renderersMb.length));
+  const rendererIdx = Array.from({ length: rendererCount }, (_, i) => i);
+  const rss = (s: Sample) => ({
+    coordinator: round1(s.coordinatorMb),
+    renderers: rendererIdx.map((i) => round1(s.renderersMb[i])),
+    gpu: round1(s.gpuMb),
+  });
+  return {
+    name,
+    tabs,
+    seconds: round1(seconds),
+    steps: last.steps,
+    samplesPerSec: round1((last.steps * GLOBAL_BATCH) / seconds),
+    stepsPerMinute: stepsPerMinute.map(Math.round),
+    lateEarly: early > 0 ? round3(late / early) : 0,
+    mbPer1kSteps: {
+      coordinator: round3(per1k((s) => s.coordinatorMb)),
+      renderers: rendererIdx.map((i) => round3(per1k((s) => s.renderersMb[i] ?? 0))),
+      gpu: round3(per1k((s) => s.gpuMb)),
+    },
+    growthMb: {
+      coordinator: mb((s) => s.coordinatorMb),
+      renderers: rendererIdx.map((i) => mb((s) => s.renderersMb[i] ?? 0)),
+      gpu: mb((s) => s.gpuMb),
+    },
+    growthSteps: Math.round(growth(samples, (s) => s.gpuMb).steps),
+    rssStartMb: rss(samples[0]),
+    rssEndMb: rss(last),
+  };
+}
+
+const round1 = (x: number) => Math.round(x * 10) / 10;
+const round3 = (x: number) => Math.round(x * 1000) / 1000;
+
+// ---------------------------------------------------------------- report
+
+function printTable(results: readonly ConfigResult[]): void {
+  const solo = results.find((r) => r.name === 'solo');
+  const one = results.find((r) => r.name === 'elastic 1 tab');
+  console.log('\nsteps per minute, minute by minute:');
+  for (const r of results) console.log(`  ${r.name.padEnd(16)} ${r.stepsPerMinute.join(' ')}`);
+  console.log('');
+  const head = [
+    'config',
+    'steps',
+    'samples/s',
+    '/solo',
+    '/1 tab',
+    'late/early',
+    'MB/1k coord',
+    'MB/1k renderer',
+    'MB/1k gpu',
+  ];
+  const rows = results.map((r) => [
+    r.name,
+    String(r.steps),
+    r.samplesPerSec.toFixed(0),
+    solo ? (r.samplesPerSec / solo.samplesPerSec).toFixed(2) : '-',
+    one ? (r.samplesPerSec / one.samplesPerSec).toFixed(2) : '-',
+    r.lateEarly.toFixed(2),
+    r.name === 'solo' ? '-' : r.mbPer1kSteps.coordinator.toFixed(2),
+    r.mbPer1kSteps.renderers.map((x) => x.toFixed(2)).join(' '),
+    r.mbPer1kSteps.gpu.toFixed(2),
+  ]);
+  const widths = head.map((h, i) => Math.max(h.length, ...rows.map((row) => row[i].length)));
+  const line = (cells: string[]) => cells.map((c, i) => c.padEnd(widths[i])).join('  ');
+  console.log(line(head));
+  for (const row of rows) console.log(line(row));
+  console.log('\nRSS MB start -> end (coordinator | renderers | gpu):');
+  for (const r of results) {
+    const f = (x: ConfigResult['rssStartMb']) => `${x.coordinator} | ${x.renderers.join(' ')} | ${x.gpu}`;
+    console.log(`  ${r.name.padEnd(16)} ${f(r.rssStartMb)}  ->  ${f(r.rssEndMb)}`);
+  }
+}
+
+async function main(): Promise<void> {
+  const opts = parseOptions(process.argv.slice(2));
+  const results: ConfigResult[] = [];
+  for (const config of opts.configs) {
+    console.error(`soak: ${config.kind === 'solo' ? 'solo' : `elastic, ${config.tabs} tab(s)`}, ${opts.minutes} min`);
+    results.push(await runConfig(config, opts));
+  }
+  printTable(results);
+  const solo = results.find((r) => r.name === 'solo');
+  console.log(
+    JSON.stringify({
+      bench: 'soak',
+      minutes: opts.minutes,
+      results: results.map((r) => ({ ...r, overSolo: solo ? round3(r.samplesPerSec / solo.samplesPerSec) : null })),
+    }),
+  );
+}
+
+if (process.argv[1] && resolve(process.argv[1]) === fileURLToPath(import.meta.url)) {
+  main().catch((err) => {
+    console.error(`bench:soak: ${(err as Error).message}`);
+    process.exit(1);
+  });
+}

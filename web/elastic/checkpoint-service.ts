@@ -1,0 +1,116 @@
+/**
+ * Checkpoints and test evaluations of committed states, for rank 0 and for the coordinator's
+ * `checkpoint_request`:
+ * - `prepare(step)`: snapshot the just-committed step before the next step changes the live state;
+ * - `upload(step, url)`: the committed state of `step` as a snapshot (the prepared one, the live one,
+ *   or the backup while the live state ran ahead), uploaded in the background with progress;
+ * - `evaluateCommitted(round, step)`: rank 0's test evaluation of a committed state, reported.
+ */
+import type { JobPublic } from '../../coordinator/core/job';
+import { positionAfter, stepPosition } from '../../coordinator/core/sampler';
+import { uploadCheckpoint } from './checkpoint-transfer';
+import type { LoopContext } from './loop-context';
+import type { CheckpointTransferStatus } from './status';
+
+export class CheckpointService {
+  /** Rank 0's snapshot of a committed step it expects to be asked for. */
+  private prepared: { step: number; bytes: Promise<ArrayBuffer> } | null = null;
+
+  constructor(
+    private readonly ctx: LoopContext,
+    private readonly current: () => { job: JobPublic | null; workerId: string | null },
+  ) {}
+
+  /** Another run: a prepared snapshot belongs to the old one. */
+  forget(): void {
+    this.prepared = null;
+  }
+
+  /** Snapshot the just-committed step now, before the next step changes the live state. */
+  prepare(step: number, job: JobPublic): void {
+    const bytes = this.ctx.queue.run('snapshot', () =>
+      this.ctx.trainer.snapshot({ step, ...positionAfter(step, job) }),
+    );
+    bytes.catch(() => {});
+    this.prepared = { step, bytes };
+  }
+
+  /** The committed state of `step` as a snapshot, whatever the live state is now. */
+  private committedSnapshot(step: number, job: JobPublic): Promise<ArrayBuffer> {
+    if (this.prepared?.step === step) return this.prepared.bytes;
+    const { trainer, keeper } = this.ctx;
+    const position = { step, ...positionAfter(step, job) };
+    return this.ctx.queue.run('checkpoint snapshot', async () => {
+      const { live, backup } = keeper.held;
+      if (live?.step === step) return trainer.snapshot(position);
+      if (backup?.step !== step)
+        throw new Error(
+          `asked for a checkpoint of step ${step}, this tab holds ${live?.step ?? 'nothing'} / backup ${backup?.step ?? 'nothing'}`,
+        );
+      // The live state ran ahead: park it, snapshot the backup, and put the live state back.
+      const parked = await trainer.snapshot({ step: live!.step, ...positionAfter(Math.max(1, live!.step), job) });
+      await trainer.restoreBackup();
+      const bytes = await trainer.snapshot(position);
+      await trainer.restore(parked);
+      return bytes;
+    });
+  }
+
+  /** Answer a `checkpoint_request`: upload the committed state of `step` to `url`; failures are logged and shown. */
+  async upload(step: number, url: string): Promise<void> {
+    const { box } = this.ctx;
+    const status = (patch: Partial<CheckpointTransferStatus>) =>
+      box.update({
+        checkpoint: {
+          ...{ step, direction: 'upload', loadedBytes: 0, totalBytes: 0, done: false, error: null },
+          ...box.status.checkpoint,
+          ...patch,
+        },
+      });
+    status({ step, loadedBytes: 0, totalBytes: 0, done: false, error: null });
+    try {
+      const { job, workerId } = this.current();
+      if (!job) throw new Error('no job');
+      const bytes = await this.committedSnapshot(step, job);
+      const target = new URL(url, this.ctx.http.baseUrl);
+      if (workerId) target.searchParams.set('workerId', workerId);
+      await uploadCheckpoint(this.ctx.http, target.href, bytes, {
+        timeoutMs: this.ctx.timeouts.uploadMs,
+        onProgress: (loaded, total) => status({ loadedBytes: loaded, totalBytes: total }),
+      });
+      status({ done: true, loadedBytes: bytes.byteLength, totalBytes: bytes.byteLength });
+      box.update({ checkpointsUploaded: box.status.checkpointsUploaded + 1 });
+      if (this.prepared?.step === step) this.prepared = null;
+    } catch (err) {
+      const message = (err as Error).message ?? String(err);
+      this.ctx.log('warn', `checkpoint ${step} upload failed: ${message}`);
+      status({ error: message });
+    }
+  }
+
+  /**
+   * Rank 0, right after committing `step` (an evaluation point): evaluate that committed state on the
+   * first `job.evalSamples` test images and report it. Queued before the next step's apply, so it
+   * sees exactly the committed parameters; not awaited (the next step's worker calls queue behind it,
+   * and the other ranks wait for rank 0 in a later allreduce: `evaluationAllowanceMs`). The report
+   * carries the round of the commit; the coordinator also takes it after that round closed.
+   */
+  evaluateCommitted(round: number, step: number, job: JobPublic): void {
+    const { epoch } = stepPosition(step, job);
+    this.ctx.queue
+      .run('evaluate', () => this.ctx.trainer.evaluate(job.evalSamples))
+      .then((r) => {
+        if (!(r.count >= 1)) return;
+        const correct = Math.min(r.count, Math.max(0, Math.round(r.accuracy * r.count)));
+        const lossSum = r.lossAvg * r.count;
+        if (!Number.isFinite(lossSum) || lossSum < 0)
+          throw new Error(`test loss ${r.lossAvg} is not a finite non-negative number`);
+        this.ctx.control.send({ type: 'evaluation', round, step, epoch, testSamples: r.count, correct, lossSum });
+        this.ctx.log(
+          'info',
+          `step ${step}: test accuracy ${((correct / r.count) * 100).toFixed(2)} % on ${r.count} images`,
+        );
+      })
+      .catch((err) => this.ctx.log('warn', `evaluation of step ${step} failed: ${(err as Error).message}`));
+  }
+}

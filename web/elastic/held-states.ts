@@ -1,0 +1,133 @@
+/**
+ * The training states the worker holds, and every worker call that changes them. Each call runs on
+ * the loop's serial worker queue and updates the tags (web/elastic/plan.ts: `HeldStates`) in the
+ * same queued task, so a tag never describes a state the worker no longer has:
+ * - live: the working buffers (the last step applied); backup: the last committed step.
+ * - `lastReported`: the newest step this tab reported, for `hello` after a reconnect.
+ */
+import type { JobPublic } from '../../coordinator/core/job';
+import type { SerialQueue } from './async-tools';
+import { helloHolding, NOTHING_HELD, sameTag, type HeldStates, type StateTag } from './plan';
+import type { TrainerPort } from './ports';
+import type { ApplyResult } from '../worker/elastic-steps';
+
+export interface NextStep {
+  indices: Uint32Array;
+  keepOnDevice: boolean;
+}
+
+export class HeldStateKeeper {
+  held: HeldStates = NOTHING_HELD;
+  lastReported: StateTag | null = null;
+  /** Floats in the model's flat buffers, once the worker has a model for the job (else null). */
+  modelElements: number | null = null;
+
+  constructor(
+    private readonly trainer: TrainerPort,
+    private readonly queue: SerialQueue,
+  ) {}
+
+  /** Another run: nothing held belongs to it. */
+  forget(): void {
+    this.held = NOTHING_HELD;
+    this.lastReported = null;
+    this.modelElements = null;
+  }
+
+  /** The hello fields describing the states held. */
+  hello(): ReturnType<typeof helloHolding> {
+    return helloHolding(this.held, this.lastReported);
+  }
+
+  /**
+   * True when the live state is ahead of the backup and must be undone when a round ends: it was
+   * applied but never reported. A live state this tab REPORTED is kept: with the commit wait
+   * overlapped with the next step (step-runner.ts), a round can fail after the coordinator committed
+   * it and before this tab heard so. The next round's `planSync` then uses it or the backup, whichever
+   * the coordinator committed (the same rule as a reconnect's `pending`).
+   */
+  get liveToUndo(): boolean {
+    const { live, backup } = this.held;
+    return !!backup && !!live && !sameTag(live, backup) && !sameTag(live, this.lastReported);
+  }
+
+  /** Build the model from the job seed: live = step 0, no backup yet. */
+  async buildFresh(job: JobPublic): Promise<void> {
+    await this.queue.run('buildModel', async () => {
+      const summary = await this.trainer.buildModel({
+        model: job.model,
+        optimizer: job.optimizer,
+        maxBatch: Math.min(job.globalBatch, job.datasetSize),
+        seed: job.seed,
+      });
+      this.modelElements = summary.totalElements;
+      this.held = { live: { step: 0, hash: null }, backup: null };
+    });
+  }
+
+  async ensureModel(job: JobPublic): Promise<void> {
+    if (this.modelElements === null) await this.buildFresh(job);
+  }
+
+  /** Put the backup back into the live state (an uncommitted step is undone). */
+  async restoreBackup(): Promise<void> {
+    await this.queue.run('restoreBackup', async () => {
+      await this.trainer.restoreBackup();
+      this.held = { ...this.held, live: this.held.backup };
+    });
+  }
+
+  /** Make the live state (tagged `tag`, by default its own tag) the backup. */
+  async saveBackup(tag?: StateTag): Promise<void> {
+    await this.queue.run('saveBackup', async () => {
+      await this.trainer.saveBackup();
+      this.held = { ...this.held, backup: tag ?? this.held.live };
+    });
+  }
+
+  /** Load a snapshot and check it is the committed state `wanted`. */
+  async restoreSnapshot(bytes: ArrayBuffer, wanted: StateTag): Promise<void> {
+    await this.queue.run('restore', async () => {
+      const info = await this.trainer.restore(bytes);
+      // Whatever happens next, the live state is now the snapshot's.
+      this.held = {
+        ...this.held,
+        live: { step: info.step, hash: info.step === 0 && wanted.hash === null ? null : info.paramsHash },
+      };
+      if (info.step !== wanted.step)
+        throw new Error(`received the state of step ${info.step}, the round starts from step ${wanted.step}`);
+      if (wanted.hash !== null && info.paramsHash !== wanted.hash) {
+        throw new Error(`received parameters with hash ${info.paramsHash}, the committed hash is ${wanted.hash}`);
+      }
+    });
+  }
+
+  /**
+   * Apply step `step` (sums, or null for gradients kept on the device) and hash it, as one worker
+   * task, so the live state is never left untagged; `next` starts the next step's gradients.
+   * `backup`: the live state before this step, just committed, is saved as the backup first (same task).
+   * `prefetched`: this step's indices, whose gradients an earlier `next` left on the device.
+   */
+  applyAndHash(
+    step: number,
+    sums: ArrayBuffer | null,
+    count: number,
+    next: NextStep | null,
+    opts: { backup?: StateTag; prefetched?: Uint32Array } = {},
+  ): Promise<ApplyResult> {
+    return this.queue.run('applyAndHash', async () => {
+      const backup = opts.backup && sameTag(opts.backup, this.held.live) ? opts.backup : null;
+      if (opts.backup && !backup)
+        throw new Error(`asked to back up step ${opts.backup.step}, the live state is step ${this.held.live?.step}`);
+      // The worker saves the backup first thing in the call, so it is tagged before the call: a
+      // failure later in the call leaves the backup saved and the live state untagged.
+      this.held = { backup: backup ?? this.held.backup, live: { step, hash: null } };
+      const result = await this.trainer.applyAndHash(sums, count, next, {
+        backupFirst: backup !== null,
+        prefetched: opts.prefetched,
+      });
+      this.held = { ...this.held, live: { step, hash: result.hash } };
+      return result;
+    });
+  }
+}

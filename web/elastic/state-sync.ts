@@ -1,0 +1,123 @@
+/**
+ * Getting the committed state a round starts from (`planSync` decides where it comes from): fresh
+ * from the seed, already held (live, or the backup put back), the durable checkpoint (downloaded,
+ * sha256 and parameter hash checked), or a broadcast along the ring from the state's holder. Ends with
+ * the state saved as the backup and checked against the round's committed tag.
+ */
+import { hashBytes } from '../../coordinator/core/hash';
+import type { JobPublic } from '../../coordinator/core/job';
+import { positionAfter } from '../../coordinator/core/sampler';
+import { broadcastReceive, broadcastSend } from '../net/broadcast';
+import type { Ring } from '../net/link';
+import { downloadCheckpoint } from './checkpoint-transfer';
+import type { LoopContext } from './loop-context';
+import { planSync, sameTag, syncRoute, type StateTag, type SyncPlan } from './plan';
+import type { RoundSession } from './round-session';
+
+/** Collective ids: the state broadcast of a round uses step 0, the allreduce of step s uses s (ids must grow per link). */
+export const SYNC_ID_STEP = 0;
+
+export async function syncState(ctx: LoopContext, session: RoundSession, ring: Ring, job: JobPublic): Promise<void> {
+  const { keeper, box } = ctx;
+  const msg = session.msg;
+  await keeper.ensureModel(job);
+  const plan = planSync(msg, session.rank, keeper.held);
+  const wanted: StateTag = { step: msg.step - 1, hash: msg.committedHash };
+  ctx.log('info', `round ${msg.round}: rank ${session.rank}/${msg.world.length}, step ${msg.step}, state ${plan.kind}`);
+  await obtainState(ctx, session, plan, wanted, job);
+  if (plan.kind === 'send' || plan.kind === 'receive') await broadcastState(ctx, session, ring, plan, wanted, job);
+  // The round's starting state is committed: make it the backup.
+  if (!sameTag(keeper.held.backup, keeper.held.live)) await keeper.saveBackup();
+  const live = keeper.held.live;
+  if (!sameTag(live, wanted) && !(wanted.step === 0 && live?.step === 0)) {
+    throw new Error(
+      `after sync the tab holds step ${live?.step} (${live?.hash}), the round starts from step ${wanted.step} (${wanted.hash})`,
+    );
+  }
+  box.update({
+    lastSync: plan.kind,
+    syncs: box.status.syncs + 1,
+    localStep: wanted.step,
+    committedStep: wanted.step,
+  });
+}
+
+/** Make the live state the wanted one where this tab can do it alone (seed, backup, checkpoint). */
+async function obtainState(
+  ctx: LoopContext,
+  session: RoundSession,
+  plan: SyncPlan,
+  wanted: StateTag,
+  job: JobPublic,
+): Promise<void> {
+  const { keeper, box } = ctx;
+  switch (plan.kind) {
+    case 'fresh':
+      if (!sameTag(keeper.held.live, { step: 0, hash: null })) await keeper.buildFresh(job);
+      return;
+    case 'local':
+    case 'send':
+      if (plan.use === 'backup' && !sameTag(keeper.held.live, keeper.held.backup)) {
+        await keeper.restoreBackup();
+        box.update({ restores: box.status.restores + 1 });
+      }
+      return;
+    case 'checkpoint':
+      await fromCheckpoint(ctx, session, plan, wanted);
+      return;
+    case 'receive':
+      return;
+    case 'impossible':
+      throw new Error(plan.reason);
+  }
+}
+
+async function fromCheckpoint(
+  ctx: LoopContext,
+  session: RoundSession,
+  plan: Extract<SyncPlan, { kind: 'checkpoint' }>,
+  wanted: StateTag,
+): Promise<void> {
+  const { box } = ctx;
+  const progress = (loadedBytes: number, totalBytes: number, done = false) =>
+    box.update({
+      checkpoint: { step: plan.step, direction: 'download', loadedBytes, totalBytes, done, error: null },
+    });
+  progress(0, 0);
+  const bytes = await downloadCheckpoint(ctx.http, plan.url, plan.sha256, {
+    signal: session.signal,
+    timeoutMs: ctx.timeouts.syncMs,
+    onProgress: (loaded, total) => progress(loaded, total),
+  });
+  await ctx.keeper.restoreSnapshot(bytes, wanted);
+  box.update({ checkpoint: { ...box.status.checkpoint!, done: true } });
+}
+
+/** The ring broadcast from the state's holder: receive from the left, forward to the right. */
+async function broadcastState(
+  ctx: LoopContext,
+  session: RoundSession,
+  ring: Ring,
+  plan: Extract<SyncPlan, { kind: 'send' | 'receive' }>,
+  wanted: StateTag,
+  job: JobPublic,
+): Promise<void> {
+  const root = plan.kind === 'send' ? session.rank : plan.root;
+  const route = syncRoute(session.rank, ring.size, root);
+  const opts = {
+    id: { round: session.round, step: SYNC_ID_STEP, seq: 0 },
+    hash: hashBytes,
+    signal: session.signal,
+    timeoutMs: ctx.timeouts.syncMs,
+  };
+  if (route.receiveFromLeft) {
+    const bytes = await broadcastReceive(ring.left!, opts);
+    const forward = route.sendToRight ? broadcastSend([ring.right!], bytes, opts) : Promise.resolve();
+    // Restore a copy while the original is still being forwarded to the right (restore consumes its buffer).
+    await Promise.all([forward, ctx.keeper.restoreSnapshot(route.sendToRight ? bytes.slice(0) : bytes, wanted)]);
+  } else if (route.sendToRight) {
+    const position = { step: wanted.step, ...positionAfter(wanted.step, job) };
+    const bytes = await ctx.queue.run('snapshot', () => ctx.trainer.snapshot(position));
+    await broadcastSend([ring.right!], bytes, opts);
+  }
+}

@@ -1,0 +1,236 @@
+/**
+ * The steps of a round, pipelined so an elastic step costs about what a solo step costs.
+ *
+ * Per step s: this rank's gradient sums (`stepWork`: the shared sampler), the ring allreduce, then
+ * ONE worker task that applies the sums, hashes the new parameters and, in the same task, starts the
+ * gradients of step s+1 on the GPU (`applyAndHash` with `next`); the step report goes out with the
+ * hash. At a commit point the tab does NOT wait for `committed` here: it goes on to step s+1's
+ * gradients and allreduce, and waits for the commit of s (then saves the backup) only just before
+ * applying s+1. So the report's trip to the coordinator, the coordinator's SQLite transaction and
+ * the `committed` message overlap with the next step's compute and allreduce.
+ *
+ * Invariants kept (the same as the unpipelined loop):
+ * - at most one uncommitted step is at risk: the live state moves past s only after s is committed
+ *   and saved as the backup; a prefetch changes no state;
+ * - every rank reports the hash of the same bytes (the apply is unchanged; only its timing moved);
+ * - a round's abort at any point leaves live ∈ {backup, backup + 1 step}, which `afterSession` handles.
+ *
+ * In a world of one there is nothing to reduce: the gradients stay on the device (no 1 MB read-back,
+ * no transfer, no write-back), which is the same arithmetic as a reduce over one rank.
+ */
+import { isEvaluationPoint } from '../../coordinator/core/evaluation';
+import type { JobPublic } from '../../coordinator/core/job';
+import type { Ring } from '../net/link';
+import { ringAllreduce } from '../net/ring-allreduce';
+import { abortReason, bounded } from './async-tools';
+import type { CheckpointService } from './checkpoint-service';
+import type { NextStep } from './held-states';
+import type { LoopContext } from './loop-context';
+import { expectsCheckpoint, stepWork, type StateTag, type StepWork } from './plan';
+import type { RoundSession } from './round-session';
+import { stepComputed } from './status';
+import type { GradientResult } from '../worker/types';
+
+/** The longest pause between steps a tab may ask for (the volunteer page's GPU-use slider ends here). */
+export const MAX_STEP_PAUSE_MS = 2000;
+
+/**
+ * Extra allreduce time for the steps after an evaluation point: rank 0 evaluates the committed state
+ * of step e when the commit arrives, usually while computing e+1 and before it applies e+1 and starts
+ * the gradients of e+2, so the other ranks wait for it inside the allreduce of e+1 or e+2. Estimated from this rank's own time per
+ * training sample (a forward pass costs about a third of forward+backward, and throughput shares make
+ * the ranks' slice times alike), doubled: about 6× the expected time.
+ */
+export function evaluationAllowanceMs(step: number, job: JobPublic, computeMs: number, samples: number): number {
+  if (step < 2 || samples < 1) return 0;
+  if (!isEvaluationPoint(step - 1, job) && !isEvaluationPoint(step - 2, job)) return 0;
+  return 2 * job.evalSamples * (computeMs / samples);
+}
+
+export class StepRunner {
+  private lastComputeMs = 0;
+  /** When the gradients of the next step were asked for (with the previous apply, or at the call). */
+  private requestedAt: number | null = null;
+  /** The pause taken before the step about to be computed, when no prefetch already counts it. */
+  private pausedMs = 0;
+
+  constructor(
+    private readonly ctx: LoopContext,
+    private readonly checkpoints: CheckpointService,
+    /** Samples of steps reported and not yet seen committed (step → samples), shared with the loop. */
+    private readonly uncommitted: Map<number, number>,
+  ) {}
+
+  /** A new round: no prefetch, no pause carried over. */
+  reset(): void {
+    this.requestedAt = null;
+    this.pausedMs = 0;
+  }
+
+  async run(session: RoundSession, ring: Ring, job: JobPublic): Promise<void> {
+    const { signal } = session;
+    const keepOnDevice = session.world.length === 1;
+    this.reset();
+    let pending: StateTag | null = null;
+    /** The step whose gradients the previous apply left on the device (a world of one). */
+    let onDevice: number | null = null;
+    for (let step = session.msg.step; step <= job.totalSteps; step++) {
+      if (signal.aborted) throw abortReason(signal);
+      const work = stepWork(job, session.world, session.rank, step);
+      const computed = onDevice === step ? null : await this.gradients(work, keepOnDevice);
+      const sums = computed
+        ? await this.allreduce(session, ring, job, step, computed.gradient, computed.computeMs)
+        : null;
+      const waitStart = this.ctx.now();
+      const backup = pending ? await this.awaitCommit(session, pending) : undefined;
+      const waitedMs = this.ctx.now() - waitStart;
+      pending = null;
+      if (signal.aborted) throw abortReason(signal);
+      const next = step < job.totalSteps ? this.nextStep(session, job, step + 1, keepOnDevice) : null;
+      const requested = this.requestedAt;
+      if (next) this.requestedAt = this.ctx.now();
+      const prefetched = onDevice === step ? work.indices : undefined;
+      const result = await this.ctx.keeper.applyAndHash(step, sums, work.count, next, { backup, prefetched });
+      onDevice = next?.keepOnDevice ? step + 1 : null;
+      const gradient = computed?.gradient ?? result.gradient!;
+      // A step computed behind the previous apply: its time runs from that request, less the commit wait.
+      const computeMs = computed?.computeMs ?? Math.max(0, this.ctx.now() - (requested ?? waitStart) - waitedMs);
+      this.ctx.box.update(stepComputed(this.ctx.box.status, { step, ...gradient, computeMs }));
+      if (signal.aborted) throw abortReason(signal);
+      this.report(session, step, result.hash, gradient, computeMs);
+      if (work.commitPoint) {
+        pending = { step, hash: result.hash };
+        this.onCommitted(session, job, step);
+      }
+      if (step < job.totalSteps) await this.pauseBetweenSteps(signal, next !== null);
+    }
+    if (pending) await this.ctx.keeper.saveBackup(await this.awaitCommit(session, pending));
+    // Every step of the job is done; `done` follows from the coordinator.
+  }
+
+  /** This rank's gradient sums for `work` (zeros when its slice is empty), and the time they took. */
+  private async gradients(
+    work: StepWork,
+    keepOnDevice: boolean,
+  ): Promise<{ gradient: GradientResult; computeMs: number }> {
+    const started = this.requestedAt ?? this.ctx.now();
+    const extra = this.requestedAt === null ? this.pausedMs : 0;
+    this.requestedAt = null;
+    this.pausedMs = 0;
+    const gradient =
+      work.indices.length > 0
+        ? await this.ctx.queue.run('computeGradients', () =>
+            this.ctx.trainer.computeGradients(work.indices, keepOnDevice),
+          )
+        : {
+            gradients: keepOnDevice ? null : new ArrayBuffer(this.ctx.keeper.modelElements! * 4),
+            lossSum: 0,
+            samples: 0,
+          };
+    // A prefetched step's time runs from its request, so it includes a pause taken meanwhile.
+    const computeMs = this.ctx.now() - started + extra;
+    this.lastComputeMs = computeMs;
+    return { gradient, computeMs };
+  }
+
+  /** The ring allreduce of the sums (in place); null when they stayed on the device (a world of one). */
+  private async allreduce(
+    session: RoundSession,
+    ring: Ring,
+    job: JobPublic,
+    step: number,
+    gradient: GradientResult,
+    computeMs: number,
+  ): Promise<ArrayBuffer | null> {
+    if (session.signal.aborted) throw abortReason(session.signal);
+    if (!gradient.gradients) return null;
+    const sums = new Float32Array(gradient.gradients);
+    await ringAllreduce(ring, sums, {
+      id: { round: session.round, step, seq: 0 },
+      timeoutMs:
+        Math.max(this.ctx.timeouts.collectiveMs, 10 * this.lastComputeMs) +
+        evaluationAllowanceMs(step, job, computeMs, gradient.samples),
+      signal: session.signal,
+    });
+    return sums.buffer as ArrayBuffer;
+  }
+
+  /** Step `step`'s own samples, to be computed behind the current apply (none when the slice is empty). */
+  private nextStep(session: RoundSession, job: JobPublic, step: number, keepOnDevice: boolean): NextStep | null {
+    const work = stepWork(job, session.world, session.rank, step);
+    return work.indices.length > 0 ? { indices: work.indices, keepOnDevice } : null;
+  }
+
+  private report(session: RoundSession, step: number, hash: string, g: GradientResult, computeMs: number): void {
+    const sent = this.ctx.control.send({
+      type: 'step_report',
+      round: session.round,
+      rank: session.rank,
+      step,
+      hash,
+      lossSum: g.lossSum,
+      samples: g.samples,
+      // A pause before this step counts as this tab's time for it, so shares move work away from a paused tab.
+      computeMs: Math.min(computeMs, 1e7),
+    });
+    if (!sent) throw new Error('control socket closed before the step report');
+    this.ctx.keeper.lastReported = { step, hash };
+    if (g.samples > 0) this.uncommitted.set(step, g.samples);
+  }
+
+  /**
+   * Wait for the commit of a reported commit point. Returns its tag: the next apply saves it as the
+   * backup first (one worker call).
+   */
+  private async awaitCommit(session: RoundSession, tag: StateTag): Promise<StateTag> {
+    const step = tag.step;
+    await bounded(session.committed(step).promise, {
+      signal: session.signal,
+      timeoutMs: this.ctx.timeouts.coordinatorWaitMs,
+      what: `commit of step ${step}`,
+    });
+    session.forgetCommitsThrough(step);
+    return tag;
+  }
+
+  /**
+   * Rank 0's duties for a committed step (a checkpoint snapshot it will be asked for, a test
+   * evaluation), queued on the worker the moment `committed` arrives: the live state is still that
+   * step (the next apply waits for this commit, and is queued after these), and a round that fails
+   * in the meantime does not lose them.
+   */
+  private onCommitted(session: RoundSession, job: JobPublic, step: number): void {
+    if (session.rank !== 0 || !(expectsCheckpoint(step, job) || isEvaluationPoint(step, job))) return;
+    session.committed(step).promise.then(
+      () => {
+        if (expectsCheckpoint(step, job)) this.checkpoints.prepare(step, job);
+        if (isEvaluationPoint(step, job)) this.checkpoints.evaluateCommitted(session.round, step, job);
+      },
+      () => undefined,
+    );
+  }
+
+  /**
+   * The GPU-use limit: wait `stepPauseMs` between two steps, cut short when the round ends. Safe in a
+   * ring: the other ranks wait for this one inside the next allreduce, whose deadline (≥ 20 s) is far
+   * above the 2 s cap. The pause counts in the next step's reported `computeMs` (inside the prefetch's
+   * time, or added), so the coordinator's throughput shares move work to the other tabs.
+   * In a hidden tab the pause is a main-thread timer, so Chrome may align it to whole seconds; it is
+   * scheduled from a worker-reply task (timer nesting level 0), so never to the one-minute alignment.
+   */
+  private async pauseBetweenSteps(signal: AbortSignal, prefetched: boolean): Promise<void> {
+    const ms = this.ctx.box.status.stepPauseMs;
+    if (ms <= 0 || signal.aborted) return;
+    const started = this.ctx.now();
+    await new Promise<void>((resolve) => {
+      const done = () => {
+        clearTimeout(timer);
+        signal.removeEventListener('abort', done);
+        resolve();
+      };
+      const timer = setTimeout(done, ms);
+      signal.addEventListener('abort', done, { once: true });
+    });
+    if (!prefetched) this.pausedMs = this.ctx.now() - started;
+  }
+}

@@ -1,0 +1,176 @@
+/**
+ * The elastic loop's steps inside the training worker, arranged so the GPU and the worker's own
+ * thread overlap and so no read-back is made that a later one could carry:
+ *
+ * - `applyAndHash(sums, count, next)` writes the allreduced sums (or keeps the gradients already on
+ *   the device: a world of one tab has nothing to reduce), records the optimizer step and a copy of
+ *   the new parameters for the hash, and then, when the caller names the next step's samples, records
+ *   that step's forward and backward passes at once (they only read the parameters just written).
+ *   The worker hashes the parameters while the GPU computes the next step; the main thread gets the
+ *   hash for its step report, and the coordinator's commit runs while the next gradients are formed.
+ * - `computeGradients(indices)` returns that prefetched result when it is for the same samples and
+ *   the state has not changed since (`stateChanged` is called by every restore and rebuild), else it
+ *   computes them now.
+ *
+ * A prefetch never changes the training state (only the gradient, activation and loss buffers), so
+ * the backup, the hash and the "at most one uncommitted step" rule are as without it.
+ */
+import type { Model } from '../../kernels/model';
+import type { BatchAssembler } from './batches';
+import type { GradientResult } from './types';
+
+export interface NextIndices {
+  indices: Uint32Array;
+  keepOnDevice: boolean;
+}
+
+export interface ApplyOptions {
+  backupFirst?: boolean;
+  prefetched?: Uint32Array;
+}
+
+export interface ApplyResult {
+  hash: string;
+  /** The consumed prefetch of this step (`opts.prefetched`): its loss and sample count. */
+  gradient: GradientResult | null;
+}
+
+interface Prefetch {
+  indices: Uint32Array;
+  version: number;
+  keepOnDevice: boolean;
+  result: Promise<GradientResult>;
+}
+
+const MAP_READ = 0x1;
+const COPY_DST = 0x8;
+
+export class ElasticSteps {
+  private version = 0;
+  private staging: GPUBuffer | null = null;
+  private prefetched: Prefetch | null = null;
+
+  constructor(
+    private readonly model: Model,
+    private readonly batches: () => BatchAssembler,
+    private readonly hash: (params: Float32Array) => string,
+    /** Records the GPU copy of the live state into the backup (TrainingState.saveBackup). */
+    private readonly saveBackup: () => void,
+  ) {}
+
+  /** Free the hash staging buffer (the model is being replaced). */
+  destroy(): void {
+    this.drop();
+    this.staging?.destroy();
+    this.staging = null;
+  }
+
+  /** The live state was replaced (restore, backup put back, rebuild): a prefetch is stale. */
+  stateChanged(): void {
+    this.version += 1;
+    this.drop();
+  }
+
+  /** Gradient sums over `indices`; with `keepOnDevice` they stay in the grads buffer (`gradients` null). */
+  computeGradients(indices: Uint32Array, keepOnDevice: boolean): Promise<GradientResult> {
+    return this.take(indices, keepOnDevice) ?? this.start(indices, keepOnDevice);
+  }
+
+  /**
+   * One optimizer step over `sampleCount` samples with `sums` (null: the gradients on the device),
+   * then, if `next` is given, the next step's gradients recorded behind it. Resolves to the new hash.
+   *
+   * `opts.backupFirst`: save the live state (the previous step, just committed) as the backup before
+   * applying, in this same task (one worker call per step instead of two).
+   * `opts.prefetched`: this step's samples, whose gradients a previous call left on the device
+   * (`next` with `keepOnDevice`); their loss is returned with the hash, so a world of one makes one
+   * worker call per step.
+   */
+  async applyAndHash(
+    sums: ArrayBuffer | null,
+    sampleCount: number,
+    next: NextIndices | null,
+    opts: ApplyOptions = {},
+  ): Promise<ApplyResult> {
+    // First, before anything can fail: the caller tags the backup as saved when it asks for it.
+    if (opts.backupFirst) this.saveBackup();
+    let own: Promise<GradientResult> | null = null;
+    // A prefetch made stale (a checkpoint upload parked and restored the state) is computed again.
+    if (opts.prefetched) own = this.take(opts.prefetched, true) ?? this.start(opts.prefetched, true);
+    else this.drop();
+    if (sums) this.model.writeGradients(new Float32Array(sums));
+    this.model.applyOptimizer(sampleCount);
+    this.version += 1;
+    const hashed = this.hashParams();
+    if (next && next.indices.length > 0) {
+      const result = this.start(next.indices, next.keepOnDevice);
+      result.catch(() => undefined);
+      this.prefetched = {
+        indices: next.indices.slice(),
+        version: this.version,
+        keepOnDevice: next.keepOnDevice,
+        result,
+      };
+    }
+    const [hash, gradient] = await Promise.all([hashed, own]);
+    return { hash, gradient };
+  }
+
+  /**
+   * The hash of the parameters, read through one staging buffer kept for the model's life and hashed
+   * in place in the mapped range: no 1 MB ArrayBuffer per step for the garbage collector (the copy
+   * per step made the renderer's memory climb until its GC caught up). The copy is recorded now, so
+   * it sees exactly the parameters of the step just applied, whatever is submitted after it.
+   */
+  private async hashParams(): Promise<string> {
+    const device = this.model.gpu.device;
+    const { buffer, offset } = this.model.params;
+    const bytes = this.model.totalElements * 4;
+    this.staging ??= device.createBuffer({ label: 'elastic.hash-staging', size: bytes, usage: MAP_READ | COPY_DST });
+    const staging = this.staging;
+    const encoder = device.createCommandEncoder({ label: 'elastic.hash-copy' });
+    encoder.copyBufferToBuffer(buffer, offset, staging, 0, bytes);
+    device.queue.submit([encoder.finish()]);
+    await staging.mapAsync(MAP_READ, 0, bytes);
+    try {
+      return this.hash(new Float32Array(staging.getMappedRange(0, bytes)));
+    } finally {
+      staging.unmap();
+    }
+  }
+
+  /** The prefetch for `indices` made on the current state, or null; it is consumed either way. */
+  private take(indices: Uint32Array, keepOnDevice: boolean): Promise<GradientResult> | null {
+    const p = this.prefetched;
+    this.prefetched = null;
+    if (p && p.version === this.version && p.keepOnDevice === keepOnDevice && sameIndices(p.indices, indices))
+      return p.result;
+    p?.result.catch(() => undefined);
+    return null;
+  }
+
+  private start(indices: Uint32Array, keepOnDevice: boolean): Promise<GradientResult> {
+    if (indices.length < 1) throw new Error('computeGradients: no samples');
+    const { x, labels, batch } = this.batches().gather(indices);
+    this.model.forwardBackward(x, labels, batch);
+    const loss = this.model.readLossSum();
+    if (keepOnDevice) return loss.then((lossSum) => ({ gradients: null, lossSum, samples: batch }));
+    const gradients = this.model.readGradients();
+    return Promise.all([gradients, loss]).then(([g, lossSum]) => ({
+      gradients: g.buffer as ArrayBuffer,
+      lossSum,
+      samples: batch,
+    }));
+  }
+
+  private drop(): void {
+    this.prefetched?.result.catch(() => undefined);
+    this.prefetched = null;
+  }
+}
+
+function sameIndices(a: Uint32Array, b: Uint32Array): boolean {
+  if (a.length !== b.length) return false;
+  for (let i = 0; i < a.length; i++) if (a[i] !== b[i]) return false;
+  return true;
+}
