@@ -260,3 +260,24 @@ describe('job dataset field', () => {
     expect(parse({ kind: 'text', path: '/x', colour: 'red' }).success).toBe(false);
   });
 });
+
+describe('safetensors export of a transformer', () => {
+  it('names the tensors as GPT-2 does, with their shapes and the layout convention in the metadata', async () => {
+    const { encodeSafetensors } = await import('../../coordinator/safetensors');
+    const { GPT_TINY_SPEC, parameterLayout } = await import('../../coordinator/core/model-spec');
+    const layout = parameterLayout(GPT_TINY_SPEC);
+    const params = Float32Array.from({ length: layout.totalElements }, (_, i) => i % 7);
+    const file = encodeSafetensors({ spec: GPT_TINY_SPEC, params });
+    const tensors = parseSafetensors(file, 'export');
+    expect(tensors['h.3.attn.c_attn.weight']).toMatchObject({ dtype: 'F32', shape: [128, 384] });
+    expect(tensors['wte.weight'].shape).toEqual([256, 128]);
+    expect(tensors['ln_f.bias'].shape).toEqual([128]);
+    const e = layout.entries.find((x) => x.name === 'h.1.mlp.c_fc.bias')!;
+    expect(Array.from(new Float32Array(tensors['h.1.mlp.c_fc.bias'].data.slice().buffer))).toEqual(
+      Array.from(params.subarray(e.offset, e.offset + e.size)),
+    );
+    const headerLength = Number(Buffer.from(file).readBigUInt64LE(0));
+    const meta = JSON.parse(Buffer.from(file.subarray(8, 8 + headerLength)).toString()).__metadata__;
+    expect(meta['tabswarm.layout']).toMatch(/GPT-2 names/);
+  });
+});
