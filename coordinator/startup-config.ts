@@ -5,6 +5,7 @@
 import { existsSync, readFileSync } from 'node:fs';
 import { defaultJob, parseJobSpec, type JobSpec } from './core/job';
 import { loadIdxDataset, type IdxDataset } from './dataset';
+import { unsupportedJobReason } from './user-datasets';
 
 /** Where the Debian package `dataset-fashion-mnist` installs Fashion-MNIST. */
 export const DEFAULT_DATASET_DIR = '/usr/share/datasets/fashion-mnist/';
@@ -28,11 +29,15 @@ export function loadJobFile(path: string | undefined): JobSpec {
   } catch (error) {
     throw new StartupError(`job file ${path} is not valid JSON: ${(error as Error).message}`);
   }
+  let job: JobSpec;
   try {
-    return parseJobSpec(raw);
+    job = parseJobSpec(raw);
   } catch (error) {
     throw new StartupError(`job file ${path}: ${(error as Error).message}`);
   }
+  const unsupported = unsupportedJobReason(job);
+  if (unsupported) throw new StartupError(`job file ${path}: ${unsupported}`);
+  return job;
 }
 
 /** --dataset, then $TABSWARM_DATASET, then the Debian package's folder (`defaultDir`). */

@@ -281,3 +281,17 @@ describe('safetensors export of a transformer', () => {
     expect(meta['tabswarm.layout']).toMatch(/GPT-2 names/);
   });
 });
+
+describe('the example transformer job', () => {
+  it('parses, and start-up refuses it with one line until the tabs train on text', async () => {
+    const { loadJobFile } = await import('../../coordinator/startup-config');
+    const path = 'coordinator/jobs/gpt-tiny-fortunes.json';
+    expect(() => loadJobFile(path)).toThrow(
+      /gpt-tiny-fortunes\.json: dataset kind "text" .* not yet trained on by the tabs/,
+    );
+    const raw = JSON.parse(await import('node:fs').then((fs) => fs.readFileSync(path, 'utf8')));
+    const job = jobSpecSchema.parse(raw);
+    expect(job.model).toMatchObject({ type: 'transformer', name: 'gpt-tiny', context: 128 });
+    expect(job.dataset).toMatchObject({ kind: 'text', path: '/usr/share/games/fortunes', skip: ['.dat'] });
+  });
+});
