@@ -267,7 +267,7 @@ describe('safetensors export of a transformer', () => {
     const { GPT_TINY_SPEC, parameterLayout } = await import('../../coordinator/core/model-spec');
     const layout = parameterLayout(GPT_TINY_SPEC);
     const params = Float32Array.from({ length: layout.totalElements }, (_, i) => i % 7);
-    const file = encodeSafetensors({ spec: GPT_TINY_SPEC, params });
+    const file = encodeSafetensors({ spec: GPT_TINY_SPEC, params, step: 3, epoch: 0, cursor: 48 });
     const tensors = parseSafetensors(file, 'export');
     expect(tensors['h.3.attn.c_attn.weight']).toMatchObject({ dtype: 'F32', shape: [128, 384] });
     expect(tensors['wte.weight'].shape).toEqual([256, 128]);
