@@ -37,21 +37,21 @@ describe('transformer model', () => {
   it('gpt-tiny: one step has loss ≈ ln 256 per byte and bit-identical gradients on repeat', async () => {
     const gpu = await nodeGpu();
     const layout = parameterLayout(GPT_TINY_SPEC);
-    const model = createModel(gpu, GPT_TINY_SPEC, layout, { maxBatch: 2, seed: 3, optimizer: ADAMW });
+    const model = createModel(gpu, GPT_TINY_SPEC, layout, { maxBatch: 1, seed: 3, optimizer: ADAMW });
     const text = generatedText(1, 4096);
-    const windows = windowsAt(text, [0, 1000], GPT_TINY_SPEC.context);
+    const windows = windowsAt(text, [1000], GPT_TINY_SPEC.context);
     const start = performance.now();
-    model.forwardBackwardTokens(windows, 2);
+    model.forwardBackwardTokens(windows, 1);
     const loss = await model.readLossSum();
     const ms = performance.now() - start;
     const grads = await model.readGradients();
-    model.forwardBackwardTokens(windows, 2);
+    model.forwardBackwardTokens(windows, 1);
     const again = await model.readGradients();
     model.destroy();
     expect(layout.parameterCount).toBe(842_496);
-    expect(Math.abs(loss / 2 - Math.log(256))).toBeLessThan(0.3);
+    expect(Math.abs(loss - Math.log(256))).toBeLessThan(0.3);
     expect(Buffer.from(again.buffer).equals(Buffer.from(grads.buffer))).toBe(true);
-    console.log(`gpt-tiny forward+backward, 2 windows of 128 bytes: ${ms.toFixed(0)} ms (incl. first-use JIT)`);
+    console.log(`gpt-tiny forward+backward, 1 window of 128 bytes: ${ms.toFixed(0)} ms (incl. first-use JIT)`);
   });
 
   it('a small transformer learns generated text far below its unigram entropy', async () => {
