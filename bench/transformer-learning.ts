@@ -18,7 +18,9 @@ const TARGET_BITS = 3.0;
 
 function windows(text: Uint8Array, starts: number[], context: number): Uint8Array {
   const out = new Uint8Array(starts.length * (context + 1));
-  starts.forEach((s, i) => out.set(text.subarray(s, s + context + 1), i * (context + 1)));
+  starts.forEach((s, i) => {
+    out.set(text.subarray(s, s + context + 1), i * (context + 1));
+  });
   return out;
 }
 

@@ -232,7 +232,7 @@ function labels(y: RawTensor, count: number, file: string): Uint32Array {
       U32: () => view.getUint32(o, true),
       I32: () => view.getInt32(o, true),
       I64: () => Number(view.getBigInt64(o, true)),
-    }[y.dtype]!();
+    }[y.dtype as 'U8']();
     if (!(v >= 0 && v < 65536)) throw new Error(`${file}: label ${v} at index ${i} is outside [0, 65536)`);
     return v;
   });

@@ -29,7 +29,7 @@ function checkEntry(model: string, layout: ParamLayout, e: ParamEntry, shape: re
 /** The layout's entry for each layer's weight and bias, checked against the spec's shapes. */
 export function paramEntries(spec: SequentialSpec, layout: ParamLayout): { weight?: ParamEntry; bias?: ParamEntry }[] {
   const last = spec.layers[spec.layers.length - 1];
-  if (!last || last.type !== 'dense' || last.units !== spec.classes)
+  if (last?.type !== 'dense' || last.units !== spec.classes)
     throw new Error(`model ${spec.name}: last layer must be dense with ${spec.classes} units`);
   return layerShapes(spec).map((s, layer) => {
     const find = (kind: 'weight' | 'bias', shape: number[] | undefined) => {

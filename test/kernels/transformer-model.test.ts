@@ -29,7 +29,9 @@ function unigramBits(text: Uint8Array): number {
 /** `count` windows of context + 1 bytes starting at the given offsets. */
 function windowsAt(text: Uint8Array, starts: number[], context: number): Uint8Array {
   const out = new Uint8Array(starts.length * (context + 1));
-  starts.forEach((s, i) => out.set(text.subarray(s, s + context + 1), i * (context + 1)));
+  starts.forEach((s, i) => {
+    out.set(text.subarray(s, s + context + 1), i * (context + 1));
+  });
   return out;
 }
 
@@ -92,6 +94,6 @@ describe('transformer model', () => {
       `unigram ${unigram.toFixed(2)} bits/byte; held-out ${initial.toFixed(2)} → ${curve.map((b) => b.toFixed(2)).join(' → ')} in ${seconds.toFixed(1)} s`,
     );
     expect(initial).toBeGreaterThan(7);
-    expect(curve.at(-1)!).toBeLessThan(0.6 * unigram);
+    expect(curve[curve.length - 1]).toBeLessThan(0.6 * unigram);
   });
 });

@@ -257,6 +257,8 @@ export async function textWindows(
   const w = context + 1;
   const out = new Uint8Array(starts.length * w);
   const parts = await Promise.all(Array.from(starts, (s) => fetcher.range(file, s, s + w)));
-  parts.forEach((p, i) => out.set(p, i * w));
+  parts.forEach((p, i) => {
+    out.set(p, i * w);
+  });
   return out;
 }
