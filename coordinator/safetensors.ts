@@ -17,7 +17,7 @@
  * `permute(3, 2, 0, 1)` gives `torch.nn.Conv2d`'s OIHW), and a dense layer after convolutions reads the
  * NHWC-flattened activation. Metadata values are strings, as the format requires.
  */
-import { modelSpecSchema, parameterLayout, type ModelSpec } from './core/model-spec';
+import { isTransformer, modelSpecSchema, parameterLayout, type ModelSpec } from './core/model-spec';
 import { type DecodedSnapshot, decodeSnapshot, SnapshotError } from './core/snapshot';
 
 /** What the encoder needs of a snapshot (a `DecodedSnapshot` has all of it). */
@@ -57,6 +57,12 @@ export const LAYOUT_CONVENTION =
   '(HWIO; permute(3, 2, 0, 1) gives torch.nn.Conv2d OIHW), stride 1; activations NHWC, a dense layer after ' +
   'convolutions reads the NHWC-flattened tensor';
 
+/** The same for a transformer: GPT-2's names and shapes (a GPT-2 loader reads them as they are). */
+export const TRANSFORMER_LAYOUT_CONVENTION =
+  'GPT-2 names and shapes: Conv1D weights [in, out] (y = x @ W + b); attn.c_attn columns are [q | k | v], head h ' +
+  'owning columns h*hd..(h+1)*hd of each; wte [vocab, d] is also the output projection (logits = ln_f(x) @ wte.T); ' +
+  'wpe [context, d]; pre-LayerNorm blocks, LayerNorm eps 1e-5, GELU tanh form';
+
 /**
  * Encodes the model's parameters as a safetensors file. `metadata` entries are added to (and may
  * override) the standard ones: format, tabswarm.model, tabswarm.spec, tabswarm.step/epoch/cursor,
@@ -88,7 +94,7 @@ export function encodeSafetensors(
     'tabswarm.step': String(weights.step),
     'tabswarm.epoch': String(weights.epoch),
     'tabswarm.cursor': String(weights.cursor),
-    'tabswarm.layout': LAYOUT_CONVENTION,
+    'tabswarm.layout': isTransformer(spec) ? TRANSFORMER_LAYOUT_CONVENTION : LAYOUT_CONVENTION,
     ...(weights.paramsHash ? { 'tabswarm.params_hash': weights.paramsHash } : {}),
     ...metadata,
   };

@@ -8,6 +8,7 @@ import { readFile } from 'node:fs/promises';
 import { join, resolve } from 'node:path';
 import { defaultJob, type JobSpec, parseJobSpec } from './core/job';
 import { type IdxDataset, loadIdxDataset } from './dataset';
+import { unsupportedJobReason } from './user-datasets';
 
 /** Where the Debian package `dataset-fashion-mnist` installs Fashion-MNIST. */
 export const DEFAULT_DATASET_DIR = '/usr/share/datasets/fashion-mnist/';
@@ -34,11 +35,15 @@ export function loadJobFile(path: string | undefined): JobSpec {
   } catch (error) {
     throw new StartupError(`job file ${path} is not valid JSON: ${(error as Error).message}`);
   }
+  let job: JobSpec;
   try {
-    return parseJobSpec(raw);
+    job = parseJobSpec(raw);
   } catch (error) {
     throw new StartupError(`job file ${path}: ${(error as Error).message}`);
   }
+  const unsupported = unsupportedJobReason(job);
+  if (unsupported) throw new StartupError(`job file ${path}: ${unsupported}`);
+  return job;
 }
 
 /**

@@ -8,18 +8,26 @@
  * dispatch, a snapshot one copy and an allreduce one read-back. Activations are kept per layer (the
  * backward pass needs them); gradients of activations ping-pong between two scratch buffers.
  *
+ * What the step computes comes from a graph builder: model-sequential.ts (dense/conv/pool stacks) or
+ * model-transformer.ts (a GPT-2-style language model); this class owns what both share.
+ *
  * Semantics (docs/ARCHITECTURE.md, inv. 6): the loss is the SUM over the batch and the gradients are SUMS over samples;
  * the optimizer multiplies by 1/samples of the step (`gradScale`), so gradients of rank shares can be
  * added (allreduce) before one optimizer step over the whole global batch.
  */
-import { countCorrect } from './argmax';
-import { biasGrad } from './bias';
-import { conv2dBackwardFilter, conv2dBackwardInput, conv2dForward, type Conv2dDims } from './conv2d';
-import { convPad, initParams, layerShapes, paramEntries, type ModelSpecLike, type ParamLayoutLike } from './layers';
-import { matmul } from './matmul';
-import { maxPoolBackward, maxPoolForward, type PoolDims } from './maxpool';
+import {
+  isTransformer,
+  type ModelSpec,
+  type ParamLayout,
+  type SequentialSpec,
+  type TransformerSpec,
+} from '../coordinator/core/model-spec';
+import { initParams } from './layers';
+import type { MatmulTile } from './matmul';
+import { graphContext, type ModelGraph } from './model-graph';
+import { buildSequential } from './model-sequential';
+import { buildTransformer } from './model-transformer';
 import { adamw, sgdMomentum, type AdamWDims, type SgdMomentumDims } from './optimizer';
-import { reluBackward } from './relu';
 import {
   createTensor,
   elementCount,
@@ -31,16 +39,13 @@ import {
   type KernelCall,
   type Tensor,
 } from './runtime';
-import { softmaxCrossEntropy } from './softmax-xent';
 
 export type OptimizerConfig =
   | { kind: 'adamw'; lr: number; beta1: number; beta2: number; eps: number; weightDecay: number }
   | { kind: 'sgd'; lr: number; momentum: number; weightDecay?: number };
 
-type MatmulOptions = NonNullable<Parameters<typeof matmul>[3]>;
-
 export interface ModelOptions {
-  /** Largest batch any call will use; activations are allocated for it. */
+  /** Largest batch (samples: images or token windows) any call will use; activations are allocated for it. */
   maxBatch: number;
   optimizer: OptimizerConfig;
   /** Initial flat parameters (`layout.totalElements`); default `initParams(spec, layout, seed)`. */
@@ -48,32 +53,33 @@ export interface ModelOptions {
   /** Seed of the default initialisation (default 1). */
   seed?: number;
   /** Matmul tile variant (override constants), e.g. chosen by the benchmark for this adapter. */
-  matmulTile?: MatmulOptions['tile'];
+  matmulTile?: MatmulTile;
 }
 
 export interface EvaluationResult {
   lossSum: number;
+  /** Correct arg-max predictions: one per sample (classifiers) or per position (language models). */
   correct: number;
+  /** Samples evaluated. */
   count: number;
 }
 
 /** Names of each optimizer's moment buffers, in `Model.moments` order (= snapshot section names). */
 export const MOMENT_NAMES = { adamw: ['m', 'v'], sgd: ['velocity'] } as const;
 
-/** Something whose dims follow the batch: a prepared kernel and how its dims derive from the batch. */
-type Resize = (batch: number) => void;
-
-function batched<D>(kernel: Kernel<D>, dims: (batch: number) => D, resizers: Resize[]): KernelCall {
-  resizers.push((batch) => kernel.update(dims(batch)));
-  return kernel.call;
-}
-
 const MAP_READ = 0x1;
 const COPY_DST = 0x8;
 
+/** A range of the flat buffers the optimizer updates with one dispatch, and whether weight decay applies. */
+interface OptimizerRange {
+  kernel: Kernel<AdamWDims> | Kernel<SgdMomentumDims>;
+  size: number;
+  decay: boolean;
+}
+
 export class Model {
-  readonly spec: ModelSpecLike;
-  readonly layout: ParamLayoutLike;
+  readonly spec: ModelSpec;
+  readonly layout: ParamLayout;
   readonly maxBatch: number;
   /** Parameters without alignment padding. */
   readonly paramCount: number;
@@ -92,19 +98,21 @@ export class Model {
   private readonly labels: Tensor;
   private readonly loss: Tensor;
   private readonly correct: Tensor;
-  private readonly forwardCalls: KernelCall[] = [];
-  private readonly backwardCalls: KernelCall[] = [];
-  private readonly lossCall: KernelCall;
-  private readonly correctCall: KernelCall;
-  private readonly resizers: Resize[] = [];
-  private readonly optimizerKernel: Kernel<AdamWDims> | Kernel<SgdMomentumDims>;
+  private readonly graph: ModelGraph;
+  private readonly resizers: ((batch: number) => void)[] = [];
+  private readonly optimizerRanges: OptimizerRange[];
   private readonly owned: Tensor[] = [];
   /** Staging buffers for the per-step read-backs (loss, gradients), reused across steps. */
   private readonly reader: StagingReader;
+  /** Input elements per sample: pixels·channels, or context tokens. */
   private readonly inputSize: number;
+  /** Label elements per sample: 1, or context next tokens. */
+  private readonly labelSize: number;
+  /** Token scratch for setTokens (inputs then labels), reused. */
+  private tokenScratch?: Uint32Array;
   private currentBatch: number;
 
-  constructor(gpu: Gpu, spec: ModelSpecLike, layout: ParamLayoutLike, options: ModelOptions) {
+  constructor(gpu: Gpu, spec: ModelSpec, layout: ParamLayout, options: ModelOptions) {
     const { maxBatch } = options;
     if (!Number.isInteger(maxBatch) || maxBatch < 1)
       throw new Error(`createModel: maxBatch ${maxBatch} must be a positive integer`);
@@ -116,9 +124,6 @@ export class Model {
     this.totalElements = layout.totalElements;
     this.optimizerConfig = { ...options.optimizer };
     this.reader = new StagingReader(gpu, `${spec.name}.read`);
-
-    const shapes = layerShapes(spec);
-    const entries = paramEntries(spec, layout);
     const initial = options.params ?? initParams(spec, layout, options.seed ?? 1);
     if (initial.length !== layout.totalElements)
       throw new Error(`createModel: params has ${initial.length} floats, layout needs ${layout.totalElements}`);
@@ -128,190 +133,67 @@ export class Model {
       this.owned.push(t);
       return t;
     };
-    this.inputSize = elementCount(spec.input);
-    this.input = tensor([maxBatch, ...spec.input], 'input');
-    this.labels = tensor([maxBatch], 'labels');
+    [this.inputSize, this.labelSize] = isTransformer(spec)
+      ? [spec.context, spec.context]
+      : [elementCount(spec.input), 1];
+    this.input = tensor([maxBatch, this.inputSize], 'input');
+    this.labels = tensor([maxBatch, this.labelSize], 'labels');
     this.loss = tensor([1], 'loss-sum');
     this.correct = tensor([1], 'correct');
     this.params = tensor([layout.totalElements], 'params', initial);
     this.grads = tensor([layout.totalElements], 'grads');
     this.momentNames = MOMENT_NAMES[options.optimizer.kind];
     this.moments = this.momentNames.map((name) => tensor([layout.totalElements], name));
-
-    const acts = shapes.map((s, i) => tensor([maxBatch, ...s.outShape], `act${i}`));
-    const maxActivation = Math.max(...shapes.map((s) => elementCount(s.outShape)));
-    const scratch = [tensor([maxBatch * maxActivation], 'dact-a'), tensor([maxBatch * maxActivation], 'dact-b')];
-    const scratchView = (which: number, shape: readonly number[], label: string) =>
-      tensorView(scratch[which], 0, [maxBatch, ...shape], label);
-    const paramView = (
-      base: Tensor,
-      e: { offset: number; shape: readonly number[]; name: string } | undefined,
-      prefix: string,
-    ) => {
-      if (!e) throw new Error('unreachable: layer without parameters');
-      return tensorView(base, e.offset, e.shape, `${prefix}${e.name}`);
-    };
-    const tile = options.matmulTile === undefined ? {} : { tile: options.matmulTile };
-    const r = this.resizers;
-
-    // Forward: layer i reads acts[i-1] (or the input) and writes acts[i]; ReLU fused into matmul/conv.
-    const argmaxes: Tensor[] = [];
-    spec.layers.forEach((layer, i) => {
-      const { inShape, outShape } = shapes[i];
-      const x = i === 0 ? this.input : acts[i - 1];
-      if (layer.type === 'dense') {
-        const nIn = elementCount(inShape);
-        const w = paramView(this.params, entries[i].weight, '');
-        const bias = paramView(this.params, entries[i].bias, '');
-        const x2 = tensorView(x, 0, [maxBatch, nIn], `${x.label}.flat`);
-        const k = matmul(
-          gpu,
-          { a: x2, b: w, out: acts[i], bias },
-          { m: maxBatch, n: layer.units, k: nIn },
-          { relu: layer.activation === 'relu', ...tile },
-        );
-        this.forwardCalls.push(batched(k, (b) => ({ m: b, n: layer.units, k: nIn }), r));
-      } else if (layer.type === 'conv2d') {
-        const dims = convDims(inShape, layer.filters, layer.kernel, convPad(layer));
-        const k = conv2dForward(
-          gpu,
-          {
-            x,
-            w: paramView(this.params, entries[i].weight, ''),
-            bias: paramView(this.params, entries[i].bias, ''),
-            out: acts[i],
-          },
-          dims(maxBatch),
-          { relu: layer.activation === 'relu' },
-        );
-        this.forwardCalls.push(batched(k, dims, r));
-      } else {
-        const argmax = tensor([maxBatch, ...outShape], `argmax${i}`);
-        argmaxes[i] = argmax;
-        const dims = poolDims(inShape);
-        this.forwardCalls.push(batched(maxPoolForward(gpu, { x, out: acts[i], argmax }, dims(maxBatch)), dims, r));
-      }
-    });
-
-    const classes = spec.classes;
-    const logits = acts[acts.length - 1];
-    const dlogits = scratchView(0, [classes], 'dlogits');
-    this.lossCall = batched(
-      softmaxCrossEntropy(gpu, { logits, labels: this.labels, loss: this.loss, dlogits }, { rows: maxBatch, classes }),
-      (b) => ({ rows: b, classes }),
-      r,
-    );
-    this.correctCall = batched(
-      countCorrect(gpu, { logits, labels: this.labels, correct: this.correct }, { rows: maxBatch, classes }),
-      (b) => ({ rows: b, classes }),
-      r,
-    );
-
-    // Backward: `current` is the scratch buffer holding d(loss)/d(output of layer i); each op writes
-    // into the other one, so no dispatch reads and writes the same buffer.
-    let current = 0;
-    for (let i = spec.layers.length - 1; i >= 0; i--) {
-      const layer = spec.layers[i];
-      const { inShape, outShape } = shapes[i];
-      const x = i === 0 ? this.input : acts[i - 1];
-      const dOut = scratchView(current, outShape, `d${acts[i].label}`);
-      if (layer.type === 'maxpool2') {
-        if (i === 0) continue;
-        const dims = poolDims(inShape);
-        const dx = scratchView(1 - current, inShape, `d${x.label}`);
-        this.backwardCalls.push(
-          batched(maxPoolBackward(gpu, { dy: dOut, argmax: argmaxes[i], dx }, dims(maxBatch)), dims, r),
-        );
-        current = 1 - current;
-        continue;
-      }
-      let dz = dOut;
-      if (layer.activation === 'relu') {
-        dz = scratchView(1 - current, outShape, `dz${i}`);
-        const size = elementCount(outShape);
-        this.backwardCalls.push(
-          batched(
-            reluBackward(gpu, { y: acts[i], dy: dOut, dx: dz }, { size: maxBatch * size }),
-            (b) => ({ size: b * size }),
-            r,
-          ),
-        );
-        current = 1 - current;
-      }
-      const w = paramView(this.params, entries[i].weight, '');
-      const dw = paramView(this.grads, entries[i].weight, 'd');
-      const dbias = paramView(this.grads, entries[i].bias, 'd');
-      if (layer.type === 'dense') {
-        const nIn = elementCount(inShape);
-        const units = layer.units;
-        const x2 = tensorView(x, 0, [maxBatch, nIn], `${x.label}.flat`);
-        // dW = Xᵀ·dZ, db = column sums of dZ, dX = dZ·Wᵀ (all sums over the batch).
-        const dW = matmul(gpu, { a: x2, b: dz, out: dw }, { m: nIn, n: units, k: maxBatch }, { transA: true, ...tile });
-        this.backwardCalls.push(batched(dW, (b) => ({ m: nIn, n: units, k: b }), r));
-        this.backwardCalls.push(
-          batched(
-            biasGrad(gpu, { dy: dz, dbias }, { rows: maxBatch, cols: units }),
-            (b) => ({ rows: b, cols: units }),
-            r,
-          ),
-        );
-        if (i > 0) {
-          const dx = scratchView(1 - current, [nIn], `d${x.label}`);
-          const dX = matmul(
-            gpu,
-            { a: dz, b: w, out: dx },
-            { m: maxBatch, n: nIn, k: units },
-            { transB: true, ...tile },
-          );
-          this.backwardCalls.push(batched(dX, (b) => ({ m: b, n: nIn, k: units }), r));
-          current = 1 - current;
-        }
-      } else {
-        const dims = convDims(inShape, layer.filters, layer.kernel, convPad(layer));
-        const pixels = outShape[0] * outShape[1];
-        const filters = layer.filters;
-        this.backwardCalls.push(batched(conv2dBackwardFilter(gpu, { x, dy: dz, dw }, dims(maxBatch)), dims, r));
-        const dzRows = tensorView(dz, 0, [maxBatch * pixels, filters], `${dz.label}.rows`);
-        this.backwardCalls.push(
-          batched(
-            biasGrad(gpu, { dy: dzRows, dbias }, { rows: maxBatch * pixels, cols: filters }),
-            (b) => ({ rows: b * pixels, cols: filters }),
-            r,
-          ),
-        );
-        if (i > 0) {
-          const dx = scratchView(1 - current, inShape, `d${x.label}`);
-          this.backwardCalls.push(batched(conv2dBackwardInput(gpu, { dy: dz, w, dx }, dims(maxBatch)), dims, r));
-          current = 1 - current;
-        }
-      }
-    }
-
-    const opt = this.optimizerConfig;
-    const size = layout.totalElements;
-    if (opt.kind === 'adamw') {
-      this.optimizerKernel = adamw(
-        gpu,
-        { params: this.params, grads: this.grads, m: this.moments[0], v: this.moments[1] },
-        {
-          size,
-          gradScale: 1,
-          t: 1,
-          lr: opt.lr,
-          beta1: opt.beta1,
-          beta2: opt.beta2,
-          eps: opt.eps,
-          weightDecay: opt.weightDecay,
-        },
-      );
-    } else {
-      this.optimizerKernel = sgdMomentum(
-        gpu,
-        { params: this.params, grads: this.grads, velocity: this.moments[0] },
-        { size, gradScale: 1, lr: opt.lr, momentum: opt.momentum, weightDecay: opt.weightDecay ?? 0 },
-      );
-    }
+    this.graph = this.buildGraph(options);
+    this.optimizerRanges = this.prepareOptimizerRanges();
     this.currentBatch = maxBatch;
+  }
+
+  private buildGraph(options: ModelOptions): ModelGraph {
+    const base = {
+      gpu: this.gpu,
+      maxBatch: this.maxBatch,
+      params: this.params,
+      grads: this.grads,
+      input: this.input,
+      labels: this.labels,
+      loss: this.loss,
+      correct: this.correct,
+      tile: options.matmulTile === undefined ? {} : { tile: options.matmulTile },
+    };
+    const ctx = graphContext(base, this.spec.name, this.owned, this.resizers);
+    return isTransformer(this.spec)
+      ? buildTransformer(ctx, this.spec, this.layout)
+      : buildSequential(ctx, this.spec, this.layout);
+  }
+
+  /**
+   * One optimizer dispatch per range of the flat buffers: the first `layout.decayElements` get weight
+   * decay, the rest (a transformer's biases and LayerNorm parameters) none.
+   */
+  private prepareOptimizerRanges(): OptimizerRange[] {
+    const { decayElements, totalElements } = this.layout;
+    const ranges = [
+      { start: 0, size: decayElements, decay: true },
+      { start: decayElements, size: totalElements - decayElements, decay: false },
+    ].filter((r) => r.size > 0);
+    const opt = this.optimizerConfig;
+    return ranges.map(({ start, size, decay }) => {
+      const v = (t: Tensor) => tensorView(t, start, [size], `${t.label}[${start}:]`);
+      const kernel =
+        opt.kind === 'adamw'
+          ? adamw(
+              this.gpu,
+              { params: v(this.params), grads: v(this.grads), m: v(this.moments[0]), v: v(this.moments[1]) },
+              { ...opt, size, gradScale: 1, t: 1 },
+            )
+          : sgdMomentum(
+              this.gpu,
+              { params: v(this.params), grads: v(this.grads), velocity: v(this.moments[0]) },
+              { size, gradScale: 1, lr: opt.lr, momentum: opt.momentum, weightDecay: opt.weightDecay ?? 0 },
+            );
+      return { kernel, size, decay };
+    });
   }
 
   /** The batch the prepared kernels are currently sized for. */
@@ -338,10 +220,11 @@ export class Model {
   }
 
   /**
-   * Upload a batch: `x` is batch·H·W·C floats (NHWC, already scaled to [0,1]), `labels` class indices.
-   * Only the first `batch` samples are used (default `labels.length`), so callers may reuse larger arrays.
+   * Upload a classifier batch: `x` is batch·H·W·C floats (NHWC, already scaled to [0,1]), `labels`
+   * class indices. Only the first `batch` samples are used (default `labels.length`).
    */
   setBatch(x: Float32Array, labels: Uint32Array, batch = labels.length): number {
+    if (isTransformer(this.spec)) throw new Error(`setBatch: ${this.spec.name} is a language model; use setTokens`);
     if (labels.length < batch) throw new Error(`setBatch: ${labels.length} labels for batch ${batch}`);
     if (x.length < batch * this.inputSize)
       throw new Error(`setBatch: x has ${x.length} floats, batch ${batch} needs ${batch * this.inputSize}`);
@@ -352,8 +235,32 @@ export class Model {
     return batch;
   }
 
+  /**
+   * Upload a language-model batch: `windows` holds `batch` windows of context + 1 tokens each, one
+   * after another; a window's first `context` tokens are the input and its last `context` the targets.
+   */
+  setTokens(windows: Uint8Array | Uint16Array | Uint32Array, batch: number): number {
+    if (!isTransformer(this.spec)) throw new Error(`setTokens: ${this.spec.name} is not a language model`);
+    const T = this.spec.context;
+    if (windows.length < batch * (T + 1))
+      throw new Error(`setTokens: ${windows.length} tokens, ${batch} windows of ${T + 1} need ${batch * (T + 1)}`);
+    this.useBatch(batch);
+    this.tokenScratch ??= new Uint32Array(2 * this.maxBatch * T);
+    const inputs = this.tokenScratch.subarray(0, batch * T);
+    const targets = this.tokenScratch.subarray(this.maxBatch * T, this.maxBatch * T + batch * T);
+    for (let b = 0; b < batch; b++) {
+      const w = windows.subarray(b * (T + 1), (b + 1) * (T + 1));
+      inputs.set(w.subarray(0, T), b * T);
+      targets.set(w.subarray(1), b * T);
+    }
+    const queue = this.gpu.device.queue;
+    queue.writeBuffer(this.input.buffer, this.input.offset, inputs.buffer, inputs.byteOffset, inputs.byteLength);
+    queue.writeBuffer(this.labels.buffer, this.labels.offset, targets.buffer, targets.byteOffset, targets.byteLength);
+    return batch;
+  }
+
   private forwardBackwardCalls(): KernelCall[] {
-    return [...this.forwardCalls, this.lossCall, ...this.backwardCalls];
+    return [...this.graph.forward, this.graph.loss, ...this.graph.backward];
   }
 
   /**
@@ -366,56 +273,60 @@ export class Model {
     recordCalls(encoder, this.forwardBackwardCalls(), `${this.spec.name}.forward-backward`);
   }
 
-  private prepareOptimizer(sampleCount: number): KernelCall {
+  private prepareOptimizer(sampleCount: number): KernelCall[] {
     if (!(sampleCount > 0)) throw new Error(`optimizer step: sampleCount ${sampleCount} must be positive`);
     const t = this.optimizerStep + 1;
     const opt = this.optimizerConfig;
-    const size = this.totalElements;
     const gradScale = 1 / sampleCount;
-    if (opt.kind === 'adamw') {
-      (this.optimizerKernel as Kernel<AdamWDims>).update({
-        size,
-        gradScale,
-        t,
-        lr: opt.lr,
-        beta1: opt.beta1,
-        beta2: opt.beta2,
-        eps: opt.eps,
-        weightDecay: opt.weightDecay,
-      });
-    } else {
-      (this.optimizerKernel as Kernel<SgdMomentumDims>).update({
-        size,
-        gradScale,
-        lr: opt.lr,
-        momentum: opt.momentum,
-        weightDecay: opt.weightDecay ?? 0,
-      });
+    for (const { kernel, size, decay } of this.optimizerRanges) {
+      const weightDecay = decay ? (opt.weightDecay ?? 0) : 0;
+      if (opt.kind === 'adamw') (kernel as Kernel<AdamWDims>).update({ ...opt, size, gradScale, t, weightDecay });
+      else
+        (kernel as Kernel<SgdMomentumDims>).update({
+          size,
+          gradScale,
+          lr: opt.lr,
+          momentum: opt.momentum,
+          weightDecay,
+        });
     }
     this.optimizerStep = t;
-    return this.optimizerKernel.call;
+    return this.optimizerRanges.map((r) => r.kernel.call);
   }
 
   /** Record one optimizer step over the grads buffer, dividing the sums by `sampleCount`; t increments. */
   recordOptimizerStep(encoder: GPUCommandEncoder, sampleCount: number): void {
-    recordCalls(encoder, [this.prepareOptimizer(sampleCount)], `${this.spec.name}.optimizer`);
+    recordCalls(encoder, this.prepareOptimizer(sampleCount), `${this.spec.name}.optimizer`);
   }
 
   /** Upload, forward, backward and optimizer in one submission with one compute pass; no read-back. */
   trainStep(x: Float32Array, labels: Uint32Array, batch = labels.length): void {
-    this.setBatch(x, labels, batch);
+    this.submitTrainStep(this.setBatch(x, labels, batch));
+  }
+
+  /** `trainStep` for a language model: `batch` windows of context + 1 tokens. */
+  trainTokens(windows: Uint8Array | Uint16Array | Uint32Array, batch: number): void {
+    this.submitTrainStep(this.setTokens(windows, batch));
+  }
+
+  private submitTrainStep(batch: number): void {
     const encoder = this.gpu.device.createCommandEncoder({ label: `${this.spec.name}.train-step` });
-    recordCalls(
-      encoder,
-      [...this.forwardBackwardCalls(), this.prepareOptimizer(batch)],
-      `${this.spec.name}.train-step`,
-    );
+    const calls = [...this.forwardBackwardCalls(), ...this.prepareOptimizer(batch)];
+    recordCalls(encoder, calls, `${this.spec.name}.train-step`);
     this.gpu.device.queue.submit([encoder.finish()]);
   }
 
   /** Upload and compute gradient sums (the allreduce path: read them, reduce elsewhere, write back). */
   forwardBackward(x: Float32Array, labels: Uint32Array, batch = labels.length): void {
-    this.setBatch(x, labels, batch);
+    this.submitForwardBackward(this.setBatch(x, labels, batch));
+  }
+
+  /** `forwardBackward` for a language model. */
+  forwardBackwardTokens(windows: Uint8Array | Uint16Array | Uint32Array, batch: number): void {
+    this.submitForwardBackward(this.setTokens(windows, batch));
+  }
+
+  private submitForwardBackward(batch: number): void {
     const encoder = this.gpu.device.createCommandEncoder({ label: `${this.spec.name}.forward-backward` });
     this.recordForwardBackward(encoder, batch);
     this.gpu.device.queue.submit([encoder.finish()]);
@@ -447,35 +358,39 @@ export class Model {
   writeGradients(grads: Float32Array): void {
     if (grads.length !== this.totalElements)
       throw new Error(`writeGradients: ${grads.length} floats, layout has ${this.totalElements}`);
-    this.gpu.device.queue.writeBuffer(
-      this.grads.buffer,
-      this.grads.offset,
-      grads.buffer,
-      grads.byteOffset,
-      grads.byteLength,
-    );
+    const g = this.grads;
+    this.gpu.device.queue.writeBuffer(g.buffer, g.offset, grads.buffer, grads.byteOffset, grads.byteLength);
   }
 
   /**
    * Summed loss and number of correct arg-max predictions over `count` samples (default all labels),
-   * in chunks of `maxBatch`: one submission per chunk, each copying its two results into one staging
-   * buffer that is mapped once at the end. Leaves the grads buffer untouched.
+   * in chunks of `maxBatch`. Leaves the grads buffer untouched.
    */
-  async evaluate(x: Float32Array, labels: Uint32Array, count = labels.length): Promise<EvaluationResult> {
+  evaluate(x: Float32Array, labels: Uint32Array, count = labels.length): Promise<EvaluationResult> {
+    return this.evaluateChunks(count, (start, n) =>
+      this.setBatch(x.subarray(start * this.inputSize), labels.subarray(start), n),
+    );
+  }
+
+  /** `evaluate` for a language model: `count` windows of context + 1 tokens. */
+  evaluateTokens(windows: Uint8Array | Uint16Array | Uint32Array, count: number): Promise<EvaluationResult> {
+    const w = this.inputSize + 1;
+    return this.evaluateChunks(count, (start, n) => this.setTokens(windows.subarray(start * w), n));
+  }
+
+  /** One submission per chunk, each copying its two results into one staging buffer mapped once at the end. */
+  private async evaluateChunks(count: number, upload: (start: number, n: number) => void): Promise<EvaluationResult> {
     if (count < 1) return { lossSum: 0, correct: 0, count: 0 };
     const chunks = Math.ceil(count / this.maxBatch);
     const device = this.gpu.device;
-    const staging = device.createBuffer({
-      label: `${this.spec.name}.evaluate`,
-      size: chunks * 8,
-      usage: MAP_READ | COPY_DST,
-    });
+    const label = `${this.spec.name}.evaluate`;
+    const staging = device.createBuffer({ label, size: chunks * 8, usage: MAP_READ | COPY_DST });
+    const calls = [...this.graph.forward, this.graph.loss, this.graph.correct];
     for (let c = 0; c < chunks; c++) {
       const start = c * this.maxBatch;
-      const n = Math.min(this.maxBatch, count - start);
-      this.setBatch(x.subarray(start * this.inputSize), labels.subarray(start), n);
-      const encoder = device.createCommandEncoder({ label: `${this.spec.name}.evaluate` });
-      recordCalls(encoder, [...this.forwardCalls, this.lossCall, this.correctCall], `${this.spec.name}.evaluate`);
+      upload(start, Math.min(this.maxBatch, count - start));
+      const encoder = device.createCommandEncoder({ label });
+      recordCalls(encoder, calls, label);
       encoder.copyBufferToBuffer(this.loss.buffer, this.loss.offset, staging, c * 8, 4);
       encoder.copyBufferToBuffer(this.correct.buffer, this.correct.offset, staging, c * 8 + 4, 4);
       device.queue.submit([encoder.finish()]);
@@ -507,25 +422,10 @@ export class Model {
   }
 }
 
-function convDims(
-  inShape: readonly number[],
-  outChannels: number,
-  kernel: number,
-  pad: number,
-): (batch: number) => Conv2dDims {
-  const [height, width, inChannels] = inShape;
-  return (batch) => ({ batch, height, width, inChannels, outChannels, kernel, pad });
-}
-
-function poolDims(inShape: readonly number[]): (batch: number) => PoolDims {
-  const [height, width, channels] = inShape;
-  return (batch) => ({ batch, height, width, channels });
-}
-
 /** Build a model: buffers for `options.maxBatch`, kernels prepared, parameters initialised. */
-export function createModel(gpu: Gpu, spec: ModelSpecLike, layout: ParamLayoutLike, options: ModelOptions): Model {
+export function createModel(gpu: Gpu, spec: ModelSpec, layout: ParamLayout, options: ModelOptions): Model {
   return new Model(gpu, spec, layout, options);
 }
 
 export { initParams } from './layers';
-export type { ModelSpecLike, ParamLayoutLike } from './layers';
+export type { ModelSpec, ParamLayout, SequentialSpec, TransformerSpec };

@@ -5,11 +5,16 @@
  * One workgroup, deterministic: the loss is bit-identical on every rank for the same inputs.
  */
 import code from './softmax-xent.wgsl?raw';
-import { computePipeline, preparedKernel, type Gpu, type Kernel, type Tensor } from './runtime';
+import { computePipeline, f32bits, preparedKernel, type Gpu, type Kernel, type Tensor } from './runtime';
 
 export interface ClassifierDims {
   rows: number;
   classes: number;
+}
+
+export interface CrossEntropyDims extends ClassifierDims {
+  /** Multiplies the loss sum and dlogits (default 1); a language model uses 1/context. */
+  scale?: number;
 }
 
 /** Threads of the single workgroup (a power of two). */
@@ -26,28 +31,30 @@ export function checkClassifierDims(label: string, d: ClassifierDims, logits: Te
 }
 
 /**
- * loss[0] = Σ_r −log softmax(logits_r)[labels_r]; dlogits = softmax(logits) − onehot(labels).
+ * loss[0] = scale·Σ_r −log softmax(logits_r)[labels_r]; dlogits = scale·(softmax(logits) − onehot(labels)).
  * labels is a u32 tensor; a label ≥ classes makes the loss NaN. dlogits must not overlap logits.
  */
 export function softmaxCrossEntropy(
   gpu: Gpu,
   t: { logits: Tensor; labels: Tensor; loss: Tensor; dlogits: Tensor },
-  dims: ClassifierDims,
-): Kernel<ClassifierDims> {
+  dims: CrossEntropyDims,
+): Kernel<CrossEntropyDims> {
   const label = 'softmax-xent';
   return preparedKernel(
     gpu,
     {
       label,
       pipeline: computePipeline(gpu, code, label, 'softmax_xent', { WORKGROUP_SIZE }),
-      uniformCount: 2,
+      uniformCount: 3,
       bind: (uniforms) => [uniforms, t.logits, t.labels, t.loss, t.dlogits],
-      plan: (d: ClassifierDims) => {
+      plan: (d: CrossEntropyDims) => {
         checkClassifierDims(label, d, t.logits, t.labels);
         if (d.rows * d.classes > t.dlogits.size)
           throw new Error(`${label}: ${t.dlogits.label} is smaller than the logits`);
         // Always one workgroup, also for zero rows (the loss is then written as 0).
-        return { uniforms: [d.rows, d.classes], workgroups: [1, 1, 1] };
+        const scale = d.scale ?? 1;
+        if (!(scale > 0 && Number.isFinite(scale))) throw new Error(`${label}: scale ${scale} must be positive`);
+        return { uniforms: [d.rows, d.classes, f32bits(scale)], workgroups: [1, 1, 1] };
       },
     },
     dims,

@@ -6,12 +6,15 @@
 // (thread t takes rows t, t+W, ...), then a fixed-shape tree reduction in workgroup memory adds the
 // W partial sums. Batches here are hundreds of rows × 10 classes, so one workgroup is plenty.
 // A label outside [0, classes) makes the loss NaN (bad data must not train silently).
+// `scale` multiplies both the loss and dlogits: 1 for a classifier (one row per sample); 1/context
+// for a language model, whose per-sample loss is the mean over the sample's positions.
 
 override WORKGROUP_SIZE: u32 = 64u;
 
 struct Params {
   rows: u32,
   classes: u32,
+  scale: f32,
 }
 
 @group(0) @binding(0) var<uniform> params: Params;
@@ -37,7 +40,7 @@ fn row_loss(r: u32) -> f32 {
   let label = labels[r];
   let inv = 1.0 / sum;
   for (var j = 0u; j < classes; j++) {
-    dlogits[base + j] = dlogits[base + j] * inv - select(0.0, 1.0, j == label);
+    dlogits[base + j] = (dlogits[base + j] * inv - select(0.0, 1.0, j == label)) * params.scale;
   }
   // Built from the runtime label: a NaN constant is not representable in WGSL.
   if (label >= classes) { return bitcast<f32>(0x7fc00000u | label); }
@@ -54,5 +57,5 @@ fn softmax_xent(@builtin(local_invocation_index) t: u32) {
     workgroupBarrier();
     if (t < stride) { partial[t] += partial[t + stride]; }
   }
-  if (t == 0u) { loss[0] = partial[0]; }
+  if (t == 0u) { loss[0] = partial[0] * params.scale; }
 }

@@ -33,16 +33,43 @@ export const sgdSchema = z.strictObject({
 export const optimizerSchema = z.discriminatedUnion('kind', [adamwSchema, sgdSchema]);
 export type OptimizerSpec = z.infer<typeof optimizerSchema>;
 
-export const datasetSpecSchema = z.strictObject({
+const subsetField = z
+  .int()
+  .min(1)
+  .max(1 << 30)
+  .optional();
+
+/** The built-in IDX image set (Fashion-MNIST by default). */
+export const idxDatasetSchema = z.strictObject({
   /** Dataset name; the server maps it to files (Fashion-MNIST IDX by default). */
   name: z.string().min(1).max(64).default('fashion-mnist'),
-  /** Use only the first N training images (indices 0..N-1); the epoch order permutes those. */
-  subset: z
-    .int()
-    .min(1)
-    .max(1 << 30)
-    .optional(),
+  /** Use only the first N training samples (indices 0..N-1); the epoch order permutes those. */
+  subset: subsetField,
 });
+
+/** UTF-8 text as byte tokens for a transformer; samples are window starts (coordinator/user-datasets.ts). */
+export const textDatasetSchema = z.strictObject({
+  kind: z.literal('text'),
+  /** A file, or a folder whose regular files are joined in name order. */
+  path: z.string().min(1).max(4096),
+  /** Held-out text; without it the last 5% of the bytes is held out. */
+  testPath: z.string().min(1).max(4096).optional(),
+  /** Folder files ending in one of these are left out (e.g. [".dat"]). */
+  skip: z.array(z.string().min(1).max(64)).max(16).optional(),
+  name: z.string().min(1).max(64).default('text'),
+  subset: subsetField,
+});
+
+/** A `.safetensors` file with `x` (F32 or U8 rows) and `y` (integer labels). */
+export const tensorsDatasetSchema = z.strictObject({
+  kind: z.literal('tensors'),
+  path: z.string().min(1).max(4096),
+  testPath: z.string().min(1).max(4096).optional(),
+  name: z.string().min(1).max(64).default('tensors'),
+  subset: subsetField,
+});
+
+export const datasetSpecSchema = z.union([textDatasetSchema, tensorsDatasetSchema, idxDatasetSchema]);
 
 const modelField = z
   .union([z.string().min(1).max(64), modelSpecSchema])

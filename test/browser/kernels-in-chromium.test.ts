@@ -7,7 +7,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Browser, Page } from 'playwright-core';
 import { hashParams } from '../../coordinator/core/hash';
-import { parameterLayout, resolveModelSpec } from '../../coordinator/core/model-spec';
+import { parameterLayout, resolveModelSpec, type SequentialSpec } from '../../coordinator/core/model-spec';
 import { epochOrder } from '../../coordinator/core/sampler';
 import { initParams } from '../../kernels/layers';
 import {
@@ -118,7 +118,7 @@ describe.skipIf(skipWithoutChromium() || skipWithoutWebBuild())(
     ]) {
       it(`computes the ${model} loss, every gradient and the AdamW step like the float64 reference (batch ${batch})`, async () => {
         const data = syntheticDataset(seed + 100);
-        const spec = resolveModelSpec(model);
+        const spec = resolveModelSpec(model) as SequentialSpec;
         const layout = parameterLayout(spec);
         // Distinct indices in a scrambled order: the gather must follow them, not the storage order.
         const indices = Array.from(epochOrder(seed, 0, TRAIN).subarray(0, batch));

@@ -118,6 +118,28 @@ describe('softmaxCrossEntropy', () => {
     expect(Array.from(await readTensor(gpu, loss))).toEqual([0]);
   });
 
+  it('scales the loss and dlogits by the given scale (a language model: mean over positions), 256 classes', async () => {
+    const gpu = await nodeGpu();
+    const rand = mulberry32(40);
+    const [rows, classes, scale] = [3 * 37, 256, 1 / 37];
+    const logitsData = randomArray(rand, rows * classes, -4, 4);
+    const labelsData = randomLabels(rand, rows, classes);
+    const logits = createTensor(gpu, [rows, classes], 'logits', logitsData);
+    const labels = createTensor(gpu, [rows], 'labels', labelsData);
+    const loss = createTensor(gpu, [1], 'loss');
+    const dlogits = createTensor(gpu, [rows, classes], 'dlogits');
+    await withValidation(gpu, () =>
+      submitCalls(gpu, [softmaxCrossEntropy(gpu, { logits, labels, loss, dlogits }, { rows, classes, scale }).call]),
+    );
+    const refLoss = softmaxCrossEntropyLossRef(logitsData, labelsData, rows, classes) * scale;
+    expectClose(await readTensor(gpu, loss), [refLoss], { atol: 1e-5, rtol: 1e-5, label: 'scaled loss' });
+    const refGrad = softmaxCrossEntropyGradRef(logitsData, labelsData, rows, classes).map((v) => v * scale);
+    expectClose(await readTensor(gpu, dlogits), refGrad, { atol: 1e-7, rtol: 1e-5, label: 'scaled dlogits' });
+    expect(() => softmaxCrossEntropy(gpu, { logits, labels, loss, dlogits }, { rows, classes, scale: 0 })).toThrow(
+      /scale/,
+    );
+  });
+
   it('makes the loss NaN when a label is out of range', async () => {
     const gpu = await nodeGpu();
     const { loss } = await runSoftmaxXent(gpu, new Float32Array([0.5, -1, 2, 0, 1, 3]), new Uint32Array([1, 3]), 2, 3);

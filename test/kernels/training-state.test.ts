@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { hashParams } from '../../coordinator/core/hash';
-import { MLP_SPEC, parameterLayout, type ModelSpec } from '../../coordinator/core/model-spec';
+import { MLP_SPEC, parameterLayout, type SequentialSpec } from '../../coordinator/core/model-spec';
 import { decodeSnapshot, encodeSnapshot } from '../../coordinator/core/snapshot';
 import { createModel, type Model, type ModelOptions } from '../../kernels/model';
 import type { Gpu } from '../../kernels/runtime';
@@ -8,7 +8,7 @@ import { createTrainingState, type ExportedState } from '../../kernels/training-
 import { nodeGpu, withValidation, skipWithoutNodeGpu } from '../support/node-gpu';
 import { mulberry32, randomArray } from '../support/rng';
 
-const SPEC: ModelSpec = {
+const SPEC: SequentialSpec = {
   name: 'state-test',
   input: [12, 12, 1],
   classes: 10,
@@ -22,7 +22,7 @@ const SPEC: ModelSpec = {
 const ADAMW = { kind: 'adamw', lr: 1e-2, beta1: 0.9, beta2: 0.999, eps: 1e-8, weightDecay: 0.01 } as const;
 const BATCH = 16;
 
-function batchOf(spec: ModelSpec, seed: number): { x: Float32Array; labels: Uint32Array } {
+function batchOf(spec: SequentialSpec, seed: number): { x: Float32Array; labels: Uint32Array } {
   const rand = mulberry32(seed);
   const x = randomArray(rand, BATCH * spec.input[0] * spec.input[1] * spec.input[2], 0, 1);
   return { x, labels: Uint32Array.from({ length: BATCH }, () => Math.floor(rand() * spec.classes)) };

@@ -5,7 +5,7 @@
  * dense W [in, out], conv W [kh, kw, cin, cout], parameters in one flat buffer at `layout` offsets.
  * The loss is the SUM of per-sample cross-entropies and gradients are sums over samples.
  */
-import type { ModelSpec, ParamLayout } from '../../coordinator/core/model-spec';
+import type { SequentialSpec as ModelSpec, ParamLayout } from '../../coordinator/core/model-spec';
 
 export interface ReferenceResult {
   lossSum: number;

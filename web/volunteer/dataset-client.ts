@@ -168,3 +168,97 @@ export async function fetchDataset(baseUrl = '', onProgress?: (p: DatasetProgres
 export function datasetBuffers(d: DatasetBytes): ArrayBuffer[] {
   return [d.train.images, d.train.labels, d.test.images, d.test.labels].map((a) => a.buffer as ArrayBuffer);
 }
+
+/** Mirrors `ChunkedPayload` in coordinator/dataset-chunks.ts: a payload served in verified chunks. */
+export interface ChunkedPayload {
+  url: string;
+  bytes: number;
+  chunkBytes: number;
+  /** Hex SHA-256 of each chunk. */
+  chunks: string[];
+}
+
+/**
+ * Fetches byte ranges of chunked payloads (a user's text or tensors dataset), downloading only the
+ * chunks a range touches, each verified against the SHA-256 the coordinator published before use.
+ * Chunks are kept in memory (at most `maxChunks`, oldest dropped first); HTTP revalidation by ETag
+ * lets the browser cache answer repeats with 304.
+ */
+export class ChunkFetcher {
+  /** Chunks downloaded and bytes received (progress; tests count them). */
+  requests = 0;
+  fetchedBytes = 0;
+  private readonly held = new Map<string, Promise<Uint8Array>>();
+
+  constructor(
+    private readonly baseUrl = '',
+    private readonly maxChunks = 64,
+    private readonly fetchImpl: typeof fetch = (input, init) => fetch(input, init),
+  ) {}
+
+  /** Chunk `i` of `file`, verified. */
+  chunk(file: ChunkedPayload, i: number): Promise<Uint8Array> {
+    if (!Number.isInteger(i) || i < 0 || i >= file.chunks.length)
+      throw new Error(`dataset ${file.url}: no chunk ${i} (it has ${file.chunks.length})`);
+    const key = `${file.url}/${i}`;
+    let held = this.held.get(key);
+    if (!held) {
+      held = this.download(file, i);
+      held.catch(() => this.held.delete(key));
+      this.held.set(key, held);
+      if (this.held.size > this.maxChunks) this.held.delete(this.held.keys().next().value as string);
+    }
+    return held;
+  }
+
+  private async download(file: ChunkedPayload, i: number): Promise<Uint8Array> {
+    const res = await this.fetchImpl(`${this.baseUrl}${file.url}/${i}`, { cache: 'no-cache' });
+    if (!res.ok) throw new Error(`dataset ${file.url} chunk ${i}: HTTP ${res.status}`);
+    const data = new Uint8Array(await res.arrayBuffer());
+    this.requests++;
+    this.fetchedBytes += data.byteLength;
+    const expected = Math.min(file.chunkBytes, file.bytes - i * file.chunkBytes);
+    if (data.byteLength !== expected)
+      throw new Error(`dataset ${file.url} chunk ${i}: ${data.byteLength} bytes, expected ${expected}`);
+    if ((await sha256Hex(data)) !== file.chunks[i])
+      throw new Error(`dataset ${file.url} chunk ${i}: SHA-256 does not match the coordinator's`);
+    return data;
+  }
+
+  /** Bytes [start, end) of `file`. */
+  async range(file: ChunkedPayload, start: number, end: number): Promise<Uint8Array> {
+    if (!(Number.isInteger(start) && Number.isInteger(end) && 0 <= start && start <= end && end <= file.bytes))
+      throw new Error(`dataset ${file.url}: range [${start}, ${end}) outside its ${file.bytes} bytes`);
+    const out = new Uint8Array(end - start);
+    if (end === start) return out;
+    const first = Math.floor(start / file.chunkBytes);
+    const last = Math.floor((end - 1) / file.chunkBytes);
+    const chunks = await Promise.all(Array.from({ length: last - first + 1 }, (_, k) => this.chunk(file, first + k)));
+    chunks.forEach((c, k) => {
+      const base = (first + k) * file.chunkBytes;
+      const from = Math.max(start, base);
+      const to = Math.min(end, base + c.byteLength);
+      out.set(c.subarray(from - base, to - base), from - start);
+    });
+    return out;
+  }
+}
+
+/**
+ * The training windows of a text dataset for sample indices `starts` (window starts): one
+ * Uint8Array of starts.length × (context + 1) bytes, the layout `Model.trainTokens` takes.
+ */
+export async function textWindows(
+  fetcher: ChunkFetcher,
+  file: ChunkedPayload,
+  starts: ArrayLike<number>,
+  context: number,
+): Promise<Uint8Array> {
+  const w = context + 1;
+  const out = new Uint8Array(starts.length * w);
+  const parts = await Promise.all(Array.from(starts, (s) => fetcher.range(file, s, s + w)));
+  parts.forEach((p, i) => {
+    out.set(p, i * w);
+  });
+  return out;
+}

@@ -1,0 +1,148 @@
+/**
+ * Serving a user's dataset in chunks, so a tab fetches only the byte ranges its slices need (a
+ * window of text is context + 1 bytes; a tab's share of an epoch touches a few chunks at a time):
+ *
+ * - `GET /api/dataset` describes the dataset and, for each payload, its size, the chunk size and every
+ *   chunk's SHA-256 (text: `train` and `test` bytes; tensors: `train/x` float32 bytes, `train/y` u32
+ *   bytes, and the same for `test`).
+ * - `GET /api/dataset/chunks/<payload>/<i>` is chunk i, with its SHA-256 as a strong ETag: a browser
+ *   revalidates (`no-cache`) and gets 304 for a chunk it has; a tab verifies each chunk against the
+ *   metadata before using it (web/volunteer/dataset-client.ts).
+ */
+import { createHash } from 'node:crypto';
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import { windowCount, type TensorsDataset, type TextDataset } from './user-datasets';
+
+/** 1 MiB: a text corpus of a few MB is a handful of requests; a window never spans more than two chunks. */
+export const DEFAULT_CHUNK_BYTES = 1 << 20;
+
+export interface ChunkedPayload {
+  /** URL prefix; chunk i is at `${url}/${i}`. */
+  url: string;
+  bytes: number;
+  chunkBytes: number;
+  /** Hex SHA-256 of each chunk, in order. */
+  chunks: string[];
+}
+
+export type TextPayload = 'train' | 'test';
+export type TensorsPayload = 'train/x' | 'train/y' | 'test/x' | 'test/y';
+
+export interface TextDatasetMetadata {
+  kind: 'text';
+  name: string;
+  /** Byte tokens. */
+  vocab: 256;
+  context: number;
+  /** Samples are window starts: bytes − context of them. */
+  train: { bytes: number; count: number };
+  test: { bytes: number; count: number };
+  files: Record<TextPayload, ChunkedPayload>;
+}
+
+export interface TensorsDatasetMetadata {
+  kind: 'tensors';
+  name: string;
+  classes: number;
+  /** Input shape [h, w, c]; x rows are float32, y labels u32 (little-endian). */
+  shape: [number, number, number];
+  train: { count: number };
+  test: { count: number };
+  files: Record<TensorsPayload, ChunkedPayload>;
+}
+
+function chunked(key: string, bytes: Uint8Array, chunkBytes: number): ChunkedPayload {
+  const chunks: string[] = [];
+  for (let start = 0; start < bytes.length; start += chunkBytes) {
+    chunks.push(
+      createHash('sha256')
+        .update(bytes.subarray(start, start + chunkBytes))
+        .digest('hex'),
+    );
+  }
+  return { url: `/api/dataset/chunks/${key}`, bytes: bytes.length, chunkBytes, chunks };
+}
+
+const asBytes = (a: Float32Array | Uint32Array) => new Uint8Array(a.buffer, a.byteOffset, a.byteLength);
+
+/** Metadata and payloads of a text dataset for a model of `context` tokens. */
+export function textPayloads(dataset: TextDataset, context: number, chunkBytes = DEFAULT_CHUNK_BYTES) {
+  const payloads: Record<TextPayload, Uint8Array> = { train: dataset.train, test: dataset.test };
+  const metadata: TextDatasetMetadata = {
+    kind: 'text',
+    name: dataset.name,
+    vocab: 256,
+    context,
+    train: { bytes: dataset.train.length, count: windowCount(dataset.train.length, context) },
+    test: { bytes: dataset.test.length, count: windowCount(dataset.test.length, context) },
+    files: { train: chunked('train', dataset.train, chunkBytes), test: chunked('test', dataset.test, chunkBytes) },
+  };
+  return { metadata, payloads };
+}
+
+/** Metadata and payloads of a tensors dataset. */
+export function tensorsPayloads(dataset: TensorsDataset, chunkBytes = DEFAULT_CHUNK_BYTES) {
+  const payloads: Record<TensorsPayload, Uint8Array> = {
+    'train/x': asBytes(dataset.train.x),
+    'train/y': asBytes(dataset.train.y),
+    'test/x': asBytes(dataset.test.x),
+    'test/y': asBytes(dataset.test.y),
+  };
+  const files = {} as Record<TensorsPayload, ChunkedPayload>;
+  for (const [key, bytes] of Object.entries(payloads)) files[key as TensorsPayload] = chunked(key, bytes, chunkBytes);
+  const metadata: TensorsDatasetMetadata = {
+    kind: 'tensors',
+    name: dataset.name,
+    classes: dataset.classes,
+    shape: dataset.shape,
+    train: { count: dataset.train.count },
+    test: { count: dataset.test.count },
+    files,
+  };
+  return { metadata, payloads };
+}
+
+/**
+ * Routes for `/api/dataset` (the metadata) and its chunks; false for other URLs. Nothing but GET and
+ * HEAD; a chunk index that is not a plain decimal in range is 404. Payloads never change while the
+ * process runs.
+ */
+export function chunkedDatasetRoutes(
+  metadata: TextDatasetMetadata | TensorsDatasetMetadata,
+  payloads: Record<string, Uint8Array>,
+): (req: IncomingMessage, res: ServerResponse) => boolean {
+  const metadataJson = JSON.stringify(metadata);
+  const files = metadata.files as Record<string, ChunkedPayload>;
+  return (req, res) => {
+    const path = new URL(req.url ?? '/', 'http://localhost').pathname;
+    if (path !== '/api/dataset' && !path.startsWith('/api/dataset/')) return false;
+    if (req.method !== 'GET' && req.method !== 'HEAD') {
+      res.writeHead(405, { Allow: 'GET, HEAD', 'Content-Type': 'text/plain' }).end('method not allowed\n');
+      return true;
+    }
+    const head = req.method === 'HEAD';
+    if (path === '/api/dataset') {
+      res.writeHead(200, { 'Content-Type': 'application/json', 'Cache-Control': 'no-cache' });
+      res.end(head ? undefined : metadataJson);
+      return true;
+    }
+    const match = /^\/api\/dataset\/chunks\/(.+)\/(0|[1-9]\d{0,8})$/.exec(path);
+    const file = match ? files[match[1]] : undefined;
+    const index = match ? Number(match[2]) : -1;
+    if (!match || !file || !Object.hasOwn(files, match[1]) || index >= file.chunks.length) {
+      res.writeHead(404, { 'Content-Type': 'text/plain' }).end(`no dataset chunk ${path}\n`);
+      return true;
+    }
+    const etag = `"sha256-${file.chunks[index]}"`;
+    const headers = { ETag: etag, 'Cache-Control': 'no-cache' };
+    const ifNoneMatch = req.headers['if-none-match'];
+    if (ifNoneMatch?.split(',').some((tag) => tag.trim() === etag)) {
+      res.writeHead(304, headers).end();
+      return true;
+    }
+    const body = payloads[match[1]].subarray(index * file.chunkBytes, (index + 1) * file.chunkBytes);
+    res.writeHead(200, { ...headers, 'Content-Type': 'application/octet-stream', 'Content-Length': body.byteLength });
+    res.end(head ? undefined : body);
+    return true;
+  };
+}
