@@ -97,15 +97,13 @@ async function wsEchoFloor(samples = 500): Promise<number[]> {
   return times;
 }
 
-async function main(): Promise<void> {
-  const storeTimes = await storeFloor();
-  const echoTimes = await wsEchoFloor();
-
+/** A coordinator child process with a job that never ends within the run. */
+async function startLoadCoordinator(): Promise<CoordinatorProcess> {
   const dataset = writeFakeIdxDataset(join(makeTempDir('tabswarm-bench-data-'), 'fake-mnist'), {
     trainCount: TRAIN,
     testCount: 100,
   });
-  const proc: CoordinatorProcess = await spawnCoordinator({
+  return spawnCoordinator({
     datasetDir: dataset,
     job: {
       model: 'tiny-mlp',
@@ -131,139 +129,148 @@ async function main(): Promise<void> {
       '1000000',
     ],
   });
+}
 
-  const lastReportAt = new Map<string, number>();
-  const latencies: number[] = [];
-  const seenCommit = new Set<string>();
-  let reports = 0;
-  let joins = 0;
-  let goodbyes = 0;
-  let drops = 0;
-  const trainers = new Set<SimTrainer>();
-  let stopping = false;
+/** The simulated workers: joins, a leave every LEAVE_EVERY_MS (goodbye or dropped socket), report→commit latencies. */
+class LoadSwarm {
+  readonly latencies: number[] = [];
+  reports = 0;
+  joins = 0;
+  goodbyes = 0;
+  drops = 0;
+  readonly trainers = new Set<SimTrainer>();
+  private readonly lastReportAt = new Map<string, number>();
+  private readonly seenCommit = new Set<string>();
+  private stopping = false;
+  private churnTimer: NodeJS.Timeout | null = null;
 
-  const options = {
-    httpUrl: proc.url,
+  constructor(private readonly proc: CoordinatorProcess) {}
+
+  private readonly options = {
     keepReceived: false,
     onReport: (step: number, at: number, round: number) => {
-      reports += 1;
+      this.reports += 1;
       const key = `${round}:${step}`;
-      lastReportAt.set(key, Math.max(lastReportAt.get(key) ?? 0, at));
+      this.lastReportAt.set(key, Math.max(this.lastReportAt.get(key) ?? 0, at));
     },
     onCommitted: (step: number, at: number, round: number) => {
       const key = `${round}:${step}`;
-      if (seenCommit.has(key)) return;
-      seenCommit.add(key);
-      const sent = lastReportAt.get(key);
-      if (sent !== undefined) latencies.push(at - sent);
-      lastReportAt.delete(key);
+      if (this.seenCommit.has(key)) return;
+      this.seenCommit.add(key);
+      const sent = this.lastReportAt.get(key);
+      if (sent !== undefined) this.latencies.push(at - sent);
+      this.lastReportAt.delete(key);
     },
   };
 
-  async function addWorker(): Promise<void> {
-    if (stopping) return;
-    const trainer = await SimTrainer.join(proc.wsUrl, options);
-    joins += 1;
-    trainers.add(trainer);
-    void trainer.worker.closed.then(() => trainers.delete(trainer));
+  async addWorker(): Promise<void> {
+    if (this.stopping) return;
+    const trainer = await SimTrainer.join(this.proc.wsUrl, { ...this.options, httpUrl: this.proc.url });
+    this.joins += 1;
+    this.trainers.add(trainer);
+    void trainer.worker.closed.then(() => this.trainers.delete(trainer));
   }
 
-  const framesBefore = CoordinatorProcess.metricValue(await proc.metrics(), 'tabswarm_ws_frames_received_total');
-  const sentBefore = CoordinatorProcess.metricValue(await proc.metrics(), 'tabswarm_ws_frames_sent_total');
-  const started = performance.now();
-  for (let i = 0; i < WORKERS; i += 20) {
-    await Promise.all(Array.from({ length: Math.min(20, WORKERS - i) }, () => addWorker()));
+  /** Joins `count` workers, 20 at a time. */
+  async joinAll(count: number): Promise<void> {
+    for (let i = 0; i < count; i += 20) {
+      await Promise.all(Array.from({ length: Math.min(20, count - i) }, () => this.addWorker()));
+    }
   }
-  const joinedMs = performance.now() - started;
 
-  const churn = setInterval(() => {
-    const list = [...trainers];
+  startChurn(): void {
+    this.churnTimer = setInterval(() => this.leaveOne(), LEAVE_EVERY_MS);
+  }
+
+  /**
+   * Half the leaves hit a round member (the interesting case: the round closes and re-forms), half
+   * anyone (most workers wait, so most of those hit the wait list); a new worker replaces each.
+   */
+  private leaveOne(): void {
+    const list = [...this.trainers];
     if (list.length === 0) return;
-    // Half the leaves hit a round member (the interesting case: the round closes and re-forms),
-    // half anyone (most workers wait, so most of those hit the wait list).
     const members = list.filter((t) => t.inRound);
     const pool = members.length > 0 && Math.random() < 0.5 ? members : list;
     const victim = pool[Math.floor(Math.random() * pool.length)];
-    trainers.delete(victim);
+    this.trainers.delete(victim);
     victim.stop();
     if (Math.random() < 0.5) {
-      goodbyes += 1;
+      this.goodbyes += 1;
       victim.worker.goodbye();
       void victim.worker.close();
     } else {
-      drops += 1;
+      this.drops += 1;
       void victim.worker.terminate();
     }
-    void addWorker().catch(() => {});
-  }, LEAVE_EVERY_MS);
+    void this.addWorker().catch(() => {});
+  }
 
-  await new Promise((resolve) => setTimeout(resolve, DURATION_S * 1000));
-  stopping = true;
-  clearInterval(churn);
-  const elapsedS = (performance.now() - started) / 1000;
-  // Quiesce first (no more reports or heartbeats), read the results, then drop the sockets: the
-  // teardown's own disconnects must not count as the run's restarts.
-  for (const t of trainers) t.stop();
-  const exitedEarly = await Promise.race([proc.exited, new Promise((resolve) => setTimeout(() => resolve(null), 10))]);
-  if (exitedEarly)
-    throw new Error(
-      `the coordinator exited during the run: ${JSON.stringify(exitedEarly)}\n${proc.output.slice(-4000)}`,
-    );
-  const finalMetrics = await proc.metrics();
-  const framesIn = CoordinatorProcess.metricValue(finalMetrics, 'tabswarm_ws_frames_received_total') - framesBefore;
-  const framesOut = CoordinatorProcess.metricValue(finalMetrics, 'tabswarm_ws_frames_sent_total') - sentBefore;
-  const status = await proc.status();
-  const audit = await proc.audit();
-  for (const t of trainers) await t.worker.terminate();
-  await proc.stop();
-  if (process.env.BENCH_DEBUG) console.log(proc.stderr.slice(-6000));
+  /** No more joins, leaves, reports or heartbeats (sockets stay open until `terminate`). */
+  quiesce(): void {
+    this.stopping = true;
+    if (this.churnTimer) clearInterval(this.churnTimer);
+    for (const t of this.trainers) t.stop();
+  }
 
+  async terminate(): Promise<void> {
+    for (const t of this.trainers) await t.worker.terminate();
+  }
+}
+
+function messageErrorsOf(metrics: string): Record<string, number> {
   const errorsByCode: Record<string, number> = {};
-  for (const line of finalMetrics.split('\n')) {
+  for (const line of metrics.split('\n')) {
     const match = /^tabswarm_message_errors_total\{code="([^"]+)"\} (\d+)/.exec(line);
     if (match) errorsByCode[match[1]] = Number(match[2]);
   }
+  return errorsByCode;
+}
+
+const ms = (values: number[], q: number, digits = 2) => Number(quantile(values, q).toFixed(digits));
+
+interface Measured {
+  elapsedS: number;
+  joinedMs: number;
+  framesIn: number;
+  framesOut: number;
+  status: Awaited<ReturnType<CoordinatorProcess['status']>>;
+  audit: Awaited<ReturnType<CoordinatorProcess['audit']>>;
+  errorsByCode: Record<string, number>;
+  storeTimes: number[];
+  echoTimes: number[];
+}
+
+function resultOf(m: Measured, swarm: LoadSwarm) {
+  const { audit, status, elapsedS } = m;
   const duplicates = audit.epochs.reduce((sum: number, e: { duplicateCount: number }) => sum + e.duplicateCount, 0);
   const missing = audit.epochs.reduce(
     (sum: number, e: { neverCommittedCount: number | null }) => sum + (e.neverCommittedCount ?? 0),
     0,
   );
-  const invariantsOk = audit.ok && duplicates === 0 && missing === 0 && audit.lastRowStep === status.step;
-
-  const result = {
+  return {
     bench: 'coordinator',
     durationS: Number(elapsedS.toFixed(1)),
     workers: WORKERS,
     maxWorld: MAX_WORLD,
     globalBatch: GLOBAL_BATCH,
     datasetSize: TRAIN,
-    joinAllMs: Math.round(joinedMs),
-    messagesInPerS: Math.round(framesIn / elapsedS),
-    messagesOutPerS: Math.round(framesOut / elapsedS),
-    stepReportsPerS: Math.round(reports / elapsedS),
+    joinAllMs: Math.round(m.joinedMs),
+    messagesInPerS: Math.round(m.framesIn / elapsedS),
+    messagesOutPerS: Math.round(m.framesOut / elapsedS),
+    stepReportsPerS: Math.round(swarm.reports / elapsedS),
     committedSteps: status.step,
     stepsPerS: Number((status.step / elapsedS).toFixed(1)),
     epochs: audit.epochs.length,
-    commitLatencyMs: {
-      p50: Number(quantile(latencies, 0.5).toFixed(2)),
-      p99: Number(quantile(latencies, 0.99).toFixed(2)),
-      n: latencies.length,
-    },
+    commitLatencyMs: { p50: ms(swarm.latencies, 0.5), p99: ms(swarm.latencies, 0.99), n: swarm.latencies.length },
     reference: {
-      sqliteCommitTxMs: {
-        p50: Number(quantile(storeTimes, 0.5).toFixed(2)),
-        p99: Number(quantile(storeTimes, 0.99).toFixed(2)),
-      },
-      wsEchoRttMs: {
-        p50: Number(quantile(echoTimes, 0.5).toFixed(3)),
-        p99: Number(quantile(echoTimes, 0.99).toFixed(3)),
-      },
+      sqliteCommitTxMs: { p50: ms(m.storeTimes, 0.5), p99: ms(m.storeTimes, 0.99) },
+      wsEchoRttMs: { p50: ms(m.echoTimes, 0.5, 3), p99: ms(m.echoTimes, 0.99, 3) },
     },
     rounds: status.round,
     restarts: status.restarts,
-    joins,
-    leaves: { goodbyes, drops },
-    messageErrors: errorsByCode,
+    joins: swarm.joins,
+    leaves: { goodbyes: swarm.goodbyes, drops: swarm.drops },
+    messageErrors: m.errorsByCode,
     audit: {
       ok: audit.ok,
       duplicates,
@@ -271,9 +278,12 @@ async function main(): Promise<void> {
       recordAgrees: audit.recordAgrees,
       rolledBackRows: audit.rolledBackRows,
     },
-    invariantsOk,
+    invariantsOk: audit.ok && duplicates === 0 && missing === 0 && audit.lastRowStep === status.step,
   };
+}
 
+function printTable(result: ReturnType<typeof resultOf>): void {
+  const a = result.audit;
   const rows: [string, string][] = [
     [
       'duration',
@@ -284,7 +294,7 @@ async function main(): Promise<void> {
     ['committed steps', `${result.committedSteps} (${result.stepsPerS} /s, ${result.epochs} epochs of ${TRAIN})`],
     [
       'report→committed p50 / p99',
-      `${result.commitLatencyMs.p50} / ${result.commitLatencyMs.p99} ms (n=${latencies.length})`,
+      `${result.commitLatencyMs.p50} / ${result.commitLatencyMs.p99} ms (n=${result.commitLatencyMs.n})`,
     ],
     [
       '  ref: SQLite commit tx (FULL)',
@@ -292,18 +302,58 @@ async function main(): Promise<void> {
     ],
     ['  ref: bare ws echo RTT', `${result.reference.wsEchoRttMs.p50} / ${result.reference.wsEchoRttMs.p99} ms`],
     ['rounds / restarts', `${result.rounds} / ${result.restarts}`],
-    ['joins / goodbyes / drops', `${joins} / ${goodbyes} / ${drops}`],
-    ['message errors', JSON.stringify(errorsByCode)],
+    ['joins / goodbyes / drops', `${result.joins} / ${result.leaves.goodbyes} / ${result.leaves.drops}`],
+    ['message errors', JSON.stringify(result.messageErrors)],
     [
       'audit',
-      `${invariantsOk ? 'OK' : 'FAILED'}: duplicates ${duplicates}, never committed ${missing}, record agrees ${audit.recordAgrees}, rolled-back rows ${audit.rolledBackRows}`,
+      `${result.invariantsOk ? 'OK' : 'FAILED'}: duplicates ${a.duplicates}, never committed ${a.neverCommitted}, record agrees ${a.recordAgrees}, rolled-back rows ${a.rolledBackRows}`,
     ],
   ];
   const width = Math.max(...rows.map(([k]) => k.length));
   console.log('\ncoordinator load test');
   for (const [k, v] of rows) console.log(`  ${k.padEnd(width)}  ${v}`);
+}
+
+async function main(): Promise<void> {
+  const storeTimes = await storeFloor();
+  const echoTimes = await wsEchoFloor();
+  const proc = await startLoadCoordinator();
+  const swarm = new LoadSwarm(proc);
+  const framesBefore = CoordinatorProcess.metricValue(await proc.metrics(), 'tabswarm_ws_frames_received_total');
+  const sentBefore = CoordinatorProcess.metricValue(await proc.metrics(), 'tabswarm_ws_frames_sent_total');
+  const started = performance.now();
+  await swarm.joinAll(WORKERS);
+  const joinedMs = performance.now() - started;
+  swarm.startChurn();
+  await new Promise((resolve) => setTimeout(resolve, DURATION_S * 1000));
+  const elapsedS = (performance.now() - started) / 1000;
+  // Quiesce first (no more reports or heartbeats), read the results, then drop the sockets: the
+  // teardown's own disconnects must not count as the run's restarts.
+  swarm.quiesce();
+  const exitedEarly = await Promise.race([proc.exited, new Promise((resolve) => setTimeout(() => resolve(null), 10))]);
+  if (exitedEarly)
+    throw new Error(
+      `the coordinator exited during the run: ${JSON.stringify(exitedEarly)}\n${proc.output.slice(-4000)}`,
+    );
+  const finalMetrics = await proc.metrics();
+  const measured: Measured = {
+    elapsedS,
+    joinedMs,
+    framesIn: CoordinatorProcess.metricValue(finalMetrics, 'tabswarm_ws_frames_received_total') - framesBefore,
+    framesOut: CoordinatorProcess.metricValue(finalMetrics, 'tabswarm_ws_frames_sent_total') - sentBefore,
+    status: await proc.status(),
+    audit: await proc.audit(),
+    errorsByCode: messageErrorsOf(finalMetrics),
+    storeTimes,
+    echoTimes,
+  };
+  await swarm.terminate();
+  await proc.stop();
+  if (process.env.BENCH_DEBUG) console.log(proc.stderr.slice(-6000));
+  const result = resultOf(measured, swarm);
+  printTable(result);
   console.log(JSON.stringify(result));
-  if (!invariantsOk) process.exitCode = 1;
+  if (!result.invariantsOk) process.exitCode = 1;
 }
 
 main().catch((error) => {

@@ -52,6 +52,47 @@ export interface AuditReport {
   ok: boolean;
 }
 
+/** One epoch's rows replayed over its order: how often each index was committed, and gaps in the cursor. */
+function replayEpoch(rows: readonly CommitRow[], order: ArrayLike<number>, n: number) {
+  const seen = new Uint8Array(n);
+  let positions = 0;
+  let discontinuities = 0;
+  let expectedCursor = 0;
+  for (const row of rows) {
+    if (row.cursorStart !== expectedCursor) discontinuities += 1;
+    expectedCursor = row.cursorStart + row.count;
+    positions += row.count;
+    const end = Math.min(row.cursorStart + row.count, n);
+    for (let p = Math.max(0, row.cursorStart); p < end; p++) {
+      const index = order[p];
+      if (seen[index] < 255) seen[index] += 1;
+    }
+    if (row.cursorStart < 0 || row.cursorStart + row.count > n) discontinuities += 1;
+  }
+  return { seen, positions, discontinuities };
+}
+
+/** Counts (and the first LIST_LIMIT) of indices committed twice and, in a finished epoch, never. */
+function tally(seen: Uint8Array, finished: boolean) {
+  const duplicates: number[] = [];
+  const never: number[] = [];
+  let duplicateCount = 0;
+  let committed = 0;
+  let neverCount = 0;
+  for (let i = 0; i < seen.length; i++) {
+    if (seen[i] > 0) committed += 1;
+    if (seen[i] > 1) {
+      duplicateCount += 1;
+      if (duplicates.length < LIST_LIMIT) duplicates.push(i);
+    }
+    if (finished && seen[i] === 0) {
+      neverCount += 1;
+      if (never.length < LIST_LIMIT) never.push(i);
+    }
+  }
+  return { duplicates, duplicateCount, committed, never, neverCount };
+}
+
 export function auditRun(state: CoordinatorState, rows: CommitRow[], rolledBackRows: number): AuditReport {
   const n = state.datasetSize;
   const seed = state.job.seed;
@@ -71,49 +112,19 @@ export function auditRun(state: CoordinatorState, rows: CommitRow[], rolledBackR
     const finished = epoch < state.record.epoch;
     // An epoch the job never reaches (record at epoch == job.epochs after the last one) is not listed.
     if (epochRows.length === 0 && !finished && epoch >= state.job.epochs) continue;
-    const seen = new Uint8Array(n);
-    const order = epochOrder(seed, epoch, n);
-    let positions = 0;
-    let discontinuities = 0;
-    let expectedCursor = 0;
-    for (const row of epochRows) {
-      if (row.cursorStart !== expectedCursor) discontinuities += 1;
-      expectedCursor = row.cursorStart + row.count;
-      positions += row.count;
-      const end = Math.min(row.cursorStart + row.count, n);
-      for (let p = Math.max(0, row.cursorStart); p < end; p++) {
-        const index = order[p];
-        if (seen[index] < 255) seen[index] += 1;
-      }
-      if (row.cursorStart < 0 || row.cursorStart + row.count > n) discontinuities += 1;
-    }
-    const duplicates: number[] = [];
-    let duplicateCount = 0;
-    let committed = 0;
-    const never: number[] = [];
-    let neverCount = 0;
-    for (let i = 0; i < n; i++) {
-      if (seen[i] > 0) committed += 1;
-      if (seen[i] > 1) {
-        duplicateCount += 1;
-        if (duplicates.length < LIST_LIMIT) duplicates.push(i);
-      }
-      if (finished && seen[i] === 0) {
-        neverCount += 1;
-        if (never.length < LIST_LIMIT) never.push(i);
-      }
-    }
+    const { seen, positions, discontinuities } = replayEpoch(epochRows, epochOrder(seed, epoch, n), n);
+    const t = tally(seen, finished);
     if (epoch === state.record.epoch) currentEpochSeen = seen;
     epochs.push({
       epoch,
       commits: epochRows.length,
       positions,
-      committed,
-      duplicates,
-      duplicateCount,
+      committed: t.committed,
+      duplicates: t.duplicates,
+      duplicateCount: t.duplicateCount,
       finished,
-      neverCommitted: finished ? never : null,
-      neverCommittedCount: finished ? neverCount : null,
+      neverCommitted: finished ? t.never : null,
+      neverCommittedCount: finished ? t.neverCount : null,
       discontinuities,
     });
   }

@@ -1,14 +1,16 @@
 /**
  * The longest functions of the product (coordinator/, web/, kernels/), by lines from the declaration
- * to the closing brace: `npx tsx scripts/function-lengths.ts [N] [--over 80]`. Used to keep product
+ * to the closing brace: `npx tsx scripts/function-lengths.ts [N] [--over 80] [--dirs bench,test] [--root DIR]`. Used to keep product
  * functions under ~80 lines (docs/boundaries.md); nested functions count inside their parent too.
  */
 import { readdirSync, readFileSync, statSync } from 'node:fs';
 import { join, relative } from 'node:path';
 import ts from 'typescript';
 
-const ROOT = join(import.meta.dirname, '..');
-const PRODUCT = ['coordinator', 'web', 'kernels'];
+const rootAt = process.argv.indexOf('--root');
+const ROOT = rootAt >= 0 ? process.argv[rootAt + 1] : join(import.meta.dirname, '..');
+const dirsAt = process.argv.indexOf('--dirs');
+const PRODUCT = dirsAt >= 0 ? process.argv[dirsAt + 1].split(',') : ['coordinator', 'web', 'kernels'];
 
 function* sources(dir: string): Generator<string> {
   for (const name of readdirSync(dir)) {
