@@ -22,7 +22,7 @@
  */
 import { execFileSync, spawn, type ChildProcess, type SpawnOptions } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { mkdtempSync, rmSync, writeFileSync, chmodSync } from 'node:fs';
+import { chmodSync, existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
@@ -90,6 +90,7 @@ export function parseLinkProfile(text: string): LinkProfile {
 /** Why this process cannot build a test bed (not root, a tool missing), or null when it can. */
 export function netbedUnavailable(): string | null {
   if (process.getuid?.() !== 0) return 'the network test bed needs root (network namespaces, NAT, tc)';
+  if (!existsSync('/dev/net/tun')) return 'the network test bed needs /dev/net/tun (TUN devices for its delay lines)';
   for (const tool of ['ip', 'nft', 'tc', 'python3']) {
     try {
       execFileSync('sh', ['-c', `command -v ${tool}`], { stdio: 'ignore' });

@@ -34,8 +34,6 @@ export interface SceneOptions {
   relayOnly?: boolean;
   /** The secret the coordinator mints credentials with (default coturn's): a different one gives 401s. */
   coordinatorTurnSecret?: string;
-  /** An existing coordinator URL instead of starting one (then no coturn either; tabs only). */
-  url?: string;
   log?: (line: string) => void;
 }
 
@@ -84,7 +82,7 @@ export class Scene {
     readonly certs: TestCertificates,
     private readonly opts: SceneOptions,
   ) {
-    this.url = opts.url ?? `https://${COORDINATOR_IP}:${COORDINATOR_PORT}`;
+    this.url = `https://${COORDINATOR_IP}:${COORDINATOR_PORT}`;
   }
 
   static async start(opts: SceneOptions): Promise<Scene> {
@@ -92,11 +90,9 @@ export class Scene {
     try {
       const certs = makeTestCertificates(bed.dir, { ips: [COORDINATOR_IP], names: ['coordinator.netbed.test'] });
       const scene = new Scene(bed, certs, opts);
-      if (!opts.url) {
-        const secret = randomBytes(16).toString('hex');
-        await scene.startCoturn(secret);
-        await scene.startCoordinator(opts.coordinatorTurnSecret ?? secret);
-      }
+      const secret = randomBytes(16).toString('hex');
+      await scene.startCoturn(secret);
+      await scene.startCoordinator(opts.coordinatorTurnSecret ?? secret);
       return scene;
     } catch (error) {
       await bed.close();
@@ -199,7 +195,7 @@ export class Scene {
 
   /** GET (or POST with `body`) a coordinator API path, over HTTPS verified against the test CA. */
   api<T = unknown>(path: string, body?: unknown): Promise<T> {
-    if (!this.ca) throw new NetbedError('no coordinator of our own in this scene');
+    if (!this.ca) throw new NetbedError('the coordinator has not started');
     return new Promise<T>((resolveBody, reject) => {
       const req = request(
         {

@@ -12,6 +12,8 @@
  * 2. Relay-only ICE with coturn's ephemeral credentials trains.
  * 3. A coordinator minting credentials with the wrong secret: the page and /api/status say
  *    "TURN authentication failed" within 10 s.
+ *
+ * Runtime here: about 2 minutes for the file (80 s, 20–30 s, 10 s), each scene built and torn down.
  */
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';

@@ -79,6 +79,9 @@ export async function startElastic(
   const mesh = await PeerMeshPort.open(
     {
       rtcConfig: ice.rtcConfig,
+      // `leave()` below closes the mesh on pagehide, after the goodbye: a goodbye that left after the
+      // links closed could reach the coordinator later than the neighbours' failure reports (a restart).
+      closeOnPageHide: false,
       host: origin.hostname,
       port: Number(origin.port || (origin.protocol === 'https:' ? 443 : 80)),
       secure: origin.protocol === 'https:',

@@ -1,0 +1,233 @@
+/**
+ * `npm run bench:net` (root; tsx bench/net.ts): training across NATed homes on the network test bed
+ * (coordinator/netbed), per access-link profile, direct (STUN, endpoint-independent NATs) and through
+ * TURN (coturn, relay-only ICE), one JSON line `{"bench":"net", …}`.
+ *
+ * Per scenario: a fresh scene (HTTPS coordinator + coturn in the public segment, `tabs` Chromiums in
+ * their own homes, one spare home for a newcomer), the small job below, then
+ * - link check: TCP goodput of one access link (a Node sender in home 0 → a receiver in the public
+ *   segment, 4 s) against the configured rate — the reference the training figures sit on;
+ * - step time: median ms between commits over a window of steady training (from /api/status);
+ * - recovery after a close (pagehide → goodbye) and after a crash (CDP Page.crash): from the instant
+ *   the fault is issued to the first commit of a later round (status polled every 50 ms through the
+ *   Unix-socket relay into the public segment, so the figure includes up to ~50 ms of polling).
+ *   A newcomer replaces the closed tab before the crash, so both faults hit a world of `tabs`.
+ *
+ * Not measured here: allreduce bus bandwidth against the link rate (bench:elastic measures it on
+ * loopback with its harness pages; serving those inside the test bed is not built yet).
+ *
+ * Options: --profiles lan,broadband,poor  --modes direct,relay  --tabs 3  --window 12 (steps)
+ */
+import { execFileSync } from 'node:child_process';
+import { existsSync } from 'node:fs';
+import { join, resolve } from 'node:path';
+import { createInterface } from 'node:readline';
+import type { StatusReport } from '../coordinator/audit';
+import { COORDINATOR_IP, netbedUnavailable, type LinkProfile } from '../coordinator/netbed/netbed';
+import { Scene } from '../coordinator/netbed/scene';
+import { writeDatasetSlice } from '../test/support/small-dataset';
+import { FASHION_MNIST_DIR } from '../test/support/browser';
+import { makeTempDir } from '../test/support/fake-dataset';
+
+const PROFILES: Record<string, LinkProfile> = {
+  lan: { delayMs: 0.5, jitterMs: 0, rateMbit: 1000, lossPercent: 0 },
+  broadband: { delayMs: 20, jitterMs: 0, rateMbit: 50, lossPercent: 0 },
+  poor: { delayMs: 80, jitterMs: 10, rateMbit: 10, lossPercent: 1 },
+};
+
+const job = {
+  model: 'tiny-mlp',
+  optimizer: { kind: 'adamw', lr: 0.003, weightDecay: 0 },
+  globalBatch: 64,
+  epochs: 4,
+  minWorkers: 1,
+  maxWorkers: 8,
+  commitEvery: 1,
+  checkpointEvery: 16,
+  heartbeatMs: 1000,
+  lastCallMs: 300,
+  seed: 3,
+};
+
+function arg(name: string, fallback: string): string {
+  const i = process.argv.indexOf(`--${name}`);
+  return i >= 0 && process.argv[i + 1] ? process.argv[i + 1] : fallback;
+}
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+async function until(scene: Scene, check: (s: StatusReport) => boolean, timeoutMs: number, pollMs = 200) {
+  const end = performance.now() + timeoutMs;
+  let last: StatusReport | null = null;
+  while (performance.now() < end) {
+    last = await scene.api<StatusReport>('/api/status');
+    if (check(last)) return last;
+    await sleep(pollMs);
+  }
+  throw new Error(`timed out; last status step ${last?.step} world ${last?.world.length}`);
+}
+
+/** TCP goodput (Mbit/s) home 0 → public segment over 4 s. */
+async function linkGoodput(scene: Scene): Promise<number> {
+  const sink = scene.bed.spawn(scene.bed.publicNs, process.execPath, [
+    '-e',
+    "let n=0,t0=0;require('net').createServer(c=>c.on('data',d=>{if(!t0)t0=performance.now();n+=d.length}).on('end',()=>{console.log(JSON.stringify({n,ms:performance.now()-t0}));process.exit(0)})).listen(9000,process.argv[1],()=>console.log('ready'))",
+    COORDINATOR_IP,
+  ]);
+  const lines = createInterface({ input: sink.stdout! });
+  const it = lines[Symbol.asyncIterator]();
+  await it.next();
+  scene.bed.run(scene.bed.homes[0].ns, process.execPath, [
+    '-e',
+    "const s=require('net').connect(9000,process.argv[1]);const b=Buffer.alloc(65536);const end=performance.now()+4000;const go=()=>{while(performance.now()<end){if(!s.write(b))return s.once('drain',go)}s.end()};s.on('connect',go);s.on('close',()=>process.exit(0))",
+    COORDINATOR_IP,
+  ]);
+  const { value } = await it.next();
+  const { n, ms } = JSON.parse(String(value)) as { n: number; ms: number };
+  return (n * 8) / (ms / 1000) / 1e6;
+}
+
+interface Row {
+  profile: string;
+  mode: string;
+  tabs: number;
+  rateMbit: number;
+  goodputMbit: number;
+  rttMs: number | null;
+  paths: string;
+  stepMs: number;
+  closeRecoveryMs: number;
+  crashRecoveryMs: number;
+  crashGoalMs: number;
+  restarts: number;
+  auditOk: boolean;
+}
+
+async function recovery(scene: Scene, fault: () => Promise<void>): Promise<number> {
+  const before = await scene.api<StatusReport>('/api/status');
+  const t0 = performance.now();
+  await fault();
+  await until(scene, (s) => s.round > before.round && s.step > before.step, 120_000, 50);
+  return performance.now() - t0;
+}
+
+async function scenario(
+  profile: string,
+  mode: string,
+  tabs: number,
+  windowSteps: number,
+  dataset: string,
+): Promise<Row> {
+  const link = PROFILES[profile];
+  const scene = await Scene.start({
+    homes: Array.from({ length: tabs + 1 }, () => ({ nat: 'endpoint-independent' as const, link })),
+    job,
+    datasetDir: dataset,
+    distDir: resolve(import.meta.dirname, '../dist'),
+    relayOnly: mode === 'relay',
+  });
+  try {
+    const goodputMbit = await linkGoodput(scene);
+    const open = await Promise.all(Array.from({ length: tabs }, (_, i) => scene.openTab(i, { testSubset: '0' })));
+    const warm = await until(scene, (s) => s.world.length === tabs && s.step >= 3, 300_000);
+    const start = performance.now();
+    const steady = await until(scene, (s) => s.step >= warm.step + windowSteps, 300_000, 100);
+    const stepMs = (performance.now() - start) / (steady.step - warm.step);
+    const rtts = steady.world.map((w) => w.peerRttMs).filter((r): r is number => r !== null);
+    const rttMs = rtts.length > 0 ? Math.max(...rtts) : null;
+    const paths = [...new Set(steady.world.flatMap((w) => w.peerLinks.map((l) => `${l.local}/${l.remote}`)))].join(' ');
+
+    // Same for the close: a steady ring of `tabs`, a few steps into its round.
+    await until(scene, (s) => s.world.length === tabs && s.state === 'training' && s.step >= steady.step + 2, 300_000);
+    const closeRecoveryMs = await recovery(scene, () => open[0].page.close({ runBeforeUnload: false }));
+    await scene.openTab(tabs, { testSubset: '0' });
+    // The newcomer is in, its round has synced and trained a few steps: the crash hits a steady ring.
+    const rejoined = await until(scene, (s) => s.world.length === tabs && s.state === 'training', 300_000);
+    await until(
+      scene,
+      (s) => s.world.length === tabs && s.state === 'training' && s.step >= rejoined.step + 3,
+      300_000,
+    );
+    const crashRecoveryMs = await recovery(scene, async () => {
+      const page = open[1].page;
+      const crashed = new Promise<void>((r) => page.once('crash', () => r()));
+      (await page.context().newCDPSession(page)).send('Page.crash').catch(() => undefined);
+      await crashed;
+    });
+    if (process.argv.includes('--events')) {
+      // Diagnosis: the coordinator's event log around the faults (what the recovery waited for).
+      const { events } = await scene.api<{ events: { at: number; level: string; event: string; data: unknown }[] }>(
+        '/api/admin/events?limit=1000',
+      );
+      for (const e of events.filter((x) => !['step', 'commit', 'heartbeat'].includes(x.event)).slice(-60))
+        process.stderr.write(
+          `  ${new Date(e.at).toISOString().slice(11, 23)} ${e.level} ${e.event} ${JSON.stringify(e.data).slice(0, 200)}\n`,
+        );
+    }
+    const final = await scene.api<StatusReport>('/api/status');
+    const audit = await scene.api<{ ok: boolean }>('/api/audit');
+    const rtt = rttMs ?? 4 * link.delayMs;
+    return {
+      profile,
+      mode,
+      tabs,
+      rateMbit: link.rateMbit,
+      goodputMbit: Math.round(goodputMbit * 10) / 10,
+      rttMs,
+      paths,
+      stepMs: Math.round(stepMs),
+      closeRecoveryMs: Math.round(closeRecoveryMs),
+      crashRecoveryMs: Math.round(crashRecoveryMs),
+      crashGoalMs: Math.round(2000 + 3 * rtt),
+      restarts: final.restarts,
+      auditOk: audit.ok,
+    };
+  } finally {
+    await scene.close();
+  }
+}
+
+async function main(): Promise<void> {
+  const why = netbedUnavailable();
+  if (why) {
+    process.stderr.write(`bench:net: ${why}\n`);
+    process.exit(1);
+  }
+  if (!existsSync(resolve(import.meta.dirname, '../dist/index.html'))) {
+    process.stderr.write('bench:net: build the web app first (npx vite build)\n');
+    process.exit(1);
+  }
+  const profiles = arg('profiles', 'lan,broadband,poor').split(',');
+  const modes = arg('modes', 'direct,relay').split(',');
+  const tabs = Number(arg('tabs', '3'));
+  const windowSteps = Number(arg('window', '12'));
+  const dataset = await writeDatasetSlice(FASHION_MNIST_DIR, join(makeTempDir('tabswarm-bench-net-'), 'fm'), 4096, 100);
+  const rows: Row[] = [];
+  for (const profile of profiles) {
+    for (const mode of modes) {
+      process.stderr.write(`bench:net: ${profile} ${mode} ${tabs} tabs…\n`);
+      rows.push(await scenario(profile, mode, tabs, windowSteps, dataset));
+    }
+  }
+  const header =
+    'profile    mode    tabs  rate Mbit/s  TCP goodput  RTT ms  ICE pairs (local/remote)    ms/step  close→commit ms  crash→commit ms (goal)  restarts  audit';
+  process.stdout.write(`${header}\n`);
+  for (const r of rows) {
+    process.stdout.write(
+      `${r.profile.padEnd(11)}${r.mode.padEnd(8)}${String(r.tabs).padEnd(6)}${String(r.rateMbit).padStart(11)}  ${String(r.goodputMbit).padStart(11)}  ${String(r.rttMs ?? '–').padStart(6)}  ${r.paths.padEnd(26)}  ${String(r.stepMs).padStart(7)}  ${String(r.closeRecoveryMs).padStart(15)}  ${`${r.crashRecoveryMs} (${r.crashGoalMs})`.padStart(22)}  ${String(r.restarts).padStart(8)}  ${r.auditOk ? 'clean' : 'BROKEN'}\n`,
+    );
+  }
+  const chromium = (() => {
+    try {
+      return execFileSync('chromium', ['--version'], { stdio: ['ignore', 'pipe', 'ignore'] })
+        .toString()
+        .trim();
+    } catch {
+      return 'unknown';
+    }
+  })();
+  process.stdout.write(`${JSON.stringify({ bench: 'net', at: new Date().toISOString(), chromium, job, rows })}\n`);
+  process.exit(0);
+}
+
+await main();
