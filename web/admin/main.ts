@@ -128,7 +128,8 @@ function onFeedMessage(msg: FeedMessage): void {
     if (model) render(model, changes);
   });
   // A hidden tab gets no animation frames; render the status anyway so tests and screenshots of a background tab hold.
-  if (document.hidden && model) {
+  // The snapshot is drawn at once too: the page says "live" right after it, and must not show stale inputs then.
+  if ((document.hidden || msg.type === 'snapshot') && model) {
     const changes = pending;
     pending = {};
     render(model, changes);
