@@ -71,30 +71,7 @@ async function runCoordinator(flags: CoordinatorFlags): Promise<void> {
       trustProxy: net.trustProxy,
     });
   } catch (error) {
-    const err = error as NodeJS.ErrnoException;
-    if (err.code === 'EADDRINUSE') {
-      throw new StartupError(
-        `port ${flags.port} on ${flags.host} is already in use: stop what holds it, or pass --port N (--port 0 picks a free one)`,
-      );
-    }
-    if (err.code === 'EACCES' && err.syscall === 'listen') {
-      throw new StartupError(
-        `not allowed to listen on ${flags.host}:${flags.port}: pick a port above 1023 with --port`,
-      );
-    }
-    if (err.code === 'EADDRNOTAVAIL')
-      throw new StartupError(`cannot listen on ${flags.host}: no such local address (see --host)`);
-    if (err.code === 'ERESUME') throw new StartupError(err.message);
-    if (
-      err.code === 'EACCES' ||
-      err.code === 'EROFS' ||
-      err.code === 'ENOTDIR' ||
-      err.code === 'EEXIST' ||
-      err.code === 'SQLITE_CANTOPEN'
-    ) {
-      throw new StartupError(`data dir ${flags.dataDir} is not writable (${err.code}): pass --data-dir DIR`);
-    }
-    throw error;
+    throw startupErrorOf(error, flags);
   }
   const info = coordinator.info;
   console.log(
@@ -105,25 +82,7 @@ async function runCoordinator(flags: CoordinatorFlags): Promise<void> {
   if (!tokenGiven) console.log(`admin token: ${adminToken} (printed once; pass --admin-token to choose one)`);
 
   let localWorkers: LocalWorkers | null = null;
-  let closing = false;
-  const shutdown = (signal: string) => {
-    if (closing) {
-      // A second signal: the operator wants out now. The store is consistent after every transaction.
-      process.exit(1);
-    }
-    closing = true;
-    console.log(`tabswarm coordinator: ${signal}, closing`);
-    // Tabs first: each says goodbye while the coordinator still listens.
-    (localWorkers?.stop() ?? Promise.resolve())
-      .then(() => coordinator.close())
-      .then(() => process.exit(0))
-      .catch((error) => {
-        console.error(`tabswarm: error while closing: ${oneLine((error as Error).message)}`);
-        process.exit(1);
-      });
-  };
-  process.on('SIGINT', () => shutdown('SIGINT'));
-  process.on('SIGTERM', () => shutdown('SIGTERM'));
+  closeOnSignals(coordinator, () => localWorkers);
 
   if (flags.localWorkers) {
     try {
@@ -133,6 +92,44 @@ async function runCoordinator(flags: CoordinatorFlags): Promise<void> {
       throw new StartupError(`cannot start ${flags.localWorkers} local worker tab(s): ${(error as Error).message}`);
     }
   }
+}
+
+/** The one line an operator sees for a start-up failure the coordinator can name; other errors pass through. */
+function startupErrorOf(error: unknown, flags: CoordinatorFlags): unknown {
+  const err = error as NodeJS.ErrnoException;
+  if (err.code === 'EADDRINUSE')
+    return new StartupError(
+      `port ${flags.port} on ${flags.host} is already in use: stop what holds it, or pass --port N (--port 0 picks a free one)`,
+    );
+  if (err.code === 'EACCES' && err.syscall === 'listen')
+    return new StartupError(`not allowed to listen on ${flags.host}:${flags.port}: pick a port above 1023 with --port`);
+  if (err.code === 'EADDRNOTAVAIL')
+    return new StartupError(`cannot listen on ${flags.host}: no such local address (see --host)`);
+  if (err.code === 'ERESUME') return new StartupError(err.message);
+  if (['EACCES', 'EROFS', 'ENOTDIR', 'EEXIST', 'SQLITE_CANTOPEN'].includes(err.code ?? ''))
+    return new StartupError(`data dir ${flags.dataDir} is not writable (${err.code}): pass --data-dir DIR`);
+  return error;
+}
+
+/** Ctrl-C / SIGTERM: the local tabs say goodbye first, then the coordinator closes; a second signal exits at once. */
+function closeOnSignals(coordinator: RunningCoordinator, localWorkers: () => LocalWorkers | null): void {
+  let closing = false;
+  const shutdown = (signal: string) => {
+    // A second signal: the operator wants out now. The store is consistent after every transaction.
+    if (closing) process.exit(1);
+    closing = true;
+    console.log(`tabswarm coordinator: ${signal}, closing`);
+    // Tabs first: each says goodbye while the coordinator still listens.
+    (localWorkers()?.stop() ?? Promise.resolve())
+      .then(() => coordinator.close())
+      .then(() => process.exit(0))
+      .catch((error) => {
+        console.error(`tabswarm: error while closing: ${oneLine((error as Error).message)}`);
+        process.exit(1);
+      });
+  };
+  process.on('SIGINT', () => shutdown('SIGINT'));
+  process.on('SIGTERM', () => shutdown('SIGTERM'));
 }
 
 function buildProgram(): Command {

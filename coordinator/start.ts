@@ -201,19 +201,13 @@ export async function startCoordinator(config: CoordinatorConfig): Promise<Runni
       () => ({ sockets: control?.size ?? 0, peers: server?.peer?.clientCount ?? 0 }),
     );
     metricsRef = metrics;
-    const executor: MachineExecutor = new MachineExecutor(state, {
+    const executor: MachineExecutor = newExecutor(config, state, {
       store,
       runId: opened.runId,
       metrics,
-      sockets: {
-        send: (conn, text) => control!.send(conn, text),
-        close: (conn, code, reason) => control!.close(conn, code, reason),
-      },
-      onLog: (level, event, data) => log(`tabswarm ${level}: ${event} ${JSON.stringify(data).slice(0, 500)}`),
-      onFatal: config.onFatal ?? defaultOnFatal,
-      iceFor: config.ice ? (workerId) => iceConfigFor(config.ice!, workerId, Date.now()) : undefined,
-      onWelcome: (msg) => ({ ...msg, secret: trust.secrets.issue(msg.runId, msg.workerId) }),
-      maxEvents: trust.maxEvents,
+      trust,
+      log,
+      control: () => control!,
     });
     control = new ControlChannel({
       dispatch: (event) => executor.dispatch(event),
@@ -221,20 +215,7 @@ export async function startCoordinator(config: CoordinatorConfig): Promise<Runni
       addressOf: clientAddress,
       screen: trust.screen,
     });
-    const admin = adminRoutes({
-      runId: opened.runId,
-      adminToken: config.adminToken,
-      store,
-      state: () => executor.state,
-      dispatch: (action) => executor.dispatch({ kind: 'admin', action }),
-      subscribe: (listener) => executor.subscribe(listener),
-      onRequest: (route, result) => metrics.adminRequests.inc(1, { action: route, result }),
-      invites: inviteRoutes({
-        invites: trust.invites,
-        join: trust.admission.mode,
-        state: () => executor.state,
-      }),
-    });
+    const admin = adminRouter(config, opened.runId, store, executor, metrics, trust);
     server = new CoordinatorServer({
       runId: opened.runId,
       store,
@@ -296,4 +277,55 @@ function withOwnOrigins(config: CoordinatorConfig): TrustOptions {
     allowedOrigins: [...(config.trust?.allowedOrigins ?? []), ...publicOrigin],
     tls: config.tls !== undefined,
   };
+}
+
+/** The one admin router, with the invite routes of the server's admission. */
+function adminRouter(
+  config: CoordinatorConfig,
+  runId: string,
+  store: SqliteStore,
+  executor: MachineExecutor,
+  metrics: CoordinatorMetrics,
+  trust: Trust,
+) {
+  return adminRoutes({
+    runId,
+    adminToken: config.adminToken,
+    store,
+    state: () => executor.state,
+    dispatch: (action) => executor.dispatch({ kind: 'admin', action }),
+    subscribe: (listener) => executor.subscribe(listener),
+    onRequest: (route, result) => metrics.adminRequests.inc(1, { action: route, result }),
+    invites: inviteRoutes({ invites: trust.invites, join: trust.admission.mode, state: () => executor.state }),
+  });
+}
+
+/** The executor of the machine's actions, with the server's additions to a `welcome` (ICE, reconnect secret). */
+function newExecutor(
+  config: CoordinatorConfig,
+  state: CoordinatorState,
+  parts: {
+    store: SqliteStore;
+    runId: string;
+    metrics: CoordinatorMetrics;
+    trust: Trust;
+    log: (line: string) => void;
+    control: () => ControlChannel;
+  },
+): MachineExecutor {
+  const { trust, log } = parts;
+  return new MachineExecutor(state, {
+    store: parts.store,
+    runId: parts.runId,
+    metrics: parts.metrics,
+    sockets: {
+      send: (conn, text) => parts.control().send(conn, text),
+      close: (conn, code, reason) => parts.control().close(conn, code, reason),
+    },
+    onLog: (level, event, data) => log(`tabswarm ${level}: ${event} ${JSON.stringify(data).slice(0, 500)}`),
+    onFatal: config.onFatal ?? defaultOnFatal,
+    iceFor: config.ice ? (workerId) => iceConfigFor(config.ice!, workerId, Date.now()) : undefined,
+    onWelcome: (msg) => ({ ...msg, secret: trust.secrets.issue(msg.runId, msg.workerId) }),
+    maxEvents: trust.maxEvents,
+  });
 }
