@@ -125,183 +125,238 @@ async function benchAllreduce(): Promise<AllreduceResult> {
   let browser: Browser | null = null;
   try {
     browser = await launchChromium();
-    const run = Math.floor(Math.random() * 1e9).toString(36);
-    const tabs: { id: string; page: Page }[] = [];
-    for (let i = 0; i < Math.max(2, ...tabCounts); i++) {
-      const context = await browser.newContext();
-      const page = await context.newPage();
-      page.on('pageerror', (err) => console.error(`tab ${i}: ${err.message}`));
-      await page.goto(`${vite.url}/test/browser/pages/net-harness.html`);
-      await page.waitForFunction(() => 'netHarness' in window);
-      const id = `bench${i}-${run}`;
-      await page.evaluate((o) => netHarness.open(o), {
-        id,
-        host: peerServer.host,
-        port: peerServer.port,
-        lowWaterBytes,
-      });
-      tabs.push({ id, page });
-    }
-
+    const tabs = await openHarnessTabs(browser, vite.url, peerServer, Math.max(2, ...tabCounts));
     await Promise.all(
       [0, 1].map((i) => tabs[i].page.evaluate(([a, b]) => netHarness.rawConnect(a, b), [tabs[i].id, tabs[1 - i].id])),
     );
-    const rawOnce = async (messageBytes: number): Promise<number> => {
-      const total = 16 * MiB;
-      const startAt = now() + 200;
-      const receiving = tabs[1].page.evaluate(([peer, t]) => netHarness.rawReceive(peer as string, t as number), [
-        tabs[0].id,
-        total,
-      ] as const);
-      await tabs[0].page.evaluate(
-        ([peer, t, m, s, h]) => netHarness.rawSend(peer as string, t as number, m as number, s as number, h as number),
-        [tabs[1].id, total, messageBytes, startAt, highWaterBytes] as const,
-      );
-      const { endAt } = await receiving;
-      return total / MiB / ((endAt - startAt) / 1000);
-    };
     const raw = new Map<number, { before: number[]; after: number[] }>(
       frameSizes.map((f) => [f, { before: [], after: [] }]),
     );
-    await rawOnce(frameSizes[0]); // warm-up: a fresh SCTP association starts with a small congestion window
-    for (let r = 0; r < repeat; r++) for (const f of frameSizes) raw.get(f)!.before.push(await rawOnce(f));
-
-    /**
-     * Raw throughput per link when every tab of a ring sends to its right neighbour at once (for two
-     * tabs: both directions of one link): the same load pattern as the allreduce without the
-     * collective, i.e. what the machine's WebRTC stack can carry when all links are busy.
-     */
-    const rawRingOnce = async (tabCount: number, messageBytes: number): Promise<number> => {
-      const total = 8 * MiB;
-      const members = tabs.slice(0, tabCount);
-      const startAt = now() + 300;
-      const ends = await Promise.all(
-        members.map(async (t, i) => {
-          const right = members[(i + 1) % tabCount].id;
-          const left = members[(i - 1 + tabCount) % tabCount].id;
-          const receiving = t.page.evaluate(([peer, n]) => netHarness.rawReceive(peer as string, n as number), [
-            left,
-            total,
-          ] as const);
-          await t.page.evaluate(
-            ([peer, n, m, s, h]) =>
-              netHarness.rawSend(peer as string, n as number, m as number, s as number, h as number),
-            [right, total, messageBytes, startAt, highWaterBytes] as const,
-          );
-          return (await receiving).endAt;
-        }),
-      );
-      return total / MiB / ((Math.max(...ends) - startAt) / 1000);
-    };
+    await rawOnce(tabs, frameSizes[0]); // warm-up: a fresh SCTP association starts with a small congestion window
+    for (let r = 0; r < repeat; r++) for (const f of frameSizes) raw.get(f)!.before.push(await rawOnce(tabs, f));
     const rawRing = new Map<string, number[]>();
 
     let step = 0;
     const times = new Map<string, number[]>();
-    const key = (tabCount: number, mib: number, f: number) => `${tabCount}/${mib}/${f}`;
     for (const tabCount of tabCounts) {
       const members = tabs.slice(0, tabCount);
-      await Promise.all(
-        members.map((t) =>
-          t.page.evaluate(
-            (m) => netHarness.ring(m),
-            members.map((x) => x.id),
-          ),
-        ),
-      );
-      await Promise.all(
-        members.map((t, i) =>
-          t.page.evaluate((args) => netHarness.rawConnect(args.self, args.peers), {
-            self: t.id,
-            peers: [members[(i + 1) % tabCount].id, members[(i - 1 + tabCount) % tabCount].id],
-          }),
-        ),
-      );
+      await connectRing(members);
       for (let r = 0; r < repeat; r++) {
         for (const f of frameSizes)
-          rawRing.set(`${tabCount}/${f}`, [...(rawRing.get(`${tabCount}/${f}`) ?? []), await rawRingOnce(tabCount, f)]);
+          rawRing.set(`${tabCount}/${f}`, [
+            ...(rawRing.get(`${tabCount}/${f}`) ?? []),
+            await rawRingOnce(tabs, tabCount, f),
+          ]);
       }
       for (const mib of sizesMiB) {
-        const n = (mib * MiB) / 4;
         // One unmeasured run per ring and size warms the links and the JIT.
         for (let r = -1; r < repeat; r++) {
           for (const frameBytes of frameSizes) {
-            const startAt = now() + 300;
-            const params = {
-              n,
-              seed: r + 2,
-              id: { round: 1, step: ++step, seq: 0 },
-              timeoutMs: 300_000,
-              chunkElements: Math.floor((frameBytes - 32) / (compression === 'fp16' ? 2 : 4)),
-              compression,
-              highWaterBytes,
-              startAt,
-            };
-            const outcomes = await Promise.all(
-              members.map((t) => t.page.evaluate((p) => netHarness.allreduce(p), params)),
-            );
-            const hashes = new Set<string>();
-            let end = 0;
-            for (const o of outcomes) {
-              if (!o.ok) throw new Error(`allreduce failed: ${o.error.kind} ${o.error.message}`);
-              hashes.add(o.hash);
-              end = Math.max(end, o.endAt);
-            }
-            if (hashes.size !== 1) throw new Error(`ranks disagree on the result: ${[...hashes].join(' ')}`);
+            const ms = await timeAllreduce(members, (mib * MiB) / 4, r + 2, ++step, frameBytes);
             if (r >= 0) {
-              const k = key(tabCount, mib, frameBytes);
-              times.set(k, [...(times.get(k) ?? []), end - startAt]);
+              const k = allreduceKey(tabCount, mib, frameBytes);
+              times.set(k, [...(times.get(k) ?? []), ms]);
             }
           }
         }
       }
     }
-    for (let r = 0; r < repeat; r++) for (const f of frameSizes) raw.get(f)!.after.push(await rawOnce(f));
+    for (let r = 0; r < repeat; r++) for (const f of frameSizes) raw.get(f)!.after.push(await rawOnce(tabs, f));
 
     const rawMedian = new Map([...raw].map(([f, m]) => [f, median([...m.before, ...m.after])]));
-    const rows: Row[] = [];
-    for (const tabCount of tabCounts) {
-      for (const mib of sizesMiB) {
-        for (const frameBytes of frameSizes) {
-          const runs = times.get(key(tabCount, mib, frameBytes))!;
-          const ms = median(runs);
-          const busMiBps = ringAllreduceBusBytes((mib * MiB) / 4, tabCount, compression) / MiB / (ms / 1000);
-          const ringRaw = median(rawRing.get(`${tabCount}/${frameBytes}`)!);
-          rows.push({
-            tabs: tabCount,
-            mib,
-            frameBytes,
-            ms,
-            busMiBps,
-            ratioToRaw: busMiBps / rawMedian.get(frameBytes)!,
-            rawRingMiBps: ringRaw,
-            ratioToRawRing: busMiBps / ringRaw,
-            runsMs: runs.map(Math.round),
-          });
-        }
-      }
-    }
-
-    console.log(
-      `high water ${highWaterBytes} B, low water ${lowWaterBytes} B, compression ${compression}, ${repeat} runs each (median)`,
-    );
-    for (const [f, m] of raw) {
-      const fmt = (xs: number[]) => xs.map((x) => x.toFixed(1)).join(' ');
-      console.log(
-        `raw channel tab0→tab1, ${f}-byte messages: ${rawMedian.get(f)!.toFixed(1)} MiB/s (before: ${fmt(m.before)}; after: ${fmt(m.after)})`,
-      );
-    }
-    console.log('\ntabs    size   frame B   time ms   bus MiB/s   bus/raw   raw ring MiB/s   bus/raw ring   runs ms');
-    for (const r of rows) {
-      console.log(
-        `${String(r.tabs).padStart(4)}  ${String(r.mib).padStart(2)} MiB  ${String(r.frameBytes).padStart(8)}  ${r.ms.toFixed(0).padStart(8)}  ${r.busMiBps.toFixed(1).padStart(10)}  ${r.ratioToRaw.toFixed(2).padStart(8)}  ${r.rawRingMiBps.toFixed(1).padStart(15)}  ${r.ratioToRawRing.toFixed(2).padStart(13)}   ${r.runsMs.join(' ')}`,
-      );
-    }
+    const rows = allreduceRows(times, rawMedian, rawRing);
+    printAllreduce(raw, rawMedian, rows);
     for (const t of tabs) await t.page.evaluate(() => netHarness.close()).catch(() => {});
     return { highWaterBytes, lowWaterBytes, compression, rawMiBps: Object.fromEntries(rawMedian), allreduce: rows };
   } finally {
     await browser?.close();
     await vite.close();
     await peerServer.close();
+  }
+}
+
+interface HarnessTab {
+  id: string;
+  page: Page;
+}
+
+/** `count` tabs, each in its own browser context, with the net harness open on the peer server. */
+async function openHarnessTabs(
+  browser: Browser,
+  viteUrl: string,
+  peerServer: { host: string; port: number },
+  count: number,
+): Promise<HarnessTab[]> {
+  const run = Math.floor(Math.random() * 1e9).toString(36);
+  const tabs: HarnessTab[] = [];
+  for (let i = 0; i < count; i++) {
+    const context = await browser.newContext();
+    const page = await context.newPage();
+    page.on('pageerror', (err) => console.error(`tab ${i}: ${err.message}`));
+    await page.goto(`${viteUrl}/test/browser/pages/net-harness.html`);
+    await page.waitForFunction(() => 'netHarness' in window);
+    const id = `bench${i}-${run}`;
+    await page.evaluate((o) => netHarness.open(o), {
+      id,
+      host: peerServer.host,
+      port: peerServer.port,
+      lowWaterBytes,
+    });
+    tabs.push({ id, page });
+  }
+  return tabs;
+}
+
+/** Raw data-channel throughput tab0→tab1 (MiB/s) for 16 MiB in `messageBytes` messages. */
+async function rawOnce(tabs: readonly HarnessTab[], messageBytes: number): Promise<number> {
+  const total = 16 * MiB;
+  const startAt = now() + 200;
+  const receiving = tabs[1].page.evaluate(([peer, t]) => netHarness.rawReceive(peer as string, t as number), [
+    tabs[0].id,
+    total,
+  ] as const);
+  await tabs[0].page.evaluate(
+    ([peer, t, m, s, h]) => netHarness.rawSend(peer as string, t as number, m as number, s as number, h as number),
+    [tabs[1].id, total, messageBytes, startAt, highWaterBytes] as const,
+  );
+  const { endAt } = await receiving;
+  return total / MiB / ((endAt - startAt) / 1000);
+}
+
+/**
+ * Raw throughput per link when every tab of a ring sends to its right neighbour at once (for two
+ * tabs: both directions of one link): the same load pattern as the allreduce without the
+ * collective, i.e. what the machine's WebRTC stack can carry when all links are busy.
+ */
+async function rawRingOnce(tabs: readonly HarnessTab[], tabCount: number, messageBytes: number): Promise<number> {
+  const total = 8 * MiB;
+  const members = tabs.slice(0, tabCount);
+  const startAt = now() + 300;
+  const ends = await Promise.all(
+    members.map(async (t, i) => {
+      const right = members[(i + 1) % tabCount].id;
+      const left = members[(i - 1 + tabCount) % tabCount].id;
+      const receiving = t.page.evaluate(([peer, n]) => netHarness.rawReceive(peer as string, n as number), [
+        left,
+        total,
+      ] as const);
+      await t.page.evaluate(
+        ([peer, n, m, s, h]) => netHarness.rawSend(peer as string, n as number, m as number, s as number, h as number),
+        [right, total, messageBytes, startAt, highWaterBytes] as const,
+      );
+      return (await receiving).endAt;
+    }),
+  );
+  return total / MiB / ((Math.max(...ends) - startAt) / 1000);
+}
+
+/** Form the allreduce ring of `members` and raw channels to both neighbours of each. */
+async function connectRing(members: readonly HarnessTab[]): Promise<void> {
+  const tabCount = members.length;
+  await Promise.all(
+    members.map((t) =>
+      t.page.evaluate(
+        (m) => netHarness.ring(m),
+        members.map((x) => x.id),
+      ),
+    ),
+  );
+  await Promise.all(
+    members.map((t, i) =>
+      t.page.evaluate((args) => netHarness.rawConnect(args.self, args.peers), {
+        self: t.id,
+        peers: [members[(i + 1) % tabCount].id, members[(i - 1 + tabCount) % tabCount].id],
+      }),
+    ),
+  );
+}
+
+/**
+ * One allreduce of `n` floats on every member from a common start instant; milliseconds from that
+ * instant to the last rank's finish. Throws if a rank fails or the ranks' results differ.
+ */
+async function timeAllreduce(
+  members: readonly HarnessTab[],
+  n: number,
+  seed: number,
+  step: number,
+  frameBytes: number,
+): Promise<number> {
+  const startAt = now() + 300;
+  const params = {
+    n,
+    seed,
+    id: { round: 1, step, seq: 0 },
+    timeoutMs: 300_000,
+    chunkElements: Math.floor((frameBytes - 32) / (compression === 'fp16' ? 2 : 4)),
+    compression,
+    highWaterBytes,
+    startAt,
+  };
+  const outcomes = await Promise.all(members.map((t) => t.page.evaluate((p) => netHarness.allreduce(p), params)));
+  const hashes = new Set<string>();
+  let end = 0;
+  for (const o of outcomes) {
+    if (!o.ok) throw new Error(`allreduce failed: ${o.error.kind} ${o.error.message}`);
+    hashes.add(o.hash);
+    end = Math.max(end, o.endAt);
+  }
+  if (hashes.size !== 1) throw new Error(`ranks disagree on the result: ${[...hashes].join(' ')}`);
+  return end - startAt;
+}
+
+const allreduceKey = (tabCount: number, mib: number, f: number) => `${tabCount}/${mib}/${f}`;
+
+/** One row per configuration: median time, bus bandwidth and its ratios to the raw references. */
+function allreduceRows(
+  times: ReadonlyMap<string, number[]>,
+  rawMedian: ReadonlyMap<number, number>,
+  rawRing: ReadonlyMap<string, number[]>,
+): Row[] {
+  const rows: Row[] = [];
+  for (const tabCount of tabCounts) {
+    for (const mib of sizesMiB) {
+      for (const frameBytes of frameSizes) {
+        const runs = times.get(allreduceKey(tabCount, mib, frameBytes))!;
+        const ms = median(runs);
+        const busMiBps = ringAllreduceBusBytes((mib * MiB) / 4, tabCount, compression) / MiB / (ms / 1000);
+        const ringRaw = median(rawRing.get(`${tabCount}/${frameBytes}`)!);
+        rows.push({
+          tabs: tabCount,
+          mib,
+          frameBytes,
+          ms,
+          busMiBps,
+          ratioToRaw: busMiBps / rawMedian.get(frameBytes)!,
+          rawRingMiBps: ringRaw,
+          ratioToRawRing: busMiBps / ringRaw,
+          runsMs: runs.map(Math.round),
+        });
+      }
+    }
+  }
+  return rows;
+}
+
+function printAllreduce(
+  raw: ReadonlyMap<number, { before: number[]; after: number[] }>,
+  rawMedian: ReadonlyMap<number, number>,
+  rows: readonly Row[],
+): void {
+  console.log(
+    `high water ${highWaterBytes} B, low water ${lowWaterBytes} B, compression ${compression}, ${repeat} runs each (median)`,
+  );
+  for (const [f, m] of raw) {
+    const fmt = (xs: number[]) => xs.map((x) => x.toFixed(1)).join(' ');
+    console.log(
+      `raw channel tab0→tab1, ${f}-byte messages: ${rawMedian.get(f)!.toFixed(1)} MiB/s (before: ${fmt(m.before)}; after: ${fmt(m.after)})`,
+    );
+  }
+  console.log('\ntabs    size   frame B   time ms   bus MiB/s   bus/raw   raw ring MiB/s   bus/raw ring   runs ms');
+  for (const r of rows) {
+    console.log(
+      `${String(r.tabs).padStart(4)}  ${String(r.mib).padStart(2)} MiB  ${String(r.frameBytes).padStart(8)}  ${r.ms.toFixed(0).padStart(8)}  ${r.busMiBps.toFixed(1).padStart(10)}  ${r.ratioToRaw.toFixed(2).padStart(8)}  ${r.rawRingMiBps.toFixed(1).padStart(15)}  ${r.ratioToRawRing.toFixed(2).padStart(13)}   ${r.runsMs.join(' ')}`,
+    );
   }
 }
 
