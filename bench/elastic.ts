@@ -56,7 +56,8 @@ import { mulberry32 } from '../test/support/rng';
 import { CoordinatorProcess, REPO_ROOT, TEST_ADMIN_TOKEN } from '../test/support/coordinator-process';
 import { writeFakeIdxDataset } from '../test/support/fake-dataset';
 import { startPeerServer } from '../test/support/peer-server';
-import { Swarm } from '../test/support/swarm';
+import { Swarm, type SwarmTab } from '../test/support/swarm';
+import type { ElasticStatus } from '../web/elastic/elastic-loop';
 import { startViteServer } from '../test/support/vite-server';
 import { DEFAULT_FRAME_BYTES } from '../web/net/framing';
 import { DEFAULT_HIGH_WATER_BYTES } from '../web/net/paced-sender';
@@ -125,183 +126,238 @@ async function benchAllreduce(): Promise<AllreduceResult> {
   let browser: Browser | null = null;
   try {
     browser = await launchChromium();
-    const run = Math.floor(Math.random() * 1e9).toString(36);
-    const tabs: { id: string; page: Page }[] = [];
-    for (let i = 0; i < Math.max(2, ...tabCounts); i++) {
-      const context = await browser.newContext();
-      const page = await context.newPage();
-      page.on('pageerror', (err) => console.error(`tab ${i}: ${err.message}`));
-      await page.goto(`${vite.url}/test/browser/pages/net-harness.html`);
-      await page.waitForFunction(() => 'netHarness' in window);
-      const id = `bench${i}-${run}`;
-      await page.evaluate((o) => netHarness.open(o), {
-        id,
-        host: peerServer.host,
-        port: peerServer.port,
-        lowWaterBytes,
-      });
-      tabs.push({ id, page });
-    }
-
+    const tabs = await openHarnessTabs(browser, vite.url, peerServer, Math.max(2, ...tabCounts));
     await Promise.all(
       [0, 1].map((i) => tabs[i].page.evaluate(([a, b]) => netHarness.rawConnect(a, b), [tabs[i].id, tabs[1 - i].id])),
     );
-    const rawOnce = async (messageBytes: number): Promise<number> => {
-      const total = 16 * MiB;
-      const startAt = now() + 200;
-      const receiving = tabs[1].page.evaluate(([peer, t]) => netHarness.rawReceive(peer as string, t as number), [
-        tabs[0].id,
-        total,
-      ] as const);
-      await tabs[0].page.evaluate(
-        ([peer, t, m, s, h]) => netHarness.rawSend(peer as string, t as number, m as number, s as number, h as number),
-        [tabs[1].id, total, messageBytes, startAt, highWaterBytes] as const,
-      );
-      const { endAt } = await receiving;
-      return total / MiB / ((endAt - startAt) / 1000);
-    };
     const raw = new Map<number, { before: number[]; after: number[] }>(
       frameSizes.map((f) => [f, { before: [], after: [] }]),
     );
-    await rawOnce(frameSizes[0]); // warm-up: a fresh SCTP association starts with a small congestion window
-    for (let r = 0; r < repeat; r++) for (const f of frameSizes) raw.get(f)!.before.push(await rawOnce(f));
-
-    /**
-     * Raw throughput per link when every tab of a ring sends to its right neighbour at once (for two
-     * tabs: both directions of one link): the same load pattern as the allreduce without the
-     * collective, i.e. what the machine's WebRTC stack can carry when all links are busy.
-     */
-    const rawRingOnce = async (tabCount: number, messageBytes: number): Promise<number> => {
-      const total = 8 * MiB;
-      const members = tabs.slice(0, tabCount);
-      const startAt = now() + 300;
-      const ends = await Promise.all(
-        members.map(async (t, i) => {
-          const right = members[(i + 1) % tabCount].id;
-          const left = members[(i - 1 + tabCount) % tabCount].id;
-          const receiving = t.page.evaluate(([peer, n]) => netHarness.rawReceive(peer as string, n as number), [
-            left,
-            total,
-          ] as const);
-          await t.page.evaluate(
-            ([peer, n, m, s, h]) =>
-              netHarness.rawSend(peer as string, n as number, m as number, s as number, h as number),
-            [right, total, messageBytes, startAt, highWaterBytes] as const,
-          );
-          return (await receiving).endAt;
-        }),
-      );
-      return total / MiB / ((Math.max(...ends) - startAt) / 1000);
-    };
+    await rawOnce(tabs, frameSizes[0]); // warm-up: a fresh SCTP association starts with a small congestion window
+    for (let r = 0; r < repeat; r++) for (const f of frameSizes) raw.get(f)!.before.push(await rawOnce(tabs, f));
     const rawRing = new Map<string, number[]>();
 
     let step = 0;
     const times = new Map<string, number[]>();
-    const key = (tabCount: number, mib: number, f: number) => `${tabCount}/${mib}/${f}`;
     for (const tabCount of tabCounts) {
       const members = tabs.slice(0, tabCount);
-      await Promise.all(
-        members.map((t) =>
-          t.page.evaluate(
-            (m) => netHarness.ring(m),
-            members.map((x) => x.id),
-          ),
-        ),
-      );
-      await Promise.all(
-        members.map((t, i) =>
-          t.page.evaluate((args) => netHarness.rawConnect(args.self, args.peers), {
-            self: t.id,
-            peers: [members[(i + 1) % tabCount].id, members[(i - 1 + tabCount) % tabCount].id],
-          }),
-        ),
-      );
+      await connectRing(members);
       for (let r = 0; r < repeat; r++) {
         for (const f of frameSizes)
-          rawRing.set(`${tabCount}/${f}`, [...(rawRing.get(`${tabCount}/${f}`) ?? []), await rawRingOnce(tabCount, f)]);
+          rawRing.set(`${tabCount}/${f}`, [
+            ...(rawRing.get(`${tabCount}/${f}`) ?? []),
+            await rawRingOnce(tabs, tabCount, f),
+          ]);
       }
       for (const mib of sizesMiB) {
-        const n = (mib * MiB) / 4;
         // One unmeasured run per ring and size warms the links and the JIT.
         for (let r = -1; r < repeat; r++) {
           for (const frameBytes of frameSizes) {
-            const startAt = now() + 300;
-            const params = {
-              n,
-              seed: r + 2,
-              id: { round: 1, step: ++step, seq: 0 },
-              timeoutMs: 300_000,
-              chunkElements: Math.floor((frameBytes - 32) / (compression === 'fp16' ? 2 : 4)),
-              compression,
-              highWaterBytes,
-              startAt,
-            };
-            const outcomes = await Promise.all(
-              members.map((t) => t.page.evaluate((p) => netHarness.allreduce(p), params)),
-            );
-            const hashes = new Set<string>();
-            let end = 0;
-            for (const o of outcomes) {
-              if (!o.ok) throw new Error(`allreduce failed: ${o.error.kind} ${o.error.message}`);
-              hashes.add(o.hash);
-              end = Math.max(end, o.endAt);
-            }
-            if (hashes.size !== 1) throw new Error(`ranks disagree on the result: ${[...hashes].join(' ')}`);
+            const ms = await timeAllreduce(members, (mib * MiB) / 4, r + 2, ++step, frameBytes);
             if (r >= 0) {
-              const k = key(tabCount, mib, frameBytes);
-              times.set(k, [...(times.get(k) ?? []), end - startAt]);
+              const k = allreduceKey(tabCount, mib, frameBytes);
+              times.set(k, [...(times.get(k) ?? []), ms]);
             }
           }
         }
       }
     }
-    for (let r = 0; r < repeat; r++) for (const f of frameSizes) raw.get(f)!.after.push(await rawOnce(f));
+    for (let r = 0; r < repeat; r++) for (const f of frameSizes) raw.get(f)!.after.push(await rawOnce(tabs, f));
 
     const rawMedian = new Map([...raw].map(([f, m]) => [f, median([...m.before, ...m.after])]));
-    const rows: Row[] = [];
-    for (const tabCount of tabCounts) {
-      for (const mib of sizesMiB) {
-        for (const frameBytes of frameSizes) {
-          const runs = times.get(key(tabCount, mib, frameBytes))!;
-          const ms = median(runs);
-          const busMiBps = ringAllreduceBusBytes((mib * MiB) / 4, tabCount, compression) / MiB / (ms / 1000);
-          const ringRaw = median(rawRing.get(`${tabCount}/${frameBytes}`)!);
-          rows.push({
-            tabs: tabCount,
-            mib,
-            frameBytes,
-            ms,
-            busMiBps,
-            ratioToRaw: busMiBps / rawMedian.get(frameBytes)!,
-            rawRingMiBps: ringRaw,
-            ratioToRawRing: busMiBps / ringRaw,
-            runsMs: runs.map(Math.round),
-          });
-        }
-      }
-    }
-
-    console.log(
-      `high water ${highWaterBytes} B, low water ${lowWaterBytes} B, compression ${compression}, ${repeat} runs each (median)`,
-    );
-    for (const [f, m] of raw) {
-      const fmt = (xs: number[]) => xs.map((x) => x.toFixed(1)).join(' ');
-      console.log(
-        `raw channel tab0→tab1, ${f}-byte messages: ${rawMedian.get(f)!.toFixed(1)} MiB/s (before: ${fmt(m.before)}; after: ${fmt(m.after)})`,
-      );
-    }
-    console.log('\ntabs    size   frame B   time ms   bus MiB/s   bus/raw   raw ring MiB/s   bus/raw ring   runs ms');
-    for (const r of rows) {
-      console.log(
-        `${String(r.tabs).padStart(4)}  ${String(r.mib).padStart(2)} MiB  ${String(r.frameBytes).padStart(8)}  ${r.ms.toFixed(0).padStart(8)}  ${r.busMiBps.toFixed(1).padStart(10)}  ${r.ratioToRaw.toFixed(2).padStart(8)}  ${r.rawRingMiBps.toFixed(1).padStart(15)}  ${r.ratioToRawRing.toFixed(2).padStart(13)}   ${r.runsMs.join(' ')}`,
-      );
-    }
+    const rows = allreduceRows(times, rawMedian, rawRing);
+    printAllreduce(raw, rawMedian, rows);
     for (const t of tabs) await t.page.evaluate(() => netHarness.close()).catch(() => {});
     return { highWaterBytes, lowWaterBytes, compression, rawMiBps: Object.fromEntries(rawMedian), allreduce: rows };
   } finally {
     await browser?.close();
     await vite.close();
     await peerServer.close();
+  }
+}
+
+interface HarnessTab {
+  id: string;
+  page: Page;
+}
+
+/** `count` tabs, each in its own browser context, with the net harness open on the peer server. */
+async function openHarnessTabs(
+  browser: Browser,
+  viteUrl: string,
+  peerServer: { host: string; port: number },
+  count: number,
+): Promise<HarnessTab[]> {
+  const run = Math.floor(Math.random() * 1e9).toString(36);
+  const tabs: HarnessTab[] = [];
+  for (let i = 0; i < count; i++) {
+    const context = await browser.newContext();
+    const page = await context.newPage();
+    page.on('pageerror', (err) => console.error(`tab ${i}: ${err.message}`));
+    await page.goto(`${viteUrl}/test/browser/pages/net-harness.html`);
+    await page.waitForFunction(() => 'netHarness' in window);
+    const id = `bench${i}-${run}`;
+    await page.evaluate((o) => netHarness.open(o), {
+      id,
+      host: peerServer.host,
+      port: peerServer.port,
+      lowWaterBytes,
+    });
+    tabs.push({ id, page });
+  }
+  return tabs;
+}
+
+/** Raw data-channel throughput tab0→tab1 (MiB/s) for 16 MiB in `messageBytes` messages. */
+async function rawOnce(tabs: readonly HarnessTab[], messageBytes: number): Promise<number> {
+  const total = 16 * MiB;
+  const startAt = now() + 200;
+  const receiving = tabs[1].page.evaluate(([peer, t]) => netHarness.rawReceive(peer as string, t as number), [
+    tabs[0].id,
+    total,
+  ] as const);
+  await tabs[0].page.evaluate(
+    ([peer, t, m, s, h]) => netHarness.rawSend(peer as string, t as number, m as number, s as number, h as number),
+    [tabs[1].id, total, messageBytes, startAt, highWaterBytes] as const,
+  );
+  const { endAt } = await receiving;
+  return total / MiB / ((endAt - startAt) / 1000);
+}
+
+/**
+ * Raw throughput per link when every tab of a ring sends to its right neighbour at once (for two
+ * tabs: both directions of one link): the same load pattern as the allreduce without the
+ * collective, i.e. what the machine's WebRTC stack can carry when all links are busy.
+ */
+async function rawRingOnce(tabs: readonly HarnessTab[], tabCount: number, messageBytes: number): Promise<number> {
+  const total = 8 * MiB;
+  const members = tabs.slice(0, tabCount);
+  const startAt = now() + 300;
+  const ends = await Promise.all(
+    members.map(async (t, i) => {
+      const right = members[(i + 1) % tabCount].id;
+      const left = members[(i - 1 + tabCount) % tabCount].id;
+      const receiving = t.page.evaluate(([peer, n]) => netHarness.rawReceive(peer as string, n as number), [
+        left,
+        total,
+      ] as const);
+      await t.page.evaluate(
+        ([peer, n, m, s, h]) => netHarness.rawSend(peer as string, n as number, m as number, s as number, h as number),
+        [right, total, messageBytes, startAt, highWaterBytes] as const,
+      );
+      return (await receiving).endAt;
+    }),
+  );
+  return total / MiB / ((Math.max(...ends) - startAt) / 1000);
+}
+
+/** Form the allreduce ring of `members` and raw channels to both neighbours of each. */
+async function connectRing(members: readonly HarnessTab[]): Promise<void> {
+  const tabCount = members.length;
+  await Promise.all(
+    members.map((t) =>
+      t.page.evaluate(
+        (m) => netHarness.ring(m),
+        members.map((x) => x.id),
+      ),
+    ),
+  );
+  await Promise.all(
+    members.map((t, i) =>
+      t.page.evaluate((args) => netHarness.rawConnect(args.self, args.peers), {
+        self: t.id,
+        peers: [members[(i + 1) % tabCount].id, members[(i - 1 + tabCount) % tabCount].id],
+      }),
+    ),
+  );
+}
+
+/**
+ * One allreduce of `n` floats on every member from a common start instant; milliseconds from that
+ * instant to the last rank's finish. Throws if a rank fails or the ranks' results differ.
+ */
+async function timeAllreduce(
+  members: readonly HarnessTab[],
+  n: number,
+  seed: number,
+  step: number,
+  frameBytes: number,
+): Promise<number> {
+  const startAt = now() + 300;
+  const params = {
+    n,
+    seed,
+    id: { round: 1, step, seq: 0 },
+    timeoutMs: 300_000,
+    chunkElements: Math.floor((frameBytes - 32) / (compression === 'fp16' ? 2 : 4)),
+    compression,
+    highWaterBytes,
+    startAt,
+  };
+  const outcomes = await Promise.all(members.map((t) => t.page.evaluate((p) => netHarness.allreduce(p), params)));
+  const hashes = new Set<string>();
+  let end = 0;
+  for (const o of outcomes) {
+    if (!o.ok) throw new Error(`allreduce failed: ${o.error.kind} ${o.error.message}`);
+    hashes.add(o.hash);
+    end = Math.max(end, o.endAt);
+  }
+  if (hashes.size !== 1) throw new Error(`ranks disagree on the result: ${[...hashes].join(' ')}`);
+  return end - startAt;
+}
+
+const allreduceKey = (tabCount: number, mib: number, f: number) => `${tabCount}/${mib}/${f}`;
+
+/** One row per configuration: median time, bus bandwidth and its ratios to the raw references. */
+function allreduceRows(
+  times: ReadonlyMap<string, number[]>,
+  rawMedian: ReadonlyMap<number, number>,
+  rawRing: ReadonlyMap<string, number[]>,
+): Row[] {
+  const rows: Row[] = [];
+  for (const tabCount of tabCounts) {
+    for (const mib of sizesMiB) {
+      for (const frameBytes of frameSizes) {
+        const runs = times.get(allreduceKey(tabCount, mib, frameBytes))!;
+        const ms = median(runs);
+        const busMiBps = ringAllreduceBusBytes((mib * MiB) / 4, tabCount, compression) / MiB / (ms / 1000);
+        const ringRaw = median(rawRing.get(`${tabCount}/${frameBytes}`)!);
+        rows.push({
+          tabs: tabCount,
+          mib,
+          frameBytes,
+          ms,
+          busMiBps,
+          ratioToRaw: busMiBps / rawMedian.get(frameBytes)!,
+          rawRingMiBps: ringRaw,
+          ratioToRawRing: busMiBps / ringRaw,
+          runsMs: runs.map(Math.round),
+        });
+      }
+    }
+  }
+  return rows;
+}
+
+function printAllreduce(
+  raw: ReadonlyMap<number, { before: number[]; after: number[] }>,
+  rawMedian: ReadonlyMap<number, number>,
+  rows: readonly Row[],
+): void {
+  console.log(
+    `high water ${highWaterBytes} B, low water ${lowWaterBytes} B, compression ${compression}, ${repeat} runs each (median)`,
+  );
+  for (const [f, m] of raw) {
+    const fmt = (xs: number[]) => xs.map((x) => x.toFixed(1)).join(' ');
+    console.log(
+      `raw channel tab0→tab1, ${f}-byte messages: ${rawMedian.get(f)!.toFixed(1)} MiB/s (before: ${fmt(m.before)}; after: ${fmt(m.after)})`,
+    );
+  }
+  console.log('\ntabs    size   frame B   time ms   bus MiB/s   bus/raw   raw ring MiB/s   bus/raw ring   runs ms');
+  for (const r of rows) {
+    console.log(
+      `${String(r.tabs).padStart(4)}  ${String(r.mib).padStart(2)} MiB  ${String(r.frameBytes).padStart(8)}  ${r.ms.toFixed(0).padStart(8)}  ${r.busMiBps.toFixed(1).padStart(10)}  ${r.ratioToRaw.toFixed(2).padStart(8)}  ${r.rawRingMiBps.toFixed(1).padStart(15)}  ${r.ratioToRawRing.toFixed(2).padStart(13)}   ${r.runsMs.join(' ')}`,
+    );
   }
 }
 
@@ -533,180 +589,35 @@ async function benchRecovery(): Promise<RecoveryResult> {
   try {
     const dist = webBuild(tempDir);
     const dataset = await writeSmallDataset(join(tempDir, 'dataset'));
-    const job = {
-      model: 'tiny-mlp',
-      optimizer: { kind: 'adamw', lr: 0.003, weightDecay: 0 },
-      globalBatch,
-      // Long enough never to finish during the bench.
-      epochs: 1000,
-      minWorkers: 1,
-      maxWorkers: worldSize,
-      commitEvery,
-      checkpointEvery: 1000,
-      heartbeatMs,
-      lastCallMs,
-      evalSamples: 0,
-      seed: 7,
-    };
+    const job = recoveryJob();
     coordinator = await CoordinatorProcess.spawn({ job, datasetDir: dataset.dir, extraArgs: ['--dist', dist] });
     feed = await FeedWatcher.open(coordinator.url, TEST_ADMIN_TOKEN);
     browser = await launchChromium();
     swarm = new Swarm(browser, coordinator.url, { query: { testSubset: '0' } });
     const s = swarm;
     const f = feed;
-
-    /** Two commits in a row by the full world in the newest round: every tab trains. */
-    const steady = (what: string) =>
-      f.until(
-        () => {
-          const last = f.commits.at(-1);
-          const lastOpen = [...f.events].reverse().find((e) => e.event === 'round_open');
-          if (!last || last.worldSize !== worldSize || (lastOpen && lastOpen.data.round !== last.round)) return null;
-          return f.commits.filter((c) => c.round === last.round).length >= 2 ? last : null;
-        },
-        what,
-        180_000,
-      );
-
-    /** Times between consecutive commits of one round with the full world (a commit interval each). */
-    const commitGaps = () =>
-      f.commits.slice(1).flatMap((c, j) => {
-        const previous = f.commits[j];
-        return c.round === previous.round && c.worldSize === worldSize && previous.worldSize === worldSize
-          ? [c.at - previous.at]
-          : [];
-      });
     const random = mulberry32(12345);
 
     await s.openMany(worldSize);
-    await steady(`${worldSize} tabs training`);
+    await steadyTraining(f, `${worldSize} tabs training`);
 
     const order: FaultKind[] = [];
     for (let i = 0; i < eventsPerKind; i++) order.push(...faultKinds);
     const events: RecoveryEvent[] = [];
     for (const [i, kind] of order.entries()) {
-      await steady(`steady training before event ${i + 1}`);
-      // steady() returns right after a commit; a fault issued then would always find nothing applied
-      // past it. A uniform delay over one commit interval samples every point of the step cycle.
-      const interval = median(commitGaps().slice(-20));
-      await new Promise((r) => setTimeout(r, random() * interval));
-      const statuses = await Promise.all(s.live.map(async (tab) => ({ tab, status: (await s.status(tab))! })));
-      // Rotate the victim's rank, so rank 0 (checkpoints, evaluation) goes as often as the others.
-      const wantedRank = i % worldSize;
-      const victim = statuses.find((t) => t.status.rank === wantedRank) ?? statuses[0];
-      const survivors = statuses.filter((t) => t !== victim).map((t) => t.tab);
-      const eventIndex = f.events.length;
-      const commitIndex = f.commits.length;
-      const rollbackIndex = f.rollbacks.length;
-      // The round the fault hits: the newest one announced (a commit-boundary round change may have happened during the delay).
-      const round = Math.max(
-        f.commits.at(-1)!.round,
-        ...f.events.filter((e) => e.event === 'round_open').map((e) => e.data.round as number),
-      );
-
-      let faultAt: number;
-      let cdp: CDPSession | null = null;
-      let pending: Promise<unknown>;
-      if (kind === 'hang') {
-        cdp = await victim.tab.context.newCDPSession(victim.tab.page);
-        await cdp.send('Debugger.enable');
-        faultAt = Date.now();
-        // Pauses the main thread at its next statement (a heartbeat tick or a frame arrives within ms).
-        pending = cdp.send('Debugger.pause');
-      } else if (kind === 'crash') {
-        faultAt = Date.now();
-        pending = s.crash(victim.tab);
-      } else {
-        faultAt = Date.now();
-        pending = s.close(victim.tab);
-      }
-
-      const first = await f.until(
-        () => f.commits.slice(commitIndex).find((c) => c.round > round),
-        `a commit after the ${kind} of event ${i + 1}`,
-        60_000,
-      );
-      await pending;
-      const closed = f.find('round_closed', eventIndex, (d) => d.round === round);
-      const opened = f.find('round_open', eventIndex, (d) => d.round === first.round);
-      const train = f.find('round_train', eventIndex, (d) => d.round === first.round);
-      if (!closed || !opened || !train)
-        throw new Error(
-          `event ${i + 1}: the feed lacks round_closed/round_open/round_train for rounds ${round}→${first.round}`,
-        );
-      const resumedAt = opened.data.step as number;
-      const after = await Promise.all(survivors.map(async (tab) => (await s.status(tab))!));
-      const undoneBySurvivor = after.map((status) => undoneSteps(status.losses, resumedAt));
-      const restoredSurvivors = after.filter(
-        (status, j) => status.restores > statuses.find((t) => t.tab === survivors[j])!.status.restores,
-      ).length;
-      const rolledBackCommits = f.rollbacks
-        .slice(rollbackIndex)
-        .reduce((sum, r) => sum + Math.max(0, r.lastStepBefore - r.afterStep), 0);
-      const event: RecoveryEvent = {
-        kind,
-        rank: victim.status.rank!,
-        round,
-        nextRound: first.round,
-        resumedAt,
-        recoveryMs: first.at - faultAt,
-        detectMs: closed.at - faultAt,
-        regroupMs: opened.at - closed.at,
-        syncMs: train.at - opened.at,
-        firstStepMs: first.at - train.at,
-        stepsLost: Math.max(0, ...undoneBySurvivor) + rolledBackCommits,
-        undoneBySurvivor,
-        rolledBackCommits,
-        restoredSurvivors,
-      };
-      if (first.round > round + 1) {
-        const closes = f.events
-          .slice(eventIndex)
-          .filter((e) => e.event === 'round_closed' && e.data.round < first.round);
-        console.log(
-          `  (event ${i + 1} went through ${first.round - round - 1} more round(s): ${closes.map((e) => `round ${e.data.round} closed: ${e.data.reason}`).join('; ')})`,
-        );
-      }
-      if (restoredSurvivors > 0 !== Math.max(0, ...undoneBySurvivor) > 0) {
-        console.log(
-          `  (event ${i + 1}: ${restoredSurvivors} survivor(s) restored their backup, yet ${undoneBySurvivor.join('/')} steps undone per the losses log)`,
-        );
-      }
-      events.push(event);
-      console.log(
-        `event ${String(i + 1).padStart(2)}: ${kind.padEnd(7)} rank ${event.rank}, round ${round}→${first.round}, resumed at step ${resumedAt}: ` +
-          `${event.recoveryMs} ms (detect ${event.detectMs}, regroup ${event.regroupMs}, sync ${event.syncMs}, first step ${event.firstStepMs}), ` +
-          `steps lost ${event.stepsLost} (${undoneBySurvivor.join('/')} undone, ${rolledBackCommits} rolled back)`,
-      );
-
-      if (cdp) {
-        // Not resumed: a resumed tab would reconnect and rejoin. Closing the context ends the paused renderer.
-        victim.tab.gone = 'closed';
-        await victim.tab.context.close().catch(() => undefined);
-      }
+      events.push(await runFaultEvent(s, f, kind, i, random));
       if (i < order.length - 1) await s.open();
     }
 
-    const summarize = (xs: RecoveryEvent[]): FaultSummary => ({
-      n: xs.length,
-      median_ms: median(xs.map((e) => e.recoveryMs)),
-      max_ms: Math.max(...xs.map((e) => e.recoveryMs)),
-      min_ms: Math.min(...xs.map((e) => e.recoveryMs)),
-      detect_ms: median(xs.map((e) => e.detectMs)),
-      regroup_ms: median(xs.map((e) => e.regroupMs)),
-      sync_ms: median(xs.map((e) => e.syncMs)),
-      first_step_ms: median(xs.map((e) => e.firstStepMs)),
-      steps_lost: { median: median(xs.map((e) => e.stepsLost)), max: Math.max(...xs.map((e) => e.stepsLost)) },
-    });
     const recovery: Partial<Record<FaultKind, FaultSummary>> = {};
-    for (const kind of faultKinds) recovery[kind] = summarize(events.filter((e) => e.kind === kind));
+    for (const kind of faultKinds) recovery[kind] = summarizeFaults(events.filter((e) => e.kind === kind));
     const problems = s.problems(/WebSocket|ERR_CONNECTION|peer|Peer|closed|Lost connection/);
     if (problems.length)
       console.log(`console errors in live tabs (not failing the bench):\n  ${problems.slice(0, 10).join('\n  ')}`);
     const audit = await coordinator.audit();
     if (!audit.ok)
       throw new Error(`the coordinator's audit failed after the events: ${JSON.stringify(audit).slice(0, 2000)}`);
-    const gaps = commitGaps();
+    const gaps = commitGaps(f);
     return {
       job,
       dataset: dataset.name,
@@ -723,6 +634,187 @@ async function benchRecovery(): Promise<RecoveryResult> {
     await coordinator?.stop();
     rmSync(tempDir, { recursive: true, force: true });
   }
+}
+
+/** The recovery part's small job. */
+function recoveryJob() {
+  return {
+    model: 'tiny-mlp',
+    optimizer: { kind: 'adamw', lr: 0.003, weightDecay: 0 },
+    globalBatch,
+    // Long enough never to finish during the bench.
+    epochs: 1000,
+    minWorkers: 1,
+    maxWorkers: worldSize,
+    commitEvery,
+    checkpointEvery: 1000,
+    heartbeatMs,
+    lastCallMs,
+    evalSamples: 0,
+    seed: 7,
+  };
+}
+
+/** Two commits in a row by the full world in the newest round: every tab trains. */
+function steadyTraining(f: FeedWatcher, what: string): Promise<FeedCommitSeen> {
+  return f.until(
+    () => {
+      const last = f.commits.at(-1);
+      const lastOpen = [...f.events].reverse().find((e) => e.event === 'round_open');
+      if (!last || last.worldSize !== worldSize || (lastOpen && lastOpen.data.round !== last.round)) return null;
+      return f.commits.filter((c) => c.round === last.round).length >= 2 ? last : null;
+    },
+    what,
+    180_000,
+  );
+}
+
+/** Times between consecutive commits of one round with the full world (a commit interval each). */
+function commitGaps(f: FeedWatcher): number[] {
+  return f.commits.slice(1).flatMap((c, j) => {
+    const previous = f.commits[j];
+    return c.round === previous.round && c.worldSize === worldSize && previous.worldSize === worldSize
+      ? [c.at - previous.at]
+      : [];
+  });
+}
+
+type TabWithStatus = { tab: SwarmTab; status: ElasticStatus };
+
+/** Event `i`: wait for steady training, take one tab away by `kind`, and measure until the next round commits. */
+async function runFaultEvent(
+  s: Swarm,
+  f: FeedWatcher,
+  kind: FaultKind,
+  i: number,
+  random: () => number,
+): Promise<RecoveryEvent> {
+  await steadyTraining(f, `steady training before event ${i + 1}`);
+  // steadyTraining() returns right after a commit; a fault issued then would always find nothing applied
+  // past it. A uniform delay over one commit interval samples every point of the step cycle.
+  const interval = median(commitGaps(f).slice(-20));
+  await new Promise((r) => setTimeout(r, random() * interval));
+  const statuses: TabWithStatus[] = await Promise.all(
+    s.live.map(async (tab) => ({ tab, status: (await s.status(tab))! })),
+  );
+  // Rotate the victim's rank, so rank 0 (checkpoints, evaluation) goes as often as the others.
+  const wantedRank = i % worldSize;
+  const victim = statuses.find((t) => t.status.rank === wantedRank) ?? statuses[0];
+  const survivors = statuses.filter((t) => t !== victim).map((t) => t.tab);
+  const eventIndex = f.events.length;
+  const commitIndex = f.commits.length;
+  const rollbackIndex = f.rollbacks.length;
+  // The round the fault hits: the newest one announced (a commit-boundary round change may have happened during the delay).
+  const round = Math.max(
+    f.commits.at(-1)!.round,
+    ...f.events.filter((e) => e.event === 'round_open').map((e) => e.data.round as number),
+  );
+
+  const { faultAt, cdp, pending } = await injectFault(s, victim.tab, kind);
+  const first = await f.until(
+    () => f.commits.slice(commitIndex).find((c) => c.round > round),
+    `a commit after the ${kind} of event ${i + 1}`,
+    60_000,
+  );
+  await pending;
+  const closed = f.find('round_closed', eventIndex, (d) => d.round === round);
+  const opened = f.find('round_open', eventIndex, (d) => d.round === first.round);
+  const train = f.find('round_train', eventIndex, (d) => d.round === first.round);
+  if (!closed || !opened || !train)
+    throw new Error(
+      `event ${i + 1}: the feed lacks round_closed/round_open/round_train for rounds ${round}→${first.round}`,
+    );
+  const resumedAt = opened.data.step as number;
+  const after = await Promise.all(survivors.map(async (tab) => (await s.status(tab))!));
+  const undoneBySurvivor = after.map((status) => undoneSteps(status.losses, resumedAt));
+  const restoredSurvivors = after.filter(
+    (status, j) => status.restores > statuses.find((t) => t.tab === survivors[j])!.status.restores,
+  ).length;
+  const rolledBackCommits = f.rollbacks
+    .slice(rollbackIndex)
+    .reduce((sum, r) => sum + Math.max(0, r.lastStepBefore - r.afterStep), 0);
+  const event: RecoveryEvent = {
+    kind,
+    rank: victim.status.rank!,
+    round,
+    nextRound: first.round,
+    resumedAt,
+    recoveryMs: first.at - faultAt,
+    detectMs: closed.at - faultAt,
+    regroupMs: opened.at - closed.at,
+    syncMs: train.at - opened.at,
+    firstStepMs: first.at - train.at,
+    stepsLost: Math.max(0, ...undoneBySurvivor) + rolledBackCommits,
+    undoneBySurvivor,
+    rolledBackCommits,
+    restoredSurvivors,
+  };
+  logFaultEvent(f, event, i, eventIndex);
+  if (cdp) {
+    // Not resumed: a resumed tab would reconnect and rejoin. Closing the context ends the paused renderer.
+    victim.tab.gone = 'closed';
+    await victim.tab.context.close().catch(() => undefined);
+  }
+  return event;
+}
+
+/**
+ * Take `tab` away by `kind`: `faultAt` is Node's clock right before the call; `pending` settles when
+ * the fault is done; `cdp` is the session holding a hung tab paused.
+ */
+async function injectFault(
+  s: Swarm,
+  tab: SwarmTab,
+  kind: FaultKind,
+): Promise<{ faultAt: number; cdp: CDPSession | null; pending: Promise<unknown> }> {
+  if (kind === 'hang') {
+    const cdp = await tab.context.newCDPSession(tab.page);
+    await cdp.send('Debugger.enable');
+    const faultAt = Date.now();
+    // Pauses the main thread at its next statement (a heartbeat tick or a frame arrives within ms).
+    return { faultAt, cdp, pending: cdp.send('Debugger.pause') };
+  }
+  if (kind === 'crash') {
+    const faultAt = Date.now();
+    return { faultAt, cdp: null, pending: s.crash(tab) };
+  }
+  const faultAt = Date.now();
+  return { faultAt, cdp: null, pending: s.close(tab) };
+}
+
+/** One line per event, and notes when it took extra rounds or the restore count disagrees with the losses log. */
+function logFaultEvent(f: FeedWatcher, event: RecoveryEvent, i: number, eventIndex: number): void {
+  const { kind, round, nextRound, resumedAt, undoneBySurvivor, restoredSurvivors, rolledBackCommits } = event;
+  if (nextRound > round + 1) {
+    const closes = f.events.slice(eventIndex).filter((e) => e.event === 'round_closed' && e.data.round < nextRound);
+    console.log(
+      `  (event ${i + 1} went through ${nextRound - round - 1} more round(s): ${closes.map((e) => `round ${e.data.round} closed: ${e.data.reason}`).join('; ')})`,
+    );
+  }
+  if (restoredSurvivors > 0 !== Math.max(0, ...undoneBySurvivor) > 0) {
+    console.log(
+      `  (event ${i + 1}: ${restoredSurvivors} survivor(s) restored their backup, yet ${undoneBySurvivor.join('/')} steps undone per the losses log)`,
+    );
+  }
+  console.log(
+    `event ${String(i + 1).padStart(2)}: ${kind.padEnd(7)} rank ${event.rank}, round ${round}→${nextRound}, resumed at step ${resumedAt}: ` +
+      `${event.recoveryMs} ms (detect ${event.detectMs}, regroup ${event.regroupMs}, sync ${event.syncMs}, first step ${event.firstStepMs}), ` +
+      `steps lost ${event.stepsLost} (${undoneBySurvivor.join('/')} undone, ${rolledBackCommits} rolled back)`,
+  );
+}
+
+function summarizeFaults(xs: RecoveryEvent[]): FaultSummary {
+  return {
+    n: xs.length,
+    median_ms: median(xs.map((e) => e.recoveryMs)),
+    max_ms: Math.max(...xs.map((e) => e.recoveryMs)),
+    min_ms: Math.min(...xs.map((e) => e.recoveryMs)),
+    detect_ms: median(xs.map((e) => e.detectMs)),
+    regroup_ms: median(xs.map((e) => e.regroupMs)),
+    sync_ms: median(xs.map((e) => e.syncMs)),
+    first_step_ms: median(xs.map((e) => e.firstStepMs)),
+    steps_lost: { median: median(xs.map((e) => e.stepsLost)), max: Math.max(...xs.map((e) => e.stepsLost)) },
+  };
 }
 
 function printRecovery(r: RecoveryResult): void {

@@ -17,6 +17,7 @@ import { readFileSync, writeFileSync, existsSync } from 'node:fs';
 import { cpus, loadavg } from 'node:os';
 import { resolve } from 'node:path';
 import { parseArgs } from 'node:util';
+import type { Page } from 'playwright-core';
 import type { MatmulTile } from '../kernels/matmul';
 import { launchChromium, watchPage } from '../test/support/browser';
 import { REPO_ROOT, startViteServer, type TestViteServer } from '../test/support/vite-server';
@@ -147,190 +148,248 @@ async function main(): Promise<void> {
     const problems = watchPage(page);
     await page.goto(`${vite.url}/bench/pages/kernels.html`);
     await page.waitForFunction(() => window.kernelBench !== undefined, null, { timeout: 120_000 });
-
-    const adapter: AdapterReport = await page.evaluate(() => window.kernelBench!.init());
-    if (adapter.tfjsAdapter.architecture !== adapter.architecture || adapter.tfjsAdapter.vendor !== adapter.vendor) {
-      throw new Error(
-        `TF.js got adapter ${JSON.stringify(adapter.tfjsAdapter)}, ours ${adapter.vendor}/${adapter.architecture}: not the same adapter`,
-      );
-    }
-    log(`adapter ${adapterName(adapter)}; TF.js ${adapter.tfjsVersion}`);
-    const fallback = variantOf(adapter.defaultTile);
-    const duplicate = VARIANTS.findIndex((v) => !v.interleaved && v.name === fallback.name);
-    if (duplicate >= 0) VARIANTS.splice(duplicate, 1);
-    VARIANTS.unshift(fallback);
-
-    // ------------------------------------------------------------------------------------- matmul
-    const matmulRows: MatmulRow[] = [];
-    const variantTable: VariantTable = new Map();
-    const spreads: MatmulSpread[] = [];
-    let candidates = VARIANTS.map((_, i) => i);
-    for (const n of SIZES) {
-      const tiles = candidates.map((i) => ({ tile: VARIANTS[i].tile, interleaved: VARIANTS[i].interleaved ?? false }));
-      const setup = await page.evaluate(([n, tiles]) => window.kernelBench!.matmulSetup(n, tiles), [n, tiles] as const);
-      setup.relativeDiff.forEach((d, j) => {
-        if (!(d < 1e-4))
-          throw new Error(`matmul ${n}: variant ${VARIANTS[candidates[j]].name} differs from TF.js by ${d} (relative)`);
-      });
-      // Small products repeat within a sample so a sample lasts long enough to time well.
-      const runs = Math.max(1, Math.round((512 / n) ** 3 / 4));
-      const reps = n >= 1024 ? Math.max(3, Math.ceil(REPS / 2)) : REPS;
-      const tfjsMs: number[] = [];
-      const oursMs: number[][] = candidates.map(() => []);
-      for (let r = 0; r < reps; r++) {
-        const order: Side[] = [
-          { side: 'tfjs', variant: 0 },
-          ...candidates.map((_, j): Side => ({ side: 'ours', variant: j })),
-        ];
-        if (r % 2 === 1) order.reverse();
-        for (const side of order) {
-          const ms = await page.evaluate(([side, runs]) => window.kernelBench!.matmulTime(side, runs), [
-            side,
-            runs,
-          ] as const);
-          if (side.side === 'tfjs') tfjsMs.push(ms);
-          else oursMs[side.variant].push(ms);
-        }
-      }
-      await page.evaluate(() => window.kernelBench!.matmulTeardown());
-      const gflops = (ms: number) => (2 * n ** 3 * runs) / (ms * 1e6);
-      const tfjs = gflops(median(tfjsMs));
-      const perVariant = VARIANTS.map(() => Number.NaN);
-      candidates.forEach((v, j) => {
-        perVariant[v] = gflops(median(oursMs[j]));
-      });
-      variantTable.set(n, perVariant);
-      const best = candidates.reduce(
-        (b, v) => (!VARIANTS[v].interleaved && perVariant[v] > perVariant[b] ? v : b),
-        candidates[0],
-      );
-      const bestOverall = candidates.reduce((b, v) => (perVariant[v] > perVariant[b] ? v : b), candidates[0]);
-      const row = {
-        n,
-        ours: round(perVariant[best]),
-        tfjs: round(tfjs),
-        ratio: round(perVariant[best] / tfjs),
-        variant: VARIANTS[best].name,
-      };
-      matmulRows.push(row);
-      const range = (ms: number[]): [number, number] => [gflops(Math.max(...ms)), gflops(Math.min(...ms))];
-      spreads.push({ ours: range(oursMs[candidates.indexOf(best)]), tfjs: range(tfjsMs) });
-      log(
-        `matmul ${n}: tfjs ${tfjs.toFixed(3)} GFLOP/s | ` +
-          candidates.map((v) => `${VARIANTS[v].name} ${perVariant[v].toFixed(3)}`).join(' | ') +
-          ` | best ${row.variant} ratio ${row.ratio}`,
-      );
-      candidates = candidates.filter((v) => v === 0 || perVariant[v] >= KEEP_FRACTION * perVariant[bestOverall]);
-    }
-
-    // ------------------------------------------------------------------------------- training step
-    // Ours with the kernels' default tile (what the app runs) and, when another variant won the
-    // largest matmul, also with that one (`ours_tuned`): cheap, since our step is the fast side.
-    const winner =
-      matmulRows.length > 0 ? VARIANTS.findIndex((v) => v.name === matmulRows[matmulRows.length - 1].variant) : 0;
-    const tuned = winner > 0 ? VARIANTS[winner] : undefined;
-    const tiles = tuned ? [null, tuned.tile] : [null];
-    const trainRows: TrainRow[] = [];
-    for (const batch of BATCHES) {
-      const setup = await page.evaluate(([batch, options]) => window.kernelBench!.trainSetup(batch, options), [
-        batch,
-        { tiles, tfjsForms: TFJS_FORMS },
-      ] as const);
-      const reference = setup.lossTfjs[0];
-      for (const loss of [...setup.lossOurs, ...setup.lossTfjs]) {
-        const gap = Math.abs(loss - reference) / Math.abs(reference);
-        if (!(gap < 1e-4))
-          throw new Error(`train step ${batch}: initial losses ${JSON.stringify(setup)} disagree: not the same model`);
-      }
-      // One sample = this many consecutive steps (256 samples or one step), then wait for the queue.
-      const steps = Math.max(1, Math.round(256 / batch));
-      const tfjsMs: number[][] = TFJS_FORMS.map(() => []);
-      const oursMs: number[][] = tiles.map(() => []);
-      for (let r = 0; r < REPS; r++) {
-        const order: Side[] = [
-          ...TFJS_FORMS.map((_, j): Side => ({ side: 'tfjs', variant: j })),
-          ...tiles.map((_, j): Side => ({ side: 'ours', variant: j })),
-        ];
-        if (r % 2 === 1) order.reverse();
-        for (const side of order) {
-          const ms = await page.evaluate(([side, steps]) => window.kernelBench!.trainTime(side, steps), [
-            side,
-            steps,
-          ] as const);
-          (side.side === 'tfjs' ? tfjsMs : oursMs)[side.variant].push(ms);
-        }
-      }
-      if (flags.breakdown) {
-        for (let j = 0; j < tiles.length; j++) {
-          const parts = await page.evaluate(([j, reps]) => window.kernelBench!.trainBreakdown(j, reps), [
-            j,
-            3,
-          ] as const);
-          const total = parts.reduce((sum, p) => sum + p.ms, 0);
-          log(
-            `breakdown batch ${batch}, ${j === 0 ? VARIANTS[0].name : tuned!.name}: ${total.toFixed(1)} ms in ${parts.length} dispatches, each alone (median of 3):`,
-          );
-          for (const p of parts)
-            log(
-              `  ${p.label.padEnd(28)} ${`[${p.workgroups.join(',')}]`.padEnd(14)} ${p.ms.toFixed(2).padStart(8)} ms  ${((100 * p.ms) / total).toFixed(1).padStart(5)} %`,
-            );
-        }
-      }
-      await page.evaluate(() => window.kernelBench!.trainTeardown());
-      const rate = (ms: number) => (steps * batch) / (ms / 1000);
-      const ours = rate(median(oursMs[0]));
-      const tfjsRates = tfjsMs.map((ms) => rate(median(ms)));
-      const fastest = tfjsRates.indexOf(Math.max(...tfjsRates));
-      const tfjs = tfjsRates[fastest];
-      const row: TrainRow = {
-        batch,
-        ours: round(ours),
-        tfjs: round(tfjs),
-        ratio: round(ours / tfjs),
-        tfjs_form: TFJS_FORMS[fastest],
-        tfjs_forms: Object.fromEntries(TFJS_FORMS.map((f, j) => [f, round(tfjsRates[j])])),
-      };
-      if (tuned) Object.assign(row, { ours_tuned: round(rate(median(oursMs[1]))), tuned_variant: tuned.name });
-      trainRows.push(row);
-      log(
-        `train step batch ${batch}: ours ${ours.toFixed(1)} samples/s` +
-          (row.ours_tuned !== undefined ? ` (${row.ours_tuned} with ${row.tuned_variant})` : '') +
-          `, tfjs ${TFJS_FORMS.map((f, j) => `${f} ${tfjsRates[j].toFixed(1)}`).join(' / ')} samples/s; initial loss ${reference.toFixed(5)}`,
-      );
-    }
+    const adapter = await initAdapter(page);
+    const matmul = await benchMatmul(page);
+    const trainRows = await benchTrainStep(page, matmul.rows);
     problems.assertNone();
-
-    const loadEnd = loadavg();
-    const seconds = (performance.now() - started) / 1000;
-    const chromium = /Chrom(?:e|ium)\/([\d.]+)/.exec(adapter.userAgent)?.[1] ?? 'unknown';
-    const result = {
-      bench: 'kernels',
-      adapter: {
-        vendor: adapter.vendor,
-        architecture: adapter.architecture,
-        device: adapter.device,
-        description: adapter.description,
-        chromium,
-        tfjs: adapter.tfjsVersion,
-      },
-      matmul: matmulRows,
-      train_step: trainRows,
-      load: { start: loadStart.map((l) => round(l)), end: loadEnd.map((l) => round(l)), cores: cpus().length },
-    };
-    const table = renderTable(result.matmul, spreads, result.train_step, variantTable, {
-      reps: REPS,
-      loadStart,
-      loadEnd,
-      seconds,
-    });
-    process.stdout.write(`${table}\n${JSON.stringify(result)}\n`);
-    if (!flags['no-write']) {
-      writeResults(renderSection(table, JSON.stringify(result), adapter, chromium));
-      log(`wrote the bench:kernels section of ${RESULTS_PATH}`);
-    }
+    report(adapter, matmul, trainRows, { loadStart, started });
   } finally {
     await browser.close();
     await vite.close();
+  }
+}
+
+/**
+ * Initialise both sides on the page, check TF.js got the same adapter as ours, and put the kernels'
+ * default tile first among the VARIANTS (dropping its duplicate).
+ */
+async function initAdapter(page: Page): Promise<AdapterReport> {
+  const adapter: AdapterReport = await page.evaluate(() => window.kernelBench!.init());
+  if (adapter.tfjsAdapter.architecture !== adapter.architecture || adapter.tfjsAdapter.vendor !== adapter.vendor) {
+    throw new Error(
+      `TF.js got adapter ${JSON.stringify(adapter.tfjsAdapter)}, ours ${adapter.vendor}/${adapter.architecture}: not the same adapter`,
+    );
+  }
+  log(`adapter ${adapterName(adapter)}; TF.js ${adapter.tfjsVersion}`);
+  const fallback = variantOf(adapter.defaultTile);
+  const duplicate = VARIANTS.findIndex((v) => !v.interleaved && v.name === fallback.name);
+  if (duplicate >= 0) VARIANTS.splice(duplicate, 1);
+  VARIANTS.unshift(fallback);
+  return adapter;
+}
+
+interface MatmulResults {
+  rows: MatmulRow[];
+  variantTable: VariantTable;
+  spreads: MatmulSpread[];
+}
+
+/** Every size in SIZES, pruning variants that ran below KEEP_FRACTION of the best before the next. */
+async function benchMatmul(page: Page): Promise<MatmulResults> {
+  const results: MatmulResults = { rows: [], variantTable: new Map(), spreads: [] };
+  let candidates = VARIANTS.map((_, i) => i);
+  for (const n of SIZES) {
+    const { tfjsMs, oursMs, runs } = await timeMatmul(page, n, candidates);
+    const gflops = (ms: number) => (2 * n ** 3 * runs) / (ms * 1e6);
+    const tfjs = gflops(median(tfjsMs));
+    const perVariant = VARIANTS.map(() => Number.NaN);
+    candidates.forEach((v, j) => {
+      perVariant[v] = gflops(median(oursMs[j]));
+    });
+    results.variantTable.set(n, perVariant);
+    const best = candidates.reduce(
+      (b, v) => (!VARIANTS[v].interleaved && perVariant[v] > perVariant[b] ? v : b),
+      candidates[0],
+    );
+    const bestOverall = candidates.reduce((b, v) => (perVariant[v] > perVariant[b] ? v : b), candidates[0]);
+    const row = {
+      n,
+      ours: round(perVariant[best]),
+      tfjs: round(tfjs),
+      ratio: round(perVariant[best] / tfjs),
+      variant: VARIANTS[best].name,
+    };
+    results.rows.push(row);
+    const range = (ms: number[]): [number, number] => [gflops(Math.max(...ms)), gflops(Math.min(...ms))];
+    results.spreads.push({ ours: range(oursMs[candidates.indexOf(best)]), tfjs: range(tfjsMs) });
+    log(
+      `matmul ${n}: tfjs ${tfjs.toFixed(3)} GFLOP/s | ` +
+        candidates.map((v) => `${VARIANTS[v].name} ${perVariant[v].toFixed(3)}`).join(' | ') +
+        ` | best ${row.variant} ratio ${row.ratio}`,
+    );
+    candidates = candidates.filter((v) => v === 0 || perVariant[v] >= KEEP_FRACTION * perVariant[bestOverall]);
+  }
+  return results;
+}
+
+/**
+ * Set up an n×n product, check every candidate variant against TF.js, and time both sides
+ * alternately: milliseconds per sample for TF.js and per candidate, and the products per sample.
+ */
+async function timeMatmul(
+  page: Page,
+  n: number,
+  candidates: readonly number[],
+): Promise<{ tfjsMs: number[]; oursMs: number[][]; runs: number }> {
+  const tiles = candidates.map((i) => ({ tile: VARIANTS[i].tile, interleaved: VARIANTS[i].interleaved ?? false }));
+  const setup = await page.evaluate(([n, tiles]) => window.kernelBench!.matmulSetup(n, tiles), [n, tiles] as const);
+  setup.relativeDiff.forEach((d, j) => {
+    if (!(d < 1e-4))
+      throw new Error(`matmul ${n}: variant ${VARIANTS[candidates[j]].name} differs from TF.js by ${d} (relative)`);
+  });
+  // Small products repeat within a sample so a sample lasts long enough to time well.
+  const runs = Math.max(1, Math.round((512 / n) ** 3 / 4));
+  const reps = n >= 1024 ? Math.max(3, Math.ceil(REPS / 2)) : REPS;
+  const tfjsMs: number[] = [];
+  const oursMs: number[][] = candidates.map(() => []);
+  for (let r = 0; r < reps; r++) {
+    const order: Side[] = [
+      { side: 'tfjs', variant: 0 },
+      ...candidates.map((_, j): Side => ({ side: 'ours', variant: j })),
+    ];
+    if (r % 2 === 1) order.reverse();
+    for (const side of order) {
+      const ms = await page.evaluate(([side, runs]) => window.kernelBench!.matmulTime(side, runs), [
+        side,
+        runs,
+      ] as const);
+      if (side.side === 'tfjs') tfjsMs.push(ms);
+      else oursMs[side.variant].push(ms);
+    }
+  }
+  await page.evaluate(() => window.kernelBench!.matmulTeardown());
+  return { tfjsMs, oursMs, runs };
+}
+
+/**
+ * The training step at every batch size. Ours with the kernels' default tile (what the app runs) and,
+ * when another variant won the largest matmul, also with that one (`ours_tuned`): cheap, since our
+ * step is the fast side.
+ */
+async function benchTrainStep(page: Page, matmulRows: readonly MatmulRow[]): Promise<TrainRow[]> {
+  const winner =
+    matmulRows.length > 0 ? VARIANTS.findIndex((v) => v.name === matmulRows[matmulRows.length - 1].variant) : 0;
+  const tuned = winner > 0 ? VARIANTS[winner] : undefined;
+  const tiles = tuned ? [null, tuned.tile] : [null];
+  const trainRows: TrainRow[] = [];
+  for (const batch of BATCHES) {
+    const { tfjsMs, oursMs, steps, reference } = await timeTrainStep(page, batch, tiles);
+    if (flags.breakdown) await logBreakdown(page, batch, tiles.length, tuned);
+    await page.evaluate(() => window.kernelBench!.trainTeardown());
+    const rate = (ms: number) => (steps * batch) / (ms / 1000);
+    const ours = rate(median(oursMs[0]));
+    const tfjsRates = tfjsMs.map((ms) => rate(median(ms)));
+    const fastest = tfjsRates.indexOf(Math.max(...tfjsRates));
+    const tfjs = tfjsRates[fastest];
+    const row: TrainRow = {
+      batch,
+      ours: round(ours),
+      tfjs: round(tfjs),
+      ratio: round(ours / tfjs),
+      tfjs_form: TFJS_FORMS[fastest],
+      tfjs_forms: Object.fromEntries(TFJS_FORMS.map((f, j) => [f, round(tfjsRates[j])])),
+    };
+    if (tuned) Object.assign(row, { ours_tuned: round(rate(median(oursMs[1]))), tuned_variant: tuned.name });
+    trainRows.push(row);
+    log(
+      `train step batch ${batch}: ours ${ours.toFixed(1)} samples/s` +
+        (row.ours_tuned !== undefined ? ` (${row.ours_tuned} with ${row.tuned_variant})` : '') +
+        `, tfjs ${TFJS_FORMS.map((f, j) => `${f} ${tfjsRates[j].toFixed(1)}`).join(' / ')} samples/s; initial loss ${reference.toFixed(5)}`,
+    );
+  }
+  return trainRows;
+}
+
+/**
+ * Set up the training step at `batch` (checking every side starts from the same loss) and time the
+ * TF.js forms and our tiles alternately: milliseconds per sample of `steps` steps. Leaves it set up.
+ */
+async function timeTrainStep(
+  page: Page,
+  batch: number,
+  tiles: (MatmulTile | null)[],
+): Promise<{ tfjsMs: number[][]; oursMs: number[][]; steps: number; reference: number }> {
+  const setup = await page.evaluate(([batch, options]) => window.kernelBench!.trainSetup(batch, options), [
+    batch,
+    { tiles, tfjsForms: TFJS_FORMS },
+  ] as const);
+  const reference = setup.lossTfjs[0];
+  for (const loss of [...setup.lossOurs, ...setup.lossTfjs]) {
+    const gap = Math.abs(loss - reference) / Math.abs(reference);
+    if (!(gap < 1e-4))
+      throw new Error(`train step ${batch}: initial losses ${JSON.stringify(setup)} disagree: not the same model`);
+  }
+  // One sample = this many consecutive steps (256 samples or one step), then wait for the queue.
+  const steps = Math.max(1, Math.round(256 / batch));
+  const tfjsMs: number[][] = TFJS_FORMS.map(() => []);
+  const oursMs: number[][] = tiles.map(() => []);
+  for (let r = 0; r < REPS; r++) {
+    const order: Side[] = [
+      ...TFJS_FORMS.map((_, j): Side => ({ side: 'tfjs', variant: j })),
+      ...tiles.map((_, j): Side => ({ side: 'ours', variant: j })),
+    ];
+    if (r % 2 === 1) order.reverse();
+    for (const side of order) {
+      const ms = await page.evaluate(([side, steps]) => window.kernelBench!.trainTime(side, steps), [
+        side,
+        steps,
+      ] as const);
+      (side.side === 'tfjs' ? tfjsMs : oursMs)[side.variant].push(ms);
+    }
+  }
+  return { tfjsMs, oursMs, steps, reference };
+}
+
+/** --breakdown: each dispatch of our training step timed alone, per tile, on stderr. */
+async function logBreakdown(page: Page, batch: number, tileCount: number, tuned: Variant | undefined): Promise<void> {
+  for (let j = 0; j < tileCount; j++) {
+    const parts = await page.evaluate(([j, reps]) => window.kernelBench!.trainBreakdown(j, reps), [j, 3] as const);
+    const total = parts.reduce((sum, p) => sum + p.ms, 0);
+    log(
+      `breakdown batch ${batch}, ${j === 0 ? VARIANTS[0].name : tuned!.name}: ${total.toFixed(1)} ms in ${parts.length} dispatches, each alone (median of 3):`,
+    );
+    for (const p of parts)
+      log(
+        `  ${p.label.padEnd(28)} ${`[${p.workgroups.join(',')}]`.padEnd(14)} ${p.ms.toFixed(2).padStart(8)} ms  ${((100 * p.ms) / total).toFixed(1).padStart(5)} %`,
+      );
+  }
+}
+
+/** Print the table and the JSON line, and (unless --no-write) record them in bench/RESULTS.md. */
+function report(
+  adapter: AdapterReport,
+  matmul: MatmulResults,
+  trainRows: TrainRow[],
+  info: { loadStart: number[]; started: number },
+): void {
+  const { loadStart, started } = info;
+  const loadEnd = loadavg();
+  const seconds = (performance.now() - started) / 1000;
+  const chromium = /Chrom(?:e|ium)\/([\d.]+)/.exec(adapter.userAgent)?.[1] ?? 'unknown';
+  const result = {
+    bench: 'kernels',
+    adapter: {
+      vendor: adapter.vendor,
+      architecture: adapter.architecture,
+      device: adapter.device,
+      description: adapter.description,
+      chromium,
+      tfjs: adapter.tfjsVersion,
+    },
+    matmul: matmul.rows,
+    train_step: trainRows,
+    load: { start: loadStart.map((l) => round(l)), end: loadEnd.map((l) => round(l)), cores: cpus().length },
+  };
+  const table = renderTable(result.matmul, matmul.spreads, result.train_step, matmul.variantTable, {
+    reps: REPS,
+    loadStart,
+    loadEnd,
+    seconds,
+  });
+  process.stdout.write(`${table}\n${JSON.stringify(result)}\n`);
+  if (!flags['no-write']) {
+    writeResults(renderSection(table, JSON.stringify(result), adapter, chromium));
+    log(`wrote the bench:kernels section of ${RESULTS_PATH}`);
   }
 }
 

@@ -122,12 +122,7 @@ function commitIn(ctx: Ctx, point: number): void {
       `commit: record at ${s.record.epoch}/${s.record.cursor}, step ${firstStep} starts at ${start.epoch}/${start.cursor}`,
     );
   }
-  let count = 0;
-  let lossSum = 0;
-  for (let step = firstStep; step <= point; step++) {
-    count += stepPosition(step, plan).count;
-    for (const r of Object.values(s.pending[step] ?? {})) lossSum += r.lossSum;
-  }
+  const { count, lossSum } = reportedTotals(s, firstStep, point);
   const hash = Object.values(s.pending[point])[0].hash;
   s.record = commitStep(s.record, epochOrder(s.job.seed, start.epoch, s.datasetSize), count);
   const after = positionAfter(point, plan);
@@ -157,6 +152,34 @@ function commitIn(ctx: Ctx, point: number): void {
   };
   ctx.out.push({ kind: 'record_commit', commit });
   persist(ctx);
+  announceCommitIn(ctx, commit, after);
+  const epochEnded = after.cursor === 0;
+  if (point % s.job.checkpointEvery === 0 || epochEnded || finished)
+    requestCheckpointIn(ctx, rv.participants[0].workerId);
+  if (finished) {
+    finishJobIn(ctx, point);
+    return;
+  }
+  if (epochEnded) log(ctx, 'info', 'epoch_end', { epoch: start.epoch, step: point });
+  admitAtBoundaryIn(ctx);
+}
+
+/** Samples in steps firstStep .. point under the plan, and the loss sum all ranks reported for them. */
+function reportedTotals(s: CoordinatorState, firstStep: number, point: number): { count: number; lossSum: number } {
+  const plan = planOf(s);
+  let count = 0;
+  let lossSum = 0;
+  for (let step = firstStep; step <= point; step++) {
+    count += stepPosition(step, plan).count;
+    for (const r of Object.values(s.pending[step] ?? {})) lossSum += r.lossSum;
+  }
+  return { count, lossSum };
+}
+
+/** Metrics, the `committed` message to every rank, and the debug log line of one commit. */
+function announceCommitIn(ctx: Ctx, commit: CommitRecord, after: { epoch: number; cursor: number }): void {
+  const rv = ctx.s.rendezvous;
+  const { step: point, firstStep, count, hash } = commit;
   metric(ctx, 'tabswarm_commits_total');
   metric(ctx, 'tabswarm_steps_total', point - firstStep + 1);
   metric(ctx, 'tabswarm_samples_total', count);
@@ -174,29 +197,27 @@ function commitIn(ctx: Ctx, point: number): void {
   log(ctx, 'debug', 'commit', {
     step: point,
     firstStep,
-    epoch: start.epoch,
-    cursorStart: start.cursor,
+    epoch: commit.epoch,
+    cursorStart: commit.cursorStart,
     count,
     hash,
     round: rv.round,
     loss: commit.loss,
   });
-  const epochEnded = after.cursor === 0;
-  if (point % s.job.checkpointEvery === 0 || epochEnded || finished)
-    requestCheckpointIn(ctx, rv.participants[0].workerId);
-  if (finished) {
-    log(ctx, 'info', 'job_done', { step: point, epochs: s.job.epochs, restarts: s.restarts });
-    for (const w of Object.values(s.workers)) sendWorker(ctx, w.workerId, { type: 'done', step: point });
-    // No round any more: later departures are no failures and nobody is waiting for anything.
-    rv.closedRound = { round: rv.round, members: rv.participants.map((p) => p.workerId) };
-    rv.participants = [];
-    rv.waitList = [];
-    rv.phase = 'gathering';
-    metric(ctx, 'tabswarm_world_size', 0);
-    return;
-  }
-  if (epochEnded) log(ctx, 'info', 'epoch_end', { epoch: start.epoch, step: point });
-  admitAtBoundaryIn(ctx);
+}
+
+/** The last step committed: tell every worker and dissolve the round. */
+function finishJobIn(ctx: Ctx, point: number): void {
+  const s = ctx.s;
+  const rv = s.rendezvous;
+  log(ctx, 'info', 'job_done', { step: point, epochs: s.job.epochs, restarts: s.restarts });
+  for (const w of Object.values(s.workers)) sendWorker(ctx, w.workerId, { type: 'done', step: point });
+  // No round any more: later departures are no failures and nobody is waiting for anything.
+  rv.closedRound = { round: rv.round, members: rv.participants.map((p) => p.workerId) };
+  rv.participants = [];
+  rv.waitList = [];
+  rv.phase = 'gathering';
+  metric(ctx, 'tabswarm_world_size', 0);
 }
 
 /**

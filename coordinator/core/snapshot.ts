@@ -178,6 +178,31 @@ export function decodeSnapshot(input: ArrayBuffer | Uint8Array): DecodedSnapshot
     input instanceof Uint8Array
       ? new Uint8Array(input.buffer, input.byteOffset, input.byteLength)
       : new Uint8Array(input);
+  const { header, headerLength } = readHeader(bytes);
+  const { spec, layout } = checkModel(header);
+  const arrays = readSections(bytes, header, PREFIX_BYTES + headerLength, layout);
+  if (header.sections[0].hash !== header.paramsHash) fail('paramsHash differs from the params section hash');
+
+  return {
+    header,
+    spec,
+    layout,
+    step: header.step,
+    epoch: header.epoch,
+    cursor: header.cursor,
+    optimizer: { ...header.optimizer },
+    params: arrays[0],
+    moments: arrays.slice(1),
+    paramsHash: header.paramsHash,
+  };
+}
+
+function describeIssues(error: z.ZodError): string {
+  return error.issues.map((i) => `${i.path.join('.')}: ${i.message}`).join('; ');
+}
+
+/** Check the prefix (magic, version, header length and checksum) and parse the JSON header it covers. */
+function readHeader(bytes: Uint8Array): { header: SnapshotHeader; headerLength: number } {
   if (bytes.length < PREFIX_BYTES) fail(`truncated: ${bytes.length} bytes, the prefix alone is ${PREFIX_BYTES}`);
   const magic = String.fromCharCode(bytes[0], bytes[1], bytes[2], bytes[3]);
   if (magic !== SNAPSHOT_MAGIC)
@@ -202,13 +227,14 @@ export function decodeSnapshot(input: ArrayBuffer | Uint8Array): DecodedSnapshot
     fail(`header is not valid JSON: ${(e as Error).message}`);
   }
   const parsedHeader = snapshotHeaderSchema.safeParse(json);
-  if (!parsedHeader.success)
-    fail(`invalid header: ${parsedHeader.error.issues.map((i) => `${i.path.join('.')}: ${i.message}`).join('; ')}`);
-  const header = parsedHeader.data;
+  if (!parsedHeader.success) fail(`invalid header: ${describeIssues(parsedHeader.error)}`);
+  return { header: parsedHeader.data, headerLength };
+}
 
+/** The header's model spec, validated, and its layout, which must equal the one the header lists. */
+function checkModel(header: SnapshotHeader): { spec: ModelSpec; layout: ParamLayout } {
   const parsedSpec = modelSpecSchema.safeParse(header.model.spec);
-  if (!parsedSpec.success)
-    fail(`invalid model spec: ${parsedSpec.error.issues.map((i) => `${i.path.join('.')}: ${i.message}`).join('; ')}`);
+  if (!parsedSpec.success) fail(`invalid model spec: ${describeIssues(parsedSpec.error)}`);
   const spec = parsedSpec.data;
   if (spec.name !== header.model.name)
     fail(`model name "${header.model.name}" differs from its spec's name "${spec.name}"`);
@@ -226,7 +252,14 @@ export function decodeSnapshot(input: ArrayBuffer | Uint8Array): DecodedSnapshot
       );
     });
   if (!layoutMatches) fail(`layout in the header does not match the layout of model "${spec.name}"`);
+  return { spec, layout };
+}
 
+/**
+ * The float32 sections (params first, then the optimizer's moments), each checked for its place,
+ * length and hash; `firstOffset` is where the first must start. Nothing may follow the last.
+ */
+function readSections(bytes: Uint8Array, header: SnapshotHeader, firstOffset: number, layout: ParamLayout) {
   const expectedNames: SectionName[] = ['params', ...OPTIMIZER_MOMENTS[header.optimizer.kind]];
   const names = header.sections.map((s) => s.name);
   if (names.join(',') !== expectedNames.join(',')) {
@@ -234,7 +267,7 @@ export function decodeSnapshot(input: ArrayBuffer | Uint8Array): DecodedSnapshot
       `sections [${names.join(', ')}] do not match optimizer ${header.optimizer.kind} (expected [${expectedNames.join(', ')}])`,
     );
   }
-  let offset = PREFIX_BYTES + headerLength;
+  let offset = firstOffset;
   const arrays = header.sections.map((s) => {
     if (s.byteOffset !== offset) fail(`section ${s.name} starts at byte ${s.byteOffset}, expected ${offset}`);
     if (s.byteLength !== layout.totalElements * 4)
@@ -254,18 +287,5 @@ export function decodeSnapshot(input: ArrayBuffer | Uint8Array): DecodedSnapshot
     return data;
   });
   if (offset !== bytes.length) fail(`${bytes.length - offset} unexpected bytes after the last section`);
-  if (header.sections[0].hash !== header.paramsHash) fail('paramsHash differs from the params section hash');
-
-  return {
-    header,
-    spec,
-    layout,
-    step: header.step,
-    epoch: header.epoch,
-    cursor: header.cursor,
-    optimizer: { ...header.optimizer },
-    params: arrays[0],
-    moments: arrays.slice(1),
-    paramsHash: header.paramsHash,
-  };
+  return arrays;
 }

@@ -366,28 +366,34 @@ function median(xs: number[]): number | null {
 
 /** The human-readable report: a summary, the events with their recoveries, the verdict. */
 export function formatReportTable(r: SwarmReport): string {
-  const lines: string[] = [];
-  lines.push(
+  const lines: string[] = [...summaryLines(r), '', ...eventLines(r), ...recoveryLines(r), '', ...auditLines(r)];
+  lines.push(...problemLines(r));
+  lines.push(r.ok ? 'verdict: PASS' : `verdict: FAIL — ${r.failures.join('; ')}`);
+  return lines.join('\n');
+}
+
+function summaryLines(r: SwarmReport): string[] {
+  return [
     `tabswarm swarm ${r.url} — seed ${r.seed}, ${r.workers} tabs, ${r.elapsedS.toFixed(1)} s of chaos after ${r.warmupS.toFixed(1)} s warm-up`,
-  );
-  lines.push(
     `job ${r.job.model}: global batch ${r.job.globalBatch}, ${r.job.datasetSize} images × ${r.job.epochs} epoch(s) = ${r.job.totalSteps} steps (run ${r.job.runId})`,
-  );
-  lines.push(
     `steps: ${r.steps.atStart} at start → ${r.steps.atChaosStart} when chaos began → ${r.steps.atEnd} at the end (${r.steps.committedDuringChaos} under chaos; job ${r.steps.jobState})`,
-  );
-  lines.push(
     `throughput: ${r.meanSamplesPerSec === null ? '-' : r.meanSamplesPerSec.toFixed(1)} committed samples/s over the chaos window; restarts ${r.restarts.atStart} → ${r.restarts.atEnd}`,
-  );
-  lines.push('');
-  const header = ['at s', 'event', 'tab', 'outcome', 'recovery ms', 'steps lost', 'note'];
-  const widths = [8, 9, 5, 9, 12, 11, 0];
-  lines.push(
-    header
-      .map((h, i) => pad(h, widths[i]))
-      .join(' ')
-      .trimEnd(),
-  );
+  ];
+}
+
+const EVENT_COLUMNS = ['at s', 'event', 'tab', 'outcome', 'recovery ms', 'steps lost', 'note'];
+const EVENT_WIDTHS = [8, 9, 5, 9, 12, 11, 0];
+
+function eventRow(cells: string[]): string {
+  return cells
+    .map((c, i) => pad(c, EVENT_WIDTHS[i]))
+    .join(' ')
+    .trimEnd();
+}
+
+/** The event table (header, one row per event) and its footnotes. */
+function eventLines(r: SwarmReport): string[] {
+  const lines = [eventRow(EVENT_COLUMNS)];
   const recoveriesByKey = new Map(r.recoveries.map((x) => [`${x.tab}:${x.kind}`, x]));
   for (const e of r.events) {
     const rec = e.outcome === 'done' ? recoveriesByKey.get(`${e.tab}:${e.kind}`) : undefined;
@@ -403,52 +409,55 @@ export function formatReportTable(r: SwarmReport): string {
           ? 'not admitted'
           : `admitted ${join.admittedAfterMs}`
         : '';
-    const cells = [
-      e.firedAtS === null ? `(${e.at.toFixed(1)})` : e.firedAtS.toFixed(1),
-      e.kind + (e.keepAlive ? '*' : ''),
-      e.tab,
-      e.outcome,
-      recovery,
-      rec?.member ? String(rec.stepsLost) : '',
-      e.note ?? (e.kbps ? `${e.kbps} kbit/s` : ''),
-    ];
     lines.push(
-      cells
-        .map((c, i) => pad(c, widths[i]))
-        .join(' ')
-        .trimEnd(),
+      eventRow([
+        e.firedAtS === null ? `(${e.at.toFixed(1)})` : e.firedAtS.toFixed(1),
+        e.kind + (e.keepAlive ? '*' : ''),
+        e.tab,
+        e.outcome,
+        recovery,
+        rec?.member ? String(rec.stepsLost) : '',
+        e.note ?? (e.kbps ? `${e.kbps} kbit/s` : ''),
+      ]),
     );
   }
   if (r.events.length === 0)
     lines.push('(no events: pass --close-every, --crash-every, --hang-every, --join-every or --throttle)');
   if (r.events.some((e) => e.keepAlive))
     lines.push('* opened so that the next fault does not leave the job without tabs');
+  return lines;
+}
+
+/** One line on how members recovered (none when no member was hit). */
+function recoveryLines(r: SwarmReport): string[] {
   const members = r.recoveries.filter((x) => x.member);
   const durations = members.filter((x) => x.recovered).map((x) => x.durationMs!);
-  if (members.length > 0) {
-    const lost = members.map((x) => x.stepsLost);
-    lines.push(
-      `recoveries: ${durations.length}/${members.length} recovered, median ${median(durations) ?? '-'} ms, max ${durations.length ? Math.max(...durations) : '-'} ms; ` +
-        `steps lost median ${median(lost)}, max ${Math.max(...lost)}`,
-    );
-  }
-  lines.push('');
-  if ('error' in r.audit) lines.push(`audit: could not be read (${r.audit.error})`);
-  else {
-    const a = r.audit;
-    lines.push(
-      `audit: ${a.ok ? 'ok' : 'NOT OK'} — ${a.commitRows} commits (${a.rolledBackRows} rolled back), ${a.duplicates} duplicate indices, ${a.missing} missing, ` +
-        `${a.discontinuities} discontinuities, record ${a.recordAgrees ? 'agrees' : 'DISAGREES'}`,
-    );
-  }
+  if (members.length === 0) return [];
+  const lost = members.map((x) => x.stepsLost);
+  return [
+    `recoveries: ${durations.length}/${members.length} recovered, median ${median(durations) ?? '-'} ms, max ${durations.length ? Math.max(...durations) : '-'} ms; ` +
+      `steps lost median ${median(lost)}, max ${Math.max(...lost)}`,
+  ];
+}
+
+function auditLines(r: SwarmReport): string[] {
+  if ('error' in r.audit) return [`audit: could not be read (${r.audit.error})`];
+  const a = r.audit;
+  return [
+    `audit: ${a.ok ? 'ok' : 'NOT OK'} — ${a.commitRows} commits (${a.rolledBackRows} rolled back), ${a.duplicates} duplicate indices, ${a.missing} missing, ` +
+      `${a.discontinuities} discontinuities, record ${a.recordAgrees ? 'agrees' : 'DISAGREES'}`,
+  ];
+}
+
+/** Tab errors and crashes: a count, then the first few. */
+function problemLines(r: SwarmReport): string[] {
   const errors = r.problems.errors;
-  lines.push(
+  const lines = [
     `tab problems: ${errors.length + r.problems.dropped} console/page errors, ${r.problems.crashes.length} crashes (${r.problems.unexpectedCrashes} not ordered by the swarm)`,
-  );
+  ];
   for (const p of [...errors.slice(0, 8), ...r.problems.crashes.filter((c) => !c.expected).slice(0, 4)]) {
     lines.push(`  ${p.tab} @${(p.atMs / 1000).toFixed(1)}s ${p.kind}: ${p.text.split('\n')[0].slice(0, 160)}`);
   }
   if (errors.length > 8) lines.push(`  … ${errors.length - 8} more in the --json report`);
-  lines.push(r.ok ? 'verdict: PASS' : `verdict: FAIL — ${r.failures.join('; ')}`);
-  return lines.join('\n');
+  return lines;
 }

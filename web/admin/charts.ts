@@ -70,6 +70,78 @@ function stepAxis(p: Palette): uPlot.Axis {
   });
 }
 
+/** What every chart shares: size, no legend, horizontal drag-to-zoom. */
+type ChartBase = Pick<uPlot.Options, 'width' | 'height' | 'legend' | 'cursor'>;
+
+/** Loss against the step: every commit as a faint point, and the smoothed line. */
+function lossOptions(p: Palette, base: ChartBase): uPlot.Options {
+  return {
+    ...base,
+    scales: { x: { time: false } },
+    axes: [stepAxis(p), axis(p, { size: 44 })],
+    series: [
+      { label: 'step' },
+      {
+        label: 'loss',
+        stroke: p.lossPoints,
+        width: 0,
+        points: { show: true, size: 4, width: 0, fill: p.lossPoints },
+      },
+      { label: 'loss (average)', stroke: p.loss, width: 2, points: { show: false } },
+    ],
+  };
+}
+
+/** Test accuracy (percent) against the step. */
+function accuracyOptions(p: Palette, base: ChartBase): uPlot.Options {
+  return {
+    ...base,
+    scales: { x: { time: false }, y: { range: [0, 100] } },
+    axes: [stepAxis(p), axis(p, { size: 44, values: (_u, ticks) => ticks.map((t) => `${t}%`) })],
+    series: [{ label: 'step' }, { label: 'accuracy', stroke: p.accuracy, width: 2, points: { show: true, size: 5 } }],
+  };
+}
+
+/** Samples/s (left axis) and world size (right axis, stepped) against time. */
+function throughputOptions(p: Palette, base: ChartBase): uPlot.Options {
+  return {
+    ...base,
+    scales: {
+      x: { time: true },
+      rate: { range: (_u, _min, max) => [0, Math.max(1, max * 1.1)] },
+      world: { range: (_u, _min, max) => [0, Math.max(2, max + 1)] },
+    },
+    axes: [
+      axis(p, {
+        space: 72,
+        incrs: TIME_INCREMENTS,
+        values: (_u, ticks) => ticks.map((t) => formatClock(t * 1000)),
+      }),
+      axis(p, { scale: 'rate', size: 50 }),
+      axis(p, {
+        scale: 'world',
+        side: 1,
+        size: 30,
+        grid: { show: false },
+        values: (_u, ticks) => ticks.map((t) => (Number.isInteger(t) ? String(t) : '')),
+      }),
+    ],
+    series: [
+      { label: 'time' },
+      { label: 'samples/s', scale: 'rate', stroke: p.speed, width: 2, spanGaps: true, points: { show: false } },
+      {
+        label: 'world size',
+        scale: 'world',
+        stroke: p.world,
+        width: 2,
+        spanGaps: true,
+        paths: stepped,
+        points: { show: false },
+      },
+    ],
+  };
+}
+
 export class AdminCharts {
   private readonly loss: uPlot;
   private readonly accuracy: uPlot;
@@ -82,87 +154,15 @@ export class AdminCharts {
     private readonly throughputEl: HTMLElement,
   ) {
     const p = palette();
-    const width = (node: HTMLElement) => Math.max(200, node.clientWidth);
     const common = {
       height: chartHeight(),
       legend: { show: false },
       cursor: { drag: { x: true, y: false } },
     } satisfies Partial<uPlot.Options>;
-    this.loss = new uPlot(
-      {
-        ...common,
-        width: width(lossEl),
-        scales: { x: { time: false } },
-        axes: [stepAxis(p), axis(p, { size: 44 })],
-        series: [
-          { label: 'step' },
-          {
-            label: 'loss',
-            stroke: p.lossPoints,
-            width: 0,
-            points: { show: true, size: 4, width: 0, fill: p.lossPoints },
-          },
-          { label: 'loss (average)', stroke: p.loss, width: 2, points: { show: false } },
-        ],
-      },
-      [[], [], []],
-      lossEl,
-    );
-    this.accuracy = new uPlot(
-      {
-        ...common,
-        width: width(accuracyEl),
-        scales: { x: { time: false }, y: { range: [0, 100] } },
-        axes: [stepAxis(p), axis(p, { size: 44, values: (_u, ticks) => ticks.map((t) => `${t}%`) })],
-        series: [
-          { label: 'step' },
-          { label: 'accuracy', stroke: p.accuracy, width: 2, points: { show: true, size: 5 } },
-        ],
-      },
-      [[], []],
-      accuracyEl,
-    );
-    this.throughput = new uPlot(
-      {
-        ...common,
-        width: width(throughputEl),
-        scales: {
-          x: { time: true },
-          rate: { range: (_u, _min, max) => [0, Math.max(1, max * 1.1)] },
-          world: { range: (_u, _min, max) => [0, Math.max(2, max + 1)] },
-        },
-        axes: [
-          axis(p, {
-            space: 72,
-            incrs: TIME_INCREMENTS,
-            values: (_u, ticks) => ticks.map((t) => formatClock(t * 1000)),
-          }),
-          axis(p, { scale: 'rate', size: 50 }),
-          axis(p, {
-            scale: 'world',
-            side: 1,
-            size: 30,
-            grid: { show: false },
-            values: (_u, ticks) => ticks.map((t) => (Number.isInteger(t) ? String(t) : '')),
-          }),
-        ],
-        series: [
-          { label: 'time' },
-          { label: 'samples/s', scale: 'rate', stroke: p.speed, width: 2, spanGaps: true, points: { show: false } },
-          {
-            label: 'world size',
-            scale: 'world',
-            stroke: p.world,
-            width: 2,
-            spanGaps: true,
-            paths: stepped,
-            points: { show: false },
-          },
-        ],
-      },
-      [[], [], []],
-      throughputEl,
-    );
+    const base = (node: HTMLElement): ChartBase => ({ ...common, width: Math.max(200, node.clientWidth) });
+    this.loss = new uPlot(lossOptions(p, base(lossEl)), [[], [], []], lossEl);
+    this.accuracy = new uPlot(accuracyOptions(p, base(accuracyEl)), [[], []], accuracyEl);
+    this.throughput = new uPlot(throughputOptions(p, base(throughputEl)), [[], [], []], throughputEl);
     this.observer = new ResizeObserver(() => this.resize());
     for (const node of [lossEl, accuracyEl, throughputEl]) this.observer.observe(node);
   }

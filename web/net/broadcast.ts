@@ -124,72 +124,18 @@ export async function broadcastReceive(root: Link, opts: BroadcastOptions): Prom
 
   const verify = (target: Uint8Array) => {
     verifying = true;
-    Promise.resolve()
-      .then(() => opts.hash(target))
-      .then(
-        (ours) => {
-          if (session.isSettled) return;
-          const ok = ours === rootHash && (opts.expectedHash === undefined || ours === opts.expectedHash);
-          const ack = encodeFrame(
-            header(FrameKind.BroadcastAck, opts, 0, 1),
-            new Uint8Array([ok ? 1 : 0, ...encodeUtf8(ours)]),
-          );
-          try {
-            root.send(ack);
-          } catch (err) {
-            session.fail(
-              new CollectiveError(
-                'peer_closed',
-                `${session.label}: acknowledging to ${root.peer} failed: ${(err as Error).message}`,
-                { peer: root.peer },
-              ),
-            );
-            return;
-          }
-          if (ok) session.succeed();
-          else {
-            const expected =
-              opts.expectedHash !== undefined && opts.expectedHash !== rootHash
-                ? ` (expected ${opts.expectedHash})`
-                : '';
-            session.fail(
-              new CollectiveError(
-                'hash_mismatch',
-                `${session.label}: bytes from ${root.peer} hash to ${ours}, root says ${rootHash}${expected}`,
-                { peer: root.peer, collective: session.label },
-              ),
-            );
-          }
-        },
-        (err: unknown) =>
-          session.fail(
-            new CollectiveError(
-              'protocol',
-              `${session.label}: hashing the received state failed: ${(err as Error)?.message ?? err}`,
-              { cause: err, collective: session.label },
-            ),
-          ),
-      );
+    verifyAndAcknowledge(session, root, opts, target, rootHash);
   };
 
   session.listen(root, (frame: Frame) => {
     if (verifying) throw new FrameError(`frame of kind ${frame.kind} after the last broadcast chunk`);
     if (frame.kind === FrameKind.BroadcastBegin) {
       if (bytes) throw new FrameError('second broadcast Begin frame');
-      const payload = payloadBytes(frame);
-      if (payload.length < 8) throw new FrameError('broadcast Begin frame too short');
-      const total = new DataView(frame.buffer, FRAME_HEADER_BYTES, 8).getFloat64(0, true);
-      if (!Number.isInteger(total) || total < 0) throw new FrameError(`broadcast announces ${total} bytes`);
-      if (total > maxBytes)
-        throw new CollectiveError(
-          'protocol',
-          `${session.label}: ${root.peer} announces ${total} bytes, more than the limit ${maxBytes}`,
-          { peer: root.peer },
-        );
-      rootHash = decodeUtf8(payload.subarray(8));
-      bytes = new Uint8Array(total);
-      count = total === 0 ? 0 : frame.chunkCount;
-      opts.onProgress?.(0, total);
+      const begin = parseBegin(frame, maxBytes, session.label, root.peer);
+      rootHash = begin.rootHash;
+      bytes = new Uint8Array(begin.total);
+      count = begin.total === 0 ? 0 : frame.chunkCount;
+      opts.onProgress?.(0, begin.total);
       if (count === 0) verify(bytes);
       return;
     }
@@ -212,6 +158,86 @@ export async function broadcastReceive(root: Link, opts: BroadcastOptions): Prom
   });
   await session.done;
   return bytes!.buffer as ArrayBuffer;
+}
+
+/** The announced length and root hash of a Begin frame from `peer`; throws if it is malformed or over `maxBytes`. */
+function parseBegin(frame: Frame, maxBytes: number, label: string, peer: string): { total: number; rootHash: string } {
+  const payload = payloadBytes(frame);
+  if (payload.length < 8) throw new FrameError('broadcast Begin frame too short');
+  const total = new DataView(frame.buffer, FRAME_HEADER_BYTES, 8).getFloat64(0, true);
+  if (!Number.isInteger(total) || total < 0) throw new FrameError(`broadcast announces ${total} bytes`);
+  if (total > maxBytes)
+    throw new CollectiveError(
+      'protocol',
+      `${label}: ${peer} announces ${total} bytes, more than the limit ${maxBytes}`,
+      {
+        peer,
+      },
+    );
+  return { total, rootHash: decodeUtf8(payload.subarray(8)) };
+}
+
+/** Hash the received `target` (asynchronously), acknowledge to the root, and settle `session` by the verdict. */
+function verifyAndAcknowledge(
+  session: CollectiveSession,
+  root: Link,
+  opts: BroadcastOptions,
+  target: Uint8Array,
+  rootHash: string,
+): void {
+  Promise.resolve()
+    .then(() => opts.hash(target))
+    .then(
+      (ours) => acknowledge(session, root, opts, ours, rootHash),
+      (err: unknown) =>
+        session.fail(
+          new CollectiveError(
+            'protocol',
+            `${session.label}: hashing the received state failed: ${(err as Error)?.message ?? err}`,
+            { cause: err, collective: session.label },
+          ),
+        ),
+    );
+}
+
+/** Tell the root whether our hash `ours` matched, then succeed or fail `session` accordingly. */
+function acknowledge(
+  session: CollectiveSession,
+  root: Link,
+  opts: BroadcastOptions,
+  ours: string,
+  rootHash: string,
+): void {
+  if (session.isSettled) return;
+  const ok = ours === rootHash && (opts.expectedHash === undefined || ours === opts.expectedHash);
+  const ack = encodeFrame(
+    header(FrameKind.BroadcastAck, opts, 0, 1),
+    new Uint8Array([ok ? 1 : 0, ...encodeUtf8(ours)]),
+  );
+  try {
+    root.send(ack);
+  } catch (err) {
+    session.fail(
+      new CollectiveError(
+        'peer_closed',
+        `${session.label}: acknowledging to ${root.peer} failed: ${(err as Error).message}`,
+        { peer: root.peer },
+      ),
+    );
+    return;
+  }
+  if (ok) session.succeed();
+  else {
+    const expected =
+      opts.expectedHash !== undefined && opts.expectedHash !== rootHash ? ` (expected ${opts.expectedHash})` : '';
+    session.fail(
+      new CollectiveError(
+        'hash_mismatch',
+        `${session.label}: bytes from ${root.peer} hash to ${ours}, root says ${rootHash}${expected}`,
+        { peer: root.peer, collective: session.label },
+      ),
+    );
+  }
 }
 
 /**

@@ -28,6 +28,7 @@ import {
   FrameError,
   FrameKind,
   PayloadEncoding,
+  type CollectiveId,
   type Frame,
 } from './framing';
 import type { Ring } from './link';
@@ -67,25 +68,13 @@ export async function ringAllreduce(ring: Ring, data: Float32Array, opts: RingAl
   if (!left || !right) throw new RangeError(`ringAllreduce: a ring of size ${size} needs left and right links`);
   if (2 * (size - 1) > 0xffff) throw new RangeError(`ringAllreduce: size ${size} exceeds the frame's ring-step field`);
 
-  const n = data.length;
-  const fp16 = opts.compression === 'fp16';
-  const encoding = fp16 ? PayloadEncoding.Float16 : PayloadEncoding.Float32;
-  const elementBytes = fp16 ? 2 : 4;
-  const reduceSteps = size - 1;
-  const lastStep = 2 * (size - 1) - 1;
-  const mod = (x: number) => ((x % size) + size) % size;
-  const segmentStart = (s: number) => Math.floor((s * n) / size);
-  const segmentEnd = (s: number) => Math.floor(((s + 1) * n) / size);
-  const chunkCount = (s: number) => Math.ceil((segmentEnd(s) - segmentStart(s)) / chunkElements);
-  const sentSegment = (g: number) => mod(rank - g);
-  const receivedSegment = (g: number) => mod(rank - g - 1);
-  const scratch = fp16 ? new Float32Array(chunkElements) : null;
-
+  const plan = new RingPlan(rank, size, data.length, chunkElements, opts.compression === 'fp16');
+  const scratch = plan.fp16 ? new Float32Array(chunkElements) : null;
   const session = new CollectiveSession('allreduce', opts);
   let outstanding = 0;
   const seen: Uint8Array[] = [];
-  for (let g = 0; g <= lastStep; g++) {
-    seen.push(new Uint8Array(chunkCount(receivedSegment(g))));
+  for (let g = 0; g <= plan.lastStep; g++) {
+    seen.push(new Uint8Array(plan.chunkCount(plan.receivedSegment(g))));
     outstanding += seen[g].length;
   }
   session.timeoutPeer = () => (outstanding > 0 ? left.peer : right.peer);
@@ -94,75 +83,19 @@ export async function ringAllreduce(ring: Ring, data: Float32Array, opts: RingAl
     if (outstanding === 0 && out.idle) session.succeed();
   };
   const out = session.sender(right, finishIfDone);
-
-  const makeFrame = (g: number, c: number): ArrayBuffer => {
-    const s = sentSegment(g);
-    const start = segmentStart(s) + c * chunkElements;
-    const length = Math.min(chunkElements, segmentEnd(s) - start);
-    const header = {
-      kind: FrameKind.RingChunk,
-      id: opts.id,
-      ringStep: g,
-      encoding,
-      scaleExponent: 0,
-      chunkIndex: c,
-      chunkCount: chunkCount(s),
-    };
-    const values = data.subarray(start, start + length);
-    const frame = allocateFrame(header, length * elementBytes);
-    if (!scratch) {
-      new Float32Array(frame, FRAME_HEADER_BYTES, length).set(values);
-      return frame;
-    }
-    const halves = new Uint16Array(frame, FRAME_HEADER_BYTES, length);
-    const scaleExponent = encodeFloat16(values, halves, scratch);
-    new DataView(frame).setInt8(19, scaleExponent);
-    // The owner's first allgather send carries the final sum: keep exactly what the others will decode.
-    if (g === reduceSteps) decodeFloat16Into(halves, scaleExponent, values);
-    return frame;
-  };
+  const makeFrame = (g: number, c: number) => encodeRingChunk(plan, data, opts.id, g, c, scratch);
 
   const receive = (frame: Frame) => {
-    if (frame.kind !== FrameKind.RingChunk)
-      throw new FrameError(`unexpected frame kind ${frame.kind} during allreduce`);
-    const g = frame.ringStep;
-    if (g > lastStep) throw new FrameError(`ring step ${g} beyond the last step ${lastStep} of a ring of ${size}`);
-    if (frame.encoding !== encoding) {
-      throw new CollectiveError(
-        'protocol',
-        `${session.label}: ${left.peer} sends encoding ${frame.encoding}, this rank expects ${encoding} (compression differs between ranks)`,
-        { peer: left.peer },
-      );
-    }
-    const s = receivedSegment(g);
+    const g = checkRingChunk(plan, frame, seen, session.label, left.peer);
     const c = frame.chunkIndex;
-    const start = segmentStart(s) + c * chunkElements;
-    const length = Math.min(chunkElements, segmentEnd(s) - start);
-    if (frame.chunkCount !== seen[g].length || c >= seen[g].length || frame.payloadLength !== length * elementBytes) {
-      throw new CollectiveError(
-        'protocol',
-        `${session.label}: chunk ${c}/${frame.chunkCount} of ${frame.payloadLength} bytes at step ${g} from ${left.peer} does not fit a vector of ${n} elements in chunks of ${chunkElements} (ranks disagree on length or chunking)`,
-        { peer: left.peer },
-      );
-    }
-    if (seen[g][c]) throw new FrameError(`duplicate chunk ${c} at step ${g}`);
     seen[g][c] = 1;
-    const target = data.subarray(start, start + length);
-    if (fp16) {
-      const halves = new Uint16Array(frame.buffer, FRAME_HEADER_BYTES, length);
-      if (g < reduceSteps) addFloat16Into(halves, frame.scaleExponent, target);
-      else decodeFloat16Into(halves, frame.scaleExponent, target);
-    } else {
-      const values = new Float32Array(frame.buffer, FRAME_HEADER_BYTES, length);
-      if (g < reduceSteps) for (let i = 0; i < length; i++) target[i] += values[i];
-      else target.set(values);
-    }
+    applyRingChunk(plan, data, frame);
     outstanding--;
-    if (g < lastStep) out.enqueue(() => makeFrame(g + 1, c));
+    if (g < plan.lastStep) out.enqueue(() => makeFrame(g + 1, c));
     finishIfDone();
   };
 
-  out.enqueueRange(0, chunkCount(sentSegment(0)), (c) => makeFrame(0, c));
+  out.enqueueRange(0, plan.chunkCount(plan.sentSegment(0)), (c) => makeFrame(0, c));
   session.listen(left, receive);
   if (right !== left) {
     session.listen(right, (frame) => {
@@ -173,6 +106,141 @@ export async function ringAllreduce(ring: Ring, data: Float32Array, opts: RingAl
   }
   finishIfDone();
   return session.done;
+}
+
+/** The segment and chunk geometry of one allreduce: pure arithmetic, the same on every rank. */
+class RingPlan {
+  readonly encoding: PayloadEncoding;
+  readonly elementBytes: number;
+  /** Steps 0 … reduceSteps−1 reduce-scatter (add), the rest allgather (copy). */
+  readonly reduceSteps: number;
+  readonly lastStep: number;
+
+  constructor(
+    readonly rank: number,
+    readonly size: number,
+    readonly n: number,
+    readonly chunkElements: number,
+    readonly fp16: boolean,
+  ) {
+    this.encoding = fp16 ? PayloadEncoding.Float16 : PayloadEncoding.Float32;
+    this.elementBytes = fp16 ? 2 : 4;
+    this.reduceSteps = size - 1;
+    this.lastStep = 2 * (size - 1) - 1;
+  }
+
+  private mod(x: number): number {
+    return ((x % this.size) + this.size) % this.size;
+  }
+
+  segmentStart(s: number): number {
+    return Math.floor((s * this.n) / this.size);
+  }
+
+  segmentEnd(s: number): number {
+    return Math.floor(((s + 1) * this.n) / this.size);
+  }
+
+  chunkCount(s: number): number {
+    return Math.ceil((this.segmentEnd(s) - this.segmentStart(s)) / this.chunkElements);
+  }
+
+  sentSegment(g: number): number {
+    return this.mod(this.rank - g);
+  }
+
+  receivedSegment(g: number): number {
+    return this.mod(this.rank - g - 1);
+  }
+
+  /** First element and element count of chunk `c` of segment `s`. */
+  chunk(s: number, c: number): { start: number; length: number } {
+    const start = this.segmentStart(s) + c * this.chunkElements;
+    return { start, length: Math.min(this.chunkElements, this.segmentEnd(s) - start) };
+  }
+}
+
+/** The frame carrying chunk `c` of what this rank sends at step `g`, read from `data`. */
+function encodeRingChunk(
+  plan: RingPlan,
+  data: Float32Array,
+  id: CollectiveId,
+  g: number,
+  c: number,
+  scratch: Float32Array | null,
+): ArrayBuffer {
+  const s = plan.sentSegment(g);
+  const { start, length } = plan.chunk(s, c);
+  const header = {
+    kind: FrameKind.RingChunk,
+    id,
+    ringStep: g,
+    encoding: plan.encoding,
+    scaleExponent: 0,
+    chunkIndex: c,
+    chunkCount: plan.chunkCount(s),
+  };
+  const values = data.subarray(start, start + length);
+  const frame = allocateFrame(header, length * plan.elementBytes);
+  if (!scratch) {
+    new Float32Array(frame, FRAME_HEADER_BYTES, length).set(values);
+    return frame;
+  }
+  const halves = new Uint16Array(frame, FRAME_HEADER_BYTES, length);
+  const scaleExponent = encodeFloat16(values, halves, scratch);
+  new DataView(frame).setInt8(19, scaleExponent);
+  // The owner's first allgather send carries the final sum: keep exactly what the others will decode.
+  if (g === plan.reduceSteps) decodeFloat16Into(halves, scaleExponent, values);
+  return frame;
+}
+
+/**
+ * Throw unless `frame` is a chunk this rank still expects from its left neighbour `peer` (right kind,
+ * step, encoding and size, not seen before); returns its ring step.
+ */
+function checkRingChunk(plan: RingPlan, frame: Frame, seen: Uint8Array[], label: string, peer: string): number {
+  if (frame.kind !== FrameKind.RingChunk) throw new FrameError(`unexpected frame kind ${frame.kind} during allreduce`);
+  const g = frame.ringStep;
+  const { lastStep, encoding } = plan;
+  if (g > lastStep) throw new FrameError(`ring step ${g} beyond the last step ${lastStep} of a ring of ${plan.size}`);
+  if (frame.encoding !== encoding) {
+    throw new CollectiveError(
+      'protocol',
+      `${label}: ${peer} sends encoding ${frame.encoding}, this rank expects ${encoding} (compression differs between ranks)`,
+      { peer },
+    );
+  }
+  const c = frame.chunkIndex;
+  const { length } = plan.chunk(plan.receivedSegment(g), c);
+  if (
+    frame.chunkCount !== seen[g].length ||
+    c >= seen[g].length ||
+    frame.payloadLength !== length * plan.elementBytes
+  ) {
+    throw new CollectiveError(
+      'protocol',
+      `${label}: chunk ${c}/${frame.chunkCount} of ${frame.payloadLength} bytes at step ${g} from ${peer} does not fit a vector of ${plan.n} elements in chunks of ${plan.chunkElements} (ranks disagree on length or chunking)`,
+      { peer },
+    );
+  }
+  if (seen[g][c]) throw new FrameError(`duplicate chunk ${c} at step ${g}`);
+  return g;
+}
+
+/** Add (reduce-scatter) or copy (allgather) a checked chunk into its place in `data`. */
+function applyRingChunk(plan: RingPlan, data: Float32Array, frame: Frame): void {
+  const g = frame.ringStep;
+  const { start, length } = plan.chunk(plan.receivedSegment(g), frame.chunkIndex);
+  const target = data.subarray(start, start + length);
+  if (plan.fp16) {
+    const halves = new Uint16Array(frame.buffer, FRAME_HEADER_BYTES, length);
+    if (g < plan.reduceSteps) addFloat16Into(halves, frame.scaleExponent, target);
+    else decodeFloat16Into(halves, frame.scaleExponent, target);
+  } else {
+    const values = new Float32Array(frame.buffer, FRAME_HEADER_BYTES, length);
+    if (g < plan.reduceSteps) for (let i = 0; i < length; i++) target[i] += values[i];
+    else target.set(values);
+  }
 }
 
 /** Bytes each rank sends (and receives) in one allreduce of `n` float32s: 2·(size−1)/size·n·4, as in NCCL's bus bandwidth. */

@@ -217,6 +217,23 @@ export class VolunteerView {
     this.gpuProblem.hidden = s.state !== 'unsupported';
     if (s.state === 'unsupported') this.gpuProblem.textContent = s.error;
 
+    this.drawButtons(s, elastic, running);
+    this.drawDataset(s);
+    this.drawLimit(s, elastic);
+    this.drawStats(s, elastic, started);
+
+    this.drawChart(s.losses);
+
+    const problem = s.error && s.state !== 'unsupported' ? s.error : s.networkProblem;
+    this.error.hidden = !problem;
+    this.error.textContent = problem ?? '';
+    document.title = running
+      ? `${STATE_TEXT[s.state]} · step ${s.step} — tabswarm`
+      : 'tabswarm — lend this tab to train a neural network';
+  }
+
+  /** Start/Leave and the note under them. */
+  private drawButtons(s: TabStatus, elastic: boolean, running: boolean): void {
     // While running only Leave is offered: a disabled Start beside it reads as a second, broken choice.
     this.start.hidden = running;
     this.start.disabled = running || s.state === 'checking' || s.state === 'unsupported';
@@ -234,7 +251,10 @@ export class VolunteerView {
     this.stop.textContent = elastic ? 'Leave' : 'Stop';
     this.note.textContent = this.noteText(s);
     this.note.dataset.tone = s.state === 'left' || s.state === 'done' ? 'ok' : s.state === 'reconnecting' ? 'warn' : '';
+  }
 
+  /** The training-data download bar (hidden once loaded). */
+  private drawDataset(s: TabStatus): void {
     this.dataset.hidden = s.dataset === null || s.dataset.done;
     if (s.dataset) {
       const d = s.dataset;
@@ -249,7 +269,10 @@ export class VolunteerView {
         ? `Training data: ${megabytes(d.totalBytes)} loaded${source ? ` ${source}` : ''}.`
         : `Downloading training data: ${megabytes(d.loadedBytes)} of ${megabytes(d.totalBytes)}${source ? ` (${source})` : ''}…`;
     }
+  }
 
+  /** The GPU pause slider (elastic only). */
+  private drawLimit(s: TabStatus, elastic: boolean): void {
     // The pause between steps is implemented by the elastic loop; solo runs ignore it, so hide it there.
     this.limit.hidden = !elastic;
     if (document.activeElement !== this.gpuLimit) this.gpuLimit.value = String(s.stepPauseMs);
@@ -258,7 +281,10 @@ export class VolunteerView {
       s.stepPauseMs > 0
         ? `Rests ${s.stepPauseMs} ms after each step. When the coordinator rebalances, this tab gets a smaller part of each step.`
         : 'No pause between steps: this tab computes as fast as its GPU allows.';
+  }
 
+  /** This tab's contribution and the job's numbers (step, epoch, loss, accuracy, speed, progress). */
+  private drawStats(s: TabStatus, elastic: boolean, started: boolean): void {
     this.contribution.hidden = !(elastic && started);
     this.stats.hidden = !started;
     this.samples.textContent = formatCount(s.samplesProcessed);
@@ -277,15 +303,6 @@ export class VolunteerView {
     this.progress.value = progress;
     this.progressText.textContent = s.step > 0 || progress > 0 ? formatPercent(progress) : '';
     this.lossCaption.textContent = elastic ? 'Training loss on this tab’s samples' : 'Training loss';
-
-    this.drawChart(s.losses);
-
-    const problem = s.error && s.state !== 'unsupported' ? s.error : s.networkProblem;
-    this.error.hidden = !problem;
-    this.error.textContent = problem ?? '';
-    document.title = running
-      ? `${STATE_TEXT[s.state]} · step ${s.step} — tabswarm`
-      : 'tabswarm — lend this tab to train a neural network';
   }
 
   private noteText(s: TabStatus): string {

@@ -38,9 +38,7 @@ export async function runSolo(run: SoloRun): Promise<SoloResult> {
   let accuracy: number | null = null;
   let testLoss: number | null = null;
   let stopped = false;
-  // Throughput window: samples submitted since the last loss read, and when it started.
-  let windowSamples = 0;
-  let windowStart = performance.now();
+  const throughput = new ThroughputWindow();
   const inFlight: Promise<undefined>[] = [];
 
   for (let epoch = 0; epoch < options.epochs && !stopped; epoch++) {
@@ -55,7 +53,7 @@ export async function runSolo(run: SoloRun): Promise<SoloResult> {
       const { x, labels } = train.gather(order, cursor, count);
       model.trainStep(x, labels, count);
       step++;
-      windowSamples += count;
+      throughput.add(count);
       inFlight.push(queue.onSubmittedWorkDone());
       if (inFlight.length > MAX_IN_FLIGHT) await inFlight.shift();
       const lastOfEpoch = s === stepsPerEpoch - 1;
@@ -63,10 +61,7 @@ export async function runSolo(run: SoloRun): Promise<SoloResult> {
         // The loss buffer holds the sum over the most recent batch; reading it waits for the queue.
         lastLoss = (await model.readLossSum()) / count;
         inFlight.length = 0;
-        const now = performance.now();
-        const samplesPerSec = (windowSamples * 1000) / Math.max(1, now - windowStart);
-        windowSamples = 0;
-        windowStart = now;
+        const samplesPerSec = throughput.take();
         if (!Number.isFinite(lastLoss)) throw new Error(`training diverged: loss ${lastLoss} at step ${step}`);
         run.onProgress({
           kind: 'step',
@@ -79,23 +74,9 @@ export async function runSolo(run: SoloRun): Promise<SoloResult> {
       }
     }
     if (run.test && !stopped) {
-      const r = await model.evaluate(run.test.x, run.test.labels, run.test.count);
-      accuracy = r.correct / r.count;
-      testLoss = r.lossSum / r.count;
-      run.onProgress({
-        kind: 'evaluation',
-        step,
-        epoch,
-        epochProgress: 1,
-        lossAvg: lastLoss,
-        samplesPerSec: null,
-        accuracy,
-        testLoss,
-        testCount: r.count,
-      });
+      ({ accuracy, testLoss } = await evaluateEpoch(run, run.test, step, epoch, lastLoss));
       // Evaluation time is not training time.
-      windowStart = performance.now();
-      windowSamples = 0;
+      throughput.restart();
     }
   }
   await Promise.all(inFlight);
@@ -108,4 +89,53 @@ export async function runSolo(run: SoloRun): Promise<SoloResult> {
     testLoss,
     seconds: (performance.now() - began) / 1000,
   };
+}
+
+/** Throughput window: samples submitted since the last loss read, and when it started. */
+class ThroughputWindow {
+  private samples = 0;
+  private start = performance.now();
+
+  add(count: number): void {
+    this.samples += count;
+  }
+
+  /** Samples per second over the window, then start a new one. */
+  take(): number {
+    const now = performance.now();
+    const samplesPerSec = (this.samples * 1000) / Math.max(1, now - this.start);
+    this.samples = 0;
+    this.start = now;
+    return samplesPerSec;
+  }
+
+  restart(): void {
+    this.start = performance.now();
+    this.samples = 0;
+  }
+}
+
+/** Evaluate on the test set after `epoch` and report it; returns the accuracy and mean test loss. */
+async function evaluateEpoch(
+  run: SoloRun,
+  test: NonNullable<SoloRun['test']>,
+  step: number,
+  epoch: number,
+  lastLoss: number | null,
+): Promise<{ accuracy: number; testLoss: number }> {
+  const r = await run.model.evaluate(test.x, test.labels, test.count);
+  const accuracy = r.correct / r.count;
+  const testLoss = r.lossSum / r.count;
+  run.onProgress({
+    kind: 'evaluation',
+    step,
+    epoch,
+    epochProgress: 1,
+    lossAvg: lastLoss,
+    samplesPerSec: null,
+    accuracy,
+    testLoss,
+    testCount: r.count,
+  });
+  return { accuracy, testLoss };
 }
