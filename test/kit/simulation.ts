@@ -12,7 +12,6 @@
 import { hashParams } from '../../coordinator/core/hash';
 import type { JobSpec } from '../../coordinator/core/job';
 import {
-  handle,
   initialState,
   restoreState,
   type CommitRecord,
@@ -21,6 +20,8 @@ import {
   type Event,
 } from '../../coordinator/core/machine';
 import { parameterLayout, type ModelSpec } from '../../coordinator/core/model-spec';
+import { type ExecutorMetrics, MachineExecutor } from '../../coordinator/executor';
+import type { StoreOp } from '../../coordinator/store';
 import { parseClientMessage, type WorldEntry } from '../../coordinator/core/protocol';
 import { decodeSnapshot, encodeSnapshot } from '../../coordinator/core/snapshot';
 import { CoordinatorClient, type WebSocketLike } from '../../web/net/coordinator-client';
@@ -320,19 +321,32 @@ export interface StoredCommit extends CommitRecord {
   rolledBack: boolean;
 }
 
-/** The machine executed like the server does (actions in order), with a commit log and a checkpoint store. */
+/** Metrics the simulated coordinator does not read (the product's executor records them). */
+const noMetric = { observe() {}, inc() {} };
+const simMetrics = {
+  apply: () => {},
+  eventSeconds: noMetric,
+  framesSent: noMetric,
+  storeTransactions: noMetric,
+  storeTransactionSeconds: noMetric,
+} as unknown as ExecutorMetrics;
+
+/**
+ * The coordinator of the simulation: the product's machine run by the product's executor
+ * (coordinator/executor.ts), with this class as its store and socket ports, so the actions are
+ * carried out by the same code as in the server. Commits are kept in memory with a rolled-back flag;
+ * checkpoints in a map behind the HTTP port. Ticks come every `tickMs` (the executor's own timers are off).
+ */
 export class SimCoordinator {
-  state: CoordinatorState;
   durable: DurableState | null = null;
   readonly commits: StoredCommit[] = [];
   readonly checkpoints = new Map<number, { bytes: ArrayBuffer; sha256: string }>();
   readonly log: { level: string; event: string; data: Record<string, unknown> }[] = [];
   alive = true;
+  private executor: MachineExecutor;
   private readonly sockets = new Map<string, SimSocket>();
   private nextConn = 1;
   private tickTimer: ReturnType<typeof setInterval> | null = null;
-  private dispatching = false;
-  private readonly queue: Event[] = [];
   /** Message types the coordinator "sends" into the void (a fault: it dies before they leave). */
   readonly dropped = new Set<string>();
 
@@ -342,8 +356,59 @@ export class SimCoordinator {
     readonly runId = 'sim-run',
     private readonly tickMs = 10,
   ) {
-    this.state = initialState(job, datasetSize, runId);
+    this.executor = this.executorFor(initialState(job, datasetSize, runId));
     this.startTicks();
+  }
+
+  get state(): CoordinatorState {
+    return this.executor.state;
+  }
+
+  private executorFor(state: CoordinatorState): MachineExecutor {
+    const executor = new MachineExecutor(state, {
+      store: {
+        apply: (_runId, ops) => this.storeOps(ops),
+        pruneEvents: () => 0,
+      },
+      runId: this.runId,
+      metrics: simMetrics,
+      timers: false,
+      storedLogLevels: new Set(),
+      sockets: {
+        send: (conn, text) => {
+          const socket = this.sockets.get(conn);
+          if (!socket) return false;
+          const type = (JSON.parse(text) as { type: string }).type;
+          if (!this.dropped.has(type)) socket.deliver(text);
+          return true;
+        },
+        close: (conn, code, reason) => {
+          const socket = this.sockets.get(conn);
+          socket?.serverClose(code, reason);
+          if (socket) {
+            this.sockets.delete(conn);
+            this.executor.dispatch({ kind: 'disconnected', conn });
+          }
+        },
+      },
+      onFatal: (error) => {
+        throw error;
+      },
+    });
+    executor.subscribe((actions) => {
+      for (const action of actions)
+        if (action.kind === 'log') this.log.push({ level: action.level, event: action.event, data: action.data });
+    });
+    return executor;
+  }
+
+  /** The store port: the durable state, commit rows and their rollback, as SQLite keeps them. */
+  private storeOps(ops: readonly StoreOp[]): void {
+    for (const op of ops) {
+      if (op.kind === 'persist') this.durable = JSON.parse(JSON.stringify(op.durable)) as DurableState;
+      else if (op.kind === 'commit') this.commits.push({ ...op.commit, rolledBack: false });
+      else if (op.kind === 'rollback') for (const c of this.commits) if (c.step > op.afterStep) c.rolledBack = true;
+    }
   }
 
   private startTicks(): void {
@@ -353,47 +418,7 @@ export class SimCoordinator {
 
   dispatch(event: Event): void {
     if (!this.alive) return;
-    this.queue.push(event);
-    if (this.dispatching) return;
-    this.dispatching = true;
-    try {
-      while (this.queue.length > 0) {
-        const next = this.queue.shift()!;
-        const t = handle(this.state, next, Date.now());
-        this.state = t.state;
-        for (const action of t.actions) {
-          switch (action.kind) {
-            case 'send':
-              if (!this.dropped.has(action.msg.type))
-                this.sockets.get(action.conn)?.deliver(JSON.stringify(action.msg));
-              break;
-            case 'close': {
-              const socket = this.sockets.get(action.conn);
-              socket?.serverClose(action.code, action.reason);
-              if (socket) this.queue.push({ kind: 'disconnected', conn: action.conn });
-              this.sockets.delete(action.conn);
-              break;
-            }
-            case 'persist':
-              this.durable = action.durable;
-              break;
-            case 'record_commit':
-              this.commits.push({ ...action.commit, rolledBack: false });
-              break;
-            case 'rollback_commits':
-              for (const c of this.commits) if (c.step > action.afterStep) c.rolledBack = true;
-              break;
-            case 'log':
-              this.log.push({ level: action.level, event: action.event, data: action.data });
-              break;
-            case 'metric':
-              break;
-          }
-        }
-      }
-    } finally {
-      this.dispatching = false;
-    }
+    this.executor.dispatch(event);
   }
 
   /** A client socket for `CoordinatorClient` (`createSocket`). */
@@ -431,15 +456,15 @@ export class SimCoordinator {
   kill(): void {
     this.alive = false;
     if (this.tickTimer) clearInterval(this.tickTimer);
+    this.executor.stop();
     for (const socket of this.sockets.values()) socket.serverClose(1006, '');
     this.sockets.clear();
-    this.queue.length = 0;
   }
 
   /** Start again from the durable state (as `restoreState` after a process restart). */
   restart(): void {
     if (!this.durable) throw new Error('restart: nothing persisted');
-    this.state = restoreState(this.durable);
+    this.executor = this.executorFor(restoreState(this.durable));
     this.dropped.clear();
     for (const c of this.commits) if (c.step > this.durable.lastCommit.step) c.rolledBack = true;
     this.alive = true;
