@@ -109,6 +109,8 @@ export class VolunteerView {
   private chartDrawnAt = -Infinity;
   private chartLosses: TabStatus['losses'] = [];
   private chartTimer: ReturnType<typeof setTimeout> | null = null;
+  /** The status's state at the last `render` call (a change is drawn at once). */
+  private seenState: TabStatus['state'] | null = null;
   readonly start = element<HTMLButtonElement>('start');
   readonly stop = element<HTMLButtonElement>('stop');
   readonly gpuLimit = element<HTMLInputElement>('gpu-limit');
@@ -160,7 +162,17 @@ export class VolunteerView {
    * work there, so rendering per step slowed the steps themselves (docs/performance.md).
    */
   render(s: TabStatus): void {
+    // A change of state (checking → ready, training → left, …) is drawn at once: it is rare, and a
+    // reader of the page (a person, a test) must never see a state the status has already left.
+    // (The caller mutates one status object, so the state last seen is kept apart.)
+    const stateChanged = this.seenState !== s.state;
+    this.seenState = s.state;
     this.latest = s;
+    if (stateChanged) {
+      this.drawnAt = performance.now();
+      this.draw(s);
+      return;
+    }
     if (this.pending) return;
     this.pending = true;
     const draw = () => {
