@@ -55,6 +55,7 @@ import { FASHION_MNIST_DIR, launchChromium } from '../test/support/browser';
 import { mulberry32 } from '../test/support/rng';
 import { CoordinatorProcess, REPO_ROOT, TEST_ADMIN_TOKEN } from '../test/support/coordinator-process';
 import { writeFakeIdxDataset } from '../test/support/fake-dataset';
+import { rawThroughput } from '../test/support/net-harness-client';
 import { startPeerServer } from '../test/support/peer-server';
 import { Swarm, type SwarmTab } from '../test/support/swarm';
 import type { ElasticStatus } from '../web/elastic/elastic-loop';
@@ -209,19 +210,8 @@ async function openHarnessTabs(
 }
 
 /** Raw data-channel throughput tab0→tab1 (MiB/s) for 16 MiB in `messageBytes` messages. */
-async function rawOnce(tabs: readonly HarnessTab[], messageBytes: number): Promise<number> {
-  const total = 16 * MiB;
-  const startAt = now() + 200;
-  const receiving = tabs[1].page.evaluate(([peer, t]) => netHarness.rawReceive(peer as string, t as number), [
-    tabs[0].id,
-    total,
-  ] as const);
-  await tabs[0].page.evaluate(
-    ([peer, t, m, s, h]) => netHarness.rawSend(peer as string, t as number, m as number, s as number, h as number),
-    [tabs[1].id, total, messageBytes, startAt, highWaterBytes] as const,
-  );
-  const { endAt } = await receiving;
-  return total / MiB / ((endAt - startAt) / 1000);
+function rawOnce(tabs: readonly HarnessTab[], messageBytes: number): Promise<number> {
+  return rawThroughput(tabs[0], tabs[1], 16 * MiB, messageBytes, { leadMs: 200, highWaterBytes });
 }
 
 /**

@@ -240,23 +240,13 @@ async function timeMatmul(
   // Small products repeat within a sample so a sample lasts long enough to time well.
   const runs = Math.max(1, Math.round((512 / n) ** 3 / 4));
   const reps = n >= 1024 ? Math.max(3, Math.ceil(REPS / 2)) : REPS;
-  const tfjsMs: number[] = [];
-  const oursMs: number[][] = candidates.map(() => []);
-  for (let r = 0; r < reps; r++) {
-    const order: Side[] = [
-      { side: 'tfjs', variant: 0 },
-      ...candidates.map((_, j): Side => ({ side: 'ours', variant: j })),
-    ];
-    if (r % 2 === 1) order.reverse();
-    for (const side of order) {
-      const ms = await page.evaluate(([side, runs]) => window.kernelBench!.matmulTime(side, runs), [
-        side,
-        runs,
-      ] as const);
-      if (side.side === 'tfjs') tfjsMs.push(ms);
-      else oursMs[side.variant].push(ms);
-    }
-  }
+  const sides: Side[] = [
+    { side: 'tfjs', variant: 0 },
+    ...candidates.map((_, j): Side => ({ side: 'ours', variant: j })),
+  ];
+  const [tfjsMs, ...oursMs] = await timeAlternately(reps, sides, (side) =>
+    page.evaluate(([side, runs]) => window.kernelBench!.matmulTime(side, runs), [side, runs] as const),
+  );
   await page.evaluate(() => window.kernelBench!.matmulTeardown());
   return { tfjsMs, oursMs, runs };
 }
@@ -321,23 +311,32 @@ async function timeTrainStep(
   }
   // One sample = this many consecutive steps (256 samples or one step), then wait for the queue.
   const steps = Math.max(1, Math.round(256 / batch));
-  const tfjsMs: number[][] = TFJS_FORMS.map(() => []);
-  const oursMs: number[][] = tiles.map(() => []);
-  for (let r = 0; r < REPS; r++) {
-    const order: Side[] = [
-      ...TFJS_FORMS.map((_, j): Side => ({ side: 'tfjs', variant: j })),
-      ...tiles.map((_, j): Side => ({ side: 'ours', variant: j })),
-    ];
+  const sides: Side[] = [
+    ...TFJS_FORMS.map((_, j): Side => ({ side: 'tfjs', variant: j })),
+    ...tiles.map((_, j): Side => ({ side: 'ours', variant: j })),
+  ];
+  const ms = await timeAlternately(REPS, sides, (side) =>
+    page.evaluate(([side, steps]) => window.kernelBench!.trainTime(side, steps), [side, steps] as const),
+  );
+  return { tfjsMs: ms.slice(0, TFJS_FORMS.length), oursMs: ms.slice(TFJS_FORMS.length), steps, reference };
+}
+
+/**
+ * `reps` rounds timing every side once, every other round in reverse order (so no side always runs
+ * first, on a warmer or cooler GPU); the milliseconds of each side, in the order of `sides`.
+ */
+async function timeAlternately(
+  reps: number,
+  sides: readonly Side[],
+  time: (side: Side) => Promise<number>,
+): Promise<number[][]> {
+  const ms: number[][] = sides.map(() => []);
+  for (let r = 0; r < reps; r++) {
+    const order = sides.map((_, i) => i);
     if (r % 2 === 1) order.reverse();
-    for (const side of order) {
-      const ms = await page.evaluate(([side, steps]) => window.kernelBench!.trainTime(side, steps), [
-        side,
-        steps,
-      ] as const);
-      (side.side === 'tfjs' ? tfjsMs : oursMs)[side.variant].push(ms);
-    }
+    for (const i of order) ms[i].push(await time(sides[i]));
   }
-  return { tfjsMs, oursMs, steps, reference };
+  return ms;
 }
 
 /** --breakdown: each dispatch of our training step timed alone, per tile, on stderr. */

@@ -20,13 +20,13 @@
  */
 import { execFileSync } from 'node:child_process';
 import { existsSync } from 'node:fs';
-import { join, resolve } from 'node:path';
+import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import type { StatusReport } from '../coordinator/audit';
 import { COORDINATOR_IP, netbedUnavailable, type LinkProfile } from '../coordinator/netbed/netbed';
 import { Scene } from '../coordinator/netbed/scene';
 import { writeDatasetSlice } from '../test/support/small-dataset';
-import { FASHION_MNIST_DIR } from '../test/support/browser';
+import { FASHION_MNIST_DIR, WEB_BUILD_DIR } from '../test/support/browser';
 import { makeTempDir } from '../test/support/fake-dataset';
 
 const PROFILES: Record<string, LinkProfile> = {
@@ -52,19 +52,6 @@ const job = {
 function arg(name: string, fallback: string): string {
   const i = process.argv.indexOf(`--${name}`);
   return i >= 0 && process.argv[i + 1] ? process.argv[i + 1] : fallback;
-}
-
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
-
-async function until(scene: Scene, check: (s: StatusReport) => boolean, timeoutMs: number, pollMs = 200) {
-  const end = performance.now() + timeoutMs;
-  let last: StatusReport | null = null;
-  while (performance.now() < end) {
-    last = await scene.api<StatusReport>('/api/status');
-    if (check(last)) return last;
-    await sleep(pollMs);
-  }
-  throw new Error(`timed out; last status step ${last?.step} world ${last?.world.length}`);
 }
 
 /** TCP goodput (Mbit/s) home 0 → public segment over 4 s. */
@@ -107,7 +94,12 @@ async function recovery(scene: Scene, fault: () => Promise<void>): Promise<numbe
   const before = await scene.api<StatusReport>('/api/status');
   const t0 = performance.now();
   await fault();
-  await until(scene, (s) => s.round > before.round && s.step > before.step, 120_000, 50);
+  await scene.statusUntil(
+    (s) => s.round > before.round && s.step > before.step,
+    'committed in a later round',
+    120_000,
+    50,
+  );
   return performance.now() - t0;
 }
 
@@ -123,30 +115,51 @@ async function scenario(
     homes: Array.from({ length: tabs + 1 }, () => ({ nat: 'endpoint-independent' as const, link })),
     job,
     datasetDir: dataset,
-    distDir: resolve(import.meta.dirname, '../dist'),
+    distDir: WEB_BUILD_DIR,
     relayOnly: mode === 'relay',
   });
   try {
     const goodputMbit = await linkGoodput(scene);
     const open = await Promise.all(Array.from({ length: tabs }, (_, i) => scene.openTab(i, { testSubset: '0' })));
-    const warm = await until(scene, (s) => s.world.length === tabs && s.step >= 3, 300_000);
+    const warm = await scene.statusUntil(
+      (s) => s.world.length === tabs && s.step >= 3,
+      'trained 3 steps',
+      300_000,
+      200,
+    );
     const start = performance.now();
-    const steady = await until(scene, (s) => s.step >= warm.step + windowSteps, 300_000, 100);
+    const steady = await scene.statusUntil(
+      (s) => s.step >= warm.step + windowSteps,
+      'trained the window',
+      300_000,
+      100,
+    );
     const stepMs = (performance.now() - start) / (steady.step - warm.step);
     const rtts = steady.world.map((w) => w.peerRttMs).filter((r): r is number => r !== null);
     const rttMs = rtts.length > 0 ? Math.max(...rtts) : null;
     const paths = [...new Set(steady.world.flatMap((w) => w.peerLinks.map((l) => `${l.local}/${l.remote}`)))].join(' ');
 
     // Same for the close: a steady ring of `tabs`, a few steps into its round.
-    await until(scene, (s) => s.world.length === tabs && s.state === 'training' && s.step >= steady.step + 2, 300_000);
+    await scene.statusUntil(
+      (s) => s.world.length === tabs && s.state === 'training' && s.step >= steady.step + 2,
+      'a steady ring',
+      300_000,
+      200,
+    );
     const closeRecoveryMs = await recovery(scene, () => open[0].page.close({ runBeforeUnload: false }));
     await scene.openTab(tabs, { testSubset: '0' });
     // The newcomer is in, its round has synced and trained a few steps: the crash hits a steady ring.
-    const rejoined = await until(scene, (s) => s.world.length === tabs && s.state === 'training', 300_000);
-    await until(
-      scene,
-      (s) => s.world.length === tabs && s.state === 'training' && s.step >= rejoined.step + 3,
+    const rejoined = await scene.statusUntil(
+      (s) => s.world.length === tabs && s.state === 'training',
+      'the newcomer joined',
       300_000,
+      200,
+    );
+    await scene.statusUntil(
+      (s) => s.world.length === tabs && s.state === 'training' && s.step >= rejoined.step + 3,
+      'trained 3 steps after the join',
+      300_000,
+      200,
     );
     const crashRecoveryMs = await recovery(scene, async () => {
       const page = open[1].page;
@@ -193,8 +206,8 @@ async function main(): Promise<void> {
     process.stderr.write(`bench:net: ${why}\n`);
     process.exit(1);
   }
-  if (!existsSync(resolve(import.meta.dirname, '../dist/index.html'))) {
-    process.stderr.write('bench:net: build the web app first (npx vite build)\n');
+  if (!existsSync(join(WEB_BUILD_DIR, 'index.html'))) {
+    process.stderr.write(`bench:net: build the web app first (npx vite build; serving ${WEB_BUILD_DIR})\n`);
     process.exit(1);
   }
   const profiles = arg('profiles', 'lan,broadband,poor').split(',');

@@ -19,16 +19,15 @@
  *
  * The machine's other load shows up in the numbers; the ratios within one run are what to compare.
  */
-import { type ChildProcess, spawn } from 'node:child_process';
-import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join, resolve } from 'node:path';
+import { readdirSync, readFileSync } from 'node:fs';
+import { resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { Browser, Page } from 'playwright-core';
+import { resolveDatasetDir } from '../coordinator/startup-config';
 import { launchSwarmChromium } from '../coordinator/swarm/chromium';
+import { fetchStatus } from '../coordinator/swarm/coordinator-api';
+import { type CoordinatorProcess, spawnCoordinator } from '../test/support/coordinator-process';
 
-const REPO_ROOT = resolve(import.meta.dirname, '..');
-const DEFAULT_DATASET = '/usr/share/datasets/fashion-mnist';
 const GLOBAL_BATCH = 128;
 
 export interface SoakOptions {
@@ -79,7 +78,7 @@ function parseOptions(argv: string[]): SoakOptions {
       { kind: 'elastic', tabs: 3 },
     ],
     sampleEverySec: 5,
-    dataset: process.env.TABSWARM_DATASET ?? DEFAULT_DATASET,
+    dataset: '',
     dist: null,
   };
   for (let i = 0; i < argv.length; i++) {
@@ -113,6 +112,8 @@ function parseOptions(argv: string[]): SoakOptions {
         );
     }
   }
+  // Found as `npm start` finds it: $TABSWARM_DATASET, Debian's package, then the copy in data/fashion-mnist/.
+  opts.dataset ||= resolveDatasetDir(undefined, process.env);
   return opts;
 }
 
@@ -187,56 +188,15 @@ function rssNow(coordinatorPid: number, ignore: ReadonlySet<number>, tabs: numbe
 
 // ---------------------------------------------------------------- coordinator
 
-interface Coordinator {
-  url: string;
-  child: ChildProcess;
-  stop(): Promise<void>;
-}
-
-async function startCoordinator(dataset: string, epochs: number, dist: string | null): Promise<Coordinator> {
-  const dir = mkdtempSync(join(tmpdir(), 'tabswarm-soak-'));
-  const jobFile = join(dir, 'job.json');
-  writeFileSync(jobFile, JSON.stringify({ epochs, globalBatch: GLOBAL_BATCH, maxWorkers: 8 }));
-  const args = ['--import', 'tsx', join(REPO_ROOT, 'coordinator/cli.ts'), 'coordinator', '--port', '0'];
-  args.push('--host', '127.0.0.1', '--data-dir', join(dir, 'data'), '--job', jobFile, '--dataset', dataset);
-  args.push('--admin-token', 'soak');
-  if (dist) args.push('--dist', dist);
-  const child = spawn(process.execPath, args, { cwd: REPO_ROOT, stdio: ['ignore', 'pipe', 'pipe'] });
-  let output = '';
-  const url = await new Promise<string>((ok, fail) => {
-    const timer = setTimeout(() => fail(new Error(`coordinator did not start in 60 s:\n${output}`)), 60_000);
-    const onData = (chunk: Buffer) => {
-      output += chunk.toString();
-      const match = /listening on (http:\/\/\S+)/.exec(output);
-      if (match) {
-        clearTimeout(timer);
-        ok(match[1].replace(/\/$/, ''));
-      }
-    };
-    child.stdout!.on('data', onData);
-    child.stderr!.on('data', (c: Buffer) => (output += c.toString()));
-    child.once('exit', (code) => fail(new Error(`coordinator exited (${code}) before listening:\n${output}`)));
+/** The real coordinator (test/support's spawner): the default `mlp` job with `epochs`, this dataset and build. */
+function startCoordinator(dataset: string, epochs: number, dist: string | null): Promise<CoordinatorProcess> {
+  return spawnCoordinator({
+    job: { epochs, globalBatch: GLOBAL_BATCH, maxWorkers: 8 },
+    datasetDir: dataset,
+    adminToken: 'soak',
+    extraArgs: dist ? ['--dist', dist] : [],
+    startTimeoutMs: 60_000,
   });
-  // Keep draining its output so it never blocks on a full pipe.
-  child.stdout!.resume();
-  child.stderr!.resume();
-  const stop = async () => {
-    if (child.exitCode === null && child.signalCode === null) {
-      const exited = new Promise((r) => child.once('exit', r));
-      child.kill('SIGTERM');
-      const timer = setTimeout(() => child.kill('SIGKILL'), 10_000);
-      await exited;
-      clearTimeout(timer);
-    }
-    rmSync(dir, { recursive: true, force: true });
-  };
-  return { url, child, stop };
-}
-
-async function committedStep(url: string): Promise<number> {
-  const res = await fetch(`${url}/api/status`, { signal: AbortSignal.timeout(10_000) });
-  const body = (await res.json()) as { step: number };
-  return body.step;
 }
 
 // ---------------------------------------------------------------- one configuration
@@ -254,7 +214,7 @@ async function openTabs(browser: Browser, url: string, count: number): Promise<P
 }
 
 async function readSteps(config: Config, url: string, pages: Page[]): Promise<number> {
-  if (config.kind === 'elastic') return committedStep(url);
+  if (config.kind === 'elastic') return (await fetchStatus(url, 10_000)).step;
   return pages[0].evaluate(() => window.tabswarm.step);
 }
 
@@ -287,7 +247,7 @@ export async function runConfig(config: Config, opts: SoakOptions): Promise<Conf
 
 async function sampleRun(
   config: Config,
-  coordinator: Coordinator,
+  coordinator: CoordinatorProcess,
   pages: Page[],
   opts: SoakOptions,
   ignore: ReadonlySet<number>,

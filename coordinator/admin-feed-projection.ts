@@ -68,10 +68,10 @@ export function feedCommitFromRow(
   };
 }
 
-export function feedCheckpoint(
-  runId: string,
-  row: Pick<CheckpointRow, 'step' | 'epoch' | 'cursor' | 'sha256' | 'bytes' | 'createdAt'>,
-): FeedCheckpoint {
+/** A checkpoint as the HTTP API shows it (`/api/checkpoints`; the feed adds download URLs): the row without its file path. */
+export type PublicCheckpoint = Omit<CheckpointRow, 'path'>;
+
+export function publicCheckpoint(row: PublicCheckpoint): PublicCheckpoint {
   return {
     step: row.step,
     epoch: row.epoch,
@@ -79,6 +79,12 @@ export function feedCheckpoint(
     sha256: row.sha256,
     bytes: row.bytes,
     createdAt: row.createdAt,
+  };
+}
+
+export function feedCheckpoint(runId: string, row: PublicCheckpoint): FeedCheckpoint {
+  return {
+    ...publicCheckpoint(row),
     safetensorsUrl: `/api/admin/model.safetensors?step=${row.step}`,
     snapshotUrl: `/api/checkpoints/${encodeURIComponent(runId)}/${row.step}`,
   };

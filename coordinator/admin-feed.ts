@@ -113,7 +113,9 @@ export class AdminFeed {
     if (this.closed) return;
     const projected = this.projection.apply(actions, this.now());
     for (const msg of projected.messages) this.hub.broadcast(msg);
-    if (projected.checkpointsChanged) this.hub.broadcast({ type: 'checkpoints', checkpoints: this.checkpoints() });
+    // The list is re-read from the store only for pages that are watching (a new page's snapshot reads it anyway).
+    if (projected.checkpointsChanged && this.hub.size > 0)
+      this.hub.broadcast({ type: 'checkpoints', checkpoints: this.checkpoints() });
     if (projected.changed) this.scheduleStatus();
   }
 

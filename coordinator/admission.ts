@@ -8,9 +8,18 @@ import type { CoordinatorState } from './core/machine';
 import type { ClientMessage, HelloMessage } from './core/protocol';
 import type { InviteStore } from './invites';
 
-export type JoinMode = 'open' | 'invite';
+import type { JoinMode } from './core/admin-feed-protocol';
+
+export type { JoinMode };
 
 export type Screened = { ok: true; msg: ClientMessage } | { ok: false; message: string };
+
+/** Workers connected now that joined through invite `inviteId`. */
+export function tabsThrough(state: CoordinatorState, inviteId: string): number {
+  let tabs = 0;
+  for (const worker of Object.values(state.workers)) if (worker.invite === inviteId) tabs += 1;
+  return tabs;
+}
 
 export class Admission {
   constructor(
@@ -28,7 +37,7 @@ export class Admission {
       return { ok: true, msg: rest };
     }
     if (invite.maxTabs !== null) {
-      const using = Object.values(state.workers).filter((w) => w.invite === invite.id).length;
+      const using = tabsThrough(state, invite.id);
       if (using >= invite.maxTabs)
         return { ok: false, message: `invite ${invite.id} is in use by ${using} tab(s), its limit` };
     }

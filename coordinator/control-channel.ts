@@ -22,6 +22,7 @@ import {
 import type { Event } from './core/machine';
 import type { SocketSink } from './executor';
 import type { CoordinatorMetrics } from './server-metrics';
+import { clientAddress } from './socket-gate';
 
 export interface ControlChannelOptions {
   dispatch: (event: Event) => void;
@@ -37,8 +38,6 @@ export interface ControlChannelOptions {
   maxSockets?: number;
   /** A socket whose unsent bytes exceed this is dropped. */
   maxBufferedBytes?: number;
-  /** The client address of an upgrade request (default: the TCP peer's). */
-  addressOf?: (req: IncomingMessage) => string;
   /**
    * A last look at each valid message before the machine sees it (join rate per address, reconnect
    * secrets, invites: trust.ts). A refusal is sent as `error` and closes the socket.
@@ -100,7 +99,7 @@ export class ControlChannel implements SocketSink {
       socket.end('HTTP/1.1 503 Service Unavailable\r\nConnection: close\r\nContent-Length: 0\r\n\r\n');
       return;
     }
-    const addr = this.options.addressOf?.(req) ?? req.socket.remoteAddress ?? '';
+    const addr = clientAddress(req);
     this.wss.handleUpgrade(req, socket, head, (ws) => this.accept(ws, addr));
   }
 

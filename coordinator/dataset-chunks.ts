@@ -11,6 +11,7 @@
  */
 import { createHash } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
+import { datasetRouter } from './dataset';
 import { windowCount, type TensorsDataset, type TextDataset } from './user-datasets';
 
 /** 1 MiB: a text corpus of a few MB is a handful of requests; a window never spans more than two chunks. */
@@ -103,46 +104,20 @@ export function tensorsPayloads(dataset: TensorsDataset, chunkBytes = DEFAULT_CH
 }
 
 /**
- * Routes for `/api/dataset` (the metadata) and its chunks; false for other URLs. Nothing but GET and
- * HEAD; a chunk index that is not a plain decimal in range is 404. Payloads never change while the
- * process runs.
+ * Routes for `/api/dataset` (the metadata) and its chunks (datasetRouter, dataset.ts); false for other
+ * URLs. A chunk index that is not a plain decimal in range is 404.
  */
 export function chunkedDatasetRoutes(
   metadata: TextDatasetMetadata | TensorsDatasetMetadata,
   payloads: Record<string, Uint8Array>,
 ): (req: IncomingMessage, res: ServerResponse) => boolean {
-  const metadataJson = JSON.stringify(metadata);
   const files = metadata.files as Record<string, ChunkedPayload>;
-  return (req, res) => {
-    const path = new URL(req.url ?? '/', 'http://localhost').pathname;
-    if (path !== '/api/dataset' && !path.startsWith('/api/dataset/')) return false;
-    if (req.method !== 'GET' && req.method !== 'HEAD') {
-      res.writeHead(405, { Allow: 'GET, HEAD', 'Content-Type': 'text/plain' }).end('method not allowed\n');
-      return true;
-    }
-    const head = req.method === 'HEAD';
-    if (path === '/api/dataset') {
-      res.writeHead(200, { 'Content-Type': 'application/json', 'Cache-Control': 'no-cache' });
-      res.end(head ? undefined : metadataJson);
-      return true;
-    }
+  return datasetRouter(JSON.stringify(metadata), (path) => {
     const match = /^\/api\/dataset\/chunks\/(.+)\/(0|[1-9]\d{0,8})$/.exec(path);
-    const file = match ? files[match[1]] : undefined;
+    const file = match && Object.hasOwn(files, match[1]) ? files[match[1]] : undefined;
     const index = match ? Number(match[2]) : -1;
-    if (!match || !file || !Object.hasOwn(files, match[1]) || index >= file.chunks.length) {
-      res.writeHead(404, { 'Content-Type': 'text/plain' }).end(`no dataset chunk ${path}\n`);
-      return true;
-    }
-    const etag = `"sha256-${file.chunks[index]}"`;
-    const headers = { ETag: etag, 'Cache-Control': 'no-cache' };
-    const ifNoneMatch = req.headers['if-none-match'];
-    if (ifNoneMatch?.split(',').some((tag) => tag.trim() === etag)) {
-      res.writeHead(304, headers).end();
-      return true;
-    }
+    if (!match || !file || index >= file.chunks.length) return { notFound: `no dataset chunk ${path}` };
     const body = payloads[match[1]].subarray(index * file.chunkBytes, (index + 1) * file.chunkBytes);
-    res.writeHead(200, { ...headers, 'Content-Type': 'application/octet-stream', 'Content-Length': body.byteLength });
-    res.end(head ? undefined : body);
-    return true;
-  };
+    return { sha256: file.chunks[index], body };
+  });
 }

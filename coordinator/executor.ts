@@ -14,7 +14,7 @@
  */
 import { randomBytes } from 'node:crypto';
 import { type Action, type CoordinatorState, type Event, handle, nextDeadline, type Transition } from './core/machine';
-import type { IceConfigMessage, ServerMessage } from './core/protocol';
+import type { ServerMessage } from './core/protocol';
 import type { CoordinatorMetrics } from './server-metrics';
 import type { Store, StoreOp } from './store';
 
@@ -58,14 +58,12 @@ export interface ExecutorOptions {
   onLog?: (level: string, event: string, data: Record<string, unknown>) => void;
   /** The store failed: the process must stop. */
   onFatal: (error: Error) => void;
-  /**
-   * The ICE configuration (with a fresh TURN credential) for a tab being welcomed, or null for none.
-   * Added to the `welcome` frame only as it leaves, so it is in no action, log line or stored row.
-   */
-  iceFor?: (workerId: string) => IceConfigMessage | null;
   /** Log levels written to the event log. Default: info, warn, error. */
   storedLogLevels?: ReadonlySet<string>;
-  /** Adds server-side fields to a `welcome` (the reconnect secret). */
+  /**
+   * Adds server-side fields to a `welcome` (the reconnect secret, the ICE configuration with a fresh
+   * TURN credential) as it leaves, so they are in no action, log line or stored row.
+   */
   onWelcome?: (msg: Extract<ServerMessage, { type: 'welcome' }>) => ServerMessage;
   /** Event-log retention: rows kept per run (older ones pruned now and then; evaluations kept). Default 100,000. */
   maxEvents?: number;
@@ -247,11 +245,7 @@ export class MachineExecutor {
 
   /** Server-side additions to outgoing messages: a capability token on checkpoint upload URLs; round rows. */
   private beforeSend(conn: string, msg: ServerMessage): ServerMessage {
-    if (msg.type === 'welcome') {
-      const ice = this.options.iceFor?.(msg.workerId) ?? null;
-      const withIce = ice ? { ...msg, ice } : msg;
-      return this.options.onWelcome ? this.options.onWelcome(withIce) : withIce;
-    }
+    if (msg.type === 'welcome') return this.options.onWelcome?.(msg) ?? msg;
     if (msg.type === 'checkpoint_request') {
       const token = randomBytes(16).toString('hex');
       const request = this.currentState.checkpointRequests.find((r) => r.step === msg.step);

@@ -15,6 +15,7 @@
  * (for logs and the startup line) leaves them out.
  */
 import { createHmac } from 'node:crypto';
+import type { IceConfigMessage } from './core/protocol';
 
 export type IceTransportPolicy = 'all' | 'relay';
 
@@ -41,12 +42,8 @@ export interface IceSettings {
   policy: IceTransportPolicy;
 }
 
-/** What a tab gets: `RTCConfiguration` fields, plus when its TURN credential stops working (ms, or null). */
-export interface IceConfig {
-  iceServers: { urls: string[]; username?: string; credential?: string }[];
-  iceTransportPolicy: IceTransportPolicy;
-  credentialExpiresAt: number | null;
-}
+/** What a tab gets in its `welcome`: `RTCConfiguration` fields, plus when its TURN credential stops working. */
+export type IceConfig = IceConfigMessage;
 
 /** Default lifetime of an ephemeral TURN credential: a day (a tab gets a new one on every reconnect). */
 export const DEFAULT_TURN_TTL_SECONDS = 86_400;

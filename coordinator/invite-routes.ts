@@ -9,30 +9,11 @@
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { z } from 'zod';
-import type { JoinMode } from './admission';
+import { tabsThrough } from './admission';
+import type { InvitesResponse, InviteView, JoinMode } from './core/admin-feed-protocol';
 import type { CoordinatorState } from './core/machine';
 import { HttpError, readJsonBody, sendJson } from './http-util';
-import type { Invite, InviteStore } from './invites';
-
-export interface InviteView {
-  id: string;
-  /** Path of the link to hand out (`/?invite=…`). */
-  link: string;
-  label: string;
-  maxTabs: number | null;
-  /** Workers connected now that joined through it. */
-  tabs: number;
-  expiresAt: number | null;
-  createdAt: number;
-  revokedAt: number | null;
-  /** Live: not revoked, not expired. */
-  live: boolean;
-}
-
-export interface InvitesResponse {
-  join: JoinMode;
-  invites: InviteView[];
-}
+import { type Invite, type InviteStore, isLive } from './invites';
 
 const createSchema = z.strictObject({
   label: z.string().max(120).optional(),
@@ -55,11 +36,11 @@ export function inviteRoutes(deps: {
     link: `/?invite=${invite.token}`,
     label: invite.label,
     maxTabs: invite.maxTabs,
-    tabs: Object.values(deps.state().workers).filter((w) => w.invite === invite.id).length,
+    tabs: tabsThrough(deps.state(), invite.id),
     expiresAt: invite.expiresAt,
     createdAt: invite.createdAt,
     revokedAt: invite.revokedAt,
-    live: invite.revokedAt === null && (invite.expiresAt === null || invite.expiresAt > now()),
+    live: isLive(invite, now()),
   });
 
   async function handle(req: IncomingMessage, res: ServerResponse, rest: string[]): Promise<void> {

@@ -6,8 +6,9 @@
  * time against every live invite, so the time a lookup takes says nothing about how close a guess was.
  */
 import Database from 'better-sqlite3';
-import { randomBytes, timingSafeEqual } from 'node:crypto';
+import { randomBytes } from 'node:crypto';
 import { join } from 'node:path';
+import { sameSecret } from './http-util';
 
 export interface Invite {
   id: string;
@@ -40,6 +41,11 @@ const fromRow = (r: InviteRow): Invite => ({
   createdAt: r.created_at,
   revokedAt: r.revoked_at,
 });
+
+/** Not revoked and not expired at `now`. */
+export function isLive(invite: Pick<Invite, 'revokedAt' | 'expiresAt'>, now: number): boolean {
+  return invite.revokedAt === null && (invite.expiresAt === null || invite.expiresAt > now);
+}
 
 export class InviteStore {
   private readonly db: Database.Database;
@@ -89,13 +95,10 @@ export class InviteStore {
 
   /** The live (not revoked, not expired) invite whose token is `token`, compared in constant time. */
   match(token: string, now = Date.now()): Invite | null {
-    const given = Buffer.from(token);
     let found: Invite | null = null;
     for (const invite of this.list()) {
-      const expected = Buffer.from(invite.token);
       // Compare with every invite (no early exit), each in constant time.
-      const same = given.length === expected.length && timingSafeEqual(given, expected);
-      if (same && invite.revokedAt === null && (invite.expiresAt === null || invite.expiresAt > now)) found = invite;
+      if (sameSecret(token, invite.token) && isLive(invite, now)) found = invite;
     }
     return found;
   }

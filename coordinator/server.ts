@@ -20,6 +20,7 @@ import { hashParams } from './core/hash';
 import { idSchema } from './core/protocol';
 import { positionAfter } from './core/sampler';
 import { type DecodedSnapshot, decodeSnapshot, SnapshotError } from './core/snapshot';
+import { publicCheckpoint } from './admin-feed-projection';
 import type { AdminRoutes } from './admin-routes';
 import { auditRun, commitsPage, evaluationViews, MAX_COMMITS_PAGE, statusOf } from './audit';
 import type { ControlChannel } from './control-channel';
@@ -384,17 +385,6 @@ export class CoordinatorServer {
     if (kept.includes(step)) store.pruneCheckpoints(runId, kept);
     sendJson(res, 201, publicCheckpoint(row));
   }
-}
-
-function publicCheckpoint(row: CheckpointRow) {
-  return {
-    step: row.step,
-    epoch: row.epoch,
-    cursor: row.cursor,
-    sha256: row.sha256,
-    bytes: row.bytes,
-    createdAt: row.createdAt,
-  };
 }
 
 function requireMethod(method: string | undefined, ...allowed: string[]): void {

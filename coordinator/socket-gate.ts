@@ -16,8 +16,6 @@ import { checkOrigin } from './origin';
 export interface SocketGateOptions {
   /** Origins allowed besides the coordinator's own (origin.ts). */
   allowedOrigins: readonly string[];
-  /** The server speaks TLS: its own origin is `https://host` (origin.ts). */
-  tls?: boolean;
   /** Open WebSockets (control and signaling together) per client address. */
   maxSocketsPerAddress: number;
   /** `hello`s per client address per minute (burst of the same size). */
@@ -60,7 +58,8 @@ export class SocketGate {
    */
   admit(req: IncomingMessage, socket: Duplex): GateVerdict {
     const addr = clientAddress(req);
-    const origin = checkOrigin(req, this.options.allowedOrigins, this.options.tls);
+    // Its own origin is https://host on a TLS socket (checkOrigin reads that from the socket).
+    const origin = checkOrigin(req, this.options.allowedOrigins);
     if (!origin.ok) return this.refuse(403, 'origin', `origin ${origin.origin} is not allowed`);
     const until = this.options.bannedUntil(addr);
     if (until !== null)

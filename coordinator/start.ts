@@ -19,7 +19,6 @@ import { CoordinatorServer } from './server';
 import { CoordinatorMetrics } from './server-metrics';
 import { staticFiles } from './static-files';
 import { SqliteStore } from './store';
-import { clientAddress } from './socket-gate';
 import { inviteRoutes } from './invite-routes';
 import { setUpTrust, type Trust, type TrustOptions } from './trust';
 
@@ -212,7 +211,6 @@ export async function startCoordinator(config: CoordinatorConfig): Promise<Runni
     control = new ControlChannel({
       dispatch: (event) => executor.dispatch(event),
       metrics,
-      addressOf: clientAddress,
       screen: trust.screen,
     });
     const admin = adminRouter(config, opened.runId, store, executor, metrics, trust);
@@ -267,15 +265,14 @@ export async function startCoordinator(config: CoordinatorConfig): Promise<Runni
 }
 
 /**
- * The trust options with what the server itself knows: it speaks TLS, and the `--public-url` that
- * volunteers open behind a proxy is an allowed `Origin` on /ws and /peer without being listed again.
+ * The trust options with what the server itself knows: the `--public-url` that volunteers open behind
+ * a proxy is an allowed `Origin` on /ws and /peer without being listed again.
  */
 function withOwnOrigins(config: CoordinatorConfig): TrustOptions {
   const publicOrigin = config.publicUrl ? [new URL(config.publicUrl).origin] : [];
   return {
     ...config.trust,
     allowedOrigins: [...(config.trust?.allowedOrigins ?? []), ...publicOrigin],
-    tls: config.tls !== undefined,
   };
 }
 
@@ -324,8 +321,10 @@ function newExecutor(
     },
     onLog: (level, event, data) => log(`tabswarm ${level}: ${event} ${JSON.stringify(data).slice(0, 500)}`),
     onFatal: config.onFatal ?? defaultOnFatal,
-    iceFor: config.ice ? (workerId) => iceConfigFor(config.ice!, workerId, Date.now()) : undefined,
-    onWelcome: (msg) => ({ ...msg, secret: trust.secrets.issue(msg.runId, msg.workerId) }),
+    onWelcome: (msg) => {
+      const ice = config.ice ? iceConfigFor(config.ice, msg.workerId, Date.now()) : null;
+      return { ...msg, ...(ice ? { ice } : {}), secret: trust.secrets.issue(msg.runId, msg.workerId) };
+    },
     maxEvents: trust.maxEvents,
   });
 }

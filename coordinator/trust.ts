@@ -3,7 +3,8 @@
  * abuse policy (penalties, ready deadline), reconnect secrets, and the socket gate (origin allowlist,
  * bans and per-address caps). See docs/threat-model.md.
  */
-import { bannedAddresses, DEFAULT_TRUST_POLICY, type CoordinatorState, type TrustPolicy } from './core/machine';
+import { DEFAULT_TRUST_POLICY, type CoordinatorState, type TrustPolicy } from './core/machine';
+import { bannedUntil } from './core/penalties';
 import { Admission, type JoinMode } from './admission';
 import type { ScreenResult } from './control-channel';
 import { CloseCode, type ClientMessage } from './core/protocol';
@@ -16,8 +17,6 @@ export interface TrustOptions {
   policy?: Partial<TrustPolicy>;
   /** Origins allowed on /ws and /peer besides the coordinator's own. */
   allowedOrigins?: string[];
-  /** The server speaks TLS (its own origin is https://host). */
-  tls?: boolean;
   maxSocketsPerAddress?: number;
   joinsPerMinute?: number;
   /** Event-log rows kept per run. */
@@ -51,10 +50,9 @@ export function setUpTrust(
   const policy = { ...DEFAULT_TRUST_POLICY, ...options?.policy };
   const gate = new SocketGate({
     allowedOrigins: options?.allowedOrigins ?? [],
-    tls: options?.tls ?? false,
     maxSocketsPerAddress: options?.maxSocketsPerAddress ?? DEFAULT_MAX_SOCKETS_PER_ADDRESS,
     joinsPerMinute: options?.joinsPerMinute ?? DEFAULT_JOINS_PER_MINUTE,
-    bannedUntil: (addr) => bannedAddresses(state(), Date.now()).get(addr) ?? null,
+    bannedUntil: (addr) => bannedUntil(state(), Date.now(), { addr }),
     onRefused,
   });
   const secrets = WorkerSecrets.forDataDir(dataDir);

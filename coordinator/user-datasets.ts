@@ -222,17 +222,17 @@ function labels(y: RawTensor, count: number, file: string): Uint32Array {
     throw new Error(`${file}: y has shape [${y.shape}]; expected [${count}] (one label per row of x)`);
   const view = new DataView(y.data.buffer, y.data.byteOffset, y.data.byteLength);
   const size = DTYPE_BYTES[y.dtype];
+  const read = {
+    U8: (o: number) => view.getUint8(o),
+    I8: (o: number) => view.getInt8(o),
+    U16: (o: number) => view.getUint16(o, true),
+    I16: (o: number) => view.getInt16(o, true),
+    U32: (o: number) => view.getUint32(o, true),
+    I32: (o: number) => view.getInt32(o, true),
+    I64: (o: number) => Number(view.getBigInt64(o, true)),
+  }[y.dtype as 'U8'];
   return Uint32Array.from({ length: count }, (_, i) => {
-    const o = i * size;
-    const v = {
-      U8: () => view.getUint8(o),
-      I8: () => view.getInt8(o),
-      U16: () => view.getUint16(o, true),
-      I16: () => view.getInt16(o, true),
-      U32: () => view.getUint32(o, true),
-      I32: () => view.getInt32(o, true),
-      I64: () => Number(view.getBigInt64(o, true)),
-    }[y.dtype as 'U8']();
+    const v = read(i * size);
     if (!(v >= 0 && v < 65536)) throw new Error(`${file}: label ${v} at index ${i} is outside [0, 65536)`);
     return v;
   });

@@ -5,10 +5,11 @@
  * survives a coordinator restart without storing one per worker: the key lives in the data dir
  * (`worker-secret.key`, mode 0600), created once.
  */
-import { createHmac, randomBytes, timingSafeEqual } from 'node:crypto';
+import { createHmac, randomBytes } from 'node:crypto';
 import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { ClientMessage } from './core/protocol';
+import { sameSecret } from './http-util';
 import { writeFileAtomic } from './store';
 
 export class WorkerSecrets {
@@ -28,10 +29,7 @@ export class WorkerSecrets {
   }
 
   verify(runId: string, workerId: string, secret: string | undefined): boolean {
-    if (secret === undefined) return false;
-    const expected = Buffer.from(this.issue(runId, workerId));
-    const given = Buffer.from(secret);
-    return given.length === expected.length && timingSafeEqual(given, expected);
+    return sameSecret(secret ?? null, this.issue(runId, workerId));
   }
 
   /**

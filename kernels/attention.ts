@@ -8,6 +8,8 @@
 import code from './attention.wgsl?raw';
 import {
   ceilDiv,
+  checkDims,
+  checkTensorSizes,
   computePipeline,
   dispatch1d,
   f32bits,
@@ -28,13 +30,10 @@ export interface AttentionDims {
 const WORKGROUP_SIZE = 64;
 
 function check(label: string, d: AttentionDims, needs: readonly [Tensor, number][]): void {
-  for (const [name, v] of Object.entries(d)) {
-    if (!Number.isInteger(v) || v < 0) throw new Error(`${label}: ${name} = ${v} is not a non-negative integer`);
-  }
+  checkDims(label, d);
   if (d.context < 1 || d.heads < 1 || d.dim < 1 || d.dim % d.heads !== 0)
     throw new Error(`${label}: dim ${d.dim} must be a positive multiple of heads ${d.heads}`);
-  for (const [t, n] of needs)
-    if (t.size < n) throw new Error(`${label}: ${t.label} has ${t.size} elements, needs ${n}`);
+  checkTensorSizes(label, needs);
 }
 
 function attentionKernel(

@@ -6,6 +6,8 @@
 import code from './bias.wgsl?raw';
 import {
   ceilDiv,
+  checkDims,
+  checkTensorSizes,
   computePipeline,
   dispatch1d,
   preparedKernel,
@@ -22,16 +24,9 @@ export interface BiasDims {
 
 const WORKGROUP_SIZE = 64;
 
-function checkBiasDims(label: string, d: BiasDims, need: readonly [Tensor, number][]): void {
-  for (const [name, v] of [
-    ['rows', d.rows],
-    ['cols', d.cols],
-  ] as const) {
-    if (!Number.isInteger(v) || v < 0) throw new Error(`${label}: ${name} = ${v} is not a non-negative integer`);
-  }
-  for (const [t, elements] of need) {
-    if (elements > t.size) throw new Error(`${label}: ${t.label} has ${t.size} elements, needs ${elements}`);
-  }
+function checkBiasDims(label: string, d: BiasDims, needs: readonly [Tensor, number][]): void {
+  checkDims(label, { rows: d.rows, cols: d.cols });
+  checkTensorSizes(label, needs);
 }
 
 /** out[r,c] = x[r,c] + bias[c]. x and out may be the same tensor (in place). */

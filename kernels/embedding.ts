@@ -6,7 +6,17 @@
  * dwte first and the token pass adds into it (`accumulate`). See embedding.wgsl.
  */
 import code from './embedding.wgsl?raw';
-import { ceilDiv, computePipeline, dispatch1d, preparedKernel, type Gpu, type Kernel, type Tensor } from './runtime';
+import {
+  ceilDiv,
+  checkDims,
+  checkTensorSizes,
+  computePipeline,
+  dispatch1d,
+  preparedKernel,
+  type Gpu,
+  type Kernel,
+  type Tensor,
+} from './runtime';
 
 export interface EmbeddingDims {
   /** Sequences in the batch. */
@@ -19,12 +29,9 @@ export interface EmbeddingDims {
 const WORKGROUP_SIZE = 64;
 
 function check(label: string, d: EmbeddingDims, needs: readonly [Tensor, number][]): void {
-  for (const [name, v] of Object.entries(d)) {
-    if (!Number.isInteger(v) || v < 0) throw new Error(`${label}: ${name} = ${v} is not a non-negative integer`);
-  }
+  checkDims(label, d);
   if (d.context < 1 || d.dim < 1 || d.vocab < 1) throw new Error(`${label}: context, dim and vocab must be positive`);
-  for (const [t, n] of needs)
-    if (t.size < n) throw new Error(`${label}: ${t.label} has ${t.size} elements, needs ${n}`);
+  checkTensorSizes(label, needs);
 }
 
 function embeddingKernel(

@@ -12,14 +12,15 @@ import {
   type ParamLayout,
   type SequentialSpec,
   type TransformerSpec,
+  transformerLayout,
 } from '../coordinator/core/model-spec';
+import { elementCount } from './runtime';
 
-const product = (s: readonly number[]) => s.reduce((a, b) => a * b, 1);
 const sameShape = (a: readonly number[], b: readonly number[]) =>
   a.length === b.length && a.every((d, i) => d === b[i]);
 
 function checkEntry(model: string, layout: ParamLayout, e: ParamEntry, shape: readonly number[]): ParamEntry {
-  if (!sameShape(e.shape, shape) || e.size !== product(shape))
+  if (!sameShape(e.shape, shape) || e.size !== elementCount(shape))
     throw new Error(`layout for ${model}: ${e.name} has shape [${e.shape}], the spec needs [${shape}]`);
   if (e.offset % PARAM_ALIGN_ELEMENTS !== 0 || e.offset + e.size > layout.totalElements)
     throw new Error(`layout for ${model}: ${e.name} at offset ${e.offset} is misaligned or out of range`);
@@ -42,36 +43,14 @@ export function paramEntries(spec: SequentialSpec, layout: ParamLayout): { weigh
   });
 }
 
-/** A transformer's tensors by GPT-2 name (see transformerLayout), each checked against the spec. */
+/**
+ * A transformer's tensors by GPT-2 name, each checked against the spec's own layout
+ * (`transformerLayout`, which owns the names and shapes): the caller's layout must hold every one.
+ */
 export function transformerEntries(spec: TransformerSpec, layout: ParamLayout): (name: string) => ParamEntry {
-  const { vocab, context, dModel: d, mlpRatio } = spec;
-  const f = mlpRatio * d;
-  const expected: Record<string, number[]> = {
-    'wte.weight': [vocab, d],
-    'wpe.weight': [context, d],
-    'ln_f.weight': [d],
-    'ln_f.bias': [d],
-  };
-  const perBlock: Record<string, number[]> = {
-    'ln_1.weight': [d],
-    'ln_1.bias': [d],
-    'attn.c_attn.weight': [d, 3 * d],
-    'attn.c_attn.bias': [3 * d],
-    'attn.c_proj.weight': [d, d],
-    'attn.c_proj.bias': [d],
-    'ln_2.weight': [d],
-    'ln_2.bias': [d],
-    'mlp.c_fc.weight': [d, f],
-    'mlp.c_fc.bias': [f],
-    'mlp.c_proj.weight': [f, d],
-    'mlp.c_proj.bias': [d],
-  };
-  for (let l = 0; l < spec.layers; l++) {
-    for (const [name, shape] of Object.entries(perBlock)) expected[`h.${l}.${name}`] = shape;
-  }
   const byName = new Map(layout.entries.map((e) => [e.name, e]));
   const checked = new Map<string, ParamEntry>();
-  for (const [name, shape] of Object.entries(expected)) {
+  for (const { name, shape } of transformerLayout(spec).entries) {
     const e = byName.get(name);
     if (!e) throw new Error(`layout for ${spec.name}: no tensor ${name}`);
     checked.set(name, checkEntry(spec.name, layout, e, shape));

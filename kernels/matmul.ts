@@ -8,7 +8,16 @@
  * JIT at start-up). Tile shape and the workgroup-memory switch are WGSL overrides.
  */
 import code from './matmul.wgsl?raw';
-import { ceilDiv, computePipeline, preparedKernel, STORAGE_USAGE, type Gpu, type Kernel, type Tensor } from './runtime';
+import {
+  ceilDiv,
+  checkDims,
+  computePipeline,
+  preparedKernel,
+  STORAGE_USAGE,
+  type Gpu,
+  type Kernel,
+  type Tensor,
+} from './runtime';
 
 export interface MatmulDims {
   m: number;
@@ -119,13 +128,7 @@ export function matmul(
   const label = `matmul${opts.transA ? '.tA' : ''}${opts.transB ? '.tB' : ''}`;
   const pipeline = computePipeline(gpu, code, 'matmul', 'main', constants);
   const plan = ({ m, n, k }: MatmulDims) => {
-    for (const [name, v] of [
-      ['m', m],
-      ['n', n],
-      ['k', k],
-    ] as const) {
-      if (!Number.isInteger(v) || v < 0) throw new Error(`${label}: ${name} = ${v} is not a non-negative integer`);
-    }
+    checkDims(label, { m, n, k });
     const need = (x: Tensor, elements: number, what: string): void => {
       if (elements > x.size) throw new Error(`${label}: ${what} ${x.label} has ${x.size} elements, needs ${elements}`);
     };

@@ -23,7 +23,17 @@ import { reluBackward } from './relu';
 import { elementCount, tensorView, type KernelCall, type Tensor } from './runtime';
 import { softmaxCrossEntropy } from './softmax-xent';
 
-type Entries = { weight?: ParamEntry; bias?: ParamEntry }[];
+/** What every layer's kernels are built from: the spec, its shapes, parameter entries and activations. */
+interface Stack {
+  ctx: GraphContext;
+  spec: SequentialSpec;
+  shapes: LayerShapes[];
+  entries: { weight?: ParamEntry; bias?: ParamEntry }[];
+  /** acts[i]: the output of layer i, [maxBatch, ...outShape]. */
+  acts: Tensor[];
+  /** argmaxes[i]: the pooling layer i's winners, for its backward. */
+  argmaxes: Tensor[];
+}
 
 function view(base: Tensor, e: ParamEntry | undefined, prefix = ''): Tensor {
   if (!e) throw new Error('unreachable: layer without parameters');
@@ -44,8 +54,8 @@ export function buildSequential(ctx: GraphContext, spec: SequentialSpec, layout:
   const shapes = layerShapes(spec);
   const entries = paramEntries(spec, layout);
   const acts = shapes.map((s, i) => ctx.tensor([ctx.maxBatch, ...s.outShape], `act${i}`));
-  const argmaxes: Tensor[] = [];
-  const forward = spec.layers.map((_, i) => forwardLayer(ctx, spec, shapes, entries, acts, argmaxes, i));
+  const stack: Stack = { ctx, spec, shapes, entries, acts, argmaxes: [] };
+  const forward = spec.layers.map((_, i) => forwardLayer(stack, i));
   const classes = spec.classes;
   const maxActivation = Math.max(...shapes.map((s) => elementCount(s.outShape)));
   const scratch = [
@@ -58,19 +68,12 @@ export function buildSequential(ctx: GraphContext, spec: SequentialSpec, layout:
   const t = { logits, labels: ctx.labels };
   const loss = ctx.batched(softmaxCrossEntropy(ctx.gpu, { ...t, loss: ctx.loss, dlogits }, rows(ctx.maxBatch)), rows);
   const correct = ctx.batched(countCorrect(ctx.gpu, { ...t, correct: ctx.correct }, rows(ctx.maxBatch)), rows);
-  const backward = backwardLayers(ctx, spec, shapes, entries, acts, argmaxes, scratch);
+  const backward = backwardLayers(stack, scratch);
   return { forward, loss, correct, backward };
 }
 
-function forwardLayer(
-  ctx: GraphContext,
-  spec: SequentialSpec,
-  shapes: LayerShapes[],
-  entries: Entries,
-  acts: Tensor[],
-  argmaxes: Tensor[],
-  i: number,
-): KernelCall {
+function forwardLayer(stack: Stack, i: number): KernelCall {
+  const { ctx, spec, shapes, entries, acts } = stack;
   const { gpu, maxBatch, params } = ctx;
   const layer = spec.layers[i];
   const { inShape, outShape } = shapes[i];
@@ -88,21 +91,14 @@ function forwardLayer(
     return ctx.batched(conv2dForward(gpu, t, dims(maxBatch), { relu: layer.activation === 'relu' }), dims);
   }
   const argmax = ctx.tensor([maxBatch, ...outShape], `argmax${i}`);
-  argmaxes[i] = argmax;
+  stack.argmaxes[i] = argmax;
   const dims = poolDims(inShape);
   return ctx.batched(maxPoolForward(gpu, { x, out: acts[i], argmax }, dims(maxBatch)), dims);
 }
 
 /** Layers from last to first; `current` indexes the scratch buffer holding d(loss)/d(output of layer i). */
-function backwardLayers(
-  ctx: GraphContext,
-  spec: SequentialSpec,
-  shapes: LayerShapes[],
-  entries: Entries,
-  acts: Tensor[],
-  argmaxes: Tensor[],
-  scratch: Tensor[],
-): KernelCall[] {
+function backwardLayers(stack: Stack, scratch: Tensor[]): KernelCall[] {
+  const { ctx, spec, shapes, acts, argmaxes } = stack;
   const { gpu, maxBatch } = ctx;
   const calls: KernelCall[] = [];
   const scratchView = (which: number, shape: readonly number[], label: string) =>
@@ -131,23 +127,15 @@ function backwardLayers(
     }
     // dx lands in the buffer that does not hold dz.
     const dxOther = i === 0 ? undefined : scratchView(1 - current, inShape, `d${x.label}`);
-    calls.push(...parameterLayerBackward(ctx, spec, shapes, entries, i, x, dz, dxOther));
+    calls.push(...parameterLayerBackward(stack, i, x, dz, dxOther));
     if (dxOther) current = 1 - current;
   }
   return calls;
 }
 
 /** dW, db and (unless it is the first layer) dX of a dense or conv layer from dZ. */
-function parameterLayerBackward(
-  ctx: GraphContext,
-  spec: SequentialSpec,
-  shapes: LayerShapes[],
-  entries: Entries,
-  i: number,
-  x: Tensor,
-  dz: Tensor,
-  dx: Tensor | undefined,
-): KernelCall[] {
+function parameterLayerBackward(stack: Stack, i: number, x: Tensor, dz: Tensor, dx: Tensor | undefined): KernelCall[] {
+  const { ctx, spec, shapes, entries } = stack;
   const { gpu, maxBatch, params, grads, tile } = ctx;
   const layer = spec.layers[i];
   const { inShape, outShape } = shapes[i];

@@ -17,10 +17,10 @@ import type { ParamLayout, TransformerSpec } from '../coordinator/core/model-spe
 import { countCorrect } from './argmax';
 import { attentionBackward, attentionForward, type AttentionDims } from './attention';
 import { biasGrad } from './bias';
-import { embeddingBackwardPositions, embeddingBackwardTokens, embeddingForward } from './embedding';
+import { embeddingBackwardPositions, embeddingBackwardTokens, embeddingForward, type EmbeddingDims } from './embedding';
 import { geluBackward, geluForward } from './gelu';
 import { transformerEntries } from './layers';
-import { layerNormBackwardInput, layerNormBackwardParams, layerNormForward } from './layernorm';
+import { layerNormBackwardInput, layerNormBackwardParams, layerNormForward, type LayerNormDims } from './layernorm';
 import { matmul } from './matmul';
 import type { GraphContext, ModelGraph } from './model-graph';
 import { residualAdd } from './residual';
@@ -53,6 +53,10 @@ interface Parts {
   scratch: { dres: Tensor; dA: Tensor; dB: Tensor; dF1: Tensor; dF2: Tensor; dqkv: Tensor; dscores: Tensor };
   /** Rows of the batch: batch·context. */
   rows: (batch: number) => number;
+  /** The dims of the embedding, attention and LayerNorm kernels at a batch. */
+  embedDims: (batch: number) => EmbeddingDims;
+  attDims: (batch: number) => AttentionDims;
+  lnDims: (batch: number) => LayerNormDims;
 }
 
 export function buildTransformer(ctx: GraphContext, spec: TransformerSpec, layout: ParamLayout): ModelGraph {
@@ -99,7 +103,19 @@ function allocate(ctx: GraphContext, spec: TransformerSpec, layout: ParamLayout)
     const e = entry(name);
     return tensorView(ctx.grads, e.offset, e.shape, `d${name}`);
   };
-  return { ctx, spec, p, d: dp, blocks, top, scratch, rows: (b) => b * context };
+  return {
+    ctx,
+    spec,
+    p,
+    d: dp,
+    blocks,
+    top,
+    scratch,
+    rows: (b) => b * context,
+    embedDims: (b) => ({ batch: b, context, dim: d, vocab }),
+    attDims: (b) => ({ batch: b, context, dim: d, heads }),
+    lnDims: (b) => ({ rows: b * context, dim: d }),
+  };
 }
 
 /** out = a·b (+bias) over `rows` rows; k and n from the operands' columns. */
@@ -112,7 +128,7 @@ function linear(parts: Parts, a: Tensor, w: Tensor, out: Tensor, bias?: Tensor):
 
 function layerNorm(parts: Parts, x: Tensor, name: string, y: Tensor, stats: Tensor): KernelCall {
   const { ctx } = parts;
-  const dims = (b: number) => ({ rows: parts.rows(b), dim: parts.spec.dModel });
+  const dims = parts.lnDims;
   const t = { x, gain: parts.p(`${name}.weight`), bias: parts.p(`${name}.bias`), y, stats };
   return ctx.batched(layerNormForward(ctx.gpu, t, dims(ctx.maxBatch)), dims);
 }
@@ -122,11 +138,9 @@ function elementwise(parts: Parts, cols: number) {
 }
 
 function forwardCalls(parts: Parts): KernelCall[] {
-  const { ctx, spec, p, blocks, top } = parts;
+  const { ctx, spec, p, blocks, top, embedDims, attDims } = parts;
   const { gpu, maxBatch } = ctx;
   const { dModel: d, mlpRatio } = spec;
-  const embedDims = (b: number) => ({ batch: b, context: spec.context, dim: d, vocab: spec.vocab });
-  const attDims = (b: number): AttentionDims => ({ batch: b, context: spec.context, dim: d, heads: spec.heads });
   const residual = elementwise(parts, d);
   const gelu = elementwise(parts, mlpRatio * d);
   const embed = { tokens: ctx.input, wte: p('wte.weight'), wpe: p('wpe.weight'), out: blocks[0]?.res ?? top.res };
@@ -201,7 +215,7 @@ function layerNormBackward(
   accumulate: boolean,
 ) {
   const { ctx } = parts;
-  const dims = (b: number) => ({ rows: parts.rows(b), dim: parts.spec.dModel });
+  const dims = parts.lnDims;
   const params = { x, stats, dy, dgain: parts.d(`${name}.weight`), dbias: parts.d(`${name}.bias`) };
   const input = { x, stats, gain: parts.p(`${name}.weight`), dy, dx };
   return [
@@ -211,13 +225,12 @@ function layerNormBackward(
 }
 
 function backwardCalls(parts: Parts): KernelCall[] {
-  const { ctx, spec, top, scratch: s } = parts;
+  const { ctx, spec, top, scratch: s, embedDims } = parts;
   const { gpu, maxBatch, tile } = ctx;
-  const rowsV = (b: number) => parts.rows(b);
   const dlogits = tensorView(s.dA, 0, [maxBatch * spec.context, spec.vocab], 'dlogits');
   const dlnf = tensorView(s.dB, 0, [maxBatch * spec.context, spec.dModel], 'dln_f');
-  const headX = (b: number) => ({ m: rowsV(b), n: spec.dModel, k: spec.vocab });
-  const headW = (b: number) => ({ m: spec.vocab, n: spec.dModel, k: rowsV(b) });
+  const headX = (b: number) => ({ m: parts.rows(b), n: spec.dModel, k: spec.vocab });
+  const headW = (b: number) => ({ m: spec.vocab, n: spec.dModel, k: parts.rows(b) });
   const calls = [
     // dln_f = dlogits·wte; dwte = dlogitsᵀ·ln_f (overwrites; the embedding adds its part last).
     ctx.batched(matmul(gpu, { a: dlogits, b: parts.p('wte.weight'), out: dlnf }, headX(maxBatch), tile), headX),
@@ -228,7 +241,6 @@ function backwardCalls(parts: Parts): KernelCall[] {
     ...layerNormBackward(parts, 'ln_f', top.res, top.stats, dlnf, s.dres, false),
   ];
   for (let l = spec.layers - 1; l >= 0; l--) calls.push(...blockBackward(parts, l));
-  const embedDims = (b: number) => ({ batch: b, context: spec.context, dim: spec.dModel, vocab: spec.vocab });
   const tokens = { tokens: ctx.input, dout: s.dres, dwte: parts.d('wte.weight') };
   calls.push(
     ctx.batched(embeddingBackwardTokens(gpu, tokens, embedDims(maxBatch), { accumulate: true }), embedDims),
@@ -242,17 +254,11 @@ function backwardCalls(parts: Parts): KernelCall[] {
 
 /** One block from the top: the MLP branch, then the attention branch; each adds into dres. */
 function blockBackward(parts: Parts, l: number): KernelCall[] {
-  const { ctx, spec, blocks, scratch: s } = parts;
+  const { ctx, spec, blocks, scratch: s, attDims } = parts;
   const { gpu, maxBatch } = ctx;
   const k = blocks[l];
   const h = `h.${l}`;
   const gelu = elementwise(parts, spec.mlpRatio * spec.dModel);
-  const attDims = (b: number): AttentionDims => ({
-    batch: b,
-    context: spec.context,
-    dim: spec.dModel,
-    heads: spec.heads,
-  });
   const [attQ, attKV] = attentionBackward(
     gpu,
     { qkv: k.qkv, probs: k.probs, dy: s.dA, dscores: s.dscores, dqkv: s.dqkv },

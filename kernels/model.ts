@@ -81,8 +81,6 @@ export class Model {
   readonly spec: ModelSpec;
   readonly layout: ParamLayout;
   readonly maxBatch: number;
-  /** Parameters without alignment padding. */
-  readonly paramCount: number;
   /** Floats in each flat buffer (params, grads, moments), padding included. */
   readonly totalElements: number;
   readonly params: Tensor;
@@ -98,7 +96,11 @@ export class Model {
   private readonly labels: Tensor;
   private readonly loss: Tensor;
   private readonly correct: Tensor;
-  private readonly graph: ModelGraph;
+  /** The prepared calls of a step, listed once: recorded as they are, resized through `resizers`. */
+  private readonly forwardBackwardCalls: readonly KernelCall[];
+  private readonly optimizerCalls: readonly KernelCall[];
+  private readonly trainStepCalls: readonly KernelCall[];
+  private readonly evaluateCalls: readonly KernelCall[];
   private readonly resizers: ((batch: number) => void)[] = [];
   private readonly optimizerRanges: OptimizerRange[];
   private readonly owned: Tensor[] = [];
@@ -106,8 +108,6 @@ export class Model {
   private readonly reader: StagingReader;
   /** Input elements per sample: pixels·channels, or context tokens. */
   private readonly inputSize: number;
-  /** Label elements per sample: 1, or context next tokens. */
-  private readonly labelSize: number;
   /** Token scratch for setTokens (inputs then labels), reused. */
   private tokenScratch?: Uint32Array;
   private currentBatch: number;
@@ -120,7 +120,6 @@ export class Model {
     this.spec = spec;
     this.layout = layout;
     this.maxBatch = maxBatch;
-    this.paramCount = layout.parameterCount;
     this.totalElements = layout.totalElements;
     this.optimizerConfig = { ...options.optimizer };
     this.reader = new StagingReader(gpu, `${spec.name}.read`);
@@ -133,19 +132,23 @@ export class Model {
       this.owned.push(t);
       return t;
     };
-    [this.inputSize, this.labelSize] = isTransformer(spec)
-      ? [spec.context, spec.context]
-      : [elementCount(spec.input), 1];
-    this.input = tensor([maxBatch, this.inputSize], 'input');
-    this.labels = tensor([maxBatch, this.labelSize], 'labels');
+    // Per sample: pixels·channels and one label, or context tokens and context next tokens.
+    const [inputSize, labelSize] = isTransformer(spec) ? [spec.context, spec.context] : [elementCount(spec.input), 1];
+    this.inputSize = inputSize;
+    this.input = tensor([maxBatch, inputSize], 'input');
+    this.labels = tensor([maxBatch, labelSize], 'labels');
     this.loss = tensor([1], 'loss-sum');
     this.correct = tensor([1], 'correct');
     this.params = tensor([layout.totalElements], 'params', initial);
     this.grads = tensor([layout.totalElements], 'grads');
     this.momentNames = MOMENT_NAMES[options.optimizer.kind];
     this.moments = this.momentNames.map((name) => tensor([layout.totalElements], name));
-    this.graph = this.buildGraph(options);
+    const graph = this.buildGraph(options);
     this.optimizerRanges = this.prepareOptimizerRanges();
+    this.forwardBackwardCalls = [...graph.forward, graph.loss, ...graph.backward];
+    this.optimizerCalls = this.optimizerRanges.map((r) => r.kernel.call);
+    this.trainStepCalls = [...this.forwardBackwardCalls, ...this.optimizerCalls];
+    this.evaluateCalls = [...graph.forward, graph.loss, graph.correct];
     this.currentBatch = maxBatch;
   }
 
@@ -259,10 +262,6 @@ export class Model {
     return batch;
   }
 
-  private forwardBackwardCalls(): KernelCall[] {
-    return [...this.graph.forward, this.graph.loss, ...this.graph.backward];
-  }
-
   /**
    * Record forward, loss (sum) and backward for the uploaded batch: afterwards the grads buffer holds
    * gradient SUMS over the batch (every gradient is overwritten, so nothing needs zeroing).
@@ -270,10 +269,11 @@ export class Model {
    */
   recordForwardBackward(encoder: GPUCommandEncoder, batch = this.currentBatch): void {
     this.useBatch(batch);
-    recordCalls(encoder, this.forwardBackwardCalls(), `${this.spec.name}.forward-backward`);
+    recordCalls(encoder, this.forwardBackwardCalls, `${this.spec.name}.forward-backward`);
   }
 
-  private prepareOptimizer(sampleCount: number): KernelCall[] {
+  /** Write the optimizer's uniforms for the next step (t + 1, 1/sampleCount, the current lr); t increments. */
+  private prepareOptimizer(sampleCount: number): void {
     if (!(sampleCount > 0)) throw new Error(`optimizer step: sampleCount ${sampleCount} must be positive`);
     const t = this.optimizerStep + 1;
     const opt = this.optimizerConfig;
@@ -291,12 +291,12 @@ export class Model {
         });
     }
     this.optimizerStep = t;
-    return this.optimizerRanges.map((r) => r.kernel.call);
   }
 
   /** Record one optimizer step over the grads buffer, dividing the sums by `sampleCount`; t increments. */
   recordOptimizerStep(encoder: GPUCommandEncoder, sampleCount: number): void {
-    recordCalls(encoder, this.prepareOptimizer(sampleCount), `${this.spec.name}.optimizer`);
+    this.prepareOptimizer(sampleCount);
+    recordCalls(encoder, this.optimizerCalls, `${this.spec.name}.optimizer`);
   }
 
   /** Upload, forward, backward and optimizer in one submission with one compute pass; no read-back. */
@@ -311,8 +311,8 @@ export class Model {
 
   private submitTrainStep(batch: number): void {
     const encoder = this.gpu.device.createCommandEncoder({ label: `${this.spec.name}.train-step` });
-    const calls = [...this.forwardBackwardCalls(), ...this.prepareOptimizer(batch)];
-    recordCalls(encoder, calls, `${this.spec.name}.train-step`);
+    this.prepareOptimizer(batch);
+    recordCalls(encoder, this.trainStepCalls, `${this.spec.name}.train-step`);
     this.gpu.device.queue.submit([encoder.finish()]);
   }
 
@@ -354,6 +354,16 @@ export class Model {
     return this.readFloats(this.params, this.totalElements);
   }
 
+  /**
+   * `fn` of the flat params buffer (`totalElements` floats) as mapped, without a CPU copy (e.g. its
+   * hash, every step): `fn` must not keep the array. The read-back is recorded now, so it sees the
+   * parameters of every step submitted before the call.
+   */
+  withParams<T>(fn: (params: Float32Array) => T): Promise<T> {
+    const t = this.params;
+    return this.reader.use(t.buffer, t.offset, this.totalElements * 4, (mapped) => fn(new Float32Array(mapped)));
+  }
+
   /** Replace the grads buffer (allreduced sums), `totalElements` floats in the flat layout. */
   writeGradients(grads: Float32Array): void {
     if (grads.length !== this.totalElements)
@@ -385,12 +395,11 @@ export class Model {
     const device = this.gpu.device;
     const label = `${this.spec.name}.evaluate`;
     const staging = device.createBuffer({ label, size: chunks * 8, usage: MAP_READ | COPY_DST });
-    const calls = [...this.graph.forward, this.graph.loss, this.graph.correct];
     for (let c = 0; c < chunks; c++) {
       const start = c * this.maxBatch;
       upload(start, Math.min(this.maxBatch, count - start));
       const encoder = device.createCommandEncoder({ label });
-      recordCalls(encoder, calls, label);
+      recordCalls(encoder, this.evaluateCalls, label);
       encoder.copyBufferToBuffer(this.loss.buffer, this.loss.offset, staging, c * 8, 4);
       encoder.copyBufferToBuffer(this.correct.buffer, this.correct.offset, staging, c * 8 + 4, 4);
       device.queue.submit([encoder.finish()]);

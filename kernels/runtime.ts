@@ -247,7 +247,16 @@ export class StagingReader {
   ) {}
 
   /** Copy `byteLength` bytes (a multiple of 4) at `offset` of `source` to the CPU. */
-  async read(source: GPUBuffer, offset: number, byteLength: number): Promise<ArrayBuffer> {
+  read(source: GPUBuffer, offset: number, byteLength: number): Promise<ArrayBuffer> {
+    return this.use(source, offset, byteLength, (mapped) => mapped.slice(0));
+  }
+
+  /**
+   * Copy the range as `read` does, but hand `fn` the mapped range itself (no CPU copy, e.g. to hash
+   * it): `fn` must not keep the ArrayBuffer, which is unmapped and reused when it returns. The copy
+   * is submitted before this returns, so it sees exactly the work submitted so far.
+   */
+  async use<T>(source: GPUBuffer, offset: number, byteLength: number, fn: (mapped: ArrayBuffer) => T): Promise<T> {
     if (byteLength <= 0 || byteLength % 4 !== 0)
       throw new Error(`${this.label}: read of ${byteLength} bytes must be a positive multiple of 4`);
     const staging = this.take(byteLength);
@@ -260,10 +269,12 @@ export class StagingReader {
       staging.destroy();
       throw error;
     }
-    const copy = staging.getMappedRange(0, byteLength).slice(0);
-    staging.unmap();
-    this.idle.push(staging);
-    return copy;
+    try {
+      return fn(staging.getMappedRange(0, byteLength));
+    } finally {
+      staging.unmap();
+      this.idle.push(staging);
+    }
   }
 
   /** The smallest idle buffer that fits (so a small read does not occupy the large one), or a new one. */
@@ -300,6 +311,20 @@ export function writeTensor(gpu: Gpu, t: Tensor, data: Float32Array | Uint32Arra
 
 export function ceilDiv(a: number, b: number): number {
   return Math.ceil(a / b);
+}
+
+/** Throw unless every dimension in `dims` is a non-negative integer. */
+export function checkDims(label: string, dims: object): void {
+  for (const [name, v] of Object.entries(dims)) {
+    if (!Number.isInteger(v) || v < 0) throw new Error(`${label}: ${name} = ${v} is not a non-negative integer`);
+  }
+}
+
+/** Throw unless each tensor holds at least the elements listed with it. */
+export function checkTensorSizes(label: string, needs: readonly (readonly [Tensor, number])[]): void {
+  for (const [t, n] of needs) {
+    if (t.size < n) throw new Error(`${label}: ${t.label} has ${t.size} elements, needs ${n}`);
+  }
 }
 
 /** Split a 1-D dispatch of `groups` workgroups over x/y to respect maxComputeWorkgroupsPerDimension (65535). */

@@ -4,9 +4,9 @@
  *   staging buffer by one submission), for a snapshot or a broadcast to a joining peer;
  * - `saveBackup` / `restoreBackup` keep a second GPU copy of the last completed (committed) step and
  *   put it back after a failure, with GPU→GPU copies only (no read-back, microseconds of recording);
- * - `hashParams` reads the params once and hashes them with the caller's hash (the coordinator's
- *   `hashParams` from coordinator/core/hash.ts, injected because kernels/ must not import it), so the
- *   value a rank reports is the value a snapshot carries.
+ * - `hashParams` reads the params once and hashes them where they are mapped, with the caller's hash
+ *   (the coordinator's `hashParams` from coordinator/core/hash.ts, injected because kernels/ must not
+ *   import it), so the value a rank reports is the value a snapshot carries.
  */
 import type { Model } from './model';
 import { createTensor, type Gpu, type Tensor } from './runtime';
@@ -127,9 +127,9 @@ export class TrainingState {
     this.model.optimizerStep = backup.step;
   }
 
-  /** Hash of the current parameter bytes (one read-back of the params buffer). */
-  async hashParams(): Promise<string> {
-    return this.hash(await this.model.readParams());
+  /** Hash of the current parameter bytes (one read-back of the params buffer, hashed where it is mapped). */
+  hashParams(): Promise<string> {
+    return this.model.withParams(this.hash);
   }
 
   /** Free the backup buffers (the model's own buffers belong to the model). */

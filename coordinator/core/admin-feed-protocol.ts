@@ -175,17 +175,27 @@ export function categoryOf(event: string, data: unknown): FeedCategory {
     case 'worker_failed':
     case 'failure_report':
     case 'divergence':
+    case 'ready_timeout':
       return 'crash';
     case 'job_failed':
     case 'record_rolled_back':
+    case 'charged':
+    case 'restart_absorbed':
+    case 'restart_confirmed':
+    case 'restart_deferred':
+    case 'restart_excused':
       return 'restart';
     case 'round_closed':
       return (data as { restart?: unknown } | null)?.restart === true ? 'restart' : 'round';
     case 'message_rejected':
     case 'message_invalid':
+    case 'messages_rejected':
+    case 'worker_refused':
+    case 'cooled_off':
       return 'rejected';
     case 'admin':
     case 'admin_ignored':
+    case 'job_resumed_after_failure':
       return 'admin';
     case 'checkpoint_requested':
     case 'checkpoint_stored':
@@ -201,4 +211,29 @@ export function categoryOf(event: string, data: unknown): FeedCategory {
     default:
       return 'other';
   }
+}
+
+/** Who may join: anyone with the URL, or only tabs opened from a live invite link (`--join`). */
+export type JoinMode = 'open' | 'invite';
+
+/** One invite as `GET /api/admin/invites` lists it (the token appears only inside `link`). */
+export interface InviteView {
+  id: string;
+  /** Path of the link to hand out (`/?invite=…`). */
+  link: string;
+  label: string;
+  maxTabs: number | null;
+  /** Workers connected now that joined through it. */
+  tabs: number;
+  expiresAt: number | null;
+  createdAt: number;
+  revokedAt: number | null;
+  /** Live: not revoked, not expired. */
+  live: boolean;
+}
+
+/** The body of `GET /api/admin/invites`. */
+export interface InvitesResponse {
+  join: JoinMode;
+  invites: InviteView[];
 }

@@ -6,17 +6,18 @@
  */
 import { begin, finish, log, metric, mutWorker, persist, reject, sendWorker, type Ctx } from './context';
 import type { ErrorCode, StepReportMessage } from './protocol';
-import { admitAtBoundaryIn, afterCloseIn, closeRoundIn, planOf, requestCheckpointIn } from './rendezvous';
+import { admitAtBoundaryIn, afterCloseIn, closeRoundIn, requestCheckpointIn } from './rendezvous';
 import {
   assignStep,
   commitStep,
   epochOrder,
   nextCommitPoint,
+  planOf,
   positionAfter,
   stepPosition,
   totalSteps,
 } from './sampler';
-import { own } from './penalties';
+import { culpritOf } from './penalties';
 import { smoothThroughput } from './shares';
 import type { CommitRecord, CoordinatorState, Transition } from './state';
 
@@ -227,8 +228,7 @@ function finishJobIn(ctx: Ctx, point: number): void {
 function divergeIn(ctx: Ctx, divergence: { step: number; hashes: Record<string, string> }, workerId: string): void {
   metric(ctx, 'tabswarm_failures_total');
   log(ctx, 'error', 'divergence', { round: ctx.s.rendezvous.round, ...divergence, charged: workerId });
-  const addr = own(ctx.s.workers, workerId)?.addr ?? '';
-  closeRoundIn(ctx, 'divergence', true, true, undefined, [{ workerId, addr }]);
+  closeRoundIn(ctx, 'divergence', true, true, undefined, [culpritOf(ctx.s, workerId)]);
   afterCloseIn(ctx);
 }
 

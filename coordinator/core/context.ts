@@ -17,6 +17,11 @@ export interface Ctx {
   ownConnections?: boolean;
 }
 
+/** A lookup in a map keyed by untrusted strings that never reaches the prototype (`__proto__`, `constructor`). */
+export function own<T>(map: Record<string, T>, key: string): T | undefined {
+  return Object.hasOwn(map, key) ? map[key] : undefined;
+}
+
 type DistributiveOmit<T, K extends PropertyKey> = T extends unknown ? Omit<T, K> : never;
 /** A server message without its version field (added on send). */
 export type ServerBody = DistributiveOmit<ServerMessage, 'v'>;

@@ -9,7 +9,7 @@
  */
 import { begin, finish, log, metric, mutWorker, reject } from './context';
 import type { ErrorCode, EvaluationMessage } from './protocol';
-import { isCommitPoint, stepPosition, stepsPerEpoch, totalSteps, type StepPlan } from './sampler';
+import { isCommitPoint, planOf, stepPosition, stepsPerEpoch, totalSteps, type StepPlan } from './sampler';
 import type { CoordinatorState, Transition } from './state';
 
 /** What fixes the evaluation points (a `JobPublic` satisfies it). */
@@ -37,15 +37,6 @@ export function isEvaluationPoint(step: number, plan: EvaluationPlan): boolean {
     Math.floor((step - 1) / perEpoch) * perEpoch,
   );
   return Math.floor(step / plan.evalEvery) > Math.floor(previous / plan.evalEvery);
-}
-
-function planOfState(s: CoordinatorState): StepPlan {
-  return {
-    datasetSize: s.datasetSize,
-    globalBatch: s.job.globalBatch,
-    epochs: s.job.epochs,
-    commitEvery: s.job.commitEvery,
-  };
 }
 
 export type EvaluationCheck = { ok: true } | { ok: false; code: ErrorCode; message: string };
@@ -78,7 +69,8 @@ export function checkEvaluation(s: CoordinatorState, workerId: string, msg: Eval
   const evaluator = current ? rv.participants[0]?.workerId : rv.closedRound!.members[0];
   if (workerId !== evaluator)
     return { ok: false, code: 'not_evaluator', message: `only rank 0 of round ${msg.round} evaluates` };
-  if (!isEvaluationPoint(msg.step, { ...planOfState(s), evalEvery: s.job.evalEvery, evalSamples: s.job.evalSamples }))
+  const plan = planOf(s);
+  if (!isEvaluationPoint(msg.step, { ...plan, evalEvery: s.job.evalEvery, evalSamples: s.job.evalSamples }))
     return { ok: false, code: 'wrong_step', message: `step ${msg.step} is not an evaluation point` };
   if (msg.step > s.lastCommit.step)
     return {
@@ -86,12 +78,7 @@ export function checkEvaluation(s: CoordinatorState, workerId: string, msg: Eval
       code: 'wrong_step',
       message: `step ${msg.step} is not committed (last commit ${s.lastCommit.step})`,
     };
-  const epoch = stepPosition(msg.step, {
-    datasetSize: s.datasetSize,
-    globalBatch: s.job.globalBatch,
-    epochs: s.job.epochs,
-    commitEvery: s.job.commitEvery,
-  }).epoch;
+  const epoch = stepPosition(msg.step, plan).epoch;
   if (msg.epoch !== epoch)
     return { ok: false, code: 'wrong_step', message: `step ${msg.step} is in epoch ${epoch}, not ${msg.epoch}` };
   // The schema refuses these already; the machine also takes typed messages that never went through it.

@@ -39,6 +39,9 @@ const subsetField = z
   .max(1 << 30)
   .optional();
 
+/** A server-side file or folder of a user dataset. */
+const pathField = z.string().min(1).max(4096);
+
 /** The built-in IDX image set (Fashion-MNIST by default). */
 export const idxDatasetSchema = z.strictObject({
   /** Dataset name; the server maps it to files (Fashion-MNIST IDX by default). */
@@ -51,9 +54,9 @@ export const idxDatasetSchema = z.strictObject({
 export const textDatasetSchema = z.strictObject({
   kind: z.literal('text'),
   /** A file, or a folder whose regular files are joined in name order. */
-  path: z.string().min(1).max(4096),
+  path: pathField,
   /** Held-out text; without it the last 5% of the bytes is held out. */
-  testPath: z.string().min(1).max(4096).optional(),
+  testPath: pathField.optional(),
   /** Folder files ending in one of these are left out (e.g. [".dat"]). */
   skip: z.array(z.string().min(1).max(64)).max(16).optional(),
   name: z.string().min(1).max(64).default('text'),
@@ -63,8 +66,8 @@ export const textDatasetSchema = z.strictObject({
 /** A `.safetensors` file with `x` (F32 or U8 rows) and `y` (integer labels). */
 export const tensorsDatasetSchema = z.strictObject({
   kind: z.literal('tensors'),
-  path: z.string().min(1).max(4096),
-  testPath: z.string().min(1).max(4096).optional(),
+  path: pathField,
+  testPath: pathField.optional(),
   name: z.string().min(1).max(64).default('tensors'),
   subset: subsetField,
 });

@@ -14,6 +14,7 @@ import {
   log,
   metric,
   mutWorker,
+  own,
   persist,
   reject,
   sendConn,
@@ -24,25 +25,27 @@ import {
 } from './context';
 import { reportEvaluation } from './evaluation';
 import { effectiveDatasetSize, jobPublic, jobSpecSchema, type JobSpec } from './job';
-import { bannedUntil, DEFAULT_TRUST_POLICY, own, refuseConnIn } from './penalties';
-import type { CandidateType, ClientMessage } from './protocol';
+import { bannedUntil, DEFAULT_TRUST_POLICY, refuseConnIn } from './penalties';
+import type { ClientMessage, PeerLink } from './protocol';
 import { CloseCode } from './protocol';
 import {
   afterCloseIn,
+  checkpointHolder,
   closeRoundIn,
   enrollIn,
   evaluateGatheringIn,
   failIn,
   holdsState,
+  latestCheckpoint,
   leaveIn,
   markReadyIn,
   notifyWaitingIn,
-  planOf,
   removeWorkerIn,
   requestCheckpointIn,
+  rollbackIn,
   tickIn,
 } from './rendezvous';
-import { emptyRecord, epochOrder, positionAfter, rollbackTo, totalSteps } from './sampler';
+import { emptyRecord, planOf, positionAfter, totalSteps } from './sampler';
 import type { AdminAction, CoordinatorState, DurableState, Event, HeldState, Transition, TrustPolicy } from './state';
 
 export type {
@@ -219,7 +222,7 @@ function onMessage(state: CoordinatorState, conn: string, msg: ClientMessage, no
         reason: msg.reason,
         peer: msg.peer ?? null,
       });
-      failIn(ctx, [welcomed], 'failure', `failure report: ${msg.reason}`, { remove: false, blame, reporter: welcomed });
+      failIn(ctx, [welcomed], 'failure', `failure report: ${msg.reason}`, { remove: false, blame });
       return finish(ctx);
     }
     case 'goodbye': {
@@ -387,8 +390,7 @@ export function adminRefusal(s: CoordinatorState, action: AdminAction): string |
     case 'resume':
       return s.status === 'paused' || s.status === 'failed' ? null : `the job is ${s.status}, not paused or failed`;
     case 'checkpoint_now':
-      return s.lastCommit.step > 0 &&
-        s.rendezvous.participants.some((p) => holdsState(own(s.workers, p.workerId), s.lastCommit))
+      return s.lastCommit.step > 0 && checkpointHolder(s) !== undefined
         ? null
         : 'no round member holds the last commit, or nothing is committed yet';
     case 'kick':
@@ -406,17 +408,9 @@ export function adminRefusal(s: CoordinatorState, action: AdminAction): string |
 /** Resume a failed job: restarts from 0, the record back to the latest stored checkpoint (or step 0). */
 function resumeFailedIn(ctx: Ctx): void {
   const s = ctx.s;
-  const checkpoint = s.checkpoints.filter((c) => c.step <= s.lastCommit.step).pop();
+  const checkpoint = latestCheckpoint(s);
   const target = checkpoint ?? { step: 0, epoch: 0, cursor: 0, hash: null };
-  if (target.step !== s.lastCommit.step) {
-    s.record =
-      target.step === 0
-        ? emptyRecord(s.datasetSize)
-        : rollbackTo(target.epoch, target.cursor, epochOrder(s.job.seed, target.epoch, s.datasetSize));
-    s.lastCommit = { step: target.step, epoch: target.epoch, cursor: target.cursor, hash: target.hash, members: [] };
-    s.checkpointRequests = [];
-    ctx.out.push({ kind: 'rollback_commits', afterStep: target.step });
-  }
+  if (target.step !== s.lastCommit.step) rollbackIn(ctx, target, 'resume after failure');
   s.status = 'active';
   s.restarts = 0;
   s.blamedRestart = null;
@@ -490,7 +484,7 @@ export interface WorldView {
   /** WebRTC round-trip time (ms) of its ring links (max over them) from its last heartbeat, or null. */
   peerRttMs: number | null;
   /** Selected ICE candidate types (local/remote) of its ring links, from its last heartbeat ([] unknown). */
-  peerLinks: { peer: string; local: CandidateType; remote: CandidateType }[];
+  peerLinks: PeerLink[];
   /** Why ICE fails for it (e.g. "TURN authentication failed …"), or null. */
   iceError: string | null;
   adapter: string;

@@ -12,7 +12,7 @@
  * Pure functions over the plain-JSON state (`CoordinatorState.penalties`); not durable: a coordinator
  * restart forgets bans (a restart is also what an operator does to lift one).
  */
-import { log, metric, sendConn, type Ctx } from './context';
+import { log, metric, own, sendConn, type Ctx } from './context';
 import { CloseCode } from './protocol';
 import type { CoordinatorState, PenaltyRecord, TrustPolicy } from './state';
 
@@ -35,8 +35,9 @@ export interface Culprit {
 const workerKey = (workerId: string) => `w:${workerId}`;
 const addressKey = (addr: string) => `a:${addr}`;
 
-function ownRecord(s: CoordinatorState, key: string): PenaltyRecord | undefined {
-  return Object.hasOwn(s.penalties, key) ? s.penalties[key] : undefined;
+/** The culprit `workerId` with the address of its socket ('' once the worker is gone). */
+export function culpritOf(s: CoordinatorState, workerId: string): Culprit {
+  return { workerId, addr: own(s.workers, workerId)?.addr ?? '' };
 }
 
 /** The time until which `workerId` or `addr` is refused, or null when neither is cooling off at `now`. */
@@ -46,12 +47,11 @@ export function bannedUntil(
   who: { workerId?: string | null; addr?: string },
 ): number | null {
   let until: number | null = null;
-  const keys = [
-    ...(who.workerId ? [workerKey(who.workerId)] : []),
-    ...(who.addr !== undefined && who.addr !== '' ? [addressKey(who.addr)] : []),
-  ];
+  const keys: string[] = [];
+  if (who.workerId) keys.push(workerKey(who.workerId));
+  if (who.addr) keys.push(addressKey(who.addr));
   for (const key of keys) {
-    const record = ownRecord(s, key);
+    const record = own(s.penalties, key);
     if (record && record.bannedUntil > now) until = Math.max(until ?? 0, record.bannedUntil);
   }
   return until;
@@ -72,18 +72,18 @@ export function coolOffFor(policy: TrustPolicy, bans: number): number {
 }
 
 /**
- * Charge one event to `culprit` (worker and address). Returns whether either is now over its quota
- * (then it was banned: its sockets are closed). The caller decides whether the job pays too.
+ * Charge one event to `culprit` (worker and address) in `ctx.s.penalties`, which must be this
+ * transition's own copy. Returns whether either is now over its quota (then it is banned; the caller
+ * closes its sockets with `enforceBansIn`). The caller decides whether the job pays too.
  */
 function chargeOneIn(ctx: Ctx, culprit: Culprit, why: string): boolean {
   const { s, now } = ctx;
   const policy = s.policy;
-  s.penalties = { ...s.penalties };
   let over = false;
   const entries: [string, number][] = [[workerKey(culprit.workerId), policy.workerQuota]];
   if (culprit.addr !== '') entries.push([addressKey(culprit.addr), policy.addressQuota]);
   for (const [key, quota] of entries) {
-    const previous = ownRecord(s, key) ?? { charges: [], bans: 0, bannedUntil: 0 };
+    const previous = own(s.penalties, key) ?? { charges: [], bans: 0, bannedUntil: 0 };
     const charges = [...previous.charges.filter((t) => now - t < policy.chargeWindowMs), now];
     const record: PenaltyRecord = { ...previous, charges };
     if (charges.length > quota) {
@@ -107,21 +107,15 @@ function chargeOneIn(ctx: Ctx, culprit: Culprit, why: string): boolean {
 }
 
 /**
- * Charge `culprits` for one event. `countsForJob`: a restart (true) or only a strike (a missed ready
- * deadline). Returns whether the job should count the restart: not when a culprit is over its quota.
+ * Charge `culprits` for one event (a restart, or only a strike: a missed ready deadline). `absorbed`:
+ * a culprit is over its quota, so a restart should not count against the job.
  */
 export function chargeIn(ctx: Ctx, culprits: Culprit[], why: string): { absorbed: boolean } {
   let absorbed = false;
+  ctx.s.penalties = { ...ctx.s.penalties }; // copy-on-write: records are replaced, never edited
   for (const c of culprits) absorbed = chargeOneIn(ctx, c, why) || absorbed;
   for (const c of culprits) log(ctx, 'info', 'charged', { workerId: c.workerId, addr: c.addr, why });
   return { absorbed };
-}
-
-/** Workers (connected now) that are refused at `now`: their worker id or their address is cooling off. */
-export function bannedWorkers(s: CoordinatorState, now: number): string[] {
-  return Object.values(s.workers)
-    .filter((w) => bannedUntil(s, now, { workerId: w.workerId, addr: w.addr }) !== null)
-    .map((w) => w.workerId);
 }
 
 /** Tell a refused socket why and close it. */
@@ -133,9 +127,4 @@ export function refuseConnIn(ctx: Ctx, conn: string, until: number): void {
     message: `refused for ${seconds} s: too many failures charged to this worker or address`,
   });
   ctx.out.push({ kind: 'close', conn, code: CloseCode.banned, reason: 'cooling off' });
-}
-
-/** A lookup in a map keyed by untrusted strings that never reaches the prototype (`__proto__`, `constructor`). */
-export function own<T>(map: Record<string, T>, key: string): T | undefined {
-  return Object.hasOwn(map, key) ? map[key] : undefined;
 }

@@ -91,6 +91,14 @@ export const helloSchema = z.strictObject({
 export const candidateTypeSchema = z.enum(['host', 'srflx', 'prflx', 'relay']);
 export type CandidateType = z.infer<typeof candidateTypeSchema>;
 
+/** The selected ICE candidate pair of one ring link: the peer's worker id and both candidate types. */
+export const peerLinkSchema = z.strictObject({
+  peer: idSchema,
+  local: candidateTypeSchema,
+  remote: candidateTypeSchema,
+});
+export type PeerLink = z.infer<typeof peerLinkSchema>;
+
 export const heartbeatSchema = z.strictObject({
   v,
   type: z.literal('heartbeat'),
@@ -109,10 +117,7 @@ export const heartbeatSchema = z.strictObject({
    * Optional: the selected ICE candidate pair of each open ring link (local and remote candidate type,
    * from getStats), e.g. `relay` when the link goes through TURN. Only shown (admin page, `/api/status`).
    */
-  peerLinks: z
-    .array(z.strictObject({ peer: idSchema, local: candidateTypeSchema, remote: candidateTypeSchema }))
-    .max(8)
-    .optional(),
+  peerLinks: z.array(peerLinkSchema).max(8).optional(),
   /** Optional: why ICE fails for this tab (e.g. "TURN authentication failed (401) at turn:…"), or null when fine. Only shown. */
   iceError: textSchema(300).nullable().optional(),
 });
@@ -150,7 +155,10 @@ export const stepReportSchema = z.strictObject({
     .int()
     .min(0)
     .max(1 << 20),
-  /** Forward+backward time of the slice (ms), for the throughput shares. */
+  /**
+   * Forward+backward time of the slice (ms), as the tab measured it. Kept with the report only: the
+   * throughput shares use the time the coordinator measured (commit.ts), not this claim.
+   */
   computeMs: z.number().min(0).max(1e7),
 });
 

@@ -19,6 +19,7 @@ import {
   log,
   metric,
   mutWorker,
+  own,
   persist,
   sendConn,
   sendWorker,
@@ -27,8 +28,8 @@ import {
   type Ctx,
 } from './context';
 import { checkpointPath, CloseCode, type CloseReason, type StateSource, type WaitReason } from './protocol';
-import { emptyRecord, epochOrder, rollbackTo, type StepPlan } from './sampler';
-import { chargeIn, bannedWorkers, bannedUntil, own, refuseConnIn, type Culprit } from './penalties';
+import { emptyRecord, epochOrder, rollbackTo } from './sampler';
+import { chargeIn, bannedUntil, culpritOf, refuseConnIn, type Culprit } from './penalties';
 import { computeShares, sharesDrift } from './shares';
 import type { CoordinatorState, HeldState, Participant, WorkerInfo } from './state';
 
@@ -38,16 +39,6 @@ export const HEARTBEAT_TIMEOUT_FACTOR = 3;
 export const REBALANCE_MIN_COMMITS = 50;
 /** … and only if some share would change by more than this fraction. */
 export const REBALANCE_DRIFT = 0.25;
-
-/** The job's step plan (what fixes which samples form each step). */
-export function planOf(s: CoordinatorState): StepPlan {
-  return {
-    datasetSize: s.datasetSize,
-    globalBatch: s.job.globalBatch,
-    epochs: s.job.epochs,
-    commitEvery: s.job.commitEvery,
-  };
-}
 
 export function holdsState(worker: WorkerInfo | undefined, state: HeldState): boolean {
   return !!worker && worker.holds.some((h) => h.step === state.step && h.hash === state.hash);
@@ -122,8 +113,22 @@ export function evaluateGatheringIn(ctx: Ctx): void {
   }
 }
 
+/** The latest stored checkpoint at or before the last commit, if any: where a rollback goes. */
+export function latestCheckpoint(s: CoordinatorState): CoordinatorState['checkpoints'][number] | undefined {
+  return s.checkpoints.filter((c) => c.step <= s.lastCommit.step).pop();
+}
+
+/** The first member of the round that holds the last commit (the one asked for a checkpoint of it), if any. */
+export function checkpointHolder(s: CoordinatorState): string | undefined {
+  return s.rendezvous.participants.find((p) => holdsState(own(s.workers, p.workerId), s.lastCommit))?.workerId;
+}
+
 /** Rewind the record and the last commit to an earlier committed step (a checkpoint, or 0). */
-function rollbackIn(ctx: Ctx, target: { step: number; epoch: number; cursor: number; hash: string | null }): void {
+export function rollbackIn(
+  ctx: Ctx,
+  target: { step: number; epoch: number; cursor: number; hash: string | null },
+  reason: string,
+): void {
   const s = ctx.s;
   const from = s.lastCommit.step;
   s.record =
@@ -136,7 +141,7 @@ function rollbackIn(ctx: Ctx, target: { step: number; epoch: number; cursor: num
   log(ctx, 'warn', 'record_rolled_back', {
     from,
     to: target.step,
-    reason: 'no participant holds the last committed state',
+    reason,
   });
 }
 
@@ -149,9 +154,10 @@ function chooseStateSource(ctx: Ctx, participants: Participant[]): StateSource {
   const holders = participants.filter((p) => holdsState(own(s.workers, p.workerId), s.lastCommit));
   const holder = holders.find((p) => members.includes(p.workerId)) ?? holders[0];
   if (holder) return { kind: 'peer', rank: holder.rank };
-  const checkpoint = s.checkpoints.filter((c) => c.step <= s.lastCommit.step).pop();
+  const checkpoint = latestCheckpoint(s);
+  const reason = 'no participant holds the last committed state';
   if (checkpoint) {
-    rollbackIn(ctx, checkpoint);
+    rollbackIn(ctx, checkpoint, reason);
     return {
       kind: 'checkpoint',
       step: checkpoint.step,
@@ -159,7 +165,7 @@ function chooseStateSource(ctx: Ctx, participants: Participant[]): StateSource {
       sha256: checkpoint.sha256,
     };
   }
-  rollbackIn(ctx, { step: 0, epoch: 0, cursor: 0, hash: null });
+  rollbackIn(ctx, { step: 0, epoch: 0, cursor: 0, hash: null }, reason);
   return { kind: 'fresh' };
 }
 
@@ -325,9 +331,11 @@ function confirmBlamedRestartIn(ctx: Ctx, why: string, corroborated: boolean): v
 export function enforceBansIn(ctx: Ctx): void {
   const s = ctx.s;
   let memberBanned = false;
-  for (const workerId of bannedWorkers(s, ctx.now)) {
-    const worker = own(s.workers, workerId)!;
-    refuseConnIn(ctx, worker.conn, bannedUntil(s, ctx.now, { workerId, addr: worker.addr }) ?? ctx.now);
+  for (const worker of Object.values(s.workers)) {
+    const until = bannedUntil(s, ctx.now, worker);
+    if (until === null) continue;
+    const { workerId } = worker;
+    refuseConnIn(ctx, worker.conn, until);
     if (s.blamedRestart?.workerId === workerId) s.blamedRestart = null;
     memberBanned = removeWorkerIn(ctx, workerId) || memberBanned;
     log(ctx, 'warn', 'worker_refused', { workerId, addr: worker.addr });
@@ -417,7 +425,7 @@ export function failIn(
   workerIds: string[],
   reason: 'failure' | 'divergence',
   detail: string,
-  opts: { remove: boolean; blame?: string; reporter?: string },
+  opts: { remove: boolean; blame?: string },
 ): void {
   const s = ctx.s;
   const rv = s.rendezvous;
@@ -425,8 +433,8 @@ export function failIn(
   let blamedFailed = false;
   // Addresses are read before the workers are removed. A failure report without blame is charged to
   // its reporter (it says it failed); one with blame waits for corroboration (blamedRestart).
-  const culprits: Culprit[] = workerIds.map((id) => ({ workerId: id, addr: own(s.workers, id)?.addr ?? '' }));
-  const blamedAddr = opts.blame !== undefined ? (own(s.workers, opts.blame)?.addr ?? '') : '';
+  const culprits = workerIds.map((id) => culpritOf(s, id));
+  const blamedAddr = opts.blame !== undefined ? culpritOf(s, opts.blame).addr : '';
   for (const id of workerIds) {
     const member = rv.phase !== 'gathering' && rv.participants.some((p) => p.workerId === id);
     if (opts.remove) removeWorkerIn(ctx, id);
@@ -458,17 +466,18 @@ export function failIn(
   }
 }
 
-/** Ask the round's rank 0 (or `workerId`) to upload the last committed state. */
-export function requestCheckpointIn(ctx: Ctx, workerId?: string): boolean {
+/**
+ * Ask `workerId` (default: `checkpointHolder`) to upload the last committed state; nothing when no one
+ * holds it or nothing is committed (`adminRefusal` tells an admin so).
+ */
+export function requestCheckpointIn(ctx: Ctx, workerId?: string): void {
   const s = ctx.s;
-  const target =
-    workerId ?? s.rendezvous.participants.find((p) => holdsState(s.workers[p.workerId], s.lastCommit))?.workerId;
-  if (target === undefined || s.lastCommit.step === 0) return false;
+  const target = workerId ?? checkpointHolder(s);
+  if (target === undefined || s.lastCommit.step === 0) return;
   const step = s.lastCommit.step;
   if (!s.checkpointRequests.some((r) => r.step === step)) s.checkpointRequests.push({ step, hash: s.lastCommit.hash });
   sendWorker(ctx, target, { type: 'checkpoint_request', step, url: checkpointPath(s.runId, step) });
   log(ctx, 'info', 'checkpoint_requested', { step, workerId: target });
-  return true;
 }
 
 /** Heartbeat timeouts and the last-call deadline. */
@@ -505,7 +514,7 @@ export function tickIn(ctx: Ctx): void {
 function dropNotReadyIn(ctx: Ctx): void {
   const s = ctx.s;
   const late = s.rendezvous.participants.filter((p) => !p.ready).map((p) => p.workerId);
-  const culprits: Culprit[] = late.map((id) => ({ workerId: id, addr: own(s.workers, id)?.addr ?? '' }));
+  const culprits = late.map((id) => culpritOf(s, id));
   log(ctx, 'warn', 'ready_timeout', { round: s.rendezvous.round, workers: late });
   for (const id of late) {
     const worker = own(s.workers, id);

@@ -75,6 +75,16 @@ export interface StepPlan {
   commitEvery: number;
 }
 
+/** The step plan of a job over `datasetSize` images (a coordinator state satisfies the argument). */
+export function planOf(s: { datasetSize: number; job: Omit<StepPlan, 'datasetSize'> }): StepPlan {
+  return {
+    datasetSize: s.datasetSize,
+    globalBatch: s.job.globalBatch,
+    epochs: s.job.epochs,
+    commitEvery: s.job.commitEvery,
+  };
+}
+
 export function stepsPerEpoch(plan: StepPlan): number {
   return Math.ceil(plan.datasetSize / plan.globalBatch);
 }

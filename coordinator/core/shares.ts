@@ -20,10 +20,10 @@ export const MAX_SHARE_OF_EQUAL = 2;
 /** Share decimals kept (shares travel as JSON; short numbers read better in logs and tests). */
 const SHARE_DECIMALS = 1e6;
 
-/** The smoothed throughput after a report; unchanged when the report carries no measurement. */
-export function smoothThroughput(previous: number | null, samples: number, computeMs: number): number | null {
-  if (!(samples > 0) || !(computeMs > 0)) return previous;
-  const measured = samples / computeMs;
+/** The smoothed throughput after `samples` took `elapsedMs`; unchanged when that is no measurement. */
+export function smoothThroughput(previous: number | null, samples: number, elapsedMs: number): number | null {
+  if (!(samples > 0) || !(elapsedMs > 0)) return previous;
+  const measured = samples / elapsedMs;
   if (!Number.isFinite(measured)) return previous;
   return previous === null ? measured : previous + THROUGHPUT_SMOOTHING * (measured - previous);
 }

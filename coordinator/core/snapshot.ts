@@ -141,8 +141,7 @@ export function encodeSnapshot(snapshot: TrainingSnapshot): ArrayBuffer {
       paramsHash: sectionHashes[0],
     };
     const parsed = snapshotHeaderSchema.safeParse(header);
-    if (!parsed.success)
-      fail(`invalid header: ${parsed.error.issues.map((i) => `${i.path.join('.')}: ${i.message}`).join('; ')}`);
+    if (!parsed.success) fail(`invalid header: ${describeIssues(parsed.error)}`);
     const json = new TextEncoder().encode(JSON.stringify(header));
     const padded = Math.ceil(json.length / 4) * 4;
     headerBytes = new Uint8Array(padded).fill(0x20);

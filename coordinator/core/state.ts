@@ -5,7 +5,7 @@
  */
 import { z } from 'zod';
 import type { JobSpec } from './job';
-import type { CandidateType, ClientMessage, ParseErrorCode, ServerMessage } from './protocol';
+import type { ClientMessage, ParseErrorCode, PeerLink, ServerMessage } from './protocol';
 import type { SamplerRecord } from './sampler';
 
 // ---------------------------------------------------------------- state
@@ -87,7 +87,7 @@ export interface WorkerInfo {
   /** The invite it joined through (its id, never its token; the server resolves tokens), or null. */
   invite?: string | null;
   /** Selected ICE candidate types of its ring links as its last heartbeat reported them (absent: unknown). */
-  peerLinks?: { peer: string; local: CandidateType; remote: CandidateType }[];
+  peerLinks?: PeerLink[];
   /** Why ICE fails for it (e.g. TURN authentication), as its last heartbeat said; absent or null: no error known. */
   iceError?: string | null;
 }

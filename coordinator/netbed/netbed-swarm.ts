@@ -12,7 +12,7 @@
 import { readFileSync } from 'node:fs';
 import { resolve } from 'node:path';
 import type { StatusReport } from '../audit';
-import { DEFAULT_DATASET_DIR } from '../startup-config';
+import { resolveDatasetDir, StartupError } from '../startup-config';
 import {
   NetbedError,
   netbedUnavailable,
@@ -100,9 +100,19 @@ export function parseNetbedSwarmOptions(raw: RawNetbedSwarmOptions): NetbedSwarm
     durationS: int('duration', raw.duration, 60, 1, 86_400),
     warmupS: int('warmup', raw.warmup, 240, 1, 86_400),
     job,
-    datasetDir: resolve(raw.dataset ?? process.env.TABSWARM_DATASET ?? DEFAULT_DATASET_DIR),
+    datasetDir: resolve(datasetDir(raw.dataset, fail)),
     json: raw.json ?? false,
   };
+}
+
+/** The dataset as the coordinator finds it (--dataset, $TABSWARM_DATASET, Debian's, the shipped copy). */
+function datasetDir(flag: string | undefined, fail: (why: string) => never): string {
+  try {
+    return resolveDatasetDir(flag, process.env);
+  } catch (error) {
+    if (error instanceof StartupError) return fail(error.message);
+    throw error;
+  }
 }
 
 export interface NetbedSwarmReport {

@@ -15,8 +15,9 @@ import { readFileSync, writeFileSync, mkdirSync } from 'node:fs';
 import { request } from 'node:https';
 import { join, resolve } from 'node:path';
 import { createInterface } from 'node:readline';
-import { chromium, type Browser, type Page } from 'playwright-core';
-import { findChromium, SWARM_CHROMIUM_ARGS } from '../swarm/chromium';
+import type { Browser, Page } from 'playwright-core';
+import type { StatusReport } from '../audit';
+import { launchSwarmChromium } from '../swarm/chromium';
 import { COORDINATOR_IP, Netbed, NetbedError, TURN_IP, type HomeSpec } from './netbed';
 import { makeTestCertificates, type TestCertificates } from './test-ca';
 
@@ -193,6 +194,26 @@ export class Scene {
     return this.output;
   }
 
+  /**
+   * Polls /api/status every `pollMs` until `check` holds and returns that status; after `timeoutMs`
+   * throws naming `what`, with the last status and the end of the logs.
+   */
+  async statusUntil(
+    check: (status: StatusReport) => boolean,
+    what: string,
+    timeoutMs: number,
+    pollMs = 250,
+  ): Promise<StatusReport> {
+    const end = performance.now() + timeoutMs;
+    let last: StatusReport | null = null;
+    while (performance.now() < end) {
+      last = await this.api<StatusReport>('/api/status');
+      if (check(last)) return last;
+      await new Promise((r) => setTimeout(r, pollMs));
+    }
+    throw new NetbedError(`never ${what}; last status: ${JSON.stringify(last)}\n${this.output.slice(-2000)}`);
+  }
+
   /** GET (or POST with `body`) a coordinator API path, over HTTPS verified against the test CA. */
   api<T = unknown>(path: string, body?: unknown): Promise<T> {
     if (!this.ca) throw new NetbedError('the coordinator has not started');
@@ -228,18 +249,12 @@ export class Scene {
 
   /** Launches Chromium inside home `home` and opens the volunteer page there (autostart, elastic). */
   async openTab(home: number, query: Record<string, string> = {}): Promise<SceneTab> {
-    const executable = findChromium();
-    if (!executable) throw new NetbedError('no Chromium found (set CHROMIUM_PATH or apt-get install chromium)');
     const ns = this.bed.homes[home]?.ns;
     if (!ns) throw new NetbedError(`no home ${home}`);
-    const browser = await chromium.launch({
-      executablePath: this.bed.wrapper(ns, executable),
-      headless: true,
+    const browser = await launchSwarmChromium({
+      wrap: (executable) => this.bed.wrapper(ns, executable),
       // Trust the test CA's and the server's key, and nothing else that is wrong.
-      args: [...SWARM_CHROMIUM_ARGS, `--ignore-certificate-errors-spki-list=${this.certs.spkiHashes.join(',')}`],
-      handleSIGINT: false,
-      handleSIGTERM: false,
-      handleSIGHUP: false,
+      args: [`--ignore-certificate-errors-spki-list=${this.certs.spkiHashes.join(',')}`],
     });
     const page = await (await browser.newContext()).newPage();
     const params = new URLSearchParams({ autostart: '1', mode: 'elastic', ...query });

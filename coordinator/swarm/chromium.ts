@@ -38,7 +38,13 @@ export function findChromium(env: NodeJS.ProcessEnv = process.env): string | und
   return candidates.find((p): p is string => !!p && existsSync(p));
 }
 
-export async function launchSwarmChromium(): Promise<Browser> {
+/**
+ * Launches the Chromium `findChromium` finds with the swarm's flags, plus `args`; `wrap` turns its path
+ * into the one to execute (the network test bed runs it inside a namespace: coordinator/netbed/scene.ts).
+ */
+export async function launchSwarmChromium(
+  opts: { args?: readonly string[]; wrap?: (executablePath: string) => string } = {},
+): Promise<Browser> {
   const executablePath = findChromium();
   if (!executablePath) {
     throw new NoChromiumError(
@@ -49,9 +55,9 @@ export async function launchSwarmChromium(): Promise<Browser> {
   // Signals are ours: Ctrl-C must close the tabs (goodbyes, the report) before the browser goes.
   // Playwright still kills the browser if this process exits without closing it.
   return chromium.launch({
-    executablePath,
+    executablePath: opts.wrap ? opts.wrap(executablePath) : executablePath,
     headless: true,
-    args: [...SWARM_CHROMIUM_ARGS],
+    args: [...SWARM_CHROMIUM_ARGS, ...(opts.args ?? [])],
     handleSIGINT: false,
     handleSIGTERM: false,
     handleSIGHUP: false,

@@ -71,19 +71,7 @@ class SimulatedTab {
   ): Promise<SimulatedTab> {
     const worker = await SimWorker.connect(proc.wsUrl);
     const tab = new SimulatedTab(worker, proc.url, stepMs);
-    worker.send({
-      type: 'hello',
-      runId: null,
-      workerId: null,
-      peerId: `peer-${Math.random().toString(36).slice(2, 10)}`,
-      adapter,
-      haveStep: null,
-      haveHash: null,
-    });
-    const welcome = await worker.next((m) => m.type === 'welcome' || m.type === 'error');
-    if (welcome.type !== 'welcome') throw new Error(`hello refused: ${JSON.stringify(welcome)}`);
-    worker.runId = welcome.runId;
-    worker.workerId = welcome.workerId;
+    const welcome = await worker.join({ adapter });
     tab.job = welcome.job as JobPublic;
     worker.onMessage = (msg) => tab.onMessage(msg);
     for (const msg of worker.drain()) tab.onMessage(msg);

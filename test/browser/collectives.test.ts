@@ -10,6 +10,7 @@ import { hashBytes } from '../../coordinator/core/hash';
 import { DEFAULT_FRAME_BYTES } from '../../web/net/framing';
 import { ringAllreduceBusBytes } from '../../web/net/ring-allreduce';
 import { launchChromium, skipWithoutChromium, watchPage, type PageProblems } from '../support/browser';
+import { rawThroughput } from '../support/net-harness-client';
 import { startPeerServer, type TestPeerServer } from '../support/peer-server';
 import { mulberry32, randomArray } from '../support/rng';
 import { startViteServer, type TestViteServer } from '../support/vite-server';
@@ -134,18 +135,7 @@ describe.skipIf(skip)('collectives over WebRTC between headless Chromium tabs', 
     await Promise.all(
       [0, 1].map((i) => tabs[i].page.evaluate(([a, b]) => netHarness.rawConnect(a, b), [tabs[i].id, tabs[1 - i].id])),
     );
-    const rawOnce = async (total: number) => {
-      const startAt = now() + 300;
-      const receiving = tabs[1].page.evaluate(([peer, t]) => netHarness.rawReceive(peer as string, t as number), [
-        tabs[0].id,
-        total,
-      ] as const);
-      await tabs[0].page.evaluate(
-        ([peer, t, m, s]) => netHarness.rawSend(peer as string, t as number, m as number, s as number),
-        [tabs[1].id, total, DEFAULT_FRAME_BYTES, startAt] as const,
-      );
-      return total / MiB / (((await receiving).endAt - startAt) / 1000);
-    };
+    const rawOnce = (total: number) => rawThroughput(tabs[0], tabs[1], total, DEFAULT_FRAME_BYTES);
     // The first bulk transfer on a fresh association stalls for about a second (web/net/README.md).
     await rawOnce(4 * MiB);
     const raw = await rawOnce(16 * MiB);

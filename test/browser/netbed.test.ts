@@ -57,17 +57,6 @@ const job = {
   seed: 11,
 };
 
-async function statusUntil(scene: Scene, check: (s: StatusReport) => boolean, what: string, timeoutMs: number) {
-  const started = performance.now();
-  let last: StatusReport | null = null;
-  while (performance.now() - started < timeoutMs) {
-    last = await scene.api<StatusReport>('/api/status');
-    if (check(last)) return last;
-    await new Promise((r) => setTimeout(r, 250));
-  }
-  throw new Error(`never ${what}; last status: ${JSON.stringify(last)}\n${scene.logs.slice(-2000)}`);
-}
-
 const workerIdOf = (tab: SceneTab) =>
   tab.page
     .waitForFunction(() => window.tabswarmElastic?.workerId ?? null, undefined, { timeout: 60_000, polling: 100 })
@@ -99,8 +88,7 @@ describe.skipIf(skip)('tabs behind NATs on the test bed', () => {
     });
     const tabs = await Promise.all([0, 1, 2].map((home) => scene.openTab(home, { testSubset: '0' })));
     const ids = await Promise.all(tabs.map(workerIdOf));
-    const status = await statusUntil(
-      scene,
+    const status = await scene.statusUntil(
       (s) => s.step >= 50 && s.world.length === 3 && s.world.every((w) => w.peerLinks.length > 0),
       'reached step 50 with 3 ranks reporting their links',
       300_000,
@@ -128,8 +116,7 @@ describe.skipIf(skip)('tabs behind NATs on the test bed', () => {
     await tabs[0].page.close({ runBeforeUnload: false });
     const joiner = await scene.openTab(3, { testSubset: '0' });
     const joinerId = await workerIdOf(joiner);
-    const after = await statusUntil(
-      scene,
+    const after = await scene.statusUntil(
       (s) => s.step >= stepAtCrash + 10 && s.world.some((w) => w.id === joinerId) && s.world.length === 2,
       'trained 10 more steps with the newcomer',
       300_000,
@@ -158,8 +145,7 @@ describe.skipIf(skip)('TURN credentials on the test bed', () => {
     });
     try {
       await Promise.all([0, 1].map((home) => scene.openTab(home, { testSubset: '0' })));
-      const status = await statusUntil(
-        scene,
+      const status = await scene.statusUntil(
         (s) => s.step >= 10 && s.world.length === 2 && s.world.every((w) => w.peerLinks.length > 0),
         'trained 10 steps relay-only',
         240_000,
@@ -188,8 +174,7 @@ describe.skipIf(skip)('TURN credentials on the test bed', () => {
         undefined,
         { timeout: 10_000, polling: 100 },
       );
-      await statusUntil(
-        scene,
+      await scene.statusUntil(
         (s) => [...s.world, ...s.waiting].some((w) => /TURN authentication failed/.test(w.iceError ?? '')),
         'showed the TURN failure',
         Math.max(1000, 10_000 - (performance.now() - joined)),

@@ -65,6 +65,7 @@ describe.skipIf(skip)('soak: one elastic tab keeps its speed and its memory', ()
         { minutes: MINUTES, configs: [], sampleEverySec: 5, dataset: FASHION_MNIST_DIR, dist: WEB_BUILD_DIR },
       );
       console.log(`soak: ${JSON.stringify(r)}`);
+      // It trained at all (1,744 steps in 2.5 min in a run here): with under 50 the thirds' rates are noise.
       expect(r.steps).toBeGreaterThan(50);
       expect(r.lateEarly).toBeGreaterThanOrEqual(MIN_LATE_EARLY);
       const allowed = (perK: number) => Math.max(NOISE_FLOOR_MB, (perK * r.growthSteps) / 1000);

@@ -6,6 +6,7 @@
  * every index of every epoch committed exactly once.
  */
 import { afterEach, describe, expect, it } from 'vitest';
+import type { AuditReport } from '../../coordinator/audit';
 import { type CoordinatorProcess, spawnCoordinator } from '../support/coordinator-process';
 import { SimTrainer, simulatedParamsHash } from '../support/sim-trainer';
 import { jobPublic, parseJobSpec } from '../../coordinator/core/job';
@@ -30,6 +31,21 @@ function samplesThrough(step: number): number {
   let sum = 0;
   for (let s = 1; s <= step; s++) sum += stepPosition(s, PLAN).count;
   return sum;
+}
+
+/** Every epoch of the job finished with each of the 300 indices committed exactly once. */
+function expectEveryEpochCommittedOnce(audit: AuditReport, extra: Record<string, unknown> = {}): void {
+  expect(audit.epochs).toHaveLength(PLAN.epochs);
+  for (const epoch of audit.epochs) {
+    expect(epoch).toMatchObject({
+      finished: true,
+      committed: 300,
+      positions: 300,
+      duplicates: [],
+      neverCommitted: [],
+      ...extra,
+    });
+  }
 }
 
 const running: CoordinatorProcess[] = [];
@@ -112,16 +128,7 @@ describe('rounds and commits', () => {
     const audit = await proc.audit();
     expect(audit.ok).toBe(true);
     expect(audit.epochs).toHaveLength(2);
-    for (const epoch of audit.epochs) {
-      expect(epoch).toMatchObject({
-        finished: true,
-        committed: 300,
-        positions: 300,
-        duplicates: [],
-        neverCommitted: [],
-        discontinuities: 0,
-      });
-    }
+    expectEveryEpochCommittedOnce(audit, { discontinuities: 0 });
     // The job's last step was checkpointed.
     expect(status.latestCheckpoint?.step).toBe(TOTAL);
   });
@@ -169,15 +176,7 @@ describe('kill -9 during a stream of commits', () => {
     expect(status).toMatchObject({ state: 'done', step: TOTAL });
     const audit = await proc.audit();
     expect(audit.ok).toBe(true);
-    for (const epoch of audit.epochs) {
-      expect(epoch).toMatchObject({
-        finished: true,
-        committed: 300,
-        positions: 300,
-        duplicates: [],
-        neverCommitted: [],
-      });
-    }
+    expectEveryEpochCommittedOnce(audit);
   });
 
   it('keeps checkpoints across kill -9 (download, sha256) and a graceful SIGTERM restart resumes the same run', async () => {

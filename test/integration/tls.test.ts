@@ -57,6 +57,9 @@ function welcomeOver(url: string, ca: Buffer | string, workerId: string | null =
 
 describe('coordinator over HTTPS', () => {
   const dir = makeTempDir('tabswarm-tls-');
+  /** A one-file web build, so `/` has a known answer whether or not `dist/` is built. */
+  const webDir = makeTempDir('tabswarm-tls-web-');
+  const WEB_PAGE = '<!doctype html><title>tls test page</title>\n';
   let certs: TestCertificates;
   let coordinator: CoordinatorProcess;
   let ca: Buffer;
@@ -64,8 +67,11 @@ describe('coordinator over HTTPS', () => {
   beforeAll(async () => {
     certs = makeTestCertificates(dir, { ips: ['127.0.0.1'], names: ['localhost'] });
     ca = (await import('node:fs')).readFileSync(certs.caCert);
+    writeFileSync(join(webDir, 'index.html'), WEB_PAGE);
     coordinator = await spawnCoordinator({
       extraArgs: [
+        '--dist',
+        webDir,
         '--tls-cert',
         certs.cert,
         '--tls-key',
@@ -89,7 +95,9 @@ describe('coordinator over HTTPS', () => {
     expect(health.status).toBe(200);
     expect(JSON.parse(health.body).origin).toBe(coordinator.url);
     expect((await httpsText(`${coordinator.url}/peer/peerjs/id`, ca)).status).toBe(200);
-    expect((await httpsText(`${coordinator.url}/`, ca)).status).not.toBe(500);
+    const page = await httpsText(`${coordinator.url}/`, ca);
+    expect(page.status).not.toBe(500);
+    expect(page).toEqual({ status: 200, body: WEB_PAGE });
     // An untrusted client (no CA) is refused by its own TLS check: the certificate really is the test CA's.
     await expect(httpsText(`${coordinator.url}/api/health`, '')).rejects.toThrow();
     // Plain HTTP on the same port gets no HTTP answer.
@@ -133,22 +141,25 @@ describe('bad TLS files end startup with one line naming the file', () => {
     good = makeTestCertificates(dir);
     stranger = makeTestCertificates(other);
   });
-  const run = (cert: string, key: string) =>
-    runCoordinatorCli([
-      'coordinator',
-      '--port',
-      '0',
-      '--data-dir',
-      join(dir, 'data'),
-      '--admin-token',
-      't',
-      '--dataset',
-      sharedFakeDataset(),
-      '--tls-cert',
-      cert,
-      '--tls-key',
-      key,
-    ]);
+  const run = (cert: string, key: string, as: Parameters<typeof runCoordinatorCli>[1] = {}) =>
+    runCoordinatorCli(
+      [
+        'coordinator',
+        '--port',
+        '0',
+        '--data-dir',
+        join(dir, 'data'),
+        '--admin-token',
+        't',
+        '--dataset',
+        sharedFakeDataset(),
+        '--tls-cert',
+        cert,
+        '--tls-key',
+        key,
+      ],
+      as,
+    );
   function expectOneLine(result: { code: number | null; stderr: string; stdout: string }, pattern: RegExp) {
     expect(result.code).toBe(1);
     const lines = result.stderr.trim().split('\n');
@@ -164,11 +175,17 @@ describe('bad TLS files end startup with one line naming the file', () => {
     expectOneLine(await run(garbage, good.key), /--tls-cert .*garbage\.pem: not PEM/);
     expectOneLine(await run(good.cert, garbage), /--tls-key .*garbage\.pem: not PEM/);
     expectOneLine(await run(good.cert, stranger.key), /--tls-key .*server-key\.pem does not belong to the certificate/);
-    if (process.getuid?.() !== 0) {
-      const locked = join(dir, 'locked.pem');
-      copyFileSync(good.key, locked);
-      chmodSync(locked, 0);
-      expectOneLine(await run(good.cert, locked), /--tls-key .*locked\.pem: not readable/);
+    const locked = join(dir, 'locked.pem');
+    copyFileSync(good.key, locked);
+    chmodSync(locked, 0);
+    // Root reads any file: as root, run the coordinator as `nobody`, who may read the certificate (and
+    // the repository) but not the key. The TLS files are read before the data dir and the dataset.
+    const asRoot = process.getuid?.() === 0;
+    if (asRoot) {
+      chmodSync(dir, 0o755);
+      chmodSync(good.cert, 0o644);
     }
+    const nobody = { uid: 65534, gid: 65534, env: { HOME: dir } };
+    expectOneLine(await run(good.cert, locked, asRoot ? nobody : {}), /--tls-key .*locked\.pem: not readable/);
   });
 });

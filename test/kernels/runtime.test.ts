@@ -52,4 +52,31 @@ describe('kernel runtime', () => {
       reader.destroy();
     }
   });
+
+  it('hands the mapped range to `use` without a copy, and reuses its buffer also after `use` throws', async () => {
+    const gpu = await nodeGpu();
+    const t = createTensor(gpu, [4], 't', new Float32Array([1, 2, 3, 4]));
+    const reader = new StagingReader(gpu, 'test-use');
+    let created = 0;
+    const createBuffer = gpu.device.createBuffer.bind(gpu.device);
+    gpu.device.createBuffer = (d: GPUBufferDescriptor) => {
+      created++;
+      return createBuffer(d);
+    };
+    try {
+      const sum = (mapped: ArrayBuffer) => new Float32Array(mapped).reduce((a, b) => a + b, 0);
+      expect(await reader.use(t.buffer, t.offset, 16, sum)).toBe(10);
+      await expect(
+        reader.use(t.buffer, t.offset, 16, () => {
+          throw new Error('hash failed');
+        }),
+      ).rejects.toThrow('hash failed');
+      writeTensor(gpu, t, new Float32Array([5]));
+      expect(await reader.use(t.buffer, t.offset, 16, sum)).toBe(14);
+      expect(created).toBe(1);
+    } finally {
+      gpu.device.createBuffer = createBuffer;
+      reader.destroy();
+    }
+  });
 });

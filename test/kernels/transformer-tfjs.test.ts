@@ -10,7 +10,7 @@ import { beforeAll, describe, expect, it } from 'vitest';
 import { parameterLayout, type TransformerSpec } from '../../coordinator/core/model-spec';
 import { createModel } from '../../kernels/model';
 import type { Gpu } from '../../kernels/runtime';
-import { nodeGpu } from '../support/node-gpu';
+import { nodeGpu, skipWithoutNodeGpu } from '../support/node-gpu';
 import { expectScalarClose, expectTensorsClose } from '../support/reference-model';
 import { tfTransformerStep } from '../support/reference-transformer-tfjs';
 import { mulberry32 } from '../support/rng';
@@ -27,7 +27,8 @@ const SPEC: TransformerSpec = {
 };
 const BATCH = 3;
 
-describe('transformer step against TensorFlow.js (CPU backend)', () => {
+// The device is taken in beforeAll, which runs before the per-test skip: skip the suite here.
+describe.skipIf(await skipWithoutNodeGpu())('transformer step against TensorFlow.js (CPU backend)', () => {
   let gpu: Gpu;
   beforeAll(async () => {
     gpu = await nodeGpu();

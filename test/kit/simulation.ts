@@ -7,7 +7,7 @@
  * after a churned run must be bit-identical to an uninterrupted run's: elastic invariance as a
  * hash comparison.
  *
- * Nothing here runs in the product; it lives beside the loop so it type-checks with it.
+ * Nothing here runs in the product (test/kit is test code; the product may not import it).
  */
 import { hashParams } from '../../coordinator/core/hash';
 import type { JobSpec } from '../../coordinator/core/job';
@@ -20,8 +20,9 @@ import {
   type Event,
 } from '../../coordinator/core/machine';
 import { parameterLayout, type ModelSpec } from '../../coordinator/core/model-spec';
-import { type ExecutorMetrics, MachineExecutor } from '../../coordinator/executor';
+import { MachineExecutor } from '../../coordinator/executor';
 import type { StoreOp } from '../../coordinator/store';
+import { NO_EXECUTOR_METRICS } from './executor-metrics';
 import { parseClientMessage, type WorldEntry } from '../../coordinator/core/protocol';
 import { decodeSnapshot, encodeSnapshot } from '../../coordinator/core/snapshot';
 import { CoordinatorClient, type WebSocketLike } from '../../web/net/coordinator-client';
@@ -30,7 +31,7 @@ import { memoryLinkPair, type MemoryLink } from '../../web/net/memory-link';
 import { sha256Hex, type HttpPort } from '../../web/elastic/checkpoint-transfer';
 import { ElasticLoop, type ElasticLoopOptions, type ElasticStatus } from '../../web/elastic/elastic-loop';
 import type { MeshPort, TrainerPort } from '../../web/elastic/ports';
-import type { ApplyOptions, ApplyResult, NextIndices } from '../../web/worker/elastic-steps';
+import { type ApplyOptions, type ApplyResult, type NextIndices, sameIndices } from '../../web/worker/elastic-steps';
 import type { BuildModelOptions, EvaluationResult, GradientResult, ModelSummary } from '../../web/worker/types';
 
 // ---------------------------------------------------------------- a CPU trainer
@@ -109,8 +110,7 @@ export class CpuTrainer implements TrainerPort {
   private takePrefetch(indices: Uint32Array): { g: Float32Array; lossSum: number } | null {
     const p = this.prefetch;
     this.prefetch = null;
-    const same = p && p.version === this.version && p.indices.length === indices.length;
-    return same && p.indices.every((v, i) => v === indices[i]) ? p : null;
+    return p && p.version === this.version && sameIndices(p.indices, indices) ? p : null;
   }
 
   async computeGradients(indices: Uint32Array, keepOnDevice = false): Promise<GradientResult> {
@@ -321,16 +321,6 @@ export interface StoredCommit extends CommitRecord {
   rolledBack: boolean;
 }
 
-/** Metrics the simulated coordinator does not read (the product's executor records them). */
-const noMetric = { observe() {}, inc() {} };
-const simMetrics = {
-  apply: () => {},
-  eventSeconds: noMetric,
-  framesSent: noMetric,
-  storeTransactions: noMetric,
-  storeTransactionSeconds: noMetric,
-} as unknown as ExecutorMetrics;
-
 /**
  * The coordinator of the simulation: the product's machine run by the product's executor
  * (coordinator/executor.ts), with this class as its store and socket ports, so the actions are
@@ -371,7 +361,7 @@ export class SimCoordinator {
         pruneEvents: () => 0,
       },
       runId: this.runId,
-      metrics: simMetrics,
+      metrics: NO_EXECUTOR_METRICS,
       timers: false,
       storedLogLevels: new Set(),
       sockets: {

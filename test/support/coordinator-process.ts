@@ -80,7 +80,11 @@ function coordinatorArgs(opts: SpawnOptions, dataDir: string, jobFile: string | 
   return args;
 }
 
-function spawnCli(args: string[], env: Record<string, string | undefined> = {}): ChildProcess {
+function spawnCli(
+  args: string[],
+  env: Record<string, string | undefined> = {},
+  ids: { uid?: number; gid?: number } = {},
+): ChildProcess {
   const childEnv: Record<string, string | undefined> = {
     ...process.env,
     TABSWARM_DATASET: undefined,
@@ -92,6 +96,7 @@ function spawnCli(args: string[], env: Record<string, string | undefined> = {}):
     cwd: REPO_ROOT,
     env: childEnv as NodeJS.ProcessEnv,
     stdio: ['ignore', 'pipe', 'pipe'],
+    ...ids,
   });
   liveChildren.add(child);
   child.once('exit', () => liveChildren.delete(child));
@@ -108,12 +113,15 @@ function exitPromise(child: ChildProcess): Promise<ExitInfo> {
   });
 }
 
-/** Runs the CLI with `args` to its exit (killed after `timeoutMs`) and returns its output. */
+/**
+ * Runs the CLI with `args` to its exit (killed after `timeoutMs`) and returns its output; `uid`/`gid`
+ * (from root only) run it as another user.
+ */
 export async function runCoordinatorCli(
   args: string[],
-  opts: { env?: Record<string, string | undefined>; timeoutMs?: number } = {},
+  opts: { env?: Record<string, string | undefined>; timeoutMs?: number; uid?: number; gid?: number } = {},
 ): Promise<ExitInfo & { stdout: string; stderr: string }> {
-  const child = spawnCli(args, opts.env);
+  const child = spawnCli(args, opts.env, { uid: opts.uid, gid: opts.gid });
   let stdout = '';
   let stderr = '';
   child.stdout!.on('data', (d: Buffer) => (stdout += d.toString()));

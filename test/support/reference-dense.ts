@@ -69,6 +69,15 @@ export function reluBackwardRef(y: ArrayLike<number>, dy: ArrayLike<number>): Fl
   return Float64Array.from(dy, (g, i) => (y[i] > 0 ? g : 0));
 }
 
+/** log Σ_j exp(logits[r, j]), computed stably (the row's maximum taken out first). */
+function logSumExp(logits: ArrayLike<number>, r: number, classes: number): number {
+  let top = -Infinity;
+  for (let j = 0; j < classes; j++) top = Math.max(top, logits[r * classes + j]);
+  let sum = 0;
+  for (let j = 0; j < classes; j++) sum += Math.exp(logits[r * classes + j] - top);
+  return Math.log(sum) + top;
+}
+
 /** Σ_r −log softmax(logits_r)[labels_r], computed stably with log-sum-exp in float64. */
 export function softmaxCrossEntropyLossRef(
   logits: ArrayLike<number>,
@@ -77,13 +86,7 @@ export function softmaxCrossEntropyLossRef(
   classes: number,
 ): number {
   let loss = 0;
-  for (let r = 0; r < rows; r++) {
-    let top = -Infinity;
-    for (let j = 0; j < classes; j++) top = Math.max(top, logits[r * classes + j]);
-    let sum = 0;
-    for (let j = 0; j < classes; j++) sum += Math.exp(logits[r * classes + j] - top);
-    loss += Math.log(sum) + top - logits[r * classes + labels[r]];
-  }
+  for (let r = 0; r < rows; r++) loss += logSumExp(logits, r, classes) - logits[r * classes + labels[r]];
   return loss;
 }
 
@@ -96,12 +99,9 @@ export function softmaxCrossEntropyGradRef(
 ): Float64Array {
   const out = new Float64Array(rows * classes);
   for (let r = 0; r < rows; r++) {
-    let top = -Infinity;
-    for (let j = 0; j < classes; j++) top = Math.max(top, logits[r * classes + j]);
-    let sum = 0;
-    for (let j = 0; j < classes; j++) sum += Math.exp(logits[r * classes + j] - top);
+    const lse = logSumExp(logits, r, classes);
     for (let j = 0; j < classes; j++) {
-      out[r * classes + j] = Math.exp(logits[r * classes + j] - top) / sum - (j === labels[r] ? 1 : 0);
+      out[r * classes + j] = Math.exp(logits[r * classes + j] - lse) - (j === labels[r] ? 1 : 0);
     }
   }
   return out;

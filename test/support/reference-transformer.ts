@@ -41,6 +41,17 @@ export function embeddingBackwardRef(
 
 export const LN_EPS = 1e-5;
 
+/** Mean and √(biased variance + eps) of row r. */
+function rowMoments(x: ArrayLike<number>, r: number, dim: number): { mean: number; std: number } {
+  let mean = 0;
+  for (let d = 0; d < dim; d++) mean += x[r * dim + d];
+  mean /= dim;
+  let variance = 0;
+  for (let d = 0; d < dim; d++) variance += (x[r * dim + d] - mean) ** 2;
+  variance /= dim;
+  return { mean, std: Math.sqrt(variance + LN_EPS) };
+}
+
 export function layerNormRef(
   x: ArrayLike<number>,
   gain: ArrayLike<number>,
@@ -50,13 +61,7 @@ export function layerNormRef(
 ): Float64Array {
   const y = new Float64Array(rows * dim);
   for (let r = 0; r < rows; r++) {
-    let mean = 0;
-    for (let d = 0; d < dim; d++) mean += x[r * dim + d];
-    mean /= dim;
-    let variance = 0;
-    for (let d = 0; d < dim; d++) variance += (x[r * dim + d] - mean) ** 2;
-    variance /= dim;
-    const std = Math.sqrt(variance + LN_EPS);
+    const { mean, std } = rowMoments(x, r, dim);
     for (let d = 0; d < dim; d++) y[r * dim + d] = ((x[r * dim + d] - mean) / std) * gain[d] + bias[d];
   }
   return y;
@@ -75,9 +80,7 @@ export function layerNormBackwardRef(
   const dbias = new Float64Array(dim);
   for (let r = 0; r < rows; r++) {
     const row = Array.from({ length: dim }, (_, d) => x[r * dim + d]);
-    const mean = row.reduce((a, b) => a + b, 0) / dim;
-    const variance = row.reduce((a, b) => a + (b - mean) ** 2, 0) / dim;
-    const std = Math.sqrt(variance + LN_EPS);
+    const { mean, std } = rowMoments(x, r, dim);
     // y_d = (x_d − μ)/σ·g_d + b_d; dL/dx̂_d = dy_d g_d; dL/dσ² and dL/dμ by hand.
     const dxhat = row.map((_, d) => dy[r * dim + d] * gain[d]);
     let dvar = 0;

@@ -154,6 +154,8 @@ export class SimWorker {
       runId?: string | null;
       secret?: string | null;
       invite?: string;
+      /** The GPU it claims (default a simulated one). */
+      adapter?: { vendor: string; architecture: string; description: string };
     } = {},
   ): Promise<ServerMsg> {
     this.send({
@@ -163,7 +165,7 @@ export class SimWorker {
       ...(opts.secret ? { secret: opts.secret } : {}),
       ...(opts.invite ? { invite: opts.invite } : {}),
       peerId: opts.peerId ?? `peer-${Math.random().toString(36).slice(2, 10)}`,
-      adapter: { vendor: 'sim', architecture: 'none', description: 'simulated worker' },
+      adapter: opts.adapter ?? { vendor: 'sim', architecture: 'none', description: 'simulated worker' },
       haveStep: opts.haveStep ?? null,
       haveHash: opts.haveHash ?? null,
       ...(opts.pending ? { pending: opts.pending } : {}),

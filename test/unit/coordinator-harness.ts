@@ -10,7 +10,8 @@
  * - the record agrees with the last commit; the state is plain JSON; ranks are dense.
  */
 import { expect } from 'vitest';
-import { type ExecutorMetrics, MachineExecutor } from '../../coordinator/executor';
+import { MachineExecutor } from '../../coordinator/executor';
+import { NO_EXECUTOR_METRICS } from '../kit/executor-metrics';
 import type { StoreOp } from '../../coordinator/store';
 import { parseJobSpec, type JobSpecInput } from '../../coordinator/core/job';
 import {
@@ -32,6 +33,7 @@ import {
 import {
   epochOrder,
   indicesForRank,
+  planOf,
   positionAfter,
   processedIndices,
   stepPosition,
@@ -87,8 +89,6 @@ class MemoryStore {
   }
 }
 
-const noMetric = { observe() {}, inc() {} };
-
 export class Harness {
   now = 0;
   workers = new Map<string, SimWorker>();
@@ -129,18 +129,11 @@ export class Harness {
   }
 
   private executorFor(state: CoordinatorState): MachineExecutor {
-    // The machine's metric actions are recorded from the action list (below); timings are not checked here.
-    const metrics = {
-      apply: () => {},
-      eventSeconds: noMetric,
-      framesSent: noMetric,
-      storeTransactions: noMetric,
-      storeTransactionSeconds: noMetric,
-    } as unknown as ExecutorMetrics;
     const executor = new MachineExecutor(state, {
       store: this.store,
       runId: this.runId,
-      metrics,
+      // The machine's metric actions are recorded from the action list (below); timings are not checked here.
+      metrics: NO_EXECUTOR_METRICS,
       now: () => this.now,
       timers: false,
       storedLogLevels: new Set(),
@@ -303,12 +296,7 @@ export class Harness {
     const step = w.live + 1;
     const me = w.round.world.find((e) => e.workerId === w.workerId)!;
     const plan = this.state;
-    const { epoch, cursor } = stepPosition(step, {
-      datasetSize: plan.datasetSize,
-      globalBatch: plan.job.globalBatch,
-      epochs: plan.job.epochs,
-      commitEvery: plan.job.commitEvery,
-    });
+    const { epoch, cursor } = stepPosition(step, planOf(plan));
     const order = epochOrder(plan.job.seed, epoch, plan.datasetSize);
     const samples = indicesForRank(
       order,
@@ -427,12 +415,7 @@ export class Harness {
   checkInvariants(): void {
     const s = this.state;
     expect(JSON.parse(JSON.stringify(s))).toEqual(s);
-    const plan = {
-      datasetSize: s.datasetSize,
-      globalBatch: s.job.globalBatch,
-      epochs: s.job.epochs,
-      commitEvery: s.job.commitEvery,
-    };
+    const plan = planOf(s);
     // The record agrees with the last commit.
     const at = positionAfter(s.lastCommit.step, plan);
     expect({ epoch: s.record.epoch, cursor: s.record.cursor }).toEqual(at);

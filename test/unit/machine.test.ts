@@ -8,7 +8,7 @@ import { describe, expect, it } from 'vitest';
 import type { JobSpecInput } from '../../coordinator/core/job';
 import { durableOf, handle, initialState, restoreState, statusView } from '../../coordinator/core/machine';
 import { parseJobSpec } from '../../coordinator/core/job';
-import { positionAfter } from '../../coordinator/core/sampler';
+import { planOf, positionAfter } from '../../coordinator/core/sampler';
 import { Harness, hashOf } from './coordinator-harness';
 import { mulberry32 } from '../support/rng';
 
@@ -31,12 +31,7 @@ function restartCount(h: Harness): number {
 
 /** The server stores every checkpoint that was requested since the last call. */
 function storeRequestedCheckpoints(h: Harness, seen: Set<number>): void {
-  const plan = {
-    datasetSize: h.state.datasetSize,
-    globalBatch: h.state.job.globalBatch,
-    epochs: h.state.job.epochs,
-    commitEvery: h.state.job.commitEvery,
-  };
+  const plan = planOf(h.state);
   for (const w of h.workers.values()) {
     for (const m of w.inbox) {
       if (m.type !== 'checkpoint_request' || seen.has(m.step)) continue;

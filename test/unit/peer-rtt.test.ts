@@ -5,7 +5,7 @@
 import { describe, expect, it } from 'vitest';
 import { statusView } from '../../coordinator/core/machine';
 import { clientMessageSchema, parseClientMessage, PROTOCOL_VERSION } from '../../coordinator/core/protocol';
-import { maxLinkRttMs, RoundTripSampler, selectedPairRttMs } from '../../web/net/link-rtt';
+import { LatestSample, linkStats, selectedPairRttMs } from '../../web/net/link-rtt';
 import { memoryLinkPair } from '../../web/net/memory-link';
 import { Harness } from './coordinator-harness';
 
@@ -99,13 +99,18 @@ describe('tab-side RTT reading', () => {
 
   it('reads nothing from non-WebRTC links', async () => {
     const [a, b] = memoryLinkPair('a', 'b');
-    expect(await maxLinkRttMs([a, b])).toBeNull();
-    expect(await maxLinkRttMs([])).toBeNull();
+    expect(
+      await linkStats([
+        { peer: 'b', link: a },
+        { peer: 'a', link: b },
+      ]),
+    ).toEqual({ peerRttMs: null, peerLinks: [] });
+    expect(await linkStats([])).toEqual({ peerRttMs: null, peerLinks: [] });
   });
 
   it('the sampler measures at most once per take and never twice at once', async () => {
     const resolvers: ((v: number | null) => void)[] = [];
-    const sampler = new RoundTripSampler(() => new Promise((resolve) => resolvers.push(resolve)));
+    const sampler = new LatestSample<number>(() => new Promise((resolve) => resolvers.push(resolve)));
     expect(sampler.take()).toBeNull();
     expect(sampler.take()).toBeNull();
     expect(resolvers.length).toBe(1);

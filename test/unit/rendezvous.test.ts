@@ -36,6 +36,20 @@ function training(steps = 2, job: JobSpecInput = {}): Harness {
   return h;
 }
 
+/** A new tab `late` connects and says hello (after the job is over). */
+function lateHello(h: Harness): void {
+  h.connect('late');
+  h.send('late', {
+    type: 'hello',
+    runId: null,
+    workerId: null,
+    peerId: 'p',
+    adapter: { vendor: '', architecture: '', description: '' },
+    haveStep: null,
+    haveHash: null,
+  });
+}
+
 /** Keep `names` alive for `ms` in heartbeat-sized ticks. */
 function heartbeatFor(h: Harness, names: string[], ms: number): void {
   for (let t = 0; t < ms; t += 500) {
@@ -291,16 +305,7 @@ const cases: [string, () => void][] = [
         expect(h.lastReceived(n)).toMatchObject({ type: 'error', code: 'job_failed' });
         expect(h.worker(n).closedByServer).toBe(true);
       }
-      h.connect('late');
-      h.send('late', {
-        type: 'hello',
-        runId: null,
-        workerId: null,
-        peerId: 'p',
-        adapter: { vendor: '', architecture: '', description: '' },
-        haveStep: null,
-        haveHash: null,
-      });
+      lateHello(h);
       expect(h.lastReceived('late')).toMatchObject({ type: 'error', code: 'job_failed' });
       expect(h.worker('late').closedByServer).toBe(true);
     },
@@ -395,16 +400,7 @@ const cases: [string, () => void][] = [
       expect(h.received('a', 'checkpoint_request').pop()).toMatchObject({ step: 8 });
       h.disconnect('b');
       expect(h.state.restarts).toBe(0);
-      h.connect('late');
-      h.send('late', {
-        type: 'hello',
-        runId: null,
-        workerId: null,
-        peerId: 'p',
-        adapter: { vendor: '', architecture: '', description: '' },
-        haveStep: null,
-        haveHash: null,
-      });
+      lateHello(h);
       expect(h.lastReceived('late')).toEqual({ v: 1, type: 'done', step: 8 });
       expect(h.worker('late').closedByServer).toBe(true);
     },

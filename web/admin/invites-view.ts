@@ -5,23 +5,11 @@
  * through), so the page still runs no polling loop.
  */
 import type { AdminApi } from './admin-api';
-import type { AdminStatus } from '../../coordinator/core/admin-feed-protocol';
+import type { AdminStatus, InvitesResponse, InviteView } from '../../coordinator/core/admin-feed-protocol';
 import { byId, el, setText } from './format';
 
-/** One invite as `GET /api/admin/invites` returns it (coordinator/invite-routes.ts `InviteView`). */
-interface InviteRow {
-  id: string;
-  link: string;
-  label: string;
-  maxTabs: number | null;
-  tabs: number;
-  expiresAt: number | null;
-  revokedAt: number | null;
-  live: boolean;
-}
-
 export class InvitesPanel {
-  private invites: InviteRow[] = [];
+  private invites: InviteView[] = [];
   private counts = new Map<string, number>();
 
   constructor(
@@ -38,7 +26,7 @@ export class InvitesPanel {
   async load(): Promise<void> {
     const api = this.api();
     if (!api) return;
-    const result = await api.get<{ join: string; invites: InviteRow[] }>('invites');
+    const result = await api.get<InvitesResponse>('invites');
     if (!result.ok) {
       this.say(`Cannot list invites: ${result.message}`, 'problem');
       return;
@@ -73,7 +61,7 @@ export class InvitesPanel {
     if (minutesText) body.expiresInMinutes = Number(minutesText);
     const api = this.api();
     if (!api) return;
-    const result = await api.post<InviteRow>('invites', body);
+    const result = await api.post<InviteView>('invites', body);
     if (!result.ok) {
       this.say(`Invite not created: ${result.message}`, 'problem');
       return;

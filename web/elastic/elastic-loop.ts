@@ -109,10 +109,13 @@ export class ElasticLoop {
     return Math.round(Math.min(ms, MAX_STEP_PAUSE_MS, this.ctx.timeouts.collectiveMs / 4));
   }
 
-  /** Count the reported steps up to `committedStep` as committed, and forget later ones when `dropLater` (undone). */
-  private credit(committedStep: number, dropLater = false): void {
+  /**
+   * Count the reported steps up to `committedStep` as committed, and forget later ones when `dropLater`
+   * (undone). Returns the status patch, for the caller's own update (one status change, not two).
+   */
+  private credit(committedStep: number, dropLater = false): Partial<ElasticStatus> {
     const credited = creditCommitted(this.uncommittedSamples, committedStep, dropLater);
-    if (credited > 0) this.update({ samplesCommitted: this.status.samplesCommitted + credited });
+    return credited > 0 ? { samplesCommitted: this.status.samplesCommitted + credited } : {};
   }
 
   // ------------------------------------------------------------------ inputs
@@ -142,8 +145,8 @@ export class ElasticLoop {
           this.log('warn', `train for round ${msg.round}, but this tab is in round ${this.session?.round ?? 'none'}`);
         return;
       case 'committed':
-        this.credit(msg.step);
         this.update({
+          ...this.credit(msg.step),
           committedStep: msg.step,
           epoch: msg.epoch,
           epochProgress: this.job ? msg.cursor / this.job.datasetSize : 0,
@@ -221,8 +224,8 @@ export class ElasticLoop {
     }
     session.rank = me.rank;
     // The round starts after the last committed step: reported steps up to it were committed (perhaps in our absence), later ones will be redone.
-    this.credit(msg.step - 1, true);
     this.update({
+      ...this.credit(msg.step - 1, true),
       phase: 'syncing',
       waitReason: null,
       round: msg.round,
@@ -314,8 +317,7 @@ export class ElasticLoop {
 
   private finish(step: number): void {
     this.endSession('done', { keepPending: true });
-    this.credit(step);
-    this.update({ phase: 'done', committedStep: step, epochProgress: 1 });
+    this.update({ ...this.credit(step), phase: 'done', committedStep: step, epochProgress: 1 });
     const count = this.opts.evaluateOnDone ?? 0;
     if (count > 0 && this.keeper.modelElements !== null) {
       this.ctx.queue

@@ -8,10 +8,9 @@
  * Re-opening closes the old links, which only ends a round the coordinator's restart ended anyway.
  */
 import type { WorldEntry } from '../../coordinator/core/protocol';
-import type { Link, Ring } from '../net/link';
+import type { Ring } from '../net/link';
 import { PeerMesh, type PeerMeshOptions } from '../net/peer-mesh';
-import { linkPaths, maxLinkRttMs } from '../net/link-rtt';
-import type { CandidateType } from '../../coordinator/core/protocol';
+import { linkStats, type LinkStats } from '../net/link-rtt';
 import { backoffDelay } from '../net/coordinator-client';
 import { bounded } from './async-tools';
 import type { MeshPort } from './ports';
@@ -71,22 +70,18 @@ export class PeerMeshPort implements MeshPort {
   }
 
   /**
-   * WebRTC round-trip time (ms) of the open links, the MAX over them; null when there is none (world of
-   * 1, waiting) or no stats yet. The mesh holds links to the current ring's neighbours only (`retain`).
+   * The open links' RTT (the MAX over them; null when there is none: world of 1, waiting, or no stats
+   * yet) and selected ICE candidate types, from one `getStats()` per link. The mesh holds links to the
+   * current ring's neighbours only (`retain`).
    */
-  async roundTripMs(): Promise<number | null> {
+  async linkStats(): Promise<LinkStats> {
     const mesh = this.mesh;
-    if (!mesh) return null;
-    const links = mesh.connectedPeers.map((peer) => mesh.link(peer)).filter((link): link is Link => link !== undefined);
-    return maxLinkRttMs(links);
-  }
-
-  /** The selected ICE candidate types of each open link (e.g. `relay` through TURN). */
-  async linkPaths(): Promise<{ peer: string; local: CandidateType; remote: CandidateType }[]> {
-    const mesh = this.mesh;
-    if (!mesh) return [];
-    return linkPaths(
-      mesh.connectedPeers.flatMap((peer) => (mesh.link(peer) ? [{ peer, link: mesh.link(peer)! }] : [])),
+    if (!mesh) return { peerRttMs: null, peerLinks: [] };
+    return linkStats(
+      mesh.connectedPeers.flatMap((peer) => {
+        const link = mesh.link(peer);
+        return link ? [{ peer, link }] : [];
+      }),
     );
   }
 

@@ -13,7 +13,7 @@
 import type * as Comlink from 'comlink';
 import { CoordinatorClient, defaultCoordinatorUrl } from '../net/coordinator-client';
 import { IceState } from '../net/ice-state';
-import { LatestSample, RoundTripSampler } from '../net/link-rtt';
+import { LatestSample } from '../net/link-rtt';
 import type { TrainingWorkerApi } from '../worker/training-worker';
 import { browserHttp } from './checkpoint-transfer';
 import { ElasticLoop, initialElasticStatus, type ElasticStatus, type ElasticTimeouts } from './elastic-loop';
@@ -106,8 +106,7 @@ export async function startElastic(
       if (status.phase === 'failed' && !left) leave();
     },
   });
-  const rtt = new RoundTripSampler(() => mesh.roundTripMs());
-  const paths = new LatestSample(() => mesh.linkPaths());
+  const links = new LatestSample(() => mesh.linkStats());
   client = new CoordinatorClient({
     url: defaultCoordinatorUrl(origin),
     hello: () => ({ peerId: mesh.peerId, adapter: opts.adapter, ...loop.holding() }),
@@ -116,8 +115,11 @@ export async function startElastic(
       loop.handle(msg);
     },
     onDisconnect: () => loop.disconnected(),
-    // Ring-link RTT for the admin page: read from getStats() at most once per heartbeat, sent one beat late.
-    heartbeatFields: () => ({ peerRttMs: rtt.take(), peerLinks: paths.take() ?? undefined, iceError: ice.error }),
+    // Ring-link RTT and paths for the admin page: read from getStats() at most once per heartbeat, sent one beat late.
+    heartbeatFields: () => {
+      const sample = links.take();
+      return { peerRttMs: sample?.peerRttMs ?? null, peerLinks: sample?.peerLinks, iceError: ice.error };
+    },
     log,
   });
 

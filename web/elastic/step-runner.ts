@@ -74,9 +74,11 @@ export class StepRunner {
     let pending: StateTag | null = null;
     /** The step whose gradients the previous apply left on the device (a world of one). */
     let onDevice: number | null = null;
+    /** The work of the step about to run, planned by the previous iteration (for its prefetch). */
+    let planned: StepWork | null = null;
     for (let step = session.msg.step; step <= job.totalSteps; step++) {
       if (signal.aborted) throw abortReason(signal);
-      const work = stepWork(job, session.world, session.rank, step);
+      const work = planned ?? stepWork(job, session.world, session.rank, step);
       const computed = onDevice === step ? null : await this.gradients(work, keepOnDevice);
       const sums = computed
         ? await this.allreduce(session, ring, job, step, computed.gradient, computed.computeMs)
@@ -86,7 +88,10 @@ export class StepRunner {
       const waitedMs = this.ctx.now() - waitStart;
       pending = null;
       if (signal.aborted) throw abortReason(signal);
-      const next = step < job.totalSteps ? this.nextStep(session, job, step + 1, keepOnDevice) : null;
+      planned = step < job.totalSteps ? stepWork(job, session.world, session.rank, step + 1) : null;
+      // Step s+1's own samples, computed behind this apply (none when its slice is empty).
+      const next: NextStep | null =
+        planned && planned.indices.length > 0 ? { indices: planned.indices, keepOnDevice } : null;
       const requested = this.requestedAt;
       if (next) this.requestedAt = this.ctx.now();
       const prefetched = onDevice === step ? work.indices : undefined;
@@ -153,12 +158,6 @@ export class StepRunner {
       signal: session.signal,
     });
     return sums.buffer as ArrayBuffer;
-  }
-
-  /** Step `step`'s own samples, to be computed behind the current apply (none when the slice is empty). */
-  private nextStep(session: RoundSession, job: JobPublic, step: number, keepOnDevice: boolean): NextStep | null {
-    const work = stepWork(job, session.world, session.rank, step);
-    return work.indices.length > 0 ? { indices: work.indices, keepOnDevice } : null;
   }
 
   private report(session: RoundSession, step: number, hash: string, g: GradientResult, computeMs: number): void {

@@ -12,24 +12,37 @@ import type { StatsLike } from './link-rtt';
 
 const TYPES: readonly string[] = ['host', 'srflx', 'prflx', 'relay'];
 
-/** Local and remote candidate types of the selected (or nominated, succeeded) pair; null when none yet. */
-export function selectedPairTypes(stats: StatsLike): { local: CandidateType; remote: CandidateType } | null {
+/**
+ * The candidate pair ICE selected for a link (the transport's `selectedCandidatePairId`), else the
+ * first succeeded pair `fallback` accepts (for browsers that do not name it); with the report by id.
+ */
+export function selectedPair(
+  stats: StatsLike,
+  fallback: (pair: Record<string, unknown>) => boolean,
+): { pair: Record<string, unknown> | undefined; byId: Map<string, Record<string, unknown>> } {
   const byId = new Map<string, Record<string, unknown>>();
-  let selected: string | undefined;
+  const selectedIds: string[] = [];
   stats.forEach((value, key) => {
     byId.set(key, value);
     if (value.type === 'transport' && typeof value.selectedCandidatePairId === 'string')
-      selected ??= value.selectedCandidatePairId;
+      selectedIds.push(value.selectedCandidatePairId);
   });
-  let pair = selected !== undefined ? byId.get(selected) : undefined;
+  let pair: Record<string, unknown> | undefined;
+  for (const id of selectedIds) pair ??= byId.get(id);
   if (!pair) {
     for (const value of byId.values()) {
-      if (value.type === 'candidate-pair' && value.state === 'succeeded' && value.nominated === true) {
+      if (value.type === 'candidate-pair' && value.state === 'succeeded' && fallback(value)) {
         pair = value;
         break;
       }
     }
   }
+  return { pair, byId };
+}
+
+/** Local and remote candidate types of the selected (or nominated, succeeded) pair; null when none yet. */
+export function selectedPairTypes(stats: StatsLike): { local: CandidateType; remote: CandidateType } | null {
+  const { pair, byId } = selectedPair(stats, (p) => p.nominated === true);
   if (!pair) return null;
   const local = byId.get(String(pair.localCandidateId))?.candidateType;
   const remote = byId.get(String(pair.remoteCandidateId))?.candidateType;

@@ -1,12 +1,12 @@
 /**
- * WebRTC round-trip time of a tab's ring links, for the heartbeat's `peerRttMs` (shown on the admin
- * page). Read from `RTCPeerConnection.getStats()`: the candidate pair the transport selected (or, if
+ * WebRTC round-trip time and path of a tab's ring links, for the heartbeat's `peerRttMs` and
+ * `peerLinks` (shown on the admin page). Read from `RTCPeerConnection.getStats()`: the candidate pair the transport selected (or, if
  * the browser does not name it, a nominated succeeded pair) carries `currentRoundTripTime` in seconds,
  * measured by ICE consent checks, so reading it costs no extra traffic.
  */
 import type { Link } from './link';
-import type { CandidateType } from '../../coordinator/core/protocol';
-import { selectedPairTypes } from './ice-path';
+import type { PeerLink } from '../../coordinator/core/protocol';
+import { selectedPair, selectedPairTypes } from './ice-path';
 import { DataConnectionLink } from './peer-link';
 
 /** The subset of `RTCStatsReport` read here (a Map in unit tests). */
@@ -19,28 +19,10 @@ export const MAX_PEER_RTT_MS = 60_000;
 
 /** The selected candidate pair's current RTT in ms (rounded to 0.1 ms), or null when none is known yet. */
 export function selectedPairRttMs(stats: StatsLike): number | null {
-  const byId = new Map<string, Record<string, unknown>>();
-  const selectedIds = new Set<string>();
-  stats.forEach((value, key) => {
-    byId.set(key, value);
-    if (value.type === 'transport' && typeof value.selectedCandidatePairId === 'string')
-      selectedIds.add(value.selectedCandidatePairId);
-  });
-  let pair: Record<string, unknown> | undefined;
-  for (const id of selectedIds) pair ??= byId.get(id);
-  if (!pair) {
-    for (const value of byId.values()) {
-      if (
-        value.type === 'candidate-pair' &&
-        value.state === 'succeeded' &&
-        (value.nominated === true || value.selected === true) &&
-        typeof value.currentRoundTripTime === 'number'
-      ) {
-        pair = value;
-        break;
-      }
-    }
-  }
+  const { pair } = selectedPair(
+    stats,
+    (p) => (p.nominated === true || p.selected === true) && typeof p.currentRoundTripTime === 'number',
+  );
   return toRttMs(pair?.currentRoundTripTime);
 }
 
@@ -49,42 +31,38 @@ function toRttMs(seconds: unknown): number | null {
   return Math.min(MAX_PEER_RTT_MS, Math.round(seconds * 10_000) / 10);
 }
 
-/** One link's RTT in ms, or null (not a WebRTC link, closed, or no stats yet). */
-export async function linkRttMs(link: Link): Promise<number | null> {
-  if (!(link instanceof DataConnectionLink) || !link.isOpen) return null;
-  const pc = link.connection.peerConnection as RTCPeerConnection | undefined;
-  if (!pc) return null;
-  try {
-    return selectedPairRttMs((await pc.getStats()) as unknown as StatsLike);
-  } catch {
-    return null;
-  }
+/** What a heartbeat reports about the ring links: the slowest link's RTT and each link's path. */
+export interface LinkStats {
+  /** The MAX RTT over the links (the slowest link paces a ring all-reduce), or null when none is known. */
+  peerRttMs: number | null;
+  /** The selected candidate types of each open WebRTC link (e.g. `relay` through TURN). */
+  peerLinks: PeerLink[];
 }
 
-/** The selected candidate types of each open WebRTC link in `peers` (for the heartbeat's `peerLinks`). */
-export async function linkPaths(
-  peers: readonly { peer: string; link: Link }[],
-): Promise<{ peer: string; local: CandidateType; remote: CandidateType }[]> {
-  const paths = await Promise.all(
+/** `LinkStats` of `peers`, from ONE `getStats()` per open WebRTC link (other links add nothing). */
+export async function linkStats(peers: readonly { peer: string; link: Link }[]): Promise<LinkStats> {
+  const reports = await Promise.all(
     peers.map(async ({ peer, link }) => {
       if (!(link instanceof DataConnectionLink) || !link.isOpen) return null;
       const pc = link.connection.peerConnection as RTCPeerConnection | undefined;
       if (!pc) return null;
       try {
-        const types = selectedPairTypes((await pc.getStats()) as unknown as StatsLike);
-        return types ? { peer, ...types } : null;
+        return { peer, stats: (await pc.getStats()) as unknown as StatsLike };
       } catch {
         return null;
       }
     }),
   );
-  return paths.filter((p) => p !== null);
-}
-
-/** The MAX RTT over `links` (the slowest link paces a ring all-reduce), or null when none is known. */
-export async function maxLinkRttMs(links: readonly Link[]): Promise<number | null> {
-  const rtts = (await Promise.all(links.map(linkRttMs))).filter((r): r is number => r !== null);
-  return rtts.length === 0 ? null : Math.max(...rtts);
+  const rtts: number[] = [];
+  const peerLinks: LinkStats['peerLinks'] = [];
+  for (const report of reports) {
+    if (!report) continue;
+    const rtt = selectedPairRttMs(report.stats);
+    if (rtt !== null) rtts.push(rtt);
+    const types = selectedPairTypes(report.stats);
+    if (types) peerLinks.push({ peer: report.peer, ...types });
+  }
+  return { peerRttMs: rtts.length === 0 ? null : Math.max(...rtts), peerLinks };
 }
 
 /**
@@ -102,8 +80,8 @@ export class LatestSample<T> {
     if (!this.running) {
       this.running = true;
       this.measure().then(
-        (rtt) => {
-          this.last = rtt;
+        (value) => {
+          this.last = value;
           this.running = false;
         },
         () => {
@@ -115,6 +93,3 @@ export class LatestSample<T> {
     return this.last;
   }
 }
-
-/** The heartbeat's RTT sampler (see `LatestSample`). */
-export class RoundTripSampler extends LatestSample<number> {}

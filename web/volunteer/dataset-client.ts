@@ -203,9 +203,11 @@ export class ChunkFetcher {
     const key = `${file.url}/${i}`;
     let held = this.held.get(key);
     if (!held) {
-      held = this.download(file, i);
-      held.catch(() => this.held.delete(key));
-      this.held.set(key, held);
+      const download = this.download(file, i);
+      // A failed chunk is fetched again next time (unless a newer download already took its place).
+      download.catch(() => this.held.get(key) === download && this.held.delete(key));
+      this.held.set(key, download);
+      held = download;
       if (this.held.size > this.maxChunks) this.held.delete(this.held.keys().next().value as string);
     }
     return held;

@@ -40,6 +40,7 @@ import type { TrainingWorkerApi } from '../worker/training-worker';
 import type { SoloOptions, SoloProgress } from '../worker/types';
 import { MAX_STEP_PAUSE_MS, type ElasticStatus } from '../elastic/elastic-loop';
 import { startElastic, type ElasticHandle } from '../elastic/start';
+import { appendBounded, LOSS_LOG_LENGTH } from '../elastic/status';
 import './globals';
 import '../shared.css';
 import './volunteer.css';
@@ -244,8 +245,7 @@ function onProgress(p: SoloProgress): void {
     patch.state = 'training';
     if (p.lossAvg !== null) {
       patch.loss = p.lossAvg;
-      status.losses.push({ step: p.step, loss: p.lossAvg });
-      if (status.losses.length > 2000) status.losses.splice(0, status.losses.length - 2000);
+      appendBounded(status.losses, { step: p.step, loss: p.lossAvg }, LOSS_LOG_LENGTH);
     }
     if (p.samplesPerSec !== null) patch.samplesPerSec = p.samplesPerSec;
   } else {

@@ -42,12 +42,8 @@ interface Prefetch {
   result: Promise<GradientResult>;
 }
 
-const MAP_READ = 0x1;
-const COPY_DST = 0x8;
-
 export class ElasticSteps {
   private version = 0;
-  private staging: GPUBuffer | null = null;
   private prefetched: Prefetch | null = null;
 
   constructor(
@@ -58,11 +54,9 @@ export class ElasticSteps {
     private readonly saveBackup: () => void,
   ) {}
 
-  /** Free the hash staging buffer (the model is being replaced). */
+  /** Drop a prefetch (the model is being replaced). */
   destroy(): void {
     this.drop();
-    this.staging?.destroy();
-    this.staging = null;
   }
 
   /** The live state was replaced (restore, backup put back, rebuild): a prefetch is stale. */
@@ -117,26 +111,12 @@ export class ElasticSteps {
   }
 
   /**
-   * The hash of the parameters, read through one staging buffer kept for the model's life and hashed
-   * in place in the mapped range: no 1 MB ArrayBuffer per step for the garbage collector (the copy
-   * per step made the renderer's memory climb until its GC caught up). The copy is recorded now, so
-   * it sees exactly the parameters of the step just applied, whatever is submitted after it.
+   * The hash of the parameters, hashed where they are mapped (`Model.withParams`: a reused staging
+   * buffer, no 1 MB ArrayBuffer per step for the garbage collector). The copy is recorded now, so it
+   * sees exactly the parameters of the step just applied, whatever is submitted after it.
    */
-  private async hashParams(): Promise<string> {
-    const device = this.model.gpu.device;
-    const { buffer, offset } = this.model.params;
-    const bytes = this.model.totalElements * 4;
-    this.staging ??= device.createBuffer({ label: 'elastic.hash-staging', size: bytes, usage: MAP_READ | COPY_DST });
-    const staging = this.staging;
-    const encoder = device.createCommandEncoder({ label: 'elastic.hash-copy' });
-    encoder.copyBufferToBuffer(buffer, offset, staging, 0, bytes);
-    device.queue.submit([encoder.finish()]);
-    await staging.mapAsync(MAP_READ, 0, bytes);
-    try {
-      return this.hash(new Float32Array(staging.getMappedRange(0, bytes)));
-    } finally {
-      staging.unmap();
-    }
+  private hashParams(): Promise<string> {
+    return this.model.withParams(this.hash);
   }
 
   /** The prefetch for `indices` made on the current state, or null; it is consumed either way. */
@@ -169,7 +149,8 @@ export class ElasticSteps {
   }
 }
 
-function sameIndices(a: Uint32Array, b: Uint32Array): boolean {
+/** Whether two sample lists are the same (a prefetch is used only for exactly its samples). */
+export function sameIndices(a: Uint32Array, b: Uint32Array): boolean {
   if (a.length !== b.length) return false;
   for (let i = 0; i < a.length; i++) if (a[i] !== b[i]) return false;
   return true;
