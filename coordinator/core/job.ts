@@ -72,6 +72,44 @@ export const tensorsDatasetSchema = z.strictObject({
   subset: subsetField,
 });
 
+/** Wire format of the ring allreduce: float32 (exact), IEEE half, or int8 in blocks with a float32 scale. */
+export const compressionSchema = z.enum(['none', 'fp16', 'int8']);
+export type Compression = z.infer<typeof compressionSchema>;
+
+/**
+ * Every step is one allreduce of the gradient sums (today's semantics). With `compression` other than
+ * `none` every rank still ends each step with the same bytes, but the result is no longer bit-equal to
+ * a single tab's (see docs/local-steps.md).
+ */
+export const everyStepSyncSchema = z.strictObject({
+  mode: z.literal('every-step'),
+  compression: compressionSchema.default('none'),
+});
+
+/** Nesterov SGD on the pseudo-gradient, as DiLoCo's outer optimizer (PyTorch's `nesterov=True` form). */
+export const outerOptimizerSchema = z.strictObject({
+  kind: z.literal('nesterov'),
+  lr: finite.positive().max(10).default(0.7),
+  momentum: finite.min(0).lt(1).default(0.9),
+});
+
+/**
+ * Local steps (DiLoCo): each rank takes `innerSteps` optimizer steps on its own slices, then the ranks
+ * allreduce their sample-weighted pseudo-gradients (committed − local parameters) and the outer
+ * optimizer updates the committed state. The outer step is the commit point (docs/local-steps.md).
+ */
+export const localSyncSchema = z.strictObject({
+  mode: z.literal('local'),
+  /** Inner steps per outer step (H); an epoch's end also ends an outer step. */
+  innerSteps: z.int().min(1).max(100_000),
+  outer: outerOptimizerSchema.default({ kind: 'nesterov', lr: 0.7, momentum: 0.9 }),
+  compression: compressionSchema.default('none'),
+});
+
+export const syncSchema = z.discriminatedUnion('mode', [everyStepSyncSchema, localSyncSchema]);
+export type SyncSpec = z.infer<typeof syncSchema>;
+export type LocalSync = z.infer<typeof localSyncSchema>;
+
 export const datasetSpecSchema = z.union([textDatasetSchema, tensorsDatasetSchema, idxDatasetSchema]);
 
 const modelField = z
@@ -110,8 +148,13 @@ export const jobSpecSchema = z
     minWorkers: z.int().min(1).max(4096).default(1),
     /** A round never has more ranks than this; later joiners wait. */
     maxWorkers: z.int().min(1).max(4096).default(8),
-    /** Steps between commits; epoch ends and the job end are always commit points. */
-    commitEvery: z.int().min(1).max(100_000).default(1),
+    /**
+     * Steps between commits; epoch ends and the job end are always commit points. In local sync mode it
+     * is the outer step (`sync.innerSteps`), and a job file may not set it to anything else.
+     */
+    commitEvery: z.int().min(1).max(100_000).optional(),
+    /** How the ranks combine their work: every step (default) or local steps with rare outer syncs. */
+    sync: syncSchema.default({ mode: 'every-step', compression: 'none' }),
     /** Committed steps between durable checkpoints (also taken at epoch ends and at the end). */
     checkpointEvery: z.int().min(1).max(10_000_000).default(50),
     /** Failure restarts tolerated; one more fails the job. Joins and goodbyes never count. */
@@ -137,7 +180,18 @@ export const jobSpecSchema = z
   .refine((job) => job.minWorkers <= job.maxWorkers, {
     message: 'minWorkers must be <= maxWorkers',
     path: ['minWorkers'],
-  });
+  })
+  .refine(
+    (job) => job.sync.mode !== 'local' || job.commitEvery === undefined || job.commitEvery === job.sync.innerSteps,
+    {
+      message: 'in local sync mode the outer step is the commit point: leave commitEvery out (it is sync.innerSteps)',
+      path: ['commitEvery'],
+    },
+  )
+  .transform((job) => ({
+    ...job,
+    commitEvery: job.sync.mode === 'local' ? job.sync.innerSteps : (job.commitEvery ?? 1),
+  }));
 
 /** A validated job with every default filled in and the model resolved. */
 export type JobSpec = z.output<typeof jobSpecSchema>;
@@ -176,8 +230,9 @@ export const jobPublicSchema = z.strictObject({
   optimizer: optimizerSchema,
   globalBatch: z.int().min(1),
   epochs: z.int().min(1),
-  /** Steps between commits; see `isCommitPoint`. */
+  /** Steps between commits; see `isCommitPoint`. In local sync mode, the inner steps of an outer step. */
   commitEvery: z.int().min(1),
+  sync: syncSchema,
   checkpointEvery: z.int().min(1),
   /** Send a heartbeat this often (ms). */
   heartbeatMs: z.int().min(1),
@@ -206,6 +261,7 @@ export function jobPublic(job: JobSpec, datasetSize: number): JobPublic {
     globalBatch: job.globalBatch,
     epochs: job.epochs,
     commitEvery: job.commitEvery,
+    sync: job.sync,
     checkpointEvery: job.checkpointEvery,
     heartbeatMs: job.heartbeatMs,
     seed: job.seed,

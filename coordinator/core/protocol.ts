@@ -19,6 +19,9 @@ import { jobPublicSchema } from './job';
 
 export const PROTOCOL_VERSION = 1;
 
+/** The hash of a local-mode inner step's report: there is no agreed state to hash between outer steps. */
+export const NO_HASH = '0000000000000000';
+
 /** Largest accepted control frame, in UTF-8 bytes. Control messages are small; bulk data goes elsewhere. */
 export const MAX_CONTROL_MESSAGE_BYTES = 16 * 1024;
 
@@ -146,7 +149,11 @@ export const stepReportSchema = z.strictObject({
   rank: rankSchema,
   /** The step computed (1-based, global across epochs). */
   step: z.int().min(1),
-  /** Hash of the parameters after the step; every rank must report the same one. */
+  /**
+   * Hash of the state after the step; every rank must report the same one at a commit point. In local
+   * sync mode the ranks' parameters differ between outer steps by design: an inner step reports
+   * `NO_HASH`, and the outer step reports the hash of the committed state (parameters and outer momentum).
+   */
   hash: hashSchema,
   /** Sum of the per-sample losses of this rank's slice (the mean loss is the sum over ranks / step size). */
   lossSum: z.number().min(0).max(1e12),
@@ -160,6 +167,15 @@ export const stepReportSchema = z.strictObject({
    * throughput shares use the time the coordinator measured (commit.ts), not this claim.
    */
   computeMs: z.number().min(0).max(1e7),
+  /**
+   * Bytes this rank sent to its ring neighbour in the step's collectives (0 for a local-mode inner step,
+   * and absent from older tabs). A claim shown on the admin page (bytes per sample), never used to decide.
+   */
+  wireBytes: z
+    .int()
+    .min(0)
+    .max(2 ** 40)
+    .optional(),
 });
 
 export const failureSchema = z.strictObject({
