@@ -16,7 +16,7 @@ import { createServer as createHttpsServer } from 'node:https';
 import type { Duplex } from 'node:stream';
 import { z } from 'zod';
 import { jobPublic } from './core/job';
-import { hashParams } from './core/hash';
+import { stateHash } from './core/hash';
 import { idSchema } from './core/protocol';
 import { positionAfter } from './core/sampler';
 import { type DecodedSnapshot, decodeSnapshot, SnapshotError } from './core/snapshot';
@@ -359,17 +359,23 @@ export class CoordinatorServer {
         `snapshot says epoch ${snapshot!.epoch} cursor ${snapshot!.cursor}; step ${step} ends at epoch ${expected.epoch} cursor ${expected.cursor}`,
       );
     }
-    if (snapshot!.spec.name !== state.job.model.name || snapshot!.optimizer.kind !== state.job.optimizer.kind) {
+    const localMode = state.job.sync.mode === 'local';
+    if (
+      snapshot!.spec.name !== state.job.model.name ||
+      snapshot!.optimizer.kind !== state.job.optimizer.kind ||
+      !!snapshot!.outer !== localMode
+    ) {
       reject(
         422,
         'wrong_model',
-        `snapshot of ${snapshot!.spec.name}/${snapshot!.optimizer.kind}, the job trains ${state.job.model.name}/${state.job.optimizer.kind}`,
+        `snapshot of ${snapshot!.spec.name}/${snapshot!.optimizer.kind}${snapshot!.outer ? ' with an outer momentum' : ''}, the job trains ${state.job.model.name}/${state.job.optimizer.kind}${localMode ? ' in local sync mode (outer momentum expected)' : ''}`,
       );
     }
-    // The coordinator hashes the uploaded parameters itself (the header's hash is the sender's claim)
-    // and stores them only if that equals the hash every rank reported for the committed step.
+    // The coordinator hashes the uploaded state itself (the header's hash is the sender's claim) and
+    // stores it only if that equals the hash every rank reported for the committed step (parameters,
+    // and in local mode the outer momentum: core/hash.ts `stateHash`).
     if (grant!.hash === null) reject(409, 'no_hash', `step ${step} has no committed hash to verify against`);
-    const computed = hashParams(snapshot!.params);
+    const computed = stateHash(snapshot!.params, snapshot!.outer);
     if (computed !== grant!.hash) {
       reject(422, 'hash_mismatch', `snapshot parameters hash to ${computed}, step ${step} committed ${grant!.hash}`);
     }

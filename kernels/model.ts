@@ -419,7 +419,8 @@ export class Model {
     return { lossSum, correct, count };
   }
 
-  private async readFloats(t: Tensor, count: number): Promise<Float32Array> {
+  /** The first `count` floats of any tensor of this model's device (e.g. a backup copy), read back. */
+  async readFloats(t: Tensor, count: number): Promise<Float32Array> {
     return new Float32Array(await this.reader.read(t.buffer, t.offset, count * 4));
   }
 

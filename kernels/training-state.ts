@@ -127,6 +127,20 @@ export class TrainingState {
     this.model.optimizerStep = backup.step;
   }
 
+  /** The backup's parameters (the last committed step's), read back; local sync mode's θ_committed. */
+  readBackupParams(): Promise<Float32Array> {
+    if (!this.backup) throw new Error('readBackupParams: no backup saved');
+    return this.model.readFloats(this.backup.tensors[0], this.model.totalElements);
+  }
+
+  /** Overwrite the live parameters only (the outer step of local sync mode); moments and t stay. */
+  writeParams(params: Float32Array): void {
+    const n = this.model.totalElements;
+    if (params.length !== n) throw new Error(`writeParams: ${params.length} floats, the model has ${n}`);
+    const t = this.model.params;
+    this.gpu.device.queue.writeBuffer(t.buffer, t.offset, params.buffer, params.byteOffset, params.byteLength);
+  }
+
   /** Hash of the current parameter bytes (one read-back of the params buffer, hashed where it is mapped). */
   hashParams(): Promise<string> {
     return this.model.withParams(this.hash);

@@ -1,6 +1,6 @@
 /**
  * The commit rule: a step commits only when every rank of the current round reported it with the same
- * parameter hash. Steps between commit points (`isCommitPoint`) are committed together when the commit
+ * parameter hash (in local sync mode: the same committed-state hash at the outer step, the commit point). Steps between commit points (`isCommitPoint`) are committed together when the commit
  * point is reported by all. Anything else is rejected with a reason and leaves the state untouched,
  * except a hash mismatch between ranks: that is divergence, and the round closes with restore:true.
  */
@@ -76,6 +76,9 @@ export function checkReport(s: CoordinatorState, workerId: string, msg: StepRepo
       code: 'bad_samples',
       message: `rank ${p.rank} has ${expected} samples in step ${msg.step}, reported ${msg.samples}`,
     };
+  // Local sync mode: between outer steps every rank trains its own copy, so only the outer step's
+  // (the commit point's) hash is agreed; inner steps carry NO_HASH and are not compared.
+  if (s.job.sync.mode === 'local' && msg.step !== limit) return { ok: true, rank: p.rank };
   const others = s.pending[msg.step] ?? {};
   const disagreeing = Object.values(others).some((r) => r.hash !== msg.hash);
   if (disagreeing) {

@@ -9,7 +9,15 @@
  */
 import { begin, finish, log, metric, mutWorker, reject } from './context';
 import type { ErrorCode, EvaluationMessage } from './protocol';
-import { isCommitPoint, planOf, stepPosition, stepsPerEpoch, totalSteps, type StepPlan } from './sampler';
+import {
+  isCommitPoint,
+  planOf,
+  previousCommitPoint,
+  stepPosition,
+  stepsPerEpoch,
+  totalSteps,
+  type StepPlan,
+} from './sampler';
 import type { CoordinatorState, Transition } from './state';
 
 /** What fixes the evaluation points (a `JobPublic` satisfies it). */
@@ -23,7 +31,7 @@ export interface EvaluationPlan extends StepPlan {
 /**
  * Whether rank 0 evaluates after committing `step`: only at commit points (tabs hold a committed state
  * only there), always at the job's last step, and otherwise at epoch ends (`evalEvery` null) or at the
- * first commit point at or after each multiple of `evalEvery`. Absolute, like `isCommitPoint`.
+ * first commit point at or after each multiple of `evalEvery`. A function of the step, like `isCommitPoint`.
  */
 export function isEvaluationPoint(step: number, plan: EvaluationPlan): boolean {
   if (plan.evalSamples <= 0 || !Number.isInteger(step) || step < 1 || step > totalSteps(plan)) return false;
@@ -31,11 +39,7 @@ export function isEvaluationPoint(step: number, plan: EvaluationPlan): boolean {
   if (step === totalSteps(plan)) return true;
   if (plan.evalEvery === null) return step % stepsPerEpoch(plan) === 0;
   // The commit point before `step` (0 at the start): evaluate if a multiple of evalEvery lies in (previous, step].
-  const perEpoch = stepsPerEpoch(plan);
-  const previous = Math.max(
-    Math.floor((step - 1) / plan.commitEvery) * plan.commitEvery,
-    Math.floor((step - 1) / perEpoch) * perEpoch,
-  );
+  const previous = previousCommitPoint(step, plan);
   return Math.floor(step / plan.evalEvery) > Math.floor(previous / plan.evalEvery);
 }
 

@@ -102,3 +102,16 @@ export function hashBytes(data: ArrayBuffer | ArrayBufferView): string {
 export function hashParams(params: Float32Array): string {
   return hashBytes(params);
 }
+
+/**
+ * The hash of a committed state, what ranks report at a commit point and what a checkpoint is verified
+ * against: the parameters alone (every-step mode), or the parameters followed by the outer optimizer's
+ * momentum (local mode: the momentum belongs to the committed state, so ranks must agree on it too).
+ */
+export function stateHash(params: Float32Array, outerMomentum?: Float32Array | null): string {
+  if (!outerMomentum) return hashParams(params);
+  const both = new Float32Array(params.length + outerMomentum.length);
+  both.set(params);
+  both.set(outerMomentum, params.length);
+  return hashBytes(both);
+}

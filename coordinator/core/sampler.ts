@@ -115,19 +115,30 @@ export function positionAfter(step: number, plan: StepPlan): { epoch: number; cu
 }
 
 /**
- * Steps after which ranks wait for `committed` and the coordinator commits: every commitEvery-th step,
- * each epoch's last step and the job's last step. Absolute, so tabs and coordinator agree without history.
+ * Steps after which ranks wait for `committed` and the coordinator commits: every commitEvery-th step
+ * of each epoch (counted from the epoch's first step, so in local sync mode every outer step but an
+ * epoch's last consumes commitEvery · globalBatch positions), each epoch's last step and the job's last
+ * step. A pure function of the step number, so tabs and coordinator agree without history.
  */
 export function isCommitPoint(step: number, plan: StepPlan): boolean {
-  return step % plan.commitEvery === 0 || step % stepsPerEpoch(plan) === 0 || step === totalSteps(plan);
+  const perEpoch = stepsPerEpoch(plan);
+  const inEpoch = ((step - 1) % perEpoch) + 1;
+  return inEpoch % plan.commitEvery === 0 || inEpoch === perEpoch || step === totalSteps(plan);
 }
 
-/** The first commit point after `committedStep`. */
+/** The first commit point after `committedStep` (a commit point, or 0). */
 export function nextCommitPoint(committedStep: number, plan: StepPlan): number {
   const perEpoch = stepsPerEpoch(plan);
-  const byEvery = (Math.floor(committedStep / plan.commitEvery) + 1) * plan.commitEvery;
-  const byEpoch = (Math.floor(committedStep / perEpoch) + 1) * perEpoch;
-  return Math.min(byEvery, byEpoch, totalSteps(plan));
+  const epochStart = Math.floor(committedStep / perEpoch) * perEpoch;
+  const byEvery = epochStart + (Math.floor((committedStep - epochStart) / plan.commitEvery) + 1) * plan.commitEvery;
+  return Math.min(byEvery, epochStart + perEpoch, totalSteps(plan));
+}
+
+/** The last commit point before `step` (0 at the start): the committed state step `step` builds on. */
+export function previousCommitPoint(step: number, plan: StepPlan): number {
+  const perEpoch = stepsPerEpoch(plan);
+  const epochStart = Math.floor((step - 1) / perEpoch) * perEpoch;
+  return epochStart + Math.floor((step - 1 - epochStart) / plan.commitEvery) * plan.commitEvery;
 }
 
 // ---------------------------------------------------------------- split across ranks

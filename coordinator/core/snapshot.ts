@@ -10,7 +10,8 @@
  *   offset 12  headerChecksum          MurmurHash3_x86_32 of the padded header bytes
  *   offset 16  header                  UTF-8 JSON (`SnapshotHeader`), padded with spaces to a multiple of 4
  *   then       sections                raw float32 arrays, contiguous, in header order: params, then the
- *                                      optimizer's moments (`m`, `v` for AdamW; `velocity` for SGD)
+ *                                      optimizer's moments (`m`, `v` for AdamW; `velocity` for SGD), then
+ *                                      in local sync mode the outer optimizer's momentum (`outer`)
  *
  * The header checksum is an addition to the three-word prefix of the first draft: without it a flipped
  * digit in `step` or `cursor` would still parse, and the coordinator would resume at the wrong place.
@@ -20,7 +21,7 @@
  * so the layout's offsets index it directly.
  */
 import { z } from 'zod';
-import { hashBytes, murmur3Words } from './hash';
+import { hashBytes, murmur3Words, stateHash } from './hash';
 import { modelSpecSchema, parameterLayout, type ModelSpec, type ParamLayout } from './model-spec';
 
 // TextEncoder/TextDecoder exist in every runtime the core runs in (browsers, workers, Node), but the
@@ -33,7 +34,7 @@ export const SNAPSHOT_VERSION = 1;
 const PREFIX_BYTES = 16;
 
 export type OptimizerKind = 'adamw' | 'sgd';
-export type SectionName = 'params' | 'm' | 'v' | 'velocity';
+export type SectionName = 'params' | 'm' | 'v' | 'velocity' | 'outer';
 
 /** The moment buffers of each optimizer, in the order they are stored and returned. */
 export const OPTIMIZER_MOMENTS: Readonly<Record<OptimizerKind, readonly ('m' | 'v' | 'velocity')[]>> = {
@@ -55,11 +56,14 @@ export const snapshotHeaderSchema = z.strictObject({
   epoch: count,
   /** Position in the epoch's sample order up to which samples are processed. */
   cursor: count,
-  /** The optimizer and its own step counter (bias correction uses it; may differ from `step`). */
-  optimizer: z.strictObject({ kind: z.enum(['adamw', 'sgd']), t: count }),
+  /**
+   * The optimizer and its own step counter (bias correction uses it; may differ from `step`); `outer`:
+   * the state has an outer (local-mode Nesterov) momentum section.
+   */
+  optimizer: z.strictObject({ kind: z.enum(['adamw', 'sgd']), t: count, outer: z.literal('nesterov').optional() }),
   sections: z.array(
     z.strictObject({
-      name: z.enum(['params', 'm', 'v', 'velocity']),
+      name: z.enum(['params', 'm', 'v', 'velocity', 'outer']),
       /** From the start of the snapshot. */
       byteOffset: count,
       byteLength: count,
@@ -82,12 +86,16 @@ export interface TrainingSnapshot {
   params: Float32Array;
   /** Moment buffers in `OPTIMIZER_MOMENTS[optimizer.kind]` order, each as long as `params`. */
   moments: Float32Array[];
+  /** Local sync mode: the outer optimizer's momentum, as long as `params` (part of the committed state). */
+  outer?: Float32Array | null;
 }
 
 export interface DecodedSnapshot extends TrainingSnapshot {
   header: SnapshotHeader;
   layout: ParamLayout;
   paramsHash: string;
+  /** `stateHash(params, outer)`: what the ranks reported when this state was committed. */
+  stateHash: string;
 }
 
 export class SnapshotError extends Error {
@@ -113,9 +121,12 @@ export function encodeSnapshot(snapshot: TrainingSnapshot): ArrayBuffer {
     if (m.length !== layout.totalElements)
       fail(`moment ${names[i]} has ${m.length} floats, expected ${layout.totalElements}`);
   });
+  if (snapshot.outer && snapshot.outer.length !== layout.totalElements)
+    fail(`outer momentum has ${snapshot.outer.length} floats, expected ${layout.totalElements}`);
   const arrays: [SectionName, Float32Array][] = [
     ['params', snapshot.params],
     ...names.map((n, i): [SectionName, Float32Array] => [n, snapshot.moments[i]]),
+    ...(snapshot.outer ? [['outer', snapshot.outer] as [SectionName, Float32Array]] : []),
   ];
   const sectionHashes = arrays.map(([, data]) => hashBytes(data));
 
@@ -132,7 +143,11 @@ export function encodeSnapshot(snapshot: TrainingSnapshot): ArrayBuffer {
       step: snapshot.step,
       epoch: snapshot.epoch,
       cursor: snapshot.cursor,
-      optimizer: { kind: snapshot.optimizer.kind, t: snapshot.optimizer.t },
+      optimizer: {
+        kind: snapshot.optimizer.kind,
+        t: snapshot.optimizer.t,
+        ...(snapshot.outer ? { outer: 'nesterov' as const } : {}),
+      },
       sections: arrays.map(([name, data], i) => {
         const section = { name, byteOffset: offset, byteLength: data.byteLength, hash: sectionHashes[i] };
         offset += data.byteLength;
@@ -181,7 +196,8 @@ export function decodeSnapshot(input: ArrayBuffer | Uint8Array): DecodedSnapshot
   const { spec, layout } = checkModel(header);
   const arrays = readSections(bytes, header, PREFIX_BYTES + headerLength, layout);
   if (header.sections[0].hash !== header.paramsHash) fail('paramsHash differs from the params section hash');
-
+  const moments = OPTIMIZER_MOMENTS[header.optimizer.kind].length;
+  const outer = header.optimizer.outer ? arrays[1 + moments] : null;
   return {
     header,
     spec,
@@ -189,10 +205,12 @@ export function decodeSnapshot(input: ArrayBuffer | Uint8Array): DecodedSnapshot
     step: header.step,
     epoch: header.epoch,
     cursor: header.cursor,
-    optimizer: { ...header.optimizer },
+    optimizer: { kind: header.optimizer.kind, t: header.optimizer.t },
     params: arrays[0],
-    moments: arrays.slice(1),
+    moments: arrays.slice(1, 1 + moments),
+    outer,
     paramsHash: header.paramsHash,
+    stateHash: stateHash(arrays[0], outer),
   };
 }
 
@@ -259,7 +277,11 @@ function checkModel(header: SnapshotHeader): { spec: ModelSpec; layout: ParamLay
  * length and hash; `firstOffset` is where the first must start. Nothing may follow the last.
  */
 function readSections(bytes: Uint8Array, header: SnapshotHeader, firstOffset: number, layout: ParamLayout) {
-  const expectedNames: SectionName[] = ['params', ...OPTIMIZER_MOMENTS[header.optimizer.kind]];
+  const expectedNames: SectionName[] = [
+    'params',
+    ...OPTIMIZER_MOMENTS[header.optimizer.kind],
+    ...(header.optimizer.outer ? ['outer' as const] : []),
+  ];
   const names = header.sections.map((s) => s.name);
   if (names.join(',') !== expectedNames.join(',')) {
     fail(

@@ -9,7 +9,7 @@
  *
  * Nothing here runs in the product (test/kit is test code; the product may not import it).
  */
-import { hashParams } from '../../coordinator/core/hash';
+import { stateHash } from '../../coordinator/core/hash';
 import type { JobSpec } from '../../coordinator/core/job';
 import {
   initialState,
@@ -23,7 +23,7 @@ import { parameterLayout, type ModelSpec } from '../../coordinator/core/model-sp
 import { MachineExecutor } from '../../coordinator/executor';
 import type { StoreOp } from '../../coordinator/store';
 import { NO_EXECUTOR_METRICS } from './executor-metrics';
-import { parseClientMessage, type WorldEntry } from '../../coordinator/core/protocol';
+import { NO_HASH, parseClientMessage, type WorldEntry } from '../../coordinator/core/protocol';
 import { decodeSnapshot, encodeSnapshot } from '../../coordinator/core/snapshot';
 import { CoordinatorClient, type WebSocketLike } from '../../web/net/coordinator-client';
 import type { Ring } from '../../web/net/link';
@@ -32,7 +32,14 @@ import { sha256Hex, type HttpPort } from '../../web/elastic/checkpoint-transfer'
 import { ElasticLoop, type ElasticLoopOptions, type ElasticStatus } from '../../web/elastic/elastic-loop';
 import type { MeshPort, TrainerPort } from '../../web/elastic/ports';
 import { type ApplyOptions, type ApplyResult, type NextIndices, sameIndices } from '../../web/worker/elastic-steps';
-import type { BuildModelOptions, EvaluationResult, GradientResult, ModelSummary } from '../../web/worker/types';
+import { OuterState } from '../../web/worker/outer-step';
+import type {
+  BuildModelOptions,
+  EvaluationResult,
+  GradientResult,
+  ModelSummary,
+  RestoredState,
+} from '../../web/worker/types';
 
 // ---------------------------------------------------------------- a CPU trainer
 
@@ -66,6 +73,8 @@ export class CpuTrainer implements TrainerPort {
   private velocity = new Float32Array(0);
   private t = 0;
   private backup: { params: Float32Array; velocity: Float32Array; t: number } | null = null;
+  /** Local sync mode's outer state (the worker's `OuterState`), or null. */
+  private outer: OuterState | null = null;
   calls: string[] = [];
 
   constructor(private readonly opts: { delayMs?: number } = {}) {}
@@ -86,6 +95,7 @@ export class CpuTrainer implements TrainerPort {
     this.velocity = new Float32Array(layout.totalElements);
     this.t = 0;
     this.backup = null;
+    this.outer = opts.outer ? new OuterState(opts.outer, layout.totalElements) : null;
     return { name: spec.name, parameterCount: layout.parameterCount, totalElements: layout.totalElements };
   }
 
@@ -143,7 +153,7 @@ export class CpuTrainer implements TrainerPort {
       this.calls.push('prefetch');
       this.prefetch = { indices: next.indices.slice(), version: this.version, ...this.gradientsOf(next.indices) };
     }
-    return { hash: await this.hash(), gradient: own };
+    return { hash: opts.hash === false ? NO_HASH : await this.hash(), gradient: own };
   }
 
   async applyGradients(s: Float32Array, sampleCount: number): Promise<void> {
@@ -158,12 +168,29 @@ export class CpuTrainer implements TrainerPort {
   }
 
   async hash(): Promise<string> {
-    return hashParams(this.params);
+    return stateHash(this.params, this.outer?.momentum);
   }
 
   async saveBackup(): Promise<void> {
     this.calls.push('saveBackup');
     this.backup = { params: this.params.slice(), velocity: this.velocity.slice(), t: this.t };
+    this.outer?.saveBackup();
+  }
+
+  async pseudoGradient(weight: number): Promise<ArrayBuffer> {
+    this.calls.push('pseudoGradient');
+    await this.pause();
+    if (!this.outer || !this.backup) throw new Error('pseudoGradient: no outer state or no backup');
+    return this.outer.pseudoGradient(this.backup.params.slice(), this.params, weight).buffer as ArrayBuffer;
+  }
+
+  async applyOuter(sum: ArrayBuffer): Promise<string> {
+    this.calls.push('applyOuter');
+    await this.pause();
+    if (!this.outer) throw new Error('applyOuter: no outer state');
+    this.version += 1;
+    this.params = new Float32Array(this.outer.step(new Float32Array(sum)));
+    return this.hash();
   }
 
   async restoreBackup(): Promise<void> {
@@ -173,6 +200,7 @@ export class CpuTrainer implements TrainerPort {
     this.params = this.backup.params.slice();
     this.velocity = this.backup.velocity.slice();
     this.t = this.backup.t;
+    this.outer?.restoreBackup();
   }
 
   async snapshot(position: { step: number; epoch: number; cursor: number }): Promise<ArrayBuffer> {
@@ -184,10 +212,11 @@ export class CpuTrainer implements TrainerPort {
       optimizer: { kind: 'sgd', t: this.t },
       params: this.params.slice(),
       moments: [this.velocity.slice()],
+      outer: this.outer?.momentum.slice(),
     });
   }
 
-  async restore(bytes: ArrayBuffer): Promise<{ step: number; epoch: number; cursor: number; paramsHash: string }> {
+  async restore(bytes: ArrayBuffer): Promise<RestoredState> {
     this.calls.push('restore');
     await this.pause();
     this.version += 1;
@@ -197,7 +226,10 @@ export class CpuTrainer implements TrainerPort {
     this.params = snap.params.slice();
     this.velocity = snap.moments[0].slice();
     this.t = snap.optimizer.t;
-    return { step: snap.step, epoch: snap.epoch, cursor: snap.cursor, paramsHash: snap.paramsHash };
+    if (!!snap.outer !== !!this.outer)
+      throw new Error('restore: outer momentum present in one of snapshot and job only');
+    if (snap.outer) this.outer!.load(snap.outer);
+    return { step: snap.step, epoch: snap.epoch, cursor: snap.cursor, stateHash: snap.stateHash };
   }
 
   async evaluate(count?: number): Promise<EvaluationResult> {

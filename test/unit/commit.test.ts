@@ -260,11 +260,10 @@ describe('commit rule: commits', () => {
     expect(h.state.record).toMatchObject({ epoch: 1, cursor: 0, processedCount: 0 });
     expect(h.received('a', 'checkpoint_request').pop()).toMatchObject({ step: 3 });
     for (let i = 0; i < 3; i++) for (const n of ['a', 'b', 'c']) h.report(n);
-    // Commit points are absolute step numbers (5 is one): tabs and coordinator agree without history.
+    // Commit points count within each epoch (an epoch of 3 steps never reaches a 5th): only epoch ends.
     expect(h.commits.map((c) => [c.epoch, c.firstStep, c.step, c.cursorStart, c.count])).toEqual([
       [0, 1, 3, 0, 20],
-      [1, 4, 5, 0, 16],
-      [1, 6, 6, 16, 4],
+      [1, 4, 6, 0, 20],
     ]);
   });
 

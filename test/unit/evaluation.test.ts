@@ -71,7 +71,8 @@ function referencePoints(plan: EvaluationPlan): number[] {
   let due = false;
   for (let step = 1; step <= total; step++) {
     if (plan.evalEvery === null ? step % perEpoch === 0 : step % plan.evalEvery === 0) due = true;
-    const commitPoint = step % plan.commitEvery === 0 || step % perEpoch === 0 || step === total;
+    const commitPoint =
+      (((step - 1) % perEpoch) + 1) % plan.commitEvery === 0 || step % perEpoch === 0 || step === total;
     if (commitPoint && (due || step === total) && plan.evalSamples > 0) {
       points.push(step);
       due = false;
@@ -89,7 +90,8 @@ describe('evaluation points', () => {
     [
       'every 5 steps, committing every 4: the next commit point',
       { ...base, evalEvery: 5, commitEvery: 4 },
-      [8, 12, 16, 20, 26],
+      // commit points 4, 8, 12, 13 | 17, 21, 25, 26 (counted within each epoch of 13 steps)
+      [8, 12, 17, 21, 25, 26],
     ],
     ['every step', { ...base, evalEvery: 1 }, Array.from({ length: 26 }, (_, i) => i + 1)],
     ['every 100 steps: only the end', { ...base, evalEvery: 100 }, [26]],

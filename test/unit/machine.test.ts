@@ -25,8 +25,10 @@ const JOB: JobSpecInput = {
   maxRestarts: 5,
 };
 
+/** Failure closes that counted: a restart charged to a worker already cooling off is absorbed (penalties.ts). */
 function restartCount(h: Harness): number {
-  return h.logs.filter((l) => l.event === 'round_closed' && l.data.restart === true).length;
+  const closes = h.logs.filter((l) => l.event === 'round_closed' && l.data.restart === true).length;
+  return closes - h.logs.filter((l) => l.event === 'restart_absorbed').length;
 }
 
 /** The server stores every checkpoint that was requested since the last call. */

@@ -99,7 +99,8 @@ describe('steps of an epoch', () => {
 
   it('commits every commitEvery steps, at epoch ends and at the job end', () => {
     const points = Array.from({ length: 8 }, (_, i) => i + 1).filter((s) => isCommitPoint(s, plan));
-    expect(points).toEqual([3, 4, 6, 8]);
+    // Counted within each epoch of 4 steps: the 3rd step of each, and each epoch's end.
+    expect(points).toEqual([3, 4, 7, 8]);
     for (let committed = 0; committed < 8; committed++) {
       const reference = points.find((p) => p > committed);
       expect(nextCommitPoint(committed, plan)).toBe(reference);

@@ -6,6 +6,7 @@
  * - `lastReported`: the newest step this tab reported, for `hello` after a reconnect.
  */
 import type { JobPublic } from '../../coordinator/core/job';
+import { NO_HASH } from '../../coordinator/core/protocol';
 import type { SerialQueue } from './async-tools';
 import { helloHolding, NOTHING_HELD, sameTag, type HeldStates, type StateTag } from './plan';
 import type { TrainerPort } from './ports';
@@ -59,6 +60,7 @@ export class HeldStateKeeper {
         optimizer: job.optimizer,
         maxBatch: Math.min(job.globalBatch, job.datasetSize),
         seed: job.seed,
+        ...(job.sync.mode === 'local' ? { outer: job.sync.outer } : {}),
       });
       this.modelElements = summary.totalElements;
       this.held = { live: { step: 0, hash: null }, backup: null };
@@ -92,13 +94,39 @@ export class HeldStateKeeper {
       // Whatever happens next, the live state is now the snapshot's.
       this.held = {
         ...this.held,
-        live: { step: info.step, hash: info.step === 0 && wanted.hash === null ? null : info.paramsHash },
+        live: { step: info.step, hash: info.step === 0 && wanted.hash === null ? null : info.stateHash },
       };
       if (info.step !== wanted.step)
         throw new Error(`received the state of step ${info.step}, the round starts from step ${wanted.step}`);
-      if (wanted.hash !== null && info.paramsHash !== wanted.hash) {
-        throw new Error(`received parameters with hash ${info.paramsHash}, the committed hash is ${wanted.hash}`);
+      if (wanted.hash !== null && info.stateHash !== wanted.hash) {
+        throw new Error(`received a state with hash ${info.stateHash}, the committed hash is ${wanted.hash}`);
       }
+    });
+  }
+
+  /**
+   * Local sync mode, an inner step with no samples for this rank: nothing is applied, but the state is
+   * no longer the committed one by its tag (the outer step's pseudo-gradient is zero, its weight too).
+   * `backup`: as in `applyAndHash`, the committed live state is saved as the backup first.
+   */
+  async skipInner(step: number, backup?: StateTag): Promise<void> {
+    if (backup) await this.saveBackup(backup);
+    this.held = { ...this.held, live: { step, hash: NO_HASH } };
+  }
+
+  /**
+   * Local sync mode's outer step: this rank's pseudo-gradient (a worker call), the allreduce `reduce`
+   * of it on the caller's side (the worker queue is free meanwhile), then the Nesterov step (a worker
+   * call). The live state is tagged with the committed-state hash it resolves to.
+   */
+  async outerStep(step: number, weight: number, reduce: (delta: Float32Array) => Promise<void>): Promise<string> {
+    const delta = new Float32Array(await this.queue.run('pseudoGradient', () => this.trainer.pseudoGradient(weight)));
+    await reduce(delta);
+    return this.queue.run('applyOuter', async () => {
+      this.held = { ...this.held, live: { step, hash: null } };
+      const hash = await this.trainer.applyOuter(delta.buffer as ArrayBuffer);
+      this.held = { ...this.held, live: { step, hash } };
+      return hash;
     });
   }
 
@@ -113,7 +141,7 @@ export class HeldStateKeeper {
     sums: ArrayBuffer | null,
     count: number,
     next: NextStep | null,
-    opts: { backup?: StateTag; prefetched?: Uint32Array } = {},
+    opts: { backup?: StateTag; prefetched?: Uint32Array; hash?: boolean } = {},
   ): Promise<ApplyResult> {
     return this.queue.run('applyAndHash', async () => {
       const backup = opts.backup && sameTag(opts.backup, this.held.live) ? opts.backup : null;
@@ -125,6 +153,7 @@ export class HeldStateKeeper {
       const result = await this.trainer.applyAndHash(sums, count, next, {
         backupFirst: backup !== null,
         prefetched: opts.prefetched,
+        hash: opts.hash,
       });
       this.held = { ...this.held, live: { step, hash: result.hash } };
       return result;

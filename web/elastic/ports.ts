@@ -9,7 +9,7 @@ import type { OutgoingMessage } from '../net/coordinator-client';
 import type { Ring } from '../net/link';
 import type { TrainingWorkerApi } from '../worker/training-worker';
 import type { ApplyOptions, ApplyResult, NextIndices } from '../worker/elastic-steps';
-import type { BuildModelOptions, EvaluationResult, GradientResult, ModelSummary } from '../worker/types';
+import type { BuildModelOptions, EvaluationResult, GradientResult, ModelSummary, RestoredState } from '../worker/types';
 
 /** The training worker as the loop calls it (every call may be slow: it runs on the GPU). */
 export interface TrainerPort {
@@ -38,7 +38,14 @@ export interface TrainerPort {
   /** The live state as a snapshot (coordinator/core/snapshot.ts) tagged with the record position. */
   snapshot(position: { step: number; epoch: number; cursor: number }): Promise<ArrayBuffer>;
   /** Load a snapshot into the live state; `bytes` is consumed. */
-  restore(bytes: ArrayBuffer): Promise<{ step: number; epoch: number; cursor: number; paramsHash: string }>;
+  restore(bytes: ArrayBuffer): Promise<RestoredState>;
+  /**
+   * Local sync mode, at an outer step: this rank's sample-weighted pseudo-gradient (committed − live
+   * parameters) · `weight`, the buffer the caller's to allreduce.
+   */
+  pseudoGradient(weight: number): Promise<ArrayBuffer>;
+  /** Local sync mode: the outer optimizer step with the allreduced sum (consumed); resolves to the committed-state hash. */
+  applyOuter(sum: ArrayBuffer): Promise<string>;
   evaluate(count?: number): Promise<EvaluationResult>;
 }
 
@@ -85,6 +92,8 @@ export function comlinkTrainer(remote: Comlink.Remote<TrainingWorkerApi>): Train
     restoreBackup: () => remote.restoreBackup(),
     snapshot: (position) => remote.snapshot(position),
     restore: (bytes) => remote.restore(Comlink.transfer(bytes, [bytes])),
+    pseudoGradient: (weight) => remote.pseudoGradient(weight),
+    applyOuter: (sum) => remote.applyOuter(Comlink.transfer(sum, [sum])),
     evaluate: (count) => remote.evaluate(count),
   };
 }

@@ -19,9 +19,11 @@
  * no transfer, no write-back), which is the same arithmetic as a reduce over one rank.
  */
 import { isEvaluationPoint } from '../../coordinator/core/evaluation';
-import type { JobPublic } from '../../coordinator/core/job';
+import type { JobPublic, LocalSync } from '../../coordinator/core/job';
+import { NO_HASH } from '../../coordinator/core/protocol';
 import type { Ring } from '../net/link';
-import { ringAllreduce } from '../net/ring-allreduce';
+import { ringAllreduce, ringAllreduceBusBytes, type WireCompression } from '../net/ring-allreduce';
+import { outerWeight } from '../worker/outer-step';
 import { abortReason, bounded } from './async-tools';
 import type { CheckpointService } from './checkpoint-service';
 import type { NextStep } from './held-states';
@@ -68,6 +70,7 @@ export class StepRunner {
   }
 
   async run(session: RoundSession, ring: Ring, job: JobPublic): Promise<void> {
+    if (job.sync.mode === 'local') return this.runLocal(session, ring, job, job.sync);
     const { signal } = session;
     const keepOnDevice = session.world.length === 1;
     this.reset();
@@ -102,7 +105,8 @@ export class StepRunner {
       const computeMs = computed?.computeMs ?? Math.max(0, this.ctx.now() - (requested ?? waitStart) - waitedMs);
       this.ctx.box.update(stepComputed(this.ctx.box.status, { step, ...gradient, computeMs }));
       if (signal.aborted) throw abortReason(signal);
-      this.report(session, step, result.hash, gradient, computeMs);
+      const wireBytes = sums ? ringAllreduceBusBytes(sums.byteLength / 4, session.world.length, this.wire(job)) : 0;
+      this.report(session, step, result.hash, gradient, computeMs, wireBytes);
       if (work.commitPoint) {
         pending = { step, hash: result.hash };
         this.onCommitted(session, job, step);
@@ -111,6 +115,91 @@ export class StepRunner {
     }
     if (pending) await this.ctx.keeper.saveBackup(await this.awaitCommit(session, pending));
     // Every step of the job is done; `done` follows from the coordinator.
+  }
+
+  /**
+   * Local sync mode (docs/local-steps.md): inner steps on this rank's own slices with the gradients
+   * kept on the device and no hash (a world of one's path, prefetch included), and at each commit
+   * point the outer step: the sample-weighted pseudo-gradient, its allreduce (compressed as the job
+   * says), the Nesterov step, and the committed-state hash in the report. The commit wait overlaps
+   * the next outer step's first inner step, as in every-step mode.
+   */
+  private async runLocal(session: RoundSession, ring: Ring, job: JobPublic, sync: LocalSync): Promise<void> {
+    const { signal } = session;
+    const { keeper } = this.ctx;
+    this.reset();
+    let pending: StateTag | null = null;
+    let onDevice: number | null = null;
+    let planned: StepWork | null = null;
+    /** Samples this rank and all ranks computed in the outer step so far (its weight is own / all). */
+    let own = 0;
+    let all = 0;
+    for (let step = session.msg.step; step <= job.totalSteps; step++) {
+      if (signal.aborted) throw abortReason(signal);
+      const work = planned ?? stepWork(job, session.world, session.rank, step);
+      const mine = work.indices.length > 0;
+      const computed = mine && onDevice !== step ? await this.gradients(work, true) : null;
+      const waitStart = this.ctx.now();
+      const backup = pending ? await this.awaitCommit(session, pending) : undefined;
+      const waitedMs = this.ctx.now() - waitStart;
+      pending = null;
+      if (signal.aborted) throw abortReason(signal);
+      planned = step < job.totalSteps ? stepWork(job, session.world, session.rank, step + 1) : null;
+      // The outer step rewrites the parameters: the next step's gradients cannot be started behind it.
+      const next: NextStep | null =
+        !work.commitPoint && planned && planned.indices.length > 0
+          ? { indices: planned.indices, keepOnDevice: true }
+          : null;
+      const requested = this.requestedAt;
+      if (next) this.requestedAt = this.ctx.now();
+      let gradient: GradientResult = { gradients: null, lossSum: 0, samples: 0 };
+      if (mine) {
+        const prefetched = onDevice === step ? work.indices : undefined;
+        const result = await keeper.applyAndHash(step, null, work.indices.length, next, {
+          backup,
+          prefetched,
+          hash: false,
+        });
+        gradient = computed?.gradient ?? result.gradient!;
+      } else {
+        await keeper.skipInner(step, backup);
+      }
+      onDevice = next ? step + 1 : null;
+      const computeMs = computed?.computeMs ?? Math.max(0, this.ctx.now() - (requested ?? waitStart) - waitedMs);
+      own += work.indices.length;
+      all += work.count;
+      let hash = NO_HASH;
+      let wireBytes = 0;
+      if (work.commitPoint) {
+        hash = await keeper.outerStep(step, outerWeight(own, all), async (delta) => {
+          if (signal.aborted) throw abortReason(signal);
+          await ringAllreduce(ring, delta, {
+            id: { round: session.round, step, seq: 0 },
+            // The slowest rank may still have most of its inner steps to take when this one arrives.
+            timeoutMs: Math.max(this.ctx.timeouts.collectiveMs, (10 + sync.innerSteps) * this.lastComputeMs),
+            signal,
+            compression: this.wire(job),
+          });
+          wireBytes = ringAllreduceBusBytes(delta.length, session.world.length, this.wire(job));
+        });
+        own = 0;
+        all = 0;
+      }
+      this.ctx.box.update(stepComputed(this.ctx.box.status, { step, ...gradient, computeMs }));
+      if (signal.aborted) throw abortReason(signal);
+      this.report(session, step, hash, gradient, computeMs, wireBytes);
+      if (work.commitPoint) {
+        pending = { step, hash };
+        this.onCommitted(session, job, step);
+      }
+      if (step < job.totalSteps) await this.pauseBetweenSteps(signal, next !== null);
+    }
+    if (pending) await keeper.saveBackup(await this.awaitCommit(session, pending));
+  }
+
+  /** The allreduce's wire format for this job. */
+  private wire(job: JobPublic): WireCompression {
+    return job.sync.compression as WireCompression;
   }
 
   /** This rank's gradient sums for `work` (zeros when its slice is empty), and the time they took. */
@@ -156,11 +245,19 @@ export class StepRunner {
         Math.max(this.ctx.timeouts.collectiveMs, 10 * this.lastComputeMs) +
         evaluationAllowanceMs(step, job, computeMs, gradient.samples),
       signal: session.signal,
+      compression: this.wire(job),
     });
     return sums.buffer as ArrayBuffer;
   }
 
-  private report(session: RoundSession, step: number, hash: string, g: GradientResult, computeMs: number): void {
+  private report(
+    session: RoundSession,
+    step: number,
+    hash: string,
+    g: GradientResult,
+    computeMs: number,
+    wireBytes: number,
+  ): void {
     const sent = this.ctx.control.send({
       type: 'step_report',
       round: session.round,
@@ -171,9 +268,11 @@ export class StepRunner {
       samples: g.samples,
       // A pause before this step counts as this tab's time for it, so shares move work away from a paused tab.
       computeMs: Math.min(computeMs, 1e7),
+      wireBytes: Math.round(wireBytes),
     });
     if (!sent) throw new Error('control socket closed before the step report');
-    this.ctx.keeper.lastReported = { step, hash };
+    // A local-mode inner step is no state anyone could commit: only hashed states count as reported.
+    if (hash !== NO_HASH) this.ctx.keeper.lastReported = { step, hash };
     if (g.samples > 0) this.uncommitted.set(step, g.samples);
   }
 

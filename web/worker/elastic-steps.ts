@@ -15,6 +15,7 @@
  * A prefetch never changes the training state (only the gradient, activation and loss buffers), so
  * the backup, the hash and the "at most one uncommitted step" rule are as without it.
  */
+import { NO_HASH } from '../../coordinator/core/protocol';
 import type { Model } from '../../kernels/model';
 import type { BatchAssembler } from './batches';
 import type { GradientResult } from './types';
@@ -27,6 +28,11 @@ export interface NextIndices {
 export interface ApplyOptions {
   backupFirst?: boolean;
   prefetched?: Uint32Array;
+  /**
+   * false: skip the hash (a local-mode inner step: the ranks' parameters differ by design until the
+   * outer step, so there is nothing to agree on and no read-back is made); the result's hash is NO_HASH.
+   */
+  hash?: boolean;
 }
 
 export interface ApplyResult {
@@ -95,7 +101,7 @@ export class ElasticSteps {
     if (sums) this.model.writeGradients(new Float32Array(sums));
     this.model.applyOptimizer(sampleCount);
     this.version += 1;
-    const hashed = this.hashParams();
+    const hashed = opts.hash === false ? Promise.resolve(NO_HASH) : this.hashParams();
     if (next && next.indices.length > 0) {
       const result = this.start(next.indices, next.keepOnDevice);
       result.catch(() => undefined);

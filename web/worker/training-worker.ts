@@ -15,7 +15,7 @@
  * `new Worker(new URL('../worker/training-worker.ts', import.meta.url), { type: 'module' })`.
  */
 import * as Comlink from 'comlink';
-import { hashParams } from '../../coordinator/core/hash';
+import { hashParams, stateHash } from '../../coordinator/core/hash';
 import { parameterLayout, resolveModelSpec, type ModelSpec } from '../../coordinator/core/model-spec';
 import { decodeSnapshot, encodeSnapshot } from '../../coordinator/core/snapshot';
 import { createModel, type Model } from '../../kernels/model';
@@ -23,6 +23,7 @@ import { createGpu, type Gpu } from '../../kernels/runtime';
 import { createTrainingState, type TrainingState } from '../../kernels/training-state';
 import { BatchAssembler } from './batches';
 import { ElasticSteps, type ApplyOptions, type ApplyResult, type NextIndices } from './elastic-steps';
+import { OuterState } from './outer-step';
 import { runSolo } from './solo-loop';
 import type {
   AdapterSummary,
@@ -32,6 +33,7 @@ import type {
   GradientResult,
   ModelSummary,
   ProbeResult,
+  RestoredState,
   SoloOptions,
   SoloProgress,
   SoloResult,
@@ -42,6 +44,8 @@ interface Built {
   model: Model;
   state: TrainingState;
   steps: ElasticSteps;
+  /** Local sync mode's outer momentum; null in every-step mode. */
+  outer: OuterState | null;
   train?: BatchAssembler;
 }
 
@@ -124,6 +128,12 @@ function requireModel(): Built {
   return built;
 }
 
+function requireOuter(): Built & { outer: OuterState } {
+  const b = requireModel();
+  if (!b.outer) throw new Error('this model was built for every-step sync: there is no outer step');
+  return b as Built & { outer: OuterState };
+}
+
 function trainBatches(): BatchAssembler {
   const b = requireModel();
   b.train ??= new BatchAssembler(requireDataset().train, b.model.maxBatch);
@@ -192,13 +202,17 @@ const api = {
     built = undefined;
     const model = createModel(g, spec, layout, { maxBatch: opts.maxBatch, optimizer: opts.optimizer, seed: opts.seed });
     const state = createTrainingState(model, hashParams);
+    const outer = opts.outer ? new OuterState(opts.outer, layout.totalElements) : null;
     const steps = new ElasticSteps(
       model,
       () => trainBatches(),
       hashParams,
-      () => state.saveBackup(),
+      () => {
+        state.saveBackup();
+        outer?.saveBackup();
+      },
     );
-    built = { spec, model, state, steps };
+    built = { spec, model, state, steps, outer };
     return { name: spec.name, parameterCount: layout.parameterCount, totalElements: layout.totalElements };
   },
 
@@ -280,21 +294,50 @@ const api = {
     return Comlink.transfer(params.buffer as ArrayBuffer, [params.buffer as ArrayBuffer]);
   },
 
-  /** `hashParams` of the current parameters: what a rank reports at commit. */
-  hash(): Promise<string> {
-    return requireModel().state.hashParams();
+  /** `stateHash` of the current state (parameters, and the outer momentum in local mode): what a rank reports at commit. */
+  async hash(): Promise<string> {
+    const b = requireModel();
+    if (!b.outer) return b.state.hashParams();
+    return stateHash(await b.model.readParams(), b.outer.momentum);
   },
 
   /** Keep a GPU copy of the current state (the last completed step); no read-back. */
   saveBackup(): void {
-    requireModel().state.saveBackup();
+    const b = requireModel();
+    b.state.saveBackup();
+    b.outer?.saveBackup();
   },
 
   /** Return to the state of the last `saveBackup` (after a failed step). */
   restoreBackup(): void {
     const b = requireModel();
     b.state.restoreBackup();
+    b.outer?.restoreBackup();
     b.steps.stateChanged();
+  },
+
+  /**
+   * Local sync mode, at an outer step: this rank's part of the pseudo-gradient, (θ_committed − θ_live)
+   * · `weight`, with θ_committed read from the backup (the outer step's starting state). Transferred.
+   */
+  async pseudoGradient(weight: number): Promise<ArrayBuffer> {
+    const b = requireOuter();
+    const [committed, local] = await Promise.all([b.state.readBackupParams(), b.model.readParams()]);
+    const delta = b.outer.pseudoGradient(committed, local, weight);
+    return Comlink.transfer(delta.buffer as ArrayBuffer, [delta.buffer as ArrayBuffer]);
+  },
+
+  /**
+   * Local sync mode: the outer (Nesterov) step with the allreduced pseudo-gradient `sum`; the new
+   * committed parameters become the live ones (the inner optimizer's moments stay this rank's own).
+   * Resolves to the committed-state hash every rank must report.
+   */
+  applyOuter(sum: ArrayBuffer): string {
+    const b = requireOuter();
+    const params = b.outer.step(new Float32Array(sum));
+    b.state.writeParams(params);
+    b.steps.stateChanged();
+    return stateHash(params, b.outer.momentum);
   },
 
   /** The training state as one snapshot (coordinator/core/snapshot.ts), transferred. */
@@ -307,21 +350,27 @@ const api = {
       optimizer: { kind: b.model.optimizer.kind, t: exported.step },
       params: exported.params,
       moments: exported.moments,
+      outer: b.outer?.momentum,
     });
     return Comlink.transfer(bytes, [bytes]);
   },
 
   /** Load a snapshot into the current model (same spec and optimizer); returns its position and hash. */
-  restore(bytes: ArrayBuffer): { step: number; epoch: number; cursor: number; paramsHash: string } {
+  restore(bytes: ArrayBuffer): RestoredState {
     const b = requireModel();
     const snap = decodeSnapshot(bytes);
     if (JSON.stringify(snap.spec) !== JSON.stringify(b.spec))
       throw new Error(`restore: snapshot is for model ${snap.spec.name}, this worker runs ${b.spec.name}`);
     if (snap.optimizer.kind !== b.model.optimizer.kind)
       throw new Error(`restore: snapshot optimizer ${snap.optimizer.kind}, this worker uses ${b.model.optimizer.kind}`);
+    if (!!snap.outer !== !!b.outer)
+      throw new Error(
+        `restore: the snapshot ${snap.outer ? 'has' : 'has no'} outer momentum, this job ${b.outer ? 'syncs locally' : 'syncs every step'}`,
+      );
     b.state.importState({ params: snap.params, moments: snap.moments, step: snap.optimizer.t });
+    if (snap.outer) b.outer!.load(snap.outer);
     b.steps.stateChanged();
-    return { step: snap.step, epoch: snap.epoch, cursor: snap.cursor, paramsHash: snap.paramsHash };
+    return { step: snap.step, epoch: snap.epoch, cursor: snap.cursor, stateHash: snap.stateHash };
   },
 };
 

@@ -1,3 +1,4 @@
+import type { OuterOptimizer } from './outer-step';
 /**
  * What crosses the boundary between the page (main thread) and the training worker (Comlink).
  * Everything here is structured-clonable; big arrays travel as transferred ArrayBuffers.
@@ -45,6 +46,8 @@ export interface BuildModelOptions {
   maxBatch: number;
   /** Seed of the parameter initialisation. */
   seed: number;
+  /** Local sync mode's outer optimizer (the worker then keeps an outer momentum); absent: every-step mode. */
+  outer?: OuterOptimizer;
 }
 
 export interface ModelSummary {
@@ -117,4 +120,13 @@ export interface GradientResult {
   /** Summed cross-entropy over the samples. */
   lossSum: number;
   samples: number;
+}
+
+/** What `restore` loaded: the record position the snapshot carries and its committed-state hash. */
+export interface RestoredState {
+  step: number;
+  epoch: number;
+  cursor: number;
+  /** `stateHash(params, outer)` (coordinator/core/hash.ts): the hash the ranks reported at its commit. */
+  stateHash: string;
 }

@@ -1,0 +1,226 @@
+/**
+ * Local sync mode end to end without a browser (test/kit/simulation.ts: the real coordinator machine,
+ * the real elastic loop and collectives over in-memory channels, a CPU trainer). The sample record
+ * must stay exactly-once under churn inside an outer step (goodbye, crash, join, a coordinator
+ * restart), commits happen only at outer steps, and a run without churn equals a reference computed
+ * by driving the trainers by hand through DiLoCo's steps.
+ */
+import { afterEach, describe, expect, it } from 'vitest';
+import { jobPublic, parseJobSpec, type JobSpec, type JobSpecInput } from '../../coordinator/core/job';
+import { epochOrder, indicesForRank, isCommitPoint, stepPosition } from '../../coordinator/core/sampler';
+import {
+  CpuTrainer,
+  MemoryNetwork,
+  SIM_MODEL,
+  SimCoordinator,
+  SimTab,
+  until,
+  type StoredCommit,
+} from '../kit/simulation';
+import { outerWeight } from '../../web/worker/outer-step';
+
+const DATASET = 200;
+const BASE: JobSpecInput = {
+  model: SIM_MODEL,
+  optimizer: { kind: 'sgd', lr: 0.1, momentum: 0.5 },
+  globalBatch: 16, // 13 steps per epoch, the last one of 8 samples
+  epochs: 2,
+  minWorkers: 1,
+  maxWorkers: 4,
+  checkpointEvery: 4,
+  heartbeatMs: 40,
+  lastCallMs: 15,
+  seed: 5,
+  sync: { mode: 'local', innerSteps: 4, outer: { kind: 'nesterov', lr: 0.7, momentum: 0.9 }, compression: 'none' },
+};
+const TOTAL_STEPS = 26;
+/** Outer steps end every 4 steps and at each epoch's end. */
+const OUTER_ENDS = [4, 8, 12, 13, 17, 21, 25, 26];
+
+const cleanups: (() => void)[] = [];
+afterEach(() => {
+  for (const c of cleanups.splice(0).reverse()) c();
+});
+
+function setUp(job: JobSpec, opts: { minWorkers?: number } = {}) {
+  const coordinator = new SimCoordinator(
+    { ...job, minWorkers: opts.minWorkers ?? job.minWorkers },
+    DATASET,
+    'sim-local',
+    5,
+  );
+  const network = new MemoryNetwork();
+  const tabs: SimTab[] = [];
+  cleanups.push(() => {
+    for (const t of tabs) if (!t.closed) t.crash();
+    coordinator.stop();
+  });
+  const open = (name: string, delayMs = 1) => {
+    const tab = new SimTab(name, coordinator, network, {
+      delayMs,
+      loop: { timeouts: { collectiveMs: 2000, ringConnectMs: 2000, syncMs: 2000, coordinatorWaitMs: 5000 } },
+    });
+    tabs.push(tab);
+    return tab.start();
+  };
+  const describeAll = () =>
+    JSON.stringify({
+      step: coordinator.state.lastCommit.step,
+      phase: coordinator.state.rendezvous.phase,
+      tabs: tabs.map((t) => ({ name: t.name, phase: t.loop.status.phase, logs: t.logs.slice(-3) })),
+    });
+  const committed = () => coordinator.state.lastCommit.step;
+  const waitFor = (check: () => boolean, what: string, timeoutMs = 10_000) =>
+    until(check, what, timeoutMs, describeAll);
+  return { coordinator, open, committed, waitFor, tabs };
+}
+
+/** Invariant (1) of docs/ARCHITECTURE.md from the commit rows, and commits only at outer steps. */
+function auditCommits(job: JobSpec, commits: StoredCommit[]): void {
+  const plan = jobPublic(job, DATASET);
+  for (const c of commits) expect(isCommitPoint(c.step, plan), `commit at step ${c.step}`).toBe(true);
+  const byEpoch = new Map<number, StoredCommit[]>();
+  for (const c of commits) byEpoch.set(c.epoch, [...(byEpoch.get(c.epoch) ?? []), c]);
+  for (const [epoch, rows] of byEpoch) {
+    const order = epochOrder(job.seed, epoch, DATASET);
+    const seen = new Uint8Array(DATASET);
+    for (const row of rows) for (let p = row.cursorStart; p < row.cursorStart + row.count; p++) seen[order[p]]++;
+    expect(
+      seen.every((x) => x <= 1),
+      `epoch ${epoch}: an index committed twice`,
+    ).toBe(true);
+    if (epoch < job.epochs - 1 || rows.some((r) => r.step === TOTAL_STEPS))
+      expect(
+        seen.every((x) => x === 1),
+        `epoch ${epoch}: an index never committed`,
+      ).toBe(true);
+  }
+}
+
+/**
+ * DiLoCo by hand: `world` CPU trainers with equal shares take the inner steps of each outer step on
+ * their slices, then the sample-weighted pseudo-gradients are summed in rank order (two ranks: the
+ * ring's sum is the same float32 addition) and every trainer takes the same Nesterov step.
+ */
+async function handReference(job: JobSpec, world: number): Promise<Map<number, string>> {
+  const plan = jobPublic(job, DATASET);
+  const trainers = Array.from({ length: world }, () => new CpuTrainer());
+  const sync = job.sync as Extract<JobSpec['sync'], { mode: 'local' }>;
+  for (const t of trainers) {
+    await t.buildModel({ model: SIM_MODEL, optimizer: job.optimizer, maxBatch: 16, seed: job.seed, outer: sync.outer });
+    await t.saveBackup();
+  }
+  const hashes = new Map<number, string>();
+  const own = new Array<number>(world).fill(0);
+  let all = 0;
+  const shares = new Array<number>(world).fill(1 / world);
+  for (let step = 1; step <= TOTAL_STEPS; step++) {
+    const { epoch, cursor, count } = stepPosition(step, plan);
+    all += count;
+    for (let r = 0; r < world; r++) {
+      const indices = indicesForRank(epochOrder(job.seed, epoch, DATASET), cursor, 16, shares, r);
+      own[r] += indices.length;
+      if (indices.length === 0) continue;
+      await trainers[r].computeGradients(indices, true);
+      await trainers[r].applyAndHash(null, indices.length, null, { hash: false });
+    }
+    if (!isCommitPoint(step, plan)) continue;
+    const parts = await Promise.all(trainers.map((t, r) => t.pseudoGradient(outerWeight(own[r], all))));
+    const sum = new Float32Array(parts[0]);
+    for (const p of parts.slice(1)) {
+      const part = new Float32Array(p);
+      for (let i = 0; i < sum.length; i++) sum[i] += part[i];
+    }
+    const stepHashes = await Promise.all(trainers.map((t) => t.applyOuter(sum.slice().buffer)));
+    expect(new Set(stepHashes).size).toBe(1);
+    hashes.set(step, stepHashes[0]);
+    for (const t of trainers) await t.saveBackup();
+    own.fill(0);
+    all = 0;
+  }
+  return hashes;
+}
+
+describe('local sync mode (simulated tabs, real coordinator machine)', () => {
+  it('one tab: commits only at outer steps, each equal to DiLoCo driven by hand', { timeout: 30_000 }, async () => {
+    const job = parseJobSpec(BASE);
+    const ref = await handReference(job, 1);
+    const { coordinator, open, waitFor } = setUp(job);
+    const tab = open('solo', 0);
+    await waitFor(() => coordinator.state.status === 'done' && tab.loop.status.phase === 'done', 'the run to finish');
+    const commits = coordinator.liveCommits();
+    expect(commits.map((c) => c.step)).toEqual(OUTER_ENDS);
+    for (const c of commits) expect(c.hash, `outer step ending at ${c.step}`).toBe(ref.get(c.step));
+    auditCommits(job, commits);
+    // Inner steps are not hashed: one read-back of the parameters per outer step, not per step.
+    expect(tab.trainer.calls.filter((c) => c === 'applyOuter')).toHaveLength(OUTER_ENDS.length);
+    expect(tab.loop.status.checkpointsUploaded).toBeGreaterThan(0);
+  });
+
+  it('two tabs: every outer commit equals the hand-driven two-rank reference', { timeout: 30_000 }, async () => {
+    const job = parseJobSpec({ ...BASE, minWorkers: 2 });
+    const ref = await handReference(job, 2);
+    const { coordinator, open, waitFor } = setUp(job);
+    const tabs = [open('a', 0), open('b', 0)];
+    await waitFor(() => coordinator.state.status === 'done', 'the run to finish');
+    await waitFor(() => tabs.every((t) => t.loop.status.phase === 'done'), 'both tabs to see done');
+    const commits = coordinator.liveCommits();
+    expect(commits.map((c) => c.step)).toEqual(OUTER_ENDS);
+    for (const c of commits) expect(c.hash, `outer step ending at ${c.step}`).toBe(ref.get(c.step));
+    for (const t of tabs) expect(await t.trainer.hash()).toBe(ref.get(TOTAL_STEPS));
+  });
+
+  it('goodbye, join and crash inside outer steps (fp16 wire): the record stays exactly once', {
+    timeout: 30_000,
+  }, async () => {
+    const job = parseJobSpec({ ...BASE, sync: { ...BASE.sync, compression: 'fp16' } as JobSpecInput['sync'] });
+    const { coordinator, open, committed, waitFor } = setUp(job);
+    const [a, b, c] = [open('a', 2), open('b', 2), open('c', 2)];
+    const midOuter = () => coordinator.state.rendezvous.participants.some((p) => p.lastStep > committed());
+    await waitFor(() => committed() >= 4 && coordinator.state.rendezvous.participants.length === 3, 'three tabs');
+    await waitFor(midOuter, 'inner steps reported past the commit');
+    const restarts = coordinator.state.restarts;
+    a.goodbye();
+    await waitFor(() => coordinator.state.rendezvous.participants.length === 2 && midOuter(), 'two tabs on');
+    const d = open('d', 2);
+    await waitFor(() => coordinator.state.rendezvous.participants.length === 3, 'the newcomer admitted');
+    await waitFor(midOuter, 'inner steps of the three');
+    expect(coordinator.state.restarts).toBe(restarts); // neither a goodbye nor a join is a failure
+    b.crash();
+    await waitFor(() => coordinator.state.restarts === restarts + 1, 'the crash to count');
+    await waitFor(() => coordinator.state.status === 'done', 'the job to finish');
+    await waitFor(() => [c, d].every((t) => t.loop.status.phase === 'done'), 'survivors to see done');
+    const commits = coordinator.liveCommits();
+    auditCommits(job, commits);
+    expect(commits.at(-1)!.step).toBe(TOTAL_STEPS);
+    // The survivors hold the last committed state, hash-agreed.
+    for (const t of [c, d]) expect(await t.trainer.hash()).toBe(commits.at(-1)!.hash);
+    expect(d.loop.status.lastSync).toBe('receive');
+  });
+
+  it('a coordinator restart inside an outer step: the outer step in flight is redone, nothing twice', {
+    timeout: 30_000,
+  }, async () => {
+    const job = parseJobSpec({ ...BASE, minWorkers: 2 });
+    const ref = await handReference(job, 2);
+    const { coordinator, open, committed, waitFor } = setUp(job);
+    const [a, b] = [open('a', 2), open('b', 2)];
+    await waitFor(
+      () => committed() >= 4 && coordinator.state.rendezvous.participants.every((p) => p.lastStep >= committed() + 2),
+      'two inner steps into the second outer step',
+    );
+    coordinator.kill();
+    await waitFor(() => [a, b].every((t) => t.loop.status.phase === 'connecting'), 'the tabs to notice');
+    coordinator.restart();
+    await waitFor(() => coordinator.state.status === 'done', 'the job to finish after the restart');
+    const commits = coordinator.liveCommits();
+    auditCommits(job, commits);
+    expect(commits.map((c) => c.step)).toEqual(OUTER_ENDS);
+    // The outer step committed before the restart is the reference's; after it the shares are measured
+    // anew (local mode's result depends on them: reported, not promised), so only agreement is checked.
+    expect(commits[0].hash).toBe(ref.get(4));
+    for (const t of [a, b]) expect(await t.trainer.hash()).toBe(commits.at(-1)!.hash);
+    // Nothing of the outer step in flight was committed before the restart.
+    expect(coordinator.commits.filter((r) => r.rolledBack)).toEqual([]);
+  });
+});
