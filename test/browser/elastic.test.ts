@@ -233,6 +233,64 @@ describe.skipIf(skip)('elastic training across browser tabs', () => {
     expect(swarm.problems()).toEqual([]);
   });
 
+  it('local steps (H = 16, int8 wire): a closed, a joining and a crashed tab; outer commits only, hash-agreed, audit clean', async () => {
+    const H = 16;
+    const { coordinator, swarm } = await start({
+      sync: { mode: 'local', innerSteps: H, compression: 'int8' },
+      commitEvery: H,
+      epochs: 2,
+    });
+    const [a, b, c] = await swarm.openMany(3);
+    const midOuter = (s: StatusReport, after: number) => s.world.length > 0 && s.step >= after;
+    await statusUntil(
+      coordinator,
+      (s) => s.world.length === 3 && midOuter(s, H),
+      'three tabs past the first outer step',
+    );
+    // Inside the second outer step (inner steps reported, nothing committed yet): a tab is closed.
+    await swarm.waitFor(c, (st, h) => st.localStep >= h + 4, H, 120_000);
+    await swarm.close(a);
+    await statusUntil(coordinator, (s) => s.world.length === 2 && s.step >= 2 * H, 'two tabs commit an outer step');
+    expect((await coordinator.status()).restarts, 'a goodbye is not a restart').toBe(0);
+    // A newcomer is admitted at an outer boundary with the committed state (and outer momentum) from a peer.
+    const d = await swarm.open('newcomer');
+    const admitted = await swarm.waitFor(d, (st) => st.phase === 'training' && st.worldSize === 3, null, 120_000);
+    expect(admitted.lastSync).toBe('receive');
+    await swarm.waitFor(d, (st, n) => st.committedStep >= n, admitted.committedStep + H, 120_000);
+    // A renderer crashes inside an outer step: its inner steps are lost, the outer step is redone.
+    await swarm.waitFor(b, (st, h) => st.localStep % h >= 4, H, 120_000);
+    await swarm.crash(b);
+    await statusUntil(
+      coordinator,
+      (s) => s.restarts === 1 && s.world.length === 2 && s.phase === 'training',
+      'survivors',
+    );
+    await expectCleanAudit(coordinator);
+    const [finalC, finalD] = await Promise.all(
+      [c, d].map((t) => swarm.waitFor(t, (st) => st.phase === 'done' && st.accuracy !== null, null, 300_000)),
+    );
+    const status = await coordinator.status();
+    expect(status.state).toBe('done');
+    expect(status.restarts).toBe(1);
+    const audit = await coordinator.audit();
+    expect(audit.ok, JSON.stringify(audit)).toBe(true);
+    for (const epoch of audit.epochs) {
+      expect(epoch.duplicateCount).toBe(0);
+      expect(epoch.neverCommittedCount).toBe(0);
+      expect(epoch.committed).toBe(TRAIN_IMAGES);
+    }
+    // Commits only at outer steps (every 16th step of an epoch of 48), each one hash-agreed by every rank
+    // (the coordinator commits nothing else), and the survivors hold the same bytes.
+    const rows = await commitRows(coordinator);
+    expect(rows.map((r) => r.step)).toEqual([16, 32, 48, 64, 80, 96]);
+    expect(finalC.accuracy).toBe(finalD.accuracy);
+    expect(rows.at(-1)!.loss).toBeLessThan(rows[0].loss);
+    console.log(
+      `local steps H=${H} int8: loss ${rows[0].loss.toFixed(4)} → ${rows.at(-1)!.loss.toFixed(4)}, accuracy ${(finalC.accuracy! * 100).toFixed(2)} % (every-step reference, 1 epoch: ${reference ? (reference.accuracy * 100).toFixed(2) : '?'} %)`,
+    );
+    expect(swarm.problems()).toEqual([]);
+  });
+
   it('reconnects to a restarted coordinator, which takes the state from the tabs', async () => {
     const { coordinator, swarm } = await start({ checkpointEvery: 1000 });
     const tabs = await swarm.openMany(2);
