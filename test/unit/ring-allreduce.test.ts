@@ -383,6 +383,17 @@ describe('ringAllreduce over in-memory links', () => {
       },
     );
 
+    it('a world of one refuses a non-finite input too, and leaves a finite one as it is', async () => {
+      const { rings } = memoryRing(1);
+      const data = new Float32Array([1e-3, NaN]);
+      await expect(ringAllreduce(rings[0], data, { id: id(1), timeoutMs: 1000, compression: 'int8' })).rejects.toThrow(
+        CollectiveError,
+      );
+      const finite = new Float32Array([1e-3, -2e-4]);
+      await ringAllreduce(rings[0], finite, { id: id(2), timeoutMs: 1000, compression: 'int8' });
+      expect([...finite]).toEqual([Math.fround(1e-3), Math.fround(-2e-4)]);
+    });
+
     it('a partial sum leaving ±2^127 fails the collective instead of sending infinity', async () => {
       const { rings } = memoryRing(3);
       const data = [0, 1, 2].map(() => new Float32Array(600).fill(1e-3));

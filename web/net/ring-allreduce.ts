@@ -58,6 +58,7 @@ import {
 import {
   allocateFrame,
   assertValidCollectiveId,
+  collectiveKey,
   DEFAULT_FRAME_BYTES,
   FRAME_HEADER_BYTES,
   FrameError,
@@ -95,7 +96,7 @@ export const DEFAULT_INT8_CHUNK_ELEMENTS =
  * `CollectiveError` when a link closes, a neighbour aborts, a frame is malformed, ranks disagree on
  * length/chunking/compression, `opts.signal` fires, or `opts.timeoutMs` passes. On rejection `data`
  * is partly reduced: callers restore their last committed state. Size 1 (or an empty vector) is a
- * no-op.
+ * no-op, except that int8 refuses a non-finite input at any size (the same outcome in every world).
  */
 export async function ringAllreduce(ring: Ring, data: Float32Array, opts: RingAllreduceOptions): Promise<void> {
   assertValidCollectiveId(opts.id);
@@ -112,7 +113,13 @@ export async function ringAllreduce(ring: Ring, data: Float32Array, opts: RingAl
   if (!Number.isInteger(chunkElements) || chunkElements < 1 || chunkElements > 0x3fff_ffff) {
     throw new RangeError(`ringAllreduce: chunkElements must be a positive integer, got ${chunkElements}`);
   }
-  if (size === 1 || data.length === 0) return;
+  if (size === 1 || data.length === 0) {
+    if (compression === 'int8') {
+      const bad = firstUnencodable(data);
+      if (bad >= 0) throw unencodableError(`allreduce ${collectiveKey(opts.id)}`, data, bad);
+    }
+    return;
+  }
   const left = ring.left;
   const right = ring.right;
   if (!left || !right) throw new RangeError(`ringAllreduce: a ring of size ${size} needs left and right links`);
@@ -173,14 +180,16 @@ function refuseUnencodable(session: CollectiveSession, links: Link[], data: Floa
   // Listening (and ignoring data) marks the id as started on both links, as a normal call would, and
   // registers them for the abort frame.
   for (const link of new Set(links)) session.listen(link, () => {});
-  session.fail(
-    new CollectiveError(
-      'protocol',
-      `${session.label}: this rank's input holds ${data[bad]} at [${bad}]; int8 compression refuses to send a value that is not finite or beyond ±2^127`,
-      { collective: session.label },
-    ),
-  );
+  session.fail(unencodableError(session.label, data, bad));
   return true;
+}
+
+function unencodableError(label: string, data: Float32Array, bad: number): CollectiveError {
+  return new CollectiveError(
+    'protocol',
+    `${label}: this rank's input holds ${data[bad]} at [${bad}]; int8 compression refuses to send a value that is not finite or beyond ±2^127`,
+    { collective: label },
+  );
 }
 
 const ENCODINGS: Record<WireCompression, PayloadEncoding> = {
