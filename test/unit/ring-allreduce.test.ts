@@ -434,6 +434,75 @@ describe('ringAllreduce over in-memory links', () => {
       await expect(p1).rejects.toMatchObject({ kind: 'protocol' });
     });
 
+    it.each(['none', 'fp16'] as const)(
+      'float wires too (%s): a NaN input is refused before sending, and every rank rejects with protocol',
+      async (compression) => {
+        const { rings, links } = memoryRing(3, { latencyMs: 1 });
+        const data = pseudoGradients(3, 50_000, 3);
+        data[1][77] = Number.NaN;
+        const { errors } = await expectAllReject(
+          rings.map((ring, r) => ringAllreduce(ring, data[r], { id: id(1), timeoutMs: 10_000, compression })),
+          1000,
+        );
+        expect(errors[1].message).toMatch(/refuses to send a value that is not finite/);
+        for (const err of errors) expect(err.kind).toBe('protocol');
+        expect(links[1][0].bytesSent).toBeLessThan(1000);
+      },
+    );
+
+    it.each([
+      [
+        'a float32 NaN',
+        PayloadEncoding.Float32,
+        0,
+        (p: Uint8Array) => new DataView(p.buffer).setFloat32(8, NaN, true),
+        /NaN/,
+      ],
+      [
+        'an fp16 infinity',
+        PayloadEncoding.Float16,
+        0,
+        (p: Uint8Array) => new DataView(p.buffer).setUint16(4, 0x7c00, true),
+        /Infinity/,
+      ],
+      [
+        'an fp16 scale exponent no honest encoder sends',
+        PayloadEncoding.Float16,
+        120,
+        () => undefined,
+        /scale exponent 120 out of range/,
+      ],
+    ] as const)(
+      'a hostile chunk carrying %s is refused where it arrives, naming its sender',
+      async (_what, encoding, exponent, poison, message) => {
+        const compression = encoding === PayloadEncoding.Float32 ? 'none' : 'fp16';
+        const { rings, links } = memoryRing(3);
+        const data = pseudoGradients(3, 100, 1);
+        const opts = { id: id(1), timeoutMs: 5000, compression } as const;
+        const p0 = ringAllreduce(rings[0], data[0], opts);
+        const p1 = ringAllreduce(rings[1], data[1], opts);
+        // Rank 2 does not run the collective; a well-framed chunk for rank 0 (segment 2, 34 values) arrives from it.
+        const payload = new Uint8Array(34 * (encoding === PayloadEncoding.Float32 ? 4 : 2));
+        poison(payload);
+        links[2][0].send(
+          encodeFrame(
+            {
+              kind: FrameKind.RingChunk,
+              id: id(1),
+              ringStep: 0,
+              encoding,
+              scaleExponent: exponent,
+              chunkIndex: 0,
+              chunkCount: 1,
+            },
+            payload,
+          ),
+        );
+        await expect(p0).rejects.toMatchObject({ kind: 'protocol', peer: 'rank2', ...(message ? { message } : {}) });
+        await expect(p1).rejects.toMatchObject({ kind: 'protocol' });
+      },
+    );
+
     it.each([3, 5])('a link closed mid-collective makes all %i ranks reject with peer_closed', async (size) => {
       const n = 1_000_000;
       const cutAfter = 100_000; // of the ~0.4 MB of int8 rank 1 sends

@@ -11,6 +11,11 @@
 
 const MAX_SCALE_EXPONENT = 127;
 const MIN_SCALE_EXPONENT = -128;
+/**
+ * The largest exponent `float16ScaleExponent` returns for a finite float32 (max < 2^128, so
+ * floor(log2) − 14 ≤ 113): a frame with a larger one did not come from an honest encoder.
+ */
+export const MAX_FINITE_SCALE_EXPONENT = 113;
 
 let decodeTable: Float32Array | null = null;
 

@@ -44,7 +44,7 @@
  */
 import { CollectiveError } from './collective-error';
 import { CollectiveSession, type CollectiveOptions } from './collective-session';
-import { addFloat16Into, decodeFloat16Into, encodeFloat16 } from './fp16';
+import { addFloat16Into, decodeFloat16Into, encodeFloat16, MAX_FINITE_SCALE_EXPONENT } from './fp16';
 import {
   addInt8BlocksInto,
   decodeInt8BlocksInto,
@@ -114,10 +114,8 @@ export async function ringAllreduce(ring: Ring, data: Float32Array, opts: RingAl
     throw new RangeError(`ringAllreduce: chunkElements must be a positive integer, got ${chunkElements}`);
   }
   if (size === 1 || data.length === 0) {
-    if (compression === 'int8') {
-      const bad = firstUnencodable(data);
-      if (bad >= 0) throw unencodableError(`allreduce ${collectiveKey(opts.id)}`, data, bad);
-    }
+    const bad = firstUnsendable(data, compression);
+    if (bad >= 0) throw unsendableError(`allreduce ${collectiveKey(opts.id)}`, data, bad, compression);
     return;
   }
   const left = ring.left;
@@ -140,7 +138,7 @@ export async function ringAllreduce(ring: Ring, data: Float32Array, opts: RingAl
     if (outstanding === 0 && out.idle) session.succeed();
   };
   const out = session.sender(right, finishIfDone);
-  if (compression === 'int8' && refuseUnencodable(session, [left, right], data)) return session.done;
+  if (refuseUnencodable(session, [left, right], data, compression)) return session.done;
   const makeFrame = (g: number, c: number) => encodeRingChunk(plan, data, opts.id, g, c, scratch);
 
   const receive = (frame: Frame) => {
@@ -171,23 +169,47 @@ export async function ringAllreduce(ring: Ring, data: Float32Array, opts: RingAl
 }
 
 /**
- * int8 only: refuse (and tell both neighbours, so they fail now rather than at their deadline) a vector
- * the codec cannot encode, before anything is sent. Returns true when it refused.
+ * Refuse (and tell both neighbours, so they fail now rather than at their deadline) a vector holding a
+ * value that is not finite (int8: or beyond what its codec encodes), before anything is sent: a NaN
+ * gradient or pseudo-gradient is a bug or an attack, and summed it would poison every rank alike.
+ * Returns true when it refused.
  */
-function refuseUnencodable(session: CollectiveSession, links: Link[], data: Float32Array): boolean {
-  const bad = firstUnencodable(data);
+function refuseUnencodable(
+  session: CollectiveSession,
+  links: Link[],
+  data: Float32Array,
+  compression: WireCompression,
+): boolean {
+  const bad = firstUnsendable(data, compression);
   if (bad < 0) return false;
   // Listening (and ignoring data) marks the id as started on both links, as a normal call would, and
   // registers them for the abort frame.
   for (const link of new Set(links)) session.listen(link, () => {});
-  session.fail(unencodableError(session.label, data, bad));
+  session.fail(unsendableError(session.label, data, bad, compression));
   return true;
 }
 
-function unencodableError(label: string, data: Float32Array, bad: number): CollectiveError {
+/** The first index this rank may not send (not finite; int8: also beyond ±2^127), or -1. */
+function firstUnsendable(data: Float32Array, compression: WireCompression): number {
+  if (compression === 'int8') return firstUnencodable(data);
+  return firstNonFinite(data);
+}
+
+function firstNonFinite(data: Float32Array): number {
+  for (let i = 0; i < data.length; i++) if (!Number.isFinite(data[i])) return i;
+  return -1;
+}
+
+function unsendableError(
+  label: string,
+  data: Float32Array,
+  bad: number,
+  compression: WireCompression,
+): CollectiveError {
+  const rule = compression === 'int8' ? 'a value that is not finite or beyond ±2^127' : 'a value that is not finite';
   return new CollectiveError(
     'protocol',
-    `${label}: this rank's input holds ${data[bad]} at [${bad}]; int8 compression refuses to send a value that is not finite or beyond ±2^127`,
+    `${label}: this rank's input holds ${data[bad]} at [${bad}]; the allreduce refuses to send ${rule}`,
     { collective: label },
   );
 }
@@ -349,13 +371,27 @@ function applyRingChunk(plan: RingPlan, data: Float32Array, frame: Frame): void 
       throw err;
     }
   } else if (plan.compression === 'fp16') {
+    const e = frame.scaleExponent;
+    // An honest encoder never scales by more than 2^113 (fp16.ts); the frame's byte allows up to 2^127.
+    if (e > MAX_FINITE_SCALE_EXPONENT)
+      throw new FrameError(`chunk ${frame.chunkIndex} at step ${g}: fp16 scale exponent ${e} out of range`);
     const halves = new Uint16Array(frame.buffer, FRAME_HEADER_BYTES, length);
-    if (g < plan.reduceSteps) addFloat16Into(halves, frame.scaleExponent, target);
-    else decodeFloat16Into(halves, frame.scaleExponent, target);
+    if (g < plan.reduceSteps) addFloat16Into(halves, e, target);
+    else decodeFloat16Into(halves, e, target);
   } else {
     const values = new Float32Array(frame.buffer, FRAME_HEADER_BYTES, length);
     if (g < plan.reduceSteps) for (let i = 0; i < length; i++) target[i] += values[i];
     else target.set(values);
+  }
+  // Where they arrive: a NaN or ±Inf sent by the neighbour, or a sum it pushed out of range, fails
+  // the collective naming that neighbour instead of reaching the optimizer (int8's decoder refuses
+  // such bytes itself).
+  if (plan.compression !== 'int8') {
+    const bad = firstNonFinite(target);
+    if (bad >= 0)
+      throw new FrameError(
+        `chunk ${frame.chunkIndex} at step ${g}: ${target[bad]} at [${start + bad}] after this chunk`,
+      );
   }
 }
 
