@@ -1,4 +1,5 @@
 /** Number and time formatting for the admin page, plus a small DOM builder. */
+import type { SyncSpec } from '../../coordinator/core/job';
 
 export function formatInt(n: number): string {
   return Math.round(n).toLocaleString('en-US');
@@ -21,6 +22,18 @@ export function formatBytes(bytes: number): string {
   if (bytes < 1024 * 1024) return `${(bytes / 1024).toFixed(1)} KiB`;
   if (bytes < 1024 ** 3) return `${(bytes / 1024 ** 2).toFixed(1)} MiB`;
   return `${(bytes / 1024 ** 3).toFixed(2)} GiB`;
+}
+
+/** Bytes per sample ('–' when unknown): "412 B", "7.2 KiB". */
+export function formatBytesPerSample(bytes: number | null | undefined): string {
+  return bytes === null || bytes === undefined || !Number.isFinite(bytes) ? '–' : formatBytes(Math.round(bytes));
+}
+
+/** How the ranks sync: "every step, fp32" or "local, H = 32, int8, outer Nesterov lr 0.7 m 0.9". */
+export function syncLabel(sync: SyncSpec): string {
+  const wire = sync.compression === 'none' ? 'fp32' : sync.compression;
+  if (sync.mode === 'every-step') return `every step, ${wire}`;
+  return `local, H = ${sync.innerSteps}, ${wire}, outer Nesterov lr ${sync.outer.lr} m ${sync.outer.momentum}`;
 }
 
 /** A heartbeat age: "0.4 s", "12 s", "3 min". */
