@@ -174,6 +174,16 @@ export interface CheckpointListResponse {
   checkpoints: FeedCheckpoint[];
 }
 
+/**
+ * How the ranks sync, as the admin page's sync line and the swarm report show it: "every step, fp32" or
+ * "local, H = 32, int8, outer Nesterov lr 0.7 m 0.9".
+ */
+export function syncLabel(sync: SyncSpec): string {
+  const wire = sync.compression === 'none' ? 'fp32' : sync.compression;
+  if (sync.mode === 'every-step') return `every step, ${wire}`;
+  return `local, H = ${sync.innerSteps}, ${wire}, outer Nesterov lr ${sync.outer.lr} m ${sync.outer.momentum}`;
+}
+
 /** The category of a machine log event (names from coordinator/core: rendezvous.ts, commit.ts, machine.ts). */
 export function categoryOf(event: string, data: unknown): FeedCategory {
   switch (event) {

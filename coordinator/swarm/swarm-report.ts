@@ -246,7 +246,16 @@ export interface SwarmReport {
   durationS: number;
   elapsedS: number;
   warmupS: number;
-  job: { runId: string; model: string; globalBatch: number; datasetSize: number; epochs: number; totalSteps: number };
+  job: {
+    runId: string;
+    model: string;
+    globalBatch: number;
+    datasetSize: number;
+    epochs: number;
+    totalSteps: number;
+    /** How the ranks sync (`syncLabel`), e.g. "local, H = 16, int8, outer Nesterov lr 0.7 m 0.9"; absent in older reports. */
+    sync?: string;
+  };
   schedule: ChaosEvent[];
   events: FiredEvent[];
   steps: {
@@ -375,7 +384,7 @@ export function formatReportTable(r: SwarmReport): string {
 function summaryLines(r: SwarmReport): string[] {
   return [
     `tabswarm swarm ${r.url} — seed ${r.seed}, ${r.workers} tabs, ${r.elapsedS.toFixed(1)} s of chaos after ${r.warmupS.toFixed(1)} s warm-up`,
-    `job ${r.job.model}: global batch ${r.job.globalBatch}, ${r.job.datasetSize} images × ${r.job.epochs} epoch(s) = ${r.job.totalSteps} steps (run ${r.job.runId})`,
+    `job ${r.job.model}: global batch ${r.job.globalBatch}, ${r.job.datasetSize} images × ${r.job.epochs} epoch(s) = ${r.job.totalSteps} steps${r.job.sync ? `, sync ${r.job.sync}` : ''} (run ${r.job.runId})`,
     `steps: ${r.steps.atStart} at start → ${r.steps.atChaosStart} when chaos began → ${r.steps.atEnd} at the end (${r.steps.committedDuringChaos} under chaos; job ${r.steps.jobState})`,
     `throughput: ${r.meanSamplesPerSec === null ? '-' : r.meanSamplesPerSec.toFixed(1)} committed samples/s over the chaos window; restarts ${r.restarts.atStart} → ${r.restarts.atEnd}`,
   ];

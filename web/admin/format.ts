@@ -1,5 +1,5 @@
 /** Number and time formatting for the admin page, plus a small DOM builder. */
-import type { SyncSpec } from '../../coordinator/core/job';
+export { syncLabel } from '../../coordinator/core/admin-feed-protocol';
 
 export function formatInt(n: number): string {
   return Math.round(n).toLocaleString('en-US');
@@ -27,13 +27,6 @@ export function formatBytes(bytes: number): string {
 /** Bytes per sample ('–' when unknown): "412 B", "7.2 KiB". */
 export function formatBytesPerSample(bytes: number | null | undefined): string {
   return bytes === null || bytes === undefined || !Number.isFinite(bytes) ? '–' : formatBytes(Math.round(bytes));
-}
-
-/** How the ranks sync: "every step, fp32" or "local, H = 32, int8, outer Nesterov lr 0.7 m 0.9". */
-export function syncLabel(sync: SyncSpec): string {
-  const wire = sync.compression === 'none' ? 'fp32' : sync.compression;
-  if (sync.mode === 'every-step') return `every step, ${wire}`;
-  return `local, H = ${sync.innerSteps}, ${wire}, outer Nesterov lr ${sync.outer.lr} m ${sync.outer.momentum}`;
 }
 
 /** A heartbeat age: "0.4 s", "12 s", "3 min". */
