@@ -455,6 +455,7 @@ class SwarmRun {
       steps,
       throughput: this.timeline.samples.map((x) => ({ ...x, t: Math.round((x.t - this.warmupS) * 1000) / 1000 })),
       meanSamplesPerSec: elapsedS > 0 ? Math.round((chaosSamples / elapsedS) * 10) / 10 : null,
+      ...(final.usage ? { usage: final.usage.total } : {}),
       recoveries: this.tracker.recoveries,
       joins: this.joins,
       restarts: { atStart: initial.restarts, atEnd: final.restarts },

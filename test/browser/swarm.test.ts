@@ -201,6 +201,9 @@ describe.skipIf(skip)('tabswarm swarm --job: a coordinator of its own', () => {
     // The job of the file, not a default one: tiny-mlp, batch 32 over the 2,000 images for 50 epochs.
     expect(report.job).toMatchObject({ model: 'tiny-mlp', globalBatch: 32, datasetSize: 2000, epochs: 50 });
     expect(report.job.sync).toBe('every step, fp32');
+    // The coordinator's run totals: real tabs computed for part of the wall time it measured.
+    expect(report.usage?.utilization, context).toBeGreaterThan(0);
+    expect(report.usage?.utilization, context).toBeLessThanOrEqual(1);
     expect(report.steps.atEnd, context).toBeGreaterThan(0);
     expect(report.audit, context).toMatchObject({ ok: true, duplicates: 0, missing: 0 });
     const dataDir = /data in (\S+), removed at the end/.exec(result.stderr)?.[1];
