@@ -8,6 +8,7 @@ import type { Action, CoordinatorState } from './core/machine';
 import type { CommitRecord } from './core/state';
 import { parameterLayout } from './core/model-spec';
 import { stepsPerEpoch } from './core/sampler';
+import { usageView, type UsageView } from './core/utilization';
 import { statusOf } from './audit';
 import type { CheckpointRow, CommitRow, EventRow } from './store';
 import {
@@ -22,6 +23,14 @@ import {
 
 /** Commits whose rate is averaged (the newest, within one round). */
 const RATE_WINDOW = 8;
+
+/** Commits whose usage at commit time is remembered for new pages' snapshots (the page keeps 20,000). */
+const USAGE_MEMORY = 20_000;
+
+/** The job's recent usage as a commit carries it. */
+export function jobUsage(state: CoordinatorState): UsageView {
+  return usageView(state.usage?.recent);
+}
 
 /** Samples per second over the last few commits of a round: samples after the first / time span. */
 export class CommitRater {
@@ -52,6 +61,7 @@ function finiteOrNull(x: number): number | null {
 export function feedCommitFromRow(
   row: CommitRecord & Pick<CommitRow, 'committedAt'>,
   samplesPerSecond: number | null,
+  usage: UsageView | null = null,
 ): FeedCommit {
   return {
     step: row.step,
@@ -65,6 +75,7 @@ export function feedCommitFromRow(
     hash: row.hash,
     at: row.committedAt,
     samplesPerSecond,
+    usage,
   };
 }
 
@@ -126,6 +137,7 @@ export function jobSummary(state: CoordinatorState): AdminJobSummary {
     commitEvery: job.commitEvery,
     checkpointEvery: job.checkpointEvery,
     heartbeatMs: job.heartbeatMs,
+    sync: job.sync,
   };
 }
 
@@ -145,6 +157,8 @@ export class FeedProjection {
   readonly events: FeedEvent[] = [];
   readonly evaluations: FeedEvaluation[] = [];
   private readonly rater = new CommitRater();
+  /** The job's usage when each live commit was recorded, by step (insertion order: oldest first). */
+  private readonly usageByStep = new Map<number, UsageView>();
 
   constructor(private readonly recentEvents: number) {}
 
@@ -156,20 +170,22 @@ export class FeedProjection {
     }
   }
 
-  /** One transition's actions, stamped `at`. */
-  apply(actions: readonly Action[], at: number): Projected {
+  /** One transition's actions, stamped `at`; `usage`: the job's usage after the transition (`jobUsage`). */
+  apply(actions: readonly Action[], at: number, usage: UsageView | null = null): Projected {
     const out: Projected = { messages: [], changed: false, checkpointsChanged: false };
     for (const action of actions) {
       switch (action.kind) {
         case 'record_commit': {
           const c = action.commit;
           const rate = this.rater.push(at, c.count, c.round);
-          out.messages.push({ type: 'commit', commit: feedCommitFromRow({ ...c, committedAt: at }, rate) });
+          if (usage) this.rememberUsage(c.step, usage);
+          out.messages.push({ type: 'commit', commit: feedCommitFromRow({ ...c, committedAt: at }, rate, usage) });
           out.changed = true;
           break;
         }
         case 'rollback_commits':
           this.rater.reset();
+          for (const step of this.usageByStep.keys()) if (step > action.afterStep) this.usageByStep.delete(step);
           out.messages.push({ type: 'rollback', afterStep: action.afterStep });
           out.changed = true;
           break;
@@ -203,7 +219,9 @@ export class FeedProjection {
   ): Extract<FeedMessage, { type: 'snapshot' }> {
     const rater = new CommitRater();
     const commits = commitRows
-      .map((row) => feedCommitFromRow(row, rater.push(row.committedAt, row.count, row.round)))
+      .map((row) =>
+        feedCommitFromRow(row, rater.push(row.committedAt, row.count, row.round), this.usageByStep.get(row.step)),
+      )
       .slice(-maxCommits);
     return {
       type: 'snapshot',
@@ -216,6 +234,12 @@ export class FeedProjection {
       checkpoints: checkpointRows.map((row) => feedCheckpoint(runId, row)),
       evaluations: [...this.evaluations],
     };
+  }
+
+  private rememberUsage(step: number, usage: UsageView): void {
+    this.usageByStep.delete(step);
+    this.usageByStep.set(step, usage);
+    if (this.usageByStep.size > USAGE_MEMORY) this.usageByStep.delete(this.usageByStep.keys().next().value!);
   }
 
   private addEvent(event: FeedEvent, messages: FeedMessage[]): void {

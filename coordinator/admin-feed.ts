@@ -17,7 +17,7 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import { statusOf } from './audit';
 import type { FeedCheckpoint, FeedMessage } from './core/admin-feed-protocol';
 import type { Action, CoordinatorState } from './core/machine';
-import { FeedProjection, feedCheckpoint } from './admin-feed-projection';
+import { FeedProjection, feedCheckpoint, jobUsage } from './admin-feed-projection';
 import { SseHub } from './sse-hub';
 import type { EventRow, Store } from './store';
 
@@ -111,7 +111,7 @@ export class AdminFeed {
   /** One transition's actions (the executor's listener). */
   onActions(actions: readonly Action[]): void {
     if (this.closed) return;
-    const projected = this.projection.apply(actions, this.now());
+    const projected = this.projection.apply(actions, this.now(), jobUsage(this.opts.state()));
     for (const msg of projected.messages) this.hub.broadcast(msg);
     // The list is re-read from the store only for pages that are watching (a new page's snapshot reads it anyway).
     if (projected.checkpointsChanged && this.hub.size > 0)

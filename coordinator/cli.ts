@@ -1,7 +1,7 @@
 /**
  * `tabswarm coordinator [--port 8080] [--host 127.0.0.1] [--data-dir ./.tabswarm] [--job job.json]
  *  [--dataset DIR] [--admin-token T] [--dist DIR] [--local-workers N] [network flags: net-flags.ts]`
- * `tabswarm swarm --url URL --workers N [...]` (coordinator/swarm/swarm-command.ts)
+ * `tabswarm swarm (--url URL | --job FILE) --workers N [...]` (coordinator/swarm/swarm-command.ts)
  *
  * Every way the coordinator cannot start (bad job file, no dataset, port in use, unwritable data dir)
  * ends with one line on stderr naming the cause and the fix, and exit code 1: the person reading it is

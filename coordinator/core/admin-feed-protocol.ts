@@ -12,7 +12,9 @@
  * log line at info level or above, `checkpoints` when the list changed. A reconnecting EventSource
  * gets a fresh snapshot, so the page replaces its state instead of patching it.
  */
+import type { SyncSpec } from './job';
 import type { StatusView, WorldView } from './machine';
+import type { UsageView } from './utilization';
 
 /** One rank of the current round as the admin page shows it: the core's view plus the server clock's view. */
 export type AdminWorkerView = WorldView & {
@@ -59,6 +61,8 @@ export interface AdminJobSummary {
   checkpointEvery: number;
   /** Workers send a heartbeat this often; one silent for 3× this is dropped. */
   heartbeatMs: number;
+  /** How the ranks combine their work: every step, or local steps (H = innerSteps) with an outer optimizer; the wire format. */
+  sync: SyncSpec;
 }
 
 /** One recorded commit (one row of the commit log). */
@@ -78,6 +82,11 @@ export interface FeedCommit {
   at: number;
   /** Committed samples per second over the last few commits of the same round; null at a round's first commit. */
   samplesPerSecond: number | null;
+  /**
+   * The job's recent compute utilization and wire bytes per sample (utilization.ts) when the commit was
+   * recorded; null for commits recorded before this coordinator process started (the sums are not stored).
+   */
+  usage: UsageView | null;
 }
 
 /** Kinds of event the page filters by. */
@@ -163,6 +172,16 @@ export type FeedMessage =
 export interface CheckpointListResponse {
   runId: string;
   checkpoints: FeedCheckpoint[];
+}
+
+/**
+ * How the ranks sync, as the admin page's sync line and the swarm report show it: "every step, fp32" or
+ * "local, H = 32, int8, outer Nesterov lr 0.7 m 0.9".
+ */
+export function syncLabel(sync: SyncSpec): string {
+  const wire = sync.compression === 'none' ? 'fp32' : sync.compression;
+  if (sync.mode === 'every-step') return `every step, ${wire}`;
+  return `local, H = ${sync.innerSteps}, ${wire}, outer Nesterov lr ${sync.outer.lr} m ${sync.outer.momentum}`;
 }
 
 /** The category of a machine log event (names from coordinator/core: rendezvous.ts, commit.ts, machine.ts). */

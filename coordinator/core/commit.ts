@@ -20,6 +20,7 @@ import {
 } from './sampler';
 import { culpritOf } from './penalties';
 import { smoothThroughput } from './shares';
+import { recordUsageIn } from './utilization';
 import type { CommitRecord, CoordinatorState, Transition } from './state';
 
 export type ReportCheck =
@@ -110,6 +111,7 @@ function acceptReportIn(ctx: Ctx, workerId: string, msg: StepReportMessage): voi
   // previous report, to this report), never from the tab's own `computeMs` claim.
   const since = Math.max(s.rendezvous.stepStartedAt ?? ctx.now, p.lastReportAt ?? 0);
   worker.throughput = smoothThroughput(worker.throughput, msg.samples, ctx.now - since);
+  recordUsageIn(ctx, worker, msg, p.lastReportAt ?? since);
   p.lastReportAt = ctx.now;
   const point = nextCommitPoint(s.lastCommit.step, planOf(s));
   if (s.rendezvous.participants.every((q) => q.lastStep >= point)) commitIn(ctx, point);

@@ -47,6 +47,7 @@ import {
 } from './rendezvous';
 import { emptyRecord, planOf, positionAfter, totalSteps } from './sampler';
 import type { AdminAction, CoordinatorState, DurableState, Event, HeldState, Transition, TrustPolicy } from './state';
+import { USAGE_HALF_LIFE_MS, usageView, type UsageView } from './utilization';
 
 export type {
   Action,
@@ -490,6 +491,10 @@ export interface WorldView {
   adapter: string;
   /** The invite it joined through (id), or null. */
   invite: string | null;
+  /** Recent compute utilization in [0, 1] (time computing / wall time, utilization.ts), or null before a report. */
+  utilization: number | null;
+  /** Recent bytes it sent in collectives per sample it computed (its claim), or null (unknown). */
+  bytesPerSample: number | null;
 }
 
 /** The body of `GET /api/status`. */
@@ -512,6 +517,11 @@ export interface StatusView {
   maxWorkers: number;
   lastCommit: { step: number; hash: string | null };
   checkpoints: { step: number; sha256: string }[];
+  /**
+   * The job's compute utilization and wire bytes per sample over all ranks: `recent` decays with a
+   * half-life of `halfLifeMs`, `total` covers the run since this coordinator started (utilization.ts).
+   */
+  usage: { recent: UsageView; total: UsageView; halfLifeMs: number };
 }
 
 /** A worker's WebGPU adapter as views show it: vendor and architecture ('' when unknown). */
@@ -542,6 +552,7 @@ export function statusView(s: CoordinatorState): StatusView {
         iceError: w?.iceError ?? null,
         adapter: adapterLabel(w?.adapter),
         invite: w?.invite ?? null,
+        ...usageView(w?.usage?.recent),
       };
     }),
     waiting: s.rendezvous.waitList.map((id, position) => ({ id, position, iceError: s.workers[id]?.iceError ?? null })),
@@ -554,5 +565,6 @@ export function statusView(s: CoordinatorState): StatusView {
     maxWorkers: s.job.maxWorkers,
     lastCommit: { step: s.lastCommit.step, hash: s.lastCommit.hash },
     checkpoints: s.checkpoints.map((c) => ({ step: c.step, sha256: c.sha256 })),
+    usage: { recent: usageView(s.usage?.recent), total: usageView(s.usage?.total), halfLifeMs: USAGE_HALF_LIFE_MS },
   };
 }

@@ -7,6 +7,7 @@ import { z } from 'zod';
 import type { JobSpec } from './job';
 import type { ClientMessage, ParseErrorCode, PeerLink, ServerMessage } from './protocol';
 import type { SamplerRecord } from './sampler';
+import type { Usage } from './utilization';
 
 // ---------------------------------------------------------------- state
 
@@ -90,6 +91,8 @@ export interface WorkerInfo {
   peerLinks?: PeerLink[];
   /** Why ICE fails for it (e.g. TURN authentication), as its last heartbeat said; absent or null: no error known. */
   iceError?: string | null;
+  /** Its compute utilization and wire bytes per sample over its accepted reports (utilization.ts); absent before the first. */
+  usage?: Usage;
 }
 
 /** One rank's report of one step, kept until the step commits or the round closes. */
@@ -191,6 +194,11 @@ export interface CoordinatorState {
   policy: TrustPolicy;
   /** Charges and bans by `w:<workerId>` / `a:<address>` (not durable). */
   penalties: Record<string, PenaltyRecord>;
+  /**
+   * The job's compute utilization and wire bytes per sample over every rank's accepted reports, recent
+   * and since this coordinator started (utilization.ts; not durable). Absent before the first report.
+   */
+  usage?: Usage;
 }
 
 /** What must survive `kill -9`: persisted by the server on every `persist` action. */

@@ -12,7 +12,7 @@
 import { readFileSync } from 'node:fs';
 import { resolve } from 'node:path';
 import type { StatusReport } from '../audit';
-import { resolveDatasetDir, StartupError } from '../startup-config';
+import { loadJobFile, resolveDatasetDir, StartupError } from '../startup-config';
 import {
   NetbedError,
   netbedUnavailable,
@@ -87,7 +87,9 @@ export function parseNetbedSwarmOptions(raw: RawNetbedSwarmOptions): NetbedSwarm
   if (!(NATS as readonly string[]).includes(nat)) fail(`--nat ${nat}: expected one of ${NATS.join(', ')}`);
   let job: Record<string, unknown> = NETBED_DEFAULT_JOB;
   if (raw.job !== undefined) {
+    // Validated as `tabswarm coordinator --job` would (its coordinator reads the file as written).
     try {
+      loadJobFile(raw.job);
       job = JSON.parse(readFileSync(raw.job, 'utf8')) as Record<string, unknown>;
     } catch (error) {
       fail(`--job ${raw.job}: ${(error as Error).message}`);

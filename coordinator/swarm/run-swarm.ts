@@ -6,6 +6,7 @@
  */
 import type { Browser } from 'playwright-core';
 import type { StatusReport } from '../audit';
+import { syncLabel } from '../core/admin-feed-protocol';
 import type { JobPublic } from '../core/job';
 import { chaosSchedule, type ChaosEvent } from './chaos-schedule';
 import { launchSwarmChromium } from './chromium';
@@ -446,12 +447,15 @@ class SwarmRun {
         datasetSize: job.datasetSize,
         epochs: job.epochs,
         totalSteps: job.totalSteps,
+        // A coordinator from before the sync field syncs every step in fp32.
+        sync: syncLabel(job.sync ?? { mode: 'every-step', compression: 'none' }),
       },
       schedule: this.schedule,
       events: this.fired,
       steps,
       throughput: this.timeline.samples.map((x) => ({ ...x, t: Math.round((x.t - this.warmupS) * 1000) / 1000 })),
       meanSamplesPerSec: elapsedS > 0 ? Math.round((chaosSamples / elapsedS) * 10) / 10 : null,
+      ...(final.usage ? { usage: final.usage.total } : {}),
       recoveries: this.tracker.recoveries,
       joins: this.joins,
       restarts: { atStart: initial.restarts, atEnd: final.restarts },

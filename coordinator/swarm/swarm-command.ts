@@ -1,6 +1,12 @@
 /**
- * `tabswarm swarm --url URL --workers N [--duration S] [--seed X] [--close-every S] [--crash-every S]
- *  [--hang-every S] [--hang-for S] [--join-every S] [--throttle KBPS] [--max-tabs N] [--warmup S] [--json]`
+ * `tabswarm swarm (--url URL | --job FILE [--dataset DIR] [--dist DIR]) --workers N [--duration S] [--seed X]
+ *  [--close-every S] [--crash-every S] [--hang-every S] [--hang-for S] [--join-every S] [--throttle KBPS]
+ *  [--max-tabs N] [--warmup S] [--json]`
+ *
+ * `--url`: load-test a running coordinator (with whatever job it runs). `--job FILE`: the swarm starts
+ * its own coordinator (own-coordinator.ts) running that job file, e.g. local steps; the two exclude each
+ * other (a file cannot change a running coordinator's job). The job file is validated like
+ * `tabswarm coordinator --job` before anything starts.
  *
  * Output: the live progress line on stderr (rewritten in place on a terminal, a line every few seconds
  * otherwise); at the end the report table (stdout, or stderr with --json) and with --json exactly one
@@ -9,9 +15,18 @@
  * one line on stderr. Ctrl-C ends the chaos early and still reports; a second Ctrl-C exits at once.
  */
 import type { Command } from 'commander';
+import { loadJobFile, StartupError } from '../startup-config';
 import { CoordinatorUnreachableError } from './coordinator-api';
+import type { OwnCoordinator } from './own-coordinator';
 import { NoChromiumError, SwarmError } from './swarm-errors';
-import { parseSwarmOptions, SwarmOptionsError, type RawSwarmOptions } from './swarm-options';
+import {
+  jobProblem,
+  parseSwarmOptions,
+  SwarmOptionsError,
+  withCoordinatorUrl,
+  type RawSwarmOptions,
+  type SwarmOptions,
+} from './swarm-options';
 import { formatReportTable, type SwarmReport } from './swarm-report';
 
 /** Non-TTY progress: one line this often. */
@@ -62,25 +77,28 @@ export async function swarmMain(raw: RawSwarmOptions): Promise<number> {
   process.on('SIGINT', onSigint);
   process.on('SIGTERM', onSigint);
   process.on('SIGHUP', onSigint);
+  let own: OwnCoordinator | null = null;
+  const log = (line: string) => {
+    progress.end();
+    process.stderr.write(`${line}\n`);
+  };
   try {
-    const options = parseSwarmOptions(raw);
+    let options = parseSwarmOptions(raw);
+    // A bad job file is one line, before the seed line and before anything starts.
+    const job = options.ownCoordinator ? checkedJob(options, options.ownCoordinator.jobFile) : null;
     if (options.seedDrawn)
       process.stderr.write(
         `tabswarm swarm: seed ${options.seed} (pass --seed ${options.seed} to replay this schedule)\n`,
       );
+    if (job) {
+      const { startOwnCoordinator } = await import('./own-coordinator');
+      const { dataset, dist } = options.ownCoordinator!;
+      own = await startOwnCoordinator(job, dataset, log, dist);
+      options = withCoordinatorUrl(options, own.url);
+    }
     // Loaded on use: playwright-core takes seconds to import, and `tabswarm coordinator` never needs it.
     const { runSwarm } = await import('./run-swarm');
-    report = await runSwarm(
-      options,
-      {
-        progress: (line) => progress.update(line),
-        log: (line) => {
-          progress.end();
-          process.stderr.write(`${line}\n`);
-        },
-      },
-      interrupt.signal,
-    );
+    report = await runSwarm(options, { progress: (line) => progress.update(line), log }, interrupt.signal);
     progress.end();
     const table = `${formatReportTable(report)}\n`;
     if (options.json) {
@@ -94,6 +112,7 @@ export async function swarmMain(raw: RawSwarmOptions): Promise<number> {
     progress.end();
     const known =
       error instanceof SwarmOptionsError ||
+      error instanceof StartupError ||
       error instanceof CoordinatorUnreachableError ||
       error instanceof NoChromiumError ||
       error instanceof SwarmError;
@@ -101,10 +120,19 @@ export async function swarmMain(raw: RawSwarmOptions): Promise<number> {
     await writeOut(process.stderr, `tabswarm swarm: ${message}\n`);
     return 1;
   } finally {
+    await own?.close().catch((error: Error) => log(`tabswarm swarm: closing its coordinator: ${error.message}`));
     process.off('SIGINT', onSigint);
     process.off('SIGTERM', onSigint);
     process.off('SIGHUP', onSigint);
   }
+}
+
+/** The job file of `--job`, validated as `tabswarm coordinator --job` does, and fit for the swarm's tabs. */
+function checkedJob(options: SwarmOptions, file: string) {
+  const job = loadJobFile(file);
+  const problem = jobProblem(options, job);
+  if (problem) throw new SwarmOptionsError(`--job ${file}: ${problem}`);
+  return job;
 }
 
 export function registerSwarmCommand(program: Command): Command {
@@ -114,6 +142,15 @@ export function registerSwarmCommand(program: Command): Command {
       'Load-test a coordinator with headless Chromium tabs and a seeded chaos schedule (close, crash, hang, join, throttle).',
     )
     .option('--url <url>', 'the coordinator, e.g. http://127.0.0.1:8080 (a query string is passed on to the tabs)')
+    .option(
+      '--job <file>',
+      'instead of --url: start a coordinator in this process that runs this job file (e.g. local steps), on 127.0.0.1 with a temporary data dir; with --netbed: the job of its coordinator (default a small tiny-mlp job)',
+    )
+    .option(
+      '--dataset <dir>',
+      "with --job or --netbed: the dataset folder of the swarm's coordinator (default as tabswarm coordinator)",
+    )
+    .option('--dist <dir>', 'with --job: the built web app its coordinator serves (default dist/)')
     .option('--workers <n>', 'tabs open at the start', '2')
     .option('--duration <s>', 'seconds of chaos, counted from the first committed step', '60')
     .option('--seed <x>', 'seed of the chaos schedule (default: random, printed)')
@@ -132,8 +169,6 @@ export function registerSwarmCommand(program: Command): Command {
     )
     .option('--nat <kind>', 'with --netbed: endpoint-independent, symmetric or mixed (default mixed)')
     .option('--link <profile>', 'with --netbed: access link "DELAY JITTER RATE LOSS", e.g. "40ms 5ms 20mbit 1%"')
-    .option('--job <file>', 'with --netbed: the job file of its coordinator (default a small tiny-mlp job)')
-    .option('--dataset <dir>', 'with --netbed: the dataset folder of its coordinator')
     .action(async (flags: RawSwarmOptions & { netbed?: boolean }) => {
       // Loaded on use, like run-swarm: the test bed is only for --netbed.
       const code = flags.netbed

@@ -5,10 +5,18 @@
 import { defaultMaxTabs, DEFAULT_HANG_FOR_S, type ChaosOptions } from './chaos-schedule';
 
 export interface SwarmOptions {
-  /** The coordinator's base URL (origin + path, no query): `/api/*` lives under it. */
+  /**
+   * The coordinator's base URL (origin + path, no query): `/api/*` lives under it. With `ownCoordinator`
+   * it is '' until the swarm's own coordinator listens (then `withCoordinatorUrl` fills it in).
+   */
   baseUrl: string;
-  /** What each tab opens: the base URL with the given query plus `autostart=1`. */
+  /** What each tab opens: the base URL with the given query plus `autostart=1` ('' like `baseUrl`). */
   tabUrl: string;
+  /**
+   * `--job FILE` (instead of `--url`): the swarm starts a coordinator of its own in this process that
+   * runs this job file, with `--dataset DIR` (or the default dataset); null: the coordinator at `--url`.
+   */
+  ownCoordinator: { jobFile: string; dataset: string | undefined; dist: string | undefined } | null;
   workers: number;
   /** Seconds of chaos after warm-up. */
   duration: number;
@@ -31,6 +39,9 @@ export interface SwarmOptions {
 /** What the CLI hands over: strings as typed (commander leaves parsing to us), booleans for switches. */
 export interface RawSwarmOptions {
   url?: string;
+  job?: string;
+  dataset?: string;
+  dist?: string;
   workers?: string | number;
   duration?: string | number;
   seed?: string | number;
@@ -75,7 +86,9 @@ const seconds = (flag: string, raw: string | number | undefined, fallback: numbe
 /** Parses the URL: http(s) only; query kept for the tabs; the API base drops query and hash. */
 export function parseSwarmUrl(raw: string | undefined): { baseUrl: string; tabUrl: string } {
   if (!raw)
-    throw new SwarmOptionsError('--url is required: the coordinator to load-test, e.g. --url http://127.0.0.1:8080');
+    throw new SwarmOptionsError(
+      '--url or --job is required: the coordinator to load-test (e.g. --url http://127.0.0.1:8080), or a job file for a coordinator the swarm starts itself',
+    );
   let url: URL;
   try {
     url = new URL(raw);
@@ -95,7 +108,7 @@ export function parseSwarmOptions(
   raw: RawSwarmOptions,
   randomSeed: () => number = () => Math.floor(Math.random() * 0x100000000),
 ): SwarmOptions {
-  const { baseUrl, tabUrl } = parseSwarmUrl(raw.url);
+  const { baseUrl, tabUrl, ownCoordinator } = coordinatorOf(raw);
   const workers = numberOf(
     'workers',
     raw.workers,
@@ -123,6 +136,7 @@ export function parseSwarmOptions(
   const options: SwarmOptions = {
     baseUrl,
     tabUrl,
+    ownCoordinator,
     workers,
     duration: seconds('duration', raw.duration, 60, false),
     seed,
@@ -152,6 +166,42 @@ export function parseSwarmOptions(
     }
   }
   return options;
+}
+
+/**
+ * `--url` (a coordinator that runs its own job) or `--job` (the swarm starts one with that job), never
+ * both: a job file cannot change the job of a coordinator that is already running.
+ */
+function coordinatorOf(raw: RawSwarmOptions): Pick<SwarmOptions, 'baseUrl' | 'tabUrl' | 'ownCoordinator'> {
+  const job = raw.job?.trim();
+  if (raw.job !== undefined && !job) throw new SwarmOptionsError('--job needs a file name');
+  if (job && raw.url !== undefined)
+    throw new SwarmOptionsError(
+      `--job ${raw.job} and --url ${raw.url}: the coordinator at --url already runs its own job; drop --url to let the swarm start a coordinator with the job file, or drop --job`,
+    );
+  for (const flag of ['dataset', 'dist'] as const) {
+    if (!job && raw[flag] !== undefined)
+      throw new SwarmOptionsError(
+        `--${flag} ${raw[flag]}: only for the coordinator the swarm starts itself (--job FILE)${flag === 'dataset' ? ' or --netbed' : ''}`,
+      );
+  }
+  if (job) return { baseUrl: '', tabUrl: '', ownCoordinator: { jobFile: job, dataset: raw.dataset, dist: raw.dist } };
+  return { ...parseSwarmUrl(raw.url), ownCoordinator: null };
+}
+
+/** The options once the swarm's own coordinator listens at `url`. */
+export function withCoordinatorUrl(o: SwarmOptions, url: string): SwarmOptions {
+  return { ...o, ...parseSwarmUrl(url) };
+}
+
+/**
+ * A job the swarm's tabs can run: its first round needs `minWorkers` tabs, and the swarm opens only
+ * `--workers` at the start (joins come after the first commit), so more would never start. Returns the
+ * problem, or null.
+ */
+export function jobProblem(o: SwarmOptions, job: { minWorkers: number }): string | null {
+  if (job.minWorkers <= o.workers) return null;
+  return `the job's minWorkers is ${job.minWorkers} but the swarm opens --workers ${o.workers}: no round would start; raise --workers or lower minWorkers`;
 }
 
 export function chaosOptionsOf(o: SwarmOptions): ChaosOptions {

@@ -246,7 +246,16 @@ export interface SwarmReport {
   durationS: number;
   elapsedS: number;
   warmupS: number;
-  job: { runId: string; model: string; globalBatch: number; datasetSize: number; epochs: number; totalSteps: number };
+  job: {
+    runId: string;
+    model: string;
+    globalBatch: number;
+    datasetSize: number;
+    epochs: number;
+    totalSteps: number;
+    /** How the ranks sync (`syncLabel`), e.g. "local, H = 16, int8, outer Nesterov lr 0.7 m 0.9"; absent in older reports. */
+    sync?: string;
+  };
   schedule: ChaosEvent[];
   events: FiredEvent[];
   steps: {
@@ -260,6 +269,11 @@ export interface SwarmReport {
   throughput: ThroughputSample[];
   /** Committed samples per second over the chaos window. */
   meanSamplesPerSec: number | null;
+  /**
+   * The coordinator's run totals at the end (`/api/status` `usage.total`, coordinator/core/utilization.ts):
+   * compute utilization and bytes sent per sample, as the tabs claimed them; absent from older coordinators.
+   */
+  usage?: { utilization: number | null; bytesPerSample: number | null };
   recoveries: Recovery[];
   joins: { tab: string; atS: number; admittedAfterMs: number | null }[];
   restarts: { atStart: number; atEnd: number };
@@ -375,10 +389,17 @@ export function formatReportTable(r: SwarmReport): string {
 function summaryLines(r: SwarmReport): string[] {
   return [
     `tabswarm swarm ${r.url} — seed ${r.seed}, ${r.workers} tabs, ${r.elapsedS.toFixed(1)} s of chaos after ${r.warmupS.toFixed(1)} s warm-up`,
-    `job ${r.job.model}: global batch ${r.job.globalBatch}, ${r.job.datasetSize} images × ${r.job.epochs} epoch(s) = ${r.job.totalSteps} steps (run ${r.job.runId})`,
+    `job ${r.job.model}: global batch ${r.job.globalBatch}, ${r.job.datasetSize} images × ${r.job.epochs} epoch(s) = ${r.job.totalSteps} steps${r.job.sync ? `, sync ${r.job.sync}` : ''} (run ${r.job.runId})`,
     `steps: ${r.steps.atStart} at start → ${r.steps.atChaosStart} when chaos began → ${r.steps.atEnd} at the end (${r.steps.committedDuringChaos} under chaos; job ${r.steps.jobState})`,
     `throughput: ${r.meanSamplesPerSec === null ? '-' : r.meanSamplesPerSec.toFixed(1)} committed samples/s over the chaos window; restarts ${r.restarts.atStart} → ${r.restarts.atEnd}`,
+    ...(r.usage ? [usageLine(r.usage)] : []),
   ];
+}
+
+function usageLine(u: NonNullable<SwarmReport['usage']>): string {
+  const utilization = u.utilization === null ? '-' : `${(u.utilization * 100).toFixed(1)}%`;
+  const bytes = u.bytesPerSample === null ? '-' : `${Math.round(u.bytesPerSample)} B`;
+  return `usage (whole run): compute utilization ${utilization}, ${bytes} sent per sample (the tabs' claims)`;
 }
 
 const EVENT_COLUMNS = ['at s', 'event', 'tab', 'outcome', 'recovery ms', 'steps lost', 'note'];

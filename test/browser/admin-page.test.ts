@@ -2,8 +2,9 @@
  * The admin page in headless Chromium against a real coordinator process, with simulated workers
  * (plain WebSocket clients speaking the protocol; no GPU involved): sign-in, the workers table with the
  * ranks the coordinator gave, kicking a worker removes it while training goes on, the safetensors
- * download equals the checkpointed parameters, and screenshots at 1280×800 and 390×844 are kept in
- * test-results/ as artifacts.
+ * download equals the checkpointed parameters, the sync line and the compute utilization and bytes per
+ * sample the coordinator measured (job and per tab, and their chart), and screenshots at 1280×800 and
+ * 390×844 are kept in test-results/ as artifacts.
  */
 import { existsSync, mkdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
@@ -34,7 +35,10 @@ const JOB = {
   lastCallMs: 150,
   heartbeatMs: 1000,
   checkpointEvery: 10,
+  sync: { mode: 'every-step', compression: 'fp16' },
 };
+/** Bytes each simulated tab says it sent per sample it computed (so every bytes/sample on the page is this). */
+const WIRE_BYTES_PER_SAMPLE = 250;
 const ADAPTERS = [
   { vendor: 'nvidia', architecture: 'ampere', description: 'NVIDIA GeForce RTX 3060' },
   { vendor: 'intel', architecture: 'gen-12lp', description: 'Intel Iris Xe' },
@@ -152,6 +156,7 @@ class SimulatedTab {
         samples,
         lossSum: samples * loss,
         computeMs: this.stepMs * (0.6 + 0.2 * round.rank),
+        wireBytes: samples * WIRE_BYTES_PER_SAMPLE,
       });
       if (!isCommitPoint(step, this.job)) this.compute(step + 1);
     }, this.stepMs);
@@ -267,7 +272,7 @@ describe.skipIf(skip)('admin page', () => {
         [tabs[2].id, 3.25],
       ]),
     );
-    expect(await page.textContent('#workers-table thead th:nth-child(7)')).toBe('RTT · path');
+    expect(await page.textContent('#workers-table thead th:nth-child(9)')).toBe('RTT · path');
     expect((await proc.status()).world.find((w: { id: string }) => w.id === tabs[2].id)?.peerLinks).toEqual([
       { peer: tabs[1].id, local: 'relay', remote: 'srflx' },
     ]);
@@ -279,6 +284,27 @@ describe.skipIf(skip)('admin page', () => {
     tabs[1].iceFields = { iceError: null };
     tabs[1].sendHeartbeat();
     await expect.poll(() => rttCell(tabs[1].id), { timeout: 10_000 }).toBe('–');
+
+    // The sync line, and the utilization and bytes/sample the coordinator measured, for the job and per tab.
+    expect(await page.textContent('#sync-line')).toBe('Sync: every step, fp16');
+    await expect.poll(() => page.textContent('#sum-wire'), { timeout: 10_000 }).toBe('250 B');
+    const measured = await proc.status();
+    expect(measured.usage.recent.utilization).toBeGreaterThan(0);
+    expect(measured.usage.recent.utilization).toBeLessThanOrEqual(1);
+    // Rank 0 claims 0.6 of the step time, rank 2 all of it (capped at the wall time the coordinator measured).
+    const utilizationOf = (rank: number) =>
+      measured.world.find((w: { rank: number }) => w.rank === rank)!.utilization as number;
+    expect(utilizationOf(0)).toBeLessThan(utilizationOf(2));
+    expect(utilizationOf(2)).toBeLessThanOrEqual(1);
+    expect(await page.textContent('#sum-utilization')).toMatch(/^\d{1,3}%$/);
+    for (const tab of tabs) {
+      const cell = (name: string) => page.textContent(`#workers-body tr[data-worker-id="${tab.id}"] td.${name}`);
+      await expect.poll(() => cell('wire'), { timeout: 10_000 }).toBe('250 B');
+      const shown = Number((await cell('utilization'))!.replace('%', '')) / 100;
+      expect(shown).toBeGreaterThan(0);
+      expect(shown).toBeLessThanOrEqual(1);
+    }
+    await page.waitForSelector('#usage-empty', { state: 'hidden' });
 
     // Let it train past a checkpoint, then keep a screenshot of the full page.
     await page.waitForFunction(() => document.querySelectorAll('#checkpoints-body tr').length > 0, undefined, {

@@ -3,12 +3,14 @@
  * three headless Chromium tabs against a real coordinator process with a fixed-seed schedule that
  * closes, crashes and adds tabs; the run must pass its audit and make progress, and its JSON line
  * must carry the same schedule the pure function gives for that seed. A dead URL must fail in seconds
- * with one clear line.
+ * with one clear line. With `--job FILE` instead of `--url` the swarm runs a coordinator of its own
+ * with that job, trains against it, and removes its data folder at the end.
  *
  * Small on purpose (docs/chromium.md: WebGPU on SwiftShader is slow, and CPU is shared): `tiny-mlp`, global
  * batch 32, 2,000 seeded fake training images, at most 4 tabs, 30 s of chaos. The coordinator serves
  * the Vite build in `TABSWARM_DIST` (default `dist/`, which `npm test` builds first).
  */
+import { existsSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:net';
 import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
@@ -160,5 +162,52 @@ describe.skipIf(skip)('tabswarm swarm against a real coordinator', () => {
     ]);
     // Process start-up (tsx) included; the probe itself gives up within 3 s.
     expect(seconds).toBeLessThan(15);
+  });
+});
+
+describe.skipIf(skip)('tabswarm swarm --job: a coordinator of its own', () => {
+  it('runs the job file given, passes its audit, reports the sync mode, and removes its data folder', async () => {
+    const dir = makeTempDir('tabswarm-swarm-job-');
+    const datasetDir = writeFakeIdxDataset(join(dir, 'fake-mnist'), { trainCount: 2000, testCount: 32, seed: 5 });
+    const jobFile = join(dir, 'job.json');
+    writeFileSync(
+      jobFile,
+      JSON.stringify({ ...job, evalSamples: 0, sync: { mode: 'every-step', compression: 'none' } }),
+    );
+    const result = await runCoordinatorCli(
+      [
+        'swarm',
+        '--job',
+        jobFile,
+        '--dataset',
+        datasetDir,
+        '--dist',
+        WEB_BUILD_DIR,
+        '--workers',
+        '2',
+        '--duration',
+        '4',
+        '--seed',
+        '5',
+        '--json',
+      ],
+      { timeoutMs: 300_000 },
+    );
+    const context = `exit ${result.code}\nstderr:\n${result.stderr.slice(-6000)}`;
+    expect(result.code, context).toBe(0);
+    const { swarm: report } = JSON.parse(result.stdout.trim()) as { swarm: SwarmReport };
+    expect(report.ok, context).toBe(true);
+    expect(report.url).toMatch(/^http:\/\/127\.0\.0\.1:\d+$/);
+    // The job of the file, not a default one: tiny-mlp, batch 32 over the 2,000 images for 50 epochs.
+    expect(report.job).toMatchObject({ model: 'tiny-mlp', globalBatch: 32, datasetSize: 2000, epochs: 50 });
+    expect(report.job.sync).toBe('every step, fp32');
+    // The coordinator's run totals: real tabs computed for part of the wall time it measured.
+    expect(report.usage?.utilization, context).toBeGreaterThan(0);
+    expect(report.usage?.utilization, context).toBeLessThanOrEqual(1);
+    expect(report.steps.atEnd, context).toBeGreaterThan(0);
+    expect(report.audit, context).toMatchObject({ ok: true, duplicates: 0, missing: 0 });
+    const dataDir = /data in (\S+), removed at the end/.exec(result.stderr)?.[1];
+    expect(dataDir, context).toBeDefined();
+    expect(existsSync(dataDir!)).toBe(false);
   });
 });

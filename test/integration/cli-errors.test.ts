@@ -163,3 +163,45 @@ describe('tabswarm coordinator refuses to start with one clear line', () => {
     });
   });
 });
+
+describe('tabswarm swarm --job refuses a bad job file with one line, before anything starts', () => {
+  const dir = makeTempDir('tabswarm-swarm-job-');
+
+  /** One `tabswarm swarm: …` line on stderr, exit 1, nothing started (no coordinator, no seed line, no tab). */
+  function expectSwarmRefusal(result: { code: number | null; stderr: string; stdout: string }, pattern: RegExp) {
+    expect(result.code, `stdout: ${result.stdout}\nstderr: ${result.stderr}`).toBe(1);
+    const lines = result.stderr.trim().split('\n');
+    expect(lines, result.stderr).toHaveLength(1);
+    expect(lines[0]).toMatch(/^tabswarm swarm: /);
+    expect(lines[0]).toMatch(pattern);
+    expect(result.stdout).toBe('');
+  }
+
+  it('when the job file breaks the schema (local sync with H = 0), naming the field', async () => {
+    const job = join(dir, 'local-h0.json');
+    writeFileSync(job, JSON.stringify({ model: 'tiny-mlp', sync: { mode: 'local', innerSteps: 0 } }));
+    const result = await runCoordinatorCli(['swarm', '--job', job, '--dataset', sharedFakeDataset()]);
+    expectSwarmRefusal(result, /job file .*local-h0\.json: invalid job: sync\.innerSteps/);
+  });
+
+  it('when the job file is missing or not JSON', async () => {
+    const missing = await runCoordinatorCli(['swarm', '--job', join(dir, 'nope.json')]);
+    expectSwarmRefusal(missing, /cannot read job file .*nope\.json: ENOENT/);
+    const broken = join(dir, 'broken.json');
+    writeFileSync(broken, '{"sync": {"mode": "local",');
+    expectSwarmRefusal(await runCoordinatorCli(['swarm', '--job', broken]), /broken\.json is not valid JSON/);
+  });
+
+  it('when the job needs more tabs than the swarm opens, or --url is given too', async () => {
+    const job = join(dir, 'three.json');
+    writeFileSync(job, JSON.stringify({ model: 'tiny-mlp', minWorkers: 3, maxWorkers: 4 }));
+    expectSwarmRefusal(
+      await runCoordinatorCli(['swarm', '--job', job, '--workers', '2', '--seed', '1']),
+      /minWorkers is 3 but the swarm opens --workers 2/,
+    );
+    expectSwarmRefusal(
+      await runCoordinatorCli(['swarm', '--job', job, '--url', 'http://127.0.0.1:9']),
+      /the coordinator at --url already runs its own job/,
+    );
+  });
+});

@@ -195,6 +195,7 @@ export class SimWorker {
     lossSum?: number;
     samples?: number;
     computeMs?: number;
+    wireBytes?: number;
   }): void {
     this.send({
       type: 'step_report',
@@ -207,6 +208,7 @@ export class SimWorker {
       lossSum: fields.lossSum ?? 1,
       samples: fields.samples ?? 1,
       computeMs: fields.computeMs ?? 1,
+      ...(fields.wireBytes === undefined ? {} : { wireBytes: fields.wireBytes }),
     });
   }
 

@@ -1,4 +1,7 @@
 import { describe, expect, it } from 'vitest';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { parseLinkProfile, NetbedError } from '../../coordinator/netbed/netbed';
 import { NETBED_DEFAULT_JOB, parseNetbedSwarmOptions } from '../../coordinator/netbed/netbed-swarm';
 
@@ -40,5 +43,21 @@ describe('tabswarm swarm --netbed options', () => {
     expect(() => parseNetbedSwarmOptions({ netbed: true, nat: 'full-cone' })).toThrow(/--nat full-cone/);
     expect(() => parseNetbedSwarmOptions({ netbed: true, workers: '0' })).toThrow(/--workers 0/);
     expect(() => parseNetbedSwarmOptions({ netbed: true, job: '/no/such/job.json' })).toThrow(/--job \/no\/such/);
+  });
+  it('validates --job as the coordinator would, and keeps the file as written', () => {
+    const dir = mkdtempSync(join(tmpdir(), 'tabswarm-netbed-job-'));
+    try {
+      const bad = join(dir, 'bad.json');
+      writeFileSync(bad, JSON.stringify({ sync: { mode: 'local', innerSteps: 0 } }));
+      expect(() => parseNetbedSwarmOptions({ netbed: true, job: bad })).toThrow(
+        /--job .*bad\.json: .*sync\.innerSteps/,
+      );
+      const good = join(dir, 'good.json');
+      const local = { model: 'tiny-mlp', sync: { mode: 'local', innerSteps: 8, compression: 'int8' } };
+      writeFileSync(good, JSON.stringify(local));
+      expect(parseNetbedSwarmOptions({ netbed: true, job: good }).job).toEqual(local);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 });

@@ -5,7 +5,12 @@
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
-import { parseSwarmOptions, SwarmOptionsError } from '../../coordinator/swarm/swarm-options';
+import {
+  jobProblem,
+  parseSwarmOptions,
+  SwarmOptionsError,
+  withCoordinatorUrl,
+} from '../../coordinator/swarm/swarm-options';
 import { probeCoordinator } from '../../coordinator/swarm/coordinator-api';
 import { swarmMain } from '../../coordinator/swarm/swarm-command';
 
@@ -68,7 +73,7 @@ describe('parseSwarmOptions', () => {
   });
 
   const refused: [string, Record<string, string | undefined>, RegExp][] = [
-    ['no URL', {}, /--url is required/],
+    ['no URL', {}, /--url or --job is required/],
     ['a URL that is not one', { url: 'localhost 8080' }, /--url localhost 8080: not a URL/],
     ['a non-http URL', { url: 'ws://127.0.0.1:8080' }, /--url .*http:\/\/ or https:\/\//],
     ['zero workers', { workers: '0' }, /--workers 0: expected an integer in 1\.\.64/],
@@ -91,6 +96,48 @@ describe('parseSwarmOptions', () => {
       expect(call).toThrow(message);
     });
   }
+});
+
+describe('parseSwarmOptions: --job (the swarm starts its own coordinator) or --url', () => {
+  it('takes --job instead of --url: no URL until its coordinator listens, then the one it got', () => {
+    const o = parseSwarmOptions({ job: 'jobs/local.json', dataset: '/data/mnist', workers: '3', seed: '1' });
+    expect(o).toMatchObject({
+      ownCoordinator: { jobFile: 'jobs/local.json', dataset: '/data/mnist', dist: undefined },
+      baseUrl: '',
+      tabUrl: '',
+      workers: 3,
+    });
+    expect(withCoordinatorUrl(o, 'http://127.0.0.1:40123')).toMatchObject({
+      baseUrl: 'http://127.0.0.1:40123',
+      tabUrl: 'http://127.0.0.1:40123/?autostart=1',
+      ownCoordinator: { jobFile: 'jobs/local.json' },
+      workers: 3,
+    });
+    expect(parseSwarmOptions({ url: 'http://127.0.0.1:8080' }).ownCoordinator).toBeNull();
+  });
+
+  it('refuses --job with --url (a running coordinator keeps its job), an empty --job, --dataset with --url', () => {
+    expect(() => parseSwarmOptions({ job: 'a.json', url: 'http://127.0.0.1:8080' })).toThrow(
+      /--job a\.json and --url http:\/\/127\.0\.0\.1:8080: the coordinator at --url already runs its own job/,
+    );
+    expect(() => parseSwarmOptions({ job: ' ' })).toThrow(/--job needs a file name/);
+    expect(() => parseSwarmOptions({ url: 'http://127.0.0.1:8080', dataset: '/d' })).toThrow(
+      /--dataset \/d: only for the coordinator the swarm starts itself/,
+    );
+    expect(() => parseSwarmOptions({ url: 'http://127.0.0.1:8080', dist: 'build' })).toThrow(
+      /--dist build: only for the coordinator the swarm starts itself \(--job FILE\)$/,
+    );
+    for (const raw of [{ job: 'a.json', url: 'http://h:1' }, { job: '' }, { url: 'http://h:1', dataset: 'x' }])
+      expect(() => parseSwarmOptions(raw)).toThrow(SwarmOptionsError);
+  });
+
+  it('refuses a job whose first round needs more tabs than the swarm opens', () => {
+    const o = parseSwarmOptions({ job: 'a.json', workers: '2', seed: '1' });
+    expect(jobProblem(o, { minWorkers: 2 })).toBeNull();
+    expect(jobProblem(o, { minWorkers: 3 })).toBe(
+      "the job's minWorkers is 3 but the swarm opens --workers 2: no round would start; raise --workers or lower minWorkers",
+    );
+  });
 });
 
 describe('fail fast before any browser starts', () => {

@@ -325,7 +325,15 @@ describe('report text', () => {
       durationS: 30,
       elapsedS: 30.2,
       warmupS: 9.5,
-      job: { runId: 'r1', model: 'tiny-mlp', globalBatch: 32, datasetSize: 2000, epochs: 5, totalSteps: 315 },
+      job: {
+        runId: 'r1',
+        model: 'tiny-mlp',
+        globalBatch: 32,
+        datasetSize: 2000,
+        epochs: 5,
+        totalSteps: 315,
+        sync: 'local, H = 16, int8, outer Nesterov lr 0.7 m 0.9',
+      },
       schedule: [],
       events: [
         { at: 5, kind: 'close', tab: 't1', firedAtS: 5.01, outcome: 'done', note: 'rank 0 of 3' },
@@ -335,6 +343,7 @@ describe('report text', () => {
       steps: steps({ atChaosStart: 12, atEnd: 12, committedDuringChaos: 0 }),
       throughput: [],
       meanSamplesPerSec: 0,
+      usage: { utilization: 0.8312, bytesPerSample: 7372.6 },
       recoveries: [
         {
           tab: 't1',
@@ -361,6 +370,8 @@ describe('report text', () => {
       },
     };
     const text = formatReportTable(report);
+    expect(text).toContain('= 315 steps, sync local, H = 16, int8, outer Nesterov lr 0.7 m 0.9 (run r1)');
+    expect(text).toContain('usage (whole run): compute utilization 83.1%, 7373 B sent per sample');
     expect(text).toMatch(/5\.0 +close +t1 +done +640 +1 +rank 0 of 3/);
     expect(text).toMatch(/join +t4 +done +admitted 4200/);
     expect(text).toMatch(/\(12\.0\) +crash +t9 +skipped/);

@@ -1,11 +1,11 @@
 /**
  * The admin page's charts (uPlot): training loss and test accuracy against the step, samples/s and
- * world size against time. Charts follow their container's width (ResizeObserver) and the page's
+ * world size against time, the job's compute utilization and wire bytes per sample against time. Charts follow their container's width (ResizeObserver) and the page's
  * colour scheme (CSS variables read when they are built).
  */
 import uPlot from 'uplot';
 import 'uplot/dist/uPlot.min.css';
-import { formatClock, formatInt } from './format';
+import { formatBytes, formatClock, formatInt } from './format';
 import type { AdminModel } from './model';
 
 /** Smoothing of the loss line: exponential moving average with this weight on the past. */
@@ -27,6 +27,8 @@ interface Palette {
   accuracy: string;
   speed: string;
   world: string;
+  utilization: string;
+  wire: string;
 }
 
 function palette(): Palette {
@@ -38,6 +40,8 @@ function palette(): Palette {
     accuracy: cssVar('--chart-accuracy', '#1f9d6b'),
     speed: cssVar('--chart-speed', '#d9822b'),
     world: cssVar('--chart-world', '#7b5cd6'),
+    utilization: cssVar('--chart-utilization', '#1f9d6b'),
+    wire: cssVar('--chart-wire', '#c2417a'),
   };
 }
 
@@ -102,6 +106,15 @@ function accuracyOptions(p: Palette, base: ChartBase): uPlot.Options {
   };
 }
 
+/** The x axis of the charts against time (uPlot's unit: seconds). */
+function timeAxis(p: Palette): uPlot.Axis {
+  return axis(p, {
+    space: 72,
+    incrs: TIME_INCREMENTS,
+    values: (_u, ticks) => ticks.map((t) => formatClock(t * 1000)),
+  });
+}
+
 /** Samples/s (left axis) and world size (right axis, stepped) against time. */
 function throughputOptions(p: Palette, base: ChartBase): uPlot.Options {
   return {
@@ -112,11 +125,7 @@ function throughputOptions(p: Palette, base: ChartBase): uPlot.Options {
       world: { range: (_u, _min, max) => [0, Math.max(2, max + 1)] },
     },
     axes: [
-      axis(p, {
-        space: 72,
-        incrs: TIME_INCREMENTS,
-        values: (_u, ticks) => ticks.map((t) => formatClock(t * 1000)),
-      }),
+      timeAxis(p),
       axis(p, { scale: 'rate', size: 50 }),
       axis(p, {
         scale: 'world',
@@ -142,16 +151,53 @@ function throughputOptions(p: Palette, base: ChartBase): uPlot.Options {
   };
 }
 
+/** The job's recent compute utilization (left axis, percent) and wire bytes per sample (right axis) at each commit. */
+function usageOptions(p: Palette, base: ChartBase): uPlot.Options {
+  return {
+    ...base,
+    scales: {
+      x: { time: true },
+      utilization: { range: [0, 100] },
+      wire: { range: (_u, _min, max) => [0, Math.max(1, max * 1.1)] },
+    },
+    axes: [
+      timeAxis(p),
+      axis(p, { scale: 'utilization', size: 44, values: (_u, ticks) => ticks.map((t) => `${t}%`) }),
+      axis(p, {
+        scale: 'wire',
+        side: 1,
+        size: 60,
+        grid: { show: false },
+        values: (_u, ticks) => ticks.map((t) => formatBytes(Math.round(t))),
+      }),
+    ],
+    series: [
+      { label: 'time' },
+      {
+        label: 'utilization',
+        scale: 'utilization',
+        stroke: p.utilization,
+        width: 2,
+        spanGaps: true,
+        points: { show: false },
+      },
+      { label: 'bytes/sample', scale: 'wire', stroke: p.wire, width: 2, spanGaps: true, points: { show: false } },
+    ],
+  };
+}
+
 export class AdminCharts {
   private readonly loss: uPlot;
   private readonly accuracy: uPlot;
   private readonly throughput: uPlot;
+  private readonly usage: uPlot;
   private readonly observer: ResizeObserver;
 
   constructor(
     private readonly lossEl: HTMLElement,
     private readonly accuracyEl: HTMLElement,
     private readonly throughputEl: HTMLElement,
+    private readonly usageEl: HTMLElement,
   ) {
     const p = palette();
     const common = {
@@ -163,8 +209,9 @@ export class AdminCharts {
     this.loss = new uPlot(lossOptions(p, base(lossEl)), [[], [], []], lossEl);
     this.accuracy = new uPlot(accuracyOptions(p, base(accuracyEl)), [[], []], accuracyEl);
     this.throughput = new uPlot(throughputOptions(p, base(throughputEl)), [[], [], []], throughputEl);
+    this.usage = new uPlot(usageOptions(p, base(usageEl)), [[], [], []], usageEl);
     this.observer = new ResizeObserver(() => this.resize());
-    for (const node of [lossEl, accuracyEl, throughputEl]) this.observer.observe(node);
+    for (const node of [lossEl, accuracyEl, throughputEl, usageEl]) this.observer.observe(node);
   }
 
   private resize(): void {
@@ -173,6 +220,7 @@ export class AdminCharts {
       [this.loss, this.lossEl],
       [this.accuracy, this.accuracyEl],
       [this.throughput, this.throughputEl],
+      [this.usage, this.usageEl],
     ] as const) {
       const width = Math.max(200, node.clientWidth);
       if (chart.width !== width || chart.height !== height) chart.setSize({ width, height });
@@ -216,11 +264,30 @@ export class AdminCharts {
     this.throughput.setData(uPlot.join([dedupeX(rateTable), dedupeX(worldTable)]));
   }
 
+  /** Returns whether there is any point to draw (the page shows a note otherwise). */
+  updateUsage(model: AdminModel): boolean {
+    const xs: number[] = [];
+    const utilization: (number | null)[] = [];
+    const wire: (number | null)[] = [];
+    for (const c of model.commits) {
+      // Commits recorded before this coordinator started carry no usage (the sums are not stored).
+      if (!c.usage || (c.usage.utilization === null && c.usage.bytesPerSample === null)) continue;
+      xs.push(c.at / 1000);
+      utilization.push(c.usage.utilization === null ? null : c.usage.utilization * 100);
+      wire.push(c.usage.bytesPerSample);
+    }
+    const [outX, outU] = dedupeX([xs, utilization]);
+    const [, outW] = dedupeX([xs, wire]);
+    this.usage.setData([outX, outU, outW]);
+    return outX.length > 0;
+  }
+
   destroy(): void {
     this.observer.disconnect();
     this.loss.destroy();
     this.accuracy.destroy();
     this.throughput.destroy();
+    this.usage.destroy();
   }
 }
 

@@ -1,4 +1,5 @@
 /** Number and time formatting for the admin page, plus a small DOM builder. */
+export { syncLabel } from '../../coordinator/core/admin-feed-protocol';
 
 export function formatInt(n: number): string {
   return Math.round(n).toLocaleString('en-US');
@@ -21,6 +22,11 @@ export function formatBytes(bytes: number): string {
   if (bytes < 1024 * 1024) return `${(bytes / 1024).toFixed(1)} KiB`;
   if (bytes < 1024 ** 3) return `${(bytes / 1024 ** 2).toFixed(1)} MiB`;
   return `${(bytes / 1024 ** 3).toFixed(2)} GiB`;
+}
+
+/** Bytes per sample ('–' when unknown): "412 B", "7.2 KiB". */
+export function formatBytesPerSample(bytes: number | null | undefined): string {
+  return bytes === null || bytes === undefined || !Number.isFinite(bytes) ? '–' : formatBytes(Math.round(bytes));
 }
 
 /** A heartbeat age: "0.4 s", "12 s", "3 min". */

@@ -67,7 +67,8 @@ async function signIn(token: string, fromForm: boolean): Promise<void> {
   byId('login').hidden = true;
   byId('app').hidden = false;
   byId('logout').hidden = false;
-  if (!charts) charts = new AdminCharts(byId('loss-chart'), byId('accuracy-chart'), byId('throughput-chart'));
+  if (!charts)
+    charts = new AdminCharts(byId('loss-chart'), byId('accuracy-chart'), byId('throughput-chart'), byId('usage-chart'));
   void invites?.load();
   connect();
 }
@@ -146,6 +147,7 @@ function render(m: AdminModel, changes: Changes): void {
   }
   if (all || changes.commits) {
     charts?.updateLoss(m);
+    if (charts) byId('usage-empty').hidden = charts.updateUsage(m);
     renderTimeline(m);
   }
   if (all || changes.commits || changes.status) charts?.updateThroughput(m);

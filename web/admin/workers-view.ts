@@ -4,7 +4,17 @@
  * clicks). Kicking takes two clicks: the first arms the button for a few seconds.
  */
 import type { AdminStatus, AdminWorkerView } from '../../coordinator/core/admin-feed-protocol';
-import { byId, el, formatAge, formatInt, formatNumber, formatPercent, setText } from './format';
+import {
+  byId,
+  el,
+  formatAge,
+  formatBytesPerSample,
+  formatInt,
+  formatNumber,
+  formatPercent,
+  setText,
+  syncLabel,
+} from './format';
 import type { AdminModel } from './model';
 
 const KICK_ARM_MS = 4000;
@@ -37,6 +47,7 @@ export function renderSummary(model: AdminModel): void {
   setText(byId('sum-speed'), formatNumber(lastRate));
   setText(byId('sum-restarts'), `${status.restarts} / ${status.maxRestarts}`);
   setText(byId('sum-checkpoint'), status.latestCheckpoint ? `step ${formatInt(status.latestCheckpoint.step)}` : 'none');
+  renderUsage(status);
 
   const done = status.state === 'done';
   const epochFraction = done ? 1 : status.datasetSize > 0 ? status.processedInEpoch / status.datasetSize : 0;
@@ -57,6 +68,19 @@ export function renderSummary(model: AdminModel): void {
     byId('job-line'),
     `Global batch ${job.globalBatch} · ${job.stepsPerEpoch} steps per epoch · ${job.optimizer} · commit every ${job.commitEvery} step${job.commitEvery === 1 ? '' : 's'} · checkpoint every ${job.checkpointEvery}`,
   );
+  setText(byId('sync-line'), `Sync: ${syncLabel(job.sync)}`);
+}
+
+/** The job's compute utilization and wire bytes per sample: recent in the card, the run's in the tooltip. */
+function renderUsage(status: AdminStatus): void {
+  const { recent, total, halfLifeMs } = status.usage;
+  const utilization = byId('sum-utilization');
+  setText(utilization, recent.utilization === null ? '–' : formatPercent(recent.utilization, 0));
+  const window = `recent (half-life ${Math.round(halfLifeMs / 1000)} s); whole run`;
+  utilization.title = `${window}: ${total.utilization === null ? '–' : formatPercent(total.utilization)}`;
+  const wire = byId('sum-wire');
+  setText(wire, formatBytesPerSample(recent.bytesPerSample));
+  wire.title = `${window}: ${formatBytesPerSample(total.bytesPerSample)}`;
 }
 
 function setBar(id: string, fraction: number): void {
@@ -91,6 +115,8 @@ interface WorkerRow {
   shareFill: HTMLDivElement;
   shareText: HTMLSpanElement;
   speed: HTMLTableCellElement;
+  utilization: HTMLTableCellElement;
+  wire: HTMLTableCellElement;
   heartbeat: HTMLTableCellElement;
   rtt: HTMLTableCellElement;
   step: HTMLTableCellElement;
@@ -161,6 +187,8 @@ export class WorkersTable {
       shareFill,
       shareText,
       speed: el('td', { class: 'num' }),
+      utilization: el('td', { class: 'num utilization' }),
+      wire: el('td', { class: 'num wire' }),
       heartbeat: el('td', { class: 'num heartbeat' }),
       rtt: el('td', { class: 'num rtt' }),
       step: el('td', { class: 'num' }),
@@ -172,6 +200,8 @@ export class WorkersTable {
       row.adapter,
       el('td', { class: 'share' }, el('div', { class: 'share-bar' }, shareFill), shareText),
       row.speed,
+      row.utilization,
+      row.wire,
       row.heartbeat,
       row.rtt,
       row.step,
@@ -190,6 +220,8 @@ export class WorkersTable {
     row.shareFill.style.width = `${(worker.share * 100).toFixed(1)}%`;
     setText(row.shareText, formatPercent(worker.share));
     setText(row.speed, worker.throughput === null ? '–' : formatNumber(worker.throughput * 1000));
+    setText(row.utilization, worker.utilization === null ? '–' : formatPercent(worker.utilization, 0));
+    setText(row.wire, formatBytesPerSample(worker.bytesPerSample));
     setText(row.heartbeat, formatAge(worker.lastHeartbeatAgeMs));
     // Late heartbeats: amber past 1.5 periods, red past 2.5 (the coordinator drops a worker at 3).
     row.heartbeat.dataset.late =
