@@ -172,7 +172,13 @@ describe.skipIf(skip)('tabswarm swarm --job: a coordinator of its own', () => {
     const jobFile = join(dir, 'job.json');
     writeFileSync(
       jobFile,
-      JSON.stringify({ ...job, evalSamples: 0, sync: { mode: 'every-step', compression: 'none' } }),
+      // A chaos run in local sync mode is what `--job` is for (outer steps of 8 inner steps, int8 wire).
+      JSON.stringify({
+        ...job,
+        evalSamples: 0,
+        commitEvery: undefined,
+        sync: { mode: 'local', innerSteps: 8, compression: 'int8' },
+      }),
     );
     const result = await runCoordinatorCli(
       [
@@ -200,11 +206,14 @@ describe.skipIf(skip)('tabswarm swarm --job: a coordinator of its own', () => {
     expect(report.url).toMatch(/^http:\/\/127\.0\.0\.1:\d+$/);
     // The job of the file, not a default one: tiny-mlp, batch 32 over the 2,000 images for 50 epochs.
     expect(report.job).toMatchObject({ model: 'tiny-mlp', globalBatch: 32, datasetSize: 2000, epochs: 50 });
-    expect(report.job.sync).toBe('every step, fp32');
+    expect(report.job.sync).toBe('local, H = 8, int8, outer Nesterov lr 0.7 m 0.9');
     // The coordinator's run totals: real tabs computed for part of the wall time it measured.
     expect(report.usage?.utilization, context).toBeGreaterThan(0);
     expect(report.usage?.utilization, context).toBeLessThanOrEqual(1);
     expect(report.steps.atEnd, context).toBeGreaterThan(0);
+    expect(report.steps.atEnd % 8, 'commits only at outer steps').toBe(0);
+    // Outer steps sent int8 pseudo-gradients: bytes per sample are counted from the tabs' reports.
+    expect(report.usage?.bytesPerSample, context).toBeGreaterThan(0);
     expect(report.audit, context).toMatchObject({ ok: true, duplicates: 0, missing: 0 });
     const dataDir = /data in (\S+), removed at the end/.exec(result.stderr)?.[1];
     expect(dataDir, context).toBeDefined();
