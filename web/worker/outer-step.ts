@@ -79,9 +79,13 @@ export class OuterState {
     this.backup = this.momentum.slice();
   }
 
+  /**
+   * Keeps θ_committed of an outer step in flight: a checkpoint of the last commit taken meanwhile parks
+   * the live state, restores the backup and puts the live state back (web/elastic/checkpoint-service.ts),
+   * and the backup's parameters, from which it was read, do not change until the outer step commits.
+   */
   restoreBackup(): void {
     if (this.backup) this.momentum = this.backup.slice();
-    this.committed = null;
   }
 
   /** A snapshot's momentum (a checkpoint, a broadcast from the state's holder). */
@@ -89,7 +93,6 @@ export class OuterState {
     if (momentum.length !== this.momentum.length)
       throw new RangeError(`outer momentum of ${momentum.length} floats, the model has ${this.momentum.length}`);
     this.momentum = momentum.slice();
-    this.committed = null;
   }
 
   /** This rank's pseudo-gradient part; remembers `committed` for `step`. */
