@@ -283,15 +283,38 @@ describe('safetensors export of a transformer', () => {
 });
 
 describe('the example transformer job', () => {
-  it('parses, and start-up refuses it with one line until the tabs train on text', async () => {
+  it('parses and passes start-up; a model that does not fit its dataset kind is refused with one line', async () => {
     const { loadJobFile } = await import('../../coordinator/startup-config');
     const path = 'coordinator/jobs/gpt-tiny-fortunes.json';
-    expect(() => loadJobFile(path)).toThrow(
-      /gpt-tiny-fortunes\.json: dataset kind "text" .* not yet trained on by the tabs/,
-    );
-    const raw = JSON.parse(await import('node:fs').then((fs) => fs.readFileSync(path, 'utf8')));
-    const job = jobSpecSchema.parse(raw);
+    const job = loadJobFile(path);
     expect(job.model).toMatchObject({ type: 'transformer', name: 'gpt-tiny', context: 128 });
     expect(job.dataset).toMatchObject({ kind: 'text', path: '/usr/share/games/fortunes', skip: ['.dat'] });
+    const raw = JSON.parse(await import('node:fs').then((fs) => fs.readFileSync(path, 'utf8')));
+    const mismatched = join(dir, 'mismatched.json');
+    await writeFile(mismatched, JSON.stringify({ ...raw, model: 'mlp' }));
+    expect(() => loadJobFile(mismatched)).toThrow(/mismatched\.json: a text dataset needs a language model/);
+    await writeFile(mismatched, JSON.stringify({ ...raw, dataset: { name: 'fashion-mnist' } }));
+    expect(() => loadJobFile(mismatched)).toThrow(/model gpt-tiny is a language model: its dataset must be/);
+  });
+
+  it('a tensors dataset must fit the classifier: features and classes', async () => {
+    const { tensorsMismatchReason } = await import('../../coordinator/served-dataset');
+    const { TINY_MLP_SPEC } = await import('../../coordinator/core/model-spec');
+    const file = join(dir, 'fit.safetensors');
+    const rows = (features: number, top: number) =>
+      safetensors({
+        x: { dtype: 'U8', shape: [40, features], data: new Uint8Array(40 * features) },
+        y: { dtype: 'U8', shape: [40], data: Uint8Array.from({ length: 40 }, (_, i) => i % (top + 1)) },
+      });
+    await writeFile(file, rows(784, 9));
+    expect(tensorsMismatchReason(TINY_MLP_SPEC, await loadTensorsDataset({ path: file }))).toBeUndefined();
+    await writeFile(file, rows(10, 9));
+    expect(tensorsMismatchReason(TINY_MLP_SPEC, await loadTensorsDataset({ path: file }))).toMatch(
+      /rows of 10 features .* takes 784/,
+    );
+    await writeFile(file, rows(784, 12));
+    expect(tensorsMismatchReason(TINY_MLP_SPEC, await loadTensorsDataset({ path: file }))).toMatch(
+      /labels go up to 12, model tiny-mlp has 10 classes/,
+    );
   });
 });
