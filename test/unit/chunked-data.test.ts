@@ -12,10 +12,11 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { chunkedDatasetRoutes, tensorsPayloads, textPayloads } from '../../coordinator/dataset-chunks';
 import { loadTensorsDataset, loadTextDataset } from '../../coordinator/user-datasets';
-import { ChunkFetcher, chunkedMetadata } from '../../web/volunteer/dataset-client';
+import { ChunkFetcher, type ChunkedPayload, chunkedMetadata } from '../../web/volunteer/dataset-client';
 import { imageData } from '../../web/worker/batches';
 import { chunkedData } from '../../web/worker/chunked-data';
 import { mulberry32 } from '../support/rng';
+import { safetensorsFile } from '../support/safetensors-file';
 
 const CONTEXT = 8;
 let dir: string;
@@ -29,7 +30,13 @@ afterAll(async () => {
   await rm(dir, { recursive: true, force: true });
 });
 
-async function serve(metadata: Parameters<typeof chunkedDatasetRoutes>[0], payloads: Record<string, Uint8Array>) {
+async function serve({
+  metadata,
+  payloads,
+}: {
+  metadata: Parameters<typeof chunkedDatasetRoutes>[0];
+  payloads: Record<string, Uint8Array>;
+}) {
   const route = chunkedDatasetRoutes(metadata, payloads);
   const server = createServer((req, res) => {
     if (!route(req, res)) res.writeHead(404).end();
@@ -50,7 +57,7 @@ describe('text batches', () => {
   beforeAll(async () => {
     await writeFile(join(dir, 'corpus.txt'), corpus);
     const d = await loadTextDataset({ path: join(dir, 'corpus.txt') }, CONTEXT);
-    ({ base, meta } = await serve(...(Object.values(textPayloads(d, CONTEXT, 100)) as [any, any])));
+    ({ base, meta } = await serve(textPayloads(d, CONTEXT, 100)));
   });
 
   it('a window start gives context input tokens and the next byte of each as targets, from the chunks it touches', async () => {
@@ -108,18 +115,13 @@ describe('tensors batches', () => {
     const count = 60;
     const pixels = Uint8Array.from({ length: count * 4 * 3 }, () => Math.floor(rand() * 256));
     const y = Uint8Array.from({ length: count }, () => Math.floor(rand() * 10));
-    const header = JSON.stringify({
-      x: { dtype: 'U8', shape: [count, 4, 3], data_offsets: [0, pixels.length] },
-      y: { dtype: 'U8', shape: [count], data_offsets: [pixels.length, pixels.length + count] },
+    const file = safetensorsFile({
+      x: { dtype: 'U8', shape: [count, 4, 3], data: pixels },
+      y: { dtype: 'U8', shape: [count], data: y },
     });
-    const file = Buffer.alloc(8 + header.length + pixels.length + count);
-    file.writeBigUInt64LE(BigInt(header.length));
-    file.write(header, 8);
-    file.set(pixels, 8 + header.length);
-    file.set(y, 8 + header.length + pixels.length);
     await writeFile(join(dir, 'rows.safetensors'), file);
     const d = await loadTensorsDataset({ path: join(dir, 'rows.safetensors') });
-    const { base, meta } = await serve(...(Object.values(tensorsPayloads(d, 100)) as [any, any]));
+    const { base, meta } = await serve(tensorsPayloads(d, 100));
     const fetcher = new ChunkFetcher(base);
     const data = chunkedData(meta, fetcher);
     expect(data).toMatchObject({ kind: 'tensors', trainCount: 57, testCount: 3 });
@@ -143,5 +145,56 @@ describe('tensors batches', () => {
     expect(t.count).toBe(3);
     expect(Array.from(t.x)).toEqual(Array.from(r.x));
     expect(Array.from(t.labels)).toEqual(Array.from(r.labels));
+  });
+});
+
+describe('chunk cache', () => {
+  /** Cache Storage's calls as ChunkFetcher makes them, over a Map (Node has no `caches`). */
+  class MapCache {
+    readonly entries = new Map<string, Uint8Array>();
+    async match(key: string) {
+      const bytes = this.entries.get(key);
+      return bytes && new Response(bytes.slice());
+    }
+    async put(key: string, res: Response) {
+      this.entries.set(key, new Uint8Array(await res.arrayBuffer()));
+    }
+    async delete(key: string, opts?: { ignoreSearch?: boolean }) {
+      for (const k of [...this.entries.keys()])
+        if (k === key || (opts?.ignoreSearch && k.split('?')[0] === key)) this.entries.delete(k);
+      return true;
+    }
+  }
+
+  it('a second fetcher (a reload) takes every chunk from the cache; a corrupt entry is fetched again', async () => {
+    const corpus = new TextEncoder().encode('abcdefghij'.repeat(100));
+    await writeFile(join(dir, 'cached.txt'), corpus);
+    const d = await loadTextDataset({ path: join(dir, 'cached.txt') }, CONTEXT);
+    const { base, meta } = await serve(textPayloads(d, CONTEXT, 128));
+    const cache = new MapCache();
+    const progress: { loadedBytes: number; cachedBytes: number }[] = [];
+    const fetcherOf = () =>
+      new ChunkFetcher(base, 64, undefined, {
+        cache: Promise.resolve(cache as unknown as Cache),
+        onProgress: (p) => progress.push(p),
+      });
+    const train = (meta.files as Record<string, ChunkedPayload>).train;
+    const first = fetcherOf();
+    const a = await first.range(train, 0, train.bytes);
+    expect(first.requests).toBe(Math.ceil(train.bytes / 128));
+    expect(first.cachedBytes).toBe(0);
+    expect(cache.entries.size).toBe(first.requests);
+    const second = fetcherOf();
+    const b = await second.range(train, 0, train.bytes);
+    expect(Array.from(b)).toEqual(Array.from(a));
+    expect(second.requests).toBe(0);
+    expect(second.cachedBytes).toBe(train.bytes);
+    expect(progress.at(-1)).toMatchObject({ loadedBytes: train.bytes, cachedBytes: train.bytes });
+    // A corrupted entry is not trained on: dropped and downloaded again.
+    const [key] = [...cache.entries.keys()];
+    cache.entries.set(key, new Uint8Array(128).fill(1));
+    const third = fetcherOf();
+    expect(Array.from(await third.range(train, 0, 128))).toEqual(Array.from(a.subarray(0, 128)));
+    expect(third.requests).toBe(1);
   });
 });

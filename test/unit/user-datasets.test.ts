@@ -20,6 +20,7 @@ import {
 } from '../../coordinator/user-datasets';
 import { ChunkFetcher, textWindows } from '../../web/volunteer/dataset-client';
 import { mulberry32 } from '../support/rng';
+import { safetensorsFile } from '../support/safetensors-file';
 
 let dir: string;
 beforeAll(async () => {
@@ -29,25 +30,7 @@ afterAll(async () => {
   await rm(dir, { recursive: true, force: true });
 });
 
-/** A safetensors file written by hand from the format: u64 LE header length, JSON header, data. */
-function safetensors(tensors: Record<string, { dtype: string; shape: number[]; data: Uint8Array }>): Uint8Array {
-  const header: Record<string, unknown> = { __metadata__: { by: 'test' } };
-  let offset = 0;
-  for (const [name, t] of Object.entries(tensors)) {
-    header[name] = { dtype: t.dtype, shape: t.shape, data_offsets: [offset, offset + t.data.length] };
-    offset += t.data.length;
-  }
-  const json = Buffer.from(JSON.stringify(header));
-  const out = Buffer.alloc(8 + json.length + offset);
-  out.writeBigUInt64LE(BigInt(json.length), 0);
-  json.copy(out, 8);
-  let at = 8 + json.length;
-  for (const t of Object.values(tensors)) {
-    out.set(t.data, at);
-    at += t.data.length;
-  }
-  return out;
-}
+const safetensors = safetensorsFile;
 const f32 = (a: number[]) => new Uint8Array(Float32Array.from(a).buffer);
 const i64 = (a: number[]) => new Uint8Array(BigInt64Array.from(a.map(BigInt)).buffer);
 

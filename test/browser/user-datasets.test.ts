@@ -1,0 +1,264 @@
+/**
+ * Tabs train the datasets a user brings, against a real coordinator process in real headless Chromium
+ * (WebGPU on SwiftShader): the coordinator serves them in chunks and each tab's worker fetches only the
+ * chunks its slices touch (docs/models-and-data.md).
+ *
+ * - text: a tiny transformer, two elastic tabs, a small generated corpus; the per-step loss falls well
+ *   below the unigram entropy of the text (the best a model without context can do), every step of the
+ *   epoch is committed once by both ranks with agreeing hashes, and the audit is clean.
+ * - tensors: Fashion-MNIST images exported to `.safetensors` as float32 (pixel/255, as a Python user
+ *   would) train in one tab to exactly the per-step losses and parameter hashes of the same images
+ *   through the built-in IDX loader: both paths give the model the same float32 inputs, since
+ *   `b / 255` rounded to float32 is the same number whether divided in float32 or in float64.
+ *
+ * Kept short for CI: the text job is 160 steps of 16 windows of 16 bytes; the tensors job 8 steps of 64.
+ */
+import { writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import type { Browser } from 'playwright-core';
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { loadIdxDataset } from '../../coordinator/dataset';
+import type { StatusReport } from '../../coordinator/audit';
+import type {} from '../../web/volunteer/globals';
+import {
+  FASHION_MNIST_DIR,
+  launchChromium,
+  skipWithoutChromium,
+  skipWithoutFashionMnist,
+  skipWithoutWebBuild,
+  WEB_BUILD_DIR,
+} from '../support/browser';
+import { CoordinatorProcess } from '../support/coordinator-process';
+import { makeTempDir } from '../support/fake-dataset';
+import { mulberry32 } from '../support/rng';
+import { safetensorsFile } from '../support/safetensors-file';
+import { writeDatasetSlice } from '../support/small-dataset';
+import { coordinatorStatusUntil, Swarm } from '../support/swarm';
+
+const skip = skipWithoutChromium() || skipWithoutFashionMnist() || skipWithoutWebBuild();
+
+interface CommitRow {
+  step: number;
+  loss: number;
+  hash: string;
+  world: number;
+}
+
+async function commitRows(coordinator: CoordinatorProcess): Promise<CommitRow[]> {
+  const rows: CommitRow[] = [];
+  for (let from: number | null = 0; from !== null; ) {
+    const page: { commits: { step: number; loss: number; hash: string; worldSize: number }[]; next: number | null } =
+      await coordinator.getJson(`/api/commits?from=${from}`);
+    rows.push(...page.commits.map((c) => ({ step: c.step, loss: c.loss, hash: c.hash, world: c.worldSize })));
+    from = page.next;
+  }
+  return rows;
+}
+
+/** Invariants (1) and (2) of docs/ARCHITECTURE.md: no sample twice, and a finished epoch has every sample. */
+async function expectCleanAudit(coordinator: CoordinatorProcess, samples: number): Promise<void> {
+  const audit = await coordinator.audit();
+  const summary = JSON.stringify(audit).slice(0, 2000);
+  expect(audit.ok, summary).toBe(true);
+  expect(audit.epochs[0].duplicateCount, summary).toBe(0);
+  expect(audit.epochs[0].neverCommittedCount, summary).toBe(0);
+  expect(audit.epochs[0].committed, summary).toBe(samples);
+}
+
+/** Text from a tiny grammar (words from a short list): bytes are predictable from their context. */
+function generatedText(seed: number, bytes: number): Uint8Array {
+  const words = ['the ', 'cat ', 'sat ', 'on ', 'a ', 'mat. ', 'dog ', 'ran ', 'far ', 'away. '];
+  const rand = mulberry32(seed);
+  let s = '';
+  while (s.length < bytes) s += words[Math.floor(rand() * words.length)];
+  return new TextEncoder().encode(s.slice(0, bytes));
+}
+
+function unigramBits(text: Uint8Array): number {
+  const counts = new Array(256).fill(0);
+  for (const b of text) counts[b]++;
+  return -counts.reduce((h, c) => (c ? h + (c / text.length) * Math.log2(c / text.length) : h), 0);
+}
+
+describe.skipIf(skip)('tabs train the datasets a user brings', () => {
+  let browser: Browser;
+  const coordinators: CoordinatorProcess[] = [];
+  const swarms: Swarm[] = [];
+
+  async function start(job: Record<string, unknown>, datasetDir: string | null) {
+    const coordinator = await CoordinatorProcess.spawn({ job, datasetDir, extraArgs: ['--dist', WEB_BUILD_DIR] });
+    coordinators.push(coordinator);
+    const swarm = new Swarm(browser, coordinator.url, { echo: !!process.env.TABSWARM_ECHO_BROWSER });
+    swarms.push(swarm);
+    return { coordinator, swarm };
+  }
+
+  beforeAll(async () => {
+    browser = await launchChromium();
+  });
+
+  afterEach(async () => {
+    for (const s of swarms.splice(0)) await s.closeAll();
+    for (const c of coordinators.splice(0)) await c.stop();
+  });
+
+  afterAll(async () => {
+    await browser?.close();
+  });
+
+  it('two elastic tabs train a transformer on text to well below its unigram entropy', async () => {
+    const began = performance.now();
+    const dir = makeTempDir('tabswarm-text-');
+    const context = 16;
+    const train = generatedText(5, 2560 + context);
+    const test = generatedText(6, 1024 + 1);
+    writeFileSync(join(dir, 'train.txt'), train);
+    writeFileSync(join(dir, 'test.txt'), test);
+    const windows = train.length - context; // 2560
+    const globalBatch = 16;
+    const steps = Math.ceil(windows / globalBatch); // 160
+    const { coordinator, swarm } = await start(
+      {
+        model: { type: 'transformer', name: 'gpt-ci', vocab: 256, context, dModel: 32, heads: 2, layers: 2 },
+        dataset: { kind: 'text', path: join(dir, 'train.txt'), testPath: join(dir, 'test.txt') },
+        optimizer: { kind: 'adamw', lr: 0.01, beta1: 0.9, beta2: 0.99, weightDecay: 0.01 },
+        globalBatch,
+        epochs: 1,
+        minWorkers: 2,
+        maxWorkers: 2,
+        commitEvery: 1,
+        checkpointEvery: 1000,
+        heartbeatMs: 1000,
+        lastCallMs: 300,
+        seed: 11,
+        evalSamples: 64,
+      },
+      null,
+    );
+    const tabs = await swarm.openMany(2);
+    const finals = await Promise.all(
+      tabs.map((t) => swarm.waitFor(t, (s) => s.phase === 'done' && s.testLoss !== null, null, 240_000)),
+    );
+    const status: StatusReport = await coordinator.status();
+    expect(status.state).toBe('done');
+    expect(status.restarts, 'no restart: no rank ever disagreed on a hash').toBe(0);
+    await expectCleanAudit(coordinator, windows);
+
+    // Every step committed once, by both ranks (a commit needs every rank's report with the same hash).
+    const rows = await commitRows(coordinator);
+    expect(rows.map((r) => r.step)).toEqual(Array.from({ length: steps }, (_, i) => i + 1));
+    expect(rows.every((r) => r.world === 2)).toBe(true);
+    expect(new Set(rows.map((r) => r.hash)).size).toBe(steps);
+
+    // The loss is nats per byte; untrained about ln 256, then well below the text's unigram entropy.
+    const unigram = unigramBits(train);
+    const bits = rows.map((r) => r.loss / Math.LN2);
+    const last = bits.slice(-5).reduce((a, b) => a + b, 0) / 5;
+    const heldOut = finals[0].testLoss! / Math.LN2;
+    console.log(
+      `text, 2 tabs: unigram ${unigram.toFixed(2)} bits/byte; step loss ${bits[0].toFixed(2)} → ${last.toFixed(2)} bits/byte (mean of the last 5 steps); ` +
+        `held-out ${heldOut.toFixed(2)} bits/byte, next-byte accuracy ${(finals[0].accuracy! * 100).toFixed(1)} %; ` +
+        `${((performance.now() - began) / 1000).toFixed(1)} s`,
+    );
+    expect(bits[0]).toBeGreaterThan(Math.log2(256) - 1);
+    expect(last).toBeLessThan(0.7 * unigram);
+    expect(heldOut).toBeLessThan(0.7 * unigram);
+    // Both ranks evaluate the same committed parameters.
+    expect(finals[1].testLoss).toBe(finals[0].testLoss);
+
+    // Each tab fetched only chunks (the corpus is one chunk) and kept them in Cache Storage for a reload.
+    const cached = await tabs[0].page.evaluate(async () => {
+      const cache = await caches.open('tabswarm-dataset-v1');
+      return (await cache.keys()).map((r) => new URL(r.url).pathname);
+    });
+    expect(cached.sort()).toEqual(['/api/dataset/chunks/test/0', '/api/dataset/chunks/train/0']);
+    expect(swarm.problems()).toEqual([]);
+  });
+
+  it('a tensors dataset exported from Fashion-MNIST trains exactly as the IDX loader does', async () => {
+    const trainCount = 512;
+    const testCount = 200;
+    const idxDir = await writeDatasetSlice(
+      FASHION_MNIST_DIR,
+      join(makeTempDir('tabswarm-tensors-'), 'fashion-mnist'),
+      trainCount,
+      testCount,
+    );
+    // The export a Python user would write: x = images.astype(float32) / 255, y = labels (uint8).
+    const idx = await loadIdxDataset(idxDir);
+    const tensorsDir = makeTempDir('tabswarm-tensors-');
+    for (const [file, split] of [
+      ['train.safetensors', idx.train],
+      ['test.safetensors', idx.test],
+    ] as const) {
+      const x = Float32Array.from(split.images, (b) => Math.fround(b) / 255);
+      writeFileSync(
+        join(tensorsDir, file),
+        safetensorsFile({
+          x: { dtype: 'F32', shape: [split.count, 28, 28], data: new Uint8Array(x.buffer) },
+          y: { dtype: 'U8', shape: [split.count], data: split.labels },
+        }),
+      );
+    }
+    const job = {
+      model: 'tiny-mlp',
+      optimizer: { kind: 'adamw', lr: 0.003, weightDecay: 0 },
+      globalBatch: 64,
+      epochs: 1,
+      minWorkers: 1,
+      commitEvery: 1,
+      checkpointEvery: 1000,
+      heartbeatMs: 1000,
+      lastCallMs: 300,
+      seed: 7,
+      evalSamples: testCount,
+    };
+    const runs: { rows: CommitRow[]; accuracy: number; testLoss: number; seconds: number }[] = [];
+    for (const dataset of [
+      undefined,
+      {
+        kind: 'tensors',
+        path: join(tensorsDir, 'train.safetensors'),
+        testPath: join(tensorsDir, 'test.safetensors'),
+      },
+    ]) {
+      const began = performance.now();
+      const { coordinator, swarm } = await start(dataset ? { ...job, dataset } : job, idxDir);
+      const tab = await swarm.open();
+      const done = await swarm.waitFor(tab, (s) => s.phase === 'done' && s.testLoss !== null, null, 180_000);
+      await expectCleanAudit(coordinator, trainCount);
+      if (dataset) {
+        // The epoch touched every training row and the evaluation every test row: all chunks, once each.
+        const loaded = await tab.page.evaluate(() => window.tabswarm.dataset);
+        expect(loaded).toMatchObject({ loadedBytes: loaded!.totalBytes, cachedBytes: 0 });
+        expect(loaded!.totalBytes).toBe((trainCount + testCount) * (784 + 1) * 4);
+      }
+      runs.push({
+        rows: await commitRows(coordinator),
+        accuracy: done.accuracy!,
+        testLoss: done.testLoss!,
+        seconds: (performance.now() - began) / 1000,
+      });
+      expect(swarm.problems()).toEqual([]);
+    }
+    const [images, tensors] = runs;
+    expect(images.rows.map((r) => r.step)).toEqual([1, 2, 3, 4, 5, 6, 7, 8]);
+    let worst = 0;
+    for (const [i, row] of tensors.rows.entries()) {
+      const ref = images.rows[i];
+      expect(row.step).toBe(ref.step);
+      worst = Math.max(worst, Math.abs(row.loss - ref.loss));
+      // The same float32 inputs: the same parameters, bit for bit, after every step.
+      expect(row.hash, `step ${row.step}`).toBe(ref.hash);
+    }
+    console.log(
+      `tensors vs IDX, 8 steps: loss ${images.rows[0].loss.toFixed(4)} → ${images.rows.at(-1)!.loss.toFixed(4)}, ` +
+        `largest per-step loss difference ${worst}, accuracy ${tensors.accuracy} vs ${images.accuracy}; ` +
+        `${tensors.seconds.toFixed(1)} s vs ${images.seconds.toFixed(1)} s`,
+    );
+    expect(worst).toBeLessThanOrEqual(1e-6);
+    expect(tensors.accuracy).toBe(images.accuracy);
+    expect(tensors.testLoss).toBe(images.testLoss);
+    expect(images.rows.at(-1)!.loss).toBeLessThan(images.rows[0].loss);
+  });
+});
