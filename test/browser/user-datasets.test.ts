@@ -33,7 +33,7 @@ import { makeTempDir } from '../support/fake-dataset';
 import { mulberry32 } from '../support/rng';
 import { safetensorsFile } from '../support/safetensors-file';
 import { writeDatasetSlice } from '../support/small-dataset';
-import { coordinatorStatusUntil, Swarm } from '../support/swarm';
+import { Swarm } from '../support/swarm';
 
 const skip = skipWithoutChromium() || skipWithoutFashionMnist() || skipWithoutWebBuild();
 

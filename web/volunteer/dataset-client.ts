@@ -408,22 +408,3 @@ export class ChunkFetcher {
     return out;
   }
 }
-
-/**
- * The training windows of a text dataset for sample indices `starts` (window starts): one
- * Uint8Array of starts.length × (context + 1) bytes, the layout `Model.trainTokens` takes.
- */
-export async function textWindows(
-  fetcher: ChunkFetcher,
-  file: ChunkedPayload,
-  starts: ArrayLike<number>,
-  context: number,
-): Promise<Uint8Array> {
-  const w = context + 1;
-  const out = new Uint8Array(starts.length * w);
-  const parts = await Promise.all(Array.from(starts, (s) => fetcher.range(file, s, s + w)));
-  parts.forEach((p, i) => {
-    out.set(p, i * w);
-  });
-  return out;
-}
