@@ -8,10 +8,15 @@
  *   epoch is committed once by both ranks with agreeing hashes, and the audit is clean.
  * - tensors: Fashion-MNIST images exported to `.safetensors` as float32 (pixel/255, as a Python user
  *   would) train in one tab to exactly the per-step losses and parameter hashes of the same images
- *   through the built-in IDX loader: both paths give the model the same float32 inputs, since
- *   `b / 255` rounded to float32 is the same number whether divided in float32 or in float64.
+ *   through the built-in IDX loader. Both paths give the model the same float32 inputs: the IDX loader
+ *   divides in float64 and stores float32, and rounding a float64 quotient to float32 gives the
+ *   correctly rounded float32 quotient (53 ≥ 2·24 + 2 bits), i.e. what numpy's float32 division gives.
+ * - elastic invariance for a transformer: three tabs, one closed, one joining, one crashed; the audit is
+ *   clean, the crash is the only restart (no hash disagreement), and every step's loss equals the
+ *   uninterrupted single tab's to 1e-3.
  *
- * Kept short for CI: the text job is 160 steps of 16 windows of 16 bytes; the tensors job 8 steps of 64.
+ * Kept short for CI (about 110 s together on 2 shared cores with SwiftShader): the learning run is 160
+ * steps of 16 windows of 16 bytes, the churn runs 64 steps each, the tensors runs 8 steps of 64 images.
  */
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
@@ -33,7 +38,9 @@ import { makeTempDir } from '../support/fake-dataset';
 import { mulberry32 } from '../support/rng';
 import { safetensorsFile } from '../support/safetensors-file';
 import { writeDatasetSlice } from '../support/small-dataset';
-import { Swarm } from '../support/swarm';
+import { coordinatorStatusUntil, Swarm } from '../support/swarm';
+
+const TEXT_CONTEXT = 16;
 
 const skip = skipWithoutChromium() || skipWithoutFashionMnist() || skipWithoutWebBuild();
 
@@ -106,35 +113,45 @@ describe.skipIf(skip)('tabs train the datasets a user brings', () => {
     await browser?.close();
   });
 
+  /** A text job for a 2-block transformer (context 16, d 32) over `windows` windows of generated text. */
+  function textJob(windows: number, overrides: Record<string, unknown> = {}) {
+    const dir = makeTempDir('tabswarm-text-');
+    const train = generatedText(5, windows + TEXT_CONTEXT);
+    writeFileSync(join(dir, 'train.txt'), train);
+    writeFileSync(join(dir, 'test.txt'), generatedText(6, 1024 + 1));
+    const job = {
+      model: {
+        type: 'transformer',
+        name: 'gpt-ci',
+        vocab: 256,
+        context: TEXT_CONTEXT,
+        dModel: 32,
+        heads: 2,
+        layers: 2,
+      },
+      dataset: { kind: 'text', path: join(dir, 'train.txt'), testPath: join(dir, 'test.txt') },
+      optimizer: { kind: 'adamw', lr: 0.01, beta1: 0.9, beta2: 0.99, weightDecay: 0.01 },
+      globalBatch: 16,
+      epochs: 1,
+      minWorkers: 1,
+      maxWorkers: 4,
+      commitEvery: 1,
+      checkpointEvery: 1000,
+      heartbeatMs: 1000,
+      lastCallMs: 300,
+      seed: 11,
+      evalSamples: 64,
+      ...overrides,
+    };
+    return { job, train };
+  }
+
   it('two elastic tabs train a transformer on text to well below its unigram entropy', async () => {
     const began = performance.now();
-    const dir = makeTempDir('tabswarm-text-');
-    const context = 16;
-    const train = generatedText(5, 2560 + context);
-    const test = generatedText(6, 1024 + 1);
-    writeFileSync(join(dir, 'train.txt'), train);
-    writeFileSync(join(dir, 'test.txt'), test);
-    const windows = train.length - context; // 2560
-    const globalBatch = 16;
-    const steps = Math.ceil(windows / globalBatch); // 160
-    const { coordinator, swarm } = await start(
-      {
-        model: { type: 'transformer', name: 'gpt-ci', vocab: 256, context, dModel: 32, heads: 2, layers: 2 },
-        dataset: { kind: 'text', path: join(dir, 'train.txt'), testPath: join(dir, 'test.txt') },
-        optimizer: { kind: 'adamw', lr: 0.01, beta1: 0.9, beta2: 0.99, weightDecay: 0.01 },
-        globalBatch,
-        epochs: 1,
-        minWorkers: 2,
-        maxWorkers: 2,
-        commitEvery: 1,
-        checkpointEvery: 1000,
-        heartbeatMs: 1000,
-        lastCallMs: 300,
-        seed: 11,
-        evalSamples: 64,
-      },
-      null,
-    );
+    const windows = 2560;
+    const steps = windows / 16; // 160
+    const { job, train } = textJob(windows, { minWorkers: 2, maxWorkers: 2 });
+    const { coordinator, swarm } = await start(job, null);
     const tabs = await swarm.openMany(2);
     const finals = await Promise.all(
       tabs.map((t) => swarm.waitFor(t, (s) => s.phase === 'done' && s.testLoss !== null, null, 240_000)),
@@ -172,6 +189,59 @@ describe.skipIf(skip)('tabs train the datasets a user brings', () => {
       return (await cache.keys()).map((r) => new URL(r.url).pathname);
     });
     expect(cached.sort()).toEqual(['/api/dataset/chunks/test/0', '/api/dataset/chunks/train/0']);
+    expect(swarm.problems()).toEqual([]);
+  });
+
+  it("a transformer survives a closed tab, a newcomer and a crashed renderer, on a single tab's trajectory", async () => {
+    const began = performance.now();
+    const windows = 1024;
+    const steps = windows / 16; // 64
+    const statusUntil = async (c: CoordinatorProcess, check: (s: StatusReport) => boolean, what: string) =>
+      (await coordinatorStatusUntil(c, check, what, { timeoutMs: 120_000, pollMs: 200 })).status;
+
+    // The reference: one tab alone.
+    const alone = await start(textJob(windows).job, null);
+    await alone.swarm.waitFor(await alone.swarm.open('alone'), (s) => s.phase === 'done', null, 180_000);
+    const reference = new Map((await commitRows(alone.coordinator)).map((r) => [r.step, r.loss]));
+    expect(reference.size).toBe(steps);
+    const aloneSeconds = (performance.now() - began) / 1000;
+
+    const { coordinator, swarm } = await start(textJob(windows).job, null);
+    const [a, b, c] = await swarm.openMany(3);
+    await statusUntil(coordinator, (s) => s.world.length === 3 && s.step >= 4, 'three tabs training');
+    // Closed (pagehide → goodbye): the other two carry on.
+    await swarm.close(a);
+    const closedAt = (await coordinator.status()).step;
+    await statusUntil(coordinator, (s) => s.world.length === 2 && s.step >= closedAt + 3, 'two tabs training on');
+    // A newcomer is admitted at a step boundary with the state from a peer.
+    const d = await swarm.open('newcomer');
+    const admitted = await swarm.waitFor(d, (s) => s.phase === 'training' && s.worldSize === 3, null, 120_000);
+    expect(admitted.lastSync).toBe('receive');
+    await swarm.waitFor(d, (s, n) => s.committedStep >= n, admitted.committedStep + 2, 120_000);
+    // A renderer crashes: the survivors restore and go on.
+    await swarm.crash(b);
+    const crashedAt = (await coordinator.status()).step;
+    await statusUntil(coordinator, (s) => s.world.length === 2 && s.step >= crashedAt + 2, 'survivors training');
+    await Promise.all([c, d].map((t) => swarm.waitFor(t, (s) => s.phase === 'done', null, 180_000)));
+
+    const status = await coordinator.status();
+    expect(status.state).toBe('done');
+    expect(status.restarts, 'the crash is the one restart: no hash ever disagreed').toBe(1);
+    await expectCleanAudit(coordinator, windows);
+    const rows = await commitRows(coordinator);
+    expect(rows.map((r) => r.step)).toEqual(Array.from({ length: steps }, (_, i) => i + 1));
+    expect(new Set(rows.map((r) => r.world)).size, 'the world size changed').toBeGreaterThan(1);
+    let worst = 0;
+    for (const row of rows) {
+      const ref = reference.get(row.step)!;
+      const relative = Math.abs(row.loss - ref) / ref;
+      worst = Math.max(worst, relative);
+      expect(relative, `loss of step ${row.step}: ${row.loss} vs ${ref} alone`).toBeLessThan(1e-3);
+    }
+    console.log(
+      `transformer churn (3 tabs, close, join, crash): worst relative per-step loss difference to one tab ${worst.toExponential(2)}; ` +
+        `${aloneSeconds.toFixed(1)} s alone, ${((performance.now() - began) / 1000 - aloneSeconds).toFixed(1)} s churned`,
+    );
     expect(swarm.problems()).toEqual([]);
   });
 
