@@ -44,6 +44,8 @@ export interface TestSet {
 
 export interface TrainingData {
   readonly kind: 'images' | 'tensors' | 'text';
+  /** Text: the window's input length, which must be the model's context. */
+  readonly context?: number;
   /** Training samples (text: window starts). */
   readonly trainCount: number;
   /** Test samples an evaluation can use (text: non-overlapping windows of the held-out text). */

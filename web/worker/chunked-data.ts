@@ -111,6 +111,7 @@ function textData(meta: Extract<ChunkedMetadata, { kind: 'text' }>, fetcher: Chu
   const testWindows = Math.floor((meta.test.bytes - 1) / T);
   return {
     kind: 'text',
+    context: T,
     trainCount: meta.train.count,
     testCount: testWindows,
     batches(maxBatch) {

@@ -16,7 +16,7 @@
  */
 import * as Comlink from 'comlink';
 import { hashParams } from '../../coordinator/core/hash';
-import { parameterLayout, resolveModelSpec, type ModelSpec } from '../../coordinator/core/model-spec';
+import { isTransformer, parameterLayout, resolveModelSpec, type ModelSpec } from '../../coordinator/core/model-spec';
 import { decodeSnapshot, encodeSnapshot } from '../../coordinator/core/snapshot';
 import { createModel, type Model } from '../../kernels/model';
 import { createGpu, type Gpu } from '../../kernels/runtime';
@@ -124,9 +124,20 @@ function requireModel(): Built {
   return built;
 }
 
+/** The dataset, checked to fit the model: text for a language model of the same context, else rows or images. */
+function fittingDataset({ spec }: Built): TrainingData {
+  const data = requireDataset();
+  const lm = isTransformer(spec);
+  if (lm !== (data.kind === 'text') || (lm && spec.context !== data.context))
+    throw new Error(
+      `a ${data.kind} dataset${data.context ? ` of context ${data.context}` : ''} does not fit model ${spec.name}`,
+    );
+  return data;
+}
+
 function trainBatches(): BatchSource {
   const b = requireModel();
-  b.train ??= requireDataset().batches(b.model.maxBatch);
+  b.train ??= fittingDataset(b).batches(b.model.maxBatch);
   return b.train;
 }
 
@@ -233,7 +244,7 @@ const api = {
     const testCount = Math.min(opts.testSubset ?? data.testCount, data.testCount);
     return runSolo({
       model,
-      train: data.batches(model.maxBatch),
+      train: fittingDataset(requireModel()).batches(model.maxBatch),
       trainCount: subset,
       test: testCount > 0 ? await data.testSet(testCount) : undefined,
       options: opts,
@@ -253,10 +264,10 @@ const api = {
    * language model's accuracy is per next byte, and its mean loss per byte is also given in bits.
    */
   async evaluate(count?: number): Promise<EvaluationResult> {
-    const { model } = requireModel();
-    const data = requireDataset();
+    const b = requireModel();
+    const data = fittingDataset(b);
     const test = await data.testSet(count ?? data.testCount);
-    const r = await model.evaluate(test.x, test.labels, test.count);
+    const r = await b.model.evaluate(test.x, test.labels, test.count);
     const lossAvg = r.lossSum / r.count;
     const result = { accuracy: r.correct / (r.count * test.positions), lossAvg, count: r.count };
     return test.bytes ? { ...result, bitsPerByte: lossAvg / Math.LN2 } : result;
