@@ -33,6 +33,7 @@ import {
   skipWithoutWebBuild,
   WEB_BUILD_DIR,
 } from '../support/browser';
+import { type CommitRow, commitRows } from '../support/commit-log';
 import { CoordinatorProcess } from '../support/coordinator-process';
 import { makeTempDir } from '../support/fake-dataset';
 import { mulberry32 } from '../support/rng';
@@ -43,24 +44,6 @@ import { coordinatorStatusUntil, Swarm } from '../support/swarm';
 const TEXT_CONTEXT = 16;
 
 const skip = skipWithoutChromium() || skipWithoutFashionMnist() || skipWithoutWebBuild();
-
-interface CommitRow {
-  step: number;
-  loss: number;
-  hash: string;
-  world: number;
-}
-
-async function commitRows(coordinator: CoordinatorProcess): Promise<CommitRow[]> {
-  const rows: CommitRow[] = [];
-  for (let from: number | null = 0; from !== null; ) {
-    const page: { commits: { step: number; loss: number; hash: string; worldSize: number }[]; next: number | null } =
-      await coordinator.getJson(`/api/commits?from=${from}`);
-    rows.push(...page.commits.map((c) => ({ step: c.step, loss: c.loss, hash: c.hash, world: c.worldSize })));
-    from = page.next;
-  }
-  return rows;
-}
 
 /** Invariants (1) and (2) of docs/ARCHITECTURE.md: no sample twice, and a finished epoch has every sample. */
 async function expectCleanAudit(coordinator: CoordinatorProcess, samples: number): Promise<void> {
