@@ -141,6 +141,10 @@ describe('tensors batches', () => {
       Buffer.from(ours.x.buffer, 0, ours.x.byteLength).equals(Buffer.from(ref.x.buffer, 0, ref.x.byteLength)),
     ).toBe(true);
     expect(Array.from(ours.labels)).toEqual(Array.from(ref.labels));
+    // A step needing more chunks than the fetcher keeps (x and y together) still has all of them at hand.
+    const tight = chunkedData(meta, new ChunkFetcher(base, 2)).batches(8);
+    await tight.prepare(order);
+    expect(Array.from(tight.gather(order).labels)).toEqual(Array.from(ref.labels));
     const [t, r] = await Promise.all([data.testSet(10), images.testSet(10)]);
     expect(t.count).toBe(3);
     expect(Array.from(t.x)).toEqual(Array.from(r.x));

@@ -324,13 +324,15 @@ export class ChunkFetcher {
   }
 
   /**
-   * Have the chunks `indices` of `file` in memory for `copy` until the next `ensure`; null when they
-   * are all there already (nothing to wait for).
+   * Have the chunks `chunks` of each `file` in memory for `copy` until the next `ensure` (which unpins
+   * them); null when they are all there already (nothing to wait for).
    */
-  ensure(file: ChunkedPayload, indices: Iterable<number>): Promise<void> | null {
-    const wanted = [...new Set(indices)];
-    this.pinned = new Set(wanted.map((i) => `${file.url}/${i}`));
-    const missing = wanted.filter((i) => !this.ready.has(`${file.url}/${i}`)).map((i) => this.chunk(file, i));
+  ensure(wanted: readonly { file: ChunkedPayload; chunks: Iterable<number> }[]): Promise<void> | null {
+    const parts = wanted.map(({ file, chunks }) => ({ file, chunks: [...new Set(chunks)] }));
+    this.pinned = new Set(parts.flatMap(({ file, chunks }) => chunks.map((i) => `${file.url}/${i}`)));
+    const missing = parts.flatMap(({ file, chunks }) =>
+      chunks.filter((i) => !this.ready.has(`${file.url}/${i}`)).map((i) => this.chunk(file, i)),
+    );
     return missing.length === 0 ? null : Promise.all(missing).then(() => undefined);
   }
 

@@ -37,7 +37,7 @@ class RowBatches implements BatchSource {
   }
 
   prepare(indices: ArrayLike<number>, start = 0, count = indices.length - start): Promise<void> | null {
-    const pending = this.files.map((file, f) => {
+    const wanted = this.files.map((file, f) => {
       const chunks = new Set<number>();
       for (let b = 0; b < count; b++) {
         const index = indices[start + b];
@@ -45,9 +45,9 @@ class RowBatches implements BatchSource {
         const [from, to] = this.range(f, index);
         chunksOf(file, from, to, chunks);
       }
-      return this.fetcher.ensure(file, chunks);
+      return { file, chunks };
     });
-    return pending.every((p) => p === null) ? null : Promise.all(pending).then(() => undefined);
+    return this.fetcher.ensure(wanted);
   }
 
   gather(indices: ArrayLike<number>, start = 0, count = indices.length - start): Batch {

@@ -141,10 +141,13 @@ function trainBatches(): BatchSource {
   return b.train;
 }
 
-/** Download what the samples of `lists` need (a chunked dataset), before the synchronous step code gathers them. */
+/**
+ * Download what the samples of `lists` need (a chunked dataset; the images are all in memory), before the
+ * synchronous step code (elastic-steps.ts) gathers them: this step's and the prefetched next step's.
+ */
 async function prepareSamples(...lists: (Uint32Array | null | undefined)[]): Promise<void> {
   const all = lists.filter((l): l is Uint32Array => !!l && l.length > 0);
-  if (all.length === 0 || requireDataset().kind === 'images') return;
+  if (all.length === 0) return;
   const ready = trainBatches().prepare(all.length === 1 ? all[0] : Uint32Array.from(all.flatMap((l) => [...l])));
   if (ready) await ready;
 }
