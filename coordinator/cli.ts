@@ -12,7 +12,7 @@ import { randomBytes } from 'node:crypto';
 import { resolve } from 'node:path';
 import { addNetOptions, netConfigFrom, type NetFlags } from './net-flags';
 import { startCoordinator, type RunningCoordinator } from './start';
-import { DEFAULT_DATASET_DIR, loadDataset, loadJobFile, resolveDatasetDir, StartupError } from './startup-config';
+import { DEFAULT_DATASET_DIR, loadJobDataset, loadJobFile, StartupError } from './startup-config';
 import { registerSwarmCommand, startLocalWorkers, type LocalWorkers } from './swarm';
 import { addTrustFlags, trustOptionsOf, type TrustFlags } from './trust-flags';
 
@@ -50,8 +50,7 @@ interface CoordinatorFlags extends TrustFlags, NetFlags {
 async function runCoordinator(flags: CoordinatorFlags): Promise<void> {
   const net = netConfigFrom(flags);
   const job = loadJobFile(flags.job);
-  const datasetDir = resolveDatasetDir(flags.dataset);
-  const dataset = await loadDataset(datasetDir);
+  const dataset = await loadJobDataset(job, flags.dataset);
   const tokenGiven = flags.adminToken ?? process.env.TABSWARM_ADMIN_TOKEN;
   const adminToken = tokenGiven || randomBytes(18).toString('base64url');
   let coordinator: RunningCoordinator;
@@ -76,7 +75,7 @@ async function runCoordinator(flags: CoordinatorFlags): Promise<void> {
   const info = coordinator.info;
   console.log(
     `tabswarm coordinator listening on ${coordinator.url}/ (admin: ${coordinator.url}/admin/, run ${info.runId}${info.resumed ? ' resumed' : ''}, ` +
-      `step ${info.step}, dataset ${dataset.name} ${info.datasetSize} images, data dir ${resolve(flags.dataDir)})`,
+      `step ${info.step}, dataset ${dataset.name} ${info.datasetSize} ${dataset.unit}, data dir ${resolve(flags.dataDir)})`,
   );
   console.log(`${net.summary}${net.publicUrl ? `; volunteers open ${net.publicUrl}/` : ''}`);
   if (!tokenGiven) console.log(`admin token: ${adminToken} (printed once; pass --admin-token to choose one)`);
@@ -145,7 +144,7 @@ function buildProgram(): Command {
     .option('--job <file>', 'job JSON file (default: Fashion-MNIST mlp, see coordinator/core/job.ts)')
     .option(
       '--dataset <dir>',
-      `folder with the four IDX files (default: $TABSWARM_DATASET, then ${DEFAULT_DATASET_DIR})`,
+      `folder with the four IDX files (default: $TABSWARM_DATASET, then ${DEFAULT_DATASET_DIR}); a job with a text or tensors dataset names its own files`,
     )
     .option(
       '--admin-token <token>',

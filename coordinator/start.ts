@@ -12,7 +12,6 @@ import { adminRoutes } from './admin-routes';
 import { ControlChannel } from './control-channel';
 import { iceConfigFor, type IceSettings } from './ice';
 import type { TlsMaterial } from './tls';
-import { datasetRoutes, type IdxDataset } from './dataset';
 import { MachineExecutor } from './executor';
 import { mountPeerSignaling } from './peer-signaling';
 import { CoordinatorServer } from './server';
@@ -20,6 +19,7 @@ import { CoordinatorMetrics } from './server-metrics';
 import { staticFiles } from './static-files';
 import { SqliteStore } from './store';
 import { inviteRoutes } from './invite-routes';
+import type { ServedDataset } from './served-dataset';
 import { setUpTrust, type Trust, type TrustOptions } from './trust';
 
 export interface CoordinatorConfig {
@@ -28,7 +28,8 @@ export interface CoordinatorConfig {
   port: number;
   dataDir: string;
   job: JobSpec;
-  dataset: IdxDataset;
+  /** The job's dataset, loaded (served-dataset.ts). */
+  dataset: ServedDataset;
   adminToken: string;
   /** The Vite build to serve. */
   distDir: string;
@@ -63,11 +64,9 @@ export interface RunningCoordinator {
  * A run is resumed only with the same job over the same data: the key covers the validated job and
  * the training set's content hash (a different dataset would make the stored record meaningless).
  */
-function jobKeyOf(job: JobSpec, dataset: IdxDataset): string {
+function jobKeyOf(job: JobSpec, dataset: ServedDataset): string {
   return createHash('sha256')
-    .update(
-      JSON.stringify({ job, trainImages: dataset.sha256['train/images'], trainLabels: dataset.sha256['train/labels'] }),
-    )
+    .update(JSON.stringify({ job, ...dataset.contentKey }))
     .digest('hex');
 }
 
@@ -104,7 +103,7 @@ function rateLimitedLog(write: (line: string) => void, burst = 20, windowMs = 10
 
 /** Opens the run in the store: a new run's initial state, or the durable state of the run it resumes. */
 function openState(store: SqliteStore, config: CoordinatorConfig, policy: Trust['policy']) {
-  const fullSize = config.dataset.train.count;
+  const fullSize = config.dataset.trainCount;
   const datasetSize = effectiveDatasetSize(config.job, fullSize);
   const opened = store.openRun(config.job, jobKeyOf(config.job, config.dataset), datasetSize);
   try {
@@ -221,7 +220,7 @@ export async function startCoordinator(config: CoordinatorConfig): Promise<Runni
       metrics,
       control,
       staticFiles: staticFiles(config.distDir),
-      datasetRoute: datasetRoutes(config.dataset),
+      datasetRoute: (req, res) => config.dataset.route(req, res),
       admin,
       maxCheckpointBytes: checkpointLimit(config.job),
       gate: trust.gate,

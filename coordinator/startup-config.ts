@@ -8,7 +8,7 @@ import { readFile } from 'node:fs/promises';
 import { join, resolve } from 'node:path';
 import { defaultJob, type JobSpec, parseJobSpec } from './core/job';
 import { type IdxDataset, loadIdxDataset } from './dataset';
-import { unsupportedJobReason } from './user-datasets';
+import { jobMismatchReason, loadUserDataset, type ServedDataset, servedIdx } from './served-dataset';
 
 /** Where the Debian package `dataset-fashion-mnist` installs Fashion-MNIST. */
 export const DEFAULT_DATASET_DIR = '/usr/share/datasets/fashion-mnist/';
@@ -41,8 +41,8 @@ export function loadJobFile(path: string | undefined): JobSpec {
   } catch (error) {
     throw new StartupError(`job file ${path}: ${(error as Error).message}`);
   }
-  const unsupported = unsupportedJobReason(job);
-  if (unsupported) throw new StartupError(`job file ${path}: ${unsupported}`);
+  const mismatch = jobMismatchReason(job);
+  if (mismatch) throw new StartupError(`job file ${path}: ${mismatch}`);
   return job;
 }
 
@@ -91,5 +91,18 @@ export async function loadDataset(dir: string, shippedDir = SHIPPED_DATASET_DIR)
     // The loader's messages name the folder or file already; prefix only those that do not.
     const message = (error as Error).message;
     throw new StartupError(message.includes(dir) ? message : `dataset ${dir}: ${message}`);
+  }
+}
+
+/**
+ * The job's dataset, loaded and checked: a text or tensors dataset from the job's own `path`, else the
+ * IDX set of `resolveDatasetDir(datasetFlag)` (the flag applies to it only). One line on failure.
+ */
+export async function loadJobDataset(job: JobSpec, datasetFlag: string | undefined): Promise<ServedDataset> {
+  if (!('kind' in job.dataset)) return servedIdx(await loadDataset(resolveDatasetDir(datasetFlag)));
+  try {
+    return await loadUserDataset(job);
+  } catch (error) {
+    throw new StartupError((error as Error).message);
   }
 }

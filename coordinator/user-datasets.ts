@@ -276,20 +276,3 @@ export async function loadTensorsDataset(source: { path: string; testPath?: stri
   const classes = Math.max(2, top + 1);
   return { kind: 'tensors', name: basename(resolve(source.path)), shape: main.shape, classes, train, test };
 }
-
-/**
- * Why the coordinator cannot run this job yet, or undefined. Text and tensors datasets load, validate
- * and serve in chunks (dataset-chunks.ts), and the kernels train transformers, but the coordinator's
- * start-up and the tabs' training loop still take only the IDX image set; until they are joined up a
- * job naming them stops at start-up with this line rather than training on the wrong data.
- */
-export function unsupportedJobReason(job: {
-  model: { name: string; type?: string };
-  dataset: { kind?: string; name: string };
-}): string | undefined {
-  if (job.dataset.kind)
-    return `dataset kind "${job.dataset.kind}" is validated and served by coordinator/user-datasets.ts but not yet trained on by the tabs (see docs/models-and-data.md)`;
-  if (job.model.type === 'transformer')
-    return `model ${job.model.name} is a language model; it needs a text dataset, which the tabs cannot train on yet (see docs/models-and-data.md)`;
-  return undefined;
-}

@@ -108,6 +108,8 @@ export class Model {
   private readonly reader: StagingReader;
   /** Input elements per sample: pixels·channels, or context tokens. */
   private readonly inputSize: number;
+  /** Labels per sample: 1, or context next-token targets. */
+  private readonly labelSize: number;
   /** Token scratch for setTokens (inputs then labels), reused. */
   private tokenScratch?: Uint32Array;
   private currentBatch: number;
@@ -135,6 +137,7 @@ export class Model {
     // Per sample: pixels·channels and one label, or context tokens and context next tokens.
     const [inputSize, labelSize] = isTransformer(spec) ? [spec.context, spec.context] : [elementCount(spec.input), 1];
     this.inputSize = inputSize;
+    this.labelSize = labelSize;
     this.input = tensor([maxBatch, inputSize], 'input');
     this.labels = tensor([maxBatch, labelSize], 'labels');
     this.loss = tensor([1], 'loss-sum');
@@ -223,18 +226,29 @@ export class Model {
   }
 
   /**
-   * Upload a classifier batch: `x` is batch·H·W·C floats (NHWC, already scaled to [0,1]), `labels`
-   * class indices. Only the first `batch` samples are used (default `labels.length`).
+   * Upload a batch of `batch` samples (default: as many as `labels` holds). A classifier's `x` is
+   * batch·H·W·C floats (NHWC, already scaled to [0,1]) and `labels` one class index per sample; a
+   * language model's `x` is batch·context input tokens and `labels` batch·context next-token targets
+   * (`setTokens` splits windows into these). Only the first `batch` samples are used.
    */
-  setBatch(x: Float32Array, labels: Uint32Array, batch = labels.length): number {
-    if (isTransformer(this.spec)) throw new Error(`setBatch: ${this.spec.name} is a language model; use setTokens`);
-    if (labels.length < batch) throw new Error(`setBatch: ${labels.length} labels for batch ${batch}`);
+  setBatch(x: Float32Array | Uint32Array, labels: Uint32Array, batch = labels.length / this.labelSize): number {
+    const lm = isTransformer(this.spec);
+    if (lm !== x instanceof Uint32Array)
+      throw new Error(`setBatch: ${this.spec.name} takes ${lm ? 'token ids (Uint32Array)' : 'float inputs'} as x`);
+    if (labels.length < batch * this.labelSize)
+      throw new Error(`setBatch: ${labels.length} labels for batch ${batch} of ${this.labelSize} each`);
     if (x.length < batch * this.inputSize)
-      throw new Error(`setBatch: x has ${x.length} floats, batch ${batch} needs ${batch * this.inputSize}`);
+      throw new Error(`setBatch: x has ${x.length} elements, batch ${batch} needs ${batch * this.inputSize}`);
     this.useBatch(batch);
     const queue = this.gpu.device.queue;
     queue.writeBuffer(this.input.buffer, this.input.offset, x.buffer, x.byteOffset, batch * this.inputSize * 4);
-    queue.writeBuffer(this.labels.buffer, this.labels.offset, labels.buffer, labels.byteOffset, batch * 4);
+    queue.writeBuffer(
+      this.labels.buffer,
+      this.labels.offset,
+      labels.buffer,
+      labels.byteOffset,
+      batch * this.labelSize * 4,
+    );
     return batch;
   }
 
@@ -256,10 +270,7 @@ export class Model {
       inputs.set(w.subarray(0, T), b * T);
       targets.set(w.subarray(1), b * T);
     }
-    const queue = this.gpu.device.queue;
-    queue.writeBuffer(this.input.buffer, this.input.offset, inputs.buffer, inputs.byteOffset, inputs.byteLength);
-    queue.writeBuffer(this.labels.buffer, this.labels.offset, targets.buffer, targets.byteOffset, targets.byteLength);
-    return batch;
+    return this.setBatch(inputs, targets, batch);
   }
 
   /**
@@ -300,7 +311,7 @@ export class Model {
   }
 
   /** Upload, forward, backward and optimizer in one submission with one compute pass; no read-back. */
-  trainStep(x: Float32Array, labels: Uint32Array, batch = labels.length): void {
+  trainStep(x: Float32Array | Uint32Array, labels: Uint32Array, batch = labels.length / this.labelSize): void {
     this.submitTrainStep(this.setBatch(x, labels, batch));
   }
 
@@ -317,7 +328,7 @@ export class Model {
   }
 
   /** Upload and compute gradient sums (the allreduce path: read them, reduce elsewhere, write back). */
-  forwardBackward(x: Float32Array, labels: Uint32Array, batch = labels.length): void {
+  forwardBackward(x: Float32Array | Uint32Array, labels: Uint32Array, batch = labels.length / this.labelSize): void {
     this.submitForwardBackward(this.setBatch(x, labels, batch));
   }
 
@@ -376,9 +387,13 @@ export class Model {
    * Summed loss and number of correct arg-max predictions over `count` samples (default all labels),
    * in chunks of `maxBatch`. Leaves the grads buffer untouched.
    */
-  evaluate(x: Float32Array, labels: Uint32Array, count = labels.length): Promise<EvaluationResult> {
+  evaluate(
+    x: Float32Array | Uint32Array,
+    labels: Uint32Array,
+    count = labels.length / this.labelSize,
+  ): Promise<EvaluationResult> {
     return this.evaluateChunks(count, (start, n) =>
-      this.setBatch(x.subarray(start * this.inputSize), labels.subarray(start), n),
+      this.setBatch(x.subarray(start * this.inputSize), labels.subarray(start * this.labelSize), n),
     );
   }
 

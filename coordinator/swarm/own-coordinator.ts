@@ -10,7 +10,7 @@ import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import type { JobSpec } from '../core/job';
 import { startCoordinator } from '../start';
-import { loadDataset, resolveDatasetDir, StartupError } from '../startup-config';
+import { loadJobDataset, StartupError } from '../startup-config';
 
 /** The built web app the tabs load (as `tabswarm coordinator --dist` defaults to). */
 const DIST_DIR = resolve(import.meta.dirname, '../../dist');
@@ -34,7 +34,7 @@ export async function startOwnCoordinator(
     throw new StartupError(
       `no built web app in ${distDir} for the tabs: run \`npm run build\` first (or pass --dist DIR)`,
     );
-  const dataset = await loadDataset(resolveDatasetDir(datasetFlag));
+  const dataset = await loadJobDataset(job, datasetFlag);
   const dataDir = mkdtempSync(join(tmpdir(), 'tabswarm-swarm-'));
   let coordinator: Awaited<ReturnType<typeof startCoordinator>>;
   try {

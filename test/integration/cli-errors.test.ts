@@ -8,6 +8,7 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { makeTempDir, sharedFakeDataset, writeFakeIdxDataset } from '../support/fake-dataset';
 import { runCoordinatorCli } from '../support/coordinator-process';
+import { safetensorsFile } from '../support/safetensors-file';
 import {
   DEFAULT_DATASET_DIR,
   loadDataset,
@@ -65,6 +66,30 @@ describe('tabswarm coordinator refuses to start with one clear line', () => {
       sharedFakeDataset(),
     ]);
     expectOneLineFailure(result, /cannot read job file .*nope\.json: ENOENT/);
+  });
+
+  it('when a user dataset file is bad or does not fit the model (one line naming the file)', async () => {
+    const text = join(dir, 'latin1.txt');
+    writeFileSync(text, Buffer.from('caf\xe9 au lait, and more text than a context of 16 needs', 'latin1'));
+    const tensors = join(dir, 'small.safetensors');
+    writeFileSync(
+      tensors,
+      safetensorsFile({
+        x: { dtype: 'F32', shape: [40, 10], data: new Uint8Array(1600) },
+        y: { dtype: 'U8', shape: [40], data: new Uint8Array(40) },
+      }),
+    );
+    const model = { type: 'transformer', vocab: 256, context: 16, dModel: 16, heads: 2, layers: 1 };
+    const cases: [unknown, RegExp][] = [
+      [{ model, dataset: { kind: 'text', path: text } }, /latin1\.txt: not UTF-8 \(invalid byte 0xe9 at offset 3\)/],
+      [{ model: 'tiny-mlp', dataset: { kind: 'tensors', path: tensors } }, /rows of 10 features .* takes 784/],
+      [{ model, dataset: { name: 'fashion-mnist' } }, /language model: its dataset must be \{ "kind": "text"/],
+    ];
+    for (const [i, [content, pattern]] of cases.entries()) {
+      const job = join(dir, `user-data-${i}.json`);
+      writeFileSync(job, JSON.stringify(content));
+      expectOneLineFailure(await runCoordinatorCli([...baseArgs(dataDir), '--job', job]), pattern);
+    }
   });
 
   it('when the dataset folder does not exist (and says how to get Fashion-MNIST)', async () => {

@@ -18,8 +18,9 @@ import {
   parseSafetensors,
   windowCount,
 } from '../../coordinator/user-datasets';
-import { ChunkFetcher, textWindows } from '../../web/volunteer/dataset-client';
+import { ChunkFetcher } from '../../web/volunteer/dataset-client';
 import { mulberry32 } from '../support/rng';
+import { safetensorsFile } from '../support/safetensors-file';
 
 let dir: string;
 beforeAll(async () => {
@@ -29,25 +30,7 @@ afterAll(async () => {
   await rm(dir, { recursive: true, force: true });
 });
 
-/** A safetensors file written by hand from the format: u64 LE header length, JSON header, data. */
-function safetensors(tensors: Record<string, { dtype: string; shape: number[]; data: Uint8Array }>): Uint8Array {
-  const header: Record<string, unknown> = { __metadata__: { by: 'test' } };
-  let offset = 0;
-  for (const [name, t] of Object.entries(tensors)) {
-    header[name] = { dtype: t.dtype, shape: t.shape, data_offsets: [offset, offset + t.data.length] };
-    offset += t.data.length;
-  }
-  const json = Buffer.from(JSON.stringify(header));
-  const out = Buffer.alloc(8 + json.length + offset);
-  out.writeBigUInt64LE(BigInt(json.length), 0);
-  json.copy(out, 8);
-  let at = 8 + json.length;
-  for (const t of Object.values(tensors)) {
-    out.set(t.data, at);
-    at += t.data.length;
-  }
-  return out;
-}
+const safetensors = safetensorsFile;
 const f32 = (a: number[]) => new Uint8Array(Float32Array.from(a).buffer);
 const i64 = (a: number[]) => new Uint8Array(BigInt64Array.from(a.map(BigInt)).buffer);
 
@@ -198,9 +181,9 @@ describe('chunked serving', () => {
     expect(train.chunks.length).toBe(Math.ceil(train.bytes / 1000));
     const fetcher = new ChunkFetcher(base);
     const starts = [0, 990, 5000, 5010];
-    const windows = await textWindows(fetcher, train, starts, 32);
+    const windows = await Promise.all(starts.map((s) => fetcher.range(train, s, s + 33)));
     starts.forEach((s, i) => {
-      expect(Array.from(windows.subarray(i * 33, (i + 1) * 33))).toEqual(Array.from(corpus.subarray(s, s + 33)));
+      expect(Array.from(windows[i])).toEqual(Array.from(corpus.subarray(s, s + 33)));
     });
     // Chunks 0, 1 and 5: window 990 spans chunks 0 and 1; 5000 and 5010 share chunk 5.
     expect(fetcher.requests).toBe(3);
@@ -283,15 +266,38 @@ describe('safetensors export of a transformer', () => {
 });
 
 describe('the example transformer job', () => {
-  it('parses, and start-up refuses it with one line until the tabs train on text', async () => {
+  it('parses and passes start-up; a model that does not fit its dataset kind is refused with one line', async () => {
     const { loadJobFile } = await import('../../coordinator/startup-config');
     const path = 'coordinator/jobs/gpt-tiny-fortunes.json';
-    expect(() => loadJobFile(path)).toThrow(
-      /gpt-tiny-fortunes\.json: dataset kind "text" .* not yet trained on by the tabs/,
-    );
-    const raw = JSON.parse(await import('node:fs').then((fs) => fs.readFileSync(path, 'utf8')));
-    const job = jobSpecSchema.parse(raw);
+    const job = loadJobFile(path);
     expect(job.model).toMatchObject({ type: 'transformer', name: 'gpt-tiny', context: 128 });
     expect(job.dataset).toMatchObject({ kind: 'text', path: '/usr/share/games/fortunes', skip: ['.dat'] });
+    const raw = JSON.parse(await import('node:fs').then((fs) => fs.readFileSync(path, 'utf8')));
+    const mismatched = join(dir, 'mismatched.json');
+    await writeFile(mismatched, JSON.stringify({ ...raw, model: 'mlp' }));
+    expect(() => loadJobFile(mismatched)).toThrow(/mismatched\.json: a text dataset needs a language model/);
+    await writeFile(mismatched, JSON.stringify({ ...raw, dataset: { name: 'fashion-mnist' } }));
+    expect(() => loadJobFile(mismatched)).toThrow(/model gpt-tiny is a language model: its dataset must be/);
+  });
+
+  it('a tensors dataset must fit the classifier: features and classes', async () => {
+    const { tensorsMismatchReason } = await import('../../coordinator/served-dataset');
+    const { TINY_MLP_SPEC } = await import('../../coordinator/core/model-spec');
+    const file = join(dir, 'fit.safetensors');
+    const rows = (features: number, top: number) =>
+      safetensors({
+        x: { dtype: 'U8', shape: [40, features], data: new Uint8Array(40 * features) },
+        y: { dtype: 'U8', shape: [40], data: Uint8Array.from({ length: 40 }, (_, i) => i % (top + 1)) },
+      });
+    await writeFile(file, rows(784, 9));
+    expect(tensorsMismatchReason(TINY_MLP_SPEC, await loadTensorsDataset({ path: file }))).toBeUndefined();
+    await writeFile(file, rows(10, 9));
+    expect(tensorsMismatchReason(TINY_MLP_SPEC, await loadTensorsDataset({ path: file }))).toMatch(
+      /rows of 10 features .* takes 784/,
+    );
+    await writeFile(file, rows(784, 12));
+    expect(tensorsMismatchReason(TINY_MLP_SPEC, await loadTensorsDataset({ path: file }))).toMatch(
+      /labels go up to 12, model tiny-mlp has 10 classes/,
+    );
   });
 });

@@ -52,7 +52,7 @@ async function sha256Hex(bytes: Uint8Array): Promise<string> {
 }
 
 /** Cache Storage exists only in secure contexts (and not in some private modes); work without it. */
-async function openCache(): Promise<Cache | undefined> {
+export async function openCache(): Promise<Cache | undefined> {
   try {
     return typeof caches === 'undefined' ? undefined : await caches.open(DATASET_CACHE_NAME);
   } catch {
@@ -85,15 +85,23 @@ async function readBody(res: Response, expectedBytes: number, onBytes: (n: numbe
   return length === out.byteLength ? out : out.slice(0, length);
 }
 
+/** `GET /api/dataset`: an IDX set's metadata, or a chunked dataset's (it has a `kind`). */
+export async function fetchDatasetMetadata(baseUrl = ''): Promise<unknown> {
+  const res = await fetch(`${baseUrl}/api/dataset`, { cache: 'no-cache' });
+  if (!res.ok) throw new Error(`dataset metadata: HTTP ${res.status} ${await res.text().catch(() => '')}`.trim());
+  return res.json();
+}
+
 /**
  * Load the dataset served at `baseUrl` (the coordinator's origin; '' for this page's origin).
- * `onProgress` is called as bytes arrive.
+ * `onProgress` is called as bytes arrive; `metadata` is `GET /api/dataset`'s answer when already fetched.
  */
-export async function fetchDataset(baseUrl = '', onProgress?: (p: DatasetProgress) => void): Promise<DatasetBytes> {
-  const metaRes = await fetch(`${baseUrl}/api/dataset`, { cache: 'no-cache' });
-  if (!metaRes.ok)
-    throw new Error(`dataset metadata: HTTP ${metaRes.status} ${await metaRes.text().catch(() => '')}`.trim());
-  const meta = checkMetadata(await metaRes.json());
+export async function fetchDataset(
+  baseUrl = '',
+  onProgress?: (p: DatasetProgress) => void,
+  metadata?: unknown,
+): Promise<DatasetBytes> {
+  const meta = checkMetadata(metadata ?? (await fetchDatasetMetadata(baseUrl)));
   const cache = await openCache();
   const progress: DatasetProgress = {
     loadedBytes: 0,
@@ -178,22 +186,111 @@ export interface ChunkedPayload {
   chunks: string[];
 }
 
+/** What a `ChunkFetcher` has obtained so far (the volunteer page shows it). */
+export interface ChunkProgress {
+  /** Chunks obtained (downloaded or from the cache) and their bytes. */
+  chunks: number;
+  loadedBytes: number;
+  /** Of `loadedBytes`, how many came from the browser cache. */
+  cachedBytes: number;
+}
+
+export interface ChunkFetcherOptions {
+  /** Cache Storage to keep verified chunks in (keyed by URL + SHA-256), so a reload downloads nothing again. */
+  cache?: Promise<Cache | undefined>;
+  onProgress?(p: ChunkProgress): void;
+}
+
+/** Mirrors `TextDatasetMetadata` / `TensorsDatasetMetadata` in coordinator/dataset-chunks.ts. */
+export type ChunkedMetadata =
+  | {
+      kind: 'text';
+      name: string;
+      vocab: 256;
+      context: number;
+      train: { bytes: number; count: number };
+      test: { bytes: number; count: number };
+      files: Record<'train' | 'test', ChunkedPayload>;
+    }
+  | {
+      kind: 'tensors';
+      name: string;
+      classes: number;
+      shape: [number, number, number];
+      train: { count: number };
+      test: { count: number };
+      files: Record<'train/x' | 'train/y' | 'test/x' | 'test/y', ChunkedPayload>;
+    };
+
+const isPayload = (p: ChunkedPayload | undefined, bytes?: number): boolean =>
+  !!p &&
+  typeof p.url === 'string' &&
+  p.url.startsWith('/api/dataset/chunks/') &&
+  Number.isInteger(p.bytes) &&
+  (bytes === undefined || p.bytes === bytes) &&
+  Number.isInteger(p.chunkBytes) &&
+  p.chunkBytes > 0 &&
+  Array.isArray(p.chunks) &&
+  p.chunks.length === Math.ceil(p.bytes / p.chunkBytes) &&
+  p.chunks.every((h) => typeof h === 'string' && /^[0-9a-f]{64}$/.test(h));
+
+/** `GET /api/dataset`'s answer as a chunked dataset's metadata, checked for consistency; undefined for an IDX set. */
+export function chunkedMetadata(m: unknown): ChunkedMetadata | undefined {
+  const meta = m as ChunkedMetadata;
+  if (!meta || typeof meta !== 'object' || !('kind' in meta)) return undefined;
+  const count = (n: unknown) => Number.isInteger(n) && (n as number) >= 1;
+  let ok = false;
+  if (meta.kind === 'text') {
+    const c = meta.context;
+    ok =
+      Number.isInteger(c) &&
+      c >= 1 &&
+      (['train', 'test'] as const).every(
+        (s) =>
+          isPayload(meta.files?.[s], meta[s]?.bytes) && meta[s].count === meta[s].bytes - c && count(meta[s].count),
+      );
+  } else if (meta.kind === 'tensors') {
+    const features = Array.isArray(meta.shape) ? meta.shape.reduce((a, b) => a * b, 1) : Number.NaN;
+    ok =
+      Number.isInteger(features) &&
+      features >= 1 &&
+      Number.isInteger(meta.classes) &&
+      (['train', 'test'] as const).every(
+        (s) =>
+          count(meta[s]?.count) &&
+          isPayload(meta.files?.[`${s}/x`], meta[s].count * features * 4) &&
+          isPayload(meta.files?.[`${s}/y`], meta[s].count * 4),
+      );
+  }
+  if (!ok) throw new Error('the coordinator sent malformed dataset metadata');
+  return meta;
+}
+
 /**
  * Fetches byte ranges of chunked payloads (a user's text or tensors dataset), downloading only the
- * chunks a range touches, each verified against the SHA-256 the coordinator published before use.
- * Chunks are kept in memory (at most `maxChunks`, oldest dropped first); HTTP revalidation by ETag
- * lets the browser cache answer repeats with 304.
+ * chunks a range touches, each verified against the SHA-256 the coordinator published before use,
+ * whether it came from the network or the cache (`opts.cache`, like the IDX set's: a corrupt entry is
+ * dropped and fetched again). Chunks are kept in memory (at most `maxChunks`, oldest dropped first,
+ * never one of the last `ensure`); HTTP revalidation by ETag lets the browser cache answer repeats with 304.
  */
 export class ChunkFetcher {
   /** Chunks downloaded and bytes received (progress; tests count them). */
   requests = 0;
   fetchedBytes = 0;
+  /** Chunks and bytes taken from Cache Storage instead of the network. */
+  cachedChunks = 0;
+  cachedBytes = 0;
   private readonly held = new Map<string, Promise<Uint8Array>>();
+  /** The held chunks that have arrived, for synchronous reads (`copy`). */
+  private readonly ready = new Map<string, Uint8Array>();
+  /** Chunks the last `ensure` asked for: never evicted before the next one. */
+  private pinned = new Set<string>();
 
   constructor(
     private readonly baseUrl = '',
     private readonly maxChunks = 64,
     private readonly fetchImpl: typeof fetch = (input, init) => fetch(input, init),
+    private readonly opts: ChunkFetcherOptions = {},
   ) {}
 
   /** Chunk `i` of `file`, verified. */
@@ -203,27 +300,95 @@ export class ChunkFetcher {
     const key = `${file.url}/${i}`;
     let held = this.held.get(key);
     if (!held) {
-      const download = this.download(file, i);
+      const download = this.download(file, i).then((data) => {
+        if (this.held.get(key) === download) this.ready.set(key, data);
+        return data;
+      });
       // A failed chunk is fetched again next time (unless a newer download already took its place).
       download.catch(() => this.held.get(key) === download && this.held.delete(key));
       this.held.set(key, download);
       held = download;
-      if (this.held.size > this.maxChunks) this.held.delete(this.held.keys().next().value as string);
+      this.evict();
     }
     return held;
   }
 
+  /** Drop the oldest chunks beyond `maxChunks`, except pinned ones. */
+  private evict(): void {
+    for (const key of this.held.keys()) {
+      if (this.held.size <= this.maxChunks) return;
+      if (this.pinned.has(key)) continue;
+      this.held.delete(key);
+      this.ready.delete(key);
+    }
+  }
+
+  /**
+   * Have the chunks `chunks` of each `file` in memory for `copy` until the next `ensure` (which unpins
+   * them); null when they are all there already (nothing to wait for).
+   */
+  ensure(wanted: readonly { file: ChunkedPayload; chunks: Iterable<number> }[]): Promise<void> | null {
+    const parts = wanted.map(({ file, chunks }) => ({ file, chunks: [...new Set(chunks)] }));
+    this.pinned = new Set(parts.flatMap(({ file, chunks }) => chunks.map((i) => `${file.url}/${i}`)));
+    const missing = parts.flatMap(({ file, chunks }) =>
+      chunks.filter((i) => !this.ready.has(`${file.url}/${i}`)).map((i) => this.chunk(file, i)),
+    );
+    return missing.length === 0 ? null : Promise.all(missing).then(() => undefined);
+  }
+
+  /** Copy bytes [start, end) of `file` into `out` at `at`, from chunks in memory (`ensure` them first). */
+  copy(file: ChunkedPayload, start: number, end: number, out: Uint8Array, at: number): void {
+    for (let pos = start; pos < end; ) {
+      const i = Math.floor(pos / file.chunkBytes);
+      const data = this.ready.get(`${file.url}/${i}`);
+      if (!data) throw new Error(`dataset ${file.url}: chunk ${i} is not loaded`);
+      const base = i * file.chunkBytes;
+      const to = Math.min(end, base + data.byteLength);
+      out.set(data.subarray(pos - base, to - base), at + pos - start);
+      pos = to;
+    }
+  }
+
+  private report(): void {
+    this.opts.onProgress?.({
+      chunks: this.requests + this.cachedChunks,
+      loadedBytes: this.fetchedBytes + this.cachedBytes,
+      cachedBytes: this.cachedBytes,
+    });
+  }
+
   private async download(file: ChunkedPayload, i: number): Promise<Uint8Array> {
-    const res = await this.fetchImpl(`${this.baseUrl}${file.url}/${i}`, { cache: 'no-cache' });
+    const url = this.baseUrl ? `${this.baseUrl}${file.url}/${i}` : new URL(`${file.url}/${i}`, location.href).href;
+    const expected = Math.min(file.chunkBytes, file.bytes - i * file.chunkBytes);
+    const cache = await this.opts.cache;
+    const cacheKey = `${url}?sha256=${file.chunks[i]}`;
+    const hit = await cache?.match(cacheKey);
+    if (hit) {
+      const data = new Uint8Array(await hit.arrayBuffer());
+      if (data.byteLength === expected && (await sha256Hex(data)) === file.chunks[i]) {
+        this.cachedChunks++;
+        this.cachedBytes += data.byteLength;
+        this.report();
+        return data;
+      }
+      await cache?.delete(cacheKey);
+    }
+    const res = await this.fetchImpl(url, { cache: 'no-cache' });
     if (!res.ok) throw new Error(`dataset ${file.url} chunk ${i}: HTTP ${res.status}`);
     const data = new Uint8Array(await res.arrayBuffer());
     this.requests++;
     this.fetchedBytes += data.byteLength;
-    const expected = Math.min(file.chunkBytes, file.bytes - i * file.chunkBytes);
     if (data.byteLength !== expected)
       throw new Error(`dataset ${file.url} chunk ${i}: ${data.byteLength} bytes, expected ${expected}`);
     if ((await sha256Hex(data)) !== file.chunks[i])
       throw new Error(`dataset ${file.url} chunk ${i}: SHA-256 does not match the coordinator's`);
+    this.report();
+    // Entries of this URL with another hash belong to an older dataset; a full or disabled cache only
+    // costs a download next time, so failures here are not errors.
+    await cache
+      ?.delete(url, { ignoreSearch: true })
+      .then(() => cache.put(cacheKey, new Response(data as Uint8Array<ArrayBuffer>)))
+      .catch(() => undefined);
     return data;
   }
 
@@ -244,23 +409,4 @@ export class ChunkFetcher {
     });
     return out;
   }
-}
-
-/**
- * The training windows of a text dataset for sample indices `starts` (window starts): one
- * Uint8Array of starts.length × (context + 1) bytes, the layout `Model.trainTokens` takes.
- */
-export async function textWindows(
-  fetcher: ChunkFetcher,
-  file: ChunkedPayload,
-  starts: ArrayLike<number>,
-  context: number,
-): Promise<Uint8Array> {
-  const w = context + 1;
-  const out = new Uint8Array(starts.length * w);
-  const parts = await Promise.all(Array.from(starts, (s) => fetcher.range(file, s, s + w)));
-  parts.forEach((p, i) => {
-    out.set(p, i * w);
-  });
-  return out;
 }

@@ -33,7 +33,7 @@
  */
 import * as Comlink from 'comlink';
 import type { JobPublic, OptimizerSpec } from '../../coordinator/core/job';
-import { datasetBuffers, fetchDataset } from './dataset-client';
+import { chunkedMetadata, datasetBuffers, fetchDataset, fetchDatasetMetadata } from './dataset-client';
 import { elasticPatch, initialStatus, publicStatus, type TabStatus } from './status';
 import { formatCount, isRunning, VolunteerView } from './view';
 import type { TrainingWorkerApi } from '../worker/training-worker';
@@ -292,10 +292,24 @@ async function trainSolo(): Promise<void> {
 
 let datasetLoaded: Promise<number> | null = null;
 
-/** Download the dataset (or take it from the browser cache) and hand it to the worker, once per page. Resolves to the test-set size. */
+/**
+ * Download the dataset (or take it from the browser cache) and hand it to the worker, once per page.
+ * A user's text or tensors dataset is handed over as its metadata: the worker fetches the chunks its
+ * steps need as it goes, and the progress counts what it has obtained of the whole. Resolves to the
+ * number of test samples.
+ */
 function loadDataset(): Promise<number> {
   datasetLoaded ??= (async () => {
-    const dataset = await fetchDataset('', (p) => update({ dataset: { ...p, done: false } }));
+    const raw = await fetchDatasetMetadata('');
+    const chunked = chunkedMetadata(raw);
+    if (chunked) {
+      const totalBytes = Object.values(chunked.files).reduce((n, f) => n + f.bytes, 0);
+      update({ dataset: { loadedBytes: 0, totalBytes, cachedBytes: 0, done: true } });
+      const onChunks = (p: { loadedBytes: number; cachedBytes: number }) =>
+        update({ dataset: { loadedBytes: p.loadedBytes, totalBytes, cachedBytes: p.cachedBytes, done: true } });
+      return (await api.loadChunked(chunked, Comlink.proxy(onChunks))).test;
+    }
+    const dataset = await fetchDataset('', (p) => update({ dataset: { ...p, done: false } }), raw);
     update({ dataset: { ...(status.dataset ?? { loadedBytes: 0, totalBytes: 0, cachedBytes: 0 }), done: true } });
     const testCount = dataset.test.count;
     await api.loadData(Comlink.transfer(dataset, datasetBuffers(dataset)));

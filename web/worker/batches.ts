@@ -1,11 +1,66 @@
 /**
- * Turning dataset bytes into model inputs: a batch is `x` = pixels/255 as float32 NHWC (channels 1,
- * so row-major pixels) and `labels` as u32, gathered by sample index. The arrays are allocated once
- * per maximum batch and reused (the training loop calls this hundreds of times per epoch).
+ * The training worker's data, one interface for the three dataset kinds (docs/models-and-data.md):
+ * a `TrainingData` gives a `BatchSource` per maximum batch and the test set. Given the sample indices
+ * of a step, a batch source yields the model's input and labels:
+ *
+ * - images (IDX): `x` = pixels/255 as float32 NHWC (channels 1), `labels` one u32 class per sample;
+ * - tensors: `x` = the sample's row of float32 features, `labels` its u32 class (web/worker/chunked-data.ts);
+ * - text: a sample index is a window start; `x` = `context` byte tokens as u32, `labels` the
+ *   `context` next bytes (web/worker/chunked-data.ts).
+ *
+ * `prepare` makes the samples' bytes available (a chunked dataset downloads the chunks they touch) and
+ * returns null when there is nothing to wait for; `gather` is synchronous, so the step code that calls it
+ * (elastic-steps.ts, solo-loop.ts) records the GPU work without an await in between. The arrays are
+ * allocated once per maximum batch and reused (the training loop calls this hundreds of times per epoch).
  */
-import type { DatasetSplitBytes } from './types';
+import type { DatasetBytes, DatasetSplitBytes } from './types';
 
-export class BatchAssembler {
+export interface Batch {
+  /** Classifiers: float32 features; language models: u32 token ids. */
+  x: Float32Array | Uint32Array;
+  labels: Uint32Array;
+  batch: number;
+}
+
+export interface BatchSource {
+  /** Fetch what `indices[start .. start+count)` need; null when they are already at hand. */
+  prepare(indices: ArrayLike<number>, start?: number, count?: number): Promise<void> | null;
+  /** The batch of `indices[start .. start+count)` (prepared); views into reused storage, valid until the next call. */
+  gather(indices: ArrayLike<number>, start?: number, count?: number): Batch;
+}
+
+/** The name elastic-steps.ts and solo-loop.ts know the batch source by. */
+export type BatchAssembler = BatchSource;
+
+/** The first `count` test samples as the model takes them; `positions` predictions per sample (1, or context). */
+export interface TestSet {
+  x: Float32Array | Uint32Array;
+  labels: Uint32Array;
+  count: number;
+  positions: number;
+  /** Language models: report the loss in bits per byte too. */
+  bytes: boolean;
+}
+
+export interface TrainingData {
+  readonly kind: 'images' | 'tensors' | 'text';
+  /** Text: the window's input length, which must be the model's context. */
+  readonly context?: number;
+  /** Training samples (text: window starts). */
+  readonly trainCount: number;
+  /** Test samples an evaluation can use (text: non-overlapping windows of the held-out text). */
+  readonly testCount: number;
+  batches(maxBatch: number): BatchSource;
+  /** The first `count` test samples (at most `testCount`). */
+  testSet(count: number): Promise<TestSet>;
+}
+
+/** Throws unless `index` names one of `n` samples. */
+export function checkIndex(index: number, n: number): void {
+  if (!(Number.isInteger(index) && index >= 0 && index < n)) throw new Error(`sample index ${index} outside [0, ${n})`);
+}
+
+export class ImageBatches implements BatchSource {
   readonly pixels: number;
   private readonly x: Float32Array;
   private readonly labels: Uint32Array;
@@ -19,21 +74,17 @@ export class BatchAssembler {
     this.labels = new Uint32Array(maxBatch);
   }
 
-  /**
-   * The batch of the samples `indices[start .. start+count)`. Returned arrays are views into reused
-   * storage, valid until the next call.
-   */
-  gather(
-    indices: ArrayLike<number>,
-    start = 0,
-    count = indices.length - start,
-  ): { x: Float32Array; labels: Uint32Array; batch: number } {
+  prepare(): null {
+    return null;
+  }
+
+  gather(indices: ArrayLike<number>, start = 0, count = indices.length - start): Batch {
     if (count > this.maxBatch) throw new Error(`batch of ${count} exceeds the maximum ${this.maxBatch}`);
     const { images, labels, count: n } = this.split;
     const p = this.pixels;
     for (let b = 0; b < count; b++) {
       const index = indices[start + b];
-      if (!(index >= 0 && index < n)) throw new Error(`sample index ${index} outside [0, ${n})`);
+      checkIndex(index, n);
       const src = index * p;
       const dst = b * p;
       for (let i = 0; i < p; i++) this.x[dst + i] = images[src + i] / 255;
@@ -41,4 +92,24 @@ export class BatchAssembler {
     }
     return { x: this.x.subarray(0, count * p), labels: this.labels.subarray(0, count), batch: count };
   }
+}
+
+/** The IDX image set, all of it in memory (the volunteer page downloads it whole, dataset-client.ts). */
+export function imageData(d: DatasetBytes): TrainingData {
+  let test: { x: Float32Array; labels: Uint32Array } | undefined;
+  return {
+    kind: 'images',
+    trainCount: d.train.count,
+    testCount: d.test.count,
+    batches: (maxBatch) => new ImageBatches(d.train, maxBatch),
+    async testSet(count) {
+      if (!test) {
+        const { images, labels } = d.test;
+        const x = new Float32Array(images.length);
+        for (let i = 0; i < images.length; i++) x[i] = images[i] / 255;
+        test = { x, labels: Uint32Array.from(labels.subarray(0, d.test.count)) };
+      }
+      return { ...test, count: Math.min(count, d.test.count), positions: 1, bytes: false };
+    },
+  };
 }

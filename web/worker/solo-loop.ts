@@ -9,7 +9,7 @@
  */
 import { epochOrder } from '../../coordinator/core/sampler';
 import type { Model } from '../../kernels/model';
-import type { BatchAssembler } from './batches';
+import type { BatchSource, TestSet } from './batches';
 import type { SoloOptions, SoloProgress, SoloResult } from './types';
 
 /** Steps the CPU may run ahead of the GPU. */
@@ -17,10 +17,10 @@ const MAX_IN_FLIGHT = 2;
 
 export interface SoloRun {
   model: Model;
-  train: BatchAssembler;
+  train: BatchSource;
   /** Train on samples 0..trainCount-1. */
   trainCount: number;
-  test?: { x: Float32Array; labels: Uint32Array; count: number };
+  test?: TestSet;
   options: SoloOptions;
   shouldStop(): boolean;
   onProgress(p: SoloProgress): void;
@@ -50,6 +50,8 @@ export async function runSolo(run: SoloRun): Promise<SoloResult> {
       }
       const cursor = s * batchSize;
       const count = Math.min(batchSize, n - cursor);
+      const ready = train.prepare(order, cursor, count);
+      if (ready) await ready;
       const { x, labels } = train.gather(order, cursor, count);
       model.trainStep(x, labels, count);
       step++;
@@ -124,7 +126,7 @@ async function evaluateEpoch(
   lastLoss: number | null,
 ): Promise<{ accuracy: number; testLoss: number }> {
   const r = await run.model.evaluate(test.x, test.labels, test.count);
-  const accuracy = r.correct / r.count;
+  const accuracy = r.correct / (r.count * test.positions);
   const testLoss = r.lossSum / r.count;
   run.onProgress({
     kind: 'evaluation',

@@ -16,12 +16,14 @@
  */
 import * as Comlink from 'comlink';
 import { hashParams, stateHash } from '../../coordinator/core/hash';
-import { parameterLayout, resolveModelSpec, type ModelSpec } from '../../coordinator/core/model-spec';
+import { isTransformer, parameterLayout, resolveModelSpec, type ModelSpec } from '../../coordinator/core/model-spec';
 import { decodeSnapshot, encodeSnapshot } from '../../coordinator/core/snapshot';
 import { createModel, type Model } from '../../kernels/model';
 import { createGpu, type Gpu } from '../../kernels/runtime';
 import { createTrainingState, type TrainingState } from '../../kernels/training-state';
-import { BatchAssembler } from './batches';
+import { type BatchSource, imageData, type TrainingData } from './batches';
+import { chunkedData } from './chunked-data';
+import { ChunkFetcher, type ChunkedMetadata, type ChunkProgress, openCache } from '../volunteer/dataset-client';
 import { ElasticSteps, type ApplyOptions, type ApplyResult, type NextIndices } from './elastic-steps';
 import { OuterState } from './outer-step';
 import { runSolo } from './solo-loop';
@@ -46,15 +48,13 @@ interface Built {
   steps: ElasticSteps;
   /** Local sync mode's outer momentum; null in every-step mode. */
   outer: OuterState | null;
-  train?: BatchAssembler;
+  train?: BatchSource;
 }
 
 let adapterPromise: Promise<GPUAdapter | null> | undefined;
 let gpu: Gpu | undefined;
 let deviceLost: string | undefined;
-let dataset: DatasetBytes | undefined;
-/** The whole test set as float32 [count, rows, cols, 1] in [0, 1], built once for evaluation. */
-let testInputs: { x: Float32Array; labels: Uint32Array } | undefined;
+let dataset: TrainingData | undefined;
 let built: Built | undefined;
 let stopRequested = false;
 
@@ -118,7 +118,7 @@ async function device(): Promise<Gpu> {
   return gpu;
 }
 
-function requireDataset(): DatasetBytes {
+function requireDataset(): TrainingData {
   if (!dataset) throw new Error('no dataset loaded: call loadData first');
   return dataset;
 }
@@ -134,20 +134,38 @@ function requireOuter(): Built & { outer: OuterState } {
   return b as Built & { outer: OuterState };
 }
 
-function trainBatches(): BatchAssembler {
+/** The dataset, checked to fit the model: text for a language model of the same context, else rows or images. */
+function fittingDataset({ spec }: Built): TrainingData {
+  const data = requireDataset();
+  const lm = isTransformer(spec);
+  if (lm !== (data.kind === 'text') || (lm && spec.context !== data.context))
+    throw new Error(
+      `a ${data.kind} dataset${data.context ? ` of context ${data.context}` : ''} does not fit model ${spec.name}`,
+    );
+  return data;
+}
+
+function trainBatches(): BatchSource {
   const b = requireModel();
-  b.train ??= new BatchAssembler(requireDataset().train, b.model.maxBatch);
+  b.train ??= fittingDataset(b).batches(b.model.maxBatch);
   return b.train;
 }
 
-function getTestInputs(): { x: Float32Array; labels: Uint32Array } {
-  if (!testInputs) {
-    const { images, labels, count } = requireDataset().test;
-    const x = new Float32Array(images.length);
-    for (let i = 0; i < images.length; i++) x[i] = images[i] / 255;
-    testInputs = { x, labels: Uint32Array.from(labels.subarray(0, count)) };
-  }
-  return testInputs;
+/**
+ * Download what the samples of `lists` need (a chunked dataset; the images are all in memory), before the
+ * synchronous step code (elastic-steps.ts) gathers them: this step's and the prefetched next step's.
+ */
+async function prepareSamples(...lists: (Uint32Array | null | undefined)[]): Promise<void> {
+  const all = lists.filter((l): l is Uint32Array => !!l && l.length > 0);
+  if (all.length === 0) return;
+  const ready = trainBatches().prepare(all.length === 1 ? all[0] : Uint32Array.from(all.flatMap((l) => [...l])));
+  if (ready) await ready;
+}
+
+function setDataset(data: TrainingData): { train: number; test: number } {
+  dataset = data;
+  if (built) built.train = undefined;
+  return { train: data.trainCount, test: data.testCount };
 }
 
 const api = {
@@ -185,10 +203,19 @@ const api = {
         );
       }
     }
-    dataset = data;
-    testInputs = undefined;
-    if (built) built.train = undefined;
-    return { train: data.train.count, test: data.test.count };
+    return setDataset(imageData(data));
+  },
+
+  /**
+   * Take a user's dataset (text or tensors) by its metadata: chunks are fetched from this origin as
+   * steps need them, kept in Cache Storage, and `onProgress` reports what has been obtained.
+   */
+  loadChunked(meta: ChunkedMetadata, onProgress?: (p: ChunkProgress) => void): { train: number; test: number } {
+    const fetcher = new ChunkFetcher('', 64, undefined, {
+      cache: openCache(),
+      onProgress: (p) => void onProgress?.(p),
+    });
+    return setDataset(chunkedData(meta, fetcher));
   },
 
   /** Build (or rebuild) the model with fresh seeded parameters. */
@@ -223,7 +250,7 @@ const api = {
   async trainSolo(opts: SoloOptions, onProgress?: (p: SoloProgress) => void): Promise<SoloResult> {
     const data = requireDataset();
     stopRequested = false;
-    const subset = opts.subset === undefined ? data.train.count : Math.min(opts.subset, data.train.count);
+    const subset = opts.subset === undefined ? data.trainCount : Math.min(opts.subset, data.trainCount);
     await api.buildModel({
       model: opts.model,
       optimizer: opts.optimizer,
@@ -231,12 +258,12 @@ const api = {
       seed: opts.seed,
     });
     const { model } = requireModel();
-    const testCount = Math.min(opts.testSubset ?? data.test.count, data.test.count);
+    const testCount = Math.min(opts.testSubset ?? data.testCount, data.testCount);
     return runSolo({
       model,
-      train: new BatchAssembler(data.train, model.maxBatch),
+      train: fittingDataset(requireModel()).batches(model.maxBatch),
       trainCount: subset,
-      test: testCount > 0 ? { ...getTestInputs(), count: testCount } : undefined,
+      test: testCount > 0 ? await data.testSet(testCount) : undefined,
       options: opts,
       shouldStop: () => stopRequested,
       // Progress is fire-and-forget: awaiting the page would add a round trip to every report.
@@ -249,13 +276,18 @@ const api = {
     stopRequested = true;
   },
 
-  /** Test-set loss and accuracy of the current parameters (first `count` test images; default all). */
+  /**
+   * Test-set loss and accuracy of the current parameters (first `count` test samples; default all). A
+   * language model's accuracy is per next byte, and its mean loss per byte is also given in bits.
+   */
   async evaluate(count?: number): Promise<EvaluationResult> {
-    const { model } = requireModel();
-    const test = getTestInputs();
-    const n = Math.min(count ?? test.labels.length, test.labels.length);
-    const r = await model.evaluate(test.x, test.labels, n);
-    return { accuracy: r.correct / r.count, lossAvg: r.lossSum / r.count, count: r.count };
+    const b = requireModel();
+    const data = fittingDataset(b);
+    const test = await data.testSet(count ?? data.testCount);
+    const r = await b.model.evaluate(test.x, test.labels, test.count);
+    const lossAvg = r.lossSum / r.count;
+    const result = { accuracy: r.correct / (r.count * test.positions), lossAvg, count: r.count };
+    return test.bytes ? { ...result, bitsPerByte: lossAvg / Math.LN2 } : result;
   },
 
   /**
@@ -265,6 +297,7 @@ const api = {
    * Returns the prefetch `applyAndHash` started when it is for these samples (web/worker/elastic-steps.ts).
    */
   async computeGradients(indices: Uint32Array, keepOnDevice = false): Promise<GradientResult> {
+    await prepareSamples(indices);
     const result = await requireModel().steps.computeGradients(indices, keepOnDevice);
     return result.gradients ? Comlink.transfer(result, [result.gradients]) : result;
   },
@@ -274,12 +307,13 @@ const api = {
    * over `sampleCount` samples; returns the new parameters' hash. With `next`, the next step's
    * gradients are computed on the GPU while this hash is computed here.
    */
-  applyAndHash(
+  async applyAndHash(
     sums: ArrayBuffer | null,
     sampleCount: number,
     next: NextIndices | null = null,
     opts: ApplyOptions = {},
   ): Promise<ApplyResult> {
+    await prepareSamples(next?.indices, opts.prefetched);
     return requireModel().steps.applyAndHash(sums, sampleCount, next, opts);
   },
 

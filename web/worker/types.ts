@@ -106,9 +106,13 @@ export interface SoloResult {
 }
 
 export interface EvaluationResult {
+  /** Correct arg-max predictions per prediction (language models: per next byte). */
   accuracy: number;
+  /** Mean loss per sample (language models: nats per byte). */
   lossAvg: number;
   count: number;
+  /** Language models: `lossAvg` in bits per byte (lossAvg / ln 2). */
+  bitsPerByte?: number;
 }
 
 export interface GradientResult {
