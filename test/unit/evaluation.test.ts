@@ -325,7 +325,9 @@ describe('elastic loop: rank 0 evaluates the committed state', () => {
       epochs: 2,
       minWorkers: 2,
       maxWorkers: 2,
-      heartbeatMs: 40,
+      // Nobody fails here: a slow heartbeat keeps a loaded machine (a starved event loop) from
+      // declaring a tab dead and turning the run into restarts that outlast the deadline.
+      heartbeatMs: 1000,
       lastCallMs: 15,
       seed: 5,
       evalSamples: 300,
