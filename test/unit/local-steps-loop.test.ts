@@ -28,7 +28,9 @@ const BASE: JobSpecInput = {
   minWorkers: 1,
   maxWorkers: 4,
   checkpointEvery: 4,
-  heartbeatMs: 40,
+  // Crashes are seen by their closed sockets; a slow heartbeat keeps a loaded machine (a starved event
+  // loop) from declaring live tabs dead, which would change the world and the hand-computed reference.
+  heartbeatMs: 1000,
   lastCallMs: 15,
   seed: 5,
   sync: { mode: 'local', innerSteps: 4, outer: { kind: 'nesterov', lr: 0.7, momentum: 0.9 }, compression: 'none' },
