@@ -163,8 +163,10 @@ export const stepReportSchema = z.strictObject({
     .min(0)
     .max(1 << 20),
   /**
-   * Forward+backward time of the slice (ms), as the tab measured it. Kept with the report only: the
-   * throughput shares use the time the coordinator measured (commit.ts), not this claim.
+   * Time the tab spent computing since its previous report (ms): the wall time less its waits for the
+   * allreduce, the commit and its own pause (web/elastic/busy-clock.ts), as it measured it. A claim: the
+   * throughput shares use the time the coordinator measured (commit.ts), and the compute utilization
+   * clamps it to that time (utilization.ts).
    */
   computeMs: z.number().min(0).max(1e7),
   /**

@@ -7,6 +7,7 @@
  */
 import { afterEach, describe, expect, it } from 'vitest';
 import { jobPublic, parseJobSpec, type JobSpec, type JobSpecInput } from '../../coordinator/core/job';
+import { parameterLayout } from '../../coordinator/core/model-spec';
 import { epochOrder, indicesForRank, isCommitPoint, stepPosition } from '../../coordinator/core/sampler';
 import {
   CpuTrainer,
@@ -17,6 +18,7 @@ import {
   until,
   type StoredCommit,
 } from '../kit/simulation';
+import { ringAllreduceBusBytes } from '../../web/net/ring-allreduce';
 import { outerWeight } from '../../web/worker/outer-step';
 
 const DATASET = 200;
@@ -170,6 +172,25 @@ describe('local sync mode (simulated tabs, real coordinator machine)', () => {
     expect(commits.map((c) => c.step)).toEqual(OUTER_ENDS);
     for (const c of commits) expect(c.hash, `outer step ending at ${c.step}`).toBe(ref.get(c.step));
     for (const t of tabs) expect(await t.trainer.hash()).toBe(ref.get(TOTAL_STEPS));
+    // Bytes per sample as the tabs report them: one allreduce of the model per outer step, by the ring formula.
+    const elements = new Float32Array(await tabs[0].trainer.pseudoGradient(0)).length;
+    const perOuter = ringAllreduceBusBytes(elements, 2, 'none');
+    const usage = coordinator.state.usage!.total;
+    expect(usage.wireBytes).toBe(2 * OUTER_ENDS.length * Math.round(perOuter));
+    expect(usage.wireSamples).toBe(2 * DATASET);
+    // Compute time is claimed per report and clamped: never more than the wall time it sits in.
+    expect(usage.computeMs).toBeGreaterThan(0);
+    expect(usage.computeMs).toBeLessThanOrEqual(usage.wallMs);
+  });
+
+  it('every-step mode reports one allreduce of the gradient per step as its bytes', { timeout: 30_000 }, async () => {
+    const job = parseJobSpec({ ...BASE, minWorkers: 2, sync: { mode: 'every-step', compression: 'fp16' } });
+    const { coordinator, open, waitFor } = setUp(job);
+    [open('a', 0), open('b', 0)];
+    await waitFor(() => coordinator.state.status === 'done', 'the run to finish');
+    const perStep = Math.round(ringAllreduceBusBytes(parameterLayout(SIM_MODEL).totalElements, 2, 'fp16'));
+    const usage = coordinator.state.usage!.total;
+    expect(usage.wireBytes).toBe(2 * TOTAL_STEPS * perStep);
   });
 
   it('goodbye, join and crash inside outer steps (int8 wire): the record stays exactly once', {

@@ -25,6 +25,7 @@ import type { Ring } from '../net/link';
 import { ringAllreduce, ringAllreduceBusBytes, type WireCompression } from '../net/ring-allreduce';
 import { outerWeight } from '../worker/outer-step';
 import { abortReason, bounded } from './async-tools';
+import { BusyClock } from './busy-clock';
 import type { CheckpointService } from './checkpoint-service';
 import type { NextStep } from './held-states';
 import type { LoopContext } from './loop-context';
@@ -55,18 +56,23 @@ export class StepRunner {
   private requestedAt: number | null = null;
   /** The pause taken before the step about to be computed, when no prefetch already counts it. */
   private pausedMs = 0;
+  /** What this rank reports as its compute time per step. */
+  private readonly busy: BusyClock;
 
   constructor(
     private readonly ctx: LoopContext,
     private readonly checkpoints: CheckpointService,
     /** Samples of steps reported and not yet seen committed (step → samples), shared with the loop. */
     private readonly uncommitted: Map<number, number>,
-  ) {}
+  ) {
+    this.busy = new BusyClock(() => ctx.now());
+  }
 
   /** A new round: no prefetch, no pause carried over. */
   reset(): void {
     this.requestedAt = null;
     this.pausedMs = 0;
+    this.busy.reset();
   }
 
   async run(session: RoundSession, ring: Ring, job: JobPublic): Promise<void> {
@@ -84,11 +90,14 @@ export class StepRunner {
       const work = planned ?? stepWork(job, session.world, session.rank, step);
       const computed = onDevice === step ? null : await this.gradients(work, keepOnDevice);
       const sums = computed
-        ? await this.allreduce(session, ring, job, step, computed.gradient, computed.computeMs)
+        ? await this.busy.waiting(() => this.allreduce(session, ring, job, step, computed.gradient, computed.computeMs))
         : null;
+      // Read before the apply transfers the buffer to the worker.
+      const wireBytes = sums ? ringAllreduceBusBytes(sums.byteLength / 4, session.world.length, this.wire(job)) : 0;
       const waitStart = this.ctx.now();
       const backup = pending ? await this.awaitCommit(session, pending) : undefined;
       const waitedMs = this.ctx.now() - waitStart;
+      this.busy.wait(waitedMs);
       pending = null;
       if (signal.aborted) throw abortReason(signal);
       planned = step < job.totalSteps ? stepWork(job, session.world, session.rank, step + 1) : null;
@@ -105,8 +114,7 @@ export class StepRunner {
       const computeMs = computed?.computeMs ?? Math.max(0, this.ctx.now() - (requested ?? waitStart) - waitedMs);
       this.ctx.box.update(stepComputed(this.ctx.box.status, { step, ...gradient, computeMs }));
       if (signal.aborted) throw abortReason(signal);
-      const wireBytes = sums ? ringAllreduceBusBytes(sums.byteLength / 4, session.world.length, this.wire(job)) : 0;
-      this.report(session, step, result.hash, gradient, computeMs, wireBytes);
+      this.report(session, step, result.hash, gradient, wireBytes);
       if (work.commitPoint) {
         pending = { step, hash: result.hash };
         this.onCommitted(session, job, step);
@@ -142,6 +150,7 @@ export class StepRunner {
       const waitStart = this.ctx.now();
       const backup = pending ? await this.awaitCommit(session, pending) : undefined;
       const waitedMs = this.ctx.now() - waitStart;
+      this.busy.wait(waitedMs);
       pending = null;
       if (signal.aborted) throw abortReason(signal);
       planned = step < job.totalSteps ? stepWork(job, session.world, session.rank, step + 1) : null;
@@ -173,13 +182,15 @@ export class StepRunner {
       if (work.commitPoint) {
         hash = await keeper.outerStep(step, outerWeight(own, all), async (delta) => {
           if (signal.aborted) throw abortReason(signal);
-          await ringAllreduce(ring, delta, {
-            id: { round: session.round, step, seq: 0 },
-            // The slowest rank may still have most of its inner steps to take when this one arrives.
-            timeoutMs: Math.max(this.ctx.timeouts.collectiveMs, (10 + sync.innerSteps) * this.lastComputeMs),
-            signal,
-            compression: this.wire(job),
-          });
+          await this.busy.waiting(() =>
+            ringAllreduce(ring, delta, {
+              id: { round: session.round, step, seq: 0 },
+              // The slowest rank may still have most of its inner steps to take when this one arrives.
+              timeoutMs: Math.max(this.ctx.timeouts.collectiveMs, (10 + sync.innerSteps) * this.lastComputeMs),
+              signal,
+              compression: this.wire(job),
+            }),
+          );
           wireBytes = ringAllreduceBusBytes(delta.length, session.world.length, this.wire(job));
         });
         own = 0;
@@ -187,7 +198,7 @@ export class StepRunner {
       }
       this.ctx.box.update(stepComputed(this.ctx.box.status, { step, ...gradient, computeMs }));
       if (signal.aborted) throw abortReason(signal);
-      this.report(session, step, hash, gradient, computeMs, wireBytes);
+      this.report(session, step, hash, gradient, wireBytes);
       if (work.commitPoint) {
         pending = { step, hash };
         this.onCommitted(session, job, step);
@@ -250,14 +261,7 @@ export class StepRunner {
     return sums.buffer as ArrayBuffer;
   }
 
-  private report(
-    session: RoundSession,
-    step: number,
-    hash: string,
-    g: GradientResult,
-    computeMs: number,
-    wireBytes: number,
-  ): void {
+  private report(session: RoundSession, step: number, hash: string, g: GradientResult, wireBytes: number): void {
     const sent = this.ctx.control.send({
       type: 'step_report',
       round: session.round,
@@ -266,8 +270,8 @@ export class StepRunner {
       hash,
       lossSum: g.lossSum,
       samples: g.samples,
-      // A pause before this step counts as this tab's time for it, so shares move work away from a paused tab.
-      computeMs: Math.min(computeMs, 1e7),
+      // Busy time since the previous report (busy-clock.ts): the coordinator's compute utilization.
+      computeMs: Math.min(this.busy.lap(), 1e7),
       wireBytes: Math.round(wireBytes),
     });
     if (!sent) throw new Error('control socket closed before the step report');
@@ -311,8 +315,8 @@ export class StepRunner {
   /**
    * The GPU-use limit: wait `stepPauseMs` between two steps, cut short when the round ends. Safe in a
    * ring: the other ranks wait for this one inside the next allreduce, whose deadline (≥ 20 s) is far
-   * above the 2 s cap. The pause counts in the next step's reported `computeMs` (inside the prefetch's
-   * time, or added), so the coordinator's throughput shares move work to the other tabs.
+   * above the 2 s cap. The pause lengthens the time the coordinator measures to this tab's next report,
+   * so its throughput shares move work to the other tabs; it is not compute time (busy-clock.ts).
    * In a hidden tab the pause is a main-thread timer, so Chrome may align it to whole seconds; it is
    * scheduled from a worker-reply task (timer nesting level 0), so never to the one-minute alignment.
    */
@@ -320,15 +324,18 @@ export class StepRunner {
     const ms = this.ctx.box.status.stepPauseMs;
     if (ms <= 0 || signal.aborted) return;
     const started = this.ctx.now();
-    await new Promise<void>((resolve) => {
-      const done = () => {
-        clearTimeout(timer);
-        signal.removeEventListener('abort', done);
-        resolve();
-      };
-      const timer = setTimeout(done, ms);
-      signal.addEventListener('abort', done, { once: true });
-    });
+    await this.busy.waiting(
+      () =>
+        new Promise<void>((resolve) => {
+          const done = () => {
+            clearTimeout(timer);
+            signal.removeEventListener('abort', done);
+            resolve();
+          };
+          const timer = setTimeout(done, ms);
+          signal.addEventListener('abort', done, { once: true });
+        }),
+    );
     if (!prefetched) this.pausedMs = this.ctx.now() - started;
   }
 }
