@@ -186,7 +186,8 @@ describe('local sync mode (simulated tabs, real coordinator machine)', () => {
   it('every-step mode reports one allreduce of the gradient per step as its bytes', { timeout: 30_000 }, async () => {
     const job = parseJobSpec({ ...BASE, minWorkers: 2, sync: { mode: 'every-step', compression: 'fp16' } });
     const { coordinator, open, waitFor } = setUp(job);
-    [open('a', 0), open('b', 0)];
+    open('a', 0);
+    open('b', 0);
     await waitFor(() => coordinator.state.status === 'done', 'the run to finish');
     const perStep = Math.round(ringAllreduceBusBytes(parameterLayout(SIM_MODEL).totalElements, 2, 'fp16'));
     const usage = coordinator.state.usage!.total;
