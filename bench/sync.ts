@@ -1,0 +1,423 @@
+/**
+ * `npm run bench:sync` (root; tsx bench/sync.ts): every-step against local-step (DiLoCo) sync, with and
+ * without a compressed wire, across NATed homes on slow access links (the test bed, coordinator/netbed;
+ * nothing shapes the machine's own loopback). One JSON line `{"bench":"sync","runs":[…]}`.
+ *
+ * Per (link profile × configuration): a fresh scene (HTTPS coordinator + coturn in the public segment,
+ * three Chromiums each in its own home behind its own NAT and access link), the job below, then a
+ * fixed wall-clock window of training once all three tabs train (`--window`, 60 s by default):
+ * - samples/s: the samples of the commits inside the window over the time between the first and the
+ *   last of them (the coordinator's `committedAt`), so a local-mode window is not cut mid outer step;
+ * - bytes per sample: the `wireBytes` the tabs put in their step reports (read off each page's control
+ *   WebSocket frames) for the steps of those commits, summed over tabs, over the samples; beside it the
+ *   bytes the tabs' RTCPeerConnections really sent (`transport.bytesSent`, so DTLS/SCTP framing and
+ *   retransmissions included) over the same wall window, per committed sample;
+ * - utilization: each tab's reported `computeMs` for those steps over the same time, and the mean;
+ * - accuracy: at the window's end rank 0 uploads the last committed state (admin `checkpoint`, the
+ *   links unshaped again); this process decodes it and evaluates it on the first `--test` test images
+ *   (all 10,000 by default) in float64 on the CPU (bench/evaluate-snapshot.ts).
+ *
+ * The set-up (dataset download, WebRTC, two commit points) runs on the profile's delay at 1 Gbit/s
+ * without loss; the profile's rate and loss go on (tc/nft in the homes and routers) two commit points
+ * before the window and come off after it, so the runs spend their time measuring, not downloading.
+ *
+ * Goal (issue 13): on the poor profile, local H = 32 int8 at ≥ 10× the samples/s of every-step fp32,
+ * with compute utilization ≥ 0.8.
+ *
+ * Options: --profiles broadband,poor  --configs every-step:none,every-step:fp16,local8:fp16,local32:int8
+ *          --window 60 (s)  --train 60000 (training images served)  --test 10000
+ */
+import { existsSync, readFileSync } from 'node:fs';
+import { request } from 'node:https';
+import { join } from 'node:path';
+import type { Page } from 'playwright-core';
+import type { StatusReport } from '../coordinator/audit';
+import { COORDINATOR_IP, netbedUnavailable, type LinkProfile } from '../coordinator/netbed/netbed';
+import { COORDINATOR_PORT, Scene } from '../coordinator/netbed/scene';
+import { launchSwarmChromium } from '../coordinator/swarm/chromium';
+import { FASHION_MNIST_DIR, WEB_BUILD_DIR } from '../test/support/browser';
+import { makeTempDir } from '../test/support/fake-dataset';
+import { writeDatasetSlice } from '../test/support/small-dataset';
+import { snapshotAccuracy } from './evaluate-snapshot';
+import { arg, chromiumVersion, configName, parseConfig, type SyncConfig, syncField } from './sync-configs';
+
+/** The issue's two access-link profiles (each direction). */
+const PROFILES: Record<string, LinkProfile> = {
+  broadband: { delayMs: 20, jitterMs: 0, rateMbit: 20, lossPercent: 0 },
+  poor: { delayMs: 80, jitterMs: 0, rateMbit: 5, lossPercent: 1 },
+};
+const TABS = 3;
+const GLOBAL_BATCH = 128;
+const GOAL_SPEEDUP = 10;
+const GOAL_UTILIZATION = 0.8;
+
+function jobFor(config: SyncConfig): Record<string, unknown> {
+  return {
+    model: 'mlp',
+    globalBatch: GLOBAL_BATCH,
+    epochs: 1000, // never reached: the window ends the run
+    minWorkers: TABS,
+    maxWorkers: TABS,
+    sync: syncField(config),
+    // No periodic checkpoints inside the window (epoch ends still take one, as in any run).
+    checkpointEvery: 10_000_000,
+    heartbeatMs: 2000,
+    lastCallMs: 500,
+    seed: 13,
+    evalSamples: 0, // the tabs never evaluate; this process does (see the header)
+  };
+}
+
+/** One step report as a tab sent it (the fields the bench reads). */
+interface Report {
+  step: number;
+  samples: number;
+  computeMs: number;
+  wireBytes: number;
+}
+
+interface Tab {
+  page: Page;
+  reports: Report[];
+}
+
+/** Runs in the page before its scripts: keeps every RTCPeerConnection, so their transports' bytes can be read. */
+function trackPeerConnections(): void {
+  const Native = window.RTCPeerConnection;
+  const all: RTCPeerConnection[] = [];
+  (window as unknown as { __benchPcs: RTCPeerConnection[] }).__benchPcs = all;
+  window.RTCPeerConnection = class extends Native {
+    constructor(config?: RTCConfiguration) {
+      super(config);
+      all.push(this);
+    }
+  } as typeof RTCPeerConnection;
+}
+
+/** Bytes sent by all of the page's peer connections' transports so far. */
+async function rtcBytesSent(page: Page): Promise<number> {
+  return page.evaluate(async () => {
+    const pcs = (window as unknown as { __benchPcs?: RTCPeerConnection[] }).__benchPcs ?? [];
+    let sum = 0;
+    for (const pc of pcs) {
+      if (pc.connectionState === 'closed') continue;
+      (await pc.getStats()).forEach((s: { type: string; bytesSent?: number }) => {
+        if (s.type === 'transport') sum += s.bytesSent ?? 0;
+      });
+    }
+    return sum;
+  });
+}
+
+/** Scene.openTab plus the bench's probes: the page's step reports and its peer connections. */
+async function openTab(scene: Scene, home: number): Promise<Tab> {
+  const ns = scene.bed.homes[home].ns;
+  const browser = await launchSwarmChromium({
+    wrap: (executable) => scene.bed.wrapper(ns, executable),
+    args: [`--ignore-certificate-errors-spki-list=${scene.certs.spkiHashes.join(',')}`],
+  });
+  const page = await (await browser.newContext()).newPage();
+  scene.tabs.push({ home, browser, page }); // closed with the scene
+  await page.addInitScript(trackPeerConnections);
+  const tab: Tab = { page, reports: [] };
+  page.on('websocket', (ws) =>
+    ws.on('framesent', ({ payload }) => {
+      if (typeof payload !== 'string' || !payload.includes('"step_report"')) return;
+      const m = JSON.parse(payload) as Partial<Report> & { type: string };
+      if (m.type !== 'step_report') return;
+      tab.reports.push({
+        step: m.step ?? -1,
+        samples: m.samples ?? 0,
+        computeMs: m.computeMs ?? 0,
+        wireBytes: m.wireBytes ?? 0,
+      });
+    }),
+  );
+  await page.goto(`${scene.url}/?${new URLSearchParams({ autostart: '1', mode: 'elastic', testSubset: '0' })}`);
+  return tab;
+}
+
+/** GET a coordinator path through the scene's Unix-socket relay; the raw body. */
+function download(scene: Scene, path: string): Promise<Buffer> {
+  // The relay Scene.start opened (netbed.unixProxy names it by host and port).
+  const socketPath = join(scene.bed.dir, `proxy-${COORDINATOR_IP}-${COORDINATOR_PORT}.sock`);
+  return new Promise((resolve, reject) => {
+    const req = request(
+      {
+        socketPath,
+        host: COORDINATOR_IP,
+        path,
+        ca: readFileSync(scene.certs.caCert),
+        timeout: 30_000,
+        headers: { authorization: `Bearer ${scene.adminToken}` },
+      },
+      (res) => {
+        const chunks: Buffer[] = [];
+        res.on('data', (d: Buffer) => chunks.push(d));
+        res.on('end', () =>
+          res.statusCode === 200
+            ? resolve(Buffer.concat(chunks))
+            : reject(new Error(`${path}: ${res.statusCode} ${Buffer.concat(chunks).toString().slice(0, 200)}`)),
+        );
+      },
+    );
+    req.on('error', reject);
+    req.on('timeout', () => req.destroy(new Error(`${path}: no answer in 30 s`)));
+    req.end();
+  });
+}
+
+interface Commit {
+  step: number;
+  count: number;
+  committedAt: number;
+  worldSize: number;
+}
+
+async function commitsFrom(scene: Scene, from: number): Promise<Commit[]> {
+  const out: Commit[] = [];
+  let next: number | null = from;
+  for (let page = 0; next !== null && page < 100; page++) {
+    const body: { commits: Commit[]; next: number | null } = await scene.api(`/api/commits?from=${next}`);
+    out.push(...body.commits);
+    next = body.next;
+  }
+  return out;
+}
+
+export interface Run extends SyncConfig {
+  profile: string;
+  samplesPerSec: number;
+  bytesPerSample: number;
+  rtcBytesPerSample: number;
+  utilization: number;
+  utilizationPerTab: number[];
+  accuracy: number;
+  accuracyStep: number;
+  testImages: number;
+  windowSeconds: number;
+  commits: number;
+}
+
+/**
+ * Puts `link`'s rate and loss on every access link of the scene, where netbed put them: the tbf qdisc on
+ * the home's and the router's TUN device (`tc qdisc change`) and a random drop in the router's forward
+ * chain (the scene starts without loss; the rule is inserted here, and replaced or removed by the next
+ * call). The delay line keeps its delay.
+ */
+function shapeAccessLinks(scene: Scene, link: LinkProfile): void {
+  const burst = Math.max(3200, Math.round((link.rateMbit * 1e6) / 8 / 1000) * 4); // as netbed's configureHome
+  for (const home of scene.bed.homes) {
+    for (const ns of [home.ns, home.router]) {
+      const qdiscs = scene.bed.run(ns, 'tc', ['qdisc', 'show']);
+      const dev = /qdisc tbf \S+ dev (\S+) root/.exec(qdiscs)?.[1];
+      if (!dev) throw new Error(`no tbf qdisc in ${ns}: ${qdiscs}`);
+      const tbf = ['rate', `${link.rateMbit}mbit`, 'burst', String(burst), 'latency', '200ms'];
+      scene.bed.run(ns, 'tc', ['qdisc', 'change', 'dev', dev, 'root', 'tbf', ...tbf]);
+    }
+    // Any loss rule this function inserted before goes first (found by its handle).
+    const chain = scene.bed.run(home.router, 'nft', ['-a', 'list', 'chain', 'ip', 'netbed', 'forwarding']);
+    for (const m of chain.matchAll(/numgen random .* drop # handle (\d+)/g))
+      scene.bed.run(home.router, 'nft', ['delete', 'rule', 'ip', 'netbed', 'forwarding', 'handle', m[1]]);
+    const lossPerMyriad = Math.round(link.lossPercent * 100);
+    if (lossPerMyriad > 0)
+      scene.bed.run(home.router, 'nft', [
+        'insert rule ip netbed forwarding numgen random mod 10000 < ' + lossPerMyriad + ' drop',
+      ]);
+  }
+}
+
+/** Sleep for the window, printing progress every 10 s. */
+async function trainWindow(scene: Scene, tabs: Tab[], label: string, windowMs: number): Promise<void> {
+  const end = performance.now() + windowMs;
+  while (performance.now() < end) {
+    await new Promise((r) => setTimeout(r, Math.min(10_000, end - performance.now())));
+    const s = await scene.api<StatusReport>('/api/status');
+    const reported = tabs.map((t) => t.reports.at(-1)?.step ?? '–').join('/');
+    process.stderr.write(
+      `  ${label}: committed step ${s.step}, world ${s.world.length}, tabs reported ${reported}, ${Math.round((end - performance.now()) / 1000)} s left\n`,
+    );
+  }
+}
+
+async function scenario(
+  profile: string,
+  config: SyncConfig,
+  o: { windowMs: number; dataset: string; test: number },
+): Promise<Run> {
+  const label = `${profile} ${configName(config)}`;
+  const link = PROFILES[profile];
+  // Set-up (dataset download, WebRTC, warm-up) on the profile's delay at 1 Gbit/s without loss; the
+  // profile's rate and loss go on before the measured window (see shapeAccessLinks).
+  const setup: LinkProfile = { ...link, rateMbit: 1000, lossPercent: 0 };
+  const scene = await Scene.start({
+    homes: Array.from({ length: TABS }, () => ({ nat: 'endpoint-independent' as const, link: setup })),
+    job: jobFor(config),
+    datasetDir: o.dataset,
+    distDir: WEB_BUILD_DIR,
+  });
+  try {
+    const tabs = await Promise.all(Array.from({ length: TABS }, (_, i) => openTab(scene, i)));
+    // Warm: all three train and one commit point of the full world is behind them.
+    const H = config.innerSteps;
+    const warm = await scene.statusUntil(
+      (s) => s.world.length === TABS && s.state === 'training' && s.step >= 2 * H,
+      'trained two commit points with all tabs',
+      600_000,
+      250,
+    );
+    shapeAccessLinks(scene, link);
+    const shaped = await scene.statusUntil(
+      (s) => s.world.length === TABS && s.step >= warm.step + 2 * H,
+      'trained two commit points on the shaped links',
+      600_000,
+      250,
+    );
+    process.stderr.write(
+      `  ${label}: all ${TABS} tabs train (step ${warm.step}), shaped links from step ${shaped.step}; window ${o.windowMs / 1000} s\n`,
+    );
+    const rtc0 = await Promise.all(tabs.map((t) => rtcBytesSent(t.page)));
+    const t0 = Date.now();
+    await trainWindow(scene, tabs, label, o.windowMs);
+    const t1 = Date.now();
+    const rtc1 = await Promise.all(tabs.map((t) => rtcBytesSent(t.page)));
+    shapeAccessLinks(scene, setup);
+    const inWindow = (await commitsFrom(scene, shaped.step)).filter((c) => c.committedAt >= t0 && c.committedAt <= t1);
+    if (inWindow.length < 2) throw new Error(`${label}: ${inWindow.length} commits in the window, need 2`);
+    if (inWindow.some((c) => c.worldSize !== TABS)) throw new Error(`${label}: a commit in the window lacks a tab`);
+    const [first, last] = [inWindow[0], inWindow.at(-1)!];
+    const spanMs = last.committedAt - first.committedAt;
+    const samples = inWindow.slice(1).reduce((n, c) => n + c.count, 0);
+    // The steps of the commits after `first`, up to `last`: their reports (later duplicates of a redone step counted: real work).
+    const counted = (r: Report) => r.step > first.step && r.step <= last.step;
+    const wire = tabs.reduce((n, t) => n + t.reports.filter(counted).reduce((m, r) => m + r.wireBytes, 0), 0);
+    const utilizationPerTab = tabs.map((t) => t.reports.filter(counted).reduce((m, r) => m + r.computeMs, 0) / spanMs);
+    const samplesPerSec = (samples / spanMs) * 1000;
+    const rtcRate = (rtc1.reduce((a, b) => a + b, 0) - rtc0.reduce((a, b) => a + b, 0)) / ((t1 - t0) / 1000);
+    const accuracy = await evaluateCommitted(scene, label, last.step, o);
+    return {
+      profile,
+      ...config,
+      samplesPerSec,
+      bytesPerSample: wire / samples,
+      rtcBytesPerSample: rtcRate / samplesPerSec,
+      utilization: utilizationPerTab.reduce((a, b) => a + b, 0) / TABS,
+      utilizationPerTab,
+      accuracy: accuracy.accuracy,
+      accuracyStep: accuracy.step,
+      testImages: accuracy.testImages,
+      windowSeconds: (t1 - t0) / 1000,
+      commits: inWindow.length,
+    };
+  } finally {
+    await scene.close();
+  }
+}
+
+/**
+ * Rank 0 uploads the last commit of the window (admin `checkpoint`, on the unshaped links: the
+ * measurement is over), evaluated here on the CPU.
+ */
+async function evaluateCommitted(
+  scene: Scene,
+  label: string,
+  step: number,
+  o: { dataset: string; test: number },
+): Promise<{ step: number; accuracy: number; testImages: number }> {
+  await scene.api('/api/admin/checkpoint', {});
+  const saved = await scene.statusUntil(
+    (s) => s.latestCheckpoint !== null && s.latestCheckpoint.step >= step,
+    `uploaded a checkpoint at or after step ${step}`,
+    180_000,
+    500,
+  );
+  await scene.api('/api/admin/pause', {});
+  const bytes = await download(scene, `/api/checkpoints/${saved.latestCheckpoint!.step}`);
+  const result = await snapshotAccuracy(bytes, FASHION_MNIST_DIR, o.test);
+  process.stderr.write(
+    `  ${label}: step ${result.step}: ${(result.accuracy * 100).toFixed(2)} % on ${result.testImages} test images\n`,
+  );
+  return result;
+}
+
+function printTable(runs: Run[]): void {
+  process.stdout.write(
+    'profile    config              samples/s  speedup  wire B/sample  RTC B/sample  utilization (per tab)       accuracy %  (step)  commits\n',
+  );
+  for (const r of runs) {
+    const ref = runs.find((x) => x.profile === r.profile && x.mode === 'every-step' && x.compression === 'none');
+    const speedup = ref ? r.samplesPerSec / ref.samplesPerSec : Number.NaN;
+    process.stdout.write(
+      `${r.profile.padEnd(11)}${configName(r).padEnd(20)}${r.samplesPerSec.toFixed(1).padStart(9)}  ${`${speedup.toFixed(1)}×`.padStart(7)}  ${Math.round(r.bytesPerSample).toString().padStart(13)}  ${Math.round(r.rtcBytesPerSample).toString().padStart(12)}  ${`${r.utilization.toFixed(2)} (${r.utilizationPerTab.map((u) => u.toFixed(2)).join(' ')})`.padEnd(26)}  ${(r.accuracy * 100).toFixed(2).padStart(10)}  ${`(${r.accuracyStep})`.padStart(6)}  ${String(r.commits).padStart(7)}\n`,
+    );
+  }
+  const goal = (profile: string) => {
+    const ref = runs.find((x) => x.profile === profile && x.mode === 'every-step' && x.compression === 'none');
+    const h32 = runs.find(
+      (x) => x.profile === profile && x.mode === 'local' && x.innerSteps === 32 && x.compression === 'int8',
+    );
+    if (!ref || !h32) return null;
+    const speedup = h32.samplesPerSec / ref.samplesPerSec;
+    return `goal (${profile}): local H=32 int8 at ${speedup.toFixed(1)}× every-step fp32 (≥ ${GOAL_SPEEDUP}×: ${speedup >= GOAL_SPEEDUP ? 'met' : 'MISSED'}), utilization ${h32.utilization.toFixed(2)} (≥ ${GOAL_UTILIZATION}: ${h32.utilization >= GOAL_UTILIZATION ? 'met' : 'MISSED'})`;
+  };
+  const line = goal('poor');
+  if (line) process.stdout.write(`${line}\n`);
+}
+
+async function main(): Promise<void> {
+  const why = netbedUnavailable();
+  if (why) {
+    process.stderr.write(`bench:sync: ${why}\n`);
+    process.exit(1);
+  }
+  if (!existsSync(join(WEB_BUILD_DIR, 'index.html'))) {
+    process.stderr.write(`bench:sync: build the web app first (npx vite build; serving ${WEB_BUILD_DIR})\n`);
+    process.exit(1);
+  }
+  const profiles = arg('profiles', 'broadband,poor').split(',');
+  for (const p of profiles) if (!PROFILES[p]) throw new Error(`unknown profile "${p}" (broadband, poor)`);
+  const configs = arg('configs', 'every-step:none,every-step:fp16,local8:fp16,local32:int8')
+    .split(',')
+    .map(parseConfig);
+  const windowMs = Number(arg('window', '60')) * 1000;
+  const train = Number(arg('train', '60000'));
+  const test = Number(arg('test', '10000'));
+  // The tabs download only the training images they are served (a slice); the test set stays here.
+  const dataset = await writeDatasetSlice(FASHION_MNIST_DIR, join(makeTempDir('tabswarm-bench-sync-'), 'fm'), train, 1);
+  const runs: Run[] = [];
+  for (const profile of profiles) {
+    for (const config of configs) {
+      process.stderr.write(`bench:sync: ${profile} ${configName(config)}…\n`);
+      runs.push(await scenario(profile, config, { windowMs, dataset, test }));
+    }
+  }
+  printTable(runs);
+  const round = (x: number, d: number) => Math.round(x * 10 ** d) / 10 ** d;
+  process.stdout.write(
+    `${JSON.stringify({
+      bench: 'sync',
+      runs: runs.map((r) => ({
+        profile: r.profile,
+        mode: r.mode,
+        innerSteps: r.innerSteps,
+        compression: r.compression,
+        samplesPerSec: round(r.samplesPerSec, 1),
+        bytesPerSample: Math.round(r.bytesPerSample),
+        utilization: round(r.utilization, 3),
+        accuracy: round(r.accuracy, 4),
+        rtcBytesPerSample: Math.round(r.rtcBytesPerSample),
+        utilizationPerTab: r.utilizationPerTab.map((u) => round(u, 3)),
+        accuracyStep: r.accuracyStep,
+        testImages: r.testImages,
+        windowSeconds: round(r.windowSeconds, 1),
+      })),
+      at: new Date().toISOString(),
+      chromium: chromiumVersion(),
+      trainImages: train,
+      links: Object.fromEntries(profiles.map((p) => [p, PROFILES[p]])),
+    })}\n`,
+  );
+  process.exit(0);
+}
+
+await main();
