@@ -36,7 +36,7 @@
  * the hang row: the same event noticed by heartbeat timeout only.
  *
  * Options: --tabs 2,3,4  --mib 1,4,16  --frame 16300  --high 262144  --low 65536  --repeat 3
- *          --compression none|fp16                                      (allreduce part)
+ *          --compression none|fp16|int8                                 (allreduce part)
  *          --events 5  --world 3  --faults goodbye,crash,hang  --heartbeat-ms 1000  --last-call-ms 300
  *          --global-batch 64  --commit-every 1                          (recovery part)
  *          --recovery-only | --allreduce-only
@@ -60,10 +60,11 @@ import { startPeerServer } from '../test/support/peer-server';
 import { Swarm, type SwarmTab } from '../test/support/swarm';
 import type { ElasticStatus } from '../web/elastic/elastic-loop';
 import { startViteServer } from '../test/support/vite-server';
-import { DEFAULT_FRAME_BYTES } from '../web/net/framing';
+import { DEFAULT_FRAME_BYTES, FRAME_HEADER_BYTES } from '../web/net/framing';
 import { DEFAULT_HIGH_WATER_BYTES } from '../web/net/paced-sender';
 import { DEFAULT_LOW_WATER_BYTES } from '../web/net/peer-link';
-import { ringAllreduceBusBytes } from '../web/net/ring-allreduce';
+import { INT8_BLOCK_VALUES, INT8_SCALE_BYTES } from '../web/net/int8-blocks';
+import { ringAllreduceBusBytes, type WireCompression } from '../web/net/ring-allreduce';
 
 declare const netHarness: NetHarness;
 
@@ -82,7 +83,9 @@ const frameSizes = list('frame', String(DEFAULT_FRAME_BYTES));
 const highWaterBytes = Number(option('high', String(DEFAULT_HIGH_WATER_BYTES)));
 const lowWaterBytes = Number(option('low', String(DEFAULT_LOW_WATER_BYTES)));
 const repeat = Number(option('repeat', '3'));
-const compression = option('compression', 'none') as 'none' | 'fp16';
+const compression = option('compression', 'none') as WireCompression;
+if (!['none', 'fp16', 'int8'].includes(compression))
+  throw new Error(`--compression none|fp16|int8, not ${compression}`);
 
 const FAULT_KINDS = ['goodbye', 'crash', 'hang'] as const;
 type FaultKind = (typeof FAULT_KINDS)[number];
@@ -115,7 +118,7 @@ interface Row {
 interface AllreduceResult {
   highWaterBytes: number;
   lowWaterBytes: number;
-  compression: 'none' | 'fp16';
+  compression: WireCompression;
   rawMiBps: Record<number, number>;
   allreduce: Row[];
 }
@@ -279,7 +282,7 @@ async function timeAllreduce(
     seed,
     id: { round: 1, step, seq: 0 },
     timeoutMs: 300_000,
-    chunkElements: Math.floor((frameBytes - 32) / (compression === 'fp16' ? 2 : 4)),
+    chunkElements: chunkElementsFor(frameBytes),
     compression,
     highWaterBytes,
     startAt,
@@ -294,6 +297,13 @@ async function timeAllreduce(
   }
   if (hashes.size !== 1) throw new Error(`ranks disagree on the result: ${[...hashes].join(' ')}`);
   return end - startAt;
+}
+
+/** Values per frame filling `frameBytes` (int8: in whole blocks of 256 and their scales). */
+function chunkElementsFor(frameBytes: number): number {
+  const payload = frameBytes - FRAME_HEADER_BYTES;
+  if (compression === 'int8') return Math.floor(payload / (INT8_BLOCK_VALUES + INT8_SCALE_BYTES)) * INT8_BLOCK_VALUES;
+  return Math.floor(payload / (compression === 'fp16' ? 2 : 4));
 }
 
 const allreduceKey = (tabCount: number, mib: number, f: number) => `${tabCount}/${mib}/${f}`;

@@ -11,6 +11,7 @@ import {
   assignStep,
   commitStep,
   epochOrder,
+  isCheckpointPoint,
   nextCommitPoint,
   planOf,
   positionAfter,
@@ -158,7 +159,7 @@ function commitIn(ctx: Ctx, point: number): void {
   persist(ctx);
   announceCommitIn(ctx, commit, after);
   const epochEnded = after.cursor === 0;
-  if (point % s.job.checkpointEvery === 0 || epochEnded || finished)
+  if (isCheckpointPoint(point, { ...plan, checkpointEvery: s.job.checkpointEvery }))
     requestCheckpointIn(ctx, rv.participants[0].workerId);
   if (finished) {
     finishJobIn(ctx, point);

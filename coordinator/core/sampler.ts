@@ -141,6 +141,18 @@ export function previousCommitPoint(step: number, plan: StepPlan): number {
   return epochStart + Math.floor((step - 1 - epochStart) / plan.commitEvery) * plan.commitEvery;
 }
 
+/**
+ * Commit points after which rank 0 is asked for a durable checkpoint: the first commit point at or
+ * after each multiple of `checkpointEvery` (with commits every step: exactly the multiples), each
+ * epoch's last step and the job's last step.
+ */
+export function isCheckpointPoint(step: number, plan: StepPlan & { checkpointEvery: number }): boolean {
+  if (!isCommitPoint(step, plan)) return false;
+  if (step % stepsPerEpoch(plan) === 0 || step === totalSteps(plan)) return true;
+  const every = plan.checkpointEvery;
+  return Math.floor(step / every) > Math.floor(previousCommitPoint(step, plan) / every);
+}
+
 // ---------------------------------------------------------------- split across ranks
 
 /**

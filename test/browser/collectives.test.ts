@@ -1,14 +1,15 @@
 /**
  * The WebRTC collectives between real headless Chromium tabs (separate browser contexts) connected
  * through a real PeerJS signaling server: a ring allreduce checked against a float64 sum computed
- * here, a hash-checked broadcast, a tab closed mid-allreduce, and (printed, not asserted) the raw
+ * here, an int8 allreduce whose bytes must equal Node's for the same inputs, a hash-checked broadcast, a tab closed mid-allreduce, and (printed, not asserted) the raw
  * data-channel throughput next to the allreduce bus bandwidth measured in the same run.
  */
 import type { Browser, BrowserContext, Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { hashBytes } from '../../coordinator/core/hash';
 import { DEFAULT_FRAME_BYTES } from '../../web/net/framing';
-import { ringAllreduceBusBytes } from '../../web/net/ring-allreduce';
+import { memoryRing } from '../../web/net/memory-link';
+import { ringAllreduce, ringAllreduceBusBytes } from '../../web/net/ring-allreduce';
 import { launchChromium, skipWithoutChromium, watchPage, type PageProblems } from '../support/browser';
 import { rawThroughput } from '../support/net-harness-client';
 import { startPeerServer, type TestPeerServer } from '../support/peer-server';
@@ -102,6 +103,26 @@ describe.skipIf(skip)('collectives over WebRTC between headless Chromium tabs', 
       }
     }
     expect(bad, first).toBe(0);
+    for (const t of tabs) t.problems.assertNone();
+  });
+
+  it('three tabs allreduce 1 MiB with int8: the same bytes in every tab as in Node over memory links', async () => {
+    await formRing(tabs);
+    const n = MiB / 4;
+    const seed = 23;
+    const outcomes = await allreduceIn(tabs, { n, seed, id: nextId(), timeoutMs: 30_000, compression: 'int8' });
+    const hashes = outcomes.map((o, r) => {
+      if (!o.ok) throw new Error(`tab ${r} failed: ${o.error.kind} ${o.error.message}`);
+      return o.hash;
+    });
+    // The same inputs and default chunking, reduced here in Node: the codec's bytes do not depend on
+    // the runtime (Chromium's renderer vs Node), so neither does the result.
+    const inputs = tabs.map((_, r) => randomArray(mulberry32(seed * 1000 + r), n, -1, 1));
+    const { rings } = memoryRing(3);
+    const opts = { id: nextId(), timeoutMs: 30_000, compression: 'int8' } as const;
+    await Promise.all(rings.map((ring, r) => ringAllreduce(ring, inputs[r], opts)));
+    const inNode = hashBytes(new Uint8Array(inputs[0].buffer));
+    expect(hashes).toEqual([inNode, inNode, inNode]);
     for (const t of tabs) t.problems.assertNone();
   });
 

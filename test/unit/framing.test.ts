@@ -100,6 +100,8 @@ describe('frame encoding', () => {
 
   it('accepts a hand-made valid frame', () => {
     expect(decodeFrame(handMadeFrame({}, 8)).payloadLength).toBe(8);
+    // int8 blocks are whole bytes (4 + k for a block of k); the collective checks the exact length.
+    expect(decodeFrame(handMadeFrame({ encoding: PayloadEncoding.Int8Blocks }, 5)).encoding).toBe(3);
   });
 
   const malformed: Array<[string, () => ArrayBuffer]> = [
@@ -114,6 +116,10 @@ describe('frame encoding', () => {
     ['whose length field is short of the bytes', () => handMadeFrame({ lengthField: 0 }, 4)],
     ['with chunk index = chunk count', () => handMadeFrame({ index: 5, count: 5 }, 4)],
     ['with a scale on a float32 payload', () => handMadeFrame({ scale: 3 }, 4)],
+    [
+      'with a scale exponent on an int8 payload',
+      () => handMadeFrame({ encoding: PayloadEncoding.Int8Blocks, scale: 1 }, 5),
+    ],
     ['with half a float32', () => handMadeFrame({}, 6)],
     ['with half a float16', () => handMadeFrame({ encoding: PayloadEncoding.Float16 }, 3)],
   ];

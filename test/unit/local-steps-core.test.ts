@@ -8,7 +8,7 @@ import { hashParams, stateHash } from '../../coordinator/core/hash';
 import { jobPublic, parseJobSpec, type JobSpecInput } from '../../coordinator/core/job';
 import { resolveModelSpec, parameterLayout } from '../../coordinator/core/model-spec';
 import { NO_HASH } from '../../coordinator/core/protocol';
-import { isCommitPoint } from '../../coordinator/core/sampler';
+import { isCheckpointPoint, isCommitPoint } from '../../coordinator/core/sampler';
 import { decodeSnapshot, encodeSnapshot } from '../../coordinator/core/snapshot';
 import { nesterovStep, OuterState, outerWeight, pseudoGradient } from '../../web/worker/outer-step';
 import { Harness, hashOf } from './coordinator-harness';
@@ -53,6 +53,18 @@ describe('the sync field of a job', () => {
       parseJobSpec({ sync: { mode: 'local', innerSteps: 4, outer: { kind: 'nesterov', momentum: 1 } } }),
     ).toThrow(/sync.outer.momentum/);
     expect(() => parseJobSpec({ sync: { mode: 'sometimes' } })).toThrow(/sync/);
+  });
+});
+
+describe('checkpoint points with outer steps', () => {
+  it('are the first commit point at or after each multiple of checkpointEvery, and epoch and job ends', () => {
+    const plan = { datasetSize: 200, globalBatch: 16, epochs: 2, commitEvery: 4, checkpointEvery: 10 };
+    const steps = Array.from({ length: 26 }, (_, i) => i + 1);
+    expect(steps.filter((s) => isCommitPoint(s, plan))).toEqual([4, 8, 12, 13, 17, 21, 25, 26]);
+    expect(steps.filter((s) => isCheckpointPoint(s, plan))).toEqual([12, 13, 21, 26]);
+    // Committing every step, they are exactly the multiples (and the ends): the rule of every-step jobs.
+    const every = { ...plan, commitEvery: 1, checkpointEvery: 5 };
+    expect(steps.filter((s) => isCheckpointPoint(s, every))).toEqual([5, 10, 13, 15, 20, 25, 26]);
   });
 });
 

@@ -170,10 +170,10 @@ describe('local sync mode (simulated tabs, real coordinator machine)', () => {
     for (const t of tabs) expect(await t.trainer.hash()).toBe(ref.get(TOTAL_STEPS));
   });
 
-  it('goodbye, join and crash inside outer steps (fp16 wire): the record stays exactly once', {
+  it('goodbye, join and crash inside outer steps (int8 wire): the record stays exactly once', {
     timeout: 30_000,
   }, async () => {
-    const job = parseJobSpec({ ...BASE, sync: { ...BASE.sync, compression: 'fp16' } as JobSpecInput['sync'] });
+    const job = parseJobSpec({ ...BASE, sync: { ...BASE.sync, compression: 'int8' } as JobSpecInput['sync'] });
     const { coordinator, open, committed, waitFor } = setUp(job);
     const [a, b, c] = [open('a', 2), open('b', 2), open('c', 2)];
     const midOuter = () => coordinator.state.rendezvous.participants.some((p) => p.lastStep > committed());

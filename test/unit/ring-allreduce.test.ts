@@ -2,7 +2,17 @@ import { describe, expect, it } from 'vitest';
 import { CollectiveError } from '../../web/net/collective-error';
 import { encodeFrame, FrameKind, PayloadEncoding } from '../../web/net/framing';
 import { memoryRing, type MemoryLink } from '../../web/net/memory-link';
-import { ringAllreduce, type RingAllreduceOptions } from '../../web/net/ring-allreduce';
+import type { Compression } from '../../coordinator/core/job';
+import { FRAME_HEADER_BYTES } from '../../web/net/framing';
+import { int8BlocksBytes } from '../../web/net/int8-blocks';
+import {
+  DEFAULT_CHUNK_ELEMENTS,
+  DEFAULT_INT8_CHUNK_ELEMENTS,
+  ringAllreduce,
+  ringAllreduceBusBytes,
+  type RingAllreduceOptions,
+  type WireCompression,
+} from '../../web/net/ring-allreduce';
 import { mulberry32, randomArray } from '../support/rng';
 
 type RingView = ReturnType<typeof memoryRing>['rings'][number];
@@ -209,6 +219,238 @@ describe('ringAllreduce over in-memory links', () => {
       }
       expect(sent[1] / sent[0]).toBeGreaterThan(0.49);
       expect(sent[1] / sent[0]).toBeLessThan(0.52);
+    });
+  });
+
+  describe('int8 wire compression', () => {
+    // The job file's `sync.compression` is what the loop passes: tsc checks each value is a wire format.
+    const fromJob = (compression: Compression): WireCompression => compression;
+
+    /** Pseudo-gradient-like inputs: N(0, 1e-3²) by Box–Muller, 1 in 500 an outlier 100× larger. */
+    function pseudoGradients(size: number, n: number, seed: number): Float32Array[] {
+      const rand = mulberry32(seed);
+      return Array.from({ length: size }, () => {
+        const x = new Float32Array(n);
+        for (let i = 0; i < n; i++) {
+          const g = Math.sqrt(-2 * Math.log(1 - rand())) * Math.cos(2 * Math.PI * rand());
+          x[i] = g * 1e-3 * (rand() < 0.002 ? 100 : 1);
+        }
+        return x;
+      });
+    }
+
+    /**
+     * Per element: the largest Σ_r|x_r| over its int8 block (blocks of 256 from each chunk's start, chunks
+     * from each segment's start, segments ⌊s·n/size⌋), recomputed here from the documented geometry.
+     */
+    function blockMaxOfAbsSums(abs: Float64Array, size: number, chunkElements: number): Float64Array {
+      const n = abs.length;
+      const out = new Float64Array(n);
+      for (let s = 0; s < size; s++) {
+        const segEnd = Math.floor(((s + 1) * n) / size);
+        for (let chunk = Math.floor((s * n) / size); chunk < segEnd; chunk += chunkElements) {
+          const chunkEnd = Math.min(segEnd, chunk + chunkElements);
+          for (let block = chunk; block < chunkEnd; block += 256) {
+            const blockEnd = Math.min(chunkEnd, block + 256);
+            let m = 0;
+            for (let i = block; i < blockEnd; i++) m = Math.max(m, abs[i]);
+            out.fill(m, block, blockEnd);
+          }
+        }
+      }
+      return out;
+    }
+
+    /**
+     * size values are encoded along each element's chain (size−1 partial sums, the final sum), each off
+     * by at most half its block's scale ≈ M/254, M the block's largest Σ|x| (the partial sums can exceed
+     * it by the errors so far: the (1 + size/127) factor), plus float32 roundings of the adds and decodes.
+     */
+    function expectWithinInt8Bound(got: Float32Array, data: Float32Array[], chunkElements: number, label: string) {
+      const size = data.length;
+      const ref = float64Sum(data);
+      const blockMax = blockMaxOfAbsSums(ref.abs, size, chunkElements);
+      let worst = 0;
+      for (let i = 0; i < got.length; i++) {
+        const err = Math.abs(got[i] - ref.sum[i]);
+        const bound = size * (1 / 254 + 2 ** -22) * blockMax[i] * (1 + size / 127);
+        if (!(err <= bound)) expect.fail(`${label} [${i}]: got ${got[i]}, sum ${ref.sum[i]}, |err| ${err} > ${bound}`);
+        if (blockMax[i] > 0) worst = Math.max(worst, err / (blockMax[i] / 254));
+      }
+      return worst; // in units of half a block scale
+    }
+
+    const sizes = [2, 3, 4, 5];
+    const lengths = [1, 255, 777, 20_011];
+    const cases = sizes.flatMap((size) => lengths.map((n) => [size, n] as const));
+    it.each(cases)(
+      'sums %i ranks × %i values within its bound of the float64 sum, bit-identically',
+      async (size, n) => {
+        for (const chunkElements of [DEFAULT_INT8_CHUNK_ELEMENTS, 1000]) {
+          const { rings, links } = memoryRing(size, { latencyMs: 0 });
+          const data = pseudoGradients(size, n, 100 * size + n);
+          const original = data.map((x) => x.slice());
+          const opts = { id: id(1), timeoutMs: 10_000, compression: fromJob('int8'), chunkElements };
+          await allreduceAll(rings, data, opts);
+          expectBitIdentical(data, `int8 size ${size} n ${n} chunks ${chunkElements}`);
+          const worst = expectWithinInt8Bound(data[0], original, chunkElements, `int8 size ${size} n ${n}`);
+          // The rounding is real: on long vectors some element is off by a good part of half a scale.
+          if (n > 10_000) expect(worst).toBeGreaterThan(0.5);
+          expectListenersReleased(links);
+        }
+      },
+    );
+
+    it('gets the same bytes whatever the delays (a hop re-encodes only its own partial sums)', async () => {
+      const size = 4;
+      const original = pseudoGradients(size, 5003, 77);
+      const runs: Float32Array[] = [];
+      for (const seed of [1, 2]) {
+        const rand = mulberry32(seed);
+        const { rings } = memoryRing(size, { latencyMs: () => rand() * 2, bytesPerMs: 50_000 });
+        const data = original.map((x) => x.slice());
+        await allreduceAll(rings, data, { id: id(1), timeoutMs: 20_000, compression: 'int8', chunkElements: 600 });
+        expectBitIdentical(data, `int8 delays seed ${seed}`);
+        runs.push(data[0]);
+      }
+      expectBitIdentical(runs, 'int8 across runs');
+    });
+
+    it('hands the link about a quarter of float32: the bus bytes for int8 plus the frame headers', async () => {
+      const n = 100_003;
+      for (const size of [3, 4]) {
+        const sent: Record<string, number[]> = {};
+        for (const compression of ['none', 'int8'] as const) {
+          const { rings } = memoryRing(size);
+          await allreduceAll(rings, pseudoGradients(size, n, 5), { id: id(1), timeoutMs: 10_000, compression });
+          sent[compression] = rings.map((ring) => ring.right?.bytesSent ?? 0);
+        }
+        // Frames per rank: 2·(size−1) steps, each a segment of ~n/size values in default chunks.
+        const frames = 2 * (size - 1) * Math.ceil(n / size / DEFAULT_INT8_CHUNK_ELEMENTS);
+        const predicted = ringAllreduceBusBytes(n, size, 'int8') + frames * FRAME_HEADER_BYTES;
+        for (let r = 0; r < size; r++) {
+          expect(sent.int8[r] / predicted).toBeGreaterThan(0.98);
+          expect(sent.int8[r] / predicted).toBeLessThan(1.02);
+          const ratio = sent.int8[r] / sent.none[r];
+          expect(ratio).toBeGreaterThan(0.25);
+          expect(ratio).toBeLessThan(0.26);
+        }
+      }
+      // The formula itself: (1 + 4/256) bytes per value against 4.
+      expect(ringAllreduceBusBytes(256_000, 4, 'int8') / ringAllreduceBusBytes(256_000, 4)).toBeCloseTo(
+        1.015625 / 4,
+        12,
+      );
+      expect(int8BlocksBytes(DEFAULT_INT8_CHUNK_ELEMENTS) + FRAME_HEADER_BYTES).toBeLessThanOrEqual(
+        DEFAULT_CHUNK_ELEMENTS * 4 + FRAME_HEADER_BYTES,
+      );
+    });
+
+    it.each([[['int8', 'none', 'int8']], [['int8', 'fp16']], [['fp16', 'int8', 'int8', 'int8']]] as const)(
+      'ranks that disagree on compression (%j) reject with protocol',
+      async (compressions) => {
+        const { rings } = memoryRing(compressions.length);
+        const data = pseudoGradients(compressions.length, 3000, 1);
+        const { errors } = await expectAllReject(
+          rings.map((ring, r) =>
+            ringAllreduce(ring, data[r], { id: id(1), timeoutMs: 5000, compression: compressions[r] }),
+          ),
+          1000,
+        );
+        for (const err of errors) expect(err.kind).toBe('protocol');
+      },
+    );
+
+    it.each([NaN, Infinity, -Infinity])(
+      'a rank whose input holds %s sends nothing of it and every rank rejects with protocol',
+      async (bad) => {
+        const size = 4;
+        const n = 100_000;
+        const { rings, links } = memoryRing(size, { latencyMs: 1 });
+        const data = pseudoGradients(size, n, 2);
+        data[2][n - 5] = bad;
+        const { errors } = await expectAllReject(
+          rings.map((ring, r) => ringAllreduce(ring, data[r], { id: id(1), timeoutMs: 10_000, compression: 'int8' })),
+          1000,
+        );
+        expect(errors[2].message).toMatch(/refuses to send/);
+        for (const err of errors) expect(err.kind).toBe('protocol');
+        for (const r of [1, 3]) expect(errors[r].peer).toBe('rank2'); // its neighbours name it
+        // Rank 2 handed its links nothing but the abort frames (a data frame alone is ~16 KB).
+        expect(links[2][0].bytesSent).toBeLessThan(1000);
+        expect(links[1][1].bytesSent).toBeLessThan(1000);
+        expectListenersReleased(links);
+      },
+    );
+
+    it('a world of one refuses a non-finite input too, and leaves a finite one as it is', async () => {
+      const { rings } = memoryRing(1);
+      const data = new Float32Array([1e-3, NaN]);
+      await expect(ringAllreduce(rings[0], data, { id: id(1), timeoutMs: 1000, compression: 'int8' })).rejects.toThrow(
+        CollectiveError,
+      );
+      const finite = new Float32Array([1e-3, -2e-4]);
+      await ringAllreduce(rings[0], finite, { id: id(2), timeoutMs: 1000, compression: 'int8' });
+      expect([...finite]).toEqual([Math.fround(1e-3), Math.fround(-2e-4)]);
+    });
+
+    it('a partial sum leaving ±2^127 fails the collective instead of sending infinity', async () => {
+      const { rings } = memoryRing(3);
+      const data = [0, 1, 2].map(() => new Float32Array(600).fill(1e-3));
+      for (const x of data) x[10] = 2 ** 126 * 0.9; // each fine alone, 2.7·2^126 together
+      const { errors } = await expectAllReject(
+        rings.map((ring, r) => ringAllreduce(ring, data[r], { id: id(1), timeoutMs: 5000, compression: 'int8' })),
+        1000,
+      );
+      for (const err of errors) expect(err.kind).toBe('protocol');
+      expect(errors.some((err) => /leaves ±2\^127/.test(err.message))).toBe(true);
+    });
+
+    it('a hostile int8 chunk (NaN scale) rejects with protocol naming its sender', async () => {
+      const { rings, links } = memoryRing(3);
+      const data = pseudoGradients(3, 100, 1);
+      const opts = { id: id(1), timeoutMs: 5000, compression: 'int8' } as const;
+      const p0 = ringAllreduce(rings[0], data[0], opts);
+      const p1 = ringAllreduce(rings[1], data[1], opts);
+      // Rank 2 is not running the collective; a well-framed chunk for rank 0 (segment 2, 34 values)
+      // arrives from it, with a NaN scale.
+      const payload = new Uint8Array(int8BlocksBytes(34));
+      new DataView(payload.buffer).setFloat32(0, NaN, true);
+      links[2][0].send(
+        encodeFrame(
+          {
+            kind: FrameKind.RingChunk,
+            id: id(1),
+            ringStep: 0,
+            encoding: PayloadEncoding.Int8Blocks,
+            scaleExponent: 0,
+            chunkIndex: 0,
+            chunkCount: 1,
+          },
+          payload,
+        ),
+      );
+      await expect(p0).rejects.toMatchObject({ kind: 'protocol', peer: 'rank2', message: /scale NaN/ });
+      await expect(p1).rejects.toMatchObject({ kind: 'protocol' });
+    });
+
+    it.each([3, 5])('a link closed mid-collective makes all %i ranks reject with peer_closed', async (size) => {
+      const n = 1_000_000;
+      const cutAfter = 100_000; // of the ~0.4 MB of int8 rank 1 sends
+      const { rings, links } = memoryRing(size, {
+        latencyMs: 1,
+        linkOptions: (from) => (from === 1 ? { a: { closeAfterSentBytes: cutAfter } } : {}),
+      });
+      const data = pseudoGradients(size, n, 9);
+      const { errors } = await expectAllReject(
+        rings.map((ring, r) => ringAllreduce(ring, data[r], { id: id(1), timeoutMs: 10_000, compression: 'int8' })),
+        1000,
+      );
+      expect(links[1][0].bytesSent).toBeGreaterThan(cutAfter);
+      for (const err of errors) expect(err.kind).toBe('peer_closed');
+      expect(errors[1].peer).toBe('rank2');
+      expect(errors[2].peer).toBe('rank1');
+      expectListenersReleased(links);
     });
   });
 

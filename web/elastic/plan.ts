@@ -12,7 +12,14 @@
  */
 import type { JobPublic } from '../../coordinator/core/job';
 import type { RoundMessage, WorldEntry } from '../../coordinator/core/protocol';
-import { epochOrder, indicesForRank, isCommitPoint, positionAfter, stepPosition } from '../../coordinator/core/sampler';
+import {
+  epochOrder,
+  indicesForRank,
+  isCheckpointPoint,
+  isCommitPoint,
+  positionAfter,
+  stepPosition,
+} from '../../coordinator/core/sampler';
 import { isCollectiveError } from '../net/collective-error';
 
 export interface StateTag {
@@ -73,7 +80,7 @@ export function stepWork(job: JobPublic, world: readonly WorldEntry[], rank: num
  * before its next step overwrites the state, so the upload never races the training.
  */
 export function expectsCheckpoint(step: number, job: JobPublic): boolean {
-  return step % job.checkpointEvery === 0 || step % job.stepsPerEpoch === 0 || step === job.totalSteps;
+  return isCheckpointPoint(step, job);
 }
 
 // ---------------------------------------------------------------- state sync

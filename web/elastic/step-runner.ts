@@ -197,9 +197,9 @@ export class StepRunner {
     if (pending) await keeper.saveBackup(await this.awaitCommit(session, pending));
   }
 
-  /** The allreduce's wire format for this job. */
+  /** The allreduce's wire format for this job (the same on every rank: it comes with the job). */
   private wire(job: JobPublic): WireCompression {
-    return job.sync.compression as WireCompression;
+    return job.sync.compression;
   }
 
   /** This rank's gradient sums for `work` (zeros when its slice is empty), and the time they took. */

@@ -9,7 +9,9 @@
  *   rank fails fast, not just the two next to the gap). `peer` names the one that left.
  * - `timeout`: the collective's deadline passed (a hung peer whose channel stays open).
  * - `protocol`: a malformed or unexpected frame, or ranks called the collective with different
- *   arguments (length, chunking, compression).
+ *   arguments (length, chunking, compression), or, with int8 compression, a value that must not be
+ *   sent (a rank's non-finite input, or a partial sum beyond ±2^127): `peer` names the rank at fault
+ *   where known.
  * - `hash_mismatch`: a broadcast arrived with bytes whose hash differs from the sender's.
  * - `aborted`: this rank gave up on its own: the caller's `AbortSignal` fired (e.g. the coordinator
  *   closed the round) or this side closed one of the links (the tab is leaving).

@@ -54,9 +54,14 @@ export const PayloadEncoding = {
   /** IEEE binary16 of value·2^-scaleExponent, with one power-of-two scale per frame. */
   Float16: 1,
   Bytes: 2,
+  /**
+   * Blocks of 256 values, each a float32 scale then one int8 per value (web/net/int8-blocks.ts); the
+   * header's scaleExponent is 0. Whole bytes here; the collective checks the length against its chunk.
+   */
+  Int8Blocks: 3,
 } as const;
 export type PayloadEncoding = (typeof PayloadEncoding)[keyof typeof PayloadEncoding];
-const ELEMENT_BYTES: Record<PayloadEncoding, number> = { 0: 4, 1: 2, 2: 1 };
+const ELEMENT_BYTES: Record<PayloadEncoding, number> = { 0: 4, 1: 2, 2: 1, 3: 1 };
 
 /**
  * Identifies one collective call; every rank of a ring uses the same id for the same call, and ids

@@ -14,15 +14,51 @@
  * compression the owner also replaces its own copy by the fp16-rounded value it sends, so every rank
  * still ends with the same bytes.
  *
+ * Int8 compression (`'int8'`, web/net/int8-blocks.ts: blocks of 256 values with a float32 scale,
+ * about a quarter of float32's bytes) works the same way: each reduce-scatter hop decodes what it
+ * receives, adds its own float32 values and encodes the partial sum again; the owner encodes the final
+ * sum once and replaces its own copy by the decoded value of those bytes. In the allgather the bytes
+ * are forwarded as received rather than re-encoded from the decoded copy, and every rank decodes them
+ * with the same function: no encoding work per hop, and identical bytes that do not rest on encoding
+ * being idempotent on decoded blocks (it is, for every scale tried: test/unit/int8-blocks.test.ts;
+ * forwarding just makes that a non-question). Each of the size values
+ * encoded along a segment's chain (size−1 partial sums, then the final sum) is off by at most half its
+ * block's scale, so an element's error against the exact sum is at most about size·M/254, M being the
+ * largest Σ_r|x_r| in its block (plus float32 roundings; blocks start at each chunk's start).
+ * Int8 refuses a vector holding NaN, ±Infinity or a magnitude beyond 2^127 before sending anything
+ * (`protocol`, and the neighbours are told): a non-finite pseudo-gradient is a bug or an attack. A
+ * partial sum leaving ±2^127 fails the collective the same way at the hop where it happens.
+ *
+ * No error feedback here. Error feedback keeps each rank's compression residual (what rounding took
+ * away) and adds it to the next call's input. That residual is per-rank state that would have to
+ * follow the committed state through rollbacks, snapshots and joins, or a rolled-back outer step would
+ * leave a residual computed from uncommitted work; and with the owner re-encoding partial sums, the
+ * error is not even one rank's own. Per-block scaling keeps the relative error per block near 1/254 of
+ * the block's largest value, which for pseudo-gradients is far below the noise of the inner steps. A
+ * caller that wants error feedback can keep the residual itself, as committed state, around this call.
+ *
  * Memory: frames are produced lazily by the paced sender, so a rank holds at most the frames in the
- * channel's buffer (high water) plus the frames a neighbour sent ahead (bounded by one segment).
+ * channel's buffer (high water) plus the frames a neighbour sent ahead (bounded by one segment). With
+ * int8, allgather frames received and not yet passed on wait in the queue: at most the int8 bytes of
+ * the vector, a quarter of its float32 size.
  */
 import { CollectiveError } from './collective-error';
 import { CollectiveSession, type CollectiveOptions } from './collective-session';
 import { addFloat16Into, decodeFloat16Into, encodeFloat16 } from './fp16';
 import {
+  addInt8BlocksInto,
+  decodeInt8BlocksInto,
+  encodeInt8Blocks,
+  firstUnencodable,
+  INT8_BLOCK_VALUES,
+  INT8_SCALE_BYTES,
+  Int8BlockError,
+  int8BlocksBytes,
+} from './int8-blocks';
+import {
   allocateFrame,
   assertValidCollectiveId,
+  collectiveKey,
   DEFAULT_FRAME_BYTES,
   FRAME_HEADER_BYTES,
   FrameError,
@@ -31,18 +67,28 @@ import {
   type CollectiveId,
   type Frame,
 } from './framing';
-import type { Ring } from './link';
+import type { Link, Ring } from './link';
 
-export type WireCompression = 'none' | 'fp16';
+/** The job file's `sync.compression` (coordinator/core/job.ts `Compression`). */
+export type WireCompression = 'none' | 'fp16' | 'int8';
 
 export interface RingAllreduceOptions extends CollectiveOptions {
-  /** Elements per frame; must be the same on every rank. Default fills `DEFAULT_FRAME_BYTES` with float32. */
+  /**
+   * Elements per frame; must be the same on every rank. Default fills `DEFAULT_FRAME_BYTES` with
+   * float32 (also for fp16, whose frames are then half full), or with whole int8 blocks for int8.
+   */
   readonly chunkElements?: number;
-  /** Wire format of the chunks; must be the same on every rank. Default `'none'` (float32, exact sums). */
+  /**
+   * Wire format of the chunks; must be the same on every rank. Default `'none'` (float32, exact
+   * sums); `'fp16'` halves the bytes, `'int8'` quarters them (see the module comment).
+   */
   readonly compression?: WireCompression;
 }
 
 export const DEFAULT_CHUNK_ELEMENTS = Math.floor((DEFAULT_FRAME_BYTES - FRAME_HEADER_BYTES) / 4);
+/** 62 blocks of 256 (15,872 values, 16,120 payload bytes): int8 frames as full as float32's. */
+export const DEFAULT_INT8_CHUNK_ELEMENTS =
+  Math.floor((DEFAULT_FRAME_BYTES - FRAME_HEADER_BYTES) / (INT8_BLOCK_VALUES + INT8_SCALE_BYTES)) * INT8_BLOCK_VALUES;
 
 /**
  * Sum `data` in place across the ranks of `ring`; resolves when this rank holds the full sum
@@ -50,7 +96,7 @@ export const DEFAULT_CHUNK_ELEMENTS = Math.floor((DEFAULT_FRAME_BYTES - FRAME_HE
  * `CollectiveError` when a link closes, a neighbour aborts, a frame is malformed, ranks disagree on
  * length/chunking/compression, `opts.signal` fires, or `opts.timeoutMs` passes. On rejection `data`
  * is partly reduced: callers restore their last committed state. Size 1 (or an empty vector) is a
- * no-op.
+ * no-op, except that int8 refuses a non-finite input at any size (the same outcome in every world).
  */
 export async function ringAllreduce(ring: Ring, data: Float32Array, opts: RingAllreduceOptions): Promise<void> {
   assertValidCollectiveId(opts.id);
@@ -58,18 +104,29 @@ export async function ringAllreduce(ring: Ring, data: Float32Array, opts: RingAl
   if (!Number.isInteger(size) || size < 1 || !Number.isInteger(rank) || rank < 0 || rank >= size) {
     throw new RangeError(`ringAllreduce: rank ${rank} of size ${size} is not a valid ring position`);
   }
-  const chunkElements = opts.chunkElements ?? DEFAULT_CHUNK_ELEMENTS;
+  const compression = opts.compression ?? 'none';
+  if (compression !== 'none' && compression !== 'fp16' && compression !== 'int8') {
+    throw new RangeError(`ringAllreduce: unknown compression ${String(compression)}`);
+  }
+  const chunkElements =
+    opts.chunkElements ?? (compression === 'int8' ? DEFAULT_INT8_CHUNK_ELEMENTS : DEFAULT_CHUNK_ELEMENTS);
   if (!Number.isInteger(chunkElements) || chunkElements < 1 || chunkElements > 0x3fff_ffff) {
     throw new RangeError(`ringAllreduce: chunkElements must be a positive integer, got ${chunkElements}`);
   }
-  if (size === 1 || data.length === 0) return;
+  if (size === 1 || data.length === 0) {
+    if (compression === 'int8') {
+      const bad = firstUnencodable(data);
+      if (bad >= 0) throw unencodableError(`allreduce ${collectiveKey(opts.id)}`, data, bad);
+    }
+    return;
+  }
   const left = ring.left;
   const right = ring.right;
   if (!left || !right) throw new RangeError(`ringAllreduce: a ring of size ${size} needs left and right links`);
   if (2 * (size - 1) > 0xffff) throw new RangeError(`ringAllreduce: size ${size} exceeds the frame's ring-step field`);
 
-  const plan = new RingPlan(rank, size, data.length, chunkElements, opts.compression === 'fp16');
-  const scratch = plan.fp16 ? new Float32Array(chunkElements) : null;
+  const plan = new RingPlan(rank, size, data.length, chunkElements, compression);
+  const scratch = compression === 'fp16' ? new Float32Array(chunkElements) : null;
   const session = new CollectiveSession('allreduce', opts);
   let outstanding = 0;
   const seen: Uint8Array[] = [];
@@ -83,6 +140,7 @@ export async function ringAllreduce(ring: Ring, data: Float32Array, opts: RingAl
     if (outstanding === 0 && out.idle) session.succeed();
   };
   const out = session.sender(right, finishIfDone);
+  if (compression === 'int8' && refuseUnencodable(session, [left, right], data)) return session.done;
   const makeFrame = (g: number, c: number) => encodeRingChunk(plan, data, opts.id, g, c, scratch);
 
   const receive = (frame: Frame) => {
@@ -91,7 +149,11 @@ export async function ringAllreduce(ring: Ring, data: Float32Array, opts: RingAl
     seen[g][c] = 1;
     applyRingChunk(plan, data, frame);
     outstanding--;
-    if (g < plan.lastStep) out.enqueue(() => makeFrame(g + 1, c));
+    if (g < plan.lastStep) {
+      // int8 allgather: pass the owner's bytes on as they came (see the module comment).
+      const forward = compression === 'int8' && g >= plan.reduceSteps;
+      out.enqueue(forward ? () => forwardRingChunk(frame, g + 1) : () => makeFrame(g + 1, c));
+    }
     finishIfDone();
   };
 
@@ -108,10 +170,37 @@ export async function ringAllreduce(ring: Ring, data: Float32Array, opts: RingAl
   return session.done;
 }
 
+/**
+ * int8 only: refuse (and tell both neighbours, so they fail now rather than at their deadline) a vector
+ * the codec cannot encode, before anything is sent. Returns true when it refused.
+ */
+function refuseUnencodable(session: CollectiveSession, links: Link[], data: Float32Array): boolean {
+  const bad = firstUnencodable(data);
+  if (bad < 0) return false;
+  // Listening (and ignoring data) marks the id as started on both links, as a normal call would, and
+  // registers them for the abort frame.
+  for (const link of new Set(links)) session.listen(link, () => {});
+  session.fail(unencodableError(session.label, data, bad));
+  return true;
+}
+
+function unencodableError(label: string, data: Float32Array, bad: number): CollectiveError {
+  return new CollectiveError(
+    'protocol',
+    `${label}: this rank's input holds ${data[bad]} at [${bad}]; int8 compression refuses to send a value that is not finite or beyond ±2^127`,
+    { collective: label },
+  );
+}
+
+const ENCODINGS: Record<WireCompression, PayloadEncoding> = {
+  none: PayloadEncoding.Float32,
+  fp16: PayloadEncoding.Float16,
+  int8: PayloadEncoding.Int8Blocks,
+};
+
 /** The segment and chunk geometry of one allreduce: pure arithmetic, the same on every rank. */
 class RingPlan {
   readonly encoding: PayloadEncoding;
-  readonly elementBytes: number;
   /** Steps 0 … reduceSteps−1 reduce-scatter (add), the rest allgather (copy). */
   readonly reduceSteps: number;
   readonly lastStep: number;
@@ -121,12 +210,17 @@ class RingPlan {
     readonly size: number,
     readonly n: number,
     readonly chunkElements: number,
-    readonly fp16: boolean,
+    readonly compression: WireCompression,
   ) {
-    this.encoding = fp16 ? PayloadEncoding.Float16 : PayloadEncoding.Float32;
-    this.elementBytes = fp16 ? 2 : 4;
+    this.encoding = ENCODINGS[compression];
     this.reduceSteps = size - 1;
     this.lastStep = 2 * (size - 1) - 1;
+  }
+
+  /** Payload bytes of a chunk of `length` elements. */
+  payloadBytes(length: number): number {
+    if (this.compression === 'int8') return int8BlocksBytes(length);
+    return length * (this.compression === 'fp16' ? 2 : 4);
   }
 
   private mod(x: number): number {
@@ -181,7 +275,14 @@ function encodeRingChunk(
     chunkCount: plan.chunkCount(s),
   };
   const values = data.subarray(start, start + length);
-  const frame = allocateFrame(header, length * plan.elementBytes);
+  const frame = allocateFrame(header, plan.payloadBytes(length));
+  if (plan.compression === 'int8') {
+    const bytes = new Uint8Array(frame, FRAME_HEADER_BYTES);
+    // Cannot throw: the input was checked up front and every partial sum by addInt8BlocksInto.
+    encodeInt8Blocks(values, bytes);
+    if (g === plan.reduceSteps) decodeInt8BlocksInto(bytes, values); // the owner keeps what it sends
+    return frame;
+  }
   if (!scratch) {
     new Float32Array(frame, FRAME_HEADER_BYTES, length).set(values);
     return frame;
@@ -192,6 +293,16 @@ function encodeRingChunk(
   // The owner's first allgather send carries the final sum: keep exactly what the others will decode.
   if (g === plan.reduceSteps) decodeFloat16Into(halves, scaleExponent, values);
   return frame;
+}
+
+/** The frame passing a received allgather chunk on at step `g`, its payload bytes unchanged. */
+function forwardRingChunk(frame: Frame, g: number): ArrayBuffer {
+  const forwarded = allocateFrame({ ...frame, ringStep: g }, frame.payloadLength);
+  new Uint8Array(forwarded).set(
+    new Uint8Array(frame.buffer, FRAME_HEADER_BYTES, frame.payloadLength),
+    FRAME_HEADER_BYTES,
+  );
+  return forwarded;
 }
 
 /**
@@ -212,11 +323,7 @@ function checkRingChunk(plan: RingPlan, frame: Frame, seen: Uint8Array[], label:
   }
   const c = frame.chunkIndex;
   const { length } = plan.chunk(plan.receivedSegment(g), c);
-  if (
-    frame.chunkCount !== seen[g].length ||
-    c >= seen[g].length ||
-    frame.payloadLength !== length * plan.elementBytes
-  ) {
+  if (frame.chunkCount !== seen[g].length || c >= seen[g].length || frame.payloadLength !== plan.payloadBytes(length)) {
     throw new CollectiveError(
       'protocol',
       `${label}: chunk ${c}/${frame.chunkCount} of ${frame.payloadLength} bytes at step ${g} from ${peer} does not fit a vector of ${plan.n} elements in chunks of ${plan.chunkElements} (ranks disagree on length or chunking)`,
@@ -232,7 +339,16 @@ function applyRingChunk(plan: RingPlan, data: Float32Array, frame: Frame): void 
   const g = frame.ringStep;
   const { start, length } = plan.chunk(plan.receivedSegment(g), frame.chunkIndex);
   const target = data.subarray(start, start + length);
-  if (plan.fp16) {
+  if (plan.compression === 'int8') {
+    const bytes = new Uint8Array(frame.buffer, FRAME_HEADER_BYTES, frame.payloadLength);
+    try {
+      if (g < plan.reduceSteps) addInt8BlocksInto(bytes, target);
+      else decodeInt8BlocksInto(bytes, target);
+    } catch (err) {
+      if (err instanceof Int8BlockError) throw new FrameError(`chunk ${frame.chunkIndex} at step ${g}: ${err.message}`);
+      throw err;
+    }
+  } else if (plan.compression === 'fp16') {
     const halves = new Uint16Array(frame.buffer, FRAME_HEADER_BYTES, length);
     if (g < plan.reduceSteps) addFloat16Into(halves, frame.scaleExponent, target);
     else decodeFloat16Into(halves, frame.scaleExponent, target);
@@ -243,7 +359,15 @@ function applyRingChunk(plan: RingPlan, data: Float32Array, frame: Frame): void 
   }
 }
 
-/** Bytes each rank sends (and receives) in one allreduce of `n` float32s: 2·(size−1)/size·n·4, as in NCCL's bus bandwidth. */
+/**
+ * Payload bytes each rank sends (and receives) in one allreduce of `n` float32s: 2·(size−1)/size·n·b,
+ * as in NCCL's bus bandwidth, with b = 4 (none), 2 (fp16) or 1 + 4/256 (int8: a byte per value and a
+ * float32 scale per block of 256). Frame headers (32 bytes per frame) are left out, and so, for int8,
+ * are the scales of the short blocks that end chunks of other than a multiple of 256 values (at most
+ * 4 bytes per frame; none with the default chunking).
+ */
 export function ringAllreduceBusBytes(n: number, size: number, compression: WireCompression = 'none'): number {
-  return size <= 1 ? 0 : (2 * (size - 1) * n * (compression === 'fp16' ? 2 : 4)) / size;
+  const bytesPerValue =
+    compression === 'int8' ? 1 + INT8_SCALE_BYTES / INT8_BLOCK_VALUES : compression === 'fp16' ? 2 : 4;
+  return size <= 1 ? 0 : (2 * (size - 1) * n * bytesPerValue) / size;
 }
