@@ -24,7 +24,8 @@
  * Goal (issue 13): on the poor profile, local H = 32 int8 at ≥ 10× the samples/s of every-step fp32,
  * with compute utilization ≥ 0.8.
  *
- * Options: --profiles broadband,poor  --configs every-step:none,every-step:fp16,local8:fp16,local32:int8
+ * Options: --replay a.err,b.err (print the table and JSON of runs recorded on stderr, see replayRuns)
+ *          --profiles broadband,poor  --configs every-step:none,every-step:fp16,local8:fp16,local32:int8
  *          --window 60 (s)  --train 60000 (training images served)  --test 10000
  */
 import { existsSync, readFileSync } from 'node:fs';
@@ -34,7 +35,9 @@ import type { Page } from 'playwright-core';
 import type { StatusReport } from '../coordinator/audit';
 import { COORDINATOR_IP, netbedUnavailable, type LinkProfile } from '../coordinator/netbed/netbed';
 import { COORDINATOR_PORT, Scene } from '../coordinator/netbed/scene';
+import { MLP_SPEC, parameterLayout } from '../coordinator/core/model-spec';
 import { launchSwarmChromium } from '../coordinator/swarm/chromium';
+import { ringAllreduceBusBytes } from '../web/net/ring-allreduce';
 import { FASHION_MNIST_DIR, WEB_BUILD_DIR } from '../test/support/browser';
 import { makeTempDir } from '../test/support/fake-dataset';
 import { writeDatasetSlice } from '../test/support/small-dataset';
@@ -50,6 +53,12 @@ const TABS = 3;
 const GLOBAL_BATCH = 128;
 const GOAL_SPEEDUP = 10;
 const GOAL_UTILIZATION = 0.8;
+
+/** Bytes all tabs send per sample by the ring formula (one allreduce of the padded gradient per commit point). */
+export function formulaBytesPerSample(config: SyncConfig): number {
+  const n = parameterLayout(MLP_SPEC).totalElements;
+  return (TABS * ringAllreduceBusBytes(n, TABS, config.compression)) / (config.innerSteps * GLOBAL_BATCH);
+}
 
 function jobFor(config: SyncConfig): Record<string, unknown> {
   return {
@@ -177,7 +186,7 @@ function download(scene: Scene, path: string): Promise<Buffer> {
  *   wall time"; a slow configuration commits few times in a window, so also
  * - spanSamplesPerSec: samples of the commits after the first one on the shaped links, over the time from
  *   that first commit to the last (null with fewer than two);
- * - bytesPerSample: the reports' wireBytes for the steps of the commits after `shapedStep`, all tabs, over
+ * - reportedBytesPerSample: the reports' wireBytes for the steps of the commits after `shapedStep`, all tabs, over
  *   those commits' samples (reports of a step computed twice both count: both were sent);
  * - utilization: per tab, the computeMs of the reports sent inside [t0, t1] over t1 − t0.
  */
@@ -197,7 +206,7 @@ export function windowFigures(commits: Commit[], reports: Report[][], shapedStep
     spanSamplesPerSec: spanMs > 0 ? (commits.slice(1).reduce((n, c) => n + c.count, 0) / spanMs) * 1000 : null,
     windowSamples,
     commits: inWindow.length,
-    bytesPerSample: committedSamples > 0 ? wire / committedSamples : null,
+    reportedBytesPerSample: committedSamples > 0 ? wire / committedSamples : null,
     utilization: utilizationPerTab.reduce((a, b) => a + b, 0) / reports.length,
     utilizationPerTab,
   };
@@ -223,7 +232,10 @@ async function commitsFrom(scene: Scene, from: number): Promise<Commit[]> {
 
 export interface Run extends SyncConfig, ReturnType<typeof windowFigures> {
   profile: string;
+  /** Bytes the tabs' peer connections sent in the window (all tabs) per sample committed in it. */
   rtcBytesPerSample: number | null;
+  /** What the ring formula says: TABS × ringAllreduceBusBytes(gradient, TABS, wire) per commit point's samples. */
+  formulaBytesPerSample: number;
   accuracy: number;
   accuracyStep: number;
   testImages: number;
@@ -337,6 +349,7 @@ async function scenario(
       ...config,
       ...figures,
       rtcBytesPerSample: figures.windowSamples > 0 ? rtcBytes / figures.windowSamples : null,
+      formulaBytesPerSample: formulaBytesPerSample(config),
       accuracy: accuracy.accuracy,
       accuracyStep: accuracy.step,
       testImages: accuracy.testImages,
@@ -391,31 +404,51 @@ async function requestCheckpoint(scene: Scene, unshape: () => void): Promise<num
   }
 }
 
-const fixed = (x: number | null, digits: number) => (x === null || !Number.isFinite(x) ? '–' : x.toFixed(digits));
+const fixed = (x: number | null, digits: number) =>
+  x === null || Number.isNaN(x) ? '–' : x === Number.POSITIVE_INFINITY ? '∞' : x.toFixed(digits);
 
 function reference(runs: Run[], profile: string): Run | undefined {
   return runs.find((x) => x.profile === profile && x.mode === 'every-step' && x.compression === 'none');
 }
 
 function ratio(a: number | null, b: number | null | undefined): number | null {
+  // A reference that committed nothing in the window: any progress is infinitely faster.
+  if (a !== null && a > 0 && b === 0) return Number.POSITIVE_INFINITY;
   return a === null || b === null || b === undefined || b === 0 ? null : a / b;
 }
 
+const COLUMNS: [string, number][] = [
+  ['profile', 9],
+  ['config', 18],
+  ['samples/s (window)', 18],
+  ['×fp32', 6],
+  ['samples/s (span)', 16],
+  ['×fp32', 6],
+  ['RTC B/sample', 12],
+  ['formula B/sample', 16],
+  ['reported B/sample', 17],
+  ['utilization (per tab)', 24],
+  ['accuracy % (step)', 17],
+  ['commits', 7],
+  ['restarts', 8],
+];
+
 function printTable(runs: Run[]): void {
   process.stdout.write(
-    'profile    config              samples/s (window)  ×fp32   samples/s (span)  ×fp32  wire B/sample  RTC B/sample  utilization (per tab)     accuracy % (step)  commits  restarts\n',
+    `${COLUMNS.map(([name, width], i) => (i < 2 || i === 9 ? name.padEnd(width) : name.padStart(width))).join('  ')}\n`,
   );
   for (const r of runs) {
     const ref = reference(runs, r.profile);
     const cells = [
-      r.profile.padEnd(11),
-      configName(r).padEnd(20),
+      r.profile.padEnd(9),
+      configName(r).padEnd(18),
       fixed(r.samplesPerSec, 1).padStart(18),
       fixed(ratio(r.samplesPerSec, ref?.samplesPerSec), 1).padStart(6),
-      fixed(r.spanSamplesPerSec, 1).padStart(18),
+      fixed(r.spanSamplesPerSec, 1).padStart(16),
       fixed(ratio(r.spanSamplesPerSec, ref?.spanSamplesPerSec), 1).padStart(6),
-      fixed(r.bytesPerSample, 0).padStart(13),
       fixed(r.rtcBytesPerSample, 0).padStart(12),
+      fixed(r.formulaBytesPerSample, 0).padStart(16),
+      fixed(r.reportedBytesPerSample, 0).padStart(17),
       `${r.utilization.toFixed(2)} (${r.utilizationPerTab.map((u) => u.toFixed(2)).join(' ')})`.padEnd(24),
       `${(r.accuracy * 100).toFixed(2)} (${r.accuracyStep})`.padStart(17),
       String(r.commits).padStart(7),
@@ -438,6 +471,61 @@ function printTable(runs: Run[]): void {
   }
 }
 
+/** The table and the JSON line. */
+function printReport(runs: Run[], meta: Record<string, unknown>): void {
+  printTable(runs);
+  const round = (x: number, d: number) => Math.round(x * 10 ** d) / 10 ** d;
+  process.stdout.write(
+    `${JSON.stringify({
+      bench: 'sync',
+      runs: runs.map((r) => ({
+        profile: r.profile,
+        mode: r.mode,
+        innerSteps: r.innerSteps,
+        compression: r.compression,
+        samplesPerSec: round(r.samplesPerSec, 1),
+        bytesPerSample: r.rtcBytesPerSample === null ? null : Math.round(r.rtcBytesPerSample),
+        utilization: round(r.utilization, 3),
+        accuracy: round(r.accuracy, 4),
+        spanSamplesPerSec: r.spanSamplesPerSec === null ? null : round(r.spanSamplesPerSec, 1),
+        formulaBytesPerSample: Math.round(r.formulaBytesPerSample),
+        reportedBytesPerSample: r.reportedBytesPerSample === null ? null : Math.round(r.reportedBytesPerSample),
+        commits: r.commits,
+        restarts: r.restarts,
+        utilizationPerTab: r.utilizationPerTab.map((u) => round(u, 3)),
+        accuracyStep: r.accuracyStep,
+        testImages: r.testImages,
+        windowSeconds: round(r.windowSeconds, 1),
+      })),
+      at: new Date().toISOString(),
+      chromium: chromiumVersion(),
+      ...meta,
+      links: Object.fromEntries([...new Set(runs.map((r) => r.profile))].map((p) => [p, PROFILES[p]])),
+    })}\n`,
+  );
+}
+
+/**
+ * `--replay a.err,b.err`: the runs a bench printed on stderr (`  run: {…}` lines, e.g. two profiles run as
+ * two processes), as one table and JSON line. Lines from before the reported/RTC split carry the tabs'
+ * claim as `bytesPerSample`; the formula figure is recomputed from the configuration.
+ */
+function replayRuns(files: string[]): Run[] {
+  return files.flatMap((file) =>
+    readFileSync(file, 'utf8')
+      .split('\n')
+      .filter((line) => line.startsWith('  run: '))
+      .map((line) => {
+        const r = JSON.parse(line.slice('  run: '.length)) as Run & { bytesPerSample?: number | null };
+        return {
+          ...r,
+          reportedBytesPerSample: r.reportedBytesPerSample ?? r.bytesPerSample ?? null,
+          formulaBytesPerSample: formulaBytesPerSample(r),
+        };
+      }),
+  );
+}
+
 async function main(): Promise<void> {
   const why = netbedUnavailable();
   if (why) {
@@ -447,6 +535,11 @@ async function main(): Promise<void> {
   if (!existsSync(join(WEB_BUILD_DIR, 'index.html'))) {
     process.stderr.write(`bench:sync: build the web app first (npx vite build; serving ${WEB_BUILD_DIR})\n`);
     process.exit(1);
+  }
+  const replay = arg('replay', '');
+  if (replay) {
+    printReport(replayRuns(replay.split(',')), { replayedFrom: replay });
+    process.exit(0);
   }
   const profiles = arg('profiles', 'broadband,poor').split(',');
   for (const p of profiles) if (!PROFILES[p]) throw new Error(`unknown profile "${p}" (broadband, poor)`);
@@ -466,35 +559,7 @@ async function main(): Promise<void> {
       process.stderr.write(`  run: ${JSON.stringify(runs.at(-1))}\n`); // kept if a later run fails
     }
   }
-  printTable(runs);
-  const round = (x: number, d: number) => Math.round(x * 10 ** d) / 10 ** d;
-  process.stdout.write(
-    `${JSON.stringify({
-      bench: 'sync',
-      runs: runs.map((r) => ({
-        profile: r.profile,
-        mode: r.mode,
-        innerSteps: r.innerSteps,
-        compression: r.compression,
-        samplesPerSec: round(r.samplesPerSec, 1),
-        bytesPerSample: r.bytesPerSample === null ? null : Math.round(r.bytesPerSample),
-        utilization: round(r.utilization, 3),
-        accuracy: round(r.accuracy, 4),
-        spanSamplesPerSec: r.spanSamplesPerSec === null ? null : round(r.spanSamplesPerSec, 1),
-        rtcBytesPerSample: r.rtcBytesPerSample === null ? null : Math.round(r.rtcBytesPerSample),
-        commits: r.commits,
-        restarts: r.restarts,
-        utilizationPerTab: r.utilizationPerTab.map((u) => round(u, 3)),
-        accuracyStep: r.accuracyStep,
-        testImages: r.testImages,
-        windowSeconds: round(r.windowSeconds, 1),
-      })),
-      at: new Date().toISOString(),
-      chromium: chromiumVersion(),
-      trainImages: train,
-      links: Object.fromEntries(profiles.map((p) => [p, PROFILES[p]])),
-    })}\n`,
-  );
+  printReport(runs, { trainImages: train });
   process.exit(0);
 }
 
