@@ -117,7 +117,7 @@ async function runOne(
     const last = await finalEvaluation(coordinator, status.step, 180_000);
     const commits = await countCommits(coordinator);
     const audit = await coordinator.audit();
-    swarm.problems().forEach((p) => process.stderr.write(`  page problem: ${p}\n`));
+    for (const p of swarm.problems()) process.stderr.write(`  page problem: ${p}\n`);
     return {
       ...config,
       epochs: o.epochs,

@@ -297,7 +297,7 @@ function shapeAccessLinks(scene: Scene, link: LinkProfile): void {
     const lossPerMyriad = Math.round(link.lossPercent * 100);
     if (lossPerMyriad > 0)
       scene.bed.run(home.router, 'nft', [
-        'insert rule ip netbed forwarding numgen random mod 10000 < ' + lossPerMyriad + ' drop',
+        `insert rule ip netbed forwarding numgen random mod 10000 < ${lossPerMyriad} drop`,
       ]);
   }
 }
