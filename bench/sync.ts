@@ -1,0 +1,516 @@
+/**
+ * `npm run bench:sync` (root; tsx bench/sync.ts): every-step against local-step (DiLoCo) sync, with and
+ * without a compressed wire, across NATed homes on slow access links (the test bed, coordinator/netbed;
+ * nothing shapes the machine's own loopback). One JSON line `{"bench":"sync","runs":[…]}`.
+ *
+ * Per (link profile × configuration): a fresh scene (HTTPS coordinator + coturn in the public segment,
+ * three Chromiums each in its own home behind its own NAT and access link), the job below, then a
+ * fixed wall-clock window of training once all three tabs train (`--window`, 60 s by default):
+ * - samples/s: the samples of the commits inside the window over the time between the first and the
+ *   last of them (the coordinator's `committedAt`), so a local-mode window is not cut mid outer step;
+ * - bytes per sample: the `wireBytes` the tabs put in their step reports (read off each page's control
+ *   WebSocket frames) for the steps of those commits, summed over tabs, over the samples; beside it the
+ *   bytes the tabs' RTCPeerConnections really sent (`transport.bytesSent`, so DTLS/SCTP framing and
+ *   retransmissions included) over the same wall window, per committed sample;
+ * - utilization: each tab's reported `computeMs` for those steps over the same time, and the mean;
+ * - accuracy: at the window's end rank 0 uploads the last committed state (admin `checkpoint`, the
+ *   links unshaped again); this process decodes it and evaluates it on the first `--test` test images
+ *   (all 10,000 by default) in float64 on the CPU (bench/evaluate-snapshot.ts).
+ *
+ * The set-up (dataset download, WebRTC, two commit points) runs on the profile's delay at 1 Gbit/s
+ * without loss; the profile's rate and loss go on (tc/nft in the homes and routers) one commit point
+ * before the window and come off after it, so the runs spend their time measuring, not downloading.
+ *
+ * Goal (issue 13): on the poor profile, local H = 32 int8 at ≥ 10× the samples/s of every-step fp32,
+ * with compute utilization ≥ 0.8.
+ *
+ * Options: --replay a.err,b.err (print the table and JSON of runs recorded on stderr, see replayRuns)
+ *          --profiles broadband,poor  --configs every-step:none,every-step:fp16,local8:fp16,local32:int8
+ *          --window 60 (s)  --train 60000 (training images served)  --test 10000
+ */
+import { existsSync, readFileSync } from 'node:fs';
+import { request } from 'node:https';
+import { join } from 'node:path';
+import type { Page } from 'playwright-core';
+import type { StatusReport } from '../coordinator/audit';
+import { COORDINATOR_IP, netbedUnavailable, type LinkProfile } from '../coordinator/netbed/netbed';
+import { COORDINATOR_PORT, Scene } from '../coordinator/netbed/scene';
+import { launchSwarmChromium } from '../coordinator/swarm/chromium';
+import { FASHION_MNIST_DIR, WEB_BUILD_DIR } from '../test/support/browser';
+import { makeTempDir } from '../test/support/fake-dataset';
+import { writeDatasetSlice } from '../test/support/small-dataset';
+import { snapshotAccuracy } from './evaluate-snapshot';
+import { arg, chromiumVersion, configName, parseConfig, type SyncConfig, syncField } from './sync-configs';
+import { type Commit, formulaBytesPerSample, GLOBAL_BATCH, type Report, TABS, windowFigures } from './sync-figures';
+
+/** The issue's two access-link profiles (each direction). */
+const PROFILES: Record<string, LinkProfile> = {
+  broadband: { delayMs: 20, jitterMs: 0, rateMbit: 20, lossPercent: 0 },
+  poor: { delayMs: 80, jitterMs: 0, rateMbit: 5, lossPercent: 1 },
+};
+const GOAL_SPEEDUP = 10;
+const GOAL_UTILIZATION = 0.8;
+
+function jobFor(config: SyncConfig): Record<string, unknown> {
+  return {
+    model: 'mlp',
+    globalBatch: GLOBAL_BATCH,
+    epochs: 1000, // never reached: the window ends the run
+    minWorkers: TABS,
+    maxWorkers: TABS,
+    sync: syncField(config),
+    // No periodic checkpoints inside the window (epoch ends still take one, as in any run).
+    checkpointEvery: 10_000_000,
+    heartbeatMs: 2000,
+    lastCallMs: 500,
+    seed: 13,
+    evalSamples: 0, // the tabs never evaluate; this process does (see the header)
+  };
+}
+
+interface Tab {
+  page: Page;
+  reports: Report[];
+}
+
+/** Runs in the page before its scripts: keeps every RTCPeerConnection, so their transports' bytes can be read. */
+function trackPeerConnections(): void {
+  const Native = window.RTCPeerConnection;
+  const all: RTCPeerConnection[] = [];
+  (window as unknown as { __benchPcs: RTCPeerConnection[] }).__benchPcs = all;
+  window.RTCPeerConnection = class extends Native {
+    constructor(config?: RTCConfiguration) {
+      super(config);
+      all.push(this);
+    }
+  } as typeof RTCPeerConnection;
+}
+
+/** Bytes sent by all of the page's peer connections' transports so far. */
+async function rtcBytesSent(page: Page): Promise<number> {
+  return page.evaluate(async () => {
+    const pcs = (window as unknown as { __benchPcs?: RTCPeerConnection[] }).__benchPcs ?? [];
+    let sum = 0;
+    for (const pc of pcs) {
+      if (pc.connectionState === 'closed') continue;
+      (await pc.getStats()).forEach((s: { type: string; bytesSent?: number }) => {
+        if (s.type === 'transport') sum += s.bytesSent ?? 0;
+      });
+    }
+    return sum;
+  });
+}
+
+/** Scene.openTab plus the bench's probes: the page's step reports and its peer connections. */
+async function openTab(scene: Scene, home: number): Promise<Tab> {
+  const ns = scene.bed.homes[home].ns;
+  const browser = await launchSwarmChromium({
+    wrap: (executable) => scene.bed.wrapper(ns, executable),
+    args: [`--ignore-certificate-errors-spki-list=${scene.certs.spkiHashes.join(',')}`],
+  });
+  const page = await (await browser.newContext()).newPage();
+  scene.tabs.push({ home, browser, page }); // closed with the scene
+  await page.addInitScript(trackPeerConnections);
+  const tab: Tab = { page, reports: [] };
+  page.on('websocket', (ws) =>
+    ws.on('framesent', ({ payload }) => {
+      if (typeof payload !== 'string' || !payload.includes('"step_report"')) return;
+      const m = JSON.parse(payload) as Partial<Report> & { type: string };
+      if (m.type !== 'step_report') return;
+      tab.reports.push({
+        step: m.step ?? -1,
+        samples: m.samples ?? 0,
+        computeMs: m.computeMs ?? 0,
+        wireBytes: m.wireBytes ?? 0,
+        at: Date.now(),
+      });
+    }),
+  );
+  await page.goto(`${scene.url}/?${new URLSearchParams({ autostart: '1', mode: 'elastic', testSubset: '0' })}`);
+  return tab;
+}
+
+/** GET a coordinator path through the scene's Unix-socket relay; the raw body. */
+function download(scene: Scene, path: string): Promise<Buffer> {
+  // The relay Scene.start opened (netbed.unixProxy names it by host and port).
+  const socketPath = join(scene.bed.dir, `proxy-${COORDINATOR_IP}-${COORDINATOR_PORT}.sock`);
+  return new Promise((resolve, reject) => {
+    const req = request(
+      {
+        socketPath,
+        host: COORDINATOR_IP,
+        path,
+        ca: readFileSync(scene.certs.caCert),
+        timeout: 30_000,
+        headers: { authorization: `Bearer ${scene.adminToken}` },
+      },
+      (res) => {
+        const chunks: Buffer[] = [];
+        res.on('data', (d: Buffer) => chunks.push(d));
+        res.on('end', () =>
+          res.statusCode === 200
+            ? resolve(Buffer.concat(chunks))
+            : reject(new Error(`${path}: ${res.statusCode} ${Buffer.concat(chunks).toString().slice(0, 200)}`)),
+        );
+      },
+    );
+    req.on('error', reject);
+    req.on('timeout', () => req.destroy(new Error(`${path}: no answer in 30 s`)));
+    req.end();
+  });
+}
+
+async function commitsFrom(scene: Scene, from: number): Promise<Commit[]> {
+  const out: Commit[] = [];
+  let next: number | null = from;
+  for (let page = 0; next !== null && page < 100; page++) {
+    const body: { commits: Commit[]; next: number | null } = await scene.api(`/api/commits?from=${next}`);
+    out.push(...body.commits);
+    next = body.next;
+  }
+  return out;
+}
+
+export interface Run extends SyncConfig, ReturnType<typeof windowFigures> {
+  profile: string;
+  /** Bytes the tabs' peer connections sent in the window (all tabs) per sample committed in it. */
+  rtcBytesPerSample: number | null;
+  /** What the ring formula says: TABS × ringAllreduceBusBytes(gradient, TABS, wire) per commit point's samples. */
+  formulaBytesPerSample: number;
+  accuracy: number;
+  accuracyStep: number;
+  testImages: number;
+  windowSeconds: number;
+  /** Rounds restarted by failures during the window. */
+  restarts: number;
+}
+
+/**
+ * Puts `link`'s rate and loss on every access link of the scene, where netbed put them: the tbf qdisc on
+ * the home's and the router's TUN device (`tc qdisc change`) and a random drop in the router's forward
+ * chain (the scene starts without loss; the rule is inserted here, and replaced or removed by the next
+ * call). The delay line keeps its delay.
+ */
+function shapeAccessLinks(scene: Scene, link: LinkProfile): void {
+  const burst = Math.max(3200, Math.round((link.rateMbit * 1e6) / 8 / 1000) * 4); // as netbed's configureHome
+  for (const home of scene.bed.homes) {
+    for (const ns of [home.ns, home.router]) {
+      const qdiscs = scene.bed.run(ns, 'tc', ['qdisc', 'show']);
+      const dev = /qdisc tbf \S+ dev (\S+) root/.exec(qdiscs)?.[1];
+      if (!dev) throw new Error(`no tbf qdisc in ${ns}: ${qdiscs}`);
+      const tbf = ['rate', `${link.rateMbit}mbit`, 'burst', String(burst), 'latency', '200ms'];
+      scene.bed.run(ns, 'tc', ['qdisc', 'change', 'dev', dev, 'root', 'tbf', ...tbf]);
+    }
+    // Any loss rule this function inserted before goes first (found by its handle).
+    const chain = scene.bed.run(home.router, 'nft', ['-a', 'list', 'chain', 'ip', 'netbed', 'forwarding']);
+    for (const m of chain.matchAll(/numgen random .* drop # handle (\d+)/g))
+      scene.bed.run(home.router, 'nft', ['delete', 'rule', 'ip', 'netbed', 'forwarding', 'handle', m[1]]);
+    const lossPerMyriad = Math.round(link.lossPercent * 100);
+    if (lossPerMyriad > 0)
+      scene.bed.run(home.router, 'nft', [
+        `insert rule ip netbed forwarding numgen random mod 10000 < ${lossPerMyriad} drop`,
+      ]);
+  }
+}
+
+/** Sleep for the window, printing progress every 10 s. */
+async function trainWindow(scene: Scene, tabs: Tab[], label: string, windowMs: number): Promise<void> {
+  const end = performance.now() + windowMs;
+  while (performance.now() < end) {
+    await new Promise((r) => setTimeout(r, Math.min(10_000, end - performance.now())));
+    const s = await scene.api<StatusReport>('/api/status');
+    const reported = tabs.map((t) => t.reports.at(-1)?.step ?? '–').join('/');
+    process.stderr.write(
+      `  ${label}: committed step ${s.step}, world ${s.world.length}, tabs reported ${reported}, ${Math.round((end - performance.now()) / 1000)} s left\n`,
+    );
+  }
+}
+
+async function scenario(
+  profile: string,
+  config: SyncConfig,
+  o: { windowMs: number; dataset: string; test: number },
+): Promise<Run> {
+  const label = `${profile} ${configName(config)}`;
+  const link = PROFILES[profile];
+  // Set-up (dataset download, WebRTC, warm-up) on the profile's delay at 1 Gbit/s without loss; the
+  // profile's rate and loss go on before the measured window (see shapeAccessLinks).
+  const setup: LinkProfile = { ...link, rateMbit: 1000, lossPercent: 0 };
+  const scene = await Scene.start({
+    homes: Array.from({ length: TABS }, () => ({ nat: 'endpoint-independent' as const, link: setup })),
+    job: jobFor(config),
+    datasetDir: o.dataset,
+    distDir: WEB_BUILD_DIR,
+  });
+  try {
+    const tabs = await Promise.all(Array.from({ length: TABS }, (_, i) => openTab(scene, i)));
+    // Warm: all three train and one commit point of the full world is behind them.
+    const H = config.innerSteps;
+    const warm = await scene.statusUntil(
+      (s) => s.world.length === TABS && s.state === 'training' && s.step >= 2 * H,
+      'trained two commit points with all tabs',
+      600_000,
+      250,
+    );
+    shapeAccessLinks(scene, link);
+    // One commit point on the shaped links before the window, if one comes within 2 minutes (every-step
+    // fp32 on the poor profile may commit nothing at all: then the window measures that).
+    const shaped = await scene
+      .statusUntil(
+        (s) => s.world.length === TABS && s.step >= warm.step + H,
+        'a commit point on shaped links',
+        120_000,
+        250,
+      )
+      .catch(() => scene.api<StatusReport>('/api/status'));
+    process.stderr.write(
+      `  ${label}: all ${TABS} tabs train (step ${warm.step}), shaped links from step ${warm.step}; window from step ${shaped.step}, ${o.windowMs / 1000} s\n`,
+    );
+    const rtc0 = await Promise.all(tabs.map((t) => rtcBytesSent(t.page)));
+    const t0 = Date.now();
+    await trainWindow(scene, tabs, label, o.windowMs);
+    const t1 = Date.now();
+    const rtc1 = await Promise.all(tabs.map((t) => rtcBytesSent(t.page)));
+    const end = await scene.api<StatusReport>('/api/status');
+    // The checkpoint is the last commit when the request is accepted: ask before the links go fast again.
+    const accepted = await requestCheckpoint(scene, () => shapeAccessLinks(scene, setup));
+    const commits = (await commitsFrom(scene, shaped.step + 1)).filter((c) => c.committedAt <= t1);
+    if (commits.some((c) => c.worldSize !== TABS)) throw new Error(`${label}: a commit lacks a tab`);
+    const figures = windowFigures(
+      commits,
+      tabs.map((t) => t.reports),
+      shaped.step,
+      t0,
+      t1,
+    );
+    const rtcBytes = rtc1.reduce((a, b) => a + b, 0) - rtc0.reduce((a, b) => a + b, 0);
+    const accuracy = await evaluateCommitted(scene, label, accepted, o);
+    return {
+      profile,
+      ...config,
+      ...figures,
+      rtcBytesPerSample: figures.windowSamples > 0 ? rtcBytes / figures.windowSamples : null,
+      formulaBytesPerSample: formulaBytesPerSample(config),
+      accuracy: accuracy.accuracy,
+      accuracyStep: accuracy.step,
+      testImages: accuracy.testImages,
+      windowSeconds: (t1 - t0) / 1000,
+      restarts: end.restarts - shaped.restarts,
+    };
+  } finally {
+    await scene.close();
+  }
+}
+
+/**
+ * Rank 0 uploads the last commit of the window (admin `checkpoint`, on the unshaped links: the
+ * measurement is over), evaluated here on the CPU.
+ */
+async function evaluateCommitted(
+  scene: Scene,
+  label: string,
+  step: number,
+  o: { dataset: string; test: number },
+): Promise<{ step: number; accuracy: number; testImages: number }> {
+  const saved = await scene.statusUntil(
+    (s) => s.latestCheckpoint !== null && s.latestCheckpoint.step >= step,
+    `uploaded a checkpoint at or after step ${step}`,
+    180_000,
+    500,
+  );
+  await scene.api('/api/admin/pause', {});
+  const bytes = await download(scene, `/api/checkpoints/${saved.latestCheckpoint!.step}`);
+  const result = await snapshotAccuracy(bytes, FASHION_MNIST_DIR, o.test);
+  process.stderr.write(
+    `  ${label}: step ${result.step}: ${(result.accuracy * 100).toFixed(2)} % on ${result.testImages} test images\n`,
+  );
+  return result;
+}
+
+/**
+ * Admin `checkpoint` (rank 0 uploads the last commit); `unshape` runs right after the first attempt, and
+ * a refusal (no round member holds the last commit: a round is re-forming) is retried every 2 s for at
+ * most 3 minutes. Returns the committed step when it was accepted.
+ */
+async function requestCheckpoint(scene: Scene, unshape: () => void): Promise<number> {
+  const end = performance.now() + 180_000;
+  for (let first = true; ; first = false) {
+    const answer = await scene
+      .api<{ status: StatusReport }>('/api/admin/checkpoint', {})
+      .catch((error: Error) => (/ 409 /.test(error.message) ? null : Promise.reject(error)));
+    if (first) unshape();
+    if (answer) return answer.status.step;
+    if (performance.now() > end) throw new Error('no checkpoint request accepted in 3 minutes');
+    await new Promise((r) => setTimeout(r, 2000));
+  }
+}
+
+const fixed = (x: number | null, digits: number) =>
+  x === null || Number.isNaN(x) ? '–' : x === Number.POSITIVE_INFINITY ? '∞' : x.toFixed(digits);
+
+function reference(runs: Run[], profile: string): Run | undefined {
+  return runs.find((x) => x.profile === profile && x.mode === 'every-step' && x.compression === 'none');
+}
+
+function ratio(a: number | null, b: number | null | undefined): number | null {
+  // A reference that committed nothing in the window: any progress is infinitely faster.
+  if (a !== null && a > 0 && b === 0) return Number.POSITIVE_INFINITY;
+  return a === null || b === null || b === undefined || b === 0 ? null : a / b;
+}
+
+const COLUMNS: [string, number][] = [
+  ['profile', 9],
+  ['config', 18],
+  ['samples/s (window)', 18],
+  ['×fp32', 6],
+  ['samples/s (span)', 16],
+  ['×fp32', 6],
+  ['RTC B/sample', 12],
+  ['formula B/sample', 16],
+  ['reported B/sample', 17],
+  ['utilization (per tab)', 24],
+  ['claimed', 7],
+  ['accuracy % (step)', 17],
+  ['commits', 7],
+  ['restarts', 8],
+];
+
+function printTable(runs: Run[]): void {
+  process.stdout.write(
+    `${COLUMNS.map(([name, width], i) => (i < 2 || i === 9 ? name.padEnd(width) : name.padStart(width))).join('  ')}\n`,
+  );
+  for (const r of runs) {
+    const ref = reference(runs, r.profile);
+    const cells = [
+      r.profile.padEnd(9),
+      configName(r).padEnd(18),
+      fixed(r.samplesPerSec, 1).padStart(18),
+      fixed(ratio(r.samplesPerSec, ref?.samplesPerSec), 1).padStart(6),
+      fixed(r.spanSamplesPerSec, 1).padStart(16),
+      fixed(ratio(r.spanSamplesPerSec, ref?.spanSamplesPerSec), 1).padStart(6),
+      fixed(r.rtcBytesPerSample, 0).padStart(12),
+      fixed(r.formulaBytesPerSample, 0).padStart(16),
+      fixed(r.reportedBytesPerSample, 0).padStart(17),
+      `${fixed(r.utilization, 2)} (${r.utilizationPerTab.map((u) => fixed(u, 2)).join(' ')})`.padEnd(24),
+      fixed(r.claimedUtilization ?? null, 2).padStart(7),
+      `${(r.accuracy * 100).toFixed(2)} (${r.accuracyStep})`.padStart(17),
+      String(r.commits).padStart(7),
+      String(r.restarts).padStart(8),
+    ];
+    process.stdout.write(`${cells.join('  ')}\n`);
+  }
+  for (const profile of new Set(runs.map((r) => r.profile))) {
+    const ref = reference(runs, profile);
+    const h32 = runs.find(
+      (x) => x.profile === profile && x.mode === 'local' && x.innerSteps === 32 && x.compression === 'int8',
+    );
+    if (!ref || !h32) continue;
+    const speed = [ratio(h32.samplesPerSec, ref.samplesPerSec), ratio(h32.spanSamplesPerSec, ref.spanSamplesPerSec)];
+    const met = (x: number | null) => (x === null ? 'n/a' : x >= GOAL_SPEEDUP ? 'met' : 'MISSED');
+    const goal = profile === 'poor' ? 'goal' : 'for comparison (the goal is on poor)';
+    process.stdout.write(
+      `${goal}, ${profile}: local H=32 int8 at ${fixed(speed[0], 1)}× (window) / ${fixed(speed[1], 1)}× (span) the samples/s of every-step fp32 (≥ ${GOAL_SPEEDUP}×: ${met(speed[0])} / ${met(speed[1])}); utilization ${h32.utilization.toFixed(2)} (≥ ${GOAL_UTILIZATION}: ${h32.utilization >= GOAL_UTILIZATION ? 'met' : 'MISSED'})\n`,
+    );
+  }
+}
+
+/** The table and the JSON line. */
+function printReport(runs: Run[], meta: Record<string, unknown>): void {
+  printTable(runs);
+  const round = (x: number, d: number) => Math.round(x * 10 ** d) / 10 ** d;
+  process.stdout.write(
+    `${JSON.stringify({
+      bench: 'sync',
+      runs: runs.map((r) => ({
+        profile: r.profile,
+        mode: r.mode,
+        innerSteps: r.innerSteps,
+        compression: r.compression,
+        samplesPerSec: round(r.samplesPerSec, 1),
+        bytesPerSample: r.rtcBytesPerSample === null ? null : Math.round(r.rtcBytesPerSample),
+        utilization: round(r.utilization, 3),
+        accuracy: round(r.accuracy, 4),
+        spanSamplesPerSec: r.spanSamplesPerSec === null ? null : round(r.spanSamplesPerSec, 1),
+        formulaBytesPerSample: Math.round(r.formulaBytesPerSample),
+        reportedBytesPerSample: r.reportedBytesPerSample === null ? null : Math.round(r.reportedBytesPerSample),
+        commits: r.commits,
+        restarts: r.restarts,
+        utilizationPerTab: r.utilizationPerTab.map((u) => round(u, 3)),
+        claimedUtilization: r.claimedUtilization === undefined ? null : round(r.claimedUtilization, 3),
+        accuracyStep: r.accuracyStep,
+        testImages: r.testImages,
+        windowSeconds: round(r.windowSeconds, 1),
+      })),
+      at: new Date().toISOString(),
+      chromium: chromiumVersion(),
+      ...meta,
+      links: Object.fromEntries([...new Set(runs.map((r) => r.profile))].map((p) => [p, PROFILES[p]])),
+    })}\n`,
+  );
+}
+
+/**
+ * `--replay a.err,b.err`: the runs a bench printed on stderr (`  run: {…}` lines, e.g. two profiles run as
+ * two processes), as one table and JSON line. Lines from before the reported/RTC split carry the tabs'
+ * claim as `bytesPerSample`; the formula figure is recomputed from the configuration.
+ */
+function replayRuns(files: string[]): Run[] {
+  return files.flatMap((file) =>
+    readFileSync(file, 'utf8')
+      .split('\n')
+      .filter((line) => line.startsWith('  run: '))
+      .map((line) => {
+        const r = JSON.parse(line.slice('  run: '.length)) as Run & { bytesPerSample?: number | null };
+        // Before busyMs, `utilization` was the tabs' claim: kept as the claim; the real figure is unknown
+        // unless the window saw no step at all.
+        const measured = r.claimedUtilization !== undefined || r.windowSamples === 0;
+        return {
+          ...r,
+          utilization: measured ? r.utilization : Number.NaN,
+          utilizationPerTab: measured ? r.utilizationPerTab : r.utilizationPerTab.map(() => Number.NaN),
+          claimedUtilization: r.claimedUtilization ?? r.utilization,
+          reportedBytesPerSample: r.reportedBytesPerSample ?? r.bytesPerSample ?? null,
+          formulaBytesPerSample: formulaBytesPerSample(r),
+        };
+      }),
+  );
+}
+
+async function main(): Promise<void> {
+  const why = netbedUnavailable();
+  if (why) {
+    process.stderr.write(`bench:sync: ${why}\n`);
+    process.exit(1);
+  }
+  if (!existsSync(join(WEB_BUILD_DIR, 'index.html'))) {
+    process.stderr.write(`bench:sync: build the web app first (npx vite build; serving ${WEB_BUILD_DIR})\n`);
+    process.exit(1);
+  }
+  const replay = arg('replay', '');
+  if (replay) {
+    printReport(replayRuns(replay.split(',')), { replayedFrom: replay });
+    process.exit(0);
+  }
+  const profiles = arg('profiles', 'broadband,poor').split(',');
+  for (const p of profiles) if (!PROFILES[p]) throw new Error(`unknown profile "${p}" (broadband, poor)`);
+  const configs = arg('configs', 'every-step:none,every-step:fp16,local8:fp16,local32:int8')
+    .split(',')
+    .map(parseConfig);
+  const windowMs = Number(arg('window', '60')) * 1000;
+  const train = Number(arg('train', '60000'));
+  const test = Number(arg('test', '10000'));
+  // The tabs download only the training images they are served (a slice); the test set stays here.
+  const dataset = await writeDatasetSlice(FASHION_MNIST_DIR, join(makeTempDir('tabswarm-bench-sync-'), 'fm'), train, 1);
+  const runs: Run[] = [];
+  for (const profile of profiles) {
+    for (const config of configs) {
+      process.stderr.write(`bench:sync: ${profile} ${configName(config)}…\n`);
+      runs.push(await scenario(profile, config, { windowMs, dataset, test }));
+      process.stderr.write(`  run: ${JSON.stringify(runs.at(-1))}\n`); // kept if a later run fails
+    }
+  }
+  printReport(runs, { trainImages: train });
+  process.exit(0);
+}
+
+await main();
