@@ -34,7 +34,8 @@
  * bench/devtools-upload-retention.ts reproduces it without tabswarm). bench/soak.ts now opens elastic
  * tabs in a Chromium no DevTools client is attached to, as a volunteer's browser is; there the tab's
  * renderer measured 7 MB per 1,000 steps over 434 steps (237 → 240 MB) and its Blink buffer partition
- * 0.3 KB per step, and the after-fix bench:soak figure is in bench/RESULTS.md. A return of that
+ * 0.3 KB per step; this test's first run so: −0.35 MB per 1,000 steps over 843 steps (2,048 in 150 s,
+ * load average ~12), and the after-fix bench:soak figure is in bench/RESULTS.md. A return of that
  * retention (or any other 2.8 MB kept per checkpoint) is 56 MB per 1,000 steps: above the bound.
  *
  * Takes about 3 minutes (2.5 of training plus start-up).
