@@ -3,7 +3,8 @@
  *
  * For each configuration (solo, and elastic with 1, 2, 3 local tabs) it starts a real coordinator
  * (`coordinator/cli.ts coordinator --port 0`, the default `mlp` job with many epochs, the real
- * Fashion-MNIST), opens headless Chromium tabs (the swarm's flags: WebGPU on SwiftShader), lets them
+ * Fashion-MNIST), opens headless Chromium tabs (the swarm's flags: WebGPU on SwiftShader; elastic tabs
+ * in a Chromium no DevTools client is attached to, see `openBareTabs`), lets them
  * train for `--minutes`, and samples every `--sample-every` seconds:
  * - steps: elastic, the coordinator's last committed step (`/api/status`); solo, the page's step;
  * - RSS of the coordinator, of each renderer (`--type=renderer`, which also runs the training worker)
@@ -19,12 +20,14 @@
  *
  * The machine's other load shows up in the numbers; the ratios within one run are what to compare.
  */
-import { readdirSync, readFileSync } from 'node:fs';
-import { resolve } from 'node:path';
+import { type ChildProcess, spawn } from 'node:child_process';
+import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { Browser, Page } from 'playwright-core';
 import { resolveDatasetDir } from '../coordinator/startup-config';
-import { launchSwarmChromium } from '../coordinator/swarm/chromium';
+import { findChromium, launchSwarmChromium, SWARM_CHROMIUM_ARGS } from '../coordinator/swarm/chromium';
 import { fetchStatus } from '../coordinator/swarm/coordinator-api';
 import { type CoordinatorProcess, spawnCoordinator } from '../test/support/coordinator-process';
 
@@ -213,6 +216,39 @@ async function openTabs(browser: Browser, url: string, count: number): Promise<P
   return pages;
 }
 
+/**
+ * Elastic tabs in a Chromium that NO DevTools client is attached to: the tab URLs on its command line.
+ * Playwright enables the DevTools Network domain on every page and worker it drives, and Blink's
+ * network agent then keeps the body of every request the page sends: each checkpoint upload (2.8 MB
+ * for `mlp`, every 50 steps) stayed in the renderer, ~56 KB per step that a volunteer's browser never
+ * holds (docs/performance.md, "The renderer's growth in the elastic path"). Elastic steps are read
+ * from the coordinator, so these tabs need no DevTools client; solo's step is read from its page.
+ */
+async function openBareTabs(url: string, count: number): Promise<{ close(): Promise<void> }> {
+  const executable = findChromium();
+  if (!executable) throw new Error('no Chromium found (set CHROMIUM_PATH)');
+  const profile = mkdtempSync(join(tmpdir(), 'tabswarm-soak-'));
+  const args = [...SWARM_CHROMIUM_ARGS, '--headless', `--user-data-dir=${profile}`, '--window-size=900,700'];
+  const child: ChildProcess = spawn(executable, [...args, ...Array.from({ length: count }, () => url)], {
+    stdio: 'ignore',
+  });
+  const exited = new Promise<void>((done) => {
+    child.once('exit', () => done());
+    child.once('error', () => done()); // not started: nothing to stop
+  });
+  return {
+    async close() {
+      if (child.exitCode === null && child.signalCode === null) {
+        child.kill('SIGTERM');
+        const timer = setTimeout(() => child.kill('SIGKILL'), 10_000);
+        await exited;
+        clearTimeout(timer);
+      }
+      rmSync(profile, { recursive: true, force: true });
+    },
+  };
+}
+
 async function readSteps(config: Config, url: string, pages: Page[]): Promise<number> {
   if (config.kind === 'elastic') return (await fetchStatus(url, 10_000)).step;
   return pages[0].evaluate(() => window.tabswarm.step);
@@ -224,23 +260,28 @@ export async function runConfig(config: Config, opts: SoakOptions): Promise<Conf
   const name = config.kind === 'solo' ? 'solo' : `elastic ${config.tabs} tab${config.tabs > 1 ? 's' : ''}`;
   const coordinator = await startCoordinator(opts.dataset, 50, opts.dist);
   let browser: Browser | null = null;
+  let bare: { close(): Promise<void> } | null = null;
   try {
-    browser = await launchSwarmChromium();
     const ignore = new Set(descendants(process.pid).map((p) => p.pid));
-    const tabUrl =
-      config.kind === 'solo'
-        ? `${coordinator.url}/?mode=solo&autostart=1&epochs=50&batch=${GLOBAL_BATCH}`
-        : `${coordinator.url}/?autostart=1`;
-    const pages = await openTabs(browser, tabUrl, config.kind === 'solo' ? 1 : config.tabs);
+    const tabs = config.kind === 'solo' ? 1 : config.tabs;
+    let pages: Page[] = [];
+    if (config.kind === 'solo') {
+      browser = await launchSwarmChromium();
+      for (const p of descendants(process.pid)) ignore.add(p.pid);
+      pages = await openTabs(browser, `${coordinator.url}/?mode=solo&autostart=1&epochs=50&batch=${GLOBAL_BATCH}`, 1);
+    } else {
+      bare = await openBareTabs(`${coordinator.url}/?autostart=1`, tabs);
+    }
     const deadline = Date.now() + 180_000;
     while ((await readSteps(config, coordinator.url, pages)) < 1) {
       if (Date.now() > deadline) throw new Error(`${name}: no step trained within 3 minutes`);
       await sleep(250);
     }
-    const samples = await sampleRun(config, coordinator, pages, opts, ignore);
-    return summarise(name, config.kind === 'solo' ? 1 : config.tabs, samples);
+    const samples = await sampleRun(config, coordinator, pages, tabs, opts, ignore);
+    return summarise(name, tabs, samples);
   } finally {
     await browser?.close().catch(() => undefined);
+    await bare?.close().catch(() => undefined);
     await coordinator.stop();
   }
 }
@@ -249,6 +290,7 @@ async function sampleRun(
   config: Config,
   coordinator: CoordinatorProcess,
   pages: Page[],
+  tabs: number,
   opts: SoakOptions,
   ignore: ReadonlySet<number>,
 ): Promise<Sample[]> {
@@ -259,7 +301,7 @@ async function sampleRun(
   for (let k = 0; ; k++) {
     const t = (performance.now() - t0) / 1000;
     const steps = (await readSteps(config, coordinator.url, pages)) - first;
-    samples.push({ t, steps, ...rssNow(coordinator.child.pid!, ignore, pages.length) });
+    samples.push({ t, steps, ...rssNow(coordinator.child.pid!, ignore, tabs) });
     if (t >= total) break;
     const next = Math.min(total, (k + 1) * opts.sampleEverySec);
     await sleep(Math.max(0, (next - (performance.now() - t0) / 1000) * 1000));

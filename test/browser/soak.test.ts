@@ -27,13 +27,16 @@
  * A slow leak of a few KB per step is below this test's resolution; `npm run bench:soak` with a
  * longer duration is the tool for that.
  *
- * Known defect, measured and not yet found (docs/performance.md, "Still open"): in the elastic path
- * the tab's renderer still grows by 60–100 KB per step over the first minutes (4-minute
- * `bench:soak` on a quiet machine: elastic 1 tab 258 → 463 MB, 66 MB per 1,000 steps; solo 276 →
- * 285 MB, 7 MB per 1,000 steps; the CI run of this test: 96 MB per 1,000 steps). Until it is found the
- * renderer is held to RENDERER_MAX_MB_PER_1K_STEPS = 150, about 1.5× the worst measured: a guard that
- * nothing gets worse (any retained per-step gradient or snapshot buffer is ≥ 1,000 MB per 1,000 steps),
- * not the flat-memory promise the coordinator's 40 MB bound makes. Lower it to 40 when the leak is fixed.
+ * The renderer is held to the same 40. Its old 60–120 KB per step in the elastic path was not ours: the
+ * tab was driven by Playwright, whose DevTools Network domain makes Blink keep the body of every request
+ * the page sends, so each 2.8 MB checkpoint upload (every 50 steps) stayed in the renderer, ~56 KB per
+ * step, up to ~200 MB (docs/performance.md, "The renderer's growth in the elastic path";
+ * bench/devtools-upload-retention.ts reproduces it without tabswarm). bench/soak.ts now opens elastic
+ * tabs in a Chromium no DevTools client is attached to, as a volunteer's browser is; there the tab's
+ * renderer measured 7 MB per 1,000 steps over 434 steps (237 → 240 MB) and its Blink buffer partition
+ * 0.3 KB per step; this test's first run so: −0.35 MB per 1,000 steps over 843 steps (2,048 in 150 s,
+ * load average ~12), and the after-fix bench:soak figure is in bench/RESULTS.md. A return of that
+ * retention (or any other 2.8 MB kept per checkpoint) is 56 MB per 1,000 steps: above the bound.
  *
  * Takes about 3 minutes (2.5 of training plus start-up).
  */
@@ -50,8 +53,6 @@ import {
 const MINUTES = Number(process.env.TABSWARM_SOAK_MINUTES ?? 2.5);
 const MIN_LATE_EARLY = 0.85;
 const MAX_MB_PER_1K_STEPS = 40;
-/** The renderer's bound while its known per-step growth is open (see the header). */
-const RENDERER_MAX_MB_PER_1K_STEPS = 150;
 const NOISE_FLOOR_MB = 10;
 
 const skip = skipWithoutChromium() || skipWithoutFashionMnist() || skipWithoutWebBuild();
@@ -70,7 +71,7 @@ describe.skipIf(skip)('soak: one elastic tab keeps its speed and its memory', ()
       expect(r.lateEarly).toBeGreaterThanOrEqual(MIN_LATE_EARLY);
       const allowed = (perK: number) => Math.max(NOISE_FLOOR_MB, (perK * r.growthSteps) / 1000);
       expect(r.growthMb.renderers).toHaveLength(1);
-      expect(r.growthMb.renderers[0]).toBeLessThanOrEqual(allowed(RENDERER_MAX_MB_PER_1K_STEPS));
+      expect(r.growthMb.renderers[0]).toBeLessThanOrEqual(allowed(MAX_MB_PER_1K_STEPS));
       expect(r.growthMb.coordinator).toBeLessThanOrEqual(allowed(MAX_MB_PER_1K_STEPS));
     },
     (MINUTES * 60 + 240) * 1000,
