@@ -20,6 +20,7 @@ import {
   skipWithoutWebBuild,
   WEB_BUILD_DIR,
 } from '../support/browser';
+import { commitRows } from '../support/commit-log';
 import { CoordinatorProcess } from '../support/coordinator-process';
 import { makeTempDir } from '../support/fake-dataset';
 import type { StatusReport } from '../../coordinator/audit';
@@ -54,25 +55,6 @@ async function writeSmallDataset(): Promise<string> {
     TRAIN_IMAGES,
     TEST_IMAGES,
   );
-}
-
-interface CommitRow {
-  step: number;
-  loss: number;
-  hash: string;
-  world: number;
-}
-
-/** Live commit rows (per-step mean loss), ascending, from the coordinator's `GET /api/commits`, page by page. */
-async function commitRows(coordinator: CoordinatorProcess): Promise<CommitRow[]> {
-  const rows: CommitRow[] = [];
-  for (let from: number | null = 0; from !== null; ) {
-    const page: { commits: { step: number; loss: number; hash: string; worldSize: number }[]; next: number | null } =
-      await coordinator.getJson(`/api/commits?from=${from}`);
-    rows.push(...page.commits.map((c) => ({ step: c.step, loss: c.loss, hash: c.hash, world: c.worldSize })));
-    from = page.next;
-  }
-  return rows;
 }
 
 /** Invariants (1) and (2) of docs/ARCHITECTURE.md as the coordinator's audit reports them. */
