@@ -227,24 +227,29 @@ async function openTabs(browser: Browser, url: string, count: number): Promise<P
 async function openBareTabs(url: string, count: number): Promise<{ close(): Promise<void> }> {
   const executable = findChromium();
   if (!executable) throw new Error('no Chromium found (set CHROMIUM_PATH)');
-  const profile = mkdtempSync(join(tmpdir(), 'tabswarm-soak-'));
-  const args = [...SWARM_CHROMIUM_ARGS, '--headless', `--user-data-dir=${profile}`, '--window-size=900,700'];
-  const child: ChildProcess = spawn(executable, [...args, ...Array.from({ length: count }, () => url)], {
-    stdio: 'ignore',
-  });
-  const exited = new Promise<void>((done) => {
-    child.once('exit', () => done());
-    child.once('error', () => done()); // not started: nothing to stop
+  // One browser (and profile) per tab: tabs of one profile share its storage, and with two URLs on one
+  // command line no step trained in 3 minutes (2026-11-24), so each tab is its own volunteer here.
+  const browsers = Array.from({ length: count }, () => {
+    const profile = mkdtempSync(join(tmpdir(), 'tabswarm-soak-'));
+    const args = [...SWARM_CHROMIUM_ARGS, '--headless', `--user-data-dir=${profile}`, '--window-size=900,700'];
+    const child: ChildProcess = spawn(executable, [...args, url], { stdio: 'ignore' });
+    const exited = new Promise<void>((done) => {
+      child.once('exit', () => done());
+      child.once('error', () => done()); // not started: nothing to stop
+    });
+    return { child, profile, exited };
   });
   return {
     async close() {
-      if (child.exitCode === null && child.signalCode === null) {
-        child.kill('SIGTERM');
-        const timer = setTimeout(() => child.kill('SIGKILL'), 10_000);
-        await exited;
-        clearTimeout(timer);
+      for (const { child, profile, exited } of browsers) {
+        if (child.exitCode === null && child.signalCode === null) {
+          child.kill('SIGTERM');
+          const timer = setTimeout(() => child.kill('SIGKILL'), 10_000);
+          await exited;
+          clearTimeout(timer);
+        }
+        rmSync(profile, { recursive: true, force: true });
       }
-      rmSync(profile, { recursive: true, force: true });
     },
   };
 }
