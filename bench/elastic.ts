@@ -60,11 +60,10 @@ import { startPeerServer } from '../test/support/peer-server';
 import { Swarm, type SwarmTab } from '../test/support/swarm';
 import type { ElasticStatus } from '../web/elastic/elastic-loop';
 import { startViteServer } from '../test/support/vite-server';
-import { DEFAULT_FRAME_BYTES, FRAME_HEADER_BYTES } from '../web/net/framing';
+import { DEFAULT_FRAME_BYTES } from '../web/net/framing';
 import { DEFAULT_HIGH_WATER_BYTES } from '../web/net/paced-sender';
 import { DEFAULT_LOW_WATER_BYTES } from '../web/net/peer-link';
-import { INT8_BLOCK_VALUES, INT8_SCALE_BYTES } from '../web/net/int8-blocks';
-import { ringAllreduceBusBytes, type WireCompression } from '../web/net/ring-allreduce';
+import { chunkElementsFor, ringAllreduceBusBytes, type WireCompression } from '../web/net/ring-allreduce';
 
 declare const netHarness: NetHarness;
 
@@ -282,7 +281,7 @@ async function timeAllreduce(
     seed,
     id: { round: 1, step, seq: 0 },
     timeoutMs: 300_000,
-    chunkElements: chunkElementsFor(frameBytes),
+    chunkElements: chunkElementsFor(frameBytes, compression),
     compression,
     highWaterBytes,
     startAt,
@@ -297,13 +296,6 @@ async function timeAllreduce(
   }
   if (hashes.size !== 1) throw new Error(`ranks disagree on the result: ${[...hashes].join(' ')}`);
   return end - startAt;
-}
-
-/** Values per frame filling `frameBytes` (int8: in whole blocks of 256 and their scales). */
-function chunkElementsFor(frameBytes: number): number {
-  const payload = frameBytes - FRAME_HEADER_BYTES;
-  if (compression === 'int8') return Math.floor(payload / (INT8_BLOCK_VALUES + INT8_SCALE_BYTES)) * INT8_BLOCK_VALUES;
-  return Math.floor(payload / (compression === 'fp16' ? 2 : 4));
 }
 
 const allreduceKey = (tabCount: number, mib: number, f: number) => `${tabCount}/${mib}/${f}`;

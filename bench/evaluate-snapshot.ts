@@ -1,19 +1,24 @@
 /**
  * Test accuracy of a committed state, in Node, without a GPU: decode a checkpoint (the coordinator's
  * snapshot format) and run the dense stack's forward pass in float64 on the first `count` test images
- * of an IDX dataset (x = pixels/255, as the tabs' batches). For bench/sync.ts, which evaluates the
+ * of an IDX dataset (x = pixels/255, as the tabs' batches), with the tests' float64 references
+ * (test/support/reference-dense.ts). For bench/sync.ts, which evaluates the
  * state reached after a fixed wall time without asking a tab (whose compute it is measuring) to do it.
  * Dense stacks only (`mlp`, `tiny-mlp`); anything else is refused.
  */
 import { loadIdxDataset } from '../coordinator/dataset';
 import { parameterLayout, type SequentialSpec } from '../coordinator/core/model-spec';
 import { decodeSnapshot } from '../coordinator/core/snapshot';
+import { countCorrectRef, matmulRef } from '../test/support/reference-dense';
 
 export interface SnapshotAccuracy {
   step: number;
   accuracy: number;
   testImages: number;
 }
+
+/** Test images per forward pass (bounds the activations held at once). */
+const BATCH = 500;
 
 /** Accuracy of `snapshot` (checkpoint bytes) on the first `count` test images of the IDX set in `datasetDir`. */
 export async function snapshotAccuracy(
@@ -23,40 +28,40 @@ export async function snapshotAccuracy(
 ): Promise<SnapshotAccuracy> {
   const decoded = decodeSnapshot(snapshot);
   const spec = decoded.spec as SequentialSpec;
-  if (!('layers' in spec) || spec.layers.some((l) => l.type !== 'dense'))
+  const dense = 'layers' in spec ? spec.layers.filter((l) => l.type === 'dense') : [];
+  if (dense.length === 0 || dense.length !== spec.layers.length)
     throw new Error(`snapshotAccuracy: dense stacks only, not ${spec.name}`);
   const layout = parameterLayout(spec);
-  const offset = (layer: number, kind: 'weight' | 'bias') => {
-    const e = layout.entries.find((en) => en.layer === layer && en.kind === kind);
-    if (!e) throw new Error(`snapshotAccuracy: no ${kind} of layer ${layer}`);
-    return e.offset;
-  };
   const p = decoded.params;
+  // Per layer its weights W [in, out] and bias, as views into the parameters.
+  let width = spec.input.reduce((a, b) => a * b, 1);
+  const layers = dense.map((layer, li) => {
+    const at = (kind: 'weight' | 'bias') => {
+      const e = layout.entries.find((en) => en.layer === li && en.kind === kind);
+      if (!e) throw new Error(`snapshotAccuracy: no ${kind} of layer ${li}`);
+      return e.offset;
+    };
+    const w = at('weight');
+    const b = at('bias');
+    const view = {
+      inputs: width,
+      units: layer.units,
+      weight: p.subarray(w, w + width * layer.units),
+      bias: p.subarray(b, b + layer.units),
+      relu: layer.activation === 'relu',
+    };
+    width = layer.units;
+    return view;
+  });
   const { test } = await loadIdxDataset(datasetDir);
   const n = Math.min(count, test.count);
   const pixels = test.rows * test.cols;
   let correct = 0;
-  for (let s = 0; s < n; s++) {
-    let act = new Float64Array(pixels);
-    for (let i = 0; i < pixels; i++) act[i] = test.images[s * pixels + i] / 255;
-    spec.layers.forEach((layer, li) => {
-      if (layer.type !== 'dense') return;
-      const w = offset(li, 'weight');
-      const out = new Float64Array(layer.units);
-      for (let o = 0; o < layer.units; o++) out[o] = p[offset(li, 'bias') + o];
-      // W is [in, out]: row i scaled by input i (zero pixels skipped).
-      for (let i = 0; i < act.length; i++) {
-        const x = act[i];
-        if (x === 0) continue;
-        const row = w + i * layer.units;
-        for (let o = 0; o < layer.units; o++) out[o] += x * p[row + o];
-      }
-      if (layer.activation === 'relu') for (let o = 0; o < out.length; o++) out[o] = Math.max(0, out[o]);
-      act = out;
-    });
-    let best = 0;
-    for (let k = 1; k < act.length; k++) if (act[k] > act[best]) best = k;
-    if (best === test.labels[s]) correct++;
+  for (let s = 0; s < n; s += BATCH) {
+    const rows = Math.min(BATCH, n - s);
+    let act: Float64Array = Float64Array.from(test.images.subarray(s * pixels, (s + rows) * pixels), (v) => v / 255);
+    for (const l of layers) act = matmulRef(act, l.weight, rows, l.units, l.inputs, { bias: l.bias, relu: l.relu });
+    correct += countCorrectRef(act, test.labels.subarray(s, s + rows), rows, width);
   }
   return { step: decoded.step, accuracy: correct / n, testImages: n };
 }

@@ -18,16 +18,15 @@
  *
  * Options: --profiles lan,broadband,poor  --modes direct,relay  --tabs 3  --window 12 (steps)
  */
-import { execFileSync } from 'node:child_process';
-import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import type { StatusReport } from '../coordinator/audit';
-import { COORDINATOR_IP, netbedUnavailable, type LinkProfile } from '../coordinator/netbed/netbed';
+import { COORDINATOR_IP, type LinkProfile } from '../coordinator/netbed/netbed';
 import { Scene } from '../coordinator/netbed/scene';
 import { writeDatasetSlice } from '../test/support/small-dataset';
 import { FASHION_MNIST_DIR, WEB_BUILD_DIR } from '../test/support/browser';
 import { makeTempDir } from '../test/support/fake-dataset';
+import { arg, chromiumVersion, exitUnlessReady } from './common';
 
 const PROFILES: Record<string, LinkProfile> = {
   lan: { delayMs: 0.5, jitterMs: 0, rateMbit: 1000, lossPercent: 0 },
@@ -48,11 +47,6 @@ const job = {
   lastCallMs: 300,
   seed: 3,
 };
-
-function arg(name: string, fallback: string): string {
-  const i = process.argv.indexOf(`--${name}`);
-  return i >= 0 && process.argv[i + 1] ? process.argv[i + 1] : fallback;
-}
 
 /** TCP goodput (Mbit/s) home 0 → public segment over 4 s. */
 async function linkGoodput(scene: Scene): Promise<number> {
@@ -201,15 +195,7 @@ async function scenario(
 }
 
 async function main(): Promise<void> {
-  const why = netbedUnavailable();
-  if (why) {
-    process.stderr.write(`bench:net: ${why}\n`);
-    process.exit(1);
-  }
-  if (!existsSync(join(WEB_BUILD_DIR, 'index.html'))) {
-    process.stderr.write(`bench:net: build the web app first (npx vite build; serving ${WEB_BUILD_DIR})\n`);
-    process.exit(1);
-  }
+  exitUnlessReady('bench:net', { netbed: true });
   const profiles = arg('profiles', 'lan,broadband,poor').split(',');
   const modes = arg('modes', 'direct,relay').split(',');
   const tabs = Number(arg('tabs', '3'));
@@ -230,16 +216,9 @@ async function main(): Promise<void> {
       `${r.profile.padEnd(11)}${r.mode.padEnd(8)}${String(r.tabs).padEnd(6)}${String(r.rateMbit).padStart(11)}  ${String(r.goodputMbit).padStart(11)}  ${String(r.rttMs ?? '–').padStart(6)}  ${r.paths.padEnd(26)}  ${String(r.stepMs).padStart(7)}  ${String(r.closeRecoveryMs).padStart(15)}  ${`${r.crashRecoveryMs} (${r.crashGoalMs})`.padStart(22)}  ${String(r.restarts).padStart(8)}  ${r.auditOk ? 'clean' : 'BROKEN'}\n`,
     );
   }
-  const chromium = (() => {
-    try {
-      return execFileSync('chromium', ['--version'], { stdio: ['ignore', 'pipe', 'ignore'] })
-        .toString()
-        .trim();
-    } catch {
-      return 'unknown';
-    }
-  })();
-  process.stdout.write(`${JSON.stringify({ bench: 'net', at: new Date().toISOString(), chromium, job, rows })}\n`);
+  process.stdout.write(
+    `${JSON.stringify({ bench: 'net', at: new Date().toISOString(), chromium: chromiumVersion(), job, rows })}\n`,
+  );
   process.exit(0);
 }
 

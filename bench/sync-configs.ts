@@ -1,9 +1,8 @@
 /**
  * What bench/sync.ts and bench/sync-learning.ts share: the sync configurations of issue 13 as
- * `every-step:none`, `local8:fp16` …, the job's `sync` field for each, and small reads.
+ * `every-step:none`, `local8:fp16` …, and the job's `sync` field for each (command-line options:
+ * bench/common.ts).
  */
-import { execFileSync } from 'node:child_process';
-
 export interface SyncConfig {
   mode: 'every-step' | 'local';
   /** H; 1 for every-step. */
@@ -37,19 +36,3 @@ export function syncField(c: SyncConfig): Record<string, unknown> {
 
 export const configName = (c: SyncConfig): string =>
   c.mode === 'every-step' ? `every-step ${c.compression}` : `local H=${c.innerSteps} ${c.compression}`;
-
-/** `--name value` from the command line, or `fallback`. */
-export function arg(name: string, fallback: string): string {
-  const i = process.argv.indexOf(`--${name}`);
-  return i >= 0 && process.argv[i + 1] ? process.argv[i + 1] : fallback;
-}
-
-export function chromiumVersion(): string {
-  try {
-    return execFileSync('chromium', ['--version'], { stdio: ['ignore', 'pipe', 'ignore'] })
-      .toString()
-      .trim();
-  } catch {
-    return 'unknown';
-  }
-}

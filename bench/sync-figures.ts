@@ -2,6 +2,7 @@
  * The figures of bench/sync.ts, as pure functions of plain data (tested in test/unit/sync-figures.test.ts):
  * what the tabs' step reports and the coordinator's commits say about a window of training.
  */
+import type { CommitView } from '../coordinator/audit';
 import { MLP_SPEC, parameterLayout } from '../coordinator/core/model-spec';
 import { ringAllreduceBusBytes } from '../web/net/ring-allreduce';
 import type { SyncConfig } from './sync-configs';
@@ -88,9 +89,5 @@ export function windowFigures(commits: Commit[], reports: Report[][], shapedStep
   };
 }
 
-export interface Commit {
-  step: number;
-  count: number;
-  committedAt: number;
-  worldSize: number;
-}
+/** The fields of a commit (`GET /api/commits`) the figures read. */
+export type Commit = Pick<CommitView, 'step' | 'count' | 'committedAt' | 'worldSize'>;

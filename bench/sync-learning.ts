@@ -13,17 +13,16 @@
  * Options: --epochs 3  --train 60000 (training subset)  --test 10000
  *          --configs every-step:none,local8:fp16,local8:int8,local32:fp16,local32:int8
  */
-import { existsSync } from 'node:fs';
-import { join } from 'node:path';
 import type { Browser } from 'playwright-core';
 import type { EvaluationView, StatusReport } from '../coordinator/audit';
 import { FASHION_MNIST_DIR, launchChromium, WEB_BUILD_DIR } from '../test/support/browser';
+import { commitsFrom } from '../test/support/commit-log';
 import { CoordinatorProcess } from '../test/support/coordinator-process';
 import { Swarm } from '../test/support/swarm';
-import { arg, chromiumVersion, configName, parseConfig, type SyncConfig, syncField } from './sync-configs';
+import { arg, chromiumVersion, exitUnlessReady } from './common';
+import { configName, parseConfig, type SyncConfig, syncField } from './sync-configs';
+import { GLOBAL_BATCH, TABS } from './sync-figures';
 
-const TABS = 3;
-const GLOBAL_BATCH = 128;
 /** The goal: local mode within this many accuracy points of every-step fp32. */
 const GOAL_POINTS = 1;
 
@@ -54,18 +53,6 @@ async function finalEvaluation(
     if (performance.now() > end) throw new Error(`no evaluation of the final step ${step} in ${timeoutMs / 1000} s`);
     await new Promise((r) => setTimeout(r, 1000));
   }
-}
-
-/** Live commits of the run (paged through `GET /api/commits`, at most 1,000 pages). */
-async function countCommits(coordinator: CoordinatorProcess): Promise<number> {
-  let n = 0;
-  let from: number | null = 0;
-  for (let page = 0; from !== null && page < 1000; page++) {
-    const body: { commits: unknown[]; next: number | null } = await coordinator.getJson(`/api/commits?from=${from}`);
-    n += body.commits.length;
-    from = body.next;
-  }
-  return n;
 }
 
 /** One configuration, start to the job's end (bounded by `timeoutMs`); everything it started is stopped. */
@@ -115,7 +102,7 @@ async function runOne(
     const seconds = (performance.now() - t0) / 1000;
     // The job's last evaluation (rank 0, on the final committed state) is logged when its result arrives.
     const last = await finalEvaluation(coordinator, status.step, 180_000);
-    const commits = await countCommits(coordinator);
+    const commits = (await commitsFrom((path) => coordinator.getJson(path))).length;
     const audit = await coordinator.audit();
     for (const p of swarm.problems()) process.stderr.write(`  page problem: ${p}\n`);
     return {
@@ -152,10 +139,7 @@ function printTable(rows: Row[]): void {
 }
 
 async function main(): Promise<void> {
-  if (!existsSync(join(WEB_BUILD_DIR, 'index.html'))) {
-    process.stderr.write(`bench:sync-learning: build the web app first (npx vite build; serving ${WEB_BUILD_DIR})\n`);
-    process.exit(1);
-  }
+  exitUnlessReady('bench:sync-learning');
   const epochs = Number(arg('epochs', '3'));
   const train = Number(arg('train', '60000'));
   const test = Number(arg('test', '10000'));

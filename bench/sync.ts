@@ -28,20 +28,22 @@
  *          --profiles broadband,poor  --configs every-step:none,every-step:fp16,local8:fp16,local32:int8
  *          --window 60 (s)  --train 60000 (training images served)  --test 10000
  */
-import { existsSync, readFileSync } from 'node:fs';
+import { readFileSync } from 'node:fs';
 import { request } from 'node:https';
 import { join } from 'node:path';
 import type { Page } from 'playwright-core';
 import type { StatusReport } from '../coordinator/audit';
-import { COORDINATOR_IP, netbedUnavailable, type LinkProfile } from '../coordinator/netbed/netbed';
+import { COORDINATOR_IP, type LinkProfile } from '../coordinator/netbed/netbed';
 import { COORDINATOR_PORT, Scene } from '../coordinator/netbed/scene';
 import { launchSwarmChromium } from '../coordinator/swarm/chromium';
 import { FASHION_MNIST_DIR, WEB_BUILD_DIR } from '../test/support/browser';
+import { commitsFrom } from '../test/support/commit-log';
 import { makeTempDir } from '../test/support/fake-dataset';
 import { writeDatasetSlice } from '../test/support/small-dataset';
+import { arg, chromiumVersion, exitUnlessReady } from './common';
 import { snapshotAccuracy } from './evaluate-snapshot';
-import { arg, chromiumVersion, configName, parseConfig, type SyncConfig, syncField } from './sync-configs';
-import { type Commit, formulaBytesPerSample, GLOBAL_BATCH, type Report, TABS, windowFigures } from './sync-figures';
+import { configName, parseConfig, type SyncConfig, syncField } from './sync-configs';
+import { formulaBytesPerSample, GLOBAL_BATCH, type Report, TABS, windowFigures } from './sync-figures';
 
 /** The issue's two access-link profiles (each direction). */
 const PROFILES: Record<string, LinkProfile> = {
@@ -160,17 +162,6 @@ function download(scene: Scene, path: string): Promise<Buffer> {
   });
 }
 
-async function commitsFrom(scene: Scene, from: number): Promise<Commit[]> {
-  const out: Commit[] = [];
-  let next: number | null = from;
-  for (let page = 0; next !== null && page < 100; page++) {
-    const body: { commits: Commit[]; next: number | null } = await scene.api(`/api/commits?from=${next}`);
-    out.push(...body.commits);
-    next = body.next;
-  }
-  return out;
-}
-
 export interface Run extends SyncConfig, ReturnType<typeof windowFigures> {
   profile: string;
   /** Bytes the tabs' peer connections sent in the window (all tabs) per sample committed in it. */
@@ -274,7 +265,7 @@ async function scenario(
     const end = await scene.api<StatusReport>('/api/status');
     // The checkpoint is the last commit when the request is accepted: ask before the links go fast again.
     const accepted = await requestCheckpoint(scene, () => shapeAccessLinks(scene, setup));
-    const commits = (await commitsFrom(scene, shaped.step + 1)).filter((c) => c.committedAt <= t1);
+    const commits = (await commitsFrom((path) => scene.api(path), shaped.step + 1)).filter((c) => c.committedAt <= t1);
     if (commits.some((c) => c.worldSize !== TABS)) throw new Error(`${label}: a commit lacks a tab`);
     const figures = windowFigures(
       commits,
@@ -477,20 +468,13 @@ function replayRuns(files: string[]): Run[] {
 }
 
 async function main(): Promise<void> {
-  const why = netbedUnavailable();
-  if (why) {
-    process.stderr.write(`bench:sync: ${why}\n`);
-    process.exit(1);
-  }
-  if (!existsSync(join(WEB_BUILD_DIR, 'index.html'))) {
-    process.stderr.write(`bench:sync: build the web app first (npx vite build; serving ${WEB_BUILD_DIR})\n`);
-    process.exit(1);
-  }
+  // A replay only reads files: it needs neither the test bed nor the web app.
   const replay = arg('replay', '');
   if (replay) {
     printReport(replayRuns(replay.split(',')), { replayedFrom: replay });
     process.exit(0);
   }
+  exitUnlessReady('bench:sync', { netbed: true });
   const profiles = arg('profiles', 'broadband,poor').split(',');
   for (const p of profiles) if (!PROFILES[p]) throw new Error(`unknown profile "${p}" (broadband, poor)`);
   const configs = arg('configs', 'every-step:none,every-step:fp16,local8:fp16,local32:int8')

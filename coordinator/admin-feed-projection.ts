@@ -24,9 +24,6 @@ import {
 /** Commits whose rate is averaged (the newest, within one round). */
 const RATE_WINDOW = 8;
 
-/** Commits whose usage at commit time is remembered for new pages' snapshots (the page keeps 20,000). */
-const USAGE_MEMORY = 20_000;
-
 /** The job's recent usage as a commit carries it. */
 export function jobUsage(state: CoordinatorState): UsageView {
   return usageView(state.usage?.recent);
@@ -157,10 +154,17 @@ export class FeedProjection {
   readonly events: FeedEvent[] = [];
   readonly evaluations: FeedEvaluation[] = [];
   private readonly rater = new CommitRater();
-  /** The job's usage when each live commit was recorded, by step (insertion order: oldest first). */
+  /**
+   * The job's usage when each live commit was recorded, by step (insertion order: oldest first). At most
+   * `maxCommits` entries: a snapshot shows no older commit.
+   */
   private readonly usageByStep = new Map<number, UsageView>();
 
-  constructor(private readonly recentEvents: number) {}
+  /** `recentEvents`: event lines kept for new pages; `maxCommits`: the newest commits a snapshot sends. */
+  constructor(
+    private readonly recentEvents: number,
+    private readonly maxCommits: number,
+  ) {}
 
   /** History from the store: the last commits prime the rate, the event rows fill the ring. */
   loadHistory(commitRows: readonly CommitRow[], eventRows: Iterable<EventRow>): void {
@@ -215,14 +219,13 @@ export class FeedProjection {
     commitRows: readonly CommitRow[],
     checkpointRows: readonly CheckpointRow[],
     at: number,
-    maxCommits: number,
   ): Extract<FeedMessage, { type: 'snapshot' }> {
     const rater = new CommitRater();
     const commits = commitRows
       .map((row) =>
         feedCommitFromRow(row, rater.push(row.committedAt, row.count, row.round), this.usageByStep.get(row.step)),
       )
-      .slice(-maxCommits);
+      .slice(-this.maxCommits);
     return {
       type: 'snapshot',
       runId,
@@ -239,7 +242,7 @@ export class FeedProjection {
   private rememberUsage(step: number, usage: UsageView): void {
     this.usageByStep.delete(step);
     this.usageByStep.set(step, usage);
-    if (this.usageByStep.size > USAGE_MEMORY) this.usageByStep.delete(this.usageByStep.keys().next().value!);
+    if (this.usageByStep.size > this.maxCommits) this.usageByStep.delete(this.usageByStep.keys().next().value!);
   }
 
   private addEvent(event: FeedEvent, messages: FeedMessage[]): void {

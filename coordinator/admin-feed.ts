@@ -75,7 +75,7 @@ export class AdminFeed {
       maxCommits: options.maxCommits ?? 5000,
       maxBufferedBytes: options.maxBufferedBytes ?? 4 * 1024 * 1024,
     };
-    this.projection = new FeedProjection(this.opts.recentEvents);
+    this.projection = new FeedProjection(this.opts.recentEvents, this.opts.maxCommits);
     this.hub = new SseHub<FeedMessage>(this.opts.maxBufferedBytes);
     this.projection.loadHistory(this.opts.store.commits(this.opts.runId), this.storedEvents());
     this.unsubscribe = options.subscribe((actions) => this.onActions(actions));
@@ -93,15 +93,8 @@ export class AdminFeed {
 
   /** The whole picture, as a new page's first message. */
   snapshot(): Extract<FeedMessage, { type: 'snapshot' }> {
-    const { runId, store, state, maxCommits } = this.opts;
-    return this.projection.snapshot(
-      runId,
-      state(),
-      store.commits(runId),
-      store.checkpoints(runId),
-      this.now(),
-      maxCommits,
-    );
+    const { runId, store, state } = this.opts;
+    return this.projection.snapshot(runId, state(), store.commits(runId), store.checkpoints(runId), this.now());
   }
 
   checkpoints(): FeedCheckpoint[] {

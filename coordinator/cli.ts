@@ -12,11 +12,9 @@ import { randomBytes } from 'node:crypto';
 import { resolve } from 'node:path';
 import { addNetOptions, netConfigFrom, type NetFlags } from './net-flags';
 import { startCoordinator, type RunningCoordinator } from './start';
-import { DEFAULT_DATASET_DIR, loadJobDataset, loadJobFile, StartupError } from './startup-config';
+import { DEFAULT_DATASET_DIR, DEFAULT_DIST_DIR, loadJobDataset, loadJobFile, StartupError } from './startup-config';
 import { registerSwarmCommand, startLocalWorkers, type LocalWorkers } from './swarm';
 import { addTrustFlags, trustOptionsOf, type TrustFlags } from './trust-flags';
-
-const REPO_ROOT = resolve(import.meta.dirname, '..');
 
 function oneLine(text: string): string {
   return text.replace(/\s*\n\s*/g, ' ').trim();
@@ -150,7 +148,7 @@ function buildProgram(): Command {
       '--admin-token <token>',
       'bearer token for /api/admin (default: $TABSWARM_ADMIN_TOKEN, else random, printed once)',
     )
-    .option('--dist <dir>', 'the built web app to serve', resolve(REPO_ROOT, 'dist'))
+    .option('--dist <dir>', 'the built web app to serve', DEFAULT_DIST_DIR)
     .option(
       '--local-workers <n>',
       'also open N headless Chromium tabs that train (the quickest demo; Ctrl-C stops all)',

@@ -12,45 +12,18 @@
 import { createHash } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { datasetRouter } from './dataset';
-import { windowCount, type TensorsDataset, type TextDataset } from './user-datasets';
+import {
+  type ChunkedPayload,
+  type TensorsDatasetMetadata,
+  type TensorsPayload,
+  type TextDatasetMetadata,
+  type TextPayload,
+  windowCount,
+} from './core/chunked-dataset';
+import type { TensorsDataset, TextDataset } from './user-datasets';
 
 /** 1 MiB: a text corpus of a few MB is a handful of requests; a window never spans more than two chunks. */
 export const DEFAULT_CHUNK_BYTES = 1 << 20;
-
-export interface ChunkedPayload {
-  /** URL prefix; chunk i is at `${url}/${i}`. */
-  url: string;
-  bytes: number;
-  chunkBytes: number;
-  /** Hex SHA-256 of each chunk, in order. */
-  chunks: string[];
-}
-
-export type TextPayload = 'train' | 'test';
-export type TensorsPayload = 'train/x' | 'train/y' | 'test/x' | 'test/y';
-
-export interface TextDatasetMetadata {
-  kind: 'text';
-  name: string;
-  /** Byte tokens. */
-  vocab: 256;
-  context: number;
-  /** Samples are window starts: bytes − context of them. */
-  train: { bytes: number; count: number };
-  test: { bytes: number; count: number };
-  files: Record<TextPayload, ChunkedPayload>;
-}
-
-export interface TensorsDatasetMetadata {
-  kind: 'tensors';
-  name: string;
-  classes: number;
-  /** Input shape [h, w, c]; x rows are float32, y labels u32 (little-endian). */
-  shape: [number, number, number];
-  train: { count: number };
-  test: { count: number };
-  files: Record<TensorsPayload, ChunkedPayload>;
-}
 
 function chunked(key: string, bytes: Uint8Array, chunkBytes: number): ChunkedPayload {
   const chunks: string[] = [];

@@ -4,13 +4,12 @@
  * same four things of each: its name, how many training samples the sampler permutes (text: window
  * starts), the content hashes that key a run (a run resumes only over the same data), and its routes.
  */
-import { createHash } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { JobSpec } from './core/job';
 import { isTransformer, type ModelSpec } from './core/model-spec';
 import { chunkedDatasetRoutes, tensorsPayloads, textPayloads } from './dataset-chunks';
 import { datasetRoutes, type IdxDataset } from './dataset';
-import { loadTensorsDataset, loadTextDataset, type TensorsDataset } from './user-datasets';
+import { loadTensorsDataset, loadTextDataset, sha256, type TensorsDataset } from './user-datasets';
 
 export interface ServedDataset {
   kind: 'images' | 'text' | 'tensors';
@@ -23,8 +22,6 @@ export interface ServedDataset {
   contentKey: Record<string, string>;
   route(req: IncomingMessage, res: ServerResponse): boolean;
 }
-
-const sha256 = (b: Uint8Array) => createHash('sha256').update(b).digest('hex');
 
 export function servedIdx(d: IdxDataset): ServedDataset {
   return {

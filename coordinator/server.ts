@@ -16,7 +16,6 @@ import { createServer as createHttpsServer } from 'node:https';
 import type { Duplex } from 'node:stream';
 import { z } from 'zod';
 import { jobPublic } from './core/job';
-import { stateHash } from './core/hash';
 import { idSchema } from './core/protocol';
 import { positionAfter } from './core/sampler';
 import { type DecodedSnapshot, decodeSnapshot, SnapshotError } from './core/snapshot';
@@ -375,7 +374,8 @@ export class CoordinatorServer {
     // stores it only if that equals the hash every rank reported for the committed step (parameters,
     // and in local mode the outer momentum: core/hash.ts `stateHash`).
     if (grant!.hash === null) reject(409, 'no_hash', `step ${step} has no committed hash to verify against`);
-    const computed = stateHash(snapshot!.params, snapshot!.outer);
+    // decodeSnapshot hashed the bytes itself (core/hash.ts `stateHash`); the header's hashes are only checked against them.
+    const computed = snapshot!.stateHash;
     if (computed !== grant!.hash) {
       reject(422, 'hash_mismatch', `snapshot parameters hash to ${computed}, step ${step} committed ${grant!.hash}`);
     }

@@ -16,6 +16,9 @@ export const DEFAULT_DATASET_DIR = '/usr/share/datasets/fashion-mnist/';
 /** The copy of Fashion-MNIST that ships in the repository (`data/fashion-mnist/`, MIT, with SHA256SUMS). */
 export const SHIPPED_DATASET_DIR = resolve(import.meta.dirname, '../data/fashion-mnist');
 
+/** The built web app (`npm run build`) a coordinator serves unless told otherwise (`--dist`). */
+export const DEFAULT_DIST_DIR = resolve(import.meta.dirname, '../dist');
+
 /** A startup failure with a one-line explanation for the operator. */
 export class StartupError extends Error {}
 

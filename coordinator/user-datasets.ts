@@ -17,6 +17,7 @@
 import { createHash } from 'node:crypto';
 import { lstat, readdir, readFile, stat } from 'node:fs/promises';
 import { basename, join, resolve } from 'node:path';
+import { windowCount } from './core/chunked-dataset';
 
 /** Fraction of the bytes (text) or samples (tensors) held out when no `testPath` is given. */
 export const HOLDOUT_FRACTION = 0.05;
@@ -103,12 +104,10 @@ async function readText(path: string, skip?: readonly string[]): Promise<{ bytes
   return { bytes: new Uint8Array(Buffer.concat(parts)), files };
 }
 
-const sha256 = (b: Uint8Array) => createHash('sha256').update(b).digest('hex');
+/** Hex SHA-256 of some bytes (the content hashes that key a run). */
+export const sha256 = (b: Uint8Array) => createHash('sha256').update(b).digest('hex');
 
-/** Training windows (samples) in `bytes` bytes for a context: n − context, at least 0. */
-export function windowCount(bytes: number, context: number): number {
-  return Math.max(0, bytes - context);
-}
+export { windowCount };
 
 /** Load a text dataset for a model with `context` tokens; both splits must hold at least one window. */
 export async function loadTextDataset(source: TextSource, context: number): Promise<TextDataset> {

@@ -70,6 +70,24 @@ export const MOMENT_NAMES = { adamw: ['m', 'v'], sgd: ['velocity'] } as const;
 const MAP_READ = 0x1;
 const COPY_DST = 0x8;
 
+/**
+ * Split `batch` windows of context + 1 tokens, one after another, into a language model's inputs (each
+ * window's first `context` tokens) and next-token targets (its last `context`), batch·context of each.
+ */
+export function splitWindows(
+  windows: Uint8Array | Uint16Array | Uint32Array,
+  batch: number,
+  context: number,
+  inputs: Uint32Array,
+  targets: Uint32Array,
+): void {
+  for (let b = 0; b < batch; b++) {
+    const w = windows.subarray(b * (context + 1), (b + 1) * (context + 1));
+    inputs.set(w.subarray(0, context), b * context);
+    targets.set(w.subarray(1), b * context);
+  }
+}
+
 /** A range of the flat buffers the optimizer updates with one dispatch, and whether weight decay applies. */
 interface OptimizerRange {
   kernel: Kernel<AdamWDims> | Kernel<SgdMomentumDims>;
@@ -265,11 +283,7 @@ export class Model {
     this.tokenScratch ??= new Uint32Array(2 * this.maxBatch * T);
     const inputs = this.tokenScratch.subarray(0, batch * T);
     const targets = this.tokenScratch.subarray(this.maxBatch * T, this.maxBatch * T + batch * T);
-    for (let b = 0; b < batch; b++) {
-      const w = windows.subarray(b * (T + 1), (b + 1) * (T + 1));
-      inputs.set(w.subarray(0, T), b * T);
-      targets.set(w.subarray(1), b * T);
-    }
+    splitWindows(windows, batch, T, inputs, targets);
     return this.setBatch(inputs, targets, batch);
   }
 

@@ -9,7 +9,7 @@
  *   import it), so the value a rank reports is the value a snapshot carries.
  */
 import type { Model } from './model';
-import { createTensor, type Gpu, type Tensor } from './runtime';
+import { createTensor, writeTensor, type Gpu, type Tensor } from './runtime';
 
 export interface ExportedState {
   /** Flat parameters, `model.totalElements` floats. */
@@ -79,10 +79,9 @@ export class TrainingState {
     });
     if (!Number.isInteger(state.step) || state.step < 0)
       throw new Error(`importState: step ${state.step} must be a non-negative integer`);
-    const queue = this.gpu.device.queue;
+    const tensors = this.stateTensors;
     [state.params, ...state.moments].forEach((data, i) => {
-      const t = this.stateTensors[i];
-      queue.writeBuffer(t.buffer, t.offset, data.buffer, data.byteOffset, data.byteLength);
+      writeTensor(this.gpu, tensors[i], data);
     });
     this.model.optimizerStep = state.step;
   }
@@ -137,8 +136,7 @@ export class TrainingState {
   writeParams(params: Float32Array): void {
     const n = this.model.totalElements;
     if (params.length !== n) throw new Error(`writeParams: ${params.length} floats, the model has ${n}`);
-    const t = this.model.params;
-    this.gpu.device.queue.writeBuffer(t.buffer, t.offset, params.buffer, params.byteOffset, params.byteLength);
+    writeTensor(this.gpu, this.model.params, params);
   }
 
   /** Hash of the current parameter bytes (one read-back of the params buffer, hashed where it is mapped). */

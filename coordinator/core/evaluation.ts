@@ -12,7 +12,7 @@ import type { ErrorCode, EvaluationMessage } from './protocol';
 import {
   isCommitPoint,
   planOf,
-  previousCommitPoint,
+  passesMultiple,
   stepPosition,
   stepsPerEpoch,
   totalSteps,
@@ -38,9 +38,7 @@ export function isEvaluationPoint(step: number, plan: EvaluationPlan): boolean {
   if (!isCommitPoint(step, plan)) return false;
   if (step === totalSteps(plan)) return true;
   if (plan.evalEvery === null) return step % stepsPerEpoch(plan) === 0;
-  // The commit point before `step` (0 at the start): evaluate if a multiple of evalEvery lies in (previous, step].
-  const previous = previousCommitPoint(step, plan);
-  return Math.floor(step / plan.evalEvery) > Math.floor(previous / plan.evalEvery);
+  return passesMultiple(step, plan.evalEvery, plan);
 }
 
 export type EvaluationCheck = { ok: true } | { ok: false; code: ErrorCode; message: string };

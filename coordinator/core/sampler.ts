@@ -149,7 +149,14 @@ export function previousCommitPoint(step: number, plan: StepPlan): number {
 export function isCheckpointPoint(step: number, plan: StepPlan & { checkpointEvery: number }): boolean {
   if (!isCommitPoint(step, plan)) return false;
   if (step % stepsPerEpoch(plan) === 0 || step === totalSteps(plan)) return true;
-  const every = plan.checkpointEvery;
+  return passesMultiple(step, plan.checkpointEvery, plan);
+}
+
+/**
+ * Whether commit point `step` is the first at or after a multiple of `every`: a multiple lies in
+ * (previous commit point, step]. Checkpoints and evaluations are scheduled by it.
+ */
+export function passesMultiple(step: number, every: number, plan: StepPlan): boolean {
   return Math.floor(step / every) > Math.floor(previousCommitPoint(step, plan) / every);
 }
 

@@ -210,7 +210,8 @@ export function decodeSnapshot(input: ArrayBuffer | Uint8Array): DecodedSnapshot
     moments: arrays.slice(1, 1 + moments),
     outer,
     paramsHash: header.paramsHash,
-    stateHash: stateHash(arrays[0], outer),
+    // Without an outer section the state hash is the params section's, already verified above.
+    stateHash: outer ? stateHash(arrays[0], outer) : header.paramsHash,
   };
 }
 

@@ -10,10 +10,7 @@ import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import type { JobSpec } from '../core/job';
 import { startCoordinator } from '../start';
-import { loadJobDataset, StartupError } from '../startup-config';
-
-/** The built web app the tabs load (as `tabswarm coordinator --dist` defaults to). */
-const DIST_DIR = resolve(import.meta.dirname, '../../dist');
+import { DEFAULT_DIST_DIR, loadJobDataset, StartupError } from '../startup-config';
 
 export interface OwnCoordinator {
   /** `http://127.0.0.1:PORT`. */
@@ -29,7 +26,7 @@ export async function startOwnCoordinator(
   log: (line: string) => void,
   distFlag?: string,
 ): Promise<OwnCoordinator> {
-  const distDir = resolve(distFlag ?? DIST_DIR);
+  const distDir = resolve(distFlag ?? DEFAULT_DIST_DIR);
   if (!existsSync(join(distDir, 'index.html')))
     throw new StartupError(
       `no built web app in ${distDir} for the tabs: run \`npm run build\` first (or pass --dist DIR)`,

@@ -20,6 +20,7 @@ import {
   skipWithoutWebBuild,
   WEB_BUILD_DIR,
 } from '../support/browser';
+import { expectCleanAudit } from '../support/clean-audit';
 import { commitRows } from '../support/commit-log';
 import { CoordinatorProcess } from '../support/coordinator-process';
 import { makeTempDir } from '../support/fake-dataset';
@@ -55,25 +56,6 @@ async function writeSmallDataset(): Promise<string> {
     TRAIN_IMAGES,
     TEST_IMAGES,
   );
-}
-
-/** Invariants (1) and (2) of docs/ARCHITECTURE.md as the coordinator's audit reports them. */
-async function expectCleanAudit(coordinator: CoordinatorProcess, opts: { finished?: boolean } = {}): Promise<void> {
-  const audit = await coordinator.audit();
-  const summary = JSON.stringify({
-    ...audit,
-    epochs: audit.epochs.map((e: any) => ({
-      ...e,
-      duplicates: e.duplicates.slice(0, 5),
-      neverCommitted: e.neverCommitted?.slice(0, 5),
-    })),
-  });
-  expect(audit.ok, summary).toBe(true);
-  for (const epoch of audit.epochs) {
-    expect(epoch.duplicateCount, summary).toBe(0);
-    if (epoch.finished) expect(epoch.neverCommittedCount, summary).toBe(0);
-  }
-  if (opts.finished) expect(audit.epochs[0].committed, summary).toBe(TRAIN_IMAGES);
 }
 
 /** The coordinator's status once `check` holds (polled every 200 ms, for at most 2 minutes). */
@@ -133,7 +115,7 @@ describe.skipIf(skip)('elastic training across browser tabs', () => {
     const done = await swarm.waitFor(tab, (s) => s.phase === 'done' && s.accuracy !== null, null, 300_000);
     const rows = await commitRows(coordinator);
     expect(rows.map((r) => r.step)).toEqual(Array.from({ length: STEPS }, (_, i) => i + 1));
-    await expectCleanAudit(coordinator, { finished: true });
+    await expectCleanAudit(coordinator, { committed: TRAIN_IMAGES });
     reference = { losses: new Map(rows.map((r) => [r.step, r.loss])), accuracy: done.accuracy! };
     console.log(
       `reference: loss ${rows[0].loss.toFixed(4)} → ${rows.at(-1)!.loss.toFixed(4)}, test accuracy ${(done.accuracy! * 100).toFixed(2)} %`,
@@ -193,7 +175,7 @@ describe.skipIf(skip)('elastic training across browser tabs', () => {
     const status = await coordinator.status();
     expect(status.state).toBe('done');
     expect(status.restarts).toBe(1);
-    await expectCleanAudit(coordinator, { finished: true });
+    await expectCleanAudit(coordinator, { committed: TRAIN_IMAGES });
 
     // Elastic invariance: the same losses step by step as the uninterrupted run, and the same accuracy.
     const rows = await commitRows(coordinator);
@@ -224,12 +206,7 @@ describe.skipIf(skip)('elastic training across browser tabs', () => {
       epochs: 4,
     });
     const [a, b, c] = await swarm.openMany(3);
-    const midOuter = (s: StatusReport, after: number) => s.world.length > 0 && s.step >= after;
-    await statusUntil(
-      coordinator,
-      (s) => s.world.length === 3 && midOuter(s, H),
-      'three tabs past the first outer step',
-    );
+    await statusUntil(coordinator, (s) => s.world.length === 3 && s.step >= H, 'three tabs past the first outer step');
     // Inside the second outer step (inner steps reported, nothing committed yet): a tab is closed.
     await swarm.waitFor(c, (st, h) => st.localStep >= h + 4, H, 120_000);
     await swarm.close(a);
@@ -255,13 +232,7 @@ describe.skipIf(skip)('elastic training across browser tabs', () => {
     const status = await coordinator.status();
     expect(status.state).toBe('done');
     expect(status.restarts).toBe(1);
-    const audit = await coordinator.audit();
-    expect(audit.ok, JSON.stringify(audit)).toBe(true);
-    for (const epoch of audit.epochs) {
-      expect(epoch.duplicateCount).toBe(0);
-      expect(epoch.neverCommittedCount).toBe(0);
-      expect(epoch.committed).toBe(TRAIN_IMAGES);
-    }
+    await expectCleanAudit(coordinator, { committed: TRAIN_IMAGES });
     // Commits only at outer steps (every 16th step of each epoch of 48), each one hash-agreed by every rank
     // (the coordinator commits nothing else), and the survivors hold the same bytes.
     const rows = await commitRows(coordinator);
@@ -338,7 +309,7 @@ describe.skipIf(skip)('elastic training across browser tabs', () => {
     expect(resumed.step).toBeGreaterThan(checkpointStep);
     await expectCleanAudit(coordinator);
     await swarm.waitFor(revived, (s) => s.phase === 'done', null, 300_000);
-    await expectCleanAudit(coordinator, { finished: true });
+    await expectCleanAudit(coordinator, { committed: TRAIN_IMAGES });
     expect(swarm.problems()).toEqual([]);
   });
 });

@@ -33,10 +33,11 @@ import {
   skipWithoutWebBuild,
   WEB_BUILD_DIR,
 } from '../support/browser';
+import { expectCleanAudit } from '../support/clean-audit';
 import { type CommitRow, commitRows } from '../support/commit-log';
 import { CoordinatorProcess } from '../support/coordinator-process';
 import { makeTempDir } from '../support/fake-dataset';
-import { mulberry32 } from '../support/rng';
+import { generatedText, unigramBits } from '../support/generated-text';
 import { safetensorsFile } from '../support/safetensors-file';
 import { writeDatasetSlice } from '../support/small-dataset';
 import { coordinatorStatusUntil, Swarm } from '../support/swarm';
@@ -44,31 +45,6 @@ import { coordinatorStatusUntil, Swarm } from '../support/swarm';
 const TEXT_CONTEXT = 16;
 
 const skip = skipWithoutChromium() || skipWithoutFashionMnist() || skipWithoutWebBuild();
-
-/** Invariants (1) and (2) of docs/ARCHITECTURE.md: no sample twice, and a finished epoch has every sample. */
-async function expectCleanAudit(coordinator: CoordinatorProcess, samples: number): Promise<void> {
-  const audit = await coordinator.audit();
-  const summary = JSON.stringify(audit).slice(0, 2000);
-  expect(audit.ok, summary).toBe(true);
-  expect(audit.epochs[0].duplicateCount, summary).toBe(0);
-  expect(audit.epochs[0].neverCommittedCount, summary).toBe(0);
-  expect(audit.epochs[0].committed, summary).toBe(samples);
-}
-
-/** Text from a tiny grammar (words from a short list): bytes are predictable from their context. */
-function generatedText(seed: number, bytes: number): Uint8Array {
-  const words = ['the ', 'cat ', 'sat ', 'on ', 'a ', 'mat. ', 'dog ', 'ran ', 'far ', 'away. '];
-  const rand = mulberry32(seed);
-  let s = '';
-  while (s.length < bytes) s += words[Math.floor(rand() * words.length)];
-  return new TextEncoder().encode(s.slice(0, bytes));
-}
-
-function unigramBits(text: Uint8Array): number {
-  const counts = new Array(256).fill(0);
-  for (const b of text) counts[b]++;
-  return -counts.reduce((h, c) => (c ? h + (c / text.length) * Math.log2(c / text.length) : h), 0);
-}
 
 describe.skipIf(skip)('tabs train the datasets a user brings', () => {
   let browser: Browser;
@@ -142,7 +118,7 @@ describe.skipIf(skip)('tabs train the datasets a user brings', () => {
     const status: StatusReport = await coordinator.status();
     expect(status.state).toBe('done');
     expect(status.restarts, 'no restart: no rank ever disagreed on a hash').toBe(0);
-    await expectCleanAudit(coordinator, windows);
+    await expectCleanAudit(coordinator, { committed: windows });
 
     // Every step committed once, by both ranks (a commit needs every rank's report with the same hash).
     const rows = await commitRows(coordinator);
@@ -210,7 +186,7 @@ describe.skipIf(skip)('tabs train the datasets a user brings', () => {
     const status = await coordinator.status();
     expect(status.state).toBe('done');
     expect(status.restarts, 'the crash is the one restart: no hash ever disagreed').toBe(1);
-    await expectCleanAudit(coordinator, windows);
+    await expectCleanAudit(coordinator, { committed: windows });
     const rows = await commitRows(coordinator);
     expect(rows.map((r) => r.step)).toEqual(Array.from({ length: steps }, (_, i) => i + 1));
     expect(new Set(rows.map((r) => r.world)).size, 'the world size changed').toBeGreaterThan(1);
@@ -279,7 +255,7 @@ describe.skipIf(skip)('tabs train the datasets a user brings', () => {
       const { coordinator, swarm } = await start(dataset ? { ...job, dataset } : job, idxDir);
       const tab = await swarm.open();
       const done = await swarm.waitFor(tab, (s) => s.phase === 'done' && s.testLoss !== null, null, 180_000);
-      await expectCleanAudit(coordinator, trainCount);
+      await expectCleanAudit(coordinator, { committed: trainCount });
       if (dataset) {
         // The epoch touched every training row and the evaluation every test row: all chunks, once each.
         const loaded = await tab.page.evaluate(() => window.tabswarm.dataset);

@@ -7,24 +7,10 @@ import { describe, expect, it } from 'vitest';
 import { GPT_TINY_SPEC, parameterLayout, type TransformerSpec } from '../../coordinator/core/model-spec';
 import { createModel } from '../../kernels/model';
 import { nodeGpu } from '../support/node-gpu';
+import { generatedText, unigramBits } from '../support/generated-text';
 import { mulberry32 } from '../support/rng';
 
 const ADAMW = { kind: 'adamw', lr: 1e-2, beta1: 0.9, beta2: 0.99, eps: 1e-8, weightDecay: 0.01 } as const;
-
-/** Text from a tiny grammar: words drawn from a short list, so bytes are predictable from context. */
-function generatedText(seed: number, bytes: number): Uint8Array {
-  const words = ['the ', 'cat ', 'sat ', 'on ', 'a ', 'mat. ', 'dog ', 'ran ', 'far ', 'away. '];
-  const rand = mulberry32(seed);
-  let s = '';
-  while (s.length < bytes) s += words[Math.floor(rand() * words.length)];
-  return new TextEncoder().encode(s.slice(0, bytes));
-}
-
-function unigramBits(text: Uint8Array): number {
-  const counts = new Array(256).fill(0);
-  for (const b of text) counts[b]++;
-  return -counts.reduce((h, c) => (c ? h + (c / text.length) * Math.log2(c / text.length) : h), 0);
-}
 
 /** `count` windows of context + 1 bytes starting at the given offsets. */
 function windowsAt(text: Uint8Array, starts: number[], context: number): Uint8Array {

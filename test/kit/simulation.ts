@@ -10,7 +10,7 @@
  * Nothing here runs in the product (test/kit is test code; the product may not import it).
  */
 import { stateHash } from '../../coordinator/core/hash';
-import type { JobSpec } from '../../coordinator/core/job';
+import type { JobSpec, JobSpecInput } from '../../coordinator/core/job';
 import {
   initialState,
   restoreState,
@@ -20,6 +20,7 @@ import {
   type Event,
 } from '../../coordinator/core/machine';
 import { parameterLayout, type ModelSpec } from '../../coordinator/core/model-spec';
+import { epochOrder } from '../../coordinator/core/sampler';
 import { MachineExecutor } from '../../coordinator/executor';
 import type { StoreOp } from '../../coordinator/store';
 import { NO_EXECUTOR_METRICS } from './executor-metrics';
@@ -613,4 +614,94 @@ export async function until(
       throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}${describe() ? `: ${describe()}` : ''}`);
     await new Promise((r) => setTimeout(r, 2));
   }
+}
+
+// ---------------------------------------------------------------- a swarm for one test
+
+/** Training images of the simulated jobs. */
+export const SIM_DATASET = 200;
+
+/**
+ * The simulated job the loop tests share: `SIM_MODEL` with heavy-ball SGD over `SIM_DATASET` images,
+ * batch 16 (13 steps per epoch, the last one of 8 samples), 2 epochs (`SIM_TOTAL_STEPS`), a checkpoint
+ * every 4 steps.
+ */
+export const SIM_JOB = {
+  model: SIM_MODEL,
+  optimizer: { kind: 'sgd', lr: 0.1, momentum: 0.5 },
+  globalBatch: 16,
+  epochs: 2,
+  minWorkers: 1,
+  maxWorkers: 4,
+  checkpointEvery: 4,
+  heartbeatMs: 40,
+  lastCallMs: 15,
+  seed: 5,
+} satisfies JobSpecInput;
+export const SIM_TOTAL_STEPS = 26;
+
+/** Loop timeouts of simulated tabs: far above in-memory latencies, short enough for a hung test to fail fast. */
+export const SIM_LOOP_TIMEOUTS = { collectiveMs: 2000, ringConnectMs: 2000, syncMs: 2000, coordinatorWaitMs: 5000 };
+
+/**
+ * A simulated coordinator and network with tabs opened on demand, a `waitFor` that prints the state
+ * when it times out, and `stop()` (crash every tab still open, stop the coordinator) for the test's cleanup.
+ */
+export function simulatedSwarm(job: JobSpec, datasetSize: number, opts: { runId?: string; tickMs?: number } = {}) {
+  const coordinator = new SimCoordinator(job, datasetSize, opts.runId ?? 'sim-run', opts.tickMs ?? 5);
+  const network = new MemoryNetwork();
+  const tabs: SimTab[] = [];
+  const open = (name: string, delayMs = 1) => {
+    const tab = new SimTab(name, coordinator, network, { delayMs, loop: { timeouts: SIM_LOOP_TIMEOUTS } });
+    tabs.push(tab);
+    return tab.start();
+  };
+  const describeAll = () =>
+    JSON.stringify({
+      coordinator: {
+        step: coordinator.state.lastCommit.step,
+        phase: coordinator.state.rendezvous.phase,
+        round: coordinator.state.rendezvous.round,
+        status: coordinator.state.status,
+      },
+      tabs: tabs.map((t) => ({
+        name: t.name,
+        phase: t.loop.status.phase,
+        round: t.loop.status.round,
+        local: t.loop.status.localStep,
+        logs: t.logs.slice(-3),
+      })),
+    });
+  const committed = () => coordinator.state.lastCommit.step;
+  const waitFor = (check: () => boolean, what: string, timeoutMs = 10_000) =>
+    until(check, what, timeoutMs, describeAll);
+  const stop = () => {
+    for (const t of tabs) if (!t.closed) t.crash();
+    coordinator.stop();
+  };
+  return { coordinator, network, tabs, open, committed, waitFor, stop };
+}
+
+/**
+ * Invariant (1) of docs/ARCHITECTURE.md over stored commit rows: the epochs in which an index was
+ * committed twice, and the finished epochs (all but the last, or the last once `totalSteps` committed)
+ * in which an index never was. Both empty for a correct run.
+ */
+export function auditCommitRows(
+  commits: readonly StoredCommit[],
+  run: { seed: number; datasetSize: number; epochs: number; totalSteps: number },
+): { twice: number[]; missing: number[] } {
+  const byEpoch = new Map<number, StoredCommit[]>();
+  for (const c of commits) byEpoch.set(c.epoch, [...(byEpoch.get(c.epoch) ?? []), c]);
+  const twice: number[] = [];
+  const missing: number[] = [];
+  for (const [epoch, rows] of byEpoch) {
+    const order = epochOrder(run.seed, epoch, run.datasetSize);
+    const seen = new Uint8Array(run.datasetSize);
+    for (const row of rows) for (let p = row.cursorStart; p < row.cursorStart + row.count; p++) seen[order[p]]++;
+    if (seen.some((x) => x > 1)) twice.push(epoch);
+    const finished = epoch < run.epochs - 1 || rows.some((r) => r.step === run.totalSteps);
+    if (finished && seen.some((x) => x === 0)) missing.push(epoch);
+  }
+  return { twice, missing };
 }

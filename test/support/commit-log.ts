@@ -1,11 +1,27 @@
 /**
- * The coordinator's commit log as browser tests read it (`GET /api/commits`, page by page): one row
- * per committed step with its mean loss per sample, parameter hash and world size.
+ * The coordinator's commit log (`GET /api/commits`, page by page): every live commit, and the rows
+ * browser tests read from it (per committed step its mean loss per sample, parameter hash and world size).
  */
+import type { CommitsPage, CommitView } from '../../coordinator/audit';
 import type { CoordinatorProcess } from './coordinator-process';
+
+/**
+ * Every live commit from step `from` on, ascending, through `get` (a JSON GET of a coordinator path: a
+ * CoordinatorProcess's getJson, a test-bed Scene's api).
+ */
+export async function commitsFrom(get: (path: string) => Promise<CommitsPage>, from = 0): Promise<CommitView[]> {
+  const commits: CommitView[] = [];
+  for (let next: number | null = from; next !== null; ) {
+    const page = await get(`/api/commits?from=${next}`);
+    commits.push(...page.commits);
+    next = page.next;
+  }
+  return commits;
+}
 
 export interface CommitRow {
   step: number;
+  /** NaN where the log holds no finite loss (null in the API), so no bound on it can pass. */
   loss: number;
   hash: string;
   world: number;
@@ -13,12 +29,10 @@ export interface CommitRow {
 
 /** Every commit row, ascending by step. */
 export async function commitRows(coordinator: CoordinatorProcess): Promise<CommitRow[]> {
-  const rows: CommitRow[] = [];
-  for (let from: number | null = 0; from !== null; ) {
-    const page: { commits: { step: number; loss: number; hash: string; worldSize: number }[]; next: number | null } =
-      await coordinator.getJson(`/api/commits?from=${from}`);
-    rows.push(...page.commits.map((c) => ({ step: c.step, loss: c.loss, hash: c.hash, world: c.worldSize })));
-    from = page.next;
-  }
-  return rows;
+  return (await commitsFrom((path) => coordinator.getJson(path))).map((c) => ({
+    step: c.step,
+    loss: c.loss ?? Number.NaN,
+    hash: c.hash,
+    world: c.worldSize,
+  }));
 }

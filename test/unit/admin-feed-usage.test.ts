@@ -38,7 +38,7 @@ describe('the admin feed and usage', () => {
     const state = { ...base, usage: addUsage(undefined, { samples: 64, computeMs: 300, wireBytes: 6400 }, 400, 1000) };
     const usage = jobUsage(state);
     expect(usage).toEqual({ utilization: 0.75, bytesPerSample: 100 });
-    const projection = new FeedProjection(10);
+    const projection = new FeedProjection(10, 100);
     const live = projection.apply([{ kind: 'record_commit', commit: commit(1) }], 1000, usage);
     expect(live.messages).toEqual([expect.objectContaining({ type: 'commit' })]);
     expect((live.messages[0] as { commit: { usage: unknown } }).commit.usage).toEqual(usage);
@@ -46,7 +46,7 @@ describe('the admin feed and usage', () => {
 
     // The stored rows of steps 1 and 2.
     const rows: CommitRow[] = [1, 2].map((step) => ({ ...commit(step), rolledBack: false, committedAt: 900 + step }));
-    const snap = projection.snapshot('run-u', state, rows, [], 1200, 100);
+    const snap = projection.snapshot('run-u', state, rows, [], 1200);
     expect(snap.commits.map((c) => c.usage)).toEqual([usage, { utilization: 0.5, bytesPerSample: 90 }]);
     expect(snap.job.sync).toEqual({
       mode: 'local',
@@ -59,11 +59,31 @@ describe('the admin feed and usage', () => {
     projection.apply([{ kind: 'rollback_commits', afterStep: 1 }], 1300);
     // A new step 2 from a later round, recorded without usage: the old step 2's is not shown for it.
     projection.apply([{ kind: 'record_commit', commit: commit(2) }], 1400, null);
-    const after = projection.snapshot('run-u', state, rows, [], 1500, 100);
+    const after = projection.snapshot('run-u', state, rows, [], 1500);
     expect(after.commits.map((c) => c.usage)).toEqual([usage, null]);
     // A commit from before this process started has no usage.
-    const older = new FeedProjection(10).snapshot('run-u', state, rows, [], 1500, 100);
+    const older = new FeedProjection(10, 100).snapshot('run-u', state, rows, [], 1500);
     expect(older.commits.map((c) => c.usage)).toEqual([null, null]);
+  });
+
+  it('remembers usage only for the commits a snapshot sends (the newest maxCommits), all of them', () => {
+    const projection = new FeedProjection(10, 2);
+    const usageOf = (step: number) => ({ utilization: step / 10, bytesPerSample: step });
+    for (const step of [1, 2, 3]) {
+      projection.apply([{ kind: 'record_commit', commit: commit(step) }], 1000 + step, usageOf(step));
+    }
+    const rows: CommitRow[] = [1, 2, 3].map((step) => ({
+      ...commit(step),
+      rolledBack: false,
+      committedAt: 1000 + step,
+    }));
+    const snap = projection.snapshot('run-u', base, rows, [], 1100);
+    expect(snap.commits.map((c) => [c.step, c.usage])).toEqual([
+      [2, usageOf(2)],
+      [3, usageOf(3)],
+    ]);
+    // Step 1 was forgotten: a snapshot with a larger window would find nothing for it.
+    expect((projection as unknown as { usageByStep: Map<number, unknown> }).usageByStep.has(1)).toBe(false);
   });
 
   it('formats the sync line of both modes and bytes per sample', () => {

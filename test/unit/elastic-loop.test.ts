@@ -6,65 +6,28 @@
  */
 import { afterEach, describe, expect, it } from 'vitest';
 import { parseJobSpec, type JobSpec } from '../../coordinator/core/job';
-import { epochOrder } from '../../coordinator/core/sampler';
-import { MemoryNetwork, SIM_MODEL, SimCoordinator, SimTab, until, type StoredCommit } from '../kit/simulation';
+import {
+  auditCommitRows,
+  SIM_DATASET,
+  SIM_JOB,
+  SIM_TOTAL_STEPS,
+  simulatedSwarm,
+  type StoredCommit,
+} from '../kit/simulation';
 
-const DATASET = 200;
-const job: JobSpec = parseJobSpec({
-  model: SIM_MODEL,
-  optimizer: { kind: 'sgd', lr: 0.1, momentum: 0.5 },
-  globalBatch: 16, // 13 steps per epoch, the last one of 8 samples
-  epochs: 2,
-  minWorkers: 1,
-  maxWorkers: 4,
-  checkpointEvery: 4,
-  heartbeatMs: 40,
-  lastCallMs: 15,
-  seed: 5,
-});
-const TOTAL_STEPS = 26;
+const DATASET = SIM_DATASET;
+const job: JobSpec = parseJobSpec(SIM_JOB);
+const TOTAL_STEPS = SIM_TOTAL_STEPS;
 
 const cleanups: (() => void)[] = [];
 afterEach(() => {
   for (const c of cleanups.splice(0).reverse()) c();
 });
 
-function setUp(tickMs = 5) {
-  const coordinator = new SimCoordinator(job, DATASET, 'sim-run', tickMs);
-  const network = new MemoryNetwork();
-  const tabs: SimTab[] = [];
-  cleanups.push(() => {
-    for (const t of tabs) if (!t.closed) t.crash();
-    coordinator.stop();
-  });
-  const open = (name: string, delayMs = 1) => {
-    const tab = new SimTab(name, coordinator, network, {
-      delayMs,
-      loop: { timeouts: { collectiveMs: 2000, ringConnectMs: 2000, syncMs: 2000, coordinatorWaitMs: 5000 } },
-    });
-    tabs.push(tab);
-    return tab.start();
-  };
-  const describeAll = () =>
-    JSON.stringify({
-      coordinator: {
-        step: coordinator.state.lastCommit.step,
-        phase: coordinator.state.rendezvous.phase,
-        round: coordinator.state.rendezvous.round,
-        status: coordinator.state.status,
-      },
-      tabs: tabs.map((t) => ({
-        name: t.name,
-        phase: t.loop.status.phase,
-        round: t.loop.status.round,
-        local: t.loop.status.localStep,
-        logs: t.logs.slice(-3),
-      })),
-    });
-  const committed = () => coordinator.state.lastCommit.step;
-  const waitFor = (check: () => boolean, what: string, timeoutMs = 10_000) =>
-    until(check, what, timeoutMs, describeAll);
-  return { coordinator, network, tabs, open, committed, waitFor };
+function setUp() {
+  const swarm = simulatedSwarm(job, DATASET);
+  cleanups.push(swarm.stop);
+  return swarm;
 }
 
 /** The per-step commit hashes of an uninterrupted single-tab run. */
@@ -85,23 +48,8 @@ async function reference(): Promise<Map<number, string>> {
 
 /** Invariant (1) (docs/ARCHITECTURE.md) from the commit rows: each index once per epoch, finished epochs complete. */
 function auditCommits(commits: StoredCommit[]): void {
-  const byEpoch = new Map<number, StoredCommit[]>();
-  for (const c of commits) byEpoch.set(c.epoch, [...(byEpoch.get(c.epoch) ?? []), c]);
-  for (const [epoch, rows] of byEpoch) {
-    const order = epochOrder(job.seed, epoch, DATASET);
-    const seen = new Uint8Array(DATASET);
-    for (const row of rows) for (let p = row.cursorStart; p < row.cursorStart + row.count; p++) seen[order[p]]++;
-    expect(
-      seen.every((x) => x <= 1),
-      `epoch ${epoch}: an index committed twice`,
-    ).toBe(true);
-    if (epoch < job.epochs - 1 || rows.some((r) => r.step === TOTAL_STEPS)) {
-      expect(
-        seen.every((x) => x === 1),
-        `epoch ${epoch}: an index never committed`,
-      ).toBe(true);
-    }
-  }
+  const run = { seed: job.seed, datasetSize: DATASET, epochs: job.epochs, totalSteps: TOTAL_STEPS };
+  expect(auditCommitRows(commits, run)).toEqual({ twice: [], missing: [] });
 }
 
 function expectSameTrajectory(commits: StoredCommit[], ref: Map<number, string>): void {

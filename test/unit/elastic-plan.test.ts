@@ -1,9 +1,8 @@
 import { describe, expect, it } from 'vitest';
 import { jobPublic, parseJobSpec, type JobPublic } from '../../coordinator/core/job';
 import type { RoundMessage, WorldEntry } from '../../coordinator/core/protocol';
-import { epochOrder } from '../../coordinator/core/sampler';
+import { epochOrder, isCheckpointPoint } from '../../coordinator/core/sampler';
 import {
-  expectsCheckpoint,
   failureReport,
   helloHolding,
   planSync,
@@ -69,11 +68,11 @@ describe('stepWork', () => {
   });
 });
 
-describe('expectsCheckpoint', () => {
+describe("isCheckpointPoint of a tab's job (rank 0 snapshots these right after the commit)", () => {
   it('follows checkpointEvery, epoch ends and the job end', () => {
     const j = job({ checkpointEvery: 5 }, 1000); // 16 steps per epoch, 32 in all
     const expected = [5, 10, 15, 16, 20, 25, 30, 32];
-    const got = Array.from({ length: 32 }, (_, i) => i + 1).filter((s) => expectsCheckpoint(s, j));
+    const got = Array.from({ length: 32 }, (_, i) => i + 1).filter((s) => isCheckpointPoint(s, j));
     expect(got).toEqual(expected);
   });
 });

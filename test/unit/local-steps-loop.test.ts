@@ -10,34 +10,27 @@ import { jobPublic, parseJobSpec, type JobSpec, type JobSpecInput } from '../../
 import { parameterLayout } from '../../coordinator/core/model-spec';
 import { epochOrder, indicesForRank, isCommitPoint, stepPosition } from '../../coordinator/core/sampler';
 import {
+  auditCommitRows,
   CpuTrainer,
-  MemoryNetwork,
+  SIM_DATASET,
+  SIM_JOB,
   SIM_MODEL,
-  SimCoordinator,
-  SimTab,
-  until,
+  SIM_TOTAL_STEPS,
+  simulatedSwarm,
   type StoredCommit,
 } from '../kit/simulation';
 import { ringAllreduceBusBytes } from '../../web/net/ring-allreduce';
 import { outerWeight } from '../../web/worker/outer-step';
 
-const DATASET = 200;
+const DATASET = SIM_DATASET;
 const BASE: JobSpecInput = {
-  model: SIM_MODEL,
-  optimizer: { kind: 'sgd', lr: 0.1, momentum: 0.5 },
-  globalBatch: 16, // 13 steps per epoch, the last one of 8 samples
-  epochs: 2,
-  minWorkers: 1,
-  maxWorkers: 4,
-  checkpointEvery: 4,
+  ...SIM_JOB,
   // Crashes are seen by their closed sockets; a slow heartbeat keeps a loaded machine (a starved event
   // loop) from declaring live tabs dead, which would change the world and the hand-computed reference.
   heartbeatMs: 1000,
-  lastCallMs: 15,
-  seed: 5,
   sync: { mode: 'local', innerSteps: 4, outer: { kind: 'nesterov', lr: 0.7, momentum: 0.9 }, compression: 'none' },
 };
-const TOTAL_STEPS = 26;
+const TOTAL_STEPS = SIM_TOTAL_STEPS;
 /** Outer steps end every 4 steps and at each epoch's end. */
 const OUTER_ENDS = [4, 8, 12, 13, 17, 21, 25, 26];
 
@@ -46,59 +39,18 @@ afterEach(() => {
   for (const c of cleanups.splice(0).reverse()) c();
 });
 
-function setUp(job: JobSpec, opts: { minWorkers?: number } = {}) {
-  const coordinator = new SimCoordinator(
-    { ...job, minWorkers: opts.minWorkers ?? job.minWorkers },
-    DATASET,
-    'sim-local',
-    5,
-  );
-  const network = new MemoryNetwork();
-  const tabs: SimTab[] = [];
-  cleanups.push(() => {
-    for (const t of tabs) if (!t.closed) t.crash();
-    coordinator.stop();
-  });
-  const open = (name: string, delayMs = 1) => {
-    const tab = new SimTab(name, coordinator, network, {
-      delayMs,
-      loop: { timeouts: { collectiveMs: 2000, ringConnectMs: 2000, syncMs: 2000, coordinatorWaitMs: 5000 } },
-    });
-    tabs.push(tab);
-    return tab.start();
-  };
-  const describeAll = () =>
-    JSON.stringify({
-      step: coordinator.state.lastCommit.step,
-      phase: coordinator.state.rendezvous.phase,
-      tabs: tabs.map((t) => ({ name: t.name, phase: t.loop.status.phase, logs: t.logs.slice(-3) })),
-    });
-  const committed = () => coordinator.state.lastCommit.step;
-  const waitFor = (check: () => boolean, what: string, timeoutMs = 10_000) =>
-    until(check, what, timeoutMs, describeAll);
-  return { coordinator, open, committed, waitFor, tabs };
+function setUp(job: JobSpec) {
+  const swarm = simulatedSwarm(job, DATASET, { runId: 'sim-local' });
+  cleanups.push(swarm.stop);
+  return swarm;
 }
 
 /** Invariant (1) of docs/ARCHITECTURE.md from the commit rows, and commits only at outer steps. */
 function auditCommits(job: JobSpec, commits: StoredCommit[]): void {
   const plan = jobPublic(job, DATASET);
   for (const c of commits) expect(isCommitPoint(c.step, plan), `commit at step ${c.step}`).toBe(true);
-  const byEpoch = new Map<number, StoredCommit[]>();
-  for (const c of commits) byEpoch.set(c.epoch, [...(byEpoch.get(c.epoch) ?? []), c]);
-  for (const [epoch, rows] of byEpoch) {
-    const order = epochOrder(job.seed, epoch, DATASET);
-    const seen = new Uint8Array(DATASET);
-    for (const row of rows) for (let p = row.cursorStart; p < row.cursorStart + row.count; p++) seen[order[p]]++;
-    expect(
-      seen.every((x) => x <= 1),
-      `epoch ${epoch}: an index committed twice`,
-    ).toBe(true);
-    if (epoch < job.epochs - 1 || rows.some((r) => r.step === TOTAL_STEPS))
-      expect(
-        seen.every((x) => x === 1),
-        `epoch ${epoch}: an index never committed`,
-      ).toBe(true);
-  }
+  const run = { seed: job.seed, datasetSize: DATASET, epochs: job.epochs, totalSteps: TOTAL_STEPS };
+  expect(auditCommitRows(commits, run)).toEqual({ twice: [], missing: [] });
 }
 
 /**

@@ -20,7 +20,7 @@ import {
 } from '../../coordinator/user-datasets';
 import { ChunkFetcher } from '../../web/volunteer/dataset-client';
 import { mulberry32 } from '../support/rng';
-import { safetensorsFile } from '../support/safetensors-file';
+import { safetensorsFile as safetensors } from '../support/safetensors-file';
 
 let dir: string;
 beforeAll(async () => {
@@ -30,7 +30,6 @@ afterAll(async () => {
   await rm(dir, { recursive: true, force: true });
 });
 
-const safetensors = safetensorsFile;
 const f32 = (a: number[]) => new Uint8Array(Float32Array.from(a).buffer);
 const i64 = (a: number[]) => new Uint8Array(BigInt64Array.from(a.map(BigInt)).buffer);
 

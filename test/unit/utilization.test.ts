@@ -72,14 +72,20 @@ describe('usage through the machine', () => {
     heartbeatMs: 60_000,
   };
 
-  it('measures wall time from each rank’s previous report, clamps claims, and sums the job over ranks', () => {
+  /** a and b (ranks 0 and 1) in a round of two, 100 ms after the steps could start. */
+  function pairTraining(): Harness {
     const h = new Harness(JOB, 64);
     h.join('a');
     h.join('b');
     h.readyAll();
+    h.advance(100);
+    return h;
+  }
+
+  it('measures wall time from each rank’s previous report, clamps claims, and sums the job over ranks', () => {
     // Step 1: both report 100 ms after train. a claims 80 ms and sent 400 bytes for its 4 samples;
     // b claims 10 s (clamped to 100 ms) and sent 400 bytes.
-    h.advance(100);
+    const h = pairTraining();
     h.report('a', { computeMs: 80, wireBytes: 400 });
     h.report('b', { computeMs: 10_000, wireBytes: 400 });
     // Step 2: a reports 50 ms later, b 150 ms later (the commit of step 2 waits for b); then step 3
@@ -110,11 +116,7 @@ describe('usage through the machine', () => {
   });
 
   it('keeps a rejected report out of the sums', () => {
-    const h = new Harness(JOB, 64);
-    h.join('a');
-    h.join('b');
-    h.readyAll();
-    h.advance(100);
+    const h = pairTraining();
     h.report('a', { computeMs: 80, wireBytes: 400 });
     const before = h.state.usage;
     h.report('b', { computeMs: 80, wireBytes: 1e9, samples: 3 }); // wrong sample count: bad_samples

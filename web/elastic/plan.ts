@@ -12,14 +12,7 @@
  */
 import type { JobPublic } from '../../coordinator/core/job';
 import type { RoundMessage, WorldEntry } from '../../coordinator/core/protocol';
-import {
-  epochOrder,
-  indicesForRank,
-  isCheckpointPoint,
-  isCommitPoint,
-  positionAfter,
-  stepPosition,
-} from '../../coordinator/core/sampler';
+import { epochOrder, indicesForRank, isCommitPoint, positionAfter, stepPosition } from '../../coordinator/core/sampler';
 import { isCollectiveError } from '../net/collective-error';
 
 export interface StateTag {
@@ -72,15 +65,6 @@ export function stepWork(job: JobPublic, world: readonly WorldEntry[], rank: num
     commitPoint: isCommitPoint(step, job),
     after: positionAfter(step, job),
   };
-}
-
-/**
- * Steps after which the coordinator will ask rank 0 for a checkpoint (every `checkpointEvery`
- * committed steps, each epoch's end, the job's end): rank 0 snapshots these right after the commit,
- * before its next step overwrites the state, so the upload never races the training.
- */
-export function expectsCheckpoint(step: number, job: JobPublic): boolean {
-  return isCheckpointPoint(step, job);
 }
 
 // ---------------------------------------------------------------- state sync

@@ -21,15 +21,16 @@
 import { isEvaluationPoint } from '../../coordinator/core/evaluation';
 import type { JobPublic, LocalSync } from '../../coordinator/core/job';
 import { NO_HASH } from '../../coordinator/core/protocol';
+import { isCheckpointPoint } from '../../coordinator/core/sampler';
 import type { Ring } from '../net/link';
-import { ringAllreduce, ringAllreduceBusBytes, type WireCompression } from '../net/ring-allreduce';
+import { ringAllreduce, ringAllreduceBusBytes } from '../net/ring-allreduce';
 import { outerWeight } from '../worker/outer-step';
 import { abortReason, bounded } from './async-tools';
 import { BusyClock } from './busy-clock';
 import type { CheckpointService } from './checkpoint-service';
 import type { NextStep } from './held-states';
 import type { LoopContext } from './loop-context';
-import { expectsCheckpoint, stepWork, type StateTag, type StepWork } from './plan';
+import { stepWork, type StateTag, type StepWork } from './plan';
 import type { RoundSession } from './round-session';
 import { stepComputed } from './status';
 import type { GradientResult } from '../worker/types';
@@ -93,13 +94,10 @@ export class StepRunner {
         ? await this.busy.waiting(() => this.allreduce(session, ring, job, step, computed.gradient, computed.computeMs))
         : null;
       // Read before the apply transfers the buffer to the worker.
-      const wireBytes = sums ? ringAllreduceBusBytes(sums.byteLength / 4, session.world.length, this.wire(job)) : 0;
-      const waitStart = this.ctx.now();
-      const backup = pending ? await this.awaitCommit(session, pending) : undefined;
-      const waitedMs = this.ctx.now() - waitStart;
-      this.busy.wait(waitedMs);
-      pending = null;
-      if (signal.aborted) throw abortReason(signal);
+      const wireBytes = sums
+        ? ringAllreduceBusBytes(sums.byteLength / 4, session.world.length, job.sync.compression)
+        : 0;
+      const { backup, waited } = await this.previousCommit(session, pending);
       planned = step < job.totalSteps ? stepWork(job, session.world, session.rank, step + 1) : null;
       // Step s+1's own samples, computed behind this apply (none when its slice is empty).
       const next: NextStep | null =
@@ -110,15 +108,8 @@ export class StepRunner {
       const result = await this.ctx.keeper.applyAndHash(step, sums, work.count, next, { backup, prefetched });
       onDevice = next?.keepOnDevice ? step + 1 : null;
       const gradient = computed?.gradient ?? result.gradient!;
-      // A step computed behind the previous apply: its time runs from that request, less the commit wait.
-      const computeMs = computed?.computeMs ?? Math.max(0, this.ctx.now() - (requested ?? waitStart) - waitedMs);
-      this.ctx.box.update(stepComputed(this.ctx.box.status, { step, ...gradient, computeMs }));
-      if (signal.aborted) throw abortReason(signal);
-      this.report(session, step, result.hash, gradient, wireBytes);
-      if (work.commitPoint) {
-        pending = { step, hash: result.hash };
-        this.onCommitted(session, job, step);
-      }
+      const computeMs = computed?.computeMs ?? this.prefetchedMs(requested, waited);
+      pending = this.completeStep(session, job, work, result.hash, gradient, computeMs, wireBytes);
       if (step < job.totalSteps) await this.pauseBetweenSteps(signal, next !== null);
     }
     if (pending) await this.ctx.keeper.saveBackup(await this.awaitCommit(session, pending));
@@ -147,12 +138,7 @@ export class StepRunner {
       const work = planned ?? stepWork(job, session.world, session.rank, step);
       const mine = work.indices.length > 0;
       const computed = mine && onDevice !== step ? await this.gradients(work, true) : null;
-      const waitStart = this.ctx.now();
-      const backup = pending ? await this.awaitCommit(session, pending) : undefined;
-      const waitedMs = this.ctx.now() - waitStart;
-      this.busy.wait(waitedMs);
-      pending = null;
-      if (signal.aborted) throw abortReason(signal);
+      const { backup, waited } = await this.previousCommit(session, pending);
       planned = step < job.totalSteps ? stepWork(job, session.world, session.rank, step + 1) : null;
       // The outer step rewrites the parameters: the next step's gradients cannot be started behind it.
       const next: NextStep | null =
@@ -174,7 +160,7 @@ export class StepRunner {
         await keeper.skipInner(step, backup);
       }
       onDevice = next ? step + 1 : null;
-      const computeMs = computed?.computeMs ?? Math.max(0, this.ctx.now() - (requested ?? waitStart) - waitedMs);
+      const computeMs = computed?.computeMs ?? this.prefetchedMs(requested, waited);
       own += work.indices.length;
       all += work.count;
       let hash = NO_HASH;
@@ -188,29 +174,60 @@ export class StepRunner {
               // The slowest rank may still have most of its inner steps to take when this one arrives.
               timeoutMs: Math.max(this.ctx.timeouts.collectiveMs, (10 + sync.innerSteps) * this.lastComputeMs),
               signal,
-              compression: this.wire(job),
+              compression: sync.compression,
             }),
           );
-          wireBytes = ringAllreduceBusBytes(delta.length, session.world.length, this.wire(job));
+          wireBytes = ringAllreduceBusBytes(delta.length, session.world.length, sync.compression);
         });
         own = 0;
         all = 0;
       }
-      this.ctx.box.update(stepComputed(this.ctx.box.status, { step, ...gradient, computeMs }));
-      if (signal.aborted) throw abortReason(signal);
-      this.report(session, step, hash, gradient, wireBytes);
-      if (work.commitPoint) {
-        pending = { step, hash };
-        this.onCommitted(session, job, step);
-      }
+      pending = this.completeStep(session, job, work, hash, gradient, computeMs, wireBytes);
       if (step < job.totalSteps) await this.pauseBetweenSteps(signal, next !== null);
     }
     if (pending) await keeper.saveBackup(await this.awaitCommit(session, pending));
   }
 
-  /** The allreduce's wire format for this job (the same on every rank: it comes with the job). */
-  private wire(job: JobPublic): WireCompression {
-    return job.sync.compression;
+  /**
+   * Before a step's apply: wait for the commit of the previous commit point, if one is pending (its tag
+   * becomes the apply's backup). The wait is not compute time. `waited`: when it started and how long.
+   */
+  private async previousCommit(
+    session: RoundSession,
+    pending: StateTag | null,
+  ): Promise<{ backup: StateTag | undefined; waited: { since: number; ms: number } }> {
+    const since = this.ctx.now();
+    const backup = pending ? await this.awaitCommit(session, pending) : undefined;
+    const ms = this.ctx.now() - since;
+    this.busy.wait(ms);
+    if (session.signal.aborted) throw abortReason(session.signal);
+    return { backup, waited: { since, ms } };
+  }
+
+  /**
+   * The time of a step computed behind the previous apply: from that request (or the commit wait's
+   * start), less the commit wait.
+   */
+  private prefetchedMs(requested: number | null, waited: { since: number; ms: number }): number {
+    return Math.max(0, this.ctx.now() - (requested ?? waited.since) - waited.ms);
+  }
+
+  /** After a step's apply: the status, the report and, at a commit point, the tag whose commit comes next. */
+  private completeStep(
+    session: RoundSession,
+    job: JobPublic,
+    work: StepWork,
+    hash: string,
+    gradient: GradientResult,
+    computeMs: number,
+    wireBytes: number,
+  ): StateTag | null {
+    this.ctx.box.update(stepComputed(this.ctx.box.status, { step: work.step, ...gradient, computeMs }));
+    if (session.signal.aborted) throw abortReason(session.signal);
+    this.report(session, work.step, hash, gradient, wireBytes);
+    if (!work.commitPoint) return null;
+    this.onCommitted(session, job, work.step);
+    return { step: work.step, hash };
   }
 
   /** This rank's gradient sums for `work` (zeros when its slice is empty), and the time they took. */
@@ -256,7 +273,7 @@ export class StepRunner {
         Math.max(this.ctx.timeouts.collectiveMs, 10 * this.lastComputeMs) +
         evaluationAllowanceMs(step, job, computeMs, gradient.samples),
       signal: session.signal,
-      compression: this.wire(job),
+      compression: job.sync.compression,
     });
     return sums.buffer as ArrayBuffer;
   }
@@ -302,10 +319,10 @@ export class StepRunner {
    * in the meantime does not lose them.
    */
   private onCommitted(session: RoundSession, job: JobPublic, step: number): void {
-    if (session.rank !== 0 || !(expectsCheckpoint(step, job) || isEvaluationPoint(step, job))) return;
+    if (session.rank !== 0 || !(isCheckpointPoint(step, job) || isEvaluationPoint(step, job))) return;
     session.committed(step).promise.then(
       () => {
-        if (expectsCheckpoint(step, job)) this.checkpoints.prepare(step, job);
+        if (isCheckpointPoint(step, job)) this.checkpoints.prepare(step, job);
         if (isEvaluationPoint(step, job)) this.checkpoints.evaluateCommitted(session.round, step, job);
       },
       () => undefined,

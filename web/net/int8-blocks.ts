@@ -106,15 +106,21 @@ function forEachBlock(n: number, visit: (b: number, start: number, end: number, 
  */
 export function encodeInt8Blocks(source: Float32Array, target: Uint8Array): void {
   checkSize(target, source.length);
-  const bad = firstUnencodable(source);
-  if (bad >= 0) throw new Int8BlockError(describeUnencodable(source, bad));
-  const { scales, values } = views(target);
-  forEachBlock(source.length, (b, start, end, shift) => {
+  // First pass: each block's largest magnitude, refusing an unencodable value before anything is written.
+  const maxima = new Float64Array(Math.ceil(source.length / INT8_BLOCK_VALUES));
+  forEachBlock(source.length, (b, start, end) => {
     let maxAbs = 0;
     for (let i = start; i < end; i++) {
       const a = Math.abs(source[i]);
+      // `!(a <= max)` is also true for NaN.
+      if (!(a <= INT8_MAX_ABS)) throw new Int8BlockError(describeUnencodable(source, i));
       if (a > maxAbs) maxAbs = a;
     }
+    maxima[b] = maxAbs;
+  });
+  const { scales, values } = views(target);
+  forEachBlock(source.length, (b, start, end, shift) => {
+    const maxAbs = maxima[b];
     // maxAbs ≥ 127·2^-126 makes the scale a normal float32 (≥ 2^-126), with 24 bits of precision.
     const scale = maxAbs < INT8_MIN_BLOCK_MAX ? 0 : Math.fround(maxAbs / 127);
     scales.setFloat32(b * BLOCK_BYTES, scale, true);

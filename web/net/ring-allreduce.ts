@@ -85,10 +85,17 @@ export interface RingAllreduceOptions extends CollectiveOptions {
   readonly compression?: WireCompression;
 }
 
-export const DEFAULT_CHUNK_ELEMENTS = Math.floor((DEFAULT_FRAME_BYTES - FRAME_HEADER_BYTES) / 4);
+/** Values that fill a frame of `frameBytes` in this wire format (int8: whole blocks of 256 with their scales). */
+export function chunkElementsFor(frameBytes: number, compression: WireCompression): number {
+  const payload = frameBytes - FRAME_HEADER_BYTES;
+  if (compression === 'int8') return Math.floor(payload / (INT8_BLOCK_VALUES + INT8_SCALE_BYTES)) * INT8_BLOCK_VALUES;
+  return Math.floor(payload / (compression === 'fp16' ? 2 : 4));
+}
+
+/** Float32 values per default frame; fp16 uses the same count (its frames half full). */
+export const DEFAULT_CHUNK_ELEMENTS = chunkElementsFor(DEFAULT_FRAME_BYTES, 'none');
 /** 62 blocks of 256 (15,872 values, 16,120 payload bytes): int8 frames as full as float32's. */
-export const DEFAULT_INT8_CHUNK_ELEMENTS =
-  Math.floor((DEFAULT_FRAME_BYTES - FRAME_HEADER_BYTES) / (INT8_BLOCK_VALUES + INT8_SCALE_BYTES)) * INT8_BLOCK_VALUES;
+export const DEFAULT_INT8_CHUNK_ELEMENTS = chunkElementsFor(DEFAULT_FRAME_BYTES, 'int8');
 
 /**
  * Sum `data` in place across the ranks of `ring`; resolves when this rank holds the full sum
@@ -96,7 +103,8 @@ export const DEFAULT_INT8_CHUNK_ELEMENTS =
  * `CollectiveError` when a link closes, a neighbour aborts, a frame is malformed, ranks disagree on
  * length/chunking/compression, `opts.signal` fires, or `opts.timeoutMs` passes. On rejection `data`
  * is partly reduced: callers restore their last committed state. Size 1 (or an empty vector) is a
- * no-op, except that int8 refuses a non-finite input at any size (the same outcome in every world).
+ * no-op, except that a non-finite input (int8: or one beyond ±2^127) is refused at any size (the same
+ * outcome in every world).
  */
 export async function ringAllreduce(ring: Ring, data: Float32Array, opts: RingAllreduceOptions): Promise<void> {
   assertValidCollectiveId(opts.id);

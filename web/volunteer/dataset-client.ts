@@ -6,6 +6,13 @@
  * The bytes are verified against the SHA-256 the coordinator published, whether they came from the
  * network or the cache: a corrupt cache entry is dropped and fetched again rather than trained on.
  */
+import {
+  type ChunkedDatasetMetadata,
+  type ChunkedPayload,
+  chunkCount,
+  chunkLength,
+  windowCount,
+} from '../../coordinator/core/chunked-dataset';
 import type { DatasetBytes, DatasetSplitBytes } from '../worker/types';
 
 /** Mirrors `DatasetMetadata` in coordinator/dataset.ts (web/ may not import coordinator/ Node code). */
@@ -58,6 +65,41 @@ export async function openCache(): Promise<Cache | undefined> {
   } catch {
     return undefined;
   }
+}
+
+/**
+ * The verified bytes cached under `key` (exactly `bytes` bytes with SHA-256 `sha256`), or undefined;
+ * a corrupt entry is dropped, so it is fetched again rather than trained on.
+ */
+async function verifiedFromCache(
+  cache: Cache | undefined,
+  key: string,
+  bytes: number,
+  sha256: string,
+): Promise<Uint8Array | undefined> {
+  const hit = await cache?.match(key);
+  if (!hit) return undefined;
+  const data = new Uint8Array(await hit.arrayBuffer());
+  if (data.byteLength === bytes && (await sha256Hex(data)) === sha256) return data;
+  await cache?.delete(key);
+  return undefined;
+}
+
+/**
+ * Keep `data` under `key`, dropping the entries of `url` with another hash (an older dataset's). A full
+ * or disabled cache only costs a download next time, so failures here are not errors.
+ */
+async function storeInCache(
+  cache: Cache | undefined,
+  url: string,
+  key: string,
+  data: Uint8Array,
+  headers?: HeadersInit,
+): Promise<void> {
+  await cache
+    ?.delete(url, { ignoreSearch: true })
+    .then(() => cache.put(key, new Response(data as Uint8Array<ArrayBuffer>, { headers })))
+    .catch(() => undefined);
 }
 
 /** Read a response body into one preallocated array, reporting bytes as they arrive. */
@@ -116,20 +158,12 @@ export async function fetchDataset(
     const absolute = new URL(`${baseUrl}${file.url}`, location.href);
     const cacheKey = new URL(absolute);
     cacheKey.searchParams.set('sha256', file.sha256);
-    const cached = await cache?.match(cacheKey.href);
-    let data: Uint8Array | undefined;
-    if (cached) {
-      data = new Uint8Array(await cached.arrayBuffer());
-      if (data.byteLength === file.bytes && (await sha256Hex(data)) === file.sha256) {
-        progress.loadedBytes += data.byteLength;
-        progress.cachedBytes += data.byteLength;
-        onProgress?.({ ...progress });
-      } else {
-        await cache?.delete(cacheKey.href);
-        data = undefined;
-      }
-    }
-    if (!data) {
+    let data = await verifiedFromCache(cache, cacheKey.href, file.bytes, file.sha256);
+    if (data) {
+      progress.loadedBytes += data.byteLength;
+      progress.cachedBytes += data.byteLength;
+      onProgress?.({ ...progress });
+    } else {
       const res = await fetch(absolute.href, { cache: 'no-store' });
       if (!res.ok) throw new Error(`dataset ${key}: HTTP ${res.status}`);
       data = await readBody(res, file.bytes, (n) => {
@@ -140,22 +174,10 @@ export async function fetchDataset(
         throw new Error(`dataset ${key}: received ${data.byteLength} bytes, expected ${file.bytes}`);
       if ((await sha256Hex(data)) !== file.sha256)
         throw new Error(`dataset ${key}: SHA-256 does not match the coordinator's`);
-      if (cache) {
-        // Drop entries of this URL with an older hash, then keep this one; a full or disabled cache
-        // only costs a download next time, so failures here are not errors.
-        for (const request of await cache.keys()) {
-          const url = new URL(request.url);
-          if (url.origin === absolute.origin && url.pathname === absolute.pathname) await cache.delete(request);
-        }
-        await cache
-          .put(
-            cacheKey.href,
-            new Response(data as Uint8Array<ArrayBuffer>, {
-              headers: { 'Content-Type': 'application/octet-stream', ETag: file.etag },
-            }),
-          )
-          .catch(() => undefined);
-      }
+      await storeInCache(cache, absolute.href, cacheKey.href, data, {
+        'Content-Type': 'application/octet-stream',
+        ETag: file.etag,
+      });
     }
     bytes[key] = data;
   }
@@ -177,15 +199,6 @@ export function datasetBuffers(d: DatasetBytes): ArrayBuffer[] {
   return [d.train.images, d.train.labels, d.test.images, d.test.labels].map((a) => a.buffer as ArrayBuffer);
 }
 
-/** Mirrors `ChunkedPayload` in coordinator/dataset-chunks.ts: a payload served in verified chunks. */
-export interface ChunkedPayload {
-  url: string;
-  bytes: number;
-  chunkBytes: number;
-  /** Hex SHA-256 of each chunk. */
-  chunks: string[];
-}
-
 /** What a `ChunkFetcher` has obtained so far (the volunteer page shows it). */
 export interface ChunkProgress {
   /** Chunks obtained (downloaded or from the cache) and their bytes. */
@@ -201,27 +214,6 @@ export interface ChunkFetcherOptions {
   onProgress?(p: ChunkProgress): void;
 }
 
-/** Mirrors `TextDatasetMetadata` / `TensorsDatasetMetadata` in coordinator/dataset-chunks.ts. */
-export type ChunkedMetadata =
-  | {
-      kind: 'text';
-      name: string;
-      vocab: 256;
-      context: number;
-      train: { bytes: number; count: number };
-      test: { bytes: number; count: number };
-      files: Record<'train' | 'test', ChunkedPayload>;
-    }
-  | {
-      kind: 'tensors';
-      name: string;
-      classes: number;
-      shape: [number, number, number];
-      train: { count: number };
-      test: { count: number };
-      files: Record<'train/x' | 'train/y' | 'test/x' | 'test/y', ChunkedPayload>;
-    };
-
 const isPayload = (p: ChunkedPayload | undefined, bytes?: number): boolean =>
   !!p &&
   typeof p.url === 'string' &&
@@ -231,12 +223,12 @@ const isPayload = (p: ChunkedPayload | undefined, bytes?: number): boolean =>
   Number.isInteger(p.chunkBytes) &&
   p.chunkBytes > 0 &&
   Array.isArray(p.chunks) &&
-  p.chunks.length === Math.ceil(p.bytes / p.chunkBytes) &&
+  p.chunks.length === chunkCount(p.bytes, p.chunkBytes) &&
   p.chunks.every((h) => typeof h === 'string' && /^[0-9a-f]{64}$/.test(h));
 
 /** `GET /api/dataset`'s answer as a chunked dataset's metadata, checked for consistency; undefined for an IDX set. */
-export function chunkedMetadata(m: unknown): ChunkedMetadata | undefined {
-  const meta = m as ChunkedMetadata;
+export function chunkedMetadata(m: unknown): ChunkedDatasetMetadata | undefined {
+  const meta = m as ChunkedDatasetMetadata;
   if (!meta || typeof meta !== 'object' || !('kind' in meta)) return undefined;
   const count = (n: unknown) => Number.isInteger(n) && (n as number) >= 1;
   let ok = false;
@@ -247,7 +239,9 @@ export function chunkedMetadata(m: unknown): ChunkedMetadata | undefined {
       c >= 1 &&
       (['train', 'test'] as const).every(
         (s) =>
-          isPayload(meta.files?.[s], meta[s]?.bytes) && meta[s].count === meta[s].bytes - c && count(meta[s].count),
+          isPayload(meta.files?.[s], meta[s]?.bytes) &&
+          meta[s].count === windowCount(meta[s].bytes, c) &&
+          count(meta[s].count),
       );
   } else if (meta.kind === 'tensors') {
     const features = Array.isArray(meta.shape) ? meta.shape.reduce((a, b) => a * b, 1) : Number.NaN;
@@ -359,19 +353,15 @@ export class ChunkFetcher {
 
   private async download(file: ChunkedPayload, i: number): Promise<Uint8Array> {
     const url = this.baseUrl ? `${this.baseUrl}${file.url}/${i}` : new URL(`${file.url}/${i}`, location.href).href;
-    const expected = Math.min(file.chunkBytes, file.bytes - i * file.chunkBytes);
+    const expected = chunkLength(file.bytes, file.chunkBytes, i);
     const cache = await this.opts.cache;
     const cacheKey = `${url}?sha256=${file.chunks[i]}`;
-    const hit = await cache?.match(cacheKey);
+    const hit = await verifiedFromCache(cache, cacheKey, expected, file.chunks[i]);
     if (hit) {
-      const data = new Uint8Array(await hit.arrayBuffer());
-      if (data.byteLength === expected && (await sha256Hex(data)) === file.chunks[i]) {
-        this.cachedChunks++;
-        this.cachedBytes += data.byteLength;
-        this.report();
-        return data;
-      }
-      await cache?.delete(cacheKey);
+      this.cachedChunks++;
+      this.cachedBytes += hit.byteLength;
+      this.report();
+      return hit;
     }
     const res = await this.fetchImpl(url, { cache: 'no-cache' });
     if (!res.ok) throw new Error(`dataset ${file.url} chunk ${i}: HTTP ${res.status}`);
@@ -383,12 +373,7 @@ export class ChunkFetcher {
     if ((await sha256Hex(data)) !== file.chunks[i])
       throw new Error(`dataset ${file.url} chunk ${i}: SHA-256 does not match the coordinator's`);
     this.report();
-    // Entries of this URL with another hash belong to an older dataset; a full or disabled cache only
-    // costs a download next time, so failures here are not errors.
-    await cache
-      ?.delete(url, { ignoreSearch: true })
-      .then(() => cache.put(cacheKey, new Response(data as Uint8Array<ArrayBuffer>)))
-      .catch(() => undefined);
+    await storeInCache(cache, url, cacheKey, data);
     return data;
   }
 

@@ -10,7 +10,14 @@
  *   the held-out text cut into non-overlapping windows (window k starts at k·context), so an
  *   evaluation of n windows reads n·context + 1 contiguous bytes and scores every one of them once.
  */
-import type { ChunkedMetadata, ChunkedPayload, ChunkFetcher } from '../volunteer/dataset-client';
+import type {
+  ChunkedDatasetMetadata,
+  ChunkedPayload,
+  TensorsDatasetMetadata,
+  TextDatasetMetadata,
+} from '../../coordinator/core/chunked-dataset';
+import { splitWindows } from '../../kernels/model';
+import type { ChunkFetcher } from '../volunteer/dataset-client';
 import { type Batch, type BatchSource, checkIndex, type TrainingData } from './batches';
 
 /** The chunk indices of `file` that bytes [start, end) touch, added to `into`. */
@@ -18,7 +25,10 @@ function chunksOf(file: ChunkedPayload, start: number, end: number, into: Set<nu
   for (let i = Math.floor(start / file.chunkBytes); i * file.chunkBytes < end; i++) into.add(i);
 }
 
-/** Samples of `rowBytes` bytes each in the payloads `files`, read by index. */
+/**
+ * Samples of `rowBytes[f]` bytes each in the payloads `files`, read by index: sample i's bytes in
+ * payload f start at i·`stride[f]` (default the row: stride = rowBytes; text windows overlap, stride 1).
+ */
 class RowBatches implements BatchSource {
   private readonly out: Uint8Array[];
 
@@ -30,8 +40,7 @@ class RowBatches implements BatchSource {
     private readonly maxBatch: number,
     /** Turns the gathered bytes of each payload into the batch. */
     private readonly assemble: (out: Uint8Array[], batch: number) => Batch,
-    /** Byte range of sample `index` in payload `f` (default the row). */
-    private readonly range = (f: number, index: number) => [index * rowBytes[f], (index + 1) * rowBytes[f]],
+    private readonly stride = rowBytes,
   ) {
     this.out = rowBytes.map((b) => new Uint8Array(b * maxBatch));
   }
@@ -42,8 +51,8 @@ class RowBatches implements BatchSource {
       for (let b = 0; b < count; b++) {
         const index = indices[start + b];
         checkIndex(index, this.count);
-        const [from, to] = this.range(f, index);
-        chunksOf(file, from, to, chunks);
+        const from = index * this.stride[f];
+        chunksOf(file, from, from + this.rowBytes[f], chunks);
       }
       return { file, chunks };
     });
@@ -53,18 +62,19 @@ class RowBatches implements BatchSource {
   gather(indices: ArrayLike<number>, start = 0, count = indices.length - start): Batch {
     if (count > this.maxBatch) throw new Error(`batch of ${count} exceeds the maximum ${this.maxBatch}`);
     this.files.forEach((file, f) => {
+      const rowBytes = this.rowBytes[f];
       for (let b = 0; b < count; b++) {
         const index = indices[start + b];
         checkIndex(index, this.count);
-        const [from, to] = this.range(f, index);
-        this.fetcher.copy(file, from, to, this.out[f], b * this.rowBytes[f]);
+        const from = index * this.stride[f];
+        this.fetcher.copy(file, from, from + rowBytes, this.out[f], b * rowBytes);
       }
     });
     return this.assemble(this.out, count);
   }
 }
 
-function tensorsData(meta: Extract<ChunkedMetadata, { kind: 'tensors' }>, fetcher: ChunkFetcher): TrainingData {
+function tensorsData(meta: TensorsDatasetMetadata, fetcher: ChunkFetcher): TrainingData {
   const features = meta.shape[0] * meta.shape[1] * meta.shape[2];
   const { files } = meta;
   return {
@@ -95,18 +105,7 @@ function tensorsData(meta: Extract<ChunkedMetadata, { kind: 'tensors' }>, fetche
   };
 }
 
-/** Windows of context + 1 bytes split into inputs and next-byte targets, as u32 tokens. */
-function splitWindows(windows: Uint8Array, batch: number, context: number, x: Uint32Array, labels: Uint32Array) {
-  for (let b = 0; b < batch; b++) {
-    const w = b * (context + 1);
-    for (let j = 0; j < context; j++) {
-      x[b * context + j] = windows[w + j];
-      labels[b * context + j] = windows[w + j + 1];
-    }
-  }
-}
-
-function textData(meta: Extract<ChunkedMetadata, { kind: 'text' }>, fetcher: ChunkFetcher): TrainingData {
+function textData(meta: TextDatasetMetadata, fetcher: ChunkFetcher): TrainingData {
   const T = meta.context;
   const testWindows = Math.floor((meta.test.bytes - 1) / T);
   return {
@@ -127,7 +126,7 @@ function textData(meta: Extract<ChunkedMetadata, { kind: 'text' }>, fetcher: Chu
           splitWindows(windows, batch, T, x, labels);
           return { x: x.subarray(0, batch * T), labels: labels.subarray(0, batch * T), batch };
         },
-        (_, start) => [start, start + T + 1],
+        [1],
       );
     },
     async testSet(count) {
@@ -141,6 +140,6 @@ function textData(meta: Extract<ChunkedMetadata, { kind: 'text' }>, fetcher: Chu
 }
 
 /** The training worker's view of a chunked dataset. */
-export function chunkedData(meta: ChunkedMetadata, fetcher: ChunkFetcher): TrainingData {
+export function chunkedData(meta: ChunkedDatasetMetadata, fetcher: ChunkFetcher): TrainingData {
   return meta.kind === 'text' ? textData(meta, fetcher) : tensorsData(meta, fetcher);
 }

@@ -15,6 +15,7 @@
  * `new Worker(new URL('../worker/training-worker.ts', import.meta.url), { type: 'module' })`.
  */
 import * as Comlink from 'comlink';
+import type { ChunkedDatasetMetadata } from '../../coordinator/core/chunked-dataset';
 import { hashParams, stateHash } from '../../coordinator/core/hash';
 import { isTransformer, parameterLayout, resolveModelSpec, type ModelSpec } from '../../coordinator/core/model-spec';
 import { decodeSnapshot, encodeSnapshot } from '../../coordinator/core/snapshot';
@@ -23,7 +24,7 @@ import { createGpu, type Gpu } from '../../kernels/runtime';
 import { createTrainingState, type TrainingState } from '../../kernels/training-state';
 import { type BatchSource, imageData, type TrainingData } from './batches';
 import { chunkedData } from './chunked-data';
-import { ChunkFetcher, type ChunkedMetadata, type ChunkProgress, openCache } from '../volunteer/dataset-client';
+import { ChunkFetcher, type ChunkProgress, openCache } from '../volunteer/dataset-client';
 import { ElasticSteps, type ApplyOptions, type ApplyResult, type NextIndices } from './elastic-steps';
 import { OuterState } from './outer-step';
 import { runSolo } from './solo-loop';
@@ -210,7 +211,7 @@ const api = {
    * Take a user's dataset (text or tensors) by its metadata: chunks are fetched from this origin as
    * steps need them, kept in Cache Storage, and `onProgress` reports what has been obtained.
    */
-  loadChunked(meta: ChunkedMetadata, onProgress?: (p: ChunkProgress) => void): { train: number; test: number } {
+  loadChunked(meta: ChunkedDatasetMetadata, onProgress?: (p: ChunkProgress) => void): { train: number; test: number } {
     const fetcher = new ChunkFetcher('', 64, undefined, {
       cache: openCache(),
       onProgress: (p) => void onProgress?.(p),
