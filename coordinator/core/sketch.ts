@@ -1,0 +1,205 @@
+/**
+ * Linear sketches of gradients and parameters: how the coordinator checks contributions it cannot see
+ * (docs/threat-model.md, "Contributions that are checked").
+ *
+ * A sketch is a CountSketch: element i of a vector goes, with a random sign, into one of a few buckets;
+ * a bucket holds the signed sum of its elements (float64). It is linear, so the sketches of the ranks'
+ * own gradient sums must add up to the sketch of the all-reduced sum, up to the float rounding of the
+ * ring; and a verifier that recomputes a rank's gradient from the committed state must find the
+ * rank's sketch again, up to the rounding differences between two honest GPUs.
+ *
+ * The buckets and signs come from the hash of the state the step produced (`sketchSeed`), which no
+ * rank knows before every rank has sent its contribution: a liar cannot hide a change in the part of
+ * the vector a sketch does not see. Hashing is multiply-shift (Dietzfelbinger): one `Math.imul` and a
+ * shift per element for the bucket, one for the sign — a pass over 1 M floats costs about a
+ * millisecond in V8, so every step can carry sketches.
+ *
+ * Gradient sketches are laid out by ring segment (`ringSegmentStart`, the all-reduce's own geometry):
+ * bucket block j holds segment j's elements, so a partial sum corrupted on its way around the ring
+ * shows in the blocks of the segments it touched.
+ */
+
+/** Total buckets of a gradient sketch, over all segments (≥ 1 bucket per segment). */
+export const GRADIENT_SKETCH_BUCKETS = 64;
+/** Buckets of a parameter sketch (one segment). */
+export const PARAMS_SKETCH_BUCKETS = 32;
+
+/** The four multiply-shift constants of one step: bucket (a odd, b) and sign (c odd, d). */
+export interface SketchSeed {
+  readonly a: number;
+  readonly b: number;
+  readonly c: number;
+  readonly d: number;
+}
+
+export interface Sketch {
+  /** Signed bucket sums, bucket-block per segment. */
+  values: Float64Array;
+  /** The L1 mass of each bucket (Σ|x_i|): the scale float rounding errors are measured against. */
+  mass: Float64Array;
+}
+
+/** First element of ring segment `s` of an `n`-element vector cut into `size` segments (ring-allreduce.ts). */
+export function ringSegmentStart(s: number, n: number, size: number): number {
+  return Math.floor((s * n) / size);
+}
+
+/** The rank that ends the reduce-scatter with segment `s`'s full sum: `s − 1` (mod size). */
+export function segmentOwner(s: number, size: number): number {
+  return (s - 1 + size) % size;
+}
+
+/** Buckets per segment for a world of `size`: the largest power of two with size·B ≤ GRADIENT_SKETCH_BUCKETS. */
+export function bucketsPerSegment(size: number): number {
+  if (!Number.isInteger(size) || size < 1) throw new Error(`bucketsPerSegment: world ${size}`);
+  let b = 1;
+  while (size * b * 2 <= GRADIENT_SKETCH_BUCKETS) b *= 2;
+  return b;
+}
+
+/** splitmix32 step: a well-mixed 32-bit value from a 32-bit state. */
+function mix32(x: number): number {
+  let z = (x + 0x9e3779b9) | 0;
+  z = Math.imul(z ^ (z >>> 16), 0x85ebca6b);
+  z = Math.imul(z ^ (z >>> 13), 0xc2b2ae35);
+  return (z ^ (z >>> 16)) >>> 0;
+}
+
+/**
+ * The sketch constants of a step, from the hash of the state that step produced (a hex string) and a
+ * purpose tag (gradient sketches and the parameter sketch use unrelated constants).
+ */
+export function sketchSeed(stateHash: string, purpose: 'gradient' | 'params'): SketchSeed {
+  if (!/^[0-9a-f]{16,128}$/.test(stateHash)) throw new Error(`sketchSeed: not a state hash: ${stateHash.slice(0, 80)}`);
+  let h = purpose === 'gradient' ? 0x243f6a88 : 0x13198a2e;
+  for (let i = 0; i < stateHash.length; i++) h = mix32(h ^ stateHash.charCodeAt(i)) ^ Math.imul(i + 1, 0x27d4eb2f);
+  const a = mix32(h) | 1;
+  const b = mix32(h ^ 0x6a09e667);
+  const c = mix32(h ^ 0xbb67ae85) | 1;
+  const d = mix32(h ^ 0x3c6ef372);
+  return { a, b, c, d };
+}
+
+/**
+ * The CountSketch of `x` cut into `segments` ring segments of `perSegment` buckets each (a power of
+ * two): bucket of element i = segment·perSegment + (a·i + b mod 2^32) >>> (32 − log2 perSegment),
+ * sign = + when (c·i + d mod 2^32) < 2^31. Sums in float64, element order: identical on every host.
+ */
+export function countSketch(x: Float32Array, seed: SketchSeed, segments: number, perSegment: number): Sketch {
+  if (perSegment < 1 || (perSegment & (perSegment - 1)) !== 0)
+    throw new Error(`countSketch: ${perSegment} buckets per segment is not a power of two`);
+  const shift = 32 - Math.log2(perSegment);
+  const values = new Float64Array(segments * perSegment);
+  const mass = new Float64Array(segments * perSegment);
+  const n = x.length;
+  const { a, b, c, d } = seed;
+  for (let s = 0; s < segments; s++) {
+    const start = ringSegmentStart(s, n, segments);
+    const end = ringSegmentStart(s + 1, n, segments);
+    const base = s * perSegment;
+    for (let i = start; i < end; i++) {
+      const v = x[i];
+      // shift 32 (one bucket) would be a no-op in JS: that segment's bucket is 0.
+      const bucket = base + (shift === 32 ? 0 : (Math.imul(a, i) + b) >>> shift);
+      if ((Math.imul(c, i) + d) >>> 31) values[bucket] -= v;
+      else values[bucket] += v;
+      mass[bucket] += Math.abs(v);
+    }
+  }
+  return { values, mass };
+}
+
+/** The gradient sketch of a rank's own sums or of the all-reduced sums, in a world of `size`. */
+export function gradientSketch(x: Float32Array, stateHash: string, size: number): Sketch {
+  return countSketch(x, sketchSeed(stateHash, 'gradient'), size, bucketsPerSegment(size));
+}
+
+/** The parameter sketch of the state a step produced. */
+export function paramsSketch(params: Float32Array, stateHash: string): Sketch {
+  return countSketch(params, sketchSeed(stateHash, 'params'), 1, PARAMS_SKETCH_BUCKETS);
+}
+
+/** What a rank reports with a step when the job verifies (plain arrays: the JSON of a step report). */
+export interface StepSketches {
+  /** Sketch of this rank's own gradient sums, before the all-reduce. */
+  own: number[];
+  /** Sketch of the all-reduced sums every rank applied (identical bytes on every rank). */
+  sum: number[];
+  /** Bucket masses of `sum`. */
+  sumMass: number[];
+  /** Sketch of the parameters after the step. */
+  params: number[];
+}
+
+/**
+ * Relative tolerance of the ring identity Σ_r own_r = sum, per unit of the bucket's mass: the rounding
+ * of `size − 1` float32 additions per element (unit roundoff 2^-24), or of an fp16 re-encode at each
+ * hop (2^-11), times a margin of 16 for the sum's mass being smaller than the summands' (cancellation
+ * between ranks). Measured honest ratios are far below (docs/threat-model.md).
+ */
+export function identityTolerance(size: number, compression: 'none' | 'fp16'): number {
+  const unit = compression === 'fp16' ? 2 ** -11 : 2 ** -24;
+  return 16 * Math.max(1, size) * unit;
+}
+
+/**
+ * Relative tolerance between a rank's own sketch (or the parameter sketch) and the verifier's
+ * recomputation on another GPU: float32 sums over a batch and a layer's fan-in, reordered by a
+ * different GPU, differ by far less than 1e-4 of a bucket's mass; 1e-3 leaves a 10× margin over the
+ * worst we allow for. A change smaller than this is smaller than what two honest GPUs disagree by.
+ */
+export const RECOMPUTE_TOLERANCE = 1e-3;
+
+/** The worst bucket of `claimed` against `reference`: |claimed − reference| / (mass + tiny). */
+export function worstRatio(claimed: ArrayLike<number>, reference: ArrayLike<number>, mass: ArrayLike<number>): number {
+  if (claimed.length !== reference.length || mass.length !== reference.length) return Number.POSITIVE_INFINITY;
+  let worst = 0;
+  for (let i = 0; i < reference.length; i++) {
+    const c = claimed[i];
+    if (!Number.isFinite(c)) return Number.POSITIVE_INFINITY;
+    const ratio = Math.abs(c - reference[i]) / (mass[i] + 1e-30);
+    if (ratio > worst) worst = ratio;
+  }
+  return worst;
+}
+
+export interface IdentityCheck {
+  ok: boolean;
+  /** The worst bucket's |Σ own − sum| / mass, over all buckets. */
+  worst: number;
+  /** Segments whose buckets break the identity (their chains carried a wrong partial sum). */
+  badSegments: number[];
+}
+
+/** Check Σ_r own_r = sum bucket by bucket (every rank's `sum` sketch must already be known identical). */
+export function checkIdentity(
+  own: number[][],
+  sum: number[],
+  sumMass: number[],
+  size: number,
+  tolerance: number,
+): IdentityCheck {
+  const per = sum.length / size;
+  let worst = 0;
+  const bad = new Set<number>();
+  for (let b = 0; b < sum.length; b++) {
+    let total = 0;
+    for (const o of own) total += o[b];
+    const ratio = Math.abs(total - sum[b]) / (sumMass[b] + 1e-30);
+    if (!(ratio <= tolerance)) bad.add(Math.floor(b / per));
+    if (!(ratio <= worst)) worst = ratio;
+  }
+  return { ok: bad.size === 0, worst, badSegments: [...bad].sort((x, y) => x - y) };
+}
+
+/**
+ * The ranks that could have corrupted the reduce-scatter of `badSegments` in a world of `size`: every
+ * rank that forwards a partial sum of each of them, i.e. all but each segment's owner (who ends the chain
+ * with the full sum). Intersected over the segments: a rank that corrupts every segment it forwards is
+ * the only suspect.
+ */
+export function ringSuspects(badSegments: number[], size: number): number[] {
+  const suspects: number[] = [];
+  for (let r = 0; r < size; r++) if (badSegments.every((s) => segmentOwner(s, size) !== r)) suspects.push(r);
+  return suspects;
+}
