@@ -91,6 +91,7 @@ export class MachineExecutor {
   private dispatching = false;
   private readonly deferred: Event[] = [];
   private readonly grants = new Map<number, CheckpointGrant>();
+  private readonly verifyGrants = new Map<number, CheckpointGrant>();
   private lastDurableJson = '';
   private lastRecordedRound = -1;
   private droppedLogLines = 0;
@@ -117,6 +118,13 @@ export class MachineExecutor {
   /** The open checkpoint grant for `step`, if the machine asked for that checkpoint. */
   checkpointGrant(step: number): CheckpointGrant | undefined {
     return this.grants.get(step);
+  }
+
+  /** The open verification upload grant for the state of `step` (core/verification.ts), if any. */
+  verifyGrant(step: number): CheckpointGrant | undefined {
+    const grant = this.verifyGrants.get(step);
+    const v = this.currentState.verification;
+    return grant && v && v.phase === 'upload' && v.step === step + 1 ? grant : undefined;
   }
 
   /**
@@ -259,6 +267,21 @@ export class MachineExecutor {
       });
       const separator = msg.url.includes('?') ? '&' : '?';
       return { ...msg, url: `${msg.url}${separator}token=${token}` };
+    }
+    if (msg.type === 'committed' && msg.upload) {
+      // The verification upload's capability token, like a checkpoint's (one open grant at a time).
+      const token = randomBytes(16).toString('hex');
+      const v = this.currentState.verification;
+      this.verifyGrants.clear();
+      this.verifyGrants.set(msg.upload.step, {
+        step: msg.upload.step,
+        conn,
+        workerId: this.currentState.connections[conn]?.workerId ?? null,
+        token,
+        hash: v?.prevHash ?? null,
+        issuedAt: this.now(),
+      });
+      return { ...msg, upload: { ...msg.upload, url: `${msg.upload.url}?token=${token}` } };
     }
     if (msg.type === 'round' && msg.round !== this.lastRecordedRound) {
       // One row per round (the same message goes to every member). Like log lines, it rides along

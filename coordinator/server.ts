@@ -31,6 +31,7 @@ import type { CoordinatorMetrics } from './server-metrics';
 import type { StaticFiles } from './static-files';
 import { requestOrigin, type TlsMaterial } from './tls';
 import type { CheckpointRow, Store } from './store';
+import type { VerificationService } from './verification-service';
 
 export interface ServerDeps {
   runId: string;
@@ -44,6 +45,8 @@ export interface ServerDeps {
   admin: Pick<AdminRoutes, 'handle'>;
   /** Largest accepted checkpoint upload, in bytes. */
   maxCheckpointBytes: number;
+  /** Uploads for recomputed spot checks (present when the job verifies). */
+  verification?: Pick<VerificationService, 'handleUpload'>;
   /** Origin allowlist, bans and per-address caps for `/ws` and `/peer` upgrades (socket-gate.ts). */
   gate?: SocketGate;
   now?: () => number;
@@ -63,6 +66,7 @@ const API_ROUTE_LABELS = new Set([
   'evaluations',
   'dataset',
   'checkpoints',
+  'verify',
   'admin',
   'health',
 ]);
@@ -234,6 +238,17 @@ export class CoordinatorServer {
     }
     if (route === 'checkpoints') {
       await this.handleCheckpoints(req, res, url, parts.slice(1));
+      return;
+    }
+    if (route === 'verify' && parts.length === 3) {
+      if (!this.deps.verification) throw new HttpError(404, 'not_found', 'this job does not verify contributions');
+      let runPart: string;
+      try {
+        runPart = idSchema.parse(decodeURIComponent(parts[1]));
+      } catch {
+        throw new HttpError(400, 'bad_run', 'malformed run id');
+      }
+      await this.deps.verification.handleUpload(req, res, url, runPart, parts[2]);
       return;
     }
     if (route === 'admin' && parts.length > 1) {

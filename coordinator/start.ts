@@ -2,7 +2,9 @@
  * Composes a running coordinator: store → state (new run or restored) → executor → control channel,
  * HTTP server, PeerJS signaling → listen. The CLI calls this; so can a test that wants one in-process.
  */
-import { createHash } from 'node:crypto';
+import { createHash, randomBytes } from 'node:crypto';
+import { join } from 'node:path';
+import { VerificationService, type Recompute } from './verification-service';
 import type { Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { effectiveDatasetSize, type JobSpec } from './core/job';
@@ -47,6 +49,8 @@ export interface CoordinatorConfig {
   publicUrl?: string;
   /** Honour X-Forwarded-Proto/Host from a reverse proxy (only behind one you run). */
   trustProxy?: boolean;
+  /** The verifier that recomputes checked steps (required when the job verifies; verifier-client.ts). */
+  recompute?: { run: Recompute; close: () => void };
 }
 
 export interface RunningCoordinator {
@@ -107,9 +111,11 @@ function openState(store: SqliteStore, config: CoordinatorConfig, policy: Trust[
   const datasetSize = effectiveDatasetSize(config.job, fullSize);
   const opened = store.openRun(config.job, jobKeyOf(config.job, config.dataset), datasetSize);
   try {
-    const state: CoordinatorState = opened.durable
+    const restored: CoordinatorState = opened.durable
       ? restoreState(opened.durable as DurableState, policy)
       : initialState(config.job, fullSize, opened.runId, policy);
+    // Which steps are recomputed is drawn from this secret (core/verification.ts): not predictable by tabs.
+    const state: CoordinatorState = { ...restored, verifySalt: randomBytes(16).toString('hex') };
     return { opened, state, datasetSize };
   } catch (error) {
     throw Object.assign(
@@ -213,6 +219,7 @@ export async function startCoordinator(config: CoordinatorConfig): Promise<Runni
       screen: trust.screen,
     });
     const admin = adminRouter(config, opened.runId, store, executor, metrics, trust);
+    const verifier = config.job.verify ? startVerifier(config, executor, log) : null;
     server = new CoordinatorServer({
       runId: opened.runId,
       store,
@@ -223,6 +230,7 @@ export async function startCoordinator(config: CoordinatorConfig): Promise<Runni
       datasetRoute: (req, res) => config.dataset.route(req, res),
       admin,
       maxCheckpointBytes: checkpointLimit(config.job),
+      verification: verifier?.service,
       gate: trust.gate,
       tls: config.tls,
       publicUrl: config.publicUrl,
@@ -235,6 +243,7 @@ export async function startCoordinator(config: CoordinatorConfig): Promise<Runni
       server?.peer?.close();
       admin.close();
       trust.close();
+      verifier?.close();
       throw error;
     });
     http.on('error', (error) => log(`tabswarm error: http server: ${error.message}`));
@@ -248,7 +257,10 @@ export async function startCoordinator(config: CoordinatorConfig): Promise<Runni
         executor,
         store,
         tls: config.tls !== undefined,
-        release: () => trust.close(),
+        release: () => {
+          trust.close();
+          verifier?.close();
+        },
         stop: () => {
           admin.close();
           executor.stop();
@@ -261,6 +273,24 @@ export async function startCoordinator(config: CoordinatorConfig): Promise<Runni
     store.close();
     throw error;
   }
+}
+
+/** The recomputing verifier and the upload service in front of it (core/verification.ts). */
+function startVerifier(
+  config: CoordinatorConfig,
+  executor: MachineExecutor,
+  log: (line: string) => void,
+): { service: VerificationService; close: () => void } {
+  const recompute = config.recompute;
+  if (!recompute) throw new Error('this job verifies contributions, but no verifier is configured');
+  const service = new VerificationService({
+    executor,
+    recompute: recompute.run,
+    dir: join(config.dataDir, 'verify'),
+    maxBytes: checkpointLimit(config.job),
+    onLog: (level, message) => log(`tabswarm ${level}: ${message}`),
+  });
+  return { service, close: () => recompute.close() };
 }
 
 /**

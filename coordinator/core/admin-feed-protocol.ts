@@ -98,6 +98,7 @@ export type FeedCategory =
   | 'rejected'
   | 'admin'
   | 'checkpoint'
+  | 'verify'
   | 'round'
   | 'job'
   | 'other';
@@ -110,6 +111,7 @@ export const FEED_CATEGORIES: readonly FeedCategory[] = [
   'rejected',
   'admin',
   'checkpoint',
+  'verify',
   'round',
   'job',
   'other',
@@ -220,6 +222,13 @@ export function categoryOf(event: string, data: unknown): FeedCategory {
     case 'checkpoint_stored':
     case 'checkpoint_ignored':
       return 'checkpoint';
+    case 'verification_requested':
+    case 'verification_uploaded':
+    case 'verification_done':
+    case 'verification_abandoned':
+    case 'ring_identity_failed':
+    case 'cheater_banned':
+      return 'verify';
     case 'round_open':
     case 'round_train':
       return 'round';

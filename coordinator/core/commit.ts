@@ -6,7 +6,8 @@
  */
 import { begin, finish, log, metric, mutWorker, persist, reject, sendWorker, type Ctx } from './context';
 import type { ErrorCode, StepReportMessage } from './protocol';
-import { admitAtBoundaryIn, afterCloseIn, closeRoundIn, requestCheckpointIn } from './rendezvous';
+import { admitAtBoundaryIn, afterCloseIn, closeRoundIn, enforceBansIn, requestCheckpointIn } from './rendezvous';
+import { afterCommitIn, ringIdentityHoldsIn, sketchProblem, uploadField } from './verification';
 import {
   assignStep,
   commitStep,
@@ -82,6 +83,19 @@ export function checkReport(s: CoordinatorState, workerId: string, msg: StepRepo
   // (the commit point's) hash is agreed; inner steps carry NO_HASH and are not compared.
   if (s.job.sync.mode === 'local' && msg.step !== limit) return { ok: true, rank: p.rank };
   const others = s.pending[msg.step] ?? {};
+  const sketch = sketchProblem(s.job, rv.participants.length, msg, Object.values(others));
+  if (sketch !== null) {
+    const disagreement = Object.values(others).some((r) => r.sketch) && msg.sketch && sketch.includes('differ');
+    if (!disagreement) return { ok: false, code: 'bad_sketch', message: `step ${msg.step}: ${sketch}` };
+    const hashes: Record<string, string> = { [msg.rank]: msg.hash };
+    for (const [rank, r] of Object.entries(others)) hashes[rank] = r.hash;
+    return {
+      ok: false,
+      code: 'hash_mismatch',
+      message: `step ${msg.step}: ${sketch}`,
+      divergence: { step: msg.step, hashes },
+    };
+  }
   const disagreeing = Object.values(others).some((r) => r.hash !== msg.hash);
   if (disagreeing) {
     const hashes: Record<string, string> = { [msg.rank]: msg.hash };
@@ -102,7 +116,13 @@ function acceptReportIn(ctx: Ctx, workerId: string, msg: StepReportMessage): voi
   const p = s.rendezvous.participants.find((q) => q.workerId === workerId)!;
   s.pending[msg.step] = {
     ...s.pending[msg.step],
-    [msg.rank]: { hash: msg.hash, lossSum: msg.lossSum, samples: msg.samples, computeMs: msg.computeMs },
+    [msg.rank]: {
+      hash: msg.hash,
+      lossSum: msg.lossSum,
+      samples: msg.samples,
+      computeMs: msg.computeMs,
+      ...(msg.sketch ? { sketch: msg.sketch } : {}),
+    },
   };
   p.lastStep = msg.step;
   const worker = mutWorker(ctx, workerId);
@@ -114,7 +134,34 @@ function acceptReportIn(ctx: Ctx, workerId: string, msg: StepReportMessage): voi
   recordUsageIn(ctx, worker, msg, p.lastReportAt ?? since);
   p.lastReportAt = ctx.now;
   const point = nextCommitPoint(s.lastCommit.step, planOf(s));
-  if (s.rendezvous.participants.every((q) => q.lastStep >= point)) commitIn(ctx, point);
+  if (!s.rendezvous.participants.every((q) => q.lastStep >= point)) return;
+  if (ringIdentityHoldsIn(ctx, point)) {
+    commitIn(ctx, point);
+    return;
+  }
+  // Not committed: a banned suspect closes the round (enforceBansIn); otherwise it is a failure charged
+  // to the suspects, and two of them swap places in the ring, so the next failure (if the culprit goes
+  // on) has other suspects around it and the intersection narrows to the culprit.
+  enforceBansIn(ctx);
+  if (s.rendezvous.phase !== 'gathering') {
+    const suspects = s.ringSuspects ?? [];
+    closeRoundIn(
+      ctx,
+      'divergence',
+      true,
+      true,
+      undefined,
+      suspects.map((w) => culpritOf(s, w)),
+    );
+    const list = s.rendezvous.waitList;
+    const [i, j] = suspects.slice(0, 2).map((w) => list.indexOf(w));
+    if (suspects.length >= 2 && i >= 0 && j >= 0) {
+      const swapped = [...list];
+      [swapped[i], swapped[j]] = [swapped[j], swapped[i]];
+      s.rendezvous.waitList = swapped;
+    }
+    afterCloseIn(ctx);
+  }
 }
 
 /** Commit steps lastCommit.step+1 .. point (all reported by all ranks with agreeing hashes). */
@@ -131,6 +178,8 @@ function commitIn(ctx: Ctx, point: number): void {
   }
   const { count, lossSum } = reportedTotals(s, firstStep, point);
   const hash = Object.values(s.pending[point])[0].hash;
+  const prevHash = s.lastCommit.hash;
+  const uploader = afterCommitIn(ctx, point, hash, prevHash);
   s.record = commitStep(s.record, epochOrder(s.job.seed, start.epoch, s.datasetSize), count);
   const after = positionAfter(point, plan);
   s.lastCommit = {
@@ -159,7 +208,7 @@ function commitIn(ctx: Ctx, point: number): void {
   };
   ctx.out.push({ kind: 'record_commit', commit });
   persist(ctx);
-  announceCommitIn(ctx, commit, after);
+  announceCommitIn(ctx, commit, after, uploader);
   const epochEnded = after.cursor === 0;
   if (isCheckpointPoint(point, { ...plan, checkpointEvery: s.job.checkpointEvery }))
     requestCheckpointIn(ctx, rv.participants[0].workerId);
@@ -184,7 +233,12 @@ function reportedTotals(s: CoordinatorState, firstStep: number, point: number): 
 }
 
 /** Metrics, the `committed` message to every rank, and the debug log line of one commit. */
-function announceCommitIn(ctx: Ctx, commit: CommitRecord, after: { epoch: number; cursor: number }): void {
+function announceCommitIn(
+  ctx: Ctx,
+  commit: CommitRecord,
+  after: { epoch: number; cursor: number },
+  uploader: string | null,
+): void {
   const rv = ctx.s.rendezvous;
   const { step: point, firstStep, count, hash } = commit;
   metric(ctx, 'tabswarm_commits_total');
@@ -199,6 +253,7 @@ function announceCommitIn(ctx: Ctx, commit: CommitRecord, after: { epoch: number
       epoch: after.epoch,
       cursor: after.cursor,
       hash,
+      ...(p.workerId === uploader ? { upload: uploadField(ctx.s, p.workerId) } : {}),
     });
   }
   log(ctx, 'debug', 'commit', {

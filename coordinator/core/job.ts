@@ -110,6 +110,20 @@ export const syncSchema = z.discriminatedUnion('mode', [everyStepSyncSchema, loc
 export type SyncSpec = z.infer<typeof syncSchema>;
 export type LocalSync = z.infer<typeof localSyncSchema>;
 
+/**
+ * Checking contributions (docs/threat-model.md): every step report carries sketches of the rank's own
+ * gradient sums, of the all-reduced sums and of the new parameters (core/sketch.ts), checked at every
+ * commit; and with `probability` per committed step a trusted verifier beside the coordinator
+ * recomputes the whole step from the state before it. Needs every-step sync, commits every step and a
+ * wire of `none` or `fp16` (int8's per-block rounding has no tight per-bucket bound yet, and a local-mode
+ * rank's inner optimizer state is its own, so no one could recompute its work).
+ */
+export const verifySchema = z.strictObject({
+  /** Chance that a committed step is recomputed by the verifier (0: sketches and the ring identity only). */
+  probability: finite.min(0).max(1).default(0.05),
+});
+export type VerifySpec = z.infer<typeof verifySchema>;
+
 export const datasetSpecSchema = z.union([textDatasetSchema, tensorsDatasetSchema, idxDatasetSchema]);
 
 const modelField = z
@@ -155,6 +169,8 @@ export const jobSpecSchema = z
     commitEvery: z.int().min(1).max(100_000).optional(),
     /** How the ranks combine their work: every step (default) or local steps with rare outer syncs. */
     sync: syncSchema.default({ mode: 'every-step', compression: 'none' }),
+    /** Check contributions (sketches, ring identity, recomputed spot checks); absent: trust the ranks. */
+    verify: verifySchema.optional(),
     /** Committed steps between durable checkpoints (also taken at epoch ends and at the end). */
     checkpointEvery: z.int().min(1).max(10_000_000).default(50),
     /** Failure restarts tolerated; one more fails the job. Joins and goodbyes never count. */
@@ -186,6 +202,15 @@ export const jobSpecSchema = z
     {
       message: 'in local sync mode the outer step is the commit point: leave commitEvery out (it is sync.innerSteps)',
       path: ['commitEvery'],
+    },
+  )
+  .refine(
+    (job) =>
+      !job.verify ||
+      (job.sync.mode === 'every-step' && job.sync.compression !== 'int8' && (job.commitEvery ?? 1) === 1),
+    {
+      message: 'verify needs every-step sync with compression none or fp16 and commitEvery 1',
+      path: ['verify'],
     },
   )
   .transform((job) => ({
@@ -233,6 +258,8 @@ export const jobPublicSchema = z.strictObject({
   /** Steps between commits; see `isCommitPoint`. In local sync mode, the inner steps of an outer step. */
   commitEvery: z.int().min(1),
   sync: syncSchema,
+  /** Whether ranks sketch their contributions (and how often the coordinator recomputes a step). */
+  verify: verifySchema.optional(),
   checkpointEvery: z.int().min(1),
   /** Send a heartbeat this often (ms). */
   heartbeatMs: z.int().min(1),
@@ -262,6 +289,7 @@ export function jobPublic(job: JobSpec, datasetSize: number): JobPublic {
     epochs: job.epochs,
     commitEvery: job.commitEvery,
     sync: job.sync,
+    ...(job.verify ? { verify: job.verify } : {}),
     checkpointEvery: job.checkpointEvery,
     heartbeatMs: job.heartbeatMs,
     seed: job.seed,

@@ -26,6 +26,7 @@ import {
 import { reportEvaluation } from './evaluation';
 import { effectiveDatasetSize, jobPublic, jobSpecSchema, type JobSpec } from './job';
 import { bannedUntil, DEFAULT_TRUST_POLICY, refuseConnIn } from './penalties';
+import { onVerificationResult, onVerificationUpload } from './verification';
 import type { ClientMessage, PeerLink } from './protocol';
 import { CloseCode } from './protocol';
 import {
@@ -164,6 +165,10 @@ export function handle(state: CoordinatorState, event: Event, now: number): Tran
       return onCheckpointStored(state, event, now);
     case 'admin':
       return onAdmin(state, event.action, now);
+    case 'verification_upload':
+      return onVerificationUpload(state, event, now);
+    case 'verification_result':
+      return onVerificationResult(state, event, now);
   }
 }
 

@@ -80,7 +80,9 @@ function chargeOneIn(ctx: Ctx, culprit: Culprit, why: string): boolean {
   const { s, now } = ctx;
   const policy = s.policy;
   let over = false;
-  const entries: [string, number][] = [[workerKey(culprit.workerId), policy.workerQuota]];
+  // workerId '': only the address is charged (the worker is dealt with otherwise, e.g. banned outright).
+  const entries: [string, number][] =
+    culprit.workerId === '' ? [] : [[workerKey(culprit.workerId), policy.workerQuota]];
   if (culprit.addr !== '') entries.push([addressKey(culprit.addr), policy.addressQuota]);
   for (const [key, quota] of entries) {
     const previous = own(s.penalties, key) ?? { charges: [], bans: 0, bannedUntil: 0 };

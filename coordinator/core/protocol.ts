@@ -16,6 +16,7 @@
  */
 import { z } from 'zod';
 import { jobPublicSchema } from './job';
+import { GRADIENT_SKETCH_BUCKETS, PARAMS_SKETCH_BUCKETS } from './sketch';
 
 export const PROTOCOL_VERSION = 1;
 
@@ -136,6 +137,11 @@ export const readySchema = z.strictObject({
   round: roundSchema,
 });
 
+/** Bucket sums of a sketch: finite numbers (float64, as computed), at most `max` of them. */
+function sketchValues(max: number) {
+  return z.array(z.number().refine(Number.isFinite, 'not finite')).min(1).max(max);
+}
+
 export const stepReportSchema = z.strictObject({
   v,
   type: z.literal('step_report'),
@@ -177,6 +183,18 @@ export const stepReportSchema = z.strictObject({
     .int()
     .min(0)
     .max(2 ** 40)
+    .optional(),
+  /**
+   * When the job verifies (`job.verify`): sketches of this rank's own gradient sums, of the all-reduced
+   * sums (with their bucket masses) and of the new parameters, seeded by `hash` (core/sketch.ts).
+   */
+  sketch: z
+    .strictObject({
+      own: sketchValues(GRADIENT_SKETCH_BUCKETS),
+      sum: sketchValues(GRADIENT_SKETCH_BUCKETS),
+      sumMass: sketchValues(GRADIENT_SKETCH_BUCKETS),
+      params: sketchValues(PARAMS_SKETCH_BUCKETS),
+    })
     .optional(),
 });
 
@@ -403,6 +421,11 @@ export const committedSchema = z.strictObject({
   cursor: z.int().min(0),
   /** Parameter hash of the committed state. */
   hash: hashSchema,
+  /**
+   * To one rank, when the coordinator checks this step: upload the state of step `upload.step` (the
+   * one before it, still this tab's backup) to `upload.url` now, before the next apply replaces it.
+   */
+  upload: z.strictObject({ step: z.int().min(0), url: textSchema(512) }).optional(),
 });
 
 export const checkpointRequestSchema = z.strictObject({
@@ -433,6 +456,7 @@ export const errorCodeSchema = z.enum([
   'duplicate_report',
   'bad_samples',
   'hash_mismatch',
+  'bad_sketch',
   'job_failed',
   'job_done',
   'kicked',

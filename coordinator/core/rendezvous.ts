@@ -30,6 +30,7 @@ import {
 import { checkpointPath, CloseCode, type CloseReason, type StateSource, type WaitReason } from './protocol';
 import { emptyRecord, epochOrder, rollbackTo } from './sampler';
 import { chargeIn, bannedUntil, culpritOf, refuseConnIn, type Culprit } from './penalties';
+import { verificationTickIn } from './verification';
 import { computeShares, sharesDrift } from './shares';
 import type { CoordinatorState, HeldState, Participant, WorkerInfo } from './state';
 
@@ -137,6 +138,11 @@ export function rollbackIn(
       : rollbackTo(target.epoch, target.cursor, epochOrder(s.job.seed, target.epoch, s.datasetSize));
   s.lastCommit = { step: target.step, epoch: target.epoch, cursor: target.cursor, hash: target.hash };
   s.checkpointRequests = s.checkpointRequests.filter((r) => r.step <= target.step);
+  // Contributions and a check of steps that no longer count are forgotten with them.
+  if (s.contributions)
+    s.contributions = Object.fromEntries(Object.entries(s.contributions).filter(([, step]) => step <= target.step));
+  if (s.verification && s.verification.step > target.step) s.verification = null;
+  s.ringSuspects = null;
   ctx.out.push({ kind: 'rollback_commits', afterStep: target.step });
   log(ctx, 'warn', 'record_rolled_back', {
     from,
@@ -490,6 +496,7 @@ export function tickIn(ctx: Ctx): void {
     if ((s.status as string) === 'failed') return; // countRestartIn may fail the job
   }
   const rv = s.rendezvous;
+  verificationTickIn(ctx);
   if (rv.phase === 'syncing' && rv.readyDeadline != null && now >= rv.readyDeadline) dropNotReadyIn(ctx);
   const limit = HEARTBEAT_TIMEOUT_FACTOR * s.job.heartbeatMs;
   const late = Object.values(s.workers).filter((w) => now - w.lastSeen > limit);

@@ -3,6 +3,7 @@
  * compared), the events the server feeds it and the actions the server executes, in order.
  * Re-exported by machine.ts, which implements `handle`.
  */
+import type { StepSketches } from './sketch';
 import { z } from 'zod';
 import type { JobSpec } from './job';
 import type { ClientMessage, ParseErrorCode, PeerLink, ServerMessage } from './protocol';
@@ -101,6 +102,30 @@ export interface PendingReport {
   lossSum: number;
   samples: number;
   computeMs: number;
+  /** The step's sketches, when the job verifies (core/sketch.ts). */
+  sketch?: StepSketches;
+}
+
+/**
+ * A committed step being recomputed by the verifier (core/verification.ts): the state before it is
+ * uploaded by one member, then the verifier recomputes every rank's gradients and the update.
+ */
+export interface VerificationState {
+  /** The step checked. */
+  step: number;
+  /** Committed hash of step − 1: the uploaded state must hash to it. */
+  prevHash: string;
+  /** Committed hash of `step`: the sketches' seed. */
+  stepHash: string;
+  /** The round's world at `step` (the slices follow from the shares). */
+  world: { workerId: string; rank: number; share: number }[];
+  /** The ranks' claims: own gradient sketch by rank, and the (agreed) parameter sketch. */
+  claims: { own: number[][]; params: number[] };
+  /** The member asked to upload the state of step − 1. */
+  uploader: string;
+  phase: 'upload' | 'recompute';
+  /** The upload must arrive by then (ms); the recompute has no deadline here (the verifier's own timeout). */
+  deadline: number;
 }
 
 /** A durable checkpoint the server stored. */
@@ -199,6 +224,14 @@ export interface CoordinatorState {
    * and since this coordinator started (utilization.ts; not durable). Absent before the first report.
    */
   usage?: Usage;
+  /** The step being recomputed, if any (one at a time; not durable: a restart drops it). */
+  verification?: VerificationState | null;
+  /** First committed step each worker contributed to since the last rollback (the rollback target of a cheat). */
+  contributions?: Record<string, number>;
+  /** Workers suspected by every ring-identity failure since the last clean commit, or null (none pending). */
+  ringSuspects?: string[] | null;
+  /** A secret (hex) from the server: which steps are recomputed cannot be predicted from public data. */
+  verifySalt?: string;
 }
 
 /** What must survive `kill -9`: persisted by the server on every `persist` action. */
@@ -253,7 +286,17 @@ export type Event =
   /** A checkpoint upload was verified and stored atomically. */
   | { kind: 'checkpoint_stored'; step: number; epoch: number; cursor: number; sha256: string }
   /** An admin request (validated with adminActionSchema, authorised by the server). */
-  | { kind: 'admin'; action: AdminAction };
+  | { kind: 'admin'; action: AdminAction }
+  /** The state before the step under verification was uploaded and hash-checked (the verifier starts), or refused. */
+  | { kind: 'verification_upload'; step: number; ok: boolean; reason?: string }
+  /** The verifier's recomputation of the step under verification, or why it could not be done. */
+  | { kind: 'verification_result'; step: number; result: RecomputedStep | { error: string } };
+
+/** What the verifier recomputed: per-rank own gradient sketches (values, masses) and the parameter sketch. */
+export interface RecomputedStep {
+  own: { values: number[]; mass: number[] }[];
+  params: { values: number[]; mass: number[] };
+}
 
 // ---------------------------------------------------------------- actions
 
@@ -303,6 +346,10 @@ export const METRICS = {
   },
   tabswarm_bans_total: { type: 'counter', help: 'Cooling-off bans, by kind (worker, address).' },
   tabswarm_ready_timeouts_total: { type: 'counter', help: 'Round members dropped for not being ready in time.' },
+  tabswarm_verifications_total: {
+    type: 'counter',
+    help: 'Steps checked by recomputation or by the ring identity, by result (passed, caught, ring, abandoned).',
+  },
 } as const;
 export type MetricName = keyof typeof METRICS;
 

@@ -106,8 +106,10 @@ export class Harness {
     datasetSize: number,
     public runId = 'run-1',
     policy?: TrustPolicy,
+    /** Fields the server adds to the initial state (e.g. `verifySalt`). */
+    extra: Partial<CoordinatorState> = {},
   ) {
-    this.executor = this.executorFor(initialState(parseJobSpec(job), datasetSize, runId, policy));
+    this.executor = this.executorFor({ ...initialState(parseJobSpec(job), datasetSize, runId, policy), ...extra });
   }
 
   get state(): CoordinatorState {

@@ -19,6 +19,7 @@ const CATEGORY_LABELS: Record<FeedCategory, string> = {
   rejected: 'Rejected',
   admin: 'Admin',
   checkpoint: 'Checkpoints',
+  verify: 'Checks',
   round: 'Rounds',
   job: 'Job',
   other: 'Other',
@@ -60,6 +61,18 @@ export function describeEvent(event: FeedEvent): string {
       return `checkpoint of step ${d.step} requested from ${d.workerId}`;
     case 'checkpoint_stored':
       return `checkpoint of step ${d.step} stored (sha256 ${String(d.sha256 ?? '').slice(0, 12)}…)`;
+    case 'verification_requested':
+      return `step ${d.step} chosen for a recomputed check (state uploaded by ${d.uploader})`;
+    case 'verification_done':
+      return Array.isArray(d.cheaters) && d.cheaters.length
+        ? `step ${d.step} recomputed: ${d.cheaters.join(', ')} lied about their contribution`
+        : `step ${d.step} recomputed: every contribution checks out (worst ${Number(Math.max(...(d.ownRatios ?? [0]))).toExponential(1)})`;
+    case 'verification_abandoned':
+      return `check of step ${d.step} abandoned: ${d.error}`;
+    case 'ring_identity_failed':
+      return `step ${d.step} not committed: the ring's sums do not add up (suspects ${(d.suspects ?? []).join(', ')})`;
+    case 'cheater_banned':
+      return `banned ${(d.workers ?? []).join(', ')}: ${d.why}`;
     case 'checkpoint_ignored':
       return `checkpoint of step ${d.step} ignored (last commit ${d.lastCommit})`;
     case 'epoch_end':

@@ -151,6 +151,9 @@ export class ElasticLoop {
           epoch: msg.epoch,
           epochProgress: this.job ? msg.cursor / this.job.datasetSize : 0,
         });
+        // The coordinator checks this step: upload the state before it (still the backup) now, queued
+        // on the worker before the next apply replaces the backup (checkpoint-service.ts).
+        if (msg.upload) void this.checkpoints.upload(msg.upload.step, msg.upload.url);
         if (this.session?.round === msg.round) this.session.committed(msg.step).resolve();
         return;
       case 'round_closed':

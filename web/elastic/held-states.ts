@@ -10,7 +10,7 @@ import { NO_HASH } from '../../coordinator/core/protocol';
 import type { SerialQueue } from './async-tools';
 import { helloHolding, NOTHING_HELD, sameTag, type HeldStates, type StateTag } from './plan';
 import type { TrainerPort } from './ports';
-import type { ApplyResult } from '../worker/elastic-steps';
+import type { ApplyOptions, ApplyResult } from '../worker/elastic-steps';
 
 export interface NextStep {
   indices: Uint32Array;
@@ -141,7 +141,7 @@ export class HeldStateKeeper {
     sums: ArrayBuffer | null,
     count: number,
     next: NextStep | null,
-    opts: { backup?: StateTag; prefetched?: Uint32Array; hash?: boolean } = {},
+    opts: { backup?: StateTag; prefetched?: Uint32Array; hash?: boolean; sketch?: ApplyOptions['sketch'] } = {},
   ): Promise<ApplyResult> {
     return this.queue.run('applyAndHash', async () => {
       const backup = opts.backup && sameTag(opts.backup, this.held.live) ? opts.backup : null;
@@ -154,6 +154,7 @@ export class HeldStateKeeper {
         backupFirst: backup !== null,
         prefetched: opts.prefetched,
         hash: opts.hash,
+        ...(opts.sketch ? { sketch: opts.sketch } : {}),
       });
       this.held = { ...this.held, live: { step, hash: result.hash } };
       return result;

@@ -85,7 +85,7 @@ export function comlinkTrainer(remote: Comlink.Remote<TrainingWorkerApi>): Train
         sums && Comlink.transfer(sums, [sums]),
         sampleCount,
         own && Comlink.transfer(own, [own.indices.buffer]),
-        opts.prefetched ? { ...opts, prefetched: opts.prefetched.slice() } : opts,
+        withTransfers(opts.prefetched ? { ...opts, prefetched: opts.prefetched.slice() } : opts),
       );
     },
     saveBackup: () => remote.saveBackup(),
@@ -96,4 +96,9 @@ export function comlinkTrainer(remote: Comlink.Remote<TrainingWorkerApi>): Train
     applyOuter: (sum) => remote.applyOuter(Comlink.transfer(sum, [sum])),
     evaluate: (count) => remote.evaluate(count),
   };
+}
+
+/** The apply options with the sketch's copy of this rank's gradient sums transferred, not copied. */
+function withTransfers(opts: ApplyOptions): ApplyOptions {
+  return opts.sketch ? Comlink.transfer(opts, [opts.sketch.own]) : opts;
 }

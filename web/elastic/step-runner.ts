@@ -34,6 +34,7 @@ import { stepWork, type StateTag, type StepWork } from './plan';
 import type { RoundSession } from './round-session';
 import { stepComputed } from './status';
 import type { GradientResult } from '../worker/types';
+import type { StepSketches } from '../../coordinator/core/sketch';
 
 /** The longest pause between steps a tab may ask for (the volunteer page's GPU-use slider ends here). */
 export const MAX_STEP_PAUSE_MS = 2000;
@@ -79,7 +80,9 @@ export class StepRunner {
   async run(session: RoundSession, ring: Ring, job: JobPublic): Promise<void> {
     if (job.sync.mode === 'local') return this.runLocal(session, ring, job, job.sync);
     const { signal } = session;
-    const keepOnDevice = session.world.length === 1;
+    // A job that verifies needs every rank's own sums in hand to sketch them (coordinator/core/sketch.ts).
+    const keepOnDevice = session.world.length === 1 && !job.verify;
+    const worldSize = session.world.length;
     this.reset();
     let pending: StateTag | null = null;
     /** The step whose gradients the previous apply left on the device (a world of one). */
@@ -90,6 +93,8 @@ export class StepRunner {
       if (signal.aborted) throw abortReason(signal);
       const work = planned ?? stepWork(job, session.world, session.rank, step);
       const computed = onDevice === step ? null : await this.gradients(work, keepOnDevice);
+      // What this rank puts into the all-reduce, kept for its sketch (the reduce works in place).
+      const own = job.verify && computed?.gradient.gradients ? computed.gradient.gradients.slice(0) : null;
       const sums = computed
         ? await this.busy.waiting(() => this.allreduce(session, ring, job, step, computed.gradient, computed.computeMs))
         : null;
@@ -105,11 +110,15 @@ export class StepRunner {
       const requested = this.requestedAt;
       if (next) this.requestedAt = this.ctx.now();
       const prefetched = onDevice === step ? work.indices : undefined;
-      const result = await this.ctx.keeper.applyAndHash(step, sums, work.count, next, { backup, prefetched });
+      const result = await this.ctx.keeper.applyAndHash(step, sums, work.count, next, {
+        backup,
+        prefetched,
+        ...(own ? { sketch: { own, world: worldSize } } : {}),
+      });
       onDevice = next?.keepOnDevice ? step + 1 : null;
       const gradient = computed?.gradient ?? result.gradient!;
       const computeMs = computed?.computeMs ?? this.prefetchedMs(requested, waited);
-      pending = this.completeStep(session, job, work, result.hash, gradient, computeMs, wireBytes);
+      pending = this.completeStep(session, job, work, result.hash, gradient, computeMs, wireBytes, result.sketch);
       if (step < job.totalSteps) await this.pauseBetweenSteps(signal, next !== null);
     }
     if (pending) await this.ctx.keeper.saveBackup(await this.awaitCommit(session, pending));
@@ -221,10 +230,11 @@ export class StepRunner {
     gradient: GradientResult,
     computeMs: number,
     wireBytes: number,
+    sketch?: StepSketches,
   ): StateTag | null {
     this.ctx.box.update(stepComputed(this.ctx.box.status, { step: work.step, ...gradient, computeMs }));
     if (session.signal.aborted) throw abortReason(session.signal);
-    this.report(session, work.step, hash, gradient, wireBytes);
+    this.report(session, work.step, hash, gradient, wireBytes, sketch);
     if (!work.commitPoint) return null;
     this.onCommitted(session, job, work.step);
     return { step: work.step, hash };
@@ -278,7 +288,14 @@ export class StepRunner {
     return sums.buffer as ArrayBuffer;
   }
 
-  private report(session: RoundSession, step: number, hash: string, g: GradientResult, wireBytes: number): void {
+  private report(
+    session: RoundSession,
+    step: number,
+    hash: string,
+    g: GradientResult,
+    wireBytes: number,
+    sketch?: StepSketches,
+  ): void {
     const sent = this.ctx.control.send({
       type: 'step_report',
       round: session.round,
@@ -290,6 +307,7 @@ export class StepRunner {
       // Busy time since the previous report (busy-clock.ts): the coordinator's compute utilization.
       computeMs: Math.min(this.busy.lap(), 1e7),
       wireBytes: Math.round(wireBytes),
+      ...(sketch ? { sketch } : {}),
     });
     if (!sent) throw new Error('control socket closed before the step report');
     // A local-mode inner step is no state anyone could commit: only hashed states count as reported.

@@ -16,6 +16,7 @@
  * the backup, the hash and the "at most one uncommitted step" rule are as without it.
  */
 import { NO_HASH } from '../../coordinator/core/protocol';
+import { gradientSketch, paramsSketch, type StepSketches } from '../../coordinator/core/sketch';
 import type { Model } from '../../kernels/model';
 import type { BatchAssembler } from './batches';
 import type { GradientResult } from './types';
@@ -33,10 +34,18 @@ export interface ApplyOptions {
    * outer step, so there is nothing to agree on and no read-back is made); the result's hash is NO_HASH.
    */
   hash?: boolean;
+  /**
+   * The job verifies contributions: sketch this rank's own gradient sums (`own`, as it sent them into
+   * the all-reduce), the reduced sums applied and the new parameters, seeded by the new hash, for a
+   * world of `world` ranks (coordinator/core/sketch.ts). Needs `sums` (no gradients kept on the device).
+   */
+  sketch?: { own: ArrayBuffer; world: number };
 }
 
 export interface ApplyResult {
   hash: string;
+  /** The step's sketches (with `opts.sketch`). */
+  sketch?: StepSketches;
   /** The consumed prefetch of this step (`opts.prefetched`): its loss and sample count. */
   gradient: GradientResult | null;
 }
@@ -101,7 +110,17 @@ export class ElasticSteps {
     if (sums) this.model.writeGradients(new Float32Array(sums));
     this.model.applyOptimizer(sampleCount);
     this.version += 1;
-    const hashed = opts.hash === false ? Promise.resolve(NO_HASH) : this.hashParams();
+    const sketchOf = opts.sketch;
+    if (sketchOf && !sums) throw new Error('applyAndHash: sketches need the sums (no gradients kept on the device)');
+    const hashed: Promise<{ hash: string; params?: number[] }> =
+      opts.hash === false
+        ? Promise.resolve({ hash: NO_HASH })
+        : sketchOf
+          ? this.model.withParams((params) => {
+              const hash = this.hash(params);
+              return { hash, params: Array.from(paramsSketch(params, hash).values) };
+            })
+          : this.hashParams().then((hash) => ({ hash }));
     if (next && next.indices.length > 0) {
       const result = this.start(next.indices, next.keepOnDevice);
       result.catch(() => undefined);
@@ -112,8 +131,17 @@ export class ElasticSteps {
         result,
       };
     }
-    const [hash, gradient] = await Promise.all([hashed, own]);
-    return { hash, gradient };
+    const [{ hash, params }, gradient] = await Promise.all([hashed, own]);
+    if (!sketchOf || !sums || !params) return { hash, gradient };
+    const mine = gradientSketch(new Float32Array(sketchOf.own), hash, sketchOf.world);
+    const sum = gradientSketch(new Float32Array(sums), hash, sketchOf.world);
+    const sketch: StepSketches = {
+      own: Array.from(mine.values),
+      sum: Array.from(sum.values),
+      sumMass: Array.from(sum.mass),
+      params,
+    };
+    return { hash, gradient, sketch };
   }
 
   /**

@@ -1,0 +1,315 @@
+/**
+ * Checked contributions in the coordinator core (core/verification.ts): sketches at every report, the
+ * ring identity at every commit, recomputed spot checks, bans and the rollback. The machine runs in
+ * the product's executor (coordinator-harness.ts) with its invariants (exactly-once audit) checked
+ * after every event; the sketches are synthetic vectors (the core only adds and compares them: the
+ * arithmetic on real gradients is test/unit/sketch.test.ts and the verifier's kernels test).
+ */
+import { describe, expect, it } from 'vitest';
+import { parseJobSpec, type JobSpecInput } from '../../coordinator/core/job';
+import type { StepSketches } from '../../coordinator/core/sketch';
+import { bucketsPerSegment, PARAMS_SKETCH_BUCKETS, RECOMPUTE_TOLERANCE } from '../../coordinator/core/sketch';
+import type { RecomputedStep } from '../../coordinator/core/state';
+import { judge, stepSlices, verificationDraw } from '../../coordinator/core/verification';
+import { mulberry32 } from '../support/rng';
+import { Harness } from './coordinator-harness';
+
+const JOB: JobSpecInput = {
+  model: 'tiny-mlp',
+  globalBatch: 12,
+  epochs: 3,
+  minWorkers: 3,
+  maxWorkers: 3,
+  lastCallMs: 0,
+  heartbeatMs: 60_000,
+  checkpointEvery: 4,
+  verify: { probability: 0 },
+};
+
+/** Rank r's honest own-gradient sketch at `step` (deterministic), in a world of `size`. */
+function honestOwn(step: number, rank: number, size: number): number[] {
+  const rand = mulberry32(1000 * step + rank);
+  return Array.from({ length: size * bucketsPerSegment(size) }, () => rand() * 2 - 1);
+}
+
+function honestParams(step: number): number[] {
+  const rand = mulberry32(77 * step + 5);
+  return Array.from({ length: PARAMS_SKETCH_BUCKETS }, () => rand() * 10);
+}
+
+/** The sketches every rank reports at `step`: `own` by rank (possibly a lie), their sum, masses, params. */
+function sketches(own: number[][], params: number[]): StepSketches[] {
+  const sum = own[0].map((_, b) => own.reduce((t, o) => t + o[b], 0));
+  const sumMass = own[0].map((_, b) => own.reduce((t, o) => t + Math.abs(o[b]), 0) + 1);
+  return own.map((o) => ({ own: o, sum, sumMass, params }));
+}
+
+/** Every member reports its next step with sketches; `tamper` may change the owns or params (a lie). */
+function verifiedStep(
+  h: Harness,
+  tamper: (own: number[][], params: number[]) => { own: number[][]; params: number[] } = (own, params) => ({
+    own,
+    params,
+  }),
+): void {
+  const names = h.members();
+  const step = h.worker(names[0]).live + 1;
+  const size = names.length;
+  const honest = names.map((_, r) => honestOwn(step, r, size));
+  const claimed = tamper(honest, honestParams(step));
+  const all = sketches(claimed.own, claimed.params);
+  names.forEach((name, r) => {
+    if (h.state.rendezvous.phase === 'training') h.report(name, { sketch: all[r] });
+  });
+}
+
+/** What the verifier would recompute for the step under check: the honest sketches, with masses. */
+function recomputed(step: number, size: number): RecomputedStep {
+  const mass = (v: number[]) => v.map((x) => Math.abs(x) + 1);
+  const own = Array.from({ length: size }, (_, r) => honestOwn(step, r, size));
+  const params = honestParams(step);
+  return { own: own.map((values) => ({ values, mass: mass(values) })), params: { values: params, mass: mass(params) } };
+}
+
+function swarm(job: JobSpecInput = {}, salt = 'salt-of-this-test'): Harness {
+  const h = new Harness({ ...JOB, ...job }, 96, 'run-1', undefined, { verifySalt: salt });
+  for (const n of ['a', 'b', 'c']) h.join(n);
+  h.readyAll();
+  return h;
+}
+
+/** The first step ≥ 2 that `salt` selects at probability p (what the machine draws). */
+function selectedStep(salt: string, p: number): number {
+  for (let step = 2; step < 10_000; step++) if (verificationDraw(salt, step) < p) return step;
+  throw new Error('no step selected');
+}
+
+describe('the job field', () => {
+  it('needs every-step sync, a none/fp16 wire and commits every step; defaults p to 0.05', () => {
+    expect(parseJobSpec({ verify: {} }).verify).toEqual({ probability: 0.05 });
+    expect(() => parseJobSpec({ verify: {}, sync: { mode: 'local', innerSteps: 4 } })).toThrow(/verify needs/);
+    expect(() => parseJobSpec({ verify: {}, sync: { mode: 'every-step', compression: 'int8' } })).toThrow(
+      /verify needs/,
+    );
+    expect(() => parseJobSpec({ verify: {}, commitEvery: 2 })).toThrow(/verify needs/);
+    expect(() => parseJobSpec({ verify: { probability: 1.5 } })).toThrow();
+    expect(parseJobSpec({ verify: {}, sync: { mode: 'every-step', compression: 'fp16' } }).verify).toBeDefined();
+  });
+});
+
+describe('sketches at every report (core/verification.ts)', () => {
+  it('honest sketches commit step after step; the ring identity holds', () => {
+    const h = swarm();
+    for (let i = 0; i < 5; i++) verifiedStep(h);
+    expect(h.state.lastCommit.step).toBe(5);
+    expect(h.logs.some((l) => l.event === 'ring_identity_failed')).toBe(false);
+  });
+
+  it('a report without its sketch, or with the wrong number of buckets, is refused and changes nothing', () => {
+    const h = swarm();
+    verifiedStep(h);
+    const before = JSON.stringify(h.state.pending);
+    const missing = h.report('a');
+    expect(missing.some((a) => a.kind === 'send' && a.msg.type === 'error' && a.msg.code === 'bad_sketch')).toBe(true);
+    const good = sketches(
+      [0, 1, 2].map((r) => honestOwn(2, r, 3)),
+      honestParams(2),
+    )[0];
+    const short = h.report('a', { sketch: { ...good, own: good.own.slice(1) } });
+    expect(short.some((a) => a.kind === 'send' && a.msg.type === 'error' && a.msg.code === 'bad_sketch')).toBe(true);
+    expect(JSON.stringify(h.state.pending)).toBe(before);
+  });
+
+  it('a rank whose sketch of the reduced sums differs from the others’ is a divergence (nothing commits)', () => {
+    const h = swarm();
+    verifiedStep(h);
+    const all = sketches(
+      [0, 1, 2].map((r) => honestOwn(2, r, 3)),
+      honestParams(2),
+    );
+    h.report('a', { sketch: all[0] });
+    h.report('b', { sketch: { ...all[1], sum: all[1].sum.map((x) => x * 2) } });
+    expect(h.state.lastCommit.step).toBe(1);
+    expect(h.logs.some((l) => l.event === 'divergence')).toBe(true);
+  });
+
+  it('a job that does not verify refuses sketches (a tab must not send what nobody checks)', () => {
+    const h = new Harness({ ...JOB, verify: undefined }, 96);
+    for (const n of ['a', 'b', 'c']) h.join(n);
+    h.readyAll();
+    const all = sketches(
+      [0, 1, 2].map((r) => honestOwn(1, r, 3)),
+      honestParams(1),
+    );
+    const actions = h.report('a', { sketch: all[0] });
+    expect(actions.some((a) => a.kind === 'send' && a.msg.type === 'error' && a.msg.code === 'bad_sketch')).toBe(true);
+  });
+});
+
+describe('the ring identity at every commit', () => {
+  it('a rank that corrupts everything it sends: the step is not committed and it is the one suspect, banned', () => {
+    const h = swarm();
+    for (let i = 0; i < 3; i++) verifiedStep(h);
+    const names = h.members();
+    const liarRank = 1;
+    const liar = h.worker(names[liarRank]).workerId!;
+    // Rank 1 sends segments 1, 0 and 2 (all but the one it owns, 2 = 1 + 1): the sums of those are off.
+    verifiedStep(h, (own, params) => ({ own, params }));
+    const step = 5;
+    const honest = names.map((_, r) => honestOwn(step, r, 3));
+    const all = sketches(honest, honestParams(step));
+    const per = bucketsPerSegment(3);
+    const corrupted = all[0].sum.map((x, b) => (Math.floor(b / per) === 2 ? x : x + 100));
+    for (const [r, name] of names.entries()) h.report(name, { sketch: { ...all[r], sum: corrupted } });
+    expect(h.state.lastCommit.step).toBeLessThan(step);
+    const failed = h.logs.find((l) => l.event === 'ring_identity_failed');
+    expect(failed?.data.suspects).toEqual([liar]);
+    expect(h.logs.some((l) => l.event === 'cheater_banned')).toBe(true);
+    expect(h.isConnected(names[liarRank])).toBe(false);
+    expect(h.state.status).toBe('active');
+  });
+
+  it('a corrupter with two suspects is narrowed to itself by the next failure (the ring is reordered)', () => {
+    const h = swarm();
+    verifiedStep(h);
+    const liar = h.worker('b').workerId!;
+    for (let attempt = 0; attempt < 4 && !h.logs.some((l) => l.event === 'cheater_banned'); attempt++) {
+      const names = h.members();
+      const step = h.state.lastCommit.step + 1;
+      const r = names.indexOf('b');
+      // b forwards segments (r − 1) and (r − 2) at ring steps 1 and 2; its own first hop is honest.
+      const bad = new Set([(r - 1 + 3) % 3]);
+      const per = bucketsPerSegment(3);
+      const all = sketches(
+        names.map((_, k) => honestOwn(step, k, 3)),
+        honestParams(step),
+      );
+      const corrupted = all[0].sum.map((x, b) => (bad.has(Math.floor(b / per)) ? x * 3 + 1 : x));
+      names.forEach((name, k) => {
+        if (h.state.rendezvous.phase === 'training') h.report(name, { sketch: { ...all[k], sum: corrupted } });
+      });
+      // The last report closed the round inside its own send: the harness marks it computed after that.
+      for (const w of h.workers.values()) w.live = w.committed.step;
+      if (h.state.rendezvous.phase !== 'training') h.readyAll();
+    }
+    const banned = h.logs.find((l) => l.event === 'cheater_banned');
+    expect(banned?.data.workers).toEqual([liar]);
+    expect(h.isConnected('a') && h.isConnected('c')).toBe(true);
+  });
+});
+
+describe('recomputed spot checks', () => {
+  const salt = 'spot-check-salt';
+
+  it('draws about p of the steps, from the secret (another secret, other steps)', () => {
+    const picked = (s: string) => Array.from({ length: 20_000 }, (_, i) => verificationDraw(s, i + 2) < 0.05);
+    const a = picked(salt);
+    const rate = a.filter(Boolean).length / a.length;
+    expect(rate).toBeGreaterThan(0.045);
+    expect(rate).toBeLessThan(0.055);
+    const b = picked('another');
+    const both = a.filter((x, i) => x && b[i]).length / a.length;
+    expect(both).toBeLessThan(0.005); // independent: ≈ 0.05² = 0.0025
+  });
+
+  it('asks one member for the state before the chosen step with its committed; an honest step passes', () => {
+    const p = 0.3;
+    const h = swarm({ verify: { probability: p } }, salt);
+    const target = selectedStep(salt, p);
+    for (let s = 1; s < target; s++) verifiedStep(h);
+    verifiedStep(h);
+    const v = h.state.verification!;
+    expect(v.step).toBe(target);
+    const uploader = [...h.workers.values()].find((w) => w.workerId === v.uploader)!;
+    const committed = uploader.inbox.filter((m) => m.type === 'committed').at(-1)!;
+    expect(committed.type === 'committed' && committed.upload?.step).toBe(target - 1);
+    const others = [...h.workers.values()].filter((w) => w.workerId !== v.uploader);
+    for (const w of others)
+      expect(w.inbox.filter((m) => m.type === 'committed').some((m) => m.type === 'committed' && m.upload)).toBe(false);
+    h.apply({ kind: 'verification_upload', step: target - 1, ok: true });
+    expect(h.state.verification?.phase).toBe('recompute');
+    h.apply({ kind: 'verification_result', step: target, result: recomputed(target, 3) });
+    expect(h.state.verification).toBeNull();
+    const done = h.logs.find((l) => l.event === 'verification_done')!;
+    expect(done.data.cheaters).toEqual([]);
+    expect(h.logs.some((l) => l.event === 'cheater_banned')).toBe(false);
+  });
+
+  it('the slices it recomputes are the sampler’s, by rank (the tabs trained exactly these)', () => {
+    const h = swarm();
+    const world = h.state.rendezvous.participants;
+    const slices = stepSlices(h.state, world, 1);
+    expect(slices.map((s) => s.length)).toEqual([4, 4, 4]);
+    expect(new Set(slices.flatMap((s) => [...s])).size).toBe(12);
+  });
+
+  it('a consistent liar (scaled own gradient, sums that add up) is caught: banned, rolled back to the checkpoint before it joined', () => {
+    const p = 0.25;
+    // A secret whose first chosen step comes after the checkpoint of step 4.
+    const late = Array.from({ length: 100 }, (_, i) => `late-${i}`).find((s) => selectedStep(s, p) > 5)!;
+    const h = new Harness({ ...JOB, verify: { probability: p } }, 96, 'run-1', undefined, { verifySalt: late });
+    for (const n of ['a', 'b', 'c']) h.join(n);
+    h.readyAll();
+    // A checkpoint of step 4 is stored, then the liar joins (world of 3 from here on in a new round).
+    while (h.state.lastCommit.step < 4) verifiedStep(h);
+    h.apply({ kind: 'checkpoint_stored', step: 4, epoch: 0, cursor: 48, sha256: 'a'.repeat(64) });
+    const target = selectedStep(late, p);
+    const liarName = 'b';
+    // Everyone honest until the target; then b reports its own sketch of a gradient ×1000 (the sums agree).
+    while (h.state.lastCommit.step < target - 1) verifiedStep(h);
+    const liarRank = h.members().indexOf(liarName);
+    verifiedStep(h, (own, params) => ({
+      own: own.map((o, r) => (r === liarRank ? o.map((x) => x * 1000) : o)),
+      params,
+    }));
+    expect(h.state.lastCommit.step).toBe(target); // the identity holds: only a recomputation tells
+    h.apply({ kind: 'verification_upload', step: target - 1, ok: true });
+    h.apply({ kind: 'verification_result', step: target, result: recomputed(target, 3) });
+    const banned = h.logs.find((l) => l.event === 'cheater_banned')!;
+    expect(banned.data.workers).toEqual([h.worker(liarName).workerId]);
+    expect(h.isConnected(liarName)).toBe(false);
+    // b contributed from step 1: nothing it touched is kept, and no stored checkpoint after it joined is.
+    expect(h.state.lastCommit.step).toBe(0);
+    expect(h.state.checkpoints).toEqual([]);
+    expect(h.commits.every((c) => c.step <= 0)).toBe(true);
+    expect(h.state.status).toBe('active');
+  });
+
+  it('two colluders lying together are both banned; a wrong update with honest gradients bans the round', () => {
+    const r: RecomputedStep = recomputed(7, 3);
+    const world = ['a', 'b', 'c'].map((workerId, rank) => ({ workerId, rank, share: 1 }));
+    const honest = { own: r.own.map((o) => o.values), params: r.params.values };
+    expect(judge({ world, claims: honest }, r).cheaters).toEqual([]);
+    const two = { ...honest, own: honest.own.map((o, i) => (i === 0 ? o : o.map((x) => -x))) };
+    expect(judge({ world, claims: two }, r).cheaters).toEqual(['b', 'c']);
+    const wrongUpdate = { ...honest, params: honest.params.map((x) => x + 1) };
+    expect(judge({ world, claims: wrongUpdate }, r).cheaters).toEqual(['a', 'b', 'c']);
+    // Within the tolerance (a different GPU's rounding) is no lie.
+    const rounding = { ...honest, own: honest.own.map((o) => o.map((x) => x * (1 + RECOMPUTE_TOLERANCE / 10))) };
+    expect(judge({ world, claims: rounding }, r).cheaters).toEqual([]);
+  });
+
+  it('an upload that is not the committed state bans the uploader; no upload in time costs a strike', () => {
+    const p = 0.3;
+    const h = swarm({ verify: { probability: p } }, salt);
+    const target = selectedStep(salt, p);
+    while (h.state.lastCommit.step < target) verifiedStep(h);
+    const uploader = h.state.verification!.uploader;
+    h.apply({ kind: 'verification_upload', step: target - 1, ok: false, reason: 'hash mismatch' });
+    expect(h.logs.find((l) => l.event === 'cheater_banned')?.data.workers).toEqual([uploader]);
+    expect(h.state.verification).toBeNull();
+  });
+
+  it('no upload by the deadline: the check is dropped and the uploader charged, nothing else changes', () => {
+    const p = 0.3;
+    const h = swarm({ verify: { probability: p } }, salt);
+    const target = selectedStep(salt, p);
+    while (h.state.lastCommit.step < target) verifiedStep(h);
+    const step = h.state.lastCommit.step;
+    h.advance(61_000);
+    expect(h.state.verification).toBeNull();
+    expect(h.logs.some((l) => l.event === 'verification_abandoned')).toBe(true);
+    expect(h.logs.some((l) => l.event === 'charged' && l.data.why === 'no verification upload')).toBe(true);
+    expect(h.state.lastCommit.step).toBe(step);
+  });
+});
