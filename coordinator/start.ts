@@ -219,7 +219,8 @@ export async function startCoordinator(config: CoordinatorConfig): Promise<Runni
       screen: trust.screen,
     });
     const admin = adminRouter(config, opened.runId, store, executor, metrics, trust);
-    const verifier = config.job.verify ? startVerifier(config, executor, log) : null;
+    // p = 0: sketches and the ring identity only, nothing to recompute.
+    const verifier = (config.job.verify?.probability ?? 0) > 0 ? startVerifier(config, executor, log) : null;
     server = new CoordinatorServer({
       runId: opened.runId,
       store,

@@ -346,6 +346,10 @@ export const METRICS = {
   },
   tabswarm_bans_total: { type: 'counter', help: 'Cooling-off bans, by kind (worker, address).' },
   tabswarm_ready_timeouts_total: { type: 'counter', help: 'Round members dropped for not being ready in time.' },
+  tabswarm_ring_identity_ratio: {
+    type: 'summary',
+    help: 'Per commit of a verifying job: the worst bucket of the ring identity over its tolerance (< 1 passes).',
+  },
   tabswarm_verifications_total: {
     type: 'counter',
     help: 'Steps checked by recomputation or by the ring identity, by result (passed, caught, ring, abandoned).',

@@ -95,7 +95,9 @@ export function ringIdentityHoldsIn(ctx: Ctx, point: number): boolean {
   const own = rv.participants.map((p) => reports[p.rank]?.sketch?.own ?? []);
   const first = reports[rv.participants[0].rank]?.sketch;
   if (!first || own.some((o) => o.length !== first.sum.length)) return true; // checked per report already
-  const check = checkIdentity(own, first.sum, first.sumMass, size, identityTolerance(size, s.job.sync.compression));
+  const tolerance = identityTolerance(size, s.job.sync.compression);
+  const check = checkIdentity(own, first.sum, first.sumMass, size, tolerance);
+  metric(ctx, 'tabswarm_ring_identity_ratio', check.worst / tolerance);
   if (check.ok) {
     s.ringSuspects = null;
     return true;

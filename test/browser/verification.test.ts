@@ -1,0 +1,135 @@
+/**
+ * Checked contributions with real tabs (docs/threat-model.md): headless Chromium tabs report sketches of
+ * their own gradient sums, of the all-reduced sums and of the parameters with every step; the
+ * coordinator checks agreement and the ring identity at every commit and has chosen steps recomputed by
+ * its verifier process (Node, the same WGSL kernels). Honest tabs must pass every check with a wide
+ * margin — the measured margin is what the tolerance rests on.
+ *
+ * Small on purpose: `tiny-mlp`, global batch 48, the first 1,536 Fashion-MNIST images (32 steps per
+ * epoch), 500 test images.
+ */
+import { join } from 'node:path';
+import type { Browser } from 'playwright-core';
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { identityTolerance } from '../../coordinator/core/sketch';
+import {
+  FASHION_MNIST_DIR,
+  launchChromium,
+  skipWithoutChromium,
+  skipWithoutFashionMnist,
+  skipWithoutWebBuild,
+  WEB_BUILD_DIR,
+} from '../support/browser';
+import { expectCleanAudit } from '../support/clean-audit';
+import { CoordinatorProcess } from '../support/coordinator-process';
+import { makeTempDir } from '../support/fake-dataset';
+import { writeDatasetSlice } from '../support/small-dataset';
+import { coordinatorStatusUntil, Swarm } from '../support/swarm';
+
+const TRAIN_IMAGES = 1536;
+const TEST_IMAGES = 500;
+const GLOBAL_BATCH = 48;
+const STEPS = TRAIN_IMAGES / GLOBAL_BATCH; // 32
+
+const job = {
+  model: 'tiny-mlp',
+  optimizer: { kind: 'adamw', lr: 0.003, weightDecay: 0 },
+  globalBatch: GLOBAL_BATCH,
+  epochs: 1,
+  minWorkers: 3,
+  maxWorkers: 4,
+  checkpointEvery: 8,
+  heartbeatMs: 1000,
+  lastCallMs: 300,
+  seed: 11,
+  evalSamples: TEST_IMAGES,
+};
+
+const skip = skipWithoutChromium() || skipWithoutFashionMnist() || skipWithoutWebBuild();
+
+interface EventRow {
+  event: string;
+  data: Record<string, unknown>;
+}
+
+/** Every event-log row of the run (admin API, paged). */
+export async function eventRows(coordinator: CoordinatorProcess): Promise<EventRow[]> {
+  const rows: EventRow[] = [];
+  let after = 0;
+  for (let page = 0; page < 100; page++) {
+    const res = await coordinator.fetch(`/api/admin/events?after=${after}&limit=1000`, {
+      headers: { authorization: `Bearer ${coordinator.adminToken}` },
+    });
+    expect(res.status).toBe(200);
+    const { events } = (await res.json()) as { events: (EventRow & { id: number })[] };
+    rows.push(...events);
+    if (events.length < 1000) break;
+    after = events.at(-1)!.id;
+  }
+  return rows;
+}
+
+describe.skipIf(skip)('checked contributions across browser tabs', () => {
+  let browser: Browser;
+  let datasetDir: string;
+  const coordinators: CoordinatorProcess[] = [];
+  const swarms: Swarm[] = [];
+
+  async function start(overrides: Record<string, unknown>): Promise<{ coordinator: CoordinatorProcess; swarm: Swarm }> {
+    const coordinator = await CoordinatorProcess.spawn({
+      job: { ...job, ...overrides },
+      datasetDir,
+      extraArgs: ['--dist', WEB_BUILD_DIR],
+    });
+    coordinators.push(coordinator);
+    const swarm = new Swarm(browser, coordinator.url, {
+      query: { testSubset: String(TEST_IMAGES) },
+      echo: !!process.env.TABSWARM_ECHO_BROWSER,
+    });
+    swarms.push(swarm);
+    return { coordinator, swarm };
+  }
+
+  beforeAll(async () => {
+    datasetDir = await writeDatasetSlice(
+      FASHION_MNIST_DIR,
+      join(makeTempDir('tabswarm-verify-'), 'fashion-mnist'),
+      TRAIN_IMAGES,
+      TEST_IMAGES,
+    );
+    browser = await launchChromium();
+  });
+
+  afterEach(async () => {
+    for (const s of swarms.splice(0)) await s.closeAll();
+    for (const c of coordinators.splice(0)) await c.stop();
+  });
+
+  afterAll(async () => {
+    await browser?.close();
+  });
+
+  it('three honest tabs: every step passes the ring identity, and the job completes', async () => {
+    const { coordinator, swarm } = await start({ verify: { probability: 0 } });
+    await swarm.openMany(3);
+    await coordinatorStatusUntil(coordinator, (s) => s.status === 'done', 'the job done', {
+      timeoutMs: 240_000,
+      pollMs: 250,
+    });
+    const events = await eventRows(coordinator);
+    expect(events.filter((e) => e.event === 'ring_identity_failed')).toEqual([]);
+    expect(events.filter((e) => e.event === 'divergence')).toEqual([]);
+    expect(events.some((e) => e.event === 'cheater_banned')).toBe(false);
+    await expectCleanAudit(coordinator, { committed: TRAIN_IMAGES });
+    const status = await coordinator.status();
+    expect(status.step).toBe(STEPS);
+    // The margin the tolerance rests on: the worst honest commit used a small part of it.
+    const metrics = await coordinator.metrics();
+    const worst = CoordinatorProcess.metricValue(metrics, 'tabswarm_ring_identity_ratio{quantile="0.99"}');
+    expect(CoordinatorProcess.metricValue(metrics, 'tabswarm_ring_identity_ratio_count')).toBe(STEPS);
+    console.log(
+      `ring identity, honest tabs: worst bucket ${worst.toExponential(2)} of the tolerance ${identityTolerance(3, 'none').toExponential(2)}`,
+    );
+    expect(worst).toBeLessThan(0.25);
+  });
+});
