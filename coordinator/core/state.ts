@@ -296,6 +296,8 @@ export type Event =
 export interface RecomputedStep {
   own: { values: number[]; mass: number[] }[];
   params: { values: number[]; mass: number[] };
+  /** The verifier's time for the recomputation (ms), for the log. */
+  ms?: number;
 }
 
 // ---------------------------------------------------------------- actions

@@ -242,6 +242,7 @@ export function onVerificationResult(
     ownRatios: verdict.ownRatios,
     paramsRatio: verdict.paramsRatio,
     cheaters: verdict.cheaters,
+    ms: event.result.ms ?? null,
   });
   metric(ctx, 'tabswarm_verifications_total', 1, { result: verdict.cheaters.length ? 'caught' : 'passed' });
   if (verdict.cheaters.length) {
