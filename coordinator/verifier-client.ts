@@ -19,7 +19,12 @@ import { type ChildProcess, fork } from 'node:child_process';
 import { resolve } from 'node:path';
 import { parseJobSpec } from './core/job';
 import type { Sketch } from './core/sketch';
-import { type VerifierAnswer, verifierAnswerSchema, type VerifierRequest } from './core/verifier-protocol';
+import {
+  type VerifierAnswer,
+  verificationUnsupported,
+  verifierAnswerSchema,
+  type VerifierRequest,
+} from './core/verifier-protocol';
 import { swiftshaderEnv } from './gpu-env';
 
 /** The verifier's entry file (a path, not an import: the boundary between the two processes). */
@@ -87,8 +92,11 @@ export class VerifierClient {
   private nextId = 1;
   private output = '';
   private exited: Promise<void> = Promise.resolve();
+  /** The child's WebGPU adapter, one line. */
   adapter = '';
+  /** The full-batch recomputation the child timed at start, ms. */
   stepMs = 0;
+  /** The per-request timeout in use (set at every start from the options or `stepMs`; may be changed). */
   timeoutMs = 0;
 
   private constructor(private readonly opts: VerifierClientOptions) {}
@@ -162,8 +170,8 @@ export class VerifierClient {
         fail(new VerifierError(this.dead ?? 'the verifier exited'));
       };
       const onMessage = (raw: unknown) => {
+        // A `fatal` is handled by onMessage (it kills the child, whose exit rejects here with the reason).
         const parsed = verifierAnswerSchema.safeParse(raw);
-        if (parsed.success && parsed.data.type === 'fatal') this.dead = parsed.data.message;
         if (!parsed.success || parsed.data.type !== 'ready') return;
         clearTimeout(timer);
         child.off('exit', onExit);

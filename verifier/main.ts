@@ -16,12 +16,13 @@ import { decodeSnapshot } from '../coordinator/core/snapshot';
 import {
   type RecomputeRequestMessage,
   type VerifierAnswer,
+  verificationUnsupported,
   verifierRequestSchema,
 } from '../coordinator/core/verifier-protocol';
 import { loadIdxDataset } from '../coordinator/dataset';
 import { MOMENT_NAMES } from '../kernels/model';
 import { openGpu } from './gpu';
-import { Recomputer, unsupportedReason } from './recompute';
+import { Recomputer } from './recompute';
 
 const MAX_MESSAGE = 2000;
 
@@ -46,9 +47,7 @@ function describe(error: unknown): string {
 /** Everything `ready` needs: the device, the data, the model; throws with the operator's one line. */
 async function start(rawJob: unknown, datasetDir: string): Promise<{ recomputer: Recomputer; adapter: string }> {
   const job = parseJobSpec(rawJob);
-  if ('kind' in job.dataset)
-    throw new Error(`verification of ${job.dataset.kind} datasets is not supported yet (only IDX image sets)`);
-  const why = unsupportedReason(job);
+  const why = verificationUnsupported(job);
   if (why) throw new Error(why);
   const { gpu, adapter } = await openGpu();
   const dataset = await loadIdxDataset(datasetDir);

@@ -21,9 +21,10 @@
 import { hashParams } from '../coordinator/core/hash';
 import { type ImageSplitBytes, ImageBatches } from '../coordinator/core/image-batches';
 import type { OptimizerSpec, SyncSpec } from '../coordinator/core/job';
-import { isTransformer, type ModelSpec, type ParamLayout, parameterLayout } from '../coordinator/core/model-spec';
+import { type ModelSpec, type ParamLayout, parameterLayout } from '../coordinator/core/model-spec';
 import { gradientSketch, paramsSketch, type Sketch, sketchSeed } from '../coordinator/core/sketch';
 import type { TrainingSnapshot } from '../coordinator/core/snapshot';
+import { verificationUnsupported } from '../coordinator/core/verifier-protocol';
 import { createModel, type Model } from '../kernels/model';
 import type { Gpu } from '../kernels/runtime';
 import { createTrainingState, type TrainingState } from '../kernels/training-state';
@@ -69,14 +70,6 @@ function refuse(message: string): never {
   throw new RecomputeError(message);
 }
 
-/** Why this job cannot be recomputed, or null. */
-export function unsupportedReason(job: RecomputeJob): string | null {
-  if (job.sync.mode !== 'every-step')
-    return `verification recomputes every-step sync only; this job uses ${job.sync.mode} steps`;
-  if (isTransformer(job.model)) return `verification of language models (${job.model.name}) is not supported yet`;
-  return null;
-}
-
 export class Recomputer {
   readonly layout: ParamLayout;
   private readonly model: Model;
@@ -93,7 +86,7 @@ export class Recomputer {
     train: ImageSplitBytes,
     seed = 1,
   ) {
-    const why = unsupportedReason(job);
+    const why = verificationUnsupported({ ...job, dataset: { name: 'images' } });
     if (why) refuse(why);
     const spec = job.model as Exclude<ModelSpec, { type: 'transformer' }>;
     const [h, w, c] = spec.input;

@@ -10,7 +10,23 @@
  * a `result` or an `error` with the request's id; an error leaves the child serving.
  */
 import { z } from 'zod';
+import type { JobSpec } from './job';
+import { isTransformer } from './model-spec';
 import { GRADIENT_SKETCH_BUCKETS, PARAMS_SKETCH_BUCKETS } from './sketch';
+
+/**
+ * Why the verifier cannot recompute this job's steps, or null. Checked by the coordinator before it
+ * starts the verifier and by the verifier itself: it recomputes every-step sync of an image classifier
+ * on an IDX image set only.
+ */
+export function verificationUnsupported(job: Pick<JobSpec, 'dataset' | 'sync' | 'model'>): string | null {
+  if ('kind' in job.dataset)
+    return `verification of ${job.dataset.kind} datasets is not supported yet (only IDX image sets)`;
+  if (job.sync.mode !== 'every-step')
+    return `verification recomputes every-step sync only; this job uses ${job.sync.mode} steps`;
+  if (isTransformer(job.model)) return `verification of language models (${job.model.name}) is not supported yet`;
+  return null;
+}
 
 /** Most ranks a step can have (the job's maxWorkers cap). */
 const MAX_WORLD = 4096;

@@ -6,11 +6,13 @@
  *
  * - the answer matches an independent float64 reference (test/support/reference-model.ts);
  * - a bad snapshot path is a clear error for that request, and the same child answers the next one;
- * - a child killed (SIGKILL) while recomputing fails the pending request clearly, later requests are
- *   refused until `restart()`, and the restarted child answers;
- * - a child that finds no WebGPU adapter, and a job on a text dataset, fail at start with their reason.
+ * - a child killed (SIGKILL) while recomputing fails the pending and the queued request clearly, later
+ *   requests are refused until `restart()`, and the restarted child answers; a request over its timeout
+ *   fails the same way;
+ * - a child that finds no WebGPU adapter, and jobs on a text dataset or with local steps, fail at start
+ *   with their reason.
  *
- * About 15–25 s on 2 cores (three child starts: tsx, the dataset, the device, one timed step each).
+ * About 10–25 s on 2 cores (four child starts: tsx, the dataset, the device, one timed step each).
  */
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
@@ -113,12 +115,24 @@ describe.skipIf(skipWithoutFashionMnist() || (await skipWithoutNodeGpu()))('veri
   it('a killed child fails the pending request clearly; restart() serves again', async () => {
     const pid = client.pid!;
     const pending = client.recompute(request);
+    const queued = client.recompute(request);
     process.kill(pid, 'SIGKILL');
     await expect(pending).rejects.toThrow(/verifier process exited \(code null, signal SIGKILL\).*request \d+ failed/);
+    await expect(queued).rejects.toThrow(/restart the verifier/);
     await expect(client.recompute(request)).rejects.toThrow(/restart the verifier/);
     await client.restart();
     expect(client.pid).not.toBe(pid);
     expect((await client.recompute(request)).own).toHaveLength(2);
+  });
+
+  it('a request over its timeout fails, and the child is killed (its work can no longer be trusted to end)', async () => {
+    const pid = client.pid!;
+    client.timeoutMs = 1;
+    await expect(client.recompute(request)).rejects.toThrow(/did not answer request \d+ within 1 ms/);
+    expect(client.pid).toBeUndefined();
+    await client.restart();
+    expect(client.pid).not.toBe(pid);
+    expect(client.timeoutMs).toBeGreaterThanOrEqual(10_000);
   });
 
   it('a child without a WebGPU adapter fails at start with the reason', async () => {
@@ -133,9 +147,12 @@ describe.skipIf(skipWithoutFashionMnist() || (await skipWithoutNodeGpu()))('veri
     }
   });
 
-  it('a job on a text dataset is refused at start: not supported yet', async () => {
+  it('jobs it cannot verify are refused at start, before a process is spawned', async () => {
     await expect(
       VerifierClient.start({ job: { model: 'gpt-tiny', dataset: { kind: 'text', path: dir } }, datasetDir: dir }),
     ).rejects.toThrow('verification of text datasets is not supported yet');
+    await expect(
+      VerifierClient.start({ job: { ...JOB, sync: { mode: 'local', innerSteps: 4 } }, datasetDir: FASHION_MNIST_DIR }),
+    ).rejects.toThrow('verification recomputes every-step sync only; this job uses local steps');
   });
 });
