@@ -25,8 +25,12 @@ export interface VerifierGpu {
   adapter: string;
 }
 
-/** A device with the adapter's full storage limits (a model's flat buffers can be large). */
-export async function openGpu(): Promise<VerifierGpu> {
+/**
+ * A device with the adapter's full storage limits (a model's flat buffers can be large). `onFailure` is
+ * called when the device is lost or reports an error nothing captured (a validation error leaves
+ * buffers unwritten: every answer after it could be wrong, so the process must stop rather than serve).
+ */
+export async function openGpu(onFailure: (why: string) => void): Promise<VerifierGpu> {
   Object.assign(process.env, swiftshaderEnv(process.env));
   Object.assign(globalThis, globals);
   const instance = create([]);
@@ -47,6 +51,10 @@ export async function openGpu(): Promise<VerifierGpu> {
       maxStorageBuffersPerShaderStage: adapter.limits.maxStorageBuffersPerShaderStage,
     },
   });
+  device.lost.then((info) => onFailure(`WebGPU device lost (${info.reason}): ${info.message}`));
+  device.addEventListener('uncapturederror', (e) =>
+    onFailure(`WebGPU error: ${(e as GPUUncapturedErrorEvent).error.message}`),
+  );
   const info = adapter.info;
   const name = [info.vendor, info.architecture, info.description].filter(Boolean).join(' / ') || 'unknown adapter';
   return { gpu: createGpu(device), adapter: name };

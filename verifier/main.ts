@@ -49,7 +49,7 @@ async function start(rawJob: unknown, datasetDir: string): Promise<{ recomputer:
   const job = parseJobSpec(rawJob);
   const why = verificationUnsupported(job);
   if (why) throw new Error(why);
-  const { gpu, adapter } = await openGpu();
+  const { gpu, adapter } = await openGpu(fatal);
   const dataset = await loadIdxDataset(datasetDir);
   const n = effectiveDatasetSize(job, dataset.train.count);
   const { rows, cols } = dataset.train;
@@ -57,7 +57,11 @@ async function start(rawJob: unknown, datasetDir: string): Promise<{ recomputer:
   return { recomputer: new Recomputer(gpu, job, train, job.seed), adapter };
 }
 
-/** One recomputation of a full global batch on the initial state, after one that compiles the pipelines. */
+/**
+ * One recomputation of a full global batch on the initial state, after one that compiles the pipelines.
+ * Its gradient must be finite and not zero (a real batch at fresh weights has a gradient): a device that
+ * computes nothing would otherwise make every honest rank look like a liar.
+ */
 async function timeStep(recomputer: Recomputer): Promise<number> {
   const params = await recomputer.initialParams();
   const n = recomputer.layout.totalElements;
@@ -73,7 +77,11 @@ async function timeStep(recomputer: Recomputer): Promise<number> {
     count: batch,
   };
   await recomputer.recompute(request);
-  return (await recomputer.recompute(request)).ms;
+  const { own, ms } = await recomputer.recompute(request);
+  const mass = own[0].mass.reduce((a, b) => a + b, 0);
+  if (!(mass > 0 && Number.isFinite(mass)))
+    throw new Error(`the device computed a gradient of mass ${mass} on a real batch: its results cannot be trusted`);
+  return ms;
 }
 
 async function answer(recomputer: Recomputer, req: RecomputeRequestMessage): Promise<VerifierAnswer> {

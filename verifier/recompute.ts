@@ -92,10 +92,13 @@ export class Recomputer {
     const [h, w, c] = spec.input;
     if (h !== train.rows || w !== train.cols || c !== 1)
       refuse(`model ${spec.name} takes ${h}×${w}×${c} inputs, the dataset has ${train.rows}×${train.cols}×1 images`);
+    if (train.count < 1) refuse('the training set is empty');
     this.layout = parameterLayout(spec);
-    this.model = createModel(gpu, spec, this.layout, { maxBatch: job.globalBatch, optimizer: job.optimizer, seed });
+    // A rank's slice is at most a step, and a step at most the global batch and the data set (as the tabs size it).
+    const maxBatch = Math.min(job.globalBatch, train.count);
+    this.model = createModel(gpu, spec, this.layout, { maxBatch, optimizer: job.optimizer, seed });
     this.state = createTrainingState(this.model, hashParams);
-    this.batches = new ImageBatches(train, job.globalBatch);
+    this.batches = new ImageBatches(train, maxBatch);
   }
 
   /** Training samples a request may name (the job's `dataset.subset` applied). */
@@ -154,8 +157,8 @@ export class Recomputer {
     if (slices.length !== world) refuse(`${slices.length} slices for a world of ${world}`);
     let total = 0;
     for (const [rank, slice] of slices.entries()) {
-      if (slice.length > this.job.globalBatch)
-        refuse(`rank ${rank} has ${slice.length} samples, more than the global batch ${this.job.globalBatch}`);
+      if (slice.length > this.batches.maxBatch)
+        refuse(`rank ${rank} has ${slice.length} samples, more than a step's ${this.batches.maxBatch}`);
       for (const index of slice)
         if (index >= this.batches.split.count)
           refuse(`rank ${rank}: sample index ${index} outside the job's ${this.batches.split.count} samples`);
