@@ -20,10 +20,9 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { loadIdxDataset } from '../../coordinator/dataset';
 import { parseJobSpec } from '../../coordinator/core/job';
 import { parameterLayout, TINY_MLP_SPEC } from '../../coordinator/core/model-spec';
-import { epochOrder, indicesForRank } from '../../coordinator/core/sampler';
 import { gradientSketch, paramsSketch, RECOMPUTE_TOLERANCE, worstRatio } from '../../coordinator/core/sketch';
 import { encodeSnapshot } from '../../coordinator/core/snapshot';
-import { VerifierClient, type VerifyRequest } from '../../coordinator/verifier-client';
+import { stepSlices, VerifierClient, type VerifyRequest } from '../../coordinator/verifier-client';
 import { initParams } from '../../kernels/layers';
 import { FASHION_MNIST_DIR, skipWithoutFashionMnist } from '../support/browser';
 import { makeTempDir } from '../support/fake-dataset';
@@ -53,10 +52,8 @@ describe.skipIf(skipWithoutFashionMnist() || (await skipWithoutNodeGpu()))('veri
       moments: [new Float32Array(n), new Float32Array(n)],
     });
     writeFileSync(snapshotPath, new Uint8Array(snapshot));
-    const order = epochOrder(JOB.seed, 0, 60_000);
-    const shares = [1, 3];
-    const slices = shares.map((_, rank) => indicesForRank(order, 0, JOB.globalBatch, shares, rank).slice());
-    request = { snapshotPath, stepHash: STEP_HASH, world: 2, slices, count: JOB.globalBatch };
+    const plan = { datasetSize: 60_000, globalBatch: JOB.globalBatch, epochs: 1, commitEvery: 1 };
+    request = { snapshotPath, stepHash: STEP_HASH, world: 2, ...stepSlices(plan, JOB.seed, 1, [1, 3]) };
     client = await VerifierClient.start({ job: JOB, datasetDir: FASHION_MNIST_DIR });
   });
   afterAll(async () => {

@@ -1,10 +1,13 @@
 /**
  * The coordinator–verifier messages (coordinator/core/verifier-protocol.ts) accept what the two ends
- * send and nothing else: typed arrays of the right kind and size, hashes of the right form; and the
- * SwiftShader environment the coordinator gives the verifier process (coordinator/gpu-env.ts).
+ * send and nothing else: typed arrays of the right kind and size, hashes of the right form; the slices of
+ * a step as the sampler gave them to the ranks; and the SwiftShader environment the coordinator gives
+ * the verifier process (coordinator/gpu-env.ts).
  */
 import { describe, expect, it } from 'vitest';
 import { swiftshaderEnv } from '../../coordinator/gpu-env';
+import { epochOrder, indicesForRank } from '../../coordinator/core/sampler';
+import { stepSlices } from '../../coordinator/verifier-client';
 import { GRADIENT_SKETCH_BUCKETS, PARAMS_SKETCH_BUCKETS } from '../../coordinator/core/sketch';
 import { verifierAnswerSchema, verifierRequestSchema } from '../../coordinator/core/verifier-protocol';
 
@@ -71,5 +74,25 @@ describe('swiftshaderEnv', () => {
   it('adds nothing where a driver is chosen already or the ICD is absent', () => {
     expect(swiftshaderEnv({ VK_ICD_FILENAMES: '/mine.json' }, icd, () => true)).toEqual({});
     expect(swiftshaderEnv({}, icd, () => false)).toEqual({});
+  });
+});
+
+describe('stepSlices', () => {
+  const plan = { datasetSize: 1000, globalBatch: 96, epochs: 2, commitEvery: 1 };
+  it('gives each rank the indices the sampler gives it, for a step in the second epoch and a short last step', () => {
+    const shares = [1, 2.5, 0.5];
+    for (const step of [1, 12, 13]) {
+      const { slices, count } = stepSlices(plan, 7, step, shares);
+      const epoch = step > 11 ? 1 : 0;
+      const cursor = ((step - 1) % 11) * 96;
+      expect(count).toBe(step === 11 ? 1000 - 960 : Math.min(96, 1000 - cursor));
+      expect(slices.reduce((a, s) => a + s.length, 0)).toBe(count);
+      slices.forEach((slice, rank) => {
+        expect(Array.from(slice)).toEqual(
+          Array.from(indicesForRank(epochOrder(7, epoch, 1000), cursor, 96, shares, rank)),
+        );
+      });
+    }
+    expect(stepSlices(plan, 7, 11, [1]).count).toBe(40);
   });
 });
