@@ -8,7 +8,7 @@
  * - a bad snapshot path is a clear error for that request, and the same child answers the next one;
  * - a child killed (SIGKILL) while recomputing fails the pending and the queued request clearly, later
  *   requests are refused until `restart()`, and the restarted child answers; a request over its timeout
- *   fails the same way;
+ *   fails the same way; `close()` leaves no process behind;
  * - a child that finds no WebGPU adapter, and jobs on a text dataset or with local steps, fail at start
  *   with their reason.
  *
@@ -130,6 +130,13 @@ describe.skipIf(skipWithoutFashionMnist() || (await skipWithoutNodeGpu()))('veri
     await client.restart();
     expect(client.pid).not.toBe(pid);
     expect(client.timeoutMs).toBeGreaterThanOrEqual(10_000);
+  });
+
+  it('close() kills the child: its process is gone once close resolves', async () => {
+    const pid = client.pid!;
+    await client.close();
+    expect(() => process.kill(pid, 0)).toThrow(/ESRCH/);
+    await expect(client.recompute(request)).rejects.toThrow(/the verifier was closed/);
   });
 
   it('a child without a WebGPU adapter fails at start with the reason', async () => {
