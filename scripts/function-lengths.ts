@@ -10,7 +10,7 @@ import ts from 'typescript';
 const rootAt = process.argv.indexOf('--root');
 const ROOT = rootAt >= 0 ? process.argv[rootAt + 1] : join(import.meta.dirname, '..');
 const dirsAt = process.argv.indexOf('--dirs');
-const PRODUCT = dirsAt >= 0 ? process.argv[dirsAt + 1].split(',') : ['coordinator', 'web', 'kernels'];
+const PRODUCT = dirsAt >= 0 ? process.argv[dirsAt + 1].split(',') : ['coordinator', 'web', 'kernels', 'verifier'];
 
 function* sources(dir: string): Generator<string> {
   for (const name of readdirSync(dir)) {

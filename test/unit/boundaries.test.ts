@@ -36,7 +36,10 @@ describe('import boundaries (dependency-cruiser)', () => {
       'coordinator/core/leaky.ts':
         "import { readFileSync } from 'node:fs';\nimport { s } from '../server';\nexport const x = [readFileSync, s];\n",
       'coordinator/server.ts':
-        "import { v } from './core/protocol';\nimport { page } from '../web/page';\nexport const s = [v, page];\n",
+        "import { v } from './core/protocol';\nimport { page } from '../web/page';\nimport { r } from '../verifier/recompute';\nexport const s = [v, page, r];\n",
+      'coordinator/dataset.ts': 'export const d = 1;\n',
+      'verifier/recompute.ts':
+        "import { v } from '../coordinator/core/protocol';\nimport { d } from '../coordinator/dataset';\nimport { k } from '../kernels/matmul';\nimport { s } from '../coordinator/server';\nimport { page } from '../web/page';\nexport const r = [v, d, k, s, page];\n",
       'kernels/matmul.ts':
         "import { v } from '../coordinator/core/protocol';\nimport { page } from '../web/page';\nexport const k = [v, page];\n",
       'web/page.ts':
@@ -48,17 +51,20 @@ describe('import boundaries (dependency-cruiser)', () => {
       mkdirSync(dirname(join(fixture, path)), { recursive: true });
       writeFileSync(join(fixture, path), text);
     }
-    expect(await violations(fixture, ['coordinator', 'kernels', 'web', 'test'])).toEqual([
+    expect(await violations(fixture, ['coordinator', 'kernels', 'web', 'verifier', 'test'])).toEqual([
       'coordinator-not-into-web-or-kernels: coordinator/server.ts -> web/page.ts',
+      'coordinator-spawns-verifier: coordinator/server.ts -> verifier/recompute.ts',
       'core-is-pure: coordinator/core/leaky.ts -> coordinator/server.ts',
       'core-no-node-apis: coordinator/core/leaky.ts -> fs',
       'kernels-only-core: kernels/matmul.ts -> web/page.ts',
       'product-not-into-test-or-bench: web/page.ts -> test/helper.ts',
+      'verifier-only-kernels-and-core: verifier/recompute.ts -> coordinator/server.ts',
+      'verifier-only-kernels-and-core: verifier/recompute.ts -> web/page.ts',
       'web-only-kernels-and-core: web/page.ts -> coordinator/server.ts',
     ]);
   });
 
   it('finds none in the real tree', async () => {
-    expect(await violations(ROOT, ['coordinator', 'web', 'kernels', 'bin', 'test', 'bench'])).toEqual([]);
+    expect(await violations(ROOT, ['coordinator', 'web', 'kernels', 'verifier', 'bin', 'test', 'bench'])).toEqual([]);
   }, 120_000);
 });

@@ -13,21 +13,11 @@
  * (elastic-steps.ts, solo-loop.ts) records the GPU work without an await in between. The arrays are
  * allocated once per maximum batch and reused (the training loop calls this hundreds of times per epoch).
  */
-import type { DatasetBytes, DatasetSplitBytes } from './types';
+import { type BatchSource, ImageBatches } from '../../coordinator/core/image-batches';
+import type { DatasetBytes } from './types';
 
-export interface Batch {
-  /** Classifiers: float32 features; language models: u32 token ids. */
-  x: Float32Array | Uint32Array;
-  labels: Uint32Array;
-  batch: number;
-}
-
-export interface BatchSource {
-  /** Fetch what `indices[start .. start+count)` need; null when they are already at hand. */
-  prepare(indices: ArrayLike<number>, start?: number, count?: number): Promise<void> | null;
-  /** The batch of `indices[start .. start+count)` (prepared); views into reused storage, valid until the next call. */
-  gather(indices: ArrayLike<number>, start?: number, count?: number): Batch;
-}
+// The image batches are shared with the coordinator's verifier, which must feed a model the same floats.
+export { type Batch, type BatchSource, checkIndex, ImageBatches } from '../../coordinator/core/image-batches';
 
 /** The name elastic-steps.ts and solo-loop.ts know the batch source by. */
 export type BatchAssembler = BatchSource;
@@ -53,45 +43,6 @@ export interface TrainingData {
   batches(maxBatch: number): BatchSource;
   /** The first `count` test samples (at most `testCount`). */
   testSet(count: number): Promise<TestSet>;
-}
-
-/** Throws unless `index` names one of `n` samples. */
-export function checkIndex(index: number, n: number): void {
-  if (!(Number.isInteger(index) && index >= 0 && index < n)) throw new Error(`sample index ${index} outside [0, ${n})`);
-}
-
-export class ImageBatches implements BatchSource {
-  readonly pixels: number;
-  private readonly x: Float32Array;
-  private readonly labels: Uint32Array;
-
-  constructor(
-    readonly split: DatasetSplitBytes,
-    readonly maxBatch: number,
-  ) {
-    this.pixels = split.rows * split.cols;
-    this.x = new Float32Array(maxBatch * this.pixels);
-    this.labels = new Uint32Array(maxBatch);
-  }
-
-  prepare(): null {
-    return null;
-  }
-
-  gather(indices: ArrayLike<number>, start = 0, count = indices.length - start): Batch {
-    if (count > this.maxBatch) throw new Error(`batch of ${count} exceeds the maximum ${this.maxBatch}`);
-    const { images, labels, count: n } = this.split;
-    const p = this.pixels;
-    for (let b = 0; b < count; b++) {
-      const index = indices[start + b];
-      checkIndex(index, n);
-      const src = index * p;
-      const dst = b * p;
-      for (let i = 0; i < p; i++) this.x[dst + i] = images[src + i] / 255;
-      this.labels[b] = labels[index];
-    }
-    return { x: this.x.subarray(0, count * p), labels: this.labels.subarray(0, count), batch: count };
-  }
 }
 
 /** The IDX image set, all of it in memory (the volunteer page downloads it whole, dataset-client.ts). */
