@@ -12,7 +12,14 @@ import { randomBytes } from 'node:crypto';
 import { resolve } from 'node:path';
 import { addNetOptions, netConfigFrom, type NetFlags } from './net-flags';
 import { startCoordinator, type RunningCoordinator } from './start';
-import { DEFAULT_DATASET_DIR, DEFAULT_DIST_DIR, loadJobDataset, loadJobFile, StartupError } from './startup-config';
+import {
+  DEFAULT_DATASET_DIR,
+  DEFAULT_DIST_DIR,
+  loadJobDataset,
+  loadJobFile,
+  resolveDatasetDir,
+  StartupError,
+} from './startup-config';
 import { registerSwarmCommand, startLocalWorkers, type LocalWorkers } from './swarm';
 import { addTrustFlags, trustOptionsOf, type TrustFlags } from './trust-flags';
 
@@ -66,6 +73,7 @@ async function runCoordinator(flags: CoordinatorFlags): Promise<void> {
       tls: net.tls,
       publicUrl: net.publicUrl,
       trustProxy: net.trustProxy,
+      ...('kind' in job.dataset ? {} : { verifierDatasetDir: resolveDatasetDir(flags.dataset) }),
     });
   } catch (error) {
     throw startupErrorOf(error, flags);

@@ -5,6 +5,7 @@
 import { createHash, randomBytes } from 'node:crypto';
 import { join } from 'node:path';
 import { VerificationService, type Recompute } from './verification-service';
+import { VerifierClient } from './verifier-client';
 import type { Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { effectiveDatasetSize, type JobSpec } from './core/job';
@@ -49,8 +50,13 @@ export interface CoordinatorConfig {
   publicUrl?: string;
   /** Honour X-Forwarded-Proto/Host from a reverse proxy (only behind one you run). */
   trustProxy?: boolean;
-  /** The verifier that recomputes checked steps (required when the job verifies; verifier-client.ts). */
+  /**
+   * The verifier that recomputes checked steps; default: the verifier process (verifier-client.ts),
+   * started on `verifierDatasetDir` when the job's `verify.probability` is above 0.
+   */
   recompute?: { run: Recompute; close: () => void };
+  /** The IDX folder the verifier process reads (the one this coordinator serves). */
+  verifierDatasetDir?: string;
 }
 
 export interface RunningCoordinator {
@@ -189,6 +195,7 @@ function running(
 export async function startCoordinator(config: CoordinatorConfig): Promise<RunningCoordinator> {
   const log = rateLimitedLog(config.log ?? ((line: string) => process.stderr.write(`${line}\n`)));
   const store = new SqliteStore(config.dataDir);
+  let verifier: { service: VerificationService; close: () => void } | null = null;
   try {
     let metricsRef: CoordinatorMetrics | null = null;
     const trust = setUpTrust(
@@ -220,7 +227,7 @@ export async function startCoordinator(config: CoordinatorConfig): Promise<Runni
     });
     const admin = adminRouter(config, opened.runId, store, executor, metrics, trust);
     // p = 0: sketches and the ring identity only, nothing to recompute.
-    const verifier = (config.job.verify?.probability ?? 0) > 0 ? startVerifier(config, executor, log) : null;
+    verifier = (config.job.verify?.probability ?? 0) > 0 ? await startVerifier(config, executor, log) : null;
     server = new CoordinatorServer({
       runId: opened.runId,
       store,
@@ -271,19 +278,19 @@ export async function startCoordinator(config: CoordinatorConfig): Promise<Runni
       },
     );
   } catch (error) {
+    verifier?.close();
     store.close();
     throw error;
   }
 }
 
 /** The recomputing verifier and the upload service in front of it (core/verification.ts). */
-function startVerifier(
+async function startVerifier(
   config: CoordinatorConfig,
   executor: MachineExecutor,
   log: (line: string) => void,
-): { service: VerificationService; close: () => void } {
-  const recompute = config.recompute;
-  if (!recompute) throw new Error('this job verifies contributions, but no verifier is configured');
+): Promise<{ service: VerificationService; close: () => void }> {
+  const recompute = config.recompute ?? (await verifierProcess(config, log));
   const service = new VerificationService({
     executor,
     recompute: recompute.run,
@@ -292,6 +299,30 @@ function startVerifier(
     onLog: (level, message) => log(`tabswarm ${level}: ${message}`),
   });
   return { service, close: () => recompute.close() };
+}
+
+/** The verifier child process on the job's IDX dataset, as `recompute`. */
+async function verifierProcess(
+  config: CoordinatorConfig,
+  log: (line: string) => void,
+): Promise<{ run: Recompute; close: () => void }> {
+  if (!config.verifierDatasetDir)
+    throw new Error(
+      'this job has recomputed checks (verify.probability > 0): the verifier needs the IDX dataset folder',
+    );
+  const client = await VerifierClient.start({ job: config.job, datasetDir: config.verifierDatasetDir });
+  log(`tabswarm info: verifier ready on ${client.adapter} (a full step in ${Math.round(client.stepMs)} ms)`);
+  return {
+    run: async (req) => {
+      const r = await client.recompute(req);
+      const plain = (k: { values: Float64Array; mass: Float64Array }) => ({
+        values: Array.from(k.values),
+        mass: Array.from(k.mass),
+      });
+      return { own: r.own.map(plain), params: plain(r.params), ms: r.ms };
+    },
+    close: () => void client.close(),
+  };
 }
 
 /**

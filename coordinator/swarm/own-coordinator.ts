@@ -10,7 +10,7 @@ import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import type { JobSpec } from '../core/job';
 import { startCoordinator } from '../start';
-import { DEFAULT_DIST_DIR, loadJobDataset, StartupError } from '../startup-config';
+import { DEFAULT_DIST_DIR, loadJobDataset, resolveDatasetDir, StartupError } from '../startup-config';
 
 export interface OwnCoordinator {
   /** `http://127.0.0.1:PORT`. */
@@ -44,6 +44,7 @@ export async function startOwnCoordinator(
       adminToken: randomBytes(18).toString('base64url'),
       distDir,
       log: (line) => log(`coordinator: ${line}`),
+      ...('kind' in job.dataset ? {} : { verifierDatasetDir: resolveDatasetDir(datasetFlag) }),
     });
   } catch (error) {
     rmSync(dataDir, { recursive: true, force: true });

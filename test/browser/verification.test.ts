@@ -11,7 +11,7 @@
 import { join } from 'node:path';
 import type { Browser } from 'playwright-core';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { identityTolerance } from '../../coordinator/core/sketch';
+import { identityTolerance, RECOMPUTE_TOLERANCE } from '../../coordinator/core/sketch';
 import {
   FASHION_MNIST_DIR,
   launchChromium,
@@ -131,5 +131,28 @@ describe.skipIf(skip)('checked contributions across browser tabs', () => {
       `ring identity, honest tabs: worst bucket ${worst.toExponential(2)} of the tolerance ${identityTolerance(3, 'none').toExponential(2)}`,
     );
     expect(worst).toBeLessThan(0.25);
+  });
+
+  it('three honest tabs with recomputed spot checks (p = 0.25): every check passes, by orders of magnitude', async () => {
+    const { coordinator, swarm } = await start({ verify: { probability: 0.25 } });
+    await swarm.openMany(3);
+    await coordinatorStatusUntil(coordinator, (s) => s.status === 'done', 'the job done', {
+      timeoutMs: 240_000,
+      pollMs: 250,
+    });
+    const events = await eventRows(coordinator);
+    const done = events.filter((e) => e.event === 'verification_done');
+    // 32 steps at p = 0.25, one check in flight at a time: a handful (0 would mean the checks never ran).
+    expect(done.length).toBeGreaterThanOrEqual(2);
+    expect(events.filter((e) => e.event === 'cheater_banned')).toEqual([]);
+    for (const d of done) expect(d.data.cheaters).toEqual([]);
+    const own = done.flatMap((d) => d.data.ownRatios as number[]);
+    const params = done.map((d) => d.data.paramsRatio as number);
+    const worst = Math.max(...own, ...params);
+    console.log(
+      `spot checks, Chromium tabs vs the Node verifier: ${done.length} checks, worst bucket ${worst.toExponential(2)} of the mass (tolerance ${RECOMPUTE_TOLERANCE})`,
+    );
+    expect(worst).toBeLessThan(RECOMPUTE_TOLERANCE / 10);
+    await expectCleanAudit(coordinator, { committed: TRAIN_IMAGES });
   });
 });
