@@ -11,7 +11,7 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import { join } from 'node:path';
 import { decodeSnapshot, type DecodedSnapshot, SnapshotError } from './core/snapshot';
 import type { RecomputedStep } from './core/state';
-import { stepSlices } from './core/verification';
+import { checkedSlices } from './core/verification';
 import type { MachineExecutor } from './executor';
 import { HttpError, readBody, sameSecret, sendJson } from './http-util';
 
@@ -80,15 +80,10 @@ export class VerificationService {
     if (snapshot.stateHash !== grant.hash)
       return this.refuse(res, step, `the state hashes to ${snapshot.stateHash}, step ${step} committed ${grant.hash}`);
     const v = state.verification!;
-    const slices = stepSlices(state, v.world, v.step);
+    const { slices, count } = checkedSlices(state, v);
     executor.dispatch({ kind: 'verification_upload', step, ok: true });
     sendJson(res, 202, { ok: true, step });
-    void this.run(v.step, body, {
-      stepHash: v.stepHash,
-      world: v.world.length,
-      slices,
-      count: slices.reduce((n, s) => n + s.length, 0),
-    });
+    void this.run(v.step, body, { stepHash: v.stepHash, world: v.world.length, slices, count });
   }
 
   private refuse(res: ServerResponse, step: number, reason: string): void {

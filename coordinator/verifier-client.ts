@@ -18,7 +18,6 @@
 import { type ChildProcess, fork } from 'node:child_process';
 import { resolve } from 'node:path';
 import { parseJobSpec } from './core/job';
-import { assignStep, epochOrder, type StepPlan, stepPosition } from './core/sampler';
 import type { Sketch } from './core/sketch';
 import {
   type VerifierAnswer,
@@ -70,23 +69,6 @@ export interface VerifyResult {
   paramsHash: string;
   /** The child's own time for the recomputation, ms. */
   ms: number;
-}
-
-/**
- * The `slices` and `count` of a request for step `step` (1-based) of a job with `plan` and `seed`, in a
- * world whose shares were `shares`: each rank's dataset indices as the sampler gave them (copies, since
- * they cross the process boundary).
- */
-export function stepSlices(
-  plan: StepPlan,
-  seed: number,
-  step: number,
-  shares: readonly number[],
-): Pick<VerifyRequest, 'slices' | 'count'> {
-  const { epoch, cursor, count } = stepPosition(step, plan);
-  const order = epochOrder(seed, epoch, plan.datasetSize);
-  const slices = assignStep(cursor, count, shares).map((s) => order.slice(s.start, s.start + s.count));
-  return { slices, count };
 }
 
 export class VerifierError extends Error {

@@ -24,9 +24,9 @@
  */
 import { begin, finish, log, metric, own, persist, type Ctx } from './context';
 import { hashBytes } from './hash';
-import { type JobSpec, jobPublic } from './job';
+import type { JobSpec } from './job';
 import type { StepReportMessage } from './protocol';
-import { epochOrder, indicesForRank, stepPosition } from './sampler';
+import { assignStep, epochOrder, planOf, type StepPlan, stepPosition } from './sampler';
 import {
   bucketsPerSegment,
   checkIdentity,
@@ -121,13 +121,26 @@ export function ringIdentityHoldsIn(ctx: Ctx, point: number): boolean {
   return false;
 }
 
-/** The sample indices of `step` for every rank of `world` (the shares of that round). */
-export function stepSlices(s: CoordinatorState, world: { rank: number; share: number }[], step: number): Uint32Array[] {
-  const job = jobPublic(s.job, s.datasetSize);
-  const { epoch, cursor } = stepPosition(step, job);
-  const order = epochOrder(job.seed, epoch, job.datasetSize);
-  const shares = [...world].sort((a, b) => a.rank - b.rank).map((w) => w.share);
-  return shares.map((_, rank) => indicesForRank(order, cursor, job.globalBatch, shares, rank));
+/**
+ * The sample indices of `step` (1-based) for each rank of a world whose shares were `shares` (by rank),
+ * as the sampler gave them to the tabs, and the samples in the step: what the verifier recomputes.
+ */
+export function stepSlices(
+  plan: StepPlan,
+  seed: number,
+  step: number,
+  shares: readonly number[],
+): { slices: Uint32Array[]; count: number } {
+  const { epoch, cursor, count } = stepPosition(step, plan);
+  const order = epochOrder(seed, epoch, plan.datasetSize);
+  const slices = assignStep(cursor, count, shares).map((s) => order.slice(s.start, s.start + s.count));
+  return { slices, count };
+}
+
+/** `stepSlices` of the step under check, from the world it was computed by. */
+export function checkedSlices(s: CoordinatorState, v: Pick<VerificationState, 'world' | 'step'>) {
+  const shares = [...v.world].sort((a, b) => a.rank - b.rank).map((w) => w.share);
+  return stepSlices(planOf(s), s.job.seed, v.step, shares);
 }
 
 /**

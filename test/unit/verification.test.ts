@@ -10,7 +10,7 @@ import { parseJobSpec, type JobSpecInput } from '../../coordinator/core/job';
 import type { StepSketches } from '../../coordinator/core/sketch';
 import { bucketsPerSegment, PARAMS_SKETCH_BUCKETS, RECOMPUTE_TOLERANCE } from '../../coordinator/core/sketch';
 import type { RecomputedStep } from '../../coordinator/core/state';
-import { judge, stepSlices, verificationDraw } from '../../coordinator/core/verification';
+import { checkedSlices, judge, verificationDraw } from '../../coordinator/core/verification';
 import { mulberry32 } from '../support/rng';
 import { Harness } from './coordinator-harness';
 
@@ -238,7 +238,7 @@ describe('recomputed spot checks', () => {
   it('the slices it recomputes are the sampler’s, by rank (the tabs trained exactly these)', () => {
     const h = swarm();
     const world = h.state.rendezvous.participants;
-    const slices = stepSlices(h.state, world, 1);
+    const { slices } = checkedSlices(h.state, { world, step: 1 });
     expect(slices.map((s) => s.length)).toEqual([4, 4, 4]);
     expect(new Set(slices.flatMap((s) => [...s])).size).toBe(12);
   });

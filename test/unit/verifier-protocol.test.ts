@@ -7,7 +7,7 @@
 import { describe, expect, it } from 'vitest';
 import { swiftshaderEnv } from '../../coordinator/gpu-env';
 import { epochOrder, indicesForRank } from '../../coordinator/core/sampler';
-import { stepSlices } from '../../coordinator/verifier-client';
+import { stepSlices } from '../../coordinator/core/verification';
 import { GRADIENT_SKETCH_BUCKETS, PARAMS_SKETCH_BUCKETS } from '../../coordinator/core/sketch';
 import { verifierAnswerSchema, verifierRequestSchema } from '../../coordinator/core/verifier-protocol';
 
