@@ -103,11 +103,8 @@ export class VerifierClient {
 
   /** Fork the verifier and wait until it is ready; rejects with the child's reason if it cannot serve. */
   static async start(opts: VerifierClientOptions): Promise<VerifierClient> {
-    const job = parseJobSpec(opts.job);
-    if ('kind' in job.dataset)
-      throw new VerifierError(
-        `verification of ${job.dataset.kind} datasets is not supported yet (only IDX image sets)`,
-      );
+    const unsupported = verificationUnsupported(parseJobSpec(opts.job));
+    if (unsupported) throw new VerifierError(unsupported);
     const client = new VerifierClient(opts);
     await client.spawn();
     return client;
