@@ -3,7 +3,7 @@
  * `wrapPorts`) and misbehaves in one way, from step `fromStep` on, so the tab first trains honestly.
  * This file lives under test/ on purpose: nothing under web/ imports test/ (.dependency-cruiser.cjs
  * `product-not-into-test-or-bench`), so `vite build` cannot put any of it in the production bundle;
- * test/unit/hostile-bundle.test.ts checks the built files for `HOSTILE_TAB_MARKER`.
+ * test/integration/production-bundle.test.ts checks a fresh build for `HOSTILE_TAB_MARKER`.
  *
  * Modes (`?mode=`):
  * - `scale` (`factor`, default 1000), `negate`, `noise` (`std`: Gaussian noise of std × the
@@ -25,7 +25,7 @@ import { decodeFrame, FRAME_HEADER_BYTES, FrameKind, PayloadEncoding } from '../
 import type { Link } from '../../../../web/net/link';
 import { mulberry32 } from '../../../support/rng';
 
-/** Only these decorators contain it: the production-bundle test looks for it in dist/. */
+/** Only these decorators contain it: the production-bundle test looks for it in a fresh build. */
 export const HOSTILE_TAB_MARKER = 'tabswarm-hostile-tab-decorators';
 
 export const HOSTILE_MODES = [
