@@ -98,7 +98,6 @@ export interface HostileContext {
 
 /** The honest ports with the one decorator the attack needs. */
 export function hostilePorts(ports: ElasticPorts, ctx: HostileContext): ElasticPorts {
-  console.info(`${HOSTILE_TAB_MARKER}: mode ${ctx.attack.mode} from step ${ctx.attack.fromStep}`);
   switch (ctx.attack.mode) {
     case 'scale':
     case 'negate':

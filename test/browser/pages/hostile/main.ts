@@ -13,7 +13,7 @@ import { startElastic } from '../../../../web/elastic/start';
 import type { ElasticStatus } from '../../../../web/elastic/elastic-loop';
 import { datasetBuffers, fetchDataset } from '../../../../web/volunteer/dataset-client';
 import type { TrainingWorkerApi } from '../../../../web/worker/training-worker';
-import { type Attack, emptyTally, hostilePorts, parseAttack, type Tally } from './attacks';
+import { type Attack, emptyTally, HOSTILE_TAB_MARKER, hostilePorts, parseAttack, type Tally } from './attacks';
 
 export interface HostileState {
   attack: Attack | null;
@@ -54,6 +54,7 @@ async function watchCommits(): Promise<void> {
 async function main(): Promise<void> {
   const attack = parseAttack(new URLSearchParams(location.search));
   state.attack = attack;
+  console.info(`${HOSTILE_TAB_MARKER}: mode ${attack.mode} from step ${attack.fromStep}`);
   const worker = new Worker(new URL('../../../../web/worker/training-worker.ts', import.meta.url), {
     type: 'module',
     name: 'tabswarm-training',
