@@ -285,23 +285,36 @@ describe.skipIf(skip)('a hostile tab among three honest ones', () => {
     await expectJobUnharmed(c, swarm);
   });
 
-  it('claims in its hello the committed state copied from /api/status: not believed, it receives the state', async () => {
-    const c = await coordinator();
+  it('claims in its hello the committed state copied from /api/status: not believed, the stored checkpoint is used', async () => {
+    const c = await coordinator({ minWorkers: 1, checkpointEvery: 4 });
     const swarm = honestSwarm(c);
     await swarm.openMany(3);
-    await statusUntil(c, (s) => s.step >= FROM_STEP, `step ${FROM_STEP}`);
-    const tab = await hostile.open(browser, { mode: 'claim-state', fromStep: FROM_STEP }, { echo });
+    await statusUntil(c, (s) => s.step >= 6 && s.latestCheckpoint !== null, 'step 6 and a checkpoint');
+    // Every honest tab leaves: nobody holds the last commit any more, only the stored checkpoint does.
+    await Promise.all(swarm.live.map((t) => swarm.close(t)));
+    const gone = await statusUntil(c, (s) => s.world.length === 0 && s.waiting.length === 0, 'no tab left');
+    // The liar joins alone, naming this run and claiming the last commit, as a tab coming back would.
+    const tab = await hostile.open(browser, { mode: 'claim-state', fromStep: 1 }, { echo });
     const joined = await tab.waitFor(
-      (v) => v.hostile.tally.hellos > 0 && v.elastic !== null && v.elastic.phase === 'training',
+      (v) => v.hostile.tally.hellos > 0 && v.hostile.tally.forgedRuns > 0 && v.elastic?.phase === 'training',
       null,
       90_000,
     );
-    // The coordinator did not take the claim: the tab got the state from an honest peer.
-    expect(joined.elastic!.lastSync).toBe('receive');
+    // Believed, it would have been the round's state source for a state it does not hold.
+    expect(joined.elastic!.lastSync).toBe('checkpoint');
+    expect(joined.elastic!.localStep).toBeLessThanOrEqual(gone.step);
     const join = (await adminEvents(c)).find((e) => e.event === 'join' && e.data.workerId === joined.elastic!.workerId);
     expect(join?.data).toMatchObject({ vouched: false, holdsCommitted: false });
-    // It then trains on the real state: its steps commit with the honest tabs' hashes.
-    await tab.waitFor((v, step) => v.elastic!.committedStep >= step + 2, joined.elastic!.committedStep, 60_000);
+    // Honest tabs come back and train with it from the checkpoint's state.
+    await swarm.openMany(2);
+    await statusUntil(
+      c,
+      (s, step) => s.world.length === 3 && s.step >= step + 2,
+      'three tabs past the claim',
+      gone.step,
+    );
+    const rows = await commitRows(c);
+    expect(rows.map((r) => r.step)).toEqual(Array.from({ length: rows.length }, (_, i) => i + 1));
     await expectJobUnharmed(c, swarm);
   });
 });

@@ -15,7 +15,15 @@ import { CollectiveError } from '../../web/net/collective-error';
 import type { Ring } from '../../web/net/link';
 import { memoryRing } from '../../web/net/memory-link';
 import { ringAllreduce } from '../../web/net/ring-allreduce';
-import { type Attack, emptyTally, hostilePorts, parseAttack, type Tally } from '../browser/pages/hostile/attacks';
+import {
+  type Attack,
+  emptyTally,
+  forgeHelloRunId,
+  hostilePorts,
+  parseAttack,
+  type PublicCommit,
+  type Tally,
+} from '../browser/pages/hostile/attacks';
 import { mulberry32, randomArray } from '../support/rng';
 
 function attack(mode: string, extra: Record<string, string> = {}): Attack {
@@ -49,7 +57,7 @@ function honestPorts(opts: { gradients?: Float32Array; ring?: Ring; sent?: Outgo
   return { trainer, mesh, control, http, hello } satisfies ElasticPorts;
 }
 
-function decorate(ports: ElasticPorts, a: Attack, step = 10, committed: { step: number; hash: string } | null = null) {
+function decorate(ports: ElasticPorts, a: Attack, step = 10, committed: PublicCommit | null = null) {
   const tally: Tally = emptyTally();
   return { ports: hostilePorts(ports, { attack: a, tally, step: () => step, committed: () => committed }), tally };
 }
@@ -221,10 +229,31 @@ describe('the control, HTTP and hello decorators', () => {
 
   it('claim-state claims the public last commit in hello, once the job reached fromStep', () => {
     const a = attack('claim-state', { fromStep: '5' });
-    const early = decorate(honestPorts({}), a, 1, { step: 4, hash: 'abc' });
+    const early = decorate(honestPorts({}), a, 1, { runId: 'r1', step: 4, hash: 'abc' });
     expect(early.ports.hello()).toMatchObject({ haveStep: null, haveHash: null });
-    const late = decorate(honestPorts({}), a, 1, { step: 7, hash: '0123456789abcdef' });
+    const late = decorate(honestPorts({}), a, 1, { runId: 'r1', step: 7, hash: '0123456789abcdef' });
     expect(late.ports.hello()).toMatchObject({ haveStep: 7, haveHash: '0123456789abcdef', peerId: 'tab-x' });
     expect(late.tally).toMatchObject({ hellos: 1, firstStep: 7 });
+  });
+
+  it("claim-state's socket patch names the coordinator's run in a hello that names none, and touches nothing else", () => {
+    const sent: string[] = [];
+    class FakeSocket {
+      constructor(readonly url: string) {}
+      send(data: unknown) {
+        sent.push(data as string);
+      }
+    }
+    let committed: PublicCommit | null = null;
+    const tally = emptyTally();
+    forgeHelloRunId(FakeSocket.prototype, { committed: () => committed, tally });
+    const hello = JSON.stringify({ v: 1, type: 'hello', runId: null, haveStep: 7 });
+    new FakeSocket('ws://h/ws').send(hello); // nothing public known yet
+    committed = { runId: 'run-9', step: 7, hash: 'abc' };
+    new FakeSocket('ws://h/ws').send(hello);
+    new FakeSocket('ws://h/ws').send(JSON.stringify({ type: 'hello', runId: 'mine' }));
+    new FakeSocket('ws://h/peer/peerjs').send(hello);
+    expect(sent.map((m) => JSON.parse(m).runId)).toEqual([null, 'run-9', 'mine', null]);
+    expect(tally.forgedRuns).toBe(1);
   });
 });

@@ -15,7 +15,9 @@
  *   would refuse a NaN input, so a hostile page bypasses that check as a modified one would);
  * - `lie-throughput`: `computeMs` of every step report set to `claim` (default 1e-6);
  * - `bad-checkpoint`: a requested checkpoint uploaded with every parameter at 0.5;
- * - `claim-state`: every hello claims the last committed step and hash read from `/api/status`.
+ * - `claim-state`: every hello claims the last committed step and hash read from `/api/status`, in
+ *   that run (`forgeHelloRunId`: a first hello would name no run, and a claim outside the run is
+ *   ignored anyway).
  */
 import { decodeSnapshot, encodeSnapshot } from '../../../../coordinator/core/snapshot';
 import type { HttpPort } from '../../../../web/elastic/checkpoint-transfer';
@@ -60,6 +62,8 @@ export interface Tally {
   reports: number;
   uploads: number;
   hellos: number;
+  /** Hellos sent naming the coordinator's run instead of none (`forgeHelloRunId`). */
+  forgedRuns: number;
   /** The first step attacked, or null. */
   firstStep: number | null;
 }
@@ -84,7 +88,14 @@ export function parseAttack(query: URLSearchParams): Attack {
 }
 
 export function emptyTally(): Tally {
-  return { gradients: 0, frames: 0, reports: 0, uploads: 0, hellos: 0, firstStep: null };
+  return { gradients: 0, frames: 0, reports: 0, uploads: 0, hellos: 0, forgedRuns: 0, firstStep: null };
+}
+
+/** What `/api/status` tells anyone about the last commit. */
+export interface PublicCommit {
+  runId: string;
+  step: number;
+  hash: string;
 }
 
 export interface HostileContext {
@@ -92,8 +103,8 @@ export interface HostileContext {
   tally: Tally;
   /** The step whose gradients are being computed (the live state's step + 1). */
   step(): number;
-  /** The coordinator's last committed step and hash (from `/api/status`), for `claim-state`. */
-  committed(): { step: number; hash: string } | null;
+  /** The coordinator's run and its last committed step and hash (from `/api/status`), for `claim-state`. */
+  committed(): PublicCommit | null;
 }
 
 /** The honest ports with the one decorator the attack needs. */
@@ -252,4 +263,27 @@ function claimingHello<H extends { haveStep: number | null; haveHash: string | n
   ctx.tally.hellos += 1;
   mark(ctx, committed.step);
   return { ...hello, haveStep: committed.step, haveHash: committed.hash };
+}
+
+/**
+ * `claim-state` on the wire: a hello that names no run (a tab's first) is sent naming the coordinator's
+ * current run instead, so the claim reads as a tab coming back to this run. The client fills `runId`
+ * itself, so this patches the sockets' `send` (`proto`: `WebSocket.prototype` in the page).
+ */
+export function forgeHelloRunId(
+  proto: { send(this: { url: string }, data: unknown): void },
+  ctx: Pick<HostileContext, 'committed' | 'tally'>,
+): void {
+  const send = proto.send;
+  proto.send = function (this: { url: string }, data: unknown) {
+    const runId = ctx.committed()?.runId;
+    if (runId && typeof data === 'string' && new URL(this.url).pathname === '/ws') {
+      const msg = JSON.parse(data) as { type?: string; runId?: string | null };
+      if (msg.type === 'hello' && msg.runId === null) {
+        data = JSON.stringify({ ...msg, runId });
+        ctx.tally.forgedRuns += 1;
+      }
+    }
+    send.call(this, data);
+  };
 }

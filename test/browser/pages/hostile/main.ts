@@ -13,7 +13,16 @@ import { startElastic } from '../../../../web/elastic/start';
 import type { ElasticStatus } from '../../../../web/elastic/elastic-loop';
 import { datasetBuffers, fetchDataset } from '../../../../web/volunteer/dataset-client';
 import type { TrainingWorkerApi } from '../../../../web/worker/training-worker';
-import { type Attack, emptyTally, HOSTILE_TAB_MARKER, hostilePorts, parseAttack, type Tally } from './attacks';
+import {
+  type Attack,
+  emptyTally,
+  forgeHelloRunId,
+  HOSTILE_TAB_MARKER,
+  hostilePorts,
+  parseAttack,
+  type PublicCommit,
+  type Tally,
+} from './attacks';
 
 export interface HostileState {
   attack: Attack | null;
@@ -33,17 +42,18 @@ const state: HostileState = { attack: null, tally: emptyTally(), phase: 'loading
 window.tabswarmHostile = state;
 
 let status: ElasticStatus | null = null;
-let committed: { step: number; hash: string } | null = null;
+let committed: PublicCommit | null = null;
 
 /** Poll the public status (what any visitor can read) for the last commit, every 300 ms for at most 10 minutes. */
 async function watchCommits(): Promise<void> {
   for (let i = 0; i < 2000; i++) {
     try {
       const s = (await (await fetch('/api/status', { cache: 'no-store' })).json()) as {
+        runId: string;
         step: number;
         lastCommit: { hash: string | null };
       };
-      if (s.lastCommit.hash) committed = { step: s.step, hash: s.lastCommit.hash };
+      if (s.lastCommit.hash) committed = { runId: s.runId, step: s.step, hash: s.lastCommit.hash };
     } catch {
       // The coordinator is going away with the test: nothing to claim.
     }
@@ -66,6 +76,7 @@ async function main(): Promise<void> {
   await api.loadData(Comlink.transfer(dataset, datasetBuffers(dataset)));
   if (attack.mode === 'claim-state') {
     void watchCommits();
+    forgeHelloRunId(WebSocket.prototype, { committed: () => committed, tally: state.tally });
     // Join late, once there is a committed state worth claiming.
     state.phase = 'waiting';
     const until = performance.now() + 120_000;
