@@ -112,6 +112,8 @@ export class HostileTabServer {
       optimizeDeps: ['peerjs', 'comlink', 'zod'],
       cacheDir: 'node_modules/.vite-hostile-tab',
       proxy: { '/api': route(false), '/ws': route(true), '/peer': route(true) },
+      // The coordinator refuses a banned tab's upgrades and closes its sockets: expected in these tests.
+      quiet: /ws proxy (socket )?error/,
     });
     return new HostileTabServer(vite, routes);
   }
