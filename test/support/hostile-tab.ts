@@ -13,8 +13,10 @@
  * const coordinator = await CoordinatorProcess.spawn({ extraArgs: ['--allow-origin', hostile.origin] });
  * hostile.pointAt(coordinator);
  * const tab = await hostile.open(browser, { mode: 'scale', factor: 1000, fromStep: 5 });
- * await tab.waitFor((s) => s.tally.gradients > 0, null);
+ * await tab.waitFor((v) => v.hostile.tally.gradients > 0, null);
  * ```
+ *
+ * Two colluding hostile tabs: `open` twice (both come from `HOSTILE_ADDRESS`).
  */
 import type { Browser, BrowserContext, Page } from 'playwright-core';
 import type { ProxyOptions } from 'vite';
@@ -123,10 +125,11 @@ export class HostileTabServer {
     return this.vite.url;
   }
 
-  /** Send the hostile tabs' `/api`, `/ws` and `/peer` to this coordinator from now on. */
-  pointAt(coordinator: CoordinatorProcess): void {
+  /** Send the hostile tabs' `/api`, `/ws` and `/peer` to this coordinator (or URL) from now on. */
+  pointAt(coordinator: CoordinatorProcess | string): void {
     if (this.routes.length !== 3) throw new Error(`expected 3 proxy routes, have ${this.routes.length}`);
-    for (const route of this.routes) route.target = coordinator.url;
+    const url = typeof coordinator === 'string' ? coordinator : coordinator.url;
+    for (const route of this.routes) route.target = url;
   }
 
   /** Open a hostile tab (its own browser context) attacking as `query` says; resolves once loaded. */
