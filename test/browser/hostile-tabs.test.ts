@@ -9,7 +9,8 @@
  *   attacker is refused or banned where the coordinator does so;
  * - poisoning the gradient (scale, negate, noise, corrupted forwarded sums) is NOT detected yet: those
  *   `it`s show the attack took effect (the committed losses leave the clean trajectory, which elastic
- *   training keeps to 1e-3 whatever the world), as a baseline for the detection to come.
+ *   training keeps to 1e-3 whatever the world), as a baseline for the detection to come; one run has
+ *   two colluding tabs (two hostile, two honest).
  *
  * The clean trajectory is the throughput-lie run's (its hostile tab computes honest gradients), so that
  * `it` runs first. Small on purpose: tiny-mlp, 2,048 Fashion-MNIST images, batch 64, 12 steps per run.
@@ -115,33 +116,37 @@ describe.skipIf(skip)('a hostile tab among three honest ones', () => {
   }
 
   /**
-   * A hostile tab and three honest tabs train until the coordinator committed step `STOP`. With
-   * `hostileFirst` the hostile tab is welcomed before the honest ones open (rank 0 of the first round);
-   * otherwise all four open at once.
+   * `hostiles` hostile tabs (default 1) and 4 − `hostiles` honest tabs train until the coordinator
+   * committed step `STOP`. With `hostileFirst` the hostile tab is welcomed before the honest ones open
+   * (rank 0 of the first round); otherwise all four open at once.
    */
   async function attackRun(
     query: HostileQuery,
-    opts: { job?: Record<string, unknown>; hostileFirst?: boolean } = {},
-  ): Promise<{ c: CoordinatorProcess; swarm: Swarm; tab: HostileTab; rows: CommitRow[]; status: StatusReport }> {
+    opts: { job?: Record<string, unknown>; hostileFirst?: boolean; hostiles?: number } = {},
+  ): Promise<{ c: CoordinatorProcess; swarm: Swarm; tabs: HostileTab[]; rows: CommitRow[] }> {
     const t0 = performance.now();
     const c = await coordinator(opts.job);
     const swarm = honestSwarm(c);
-    const openHostile = async () => {
-      const tab = await hostile.open(browser, query, { echo });
-      await tab.waitFor((v) => v.elastic !== null && v.elastic.workerId !== null, null, 60_000);
-      return tab;
-    };
-    let tab: HostileTab;
+    const hostiles = opts.hostiles ?? 1;
+    const openHostiles = () =>
+      Promise.all(
+        Array.from({ length: hostiles }, async () => {
+          const tab = await hostile.open(browser, query, { echo });
+          await tab.waitFor((v) => v.elastic !== null && v.elastic.workerId !== null, null, 60_000);
+          return tab;
+        }),
+      );
+    let tabs: HostileTab[];
     if (opts.hostileFirst) {
-      tab = await openHostile();
-      await swarm.openMany(3);
+      tabs = await openHostiles();
+      await swarm.openMany(4 - hostiles);
     } else {
-      [tab] = await Promise.all([openHostile(), swarm.openMany(3)]);
+      [tabs] = await Promise.all([openHostiles(), swarm.openMany(4 - hostiles)]);
     }
-    const status = await statusUntil(c, (s) => s.step >= STOP, `step ${STOP} committed`);
+    await statusUntil(c, (s) => s.step >= STOP, `step ${STOP} committed`);
     const rows = await commitRows(c);
-    console.log(`${query.mode}: ${((performance.now() - t0) / 1000).toFixed(1)} s to step ${STOP}`);
-    return { c, swarm, tab, rows, status };
+    console.log(`${query.mode} ×${hostiles}: ${((performance.now() - t0) / 1000).toFixed(1)} s to step ${STOP}`);
+    return { c, swarm, tabs, rows };
   }
 
   /** What holds after every attack: the job is alive, honest tabs commit on, the audit is clean. */
@@ -165,14 +170,18 @@ describe.skipIf(skip)('a hostile tab among three honest ones', () => {
   }
 
   /** The gradient attacks: the honest prefix is on the clean trajectory, the attacked steps are not. */
-  async function expectPoisoned(query: HostileQuery, tally: (t: HostileTab) => Promise<number>): Promise<void> {
+  async function expectPoisoned(
+    query: HostileQuery,
+    tally: (t: HostileTab) => Promise<number>,
+    hostiles = 1,
+  ): Promise<void> {
     expect(clean, 'the throughput-lie run (the clean trajectory) must pass first').not.toBeNull();
-    const { c, swarm, tab, rows } = await attackRun({ ...query, fromStep: FROM_STEP });
-    expect(await tally(tab)).toBeGreaterThan(0);
+    const { c, swarm, tabs, rows } = await attackRun({ ...query, fromStep: FROM_STEP }, { hostiles });
+    for (const tab of tabs) expect(await tally(tab)).toBeGreaterThan(0);
     const before = departure(rows, (s) => s < FROM_STEP);
     const after = departure(rows, (s) => s > FROM_STEP + 1);
     console.log(
-      `${query.mode}: loss departs from the clean run by ${before.toExponential(2)} before step ${FROM_STEP}, up to ${after.toExponential(2)} after`,
+      `${query.mode} ×${hostiles}: loss departs from the clean run by ${before.toExponential(2)} before step ${FROM_STEP}, up to ${after.toExponential(2)} after`,
     );
     expect(before).toBeLessThan(SAME_TRAJECTORY);
     expect(after).toBeGreaterThan(10 * SAME_TRAJECTORY);
@@ -182,7 +191,8 @@ describe.skipIf(skip)('a hostile tab among three honest ones', () => {
   }
 
   it('lies about throughput (computeMs 1e-6): its share stays measured, not claimed', async () => {
-    const { c, swarm, tab, rows } = await attackRun({ mode: 'lie-throughput', fromStep: 1 });
+    const { c, swarm, tabs, rows } = await attackRun({ mode: 'lie-throughput', fromStep: 1 });
+    const [tab] = tabs;
     expect((await tab.view()).hostile.tally.reports).toBeGreaterThan(0);
     // Shares are re-measured when a round forms: one honest tab leaves (a goodbye), three remain.
     await swarm.close(swarm.tabs[0]);
@@ -219,6 +229,12 @@ describe.skipIf(skip)('a hostile tab among three honest ones', () => {
   it('scales the partial sums it forwards in the reduce-scatter ×1000: the losses leave the clean trajectory (not detected yet)', async () => {
     // DETECTION: lead adds assertions after the verifier lands
     await expectPoisoned({ mode: 'corrupt-forward', factor: 1000 }, async (t) => (await t.view()).hostile.tally.frames);
+  });
+
+  it('two colluding tabs scale their gradients ×1000: the losses leave the clean trajectory (not detected yet)', async () => {
+    // DETECTION: lead adds assertions after the verifier lands (two liars: a spot check must not
+    // rely on a second opinion from a colluder)
+    await expectPoisoned({ mode: 'scale', factor: 1000 }, async (t) => (await t.view()).hostile.tally.gradients, 2);
   });
 
   it('sends NaN in its reduce-scatter frames: refused where they arrive, nothing NaN committed, job not failed; the honest reporters are charged (hole)', async () => {
@@ -263,10 +279,11 @@ describe.skipIf(skip)('a hostile tab among three honest ones', () => {
 
   it('uploads a checkpoint with every weight at 0.5: refused (hash mismatch), nothing stored', async () => {
     // Rank 0 is the rank asked for checkpoints.
-    const { c, swarm, tab } = await attackRun(
-      { mode: 'bad-checkpoint', fromStep: 1 },
-      { job: { checkpointEvery: 2 }, hostileFirst: true },
-    );
+    const {
+      c,
+      swarm,
+      tabs: [tab],
+    } = await attackRun({ mode: 'bad-checkpoint', fromStep: 1 }, { job: { checkpointEvery: 2 }, hostileFirst: true });
     const view = await tab.view();
     expect(view.hostile.tally.uploads).toBeGreaterThan(0);
     expect(view.elastic!.checkpointsUploaded).toBe(0);
