@@ -11,14 +11,14 @@
  * The status is also readable by tests as `window.tabswarmElastic` (a frozen copy per read).
  */
 import type * as Comlink from 'comlink';
-import { CoordinatorClient, defaultCoordinatorUrl } from '../net/coordinator-client';
+import { CoordinatorClient, defaultCoordinatorUrl, type HelloState } from '../net/coordinator-client';
 import { IceState } from '../net/ice-state';
 import { LatestSample } from '../net/link-rtt';
 import type { TrainingWorkerApi } from '../worker/training-worker';
-import { browserHttp } from './checkpoint-transfer';
+import { browserHttp, type HttpPort } from './checkpoint-transfer';
 import { ElasticLoop, initialElasticStatus, type ElasticStatus, type ElasticTimeouts } from './elastic-loop';
 import { PeerMeshPort } from './peer-mesh-port';
-import { comlinkTrainer } from './ports';
+import { comlinkTrainer, type ControlPort, type MeshPort, type TrainerPort } from './ports';
 
 declare global {
   interface Window {
@@ -39,6 +39,21 @@ export interface StartElasticOptions {
   /** Pause between steps to limit GPU use (ms; `ElasticLoop.setStepPause`). Default 0. */
   stepPauseMs?: number;
   timeouts?: Partial<ElasticTimeouts>;
+  /**
+   * Decorate the ports (and the hello) before the loop uses them. The volunteer page passes none; a
+   * test harness page does (test/browser/pages/hostile/: a tab that misbehaves on purpose, which the
+   * production build cannot contain since nothing under web/ imports test/).
+   */
+  wrapPorts?(ports: ElasticPorts): ElasticPorts;
+}
+
+/** What the loop runs on, and the hello fields the client sends at every (re)connect. */
+export interface ElasticPorts {
+  trainer: TrainerPort;
+  mesh: MeshPort;
+  control: ControlPort;
+  http: HttpPort;
+  hello(): HelloState;
 }
 
 export interface ElasticCallbacks {
@@ -90,11 +105,19 @@ export async function startElastic(
   );
   let client: CoordinatorClient | null = null;
   let left = false;
-  const loop = new ElasticLoop({
+  const base: ElasticPorts = {
     trainer: comlinkTrainer(opts.worker),
     mesh,
     control: { send: (body) => client?.send(body) ?? false },
     http: browserHttp(origin.origin),
+    hello: () => ({ peerId: mesh.peerId, adapter: opts.adapter, ...loop.holding() }),
+  };
+  const ports = opts.wrapPorts?.(base) ?? base;
+  const loop = new ElasticLoop({
+    trainer: ports.trainer,
+    mesh: ports.mesh,
+    control: ports.control,
+    http: ports.http,
     timeouts: opts.timeouts,
     evaluateOnDone: opts.evaluateOnDone,
     stepPauseMs: opts.stepPauseMs,
@@ -109,7 +132,7 @@ export async function startElastic(
   const links = new LatestSample(() => mesh.linkStats());
   client = new CoordinatorClient({
     url: defaultCoordinatorUrl(origin),
-    hello: () => ({ peerId: mesh.peerId, adapter: opts.adapter, ...loop.holding() }),
+    hello: () => ports.hello(),
     onMessage: (msg) => {
       if (msg.type === 'welcome') ice.apply(msg.ice);
       loop.handle(msg);
