@@ -227,6 +227,7 @@ export function categoryOf(event: string, data: unknown): FeedCategory {
     case 'verification_done':
     case 'verification_abandoned':
     case 'ring_identity_failed':
+    case 'data_dispute':
     case 'cheater_banned':
       return 'verify';
     case 'round_open':

@@ -6,7 +6,7 @@
  */
 import { begin, finish, log, metric, mutWorker, persist, reject, sendWorker, type Ctx } from './context';
 import type { ErrorCode, StepReportMessage } from './protocol';
-import { admitAtBoundaryIn, afterCloseIn, closeRoundIn, enforceBansIn, requestCheckpointIn } from './rendezvous';
+import { admitAtBoundaryIn, afterCloseIn, closeRoundIn, requestCheckpointIn } from './rendezvous';
 import { afterCommitIn, ringIdentityHoldsIn, sketchProblem, uploadField } from './verification';
 import {
   assignStep,
@@ -135,33 +135,8 @@ function acceptReportIn(ctx: Ctx, workerId: string, msg: StepReportMessage): voi
   p.lastReportAt = ctx.now;
   const point = nextCommitPoint(s.lastCommit.step, planOf(s));
   if (!s.rendezvous.participants.every((q) => q.lastStep >= point)) return;
-  if (ringIdentityHoldsIn(ctx, point)) {
-    commitIn(ctx, point);
-    return;
-  }
-  // Not committed: a banned suspect closes the round (enforceBansIn); otherwise it is a failure charged
-  // to the suspects, and two of them swap places in the ring, so the next failure (if the culprit goes
-  // on) has other suspects around it and the intersection narrows to the culprit.
-  enforceBansIn(ctx);
-  if (s.rendezvous.phase !== 'gathering') {
-    const suspects = s.ringSuspects ?? [];
-    closeRoundIn(
-      ctx,
-      'divergence',
-      true,
-      true,
-      undefined,
-      suspects.map((w) => culpritOf(s, w)),
-    );
-    const list = s.rendezvous.waitList;
-    const [i, j] = suspects.slice(0, 2).map((w) => list.indexOf(w));
-    if (suspects.length >= 2 && i >= 0 && j >= 0) {
-      const swapped = [...list];
-      [swapped[i], swapped[j]] = [swapped[j], swapped[i]];
-      s.rendezvous.waitList = swapped;
-    }
-    afterCloseIn(ctx);
-  }
+  // A step whose sums do not add up is not committed (verification.ts handles the failure).
+  if (ringIdentityHoldsIn(ctx, point)) commitIn(ctx, point);
 }
 
 /** Commit steps lastCommit.step+1 .. point (all reported by all ranks with agreeing hashes). */
@@ -190,6 +165,8 @@ function commitIn(ctx: Ctx, point: number): void {
     members: rv.participants.map((p) => p.workerId),
   };
   rv.stepStartedAt = ctx.now;
+  // A clean commit ends a run of ring failures: later suspects start a new intersection.
+  s.ringSuspects = null;
   for (const step of Object.keys(s.pending)) if (Number(step) <= point) delete s.pending[step];
   rv.roundCommits += 1;
   for (const p of rv.participants) mutWorker(ctx, p.workerId).holds = [{ step: point, hash }];

@@ -26,7 +26,7 @@ import {
 import { reportEvaluation } from './evaluation';
 import { effectiveDatasetSize, jobPublic, jobSpecSchema, type JobSpec } from './job';
 import { bannedUntil, DEFAULT_TRUST_POLICY, refuseConnIn } from './penalties';
-import { onVerificationResult, onVerificationUpload } from './verification';
+import { dataDisputeIn, onVerificationResult, onVerificationUpload } from './verification';
 import type { ClientMessage, PeerLink } from './protocol';
 import { CloseCode } from './protocol';
 import {
@@ -228,7 +228,8 @@ function onMessage(state: CoordinatorState, conn: string, msg: ClientMessage, no
         reason: msg.reason,
         peer: msg.peer ?? null,
       });
-      failIn(ctx, [welcomed], 'failure', `failure report: ${msg.reason}`, { remove: false, blame });
+      if (msg.evidence === 'bad_data' && blame !== undefined) dataDisputeIn(ctx, welcomed, blame, msg.reason);
+      else failIn(ctx, [welcomed], 'failure', `failure report: ${msg.reason}`, { remove: false, blame });
       return finish(ctx);
     }
     case 'goodbye': {

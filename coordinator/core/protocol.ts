@@ -186,13 +186,18 @@ export const stepReportSchema = z.strictObject({
     .optional(),
   /**
    * When the job verifies (`job.verify`): sketches of this rank's own gradient sums, of the all-reduced
-   * sums (with their bucket masses) and of the new parameters, seeded by `hash` (core/sketch.ts).
+   * sums, of what it sent and received in the reduce-scatter (with bucket masses) and of the new
+   * parameters, seeded by `hash` (core/sketch.ts).
    */
   sketch: z
     .strictObject({
       own: sketchValues(GRADIENT_SKETCH_BUCKETS),
       sum: sketchValues(GRADIENT_SKETCH_BUCKETS),
       sumMass: sketchValues(GRADIENT_SKETCH_BUCKETS),
+      sent: sketchValues(GRADIENT_SKETCH_BUCKETS),
+      sentMass: sketchValues(GRADIENT_SKETCH_BUCKETS),
+      received: sketchValues(GRADIENT_SKETCH_BUCKETS),
+      receivedMass: sketchValues(GRADIENT_SKETCH_BUCKETS),
       params: sketchValues(PARAMS_SKETCH_BUCKETS),
     })
     .optional(),
@@ -211,6 +216,11 @@ export const failureSchema = z.strictObject({
   reason: textSchema(256),
   /** The peer the collective failed with, if known: it is moved out of the next round (to the wait list). */
   peer: idSchema.optional(),
+  /**
+   * `bad_data`: `peer` sent bytes no honest rank sends (a non-finite value, a malformed frame), not
+   * merely went away. One of the two lies; the coordinator narrows it down (core/verification.ts).
+   */
+  evidence: z.literal('bad_data').optional(),
 });
 
 export const goodbyeSchema = z.strictObject({

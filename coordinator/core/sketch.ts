@@ -15,12 +15,12 @@
  * millisecond in V8, so every step can carry sketches.
  *
  * Gradient sketches are laid out by ring segment (`ringSegmentStart`, the all-reduce's own geometry):
- * bucket block j holds segment j's elements, so a partial sum corrupted on its way around the ring
- * shows in the blocks of the segments it touched.
+ * bucket block j holds segment j's elements, so each hop of the reduce-scatter (one segment from one
+ * rank to the next) can be checked on its own block (`checkHops`).
  */
 
 /** Total buckets of a gradient sketch, over all segments (≥ 1 bucket per segment). */
-export const GRADIENT_SKETCH_BUCKETS = 64;
+export const GRADIENT_SKETCH_BUCKETS = 32;
 /** Buckets of a parameter sketch (one segment). */
 export const PARAMS_SKETCH_BUCKETS = 32;
 
@@ -127,6 +127,12 @@ export interface StepSketches {
   sum: number[];
   /** Bucket masses of `sum`. */
   sumMass: number[];
+  /** Sketch of the partial sums this rank sent in the reduce-scatter (as decoded), and their masses. */
+  sent: number[];
+  sentMass: number[];
+  /** Sketch of the partial sums it received in the reduce-scatter, and their masses. */
+  received: number[];
+  receivedMass: number[];
   /** Sketch of the parameters after the step. */
   params: number[];
 }
@@ -197,14 +203,66 @@ export function checkIdentity(
   return { ok: bad.size === 0, worst, badSegments: [...bad].sort((x, y) => x - y) };
 }
 
+/** One rank's reduce-scatter claims, by rank, as the hop check reads them. */
+export interface HopClaims {
+  own: readonly number[];
+  sent: readonly number[];
+  sentMass: readonly number[];
+  received: readonly number[];
+  receivedMass: readonly number[];
+}
+
+export interface HopCheck {
+  /** Ranks whose own claims contradict each other: what they sent is not what they received plus their own. */
+  liars: number[];
+  /** Hops where the sender's and the receiver's sketches of the same bytes differ: one of the two lies. */
+  disputes: [from: number, to: number][];
+  /** The worst |sent − (received + own)| / mass over the ranks' hops, for the record. */
+  worst: number;
+}
+
 /**
- * The ranks that could have corrupted the reduce-scatter of `badSegments` in a world of `size`: every
- * rank that forwards a partial sum of each of them, i.e. all but each segment's owner (who ends the chain
- * with the full sum). Intersected over the segments: a rank that corrupts every segment it forwards is
- * the only suspect.
+ * Check every hop of the reduce-scatter (ring-allreduce.ts: at ring step g rank r sends segment r − g to
+ * r + 1; the owner r − 1 of segment r ends its chain). Each sent segment must be what the sender
+ * received at the step before plus its own contribution (its own alone at step 0), within `tolerance`
+ * of its mass (float32 or fp16 rounding of one addition); the owner's received plus own must be the
+ * final `sum`; and what a receiver says it received must equal, bit for bit, what its sender says it
+ * sent (both sketch the same decoded values in the same order). A liar must then either contradict
+ * itself (caught alone) or contradict a neighbour about one hop (a dispute between the two).
  */
-export function ringSuspects(badSegments: number[], size: number): number[] {
-  const suspects: number[] = [];
-  for (let r = 0; r < size; r++) if (badSegments.every((s) => segmentOwner(s, size) !== r)) suspects.push(r);
-  return suspects;
+export function checkHops(
+  ranks: readonly HopClaims[],
+  sum: readonly number[],
+  sumMass: readonly number[],
+  tolerance: number,
+): HopCheck {
+  const size = ranks.length;
+  const per = sum.length / size;
+  const liars = new Set<number>();
+  const disputes: [number, number][] = [];
+  let worst = 0;
+  const off = (got: number, want: number, mass: number) => {
+    const ratio = Math.abs(got - want) / (mass + 1e-30);
+    if (!(ratio <= worst)) worst = Number.isNaN(ratio) ? Number.POSITIVE_INFINITY : ratio;
+    return !(ratio <= tolerance);
+  };
+  for (let r = 0; r < size; r++) {
+    const me = ranks[r];
+    const next = ranks[(r + 1) % size];
+    let disputed = false;
+    for (let g = 0; g < size - 1; g++) {
+      const j = (((r - g) % size) + size) % size;
+      for (let b = j * per; b < (j + 1) * per; b++) {
+        const want = g === 0 ? me.own[b] : me.received[b] + me.own[b];
+        if (off(me.sent[b], want, me.sentMass[b])) liars.add(r);
+        if (!Object.is(next.received[b], me.sent[b]) || !Object.is(next.receivedMass[b], me.sentMass[b]))
+          disputed = true;
+      }
+    }
+    if (disputed) disputes.push([r, (r + 1) % size]);
+    // The owner of segment r + 1 ends its chain: received plus own is the final sum.
+    const j = (r + 1) % size;
+    for (let b = j * per; b < (j + 1) * per; b++) if (off(sum[b], me.received[b] + me.own[b], sumMass[b])) liars.add(r);
+  }
+  return { liars: [...liars].sort((x, y) => x - y), disputes, worst };
 }

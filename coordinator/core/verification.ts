@@ -4,11 +4,13 @@
  *
  * 1. **Agreement.** Every rank applied the same all-reduced bytes and holds the same parameters, so its
  *    sketches of both (`sum`, `sumMass`, `params`) must equal the other ranks' bit for bit, like the hash.
- * 2. **The ring identity, at every commit.** Σ_r own_r must equal `sum` within the ring's float rounding.
- *    If not, a partial sum was corrupted on its way (or a rank's `own` is not what it sent): the step is
- *    not committed and the round restarts from the last commit. The ranks that forward a partial sum of
- *    every bad segment are suspects; suspects are intersected across failures until one is left, who is
- *    banned (`ringSuspects`).
+ * 2. **Every hop of the ring, at every commit** (`checkHops`): what a rank sent in the reduce-scatter
+ *    must be what it received plus its own contribution, the owner's last sum must be the final one,
+ *    and a receiver's sketch of a hop must equal its sender's. A rank that contradicts itself is banned;
+ *    two neighbours that contradict each other are both suspects, intersected across failures (with
+ *    the two swapped in the ring each time) until one is left, who is banned. The step is not committed
+ *    either way and the round restarts from the last commit. Σ_r own_r = sum (the ring identity) is
+ *    checked too, as a net under the hop checks.
  * 3. **Recomputation, with probability p per committed step.** One member uploads the state before the
  *    step (hash-checked by the server: SHA-256 of the bytes must equal the committed hash), the verifier
  *    recomputes every rank's gradient sums and the optimizer step, and each rank's `own` and the agreed
@@ -33,12 +35,13 @@ import {
   identityTolerance,
   PARAMS_SKETCH_BUCKETS,
   RECOMPUTE_TOLERANCE,
-  ringSuspects,
+  checkHops,
   worstRatio,
 } from './sketch';
+import type { StepSketches } from './sketch';
 import type { CoordinatorState, Event, RecomputedStep, Transition, VerificationState } from './state';
 import { chargeIn, culpritOf } from './penalties';
-import { enforceBansIn, rollbackIn } from './rendezvous';
+import { afterCloseIn, closeRoundIn, enforceBansIn, rollbackIn } from './rendezvous';
 
 /** How long the chosen member has to upload the state before the checked step (ms). */
 export const VERIFY_UPLOAD_MS = 60_000;
@@ -68,10 +71,11 @@ export function sketchProblem(
   const k = msg.sketch;
   if (!k) return 'this job verifies contributions: the step report needs its sketch';
   const buckets = world * bucketsPerSegment(world);
-  if (k.own.length !== buckets || k.sum.length !== buckets || k.sumMass.length !== buckets)
+  const gradient = [k.own, k.sum, k.sumMass, k.sent, k.sentMass, k.received, k.receivedMass];
+  if (gradient.some((a) => a.length !== buckets))
     return `gradient sketches of a world of ${world} have ${buckets} buckets`;
   if (k.params.length !== PARAMS_SKETCH_BUCKETS) return `the parameter sketch has ${PARAMS_SKETCH_BUCKETS} buckets`;
-  if (k.sumMass.some((m) => m < 0)) return 'a bucket mass is negative';
+  if ([k.sumMass, k.sentMass, k.receivedMass].some((a) => a.some((m) => m < 0))) return 'a bucket mass is negative';
   const first = others.find((o) => o.sketch)?.sketch;
   if (first && !(same(first.sum, k.sum) && same(first.sumMass, k.sumMass) && same(first.params, k.params)))
     return 'the sketches of the reduced sums or of the parameters differ from the other ranks’';
@@ -83,8 +87,8 @@ function same(a: readonly number[], b: readonly number[]): boolean {
 }
 
 /**
- * The ring identity of the step about to be committed (every rank reported it). True: commit. False:
- * the failure was handled (round closed, suspects narrowed or banned).
+ * The hop checks and the ring identity of the step about to be committed (every rank reported it).
+ * True: commit. False: the failure was handled (round closed, a liar banned or suspects narrowed).
  */
 export function ringIdentityHoldsIn(ctx: Ctx, point: number): boolean {
   const s = ctx.s;
@@ -92,33 +96,89 @@ export function ringIdentityHoldsIn(ctx: Ctx, point: number): boolean {
   const rv = s.rendezvous;
   const reports = s.pending[point] ?? {};
   const size = rv.participants.length;
-  const own = rv.participants.map((p) => reports[p.rank]?.sketch?.own ?? []);
-  const first = reports[rv.participants[0].rank]?.sketch;
-  if (!first || own.some((o) => o.length !== first.sum.length)) return true; // checked per report already
+  const claims = rv.participants.map((p) => reports[p.rank]?.sketch);
+  const first = claims[0];
+  if (!first || claims.some((c) => !c)) return true; // every report was checked for its sketch already
+  const all = claims as StepSketches[];
   const tolerance = identityTolerance(size, s.job.sync.compression);
-  const check = checkIdentity(own, first.sum, first.sumMass, size, tolerance);
-  metric(ctx, 'tabswarm_ring_identity_ratio', check.worst / tolerance);
-  if (check.ok) {
-    s.ringSuspects = null;
-    return true;
-  }
-  const suspects = ringSuspects(check.badSegments, size).map((r) => rv.participants[r].workerId);
-  const narrowed = s.ringSuspects ? s.ringSuspects.filter((w) => suspects.includes(w)) : suspects;
-  s.ringSuspects = narrowed.length > 0 ? narrowed : suspects;
+  const identity = checkIdentity(
+    all.map((c) => c.own),
+    first.sum,
+    first.sumMass,
+    size,
+    tolerance,
+  );
+  const hops = size > 1 ? checkHops(all, first.sum, first.sumMass, tolerance) : { liars: [], disputes: [], worst: 0 };
+  metric(ctx, 'tabswarm_ring_identity_ratio', Math.max(identity.worst, hops.worst) / tolerance);
+  if (identity.ok && hops.liars.length === 0 && hops.disputes.length === 0) return true;
+  const id = (r: number) => rv.participants[r].workerId;
   metric(ctx, 'tabswarm_verifications_total', 1, { result: 'ring' });
   log(ctx, 'error', 'ring_identity_failed', {
     step: point,
     round: rv.round,
-    worst: check.worst,
-    badSegments: check.badSegments,
-    suspects: s.ringSuspects,
+    worst: Math.max(identity.worst, hops.worst),
+    badSegments: identity.badSegments,
+    liars: hops.liars.map(id),
+    disputes: hops.disputes.map(([a, b]) => [id(a), id(b)]),
   });
-  if (s.ringSuspects.length === 1) {
-    const [culprit] = s.ringSuspects;
-    s.ringSuspects = null;
-    cheatersCaughtIn(ctx, [culprit], `corrupted the ring's partial sums (step ${point})`);
+  const why = `corrupted the ring's partial sums (step ${point})`;
+  if (hops.liars.length > 0) {
+    cheatersCaughtIn(ctx, hops.liars.map(id), why);
+    enforceBansIn(ctx);
+  } else {
+    // A dispute names two neighbours; with several (or none: only the identity broke), all of them.
+    const suspects = [...new Set(hops.disputes.flat())].map(id);
+    suspectsFailIn(ctx, suspects.length > 0 ? suspects : rv.participants.map((p) => p.workerId), why);
   }
   return false;
+}
+
+/**
+ * A member reports that its ring neighbour sent bytes no honest rank sends (a non-finite value, a
+ * malformed frame): one of the two lies, and the coordinator cannot tell which from one report.
+ */
+export function dataDisputeIn(ctx: Ctx, reporter: string, accused: string, reason: string): void {
+  log(ctx, 'warn', 'data_dispute', { reporter, accused, reason });
+  suspectsFailIn(ctx, [reporter, accused], `sent bytes no honest rank sends (${reason.slice(0, 80)})`);
+}
+
+/**
+ * A round failed and one of `suspects` is to blame. Intersected with the suspects of the failures since
+ * the last clean commit: one left is banned (cheatersCaughtIn). Otherwise the round closes as a failure
+ * charged to every suspect (the quotas are the backstop: a culprit that keeps failing rounds is cooled
+ * off long before its partners), and two suspects swap places in the ring, so the next failure (if the
+ * culprit goes on) has other neighbours around it and the intersection narrows to the culprit. In a
+ * world of two nothing can be narrowed: both are charged each time.
+ */
+function suspectsFailIn(ctx: Ctx, suspects: string[], why: string): void {
+  const s = ctx.s;
+  const narrowed = s.ringSuspects ? s.ringSuspects.filter((w) => suspects.includes(w)) : suspects;
+  s.ringSuspects = narrowed.length > 0 ? narrowed : suspects;
+  if (s.ringSuspects.length === 1 && s.rendezvous.participants.length > 2) {
+    const [culprit] = s.ringSuspects;
+    s.ringSuspects = null;
+    cheatersCaughtIn(ctx, [culprit], why);
+    enforceBansIn(ctx); // closes the round (a member is banned)
+    return;
+  }
+  if (s.rendezvous.phase === 'gathering') return;
+  const current = s.ringSuspects;
+  closeRoundIn(
+    ctx,
+    'failure',
+    true,
+    true,
+    undefined,
+    current.map((w) => culpritOf(s, w)),
+  );
+  const list = s.rendezvous.waitList;
+  const [i, j] = current.slice(0, 2).map((w) => list.indexOf(w));
+  if (current.length >= 2 && i >= 0 && j >= 0) {
+    const swapped = [...list];
+    [swapped[i], swapped[j]] = [swapped[j], swapped[i]];
+    s.rendezvous.waitList = swapped;
+  }
+  afterCloseIn(ctx);
 }
 
 /**

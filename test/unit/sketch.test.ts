@@ -7,8 +7,9 @@ import {
   gradientSketch,
   identityTolerance,
   RECOMPUTE_TOLERANCE,
+  checkHops,
+  type HopClaims,
   ringSegmentStart,
-  ringSuspects,
   sketchSeed,
   worstRatio,
 } from '../../coordinator/core/sketch';
@@ -44,11 +45,21 @@ function gradients(rand: () => number, n: number): Float32Array {
   return g;
 }
 
-async function allreduce(data: Float32Array[], corrupt?: (link: Link, rank: number) => Link): Promise<void> {
+async function allreduce(
+  data: Float32Array[],
+  corrupt?: (link: Link, rank: number) => Link,
+  records?: { sent: Float32Array; received: Float32Array }[],
+): Promise<void> {
   const { rings } = memoryRing(data.length);
   const views = rings.map((r) => (corrupt ? { ...r, right: r.right && corrupt(r.right, r.rank) } : r));
   await Promise.all(
-    views.map((ring, r) => ringAllreduce(ring, data[r], { id: { round: 1, step: 1, seq: 0 }, timeoutMs: 10_000 })),
+    views.map((ring, r) =>
+      ringAllreduce(ring, data[r], {
+        id: { round: 1, step: 1, seq: 0 },
+        timeoutMs: 10_000,
+        ...(records ? { record: records[r] } : {}),
+      }),
+    ),
   );
 }
 
@@ -137,87 +148,77 @@ describe('CountSketch (core/sketch.ts)', () => {
   });
 });
 
-describe('the ring identity on the real ring allreduce (memory links)', () => {
-  it('holds for honest ranks: Σ own sketches = sketch of the reduced sums, within the derived tolerance', async () => {
+describe('the ring identity and the hop checks on the real ring allreduce (memory links)', () => {
+  /** Each rank's own sums, reduced on a real ring that records every hop; then every rank's claims. */
+  async function ringClaims(
+    own: Float32Array[],
+    corrupt?: (link: Link, rank: number) => Link,
+  ): Promise<{ claims: HopClaims[]; sum: ReturnType<typeof gradientSketch>; owns: number[][] }> {
+    const size = own.length;
+    const data = own.map((g) => g.slice());
+    const records = own.map((g) => ({ sent: new Float32Array(g.length), received: new Float32Array(g.length) }));
+    await allreduce(data, corrupt, records);
+    const sk = (x: Float32Array) => gradientSketch(x, HASH_A, size);
+    const claims = own.map((g, r) => {
+      const sent = sk(records[r].sent);
+      const received = sk(records[r].received);
+      return {
+        own: Array.from(sk(g).values),
+        sent: Array.from(sent.values),
+        sentMass: Array.from(sent.mass),
+        received: Array.from(received.values),
+        receivedMass: Array.from(received.mass),
+      };
+    });
+    return { claims, sum: sk(data[0]), owns: claims.map((c) => c.own) };
+  }
+
+  it('holds for honest ranks: Σ own = sum and every hop balances, within the derived tolerance', async () => {
     const rand = mulberry32(11);
     let worst = 0;
     for (const size of [2, 3, 4, 6]) {
-      const own = Array.from({ length: size }, () => gradients(rand, 60_001));
-      const data = own.map((g) => g.slice());
-      await allreduce(data);
-      const owns = own.map((g) => Array.from(gradientSketch(g, HASH_A, size).values));
-      const sum = gradientSketch(data[0], HASH_A, size);
-      const check = checkIdentity(
-        owns,
-        Array.from(sum.values),
-        Array.from(sum.mass),
-        size,
-        identityTolerance(size, 'none'),
-      );
-      expect(check.ok, `size ${size}: worst ${check.worst}`).toBe(true);
-      worst = Math.max(worst, check.worst / identityTolerance(size, 'none'));
+      const tolerance = identityTolerance(size, 'none');
+      const { claims, sum, owns } = await ringClaims(Array.from({ length: size }, () => gradients(rand, 60_001)));
+      const identity = checkIdentity(owns, Array.from(sum.values), Array.from(sum.mass), size, tolerance);
+      const hops = checkHops(claims, Array.from(sum.values), Array.from(sum.mass), tolerance);
+      expect(identity.ok, `size ${size}: worst ${identity.worst}`).toBe(true);
+      expect(hops).toMatchObject({ liars: [], disputes: [] });
+      worst = Math.max(worst, identity.worst / tolerance, hops.worst / tolerance);
     }
     // The measured margin: honest rounding used less than a tenth of the tolerance.
     expect(worst).toBeLessThan(0.1);
   });
 
-  it('breaks when a rank scales everything it sends in the reduce-scatter; it is the only suspect', async () => {
+  it('a rank whose link scales what it forwards: its receiver disputes the hop (what was sent is not what arrived)', async () => {
     const rand = mulberry32(12);
     const size = 4;
     const liar = 2;
     const own = Array.from({ length: size }, () => gradients(rand, 40_000));
-    const data = own.map((g) => g.slice());
-    await allreduce(data, (link, rank) => (rank === liar ? scalingForwarder(link, size, 1.5, { rank }) : link));
-    const owns = own.map((g) => Array.from(gradientSketch(g, HASH_A, size).values));
-    const sum = gradientSketch(data[0], HASH_A, size);
-    const check = checkIdentity(
-      owns,
-      Array.from(sum.values),
-      Array.from(sum.mass),
-      size,
-      identityTolerance(size, 'none'),
+    const { claims, sum, owns } = await ringClaims(own, (link, rank) =>
+      rank === liar ? scalingForwarder(link, size, 1.5, { rank }) : link,
     );
-    expect(check.ok).toBe(false);
-    expect(ringSuspects(check.badSegments, size)).toEqual([liar]);
+    const tolerance = identityTolerance(size, 'none');
+    expect(checkIdentity(owns, Array.from(sum.values), Array.from(sum.mass), size, tolerance).ok).toBe(false);
+    // Its record holds what it meant to send; its right neighbour received something else.
+    expect(checkHops(claims, Array.from(sum.values), Array.from(sum.mass), tolerance)).toMatchObject({
+      liars: [],
+      disputes: [[liar, liar + 1]],
+    });
   });
 
-  it('a rank that corrupts only forwarded sums, or one segment, is among few suspects (narrowed over later rounds)', async () => {
+  it('a rank that claims honest own sums but adds something else contradicts itself', async () => {
     const rand = mulberry32(13);
-    const size = 4;
+    const size = 3;
     const liar = 1;
-    const own = Array.from({ length: size }, () => gradients(rand, 40_000));
-    const data = own.map((g) => g.slice());
-    // At ring step 1 rank 1 forwards segment 0.
-    await allreduce(data, (link, rank) =>
-      rank === liar ? scalingForwarder(link, size, 2, { segments: new Set([0]), rank }) : link,
-    );
-    const owns = own.map((g) => Array.from(gradientSketch(g, HASH_A, size).values));
-    const sum = gradientSketch(data[0], HASH_A, size);
-    const check = checkIdentity(
-      owns,
-      Array.from(sum.values),
-      Array.from(sum.mass),
-      size,
-      identityTolerance(size, 'none'),
-    );
-    expect(check.badSegments).toEqual([0]);
-    const suspects = ringSuspects(check.badSegments, size);
-    expect(suspects).toContain(liar);
-    expect(suspects).not.toContain(3); // segment 0's owner ends its chain and forwards nothing of it
-
-    const again = own.map((g) => g.slice());
-    await allreduce(again, (link, rank) =>
-      rank === liar ? scalingForwarder(link, size, 2, { rank, forwardedOnly: true }) : link,
-    );
-    const sum2 = gradientSketch(again[0], HASH_A, size);
-    const check2 = checkIdentity(
-      owns,
-      Array.from(sum2.values),
-      Array.from(sum2.mass),
-      size,
-      identityTolerance(size, 'none'),
-    );
-    // The rank before it sent each of those chains' first hop: it cannot be told apart in one round.
-    expect(ringSuspects(check2.badSegments, size)).toEqual([liar - 1, liar]);
+    const own = Array.from({ length: size }, () => gradients(rand, 30_000));
+    // It adds its gradient ×2 (the ring records that truthfully) and claims the honest one as its own.
+    const doubled = own.map((g, r) => (r === liar ? g.map((x) => 2 * x) : g));
+    const { claims, sum } = await ringClaims(doubled);
+    claims[liar].own = Array.from(gradientSketch(own[liar], HASH_A, size).values);
+    const tolerance = identityTolerance(size, 'none');
+    expect(checkHops(claims, Array.from(sum.values), Array.from(sum.mass), tolerance)).toMatchObject({
+      liars: [liar],
+      disputes: [],
+    });
   });
 });

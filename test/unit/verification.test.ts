@@ -37,11 +37,50 @@ function honestParams(step: number): number[] {
   return Array.from({ length: PARAMS_SKETCH_BUCKETS }, () => rand() * 10);
 }
 
-/** The sketches every rank reports at `step`: `own` by rank (possibly a lie), their sum, masses, params. */
-function sketches(own: number[][], params: number[]): StepSketches[] {
-  const sum = own[0].map((_, b) => own.reduce((t, o) => t + o[b], 0));
-  const sumMass = own[0].map((_, b) => own.reduce((t, o) => t + Math.abs(o[b]), 0) + 1);
-  return own.map((o) => ({ own: o, sum, sumMass, params }));
+/**
+ * The sketches every rank reports at `step` when each adds `own[r]` in an honest reduce-scatter (the
+ * ring of ring-allreduce.ts: segment j starts at rank j and ends with its owner j − 1), unless `added`
+ * says what a rank really added on a hop instead (a liar): `added(r, j, honest)` → the block it sent on.
+ */
+function sketches(
+  own: number[][],
+  params: number[],
+  added: (r: number, j: number, block: number[]) => number[] = (_r, _j, block) => block,
+): StepSketches[] {
+  const size = own.length;
+  const n = own[0].length;
+  const per = n / size;
+  const zeros = () => new Array<number>(n).fill(0);
+  const sent = own.map(zeros);
+  const received = own.map(zeros);
+  const sum = zeros();
+  for (let j = 0; j < size; j++) {
+    let partial = new Array<number>(per).fill(0);
+    for (let g = 0; g < size; g++) {
+      const r = (j + g) % size;
+      const honest = partial.map((x, k) => x + own[r][j * per + k]);
+      if (g === size - 1) {
+        for (const [k, x] of honest.entries()) sum[j * per + k] = x;
+        break;
+      }
+      partial = added(r, j, honest);
+      partial.forEach((x, k) => {
+        sent[r][j * per + k] = x;
+        received[(r + 1) % size][j * per + k] = x;
+      });
+    }
+  }
+  const mass = (v: number[]) => v.map((x) => Math.abs(x) + 1);
+  return own.map((o, r) => ({
+    own: o,
+    sum,
+    sumMass: mass(sum),
+    sent: sent[r],
+    sentMass: mass(sent[r]),
+    received: received[r],
+    receivedMass: mass(received[r]),
+    params,
+  }));
 }
 
 /** Every member reports its next step with sketches; `tamper` may change the owns or params (a lie). */
@@ -146,55 +185,94 @@ describe('sketches at every report (core/verification.ts)', () => {
   });
 });
 
-describe('the ring identity at every commit', () => {
-  it('a rank that corrupts everything it sends: the step is not committed and it is the one suspect, banned', () => {
+describe('every hop of the ring, at every commit', () => {
+  /** All members report the next step; `added` is what each rank really sent on (see `sketches`). */
+  function ringStep(h: Harness, added: Parameters<typeof sketches>[2], tamper?: (claims: StepSketches[]) => void) {
+    const names = h.members();
+    const step = h.state.lastCommit.step + 1;
+    const all = sketches(
+      names.map((_, r) => honestOwn(step, r, names.length)),
+      honestParams(step),
+      added,
+    );
+    tamper?.(all);
+    for (const [r, name] of names.entries())
+      if (h.state.rendezvous.phase === 'training') h.report(name, { sketch: all[r] });
+    // The last report may close the round inside its own send: the harness marks it computed after that.
+    for (const w of h.workers.values()) w.live = w.committed.step;
+    if (h.state.rendezvous.phase !== 'training' && h.state.status === 'active') h.readyAll();
+    return names;
+  }
+
+  it('a rank that sends more than it received plus its own, and says so, contradicts itself: banned alone', () => {
     const h = swarm();
     for (let i = 0; i < 3; i++) verifiedStep(h);
-    const names = h.members();
-    const liarRank = 1;
-    const liar = h.worker(names[liarRank]).workerId!;
-    // Rank 1 sends segments 1, 0 and 2 (all but the one it owns, 2 = 1 + 1): the sums of those are off.
-    verifiedStep(h, (own, params) => ({ own, params }));
-    const step = 5;
-    const honest = names.map((_, r) => honestOwn(step, r, 3));
-    const all = sketches(honest, honestParams(step));
-    const per = bucketsPerSegment(3);
-    const corrupted = all[0].sum.map((x, b) => (Math.floor(b / per) === 2 ? x : x + 100));
-    for (const [r, name] of names.entries()) h.report(name, { sketch: { ...all[r], sum: corrupted } });
-    expect(h.state.lastCommit.step).toBeLessThan(step);
-    const failed = h.logs.find((l) => l.event === 'ring_identity_failed');
-    expect(failed?.data.suspects).toEqual([liar]);
-    expect(h.logs.some((l) => l.event === 'cheater_banned')).toBe(true);
-    expect(h.isConnected(names[liarRank])).toBe(false);
+    const names = ringStep(h, (r, _j, block) => (r === 1 ? block.map((x) => x * 1000) : block));
+    expect(h.state.lastCommit.step).toBe(0); // not committed, and b's earlier contributions rolled back
+    const failed = h.logs.find((l) => l.event === 'ring_identity_failed')!;
+    expect(failed.data.liars).toEqual([h.worker(names[1]).workerId]);
+    expect(h.logs.find((l) => l.event === 'cheater_banned')?.data.workers).toEqual([h.worker(names[1]).workerId]);
+    expect(h.isConnected(names[1])).toBe(false);
+    expect(h.isConnected(names[0]) && h.isConnected(names[2])).toBe(true);
     expect(h.state.status).toBe('active');
   });
 
-  it('a corrupter with two suspects is narrowed to itself by the next failure (the ring is reordered)', () => {
+  it('a rank that hides what it sent disputes one neighbour; the swap in the ring narrows it to the liar', () => {
     const h = swarm();
     verifiedStep(h);
     const liar = h.worker('b').workerId!;
     for (let attempt = 0; attempt < 4 && !h.logs.some((l) => l.event === 'cheater_banned'); attempt++) {
-      const names = h.members();
-      const step = h.state.lastCommit.step + 1;
-      const r = names.indexOf('b');
-      // b forwards segments (r − 1) and (r − 2) at ring steps 1 and 2; its own first hop is honest.
-      const bad = new Set([(r - 1 + 3) % 3]);
-      const per = bucketsPerSegment(3);
-      const all = sketches(
-        names.map((_, k) => honestOwn(step, k, 3)),
-        honestParams(step),
+      const liarRank = h.members().indexOf('b');
+      const honestSent: number[][] = [];
+      ringStep(
+        h,
+        (r, j, block) => {
+          if (r !== liarRank) return block;
+          honestSent[j] = block;
+          return block.map((x) => x * 3 + 1);
+        },
+        (claims) => {
+          // It claims it sent the honest sums: its own books balance, its receiver's do not match.
+          const per = bucketsPerSegment(claims.length);
+          honestSent.forEach((block, j) => {
+            if (!block) return;
+            block.forEach((x, k) => {
+              claims[liarRank].sent[j * per + k] = x;
+              claims[liarRank].sentMass[j * per + k] = Math.abs(x) + 1;
+            });
+          });
+        },
       );
-      const corrupted = all[0].sum.map((x, b) => (bad.has(Math.floor(b / per)) ? x * 3 + 1 : x));
-      names.forEach((name, k) => {
-        if (h.state.rendezvous.phase === 'training') h.report(name, { sketch: { ...all[k], sum: corrupted } });
-      });
-      // The last report closed the round inside its own send: the harness marks it computed after that.
-      for (const w of h.workers.values()) w.live = w.committed.step;
-      if (h.state.rendezvous.phase !== 'training') h.readyAll();
     }
-    const banned = h.logs.find((l) => l.event === 'cheater_banned');
-    expect(banned?.data.workers).toEqual([liar]);
+    const disputes = h.logs.filter((l) => l.event === 'ring_identity_failed').map((l) => l.data.disputes);
+    expect(disputes.length).toBe(2);
+    expect(h.logs.find((l) => l.event === 'cheater_banned')?.data.workers).toEqual([liar]);
     expect(h.isConnected('a') && h.isConnected('c')).toBe(true);
+  });
+
+  it('a neighbour reported for sending NaN: the two are suspects, the next report narrows it to the sender', () => {
+    const h = swarm();
+    verifiedStep(h);
+    const attacker = h.worker('c').workerId!;
+    for (let attempt = 0; attempt < 4 && h.isConnected('c'); attempt++) {
+      const names = h.members();
+      const r = names.indexOf('c');
+      const receiver = names[(r + 1) % names.length];
+      h.send(receiver, {
+        type: 'failure',
+        runId: h.runId,
+        workerId: h.worker(receiver).workerId!,
+        round: h.state.rendezvous.round,
+        reason: 'protocol: NaN at [12] after this chunk',
+        peer: attacker,
+        evidence: 'bad_data',
+      });
+      if (h.state.rendezvous.phase !== 'training' && h.state.status === 'active') h.readyAll();
+    }
+    expect(h.logs.filter((l) => l.event === 'data_dispute').length).toBe(2);
+    expect(h.logs.find((l) => l.event === 'cheater_banned')?.data.workers).toEqual([attacker]);
+    expect(h.isConnected('a') && h.isConnected('b')).toBe(true);
+    expect(h.state.status).toBe('active');
   });
 });
 

@@ -70,7 +70,9 @@ export function describeEvent(event: FeedEvent): string {
     case 'verification_abandoned':
       return `check of step ${d.step} abandoned: ${d.error}`;
     case 'ring_identity_failed':
-      return `step ${d.step} not committed: the ring's sums do not add up (suspects ${(d.suspects ?? []).join(', ')})`;
+      return `step ${d.step} not committed: the ring's sums do not add up (${(d.liars ?? []).length ? `contradicted itself: ${d.liars.join(', ')}` : `disputes: ${(d.disputes ?? []).map((p: string[]) => p.join('↔')).join(', ')}`})`;
+    case 'data_dispute':
+      return `${d.reporter} says ${d.accused} sent bytes no honest tab sends (${d.reason})`;
     case 'cheater_banned':
       return `banned ${(d.workers ?? []).join(', ')}: ${d.why}`;
     case 'checkpoint_ignored':

@@ -312,6 +312,7 @@ export class ElasticLoop {
         round: session.round,
         reason: report.reason,
         ...(report.peer ? { peer: report.peer } : {}),
+        ...(report.evidence ? { evidence: report.evidence } : {}),
       });
     if (sent) this.update({ failuresReported: this.status.failuresReported + 1 });
   }

@@ -173,13 +173,14 @@ export function failureReport(
   err: unknown,
   world: readonly WorldEntry[],
   aborted: boolean,
-): { reason: string; peer?: string } | null {
+): { reason: string; peer?: string; evidence?: 'bad_data' } | null {
   if (aborted || isCollectiveError(err, 'aborted')) return null;
   const message = err instanceof Error ? err.message : String(err);
   const reason = (isCollectiveError(err) ? `${err.kind}: ${message}` : message).slice(0, 256);
   if (isCollectiveError(err) && err.peer) {
     const entry = world.find((w) => w.peerId === err.peer || w.workerId === err.peer);
-    if (entry) return { reason, peer: entry.workerId };
+    // A protocol error names bytes the peer sent (a NaN, a malformed frame), not a peer that went away.
+    if (entry) return { reason, peer: entry.workerId, ...(err.kind === 'protocol' ? { evidence: 'bad_data' } : {}) };
   }
   return { reason };
 }

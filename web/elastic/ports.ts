@@ -100,5 +100,5 @@ export function comlinkTrainer(remote: Comlink.Remote<TrainingWorkerApi>): Train
 
 /** The apply options with the sketch's copy of this rank's gradient sums transferred, not copied. */
 function withTransfers(opts: ApplyOptions): ApplyOptions {
-  return opts.sketch ? Comlink.transfer(opts, [opts.sketch.own]) : opts;
+  return opts.sketch ? Comlink.transfer(opts, [opts.sketch.own, opts.sketch.sent, opts.sketch.received]) : opts;
 }

@@ -93,10 +93,13 @@ export class StepRunner {
       if (signal.aborted) throw abortReason(signal);
       const work = planned ?? stepWork(job, session.world, session.rank, step);
       const computed = onDevice === step ? null : await this.gradients(work, keepOnDevice);
-      // What this rank puts into the all-reduce, kept for its sketch (the reduce works in place).
-      const own = job.verify && computed?.gradient.gradients ? computed.gradient.gradients.slice(0) : null;
+      // What this rank puts into the all-reduce (the reduce works in place) and what passes each hop,
+      // kept for the step's sketches.
+      const evidence = job.verify && computed?.gradient.gradients ? hopRecord(computed.gradient.gradients) : null;
       const sums = computed
-        ? await this.busy.waiting(() => this.allreduce(session, ring, job, step, computed.gradient, computed.computeMs))
+        ? await this.busy.waiting(() =>
+            this.allreduce(session, ring, job, step, computed.gradient, computed.computeMs, evidence),
+          )
         : null;
       // Read before the apply transfers the buffer to the worker.
       const wireBytes = sums
@@ -113,7 +116,16 @@ export class StepRunner {
       const result = await this.ctx.keeper.applyAndHash(step, sums, work.count, next, {
         backup,
         prefetched,
-        ...(own ? { sketch: { own, world: worldSize } } : {}),
+        ...(evidence
+          ? {
+              sketch: {
+                own: evidence.own,
+                sent: evidence.sent.buffer as ArrayBuffer,
+                received: evidence.received.buffer as ArrayBuffer,
+                world: worldSize,
+              },
+            }
+          : {}),
       });
       onDevice = next?.keepOnDevice ? step + 1 : null;
       const gradient = computed?.gradient ?? result.gradient!;
@@ -273,11 +285,13 @@ export class StepRunner {
     step: number,
     gradient: GradientResult,
     computeMs: number,
+    evidence: HopRecord | null,
   ): Promise<ArrayBuffer | null> {
     if (session.signal.aborted) throw abortReason(session.signal);
     if (!gradient.gradients) return null;
     const sums = new Float32Array(gradient.gradients);
     await ringAllreduce(ring, sums, {
+      ...(evidence ? { record: evidence } : {}),
       id: { round: session.round, step, seq: 0 },
       timeoutMs:
         Math.max(this.ctx.timeouts.collectiveMs, 10 * this.lastComputeMs) +
@@ -373,4 +387,16 @@ export class StepRunner {
     );
     if (!prefetched) this.pausedMs = this.ctx.now() - started;
   }
+}
+
+/** A verifying step's evidence: a copy of this rank's own sums and (zeroed) records of each hop. */
+interface HopRecord {
+  own: ArrayBuffer;
+  sent: Float32Array;
+  received: Float32Array;
+}
+
+function hopRecord(gradients: ArrayBuffer): HopRecord {
+  const n = gradients.byteLength / 4;
+  return { own: gradients.slice(0), sent: new Float32Array(n), received: new Float32Array(n) };
 }

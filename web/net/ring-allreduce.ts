@@ -83,6 +83,12 @@ export interface RingAllreduceOptions extends CollectiveOptions {
    * sums); `'fp16'` halves the bytes, `'int8'` quarters them (see the module comment).
    */
   readonly compression?: WireCompression;
+  /**
+   * Copies of what this rank sent and received in the reduce-scatter, as the values the frames decode
+   * to, at their element positions (the rest untouched: pass zeroed arrays of `data.length`). The
+   * coordinator checks each hop with sketches of them (coordinator/core/verification.ts).
+   */
+  readonly record?: { readonly sent: Float32Array; readonly received: Float32Array };
 }
 
 /** Values that fill a frame of `frameBytes` in this wire format (int8: whole blocks of 256 with their scales). */
@@ -147,13 +153,16 @@ export async function ringAllreduce(ring: Ring, data: Float32Array, opts: RingAl
   };
   const out = session.sender(right, finishIfDone);
   if (refuseUnencodable(session, [left, right], data, compression)) return session.done;
-  const makeFrame = (g: number, c: number) => encodeRingChunk(plan, data, opts.id, g, c, scratch);
+  const record = opts.record;
+  if (record && (record.sent.length !== data.length || record.received.length !== data.length))
+    throw new RangeError(`ringAllreduce: record arrays must have the data's ${data.length} elements`);
+  const makeFrame = (g: number, c: number) => encodeRingChunk(plan, data, opts.id, g, c, scratch, record);
 
   const receive = (frame: Frame) => {
     const g = checkRingChunk(plan, frame, seen, session.label, left.peer);
     const c = frame.chunkIndex;
     seen[g][c] = 1;
-    applyRingChunk(plan, data, frame);
+    applyRingChunk(plan, data, frame, record);
     outstanding--;
     if (g < plan.lastStep) {
       // int8 allgather: pass the owner's bytes on as they came (see the module comment).
@@ -292,6 +301,7 @@ function encodeRingChunk(
   g: number,
   c: number,
   scratch: Float32Array | null,
+  record?: RingAllreduceOptions['record'],
 ): ArrayBuffer {
   const s = plan.sentSegment(g);
   const { start, length } = plan.chunk(s, c);
@@ -306,15 +316,19 @@ function encodeRingChunk(
   };
   const values = data.subarray(start, start + length);
   const frame = allocateFrame(header, plan.payloadBytes(length));
+  // What the receiver will decode, for the record of a reduce-scatter send.
+  const sent = record && g < plan.reduceSteps ? record.sent.subarray(start, start + length) : null;
   if (plan.compression === 'int8') {
     const bytes = new Uint8Array(frame, FRAME_HEADER_BYTES);
     // Cannot throw: the input was checked up front and every partial sum by addInt8BlocksInto.
     encodeInt8Blocks(values, bytes);
     if (g === plan.reduceSteps) decodeInt8BlocksInto(bytes, values); // the owner keeps what it sends
+    if (sent) decodeInt8BlocksInto(bytes, sent);
     return frame;
   }
   if (!scratch) {
     new Float32Array(frame, FRAME_HEADER_BYTES, length).set(values);
+    sent?.set(values);
     return frame;
   }
   const halves = new Uint16Array(frame, FRAME_HEADER_BYTES, length);
@@ -322,6 +336,7 @@ function encodeRingChunk(
   new DataView(frame).setInt8(19, scaleExponent);
   // The owner's first allgather send carries the final sum: keep exactly what the others will decode.
   if (g === plan.reduceSteps) decodeFloat16Into(halves, scaleExponent, values);
+  if (sent) decodeFloat16Into(halves, scaleExponent, sent);
   return frame;
 }
 
@@ -365,13 +380,20 @@ function checkRingChunk(plan: RingPlan, frame: Frame, seen: Uint8Array[], label:
 }
 
 /** Add (reduce-scatter) or copy (allgather) a checked chunk into its place in `data`. */
-function applyRingChunk(plan: RingPlan, data: Float32Array, frame: Frame): void {
+function applyRingChunk(
+  plan: RingPlan,
+  data: Float32Array,
+  frame: Frame,
+  record?: RingAllreduceOptions['record'],
+): void {
   const g = frame.ringStep;
   const { start, length } = plan.chunk(plan.receivedSegment(g), frame.chunkIndex);
   const target = data.subarray(start, start + length);
+  const received = record && g < plan.reduceSteps ? record.received.subarray(start, start + length) : null;
   if (plan.compression === 'int8') {
     const bytes = new Uint8Array(frame.buffer, FRAME_HEADER_BYTES, frame.payloadLength);
     try {
+      if (received) decodeInt8BlocksInto(bytes, received);
       if (g < plan.reduceSteps) addInt8BlocksInto(bytes, target);
       else decodeInt8BlocksInto(bytes, target);
     } catch (err) {
@@ -384,10 +406,12 @@ function applyRingChunk(plan: RingPlan, data: Float32Array, frame: Frame): void 
     if (e > MAX_FINITE_SCALE_EXPONENT)
       throw new FrameError(`chunk ${frame.chunkIndex} at step ${g}: fp16 scale exponent ${e} out of range`);
     const halves = new Uint16Array(frame.buffer, FRAME_HEADER_BYTES, length);
+    if (received) decodeFloat16Into(halves, e, received);
     if (g < plan.reduceSteps) addFloat16Into(halves, e, target);
     else decodeFloat16Into(halves, e, target);
   } else {
     const values = new Float32Array(frame.buffer, FRAME_HEADER_BYTES, length);
+    received?.set(values);
     if (g < plan.reduceSteps) for (let i = 0; i < length; i++) target[i] += values[i];
     else target.set(values);
   }

@@ -36,10 +36,11 @@ export interface ApplyOptions {
   hash?: boolean;
   /**
    * The job verifies contributions: sketch this rank's own gradient sums (`own`, as it sent them into
-   * the all-reduce), the reduced sums applied and the new parameters, seeded by the new hash, for a
-   * world of `world` ranks (coordinator/core/sketch.ts). Needs `sums` (no gradients kept on the device).
+   * the all-reduce), what it sent and received in the reduce-scatter (ring-allreduce.ts `record`), the
+   * reduced sums applied and the new parameters, seeded by the new hash, for a world of `world` ranks
+   * (coordinator/core/sketch.ts). Needs `sums` (no gradients kept on the device).
    */
-  sketch?: { own: ArrayBuffer; world: number };
+  sketch?: { own: ArrayBuffer; sent: ArrayBuffer; received: ArrayBuffer; world: number };
 }
 
 export interface ApplyResult {
@@ -133,12 +134,16 @@ export class ElasticSteps {
     }
     const [{ hash, params }, gradient] = await Promise.all([hashed, own]);
     if (!sketchOf || !sums || !params) return { hash, gradient };
-    const mine = gradientSketch(new Float32Array(sketchOf.own), hash, sketchOf.world);
-    const sum = gradientSketch(new Float32Array(sums), hash, sketchOf.world);
+    const of = (buffer: ArrayBuffer) => gradientSketch(new Float32Array(buffer), hash, sketchOf.world);
+    const [mine, sum, sent, received] = [sketchOf.own, sums, sketchOf.sent, sketchOf.received].map(of);
     const sketch: StepSketches = {
       own: Array.from(mine.values),
       sum: Array.from(sum.values),
       sumMass: Array.from(sum.mass),
+      sent: Array.from(sent.values),
+      sentMass: Array.from(sent.mass),
+      received: Array.from(received.values),
+      receivedMass: Array.from(received.mass),
       params,
     };
     return { hash, gradient, sketch };
