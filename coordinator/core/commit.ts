@@ -7,7 +7,7 @@
 import { begin, finish, log, metric, mutWorker, persist, reject, sendWorker, type Ctx } from './context';
 import type { ErrorCode, StepReportMessage } from './protocol';
 import { admitAtBoundaryIn, afterCloseIn, closeRoundIn, requestCheckpointIn } from './rendezvous';
-import { afterCommitIn, ringIdentityHoldsIn, sketchProblem, uploadField } from './verification';
+import { afterCommitIn, ringIdentityHoldsIn, SUSPICION_STEPS, sketchProblem, uploadField } from './verification';
 import {
   assignStep,
   commitStep,
@@ -165,8 +165,8 @@ function commitIn(ctx: Ctx, point: number): void {
     members: rv.participants.map((p) => p.workerId),
   };
   rv.stepStartedAt = ctx.now;
-  // A clean commit ends a run of ring failures: later suspects start a new intersection.
-  s.ringSuspects = null;
+  // Suspects of a ring failure long ago start no intersection with a new one.
+  if (s.ringSuspects && point - (s.ringSuspectsAt ?? 0) > SUSPICION_STEPS) s.ringSuspects = null;
   for (const step of Object.keys(s.pending)) if (Number(step) <= point) delete s.pending[step];
   rv.roundCommits += 1;
   for (const p of rv.participants) mutWorker(ctx, p.workerId).holds = [{ step: point, hash }];

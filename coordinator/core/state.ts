@@ -228,8 +228,10 @@ export interface CoordinatorState {
   verification?: VerificationState | null;
   /** First committed step each worker contributed to since the last rollback (the rollback target of a cheat). */
   contributions?: Record<string, number>;
-  /** Workers suspected by every ring-identity failure since the last clean commit, or null (none pending). */
+  /** Workers suspected by every recent ring failure (verification.ts `suspectsFailIn`), or null. */
   ringSuspects?: string[] | null;
+  /** The last commit when the latest ring failure happened. */
+  ringSuspectsAt?: number;
   /** A secret (hex) from the server: which steps are recomputed cannot be predicted from public data. */
   verifySalt?: string;
 }

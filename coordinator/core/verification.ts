@@ -43,6 +43,9 @@ import type { CoordinatorState, Event, RecomputedStep, Transition, VerificationS
 import { chargeIn, culpritOf } from './penalties';
 import { afterCloseIn, closeRoundIn, enforceBansIn, rollbackIn } from './rendezvous';
 
+/** Commits after which the suspects of an old ring failure are forgotten. */
+export const SUSPICION_STEPS = 20;
+
 /** How long the chosen member has to upload the state before the checked step (ms). */
 export const VERIFY_UPLOAD_MS = 60_000;
 
@@ -143,17 +146,18 @@ export function dataDisputeIn(ctx: Ctx, reporter: string, accused: string, reaso
 }
 
 /**
- * A round failed and one of `suspects` is to blame. Intersected with the suspects of the failures since
- * the last clean commit: one left is banned (cheatersCaughtIn). Otherwise the round closes as a failure
- * charged to every suspect (the quotas are the backstop: a culprit that keeps failing rounds is cooled
- * off long before its partners), and two suspects swap places in the ring, so the next failure (if the
- * culprit goes on) has other neighbours around it and the intersection narrows to the culprit. In a
- * world of two nothing can be narrowed: both are charged each time.
+ * A round failed and one of `suspects` is to blame. Intersected with the suspects of the failures of
+ * the last `SUSPICION_STEPS` commits (an attacker that lets steps pass in between is still narrowed
+ * down): one left is banned (cheatersCaughtIn). Otherwise the round closes as a failure (a restart
+ * the job pays), and two suspects swap places in the ring, so the next failure (if the culprit goes
+ * on) has other neighbours around it and the intersection narrows to the culprit. In a world of two
+ * nothing can be narrowed: both are charged each time, and the quotas cool the culprit off.
  */
 function suspectsFailIn(ctx: Ctx, suspects: string[], why: string): void {
   const s = ctx.s;
   const narrowed = s.ringSuspects ? s.ringSuspects.filter((w) => suspects.includes(w)) : suspects;
   s.ringSuspects = narrowed.length > 0 ? narrowed : suspects;
+  s.ringSuspectsAt = s.lastCommit.step;
   if (s.ringSuspects.length === 1 && s.rendezvous.participants.length > 2) {
     const [culprit] = s.ringSuspects;
     s.ringSuspects = null;
@@ -163,14 +167,10 @@ function suspectsFailIn(ctx: Ctx, suspects: string[], why: string): void {
   }
   if (s.rendezvous.phase === 'gathering') return;
   const current = s.ringSuspects;
-  closeRoundIn(
-    ctx,
-    'failure',
-    true,
-    true,
-    undefined,
-    current.map((w) => culpritOf(s, w)),
-  );
+  // Charged only where nothing can be narrowed (a world of two): elsewhere an honest neighbour would
+  // pay as often as the culprit until the intersection finds it.
+  const charged = s.rendezvous.participants.length <= 2 ? current.map((w) => culpritOf(s, w)) : [];
+  closeRoundIn(ctx, 'failure', true, true, undefined, charged);
   const list = s.rendezvous.waitList;
   const [i, j] = current.slice(0, 2).map((w) => list.indexOf(w));
   if (current.length >= 2 && i >= 0 && j >= 0) {
@@ -257,7 +257,12 @@ export function cheatersCaughtIn(ctx: Ctx, workerIds: string[], why: string): vo
     s.penalties[key] = { charges: [], bans: previous.bans + 1, bannedUntil: ctx.now + s.policy.maxCoolOffMs };
     metric(ctx, 'tabswarm_bans_total', 1, { kind: 'worker' });
   }
-  log(ctx, 'error', 'cheater_banned', { workers: workerIds, why, firstContribution: first });
+  log(ctx, 'error', 'cheater_banned', {
+    workers: workerIds,
+    why,
+    firstContribution: first,
+    lastCommit: s.lastCommit.step,
+  });
   if (s.verification && workerIds.some((w) => s.verification!.world.some((m) => m.workerId === w)))
     s.verification = null;
   if (first !== null && first <= s.lastCommit.step) rollbackPastIn(ctx, first - 1, why);
