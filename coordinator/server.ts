@@ -19,6 +19,7 @@ import { jobPublic } from './core/job';
 import { idSchema } from './core/protocol';
 import { positionAfter } from './core/sampler';
 import { type DecodedSnapshot, decodeSnapshot, SnapshotError } from './core/snapshot';
+import { nodeSha256 } from './node-sha256';
 import { publicCheckpoint } from './admin-feed-projection';
 import type { AdminRoutes } from './admin-routes';
 import { auditRun, commitsPage, evaluationViews, MAX_COMMITS_PAGE, statusOf } from './audit';
@@ -342,7 +343,7 @@ export class CoordinatorServer {
     let snapshot: DecodedSnapshot;
     try {
       // A plain Uint8Array view: Buffer#slice returns a view, not a copy, which decodeSnapshot does not expect.
-      snapshot = decodeSnapshot(new Uint8Array(body.buffer, body.byteOffset, body.byteLength));
+      snapshot = decodeSnapshot(new Uint8Array(body.buffer, body.byteOffset, body.byteLength), { sha256: nodeSha256 });
     } catch (error) {
       if (error instanceof SnapshotError) reject(422, 'bad_snapshot', error.message);
       throw error;

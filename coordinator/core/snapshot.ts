@@ -25,7 +25,7 @@
  * compared with the SHA-256 the ranks now report, and a 64-bit hash cannot vouch for hostile bytes).
  */
 import { z } from 'zod';
-import { HASH_HEX_DIGITS, hashBytes, sha256Digest, stateHash } from './hash';
+import { HASH_HEX_DIGITS, hashParts, nobleSha256, type Sha256Factory, sha256Digest, stateHash } from './hash';
 import { modelSpecSchema, parameterLayout, type ModelSpec, type ParamLayout } from './model-spec';
 
 // TextEncoder/TextDecoder exist in every runtime the core runs in (browsers, workers, Node), but the
@@ -140,7 +140,7 @@ export function encodeSnapshot(snapshot: TrainingSnapshot): ArrayBuffer {
     ...names.map((n, i): [SectionName, Float32Array] => [n, snapshot.moments[i]]),
     ...(snapshot.outer ? [['outer', snapshot.outer] as [SectionName, Float32Array]] : []),
   ];
-  const sectionHashes = arrays.map(([, data]) => hashBytes(data));
+  const sectionHashes = arrays.map(([, data]) => hashParts([data]));
 
   // Section offsets depend on the header's length, which depends on the offsets' digits: iterate
   // until the padded length is stable (twice at most in practice).
@@ -197,16 +197,21 @@ export function encodeSnapshot(snapshot: TrainingSnapshot): ArrayBuffer {
 /**
  * Decode and verify a snapshot. The returned float arrays are views into `input` when it is 4-byte
  * aligned (no copy of a large checkpoint), copies otherwise. Throws `SnapshotError` saying what is wrong.
+ * `sha256`: the SHA-256 to verify with (the coordinator passes node:crypto's; the digests are the same).
  */
-export function decodeSnapshot(input: ArrayBuffer | Uint8Array): DecodedSnapshot {
+export function decodeSnapshot(
+  input: ArrayBuffer | Uint8Array,
+  opts: { sha256?: Sha256Factory } = {},
+): DecodedSnapshot {
+  const sha256 = opts.sha256 ?? nobleSha256;
   // A plain Uint8Array view even for subclasses (Node's Buffer#slice returns a view, not a copy).
   const bytes =
     input instanceof Uint8Array
       ? new Uint8Array(input.buffer, input.byteOffset, input.byteLength)
       : new Uint8Array(input);
-  const { header, headerLength } = readHeader(bytes);
+  const { header, headerLength } = readHeader(bytes, sha256);
   const { spec, layout } = checkModel(header);
-  const arrays = readSections(bytes, header, PREFIX_BYTES + headerLength, layout);
+  const arrays = readSections(bytes, header, PREFIX_BYTES + headerLength, layout, sha256);
   if (header.sections[0].hash !== header.paramsHash) fail('paramsHash differs from the params section hash');
   const moments = OPTIMIZER_MOMENTS[header.optimizer.kind].length;
   const outer = header.optimizer.outer ? arrays[1 + moments] : null;
@@ -223,7 +228,7 @@ export function decodeSnapshot(input: ArrayBuffer | Uint8Array): DecodedSnapshot
     outer,
     paramsHash: header.paramsHash,
     // Without an outer section the state hash is the params section's, already verified above.
-    stateHash: outer ? stateHash(arrays[0], outer) : header.paramsHash,
+    stateHash: outer ? stateHash(arrays[0], outer, sha256) : header.paramsHash,
   };
 }
 
@@ -232,7 +237,7 @@ function describeIssues(error: z.ZodError): string {
 }
 
 /** Check the prefix (magic, version, header length and hash) and parse the JSON header it covers. */
-function readHeader(bytes: Uint8Array): { header: SnapshotHeader; headerLength: number } {
+function readHeader(bytes: Uint8Array, sha256: Sha256Factory): { header: SnapshotHeader; headerLength: number } {
   // The magic first: a short foreign file is named as foreign, not as a truncated snapshot.
   const magic = String.fromCharCode(...bytes.subarray(0, 4));
   if (magic !== SNAPSHOT_MAGIC && bytes.length >= 4)
@@ -253,7 +258,7 @@ function readHeader(bytes: Uint8Array): { header: SnapshotHeader; headerLength: 
   }
   const headerBytes = bytes.subarray(PREFIX_BYTES, PREFIX_BYTES + headerLength);
   const want = bytes.subarray(HEADER_HASH_OFFSET, PREFIX_BYTES);
-  const got = sha256Digest(headerBytes);
+  const got = sha256Digest(headerBytes, sha256);
   if (got.some((b, i) => b !== want[i])) fail('header hash mismatch: the header is corrupted');
   let json: unknown;
   try {
@@ -294,7 +299,13 @@ function checkModel(header: SnapshotHeader): { spec: ModelSpec; layout: ParamLay
  * The float32 sections (params first, then the optimizer's moments), each checked for its place,
  * length and hash; `firstOffset` is where the first must start. Nothing may follow the last.
  */
-function readSections(bytes: Uint8Array, header: SnapshotHeader, firstOffset: number, layout: ParamLayout) {
+function readSections(
+  bytes: Uint8Array,
+  header: SnapshotHeader,
+  firstOffset: number,
+  layout: ParamLayout,
+  sha256: Sha256Factory,
+) {
   const expectedNames: SectionName[] = [
     'params',
     ...OPTIMIZER_MOMENTS[header.optimizer.kind],
@@ -322,7 +333,7 @@ function readSections(bytes: Uint8Array, header: SnapshotHeader, firstOffset: nu
       start % 4 === 0
         ? new Float32Array(bytes.buffer, start, s.byteLength / 4)
         : new Float32Array(bytes.slice(s.byteOffset, s.byteOffset + s.byteLength).buffer);
-    if (hashBytes(data) !== s.hash) fail(`section ${s.name} hash mismatch: its data is corrupted`);
+    if (hashParts([data], sha256) !== s.hash) fail(`section ${s.name} hash mismatch: its data is corrupted`);
     return data;
   });
   if (offset !== bytes.length) fail(`${bytes.length - offset} unexpected bytes after the last section`);

@@ -2,6 +2,7 @@ import { Buffer } from 'node:buffer';
 import { createHash } from 'node:crypto';
 import { describe, expect, it } from 'vitest';
 import { hashBytes, hashParams, hashParts, sha256Digest, stateHash } from '../../coordinator/core/hash';
+import { nodeSha256 as nodeSha256Factory } from '../../coordinator/node-sha256';
 import { NO_HASH, hashSchema } from '../../coordinator/core/protocol';
 
 /*
@@ -113,6 +114,16 @@ describe('hashParams and stateHash', () => {
       }
       expect(hashParts(parts), `cuts ${cuts}`).toBe(hashBytes(bytes));
     }
+  });
+
+  it('gives the same digests with the coordinator node:crypto factory as with the default', () => {
+    const params = Float32Array.from({ length: 1000 }, (_, i) => Math.fround(i / 3));
+    const outer = params.map((x) => x / 2);
+    expect(stateHash(params, outer, nodeSha256Factory)).toBe(stateHash(params, outer));
+    expect(stateHash(params, null, nodeSha256Factory)).toBe(hashParams(params));
+    const bytes = seededBytes(200, 1);
+    expect(hashParts([bytes.subarray(0, 70), bytes.subarray(70)], nodeSha256Factory)).toBe(hashBytes(bytes));
+    expect(Buffer.from(sha256Digest(bytes, nodeSha256Factory)).equals(Buffer.from(sha256Digest(bytes)))).toBe(true);
   });
 
   it('changes when any single bit of the parameters flips', () => {

@@ -2,6 +2,7 @@ import { Buffer } from 'node:buffer';
 import { describe, expect, it } from 'vitest';
 import { createHash } from 'node:crypto';
 import { hashParams, stateHash } from '../../coordinator/core/hash';
+import { nodeSha256 } from '../../coordinator/node-sha256';
 import { MLP_SPEC, parameterLayout, type ModelSpec } from '../../coordinator/core/model-spec';
 import { decodeSnapshot, encodeSnapshot, SnapshotError, type TrainingSnapshot } from '../../coordinator/core/snapshot';
 import { mulberry32, randomArray } from '../support/rng';
@@ -142,6 +143,12 @@ describe('snapshot round trip', () => {
     );
     expect(decoded.stateHash).toBe(stateHash(original.params, outer));
     expect(decoded.stateHash).not.toBe(decoded.paramsHash);
+    // The coordinator decodes with node:crypto: the same hashes.
+    const native = decodeSnapshot(encodeSnapshot({ ...original, outer }), { sha256: nodeSha256 });
+    expect({ params: native.paramsHash, state: native.stateHash }).toEqual({
+      params: decoded.paramsHash,
+      state: decoded.stateHash,
+    });
   });
 
   it('refuses to encode buffers that do not fit the layout or the optimizer', () => {
@@ -156,13 +163,16 @@ describe('snapshot corruption is detected', () => {
   const encoded = encodeSnapshot(snapshotOf(SMALL_SPEC, 'adamw', 11));
   const bytes = new Uint8Array(encoded);
 
-  it('rejects a single flipped bit anywhere in the file', () => {
+  it.each([
+    ['the core default SHA-256', undefined],
+    ['node:crypto (the coordinator)', nodeSha256],
+  ])('rejects a single flipped bit anywhere in the file, verified with %s', (_, sha256) => {
     const undetected: number[] = [];
     for (let i = 0; i < bytes.length; i++) {
       const copy = bytes.slice();
       copy[i] ^= 1 << (i % 8);
       try {
-        decodeSnapshot(copy);
+        decodeSnapshot(copy, { sha256 });
         undetected.push(i);
       } catch (e) {
         if (!(e instanceof SnapshotError)) throw e;
