@@ -6,7 +6,7 @@
  *   tab's worker computes per step and the coordinator computes per uploaded checkpoint;
  * - `old64`: the 64-bit MurmurHash3 + XXH32 pair it replaced (bench/legacy-hash64.ts): the speed given up;
  * - `native`: the reference for SHA-256 itself, native code — in Node `createHash('sha256')` (OpenSSL),
- *   in Chromium `crypto.subtle.digest` (async, secure contexts only: why the tabs cannot rely on it).
+ *   in Chromium `crypto.subtle.digest` (async: the tabs hash synchronously where the parameters are mapped).
  * Both in this Node process and in one headless Chromium page (bench/pages/hash-page.ts, where the tabs
  * run it; main thread, the same V8 as a worker). Before timing, `ours` must equal the native SHA-256 on
  * every input (and `stateHash(params, outer)` node:crypto over both arrays), and `old64` must reproduce

@@ -1,8 +1,9 @@
 /**
  * The browser half of `npm run bench:hash`: the same state hash timed in Chromium's V8, where the tabs
- * compute it, beside the old 64-bit hash and WebCrypto's native SHA-256 (`crypto.subtle.digest`, async
- * and secure-context only: the reference the tabs cannot rely on). Served by a Vite dev server on
- * 127.0.0.1 (a secure context, so `crypto.subtle` exists); bench/hash.ts drives `window.hashBench`.
+ * compute it, beside the old 64-bit hash and WebCrypto's native SHA-256 (`crypto.subtle.digest`: async,
+ * so not what the tabs' synchronous per-step hash can use, but the native reference). Served by a Vite
+ * dev server on 127.0.0.1 (a secure context, so `crypto.subtle` exists); bench/hash.ts drives
+ * `window.hashBench`.
  */
 import { hashParams } from '../../coordinator/core/hash';
 import { legacyHash64 } from '../legacy-hash64';

@@ -10,9 +10,11 @@
  * - cryptographic (collision and second-preimage resistant): with a 64-bit non-cryptographic hash, a
  *   rank asked for a checkpoint could search for poisoned parameters that hash to the committed value;
  *   with SHA-256 an uploaded state that matches the reported hash is the reported state;
- * - synchronous pure JS that runs in a dedicated worker on any origin: WebCrypto's `subtle.digest` is
- *   async and absent outside secure contexts (a plain-http LAN coordinator), so this is `@noble/hashes`
- *   (audited, no dependencies). Its cost over megabytes is measured by `npm run bench:hash`.
+ * - synchronous, the same code in Node and every browser: the worker hashes the parameters inside the
+ *   callback that has their staging buffer mapped (`Model.withParams`, no copy), and `decodeSnapshot`
+ *   is synchronous. WebCrypto's `subtle.digest` is async (and exists only in secure contexts), so this is
+ *   `@noble/hashes` (pure JS, audited, no dependencies). Its cost over megabytes, about 10–70× the old
+ *   64-bit hash, is measured by `npm run bench:hash` (bench/RESULTS.md).
  *
  * Inputs are hashed in place (typed-array views over the caller's bytes, no copy), and multi-part
  * states are fed to one incremental hash, which equals SHA-256 of the concatenated bytes. Functions that
