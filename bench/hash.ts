@@ -1,5 +1,6 @@
 /**
- * The cost of the cryptographic state hash: `npm run bench:hash -- [--sizes-mb 1,4] [--reps 15] [--no-browser]`.
+ * The cost of the cryptographic state hash: `npm run bench:hash -- [--sizes-mb 1,4] [--reps 15] [--no-browser]
+ * [--step-models mlp,cnn] [--step-batch 128] [--step-block 10] [--step-rounds 5]`.
  *
  * Hashes float32 parameter buffers of each size three ways, side by side in one run:
  * - `ours`: `hashParams` of coordinator/core/hash.ts, SHA-256 in pure JS (`@noble/hashes`), what every
@@ -11,8 +12,12 @@
  * run it; main thread, the same V8 as a worker). Before timing, `ours` must equal the native SHA-256 on
  * every input (and `stateHash(params, outer)` node:crypto over both arrays), and `old64` must reproduce
  * the vector its unit test pinned. Repetitions rotate the order of the three so none always runs first;
- * figures are medians in ms and MB/s (1 MB = 2^20 bytes). Prints a table and one JSON line
- * `{"bench":"hash", ...}`.
+ * figures are medians in ms and MB/s (1 MB = 2^20 bytes).
+ *
+ * Then what it costs a training step: in the same Chromium page, a world of one trains `mlp` on WebGPU
+ * (SwiftShader) through the worker's own pipeline (`ElasticSteps.applyAndHash`: the hash runs while the
+ * GPU computes the next step) with no hash (no read-back), the old hash and ours, in rotating blocks.
+ * Prints the tables and one JSON line `{"bench":"hash", ...}`.
  */
 import { createHash } from 'node:crypto';
 import { loadavg } from 'node:os';
@@ -24,19 +29,42 @@ import { launchChromium, watchPage } from '../test/support/browser';
 import { REPO_ROOT, startViteServer } from '../test/support/vite-server';
 import { chromiumVersion } from './common';
 import { legacyHash64 } from './legacy-hash64';
-import { BENCH_METHODS, medianMs, paramsOf, type HashBenchRow, type HashMethod } from './pages/hash-bench-api';
+import {
+  BENCH_METHODS,
+  medianMs,
+  paramsOf,
+  type HashBenchRow,
+  type HashMethod,
+  type StepBenchRow,
+} from './pages/hash-bench-api';
 
 const { values: flags } = parseArgs({
   options: {
     'sizes-mb': { type: 'string', default: '1,4' },
     reps: { type: 'string', default: '15' },
     'no-browser': { type: 'boolean', default: false },
+    /** Training steps per block and rounds of the per-step section (Chromium only). */
+    'step-block': { type: 'string', default: '10' },
+    'step-rounds': { type: 'string', default: '5' },
+    'step-batch': { type: 'string', default: '128' },
+    /** mlp, cnn: the cnn's step takes ~1.8 s on SwiftShader, so it is not in the default run. */
+    'step-models': { type: 'string', default: 'mlp' },
   },
 });
 const SIZES_MB = flags['sizes-mb'].split(',').map(Number);
 const REPS = Number(flags.reps);
 if (SIZES_MB.some((s) => !(s > 0 && Number.isInteger((s * 2 ** 20) / 4))) || !(REPS >= 1 && REPS <= 1000)) {
   throw new Error('bench:hash: --sizes-mb must be positive sizes of whole float32 arrays, --reps 1..1000');
+}
+const STEP_BLOCK = Number(flags['step-block']);
+const STEP_ROUNDS = Number(flags['step-rounds']);
+const STEP_BATCH = Number(flags['step-batch']);
+const STEP_MODELS = flags['step-models'].split(',').filter(Boolean);
+if (!STEP_MODELS.every((m): m is 'mlp' | 'cnn' => m === 'mlp' || m === 'cnn')) {
+  throw new Error('bench:hash: --step-models is a list of mlp, cnn');
+}
+if (![STEP_BLOCK, STEP_ROUNDS, STEP_BATCH].every((n) => Number.isInteger(n) && n >= 1 && n <= 1024)) {
+  throw new Error('bench:hash: --step-block, --step-rounds and --step-batch must be integers 1..1024');
 }
 /** The vector the old hash's unit test pinned for `paramsOf(1000)` before it was retired. */
 const OLD64_VECTOR = 'e8a3733966af47a0';
@@ -78,10 +106,10 @@ function measureNode(mb: number): HashBenchRow {
   return { mb, ms: medianMs(times) };
 }
 
-async function measureChromium(): Promise<HashBenchRow[]> {
+async function measureChromium(): Promise<{ rows: HashBenchRow[]; steps: StepBenchRow[] }> {
   const vite = await startViteServer({
     cacheDir: resolve(REPO_ROOT, 'node_modules/.vite-bench-hash'),
-    optimizeDeps: ['@noble/hashes/sha2.js', '@noble/hashes/utils.js'],
+    optimizeDeps: ['@noble/hashes/sha2.js', '@noble/hashes/utils.js', 'zod'],
   });
   const browser = await launchChromium();
   try {
@@ -92,8 +120,19 @@ async function measureChromium(): Promise<HashBenchRow[]> {
     const vector = await page.evaluate(() => window.hashBench!.old64Vector());
     if (vector !== OLD64_VECTOR) throw new Error(`bench:hash: old64 in Chromium gives ${vector}`);
     const rows = await page.evaluate(([sizes, reps]) => window.hashBench!.run(sizes, reps), [SIZES_MB, REPS] as const);
+    const steps: StepBenchRow[] = [];
+    for (const model of STEP_MODELS as ('mlp' | 'cnn')[]) {
+      steps.push(
+        await page.evaluate(([m, b, n, r]) => window.hashBench!.steps(m, b, n, r), [
+          model,
+          STEP_BATCH,
+          STEP_BLOCK,
+          STEP_ROUNDS,
+        ] as const),
+      );
+    }
     problems.assertNone();
-    return rows;
+    return { rows, steps };
   } finally {
     await browser.close();
     await vite.close();
@@ -114,6 +153,33 @@ function printTable(title: string, rows: readonly HashBenchRow[], nativeName: st
     );
   }
 }
+
+function printSteps(rows: readonly StepBenchRow[]): void {
+  console.log(
+    `training steps in Chromium (SwiftShader), world of one through ElasticSteps.applyAndHash, median ms/step of ${STEP_ROUNDS} blocks of ${STEP_BLOCK}`,
+  );
+  console.log(
+    `${pad('model', 6)} ${pad('MB', 6)} ${pad('batch', 6)} ${pad('no hash', 9)} ${pad('old64', 9)} ${pad('ours', 9)} ${pad('ours-old64', 11)} ${pad('ours/old64', 11)}`,
+  );
+  for (const r of rows) {
+    const s = r.msPerStep;
+    console.log(
+      `${pad(r.model, 6)} ${pad((r.paramBytes / 2 ** 20).toFixed(2), 6)} ${pad(r.batch, 6)} ${pad(s.none.toFixed(1), 9)} ${pad(s.old64.toFixed(1), 9)} ${pad(s.ours.toFixed(1), 9)} ${pad((s.ours - s.old64).toFixed(1), 11)} ${pad((s.ours / s.old64).toFixed(2), 11)}`,
+    );
+  }
+}
+
+const stepJson = (r: StepBenchRow) => ({
+  model: r.model,
+  paramBytes: r.paramBytes,
+  batch: r.batch,
+  msPerStep: {
+    none: Number(r.msPerStep.none.toFixed(2)),
+    old64: Number(r.msPerStep.old64.toFixed(2)),
+    ours: Number(r.msPerStep.ours.toFixed(2)),
+  },
+  oursOverOld64: Number((r.msPerStep.ours / r.msPerStep.old64).toFixed(3)),
+});
 
 const jsonRows = (rows: readonly HashBenchRow[]) =>
   rows.map((r) => ({
@@ -138,7 +204,9 @@ async function main(): Promise<void> {
   printTable(`Node ${process.version}, median of ${REPS} per method (order rotated each repetition)`, node, 'node');
   if (chromium) {
     console.log();
-    printTable(`${chromiumVersion()} headless (page main thread), median of ${REPS}`, chromium, 'subtle');
+    printTable(`${chromiumVersion()} headless (page main thread), median of ${REPS}`, chromium.rows, 'subtle');
+    console.log();
+    printSteps(chromium.steps);
   }
   console.log(
     'ours = hashParams (SHA-256, @noble/hashes, pure JS); old64 = MurmurHash3+XXH32 (replaced); node = node:crypto SHA-256; subtle = WebCrypto SHA-256',
@@ -151,7 +219,8 @@ async function main(): Promise<void> {
       chromium: chromium ? chromiumVersion() : null,
       reps: REPS,
       nodeSizes: jsonRows(node),
-      chromiumSizes: chromium ? jsonRows(chromium) : null,
+      chromiumSizes: chromium ? jsonRows(chromium.rows) : null,
+      chromiumSteps: chromium ? chromium.steps.map(stepJson) : null,
       loadAverage: { start: loadStart, end: loadEnd },
     }),
   );

@@ -27,3 +27,16 @@ export function medianMs(times: Record<HashMethod, number[]>): Record<HashMethod
     native: Number(median(times.native).toFixed(3)),
   };
 }
+
+/** Training-step variants: no hash (no read-back), the old 64-bit hash, ours (SHA-256). */
+export type StepVariant = 'none' | 'old64' | 'ours';
+export const STEP_VARIANTS: readonly StepVariant[] = ['none', 'old64', 'ours'];
+
+export interface StepBenchRow {
+  model: 'mlp' | 'cnn';
+  /** Bytes of parameters hashed per step. */
+  paramBytes: number;
+  batch: number;
+  /** Median wall milliseconds per step (world of one, the worker's pipeline), per variant. */
+  msPerStep: Record<StepVariant, number>;
+}

@@ -13,8 +13,8 @@
  * - synchronous, the same code in Node and every browser: the worker hashes the parameters inside the
  *   callback that has their staging buffer mapped (`Model.withParams`, no copy), and `decodeSnapshot`
  *   is synchronous. WebCrypto's `subtle.digest` is async (and exists only in secure contexts), so this is
- *   `@noble/hashes` (pure JS, audited, no dependencies). Its cost over megabytes, about 10–70× the old
- *   64-bit hash, is measured by `npm run bench:hash` (bench/RESULTS.md).
+ *   `@noble/hashes` (pure JS, audited, no dependencies). Its cost (~10× the old 64-bit hash in Node, ~30× in
+ *   Chromium, per MB and per training step) is measured by `npm run bench:hash` (bench/RESULTS.md).
  *
  * Inputs are hashed in place (typed-array views over the caller's bytes, no copy), and multi-part
  * states are fed to one incremental hash, which equals SHA-256 of the concatenated bytes. Functions that
