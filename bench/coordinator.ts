@@ -62,7 +62,7 @@ async function storeFloor(samples = 200): Promise<number[]> {
           epoch: 0,
           cursorStart: step,
           count: 1,
-          hash: 'ab',
+          hash: 'ab'.repeat(32),
           round: 1,
           world: [],
           loss: 0,

@@ -19,6 +19,7 @@
  */
 import { isTransformer, modelSpecSchema, parameterLayout, type ModelSpec } from './core/model-spec';
 import { type DecodedSnapshot, decodeSnapshot, SnapshotError } from './core/snapshot';
+import { nodeSha256 } from './node-sha256';
 
 /** What the encoder needs of a snapshot (a `DecodedSnapshot` has all of it). */
 export interface ModelWeights {
@@ -148,7 +149,9 @@ export function checkpointToSafetensors(
   let snapshot: DecodedSnapshot;
   try {
     // A plain Uint8Array over the same bytes: a Node Buffer's slice() is a view, which decodeSnapshot does not expect.
-    snapshot = decodeSnapshot(new Uint8Array(checkpoint.buffer, checkpoint.byteOffset, checkpoint.byteLength));
+    snapshot = decodeSnapshot(new Uint8Array(checkpoint.buffer, checkpoint.byteOffset, checkpoint.byteLength), {
+      sha256: nodeSha256,
+    });
   } catch (error) {
     if (error instanceof SnapshotError) fail(`the checkpoint cannot be read: ${error.message}`);
     throw error;

@@ -19,6 +19,7 @@ import { jobPublic } from './core/job';
 import { idSchema } from './core/protocol';
 import { positionAfter } from './core/sampler';
 import { type DecodedSnapshot, decodeSnapshot, SnapshotError } from './core/snapshot';
+import { nodeSha256 } from './node-sha256';
 import { publicCheckpoint } from './admin-feed-projection';
 import type { AdminRoutes } from './admin-routes';
 import { auditRun, commitsPage, evaluationViews, MAX_COMMITS_PAGE, statusOf } from './audit';
@@ -357,7 +358,7 @@ export class CoordinatorServer {
     let snapshot: DecodedSnapshot;
     try {
       // A plain Uint8Array view: Buffer#slice returns a view, not a copy, which decodeSnapshot does not expect.
-      snapshot = decodeSnapshot(new Uint8Array(body.buffer, body.byteOffset, body.byteLength));
+      snapshot = decodeSnapshot(new Uint8Array(body.buffer, body.byteOffset, body.byteLength), { sha256: nodeSha256 });
     } catch (error) {
       if (error instanceof SnapshotError) reject(422, 'bad_snapshot', error.message);
       throw error;
@@ -387,7 +388,7 @@ export class CoordinatorServer {
     }
     // The coordinator hashes the uploaded state itself (the header's hash is the sender's claim) and
     // stores it only if that equals the hash every rank reported for the committed step (parameters,
-    // and in local mode the outer momentum: core/hash.ts `stateHash`).
+    // and in local mode the outer momentum: core/hash.ts `stateHash`, SHA-256, so other bytes cannot match it).
     if (grant!.hash === null) reject(409, 'no_hash', `step ${step} has no committed hash to verify against`);
     // decodeSnapshot hashed the bytes itself (core/hash.ts `stateHash`); the header's hashes are only checked against them.
     const computed = snapshot!.stateHash;

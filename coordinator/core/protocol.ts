@@ -20,8 +20,11 @@ import { GRADIENT_SKETCH_BUCKETS, PARAMS_SKETCH_BUCKETS } from './sketch';
 
 export const PROTOCOL_VERSION = 1;
 
-/** The hash of a local-mode inner step's report: there is no agreed state to hash between outer steps. */
-export const NO_HASH = '0000000000000000';
+/**
+ * The hash of a local-mode inner step's report: there is no agreed state to hash between outer steps.
+ * 64 zero digits, the shape of every hash (finding bytes whose SHA-256 is all zeros is infeasible).
+ */
+export const NO_HASH = '0'.repeat(64);
 
 /** Largest accepted control frame, in UTF-8 bytes. Control messages are small; bulk data goes elsewhere. */
 export const MAX_CONTROL_MESSAGE_BYTES = 16 * 1024;
@@ -43,12 +46,8 @@ export const secretSchema = z
   .min(16)
   .max(128)
   .regex(/^[A-Za-z0-9_-]+$/, 'secrets are base64url');
-/** A parameter hash (hash.ts: 16 lower-case hex digits) or a sha256 (64 hex digits). */
-export const hashSchema = z
-  .string()
-  .min(1)
-  .max(128)
-  .regex(/^[0-9a-f]+$/, 'hashes are lower-case hex');
+/** A state hash (hash.ts) or a checkpoint file's sha256: both SHA-256, 64 lower-case hex digits. */
+export const hashSchema = z.string().regex(/^[0-9a-f]{64}$/, 'hashes are SHA-256: 64 lower-case hex digits');
 const stepSchema = z.int().min(0);
 const roundSchema = z.int().min(0);
 const rankSchema = z.int().min(0).max(4095);

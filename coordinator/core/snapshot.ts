@@ -1,27 +1,31 @@
 /**
  * The binary training-state checkpoint shared by tabs (upload, peer broadcast) and the coordinator
- * (durable store): one `ArrayBuffer`, pure encode/decode, every byte covered by a hash.
+ * (durable store): one `ArrayBuffer`, pure encode/decode, every byte covered by a SHA-256.
  *
- * Format, version 1 (all integers little-endian u32, all floats little-endian float32):
+ * Format, version 2 (all integers little-endian u32, all floats little-endian float32):
  *
  *   offset 0   'TSWS'                  magic
- *   offset 4   version                 1
+ *   offset 4   version                 2
  *   offset 8   headerLength            bytes of the JSON header including its padding (a multiple of 4)
- *   offset 12  headerChecksum          MurmurHash3_x86_32 of the padded header bytes
- *   offset 16  header                  UTF-8 JSON (`SnapshotHeader`), padded with spaces to a multiple of 4
+ *   offset 12  headerHash              32 bytes: SHA-256 of the padded header bytes
+ *   offset 44  header                  UTF-8 JSON (`SnapshotHeader`), padded with spaces to a multiple of 4
  *   then       sections                raw float32 arrays, contiguous, in header order: params, then the
  *                                      optimizer's moments (`m`, `v` for AdamW; `velocity` for SGD), then
  *                                      in local sync mode the outer optimizer's momentum (`outer`)
  *
- * The header checksum is an addition to the three-word prefix of the first draft: without it a flipped
- * digit in `step` or `cursor` would still parse, and the coordinator would resume at the wrong place.
- * Sections carry their own 64-bit hash (`hashBytes`); the params section's hash is `paramsHash`, the
- * value ranks report at commit, so a checkpoint can be matched to a committed step without decoding it.
+ * The header hash is there so that a flipped digit in `step` or `cursor` cannot parse: the coordinator
+ * would resume at the wrong place. Sections carry their own SHA-256 (`hashBytes`, 64 hex digits); the
+ * params section's hash is `paramsHash`, the value ranks report at commit in every-step mode, so a
+ * checkpoint can be matched to a committed step without decoding it.
  * Each section is the whole flat buffer (`layout.totalElements` floats, alignment padding included),
  * so the layout's offsets index it directly.
+ *
+ * Version 1 (until issue 12) had a 32-bit MurmurHash3 header checksum at offset 12 and 64-bit
+ * non-cryptographic section hashes; it is refused with a message saying so (its hashes cannot be
+ * compared with the SHA-256 the ranks now report, and a 64-bit hash cannot vouch for hostile bytes).
  */
 import { z } from 'zod';
-import { hashBytes, murmur3Words, stateHash } from './hash';
+import { HASH_HEX_DIGITS, hashParts, nobleSha256, type Sha256Factory, sha256Digest, stateHash } from './hash';
 import { modelSpecSchema, parameterLayout, type ModelSpec, type ParamLayout } from './model-spec';
 
 // TextEncoder/TextDecoder exist in every runtime the core runs in (browsers, workers, Node), but the
@@ -30,8 +34,16 @@ declare const TextEncoder: { new (): { encode(text: string): Uint8Array } };
 declare const TextDecoder: { new (label: 'utf-8', options: { fatal: boolean }): { decode(bytes: Uint8Array): string } };
 
 export const SNAPSHOT_MAGIC = 'TSWS';
-export const SNAPSHOT_VERSION = 1;
-const PREFIX_BYTES = 16;
+export const SNAPSHOT_VERSION = 2;
+/** Offset of the header hash in the prefix, and its length (a SHA-256 digest). */
+const HEADER_HASH_OFFSET = 12;
+const HEADER_HASH_BYTES = 32;
+/** magic, version, headerLength, header hash: 44 bytes, a multiple of 4 so sections stay float32-aligned. */
+const PREFIX_BYTES = HEADER_HASH_OFFSET + HEADER_HASH_BYTES;
+
+const sha256HexSchema = z
+  .string()
+  .regex(new RegExp(`^[0-9a-f]{${HASH_HEX_DIGITS}}$`), `hashes are ${HASH_HEX_DIGITS} lower-case hex digits (SHA-256)`);
 
 export type OptimizerKind = 'adamw' | 'sgd';
 export type SectionName = 'params' | 'm' | 'v' | 'velocity' | 'outer';
@@ -67,11 +79,11 @@ export const snapshotHeaderSchema = z.strictObject({
       /** From the start of the snapshot. */
       byteOffset: count,
       byteLength: count,
-      hash: z.string().regex(/^[0-9a-f]{16}$/),
+      hash: sha256HexSchema,
     }),
   ),
   /** `hashParams` of the params section. */
-  paramsHash: z.string().regex(/^[0-9a-f]{16}$/),
+  paramsHash: sha256HexSchema,
 });
 
 export type SnapshotHeader = z.infer<typeof snapshotHeaderSchema>;
@@ -128,7 +140,7 @@ export function encodeSnapshot(snapshot: TrainingSnapshot): ArrayBuffer {
     ...names.map((n, i): [SectionName, Float32Array] => [n, snapshot.moments[i]]),
     ...(snapshot.outer ? [['outer', snapshot.outer] as [SectionName, Float32Array]] : []),
   ];
-  const sectionHashes = arrays.map(([, data]) => hashBytes(data));
+  const sectionHashes = arrays.map(([, data]) => hashParts([data]));
 
   // Section offsets depend on the header's length, which depends on the offsets' digits: iterate
   // until the padded length is stable (twice at most in practice).
@@ -172,7 +184,7 @@ export function encodeSnapshot(snapshot: TrainingSnapshot): ArrayBuffer {
   for (let i = 0; i < 4; i++) out[i] = SNAPSHOT_MAGIC.charCodeAt(i);
   prefix.setUint32(4, SNAPSHOT_VERSION, true);
   prefix.setUint32(8, headerLength, true);
-  prefix.setUint32(12, murmur3Words(new Uint32Array(headerBytes.buffer)), true);
+  out.set(sha256Digest(headerBytes), HEADER_HASH_OFFSET);
   out.set(headerBytes, PREFIX_BYTES);
   let offset = PREFIX_BYTES + headerLength;
   for (const [, data] of arrays) {
@@ -185,16 +197,21 @@ export function encodeSnapshot(snapshot: TrainingSnapshot): ArrayBuffer {
 /**
  * Decode and verify a snapshot. The returned float arrays are views into `input` when it is 4-byte
  * aligned (no copy of a large checkpoint), copies otherwise. Throws `SnapshotError` saying what is wrong.
+ * `sha256`: the SHA-256 to verify with (the coordinator passes node:crypto's; the digests are the same).
  */
-export function decodeSnapshot(input: ArrayBuffer | Uint8Array): DecodedSnapshot {
+export function decodeSnapshot(
+  input: ArrayBuffer | Uint8Array,
+  opts: { sha256?: Sha256Factory } = {},
+): DecodedSnapshot {
+  const sha256 = opts.sha256 ?? nobleSha256;
   // A plain Uint8Array view even for subclasses (Node's Buffer#slice returns a view, not a copy).
   const bytes =
     input instanceof Uint8Array
       ? new Uint8Array(input.buffer, input.byteOffset, input.byteLength)
       : new Uint8Array(input);
-  const { header, headerLength } = readHeader(bytes);
+  const { header, headerLength } = readHeader(bytes, sha256);
   const { spec, layout } = checkModel(header);
-  const arrays = readSections(bytes, header, PREFIX_BYTES + headerLength, layout);
+  const arrays = readSections(bytes, header, PREFIX_BYTES + headerLength, layout, sha256);
   if (header.sections[0].hash !== header.paramsHash) fail('paramsHash differs from the params section hash');
   const moments = OPTIMIZER_MOMENTS[header.optimizer.kind].length;
   const outer = header.optimizer.outer ? arrays[1 + moments] : null;
@@ -211,7 +228,7 @@ export function decodeSnapshot(input: ArrayBuffer | Uint8Array): DecodedSnapshot
     outer,
     paramsHash: header.paramsHash,
     // Without an outer section the state hash is the params section's, already verified above.
-    stateHash: outer ? stateHash(arrays[0], outer) : header.paramsHash,
+    stateHash: outer ? stateHash(arrays[0], outer, sha256) : header.paramsHash,
   };
 }
 
@@ -219,14 +236,19 @@ function describeIssues(error: z.ZodError): string {
   return error.issues.map((i) => `${i.path.join('.')}: ${i.message}`).join('; ');
 }
 
-/** Check the prefix (magic, version, header length and checksum) and parse the JSON header it covers. */
-function readHeader(bytes: Uint8Array): { header: SnapshotHeader; headerLength: number } {
-  if (bytes.length < PREFIX_BYTES) fail(`truncated: ${bytes.length} bytes, the prefix alone is ${PREFIX_BYTES}`);
-  const magic = String.fromCharCode(bytes[0], bytes[1], bytes[2], bytes[3]);
-  if (magic !== SNAPSHOT_MAGIC)
+/** Check the prefix (magic, version, header length and hash) and parse the JSON header it covers. */
+function readHeader(bytes: Uint8Array, sha256: Sha256Factory): { header: SnapshotHeader; headerLength: number } {
+  // The magic first: a short foreign file is named as foreign, not as a truncated snapshot.
+  const magic = String.fromCharCode(...bytes.subarray(0, 4));
+  if (magic !== SNAPSHOT_MAGIC && bytes.length >= 4)
     fail(`bad magic ${JSON.stringify(magic)}: not a tabswarm snapshot (expected "${SNAPSHOT_MAGIC}")`);
+  if (bytes.length < PREFIX_BYTES) fail(`truncated: ${bytes.length} bytes, the prefix alone is ${PREFIX_BYTES}`);
   const prefix = new DataView(bytes.buffer, bytes.byteOffset, PREFIX_BYTES);
   const version = prefix.getUint32(4, true);
+  if (version === 1)
+    fail(
+      `unsupported version 1: a checkpoint from before SHA-256 state hashes (its 64-bit hashes cannot be verified); this build reads version ${SNAPSHOT_VERSION} only`,
+    );
   if (version !== SNAPSHOT_VERSION)
     fail(`unsupported version ${version} (this build reads version ${SNAPSHOT_VERSION})`);
   const headerLength = prefix.getUint32(8, true);
@@ -234,10 +256,10 @@ function readHeader(bytes: Uint8Array): { header: SnapshotHeader; headerLength: 
   if (PREFIX_BYTES + headerLength > bytes.length) {
     fail(`truncated: header needs ${PREFIX_BYTES + headerLength} bytes, the snapshot has ${bytes.length}`);
   }
-  const headerBytes = bytes.slice(PREFIX_BYTES, PREFIX_BYTES + headerLength);
-  if (murmur3Words(new Uint32Array(headerBytes.buffer)) !== prefix.getUint32(12, true)) {
-    fail('header checksum mismatch: the header is corrupted');
-  }
+  const headerBytes = bytes.subarray(PREFIX_BYTES, PREFIX_BYTES + headerLength);
+  const want = bytes.subarray(HEADER_HASH_OFFSET, PREFIX_BYTES);
+  const got = sha256Digest(headerBytes, sha256);
+  if (got.some((b, i) => b !== want[i])) fail('header hash mismatch: the header is corrupted');
   let json: unknown;
   try {
     json = JSON.parse(new TextDecoder('utf-8', { fatal: true }).decode(headerBytes));
@@ -277,7 +299,13 @@ function checkModel(header: SnapshotHeader): { spec: ModelSpec; layout: ParamLay
  * The float32 sections (params first, then the optimizer's moments), each checked for its place,
  * length and hash; `firstOffset` is where the first must start. Nothing may follow the last.
  */
-function readSections(bytes: Uint8Array, header: SnapshotHeader, firstOffset: number, layout: ParamLayout) {
+function readSections(
+  bytes: Uint8Array,
+  header: SnapshotHeader,
+  firstOffset: number,
+  layout: ParamLayout,
+  sha256: Sha256Factory,
+) {
   const expectedNames: SectionName[] = [
     'params',
     ...OPTIMIZER_MOMENTS[header.optimizer.kind],
@@ -305,7 +333,7 @@ function readSections(bytes: Uint8Array, header: SnapshotHeader, firstOffset: nu
       start % 4 === 0
         ? new Float32Array(bytes.buffer, start, s.byteLength / 4)
         : new Float32Array(bytes.slice(s.byteOffset, s.byteOffset + s.byteLength).buffer);
-    if (hashBytes(data) !== s.hash) fail(`section ${s.name} hash mismatch: its data is corrupted`);
+    if (hashParts([data], sha256) !== s.hash) fail(`section ${s.name} hash mismatch: its data is corrupted`);
     return data;
   });
   if (offset !== bytes.length) fail(`${bytes.length - offset} unexpected bytes after the last section`);

@@ -127,7 +127,7 @@ describe.skipIf(skip)('tabs behind NATs on the test bed', () => {
     expect(audit.epochs.every((e) => e.duplicateCount === 0)).toBe(true);
     const commits = await scene.api<{ commits: { step: number; hash: string }[] }>('/api/commits?from=0&limit=1000');
     expect(commits.commits.map((c) => c.step)).toEqual(Array.from({ length: commits.commits.length }, (_, i) => i + 1));
-    expect(commits.commits.every((c) => /^[0-9a-f]{16}$/.test(c.hash))).toBe(true);
+    expect(commits.commits.every((c) => /^[0-9a-f]{64}$/.test(c.hash))).toBe(true);
   });
 });
 

@@ -22,7 +22,7 @@ function commitRecord(step: number, round: number, count = 16, worldSize = 2): C
     epoch: 0,
     cursorStart: (step - 1) * 16,
     count,
-    hash: step.toString(16).padStart(16, '0'),
+    hash: step.toString(16).padStart(64, '0'),
     round,
     world: Array.from({ length: worldSize }, (_, rank) => ({ workerId: `w${rank}`, rank, share: 1 / worldSize })),
     loss: 2 / step,

@@ -3,17 +3,16 @@
  * an inbox, and `next(type | predicate)` takes the first matching one (waiting for it). It computes
  * nothing: tests drive it message by message (sim-trainer.ts drives whole rounds).
  */
+import { createHash } from 'node:crypto';
 import WebSocket from 'ws';
 
 /**
  * The parameter hash a simulated worker reports after `step` when it does not upload checkpoints:
- * equal across ranks, different per step, 16 hex digits like `hashParams`.
+ * equal across ranks, different per step, 64 hex digits like `hashParams` (SHA-256 of the step's
+ * decimal digits, so it is never `NO_HASH`).
  */
 export function simulatedHash(step: number): string {
-  let h = (0x811c9dc5 ^ step) >>> 0;
-  h = Math.imul(h ^ (h >>> 16), 0x85ebca6b) >>> 0;
-  h = Math.imul(h ^ (h >>> 13), 0xc2b2ae35) >>> 0;
-  return (h ^ (h >>> 16)).toString(16).padStart(8, '0').repeat(2);
+  return createHash('sha256').update(`simulated step ${step}`).digest('hex');
 }
 
 /** A server message: `{v, type, ...}` (typed loosely here so the helper does not pin the protocol). */

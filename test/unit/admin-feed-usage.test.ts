@@ -20,7 +20,7 @@ function commit(step: number): CommitRecord {
     epoch: 0,
     cursorStart: (step - 1) * 8,
     count: 8,
-    hash: 'ab'.repeat(8),
+    hash: 'ab'.repeat(32),
     round: 1,
     world: [{ workerId: 'w1', rank: 0, share: 1 }],
     loss: 1,

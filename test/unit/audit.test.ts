@@ -19,7 +19,7 @@ function row(step: number, cursorStart: number, count: number): CommitRow {
     epoch: 0,
     cursorStart,
     count,
-    hash: '0'.repeat(16),
+    hash: '0'.repeat(64),
     round: 1,
     world: [{ workerId: 'w1', rank: 0, share: 1 }],
     loss: 1,

@@ -143,7 +143,7 @@ describe('broadcast over in-memory links', () => {
     const { toReceivers, toRoot } = star(1);
     const results = await Promise.allSettled([
       broadcastSend(toReceivers, randomBytes(5, 4000), { id, timeoutMs: 5000, hash }),
-      broadcastReceive(toRoot[0], { id, timeoutMs: 5000, hash, expectedHash: '0123456789abcdef' }),
+      broadcastReceive(toRoot[0], { id, timeoutMs: 5000, hash, expectedHash: '0123456789abcdef'.repeat(4) }),
     ]);
     for (const r of results) expect(r).toMatchObject({ status: 'rejected', reason: { kind: 'hash_mismatch' } });
   });

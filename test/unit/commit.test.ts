@@ -215,7 +215,7 @@ describe('commit rule: commits', () => {
 
   it('treats different hashes for one step as divergence: the round closes with restore:true and a restart', () => {
     const h = midStep();
-    const actions = h.report('b', { hash: 'ffffffffffffffff' });
+    const actions = h.report('b', { hash: 'f'.repeat(64) });
     expect(actions.find((a) => a.kind === 'send' && a.conn === h.worker('b').conn)).toMatchObject({
       msg: { type: 'error', code: 'hash_mismatch' },
     });

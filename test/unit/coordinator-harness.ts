@@ -9,6 +9,7 @@
  * - each index is committed at most once per epoch, exactly once per finished epoch (in the store);
  * - the record agrees with the last commit; the state is plain JSON; ranks are dense.
  */
+import { createHash } from 'node:crypto';
 import { expect } from 'vitest';
 import { MachineExecutor } from '../../coordinator/executor';
 import { NO_EXECUTOR_METRICS } from '../kit/executor-metrics';
@@ -41,9 +42,7 @@ import {
 
 /** The parameter hash every honest rank reports after `step` (all ranks agree by construction). */
 export function hashOf(step: number): string {
-  return (
-    (Math.imul(step + 1, 0x9e3779b1) >>> 0).toString(16).padStart(8, '0') + (step >>> 0).toString(16).padStart(8, '0')
-  );
+  return createHash('sha256').update(`step ${step}`).digest('hex');
 }
 
 export interface SimWorker {

@@ -186,8 +186,8 @@ describe('CoordinatorClient', () => {
       peerId: 'peer-a',
       adapter,
       haveStep: 12,
-      haveHash: '00112233aabbccdd',
-      pending: { step: 13, hash: '0123456789abcdef' },
+      haveHash: '00112233aabbccdd'.repeat(4),
+      pending: { step: 13, hash: '0123456789abcdef'.repeat(4) },
     };
     server.conns[0].socket.terminate(); // a coordinator crash: no close frame
     await server.nextConnection(1);
@@ -196,8 +196,8 @@ describe('CoordinatorClient', () => {
       runId: 'run-1',
       workerId: 'w-7',
       haveStep: 12,
-      haveHash: '00112233aabbccdd',
-      pending: { step: 13, hash: '0123456789abcdef' },
+      haveHash: '00112233aabbccdd'.repeat(4),
+      pending: { step: 13, hash: '0123456789abcdef'.repeat(4) },
     });
     expect(disconnects).toEqual([{ code: 1006, reconnecting: true }]);
     expect(client.send({ type: 'heartbeat' })).toBe(false); // not welcomed again yet

@@ -360,13 +360,7 @@ describe('machine under random churn', () => {
         } else if (r < 0.7 && members.length) {
           // forged or broken reports: never change the record
           const n = pick(members);
-          const forged = pick([
-            { rank: 4095 },
-            { step: 1 },
-            { hash: 'ffffffffffffffff' },
-            { samples: 999 },
-            { round: 0 },
-          ]);
+          const forged = pick([{ rank: 4095 }, { step: 1 }, { hash: 'f'.repeat(64) }, { samples: 999 }, { round: 0 }]);
           h.report(n, forged as never);
         } else if (r < 0.8) {
           // time passes; everyone but a hung tab keeps its heartbeat

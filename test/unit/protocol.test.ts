@@ -11,7 +11,7 @@ import {
 import { defaultJob, jobPublic } from '../../coordinator/core/job';
 import { mulberry32 } from '../support/rng';
 
-const HASH = '0123456789abcdef';
+const HASH = '0123456789abcdef'.repeat(4);
 
 const validClient: ClientMessage[] = [
   {
@@ -107,6 +107,12 @@ describe('parseClientMessage', () => {
     ['an id with a space', JSON.stringify({ ...report, workerId: 'w 1' }), 'bad_message'],
     ['an id of 65 characters', JSON.stringify({ ...report, workerId: 'w'.repeat(65) }), 'bad_message'],
     ['an upper-case hash', JSON.stringify({ ...report, hash: HASH.toUpperCase() }), 'bad_message'],
+    [
+      'a 64-bit hash (16 hex digits, before SHA-256)',
+      JSON.stringify({ ...report, hash: HASH.slice(0, 16) }),
+      'bad_message',
+    ],
+    ['a hash of 65 hex digits', JSON.stringify({ ...report, hash: `${HASH}0` }), 'bad_message'],
     ['a fractional step', JSON.stringify({ ...report, step: 1.5 }), 'bad_message'],
     ['step 0 (steps start at 1)', JSON.stringify({ ...report, step: 0 }), 'bad_message'],
     ['a negative rank', JSON.stringify({ ...report, rank: -1 }), 'bad_message'],

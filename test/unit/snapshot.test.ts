@@ -1,6 +1,8 @@
 import { Buffer } from 'node:buffer';
 import { describe, expect, it } from 'vitest';
-import { hashParams, murmur3Words } from '../../coordinator/core/hash';
+import { createHash } from 'node:crypto';
+import { hashParams, stateHash } from '../../coordinator/core/hash';
+import { nodeSha256 } from '../../coordinator/node-sha256';
 import { MLP_SPEC, parameterLayout, type ModelSpec } from '../../coordinator/core/model-spec';
 import { decodeSnapshot, encodeSnapshot, SnapshotError, type TrainingSnapshot } from '../../coordinator/core/snapshot';
 import { mulberry32, randomArray } from '../support/rng';
@@ -42,19 +44,23 @@ function firstByteDifference(a: Float32Array, b: Float32Array): number {
   return -1;
 }
 
-/** Rewrite the JSON header of an encoded snapshot (keeping the prefix checksum valid) to reach deeper checks. */
+/** Version 2's prefix: magic, version, header length, then the header's SHA-256 (32 bytes) at 12..44. */
+const HEADER_AT = 44;
+const sha256 = (b: Uint8Array) => createHash('sha256').update(b).digest();
+
+/** Rewrite the JSON header of an encoded snapshot (keeping the prefix's header hash valid) to reach deeper checks. */
 function withHeader(encoded: ArrayBuffer, edit: (header: any) => void): Uint8Array {
   const bytes = new Uint8Array(encoded);
   const view = new DataView(encoded);
   const headerLength = view.getUint32(8, true);
-  const header = JSON.parse(new TextDecoder().decode(bytes.subarray(16, 16 + headerLength)));
+  const header = JSON.parse(new TextDecoder().decode(bytes.subarray(HEADER_AT, HEADER_AT + headerLength)));
   edit(header);
   const json = new TextEncoder().encode(JSON.stringify(header));
   if (json.length > headerLength) throw new Error('test edit made the header longer than its padding');
   const out = bytes.slice();
-  out.fill(0x20, 16, 16 + headerLength);
-  out.set(json, 16);
-  new DataView(out.buffer).setUint32(12, murmur3Words(new Uint32Array(out.buffer.slice(16, 16 + headerLength))), true);
+  out.fill(0x20, HEADER_AT, HEADER_AT + headerLength);
+  out.set(json, HEADER_AT);
+  out.set(sha256(out.subarray(HEADER_AT, HEADER_AT + headerLength)), 12);
   return out;
 }
 
@@ -109,12 +115,40 @@ describe('snapshot round trip', () => {
     expect(firstByteDifference(decoded.moments[1], original.moments[1])).toBe(-1);
   });
 
-  it('starts with the magic, version 1 and a header length that is a multiple of 4', () => {
+  it('starts with the magic, version 2, a header length that is a multiple of 4 and the header SHA-256', () => {
     const encoded = encodeSnapshot(snapshotOf(SMALL_SPEC, 'sgd', 1));
     const view = new DataView(encoded);
-    expect(new TextDecoder().decode(new Uint8Array(encoded, 0, 4))).toBe('TSWS');
-    expect(view.getUint32(4, true)).toBe(1);
-    expect(view.getUint32(8, true) % 4).toBe(0);
+    const bytes = new Uint8Array(encoded);
+    expect(new TextDecoder().decode(bytes.subarray(0, 4))).toBe('TSWS');
+    expect(view.getUint32(4, true)).toBe(2);
+    const headerLength = view.getUint32(8, true);
+    expect(headerLength % 4).toBe(0);
+    // Checked with node:crypto, not with the hash module under test.
+    expect(
+      Buffer.from(bytes.subarray(12, HEADER_AT)).equals(sha256(bytes.subarray(HEADER_AT, HEADER_AT + headerLength))),
+    ).toBe(true);
+    const header = JSON.parse(new TextDecoder().decode(bytes.subarray(HEADER_AT, HEADER_AT + headerLength)));
+    for (const s of header.sections) {
+      expect(s.hash).toBe(sha256(bytes.subarray(s.byteOffset, s.byteOffset + s.byteLength)).toString('hex'));
+    }
+    expect(header.paramsHash).toBe(header.sections[0].hash);
+  });
+
+  it('carries the local-mode state hash: SHA-256 of params then outer momentum, checked with node:crypto', () => {
+    const original = snapshotOf(SMALL_SPEC, 'sgd', 5);
+    const outer = original.params.map((x) => -x / 3);
+    const decoded = decodeSnapshot(encodeSnapshot({ ...original, outer }));
+    expect(decoded.stateHash).toBe(
+      createHash('sha256').update(bytesOf(original.params)).update(bytesOf(outer)).digest('hex'),
+    );
+    expect(decoded.stateHash).toBe(stateHash(original.params, outer));
+    expect(decoded.stateHash).not.toBe(decoded.paramsHash);
+    // The coordinator decodes with node:crypto: the same hashes.
+    const native = decodeSnapshot(encodeSnapshot({ ...original, outer }), { sha256: nodeSha256 });
+    expect({ params: native.paramsHash, state: native.stateHash }).toEqual({
+      params: decoded.paramsHash,
+      state: decoded.stateHash,
+    });
   });
 
   it('refuses to encode buffers that do not fit the layout or the optimizer', () => {
@@ -129,13 +163,16 @@ describe('snapshot corruption is detected', () => {
   const encoded = encodeSnapshot(snapshotOf(SMALL_SPEC, 'adamw', 11));
   const bytes = new Uint8Array(encoded);
 
-  it('rejects a single flipped bit anywhere in the file', () => {
+  it.each([
+    ['the core default SHA-256', undefined],
+    ['node:crypto (the coordinator)', nodeSha256],
+  ])('rejects a single flipped bit anywhere in the file, verified with %s', (_, sha256) => {
     const undetected: number[] = [];
     for (let i = 0; i < bytes.length; i++) {
       const copy = bytes.slice();
       copy[i] ^= 1 << (i % 8);
       try {
-        decodeSnapshot(copy);
+        decodeSnapshot(copy, { sha256 });
         undetected.push(i);
       } catch (e) {
         if (!(e instanceof SnapshotError)) throw e;
@@ -150,11 +187,16 @@ describe('snapshot corruption is detected', () => {
     expectSnapshotError(() => decodeSnapshot(badMagic), /bad magic "XSWS"/);
 
     const badVersion = bytes.slice();
-    new DataView(badVersion.buffer).setUint32(4, 2, true);
-    expectSnapshotError(() => decodeSnapshot(badVersion), /unsupported version 2/);
+    new DataView(badVersion.buffer).setUint32(4, 3, true);
+    expectSnapshotError(() => decodeSnapshot(badVersion), /unsupported version 3 \(this build reads version 2\)/);
+    // A version 1 file (64-bit hashes, before SHA-256) is refused by name, not misread as version 2.
+    const version1 = bytes.slice();
+    new DataView(version1.buffer).setUint32(4, 1, true);
+    expectSnapshotError(() => decodeSnapshot(version1), /unsupported version 1: a checkpoint from before SHA-256/);
 
     expectSnapshotError(() => decodeSnapshot(bytes.subarray(0, 10)), /truncated/);
-    expectSnapshotError(() => decodeSnapshot(bytes.subarray(0, 40)), /truncated: header needs/);
+    expectSnapshotError(() => decodeSnapshot(bytes.subarray(0, 40)), /truncated: 40 bytes, the prefix alone is 44/);
+    expectSnapshotError(() => decodeSnapshot(bytes.subarray(0, 60)), /truncated: header needs/);
     expectSnapshotError(() => decodeSnapshot(bytes.subarray(0, bytes.length - 4)), /truncated: section v ends/);
     const longer = new Uint8Array(bytes.length + 4);
     longer.set(bytes);
@@ -162,14 +204,17 @@ describe('snapshot corruption is detected', () => {
 
     const headerLength = new DataView(encoded).getUint32(8, true);
     const badParams = bytes.slice();
-    badParams[16 + headerLength + 5] ^= 0x10;
+    badParams[HEADER_AT + headerLength + 5] ^= 0x10;
     expectSnapshotError(() => decodeSnapshot(badParams), /section params hash mismatch/);
     const badMoment = bytes.slice();
     badMoment[bytes.length - 1] ^= 0x01;
     expectSnapshotError(() => decodeSnapshot(badMoment), /section v hash mismatch/);
     const badHeader = bytes.slice();
-    badHeader[20] ^= 0x01;
-    expectSnapshotError(() => decodeSnapshot(badHeader), /header checksum mismatch/);
+    badHeader[HEADER_AT + 4] ^= 0x01;
+    expectSnapshotError(() => decodeSnapshot(badHeader), /header hash mismatch/);
+    const badHeaderHash = bytes.slice();
+    badHeaderHash[12 + 31] ^= 0x80;
+    expectSnapshotError(() => decodeSnapshot(badHeaderHash), /header hash mismatch/);
   });
 
   it('checks the header against the model and the optimizer, even when its checksum is valid', () => {
@@ -190,7 +235,7 @@ describe('snapshot corruption is detected', () => {
       /differs from its spec's name/,
     );
     expectSnapshotError(
-      () => decodeSnapshot(withHeader(encoded, (h) => (h.paramsHash = '0'.repeat(16)))),
+      () => decodeSnapshot(withHeader(encoded, (h) => (h.paramsHash = '0'.repeat(64)))),
       /paramsHash differs/,
     );
     expectSnapshotError(() => decodeSnapshot(withHeader(encoded, (h) => (h.step = 'x'))), /invalid header: step/);

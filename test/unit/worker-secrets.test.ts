@@ -11,7 +11,7 @@ const hello = (fields: Partial<HelloMessage>): HelloMessage => ({
   peerId: 'p',
   adapter: { vendor: '', architecture: '', description: '' },
   haveStep: 3,
-  haveHash: 'ab'.repeat(8),
+  haveHash: 'ab'.repeat(32),
   ...fields,
 });
 

@@ -1,0 +1,232 @@
+/**
+ * The cost of the cryptographic state hash: `npm run bench:hash -- [--sizes-mb 1,4] [--reps 15] [--no-browser]
+ * [--step-models mlp,cnn] [--step-batch 128] [--step-block 10] [--step-rounds 5]`.
+ *
+ * Hashes float32 parameter buffers of each size three ways, side by side in one run:
+ * - `ours`: `hashParams` of coordinator/core/hash.ts, SHA-256 in pure JS (`@noble/hashes`), what every
+ *   tab's worker computes per step and the coordinator computes per uploaded checkpoint;
+ * - `old64`: the 64-bit MurmurHash3 + XXH32 pair it replaced (bench/legacy-hash64.ts): the speed given up;
+ * - `native`: the reference for SHA-256 itself, native code — in Node `createHash('sha256')` (OpenSSL),
+ *   in Chromium `crypto.subtle.digest` (async: the tabs hash synchronously where the parameters are mapped).
+ * Both in this Node process and in one headless Chromium page (bench/pages/hash-page.ts, where the tabs
+ * run it; main thread, the same V8 as a worker). Before timing, `ours` must equal the native SHA-256 on
+ * every input (and `stateHash(params, outer)` node:crypto over both arrays), and `old64` must reproduce
+ * the vector its unit test pinned. Repetitions rotate the order of the three so none always runs first;
+ * figures are medians in ms and MB/s (1 MB = 2^20 bytes).
+ *
+ * Then what it costs a training step: in the same Chromium page, a world of one trains `mlp` on WebGPU
+ * (SwiftShader) through the worker's own pipeline (`ElasticSteps.applyAndHash`: the hash runs while the
+ * GPU computes the next step) with no hash (no read-back), the old hash and ours, in rotating blocks.
+ * Prints the tables and one JSON line `{"bench":"hash", ...}`.
+ */
+import { createHash } from 'node:crypto';
+import { loadavg } from 'node:os';
+import { resolve } from 'node:path';
+import { performance } from 'node:perf_hooks';
+import { parseArgs } from 'node:util';
+import { hashParams, stateHash } from '../coordinator/core/hash';
+import { launchChromium, watchPage } from '../test/support/browser';
+import { REPO_ROOT, startViteServer } from '../test/support/vite-server';
+import { chromiumVersion } from './common';
+import { legacyHash64 } from './legacy-hash64';
+import {
+  BENCH_METHODS,
+  medianMs,
+  paramsOf,
+  type HashBenchRow,
+  type HashMethod,
+  type StepBenchRow,
+} from './pages/hash-bench-api';
+
+const { values: flags } = parseArgs({
+  options: {
+    'sizes-mb': { type: 'string', default: '1,4' },
+    reps: { type: 'string', default: '15' },
+    'no-browser': { type: 'boolean', default: false },
+    /** Training steps per block and rounds of the per-step section (Chromium only). */
+    'step-block': { type: 'string', default: '10' },
+    'step-rounds': { type: 'string', default: '5' },
+    'step-batch': { type: 'string', default: '128' },
+    /** mlp, cnn: the cnn's step takes ~1.8 s on SwiftShader, so it is not in the default run. */
+    'step-models': { type: 'string', default: 'mlp' },
+  },
+});
+const SIZES_MB = flags['sizes-mb'].split(',').map(Number);
+const REPS = Number(flags.reps);
+if (SIZES_MB.some((s) => !(s > 0 && Number.isInteger((s * 2 ** 20) / 4))) || !(REPS >= 1 && REPS <= 1000)) {
+  throw new Error('bench:hash: --sizes-mb must be positive sizes of whole float32 arrays, --reps 1..1000');
+}
+const STEP_BLOCK = Number(flags['step-block']);
+const STEP_ROUNDS = Number(flags['step-rounds']);
+const STEP_BATCH = Number(flags['step-batch']);
+const STEP_MODELS = flags['step-models'].split(',').filter(Boolean);
+if (!STEP_MODELS.every((m): m is 'mlp' | 'cnn' => m === 'mlp' || m === 'cnn')) {
+  throw new Error('bench:hash: --step-models is a list of mlp, cnn');
+}
+if (![STEP_BLOCK, STEP_ROUNDS, STEP_BATCH].every((n) => Number.isInteger(n) && n >= 1 && n <= 1024)) {
+  throw new Error('bench:hash: --step-block, --step-rounds and --step-batch must be integers 1..1024');
+}
+/** The vector the old hash's unit test pinned for `paramsOf(1000)` before it was retired. */
+const OLD64_VECTOR = 'e8a3733966af47a0';
+
+const nodeSha256 = (...arrays: Float32Array[]) => {
+  const h = createHash('sha256');
+  for (const a of arrays) h.update(new Uint8Array(a.buffer, a.byteOffset, a.byteLength));
+  return h.digest('hex');
+};
+const nodeMethods: Record<HashMethod, (a: Float32Array) => string> = {
+  ours: hashParams,
+  old64: legacyHash64,
+  native: nodeSha256,
+};
+
+function checkNode(): void {
+  if (legacyHash64(paramsOf(1000)) !== OLD64_VECTOR) throw new Error('bench:hash: the old64 baseline is wrong');
+  for (const mb of SIZES_MB) {
+    const p = paramsOf((mb * 2 ** 20) / 4);
+    if (hashParams(p) !== nodeSha256(p)) throw new Error(`bench:hash: ours differs from node:crypto at ${mb} MB`);
+    const outer = p.map((x) => -x);
+    if (stateHash(p, outer) !== nodeSha256(p, outer))
+      throw new Error(`bench:hash: stateHash(params, outer) differs from node:crypto at ${mb} MB`);
+  }
+}
+
+function measureNode(mb: number): HashBenchRow {
+  const params = paramsOf((mb * 2 ** 20) / 4);
+  const times: Record<HashMethod, number[]> = { ours: [], old64: [], native: [] };
+  for (const m of BENCH_METHODS) nodeMethods[m](params); // warm-up (JIT)
+  for (let r = 0; r < REPS; r++) {
+    for (let k = 0; k < BENCH_METHODS.length; k++) {
+      const m = BENCH_METHODS[(r + k) % BENCH_METHODS.length];
+      const t0 = performance.now();
+      nodeMethods[m](params);
+      times[m].push(performance.now() - t0);
+    }
+  }
+  return { mb, ms: medianMs(times) };
+}
+
+async function measureChromium(): Promise<{ rows: HashBenchRow[]; steps: StepBenchRow[] }> {
+  const vite = await startViteServer({
+    cacheDir: resolve(REPO_ROOT, 'node_modules/.vite-bench-hash'),
+    optimizeDeps: ['@noble/hashes/sha2.js', '@noble/hashes/utils.js', 'zod'],
+  });
+  const browser = await launchChromium();
+  try {
+    const page = await browser.newPage();
+    const problems = watchPage(page);
+    await page.goto(`${vite.url}/bench/pages/hash.html`);
+    await page.waitForFunction(() => window.hashBench !== undefined, null, { timeout: 60_000 });
+    const vector = await page.evaluate(() => window.hashBench!.old64Vector());
+    if (vector !== OLD64_VECTOR) throw new Error(`bench:hash: old64 in Chromium gives ${vector}`);
+    const rows = await page.evaluate(([sizes, reps]) => window.hashBench!.run(sizes, reps), [SIZES_MB, REPS] as const);
+    const steps: StepBenchRow[] = [];
+    for (const model of STEP_MODELS as ('mlp' | 'cnn')[]) {
+      steps.push(
+        await page.evaluate(([m, b, n, r]) => window.hashBench!.steps(m, b, n, r), [
+          model,
+          STEP_BATCH,
+          STEP_BLOCK,
+          STEP_ROUNDS,
+        ] as const),
+      );
+    }
+    problems.assertNone();
+    return { rows, steps };
+  } finally {
+    await browser.close();
+    await vite.close();
+  }
+}
+
+const mbPerS = (mb: number, ms: number) => Number((mb / (ms / 1000)).toFixed(1));
+const pad = (s: string | number, n: number) => String(s).padStart(n);
+
+function printTable(title: string, rows: readonly HashBenchRow[], nativeName: string): void {
+  console.log(title);
+  console.log(
+    `${pad('MB', 4)} ${pad('ours ms', 9)} ${pad('old64 ms', 9)} ${pad(`${nativeName} ms`, 10)} ${pad('ours MB/s', 10)} ${pad('old64 MB/s', 11)} ${pad(`${nativeName} MB/s`, 11)} ${pad('ours/old64', 11)} ${pad(`ours/${nativeName}`, 12)}`,
+  );
+  for (const r of rows) {
+    console.log(
+      `${pad(r.mb, 4)} ${pad(r.ms.ours.toFixed(2), 9)} ${pad(r.ms.old64.toFixed(2), 9)} ${pad(r.ms.native.toFixed(2), 10)} ${pad(mbPerS(r.mb, r.ms.ours), 10)} ${pad(mbPerS(r.mb, r.ms.old64), 11)} ${pad(mbPerS(r.mb, r.ms.native), 11)} ${pad((r.ms.ours / r.ms.old64).toFixed(2), 11)} ${pad((r.ms.ours / r.ms.native).toFixed(2), 12)}`,
+    );
+  }
+}
+
+function printSteps(rows: readonly StepBenchRow[]): void {
+  console.log(
+    `training steps in Chromium (SwiftShader), world of one through ElasticSteps.applyAndHash, median ms/step of ${STEP_ROUNDS} blocks of ${STEP_BLOCK}`,
+  );
+  console.log(
+    `${pad('model', 6)} ${pad('MB', 6)} ${pad('batch', 6)} ${pad('no hash', 9)} ${pad('old64', 9)} ${pad('ours', 9)} ${pad('ours-old64', 11)} ${pad('ours/old64', 11)}`,
+  );
+  for (const r of rows) {
+    const s = r.msPerStep;
+    console.log(
+      `${pad(r.model, 6)} ${pad((r.paramBytes / 2 ** 20).toFixed(2), 6)} ${pad(r.batch, 6)} ${pad(s.none.toFixed(1), 9)} ${pad(s.old64.toFixed(1), 9)} ${pad(s.ours.toFixed(1), 9)} ${pad((s.ours - s.old64).toFixed(1), 11)} ${pad((s.ours / s.old64).toFixed(2), 11)}`,
+    );
+  }
+}
+
+const stepJson = (r: StepBenchRow) => ({
+  model: r.model,
+  paramBytes: r.paramBytes,
+  batch: r.batch,
+  msPerStep: {
+    none: Number(r.msPerStep.none.toFixed(2)),
+    old64: Number(r.msPerStep.old64.toFixed(2)),
+    ours: Number(r.msPerStep.ours.toFixed(2)),
+  },
+  oursOverOld64: Number((r.msPerStep.ours / r.msPerStep.old64).toFixed(3)),
+});
+
+const jsonRows = (rows: readonly HashBenchRow[]) =>
+  rows.map((r) => ({
+    mb: r.mb,
+    ms: r.ms,
+    mbPerS: { ours: mbPerS(r.mb, r.ms.ours), old64: mbPerS(r.mb, r.ms.old64), native: mbPerS(r.mb, r.ms.native) },
+    oursOverOld64: Number((r.ms.ours / r.ms.old64).toFixed(2)),
+    oursOverNative: Number((r.ms.ours / r.ms.native).toFixed(2)),
+  }));
+
+async function main(): Promise<void> {
+  const loadStart = loadavg()
+    .map((x) => x.toFixed(2))
+    .join(' ');
+  checkNode();
+  const node = SIZES_MB.map(measureNode);
+  const chromium = flags['no-browser'] ? null : await measureChromium();
+  const loadEnd = loadavg()
+    .map((x) => x.toFixed(2))
+    .join(' ');
+
+  printTable(`Node ${process.version}, median of ${REPS} per method (order rotated each repetition)`, node, 'node');
+  if (chromium) {
+    console.log();
+    printTable(`${chromiumVersion()} headless (page main thread), median of ${REPS}`, chromium.rows, 'subtle');
+    console.log();
+    printSteps(chromium.steps);
+  }
+  console.log(
+    'ours = hashParams (SHA-256, @noble/hashes, pure JS); old64 = MurmurHash3+XXH32 (replaced); node = node:crypto SHA-256; subtle = WebCrypto SHA-256',
+  );
+  console.log(`load average ${loadStart} at start, ${loadEnd} at end`);
+  console.log(
+    JSON.stringify({
+      bench: 'hash',
+      node: process.version,
+      chromium: chromium ? chromiumVersion() : null,
+      reps: REPS,
+      nodeSizes: jsonRows(node),
+      chromiumSizes: chromium ? jsonRows(chromium.rows) : null,
+      chromiumSteps: chromium ? chromium.steps.map(stepJson) : null,
+      loadAverage: { start: loadStart, end: loadEnd },
+    }),
+  );
+}
+
+main().catch((err: unknown) => {
+  console.error(err instanceof Error ? (err.stack ?? err.message) : err);
+  process.exitCode = 1;
+});
