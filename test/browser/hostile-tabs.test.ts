@@ -118,7 +118,7 @@ describe.skipIf(skip)('a hostile tab among three honest ones', () => {
   }
 
   function honestSwarm(c: CoordinatorProcess): Swarm {
-    const swarm = new Swarm(browser, c.url, { query: { testSubset: '0' }, echo });
+    const swarm = new Swarm(browser, c.url, { query: { testSubset: String(TEST_IMAGES) }, echo });
     swarms.push(swarm);
     return swarm;
   }

@@ -391,3 +391,47 @@ describe('recomputed spot checks', () => {
     expect(h.state.lastCommit.step).toBe(step);
   });
 });
+
+describe('detection probability of recomputed checks (measured on the machine, 100 secrets)', () => {
+  it('a liar from step 5 is caught within n steps at least as often as 1 − (1 − p)^(n − lag) says', () => {
+    const p = 0.25;
+    /** Commits between a step's selection and the verifier's answer (upload and recomputation). */
+    const lag = 2;
+    const firstLie = 5;
+    const delays: number[] = [];
+    for (let i = 0; i < 100; i++) {
+      const h = new Harness({ ...JOB, epochs: 20, verify: { probability: p } }, 96, 'run-1', undefined, {
+        verifySalt: `detection-${i}`,
+      });
+      for (const n of ['a', 'b', 'c']) h.join(n);
+      h.readyAll();
+      let dueAt: number | null = null;
+      while (!h.logs.some((l) => l.event === 'cheater_banned') && h.state.lastCommit.step < 80) {
+        const step = h.state.lastCommit.step + 1;
+        const liarRank = h.members().indexOf('b');
+        verifiedStep(h, (own, params) => ({
+          own: own.map((o, r) => (r === liarRank && step >= firstLie ? o.map((x) => x * 1000) : o)),
+          params,
+        }));
+        const v = h.state.verification;
+        if (v && dueAt === null) dueAt = h.state.lastCommit.step + lag;
+        if (v && dueAt !== null && h.state.lastCommit.step >= dueAt) {
+          h.apply({ kind: 'verification_upload', step: v.step - 1, ok: true });
+          h.apply({ kind: 'verification_result', step: v.step, result: recomputed(v.step, 3) });
+          dueAt = null;
+        }
+      }
+      const ban = h.logs.find((l) => l.event === 'cheater_banned');
+      expect(ban?.data.workers).toEqual([h.worker('b').workerId]);
+      delays.push((ban!.data.lastCommit as number) - firstLie);
+    }
+    const within = (n: number) => delays.filter((d) => d <= n).length / delays.length;
+    const rows = [4, 8, 12, 20].map((n) => ({ n, measured: within(n), bound: 1 - (1 - p) ** Math.max(0, n - lag) }));
+    console.log(
+      `detection at p = ${p} (lag ${lag}): ${rows.map((r) => `≤${r.n} steps ${(r.measured * 100).toFixed(0)} % (bound ${(r.bound * 100).toFixed(0)} %)`).join(', ')}; worst ${Math.max(...delays)} steps`,
+    );
+    // 100 runs: the binomial spread is about ±5 points; the bound must hold within it.
+    for (const r of rows) expect(r.measured).toBeGreaterThanOrEqual(r.bound - 0.1);
+    expect(Math.max(...delays)).toBeLessThanOrEqual(40);
+  });
+});
