@@ -18,6 +18,7 @@ import { createHash } from 'node:crypto';
 import { lstat, readdir, readFile, stat } from 'node:fs/promises';
 import { basename, join, resolve } from 'node:path';
 import { windowCount } from './core/chunked-dataset';
+import { type RawTensor, readSafetensors, SAFETENSORS_DTYPE_BYTES } from './core/safetensors-read';
 
 /** Fraction of the bytes (text) or samples (tensors) held out when no `testPath` is given. */
 export const HOLDOUT_FRACTION = 0.05;
@@ -153,48 +154,11 @@ export interface TensorsDataset {
   test: { x: Float32Array; y: Uint32Array; count: number };
 }
 
-const DTYPE_BYTES: Record<string, number> = { F32: 4, U8: 1, I32: 4, I64: 8, U16: 2, I16: 2, U32: 4, I8: 1 };
+const DTYPE_BYTES = SAFETENSORS_DTYPE_BYTES;
 
-interface RawTensor {
-  dtype: string;
-  shape: number[];
-  data: Uint8Array;
-}
-
-/** Parse a safetensors file's header and tensors (views into `bytes`); `file` names it in errors. */
+/** Parse a safetensors file's tensors (views into `bytes`); `file` names it in errors. */
 export function parseSafetensors(bytes: Uint8Array, file: string): Record<string, RawTensor> {
-  if (bytes.length < 8) throw new Error(`${file}: not a safetensors file (${bytes.length} bytes)`);
-  const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
-  const headerBytes = Number(view.getBigUint64(0, true));
-  if (headerBytes < 2 || 8 + headerBytes > bytes.length)
-    throw new Error(`${file}: not a safetensors file (header length ${headerBytes} of a ${bytes.length}-byte file)`);
-  let header: Record<string, unknown>;
-  try {
-    header = JSON.parse(new TextDecoder('utf-8', { fatal: true }).decode(bytes.subarray(8, 8 + headerBytes)));
-  } catch {
-    throw new Error(`${file}: not a safetensors file (the header is not JSON)`);
-  }
-  const data = bytes.subarray(8 + headerBytes);
-  const out: Record<string, RawTensor> = {};
-  for (const [name, value] of Object.entries(header)) {
-    if (name === '__metadata__') continue;
-    const t = value as { dtype?: unknown; shape?: unknown; data_offsets?: unknown };
-    const shape = t.shape as number[];
-    const offsets = t.data_offsets as number[];
-    const size = DTYPE_BYTES[String(t.dtype)];
-    if (!Array.isArray(shape) || !shape.every((d) => Number.isInteger(d) && d >= 0) || !Array.isArray(offsets) || !size)
-      throw new Error(`${file}: tensor ${name} has a malformed entry (dtype ${String(t.dtype)})`);
-    const [begin, end] = offsets;
-    const need = shape.reduce((a, b) => a * b, 1) * size;
-    if (!(Number.isInteger(begin) && Number.isInteger(end) && 0 <= begin && begin <= end && end <= data.length))
-      throw new Error(`${file}: tensor ${name}: data offsets [${offsets}] outside the ${data.length} data bytes`);
-    if (end - begin !== need)
-      throw new Error(
-        `${file}: tensor ${name}: ${String(t.dtype)} [${shape}] needs ${need} bytes, the offsets give ${end - begin}`,
-      );
-    out[name] = { dtype: String(t.dtype), shape, data: data.subarray(begin, end) };
-  }
-  return out;
+  return readSafetensors(bytes, file).tensors;
 }
 
 function features(x: RawTensor, file: string): { x: Float32Array; count: number; shape: [number, number, number] } {
