@@ -7,57 +7,16 @@
  * The output element carries the generated tokens (`data-tokens`, comma-separated) and the checkpoint
  * step (`data-step`), so a test can compare them with a reference decode.
  */
-import {
-  isTransformer,
-  modelSpecSchema,
-  parameterLayout,
-  type TransformerSpec,
-} from '../../coordinator/core/model-spec';
-import { readSafetensors } from '../../coordinator/core/safetensors-read';
+import { parameterLayout } from '../../coordinator/core/model-spec';
 import { generate } from '../../kernels/generate';
 import { createModel, type Model } from '../../kernels/model';
 import { createGpu, type Gpu } from '../../kernels/runtime';
 import type { AdminApi } from './admin-api';
 import { byId } from './format';
+import { modelFromSafetensors } from './model-file';
 
 /** Bytes generated per click. */
 export const SAMPLE_BYTES = 200;
-
-export interface LoadedModel {
-  spec: TransformerSpec;
-  /** Flat parameters in `parameterLayout(spec)`. */
-  params: Float32Array;
-  step: number;
-}
-
-/**
- * A language model from an exported checkpoint: the spec from `tabswarm.spec`, every tensor of its
- * layout present as F32 with the layout's shape. Throws one line naming what is wrong.
- */
-export function modelFromSafetensors(bytes: Uint8Array): LoadedModel {
-  const { tensors, metadata } = readSafetensors(bytes, 'checkpoint');
-  let raw: unknown;
-  try {
-    raw = JSON.parse(metadata['tabswarm.spec'] ?? '');
-  } catch {
-    throw new Error('checkpoint: no model spec in its metadata (tabswarm.spec)');
-  }
-  const parsed = modelSpecSchema.safeParse(raw);
-  if (!parsed.success || !isTransformer(parsed.data))
-    throw new Error('checkpoint: its model is not a language model (transformer)');
-  const spec = parsed.data;
-  const layout = parameterLayout(spec);
-  const params = new Float32Array(layout.totalElements);
-  for (const e of layout.entries) {
-    const t = tensors[e.name];
-    if (t?.dtype !== 'F32' || t.shape.join() !== e.shape.join())
-      throw new Error(`checkpoint: tensor ${e.name} is missing or not F32 [${e.shape}]`);
-    // Copy: the data view may be unaligned for a Float32Array.
-    params.set(new Float32Array(t.data.slice().buffer), e.offset);
-  }
-  const step = Number(metadata['tabswarm.step']);
-  return { spec, params, step: Number.isInteger(step) ? step : -1 };
-}
 
 let gpu: Gpu | null = null;
 let loaded: { model: Model; step: number } | null = null;
