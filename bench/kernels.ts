@@ -438,13 +438,9 @@ function report(
     transformer_step: transformerRows,
     load: { start: loadStart.map((l) => round(l)), end: loadEnd.map((l) => round(l)), cores: cpus().length },
   };
-  const table = renderTable(result.matmul, matmul.spreads, result.train_step, matmul.variantTable, {
-    reps: REPS,
-    loadStart,
-    loadEnd,
-    seconds,
-  });
-  const lines = [table, renderTransformerTable(transformerRows)].join('\n\n');
+  const table = renderTable(result.matmul, matmul.spreads, result.train_step, matmul.variantTable, { reps: REPS });
+  const load = `load average ${loadStart.map((l) => l.toFixed(2)).join(' ')} at start, ${loadEnd.map((l) => l.toFixed(2)).join(' ')} at end (${cpus().length} cores); run took ${seconds.toFixed(0)} s`;
+  const lines = [table, renderTransformerTable(transformerRows), load].join('\n\n');
   process.stdout.write(`${lines}\n${JSON.stringify(result)}\n`);
   if (PARTS.size < 3) log(`--parts ${flags.parts}: not all parts ran, so bench/RESULTS.md is left alone`);
   else if (!flags['no-write']) {
@@ -471,7 +467,7 @@ function renderTable(
   spreads: readonly MatmulSpread[],
   trainRows: readonly TrainRow[],
   variants: VariantTable,
-  info: { reps: number; loadStart: number[]; loadEnd: number[]; seconds: number },
+  info: { reps: number },
 ): string {
   const pad = (s: string | number, w: number) => String(s).padStart(w);
   const lines = [
@@ -501,8 +497,6 @@ function renderTable(
     ),
     `ours = the kernels' default matmul tile (${VARIANTS[0].name}), as the app trains; tfjs = the faster of its model forms`,
     `(fused: tf.fused.matMul with bias+ReLU per layer; plain: matMul, add, relu), each with tf.train.adam via optimizer.minimize`,
-    '',
-    `load average ${info.loadStart.map((l) => l.toFixed(2)).join(' ')} at start, ${info.loadEnd.map((l) => l.toFixed(2)).join(' ')} at end (${cpus().length} cores); run took ${info.seconds.toFixed(0)} s`,
   ];
   return lines.join('\n');
 }
