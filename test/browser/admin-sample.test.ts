@@ -8,7 +8,8 @@
  *
  * The simulated checkpoint parameters are seeded uniform values with logits of order 1 (sim-trainer.ts),
  * and the test checks that the reference's best logit beats the second by far more than float32
- * rounding at every step, so the exact comparison is meaningful. About 15 s on 2 shared cores.
+ * rounding at every step, so the exact comparison is meaningful. Without WebGPU the card says so. About
+ * 15 s on 2 shared cores.
  */
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
@@ -147,5 +148,20 @@ describe.skipIf(skip)('admin page of a language model', () => {
     );
     await page.screenshot({ path: join(REPO_ROOT, 'test-results', 'admin-sample-1280x900.png'), fullPage: true });
     problems.assertNone();
+  });
+
+  it('says plainly that sampling needs WebGPU when the browser has none', async () => {
+    const context = await browser.newContext();
+    await context.addInitScript(() => Object.defineProperty(Navigator.prototype, 'gpu', { get: () => undefined }));
+    const page = await context.newPage();
+    await page.goto(`${proc.url}/admin/?token=${TEST_ADMIN_TOKEN}`);
+    await page.waitForSelector('#sample-card', { state: 'visible' });
+    await page.click('#sample-button');
+    await page.waitForSelector('#sample-output[data-state=failed]', { state: 'attached', timeout: 20_000 });
+    expect(await page.textContent('#sample-status')).toBe(
+      'Cannot sample: this browser has no WebGPU, which sampling needs (it runs the model in this tab)',
+    );
+    expect(await page.isHidden('#sample-output')).toBe(true);
+    await context.close();
   });
 });
