@@ -1,12 +1,16 @@
 /**
- * Kernel benchmark: `npm run bench:kernels -- [--reps 5] [--sizes 256,512,1024] [--batches 128,512] [--tfjs-forms fused,plain] [--probe] [--breakdown] [--no-write]`.
+ * Kernel benchmark: `npm run bench:kernels -- [--reps 5] [--sizes 256,512,1024] [--batches 128,512] [--tfjs-forms fused,plain]
+ * [--transformer-batches 1,4] [--transformer-reps 3] [--parts matmul,mlp,transformer] [--probe] [--breakdown] [--no-write]`.
  *
  * Our WGSL kernels against TF.js's WebGPU backend in ONE headless Chromium page on the same adapter
  * (bench/pages/kernels-page.ts, served by a Vite dev server so it imports our TypeScript directly):
  * - square float32 matmul at each size, GFLOP/s, with several of our tile variants (WGSL override
  *   constants, with and without workgroup memory); the best variant per size is reported;
  * - a full mlp (784-256-128-10, ReLU, softmax cross-entropy, Adam) training step per batch size,
- *   samples/s: `Model.trainStep` (one submission) against `optimizer.minimize` in TF.js.
+ *   samples/s: `Model.trainStep` (one submission) against `optimizer.minimize` in TF.js;
+ * - a full gpt-tiny training step (forward, cross-entropy, backward, Adam) per batch of windows of 128
+ *   bytes, tokens/s: `Model.trainTokens` against the same model written in TF.js ops
+ *   (test/support/reference-transformer-tfjs.ts) under `optimizer.minimize` (`transformer_step`).
  * Samples alternate between the sides (and the order flips every repetition), so drifts of this
  * shared machine's speed hit both; figures are medians. No sample includes a read-back: each waits
  * for its device queue to go idle (see the page). Prints a table and one JSON line
@@ -35,8 +39,17 @@ const { values: flags } = parseArgs({
     breakdown: { type: 'boolean', default: false },
     /** TF.js model forms to race (the faster counts): fused (tf.fused.matMul) and/or plain (matMul/add/relu). */
     'tfjs-forms': { type: 'string', default: 'fused,plain' },
+    /** Windows per gpt-tiny step (a step of 2 takes seconds on SwiftShader, TF.js's many more). */
+    'transformer-batches': { type: 'string', default: '1,4' },
+    'transformer-reps': { type: 'string', default: '3' },
+    /** Which parts to run; bench/RESULTS.md is rewritten only when all three ran. */
+    parts: { type: 'string', default: 'matmul,mlp,transformer' },
   },
 });
+const PARTS = new Set(flags.parts.split(',').filter(Boolean));
+if ([...PARTS].some((p) => !['matmul', 'mlp', 'transformer'].includes(p))) throw new Error(`--parts: ${flags.parts}`);
+const TRANSFORMER_BATCHES = flags['transformer-batches'].split(',').filter(Boolean).map(Number);
+const TRANSFORMER_REPS = Number(flags['transformer-reps']);
 const REPS = Number(flags.reps);
 const SIZES = flags.sizes.split(',').filter(Boolean).map(Number);
 const BATCHES = flags.batches.split(',').filter(Boolean).map(Number);
@@ -149,10 +162,11 @@ async function main(): Promise<void> {
     await page.goto(`${vite.url}/bench/pages/kernels.html`);
     await page.waitForFunction(() => window.kernelBench !== undefined, null, { timeout: 120_000 });
     const adapter = await initAdapter(page);
-    const matmul = await benchMatmul(page);
-    const trainRows = await benchTrainStep(page, matmul.rows);
+    const matmul = PARTS.has('matmul') ? await benchMatmul(page) : { rows: [], variantTable: new Map(), spreads: [] };
+    const trainRows = PARTS.has('mlp') ? await benchTrainStep(page, matmul.rows) : [];
+    const transformerRows = PARTS.has('transformer') ? await benchTransformerStep(page) : [];
     problems.assertNone();
-    report(adapter, matmul, trainRows, { loadStart, started });
+    report(adapter, matmul, trainRows, transformerRows, { loadStart, started });
   } finally {
     await browser.close();
     await vite.close();
@@ -321,6 +335,49 @@ async function timeTrainStep(
   return { tfjsMs: ms.slice(0, TFJS_FORMS.length), oursMs: ms.slice(TFJS_FORMS.length), steps, reference };
 }
 
+interface TransformerRow {
+  batch: number;
+  context: number;
+  /** Tokens (batch · context) per second through a whole training step. */
+  ours: number;
+  tfjs: number;
+  ratio: number;
+}
+
+/**
+ * gpt-tiny's training step at each batch: both sides from the same weights and windows (their initial
+ * losses must agree within 1e-4, or the bench compares different models), then timed alternately, one
+ * step per sample, TRANSFORMER_REPS samples per side.
+ */
+async function benchTransformerStep(page: Page): Promise<TransformerRow[]> {
+  const rows: TransformerRow[] = [];
+  for (const batch of TRANSFORMER_BATCHES) {
+    log(`transformer step batch ${batch}: setting up gpt-tiny on both sides (a TF.js warm-up step takes a while)`);
+    const setup = await page.evaluate((batch) => window.kernelBench!.transformerSetup(batch), batch);
+    const gap = Math.abs(setup.lossOurs - setup.lossTfjs) / Math.abs(setup.lossTfjs);
+    if (!(gap < 1e-4))
+      throw new Error(
+        `transformer step ${batch}: initial losses ${JSON.stringify(setup)} disagree: not the same model`,
+      );
+    const sides: Side[] = [
+      { side: 'tfjs', variant: 0 },
+      { side: 'ours', variant: 0 },
+    ];
+    const [tfjsMs, oursMs] = await timeAlternately(TRANSFORMER_REPS, sides, (side) =>
+      page.evaluate((side) => window.kernelBench!.transformerTime(side, 1), side),
+    );
+    await page.evaluate(() => window.kernelBench!.transformerTeardown());
+    const rate = (ms: number) => (batch * setup.context) / (ms / 1000);
+    const [ours, tfjs] = [rate(median(oursMs)), rate(median(tfjsMs))];
+    rows.push({ batch, context: setup.context, ours: round(ours), tfjs: round(tfjs), ratio: round(ours / tfjs) });
+    log(
+      `transformer step batch ${batch}: ours ${ours.toFixed(1)} tokens/s (${oursMs.map((m) => m.toFixed(0)).join(', ')} ms), ` +
+        `tfjs ${tfjs.toFixed(1)} tokens/s (${tfjsMs.map((m) => m.toFixed(0)).join(', ')} ms); initial loss ${setup.lossOurs.toFixed(5)} vs ${setup.lossTfjs.toFixed(5)}`,
+    );
+  }
+  return rows;
+}
+
 /**
  * `reps` rounds timing every side once, every other round in reverse order (so no side always runs
  * first, on a warmer or cooler GPU); the milliseconds of each side, in the order of `sides`.
@@ -359,6 +416,7 @@ function report(
   adapter: AdapterReport,
   matmul: MatmulResults,
   trainRows: TrainRow[],
+  transformerRows: TransformerRow[],
   info: { loadStart: number[]; started: number },
 ): void {
   const { loadStart, started } = info;
@@ -377,17 +435,16 @@ function report(
     },
     matmul: matmul.rows,
     train_step: trainRows,
+    transformer_step: transformerRows,
     load: { start: loadStart.map((l) => round(l)), end: loadEnd.map((l) => round(l)), cores: cpus().length },
   };
-  const table = renderTable(result.matmul, matmul.spreads, result.train_step, matmul.variantTable, {
-    reps: REPS,
-    loadStart,
-    loadEnd,
-    seconds,
-  });
-  process.stdout.write(`${table}\n${JSON.stringify(result)}\n`);
-  if (!flags['no-write']) {
-    writeResults(renderSection(table, JSON.stringify(result), adapter, chromium));
+  const table = renderTable(result.matmul, matmul.spreads, result.train_step, matmul.variantTable, { reps: REPS });
+  const load = `load average ${loadStart.map((l) => l.toFixed(2)).join(' ')} at start, ${loadEnd.map((l) => l.toFixed(2)).join(' ')} at end (${cpus().length} cores); run took ${seconds.toFixed(0)} s`;
+  const lines = [table, renderTransformerTable(transformerRows), load].join('\n\n');
+  process.stdout.write(`${lines}\n${JSON.stringify(result)}\n`);
+  if (PARTS.size < 3) log(`--parts ${flags.parts}: not all parts ran, so bench/RESULTS.md is left alone`);
+  else if (!flags['no-write']) {
+    writeResults(renderSection(lines, JSON.stringify(result), adapter, chromium));
     log(`wrote the bench:kernels section of ${RESULTS_PATH}`);
   }
 }
@@ -410,7 +467,7 @@ function renderTable(
   spreads: readonly MatmulSpread[],
   trainRows: readonly TrainRow[],
   variants: VariantTable,
-  info: { reps: number; loadStart: number[]; loadEnd: number[]; seconds: number },
+  info: { reps: number },
 ): string {
   const pad = (s: string | number, w: number) => String(s).padStart(w);
   const lines = [
@@ -440,10 +497,22 @@ function renderTable(
     ),
     `ours = the kernels' default matmul tile (${VARIANTS[0].name}), as the app trains; tfjs = the faster of its model forms`,
     `(fused: tf.fused.matMul with bias+ReLU per layer; plain: matMul, add, relu), each with tf.train.adam via optimizer.minimize`,
-    '',
-    `load average ${info.loadStart.map((l) => l.toFixed(2)).join(' ')} at start, ${info.loadEnd.map((l) => l.toFixed(2)).join(' ')} at end (${cpus().length} cores); run took ${info.seconds.toFixed(0)} s`,
   ];
   return lines.join('\n');
+}
+
+function renderTransformerTable(rows: readonly TransformerRow[]): string {
+  const pad = (s: string | number, w: number) => String(s).padStart(w);
+  return [
+    `gpt-tiny training step (forward, loss, backward, Adam), tokens/s (median of ${TRANSFORMER_REPS}; goal: ratio >= 3)`,
+    `${pad('batch', 6)} ${pad('context', 8)} ${pad('ours', 8)} ${pad('tfjs', 8)} ${pad('ratio', 7)}`,
+    ...rows.map(
+      (r) =>
+        `${pad(r.batch, 6)} ${pad(r.context, 8)} ${pad(r.ours.toFixed(1), 8)} ${pad(r.tfjs.toFixed(1), 8)} ${pad(r.ratio.toFixed(2), 7)}`,
+    ),
+    `ours = Model.trainTokens (one submission); tfjs = the same model in TF.js ops (test/support/reference-transformer-tfjs.ts)`,
+    `with tf.train.adam via optimizer.minimize; same weights and windows, initial losses equal within 1e-4`,
+  ].join('\n');
 }
 
 const BEGIN =

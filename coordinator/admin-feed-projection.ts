@@ -6,7 +6,7 @@
  */
 import type { Action, CoordinatorState } from './core/machine';
 import type { CommitRecord } from './core/state';
-import { parameterLayout } from './core/model-spec';
+import { isTransformer, parameterLayout } from './core/model-spec';
 import { stepsPerEpoch } from './core/sampler';
 import { usageView, type UsageView } from './core/utilization';
 import { statusOf } from './audit';
@@ -102,13 +102,14 @@ function feedEvent(id: number | null, at: number, level: string, event: string, 
   return { id, at, level, event, category: categoryOf(event, data), data };
 }
 
-/** An `evaluation` log event carrying `{step, accuracy}`, if this is one. */
+/** An `evaluation` log event carrying `{step, accuracy}` (and `loss`, when finite), if this is one. */
 function evaluationOf(event: FeedEvent): FeedEvaluation | null {
   if (event.event !== 'evaluation') return null;
-  const data = event.data as { step?: unknown; accuracy?: unknown } | null;
+  const data = event.data as { step?: unknown; accuracy?: unknown; loss?: unknown } | null;
   if (typeof data?.step !== 'number' || typeof data.accuracy !== 'number' || !Number.isFinite(data.accuracy))
     return null;
-  return { step: data.step, accuracy: data.accuracy, at: event.at };
+  const loss = typeof data.loss === 'number' && Number.isFinite(data.loss) ? data.loss : null;
+  return { step: data.step, accuracy: data.accuracy, loss, at: event.at };
 }
 
 export function jobSummary(state: CoordinatorState): AdminJobSummary {
@@ -119,6 +120,7 @@ export function jobSummary(state: CoordinatorState): AdminJobSummary {
       : `SGD lr ${job.optimizer.lr} momentum ${job.optimizer.momentum}`;
   return {
     model: job.model.name,
+    languageModel: isTransformer(job.model),
     parameterCount: parameterLayout(job.model).parameterCount,
     dataset: job.dataset.name,
     datasetSize: state.datasetSize,

@@ -7,8 +7,9 @@
  *   names separate text. A training sample is a window START: sample i is bytes [i, i + context + 1)
  *   (inputs and their next bytes), so a corpus of n bytes has n − context samples and the sampler
  *   covers them exactly as it covers images.
- * - **tensors** (`{ "kind": "tensors", "path": FILE }`): a `.safetensors` file with `x` (F32 or U8,
- *   [count, ...features]) and `y` (integer labels [count]); the last 5% held out unless `testPath`.
+ * - **tensors** (`{ "kind": "tensors", "path": FILE_OR_DIR }`): a `.safetensors` file with `x` (F32 or
+ *   U8, [count, ...features]) and `y` (integer labels [count]), or a folder holding the same two arrays
+ *   as `x.npy` and `y.npy` (np.save; npy.ts); the last 5% held out unless `testPath`.
  *
  * Every way a file can be wrong is one line that names the file: missing, empty, not UTF-8 (with the
  * byte offset), too small for the context, bad safetensors header, wrong dtype or shape, out-of-range
@@ -18,6 +19,8 @@ import { createHash } from 'node:crypto';
 import { lstat, readdir, readFile, stat } from 'node:fs/promises';
 import { basename, join, resolve } from 'node:path';
 import { windowCount } from './core/chunked-dataset';
+import { type RawTensor, readSafetensors, SAFETENSORS_DTYPE_BYTES } from './core/safetensors-read';
+import { parseNpy } from './npy';
 
 /** Fraction of the bytes (text) or samples (tensors) held out when no `testPath` is given. */
 export const HOLDOUT_FRACTION = 0.05;
@@ -153,52 +156,16 @@ export interface TensorsDataset {
   test: { x: Float32Array; y: Uint32Array; count: number };
 }
 
-const DTYPE_BYTES: Record<string, number> = { F32: 4, U8: 1, I32: 4, I64: 8, U16: 2, I16: 2, U32: 4, I8: 1 };
+const DTYPE_BYTES = SAFETENSORS_DTYPE_BYTES;
 
-interface RawTensor {
-  dtype: string;
-  shape: number[];
-  data: Uint8Array;
-}
-
-/** Parse a safetensors file's header and tensors (views into `bytes`); `file` names it in errors. */
+/** Parse a safetensors file's tensors (views into `bytes`); `file` names it in errors. */
 export function parseSafetensors(bytes: Uint8Array, file: string): Record<string, RawTensor> {
-  if (bytes.length < 8) throw new Error(`${file}: not a safetensors file (${bytes.length} bytes)`);
-  const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
-  const headerBytes = Number(view.getBigUint64(0, true));
-  if (headerBytes < 2 || 8 + headerBytes > bytes.length)
-    throw new Error(`${file}: not a safetensors file (header length ${headerBytes} of a ${bytes.length}-byte file)`);
-  let header: Record<string, unknown>;
-  try {
-    header = JSON.parse(new TextDecoder('utf-8', { fatal: true }).decode(bytes.subarray(8, 8 + headerBytes)));
-  } catch {
-    throw new Error(`${file}: not a safetensors file (the header is not JSON)`);
-  }
-  const data = bytes.subarray(8 + headerBytes);
-  const out: Record<string, RawTensor> = {};
-  for (const [name, value] of Object.entries(header)) {
-    if (name === '__metadata__') continue;
-    const t = value as { dtype?: unknown; shape?: unknown; data_offsets?: unknown };
-    const shape = t.shape as number[];
-    const offsets = t.data_offsets as number[];
-    const size = DTYPE_BYTES[String(t.dtype)];
-    if (!Array.isArray(shape) || !shape.every((d) => Number.isInteger(d) && d >= 0) || !Array.isArray(offsets) || !size)
-      throw new Error(`${file}: tensor ${name} has a malformed entry (dtype ${String(t.dtype)})`);
-    const [begin, end] = offsets;
-    const need = shape.reduce((a, b) => a * b, 1) * size;
-    if (!(Number.isInteger(begin) && Number.isInteger(end) && 0 <= begin && begin <= end && end <= data.length))
-      throw new Error(`${file}: tensor ${name}: data offsets [${offsets}] outside the ${data.length} data bytes`);
-    if (end - begin !== need)
-      throw new Error(
-        `${file}: tensor ${name}: ${String(t.dtype)} [${shape}] needs ${need} bytes, the offsets give ${end - begin}`,
-      );
-    out[name] = { dtype: String(t.dtype), shape, data: data.subarray(begin, end) };
-  }
-  return out;
+  return readSafetensors(bytes, file).tensors;
 }
 
 function features(x: RawTensor, file: string): { x: Float32Array; count: number; shape: [number, number, number] } {
-  if (x.dtype !== 'F32' && x.dtype !== 'U8') throw new Error(`${file}: x has dtype ${x.dtype}; use F32 or U8`);
+  if (x.dtype !== 'F32' && x.dtype !== 'U8')
+    throw new Error(`${file}: x has dtype ${x.dtype}; use F32 or U8 (float32 or uint8)`);
   if (x.shape.length < 2 || x.shape.length > 4)
     throw new Error(`${file}: x has shape [${x.shape}]; expected [count, features], [count, h, w] or [count, h, w, c]`);
   const [count, ...rest] = x.shape;
@@ -237,22 +204,40 @@ function labels(y: RawTensor, count: number, file: string): Uint32Array {
   });
 }
 
-async function readTensorsFile(path: string) {
+async function readBytes(path: string): Promise<Uint8Array> {
   const bytes = new Uint8Array(
     await readFile(path).catch((e: NodeJS.ErrnoException) => {
       throw new Error(`tensors dataset ${path}: ${e.code === 'ENOENT' ? 'no such file' : e.message}`);
     }),
   );
   if (bytes.length === 0) throw new Error(`tensors dataset ${path}: the file is empty`);
-  const tensors = parseSafetensors(bytes, path);
+  return bytes;
+}
+
+/** `x` and `y` of a `.safetensors` file, or of `x.npy` and `y.npy` in a folder; and the file each came from. */
+async function readXY(path: string): Promise<{ x: RawTensor; y: RawTensor; xFile: string; yFile: string }> {
+  const info = await stat(path).catch(() => undefined);
+  if (info?.isDirectory()) {
+    const [xFile, yFile] = [join(path, 'x.npy'), join(path, 'y.npy')];
+    const x = parseNpy(await readBytes(xFile), xFile);
+    return { x, y: parseNpy(await readBytes(yFile), yFile), xFile, yFile };
+  }
+  if (path.endsWith('.npy'))
+    throw new Error(`${path}: a .npy file holds one array; name the folder that holds x.npy and y.npy`);
+  const tensors = parseSafetensors(await readBytes(path), path);
   for (const name of ['x', 'y'])
     if (!tensors[name])
       throw new Error(`${path}: no tensor "${name}" (has: ${Object.keys(tensors).join(', ') || 'none'})`);
-  const f = features(tensors.x, path);
-  return { ...f, y: labels(tensors.y, f.count, path) };
+  return { x: tensors.x, y: tensors.y, xFile: path, yFile: path };
 }
 
-/** Load a safetensors dataset; classes = largest label + 1 over both splits (at least 2). */
+async function readTensorsFile(path: string) {
+  const { x, y, xFile, yFile } = await readXY(path);
+  const f = features(x, xFile);
+  return { ...f, y: labels(y, f.count, yFile) };
+}
+
+/** Load a tensors dataset (safetensors, or a folder of x.npy and y.npy); classes = largest label + 1 over both splits (at least 2). */
 export async function loadTensorsDataset(source: { path: string; testPath?: string }): Promise<TensorsDataset> {
   const main = await readTensorsFile(source.path);
   const per = main.x.length / main.count;

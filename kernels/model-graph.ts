@@ -36,6 +36,8 @@ export interface ModelGraph {
   correct: KernelCall;
   /** Overwrites every gradient in `grads` (sums over the batch): nothing needs zeroing. */
   backward: KernelCall[];
+  /** The forward pass's output [maxBatch·rows, classes or vocab] (what `forward` leaves for the loss). */
+  logits: Tensor;
 }
 
 /** Resizers collected by `batched`, and the tensors `tensor` allocated. */

@@ -69,7 +69,7 @@ export function buildSequential(ctx: GraphContext, spec: SequentialSpec, layout:
   const loss = ctx.batched(softmaxCrossEntropy(ctx.gpu, { ...t, loss: ctx.loss, dlogits }, rows(ctx.maxBatch)), rows);
   const correct = ctx.batched(countCorrect(ctx.gpu, { ...t, correct: ctx.correct }, rows(ctx.maxBatch)), rows);
   const backward = backwardLayers(stack, scratch);
-  return { forward, loss, correct, backward };
+  return { forward, loss, correct, backward, logits };
 }
 
 function forwardLayer(stack: Stack, i: number): KernelCall {

@@ -63,7 +63,7 @@ export function buildTransformer(ctx: GraphContext, spec: TransformerSpec, layou
   const parts = allocate(ctx, spec, layout);
   const forward = forwardCalls(parts);
   const { loss, correct } = headCalls(parts);
-  return { forward, loss, correct, backward: backwardCalls(parts) };
+  return { forward, loss, correct, backward: backwardCalls(parts), logits: parts.top.logits };
 }
 
 function allocate(ctx: GraphContext, spec: TransformerSpec, layout: ParamLayout): Parts {

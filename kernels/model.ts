@@ -119,6 +119,8 @@ export class Model {
   private readonly optimizerCalls: readonly KernelCall[];
   private readonly trainStepCalls: readonly KernelCall[];
   private readonly evaluateCalls: readonly KernelCall[];
+  private readonly forwardCalls: readonly KernelCall[];
+  private readonly logits: Tensor;
   private readonly resizers: ((batch: number) => void)[] = [];
   private readonly optimizerRanges: OptimizerRange[];
   private readonly owned: Tensor[] = [];
@@ -170,6 +172,8 @@ export class Model {
     this.optimizerCalls = this.optimizerRanges.map((r) => r.kernel.call);
     this.trainStepCalls = [...this.forwardBackwardCalls, ...this.optimizerCalls];
     this.evaluateCalls = [...graph.forward, graph.loss, graph.correct];
+    this.forwardCalls = graph.forward;
+    this.logits = graph.logits;
     this.currentBatch = maxBatch;
   }
 
@@ -446,6 +450,30 @@ export class Model {
     staging.unmap();
     staging.destroy();
     return { lossSum, correct, count };
+  }
+
+  /**
+   * A language model's logits over the vocabulary for the token after `position` of ONE window
+   * (`tokens`: up to `context` tokens; the rest of the window is zeros, which a causal model's position
+   * `position` never sees). Forward pass only, batch 1: for sampling (kernels/generate.ts).
+   */
+  async nextTokenLogits(tokens: Uint32Array, position: number): Promise<Float32Array> {
+    if (!isTransformer(this.spec)) throw new Error(`nextTokenLogits: ${this.spec.name} is not a language model`);
+    const { context, vocab } = this.spec;
+    if (tokens.length < 1 || tokens.length > context)
+      throw new Error(`nextTokenLogits: ${tokens.length} tokens for a context of ${context}`);
+    if (!Number.isInteger(position) || position < 0 || position >= tokens.length)
+      throw new Error(`nextTokenLogits: position ${position} outside the ${tokens.length} tokens given`);
+    for (const t of tokens)
+      if (t >= vocab) throw new Error(`nextTokenLogits: token ${t} outside the vocabulary ${vocab}`);
+    const window = new Uint32Array(context);
+    window.set(tokens);
+    this.setBatch(window, new Uint32Array(context), 1);
+    const encoder = this.gpu.device.createCommandEncoder({ label: `${this.spec.name}.logits` });
+    recordCalls(encoder, this.forwardCalls, `${this.spec.name}.logits`);
+    this.gpu.device.queue.submit([encoder.finish()]);
+    const l = this.logits;
+    return new Float32Array(await this.reader.read(l.buffer, l.offset + position * vocab * 4, vocab * 4));
   }
 
   /** The first `count` floats of any tensor of this model's device (e.g. a backup copy), read back. */

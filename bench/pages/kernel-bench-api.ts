@@ -37,6 +37,14 @@ export interface TrainSetupReport {
   lossTfjs: number[];
 }
 
+export interface TransformerSetupReport {
+  batch: number;
+  context: number;
+  /** Mean loss per window (nats per token) before any step: ours and TF.js from the same weights and windows. */
+  lossOurs: number;
+  lossTfjs: number;
+}
+
 /**
  * How the TF.js model is written: one tf.fused.matMul (bias + ReLU) per layer, or plain
  * matMul/add/relu. Neither is always faster on every adapter, so the bench runs both.
@@ -73,6 +81,15 @@ export interface KernelBenchApi {
    * of the last trainSetup) submitted alone, in step order; reads the Model's private call lists.
    */
   trainBreakdown(variant: number, reps: number): Promise<{ label: string; workgroups: number[]; ms: number }[]>;
+  /**
+   * gpt-tiny on both sides (ours: `Model.trainTokens`; TF.js: the model in TF.js ops of
+   * test/support/reference-transformer-tfjs.ts with tf.train.adam), equal weights and `batch` random
+   * windows of context + 1 bytes; one warm-up step each.
+   */
+  transformerSetup(batch: number): Promise<TransformerSetupReport>;
+  /** Milliseconds for `steps` consecutive transformer training steps on one side (variant 0), including waiting for the GPU. */
+  transformerTime(side: Side, steps: number): Promise<number>;
+  transformerTeardown(): Promise<void>;
 }
 
 declare global {

@@ -14,7 +14,7 @@
 import * as tf from '@tensorflow/tfjs';
 import '@tensorflow/tfjs-backend-webgpu';
 import type { WebGPUBackend } from '@tensorflow/tfjs-backend-webgpu';
-import { MLP_SPEC, parameterLayout } from '../../coordinator/core/model-spec';
+import { GPT_TINY_SPEC, MLP_SPEC, parameterLayout } from '../../coordinator/core/model-spec';
 import { DEFAULT_MATMUL_TILE, matmul } from '../../kernels/matmul';
 import { createModel, initParams, type Model } from '../../kernels/model';
 import {
@@ -28,6 +28,7 @@ import {
   type Tensor,
 } from '../../kernels/runtime';
 import { interleavedMatmul } from './interleaved-matmul';
+import { tfLoss } from '../../test/support/reference-transformer-tfjs';
 import { mulberry32, randomArray } from '../../test/support/rng';
 import type {
   AdapterReport,
@@ -38,6 +39,7 @@ import type {
   TfjsForm,
   TrainOptions,
   TrainSetupReport,
+  TransformerSetupReport,
 } from './kernel-bench-api';
 
 let gpu: Gpu | undefined;
@@ -388,6 +390,97 @@ async function trainBreakdown(
   return result;
 }
 
+// ----------------------------------------------------------------------------- transformer training step
+
+interface TransformerState {
+  batch: number;
+  windows: Uint32Array;
+  ours: Model;
+  tfjs: { variables: Record<string, tf.Variable>; optimizer: tf.AdamOptimizer };
+}
+
+let transformer: TransformerState | undefined;
+
+/**
+ * One TF.js step of the same model: the windows uploaded (inside tfLoss, as ours uploads them), forward,
+ * the mean loss over the batch (ours divides the summed gradients by the batch), backward, Adam.
+ */
+function tfjsTransformerStep(state: TransformerState): void {
+  const { variables, optimizer } = state.tfjs;
+  tf.tidy(() => {
+    optimizer.minimize(
+      () => tf.div(tfLoss(GPT_TINY_SPEC, variables, state.windows, state.batch), state.batch) as tf.Scalar,
+      false,
+    );
+  });
+}
+
+async function transformerSetup(batch: number): Promise<TransformerSetupReport> {
+  await transformerTeardown();
+  const g = ourGpu();
+  const spec = GPT_TINY_SPEC;
+  const layout = parameterLayout(spec);
+  const params = initParams(spec, layout, 1);
+  const rand = mulberry32(1000 + batch);
+  const windows = Uint32Array.from({ length: batch * (spec.context + 1) }, () => Math.floor(rand() * spec.vocab));
+  const ours = createModel(g, spec, layout, {
+    maxBatch: batch,
+    optimizer: { kind: 'adamw', lr: LR, beta1: BETA1, beta2: BETA2, eps: EPS, weightDecay: 0 },
+    params,
+  });
+  const variables: Record<string, tf.Variable> = {};
+  for (const e of layout.entries)
+    variables[e.name] = tf.variable(
+      tf.tensor(params.slice(e.offset, e.offset + e.size), e.shape),
+      true,
+      `gpt.${e.name}`,
+    );
+  const state: TransformerState = {
+    batch,
+    windows,
+    ours,
+    tfjs: { variables, optimizer: tf.train.adam(LR, BETA1, BETA2, EPS) },
+  };
+  transformer = state;
+
+  ours.forwardBackwardTokens(windows, batch);
+  const lossOurs = (await ours.readLossSum()) / batch;
+  const lossTensor = tf.tidy(() => tfLoss(spec, variables, windows, batch));
+  const lossTfjs = (await lossTensor.data())[0] / batch;
+  lossTensor.dispose();
+
+  // Warm-up: compile every pipeline, create Adam's moments on the TF.js side.
+  ours.trainTokens(windows, batch);
+  await g.device.queue.onSubmittedWorkDone();
+  tfjsTransformerStep(state);
+  await tfjsDrain();
+  return { batch, context: spec.context, lossOurs, lossTfjs };
+}
+
+async function transformerTime(side: Side, steps: number): Promise<number> {
+  const state = transformer;
+  if (!state) throw new Error('transformerSetup() has not run');
+  const t0 = performance.now();
+  if (side.side === 'ours') {
+    for (let s = 0; s < steps; s++) state.ours.trainTokens(state.windows, state.batch);
+    await ourGpu().device.queue.onSubmittedWorkDone();
+  } else {
+    for (let s = 0; s < steps; s++) tfjsTransformerStep(state);
+    await tfjsDrain();
+  }
+  return performance.now() - t0;
+}
+
+async function transformerTeardown(): Promise<void> {
+  const state = transformer;
+  transformer = undefined;
+  if (!state) return;
+  await ourGpu().device.queue.onSubmittedWorkDone();
+  state.ours.destroy();
+  for (const v of Object.values(state.tfjs.variables)) v.dispose();
+  state.tfjs.optimizer.dispose();
+}
+
 const api: KernelBenchApi = {
   init,
   matmulSetup,
@@ -397,5 +490,8 @@ const api: KernelBenchApi = {
   trainTime,
   trainTeardown,
   trainBreakdown,
+  transformerSetup,
+  transformerTime,
+  transformerTeardown,
 };
 window.kernelBench = api;

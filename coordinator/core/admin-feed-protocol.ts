@@ -50,6 +50,8 @@ export type AdminStatus = Omit<StatusView, 'world' | 'waiting'> & {
 /** What the page shows of the job (from the validated job spec). */
 export interface AdminJobSummary {
   model: string;
+  /** A byte-level language model (transformer): the page plots bits per byte and offers a Sample button. */
+  languageModel: boolean;
   parameterCount: number;
   dataset: string;
   datasetSize: number;
@@ -143,10 +145,16 @@ export interface FeedCheckpoint {
   snapshotUrl: string;
 }
 
-/** A test-set evaluation, when one is reported in the event log (event `evaluation` with {step, accuracy}). */
+/** A test-set evaluation, when one is reported in the event log (event `evaluation` with {step, accuracy, loss}). */
 export interface FeedEvaluation {
   step: number;
+  /** Correct arg-max predictions per test image, or per held-out byte (language models). */
   accuracy: number;
+  /**
+   * Mean test loss per sample in nats (null when the event carries none). A language model's sample loss
+   * is the mean over its window's positions, i.e. nats per byte: bits per byte = loss / ln 2.
+   */
+  loss: number | null;
   at: number;
 }
 

@@ -63,7 +63,7 @@ export const textDatasetSchema = z.strictObject({
   subset: subsetField,
 });
 
-/** A `.safetensors` file with `x` (F32 or U8 rows) and `y` (integer labels). */
+/** A `.safetensors` file with `x` (F32 or U8 rows) and `y` (integer labels), or a folder of x.npy and y.npy. */
 export const tensorsDatasetSchema = z.strictObject({
   kind: z.literal('tensors'),
   path: pathField,

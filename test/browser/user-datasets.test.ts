@@ -6,7 +6,7 @@
  * - text: a tiny transformer, two elastic tabs, a small generated corpus; the per-step loss falls well
  *   below the unigram entropy of the text (the best a model without context can do), every step of the
  *   epoch is committed once by both ranks with agreeing hashes, and the audit is clean.
- * - tensors: Fashion-MNIST images exported to `.safetensors` as float32 (pixel/255, as a Python user
+ * - tensors: Fashion-MNIST images exported to `.safetensors`, and as x.npy and y.npy, as float32 (pixel/255, as a Python user
  *   would) train in one tab to exactly the per-step losses and parameter hashes of the same images
  *   through the built-in IDX loader. Both paths give the model the same float32 inputs: the IDX loader
  *   divides in float64 and stores float32, and rounding a float64 quotient to float32 gives the
@@ -16,9 +16,9 @@
  *   uninterrupted single tab's to 1e-3.
  *
  * Kept short for CI (about 110 s together on 2 shared cores with SwiftShader): the learning run is 160
- * steps of 16 windows of 16 bytes, the churn runs 64 steps each, the tensors runs 8 steps of 64 images.
+ * steps of 16 windows of 16 bytes, the churn runs 64 steps each, the three tensors runs 8 steps of 64 images.
  */
-import { writeFileSync } from 'node:fs';
+import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Browser } from 'playwright-core';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
@@ -38,6 +38,7 @@ import { type CommitRow, commitRows } from '../support/commit-log';
 import { CoordinatorProcess } from '../support/coordinator-process';
 import { makeTempDir } from '../support/fake-dataset';
 import { generatedText, unigramBits } from '../support/generated-text';
+import { npyFile } from '../support/npy-file';
 import { safetensorsFile } from '../support/safetensors-file';
 import { writeDatasetSlice } from '../support/small-dataset';
 import { coordinatorStatusUntil, Swarm } from '../support/swarm';
@@ -204,7 +205,7 @@ describe.skipIf(skip)('tabs train the datasets a user brings', () => {
     expect(swarm.problems()).toEqual([]);
   });
 
-  it('a tensors dataset exported from Fashion-MNIST trains exactly as the IDX loader does', async () => {
+  it('a tensors dataset exported from Fashion-MNIST (safetensors, and .npy) trains exactly as the IDX loader does', async () => {
     const trainCount = 512;
     const testCount = 200;
     const idxDir = await writeDatasetSlice(
@@ -216,18 +217,22 @@ describe.skipIf(skip)('tabs train the datasets a user brings', () => {
     // The export a Python user would write: x = images.astype(float32) / 255, y = labels (uint8).
     const idx = await loadIdxDataset(idxDir);
     const tensorsDir = makeTempDir('tabswarm-tensors-');
-    for (const [file, split] of [
-      ['train.safetensors', idx.train],
-      ['test.safetensors', idx.test],
+    for (const [name, split] of [
+      ['train', idx.train],
+      ['test', idx.test],
     ] as const) {
-      const x = Float32Array.from(split.images, (b) => Math.fround(b) / 255);
+      const x = new Uint8Array(Float32Array.from(split.images, (b) => Math.fround(b) / 255).buffer);
       writeFileSync(
-        join(tensorsDir, file),
+        join(tensorsDir, `${name}.safetensors`),
         safetensorsFile({
-          x: { dtype: 'F32', shape: [split.count, 28, 28], data: new Uint8Array(x.buffer) },
+          x: { dtype: 'F32', shape: [split.count, 28, 28], data: x },
           y: { dtype: 'U8', shape: [split.count], data: split.labels },
         }),
       );
+      // The same arrays as np.save writes them: a folder of x.npy and y.npy.
+      mkdirSync(join(tensorsDir, name));
+      writeFileSync(join(tensorsDir, name, 'x.npy'), npyFile('<f4', [split.count, 28, 28], x));
+      writeFileSync(join(tensorsDir, name, 'y.npy'), npyFile('|u1', [split.count], split.labels));
     }
     const job = {
       model: 'tiny-mlp',
@@ -250,6 +255,7 @@ describe.skipIf(skip)('tabs train the datasets a user brings', () => {
         path: join(tensorsDir, 'train.safetensors'),
         testPath: join(tensorsDir, 'test.safetensors'),
       },
+      { kind: 'tensors', path: join(tensorsDir, 'train'), testPath: join(tensorsDir, 'test') },
     ]) {
       const began = performance.now();
       const { coordinator, swarm } = await start(dataset ? { ...job, dataset } : job, idxDir);
@@ -270,24 +276,26 @@ describe.skipIf(skip)('tabs train the datasets a user brings', () => {
       });
       expect(swarm.problems()).toEqual([]);
     }
-    const [images, tensors] = runs;
+    const [images, tensors, npy] = runs;
     expect(images.rows.map((r) => r.step)).toEqual([1, 2, 3, 4, 5, 6, 7, 8]);
     let worst = 0;
-    for (const [i, row] of tensors.rows.entries()) {
-      const ref = images.rows[i];
-      expect(row.step).toBe(ref.step);
-      worst = Math.max(worst, Math.abs(row.loss - ref.loss));
-      // The same float32 inputs: the same parameters, bit for bit, after every step.
-      expect(row.hash, `step ${row.step}`).toBe(ref.hash);
+    for (const run of [tensors, npy]) {
+      expect(run.rows.map((r) => r.step)).toEqual(images.rows.map((r) => r.step));
+      for (const [i, row] of run.rows.entries()) {
+        const ref = images.rows[i];
+        worst = Math.max(worst, Math.abs(row.loss - ref.loss));
+        // The same float32 inputs: the same parameters, bit for bit, after every step.
+        expect(row.hash, `step ${row.step}`).toBe(ref.hash);
+      }
+      expect(run.accuracy).toBe(images.accuracy);
+      expect(run.testLoss).toBe(images.testLoss);
     }
     console.log(
-      `tensors vs IDX, 8 steps: loss ${images.rows[0].loss.toFixed(4)} → ${images.rows.at(-1)!.loss.toFixed(4)}, ` +
-        `largest per-step loss difference ${worst}, accuracy ${tensors.accuracy} vs ${images.accuracy}; ` +
-        `${tensors.seconds.toFixed(1)} s vs ${images.seconds.toFixed(1)} s`,
+      `safetensors and .npy vs IDX, 8 steps: loss ${images.rows[0].loss.toFixed(4)} → ${images.rows.at(-1)!.loss.toFixed(4)}, ` +
+        `largest per-step loss difference ${worst}, accuracy ${tensors.accuracy}, ${npy.accuracy} vs ${images.accuracy}; ` +
+        `${tensors.seconds.toFixed(1)} s, ${npy.seconds.toFixed(1)} s vs ${images.seconds.toFixed(1)} s`,
     );
     expect(worst).toBeLessThanOrEqual(1e-6);
-    expect(tensors.accuracy).toBe(images.accuracy);
-    expect(tensors.testLoss).toBe(images.testLoss);
     expect(images.rows.at(-1)!.loss).toBeLessThan(images.rows[0].loss);
   });
 });

@@ -199,10 +199,11 @@ describe('admin feed', () => {
       },
     ]);
 
-    emit([{ kind: 'log', level: 'info', event: 'evaluation', data: { step: 3, accuracy: 0.8125 } }]);
+    emit([{ kind: 'log', level: 'info', event: 'evaluation', data: { step: 3, accuracy: 0.8125, loss: 1.5 } }]);
     expect((await reader.next(is('evaluation'), 'evaluation')).evaluation).toEqual({
       step: 3,
       accuracy: 0.8125,
+      loss: 1.5,
       at: 20_000,
     });
     // Debug lines and metrics never reach the page.
@@ -220,7 +221,7 @@ describe('admin feed', () => {
       'checkpoint_stored',
       'evaluation',
     ]);
-    expect(snapshot.evaluations).toEqual([{ step: 3, accuracy: 0.8125, at: 20_000 }]);
+    expect(snapshot.evaluations).toEqual([{ step: 3, accuracy: 0.8125, loss: 1.5, at: 20_000 }]);
   });
 
   it('ends every stream when closed and unsubscribes from the machine', async () => {

@@ -191,3 +191,97 @@ export function attentionBackwardRef(qkv: ArrayLike<number>, dy: ArrayLike<numbe
   }
   return dqkv;
 }
+
+/** y = x·W + b over `rows` rows, W [k, n] row-major (GPT-2's Conv1D). */
+function linearRef(
+  x: ArrayLike<number>,
+  w: ArrayLike<number>,
+  b: ArrayLike<number>,
+  rows: number,
+  k: number,
+  n: number,
+) {
+  const y = new Float64Array(rows * n);
+  for (let r = 0; r < rows; r++)
+    for (let j = 0; j < n; j++) {
+      let acc = b[j];
+      for (let i = 0; i < k; i++) acc += x[r * k + i] * w[i * n + j];
+      y[r * n + j] = acc;
+    }
+  return y;
+}
+
+export interface TransformerRefSpec {
+  vocab: number;
+  context: number;
+  dModel: number;
+  heads: number;
+  layers: number;
+  mlpRatio: number;
+}
+
+/**
+ * The whole decoder's logits [tokens.length, vocab] for one window, in float64, from GPT-2-named
+ * tensors (`tensor(name)` returns one parameter's values): pre-LayerNorm blocks, causal attention,
+ * GELU MLP, final LayerNorm, logits = ln_f(x)·wteᵀ.
+ */
+export function transformerLogitsRef(
+  spec: TransformerRefSpec,
+  tensor: (name: string) => ArrayLike<number>,
+  tokens: ArrayLike<number>,
+): Float64Array {
+  const { vocab, dModel: d, heads, layers } = spec;
+  const T = tokens.length;
+  const f = spec.mlpRatio * d;
+  let x = embeddingRef(tokens, tensor('wte.weight'), tensor('wpe.weight'), T, d);
+  const add = (a: Float64Array, b: Float64Array) => a.map((v, i) => v + b[i]);
+  for (let l = 0; l < layers; l++) {
+    const p = (name: string) => tensor(`h.${l}.${name}`);
+    const ln1 = layerNormRef(x, p('ln_1.weight'), p('ln_1.bias'), T, d);
+    const qkv = linearRef(ln1, p('attn.c_attn.weight'), p('attn.c_attn.bias'), T, d, 3 * d);
+    const { y } = attentionRef(qkv, { batch: 1, context: T, dim: d, heads });
+    x = add(x, linearRef(y, p('attn.c_proj.weight'), p('attn.c_proj.bias'), T, d, d));
+    const ln2 = layerNormRef(x, p('ln_2.weight'), p('ln_2.bias'), T, d);
+    const fc = geluRef(linearRef(ln2, p('mlp.c_fc.weight'), p('mlp.c_fc.bias'), T, d, f));
+    x = add(x, linearRef(fc, p('mlp.c_proj.weight'), p('mlp.c_proj.bias'), T, f, d));
+  }
+  const top = layerNormRef(x, tensor('ln_f.weight'), tensor('ln_f.bias'), T, d);
+  const wte = tensor('wte.weight');
+  const logits = new Float64Array(T * vocab);
+  for (let t = 0; t < T; t++)
+    for (let v = 0; v < vocab; v++) {
+      let acc = 0;
+      for (let i = 0; i < d; i++) acc += top[t * d + i] * wte[v * d + i];
+      logits[t * vocab + v] = acc;
+    }
+  return logits;
+}
+
+/**
+ * The greedy decode (arg-max, first index on a tie) of `count` tokens after `prompt`, the window sliding
+ * over the last `context` tokens; and the smallest gap between the best and the second-best logit over
+ * the steps (how far float32 rounding would have to move a logit to change the choice).
+ */
+export function greedyDecodeRef(
+  spec: TransformerRefSpec,
+  tensor: (name: string) => ArrayLike<number>,
+  prompt: ArrayLike<number>,
+  count: number,
+): { tokens: number[]; minMargin: number } {
+  const text = Array.from(prompt);
+  const tokens: number[] = [];
+  let minMargin = Number.POSITIVE_INFINITY;
+  for (let i = 0; i < count; i++) {
+    const window = text.slice(-spec.context);
+    const all = transformerLogitsRef(spec, tensor, window);
+    const row = all.subarray((window.length - 1) * spec.vocab, window.length * spec.vocab);
+    let best = 0;
+    for (let v = 1; v < row.length; v++) if (row[v] > row[best]) best = v;
+    let second = Number.NEGATIVE_INFINITY;
+    for (let v = 0; v < row.length; v++) if (v !== best) second = Math.max(second, row[v]);
+    minMargin = Math.min(minMargin, row[best] - second);
+    tokens.push(best);
+    text.push(best);
+  }
+  return { tokens, minMargin };
+}

@@ -6,15 +6,41 @@
  */
 import { hashParams } from '../../coordinator/core/hash';
 import type { JobPublic } from '../../coordinator/core/job';
-import { type ModelSpec, parameterLayout } from '../../coordinator/core/model-spec';
+import {
+  isTransformer,
+  type ModelSpec,
+  parameterLayout,
+  type TransformerSpec,
+} from '../../coordinator/core/model-spec';
+import { mulberry32 } from './rng';
 import { assignStep, isCommitPoint, positionAfter, stepPosition, totalSteps } from '../../coordinator/core/sampler';
 import { encodeSnapshot, OPTIMIZER_MOMENTS } from '../../coordinator/core/snapshot';
 import { type ServerMsg, SimWorker } from './sim-worker';
 
-/** Simulated parameters after `step` (deterministic, the same in every simulated rank). */
+/**
+ * Simulated parameters after `step` (deterministic, the same in every simulated rank). A transformer's
+ * are seeded uniform values (see transformerParams) so a model decoded from them has distinct logits.
+ */
 export function simulatedParams(spec: ModelSpec, step: number): Float32Array {
+  if (isTransformer(spec)) return transformerParams(spec, step);
   const params = new Float32Array(parameterLayout(spec).totalElements);
   for (let i = 0; i < params.length; i++) params[i] = step * 1e-3 + (i % 17) * 1e-4;
+  return params;
+}
+
+/**
+ * A transformer's parameters as if trained: matrices uniform in ±0.3 (logits of order 1, so the best
+ * next token stands clear of the second), LayerNorm gains 1 ± 0.1, biases ±0.05; seeded by the step.
+ */
+function transformerParams(spec: TransformerSpec, step: number): Float32Array {
+  const layout = parameterLayout(spec);
+  const params = new Float32Array(layout.totalElements);
+  const rand = mulberry32(0x5eed + step);
+  for (const e of layout.entries) {
+    const gain = /ln_[12f]\.weight$/.test(e.name);
+    const [center, spread] = e.shape.length === 2 ? [0, 0.3] : gain ? [1, 0.1] : [0, 0.05];
+    for (let i = 0; i < e.size; i++) params[e.offset + i] = center + spread * (2 * rand() - 1);
+  }
   return params;
 }
 

@@ -102,6 +102,17 @@ export class AdminApi {
     }
   }
 
+  /** GET `url` (with the token) as bytes, e.g. a checkpoint the page reads itself. */
+  async bytes(url: string): Promise<CallResult<Uint8Array>> {
+    try {
+      const res = await fetch(url, { headers: this.headers(), cache: 'no-store' });
+      if (!res.ok) return { ok: false, status: res.status, message: await errorMessage(res) };
+      return { ok: true, body: new Uint8Array(await res.arrayBuffer()) };
+    } catch (error) {
+      return { ok: false, status: 0, message: `cannot reach the coordinator (${(error as Error).message})` };
+    }
+  }
+
   /**
    * Downloads `url` as a file (fetched with the token in the header, then saved from a blob URL), so
    * the token never appears in a link, the history or a server log.

@@ -1,11 +1,13 @@
 /**
- * The admin page's charts (uPlot): training loss and test accuracy against the step, samples/s and
+ * The admin page's charts (uPlot): training loss, test accuracy and (language models) held-out bits
+ * per byte against the step, samples/s and
  * world size against time, the job's compute utilization and wire bytes per sample against time. Charts follow their container's width (ResizeObserver) and the page's
  * colour scheme (CSS variables read when they are built).
  */
 import uPlot from 'uplot';
 import 'uplot/dist/uPlot.min.css';
 import { formatBytes, formatClock, formatInt } from './format';
+import type { FeedEvaluation } from '../../coordinator/core/admin-feed-protocol';
 import type { AdminModel } from './model';
 
 /** Smoothing of the loss line: exponential moving average with this weight on the past. */
@@ -25,6 +27,7 @@ interface Palette {
   loss: string;
   lossPoints: string;
   accuracy: string;
+  bits: string;
   speed: string;
   world: string;
   utilization: string;
@@ -38,6 +41,7 @@ function palette(): Palette {
     loss: cssVar('--chart-loss', '#3a5bd9'),
     lossPoints: cssVar('--chart-loss-points', 'rgba(58, 91, 217, 0.35)'),
     accuracy: cssVar('--chart-accuracy', '#1f9d6b'),
+    bits: cssVar('--chart-bits', '#3a5bd9'),
     speed: cssVar('--chart-speed', '#d9822b'),
     world: cssVar('--chart-world', '#7b5cd6'),
     utilization: cssVar('--chart-utilization', '#1f9d6b'),
@@ -103,6 +107,16 @@ function accuracyOptions(p: Palette, base: ChartBase): uPlot.Options {
     scales: { x: { time: false }, y: { range: [0, 100] } },
     axes: [stepAxis(p), axis(p, { size: 44, values: (_u, ticks) => ticks.map((t) => `${t}%`) })],
     series: [{ label: 'step' }, { label: 'accuracy', stroke: p.accuracy, width: 2, points: { show: true, size: 5 } }],
+  };
+}
+
+/** Held-out loss in bits per byte (a language model's evaluations) against the step; the y range starts at 0. */
+function bitsOptions(p: Palette, base: ChartBase): uPlot.Options {
+  return {
+    ...base,
+    scales: { x: { time: false }, y: { range: (_u, _min, max) => [0, Math.max(1, Math.ceil(max))] } },
+    axes: [stepAxis(p), axis(p, { size: 44, values: (_u, ticks) => ticks.map((t) => t.toFixed(1)) })],
+    series: [{ label: 'step' }, { label: 'bits/byte', stroke: p.bits, width: 2, points: { show: true, size: 5 } }],
   };
 }
 
@@ -189,6 +203,7 @@ function usageOptions(p: Palette, base: ChartBase): uPlot.Options {
 export class AdminCharts {
   private readonly loss: uPlot;
   private readonly accuracy: uPlot;
+  private readonly bits: uPlot;
   private readonly throughput: uPlot;
   private readonly usage: uPlot;
   private readonly observer: ResizeObserver;
@@ -198,6 +213,7 @@ export class AdminCharts {
     private readonly accuracyEl: HTMLElement,
     private readonly throughputEl: HTMLElement,
     private readonly usageEl: HTMLElement,
+    private readonly bitsEl: HTMLElement,
   ) {
     const p = palette();
     const common = {
@@ -210,8 +226,9 @@ export class AdminCharts {
     this.accuracy = new uPlot(accuracyOptions(p, base(accuracyEl)), [[], []], accuracyEl);
     this.throughput = new uPlot(throughputOptions(p, base(throughputEl)), [[], [], []], throughputEl);
     this.usage = new uPlot(usageOptions(p, base(usageEl)), [[], [], []], usageEl);
+    this.bits = new uPlot(bitsOptions(p, base(bitsEl)), [[], []], bitsEl);
     this.observer = new ResizeObserver(() => this.resize());
-    for (const node of [lossEl, accuracyEl, throughputEl, usageEl]) this.observer.observe(node);
+    for (const node of [lossEl, accuracyEl, throughputEl, usageEl, bitsEl]) this.observer.observe(node);
   }
 
   private resize(): void {
@@ -221,6 +238,7 @@ export class AdminCharts {
       [this.accuracy, this.accuracyEl],
       [this.throughput, this.throughputEl],
       [this.usage, this.usageEl],
+      [this.bits, this.bitsEl],
     ] as const) {
       const width = Math.max(200, node.clientWidth);
       if (chart.width !== width || chart.height !== height) chart.setSize({ width, height });
@@ -249,6 +267,16 @@ export class AdminCharts {
   updateAccuracy(model: AdminModel): void {
     const sorted = [...model.evaluations].sort((a, b) => a.step - b.step);
     this.accuracy.setData([sorted.map((e) => e.step), sorted.map((e) => e.accuracy * 100)]);
+  }
+
+  /**
+   * Held-out bits per byte (loss in nats per byte / ln 2) of the evaluations that carry a loss; returns
+   * how many points there are (the page shows a note while there is none).
+   */
+  updateBitsPerByte(model: AdminModel): number {
+    const points = bitsPerByte(model.evaluations);
+    this.bits.setData([points.map((e) => e.step), points.map((e) => e.bits)]);
+    return points.length;
   }
 
   updateThroughput(model: AdminModel): void {
@@ -288,7 +316,16 @@ export class AdminCharts {
     this.accuracy.destroy();
     this.throughput.destroy();
     this.usage.destroy();
+    this.bits.destroy();
   }
+}
+
+/** The evaluations with a loss, by step, as bits per byte (a byte-level model's loss is nats per byte). */
+export function bitsPerByte(evaluations: readonly FeedEvaluation[]): { step: number; bits: number }[] {
+  return evaluations
+    .filter((e) => e.loss !== null && Number.isFinite(e.loss))
+    .sort((a, b) => a.step - b.step)
+    .map((e) => ({ step: e.step, bits: (e.loss as number) / Math.LN2 }));
 }
 
 /** uPlot.join needs strictly increasing x per table: keep the last value of equal times. */

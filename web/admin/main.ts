@@ -7,12 +7,13 @@
 import '../shared.css';
 import './admin.css';
 import { AdminApi, forgetToken, initialToken, saveToken } from './admin-api';
-import { AdminCharts } from './charts';
+import { AdminCharts, bitsPerByte } from './charts';
 import type { FeedCheckpoint, FeedMessage } from '../../coordinator/core/admin-feed-protocol';
 import { byId, formatBytes } from './format';
 import { EventLog, renderCheckpoints, renderTimeline } from './log-views';
 import { applyFeedMessage, mergeChanges, type AdminModel, type Changes } from './model';
 import { InvitesPanel } from './invites-view';
+import { wireSample } from './sample-view';
 import { renderControls, renderSummary, WorkersTable } from './workers-view';
 
 let api: AdminApi | null = null;
@@ -68,7 +69,13 @@ async function signIn(token: string, fromForm: boolean): Promise<void> {
   byId('app').hidden = false;
   byId('logout').hidden = false;
   if (!charts)
-    charts = new AdminCharts(byId('loss-chart'), byId('accuracy-chart'), byId('throughput-chart'), byId('usage-chart'));
+    charts = new AdminCharts(
+      byId('loss-chart'),
+      byId('accuracy-chart'),
+      byId('throughput-chart'),
+      byId('usage-chart'),
+      byId('bits-chart'),
+    );
   void invites?.load();
   connect();
 }
@@ -151,9 +158,17 @@ function render(m: AdminModel, changes: Changes): void {
     renderTimeline(m);
   }
   if (all || changes.commits || changes.status) charts?.updateThroughput(m);
+  if (all) {
+    // A language model's page: the held-out bits per byte chart and the Sample card.
+    byId('bits-card').hidden = !m.job.languageModel;
+    byId('sample-card').hidden = !m.job.languageModel;
+  }
   if (all || changes.evaluations) {
     charts?.updateAccuracy(m);
     byId('accuracy-empty').hidden = m.evaluations.length > 0;
+    if (charts) byId('bits-empty').hidden = charts.updateBitsPerByte(m) > 0;
+    const last = bitsPerByte(m.evaluations).at(-1);
+    byId('bits-latest').textContent = last ? `· ${last.bits.toFixed(3)} at step ${last.step}` : '';
   }
   if (all || changes.events) events?.update(m);
   if (all || changes.checkpoints) renderCheckpoints(m.checkpoints, downloadCheckpoint);
@@ -225,6 +240,10 @@ function wireControls(): void {
     });
   });
   invites = new InvitesPanel(() => api, say);
+  wireSample(
+    () => api,
+    () => model?.status.latestCheckpoint?.step ?? null,
+  );
   events = new EventLog(
     byId<HTMLOListElement>('event-list'),
     byId('event-filters'),
