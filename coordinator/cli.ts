@@ -85,6 +85,11 @@ async function runCoordinator(flags: CoordinatorFlags): Promise<void> {
   );
   console.log(`${net.summary}${net.publicUrl ? `; volunteers open ${net.publicUrl}/` : ''}`);
   if (!tokenGiven) console.log(`admin token: ${adminToken} (printed once; pass --admin-token to choose one)`);
+  // Checks are opt-in (a job among trusted tabs needs no verifier); say so where strangers can join.
+  if ((flags.join ?? 'open') === 'open' && !job.verify)
+    console.log(
+      'note: anyone with the URL may join and this job trusts their gradients; add "verify": {"probability": 0.05} to the job file to check contributions (docs/threat-model.md)',
+    );
 
   let localWorkers: LocalWorkers | null = null;
   closeOnSignals(coordinator, () => localWorkers);
