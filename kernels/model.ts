@@ -298,6 +298,12 @@ export class Model {
    */
   recordForwardBackward(encoder: GPUCommandEncoder, batch = this.currentBatch): void {
     this.useBatch(batch);
+    // The backward pass writes every tensor's gradient but not the padding between them, which would
+    // keep whatever the last `writeGradients` put there (a neighbour's garbage, in an elastic step):
+    // clear the whole buffer, so a rank's gradient depends on its samples and parameters alone (the
+    // verifier recomputes exactly that: docs/threat-model.md).
+    const g = this.grads;
+    encoder.clearBuffer(g.buffer, g.offset, this.totalElements * 4);
     recordCalls(encoder, this.forwardBackwardCalls, `${this.spec.name}.forward-backward`);
   }
 

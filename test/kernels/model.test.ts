@@ -148,6 +148,19 @@ describe.skipIf(await skipWithoutNodeGpu())('GPU model against the float64 refer
     }),
   );
 
+  it('a backward pass defines the whole grads buffer: garbage a writeGradients left in the padding is gone', async () => {
+    const layout = parameterLayout(SMALL_CNN_SPEC);
+    const covered = new Uint8Array(layout.totalElements);
+    for (const e of layout.entries) covered.fill(1, e.offset, e.offset + e.size);
+    expect(covered.includes(0), 'the layout has padding between tensors').toBe(true);
+    const model = make(SMALL_CNN_SPEC, { maxBatch: 2 });
+    model.writeGradients(new Float32Array(layout.totalElements).fill(12345));
+    const { x, labels } = seededBatch(SMALL_CNN_SPEC as SequentialSpec, 2, 5);
+    model.forwardBackward(x, labels, 2);
+    const grads = await model.readGradients();
+    for (let i = 0; i < grads.length; i++) if (!covered[i]) expect(grads[i], `padding element ${i}`).toBe(0);
+  });
+
   it.each([
     ['mlp', MLP_SPEC, 32],
     ['small conv net', SMALL_CNN_SPEC, 16],
