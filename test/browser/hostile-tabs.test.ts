@@ -231,18 +231,25 @@ describe.skipIf(skip)('a hostile tab among three honest ones', () => {
     const banned = new Set(bans.flatMap((e) => e.data.workers as string[]));
     expect([...banned].sort()).toEqual([...ids].sort());
     // When: from the first attacked step (FROM_STEP, or its first contribution if it joined later) to
-    // the last commit when the last attacker was caught.
-    const first = Math.min(...bans.map((b) => b.data.firstContribution as number));
-    const delay = Math.max(...bans.map((b) => b.data.lastCommit as number)) - Math.max(FROM_STEP, first);
+    // the last commit when the last attacker was caught. An attacker whose every step failed the hop
+    // checks never contributed a committed step (no first contribution, nothing to roll back).
+    const firsts = bans.map((b) => b.data.firstContribution).filter((f): f is number => typeof f === 'number');
+    const first = firsts.length > 0 ? Math.min(...firsts) : null;
+    const delay = Math.max(...bans.map((b) => b.data.lastCommit as number)) - Math.max(FROM_STEP, first ?? FROM_STEP);
     console.log(`${query.mode} ×${ids.length}: caught ${delay} steps after the first lie (${opts.how})`);
     expect(delay).toBeLessThanOrEqual(opts.withinSteps);
-    // Rolled back to the stored checkpoint before the attackers' first contribution (checkpoints are
-    // taken every JOIN_AFTER steps, and the attackers joined after the one of step JOIN_AFTER).
-    const target = Math.floor((first - 1) / JOIN_AFTER) * JOIN_AFTER;
-    expect(target).toBeGreaterThanOrEqual(JOIN_AFTER);
-    const rollbacks = events.filter((e) => e.event === 'record_rolled_back');
-    expect(rollbacks.length).toBeGreaterThan(0);
-    for (const r of rollbacks) expect(r.data.to).toBe(target);
+    const rollbacks = events.filter(
+      (e) => e.event === 'record_rolled_back' && String(e.data.reason).startsWith('cheater'),
+    );
+    if (first === null) expect(rollbacks).toEqual([]);
+    else {
+      // Rolled back to the stored checkpoint before the attackers' first contribution (checkpoints are
+      // taken every JOIN_AFTER steps, and the attackers joined after the one of step JOIN_AFTER).
+      const target = Math.floor((first - 1) / JOIN_AFTER) * JOIN_AFTER;
+      expect(target).toBeGreaterThanOrEqual(JOIN_AFTER);
+      expect(rollbacks.length).toBeGreaterThan(0);
+      for (const r of rollbacks) expect(r.data.to).toBe(target);
+    }
     // The job finished on the clean trajectory: the live commits are the clean run's, the model as good.
     expect(departure(rows, () => true)).toBeLessThan(SAME_TRAJECTORY);
     const accuracy = await finalAccuracy(c);
@@ -294,10 +301,14 @@ describe.skipIf(skip)('a hostile tab among three honest ones', () => {
     await expectCaught({ mode: 'noise', std: 3 }, { withinSteps: 30, how: 'spot check' });
   });
 
-  // The hop checks fail the very step the liar takes part in; the second failed round it takes part in
-  // bans it (after the swap), a few commits later if the round in between went on without it.
+  // The hop checks fail the very step the liar takes part in (nothing poisoned commits); the second failed
+  // round it takes part in bans it (after the swap) — some commits later when the rounds in between went
+  // on without it while it restored.
   it('scales the partial sums it forwards ×1000: its receiver disputes the hop at once; banned after the swap', async () => {
-    await expectCaught({ mode: 'corrupt-forward', factor: 1000 }, { withinSteps: 10, how: 'hop checks' });
+    await expectCaught({ mode: 'corrupt-forward', factor: 1000 }, { withinSteps: 30, how: 'hop checks' });
+    const events = await adminEvents(coordinators.at(-1)!);
+    // No poisoned step ever committed (the trajectory check above); the liar took part in two failed rounds.
+    expect(events.filter((e) => e.event === 'ring_identity_failed').length).toBeLessThanOrEqual(3);
   });
 
   it('two colluding tabs scale their gradients ×1000: both caught by recomputation (no second opinion needed)', async () => {
@@ -308,7 +319,7 @@ describe.skipIf(skip)('a hostile tab among three honest ones', () => {
   });
 
   it('sends NaN in its reduce-scatter frames: refused where they arrive; the disputes narrow to it, banned, rolled back', async () => {
-    await expectCaught({ mode: 'nan' }, { withinSteps: 10, how: 'data disputes' });
+    await expectCaught({ mode: 'nan' }, { withinSteps: 30, how: 'data disputes' });
     const c = coordinators.at(-1)!;
     const events = await adminEvents(c);
     // The honest reporters paid nothing: no charge, no cool-off of their address.
