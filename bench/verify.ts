@@ -103,9 +103,12 @@ async function run(browser: Browser, datasetDir: string, config: (typeof CONFIGS
   }
 }
 
+/** The median (the mean of the middle two for an even count). */
 const median = (xs: number[]) => {
   const s = [...xs].sort((a, b) => a - b);
-  return s.length ? s[Math.floor(s.length / 2)] : Number.NaN;
+  if (s.length === 0) return Number.NaN;
+  const mid = Math.floor(s.length / 2);
+  return s.length % 2 ? s[mid] : (s[mid - 1] + s[mid]) / 2;
 };
 
 async function main(): Promise<void> {
