@@ -72,39 +72,33 @@ export function coolOffFor(policy: TrustPolicy, bans: number): number {
 }
 
 /**
- * Charge one event to `culprit` (worker and address) in `ctx.s.penalties`, which must be this
- * transition's own copy. Returns whether either is now over its quota (then it is banned; the caller
- * closes its sockets with `enforceBansIn`). The caller decides whether the job pays too.
+ * Charge one event to the record under `key` (`w:…` or `a:…`, with its `quota`) in `ctx.s.penalties`,
+ * which must be this transition's own copy. Returns whether it is now over its quota (then it is
+ * banned; the caller closes its sockets with `enforceBansIn`).
  */
-function chargeOneIn(ctx: Ctx, culprit: Culprit, why: string): boolean {
+function chargeKeyIn(ctx: Ctx, key: string, quota: number, why: string): boolean {
   const { s, now } = ctx;
   const policy = s.policy;
-  let over = false;
-  // workerId '': only the address is charged (the worker is dealt with otherwise, e.g. banned outright).
-  const entries: [string, number][] =
-    culprit.workerId === '' ? [] : [[workerKey(culprit.workerId), policy.workerQuota]];
-  if (culprit.addr !== '') entries.push([addressKey(culprit.addr), policy.addressQuota]);
-  for (const [key, quota] of entries) {
-    const previous = own(s.penalties, key) ?? { charges: [], bans: 0, bannedUntil: 0 };
-    const charges = [...previous.charges.filter((t) => now - t < policy.chargeWindowMs), now];
-    const record: PenaltyRecord = { ...previous, charges };
-    if (charges.length > quota) {
-      over = true;
-      if (record.bannedUntil <= now) {
-        record.bannedUntil = now + coolOffFor(policy, record.bans);
-        record.bans += 1;
-        record.charges = [];
-        metric(ctx, 'tabswarm_bans_total', 1, { kind: key.startsWith('a:') ? 'address' : 'worker' });
-        log(ctx, 'warn', 'cooled_off', {
-          who: key,
-          until: record.bannedUntil,
-          bans: record.bans,
-          why,
-        });
-      }
-    }
-    s.penalties[key] = record;
+  const previous = own(s.penalties, key) ?? { charges: [], bans: 0, bannedUntil: 0 };
+  const charges = [...previous.charges.filter((t) => now - t < policy.chargeWindowMs), now];
+  const record: PenaltyRecord = { ...previous, charges };
+  const over = charges.length > quota;
+  if (over && record.bannedUntil <= now) {
+    record.bannedUntil = now + coolOffFor(policy, record.bans);
+    record.bans += 1;
+    record.charges = [];
+    metric(ctx, 'tabswarm_bans_total', 1, { kind: key.startsWith('a:') ? 'address' : 'worker' });
+    log(ctx, 'warn', 'cooled_off', { who: key, until: record.bannedUntil, bans: record.bans, why });
   }
+  s.penalties[key] = record;
+  return over;
+}
+
+/** Charge one event to `culprit`: its worker id and its address. True when either is over its quota. */
+function chargeOneIn(ctx: Ctx, culprit: Culprit, why: string): boolean {
+  const { policy } = ctx.s;
+  let over = chargeKeyIn(ctx, workerKey(culprit.workerId), policy.workerQuota, why);
+  if (culprit.addr !== '') over = chargeKeyIn(ctx, addressKey(culprit.addr), policy.addressQuota, why) || over;
   return over;
 }
 
@@ -118,6 +112,22 @@ export function chargeIn(ctx: Ctx, culprits: Culprit[], why: string): { absorbed
   for (const c of culprits) absorbed = chargeOneIn(ctx, c, why) || absorbed;
   for (const c of culprits) log(ctx, 'info', 'charged', { workerId: c.workerId, addr: c.addr, why });
   return { absorbed };
+}
+
+/**
+ * A proven cheat, not a quota: `culprit`'s worker id is refused for the longest cool-off at once, and
+ * its address is charged one event (behind a NAT many honest tabs share it: the address quota bans it
+ * only after repeated catches). The caller closes its sockets with `enforceBansIn`.
+ */
+export function banIn(ctx: Ctx, culprit: Culprit, why: string): void {
+  const { s, now } = ctx;
+  s.penalties = { ...s.penalties };
+  const key = workerKey(culprit.workerId);
+  const previous = own(s.penalties, key) ?? { charges: [], bans: 0, bannedUntil: 0 };
+  s.penalties[key] = { charges: [], bans: previous.bans + 1, bannedUntil: now + s.policy.maxCoolOffMs };
+  metric(ctx, 'tabswarm_bans_total', 1, { kind: 'worker' });
+  if (culprit.addr !== '') chargeKeyIn(ctx, addressKey(culprit.addr), s.policy.addressQuota, why);
+  log(ctx, 'info', 'charged', { workerId: culprit.workerId, addr: culprit.addr, why });
 }
 
 /** Tell a refused socket why and close it. */

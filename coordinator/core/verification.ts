@@ -40,7 +40,7 @@ import {
 } from './sketch';
 import type { StepSketches } from './sketch';
 import type { CoordinatorState, Event, RecomputedStep, Transition, VerificationState } from './state';
-import { chargeIn, culpritOf } from './penalties';
+import { banIn, chargeIn, culpritOf } from './penalties';
 import { afterCloseIn, closeRoundIn, enforceBansIn, rollbackIn } from './rendezvous';
 
 /** Commits after which the suspects of an old ring failure are forgotten. */
@@ -243,20 +243,7 @@ export function cheatersCaughtIn(ctx: Ctx, workerIds: string[], why: string): vo
   const s = ctx.s;
   const firsts = workerIds.map((w) => own(s.contributions ?? {}, w)).filter((x): x is number => x !== undefined);
   const first = firsts.length > 0 ? Math.min(...firsts) : null;
-  // The worker id is banned for the longest cool-off. Its address is only charged (its quota bans it
-  // after repeated catches): behind a NAT many honest tabs share one address.
-  chargeIn(
-    ctx,
-    workerIds.map((w) => ({ ...culpritOf(s, w), workerId: '' })).filter((c) => c.addr !== ''),
-    'caught cheating',
-  );
-  s.penalties = { ...s.penalties };
-  for (const workerId of workerIds) {
-    const key = `w:${workerId}`;
-    const previous = own(s.penalties, key) ?? { charges: [], bans: 0, bannedUntil: 0 };
-    s.penalties[key] = { charges: [], bans: previous.bans + 1, bannedUntil: ctx.now + s.policy.maxCoolOffMs };
-    metric(ctx, 'tabswarm_bans_total', 1, { kind: 'worker' });
-  }
+  for (const workerId of workerIds) banIn(ctx, culpritOf(s, workerId), 'caught cheating');
   log(ctx, 'error', 'cheater_banned', {
     workers: workerIds,
     why,
