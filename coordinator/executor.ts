@@ -12,6 +12,7 @@
  * before sending anything that depends on it and reports a fatal error (the process exits; a restart
  * resumes from the last transaction that did commit).
  */
+import { sameSecret } from './http-util';
 import { randomBytes } from 'node:crypto';
 import { type Action, type CoordinatorState, type Event, handle, nextDeadline, type Transition } from './core/machine';
 import type { ServerMessage } from './core/protocol';
@@ -34,6 +35,24 @@ export interface CheckpointGrant {
   /** The commit hash the uploaded parameters must have (null: unknown, not checked). */
   hash: string | null;
   issuedAt: number;
+}
+
+/**
+ * Why an upload of `what` to `url` may not use `grant`: none was issued, the URL's token is not its
+ * token, or another worker names itself. Null: the upload may go on.
+ */
+export function grantRefusal(
+  grant: CheckpointGrant | undefined,
+  url: URL,
+  what: string,
+): { status: number; code: string; message: string } | null {
+  if (!grant) return { status: 409, code: 'not_requested', message: `no ${what} was requested` };
+  if (!sameSecret(url.searchParams.get('token'), grant.token))
+    return { status: 403, code: 'forbidden', message: `missing or wrong upload token for the ${what}` };
+  const workerId = url.searchParams.get('workerId');
+  if (workerId !== null && workerId !== grant.workerId)
+    return { status: 403, code: 'forbidden', message: `the ${what} was requested from another worker` };
+  return null;
 }
 
 /** The metrics the executor feeds (CoordinatorMetrics in the product; a recorder in tests). */
@@ -255,33 +274,15 @@ export class MachineExecutor {
   private beforeSend(conn: string, msg: ServerMessage): ServerMessage {
     if (msg.type === 'welcome') return this.options.onWelcome?.(msg) ?? msg;
     if (msg.type === 'checkpoint_request') {
-      const token = randomBytes(16).toString('hex');
       const request = this.currentState.checkpointRequests.find((r) => r.step === msg.step);
-      this.grants.set(msg.step, {
-        step: msg.step,
-        conn,
-        workerId: this.currentState.connections[conn]?.workerId ?? null,
-        token,
-        hash: request?.hash ?? null,
-        issuedAt: this.now(),
-      });
-      const separator = msg.url.includes('?') ? '&' : '?';
-      return { ...msg, url: `${msg.url}${separator}token=${token}` };
+      return { ...msg, url: this.issueGrant(this.grants, msg.step, conn, request?.hash ?? null, msg.url) };
     }
     if (msg.type === 'committed' && msg.upload) {
-      // The verification upload's capability token, like a checkpoint's (one open grant at a time).
-      const token = randomBytes(16).toString('hex');
-      const v = this.currentState.verification;
+      // The verification upload's grant, like a checkpoint's; one open at a time.
       this.verifyGrants.clear();
-      this.verifyGrants.set(msg.upload.step, {
-        step: msg.upload.step,
-        conn,
-        workerId: this.currentState.connections[conn]?.workerId ?? null,
-        token,
-        hash: v?.prevHash ?? null,
-        issuedAt: this.now(),
-      });
-      return { ...msg, upload: { ...msg.upload, url: `${msg.upload.url}?token=${token}` } };
+      const hash = this.currentState.verification?.prevHash ?? null;
+      const url = this.issueGrant(this.verifyGrants, msg.upload.step, conn, hash, msg.upload.url);
+      return { ...msg, upload: { ...msg.upload, url } };
     }
     if (msg.type === 'round' && msg.round !== this.lastRecordedRound) {
       // One row per round (the same message goes to every member). Like log lines, it rides along
@@ -293,6 +294,20 @@ export class MachineExecutor {
       });
     }
     return msg;
+  }
+
+  /** A new grant for the upload of `step` by the worker on `conn`: `url` with its capability token. */
+  private issueGrant(
+    grants: Map<number, CheckpointGrant>,
+    step: number,
+    conn: string,
+    hash: string | null,
+    url: string,
+  ): string {
+    const token = randomBytes(16).toString('hex');
+    const workerId = this.currentState.connections[conn]?.workerId ?? null;
+    grants.set(step, { step, conn, workerId, token, hash, issuedAt: this.now() });
+    return `${url}${url.includes('?') ? '&' : '?'}token=${token}`;
   }
 
   private send(conn: string, msg: ServerMessage): void {

@@ -24,8 +24,8 @@ import { publicCheckpoint } from './admin-feed-projection';
 import type { AdminRoutes } from './admin-routes';
 import { auditRun, commitsPage, evaluationViews, MAX_COMMITS_PAGE, statusOf } from './audit';
 import type { ControlChannel } from './control-channel';
-import type { MachineExecutor } from './executor';
-import { HttpError, readBody, sameSecret, sendError, sendJson, sendText } from './http-util';
+import { grantRefusal, type MachineExecutor } from './executor';
+import { HttpError, readBody, sendError, sendJson, sendText } from './http-util';
 import type { PeerSignaling } from './peer-signaling';
 import type { SocketGate } from './socket-gate';
 import type { CoordinatorMetrics } from './server-metrics';
@@ -345,12 +345,8 @@ export class CoordinatorServer {
     if (!/^\d+$/.test(stepPart)) reject(400, 'bad_step', 'step must be a non-negative integer');
     const step = Number(stepPart);
     const grant = executor.checkpointGrant(step);
-    if (!grant) reject(409, 'not_requested', `no checkpoint of step ${step} was requested`);
-    if (!sameSecret(url.searchParams.get('token'), grant!.token))
-      reject(403, 'forbidden', 'missing or wrong upload token (use the URL of checkpoint_request)');
-    const workerId = url.searchParams.get('workerId');
-    if (workerId !== null && workerId !== grant!.workerId)
-      reject(403, 'forbidden', 'this checkpoint was requested from another worker');
+    const refusal = grantRefusal(grant, url, `checkpoint of step ${step}`);
+    if (refusal) reject(refusal.status, refusal.code, refusal.message);
     const body = await readBody(req, this.deps.maxCheckpointBytes).catch((error: unknown) => {
       if (error instanceof HttpError) metrics.checkpointUploads.inc(1, { result: error.code });
       throw error;

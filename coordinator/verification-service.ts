@@ -12,8 +12,9 @@ import { join } from 'node:path';
 import { decodeSnapshot, type DecodedSnapshot, SnapshotError } from './core/snapshot';
 import type { RecomputedStep } from './core/state';
 import { checkedSlices } from './core/verification';
-import type { MachineExecutor } from './executor';
-import { HttpError, readBody, sameSecret, sendJson } from './http-util';
+import { grantRefusal, type MachineExecutor } from './executor';
+import { HttpError, readBody, sendJson } from './http-util';
+import { nodeSha256 } from './node-sha256';
 
 /** What the verifier process is asked (verifier-client.ts). */
 export interface RecomputeRequest {
@@ -57,17 +58,13 @@ export class VerificationService {
     if (!/^\d{1,15}$/.test(stepPart)) throw new HttpError(400, 'bad_step', 'step must be a non-negative integer');
     const step = Number(stepPart);
     const grant = executor.verifyGrant(step);
-    if (!grant) throw new HttpError(409, 'not_requested', `no state of step ${step} was requested for a check`);
-    if (!sameSecret(url.searchParams.get('token'), grant.token))
-      throw new HttpError(403, 'forbidden', 'missing or wrong upload token');
-    const workerId = url.searchParams.get('workerId');
-    if (workerId !== null && workerId !== grant.workerId)
-      throw new HttpError(403, 'forbidden', 'this state was requested from another worker');
+    const refusal = grantRefusal(grant, url, `state of step ${step} for a check`);
+    if (refusal) throw new HttpError(refusal.status, refusal.code, refusal.message);
     const body = await readBody(req, this.deps.maxBytes);
     if (executor.verifyGrant(step) !== grant) throw new HttpError(409, 'not_requested', 'the check was dropped');
     let snapshot: DecodedSnapshot;
     try {
-      snapshot = decodeSnapshot(new Uint8Array(body.buffer, body.byteOffset, body.byteLength));
+      snapshot = decodeSnapshot(new Uint8Array(body.buffer, body.byteOffset, body.byteLength), { sha256: nodeSha256 });
     } catch (error) {
       if (!(error instanceof SnapshotError)) throw error;
       return this.refuse(res, step, `not a snapshot: ${error.message}`);
@@ -77,8 +74,8 @@ export class VerificationService {
     if (snapshot.spec.name !== state.job.model.name || snapshot.optimizer.kind !== state.job.optimizer.kind)
       return this.refuse(res, step, `snapshot of ${snapshot.spec.name}/${snapshot.optimizer.kind}`);
     // The hash the coordinator computed over the bytes (decodeSnapshot), never the header's claim.
-    if (snapshot.stateHash !== grant.hash)
-      return this.refuse(res, step, `the state hashes to ${snapshot.stateHash}, step ${step} committed ${grant.hash}`);
+    if (snapshot.stateHash !== grant!.hash)
+      return this.refuse(res, step, `the state hashes to ${snapshot.stateHash}, step ${step} committed ${grant!.hash}`);
     const v = state.verification!;
     const { slices, count } = checkedSlices(state, v);
     executor.dispatch({ kind: 'verification_upload', step, ok: true });
