@@ -18,7 +18,7 @@ import { join } from 'node:path';
 import type { Browser } from 'playwright-core';
 import { FASHION_MNIST_DIR, launchChromium, WEB_BUILD_DIR } from '../test/support/browser';
 import { commitsFrom } from '../test/support/commit-log';
-import { CoordinatorProcess, TEST_ADMIN_TOKEN } from '../test/support/coordinator-process';
+import { CoordinatorProcess } from '../test/support/coordinator-process';
 import { makeTempDir } from '../test/support/fake-dataset';
 import { writeDatasetSlice } from '../test/support/small-dataset';
 import { coordinatorStatusUntil, Swarm } from '../test/support/swarm';
@@ -52,14 +52,6 @@ interface RunResult {
   caught: number;
 }
 
-async function events(c: CoordinatorProcess, name: string): Promise<Record<string, unknown>[]> {
-  const res = await c.fetch(`/api/admin/events?limit=1000`, {
-    headers: { authorization: `Bearer ${TEST_ADMIN_TOKEN}` },
-  });
-  const { events: rows } = (await res.json()) as { events: { event: string; data: Record<string, unknown> }[] };
-  return rows.filter((r) => r.event === name).map((r) => r.data);
-}
-
 async function run(browser: Browser, datasetDir: string, config: (typeof CONFIGS)[number]): Promise<RunResult> {
   const coordinator = await CoordinatorProcess.spawn({
     job: {
@@ -89,7 +81,7 @@ async function run(browser: Browser, datasetDir: string, config: (typeof CONFIGS
     const from = commits.find((c) => c.step === WARMUP)!;
     const to = commits.at(-1)!;
     const samples = commits.filter((c) => c.step > WARMUP).reduce((n, c) => n + c.count, 0);
-    const done = await events(coordinator, 'verification_done');
+    const done = (await coordinator.events()).filter((e) => e.event === 'verification_done').map((e) => e.data);
     return {
       config: config.name,
       samplesPerSec: samples / ((to.committedAt - from.committedAt) / 1000),

@@ -169,7 +169,7 @@ describe.skipIf(skip)('a hostile tab among three honest ones', () => {
         240_000,
       );
     } catch (error) {
-      const tail = (await adminEvents(c)).slice(-40).map((e) => `${e.event} ${JSON.stringify(e.data).slice(0, 200)}`);
+      const tail = (await c.events()).slice(-40).map((e) => `${e.event} ${JSON.stringify(e.data).slice(0, 200)}`);
       throw new Error(`${(error as Error).message}\nlast events:\n${tail.join('\n')}\n${c.output.slice(-3000)}`);
     }
     const rows = await commitRows(c);
@@ -226,7 +226,7 @@ describe.skipIf(skip)('a hostile tab among three honest ones', () => {
     const { c, swarm, tabs, rows, ids } = await attackRun({ ...query, fromStep: FROM_STEP }, opts);
     for (const tab of tabs)
       expect((await tab.view()).hostile.tally.gradients + (await tab.view()).hostile.tally.frames).toBeGreaterThan(0);
-    const events = await adminEvents(c);
+    const events = await c.events();
     const bans = events.filter((e) => e.event === 'cheater_banned');
     const banned = new Set(bans.flatMap((e) => e.data.workers as string[]));
     expect([...banned].sort()).toEqual([...ids].sort());
@@ -278,7 +278,7 @@ describe.skipIf(skip)('a hostile tab among three honest ones', () => {
     console.log(`lie-throughput: the liar's share among 3 is ${share.toFixed(3)} (believed: the cap, 0.667)`);
     expect(share).toBeLessThan(0.6);
     await statusUntil(c, (s) => s.status === 'done', 'the job done', undefined, 240_000);
-    const events = await adminEvents(c);
+    const events = await c.events();
     expect(events.some((e) => e.event === 'cheater_banned')).toBe(false);
     expect(events.some((e) => e.event === 'verification_done')).toBe(true);
     await expectJobUnharmed(c, swarm);
@@ -306,7 +306,7 @@ describe.skipIf(skip)('a hostile tab among three honest ones', () => {
   // on without it while it restored.
   it('scales the partial sums it forwards ×1000: its receiver disputes the hop at once; banned after the swap', async () => {
     await expectCaught({ mode: 'corrupt-forward', factor: 1000 }, { withinSteps: 30, how: 'hop checks' });
-    const events = await adminEvents(coordinators.at(-1)!);
+    const events = await coordinators.at(-1)!.events();
     // No poisoned step ever committed (the trajectory check above); the liar took part in two failed rounds.
     expect(events.filter((e) => e.event === 'ring_identity_failed').length).toBeLessThanOrEqual(3);
   });
@@ -321,7 +321,7 @@ describe.skipIf(skip)('a hostile tab among three honest ones', () => {
   it('sends NaN in its reduce-scatter frames: refused where they arrive; the disputes narrow to it, banned, rolled back', async () => {
     await expectCaught({ mode: 'nan' }, { withinSteps: 30, how: 'data disputes' });
     const c = coordinators.at(-1)!;
-    const events = await adminEvents(c);
+    const events = await c.events();
     // The honest reporters paid nothing: no charge, no cool-off of their address.
     expect(events.some((e) => e.event === 'cooled_off' && e.data.who === 'a:127.0.0.1')).toBe(false);
     expect(events.filter((e) => e.event === 'data_dispute').length).toBeGreaterThanOrEqual(1);
@@ -374,7 +374,7 @@ describe.skipIf(skip)('a hostile tab among three honest ones', () => {
     // Believed, it would have been the round's state source for a state it does not hold.
     expect(joined.elastic!.lastSync).toBe('checkpoint');
     expect(joined.elastic!.localStep).toBeLessThanOrEqual(gone.step);
-    const join = (await adminEvents(c)).find((e) => e.event === 'join' && e.data.workerId === joined.elastic!.workerId);
+    const join = (await c.events()).find((e) => e.event === 'join' && e.data.workerId === joined.elastic!.workerId);
     expect(join?.data).toMatchObject({ vouched: false, holdsCommitted: false });
     // Honest tabs come back and train with it from the checkpoint's state.
     await swarm.openMany(2);
@@ -389,16 +389,6 @@ describe.skipIf(skip)('a hostile tab among three honest ones', () => {
     await expectJobUnharmed(c, swarm);
   });
 });
-
-interface EventRow {
-  event: string;
-  data: Record<string, unknown>;
-}
-
-async function adminEvents(c: CoordinatorProcess): Promise<EventRow[]> {
-  const res = await c.fetch('/api/admin/events?limit=1000', { headers: { authorization: `Bearer ${c.adminToken}` } });
-  return ((await res.json()) as { events: EventRow[] }).events;
-}
 
 /** The coordinator's status once `check(status, arg)` holds (polled every 200 ms). */
 async function statusUntil<A = undefined>(

@@ -47,28 +47,6 @@ const job = {
 
 const skip = skipWithoutChromium() || skipWithoutFashionMnist() || skipWithoutWebBuild();
 
-interface EventRow {
-  event: string;
-  data: Record<string, unknown>;
-}
-
-/** Every event-log row of the run (admin API, paged). */
-export async function eventRows(coordinator: CoordinatorProcess): Promise<EventRow[]> {
-  const rows: EventRow[] = [];
-  let after = 0;
-  for (let page = 0; page < 100; page++) {
-    const res = await coordinator.fetch(`/api/admin/events?after=${after}&limit=1000`, {
-      headers: { authorization: `Bearer ${coordinator.adminToken}` },
-    });
-    expect(res.status).toBe(200);
-    const { events } = (await res.json()) as { events: (EventRow & { id: number })[] };
-    rows.push(...events);
-    if (events.length < 1000) break;
-    after = events.at(-1)!.id;
-  }
-  return rows;
-}
-
 describe.skipIf(skip)('checked contributions across browser tabs', () => {
   let browser: Browser;
   let datasetDir: string;
@@ -116,7 +94,7 @@ describe.skipIf(skip)('checked contributions across browser tabs', () => {
       timeoutMs: 240_000,
       pollMs: 250,
     });
-    const events = await eventRows(coordinator);
+    const events = await coordinator.events();
     expect(events.filter((e) => e.event === 'ring_identity_failed')).toEqual([]);
     expect(events.filter((e) => e.event === 'divergence')).toEqual([]);
     expect(events.some((e) => e.event === 'cheater_banned')).toBe(false);
@@ -140,7 +118,7 @@ describe.skipIf(skip)('checked contributions across browser tabs', () => {
       timeoutMs: 240_000,
       pollMs: 250,
     });
-    const events = await eventRows(coordinator);
+    const events = await coordinator.events();
     const done = events.filter((e) => e.event === 'verification_done');
     // 32 steps at p = 0.25, one check in flight at a time: a handful (0 would mean the checks never ran).
     expect(done.length).toBeGreaterThanOrEqual(2);
