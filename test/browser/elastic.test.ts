@@ -18,14 +18,14 @@ import {
   skipWithoutChromium,
   skipWithoutFashionMnist,
   skipWithoutWebBuild,
-  WEB_BUILD_DIR,
 } from '../support/browser';
 import { expectCleanAudit } from '../support/clean-audit';
 import { commitRows } from '../support/commit-log';
-import { CoordinatorProcess } from '../support/coordinator-process';
+import type { CoordinatorProcess } from '../support/coordinator-process';
 import { makeTempDir } from '../support/fake-dataset';
 import type { StatusReport } from '../../coordinator/audit';
-import { coordinatorStatusUntil, Swarm, type SwarmTab } from '../support/swarm';
+import { coordinatorStatusUntil, type Swarm, type SwarmTab } from '../support/swarm';
+import { SwarmRuns } from '../support/swarm-runs';
 
 const TRAIN_IMAGES = 3072;
 const TEST_IMAGES = 1000;
@@ -70,27 +70,11 @@ async function statusUntil(
 describe.skipIf(skip)('elastic training across browser tabs', () => {
   let browser: Browser;
   let datasetDir: string;
-  const coordinators: CoordinatorProcess[] = [];
-  const swarms: Swarm[] = [];
+  const runs = new SwarmRuns(() => browser, { query: { testSubset: String(TEST_IMAGES) } });
   /** The uninterrupted single-tab run: per-step losses and the final accuracy. */
   let reference: { losses: Map<number, number>; accuracy: number } | null = null;
 
-  async function start(
-    overrides: Record<string, unknown> = {},
-  ): Promise<{ coordinator: CoordinatorProcess; swarm: Swarm }> {
-    const coordinator = await CoordinatorProcess.spawn({
-      job: { ...job, ...overrides },
-      datasetDir,
-      extraArgs: ['--dist', WEB_BUILD_DIR],
-    });
-    coordinators.push(coordinator);
-    const swarm = new Swarm(browser, coordinator.url, {
-      query: { testSubset: String(TEST_IMAGES) },
-      echo: !!process.env.TABSWARM_ECHO_BROWSER,
-    });
-    swarms.push(swarm);
-    return { coordinator, swarm };
-  }
+  const start = (overrides: Record<string, unknown> = {}) => runs.start({ job: { ...job, ...overrides }, datasetDir });
 
   const atStep = (tab: SwarmTab, swarm: Swarm, step: number) =>
     swarm.waitFor(tab, (s, n) => s.committedStep >= n, step, 120_000);
@@ -100,10 +84,7 @@ describe.skipIf(skip)('elastic training across browser tabs', () => {
     browser = await launchChromium();
   });
 
-  afterEach(async () => {
-    for (const s of swarms.splice(0)) await s.closeAll();
-    for (const c of coordinators.splice(0)) await c.stop();
-  });
+  afterEach(() => runs.closeAll());
 
   afterAll(async () => {
     await browser?.close();
@@ -258,7 +239,7 @@ describe.skipIf(skip)('elastic training across browser tabs', () => {
     await Promise.all(tabs.map((t) => swarm.waitFor(t, (s) => s.phase === 'connecting', null, 30_000)));
     // Same data dir and port: the tabs' pages keep their origin.
     const restarted = await coordinator.restart({ port: coordinator.port });
-    coordinators.push(restarted);
+    runs.adopt(restarted);
     // The rows the killed process committed (read before the tabs, still reconnecting, can add more).
     const committedBefore = (await commitRows(restarted)).length;
     const resumed = await statusUntil(

@@ -28,7 +28,6 @@ import {
   skipWithoutChromium,
   skipWithoutFashionMnist,
   skipWithoutWebBuild,
-  WEB_BUILD_DIR,
 } from '../support/browser';
 import { expectCleanAudit } from '../support/clean-audit';
 import { type CommitRow, commitRows } from '../support/commit-log';
@@ -36,7 +35,8 @@ import { CoordinatorProcess } from '../support/coordinator-process';
 import { makeTempDir } from '../support/fake-dataset';
 import { type HostileQuery, type HostileTab, HostileTabServer } from '../support/hostile-tab';
 import { writeDatasetSlice } from '../support/small-dataset';
-import { coordinatorStatusUntil, Swarm } from '../support/swarm';
+import { coordinatorStatusUntil, type Swarm } from '../support/swarm';
+import { SwarmRuns } from '../support/swarm-runs';
 
 const TRAIN_IMAGES = 2048;
 const TEST_IMAGES = 1000;
@@ -75,8 +75,7 @@ describe.skipIf(skip)('a hostile tab among three honest ones', () => {
   let browser: Browser;
   let datasetDir: string;
   let hostile: HostileTabServer;
-  const coordinators: CoordinatorProcess[] = [];
-  const swarms: Swarm[] = [];
+  const runs = new SwarmRuns(() => browser, { query: { testSubset: String(TEST_IMAGES) }, echo });
   /** Committed loss per step and final test accuracy of the run without poisoning (the throughput-lie run). */
   let clean: { losses: Map<number, number>; accuracy: number } | null = null;
   const started = performance.now();
@@ -93,8 +92,7 @@ describe.skipIf(skip)('a hostile tab among three honest ones', () => {
 
   afterEach(async () => {
     await hostile?.closeTabs();
-    for (const s of swarms.splice(0)) await s.closeAll();
-    for (const c of coordinators.splice(0)) await c.stop();
+    await runs.closeAll();
   });
 
   afterAll(async () => {
@@ -103,21 +101,15 @@ describe.skipIf(skip)('a hostile tab among three honest ones', () => {
     console.log(`hostile-tabs: whole file ${((performance.now() - started) / 1000).toFixed(1)} s`);
   });
 
-  async function coordinator(overrides: Record<string, unknown> = {}): Promise<CoordinatorProcess> {
-    const c = await CoordinatorProcess.spawn({
+  /** A coordinator that lets the hostile page's origin in, the hostile server pointed at it, honest tabs for it. */
+  async function start(overrides: Record<string, unknown> = {}): Promise<{ c: CoordinatorProcess; swarm: Swarm }> {
+    const { coordinator: c, swarm } = await runs.start({
       job: { ...job, ...overrides },
       datasetDir,
-      extraArgs: ['--dist', WEB_BUILD_DIR, '--allow-origin', hostile.origin],
+      extraArgs: ['--allow-origin', hostile.origin],
     });
-    coordinators.push(c);
     hostile.pointAt(c);
-    return c;
-  }
-
-  function honestSwarm(c: CoordinatorProcess): Swarm {
-    const swarm = new Swarm(browser, c.url, { query: { testSubset: String(TEST_IMAGES) }, echo });
-    swarms.push(swarm);
-    return swarm;
+    return { c, swarm };
   }
 
   /**
@@ -135,8 +127,7 @@ describe.skipIf(skip)('a hostile tab among three honest ones', () => {
     } = {},
   ): Promise<{ c: CoordinatorProcess; swarm: Swarm; tabs: HostileTab[]; rows: CommitRow[]; ids: string[] }> {
     const t0 = performance.now();
-    const c = await coordinator(opts.job);
-    const swarm = honestSwarm(c);
+    const { c, swarm } = await start(opts.job);
     const hostiles = opts.hostiles ?? 1;
     const openHostiles = () =>
       Promise.all(
@@ -306,7 +297,7 @@ describe.skipIf(skip)('a hostile tab among three honest ones', () => {
   // on without it while it restored.
   it('scales the partial sums it forwards ×1000: its receiver disputes the hop at once; banned after the swap', async () => {
     await expectCaught({ mode: 'corrupt-forward', factor: 1000 }, { withinSteps: 30, how: 'hop checks' });
-    const events = await coordinators.at(-1)!.events();
+    const events = await runs.latest!.events();
     // No poisoned step ever committed (the trajectory check above); the liar took part in two failed rounds.
     expect(events.filter((e) => e.event === 'ring_identity_failed').length).toBeLessThanOrEqual(3);
   });
@@ -320,7 +311,7 @@ describe.skipIf(skip)('a hostile tab among three honest ones', () => {
 
   it('sends NaN in its reduce-scatter frames: refused where they arrive; the disputes narrow to it, banned, rolled back', async () => {
     await expectCaught({ mode: 'nan' }, { withinSteps: 30, how: 'data disputes' });
-    const c = coordinators.at(-1)!;
+    const c = runs.latest!;
     const events = await c.events();
     // The honest reporters paid nothing: no charge, no cool-off of their address.
     expect(events.some((e) => e.event === 'cooled_off' && e.data.who === 'a:127.0.0.1')).toBe(false);
@@ -357,8 +348,7 @@ describe.skipIf(skip)('a hostile tab among three honest ones', () => {
   });
 
   it('claims in its hello the committed state copied from /api/status: not believed, the stored checkpoint is used', async () => {
-    const c = await coordinator({ minWorkers: 1, checkpointEvery: 4 });
-    const swarm = honestSwarm(c);
+    const { c, swarm } = await start({ minWorkers: 1, checkpointEvery: 4 });
     await swarm.openMany(3);
     await statusUntil(c, (s) => s.step >= 6 && s.latestCheckpoint !== null, 'step 6 and a checkpoint');
     // Every honest tab leaves: nobody holds the last commit any more, only the stored checkpoint does.

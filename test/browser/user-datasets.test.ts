@@ -31,17 +31,17 @@ import {
   skipWithoutChromium,
   skipWithoutFashionMnist,
   skipWithoutWebBuild,
-  WEB_BUILD_DIR,
 } from '../support/browser';
 import { expectCleanAudit } from '../support/clean-audit';
 import { type CommitRow, commitRows } from '../support/commit-log';
-import { CoordinatorProcess } from '../support/coordinator-process';
+import type { CoordinatorProcess } from '../support/coordinator-process';
 import { makeTempDir } from '../support/fake-dataset';
 import { generatedText, unigramBits } from '../support/generated-text';
 import { npyFile } from '../support/npy-file';
 import { safetensorsFile } from '../support/safetensors-file';
 import { writeDatasetSlice } from '../support/small-dataset';
-import { coordinatorStatusUntil, Swarm } from '../support/swarm';
+import { coordinatorStatusUntil } from '../support/swarm';
+import { SwarmRuns } from '../support/swarm-runs';
 
 const TEXT_CONTEXT = 16;
 
@@ -49,25 +49,14 @@ const skip = skipWithoutChromium() || skipWithoutFashionMnist() || skipWithoutWe
 
 describe.skipIf(skip)('tabs train the datasets a user brings', () => {
   let browser: Browser;
-  const coordinators: CoordinatorProcess[] = [];
-  const swarms: Swarm[] = [];
-
-  async function start(job: Record<string, unknown>, datasetDir: string | null) {
-    const coordinator = await CoordinatorProcess.spawn({ job, datasetDir, extraArgs: ['--dist', WEB_BUILD_DIR] });
-    coordinators.push(coordinator);
-    const swarm = new Swarm(browser, coordinator.url, { echo: !!process.env.TABSWARM_ECHO_BROWSER });
-    swarms.push(swarm);
-    return { coordinator, swarm };
-  }
+  const runs = new SwarmRuns(() => browser);
+  const start = (job: Record<string, unknown>, datasetDir: string | null) => runs.start({ job, datasetDir });
 
   beforeAll(async () => {
     browser = await launchChromium();
   });
 
-  afterEach(async () => {
-    for (const s of swarms.splice(0)) await s.closeAll();
-    for (const c of coordinators.splice(0)) await c.stop();
-  });
+  afterEach(() => runs.closeAll());
 
   afterAll(async () => {
     await browser?.close();

@@ -18,13 +18,13 @@ import {
   skipWithoutChromium,
   skipWithoutFashionMnist,
   skipWithoutWebBuild,
-  WEB_BUILD_DIR,
 } from '../support/browser';
 import { expectCleanAudit } from '../support/clean-audit';
 import { CoordinatorProcess } from '../support/coordinator-process';
 import { makeTempDir } from '../support/fake-dataset';
 import { writeDatasetSlice } from '../support/small-dataset';
-import { coordinatorStatusUntil, Swarm } from '../support/swarm';
+import { coordinatorStatusUntil } from '../support/swarm';
+import { SwarmRuns } from '../support/swarm-runs';
 
 const TRAIN_IMAGES = 1536;
 const TEST_IMAGES = 500;
@@ -50,23 +50,8 @@ const skip = skipWithoutChromium() || skipWithoutFashionMnist() || skipWithoutWe
 describe.skipIf(skip)('checked contributions across browser tabs', () => {
   let browser: Browser;
   let datasetDir: string;
-  const coordinators: CoordinatorProcess[] = [];
-  const swarms: Swarm[] = [];
-
-  async function start(overrides: Record<string, unknown>): Promise<{ coordinator: CoordinatorProcess; swarm: Swarm }> {
-    const coordinator = await CoordinatorProcess.spawn({
-      job: { ...job, ...overrides },
-      datasetDir,
-      extraArgs: ['--dist', WEB_BUILD_DIR],
-    });
-    coordinators.push(coordinator);
-    const swarm = new Swarm(browser, coordinator.url, {
-      query: { testSubset: String(TEST_IMAGES) },
-      echo: !!process.env.TABSWARM_ECHO_BROWSER,
-    });
-    swarms.push(swarm);
-    return { coordinator, swarm };
-  }
+  const runs = new SwarmRuns(() => browser, { query: { testSubset: String(TEST_IMAGES) } });
+  const start = (overrides: Record<string, unknown>) => runs.start({ job: { ...job, ...overrides }, datasetDir });
 
   beforeAll(async () => {
     datasetDir = await writeDatasetSlice(
@@ -78,10 +63,7 @@ describe.skipIf(skip)('checked contributions across browser tabs', () => {
     browser = await launchChromium();
   });
 
-  afterEach(async () => {
-    for (const s of swarms.splice(0)) await s.closeAll();
-    for (const c of coordinators.splice(0)) await c.stop();
-  });
+  afterEach(() => runs.closeAll());
 
   afterAll(async () => {
     await browser?.close();
