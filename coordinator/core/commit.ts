@@ -7,7 +7,7 @@
 import { begin, finish, log, metric, mutWorker, persist, reject, sendWorker, type Ctx } from './context';
 import type { ErrorCode, StepReportMessage } from './protocol';
 import { admitAtBoundaryIn, afterCloseIn, closeRoundIn, requestCheckpointIn } from './rendezvous';
-import { afterCommitIn, ringIdentityHoldsIn, SUSPICION_STEPS, sketchProblem, uploadField } from './verification';
+import { afterCommitIn, ringChecksPassIn, SUSPICION_STEPS, sketchProblem, uploadField } from './verification';
 import {
   assignStep,
   commitStep,
@@ -84,26 +84,16 @@ export function checkReport(s: CoordinatorState, workerId: string, msg: StepRepo
   if (s.job.sync.mode === 'local' && msg.step !== limit) return { ok: true, rank: p.rank };
   const others = s.pending[msg.step] ?? {};
   const sketch = sketchProblem(s.job, rv.participants.length, msg, Object.values(others));
-  if (sketch !== null) {
-    const disagreement = Object.values(others).some((r) => r.sketch) && msg.sketch && sketch.includes('differ');
-    if (!disagreement) return { ok: false, code: 'bad_sketch', message: `step ${msg.step}: ${sketch}` };
+  if (sketch && !sketch.disagrees)
+    return { ok: false, code: 'bad_sketch', message: `step ${msg.step}: ${sketch.message}` };
+  // Sketches of the same bytes that differ between ranks are a divergence, as differing hashes are.
+  if (sketch?.disagrees || Object.values(others).some((r) => r.hash !== msg.hash)) {
     const hashes: Record<string, string> = { [msg.rank]: msg.hash };
     for (const [rank, r] of Object.entries(others)) hashes[rank] = r.hash;
     return {
       ok: false,
       code: 'hash_mismatch',
-      message: `step ${msg.step}: ${sketch}`,
-      divergence: { step: msg.step, hashes },
-    };
-  }
-  const disagreeing = Object.values(others).some((r) => r.hash !== msg.hash);
-  if (disagreeing) {
-    const hashes: Record<string, string> = { [msg.rank]: msg.hash };
-    for (const [rank, r] of Object.entries(others)) hashes[rank] = r.hash;
-    return {
-      ok: false,
-      code: 'hash_mismatch',
-      message: `step ${msg.step}: ranks disagree on the parameter hash`,
+      message: `step ${msg.step}: ${sketch?.message ?? 'ranks disagree on the parameter hash'}`,
       divergence: { step: msg.step, hashes },
     };
   }
@@ -136,7 +126,7 @@ function acceptReportIn(ctx: Ctx, workerId: string, msg: StepReportMessage): voi
   const point = nextCommitPoint(s.lastCommit.step, planOf(s));
   if (!s.rendezvous.participants.every((q) => q.lastStep >= point)) return;
   // A step whose sums do not add up is not committed (verification.ts handles the failure).
-  if (ringIdentityHoldsIn(ctx, point)) commitIn(ctx, point);
+  if (ringChecksPassIn(ctx, point)) commitIn(ctx, point);
 }
 
 /** Commit steps lastCommit.step+1 .. point (all reported by all ranks with agreeing hashes). */

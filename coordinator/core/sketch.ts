@@ -44,11 +44,6 @@ export function ringSegmentStart(s: number, n: number, size: number): number {
   return Math.floor((s * n) / size);
 }
 
-/** The rank that ends the reduce-scatter with segment `s`'s full sum: `s − 1` (mod size). */
-export function segmentOwner(s: number, size: number): number {
-  return (s - 1 + size) % size;
-}
-
 /** Buckets per segment for a world of `size`: the largest power of two with size·B ≤ GRADIENT_SKETCH_BUCKETS. */
 export function bucketsPerSegment(size: number): number {
   if (!Number.isInteger(size) || size < 1) throw new Error(`bucketsPerSegment: world ${size}`);

@@ -63,25 +63,35 @@ export function verificationDraw(salt: string, step: number): number {
   return Number.parseInt(hashBytes(words).slice(0, 8), 16) / 2 ** 32;
 }
 
-/** Why a step report's sketches are unacceptable, or null. `others`: reports of the same step already in. */
+/**
+ * Why a step report's sketches are unacceptable, or null. `disagrees`: they are well-formed but their
+ * sketches of the reduced sums or of the parameters differ from another rank's (a divergence, not a
+ * malformed report). `others`: reports of the same step already in.
+ */
 export function sketchProblem(
   job: JobSpec,
   world: number,
   msg: StepReportMessage,
   others: { sketch?: StepReportMessage['sketch'] }[],
-): string | null {
-  if (!job.verify) return msg.sketch ? 'this job does not verify: send no sketch' : null;
+): { message: string; disagrees: boolean } | null {
+  const malformed = (message: string) => ({ message, disagrees: false });
+  if (!job.verify) return msg.sketch ? malformed('this job does not verify: send no sketch') : null;
   const k = msg.sketch;
-  if (!k) return 'this job verifies contributions: the step report needs its sketch';
+  if (!k) return malformed('this job verifies contributions: the step report needs its sketch');
   const buckets = world * bucketsPerSegment(world);
   const gradient = [k.own, k.sum, k.sumMass, k.sent, k.sentMass, k.received, k.receivedMass];
   if (gradient.some((a) => a.length !== buckets))
-    return `gradient sketches of a world of ${world} have ${buckets} buckets`;
-  if (k.params.length !== PARAMS_SKETCH_BUCKETS) return `the parameter sketch has ${PARAMS_SKETCH_BUCKETS} buckets`;
-  if ([k.sumMass, k.sentMass, k.receivedMass].some((a) => a.some((m) => m < 0))) return 'a bucket mass is negative';
+    return malformed(`gradient sketches of a world of ${world} have ${buckets} buckets`);
+  if (k.params.length !== PARAMS_SKETCH_BUCKETS)
+    return malformed(`the parameter sketch has ${PARAMS_SKETCH_BUCKETS} buckets`);
+  if ([k.sumMass, k.sentMass, k.receivedMass].some((a) => a.some((m) => m < 0)))
+    return malformed('a bucket mass is negative');
   const first = others.find((o) => o.sketch)?.sketch;
   if (first && !(same(first.sum, k.sum) && same(first.sumMass, k.sumMass) && same(first.params, k.params)))
-    return 'the sketches of the reduced sums or of the parameters differ from the other ranks’';
+    return {
+      message: 'the sketches of the reduced sums or of the parameters differ from the other ranks’',
+      disagrees: true,
+    };
   return null;
 }
 
@@ -93,7 +103,7 @@ function same(a: readonly number[], b: readonly number[]): boolean {
  * The hop checks and the ring identity of the step about to be committed (every rank reported it).
  * True: commit. False: the failure was handled (round closed, a liar banned or suspects narrowed).
  */
-export function ringIdentityHoldsIn(ctx: Ctx, point: number): boolean {
+export function ringChecksPassIn(ctx: Ctx, point: number): boolean {
   const s = ctx.s;
   if (!s.job.verify || s.job.sync.mode !== 'every-step' || s.job.sync.compression === 'int8') return true;
   const rv = s.rendezvous;

@@ -42,6 +42,7 @@
  * int8, allgather frames received and not yet passed on wait in the queue: at most the int8 bytes of
  * the vector, a quarter of its float32 size.
  */
+import { ringSegmentStart } from '../../coordinator/core/sketch';
 import { CollectiveError } from './collective-error';
 import { CollectiveSession, type CollectiveOptions } from './collective-session';
 import { addFloat16Into, decodeFloat16Into, encodeFloat16, MAX_FINITE_SCALE_EXPONENT } from './fp16';
@@ -266,12 +267,13 @@ class RingPlan {
     return ((x % this.size) + this.size) % this.size;
   }
 
+  /** The segments the step's sketches are laid out by (coordinator/core/sketch.ts). */
   segmentStart(s: number): number {
-    return Math.floor((s * this.n) / this.size);
+    return ringSegmentStart(s, this.n, this.size);
   }
 
   segmentEnd(s: number): number {
-    return Math.floor(((s + 1) * this.n) / this.size);
+    return ringSegmentStart(s + 1, this.n, this.size);
   }
 
   chunkCount(s: number): number {
