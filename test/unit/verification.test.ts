@@ -10,6 +10,7 @@ import { parseJobSpec, type JobSpecInput } from '../../coordinator/core/job';
 import type { StepSketches } from '../../coordinator/core/sketch';
 import { bucketsPerSegment, PARAMS_SKETCH_BUCKETS, RECOMPUTE_TOLERANCE } from '../../coordinator/core/sketch';
 import type { RecomputedStep } from '../../coordinator/core/state';
+import { epochOrder, indicesForRank } from '../../coordinator/core/sampler';
 import { checkedSlices, judge, verificationDraw } from '../../coordinator/core/verification';
 import { mulberry32 } from '../support/rng';
 import { Harness } from './coordinator-harness';
@@ -317,7 +318,10 @@ describe('recomputed spot checks', () => {
     const h = swarm();
     const world = h.state.rendezvous.participants;
     const { slices } = checkedSlices(h.state, { world, step: 1 });
-    expect(slices.map((s) => s.length)).toEqual([4, 4, 4]);
+    const order = epochOrder(h.state.job.seed, 0, h.state.datasetSize);
+    const shares = world.map((w) => w.share);
+    for (const w of world)
+      expect(Array.from(slices[w.rank])).toEqual(Array.from(indicesForRank(order, 0, 12, shares, w.rank)));
     expect(new Set(slices.flatMap((s) => [...s])).size).toBe(12);
   });
 
