@@ -15,7 +15,13 @@ export function npyFile(
   const dict = `{'descr': '${descr}', 'fortran_order': ${options.fortranOrder ? 'True' : 'False'}, 'shape': ${tuple}, }`;
   const prefix = version === 1 ? 10 : 12;
   const padded = Math.ceil((prefix + dict.length + 1) / 64) * 64 - prefix;
-  const header = Buffer.from(`${dict.padEnd(padded - 1, ' ')}\n`, 'latin1');
+  return npyWithHeader(dict.padEnd(padded - 1, ' '), data, version);
+}
+
+/** The bytes of a `.npy` file whose header is `dict` (taken as it is, unpadded) and a '\n', then `data`. */
+export function npyWithHeader(dict: string, data: Uint8Array, version = 1): Uint8Array {
+  const prefix = version === 1 ? 10 : 12;
+  const header = Buffer.from(`${dict}\n`, 'latin1');
   const out = Buffer.alloc(prefix + header.length + data.length);
   out.set([0x93, 0x4e, 0x55, 0x4d, 0x50, 0x59, version, 0]);
   if (version === 1) out.writeUInt16LE(header.length, 8);

@@ -12,7 +12,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { tensorsPayloads } from '../../coordinator/dataset-chunks';
 import { parseNpy } from '../../coordinator/npy';
 import { loadTensorsDataset } from '../../coordinator/user-datasets';
-import { npyFile } from '../support/npy-file';
+import { npyFile, npyWithHeader } from '../support/npy-file';
 import { mulberry32 } from '../support/rng';
 import { safetensorsFile } from '../support/safetensors-file';
 
@@ -73,17 +73,7 @@ describe('parseNpy', () => {
 
   it('refuses Fortran order, big-endian, unread dtypes and malformed headers, each with its reason', () => {
     const f4 = new Uint8Array(16);
-    const header = (dict: string, data = f4, version = 1) => {
-      const prefix = version === 1 ? 10 : 12;
-      const text = Buffer.from(`${dict}\n`, 'latin1');
-      const out = Buffer.alloc(prefix + text.length + data.length);
-      out.set([0x93, 0x4e, 0x55, 0x4d, 0x50, 0x59, version, 0]);
-      if (version === 1) out.writeUInt16LE(text.length, 8);
-      else out.writeUInt32LE(text.length, 8);
-      out.set(text, prefix);
-      out.set(data, prefix + text.length);
-      return new Uint8Array(out);
-    };
+    const header = (dict: string, data = f4, version = 1) => npyWithHeader(dict, data, version);
     const good = "{'descr': '<f4', 'fortran_order': False, 'shape': (4,), }";
     expect(parseNpy(header(good), 'ok')).toMatchObject({ dtype: 'F32', shape: [4] });
     const cases: [Uint8Array, RegExp][] = [
