@@ -13,16 +13,30 @@
  *   Unix-socket relay into the public segment, so the figure includes up to ~50 ms of polling).
  *   A newcomer replaces the closed tab before the crash, so both faults hit a world of `tabs`.
  *
- * Not measured here: allreduce bus bandwidth against the link rate (bench:elastic measures it on
- * loopback with its harness pages; serving those inside the test bed is not built yet).
  *
- * Options: --profiles lan,broadband,poor  --modes direct,relay  --tabs 3  --window 12 (steps)
+ * Then (part `allreduce`) the collective alone, per profile and mode: a fresh scene whose coordinator
+ * serves a build with the collectives harness page (test/support/harness-site.ts); `tabs` Chromiums in
+ * their homes open it, join the coordinator's PeerJS server over TLS with the ICE configuration a
+ * volunteer tab would get (`Scene.iceConfig`), form the ring and run ring allreduces of `--mib` MiB of
+ * float32 (fp32 on the wire, the training path's default chunking) from a common start instant.
+ * Bus bandwidth is NCCL's: the bytes each rank sends, 2·(P−1)/P·size, over the time from the start
+ * instant to the last rank's finish; it is set against the profile's rate and the measured TCP goodput
+ * of one access link (a ring link crosses two access links, each carrying every rank's sends once).
+ * The issue's goal: ≥ 0.7 of the link rate for payloads ≥ 4 MiB.
+ *
+ * Options: --parts training,allreduce  --profiles lan,broadband,poor  --modes direct,relay  --tabs 3
+ *          --window 12 (steps)  --mib 4,16  --repeat 3
  */
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
+import type { Page } from 'playwright-core';
 import type { StatusReport } from '../coordinator/audit';
 import { COORDINATOR_IP, type LinkProfile } from '../coordinator/netbed/netbed';
-import { Scene } from '../coordinator/netbed/scene';
+import { COORDINATOR_PORT, Scene } from '../coordinator/netbed/scene';
+import { PEER_PATH } from '../coordinator/peer-signaling';
+import type { NetHarness } from '../test/browser/pages/net-harness';
+import { buildHarnessSite, NET_HARNESS_PATH } from '../test/support/harness-site';
+import { ringAllreduceBusBytes } from '../web/net/ring-allreduce';
 import { writeDatasetSlice } from '../test/support/small-dataset';
 import { FASHION_MNIST_DIR, WEB_BUILD_DIR } from '../test/support/browser';
 import { makeTempDir } from '../test/support/fake-dataset';
@@ -47,6 +61,10 @@ const job = {
   lastCallMs: 300,
   seed: 3,
 };
+
+declare const netHarness: NetHarness;
+
+const MiB = 1024 * 1024;
 
 /** TCP goodput (Mbit/s) home 0 → public segment over 4 s. */
 async function linkGoodput(scene: Scene): Promise<number> {
@@ -194,20 +212,159 @@ async function scenario(
   }
 }
 
+interface BusRow {
+  profile: string;
+  mode: string;
+  tabs: number;
+  rateMbit: number;
+  goodputMbit: number;
+  mib: number;
+  /** Median ms from the common start instant to the last rank's finish. */
+  ms: number;
+  runsMs: number[];
+  /** Bus bandwidth (NCCL's definition) in Mbit/s. */
+  busMbit: number;
+  ofRate: number;
+  ofGoodput: number;
+}
+
+const wallNow = () => performance.timeOrigin + performance.now();
+
+/** One allreduce of `mib` MiB on every rank from a common instant; ms to the last finish (ranks must agree). */
+async function timeAllreduce(pages: Page[], mib: number, seed: number, step: number): Promise<number> {
+  const startAt = wallNow() + 500;
+  const params = { n: (mib * MiB) / 4, seed, id: { round: 1, step, seq: 0 }, timeoutMs: 600_000, startAt };
+  const outcomes = await Promise.all(pages.map((p) => p.evaluate((o) => netHarness.allreduce(o), params)));
+  const hashes = new Set<string>();
+  let end = 0;
+  for (const o of outcomes) {
+    if (!o.ok) throw new Error(`allreduce failed: ${o.error.kind} ${o.error.message}`);
+    hashes.add(o.hash);
+    end = Math.max(end, o.endAt);
+  }
+  if (hashes.size !== 1) throw new Error(`ranks disagree on the allreduce result: ${[...hashes].join(' ')}`);
+  return end - startAt;
+}
+
+/** Allreduce bus bandwidth on the bed for one profile and mode, `repeat` runs per size, sizes interleaved. */
+async function allreduceScenario(
+  profile: string,
+  mode: string,
+  tabs: number,
+  sizes: number[],
+  repeat: number,
+  dataset: string,
+  site: string,
+): Promise<BusRow[]> {
+  const link = PROFILES[profile];
+  const scene = await Scene.start({
+    homes: Array.from({ length: tabs }, () => ({ nat: 'endpoint-independent' as const, link })),
+    job,
+    datasetDir: dataset,
+    distDir: site,
+    relayOnly: mode === 'relay',
+  });
+  try {
+    const goodputMbit = await linkGoodput(scene);
+    const run = Math.floor(Math.random() * 1e9).toString(36);
+    const ids = Array.from({ length: tabs }, (_, i) => `bus${i}-${run}`);
+    const pages = await Promise.all(
+      ids.map(async (id, i) => {
+        const { page } = await scene.openPage(i, NET_HARNESS_PATH);
+        await page.waitForFunction(() => 'netHarness' in window);
+        const opts = { id, host: COORDINATOR_IP, port: COORDINATOR_PORT, secure: true, path: PEER_PATH };
+        await page.evaluate((o) => netHarness.open(o), { ...opts, rtcConfig: scene.iceConfig(id) });
+        return page;
+      }),
+    );
+    await Promise.all(pages.map((p) => p.evaluate((m) => netHarness.ring(m, 120_000), ids)));
+    let step = 1;
+    await timeAllreduce(pages, 1, 0, step++); // warm-up: channels open, buffers sized
+    const runs = new Map<number, number[]>(sizes.map((m) => [m, []]));
+    for (let r = 0; r < repeat; r++) {
+      for (const mib of sizes) {
+        const ms = await timeAllreduce(pages, mib, r + 1, step++);
+        runs.get(mib)!.push(ms);
+        process.stderr.write(`  ${profile} ${mode} ${mib} MiB: ${ms.toFixed(0)} ms\n`);
+      }
+    }
+    return sizes.map((mib) => {
+      const sorted = [...runs.get(mib)!].sort((a, b) => a - b);
+      const ms = sorted[Math.floor(sorted.length / 2)];
+      const busMbit = (ringAllreduceBusBytes((mib * MiB) / 4, tabs) * 8) / (ms / 1000) / 1e6;
+      return {
+        profile,
+        mode,
+        tabs,
+        rateMbit: link.rateMbit,
+        goodputMbit: Math.round(goodputMbit * 10) / 10,
+        mib,
+        ms: Math.round(ms),
+        runsMs: runs.get(mib)!.map(Math.round),
+        busMbit: Math.round(busMbit * 10) / 10,
+        ofRate: Math.round((busMbit / link.rateMbit) * 100) / 100,
+        ofGoodput: Math.round((busMbit / goodputMbit) * 100) / 100,
+      };
+    });
+  } finally {
+    await scene.close();
+  }
+}
+
+function printBusRows(rows: readonly BusRow[]): void {
+  process.stdout.write(
+    '\nallreduce on the bed (fp32 wire)\nprofile    mode    tabs  size MiB  rate Mbit/s  TCP goodput  median ms  bus Mbit/s  bus/rate  bus/goodput  runs ms\n',
+  );
+  for (const r of rows) {
+    process.stdout.write(
+      `${r.profile.padEnd(11)}${r.mode.padEnd(8)}${String(r.tabs).padEnd(6)}${String(r.mib).padStart(8)}  ${String(r.rateMbit).padStart(11)}  ${String(r.goodputMbit).padStart(11)}  ${String(r.ms).padStart(9)}  ${String(r.busMbit).padStart(10)}  ${r.ofRate.toFixed(2).padStart(8)}  ${r.ofGoodput.toFixed(2).padStart(11)}  ${r.runsMs.join(' ')}\n`,
+    );
+  }
+}
+
 async function main(): Promise<void> {
   exitUnlessReady('bench:net', { netbed: true });
+  const parts = arg('parts', 'training,allreduce').split(',');
   const profiles = arg('profiles', 'lan,broadband,poor').split(',');
   const modes = arg('modes', 'direct,relay').split(',');
   const tabs = Number(arg('tabs', '3'));
   const windowSteps = Number(arg('window', '12'));
+  const sizes = arg('mib', '4,16').split(',').map(Number);
+  const repeat = Number(arg('repeat', '3'));
+  const unknown = profiles.filter((p) => !(p in PROFILES));
+  if (unknown.length > 0 || parts.some((p) => p !== 'training' && p !== 'allreduce')) {
+    process.stderr.write(`bench:net: unknown profile or part (${[...unknown, ...parts].join(', ')})\n`);
+    process.exit(1);
+  }
   const dataset = await writeDatasetSlice(FASHION_MNIST_DIR, join(makeTempDir('tabswarm-bench-net-'), 'fm'), 4096, 100);
   const rows: Row[] = [];
-  for (const profile of profiles) {
-    for (const mode of modes) {
-      process.stderr.write(`bench:net: ${profile} ${mode} ${tabs} tabs…\n`);
-      rows.push(await scenario(profile, mode, tabs, windowSteps, dataset));
+  if (parts.includes('training')) {
+    for (const profile of profiles) {
+      for (const mode of modes) {
+        process.stderr.write(`bench:net: ${profile} ${mode} ${tabs} tabs…\n`);
+        rows.push(await scenario(profile, mode, tabs, windowSteps, dataset));
+      }
     }
   }
+  const busRows: BusRow[] = [];
+  if (parts.includes('allreduce')) {
+    const site = await buildHarnessSite();
+    for (const profile of profiles) {
+      for (const mode of modes) {
+        process.stderr.write(`bench:net: allreduce ${profile} ${mode} ${tabs} tabs…\n`);
+        busRows.push(...(await allreduceScenario(profile, mode, tabs, sizes, repeat, dataset, site)));
+      }
+    }
+  }
+  if (rows.length > 0) printTrainingRows(rows);
+  if (busRows.length > 0) printBusRows(busRows);
+  process.stdout.write(
+    `${JSON.stringify({ bench: 'net', at: new Date().toISOString(), chromium: chromiumVersion(), job, rows, allreduce: busRows })}\n`,
+  );
+  process.exit(0);
+}
+
+function printTrainingRows(rows: readonly Row[]): void {
   const header =
     'profile    mode    tabs  rate Mbit/s  TCP goodput  RTT ms  ICE pairs (local/remote)    ms/step  close→commit ms  crash→commit ms (goal)  restarts  audit';
   process.stdout.write(`${header}\n`);
@@ -216,10 +373,6 @@ async function main(): Promise<void> {
       `${r.profile.padEnd(11)}${r.mode.padEnd(8)}${String(r.tabs).padEnd(6)}${String(r.rateMbit).padStart(11)}  ${String(r.goodputMbit).padStart(11)}  ${String(r.rttMs ?? '–').padStart(6)}  ${r.paths.padEnd(26)}  ${String(r.stepMs).padStart(7)}  ${String(r.closeRecoveryMs).padStart(15)}  ${`${r.crashRecoveryMs} (${r.crashGoalMs})`.padStart(22)}  ${String(r.restarts).padStart(8)}  ${r.auditOk ? 'clean' : 'BROKEN'}\n`,
     );
   }
-  process.stdout.write(
-    `${JSON.stringify({ bench: 'net', at: new Date().toISOString(), chromium: chromiumVersion(), job, rows })}\n`,
-  );
-  process.exit(0);
 }
 
 await main();

@@ -17,6 +17,7 @@ import { join, resolve } from 'node:path';
 import { createInterface } from 'node:readline';
 import type { Browser, Page } from 'playwright-core';
 import type { StatusReport } from '../audit';
+import { type IceConfig, iceConfigFor, iceSettingsFrom } from '../ice';
 import { launchSwarmChromium } from '../swarm/chromium';
 import { COORDINATOR_IP, Netbed, NetbedError, TURN_IP, type HomeSpec } from './netbed';
 import { makeTestCertificates, type TestCertificates } from './test-ca';
@@ -24,6 +25,9 @@ import { makeTestCertificates, type TestCertificates } from './test-ca';
 const REPO_ROOT = resolve(import.meta.dirname, '../..');
 export const COORDINATOR_PORT = 8443;
 export const TURN_PORT = 3478;
+/** The ICE servers the scene's coordinator hands out: coturn in the public segment, over UDP. */
+const STUN_URL = `stun:${TURN_IP}:${TURN_PORT}`;
+const TURN_URL = `turn:${TURN_IP}:${TURN_PORT}?transport=udp`;
 
 export interface SceneOptions {
   homes: HomeSpec[];
@@ -77,6 +81,8 @@ export class Scene {
   private proxySocket = '';
   private ca: Buffer | null = null;
   private output = '';
+  /** coturn's shared secret (credentials minted with it work). */
+  private turnSecret = '';
 
   private constructor(
     readonly bed: Netbed,
@@ -92,6 +98,7 @@ export class Scene {
       const certs = makeTestCertificates(bed.dir, { ips: [COORDINATOR_IP], names: ['coordinator.netbed.test'] });
       const scene = new Scene(bed, certs, opts);
       const secret = randomBytes(16).toString('hex');
+      scene.turnSecret = secret;
       await scene.startCoturn(secret);
       await scene.startCoordinator(opts.coordinatorTurnSecret ?? secret);
       return scene;
@@ -161,9 +168,9 @@ export class Scene {
       '--tls-key',
       this.certs.key,
       '--stun',
-      `stun:${TURN_IP}:${TURN_PORT}`,
+      STUN_URL,
       '--turn',
-      `turn:${TURN_IP}:${TURN_PORT}?transport=udp`,
+      TURN_URL,
       '--turn-secret',
       turnSecret,
     ];
@@ -248,7 +255,13 @@ export class Scene {
   }
 
   /** Launches Chromium inside home `home` and opens the volunteer page there (autostart, elastic). */
-  async openTab(home: number, query: Record<string, string> = {}): Promise<SceneTab> {
+  openTab(home: number, query: Record<string, string> = {}): Promise<SceneTab> {
+    const params = new URLSearchParams({ autostart: '1', mode: 'elastic', ...query });
+    return this.openPage(home, `/?${params}`);
+  }
+
+  /** Launches Chromium inside home `home` and opens `path` of the coordinator's site (e.g. a harness page of the served build). */
+  async openPage(home: number, path: string): Promise<SceneTab> {
     const ns = this.bed.homes[home]?.ns;
     if (!ns) throw new NetbedError(`no home ${home}`);
     const browser = await launchSwarmChromium({
@@ -257,11 +270,27 @@ export class Scene {
       args: [`--ignore-certificate-errors-spki-list=${this.certs.spkiHashes.join(',')}`],
     });
     const page = await (await browser.newContext()).newPage();
-    const params = new URLSearchParams({ autostart: '1', mode: 'elastic', ...query });
-    await page.goto(`${this.url}/?${params}`);
+    await page.goto(`${this.url}${path}`);
     const tab = { home, browser, page };
     this.tabs.push(tab);
     return tab;
+  }
+
+  /**
+   * The ICE configuration the coordinator would put in the welcome of worker `id` (its STUN and TURN
+   * servers, a fresh coturn credential, relay-only if the scene is), for pages that join the signaling
+   * server without the volunteer app (bench:net's allreduce harness).
+   */
+  iceConfig(id: string): Pick<IceConfig, 'iceServers' | 'iceTransportPolicy'> {
+    const settings = iceSettingsFrom({
+      stun: [STUN_URL],
+      turn: [TURN_URL],
+      turnSecret: this.turnSecret,
+      relayOnly: this.opts.relayOnly,
+    });
+    const config = iceConfigFor(settings, id, Date.now());
+    if (!config) throw new NetbedError('no ICE configuration');
+    return { iceServers: config.iceServers, iceTransportPolicy: config.iceTransportPolicy };
   }
 
   async close(): Promise<void> {

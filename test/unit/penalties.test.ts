@@ -12,6 +12,8 @@ import {
   restoreState,
   type TrustPolicy,
 } from '../../coordinator/core/machine';
+import { stateSyncAllowanceMs } from '../../coordinator/core/link-floor';
+import { TINY_MLP_SPEC } from '../../coordinator/core/model-spec';
 import { coolOffFor } from '../../coordinator/core/penalties';
 import { CloseCode, idSchema, parseClientMessage } from '../../coordinator/core/protocol';
 import { Harness, hashOf } from './coordinator-harness';
@@ -224,8 +226,12 @@ describe('the ready deadline', () => {
     expect(h.state.rendezvous.phase).toBe('syncing');
     h.join('honest', { addr: HONEST_A });
     expect(h.received('honest', 'wait').pop()).toMatchObject({ reason: 'full' });
-    // Heartbeats keep them alive, but they never say ready.
-    for (let t = 0; t < POLICY.readyTimeoutMs; t += 500) {
+    // Heartbeats keep them alive, but they never say ready. The deadline is the policy's plus the time
+    // the state takes around a ring of 8 at the floor rate (core/link-floor.ts): a slow link is not a staller.
+    const deadline = POLICY.readyTimeoutMs + stateSyncAllowanceMs(TINY_MLP_SPEC, 8);
+    expect(deadline).toBeGreaterThan(POLICY.readyTimeoutMs);
+    for (let t = 0; t < deadline; t += 500) {
+      if (t + 500 >= deadline) expect(h.metricCount('tabswarm_ready_timeouts_total')).toBe(0);
       for (let i = 0; i < 8; i++) {
         const w = h.worker(`hb${i}`);
         if (h.isConnected(`hb${i}`)) h.send(`hb${i}`, { type: 'heartbeat', runId: h.runId, workerId: w.workerId! });

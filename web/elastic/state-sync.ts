@@ -6,6 +6,7 @@
  */
 import { hashBytes } from '../../coordinator/core/hash';
 import type { JobPublic } from '../../coordinator/core/job';
+import { stateSyncAllowanceMs } from '../../coordinator/core/link-floor';
 import { positionAfter } from '../../coordinator/core/sampler';
 import { broadcastReceive, broadcastSend } from '../net/broadcast';
 import type { Ring } from '../net/link';
@@ -63,7 +64,7 @@ async function obtainState(
       }
       return;
     case 'checkpoint':
-      await fromCheckpoint(ctx, session, plan, wanted);
+      await fromCheckpoint(ctx, session, plan, wanted, job);
       return;
     case 'receive':
       return;
@@ -77,6 +78,7 @@ async function fromCheckpoint(
   session: RoundSession,
   plan: Extract<SyncPlan, { kind: 'checkpoint' }>,
   wanted: StateTag,
+  job: JobPublic,
 ): Promise<void> {
   const { box } = ctx;
   const progress = (loadedBytes: number, totalBytes: number, done = false) =>
@@ -86,7 +88,8 @@ async function fromCheckpoint(
   progress(0, 0);
   const bytes = await downloadCheckpoint(ctx.http, plan.url, plan.sha256, {
     signal: session.signal,
-    timeoutMs: ctx.timeouts.syncMs,
+    // One transfer of the state, at worst at the floor rate (core/link-floor.ts).
+    timeoutMs: ctx.timeouts.syncMs + stateSyncAllowanceMs(job.model, 2),
     onProgress: (loaded, total) => progress(loaded, total),
   });
   await ctx.keeper.restoreSnapshot(bytes, wanted);
@@ -108,7 +111,8 @@ async function broadcastState(
     id: { round: session.round, step: SYNC_ID_STEP, seq: 0 },
     hash: hashBytes,
     signal: session.signal,
-    timeoutMs: ctx.timeouts.syncMs,
+    // Store and forward around the ring: up to world − 1 transfers at the floor rate (core/link-floor.ts).
+    timeoutMs: ctx.timeouts.syncMs + stateSyncAllowanceMs(job.model, ring.size),
   };
   if (route.receiveFromLeft) {
     const bytes = await broadcastReceive(ring.left!, opts);

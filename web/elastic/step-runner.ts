@@ -23,10 +23,12 @@ import type { JobPublic, LocalSync } from '../../coordinator/core/job';
 import { NO_HASH } from '../../coordinator/core/protocol';
 import { isCheckpointPoint } from '../../coordinator/core/sampler';
 import type { Ring } from '../net/link';
-import { ringAllreduce, ringAllreduceBusBytes } from '../net/ring-allreduce';
+import { isCollectiveError } from '../net/collective-error';
+import { type RingAllreduceOptions, ringAllreduce, ringAllreduceBusBytes } from '../net/ring-allreduce';
 import { outerWeight } from '../worker/outer-step';
 import { abortReason, bounded } from './async-tools';
 import { BusyClock } from './busy-clock';
+import { CollectiveClock } from './collective-clock';
 import type { CheckpointService } from './checkpoint-service';
 import type { NextStep } from './held-states';
 import type { LoopContext } from './loop-context';
@@ -60,6 +62,8 @@ export class StepRunner {
   private pausedMs = 0;
   /** What this rank reports as its compute time per step. */
   private readonly busy: BusyClock;
+  /** How long an allreduce may take; learns the link across rounds (collective-clock.ts). */
+  private readonly collectives = new CollectiveClock();
 
   constructor(
     private readonly ctx: LoopContext,
@@ -189,16 +193,17 @@ export class StepRunner {
       if (work.commitPoint) {
         hash = await keeper.outerStep(step, outerWeight(own, all), async (delta) => {
           if (signal.aborted) throw abortReason(signal);
-          await this.busy.waiting(() =>
-            ringAllreduce(ring, delta, {
-              id: { round: session.round, step, seq: 0 },
-              // The slowest rank may still have most of its inner steps to take when this one arrives.
-              timeoutMs: Math.max(this.ctx.timeouts.collectiveMs, (10 + sync.innerSteps) * this.lastComputeMs),
-              signal,
-              compression: sync.compression,
-            }),
-          );
           wireBytes = ringAllreduceBusBytes(delta.length, session.world.length, sync.compression);
+          await this.busy.waiting(() =>
+            this.timedAllreduce(
+              ring,
+              delta,
+              { id: { round: session.round, step, seq: 0 }, signal, compression: sync.compression },
+              // The slowest rank may still have most of its inner steps to take when this one arrives.
+              Math.max(this.ctx.timeouts.collectiveMs, (10 + sync.innerSteps) * this.lastComputeMs),
+              wireBytes,
+            ),
+          );
         });
         own = 0;
         all = 0;
@@ -290,16 +295,41 @@ export class StepRunner {
     if (session.signal.aborted) throw abortReason(session.signal);
     if (!gradient.gradients) return null;
     const sums = new Float32Array(gradient.gradients);
-    await ringAllreduce(ring, sums, {
-      ...(evidence ? { record: evidence } : {}),
-      id: { round: session.round, step, seq: 0 },
-      timeoutMs:
-        Math.max(this.ctx.timeouts.collectiveMs, 10 * this.lastComputeMs) +
+    await this.timedAllreduce(
+      ring,
+      sums,
+      {
+        ...(evidence ? { record: evidence } : {}),
+        id: { round: session.round, step, seq: 0 },
+        signal: session.signal,
+        compression: job.sync.compression,
+      },
+      Math.max(this.ctx.timeouts.collectiveMs, 10 * this.lastComputeMs) +
         evaluationAllowanceMs(step, job, computeMs, gradient.samples),
-      signal: session.signal,
-      compression: job.sync.compression,
-    });
+      ringAllreduceBusBytes(sums.length, session.world.length, job.sync.compression),
+    );
     return sums.buffer as ArrayBuffer;
+  }
+
+  /**
+   * `ringAllreduce` with the limit from this tab's `CollectiveClock` (at least `minimumMs`, more for a
+   * large payload, a slow link seen before, or after a timeout), which learns from the outcome.
+   */
+  private async timedAllreduce(
+    ring: Ring,
+    data: Float32Array,
+    opts: Omit<RingAllreduceOptions, 'timeoutMs'>,
+    minimumMs: number,
+    busBytes: number,
+  ): Promise<void> {
+    const started = this.ctx.now();
+    try {
+      await ringAllreduce(ring, data, { ...opts, timeoutMs: this.collectives.limitMs(minimumMs, busBytes) });
+    } catch (error) {
+      if (isCollectiveError(error, 'timeout')) this.collectives.timedOut();
+      throw error;
+    }
+    this.collectives.succeeded(this.ctx.now() - started);
   }
 
   private report(

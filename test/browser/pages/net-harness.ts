@@ -104,17 +104,34 @@ let ring: Ring | null = null;
 let running: Promise<Outcome<AllreduceResult>> | null = null;
 let counter: ReceiveCounter | null = null;
 const events: PeerMeshEvent[] = [];
-let signaling: { host: string; port: number } | null = null;
+let signaling: { host: string; port: number; secure?: boolean; path?: string; rtcConfig?: RTCConfiguration } | null =
+  null;
 let lowWaterBytes: number | undefined;
 
 const harness = {
-  async open(opts: { id: string; host: string; port: number; lowWaterBytes?: number }): Promise<void> {
-    signaling = { host: opts.host, port: opts.port };
+  /**
+   * Joins the signaling server. On loopback only host and port are needed; on the network test bed
+   * (bench:net) the coordinator's `/peer` over TLS (`secure`, `path`) and the ICE servers and policy a
+   * volunteer tab would get in its welcome (`rtcConfig`).
+   */
+  async open(opts: {
+    id: string;
+    host: string;
+    port: number;
+    lowWaterBytes?: number;
+    secure?: boolean;
+    path?: string;
+    rtcConfig?: RTCConfiguration;
+  }): Promise<void> {
+    signaling = { host: opts.host, port: opts.port, secure: opts.secure, path: opts.path, rtcConfig: opts.rtcConfig };
     lowWaterBytes = opts.lowWaterBytes;
     mesh = await PeerMesh.open({
       id: opts.id,
       host: opts.host,
       port: opts.port,
+      secure: opts.secure,
+      path: opts.path,
+      rtcConfig: opts.rtcConfig,
       link: { bufferedAmountLowThreshold: lowWaterBytes },
     });
     mesh.on((event) => events.push(event));
@@ -210,8 +227,7 @@ const harness = {
   async rawConnect(selfId: string, peerIds: string | string[]): Promise<void> {
     rawMesh ??= await PeerMesh.open({
       id: `${selfId}-raw`,
-      host: signaling!.host,
-      port: signaling!.port,
+      ...signaling!,
       link: { bufferedAmountLowThreshold: lowWaterBytes },
     });
     await rawMesh.connect((Array.isArray(peerIds) ? peerIds : [peerIds]).map((p) => `${p}-raw`));
