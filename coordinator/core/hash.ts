@@ -183,3 +183,32 @@ export function stateHash(
 ): string {
   return treeHash(outerMomentum ? [params, outerMomentum] : [params], create);
 }
+
+/**
+ * `stateHash` with the parameters given by their chunk digests (`paramsDigests`, computed on the GPU by
+ * kernels/sha256.wgsl over `paramsByteLength` bytes) instead of their bytes: the same value, so a tab
+ * reports what a snapshot of its state hashes to. The outer momentum (local mode) lives in the worker's
+ * memory and is hashed here.
+ */
+export function stateHashOfDigests(
+  paramsByteLength: number,
+  paramsDigests: Uint8Array,
+  outerMomentum?: Float32Array | null,
+  create: Sha256Factory = nobleSha256,
+): string {
+  const parts: HashedPart[] = [{ byteLength: paramsByteLength, digests: paramsDigests }];
+  if (outerMomentum) parts.push({ byteLength: outerMomentum.byteLength, digests: chunkDigests(outerMomentum, create) });
+  return treeRoot(parts, create);
+}
+
+/**
+ * The parameter hash both ways, as the training worker and kernels/training-state.ts take it (injected:
+ * `ParamsHasher` there): from parameters in memory, or from the GPU's chunk digests of them.
+ */
+export const paramsHasher = {
+  ofParams: (params: Float32Array): string => hashParams(params),
+  digests: {
+    chunkBytes: HASH_CHUNK_BYTES,
+    root: (byteLength: number, digests: Uint8Array): string => stateHashOfDigests(byteLength, digests),
+  },
+} as const;

@@ -95,7 +95,7 @@ describe('chunkSha256 (kernels/sha256.wgsl)', () => {
       expect(Buffer.from(await readBuffer(gpu, digests.buffer, 64)).equals(opensslChunks(bytes, C))).toBe(true);
       // One flipped bit in the second chunk changes only the second digest.
       bytes[C + 7] ^= 0x10;
-      gpu.device.queue.writeBuffer(data.buffer, 0, bytes);
+      gpu.device.queue.writeBuffer(data.buffer, 0, bytes.buffer as ArrayBuffer);
       submitCalls(gpu, [kernel.call]);
       const again = Buffer.from(await readBuffer(gpu, digests.buffer, 64));
       expect(again.equals(opensslChunks(bytes, C))).toBe(true);

@@ -16,7 +16,7 @@
  */
 import * as Comlink from 'comlink';
 import type { ChunkedDatasetMetadata } from '../../coordinator/core/chunked-dataset';
-import { hashParams, stateHash } from '../../coordinator/core/hash';
+import { paramsHasher, stateHash, stateHashOfDigests } from '../../coordinator/core/hash';
 import { isTransformer, parameterLayout, resolveModelSpec, type ModelSpec } from '../../coordinator/core/model-spec';
 import { decodeSnapshot, encodeSnapshot } from '../../coordinator/core/snapshot';
 import { createModel, type Model } from '../../kernels/model';
@@ -229,12 +229,12 @@ const api = {
     built?.model.destroy();
     built = undefined;
     const model = createModel(g, spec, layout, { maxBatch: opts.maxBatch, optimizer: opts.optimizer, seed: opts.seed });
-    const state = createTrainingState(model, hashParams);
+    const state = createTrainingState(model, paramsHasher);
     const outer = opts.outer ? new OuterState(opts.outer, layout.totalElements) : null;
     const steps = new ElasticSteps(
       model,
       () => trainBatches(),
-      hashParams,
+      paramsHasher,
       () => {
         state.saveBackup();
         outer?.saveBackup();
@@ -329,11 +329,17 @@ const api = {
     return Comlink.transfer(params.buffer as ArrayBuffer, [params.buffer as ArrayBuffer]);
   },
 
-  /** `stateHash` of the current state (parameters, and the outer momentum in local mode): what a rank reports at commit. */
+  /**
+   * `stateHash` of the current state (parameters, and the outer momentum in local mode): what a rank
+   * reports at commit. The parameters' chunks are hashed on the GPU, only their digests read back.
+   */
   async hash(): Promise<string> {
     const b = requireModel();
     if (!b.outer) return b.state.hashParams();
-    return stateHash(await b.model.readParams(), b.outer.momentum);
+    const momentum = b.outer.momentum;
+    return b.model.withParamDigests(paramsHasher.digests.chunkBytes, (digests) =>
+      stateHashOfDigests(b.model.totalElements * 4, digests, momentum),
+    );
   },
 
   /** Keep a GPU copy of the current state (the last completed step); no read-back. */
