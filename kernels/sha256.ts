@@ -7,8 +7,12 @@
 import code from './sha256.wgsl?raw';
 import { ceilDiv, computePipeline, dispatch1d, preparedKernel, type Gpu, type Kernel, type Tensor } from './runtime';
 
-/** Chunks per workgroup: a chunk is a long serial loop, so small groups spread few chunks over more units. */
-const WORKGROUP_SIZE = 64;
+/**
+ * Chunks per workgroup. A chunk is a long serial loop (65 compressions at 4 KiB) and a model has only
+ * hundreds of chunks (mlp 225, gpt-tiny 800), so small groups spread them over more compute units:
+ * 32 (a warp) gives mlp 8 workgroups where 64 would give 4.
+ */
+const WORKGROUP_SIZE = 32;
 
 export interface ChunkSha256Dims {
   /** Bytes to hash from the start of `data`: a multiple of 4, at most the tensor's bytes. */

@@ -5,12 +5,13 @@
  * - `applyAndHash(sums, count, next)` writes the allreduced sums (or keeps the gradients already on
  *   the device: a world of one tab has nothing to reduce), records the optimizer step, then the hash
  *   of the new parameters' 4 KiB chunks on the GPU (kernels/sha256.wgsl) with a copy of only their
- *   digests, and then, when the caller names the next step's samples, records that step's forward and
- *   backward passes at once (they only read the parameters just written). The worker finishes the
- *   tree hash's root from the digests (core/hash.ts) while the GPU computes the next step; the main
- *   thread gets the hash for its step report, and the coordinator's commit runs while the next
- *   gradients are formed. Where the parameters are read back anyway (verification sketches need
- *   them), they are hashed on the CPU instead: the same definition, the same value.
+ *   digests (or, with a hasher that has no GPU form, a copy of the parameters: web/worker/params-hasher.ts
+ *   picks that on CPU-backed adapters), and then, when the caller names the next step's samples, records
+ *   that step's forward and backward passes at once (they only read the parameters just written). The
+ *   worker finishes the tree hash (core/hash.ts) while the GPU computes the next step; the main thread
+ *   gets the hash for its step report, and the coordinator's commit runs while the next gradients are
+ *   formed. Where the parameters are read back anyway (verification sketches need them), they are
+ *   hashed on the CPU: the same definition, the same value.
  * - `computeGradients(indices)` returns that prefetched result when it is for the same samples and
  *   the state has not changed since (`stateChanged` is called by every restore and rebuild), else it
  *   computes them now.
@@ -154,10 +155,10 @@ export class ElasticSteps {
   }
 
   /**
-   * The hash of the parameters from their chunk digests, computed on the GPU (`Model.withParamDigests`:
-   * one dispatch and a copy of 32 bytes per 4 KiB into a reused staging buffer, no read-back of the
-   * parameters). Recorded now, so it sees exactly the parameters of the step just applied, whatever is
-   * submitted after it.
+   * The hash of the parameters (`hashModelParams`): from their chunk digests computed on the GPU
+   * (`Model.withParamDigests`: one dispatch and a copy of 32 bytes per 4 KiB into a reused staging
+   * buffer), or from a read-back into a reused staging buffer. Recorded now, so it sees exactly the
+   * parameters of the step just applied, whatever is submitted after it.
    */
   private hashParams(): Promise<string> {
     return hashModelParams(this.model, this.hasher);
