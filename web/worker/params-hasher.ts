@@ -6,8 +6,8 @@
  * - on the CPU after a read-back of the parameters (`hashParams`, pure JS) where the adapter is a
  *   software rasterizer that runs on the CPU itself (SwiftShader, llvmpipe/lavapipe, WARP): there the
  *   "GPU" shares the cores with the worker and runs the SHA-256 kernel several times slower than V8's
- *   JS (`npm run bench:hash`, bench/RESULTS.md: on SwiftShader a `mlp` step took +53 ms with the GPU hash
- *   against +16 ms with the read-back and the JS hash), so moving the hash there would slow steps down.
+ *   JS (`npm run bench:hash`, bench/RESULTS.md: on SwiftShader a `mlp` step took +46–53 ms with the GPU
+ *   hash against +15–27 ms with the read-back and the JS hash), so moving the hash there would slow steps down.
  */
 import { hashParams, paramsHasher } from '../../coordinator/core/hash';
 import type { ParamsHasher } from '../../kernels/training-state';
