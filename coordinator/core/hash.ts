@@ -13,10 +13,11 @@
  *   rank asked for a checkpoint could search for poisoned parameters that hash to the committed value;
  *   the tree hash is as strong as SHA-256 (the argument is at `treeHash`), so an uploaded state that
  *   matches the reported hash is the reported state;
- * - computable where the parameters are: the tabs' workers hash the chunks on the GPU
+ * - computable where the parameters are: on a hardware GPU the tabs' workers hash the chunks there
  *   (kernels/sha256.wgsl, one invocation per chunk) and read back only the digests, then finish the root
- *   here (`treeRoot`); the same definition runs on the CPU (`chunkDigests`) where the bytes are already
- *   in memory (snapshots, verification sketches, the coordinator's checkpoint check);
+ *   here (`treeRoot`; web/worker/params-hasher.ts); the same definition runs on the CPU (`chunkDigests`)
+ *   where the bytes are in memory (snapshots, verification sketches, the coordinator's checkpoint check,
+ *   tabs on a software adapter, where the "GPU" is slower than JS);
  * - synchronous on the CPU, the same code in Node and every browser (`decodeSnapshot` is synchronous;
  *   WebCrypto's `subtle.digest` is async and exists only in secure contexts), so this is `@noble/hashes`
  *   (pure JS, audited, no dependencies). Costs are measured by `npm run bench:hash` (bench/RESULTS.md).
@@ -55,22 +56,12 @@ export function hashBytes(data: ArrayBuffer | ArrayBufferView): string {
   return bytesToHex(sha256(bytesOf(data)));
 }
 
-/** SHA-256 of several byte ranges in order, without joining them: equal to `hashBytes` of their concatenation. */
-export function hashParts(
-  parts: readonly (ArrayBuffer | ArrayBufferView)[],
-  create: Sha256Factory = nobleSha256,
-): string {
-  const h = create();
-  for (const part of parts) h.update(bytesOf(part));
-  return bytesToHex(h.digest());
-}
-
 /**
  * Bytes per chunk of the tree hash. 4 KiB: the parameters of `mlp` (0.9 MB) are 225 chunks and those of
- * `gpt-tiny` (3.2 MB) 800, one GPU invocation each (65 SHA-256 compressions apiece, a fraction of a
- * millisecond on one GPU lane); the digests are 32/4096 = 0.8 % of the bytes, so the root, which the
- * tab hashes in JS after reading them back, costs under 1 % of a whole-buffer hash. Smaller chunks would
- * give more invocations but a larger JS root and read-back; larger ones fewer, longer invocations.
+ * `gpt-tiny` (3.2 MB) 800, one GPU invocation each (65 SHA-256 compressions apiece, serial within an
+ * invocation); the digests are 32/4096 = 0.8 % of the bytes, so the root, which the tab hashes in JS
+ * after reading them back, costs under 1 % of a whole-buffer hash. Smaller chunks would give more
+ * invocations and shorter ones but a larger JS root and read-back; larger ones fewer, longer invocations.
  * A multiple of 64 (SHA-256's block), so a chunk is whole blocks plus the padding block.
  */
 export const HASH_CHUNK_BYTES = 4096;
