@@ -2,21 +2,26 @@
  * The cost of the cryptographic state hash: `npm run bench:hash -- [--sizes-mb 1,4] [--reps 15] [--no-browser]
  * [--step-models mlp,cnn] [--step-batch 128] [--step-block 10] [--step-rounds 5]`.
  *
- * Hashes float32 parameter buffers of each size three ways, side by side in one run:
- * - `ours`: `hashParams` of coordinator/core/hash.ts, SHA-256 in pure JS (`@noble/hashes`), what every
- *   tab's worker computes per step and the coordinator computes per uploaded checkpoint;
+ * Hashes float32 parameter buffers of each size three ways on the CPU, side by side in one run:
+ * - `ours`: `hashParams` of coordinator/core/hash.ts, the tree of SHA-256 (4 KiB chunks, then the root)
+ *   in pure JS (`@noble/hashes`), what the coordinator computes per uploaded checkpoint and a tab where
+ *   the parameters are in memory anyway;
  * - `old64`: the 64-bit MurmurHash3 + XXH32 pair it replaced (bench/legacy-hash64.ts): the speed given up;
  * - `native`: the reference for SHA-256 itself, native code — in Node `createHash('sha256')` (OpenSSL),
  *   in Chromium `crypto.subtle.digest` (async: the tabs hash synchronously where the parameters are mapped).
  * Both in this Node process and in one headless Chromium page (bench/pages/hash-page.ts, where the tabs
- * run it; main thread, the same V8 as a worker). Before timing, `ours` must equal the native SHA-256 on
- * every input (and `stateHash(params, outer)` node:crypto over both arrays), and `old64` must reproduce
- * the vector its unit test pinned. Repetitions rotate the order of the three so none always runs first;
- * figures are medians in ms and MB/s (1 MB = 2^20 bytes).
+ * run it; main thread, the same V8 as a worker). In Chromium, also the tree hash on WebGPU (`gpu`:
+ * kernels/sha256.wgsl over the buffer, the digests read back, the root in JS, what a tab's worker does per
+ * step) beside `readback` (the buffer read back and hashed by `ours`, what it did before). Before timing,
+ * `ours` must equal the tree built with node:crypto (test/support/tree-hash-reference.ts; in Chromium,
+ * with WebCrypto per chunk), `stateHash(params, outer)` too, `gpu` and `readback` must equal `ours`, and
+ * `old64` must reproduce the vector its unit test pinned. Repetitions rotate the order so none always
+ * runs first; figures are medians in ms and MB/s (1 MB = 2^20 bytes).
  *
  * Then what it costs a training step: in the same Chromium page, a world of one trains `mlp` on WebGPU
- * (SwiftShader) through the worker's own pipeline (`ElasticSteps.applyAndHash`: the hash runs while the
- * GPU computes the next step) with no hash (no read-back), the old hash and ours, in rotating blocks.
+ * (SwiftShader) through the worker's own pipeline (`ElasticSteps.applyAndHash`: the hash is finished while
+ * the GPU computes the next step) with no hash (no read-back), the parameters read back and hashed by
+ * the old hash or by the tree hash in JS, and the tree hash on the GPU, in rotating blocks.
  * Prints the tables and one JSON line `{"bench":"hash", ...}`.
  */
 import { createHash } from 'node:crypto';
@@ -26,6 +31,7 @@ import { performance } from 'node:perf_hooks';
 import { parseArgs } from 'node:util';
 import { hashParams, stateHash } from '../coordinator/core/hash';
 import { launchChromium, watchPage } from '../test/support/browser';
+import { treeHashReference } from '../test/support/tree-hash-reference';
 import { REPO_ROOT, startViteServer } from '../test/support/vite-server';
 import { chromiumVersion } from './common';
 import { legacyHash64 } from './legacy-hash64';
@@ -84,9 +90,10 @@ function checkNode(): void {
   if (legacyHash64(paramsOf(1000)) !== OLD64_VECTOR) throw new Error('bench:hash: the old64 baseline is wrong');
   for (const mb of SIZES_MB) {
     const p = paramsOf((mb * 2 ** 20) / 4);
-    if (hashParams(p) !== nodeSha256(p)) throw new Error(`bench:hash: ours differs from node:crypto at ${mb} MB`);
+    if (hashParams(p) !== treeHashReference(p))
+      throw new Error(`bench:hash: ours differs from the node:crypto tree at ${mb} MB`);
     const outer = p.map((x) => -x);
-    if (stateHash(p, outer) !== nodeSha256(p, outer))
+    if (stateHash(p, outer) !== treeHashReference(p, outer))
       throw new Error(`bench:hash: stateHash(params, outer) differs from node:crypto at ${mb} MB`);
   }
 }
@@ -106,7 +113,14 @@ function measureNode(mb: number): HashBenchRow {
   return { mb, ms: medianMs(times) };
 }
 
-async function measureChromium(): Promise<{ rows: HashBenchRow[]; steps: StepBenchRow[] }> {
+interface ChromiumResults {
+  rows: HashBenchRow[];
+  steps: StepBenchRow[];
+  adapter: string;
+  workerHashesOn: 'gpu' | 'cpu';
+}
+
+async function measureChromium(): Promise<ChromiumResults> {
   const vite = await startViteServer({
     cacheDir: resolve(REPO_ROOT, 'node_modules/.vite-bench-hash'),
     optimizeDeps: ['@noble/hashes/sha2.js', '@noble/hashes/utils.js', 'zod'],
@@ -119,6 +133,7 @@ async function measureChromium(): Promise<{ rows: HashBenchRow[]; steps: StepBen
     await page.waitForFunction(() => window.hashBench !== undefined, null, { timeout: 60_000 });
     const vector = await page.evaluate(() => window.hashBench!.old64Vector());
     if (vector !== OLD64_VECTOR) throw new Error(`bench:hash: old64 in Chromium gives ${vector}`);
+    const choice = await page.evaluate(() => window.hashBench!.adapterChoice());
     const rows = await page.evaluate(([sizes, reps]) => window.hashBench!.run(sizes, reps), [SIZES_MB, REPS] as const);
     const steps: StepBenchRow[] = [];
     for (const model of STEP_MODELS as ('mlp' | 'cnn')[]) {
@@ -132,7 +147,7 @@ async function measureChromium(): Promise<{ rows: HashBenchRow[]; steps: StepBen
       );
     }
     problems.assertNone();
-    return { rows, steps };
+    return { rows, steps, ...choice };
   } finally {
     await browser.close();
     await vite.close();
@@ -144,12 +159,18 @@ const pad = (s: string | number, n: number) => String(s).padStart(n);
 
 function printTable(title: string, rows: readonly HashBenchRow[], nativeName: string): void {
   console.log(title);
+  const gpu = rows.some((r) => r.gpuMs);
   console.log(
-    `${pad('MB', 4)} ${pad('ours ms', 9)} ${pad('old64 ms', 9)} ${pad(`${nativeName} ms`, 10)} ${pad('ours MB/s', 10)} ${pad('old64 MB/s', 11)} ${pad(`${nativeName} MB/s`, 11)} ${pad('ours/old64', 11)} ${pad(`ours/${nativeName}`, 12)}`,
+    `${pad('MB', 4)} ${pad('ours ms', 9)} ${pad('old64 ms', 9)} ${pad(`${nativeName} ms`, 10)} ${pad('ours MB/s', 10)} ${pad('old64 MB/s', 11)} ${pad(`${nativeName} MB/s`, 11)} ${pad('ours/old64', 11)} ${pad(`ours/${nativeName}`, 12)}` +
+      (gpu ? ` ${pad('gpu ms', 8)} ${pad('readback ms', 12)} ${pad('gpu MB/s', 9)} ${pad('gpu/readback', 13)}` : ''),
   );
   for (const r of rows) {
+    const g = r.gpuMs;
     console.log(
-      `${pad(r.mb, 4)} ${pad(r.ms.ours.toFixed(2), 9)} ${pad(r.ms.old64.toFixed(2), 9)} ${pad(r.ms.native.toFixed(2), 10)} ${pad(mbPerS(r.mb, r.ms.ours), 10)} ${pad(mbPerS(r.mb, r.ms.old64), 11)} ${pad(mbPerS(r.mb, r.ms.native), 11)} ${pad((r.ms.ours / r.ms.old64).toFixed(2), 11)} ${pad((r.ms.ours / r.ms.native).toFixed(2), 12)}`,
+      `${pad(r.mb, 4)} ${pad(r.ms.ours.toFixed(2), 9)} ${pad(r.ms.old64.toFixed(2), 9)} ${pad(r.ms.native.toFixed(2), 10)} ${pad(mbPerS(r.mb, r.ms.ours), 10)} ${pad(mbPerS(r.mb, r.ms.old64), 11)} ${pad(mbPerS(r.mb, r.ms.native), 11)} ${pad((r.ms.ours / r.ms.old64).toFixed(2), 11)} ${pad((r.ms.ours / r.ms.native).toFixed(2), 12)}` +
+        (g
+          ? ` ${pad(g.gpu.toFixed(2), 8)} ${pad(g.readback.toFixed(2), 12)} ${pad(mbPerS(r.mb, g.gpu), 9)} ${pad((g.gpu / g.readback).toFixed(2), 13)}`
+          : ''),
     );
   }
 }
@@ -159,12 +180,12 @@ function printSteps(rows: readonly StepBenchRow[]): void {
     `training steps in Chromium (SwiftShader), world of one through ElasticSteps.applyAndHash, median ms/step of ${STEP_ROUNDS} blocks of ${STEP_BLOCK}`,
   );
   console.log(
-    `${pad('model', 6)} ${pad('MB', 6)} ${pad('batch', 6)} ${pad('no hash', 9)} ${pad('old64', 9)} ${pad('ours', 9)} ${pad('ours-old64', 11)} ${pad('ours/old64', 11)}`,
+    `${pad('model', 6)} ${pad('MB', 6)} ${pad('batch', 6)} ${pad('no hash', 9)} ${pad('old64', 9)} ${pad('readback', 9)} ${pad('gpu', 9)} ${pad('gpu-none', 10)} ${pad('readback-none', 14)} ${pad('gpu/readback', 14)}`,
   );
   for (const r of rows) {
     const s = r.msPerStep;
     console.log(
-      `${pad(r.model, 6)} ${pad((r.paramBytes / 2 ** 20).toFixed(2), 6)} ${pad(r.batch, 6)} ${pad(s.none.toFixed(1), 9)} ${pad(s.old64.toFixed(1), 9)} ${pad(s.ours.toFixed(1), 9)} ${pad((s.ours - s.old64).toFixed(1), 11)} ${pad((s.ours / s.old64).toFixed(2), 11)}`,
+      `${pad(r.model, 6)} ${pad((r.paramBytes / 2 ** 20).toFixed(2), 6)} ${pad(r.batch, 6)} ${pad(s.none.toFixed(1), 9)} ${pad(s.old64.toFixed(1), 9)} ${pad(s.readback.toFixed(1), 9)} ${pad(s.gpu.toFixed(1), 9)} ${pad((s.gpu - s.none).toFixed(1), 10)} ${pad((s.readback - s.none).toFixed(1), 14)} ${pad((s.gpu / s.readback).toFixed(2), 14)}`,
     );
   }
 }
@@ -176,9 +197,11 @@ const stepJson = (r: StepBenchRow) => ({
   msPerStep: {
     none: Number(r.msPerStep.none.toFixed(2)),
     old64: Number(r.msPerStep.old64.toFixed(2)),
-    ours: Number(r.msPerStep.ours.toFixed(2)),
+    readback: Number(r.msPerStep.readback.toFixed(2)),
+    gpu: Number(r.msPerStep.gpu.toFixed(2)),
   },
-  oursOverOld64: Number((r.msPerStep.ours / r.msPerStep.old64).toFixed(3)),
+  gpuOverReadback: Number((r.msPerStep.gpu / r.msPerStep.readback).toFixed(3)),
+  readbackOverOld64: Number((r.msPerStep.readback / r.msPerStep.old64).toFixed(3)),
 });
 
 const jsonRows = (rows: readonly HashBenchRow[]) =>
@@ -188,6 +211,13 @@ const jsonRows = (rows: readonly HashBenchRow[]) =>
     mbPerS: { ours: mbPerS(r.mb, r.ms.ours), old64: mbPerS(r.mb, r.ms.old64), native: mbPerS(r.mb, r.ms.native) },
     oursOverOld64: Number((r.ms.ours / r.ms.old64).toFixed(2)),
     oursOverNative: Number((r.ms.ours / r.ms.native).toFixed(2)),
+    ...(r.gpuMs
+      ? {
+          gpuMs: r.gpuMs,
+          gpuMbPerS: mbPerS(r.mb, r.gpuMs.gpu),
+          gpuOverReadback: Number((r.gpuMs.gpu / r.gpuMs.readback).toFixed(2)),
+        }
+      : {}),
   }));
 
 async function main(): Promise<void> {
@@ -207,9 +237,12 @@ async function main(): Promise<void> {
     printTable(`${chromiumVersion()} headless (page main thread), median of ${REPS}`, chromium.rows, 'subtle');
     console.log();
     printSteps(chromium.steps);
+    console.log(
+      `adapter ${chromium.adapter}: the training worker hashes on the ${chromium.workerHashesOn.toUpperCase()} here (web/worker/params-hasher.ts)`,
+    );
   }
   console.log(
-    'ours = hashParams (SHA-256, @noble/hashes, pure JS); old64 = MurmurHash3+XXH32 (replaced); node = node:crypto SHA-256; subtle = WebCrypto SHA-256',
+    'ours = hashParams (tree of SHA-256 over 4 KiB chunks, @noble/hashes, pure JS); old64 = MurmurHash3+XXH32 (replaced); node/subtle = node:crypto/WebCrypto plain SHA-256 of the whole buffer; gpu = the tree hash on WebGPU (SwiftShader here: the same CPU) with the digests read back; readback = the buffer read back, then ours',
   );
   console.log(`load average ${loadStart} at start, ${loadEnd} at end`);
   console.log(
@@ -221,6 +254,8 @@ async function main(): Promise<void> {
       nodeSizes: jsonRows(node),
       chromiumSizes: chromium ? jsonRows(chromium.rows) : null,
       chromiumSteps: chromium ? chromium.steps.map(stepJson) : null,
+      adapter: chromium?.adapter ?? null,
+      workerHashesOn: chromium?.workerHashesOn ?? null,
       loadAverage: { start: loadStart, end: loadEnd },
     }),
   );

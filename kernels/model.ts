@@ -39,6 +39,7 @@ import {
   type KernelCall,
   type Tensor,
 } from './runtime';
+import { chunkCount, chunkSha256, type ChunkSha256Dims } from './sha256';
 
 export type OptimizerConfig =
   | { kind: 'adamw'; lr: number; beta1: number; beta2: number; eps: number; weightDecay: number }
@@ -124,8 +125,10 @@ export class Model {
   private readonly resizers: ((batch: number) => void)[] = [];
   private readonly optimizerRanges: OptimizerRange[];
   private readonly owned: Tensor[] = [];
-  /** Staging buffers for the per-step read-backs (loss, gradients), reused across steps. */
+  /** Staging buffers for the per-step read-backs (loss, gradients, parameter digests), reused across steps. */
   private readonly reader: StagingReader;
+  /** The parameter-digest kernel and its output, made by the first `withParamDigests`. */
+  private paramHash?: { chunkBytes: number; digests: Tensor; kernel: Kernel<ChunkSha256Dims> };
   /** Input elements per sample: pixels·channels, or context tokens. */
   private readonly inputSize: number;
   /** Labels per sample: 1, or context next-token targets. */
@@ -399,6 +402,33 @@ export class Model {
     return this.reader.use(t.buffer, t.offset, this.totalElements * 4, (mapped) => fn(new Float32Array(mapped)));
   }
 
+  /**
+   * `fn` of the SHA-256 digests of the params buffer's `chunkBytes` chunks (kernels/sha256.wgsl, 32
+   * bytes per chunk, concatenated) as mapped: the leaves of the tree state hash, computed on the GPU
+   * so that only the digests are read back (0.8 % of the bytes at 4 KiB chunks), not the parameters.
+   * The dispatch and the copy are one submission, recorded now (they see every step submitted before);
+   * the digests buffer and the kernel are made on the first call and kept for the model's life, the
+   * staging buffer is the reader's (reused), so a step allocates no GPU memory. `fn` must not keep the array.
+   */
+  withParamDigests<T>(chunkBytes: number, fn: (digests: Uint8Array) => T): Promise<T> {
+    const byteLength = this.totalElements * 4;
+    if (this.paramHash?.chunkBytes !== chunkBytes) {
+      this.paramHash?.digests.buffer.destroy();
+      const dims = { byteLength, chunkBytes };
+      const digests = createTensor(this.gpu, [Math.max(1, chunkCount(dims) * 8)], `${this.spec.name}.param-digests`);
+      this.paramHash = { chunkBytes, digests, kernel: chunkSha256(this.gpu, { data: this.params, digests }, dims) };
+    }
+    const { digests, kernel } = this.paramHash;
+    const digestBytes = chunkCount({ byteLength, chunkBytes }) * 32;
+    return this.reader.use(
+      digests.buffer,
+      digests.offset,
+      digestBytes,
+      (mapped) => fn(new Uint8Array(mapped)),
+      (encoder) => recordCalls(encoder, [kernel.call], `${this.spec.name}.param-digests`),
+    );
+  }
+
   /** Replace the grads buffer (allreduced sums), `totalElements` floats in the flat layout. */
   writeGradients(grads: Float32Array): void {
     if (grads.length !== this.totalElements)
@@ -491,6 +521,8 @@ export class Model {
   destroy(): void {
     for (const t of this.owned) t.buffer.destroy();
     this.owned.length = 0;
+    this.paramHash?.digests.buffer.destroy();
+    this.paramHash = undefined;
     this.reader.destroy();
   }
 }

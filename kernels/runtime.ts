@@ -254,13 +254,22 @@ export class StagingReader {
   /**
    * Copy the range as `read` does, but hand `fn` the mapped range itself (no CPU copy, e.g. to hash
    * it): `fn` must not keep the ArrayBuffer, which is unmapped and reused when it returns. The copy
-   * is submitted before this returns, so it sees exactly the work submitted so far.
+   * is submitted before this returns, so it sees exactly the work submitted so far. `record`, if
+   * given, records work into the same command buffer before the copy (e.g. the dispatch that computes
+   * what is read: one submission for both).
    */
-  async use<T>(source: GPUBuffer, offset: number, byteLength: number, fn: (mapped: ArrayBuffer) => T): Promise<T> {
+  async use<T>(
+    source: GPUBuffer,
+    offset: number,
+    byteLength: number,
+    fn: (mapped: ArrayBuffer) => T,
+    record?: (encoder: GPUCommandEncoder) => void,
+  ): Promise<T> {
     if (byteLength <= 0 || byteLength % 4 !== 0)
       throw new Error(`${this.label}: read of ${byteLength} bytes must be a positive multiple of 4`);
     const staging = this.take(byteLength);
     const encoder = this.gpu.device.createCommandEncoder({ label: this.label });
+    record?.(encoder);
     encoder.copyBufferToBuffer(source, offset, staging, 0, byteLength);
     this.gpu.device.queue.submit([encoder.finish()]);
     try {

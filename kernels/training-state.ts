@@ -4,12 +4,31 @@
  *   staging buffer by one submission), for a snapshot or a broadcast to a joining peer;
  * - `saveBackup` / `restoreBackup` keep a second GPU copy of the last completed (committed) step and
  *   put it back after a failure, with GPU→GPU copies only (no read-back, microseconds of recording);
- * - `hashParams` reads the params once and hashes them where they are mapped, with the caller's hash
- *   (the coordinator's `hashParams` from coordinator/core/hash.ts, injected because kernels/ must not
- *   import it), so the value a rank reports is the value a snapshot carries.
+ * - `hashParams` hashes the params' chunks on the GPU (`Model.withParamDigests`) and reads back only
+ *   the digests, which the caller's hasher turns into the state hash (the coordinator's `paramsHasher`
+ *   from coordinator/core/hash.ts, injected: the tree hash's definition lives in one place), so the
+ *   value a rank reports is the value a snapshot of the same parameters carries.
  */
 import type { Model } from './model';
 import { createTensor, writeTensor, type Gpu, type Tensor } from './runtime';
+
+/**
+ * The parameter hash (core/hash.ts `paramsHasher`): from parameters in memory (`ofParams`), and, with
+ * `digests`, from the SHA-256 digests of their `chunkBytes` chunks computed on the GPU (`root`, over
+ * `byteLength` bytes in all), the same value. Without `digests` the parameters are read back and
+ * hashed with `ofParams` (a hash with no GPU form, e.g. a benchmark's reference).
+ */
+export interface ParamsHasher {
+  ofParams(params: Float32Array): string;
+  readonly digests?: { readonly chunkBytes: number; root(byteLength: number, digests: Uint8Array): string };
+}
+
+/** `hasher`'s hash of `model`'s live parameters: chunk digests on the GPU if it has a GPU form, else a read-back. */
+export function hashModelParams(model: Model, hasher: ParamsHasher): Promise<string> {
+  const gpuForm = hasher.digests;
+  if (!gpuForm) return model.withParams((params) => hasher.ofParams(params));
+  return model.withParamDigests(gpuForm.chunkBytes, (digests) => gpuForm.root(model.totalElements * 4, digests));
+}
 
 export interface ExportedState {
   /** Flat parameters, `model.totalElements` floats. */
@@ -30,7 +49,7 @@ export class TrainingState {
 
   constructor(
     readonly model: Model,
-    private readonly hash: (params: Float32Array) => string,
+    private readonly hasher: ParamsHasher,
   ) {
     this.gpu = model.gpu;
   }
@@ -139,9 +158,9 @@ export class TrainingState {
     writeTensor(this.gpu, this.model.params, params);
   }
 
-  /** Hash of the current parameter bytes (one read-back of the params buffer, hashed where it is mapped). */
+  /** Hash of the current parameter bytes: chunks hashed on the GPU, only their digests read back. */
   hashParams(): Promise<string> {
-    return this.model.withParams(this.hash);
+    return hashModelParams(this.model, this.hasher);
   }
 
   /** Free the backup buffers (the model's own buffers belong to the model). */
@@ -151,6 +170,6 @@ export class TrainingState {
   }
 }
 
-export function createTrainingState(model: Model, hash: (params: Float32Array) => string): TrainingState {
-  return new TrainingState(model, hash);
+export function createTrainingState(model: Model, hasher: ParamsHasher): TrainingState {
+  return new TrainingState(model, hasher);
 }

@@ -18,7 +18,7 @@
  * than `none`, the tabs applied a compressed sum, which differs from G by the codec's rounding; the
  * recomputation uses the exact float32 sum (the comparison's tolerance must allow for the codec).
  */
-import { hashParams } from '../coordinator/core/hash';
+import { hashParams, paramsHasher } from '../coordinator/core/hash';
 import { type ImageSplitBytes, ImageBatches } from '../coordinator/core/image-batches';
 import type { OptimizerSpec, SyncSpec } from '../coordinator/core/job';
 import { type ModelSpec, type ParamLayout, parameterLayout } from '../coordinator/core/model-spec';
@@ -97,7 +97,7 @@ export class Recomputer {
     // A rank's slice is at most a step, and a step at most the global batch and the data set (as the tabs size it).
     const maxBatch = Math.min(job.globalBatch, train.count);
     this.model = createModel(gpu, spec, this.layout, { maxBatch, optimizer: job.optimizer, seed });
-    this.state = createTrainingState(this.model, hashParams);
+    this.state = createTrainingState(this.model, paramsHasher);
     this.batches = new ImageBatches(train, maxBatch);
   }
 

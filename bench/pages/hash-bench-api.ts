@@ -1,6 +1,9 @@
 /** What bench/hash.ts (Node) and bench/pages/hash-page.ts (Chromium) share: inputs, methods, medians. */
 
-/** `ours`: hashParams (SHA-256, pure JS); `old64`: MurmurHash3+XXH32; `native`: node:crypto or WebCrypto SHA-256. */
+/**
+ * `ours`: hashParams on the CPU (the tree of SHA-256, pure JS); `old64`: MurmurHash3+XXH32; `native`: node:crypto
+ * or WebCrypto SHA-256 of the whole buffer (the reference for SHA-256's own speed).
+ */
 export type HashMethod = 'ours' | 'old64' | 'native';
 export const BENCH_METHODS: readonly HashMethod[] = ['ours', 'old64', 'native'];
 
@@ -8,6 +11,12 @@ export interface HashBenchRow {
   mb: number;
   /** Median milliseconds per hash of `mb` MB, per method. */
   ms: Record<HashMethod, number>;
+  /**
+   * Chromium only, the same bytes in a GPU buffer: `gpu`, the tree hash on the GPU (kernels/sha256.wgsl,
+   * the digests read back, the root in JS: what a tab does per step); `readback`, a read-back of the
+   * buffer then `ours` on it (what a tab did per step before the hash moved to the GPU). Median ms.
+   */
+  gpuMs?: { gpu: number; readback: number };
 }
 
 /** Deterministic float32 "parameters" (exactly representable values, no Math.sin). */
@@ -28,9 +37,14 @@ export function medianMs(times: Record<HashMethod, number[]>): Record<HashMethod
   };
 }
 
-/** Training-step variants: no hash (no read-back), the old 64-bit hash, ours (SHA-256). */
-export type StepVariant = 'none' | 'old64' | 'ours';
-export const STEP_VARIANTS: readonly StepVariant[] = ['none', 'old64', 'ours'];
+/**
+ * Training-step variants: no hash (no read-back); the parameters read back and hashed by the old 64-bit
+ * hash (`old64`) or by the tree hash in JS (`readback`: what the worker does on CPU-backed adapters, and
+ * did everywhere before issue 9); `gpu`: the tree hash's chunks on the GPU, only the digests read back
+ * (what the worker does on a real GPU).
+ */
+export type StepVariant = 'none' | 'old64' | 'readback' | 'gpu';
+export const STEP_VARIANTS: readonly StepVariant[] = ['none', 'old64', 'readback', 'gpu'];
 
 export interface StepBenchRow {
   model: 'mlp' | 'cnn';

@@ -1,16 +1,27 @@
 /**
  * The browser half of `npm run bench:hash`: the same state hash timed in Chromium's V8, where the tabs
  * compute it, beside the old 64-bit hash and WebCrypto's native SHA-256 (`crypto.subtle.digest`: async,
- * so not what the tabs' synchronous per-step hash can use, but the native reference). Served by a Vite
+ * so not what the tabs' synchronous per-step hash can use, but the native reference); then the tree hash
+ * on WebGPU (kernels/sha256.wgsl) against a read-back and the JS hash of the same buffer. Served by a Vite
  * dev server on 127.0.0.1 (a secure context, so `crypto.subtle` exists); bench/hash.ts drives
  * `window.hashBench`.
  */
-import { hashParams } from '../../coordinator/core/hash';
+import {
+  chunkDigestBytes,
+  HASH_CHUNK_BYTES,
+  hashParams,
+  paramsHasher,
+  stateHashOfDigests,
+  treeRoot,
+} from '../../coordinator/core/hash';
 import { CNN_SPEC, MLP_SPEC, parameterLayout } from '../../coordinator/core/model-spec';
 import { createModel } from '../../kernels/model';
-import { createGpu } from '../../kernels/runtime';
+import { createGpu, createTensor, recordCalls, StagingReader, type Gpu } from '../../kernels/runtime';
+import { chunkCount, chunkSha256 } from '../../kernels/sha256';
+import { hashModelParams, type ParamsHasher } from '../../kernels/training-state';
 import { ImageBatches } from '../../web/worker/batches';
 import { ElasticSteps } from '../../web/worker/elastic-steps';
+import { cpuBackedAdapter } from '../../web/worker/params-hasher';
 import { legacyHash64 } from '../legacy-hash64';
 import {
   BENCH_METHODS,
@@ -34,12 +45,66 @@ const methods: Record<HashMethod, (a: Float32Array) => string | Promise<string>>
   native: webCryptoSha256,
 };
 
+/** The tree hash built from WebCrypto's SHA-256 of each chunk: the native check of `hashParams`. */
+async function webCryptoTree(a: Float32Array): Promise<string> {
+  const bytes = new Uint8Array(a.buffer, a.byteOffset, a.byteLength);
+  const digests = new Uint8Array(chunkDigestBytes(bytes.length));
+  for (let at = 0; at < bytes.length; at += HASH_CHUNK_BYTES) {
+    const chunk = bytes.slice(at, at + HASH_CHUNK_BYTES);
+    digests.set(new Uint8Array(await crypto.subtle.digest('SHA-256', chunk)), (at / HASH_CHUNK_BYTES) * 32);
+  }
+  return treeRoot([{ byteLength: bytes.length, digests }]);
+}
+
+/**
+ * The same bytes on the GPU: per repetition, the tree hash there (dispatch, digests read back, root in
+ * JS) and a read-back of the whole buffer hashed in JS, in rotating order; median ms of each.
+ */
+async function gpuRow(gpu: Gpu, params: Float32Array, reps: number): Promise<{ gpu: number; readback: number }> {
+  const byteLength = params.byteLength;
+  const data = createTensor(gpu, [params.length], 'bench.params', params);
+  const dims = { byteLength, chunkBytes: HASH_CHUNK_BYTES };
+  const digests = createTensor(gpu, [chunkCount(dims) * 8], 'bench.digests');
+  const kernel = chunkSha256(gpu, { data, digests }, dims);
+  const reader = new StagingReader(gpu, 'bench.read');
+  const variants = {
+    gpu: () =>
+      reader.use(
+        digests.buffer,
+        0,
+        chunkCount(dims) * 32,
+        (m) => stateHashOfDigests(byteLength, new Uint8Array(m)),
+        (encoder) => recordCalls(encoder, [kernel.call], 'bench.sha256'),
+      ),
+    readback: () => reader.use(data.buffer, 0, byteLength, (m) => hashParams(new Float32Array(m))),
+  };
+  const want = hashParams(params);
+  for (const v of ['gpu', 'readback'] as const) {
+    const got = await variants[v]();
+    if (got !== want) throw new Error(`${v} tree hash ${got} differs from hashParams ${want}`);
+  }
+  const times = { gpu: [] as number[], readback: [] as number[] };
+  for (let r = 0; r < reps; r++) {
+    for (const v of r % 2 ? (['readback', 'gpu'] as const) : (['gpu', 'readback'] as const)) {
+      const t0 = performance.now();
+      await variants[v]();
+      times[v].push(performance.now() - t0);
+    }
+  }
+  reader.destroy();
+  data.buffer.destroy();
+  digests.buffer.destroy();
+  const median = (xs: number[]) => Number([...xs].sort((a, b) => a - b)[xs.length >> 1].toFixed(3));
+  return { gpu: median(times.gpu), readback: median(times.readback) };
+}
+
 async function run(sizesMb: number[], reps: number): Promise<HashBenchRow[]> {
   const rows: HashBenchRow[] = [];
+  const gpu = createGpu(await device());
   for (const mb of sizesMb) {
     const params = paramsOf((mb * 2 ** 20) / 4);
-    const native = await webCryptoSha256(params);
-    if (hashParams(params) !== native) throw new Error(`ours differs from WebCrypto SHA-256 at ${mb} MB`);
+    const native = await webCryptoTree(params);
+    if (hashParams(params) !== native) throw new Error(`ours differs from a WebCrypto SHA-256 tree at ${mb} MB`);
     const times: Record<HashMethod, number[]> = { ours: [], old64: [], native: [] };
     for (const m of BENCH_METHODS) await methods[m](params); // warm-up (JIT)
     for (let r = 0; r < reps; r++) {
@@ -50,8 +115,9 @@ async function run(sizesMb: number[], reps: number): Promise<HashBenchRow[]> {
         times[m].push(performance.now() - t0);
       }
     }
-    rows.push({ mb, ms: medianMs(times) });
+    rows.push({ mb, ms: medianMs(times), gpuMs: await gpuRow(gpu, params, reps) });
   }
+  gpu.device.destroy();
   return rows;
 }
 
@@ -74,9 +140,11 @@ async function device(): Promise<GPUDevice> {
 
 /**
  * Training steps of a world of one through the worker's own pipeline (`ElasticSteps.applyAndHash`: apply,
- * copy the parameters for the hash, record the next step's gradients, hash while the GPU computes them),
- * with no hash (`hash: false`, no read-back), the old 64-bit hash, and ours. Blocks of `stepsPerBlock`
- * steps per variant, the variants' order rotated each round; the figure is the median ms per step.
+ * hash, record the next step's gradients, finish the hash while the GPU computes them), with no hash
+ * (`hash: false`, no read-back), a read-back of the parameters hashed by the old 64-bit hash or by the
+ * tree hash in JS, and the tree hash's chunks on the GPU with only the digests read back (`gpu`). Blocks of
+ * `stepsPerBlock` steps per variant, the variants' order rotated each round; the figure is the median
+ * ms per step.
  */
 async function steps(
   model: 'mlp' | 'cnn',
@@ -95,10 +163,11 @@ async function steps(
   const images = Uint8Array.from({ length: count * 784 }, (_, i) => (i * 2654435761) >>> 24);
   const labels = Uint8Array.from({ length: count }, (_, i) => i % 10);
   const batches = new ImageBatches({ images, labels, count, rows: 28, cols: 28 }, batch);
-  const hashes: Record<StepVariant, (p: Float32Array) => string> = {
-    none: hashParams, // not called: these steps pass hash: false
-    old64: legacyHash64,
-    ours: hashParams,
+  const hashes: Record<StepVariant, ParamsHasher> = {
+    none: paramsHasher, // not called: these steps pass hash: false
+    old64: { ofParams: legacyHash64 },
+    readback: { ofParams: hashParams },
+    gpu: paramsHasher,
   };
   const runners = Object.fromEntries(
     STEP_VARIANTS.map((v) => [
@@ -120,13 +189,18 @@ async function steps(
     for (let i = 0; i < stepsPerBlock; i++) {
       const next = i + 1 < stepsPerBlock ? { indices: indicesOf(i + 1), keepOnDevice: true } : null;
       const r = await runner.applyAndHash(null, batch, next, { prefetched: indicesOf(i), hash: v !== 'none' });
-      if (v !== 'none' && r.hash.length !== (v === 'ours' ? 64 : 16)) throw new Error(`${v}: hash ${r.hash}`);
+      if (v !== 'none' && r.hash.length !== (v === 'old64' ? 16 : 64)) throw new Error(`${v}: hash ${r.hash}`);
     }
     await gpu.device.queue.onSubmittedWorkDone();
     return (performance.now() - t0) / stepsPerBlock;
   };
   for (const v of STEP_VARIANTS) await block(v); // warm-up: pipelines compiled, JIT
-  const times: Record<StepVariant, number[]> = { none: [], old64: [], ours: [] };
+  const [onGpu, readBack] = await Promise.all([
+    hashModelParams(m, paramsHasher),
+    hashModelParams(m, { ofParams: hashParams }),
+  ]);
+  if (onGpu !== readBack) throw new Error(`the GPU tree hash ${onGpu} differs from the read-back one ${readBack}`);
+  const times: Record<StepVariant, number[]> = { none: [], old64: [], readback: [], gpu: [] };
   for (let r = 0; r < rounds; r++) {
     for (let k = 0; k < STEP_VARIANTS.length; k++) {
       const v = STEP_VARIANTS[(r + k) % STEP_VARIANTS.length];
@@ -141,13 +215,40 @@ async function steps(
     model,
     paramBytes: layout.totalElements * 4,
     batch,
-    msPerStep: { none: median(times.none), old64: median(times.old64), ours: median(times.ours) },
+    msPerStep: {
+      none: median(times.none),
+      old64: median(times.old64),
+      readback: median(times.readback),
+      gpu: median(times.gpu),
+    },
+  };
+}
+
+/** The adapter, and where the training worker hashes on it (web/worker/params-hasher.ts). */
+async function adapterChoice(): Promise<{ adapter: string; workerHashesOn: 'gpu' | 'cpu' }> {
+  const adapter = await navigator.gpu?.requestAdapter({ powerPreference: 'high-performance' });
+  if (!adapter) throw new Error('no WebGPU adapter');
+  const info = adapter.info;
+  const a = {
+    vendor: info?.vendor ?? '',
+    architecture: info?.architecture ?? '',
+    description: info?.description ?? '',
+    isFallback: info?.isFallbackAdapter ?? false,
+  };
+  return {
+    adapter: [a.vendor, a.architecture, a.description].filter(Boolean).join(' / '),
+    workerHashesOn: cpuBackedAdapter(a) ? 'cpu' : 'gpu',
   };
 }
 
 declare global {
   interface Window {
-    hashBench?: { run: typeof run; steps: typeof steps; old64Vector(): string };
+    hashBench?: {
+      run: typeof run;
+      steps: typeof steps;
+      adapterChoice: typeof adapterChoice;
+      old64Vector(): string;
+    };
   }
 }
-window.hashBench = { run, steps, old64Vector: () => legacyHash64(paramsOf(1000)) };
+window.hashBench = { run, steps, adapterChoice, old64Vector: () => legacyHash64(paramsOf(1000)) };

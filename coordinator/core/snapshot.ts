@@ -2,10 +2,10 @@
  * The binary training-state checkpoint shared by tabs (upload, peer broadcast) and the coordinator
  * (durable store): one `ArrayBuffer`, pure encode/decode, every byte covered by a SHA-256.
  *
- * Format, version 2 (all integers little-endian u32, all floats little-endian float32):
+ * Format, version 3 (all integers little-endian u32, all floats little-endian float32):
  *
  *   offset 0   'TSWS'                  magic
- *   offset 4   version                 2
+ *   offset 4   version                 3
  *   offset 8   headerLength            bytes of the JSON header including its padding (a multiple of 4)
  *   offset 12  headerHash              32 bytes: SHA-256 of the padded header bytes
  *   offset 44  header                  UTF-8 JSON (`SnapshotHeader`), padded with spaces to a multiple of 4
@@ -14,18 +14,21 @@
  *                                      in local sync mode the outer optimizer's momentum (`outer`)
  *
  * The header hash is there so that a flipped digit in `step` or `cursor` cannot parse: the coordinator
- * would resume at the wrong place. Sections carry their own SHA-256 (`hashBytes`, 64 hex digits); the
- * params section's hash is `paramsHash`, the value ranks report at commit in every-step mode, so a
- * checkpoint can be matched to a committed step without decoding it.
+ * would resume at the wrong place. Sections carry their own tree hash (core/hash.ts `treeHash`, SHA-256
+ * of 4 KiB chunks, 64 hex digits); the params section's hash is `paramsHash` (= `hashParams`), the value
+ * ranks report at commit in every-step mode, so a checkpoint can be matched to a committed step without
+ * decoding it.
  * Each section is the whole flat buffer (`layout.totalElements` floats, alignment padding included),
  * so the layout's offsets index it directly.
  *
  * Version 1 (until issue 12) had a 32-bit MurmurHash3 header checksum at offset 12 and 64-bit
  * non-cryptographic section hashes; it is refused with a message saying so (its hashes cannot be
  * compared with the SHA-256 the ranks now report, and a 64-bit hash cannot vouch for hostile bytes).
+ * Version 2 (until issue 9) had the same layout with plain SHA-256 section hashes; its `paramsHash` is not
+ * the tree hash the ranks report since the hash moved to the GPU, so it is refused too, saying so.
  */
 import { z } from 'zod';
-import { HASH_HEX_DIGITS, hashParts, nobleSha256, type Sha256Factory, sha256Digest, stateHash } from './hash';
+import { HASH_HEX_DIGITS, nobleSha256, type Sha256Factory, sha256Digest, stateHash, treeHash } from './hash';
 import { modelSpecSchema, parameterLayout, type ModelSpec, type ParamLayout } from './model-spec';
 
 // TextEncoder/TextDecoder exist in every runtime the core runs in (browsers, workers, Node), but the
@@ -34,7 +37,7 @@ declare const TextEncoder: { new (): { encode(text: string): Uint8Array } };
 declare const TextDecoder: { new (label: 'utf-8', options: { fatal: boolean }): { decode(bytes: Uint8Array): string } };
 
 export const SNAPSHOT_MAGIC = 'TSWS';
-export const SNAPSHOT_VERSION = 2;
+export const SNAPSHOT_VERSION = 3;
 /** Offset of the header hash in the prefix, and its length (a SHA-256 digest). */
 const HEADER_HASH_OFFSET = 12;
 const HEADER_HASH_BYTES = 32;
@@ -43,7 +46,10 @@ const PREFIX_BYTES = HEADER_HASH_OFFSET + HEADER_HASH_BYTES;
 
 const sha256HexSchema = z
   .string()
-  .regex(new RegExp(`^[0-9a-f]{${HASH_HEX_DIGITS}}$`), `hashes are ${HASH_HEX_DIGITS} lower-case hex digits (SHA-256)`);
+  .regex(
+    new RegExp(`^[0-9a-f]{${HASH_HEX_DIGITS}}$`),
+    `hashes are ${HASH_HEX_DIGITS} lower-case hex digits (SHA-256 trees)`,
+  );
 
 export type OptimizerKind = 'adamw' | 'sgd';
 export type SectionName = 'params' | 'm' | 'v' | 'velocity' | 'outer';
@@ -140,7 +146,7 @@ export function encodeSnapshot(snapshot: TrainingSnapshot): ArrayBuffer {
     ...names.map((n, i): [SectionName, Float32Array] => [n, snapshot.moments[i]]),
     ...(snapshot.outer ? [['outer', snapshot.outer] as [SectionName, Float32Array]] : []),
   ];
-  const sectionHashes = arrays.map(([, data]) => hashParts([data]));
+  const sectionHashes = arrays.map(([, data]) => treeHash([data]));
 
   // Section offsets depend on the header's length, which depends on the offsets' digits: iterate
   // until the padded length is stable (twice at most in practice).
@@ -249,6 +255,10 @@ function readHeader(bytes: Uint8Array, sha256: Sha256Factory): { header: Snapsho
     fail(
       `unsupported version 1: a checkpoint from before SHA-256 state hashes (its 64-bit hashes cannot be verified); this build reads version ${SNAPSHOT_VERSION} only`,
     );
+  if (version === 2)
+    fail(
+      `unsupported version 2: a checkpoint from before tree state hashes (its hashes are plain SHA-256 of whole sections, not the tree hash the ranks now report); this build reads version ${SNAPSHOT_VERSION} only`,
+    );
   if (version !== SNAPSHOT_VERSION)
     fail(`unsupported version ${version} (this build reads version ${SNAPSHOT_VERSION})`);
   const headerLength = prefix.getUint32(8, true);
@@ -333,7 +343,7 @@ function readSections(
       start % 4 === 0
         ? new Float32Array(bytes.buffer, start, s.byteLength / 4)
         : new Float32Array(bytes.slice(s.byteOffset, s.byteOffset + s.byteLength).buffer);
-    if (hashParts([data], sha256) !== s.hash) fail(`section ${s.name} hash mismatch: its data is corrupted`);
+    if (treeHash([data], sha256) !== s.hash) fail(`section ${s.name} hash mismatch: its data is corrupted`);
     return data;
   });
   if (offset !== bytes.length) fail(`${bytes.length - offset} unexpected bytes after the last section`);

@@ -1,5 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { hashParams } from '../../coordinator/core/hash';
+import { hashParams, paramsHasher } from '../../coordinator/core/hash';
 import { MLP_SPEC, parameterLayout, type SequentialSpec } from '../../coordinator/core/model-spec';
 import { decodeSnapshot, encodeSnapshot } from '../../coordinator/core/snapshot';
 import { createModel, type Model, type ModelOptions } from '../../kernels/model';
@@ -53,7 +53,7 @@ describe.skipIf(await skipWithoutNodeGpu())('training state', () => {
   const make = (options: Partial<ModelOptions> = {}) => {
     const model = createModel(gpu, SPEC, parameterLayout(SPEC), { maxBatch: BATCH, optimizer: ADAMW, ...options });
     models.push(model);
-    return { model, state: createTrainingState(model, hashParams) };
+    return { model, state: createTrainingState(model, paramsHasher) };
   };
   beforeAll(async () => {
     gpu = await nodeGpu();
@@ -89,8 +89,14 @@ describe.skipIf(await skipWithoutNodeGpu())('training state', () => {
     expect(await state.hashParams()).toBe(await again.state.hashParams());
   });
 
-  it('hashes the params with the injected hash of the read-back bytes', async () => {
+  it('hashes the params on the GPU to the CPU hash of the read-back bytes, before and after steps', async () => {
     const { model, state } = make({ seed: 5 });
+    // 3,000-odd floats: three 4 KiB chunks, the last one short.
+    expect((model.totalElements * 4) % 4096).not.toBe(0);
+    expect(await state.hashParams()).toBe(hashParams(await model.readParams()));
+    const { x, labels } = batchOf(SPEC, 5);
+    model.trainStep(x, labels);
+    model.trainStep(x, labels);
     expect(await state.hashParams()).toBe(hashParams(await model.readParams()));
   });
 
@@ -158,7 +164,7 @@ describe.skipIf(await skipWithoutNodeGpu())('training state', () => {
   it('keeps a backup of the full mlp in a few milliseconds of recording (no read-back)', async () => {
     const model = createModel(gpu, MLP_SPEC, parameterLayout(MLP_SPEC), { maxBatch: 4, optimizer: ADAMW });
     models.push(model);
-    const state = createTrainingState(model, hashParams);
+    const state = createTrainingState(model, paramsHasher);
     state.saveBackup();
     await gpu.device.queue.onSubmittedWorkDone();
     const start = performance.now();

@@ -1,9 +1,19 @@
 import { Buffer } from 'node:buffer';
 import { createHash } from 'node:crypto';
 import { describe, expect, it } from 'vitest';
-import { hashBytes, hashParams, hashParts, sha256Digest, stateHash } from '../../coordinator/core/hash';
+import {
+  chunkDigestBytes,
+  chunkDigests,
+  hashBytes,
+  hashParams,
+  sha256Digest,
+  stateHash,
+  treeHash,
+  treeRoot,
+} from '../../coordinator/core/hash';
 import { nodeSha256 as nodeSha256Factory } from '../../coordinator/node-sha256';
 import { NO_HASH, hashSchema } from '../../coordinator/core/protocol';
+import { chunkDigestsReference, treeHashReference } from '../support/tree-hash-reference';
 
 /*
  * Independent references: the published SHA-256 test vectors (FIPS 180-2 appendix B / NIST CAVS), and
@@ -74,64 +84,83 @@ describe('hashBytes is SHA-256', () => {
   });
 });
 
-describe('hashParams and stateHash', () => {
-  it('hashParams is SHA-256 of the float32 bytes, with a fixed value for fixed parameters', () => {
+describe('hashParams and stateHash: the tree of SHA-256', () => {
+  it('hashParams is the tree hash of the float32 bytes, with a fixed value for fixed parameters', () => {
     // Exactly representable values (no Math.sin, whose last bits may differ between engines). A change
     // of the value means snapshots and reports from older builds no longer verify.
-    const params = Float32Array.from({ length: 1000 }, (_, i) => ((i * 37) % 97) / 64 - 0.75);
-    expect(hashParams(params)).toBe(nodeSha256(bytesOf(params)));
-    expect(hashParams(params)).toBe('6d4b4f4716fafedf66077fafdffd72d568fc877e090bb2febdaf7adf7d0c5421');
+    const params = Float32Array.from({ length: 3000 }, (_, i) => ((i * 37) % 97) / 64 - 0.75);
+    expect(hashParams(params)).toBe(treeHashReference(params));
+    expect(hashParams(params)).toBe('6e248a85b392b00d6e25a5490bc60cbef3bf9606202d1610b5e86d1759d1e1b9');
   });
 
-  it('stateHash(params) is hashParams; stateHash(params, outer) is SHA-256 of params bytes then outer bytes', () => {
-    const params = Float32Array.from({ length: 333 }, (_, i) => Math.fround(i / 7 - 20));
-    const outer = Float32Array.from({ length: 333 }, (_, i) => Math.fround(-i / 11));
+  it('equals the reference on every length around the chunk boundaries, and for no bytes', () => {
+    for (const n of [0, 1, 4, 55, 56, 60, 64, 4092, 4095, 4096, 4097, 4100, 8192, 3 * 4096 + 12]) {
+      const bytes = seededBytes(n, n + 3);
+      expect(treeHash([bytes]), `n=${n}`).toBe(treeHashReference(bytes));
+      expect(Buffer.from(chunkDigests(bytes)).equals(chunkDigestsReference(bytes)), `n=${n} digests`).toBe(true);
+      expect(chunkDigests(bytes).length).toBe(chunkDigestBytes(n));
+    }
+    // The empty input has no chunks: the root covers the prefix alone.
+    expect(chunkDigests(new Uint8Array(0)).length).toBe(0);
+  });
+
+  it('treeRoot of the chunk digests is the tree hash, and refuses digests of the wrong length', () => {
+    const bytes = seededBytes(10_000, 11);
+    const digests = chunkDigests(bytes);
+    expect(treeRoot([{ byteLength: 10_000, digests }])).toBe(treeHash([bytes]));
+    expect(() => treeRoot([{ byteLength: 12_289, digests }])).toThrow(/96 digest bytes for 12289 bytes, expected 128/);
+    expect(() => treeRoot([{ byteLength: -1, digests: new Uint8Array(0) }])).toThrow(/not a byte length/);
+  });
+
+  it('is not the plain SHA-256 of the bytes, nor of the digests alone (domain and lengths bind it)', () => {
+    const bytes = seededBytes(5000, 2);
+    expect(treeHash([bytes])).not.toBe(hashBytes(bytes));
+    expect(treeHash([bytes])).not.toBe(hashBytes(chunkDigests(bytes)));
+    // A chunk-aligned cut moved between two parts keeps the digests but changes the lengths: a new root.
+    const a = seededBytes(8192, 4);
+    expect(treeHash([a.subarray(0, 4096), a.subarray(4096)])).not.toBe(treeHash([a, new Uint8Array(0)]));
+    expect(treeHash([a.subarray(0, 4096), a.subarray(4096)])).not.toBe(treeHash([a]));
+  });
+
+  it('stateHash(params) is hashParams; stateHash(params, outer) is the tree hash of the two parts', () => {
+    const params = Float32Array.from({ length: 1333 }, (_, i) => Math.fround(i / 7 - 20));
+    const outer = Float32Array.from({ length: 1333 }, (_, i) => Math.fround(-i / 11));
     expect(stateHash(params)).toBe(hashParams(params));
     expect(stateHash(params, null)).toBe(hashParams(params));
     const both = stateHash(params, outer);
-    expect(both).toBe(nodeSha256(bytesOf(params), bytesOf(outer)));
-    expect(both).toBe(nodeSha256(Buffer.concat([bytesOf(params), bytesOf(outer)])));
+    expect(both).toBe(treeHashReference(params, outer));
+    expect(both).not.toBe(treeHashReference(Buffer.concat([bytesOf(params), bytesOf(outer)])));
     expect(both).not.toBe(hashParams(params));
     // Views into one larger buffer hash as their own bytes only.
-    const holder = new Float32Array(1 + 333 + 333 + 1);
+    const holder = new Float32Array(1 + 1333 + 1333 + 1);
     holder.set(params, 1);
-    holder.set(outer, 334);
-    expect(stateHash(holder.subarray(1, 334), holder.subarray(334, 667))).toBe(both);
+    holder.set(outer, 1334);
+    expect(stateHash(holder.subarray(1, 1334), holder.subarray(1334, 2667))).toBe(both);
     // The momentum is part of the committed state: one changed bit changes the hash.
     const changed = outer.slice();
-    new Uint32Array(changed.buffer)[200] ^= 1;
+    new Uint32Array(changed.buffer)[1200] ^= 1;
     expect(stateHash(params, changed)).not.toBe(both);
   });
 
-  it('hashParts of any split equals hashBytes of the concatenation', () => {
-    const bytes = seededBytes(300, 5);
-    for (const cuts of [[], [0], [1, 2], [63, 64, 65], [100, 200, 299]]) {
-      const parts: Uint8Array[] = [];
-      let from = 0;
-      for (const c of [...cuts, bytes.length]) {
-        parts.push(bytes.subarray(from, c));
-        from = c;
-      }
-      expect(hashParts(parts), `cuts ${cuts}`).toBe(hashBytes(bytes));
-    }
-  });
-
   it('gives the same digests with the coordinator node:crypto factory as with the default', () => {
-    const params = Float32Array.from({ length: 1000 }, (_, i) => Math.fround(i / 3));
+    const params = Float32Array.from({ length: 3000 }, (_, i) => Math.fround(i / 3));
     const outer = params.map((x) => x / 2);
+    expect(hashParams(params, nodeSha256Factory)).toBe(treeHashReference(params));
     expect(stateHash(params, outer, nodeSha256Factory)).toBe(stateHash(params, outer));
     expect(stateHash(params, null, nodeSha256Factory)).toBe(hashParams(params));
     const bytes = seededBytes(200, 1);
-    expect(hashParts([bytes.subarray(0, 70), bytes.subarray(70)], nodeSha256Factory)).toBe(hashBytes(bytes));
+    expect(treeHash([bytes.subarray(0, 70), bytes.subarray(70)], nodeSha256Factory)).toBe(
+      treeHash([bytes.subarray(0, 70), bytes.subarray(70)]),
+    );
     expect(Buffer.from(sha256Digest(bytes, nodeSha256Factory)).equals(Buffer.from(sha256Digest(bytes)))).toBe(true);
   });
 
   it('changes when any single bit of the parameters flips', () => {
-    const params = Float32Array.from({ length: 257 }, (_, i) => (i % 7) - 3.5);
+    const params = Float32Array.from({ length: 2057 }, (_, i) => (i % 7) - 3.5);
     const words = new Uint32Array(params.buffer);
     const base = hashParams(params);
     const seen = new Set([base]);
-    for (let i = 0; i < words.length; i += 16) {
+    for (let i = 0; i < words.length; i += 128) {
       for (let bit = 0; bit < 32; bit++) {
         words[i] ^= 1 << bit;
         const flipped = hashParams(params);
@@ -141,7 +170,7 @@ describe('hashParams and stateHash', () => {
       }
     }
     expect(hashParams(params)).toBe(base);
-    expect(seen.size).toBe(1 + Math.ceil(words.length / 16) * 32);
+    expect(seen.size).toBe(1 + Math.ceil(words.length / 128) * 32);
   });
 
   it('distinguishes +0 from -0 and trailing zeros (it hashes bytes and length, not values)', () => {

@@ -3,6 +3,7 @@ import { describe, expect, it } from 'vitest';
 import { createHash } from 'node:crypto';
 import { hashParams, stateHash } from '../../coordinator/core/hash';
 import { nodeSha256 } from '../../coordinator/node-sha256';
+import { treeHashReference } from '../support/tree-hash-reference';
 import { MLP_SPEC, parameterLayout, type ModelSpec } from '../../coordinator/core/model-spec';
 import { decodeSnapshot, encodeSnapshot, SnapshotError, type TrainingSnapshot } from '../../coordinator/core/snapshot';
 import { mulberry32, randomArray } from '../support/rng';
@@ -44,7 +45,7 @@ function firstByteDifference(a: Float32Array, b: Float32Array): number {
   return -1;
 }
 
-/** Version 2's prefix: magic, version, header length, then the header's SHA-256 (32 bytes) at 12..44. */
+/** The prefix (versions 2 and 3): magic, version, header length, then the header's SHA-256 (32 bytes) at 12..44. */
 const HEADER_AT = 44;
 const sha256 = (b: Uint8Array) => createHash('sha256').update(b).digest();
 
@@ -115,12 +116,12 @@ describe('snapshot round trip', () => {
     expect(firstByteDifference(decoded.moments[1], original.moments[1])).toBe(-1);
   });
 
-  it('starts with the magic, version 2, a header length that is a multiple of 4 and the header SHA-256', () => {
+  it('starts with the magic, version 3, a header length that is a multiple of 4 and the header SHA-256', () => {
     const encoded = encodeSnapshot(snapshotOf(SMALL_SPEC, 'sgd', 1));
     const view = new DataView(encoded);
     const bytes = new Uint8Array(encoded);
     expect(new TextDecoder().decode(bytes.subarray(0, 4))).toBe('TSWS');
-    expect(view.getUint32(4, true)).toBe(2);
+    expect(view.getUint32(4, true)).toBe(3);
     const headerLength = view.getUint32(8, true);
     expect(headerLength % 4).toBe(0);
     // Checked with node:crypto, not with the hash module under test.
@@ -129,18 +130,16 @@ describe('snapshot round trip', () => {
     ).toBe(true);
     const header = JSON.parse(new TextDecoder().decode(bytes.subarray(HEADER_AT, HEADER_AT + headerLength)));
     for (const s of header.sections) {
-      expect(s.hash).toBe(sha256(bytes.subarray(s.byteOffset, s.byteOffset + s.byteLength)).toString('hex'));
+      expect(s.hash).toBe(treeHashReference(bytes.subarray(s.byteOffset, s.byteOffset + s.byteLength)));
     }
     expect(header.paramsHash).toBe(header.sections[0].hash);
   });
 
-  it('carries the local-mode state hash: SHA-256 of params then outer momentum, checked with node:crypto', () => {
+  it('carries the local-mode state hash: the tree hash of params and outer momentum, checked with node:crypto', () => {
     const original = snapshotOf(SMALL_SPEC, 'sgd', 5);
     const outer = original.params.map((x) => -x / 3);
     const decoded = decodeSnapshot(encodeSnapshot({ ...original, outer }));
-    expect(decoded.stateHash).toBe(
-      createHash('sha256').update(bytesOf(original.params)).update(bytesOf(outer)).digest('hex'),
-    );
+    expect(decoded.stateHash).toBe(treeHashReference(original.params, outer));
     expect(decoded.stateHash).toBe(stateHash(original.params, outer));
     expect(decoded.stateHash).not.toBe(decoded.paramsHash);
     // The coordinator decodes with node:crypto: the same hashes.
@@ -187,9 +186,16 @@ describe('snapshot corruption is detected', () => {
     expectSnapshotError(() => decodeSnapshot(badMagic), /bad magic "XSWS"/);
 
     const badVersion = bytes.slice();
-    new DataView(badVersion.buffer).setUint32(4, 3, true);
-    expectSnapshotError(() => decodeSnapshot(badVersion), /unsupported version 3 \(this build reads version 2\)/);
-    // A version 1 file (64-bit hashes, before SHA-256) is refused by name, not misread as version 2.
+    new DataView(badVersion.buffer).setUint32(4, 4, true);
+    expectSnapshotError(() => decodeSnapshot(badVersion), /unsupported version 4 \(this build reads version 3\)/);
+    // A version 2 file (plain SHA-256 section hashes, before the tree hash) is refused by name.
+    const version2 = bytes.slice();
+    new DataView(version2.buffer).setUint32(4, 2, true);
+    expectSnapshotError(
+      () => decodeSnapshot(version2),
+      /unsupported version 2: a checkpoint from before tree state hashes .*reads version 3 only/,
+    );
+    // A version 1 file (64-bit hashes, before SHA-256) is refused by name, not misread as version 3.
     const version1 = bytes.slice();
     new DataView(version1.buffer).setUint32(4, 1, true);
     expectSnapshotError(() => decodeSnapshot(version1), /unsupported version 1: a checkpoint from before SHA-256/);

@@ -3,11 +3,15 @@
  * thread overlap and so no read-back is made that a later one could carry:
  *
  * - `applyAndHash(sums, count, next)` writes the allreduced sums (or keeps the gradients already on
- *   the device: a world of one tab has nothing to reduce), records the optimizer step and a copy of
- *   the new parameters for the hash, and then, when the caller names the next step's samples, records
- *   that step's forward and backward passes at once (they only read the parameters just written).
- *   The worker hashes the parameters while the GPU computes the next step; the main thread gets the
- *   hash for its step report, and the coordinator's commit runs while the next gradients are formed.
+ *   the device: a world of one tab has nothing to reduce), records the optimizer step, then the hash
+ *   of the new parameters' 4 KiB chunks on the GPU (kernels/sha256.wgsl) with a copy of only their
+ *   digests (or, with a hasher that has no GPU form, a copy of the parameters: web/worker/params-hasher.ts
+ *   picks that on CPU-backed adapters), and then, when the caller names the next step's samples, records
+ *   that step's forward and backward passes at once (they only read the parameters just written). The
+ *   worker finishes the tree hash (core/hash.ts) while the GPU computes the next step; the main thread
+ *   gets the hash for its step report, and the coordinator's commit runs while the next gradients are
+ *   formed. Where the parameters are read back anyway (verification sketches need them), they are
+ *   hashed on the CPU: the same definition, the same value.
  * - `computeGradients(indices)` returns that prefetched result when it is for the same samples and
  *   the state has not changed since (`stateChanged` is called by every restore and rebuild), else it
  *   computes them now.
@@ -18,6 +22,7 @@
 import { NO_HASH } from '../../coordinator/core/protocol';
 import { gradientSketches, paramsSketch, type StepSketches } from '../../coordinator/core/sketch';
 import type { Model } from '../../kernels/model';
+import { hashModelParams, type ParamsHasher } from '../../kernels/training-state';
 import type { BatchAssembler } from './batches';
 import type { GradientResult } from './types';
 
@@ -65,7 +70,7 @@ export class ElasticSteps {
   constructor(
     private readonly model: Model,
     private readonly batches: () => BatchAssembler,
-    private readonly hash: (params: Float32Array) => string,
+    private readonly hasher: ParamsHasher,
     /** Records the GPU copy of the live state into the backup (TrainingState.saveBackup). */
     private readonly saveBackup: () => void,
   ) {}
@@ -118,7 +123,7 @@ export class ElasticSteps {
         ? Promise.resolve({ hash: NO_HASH })
         : sketchOf
           ? this.model.withParams((params) => {
-              const hash = this.hash(params);
+              const hash = this.hasher.ofParams(params);
               return { hash, params: Array.from(paramsSketch(params, hash).values) };
             })
           : this.hashParams().then((hash) => ({ hash }));
@@ -150,12 +155,13 @@ export class ElasticSteps {
   }
 
   /**
-   * The hash of the parameters, hashed where they are mapped (`Model.withParams`: a reused staging
-   * buffer, no 1 MB ArrayBuffer per step for the garbage collector). The copy is recorded now, so it
-   * sees exactly the parameters of the step just applied, whatever is submitted after it.
+   * The hash of the parameters (`hashModelParams`): from their chunk digests computed on the GPU
+   * (`Model.withParamDigests`: one dispatch and a copy of 32 bytes per 4 KiB into a reused staging
+   * buffer), or from a read-back into a reused staging buffer. Recorded now, so it sees exactly the
+   * parameters of the step just applied, whatever is submitted after it.
    */
   private hashParams(): Promise<string> {
-    return this.model.withParams(this.hash);
+    return hashModelParams(this.model, this.hasher);
   }
 
   /** The prefetch for `indices` made on the current state, or null; it is consumed either way. */

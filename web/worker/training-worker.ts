@@ -16,17 +16,18 @@
  */
 import * as Comlink from 'comlink';
 import type { ChunkedDatasetMetadata } from '../../coordinator/core/chunked-dataset';
-import { hashParams, stateHash } from '../../coordinator/core/hash';
+import { stateHash, stateHashOfDigests } from '../../coordinator/core/hash';
 import { isTransformer, parameterLayout, resolveModelSpec, type ModelSpec } from '../../coordinator/core/model-spec';
 import { decodeSnapshot, encodeSnapshot } from '../../coordinator/core/snapshot';
 import { createModel, type Model } from '../../kernels/model';
 import { createGpu, type Gpu } from '../../kernels/runtime';
-import { createTrainingState, type TrainingState } from '../../kernels/training-state';
+import { createTrainingState, type ParamsHasher, type TrainingState } from '../../kernels/training-state';
 import { type BatchSource, imageData, type TrainingData } from './batches';
 import { chunkedData } from './chunked-data';
 import { ChunkFetcher, type ChunkProgress, openCache } from '../volunteer/dataset-client';
 import { ElasticSteps, type ApplyOptions, type ApplyResult, type NextIndices } from './elastic-steps';
 import { OuterState } from './outer-step';
+import { paramsHasherFor } from './params-hasher';
 import { runSolo } from './solo-loop';
 import type {
   AdapterSummary,
@@ -47,6 +48,8 @@ interface Built {
   model: Model;
   state: TrainingState;
   steps: ElasticSteps;
+  /** Where the parameters are hashed (web/worker/params-hasher.ts: on the GPU unless the adapter is the CPU). */
+  hasher: ParamsHasher;
   /** Local sync mode's outer momentum; null in every-step mode. */
   outer: OuterState | null;
   train?: BatchSource;
@@ -228,19 +231,22 @@ const api = {
     built?.state.destroy();
     built?.model.destroy();
     built = undefined;
+    const adapter = await requestAdapter();
+    if (!adapter) throw new Error('no WebGPU adapter');
+    const hasher = paramsHasherFor(summarize(adapter));
     const model = createModel(g, spec, layout, { maxBatch: opts.maxBatch, optimizer: opts.optimizer, seed: opts.seed });
-    const state = createTrainingState(model, hashParams);
+    const state = createTrainingState(model, hasher);
     const outer = opts.outer ? new OuterState(opts.outer, layout.totalElements) : null;
     const steps = new ElasticSteps(
       model,
       () => trainBatches(),
-      hashParams,
+      hasher,
       () => {
         state.saveBackup();
         outer?.saveBackup();
       },
     );
-    built = { spec, model, state, steps, outer };
+    built = { spec, model, state, steps, hasher, outer };
     return { name: spec.name, parameterCount: layout.parameterCount, totalElements: layout.totalElements };
   },
 
@@ -329,11 +335,19 @@ const api = {
     return Comlink.transfer(params.buffer as ArrayBuffer, [params.buffer as ArrayBuffer]);
   },
 
-  /** `stateHash` of the current state (parameters, and the outer momentum in local mode): what a rank reports at commit. */
+  /**
+   * `stateHash` of the current state (parameters, and the outer momentum in local mode): what a rank
+   * reports at commit. The parameters' chunks are hashed on the GPU, only their digests read back.
+   */
   async hash(): Promise<string> {
     const b = requireModel();
     if (!b.outer) return b.state.hashParams();
-    return stateHash(await b.model.readParams(), b.outer.momentum);
+    const momentum = b.outer.momentum;
+    const onGpu = b.hasher.digests;
+    if (!onGpu) return stateHash(await b.model.readParams(), momentum);
+    return b.model.withParamDigests(onGpu.chunkBytes, (digests) =>
+      stateHashOfDigests(b.model.totalElements * 4, digests, momentum),
+    );
   },
 
   /** Keep a GPU copy of the current state (the last completed step); no read-back. */
