@@ -25,7 +25,7 @@
  * The issue's goal: ≥ 0.7 of the link rate for payloads ≥ 4 MiB.
  *
  * Options: --parts training,allreduce  --profiles lan,broadband,poor  --modes direct,relay  --tabs 3
- *          --window 12 (steps)  --mib 4,16  --repeat 3
+ *          --window 12 (steps)  --mib 4,16  --repeat 3  --high BYTES (allreduce: the paced sender's high water)
  */
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
@@ -36,6 +36,7 @@ import { COORDINATOR_PORT, Scene } from '../coordinator/netbed/scene';
 import { PEER_PATH } from '../coordinator/peer-signaling';
 import type { NetHarness } from '../test/browser/pages/net-harness';
 import { buildHarnessSite, NET_HARNESS_PATH } from '../test/support/harness-site';
+import { DEFAULT_HIGH_WATER_BYTES } from '../web/net/paced-sender';
 import { ringAllreduceBusBytes } from '../web/net/ring-allreduce';
 import { writeDatasetSlice } from '../test/support/small-dataset';
 import { FASHION_MNIST_DIR, WEB_BUILD_DIR } from '../test/support/browser';
@@ -46,6 +47,8 @@ const PROFILES: Record<string, LinkProfile> = {
   lan: { delayMs: 0.5, jitterMs: 0, rateMbit: 1000, lossPercent: 0 },
   broadband: { delayMs: 20, jitterMs: 0, rateMbit: 50, lossPercent: 0 },
   poor: { delayMs: 80, jitterMs: 10, rateMbit: 10, lossPercent: 1 },
+  /** Not one of the issue's three: the poor profile's rate without its loss and jitter, to tell what limits a transfer. */
+  slow: { delayMs: 20, jitterMs: 0, rateMbit: 10, lossPercent: 0 },
 };
 
 const job = {
@@ -65,6 +68,8 @@ const job = {
 declare const netHarness: NetHarness;
 
 const MiB = 1024 * 1024;
+/** The paced sender's high-water mark for the allreduce part (default: the collectives' own). */
+const highWaterBytes = Number(arg('high', String(DEFAULT_HIGH_WATER_BYTES)));
 
 /** TCP goodput (Mbit/s) home 0 → public segment over 4 s. */
 async function linkGoodput(scene: Scene): Promise<number> {
@@ -233,7 +238,14 @@ const wallNow = () => performance.timeOrigin + performance.now();
 /** One allreduce of `mib` MiB on every rank from a common instant; ms to the last finish (ranks must agree). */
 async function timeAllreduce(pages: Page[], mib: number, seed: number, step: number): Promise<number> {
   const startAt = wallNow() + 500;
-  const params = { n: (mib * MiB) / 4, seed, id: { round: 1, step, seq: 0 }, timeoutMs: 600_000, startAt };
+  const params = {
+    n: (mib * MiB) / 4,
+    seed,
+    id: { round: 1, step, seq: 0 },
+    timeoutMs: 600_000,
+    startAt,
+    highWaterBytes,
+  };
   const outcomes = await Promise.all(pages.map((p) => p.evaluate((o) => netHarness.allreduce(o), params)));
   const hashes = new Set<string>();
   let end = 0;
@@ -359,7 +371,7 @@ async function main(): Promise<void> {
   if (rows.length > 0) printTrainingRows(rows);
   if (busRows.length > 0) printBusRows(busRows);
   process.stdout.write(
-    `${JSON.stringify({ bench: 'net', at: new Date().toISOString(), chromium: chromiumVersion(), job, rows, allreduce: busRows })}\n`,
+    `${JSON.stringify({ bench: 'net', at: new Date().toISOString(), chromium: chromiumVersion(), job, rows, highWaterBytes, allreduce: busRows })}\n`,
   );
   process.exit(0);
 }

@@ -27,6 +27,7 @@
  * Options: --replay a.err,b.err (print the table and JSON of runs recorded on stderr, see replayRuns)
  *          --profiles broadband,poor  --configs every-step:none,every-step:fp16,local8:fp16,local32:int8
  *          --window 60 (s)  --train 60000 (training images served)  --test 10000
+ *          --events (print the coordinator's event log of each run at its end)
  */
 import { readFileSync } from 'node:fs';
 import { request } from 'node:https';
@@ -263,6 +264,16 @@ async function scenario(
     const t1 = Date.now();
     const rtc1 = await Promise.all(tabs.map((t) => rtcBytesSent(t.page)));
     const end = await scene.api<StatusReport>('/api/status');
+    if (process.argv.includes('--events')) {
+      // Diagnosis: the coordinator's event log since the links were shaped (rounds, failures, time-outs).
+      const { events } = await scene.api<{ events: { at: number; level: string; event: string; data: unknown }[] }>(
+        '/api/admin/events?limit=1000',
+      );
+      for (const e of events.filter((x) => !['step', 'commit', 'heartbeat'].includes(x.event)).slice(-80))
+        process.stderr.write(
+          `  ${new Date(e.at).toISOString().slice(11, 23)} ${e.level} ${e.event} ${JSON.stringify(e.data).slice(0, 240)}\n`,
+        );
+    }
     // The checkpoint is the last commit when the request is accepted: ask before the links go fast again.
     const accepted = await requestCheckpoint(scene, () => shapeAccessLinks(scene, setup));
     const commits = (await commitsFrom((path) => scene.api(path), shaped.step + 1)).filter((c) => c.committedAt <= t1);

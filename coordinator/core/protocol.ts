@@ -293,6 +293,14 @@ export const stateSourceSchema = z.discriminatedUnion('kind', [
     /** Initialise parameters from the job seed (step 0); optimizer state zero. */
     kind: z.literal('fresh'),
   }),
+  z.strictObject({
+    /**
+     * Every participant holds the committed state already (by the coordinator's own record: it reported
+     * that hash at the commit, or became ready on it): nothing is sent. The usual case after a failed
+     * round, where a broadcast would resend the whole state over every ring link for nothing.
+     */
+    kind: z.literal('held'),
+  }),
 ]);
 export type StateSource = z.infer<typeof stateSourceSchema>;
 

@@ -159,6 +159,7 @@ function chooseStateSource(ctx: Ctx, participants: Participant[]): StateSource {
   // Prefer a worker that reported the committed hash itself over one that only synced it in a round.
   const members = s.lastCommit.members ?? [];
   const holders = participants.filter((p) => holdsState(own(s.workers, p.workerId), s.lastCommit));
+  if (holders.length === participants.length) return { kind: 'held' };
   const holder = holders.find((p) => members.includes(p.workerId)) ?? holders[0];
   if (holder) return { kind: 'peer', rank: holder.rank };
   const checkpoint = latestCheckpoint(s);

@@ -122,6 +122,21 @@ describe('planSync', () => {
     ],
     ['root does not hold it', round({ kind: 'peer', rank: 0 }), 0, held([8, 'cc'], [6, 'bb']), { kind: 'impossible' }],
     ['receiver', round({ kind: 'peer', rank: 1 }), 0, held(null, null), { kind: 'receive', root: 1 }],
+    ['everyone holds it: live', round({ kind: 'held' }), 1, held([7, 'aa'], [6, 'bb']), { kind: 'local', use: 'live' }],
+    [
+      'everyone holds it: the backup behind a reported step',
+      round({ kind: 'held' }),
+      0,
+      held([8, 'cc'], [7, 'aa']),
+      { kind: 'local', use: 'backup' },
+    ],
+    [
+      'counted as holding it but does not',
+      round({ kind: 'held' }),
+      0,
+      held([8, 'cc'], [6, 'aa']),
+      { kind: 'impossible' },
+    ],
     [
       'receiver that holds it still receives (the ring forwards through it)',
       round({ kind: 'peer', rank: 1 }),

@@ -171,7 +171,8 @@ describe('local sync mode (simulated tabs, real coordinator machine)', () => {
     expect(commits.at(-1)!.step).toBe(TOTAL_STEPS);
     // The survivors hold the last committed state, hash-agreed.
     for (const t of [c, d]) expect(await t.trainer.hash()).toBe(commits.at(-1)!.hash);
-    expect(d.loop.status.lastSync).toBe('receive');
+    // After the crash both survivors held the committed state: the last round synced from their own.
+    expect(d.loop.status.lastSync).toBe('local');
   });
 
   it('a coordinator restart inside an outer step: the outer step in flight is redone, nothing twice', {

@@ -177,7 +177,8 @@ const cases: [string, () => void][] = [
       expect(h.state.lastCommit.step).toBe(2);
       // The survivors re-form at once: no last-call window when re-forming after a closed round.
       expect(h.members()).toEqual(['a', 'c']);
-      expect(h.received('c', 'round').pop()).toMatchObject({ round: 2, step: 3, stateFrom: { kind: 'peer', rank: 0 } });
+      // Both survivors hold the committed state: nothing is broadcast.
+      expect(h.received('c', 'round').pop()).toMatchObject({ round: 2, step: 3, stateFrom: { kind: 'held' } });
       h.train(2);
     },
   ],
@@ -388,7 +389,7 @@ const cases: [string, () => void][] = [
       h.apply({ kind: 'admin', action: { type: 'resume' } });
       expect(h.state.rendezvous.phase).toBe('syncing'); // four enrolled ≥ maxWorkers 3: at once
       expect(h.members()).toEqual(['a', 'b', 'c']);
-      expect(h.received('a', 'round').pop()).toMatchObject({ step: 3, stateFrom: { kind: 'peer', rank: 0 } });
+      expect(h.received('a', 'round').pop()).toMatchObject({ step: 3, stateFrom: { kind: 'held' } });
     },
   ],
   [

@@ -107,6 +107,13 @@ export function planSync(
       return have
         ? { kind: 'local', use: have }
         : { kind: 'checkpoint', url: from.url, sha256: from.sha256, step: from.step };
+    case 'held':
+      return have
+        ? { kind: 'local', use: have }
+        : {
+            kind: 'impossible',
+            reason: `the coordinator counts this tab as holding step ${wanted.step} (${wanted.hash}) but it holds ${describe(held)}`,
+          };
     case 'peer':
       if (from.rank === rank) {
         return have
