@@ -72,7 +72,7 @@ export function addTrustFlags(command: Command): Command {
     )
     .option(
       '--ready-timeout-ms <ms>',
-      `drop round members not ready after this long plus the state's transfer at 1 Mbit/s, without a restart (default ${DEFAULT_TRUST_POLICY.readyTimeoutMs})`,
+      `drop round members not ready after this long (plus the state's transfer at 1 Mbit/s when the sync sends it), without a restart (default ${DEFAULT_TRUST_POLICY.readyTimeoutMs})`,
       integer(100, 86_400_000),
     )
     .option(

@@ -9,6 +9,7 @@
  * mobile link; below that a volunteer is not expected to help an every-step job (local steps: docs/local-steps.md).
  */
 import { type ModelSpec, parameterLayout } from './model-spec';
+import type { StateSource } from './protocol';
 
 export const FLOOR_RATE_BITS_PER_S = 1e6;
 
@@ -28,4 +29,21 @@ export function stateBytes(model: ModelSpec): number {
  */
 export function stateSyncAllowanceMs(model: ModelSpec, worldSize: number): number {
   return Math.round(Math.max(0, worldSize - 1) * floorTransferMs(stateBytes(model)));
+}
+
+/**
+ * Extra time before a round's ready deadline for the state transfer its sync needs: none for a fresh
+ * start or when every member holds the state (`held`: nothing is sent, and a staller gains nothing), one
+ * transfer for a checkpoint download, the ring's store-and-forward for a broadcast from a peer.
+ */
+export function readyAllowanceMs(stateFrom: StateSource, model: ModelSpec, worldSize: number): number {
+  switch (stateFrom.kind) {
+    case 'fresh':
+    case 'held':
+      return 0;
+    case 'checkpoint':
+      return Math.round(floorTransferMs(stateBytes(model)));
+    case 'peer':
+      return stateSyncAllowanceMs(model, worldSize);
+  }
 }

@@ -28,7 +28,7 @@ import {
   type Ctx,
 } from './context';
 import { checkpointPath, CloseCode, type CloseReason, type StateSource, type WaitReason } from './protocol';
-import { stateSyncAllowanceMs } from './link-floor';
+import { readyAllowanceMs } from './link-floor';
 import { emptyRecord, epochOrder, rollbackTo } from './sampler';
 import { chargeIn, bannedUntil, culpritOf, refuseConnIn, type Culprit } from './penalties';
 import { verificationTickIn } from './verification';
@@ -202,7 +202,7 @@ export function openRoundIn(ctx: Ctx): void {
   rv.baseStep = s.lastCommit.step;
   rv.roundCommits = 0;
   // A member on a slow link may have the whole state to receive first (core/link-floor.ts).
-  rv.readyDeadline = ctx.now + s.policy.readyTimeoutMs + stateSyncAllowanceMs(s.job.model, participants.length);
+  rv.readyDeadline = ctx.now + s.policy.readyTimeoutMs + readyAllowanceMs(stateFrom, s.job.model, participants.length);
   rv.stepStartedAt = null;
   s.pending = {};
   metric(ctx, 'tabswarm_rounds_total');

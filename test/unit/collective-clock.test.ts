@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { floorTransferMs, stateBytes, stateSyncAllowanceMs } from '../../coordinator/core/link-floor';
+import { floorTransferMs, readyAllowanceMs, stateBytes, stateSyncAllowanceMs } from '../../coordinator/core/link-floor';
 import { MLP_SPEC, parameterLayout } from '../../coordinator/core/model-spec';
 import { CollectiveClock, HISTORY, MAX_DOUBLINGS, MAX_LIMIT_MS, SLACK } from '../../web/elastic/collective-clock';
 
@@ -12,6 +12,15 @@ describe('link floor', () => {
     // Store and forward: world − 1 transfers; a world of one receives nothing.
     expect(stateSyncAllowanceMs(MLP_SPEC, 1)).toBe(0);
     expect(stateSyncAllowanceMs(MLP_SPEC, 3)).toBe(Math.round((2 * elements * 12 * 8) / 1000));
+  });
+
+  it("gives a round's ready deadline only the transfer its sync needs", () => {
+    const one = Math.round(floorTransferMs(stateBytes(MLP_SPEC)));
+    expect(readyAllowanceMs({ kind: 'fresh' }, MLP_SPEC, 8)).toBe(0);
+    expect(readyAllowanceMs({ kind: 'held' }, MLP_SPEC, 8)).toBe(0);
+    const checkpoint = { kind: 'checkpoint' as const, step: 4, url: '/api/checkpoints/r/4', sha256: 'ab'.repeat(32) };
+    expect(readyAllowanceMs(checkpoint, MLP_SPEC, 8)).toBe(one);
+    expect(readyAllowanceMs({ kind: 'peer', rank: 0 }, MLP_SPEC, 3)).toBe(stateSyncAllowanceMs(MLP_SPEC, 3));
   });
 });
 

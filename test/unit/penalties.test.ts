@@ -12,7 +12,7 @@ import {
   restoreState,
   type TrustPolicy,
 } from '../../coordinator/core/machine';
-import { stateSyncAllowanceMs } from '../../coordinator/core/link-floor';
+import { readyAllowanceMs } from '../../coordinator/core/link-floor';
 import { TINY_MLP_SPEC } from '../../coordinator/core/model-spec';
 import { coolOffFor } from '../../coordinator/core/penalties';
 import { CloseCode, idSchema, parseClientMessage } from '../../coordinator/core/protocol';
@@ -226,10 +226,11 @@ describe('the ready deadline', () => {
     expect(h.state.rendezvous.phase).toBe('syncing');
     h.join('honest', { addr: HONEST_A });
     expect(h.received('honest', 'wait').pop()).toMatchObject({ reason: 'full' });
-    // Heartbeats keep them alive, but they never say ready. The deadline is the policy's plus the time
-    // the state takes around a ring of 8 at the floor rate (core/link-floor.ts): a slow link is not a staller.
-    const deadline = POLICY.readyTimeoutMs + stateSyncAllowanceMs(TINY_MLP_SPEC, 8);
-    expect(deadline).toBeGreaterThan(POLICY.readyTimeoutMs);
+    // Heartbeats keep them alive, but they never say ready. A fresh start sends no state, so the deadline
+    // is the policy's alone (no slow-link allowance for stallers to hide behind, core/link-floor.ts).
+    expect(h.received('hb0', 'round').pop()!.stateFrom).toEqual({ kind: 'fresh' });
+    const deadline = POLICY.readyTimeoutMs + readyAllowanceMs({ kind: 'fresh' }, TINY_MLP_SPEC, 8);
+    expect(deadline).toBe(POLICY.readyTimeoutMs);
     for (let t = 0; t < deadline; t += 500) {
       if (t + 500 >= deadline) expect(h.metricCount('tabswarm_ready_timeouts_total')).toBe(0);
       for (let i = 0; i < 8; i++) {
