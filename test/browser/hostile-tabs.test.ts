@@ -190,7 +190,11 @@ describe.skipIf(skip)('a hostile tab among three honest ones', () => {
       await statusUntil(c, (s, step) => s.step >= step + 2, 'two more commits', status.step, 10_000);
     }
     await expectCleanAudit(c, status.status === 'done' ? { committed: TRAIN_IMAGES } : {});
-    expect(swarm.problems()).toEqual([]);
+    // A ban and rollback drop the checkpoint and spot-check grants of the steps they undo; an honest tab whose
+    // upload was already on its way is answered 409 (no longer wanted), and Chromium logs any 4xx response as a
+    // console error. That is the protocol refusing a stale upload, not harm; every other page error counts.
+    const stale = /Failed to load resource: the server responded with a status of 409 \(Conflict\)/;
+    expect(swarm.problems().filter((p) => !stale.test(p))).toEqual([]);
   }
 
   /** Largest relative difference of the committed losses from the clean run's, over `steps`. */
