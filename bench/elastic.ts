@@ -55,7 +55,7 @@ import { FASHION_MNIST_DIR, launchChromium } from '../test/support/browser';
 import { mulberry32 } from '../test/support/rng';
 import { CoordinatorProcess, REPO_ROOT, TEST_ADMIN_TOKEN } from '../test/support/coordinator-process';
 import { writeFakeIdxDataset } from '../test/support/fake-dataset';
-import { rawThroughput } from '../test/support/net-harness-client';
+import { allreduceFromCommonStart, rawThroughput } from '../test/support/net-harness-client';
 import { startPeerServer } from '../test/support/peer-server';
 import { Swarm, type SwarmTab } from '../test/support/swarm';
 import type { ElasticStatus } from '../web/elastic/elastic-loop';
@@ -275,27 +275,18 @@ async function timeAllreduce(
   step: number,
   frameBytes: number,
 ): Promise<number> {
-  const startAt = now() + 300;
-  const params = {
-    n,
-    seed,
-    id: { round: 1, step, seq: 0 },
-    timeoutMs: 300_000,
-    chunkElements: chunkElementsFor(frameBytes, compression),
-    compression,
-    highWaterBytes,
-    startAt,
-  };
-  const outcomes = await Promise.all(members.map((t) => t.page.evaluate((p) => netHarness.allreduce(p), params)));
-  const hashes = new Set<string>();
-  let end = 0;
-  for (const o of outcomes) {
-    if (!o.ok) throw new Error(`allreduce failed: ${o.error.kind} ${o.error.message}`);
-    hashes.add(o.hash);
-    end = Math.max(end, o.endAt);
-  }
-  if (hashes.size !== 1) throw new Error(`ranks disagree on the result: ${[...hashes].join(' ')}`);
-  return end - startAt;
+  return allreduceFromCommonStart(
+    members.map((t) => t.page),
+    {
+      n,
+      seed,
+      id: { round: 1, step, seq: 0 },
+      timeoutMs: 300_000,
+      chunkElements: chunkElementsFor(frameBytes, compression),
+      compression,
+      highWaterBytes,
+    },
+  );
 }
 
 const allreduceKey = (tabCount: number, mib: number, f: number) => `${tabCount}/${mib}/${f}`;

@@ -36,6 +36,7 @@ import { COORDINATOR_PORT, Scene } from '../coordinator/netbed/scene';
 import { PEER_PATH } from '../coordinator/peer-signaling';
 import type { NetHarness } from '../test/browser/pages/net-harness';
 import { buildHarnessSite, NET_HARNESS_PATH } from '../test/support/harness-site';
+import { allreduceFromCommonStart } from '../test/support/net-harness-client';
 import { DEFAULT_HIGH_WATER_BYTES } from '../web/net/paced-sender';
 import { ringAllreduceBusBytes } from '../web/net/ring-allreduce';
 import { writeDatasetSlice } from '../test/support/small-dataset';
@@ -107,6 +108,17 @@ interface Row {
   auditOk: boolean;
 }
 
+/** A scene of `homes` homes behind endpoint-independent NATs on `link`, relay-only ICE in `relay` mode. */
+function startScene(link: LinkProfile, mode: string, homes: number, dataset: string, distDir: string): Promise<Scene> {
+  return Scene.start({
+    homes: Array.from({ length: homes }, () => ({ nat: 'endpoint-independent' as const, link })),
+    job,
+    datasetDir: dataset,
+    distDir,
+    relayOnly: mode === 'relay',
+  });
+}
+
 async function recovery(scene: Scene, fault: () => Promise<void>): Promise<number> {
   const before = await scene.api<StatusReport>('/api/status');
   const t0 = performance.now();
@@ -128,13 +140,7 @@ async function scenario(
   dataset: string,
 ): Promise<Row> {
   const link = PROFILES[profile];
-  const scene = await Scene.start({
-    homes: Array.from({ length: tabs + 1 }, () => ({ nat: 'endpoint-independent' as const, link })),
-    job,
-    datasetDir: dataset,
-    distDir: WEB_BUILD_DIR,
-    relayOnly: mode === 'relay',
-  });
+  const scene = await startScene(link, mode, tabs + 1, dataset, WEB_BUILD_DIR);
   try {
     const goodputMbit = await linkGoodput(scene);
     const open = await Promise.all(Array.from({ length: tabs }, (_, i) => scene.openTab(i, { testSubset: '0' })));
@@ -184,16 +190,9 @@ async function scenario(
       (await page.context().newCDPSession(page)).send('Page.crash').catch(() => undefined);
       await crashed;
     });
-    if (process.argv.includes('--events')) {
-      // Diagnosis: the coordinator's event log around the faults (what the recovery waited for).
-      const { events } = await scene.api<{ events: { at: number; level: string; event: string; data: unknown }[] }>(
-        '/api/admin/events?limit=1000',
-      );
-      for (const e of events.filter((x) => !['step', 'commit', 'heartbeat'].includes(x.event)).slice(-60))
-        process.stderr.write(
-          `  ${new Date(e.at).toISOString().slice(11, 23)} ${e.level} ${e.event} ${JSON.stringify(e.data).slice(0, 200)}\n`,
-        );
-    }
+    // Diagnosis: the coordinator's event log around the faults (what the recovery waited for).
+    if (process.argv.includes('--events'))
+      for (const line of await scene.eventLines(60)) process.stderr.write(`  ${line}\n`);
     const final = await scene.api<StatusReport>('/api/status');
     const audit = await scene.api<{ ok: boolean }>('/api/audit');
     const rtt = rttMs ?? 4 * link.delayMs;
@@ -233,29 +232,10 @@ interface BusRow {
   ofGoodput: number;
 }
 
-const wallNow = () => performance.timeOrigin + performance.now();
-
 /** One allreduce of `mib` MiB on every rank from a common instant; ms to the last finish (ranks must agree). */
-async function timeAllreduce(pages: Page[], mib: number, seed: number, step: number): Promise<number> {
-  const startAt = wallNow() + 500;
-  const params = {
-    n: (mib * MiB) / 4,
-    seed,
-    id: { round: 1, step, seq: 0 },
-    timeoutMs: 600_000,
-    startAt,
-    highWaterBytes,
-  };
-  const outcomes = await Promise.all(pages.map((p) => p.evaluate((o) => netHarness.allreduce(o), params)));
-  const hashes = new Set<string>();
-  let end = 0;
-  for (const o of outcomes) {
-    if (!o.ok) throw new Error(`allreduce failed: ${o.error.kind} ${o.error.message}`);
-    hashes.add(o.hash);
-    end = Math.max(end, o.endAt);
-  }
-  if (hashes.size !== 1) throw new Error(`ranks disagree on the allreduce result: ${[...hashes].join(' ')}`);
-  return end - startAt;
+function timeAllreduce(pages: Page[], mib: number, seed: number, step: number): Promise<number> {
+  const params = { n: (mib * MiB) / 4, seed, id: { round: 1, step, seq: 0 }, timeoutMs: 600_000, highWaterBytes };
+  return allreduceFromCommonStart(pages, params, 500);
 }
 
 /** Allreduce bus bandwidth on the bed for one profile and mode, `repeat` runs per size, sizes interleaved. */
@@ -269,13 +249,7 @@ async function allreduceScenario(
   site: string,
 ): Promise<BusRow[]> {
   const link = PROFILES[profile];
-  const scene = await Scene.start({
-    homes: Array.from({ length: tabs }, () => ({ nat: 'endpoint-independent' as const, link })),
-    job,
-    datasetDir: dataset,
-    distDir: site,
-    relayOnly: mode === 'relay',
-  });
+  const scene = await startScene(link, mode, tabs, dataset, site);
   try {
     const goodputMbit = await linkGoodput(scene);
     const run = Math.floor(Math.random() * 1e9).toString(36);

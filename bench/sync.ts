@@ -264,16 +264,9 @@ async function scenario(
     const t1 = Date.now();
     const rtc1 = await Promise.all(tabs.map((t) => rtcBytesSent(t.page)));
     const end = await scene.api<StatusReport>('/api/status');
-    if (process.argv.includes('--events')) {
-      // Diagnosis: the coordinator's event log since the links were shaped (rounds, failures, time-outs).
-      const { events } = await scene.api<{ events: { at: number; level: string; event: string; data: unknown }[] }>(
-        '/api/admin/events?limit=1000',
-      );
-      for (const e of events.filter((x) => !['step', 'commit', 'heartbeat'].includes(x.event)).slice(-80))
-        process.stderr.write(
-          `  ${new Date(e.at).toISOString().slice(11, 23)} ${e.level} ${e.event} ${JSON.stringify(e.data).slice(0, 240)}\n`,
-        );
-    }
+    // Diagnosis: the coordinator's event log since the links were shaped (rounds, failures, time-outs).
+    if (process.argv.includes('--events'))
+      for (const line of await scene.eventLines(80)) process.stderr.write(`  ${line}\n`);
     // The checkpoint is the last commit when the request is accepted: ask before the links go fast again.
     const accepted = await requestCheckpoint(scene, () => shapeAccessLinks(scene, setup));
     const commits = (await commitsFrom((path) => scene.api(path), shaped.step + 1)).filter((c) => c.committedAt <= t1);

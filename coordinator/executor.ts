@@ -12,10 +12,10 @@
  * before sending anything that depends on it and reports a fatal error (the process exits; a restart
  * resumes from the last transaction that did commit).
  */
-import { sameSecret } from './http-util';
 import { randomBytes } from 'node:crypto';
 import { type Action, type CoordinatorState, type Event, handle, nextDeadline, type Transition } from './core/machine';
 import type { ServerMessage } from './core/protocol';
+import { sameSecret } from './http-util';
 import type { CoordinatorMetrics } from './server-metrics';
 import type { Store, StoreOp } from './store';
 

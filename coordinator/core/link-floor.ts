@@ -23,6 +23,11 @@ export function stateBytes(model: ModelSpec): number {
   return parameterLayout(model).totalElements * 4 * 3;
 }
 
+/** Milliseconds one transfer of the training state takes at the floor rate (a checkpoint download). */
+export function stateTransferMs(model: ModelSpec): number {
+  return Math.round(floorTransferMs(stateBytes(model)));
+}
+
 /**
  * Extra time for a round's state sync: the state forwarded around the ring from its holder, store and
  * forward, so up to `worldSize − 1` transfers one after another at the floor rate.
@@ -42,7 +47,7 @@ export function readyAllowanceMs(stateFrom: StateSource, model: ModelSpec, world
     case 'held':
       return 0;
     case 'checkpoint':
-      return Math.round(floorTransferMs(stateBytes(model)));
+      return stateTransferMs(model);
     case 'peer':
       return stateSyncAllowanceMs(model, worldSize);
   }

@@ -221,6 +221,23 @@ export class Scene {
     throw new NetbedError(`never ${what}; last status: ${JSON.stringify(last)}\n${this.output.slice(-2000)}`);
   }
 
+  /**
+   * The newest `count` lines of the coordinator's event log without the per-step ones (step, commit,
+   * heartbeat): rounds, failures, time-outs, charges — what a bench prints to show what a run waited for.
+   */
+  async eventLines(count: number): Promise<string[]> {
+    const { events } = await this.api<{ events: { at: number; level: string; event: string; data: unknown }[] }>(
+      '/api/admin/events?limit=1000',
+    );
+    return events
+      .filter((e) => !['step', 'commit', 'heartbeat'].includes(e.event))
+      .slice(-count)
+      .map(
+        (e) =>
+          `${new Date(e.at).toISOString().slice(11, 23)} ${e.level} ${e.event} ${JSON.stringify(e.data).slice(0, 240)}`,
+      );
+  }
+
   /** GET (or POST with `body`) a coordinator API path, over HTTPS verified against the test CA. */
   api<T = unknown>(path: string, body?: unknown): Promise<T> {
     if (!this.ca) throw new NetbedError('the coordinator has not started');

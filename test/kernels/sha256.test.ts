@@ -1,23 +1,12 @@
 import { Buffer } from 'node:buffer';
-import { createHash, randomFillSync } from 'node:crypto';
+import { randomFillSync } from 'node:crypto';
 import { describe, expect, it } from 'vitest';
 import { chunkDigests, HASH_CHUNK_BYTES } from '../../coordinator/core/hash';
 import { chunkCount, chunkSha256 } from '../../kernels/sha256';
 import { createTensor, readBuffer, submitCalls, tensorView, type Gpu } from '../../kernels/runtime';
 import { nodeGpu, withValidation } from '../support/node-gpu';
 import { mulberry32 } from '../support/rng';
-
-/** The reference: node:crypto (OpenSSL) SHA-256 of each chunk, concatenated. */
-function opensslChunks(bytes: Uint8Array, chunkBytes: number): Buffer {
-  const out: Buffer[] = [];
-  for (let at = 0; at < bytes.length; at += chunkBytes)
-    out.push(
-      createHash('sha256')
-        .update(bytes.subarray(at, at + chunkBytes))
-        .digest(),
-    );
-  return Buffer.concat(out);
-}
+import { chunkDigestsReference } from '../support/tree-hash-reference';
 
 function seededBytes(n: number, seed: number): Uint8Array {
   const rand = mulberry32(seed);
@@ -48,7 +37,7 @@ describe('chunkSha256 (kernels/sha256.wgsl)', () => {
       const bytes = seededBytes(n, n + 1);
       const got = await gpuChunks(gpu, bytes, C);
       expect(got.length).toBe(Math.ceil(n / C) * 32);
-      expect(got.toString('hex')).toBe(opensslChunks(bytes, C).toString('hex'));
+      expect(got.toString('hex')).toBe(chunkDigestsReference(bytes, C).toString('hex'));
       expect(got.equals(Buffer.from(chunkDigests(bytes)))).toBe(true);
     },
   );
@@ -59,7 +48,7 @@ describe('chunkSha256 (kernels/sha256.wgsl)', () => {
     for (let n = 128; n <= 256; n += 4) {
       const bytes = seededBytes(n, n);
       expect((await gpuChunks(gpu, bytes, 128)).toString('hex'), `n=${n}`).toBe(
-        opensslChunks(bytes, 128).toString('hex'),
+        chunkDigestsReference(bytes, 128).toString('hex'),
       );
     }
   });
@@ -79,7 +68,7 @@ describe('chunkSha256 (kernels/sha256.wgsl)', () => {
     await withValidation(gpu, () => submitCalls(gpu, [chunkSha256(gpu, { data, digests }, dims).call]));
     const got = Buffer.from(await readBuffer(gpu, digests.buffer, chunkCount(dims) * 32));
     expect(chunkCount(dims)).toBe(801);
-    expect(got.equals(opensslChunks(bytes, C))).toBe(true);
+    expect(got.equals(chunkDigestsReference(bytes, C))).toBe(true);
     base.buffer.destroy();
     digests.buffer.destroy();
   });
@@ -92,17 +81,17 @@ describe('chunkSha256 (kernels/sha256.wgsl)', () => {
     const kernel = chunkSha256(gpu, { data, digests }, { byteLength: 2 * C, chunkBytes: C });
     await withValidation(gpu, async () => {
       submitCalls(gpu, [kernel.call]);
-      expect(Buffer.from(await readBuffer(gpu, digests.buffer, 64)).equals(opensslChunks(bytes, C))).toBe(true);
+      expect(Buffer.from(await readBuffer(gpu, digests.buffer, 64)).equals(chunkDigestsReference(bytes, C))).toBe(true);
       // One flipped bit in the second chunk changes only the second digest.
       bytes[C + 7] ^= 0x10;
       gpu.device.queue.writeBuffer(data.buffer, 0, bytes.buffer as ArrayBuffer);
       submitCalls(gpu, [kernel.call]);
       const again = Buffer.from(await readBuffer(gpu, digests.buffer, 64));
-      expect(again.equals(opensslChunks(bytes, C))).toBe(true);
+      expect(again.equals(chunkDigestsReference(bytes, C))).toBe(true);
       kernel.update({ byteLength: C, chunkBytes: C });
       submitCalls(gpu, [kernel.call]);
       expect(
-        Buffer.from(await readBuffer(gpu, digests.buffer, 32)).equals(opensslChunks(bytes.subarray(0, C), C)),
+        Buffer.from(await readBuffer(gpu, digests.buffer, 32)).equals(chunkDigestsReference(bytes.subarray(0, C), C)),
       ).toBe(true);
     });
     expect(() => kernel.update({ byteLength: 6, chunkBytes: C })).toThrow(/not a non-negative multiple of 4/);

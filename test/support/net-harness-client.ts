@@ -1,8 +1,9 @@
 /**
- * The Node side of test/browser/pages/net-harness.ts, shared by the collectives test and bench:elastic.
+ * The Node side of test/browser/pages/net-harness.ts, shared by the collectives test, bench:elastic and
+ * bench:net.
  */
 import type { Page } from 'playwright-core';
-import type { NetHarness } from '../browser/pages/net-harness';
+import type { AllreduceParams, NetHarness } from '../browser/pages/net-harness';
 
 declare const netHarness: NetHarness;
 
@@ -40,4 +41,29 @@ export async function rawThroughput(
   );
   const { endAt } = await receiving;
   return total / MiB / ((endAt - startAt) / 1000);
+}
+
+/**
+ * One allreduce on every page (a formed ring, in any order) from a common start instant `leadMs` from now;
+ * milliseconds from that instant to the last rank's finish. Throws if a rank fails or the ranks' results
+ * differ.
+ */
+export async function allreduceFromCommonStart(
+  pages: readonly Page[],
+  params: Omit<AllreduceParams, 'startAt'>,
+  leadMs = 300,
+): Promise<number> {
+  const startAt = now() + leadMs;
+  const outcomes = await Promise.all(
+    pages.map((p) => p.evaluate((o) => netHarness.allreduce(o), { ...params, startAt })),
+  );
+  const hashes = new Set<string>();
+  let end = 0;
+  for (const o of outcomes) {
+    if (!o.ok) throw new Error(`allreduce failed: ${o.error.kind} ${o.error.message}`);
+    hashes.add(o.hash);
+    end = Math.max(end, o.endAt);
+  }
+  if (hashes.size !== 1) throw new Error(`ranks disagree on the allreduce result: ${[...hashes].join(' ')}`);
+  return end - startAt;
 }

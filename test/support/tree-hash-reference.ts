@@ -12,14 +12,14 @@ const CHUNK = 4096;
 
 const bytesOf = (a: ArrayBufferView) => new Uint8Array(a.buffer, a.byteOffset, a.byteLength);
 
-/** The SHA-256 of each 4 KiB chunk of `bytes`, concatenated. */
-export function chunkDigestsReference(data: ArrayBufferView): Buffer {
+/** The SHA-256 of each chunk of `bytes` (4 KiB, the tree hash's, unless the kernel tests pick another size), concatenated. */
+export function chunkDigestsReference(data: ArrayBufferView, chunkBytes = CHUNK): Buffer {
   const bytes = bytesOf(data);
   const out: Buffer[] = [];
-  for (let at = 0; at < bytes.length; at += CHUNK)
+  for (let at = 0; at < bytes.length; at += chunkBytes)
     out.push(
       createHash('sha256')
-        .update(bytes.subarray(at, at + CHUNK))
+        .update(bytes.subarray(at, at + chunkBytes))
         .digest(),
     );
   return Buffer.concat(out);

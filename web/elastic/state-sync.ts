@@ -6,7 +6,7 @@
  */
 import { hashBytes } from '../../coordinator/core/hash';
 import type { JobPublic } from '../../coordinator/core/job';
-import { stateSyncAllowanceMs } from '../../coordinator/core/link-floor';
+import { stateSyncAllowanceMs, stateTransferMs } from '../../coordinator/core/link-floor';
 import { positionAfter } from '../../coordinator/core/sampler';
 import { broadcastReceive, broadcastSend } from '../net/broadcast';
 import type { Ring } from '../net/link';
@@ -89,7 +89,7 @@ async function fromCheckpoint(
   const bytes = await downloadCheckpoint(ctx.http, plan.url, plan.sha256, {
     signal: session.signal,
     // One transfer of the state, at worst at the floor rate (core/link-floor.ts).
-    timeoutMs: ctx.timeouts.syncMs + stateSyncAllowanceMs(job.model, 2),
+    timeoutMs: ctx.timeouts.syncMs + stateTransferMs(job.model),
     onProgress: (loaded, total) => progress(loaded, total),
   });
   await ctx.keeper.restoreSnapshot(bytes, wanted);

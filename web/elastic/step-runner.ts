@@ -201,7 +201,6 @@ export class StepRunner {
               { id: { round: session.round, step, seq: 0 }, signal, compression: sync.compression },
               // The slowest rank may still have most of its inner steps to take when this one arrives.
               Math.max(this.ctx.timeouts.collectiveMs, (10 + sync.innerSteps) * this.lastComputeMs),
-              wireBytes,
             ),
           );
         });
@@ -306,7 +305,6 @@ export class StepRunner {
       },
       Math.max(this.ctx.timeouts.collectiveMs, 10 * this.lastComputeMs) +
         evaluationAllowanceMs(step, job, computeMs, gradient.samples),
-      ringAllreduceBusBytes(sums.length, session.world.length, job.sync.compression),
     );
     return sums.buffer as ArrayBuffer;
   }
@@ -320,8 +318,8 @@ export class StepRunner {
     data: Float32Array,
     opts: Omit<RingAllreduceOptions, 'timeoutMs'>,
     minimumMs: number,
-    busBytes: number,
   ): Promise<void> {
+    const busBytes = ringAllreduceBusBytes(data.length, ring.size, opts.compression);
     const started = this.ctx.now();
     try {
       await ringAllreduce(ring, data, { ...opts, timeoutMs: this.collectives.limitMs(minimumMs, busBytes) });

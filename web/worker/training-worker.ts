@@ -27,7 +27,7 @@ import { chunkedData } from './chunked-data';
 import { ChunkFetcher, type ChunkProgress, openCache } from '../volunteer/dataset-client';
 import { ElasticSteps, type ApplyOptions, type ApplyResult, type NextIndices } from './elastic-steps';
 import { OuterState } from './outer-step';
-import { paramsHasherFor } from './params-hasher';
+import { paramsHasherFor, readBackParamsHasher } from './params-hasher';
 import { runSolo } from './solo-loop';
 import type {
   AdapterSummary,
@@ -57,6 +57,8 @@ interface Built {
 
 let adapterPromise: Promise<GPUAdapter | null> | undefined;
 let gpu: Gpu | undefined;
+/** Where this worker hashes the parameters, chosen with the device from its adapter (params-hasher.ts). */
+let hasher: ParamsHasher = readBackParamsHasher;
 let deviceLost: string | undefined;
 let dataset: TrainingData | undefined;
 let built: Built | undefined;
@@ -119,6 +121,7 @@ async function device(): Promise<Gpu> {
     console.error(`tabswarm worker: WebGPU error: ${(e as GPUUncapturedErrorEvent).error.message}`);
   });
   gpu = createGpu(dev);
+  hasher = paramsHasherFor(summarize(adapter));
   return gpu;
 }
 
@@ -231,9 +234,6 @@ const api = {
     built?.state.destroy();
     built?.model.destroy();
     built = undefined;
-    const adapter = await requestAdapter();
-    if (!adapter) throw new Error('no WebGPU adapter');
-    const hasher = paramsHasherFor(summarize(adapter));
     const model = createModel(g, spec, layout, { maxBatch: opts.maxBatch, optimizer: opts.optimizer, seed: opts.seed });
     const state = createTrainingState(model, hasher);
     const outer = opts.outer ? new OuterState(opts.outer, layout.totalElements) : null;
