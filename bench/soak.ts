@@ -12,15 +12,17 @@
  *   descendants.
  *
  * It prints steps per minute for every minute of the run, the late/early step-rate ratio (last
- * third of the training time vs the first third), MB per 1,000 steps per process (`growth`:
+ * third of the training time vs the first third), the same ratio with the machine's other load taken
+ * out (`loadAdjustedLateEarly`, from CPU ticks in /proc), MB per 1,000 steps per process (`growth`:
  * median RSS of the last third of the run against the middle third, i.e. after warm-up),
  * samples/s of each configuration over solo's, a table, and one JSON line starting `{"bench":"soak"`.
  *
- *   npm run bench:soak -- --minutes 4 --configs solo,1,2,3
+ *   npm run bench:soak -- --minutes 4 --configs solo,1,2,3 [--nice -10] [--timeline]
  *
  * The machine's other load shows up in the numbers; the ratios within one run are what to compare.
  */
 import { readdirSync, readFileSync } from 'node:fs';
+import { getPriority, setPriority } from 'node:os';
 import { resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { Browser, Page } from 'playwright-core';
@@ -39,6 +41,18 @@ export interface SoakOptions {
   dataset: string;
   /** The built web app the coordinator serves (default dist/); another build compares two versions. */
   dist: string | null;
+  /** Print every sample's steps and other load (`timeline`) after each configuration. */
+  timeline?: boolean;
+  /**
+   * Nice value for the run's processes (coordinator, Chromium): they inherit it from this process,
+   * which holds it for the configuration and then returns to its own, and the sampler puts back any a
+   * process changed (`reniceDescendants`). Below 0 needs root; without
+   * the permission the run goes on at the inherited priority and says so. A run that hands every
+   * step between four processes loses far more than its fair share to a busy loop at the same
+   * priority (one tab, 2 cores, two busy loops: 12× slower, where the CPU left free was 7× less), so
+   * the soak test asks for −10 where it may: it measures tabswarm's decay, not the machine's other jobs.
+   */
+  nice?: number;
 }
 
 export type Config = { kind: 'solo' } | { kind: 'elastic'; tabs: number };
@@ -51,6 +65,20 @@ export interface Sample {
   coordinatorMb: number;
   renderersMb: number[];
   gpuMb: number;
+  /**
+   * CPU clock ticks (USER_HZ), cumulative: `ours`, this process and every descendant (coordinator,
+   * Chromium and all its processes; reaped children through their parents' cutime/cstime);
+   * `machineBusy` and `machineTotal`, every CPU of the machine from /proc/stat (busy = all but idle
+   * and iowait; steal counts as busy: another guest had the core). Optional: a sample without them
+   * leaves the load-adjusted ratio equal to the wall-clock one.
+   */
+  cpu?: CpuTicks;
+}
+
+export interface CpuTicks {
+  ours: number;
+  machineBusy: number;
+  machineTotal: number;
 }
 
 export interface ConfigResult {
@@ -60,7 +88,15 @@ export interface ConfigResult {
   steps: number;
   samplesPerSec: number;
   stepsPerMinute: number[];
+  /** Steps in the last third of the run over steps in the first third (wall clock). */
   lateEarly: number;
+  /**
+   * The same ratio for steps per CPU tick the rest of the machine left free (`loadAdjustedLateEarly`):
+   * equal to `lateEarly` on a quiet machine, and not fooled by another job's burst in one third.
+   */
+  lateEarlyAdjusted: number;
+  /** Share of the machine's CPU time other processes took in the first and the last third. */
+  othersShare: { early: number; late: number };
   /** MB per 1,000 steps (after warm-up: `growth`). */
   mbPer1kSteps: { coordinator: number; renderers: number[]; gpu: number };
   /** The same growth in MB, over `growthSteps` steps (middle third to last third of the run). */
@@ -108,9 +144,18 @@ function parseOptions(argv: string[]): SoakOptions {
         opts.dist = resolve(value);
         i++;
         break;
+      case '--timeline':
+        opts.timeline = true;
+        break;
+      case '--nice':
+        opts.nice = Number(value);
+        if (!Number.isInteger(opts.nice) || opts.nice < -20 || opts.nice > 19)
+          throw new Error(`--nice ${value}: expected an integer from -20 to 19`);
+        i++;
+        break;
       default:
         throw new Error(
-          `unknown option ${argv[i]} (--minutes M --configs solo,1,2,3 --sample-every S --dataset DIR --dist DIR)`,
+          `unknown option ${argv[i]} (--minutes M --configs solo,1,2,3 --sample-every S --dataset DIR --dist DIR --timeline --nice N)`,
         );
     }
   }
@@ -133,16 +178,24 @@ interface ProcInfo {
   ppid: number;
   cmdline: string;
   rssMb: number;
+  /** utime + stime + cutime + cstime, in USER_HZ ticks. */
+  cpuTicks: number;
+}
+
+/** utime, stime, cutime, cstime: fields 14–17 of /proc/PID/stat, i.e. 11–14 after the state field. */
+function cpuTicksOf(fieldsAfterName: readonly string[]): number {
+  return [11, 12, 13, 14].reduce((sum, i) => sum + Number(fieldsAfterName[i] ?? 0), 0);
 }
 
 function readProc(pid: number): ProcInfo | null {
   try {
     const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
-    const ppid = Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]);
+    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    const ppid = Number(fields[1]);
     const status = readFileSync(`/proc/${pid}/status`, 'utf8');
     const rssKb = Number(/VmRSS:\s+(\d+)/.exec(status)?.[1] ?? 0);
     const cmdline = readFileSync(`/proc/${pid}/cmdline`, 'utf8').replace(/\0/g, ' ');
-    return { pid, ppid, cmdline, rssMb: rssKb / 1024 };
+    return { pid, ppid, cmdline, rssMb: rssKb / 1024, cpuTicks: cpuTicksOf(fields) };
   } catch {
     return null; // exited while we looked
   }
@@ -174,6 +227,7 @@ export function descendants(root: number): ProcInfo[] {
  */
 function rssNow(coordinatorPid: number, ignore: ReadonlySet<number>, tabs: number): Omit<Sample, 't' | 'steps'> {
   const procs = descendants(process.pid);
+  const self = readProc(process.pid);
   const renderers = procs
     .filter((p) => p.cmdline.includes('--type=renderer') && !ignore.has(p.pid))
     .sort((a, b) => b.rssMb - a.rssMb)
@@ -185,7 +239,20 @@ function rssNow(coordinatorPid: number, ignore: ReadonlySet<number>, tabs: numbe
     coordinatorMb: coordinator?.rssMb ?? 0,
     renderersMb: renderers.map((r) => r.rssMb),
     gpuMb: gpu?.rssMb ?? 0,
+    cpu: machineTicks((self?.cpuTicks ?? 0) + procs.reduce((sum, p) => sum + p.cpuTicks, 0)),
   };
+}
+
+/** The machine's CPU ticks from /proc/stat's `cpu` line: user nice system idle iowait irq softirq steal. */
+function machineTicks(ours: number): CpuTicks | undefined {
+  try {
+    const line = readFileSync('/proc/stat', 'utf8').split('\n')[0];
+    const [user, nice, system, idle, iowait, irq, softirq, steal] = line.trim().split(/\s+/).slice(1).map(Number);
+    const busy = user + nice + system + irq + softirq + (steal || 0);
+    return { ours, machineBusy: busy, machineTotal: busy + idle + (iowait || 0) };
+  } catch {
+    return undefined; // not Linux: the wall-clock ratio stands alone
+  }
 }
 
 // ---------------------------------------------------------------- coordinator
@@ -223,6 +290,65 @@ async function readSteps(config: Config, url: string, pages: Page[]): Promise<nu
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 export async function runConfig(config: Config, opts: SoakOptions): Promise<ConfigResult> {
+  return (await runConfigSampled(config, opts)).result;
+}
+
+/** `runConfig`, with the samples behind the result (the soak test prints them when it fails). */
+export async function runConfigSampled(
+  config: Config,
+  opts: SoakOptions,
+): Promise<{ result: ConfigResult; samples: Sample[] }> {
+  const restore = opts.nice === undefined ? null : setOwnNice(opts.nice);
+  try {
+    return await runConfigAtPriority(config, { ...opts, nice: restore === null ? undefined : opts.nice });
+  } finally {
+    if (restore !== null) setOwnNice(restore);
+  }
+}
+
+/**
+ * Sets this process's nice value (children spawned from now on inherit it) and returns the one it
+ * had; on refusal (raising priority needs root) it warns and returns null.
+ */
+function setOwnNice(nice: number): number | null {
+  const before = getPriority();
+  try {
+    setPriority(nice);
+    return before;
+  } catch (err) {
+    console.error(`soak: cannot set nice ${nice} (${(err as Error).message}); running at ${before}`);
+    return null;
+  }
+}
+
+/**
+ * Chromium sets its renderers' nice values itself (0 for a page, 5 for its own UI pages) instead of
+ * keeping the one they inherited, so the sampler sets every descendant's back at each sample. Linux
+ * keeps a nice value per thread (a tab's training worker and SwiftShader's threads are threads of
+ * their processes), so it sets each thread's, from /proc/PID/task.
+ */
+function reniceDescendants(nice: number): void {
+  for (const p of descendants(process.pid)) {
+    let tids: number[];
+    try {
+      tids = readdirSync(`/proc/${p.pid}/task`).map(Number);
+    } catch {
+      continue; // exited while we looked
+    }
+    for (const tid of tids) {
+      try {
+        if (getPriority(tid) !== nice) setPriority(tid, nice);
+      } catch {
+        // exited while we looked
+      }
+    }
+  }
+}
+
+async function runConfigAtPriority(
+  config: Config,
+  opts: SoakOptions,
+): Promise<{ result: ConfigResult; samples: Sample[] }> {
   const name = config.kind === 'solo' ? 'solo' : `elastic ${config.tabs} tab${config.tabs > 1 ? 's' : ''}`;
   const coordinator = await startCoordinator(opts.dataset, 50, opts.dist);
   let browser: Browser | null = null;
@@ -244,7 +370,7 @@ export async function runConfig(config: Config, opts: SoakOptions): Promise<Conf
       await sleep(250);
     }
     const samples = await sampleRun(config, coordinator, pages, tabs, opts, ignore);
-    return summarise(name, tabs, samples);
+    return { result: summarise(name, tabs, samples), samples };
   } finally {
     await browser?.close().catch(() => undefined);
     await bare?.close().catch(() => undefined);
@@ -260,11 +386,13 @@ async function sampleRun(
   opts: SoakOptions,
   ignore: ReadonlySet<number>,
 ): Promise<Sample[]> {
+  if (opts.nice !== undefined) reniceDescendants(opts.nice);
   const t0 = performance.now();
   const first = await readSteps(config, coordinator.url, pages);
   const samples: Sample[] = [];
   const total = opts.minutes * 60;
   for (let k = 0; ; k++) {
+    if (opts.nice !== undefined) reniceDescendants(opts.nice);
     const t = (performance.now() - t0) / 1000;
     const steps = (await readSteps(config, coordinator.url, pages)) - first;
     samples.push({ t, steps, ...rssNow(coordinator.child.pid!, ignore, tabs) });
@@ -281,15 +409,62 @@ async function sampleRun(
 
 // ---------------------------------------------------------------- statistics (pure)
 
-/** Steps at time t, linearly interpolated between samples. */
-export function stepsAt(samples: readonly Sample[], t: number): number {
-  if (t <= samples[0].t) return samples[0].steps;
+/** `pick` (a cumulative count) at time t, linearly interpolated between samples. */
+function valueAt(samples: readonly Sample[], t: number, pick: (s: Sample) => number): number {
+  if (t <= samples[0].t) return pick(samples[0]);
   for (let i = 1; i < samples.length; i++) {
     const a = samples[i - 1];
     const b = samples[i];
-    if (t <= b.t) return a.steps + ((b.steps - a.steps) * (t - a.t)) / (b.t - a.t || 1);
+    if (t <= b.t) return pick(a) + ((pick(b) - pick(a)) * (t - a.t)) / (b.t - a.t || 1);
   }
-  return samples[samples.length - 1].steps;
+  return pick(samples[samples.length - 1]);
+}
+
+/** Steps at time t, linearly interpolated between samples. */
+export function stepsAt(samples: readonly Sample[], t: number): number {
+  return valueAt(samples, t, (s) => s.steps);
+}
+
+/**
+ * Late/early step rate with the machine's other load taken out. A shared machine (a CI runner, a
+ * laptop compiling something) can take a core away for the last third of a run and halve the wall
+ * step rate of a run that did not slow down at all; the speed defect this guards against (work per
+ * step that grows with the run, or waits that do) needs no other process to show.
+ *
+ * For each third, the CPU the run could have had is the machine's CPU time (every core, the whole
+ * third) less what other processes used (busy ticks that were not ours). The rate is steps per tick
+ * of that, and the ratio is late over early:
+ * - a quiet machine (others ≈ 0 in both thirds) gives the wall-clock ratio exactly, so a run that
+ *   waits longer per step, or computes longer, still fails;
+ * - another job that takes a share x of the machine in the last third only divides the late
+ *   capacity by (1 − x), which is what it cost a CPU-bound run.
+ * Samples without CPU ticks give the wall-clock ratio.
+ */
+export function loadAdjustedLateEarly(samples: readonly Sample[]): {
+  ratio: number;
+  othersEarly: number;
+  othersLate: number;
+} {
+  const end = samples[samples.length - 1].t;
+  const third = end / 3;
+  const window = (a: number, b: number) => {
+    const steps = stepsAt(samples, b) - stepsAt(samples, a);
+    if (!samples.every((s) => s.cpu)) return { steps, free: b - a, others: 0 };
+    const delta = (pick: (c: CpuTicks) => number) =>
+      valueAt(samples, b, (s) => pick(s.cpu!)) - valueAt(samples, a, (s) => pick(s.cpu!));
+    const total = delta((c) => c.machineTotal);
+    const others = Math.max(0, delta((c) => c.machineBusy) - delta((c) => c.ours));
+    if (!(total > 0)) return { steps, free: b - a, others: 0 };
+    return { steps, free: total - others, others: others / total };
+  };
+  const early = window(0, third);
+  const late = window(end - third, end);
+  const rate = (w: { steps: number; free: number }) => (w.free > 0 ? w.steps / w.free : 0);
+  return {
+    ratio: rate(early) > 0 ? rate(late) / rate(early) : 0,
+    othersEarly: early.others,
+    othersLate: late.others,
+  };
 }
 
 const median = (xs: readonly number[]) => {
@@ -327,6 +502,7 @@ export function summarise(name: string, tabs: number, samples: readonly Sample[]
   const third = seconds / 3;
   const early = stepsAt(samples, third) - stepsAt(samples, 0);
   const late = stepsAt(samples, seconds) - stepsAt(samples, seconds - third);
+  const load = loadAdjustedLateEarly(samples);
   const per1k = (pick: (s: Sample) => number) => growth(samples, pick).per1k;
   const mb = (pick: (s: Sample) => number) => round1(growth(samples, pick).mb);
   const rendererCount = Math.min(...samples.map((s) => s.renderersMb.length));
@@ -344,6 +520,8 @@ export function summarise(name: string, tabs: number, samples: readonly Sample[]
     samplesPerSec: round1((last.steps * GLOBAL_BATCH) / seconds),
     stepsPerMinute: stepsPerMinute.map(Math.round),
     lateEarly: early > 0 ? round3(late / early) : 0,
+    lateEarlyAdjusted: round3(load.ratio),
+    othersShare: { early: round3(load.othersEarly), late: round3(load.othersLate) },
     mbPer1kSteps: {
       coordinator: round3(per1k((s) => s.coordinatorMb)),
       renderers: rendererIdx.map((i) => round3(per1k((s) => s.renderersMb[i] ?? 0))),
@@ -358,6 +536,25 @@ export function summarise(name: string, tabs: number, samples: readonly Sample[]
     rssStartMb: rss(samples[0]),
     rssEndMb: rss(last),
   };
+}
+
+/**
+ * One line per sample for a reader hunting a slow stretch: seconds, steps since the last sample, and
+ * the share of the machine other processes took since then (when the sample has CPU ticks).
+ */
+export function timeline(samples: readonly Sample[]): string {
+  return samples
+    .slice(1)
+    .map((s, i) => {
+      const a = samples[i];
+      const total = s.cpu && a.cpu ? s.cpu.machineTotal - a.cpu.machineTotal : 0;
+      const others =
+        s.cpu && a.cpu && total > 0
+          ? ` others ${Math.round((100 * Math.max(0, s.cpu.machineBusy - a.cpu.machineBusy - (s.cpu.ours - a.cpu.ours))) / total)}%`
+          : '';
+      return `${s.t.toFixed(0)}s +${s.steps - a.steps}${others}`;
+    })
+    .join(', ');
 }
 
 const round1 = (x: number) => Math.round(x * 10) / 10;
@@ -378,6 +575,8 @@ function printTable(results: readonly ConfigResult[]): void {
     '/solo',
     '/1 tab',
     'late/early',
+    'adjusted',
+    'others',
     'MB/1k coord',
     'MB/1k renderer',
     'MB/1k gpu',
@@ -389,6 +588,8 @@ function printTable(results: readonly ConfigResult[]): void {
     solo ? (r.samplesPerSec / solo.samplesPerSec).toFixed(2) : '-',
     one ? (r.samplesPerSec / one.samplesPerSec).toFixed(2) : '-',
     r.lateEarly.toFixed(2),
+    r.lateEarlyAdjusted.toFixed(2),
+    `${Math.round(100 * r.othersShare.early)}/${Math.round(100 * r.othersShare.late)}%`,
     r.name === 'solo' ? '-' : r.mbPer1kSteps.coordinator.toFixed(2),
     r.mbPer1kSteps.renderers.map((x) => x.toFixed(2)).join(' '),
     r.mbPer1kSteps.gpu.toFixed(2),
@@ -409,7 +610,9 @@ async function main(): Promise<void> {
   const results: ConfigResult[] = [];
   for (const config of opts.configs) {
     console.error(`soak: ${config.kind === 'solo' ? 'solo' : `elastic, ${config.tabs} tab(s)`}, ${opts.minutes} min`);
-    results.push(await runConfig(config, opts));
+    const { result, samples } = await runConfigSampled(config, opts);
+    if (opts.timeline) console.error(`  ${result.name}: ${timeline(samples)}`);
+    results.push(result);
   }
   printTable(results);
   const solo = results.find((r) => r.name === 'solo');

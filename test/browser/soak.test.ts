@@ -38,10 +38,20 @@
  * load average ~12), and the after-fix bench:soak figure is in bench/RESULTS.md. A return of that
  * retention (or any other 2.8 MB kept per checkpoint) is 56 MB per 1,000 steps: above the bound.
  *
+ * The step rate is the one the machine let the run have (`loadAdjustedLateEarly`): steps per CPU tick
+ * that other processes left free, late third over early third. On a quiet machine that is the
+ * wall-clock ratio; on a shared one (a CI runner) another job's burst in one third does not count
+ * against the run. CI failed this test once on the wall-clock ratio alone: 0.78, a run whose
+ * minutes were 799 and 732 steps, where the quiet runs here gave 1.05 and the 10-minute soak 1.07.
+ * Measured here with two busy loops taking over both cores for the last 30 s of a 2.5-minute run:
+ * wall-clock 0.36 and adjusted 0.84 at the run's own priority; with the run's processes and threads
+ * at nice −10 (which the test asks for when it may, i.e. as root, as CI runs), wall-clock 0.58 and
+ * adjusted 0.96. A run whose per-step work or waits grow shows the same drop in both figures.
+ *
  * Takes about 3 minutes (2.5 of training plus start-up).
  */
 import { describe, expect, it } from 'vitest';
-import { runConfig } from '../../bench/soak';
+import { runConfigSampled, timeline } from '../../bench/soak';
 import {
   FASHION_MNIST_DIR,
   skipWithoutChromium,
@@ -54,21 +64,31 @@ const MINUTES = Number(process.env.TABSWARM_SOAK_MINUTES ?? 2.5);
 const MIN_LATE_EARLY = 0.85;
 const MAX_MB_PER_1K_STEPS = 40;
 const NOISE_FLOOR_MB = 10;
+/** The run's nice value where raising priority is allowed (root); elsewhere its inherited one. */
+const NICE = process.getuid?.() === 0 ? -10 : undefined;
 
 const skip = skipWithoutChromium() || skipWithoutFashionMnist() || skipWithoutWebBuild();
 
 describe.skipIf(skip)('soak: one elastic tab keeps its speed and its memory', () => {
   it(
-    `trains ${MINUTES} min with late/early ≥ ${MIN_LATE_EARLY} and ≤ ${MAX_MB_PER_1K_STEPS} MB per 1,000 steps`,
+    `trains ${MINUTES} min with late/early ≥ ${MIN_LATE_EARLY} (other load taken out) and ≤ ${MAX_MB_PER_1K_STEPS} MB per 1,000 steps`,
     async () => {
-      const r = await runConfig(
+      const { result: r, samples } = await runConfigSampled(
         { kind: 'elastic', tabs: 1 },
-        { minutes: MINUTES, configs: [], sampleEverySec: 5, dataset: FASHION_MNIST_DIR, dist: WEB_BUILD_DIR },
+        {
+          minutes: MINUTES,
+          configs: [],
+          sampleEverySec: 5,
+          dataset: FASHION_MNIST_DIR,
+          dist: WEB_BUILD_DIR,
+          nice: NICE,
+        },
       );
       console.log(`soak: ${JSON.stringify(r)}`);
+      console.log(`soak timeline (s, steps since the last sample, other processes' share): ${timeline(samples)}`);
       // It trained at all (1,744 steps in 2.5 min in a run here): with under 50 the thirds' rates are noise.
       expect(r.steps).toBeGreaterThan(50);
-      expect(r.lateEarly).toBeGreaterThanOrEqual(MIN_LATE_EARLY);
+      expect(r.lateEarlyAdjusted).toBeGreaterThanOrEqual(MIN_LATE_EARLY);
       const allowed = (perK: number) => Math.max(NOISE_FLOOR_MB, (perK * r.growthSteps) / 1000);
       expect(r.growthMb.renderers).toHaveLength(1);
       expect(r.growthMb.renderers[0]).toBeLessThanOrEqual(allowed(MAX_MB_PER_1K_STEPS));

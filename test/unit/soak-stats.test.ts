@@ -1,0 +1,132 @@
+/**
+ * bench/soak.ts's statistics: the soak test in `npm test` passes or fails on these numbers, so they
+ * are checked here on runs built by hand (steps, RSS and CPU ticks sampled every 5 s).
+ */
+import { describe, expect, it } from 'vitest';
+import { type CpuTicks, growth, loadAdjustedLateEarly, type Sample, stepsAt, summarise } from '../../bench/soak';
+
+const HZ = 100; // USER_HZ
+const CORES = 2;
+
+/**
+ * A run sampled every 5 s for `seconds`: `rate(t)` steps per second, the run using `oursCores(t)` of
+ * the machine's cores and other processes `othersCores(t)`.
+ */
+function run(
+  seconds: number,
+  rate: (t: number) => number,
+  oursCores: (t: number) => number,
+  othersCores: (t: number) => number = () => 0,
+  rss: (t: number, steps: number) => number = () => 200,
+): Sample[] {
+  const samples: Sample[] = [];
+  let steps = 0;
+  const cpu: CpuTicks = { ours: 0, machineBusy: 0, machineTotal: 0 };
+  for (let t = 0; t <= seconds; t += 5) {
+    if (t > 0) {
+      steps += rate(t - 2.5) * 5;
+      const ours = oursCores(t - 2.5) * 5 * HZ;
+      const others = othersCores(t - 2.5) * 5 * HZ;
+      cpu.ours += ours;
+      cpu.machineBusy += ours + others;
+      cpu.machineTotal += CORES * 5 * HZ;
+    }
+    samples.push({ t, steps, coordinatorMb: rss(t, steps), renderersMb: [rss(t, steps)], gpuMb: 150, cpu: { ...cpu } });
+  }
+  return samples;
+}
+
+describe('stepsAt', () => {
+  it('interpolates between samples and clamps at both ends', () => {
+    const s = run(
+      20,
+      () => 10,
+      () => 1,
+    );
+    expect(stepsAt(s, 0)).toBe(0);
+    expect(stepsAt(s, 7.5)).toBeCloseTo(75, 9);
+    expect(stepsAt(s, 99)).toBe(200);
+  });
+});
+
+describe('loadAdjustedLateEarly', () => {
+  it('equals the wall-clock ratio on a quiet machine, so a run that slows down still fails', () => {
+    // 12 → 8 steps/s: late/early 2/3 by the wall clock.
+    const s = run(
+      150,
+      (t) => (t < 75 ? 12 : 8),
+      () => 1.6,
+    );
+    const r = loadAdjustedLateEarly(s);
+    expect(r.ratio).toBeCloseTo(8 / 12, 6);
+    expect(r.othersEarly).toBe(0);
+    expect(r.othersLate).toBe(0);
+    expect(summarise('x', 1, s).lateEarly).toBeCloseTo(0.667, 3);
+  });
+
+  it('takes out another job that took a core in the last third of a CPU-bound run', () => {
+    // The run had both cores (10 steps/s); another process takes one core from t = 100 and the
+    // run, CPU-bound, drops to 5 steps/s. Its work per step did not change.
+    const s = run(
+      150,
+      (t) => (t < 100 ? 10 : 5),
+      (t) => (t < 100 ? 2 : 1),
+      (t) => (t < 100 ? 0 : 1),
+    );
+    const wall = summarise('x', 1, s).lateEarly;
+    expect(wall).toBeCloseTo(0.5, 3);
+    const r = loadAdjustedLateEarly(s);
+    expect(r.ratio).toBeCloseTo(1, 6);
+    expect(r.othersLate).toBeCloseTo(0.5, 6);
+  });
+
+  it('does not excuse a slowdown larger than the load explains', () => {
+    // Others take a quarter of the machine late, but the run fell to a third of its rate.
+    const s = run(
+      150,
+      (t) => (t < 100 ? 9 : 3),
+      () => 1.5,
+      (t) => (t < 100 ? 0 : 0.5),
+    );
+    const r = loadAdjustedLateEarly(s);
+    expect(r.ratio).toBeCloseTo(3 / 0.75 / 9, 6);
+    expect(r.ratio).toBeLessThan(0.85);
+  });
+
+  it('the same load in both thirds cancels out', () => {
+    const s = run(
+      150,
+      (t) => (t < 75 ? 12 : 6),
+      () => 1,
+      () => 0.7,
+    );
+    expect(loadAdjustedLateEarly(s).ratio).toBeCloseTo(0.5, 6);
+  });
+
+  it('falls back to the wall-clock ratio when a sample has no CPU ticks', () => {
+    const s = run(
+      150,
+      (t) => (t < 100 ? 10 : 5),
+      () => 1,
+      () => 1,
+    ).map((x) => ({ ...x, cpu: undefined }));
+    expect(loadAdjustedLateEarly(s).ratio).toBeCloseTo(0.5, 6);
+  });
+});
+
+describe('growth', () => {
+  it('measures MB per 1,000 steps from the middle third to the last, ignoring warm-up', () => {
+    // Warm-up: +100 MB in the first third; then a leak of 50 KB per step.
+    const s = run(
+      150,
+      () => 10,
+      () => 1,
+      () => 0,
+      (t, steps) => (t < 50 ? 100 + 2 * t : 200 + 0.05 * steps),
+    );
+    const g = growth(s, (x) => x.renderersMb[0]);
+    expect(g.per1k).toBeCloseTo(50, 6);
+    // Medians of the samples at 50…95 s and 100…150 s: steps 725 and 1,250.
+    expect(g.steps).toBeCloseTo(525, 6);
+  });
+});
