@@ -41,7 +41,7 @@ export interface SoakOptions {
   dataset: string;
   /** The built web app the coordinator serves (default dist/); another build compares two versions. */
   dist: string | null;
-  /** Print every sample's steps and other load (`timeline`) after each configuration. */
+  /** Print every sample's steps, other load and renderer RSS (`timeline`) after each configuration. */
   timeline?: boolean;
   /**
    * Nice value for the run's processes (coordinator, Chromium): they inherit it from this process,
@@ -539,8 +539,9 @@ export function summarise(name: string, tabs: number, samples: readonly Sample[]
 }
 
 /**
- * One line per sample for a reader hunting a slow stretch: seconds, steps since the last sample, and
- * the share of the machine other processes took since then (when the sample has CPU ticks).
+ * One entry per sample for a reader hunting a slow stretch or a growing process: seconds, steps since
+ * the last sample, the share of the machine other processes took since then (when the sample has CPU
+ * ticks), and each tab renderer's RSS.
  */
 export function timeline(samples: readonly Sample[]): string {
   return samples
@@ -552,7 +553,7 @@ export function timeline(samples: readonly Sample[]): string {
         s.cpu && a.cpu && total > 0
           ? ` others ${Math.round((100 * Math.max(0, s.cpu.machineBusy - a.cpu.machineBusy - (s.cpu.ours - a.cpu.ours))) / total)}%`
           : '';
-      return `${s.t.toFixed(0)}s +${s.steps - a.steps}${others}`;
+      return `${s.t.toFixed(0)}s +${s.steps - a.steps}${others} renderer MB ${s.renderersMb.map(Math.round).join('/')}`;
     })
     .join(', ');
 }

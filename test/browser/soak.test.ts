@@ -85,7 +85,9 @@ describe.skipIf(skip)('soak: one elastic tab keeps its speed and its memory', ()
         },
       );
       console.log(`soak: ${JSON.stringify(r)}`);
-      console.log(`soak timeline (s, steps since the last sample, other processes' share): ${timeline(samples)}`);
+      console.log(
+        `soak timeline (s, steps since the last sample, other processes' share, renderer RSS): ${timeline(samples)}`,
+      );
       // It trained at all (1,744 steps in 2.5 min in a run here): with under 50 the thirds' rates are noise.
       expect(r.steps).toBeGreaterThan(50);
       expect(r.lateEarlyAdjusted).toBeGreaterThanOrEqual(MIN_LATE_EARLY);

@@ -3,7 +3,15 @@
  * are checked here on runs built by hand (steps, RSS and CPU ticks sampled every 5 s).
  */
 import { describe, expect, it } from 'vitest';
-import { type CpuTicks, growth, loadAdjustedLateEarly, type Sample, stepsAt, summarise } from '../../bench/soak';
+import {
+  type CpuTicks,
+  growth,
+  loadAdjustedLateEarly,
+  type Sample,
+  stepsAt,
+  summarise,
+  timeline,
+} from '../../bench/soak';
 
 const HZ = 100; // USER_HZ
 const CORES = 2;
@@ -128,5 +136,18 @@ describe('growth', () => {
     expect(g.per1k).toBeCloseTo(50, 6);
     // Medians of the samples at 50…95 s and 100…150 s: steps 725 and 1,250.
     expect(g.steps).toBeCloseTo(525, 6);
+  });
+});
+
+describe('timeline', () => {
+  it("gives each sample its new steps, the others' share of the machine and the renderer RSS", () => {
+    const s = run(
+      10,
+      () => 10,
+      () => 1,
+      (t) => (t < 5 ? 0 : 0.5),
+      (t) => 200 + t,
+    );
+    expect(timeline(s)).toBe('5s +50 others 0% renderer MB 205, 10s +50 others 25% renderer MB 210');
   });
 });
