@@ -53,6 +53,12 @@ export interface SoakOptions {
    * the soak test asks for −10 where it may: it measures tabswarm's decay, not the machine's other jobs.
    */
   nice?: number;
+  /**
+   * Run the configurations this many times in turn (solo, 1, solo, 1, …), so that each ratio over solo
+   * compares runs minutes apart rather than a whole run apart: a shared machine's speed drifts
+   * (one 10-minute solo run here fell from 1,030 to 520 steps per minute with flat memory).
+   */
+  rounds?: number;
 }
 
 export type Config = { kind: 'solo' } | { kind: 'elastic'; tabs: number };
@@ -147,6 +153,12 @@ function parseOptions(argv: string[]): SoakOptions {
       case '--timeline':
         opts.timeline = true;
         break;
+      case '--rounds':
+        opts.rounds = Number(value);
+        if (!Number.isInteger(opts.rounds) || opts.rounds < 1)
+          throw new Error(`--rounds ${value}: expected an integer >= 1`);
+        i++;
+        break;
       case '--nice':
         opts.nice = Number(value);
         if (!Number.isInteger(opts.nice) || opts.nice < -20 || opts.nice > 19)
@@ -155,7 +167,7 @@ function parseOptions(argv: string[]): SoakOptions {
         break;
       default:
         throw new Error(
-          `unknown option ${argv[i]} (--minutes M --configs solo,1,2,3 --sample-every S --dataset DIR --dist DIR --timeline --nice N)`,
+          `unknown option ${argv[i]} (--minutes M --configs solo,1,2,3 --sample-every S --dataset DIR --dist DIR --timeline --nice N --rounds R)`,
         );
     }
   }
@@ -606,22 +618,60 @@ function printTable(results: readonly ConfigResult[]): void {
   }
 }
 
+/**
+ * Samples/s of every non-solo result over the solo result of the same round, and the median of those
+ * ratios per configuration. Rounds without a solo result give no ratio.
+ */
+export function overSoloByRound(
+  results: readonly (ConfigResult & { round: number })[],
+): Record<string, { ratios: number[]; median: number }> {
+  const out: Record<string, { ratios: number[]; median: number }> = {};
+  for (const r of results) {
+    if (r.name === 'solo') continue;
+    const solo = results.find((x) => x.name === 'solo' && x.round === r.round);
+    if (!solo || !(solo.samplesPerSec > 0)) continue;
+    out[r.name] ??= { ratios: [], median: 0 };
+    out[r.name].ratios.push(round3(r.samplesPerSec / solo.samplesPerSec));
+  }
+  for (const v of Object.values(out)) v.median = round3(median(v.ratios));
+  return out;
+}
+
 async function main(): Promise<void> {
   const opts = parseOptions(process.argv.slice(2));
-  const results: ConfigResult[] = [];
-  for (const config of opts.configs) {
-    console.error(`soak: ${config.kind === 'solo' ? 'solo' : `elastic, ${config.tabs} tab(s)`}, ${opts.minutes} min`);
-    const { result, samples } = await runConfigSampled(config, opts);
-    if (opts.timeline) console.error(`  ${result.name}: ${timeline(samples)}`);
-    results.push(result);
+  const rounds = opts.rounds ?? 1;
+  const results: (ConfigResult & { round: number })[] = [];
+  for (let round = 1; round <= rounds; round++) {
+    for (const config of opts.configs) {
+      const label = config.kind === 'solo' ? 'solo' : `elastic, ${config.tabs} tab(s)`;
+      console.error(`soak: ${label}, ${opts.minutes} min${rounds > 1 ? ` (round ${round} of ${rounds})` : ''}`);
+      const { result, samples } = await runConfigSampled(config, opts);
+      if (opts.timeline) console.error(`  ${result.name}: ${timeline(samples)}`);
+      results.push({ ...result, round });
+    }
   }
-  printTable(results);
-  const solo = results.find((r) => r.name === 'solo');
+  for (let round = 1; round <= rounds; round++) {
+    if (rounds > 1) console.log(`\nround ${round} of ${rounds}:`);
+    printTable(results.filter((r) => r.round === round));
+  }
+  const overSolo = overSoloByRound(results);
+  if (rounds > 1 && Object.keys(overSolo).length > 0) {
+    console.log('\nsamples/s over solo of the same round (median):');
+    for (const [name, v] of Object.entries(overSolo))
+      console.log(
+        `  ${name.padEnd(16)} ${v.ratios.map((x) => x.toFixed(2)).join(' ')}  (median ${v.median.toFixed(2)})`,
+      );
+  }
   console.log(
     JSON.stringify({
       bench: 'soak',
       minutes: opts.minutes,
-      results: results.map((r) => ({ ...r, overSolo: solo ? round3(r.samplesPerSec / solo.samplesPerSec) : null })),
+      rounds,
+      results: results.map((r) => {
+        const solo = results.find((x) => x.name === 'solo' && x.round === r.round);
+        return { ...r, overSolo: solo ? round3(r.samplesPerSec / solo.samplesPerSec) : null };
+      }),
+      overSoloMedian: Object.fromEntries(Object.entries(overSolo).map(([k, v]) => [k, v.median])),
     }),
   );
 }

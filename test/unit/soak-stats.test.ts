@@ -7,6 +7,7 @@ import {
   type CpuTicks,
   growth,
   loadAdjustedLateEarly,
+  overSoloByRound,
   type Sample,
   stepsAt,
   summarise,
@@ -149,5 +150,36 @@ describe('timeline', () => {
       (t) => 200 + t,
     );
     expect(timeline(s)).toBe('5s +50 others 0% renderer MB 205, 10s +50 others 25% renderer MB 210');
+  });
+});
+
+describe('overSoloByRound', () => {
+  it('divides each result by the solo result of its own round and takes the median', () => {
+    const at = (name: string, round: number, samplesPerSec: number) => ({
+      ...summarise(
+        name,
+        1,
+        run(
+          20,
+          () => 1,
+          () => 1,
+        ),
+      ),
+      samplesPerSec,
+      round,
+    });
+    const r = overSoloByRound([
+      at('solo', 1, 1000),
+      at('elastic 1 tab', 1, 900),
+      at('solo', 2, 500), // the machine slowed down: the same-round ratio does not care
+      at('elastic 1 tab', 2, 480),
+      at('solo', 3, 800),
+      at('elastic 1 tab', 3, 560),
+      at('elastic 2 tabs', 4, 300), // no solo in round 4: no ratio
+    ]);
+    expect(r['elastic 1 tab'].ratios).toEqual([0.9, 0.96, 0.7]);
+    expect(r['elastic 1 tab'].median).toBe(0.9);
+    expect(r['elastic 2 tabs']).toBeUndefined();
+    expect(r.solo).toBeUndefined();
   });
 });
