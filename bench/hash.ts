@@ -2,10 +2,11 @@
  * The cost of the cryptographic state hash: `npm run bench:hash -- [--sizes-mb 1,4] [--reps 15] [--no-browser]
  * [--step-models mlp,cnn] [--step-batch 128] [--step-block 10] [--step-rounds 5]`.
  *
- * Hashes float32 parameter buffers of each size three ways on the CPU, side by side in one run:
+ * Hashes float32 parameter buffers of each size four ways on the CPU, side by side in one run:
  * - `ours`: `hashParams` of coordinator/core/hash.ts, the tree of SHA-256 (4 KiB chunks, then the root)
- *   in pure JS (`@noble/hashes`), what the coordinator computes per uploaded checkpoint and a tab where
- *   the parameters are in memory anyway;
+ *   in pure JS (`@noble/hashes`), what a tab computes where the parameters are in memory anyway;
+ * - `wasm`: the same tree with SHA-256 in WebAssembly (`hash-wasm`), what a tab's worker on a software
+ *   adapter computes per step after a read-back;
  * - `old64`: the 64-bit MurmurHash3 + XXH32 pair it replaced (bench/legacy-hash64.ts): the speed given up;
  * - `native`: the reference for SHA-256 itself, native code — in Node `createHash('sha256')` (OpenSSL),
  *   in Chromium `crypto.subtle.digest` (async: the tabs hash synchronously where the parameters are mapped).
@@ -34,6 +35,7 @@ import { launchChromium, watchPage } from '../test/support/browser';
 import { treeHashReference } from '../test/support/tree-hash-reference';
 import { REPO_ROOT, startViteServer } from '../test/support/vite-server';
 import { chromiumVersion } from './common';
+import { wasmSha256 } from '../web/worker/params-hasher';
 import { legacyHash64 } from './legacy-hash64';
 import {
   BENCH_METHODS,
@@ -80,8 +82,11 @@ const nodeSha256 = (...arrays: Float32Array[]) => {
   for (const a of arrays) h.update(new Uint8Array(a.buffer, a.byteOffset, a.byteLength));
   return h.digest('hex');
 };
+const wasm = await wasmSha256();
+if (!wasm) throw new Error('bench:hash: no WebAssembly');
 const nodeMethods: Record<HashMethod, (a: Float32Array) => string> = {
   ours: hashParams,
+  wasm: (a) => hashParams(a, wasm),
   old64: legacyHash64,
   native: nodeSha256,
 };
@@ -92,6 +97,8 @@ function checkNode(): void {
     const p = paramsOf((mb * 2 ** 20) / 4);
     if (hashParams(p) !== treeHashReference(p))
       throw new Error(`bench:hash: ours differs from the node:crypto tree at ${mb} MB`);
+    if (nodeMethods.wasm(p) !== treeHashReference(p))
+      throw new Error(`bench:hash: wasm differs from the node:crypto tree at ${mb} MB`);
     const outer = p.map((x) => -x);
     if (stateHash(p, outer) !== treeHashReference(p, outer))
       throw new Error(`bench:hash: stateHash(params, outer) differs from node:crypto at ${mb} MB`);
@@ -100,7 +107,7 @@ function checkNode(): void {
 
 function measureNode(mb: number): HashBenchRow {
   const params = paramsOf((mb * 2 ** 20) / 4);
-  const times: Record<HashMethod, number[]> = { ours: [], old64: [], native: [] };
+  const times: Record<HashMethod, number[]> = { ours: [], wasm: [], old64: [], native: [] };
   for (const m of BENCH_METHODS) nodeMethods[m](params); // warm-up (JIT)
   for (let r = 0; r < REPS; r++) {
     for (let k = 0; k < BENCH_METHODS.length; k++) {
@@ -123,7 +130,7 @@ interface ChromiumResults {
 async function measureChromium(): Promise<ChromiumResults> {
   const vite = await startViteServer({
     cacheDir: resolve(REPO_ROOT, 'node_modules/.vite-bench-hash'),
-    optimizeDeps: ['@noble/hashes/sha2.js', '@noble/hashes/utils.js', 'zod'],
+    optimizeDeps: ['@noble/hashes/sha2.js', '@noble/hashes/utils.js', 'hash-wasm', 'zod'],
   });
   const browser = await launchChromium();
   try {
@@ -161,13 +168,13 @@ function printTable(title: string, rows: readonly HashBenchRow[], nativeName: st
   console.log(title);
   const gpu = rows.some((r) => r.gpuMs);
   console.log(
-    `${pad('MB', 4)} ${pad('ours ms', 9)} ${pad('old64 ms', 9)} ${pad(`${nativeName} ms`, 10)} ${pad('ours MB/s', 10)} ${pad('old64 MB/s', 11)} ${pad(`${nativeName} MB/s`, 11)} ${pad('ours/old64', 11)} ${pad(`ours/${nativeName}`, 12)}` +
+    `${pad('MB', 4)} ${pad('ours ms', 9)} ${pad('wasm ms', 9)} ${pad('old64 ms', 9)} ${pad(`${nativeName} ms`, 10)} ${pad('ours MB/s', 10)} ${pad('old64 MB/s', 11)} ${pad(`${nativeName} MB/s`, 11)} ${pad('ours/old64', 11)} ${pad(`ours/${nativeName}`, 12)}` +
       (gpu ? ` ${pad('gpu ms', 8)} ${pad('readback ms', 12)} ${pad('gpu MB/s', 9)} ${pad('gpu/readback', 13)}` : ''),
   );
   for (const r of rows) {
     const g = r.gpuMs;
     console.log(
-      `${pad(r.mb, 4)} ${pad(r.ms.ours.toFixed(2), 9)} ${pad(r.ms.old64.toFixed(2), 9)} ${pad(r.ms.native.toFixed(2), 10)} ${pad(mbPerS(r.mb, r.ms.ours), 10)} ${pad(mbPerS(r.mb, r.ms.old64), 11)} ${pad(mbPerS(r.mb, r.ms.native), 11)} ${pad((r.ms.ours / r.ms.old64).toFixed(2), 11)} ${pad((r.ms.ours / r.ms.native).toFixed(2), 12)}` +
+      `${pad(r.mb, 4)} ${pad(r.ms.ours.toFixed(2), 9)} ${pad(r.ms.wasm.toFixed(2), 9)} ${pad(r.ms.old64.toFixed(2), 9)} ${pad(r.ms.native.toFixed(2), 10)} ${pad(mbPerS(r.mb, r.ms.ours), 10)} ${pad(mbPerS(r.mb, r.ms.old64), 11)} ${pad(mbPerS(r.mb, r.ms.native), 11)} ${pad((r.ms.ours / r.ms.old64).toFixed(2), 11)} ${pad((r.ms.ours / r.ms.native).toFixed(2), 12)}` +
         (g
           ? ` ${pad(g.gpu.toFixed(2), 8)} ${pad(g.readback.toFixed(2), 12)} ${pad(mbPerS(r.mb, g.gpu), 9)} ${pad((g.gpu / g.readback).toFixed(2), 13)}`
           : ''),
@@ -180,12 +187,12 @@ function printSteps(rows: readonly StepBenchRow[]): void {
     `training steps in Chromium (SwiftShader), world of one through ElasticSteps.applyAndHash, median ms/step of ${STEP_ROUNDS} blocks of ${STEP_BLOCK}`,
   );
   console.log(
-    `${pad('model', 6)} ${pad('MB', 6)} ${pad('batch', 6)} ${pad('no hash', 9)} ${pad('old64', 9)} ${pad('readback', 9)} ${pad('gpu', 9)} ${pad('gpu-none', 10)} ${pad('readback-none', 14)} ${pad('gpu/readback', 14)}`,
+    `${pad('model', 6)} ${pad('MB', 6)} ${pad('batch', 6)} ${pad('no hash', 9)} ${pad('old64', 9)} ${pad('readback', 9)} ${pad('wasm', 9)} ${pad('gpu', 9)} ${pad('gpu-none', 10)} ${pad('readback-none', 14)} ${pad('wasm-none', 10)} ${pad('gpu/readback', 14)}`,
   );
   for (const r of rows) {
     const s = r.msPerStep;
     console.log(
-      `${pad(r.model, 6)} ${pad((r.paramBytes / 2 ** 20).toFixed(2), 6)} ${pad(r.batch, 6)} ${pad(s.none.toFixed(1), 9)} ${pad(s.old64.toFixed(1), 9)} ${pad(s.readback.toFixed(1), 9)} ${pad(s.gpu.toFixed(1), 9)} ${pad((s.gpu - s.none).toFixed(1), 10)} ${pad((s.readback - s.none).toFixed(1), 14)} ${pad((s.gpu / s.readback).toFixed(2), 14)}`,
+      `${pad(r.model, 6)} ${pad((r.paramBytes / 2 ** 20).toFixed(2), 6)} ${pad(r.batch, 6)} ${pad(s.none.toFixed(1), 9)} ${pad(s.old64.toFixed(1), 9)} ${pad(s.readback.toFixed(1), 9)} ${pad(s.wasm.toFixed(1), 9)} ${pad(s.gpu.toFixed(1), 9)} ${pad((s.gpu - s.none).toFixed(1), 10)} ${pad((s.readback - s.none).toFixed(1), 14)} ${pad((s.wasm - s.none).toFixed(1), 10)} ${pad((s.gpu / s.readback).toFixed(2), 14)}`,
     );
   }
 }
@@ -198,8 +205,10 @@ const stepJson = (r: StepBenchRow) => ({
     none: Number(r.msPerStep.none.toFixed(2)),
     old64: Number(r.msPerStep.old64.toFixed(2)),
     readback: Number(r.msPerStep.readback.toFixed(2)),
+    wasm: Number(r.msPerStep.wasm.toFixed(2)),
     gpu: Number(r.msPerStep.gpu.toFixed(2)),
   },
+  wasmOverReadback: Number((r.msPerStep.wasm / r.msPerStep.readback).toFixed(3)),
   gpuOverReadback: Number((r.msPerStep.gpu / r.msPerStep.readback).toFixed(3)),
   readbackOverOld64: Number((r.msPerStep.readback / r.msPerStep.old64).toFixed(3)),
 });
@@ -208,9 +217,15 @@ const jsonRows = (rows: readonly HashBenchRow[]) =>
   rows.map((r) => ({
     mb: r.mb,
     ms: r.ms,
-    mbPerS: { ours: mbPerS(r.mb, r.ms.ours), old64: mbPerS(r.mb, r.ms.old64), native: mbPerS(r.mb, r.ms.native) },
+    mbPerS: {
+      ours: mbPerS(r.mb, r.ms.ours),
+      wasm: mbPerS(r.mb, r.ms.wasm),
+      old64: mbPerS(r.mb, r.ms.old64),
+      native: mbPerS(r.mb, r.ms.native),
+    },
     oursOverOld64: Number((r.ms.ours / r.ms.old64).toFixed(2)),
     oursOverNative: Number((r.ms.ours / r.ms.native).toFixed(2)),
+    wasmOverOurs: Number((r.ms.wasm / r.ms.ours).toFixed(2)),
     ...(r.gpuMs
       ? {
           gpuMs: r.gpuMs,
@@ -242,7 +257,7 @@ async function main(): Promise<void> {
     );
   }
   console.log(
-    'ours = hashParams (tree of SHA-256 over 4 KiB chunks, @noble/hashes, pure JS); old64 = MurmurHash3+XXH32 (replaced); node/subtle = node:crypto/WebCrypto plain SHA-256 of the whole buffer; gpu = the tree hash on WebGPU (SwiftShader here: the same CPU) with the digests read back; readback = the buffer read back, then ours',
+    "ours = hashParams (tree of SHA-256 over 4 KiB chunks, @noble/hashes, pure JS); wasm = the same tree with hash-wasm's SHA-256 (what a tab on a software adapter uses); old64 = MurmurHash3+XXH32 (replaced); node/subtle = node:crypto/WebCrypto plain SHA-256 of the whole buffer; gpu = the tree hash on WebGPU (SwiftShader here: the same CPU) with the digests read back; readback = the buffer read back, then ours",
   );
   console.log(`load average ${loadStart} at start, ${loadEnd} at end`);
   console.log(

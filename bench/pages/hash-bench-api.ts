@@ -1,11 +1,13 @@
 /** What bench/hash.ts (Node) and bench/pages/hash-page.ts (Chromium) share: inputs, methods, medians. */
 
 /**
- * `ours`: hashParams on the CPU (the tree of SHA-256, pure JS); `old64`: MurmurHash3+XXH32; `native`: node:crypto
- * or WebCrypto SHA-256 of the whole buffer (the reference for SHA-256's own speed).
+ * `ours`: hashParams on the CPU (the tree of SHA-256, pure JS); `wasm`: the same tree with SHA-256 in
+ * WebAssembly (web/worker/params-hasher.ts `wasmSha256`, what a tab on a software adapter uses);
+ * `old64`: MurmurHash3+XXH32; `native`: node:crypto or WebCrypto SHA-256 of the whole buffer (the
+ * reference for SHA-256's own speed).
  */
-export type HashMethod = 'ours' | 'old64' | 'native';
-export const BENCH_METHODS: readonly HashMethod[] = ['ours', 'old64', 'native'];
+export type HashMethod = 'ours' | 'wasm' | 'old64' | 'native';
+export const BENCH_METHODS: readonly HashMethod[] = ['ours', 'wasm', 'old64', 'native'];
 
 export interface HashBenchRow {
   mb: number;
@@ -32,6 +34,7 @@ export function medianMs(times: Record<HashMethod, number[]>): Record<HashMethod
   };
   return {
     ours: Number(median(times.ours).toFixed(3)),
+    wasm: Number(median(times.wasm).toFixed(3)),
     old64: Number(median(times.old64).toFixed(3)),
     native: Number(median(times.native).toFixed(3)),
   };
@@ -39,12 +42,13 @@ export function medianMs(times: Record<HashMethod, number[]>): Record<HashMethod
 
 /**
  * Training-step variants: no hash (no read-back); the parameters read back and hashed by the old 64-bit
- * hash (`old64`) or by the tree hash in JS (`readback`: what the worker does on CPU-backed adapters, and
- * did everywhere before issue 9); `gpu`: the tree hash's chunks on the GPU, only the digests read back
- * (what the worker does on a real GPU).
+ * hash (`old64`), by the tree hash in pure JS (`readback`: what the worker did on CPU-backed adapters,
+ * and everywhere before issue 9) or by the tree hash with SHA-256 in WebAssembly (`wasm`: what the
+ * worker does on CPU-backed adapters now); `gpu`: the tree hash's chunks on the GPU, only the digests
+ * read back (what the worker does on a real GPU).
  */
-export type StepVariant = 'none' | 'old64' | 'readback' | 'gpu';
-export const STEP_VARIANTS: readonly StepVariant[] = ['none', 'old64', 'readback', 'gpu'];
+export type StepVariant = 'none' | 'old64' | 'readback' | 'wasm' | 'gpu';
+export const STEP_VARIANTS: readonly StepVariant[] = ['none', 'old64', 'readback', 'wasm', 'gpu'];
 
 export interface StepBenchRow {
   model: 'mlp' | 'cnn';

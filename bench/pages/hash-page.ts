@@ -11,6 +11,7 @@ import {
   HASH_CHUNK_BYTES,
   hashParams,
   paramsHasher,
+  type Sha256Factory,
   stateHashOfDigests,
   treeRoot,
 } from '../../coordinator/core/hash';
@@ -21,7 +22,7 @@ import { chunkCount, chunkSha256 } from '../../kernels/sha256';
 import { hashModelParams, type ParamsHasher } from '../../kernels/training-state';
 import { ImageBatches } from '../../web/worker/batches';
 import { ElasticSteps } from '../../web/worker/elastic-steps';
-import { cpuBackedAdapter } from '../../web/worker/params-hasher';
+import { cpuBackedAdapter, wasmSha256 } from '../../web/worker/params-hasher';
 import { legacyHash64 } from '../legacy-hash64';
 import {
   BENCH_METHODS,
@@ -39,8 +40,13 @@ async function webCryptoSha256(a: Float32Array): Promise<string> {
   return Array.from(new Uint8Array(digest), (b) => b.toString(16).padStart(2, '0')).join('');
 }
 
+const wasmOrNull = await wasmSha256();
+if (!wasmOrNull) throw new Error('bench:hash: no WebAssembly in this page');
+const wasm: Sha256Factory = wasmOrNull;
+
 const methods: Record<HashMethod, (a: Float32Array) => string | Promise<string>> = {
   ours: hashParams,
+  wasm: (a) => hashParams(a, wasm),
   old64: legacyHash64,
   native: webCryptoSha256,
 };
@@ -105,7 +111,8 @@ async function run(sizesMb: number[], reps: number): Promise<HashBenchRow[]> {
     const params = paramsOf((mb * 2 ** 20) / 4);
     const native = await webCryptoTree(params);
     if (hashParams(params) !== native) throw new Error(`ours differs from a WebCrypto SHA-256 tree at ${mb} MB`);
-    const times: Record<HashMethod, number[]> = { ours: [], old64: [], native: [] };
+    if (methods.wasm(params) !== native) throw new Error(`wasm differs from a WebCrypto SHA-256 tree at ${mb} MB`);
+    const times: Record<HashMethod, number[]> = { ours: [], wasm: [], old64: [], native: [] };
     for (const m of BENCH_METHODS) await methods[m](params); // warm-up (JIT)
     for (let r = 0; r < reps; r++) {
       for (let k = 0; k < BENCH_METHODS.length; k++) {
@@ -142,7 +149,7 @@ async function device(): Promise<GPUDevice> {
  * Training steps of a world of one through the worker's own pipeline (`ElasticSteps.applyAndHash`: apply,
  * hash, record the next step's gradients, finish the hash while the GPU computes them), with no hash
  * (`hash: false`, no read-back), a read-back of the parameters hashed by the old 64-bit hash or by the
- * tree hash in JS, and the tree hash's chunks on the GPU with only the digests read back (`gpu`). Blocks of
+ * tree hash in JS or with SHA-256 in WebAssembly, and the tree hash's chunks on the GPU with only the digests read back (`gpu`). Blocks of
  * `stepsPerBlock` steps per variant, the variants' order rotated each round; the figure is the median
  * ms per step.
  */
@@ -167,6 +174,7 @@ async function steps(
     none: paramsHasher, // not called: these steps pass hash: false
     old64: { ofParams: legacyHash64 },
     readback: { ofParams: hashParams },
+    wasm: { ofParams: (p) => hashParams(p, wasm) },
     gpu: paramsHasher,
   };
   const runners = Object.fromEntries(
@@ -195,12 +203,14 @@ async function steps(
     return (performance.now() - t0) / stepsPerBlock;
   };
   for (const v of STEP_VARIANTS) await block(v); // warm-up: pipelines compiled, JIT
-  const [onGpu, readBack] = await Promise.all([
+  const [onGpu, readBack, inWasm] = await Promise.all([
     hashModelParams(m, paramsHasher),
-    hashModelParams(m, { ofParams: hashParams }),
+    hashModelParams(m, hashes.readback),
+    hashModelParams(m, hashes.wasm),
   ]);
   if (onGpu !== readBack) throw new Error(`the GPU tree hash ${onGpu} differs from the read-back one ${readBack}`);
-  const times: Record<StepVariant, number[]> = { none: [], old64: [], readback: [], gpu: [] };
+  if (inWasm !== readBack) throw new Error(`the wasm tree hash ${inWasm} differs from the JS one ${readBack}`);
+  const times: Record<StepVariant, number[]> = { none: [], old64: [], readback: [], wasm: [], gpu: [] };
   for (let r = 0; r < rounds; r++) {
     for (let k = 0; k < STEP_VARIANTS.length; k++) {
       const v = STEP_VARIANTS[(r + k) % STEP_VARIANTS.length];
@@ -219,6 +229,7 @@ async function steps(
       none: median(times.none),
       old64: median(times.old64),
       readback: median(times.readback),
+      wasm: median(times.wasm),
       gpu: median(times.gpu),
     },
   };

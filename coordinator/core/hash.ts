@@ -24,7 +24,9 @@
  *
  * Inputs are hashed in place (typed-array views over the caller's bytes, no copy). Functions that the
  * coordinator calls on large uploads take an optional `Sha256Factory`: it passes node:crypto's native
- * SHA-256 (same digests, about 10× faster), the tabs use the default.
+ * SHA-256 (same digests, about 10× faster); a tab's worker on a software adapter passes SHA-256 in
+ * WebAssembly to `hashParams` each step (web/worker/params-hasher.ts, about 4× faster in Chromium);
+ * everything else uses the default.
  */
 import { sha256 } from '@noble/hashes/sha2.js';
 import { bytesToHex } from '@noble/hashes/utils.js';

@@ -1,6 +1,8 @@
 import { describe, expect, it } from 'vitest';
 import { paramsHasher } from '../../coordinator/core/hash';
-import { cpuBackedAdapter, paramsHasherFor, readBackParamsHasher } from '../../web/worker/params-hasher';
+import { chunkDigests, hashParams } from '../../coordinator/core/hash';
+import { cpuBackedAdapter, paramsHasherFor, readBackParamsHasher, wasmSha256 } from '../../web/worker/params-hasher';
+import { chunkDigestsReference } from '../support/tree-hash-reference';
 import { treeHashReference } from '../support/tree-hash-reference';
 
 const real = { isFallback: false };
@@ -39,5 +41,39 @@ describe('where the worker hashes the parameters', () => {
     expect(readBackParamsHasher.ofParams(params)).toBe(treeHashReference(params));
     expect(paramsHasher.ofParams(params)).toBe(treeHashReference(params));
     expect(readBackParamsHasher.digests).toBeUndefined();
+  });
+
+  it('the WebAssembly SHA-256 gives the same chunk digests and tree hash as node:crypto', async () => {
+    const sha256 = await wasmSha256();
+    expect(sha256).not.toBeNull();
+    if (!sha256) return;
+    // Sizes around the 4 KiB chunk and SHA-256's 64-byte block edges, and an mlp-sized buffer.
+    for (const floats of [0, 1, 13, 14, 16, 1023, 1024, 1025, 5000, 235_146]) {
+      const params = Float32Array.from({ length: floats }, (_, i) => Math.sin(i * 12.9898) * 43758.5453);
+      expect(hashParams(params, sha256), `${floats} floats`).toBe(treeHashReference(params));
+      const bytes = new Uint8Array(params.buffer);
+      expect(Buffer.from(chunkDigests(bytes, sha256)).equals(Buffer.from(chunkDigestsReference(bytes)))).toBe(true);
+    }
+    const hasher = paramsHasherFor(
+      { vendor: 'google', architecture: 'swiftshader', description: '', isFallback: false },
+      sha256,
+    );
+    const params = Float32Array.from({ length: 3000 }, (_, i) => i - 1500);
+    expect(hasher.ofParams(params)).toBe(treeHashReference(params));
+    expect(hasher.digests).toBeUndefined();
+  });
+
+  it('refuses a WebAssembly hasher used after a newer one was made, instead of mixing inputs', async () => {
+    const sha256 = await wasmSha256();
+    if (!sha256) throw new Error('no WebAssembly');
+    const first = sha256();
+    first.update(new Uint8Array([1, 2, 3]));
+    const second = sha256();
+    expect(() => first.update(new Uint8Array([4]))).toThrow(/after a newer one/);
+    expect(() => first.digest()).toThrow(/after a newer one/);
+    second.update(new Uint8Array([97, 98, 99]));
+    expect(Buffer.from(second.digest()).toString('hex')).toBe(
+      'ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad', // SHA-256("abc"), FIPS 180-2
+    );
   });
 });
