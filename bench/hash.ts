@@ -41,6 +41,8 @@ import {
   BENCH_METHODS,
   medianMs,
   paramsOf,
+  STEP_VARIANTS,
+  timesFor,
   type HashBenchRow,
   type HashMethod,
   type StepBenchRow,
@@ -107,7 +109,7 @@ function checkNode(): void {
 
 function measureNode(mb: number): HashBenchRow {
   const params = paramsOf((mb * 2 ** 20) / 4);
-  const times: Record<HashMethod, number[]> = { ours: [], wasm: [], old64: [], native: [] };
+  const times = timesFor(BENCH_METHODS);
   for (const m of BENCH_METHODS) nodeMethods[m](params); // warm-up (JIT)
   for (let r = 0; r < REPS; r++) {
     for (let k = 0; k < BENCH_METHODS.length; k++) {
@@ -201,13 +203,7 @@ const stepJson = (r: StepBenchRow) => ({
   model: r.model,
   paramBytes: r.paramBytes,
   batch: r.batch,
-  msPerStep: {
-    none: Number(r.msPerStep.none.toFixed(2)),
-    old64: Number(r.msPerStep.old64.toFixed(2)),
-    readback: Number(r.msPerStep.readback.toFixed(2)),
-    wasm: Number(r.msPerStep.wasm.toFixed(2)),
-    gpu: Number(r.msPerStep.gpu.toFixed(2)),
-  },
+  msPerStep: Object.fromEntries(STEP_VARIANTS.map((v) => [v, Number(r.msPerStep[v].toFixed(2))])),
   wasmOverReadback: Number((r.msPerStep.wasm / r.msPerStep.readback).toFixed(3)),
   gpuOverReadback: Number((r.msPerStep.gpu / r.msPerStep.readback).toFixed(3)),
   readbackOverOld64: Number((r.msPerStep.readback / r.msPerStep.old64).toFixed(3)),

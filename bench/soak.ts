@@ -17,7 +17,7 @@
  * median RSS of the last third of the run against the middle third, i.e. after warm-up),
  * samples/s of each configuration over solo's, a table, and one JSON line starting `{"bench":"soak"`.
  *
- *   npm run bench:soak -- --minutes 4 --configs solo,1,2,3 [--nice -10] [--timeline]
+ *   npm run bench:soak -- --minutes 4 --configs solo,1,2,3 [--nice -10] [--timeline] [--rounds 3]
  *
  * The machine's other load shows up in the numbers; the ratios within one run are what to compare.
  */
@@ -46,7 +46,7 @@ export interface SoakOptions {
   /**
    * Nice value for the run's processes (coordinator, Chromium): they inherit it from this process,
    * which holds it for the configuration and then returns to its own, and the sampler puts back any a
-   * process changed (`reniceDescendants`). Below 0 needs root; without
+   * process changed (`renice`). Below 0 needs root; without
    * the permission the run goes on at the inherited priority and says so. A run that hands every
    * step between four processes loses far more than its fair share to a busy loop at the same
    * priority (one tab, 2 cores, two busy loops: 12× slower, where the CPU left free was 7× less), so
@@ -233,12 +233,17 @@ export function descendants(root: number): ProcInfo[] {
 }
 
 /**
- * RSS now. Renderers started before the tabs opened (`ignore`: Chromium's own pages) are left out, and
- * of the rest the `tabs` largest are taken (a browser context also starts an idle renderer or two of
- * ~75-160 MB; a training tab's renderer, which also runs its worker, is well above them), by pid.
+ * RSS and CPU ticks now, of `procs` (this process's descendants, read once per sample). Renderers started
+ * before the tabs opened (`ignore`: Chromium's own pages) are left out, and of the rest the `tabs` largest
+ * are taken (a browser context also starts an idle renderer or two of ~75-160 MB; a training tab's
+ * renderer, which also runs its worker, is well above them), by pid.
  */
-function rssNow(coordinatorPid: number, ignore: ReadonlySet<number>, tabs: number): Omit<Sample, 't' | 'steps'> {
-  const procs = descendants(process.pid);
+function rssNow(
+  procs: readonly ProcInfo[],
+  coordinatorPid: number,
+  ignore: ReadonlySet<number>,
+  tabs: number,
+): Omit<Sample, 't' | 'steps'> {
   const self = readProc(process.pid);
   const renderers = procs
     .filter((p) => p.cmdline.includes('--type=renderer') && !ignore.has(p.pid))
@@ -339,8 +344,8 @@ function setOwnNice(nice: number): number | null {
  * keeps a nice value per thread (a tab's training worker and SwiftShader's threads are threads of
  * their processes), so it sets each thread's, from /proc/PID/task.
  */
-function reniceDescendants(nice: number): void {
-  for (const p of descendants(process.pid)) {
+function renice(procs: readonly ProcInfo[], nice: number): void {
+  for (const p of procs) {
     let tids: number[];
     try {
       tids = readdirSync(`/proc/${p.pid}/task`).map(Number);
@@ -398,16 +403,17 @@ async function sampleRun(
   opts: SoakOptions,
   ignore: ReadonlySet<number>,
 ): Promise<Sample[]> {
-  if (opts.nice !== undefined) reniceDescendants(opts.nice);
+  if (opts.nice !== undefined) renice(descendants(process.pid), opts.nice);
   const t0 = performance.now();
   const first = await readSteps(config, coordinator.url, pages);
   const samples: Sample[] = [];
   const total = opts.minutes * 60;
   for (let k = 0; ; k++) {
-    if (opts.nice !== undefined) reniceDescendants(opts.nice);
+    const procs = descendants(process.pid);
+    if (opts.nice !== undefined) renice(procs, opts.nice);
     const t = (performance.now() - t0) / 1000;
     const steps = (await readSteps(config, coordinator.url, pages)) - first;
-    samples.push({ t, steps, ...rssNow(coordinator.child.pid!, ignore, tabs) });
+    samples.push({ t, steps, ...rssNow(procs, coordinator.child.pid!, ignore, tabs) });
     if (t >= total) break;
     const next = Math.min(total, (k + 1) * opts.sampleEverySec);
     await sleep(Math.max(0, (next - (performance.now() - t0) / 1000) * 1000));
@@ -437,6 +443,23 @@ export function stepsAt(samples: readonly Sample[], t: number): number {
   return valueAt(samples, t, (s) => s.steps);
 }
 
+/** CPU ticks at time t, each counter interpolated like `stepsAt`; undefined if a sample has none. */
+function cpuAt(samples: readonly Sample[], t: number): CpuTicks | undefined {
+  if (!samples.every((s) => s.cpu)) return undefined;
+  const at = (pick: (c: CpuTicks) => number) => valueAt(samples, t, (s) => pick(s.cpu!));
+  return { ours: at((c) => c.ours), machineBusy: at((c) => c.machineBusy), machineTotal: at((c) => c.machineTotal) };
+}
+
+/**
+ * Between two readings: the machine's CPU ticks (`total`, every core) and the busy ticks that were not
+ * ours (`others`, at least 0).
+ */
+function cpuBetween(from: CpuTicks, to: CpuTicks): { total: number; others: number } {
+  const total = to.machineTotal - from.machineTotal;
+  const others = Math.max(0, to.machineBusy - from.machineBusy - (to.ours - from.ours));
+  return { total, others };
+}
+
 /**
  * Late/early step rate with the machine's other load taken out. A shared machine (a CI runner, a
  * laptop compiling something) can take a core away for the last third of a run and halve the wall
@@ -450,10 +473,12 @@ export function stepsAt(samples: readonly Sample[], t: number): number {
  *   waits longer per step, or computes longer, still fails;
  * - another job that takes a share x of the machine in the last third only divides the late
  *   capacity by (1 − x), which is what it cost a CPU-bound run.
- * Samples without CPU ticks give the wall-clock ratio.
+ * Samples without CPU ticks give the wall-clock ratio. `wall` is the plain ratio of the same thirds'
+ * steps (`ConfigResult.lateEarly`).
  */
 export function loadAdjustedLateEarly(samples: readonly Sample[]): {
   ratio: number;
+  wall: number;
   othersEarly: number;
   othersLate: number;
 } {
@@ -461,19 +486,18 @@ export function loadAdjustedLateEarly(samples: readonly Sample[]): {
   const third = end / 3;
   const window = (a: number, b: number) => {
     const steps = stepsAt(samples, b) - stepsAt(samples, a);
-    if (!samples.every((s) => s.cpu)) return { steps, free: b - a, others: 0 };
-    const delta = (pick: (c: CpuTicks) => number) =>
-      valueAt(samples, b, (s) => pick(s.cpu!)) - valueAt(samples, a, (s) => pick(s.cpu!));
-    const total = delta((c) => c.machineTotal);
-    const others = Math.max(0, delta((c) => c.machineBusy) - delta((c) => c.ours));
-    if (!(total > 0)) return { steps, free: b - a, others: 0 };
-    return { steps, free: total - others, others: others / total };
+    const from = cpuAt(samples, a);
+    const to = cpuAt(samples, b);
+    const cpu = from && to ? cpuBetween(from, to) : null;
+    if (!cpu || !(cpu.total > 0)) return { steps, free: b - a, others: 0 };
+    return { steps, free: cpu.total - cpu.others, others: cpu.others / cpu.total };
   };
   const early = window(0, third);
   const late = window(end - third, end);
   const rate = (w: { steps: number; free: number }) => (w.free > 0 ? w.steps / w.free : 0);
   return {
     ratio: rate(early) > 0 ? rate(late) / rate(early) : 0,
+    wall: early.steps > 0 ? late.steps / early.steps : 0,
     othersEarly: early.others,
     othersLate: late.others,
   };
@@ -511,9 +535,6 @@ export function summarise(name: string, tabs: number, samples: readonly Sample[]
   const stepsPerMinute: number[] = [];
   for (let m = 1; m * 60 <= seconds + 1e-6; m++)
     stepsPerMinute.push(stepsAt(samples, m * 60) - stepsAt(samples, (m - 1) * 60));
-  const third = seconds / 3;
-  const early = stepsAt(samples, third) - stepsAt(samples, 0);
-  const late = stepsAt(samples, seconds) - stepsAt(samples, seconds - third);
   const load = loadAdjustedLateEarly(samples);
   const per1k = (pick: (s: Sample) => number) => growth(samples, pick).per1k;
   const mb = (pick: (s: Sample) => number) => round1(growth(samples, pick).mb);
@@ -531,7 +552,7 @@ export function summarise(name: string, tabs: number, samples: readonly Sample[]
     steps: last.steps,
     samplesPerSec: round1((last.steps * GLOBAL_BATCH) / seconds),
     stepsPerMinute: stepsPerMinute.map(Math.round),
-    lateEarly: early > 0 ? round3(late / early) : 0,
+    lateEarly: round3(load.wall),
     lateEarlyAdjusted: round3(load.ratio),
     othersShare: { early: round3(load.othersEarly), late: round3(load.othersLate) },
     mbPer1kSteps: {
@@ -560,11 +581,8 @@ export function timeline(samples: readonly Sample[]): string {
     .slice(1)
     .map((s, i) => {
       const a = samples[i];
-      const total = s.cpu && a.cpu ? s.cpu.machineTotal - a.cpu.machineTotal : 0;
-      const others =
-        s.cpu && a.cpu && total > 0
-          ? ` others ${Math.round((100 * Math.max(0, s.cpu.machineBusy - a.cpu.machineBusy - (s.cpu.ours - a.cpu.ours))) / total)}%`
-          : '';
+      const cpu = s.cpu && a.cpu ? cpuBetween(a.cpu, s.cpu) : null;
+      const others = cpu && cpu.total > 0 ? ` others ${Math.round((100 * cpu.others) / cpu.total)}%` : '';
       return `${s.t.toFixed(0)}s +${s.steps - a.steps}${others} renderer MB ${s.renderersMb.map(Math.round).join('/')}`;
     })
     .join(', ');
@@ -618,17 +636,21 @@ function printTable(results: readonly ConfigResult[]): void {
   }
 }
 
+type RoundResult = ConfigResult & { round: number };
+
+/** The solo result of `r`'s round, if that round ran one. */
+const soloOf = (results: readonly RoundResult[], r: RoundResult) =>
+  results.find((x) => x.name === 'solo' && x.round === r.round);
+
 /**
  * Samples/s of every non-solo result over the solo result of the same round, and the median of those
  * ratios per configuration. Rounds without a solo result give no ratio.
  */
-export function overSoloByRound(
-  results: readonly (ConfigResult & { round: number })[],
-): Record<string, { ratios: number[]; median: number }> {
+export function overSoloByRound(results: readonly RoundResult[]): Record<string, { ratios: number[]; median: number }> {
   const out: Record<string, { ratios: number[]; median: number }> = {};
   for (const r of results) {
     if (r.name === 'solo') continue;
-    const solo = results.find((x) => x.name === 'solo' && x.round === r.round);
+    const solo = soloOf(results, r);
     if (!solo || !(solo.samplesPerSec > 0)) continue;
     out[r.name] ??= { ratios: [], median: 0 };
     out[r.name].ratios.push(round3(r.samplesPerSec / solo.samplesPerSec));
@@ -640,7 +662,7 @@ export function overSoloByRound(
 async function main(): Promise<void> {
   const opts = parseOptions(process.argv.slice(2));
   const rounds = opts.rounds ?? 1;
-  const results: (ConfigResult & { round: number })[] = [];
+  const results: RoundResult[] = [];
   for (let round = 1; round <= rounds; round++) {
     for (const config of opts.configs) {
       const label = config.kind === 'solo' ? 'solo' : `elastic, ${config.tabs} tab(s)`;
@@ -668,7 +690,7 @@ async function main(): Promise<void> {
       minutes: opts.minutes,
       rounds,
       results: results.map((r) => {
-        const solo = results.find((x) => x.name === 'solo' && x.round === r.round);
+        const solo = soloOf(results, r);
         return { ...r, overSolo: solo ? round3(r.samplesPerSec / solo.samplesPerSec) : null };
       }),
       overSoloMedian: Object.fromEntries(Object.entries(overSolo).map(([k, v]) => [k, v.median])),

@@ -26,18 +26,23 @@ export function paramsOf(floats: number): Float32Array {
   return Float32Array.from({ length: floats }, (_, i) => ((i * 37) % 97) / 64 - 0.75);
 }
 
+/** Median of each method's times (ms, 3 decimals). */
 export function medianMs(times: Record<HashMethod, number[]>): Record<HashMethod, number> {
-  const median = (values: number[]) => {
-    const s = [...values].sort((a, b) => a - b);
-    const m = s.length >> 1;
-    return s.length % 2 ? s[m] : (s[m - 1] + s[m]) / 2;
-  };
-  return {
-    ours: Number(median(times.ours).toFixed(3)),
-    wasm: Number(median(times.wasm).toFixed(3)),
-    old64: Number(median(times.old64).toFixed(3)),
-    native: Number(median(times.native).toFixed(3)),
-  };
+  return Object.fromEntries(BENCH_METHODS.map((m) => [m, Number(median(times[m]).toFixed(3))])) as Record<
+    HashMethod,
+    number
+  >;
+}
+
+export function median(values: readonly number[]): number {
+  const s = [...values].sort((a, b) => a - b);
+  const m = s.length >> 1;
+  return s.length % 2 ? s[m] : (s[m - 1] + s[m]) / 2;
+}
+
+/** An empty list of times per key (per hash method or per step variant). */
+export function timesFor<K extends string>(keys: readonly K[]): Record<K, number[]> {
+  return Object.fromEntries(keys.map((k) => [k, [] as number[]])) as Record<K, number[]>;
 }
 
 /**

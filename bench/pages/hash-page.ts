@@ -26,9 +26,11 @@ import { cpuBackedAdapter, wasmSha256 } from '../../web/worker/params-hasher';
 import { legacyHash64 } from '../legacy-hash64';
 import {
   BENCH_METHODS,
+  median,
   medianMs,
   paramsOf,
   STEP_VARIANTS,
+  timesFor,
   type HashBenchRow,
   type HashMethod,
   type StepBenchRow,
@@ -100,8 +102,8 @@ async function gpuRow(gpu: Gpu, params: Float32Array, reps: number): Promise<{ g
   reader.destroy();
   data.buffer.destroy();
   digests.buffer.destroy();
-  const median = (xs: number[]) => Number([...xs].sort((a, b) => a - b)[xs.length >> 1].toFixed(3));
-  return { gpu: median(times.gpu), readback: median(times.readback) };
+  const ms = (xs: number[]) => Number(median(xs).toFixed(3));
+  return { gpu: ms(times.gpu), readback: ms(times.readback) };
 }
 
 async function run(sizesMb: number[], reps: number): Promise<HashBenchRow[]> {
@@ -112,7 +114,7 @@ async function run(sizesMb: number[], reps: number): Promise<HashBenchRow[]> {
     const native = await webCryptoTree(params);
     if (hashParams(params) !== native) throw new Error(`ours differs from a WebCrypto SHA-256 tree at ${mb} MB`);
     if (methods.wasm(params) !== native) throw new Error(`wasm differs from a WebCrypto SHA-256 tree at ${mb} MB`);
-    const times: Record<HashMethod, number[]> = { ours: [], wasm: [], old64: [], native: [] };
+    const times = timesFor(BENCH_METHODS);
     for (const m of BENCH_METHODS) await methods[m](params); // warm-up (JIT)
     for (let r = 0; r < reps; r++) {
       for (let k = 0; k < BENCH_METHODS.length; k++) {
@@ -210,7 +212,7 @@ async function steps(
   ]);
   if (onGpu !== readBack) throw new Error(`the GPU tree hash ${onGpu} differs from the read-back one ${readBack}`);
   if (inWasm !== readBack) throw new Error(`the wasm tree hash ${inWasm} differs from the JS one ${readBack}`);
-  const times: Record<StepVariant, number[]> = { none: [], old64: [], readback: [], wasm: [], gpu: [] };
+  const times = timesFor(STEP_VARIANTS);
   for (let r = 0; r < rounds; r++) {
     for (let k = 0; k < STEP_VARIANTS.length; k++) {
       const v = STEP_VARIANTS[(r + k) % STEP_VARIANTS.length];
@@ -220,18 +222,11 @@ async function steps(
   for (const v of STEP_VARIANTS) runners[v].destroy();
   m.destroy();
   gpu.device.destroy();
-  const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[xs.length >> 1];
   return {
     model,
     paramBytes: layout.totalElements * 4,
     batch,
-    msPerStep: {
-      none: median(times.none),
-      old64: median(times.old64),
-      readback: median(times.readback),
-      wasm: median(times.wasm),
-      gpu: median(times.gpu),
-    },
+    msPerStep: Object.fromEntries(STEP_VARIANTS.map((v) => [v, median(times[v])])) as Record<StepVariant, number>,
   };
 }
 

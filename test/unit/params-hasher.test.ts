@@ -1,9 +1,13 @@
 import { describe, expect, it } from 'vitest';
-import { paramsHasher } from '../../coordinator/core/hash';
-import { chunkDigests, hashParams } from '../../coordinator/core/hash';
-import { cpuBackedAdapter, paramsHasherFor, readBackParamsHasher, wasmSha256 } from '../../web/worker/params-hasher';
-import { chunkDigestsReference } from '../support/tree-hash-reference';
-import { treeHashReference } from '../support/tree-hash-reference';
+import { chunkDigests, hashParams, paramsHasher } from '../../coordinator/core/hash';
+import {
+  chooseParamsHasher,
+  cpuBackedAdapter,
+  paramsHasherFor,
+  readBackParamsHasher,
+  wasmSha256,
+} from '../../web/worker/params-hasher';
+import { chunkDigestsReference, treeHashReference } from '../support/tree-hash-reference';
 
 const real = { isFallback: false };
 
@@ -45,8 +49,7 @@ describe('where the worker hashes the parameters', () => {
 
   it('the WebAssembly SHA-256 gives the same chunk digests and tree hash as node:crypto', async () => {
     const sha256 = await wasmSha256();
-    expect(sha256).not.toBeNull();
-    if (!sha256) return;
+    if (!sha256) throw new Error('no WebAssembly in Node: wasmSha256 returned null');
     // Sizes around the 4 KiB chunk and SHA-256's 64-byte block edges, and an mlp-sized buffer.
     for (const floats of [0, 1, 13, 14, 16, 1023, 1024, 1025, 5000, 235_146]) {
       const params = Float32Array.from({ length: floats }, (_, i) => Math.sin(i * 12.9898) * 43758.5453);
@@ -75,5 +78,21 @@ describe('where the worker hashes the parameters', () => {
     expect(Buffer.from(second.digest()).toString('hex')).toBe(
       'ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad', // SHA-256("abc"), FIPS 180-2
     );
+  });
+
+  it("chooses the worker's hasher once per device: WebAssembly on a software adapter, the GPU form on a real one", async () => {
+    const soft = await chooseParamsHasher({
+      vendor: 'google',
+      architecture: 'swiftshader',
+      description: '',
+      isFallback: false,
+    });
+    const params = Float32Array.from({ length: 2000 }, (_, i) => (i % 17) - 8);
+    expect(soft).not.toBe(readBackParamsHasher); // not the pure-JS one: Node has WebAssembly
+    expect(soft.digests).toBeUndefined();
+    expect(soft.ofParams(params)).toBe(treeHashReference(params));
+    expect(
+      await chooseParamsHasher({ vendor: 'nvidia', architecture: 'ampere', description: '', isFallback: false }),
+    ).toBe(paramsHasher);
   });
 });

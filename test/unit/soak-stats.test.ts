@@ -17,25 +17,32 @@ import {
 const HZ = 100; // USER_HZ
 const CORES = 2;
 
+/** A quantity over the run's time: a constant or a function of the seconds since the start. */
+type OverTime = number | ((t: number) => number);
+
 /**
- * A run sampled every 5 s for `seconds`: `rate(t)` steps per second, the run using `oursCores(t)` of
- * the machine's cores and other processes `othersCores(t)`.
+ * A run sampled every 5 s for `seconds`: `rate` steps per second, the run using `ours` of the machine's
+ * cores (default 1) and other processes `others` (default 0); every process's RSS `rss(t, steps)` MB
+ * (default 200).
  */
-function run(
-  seconds: number,
-  rate: (t: number) => number,
-  oursCores: (t: number) => number,
-  othersCores: (t: number) => number = () => 0,
-  rss: (t: number, steps: number) => number = () => 200,
-): Sample[] {
+function run(r: {
+  seconds: number;
+  rate: OverTime;
+  ours?: OverTime;
+  others?: OverTime;
+  rss?: (t: number, steps: number) => number;
+}): Sample[] {
+  const at = (x: OverTime | undefined, fallback: number, t: number) =>
+    x === undefined ? fallback : typeof x === 'number' ? x : x(t);
+  const rss = r.rss ?? (() => 200);
   const samples: Sample[] = [];
   let steps = 0;
   const cpu: CpuTicks = { ours: 0, machineBusy: 0, machineTotal: 0 };
-  for (let t = 0; t <= seconds; t += 5) {
+  for (let t = 0; t <= r.seconds; t += 5) {
     if (t > 0) {
-      steps += rate(t - 2.5) * 5;
-      const ours = oursCores(t - 2.5) * 5 * HZ;
-      const others = othersCores(t - 2.5) * 5 * HZ;
+      steps += at(r.rate, 0, t - 2.5) * 5;
+      const ours = at(r.ours, 1, t - 2.5) * 5 * HZ;
+      const others = at(r.others, 0, t - 2.5) * 5 * HZ;
       cpu.ours += ours;
       cpu.machineBusy += ours + others;
       cpu.machineTotal += CORES * 5 * HZ;
@@ -47,11 +54,7 @@ function run(
 
 describe('stepsAt', () => {
   it('interpolates between samples and clamps at both ends', () => {
-    const s = run(
-      20,
-      () => 10,
-      () => 1,
-    );
+    const s = run({ seconds: 20, rate: 10 });
     expect(stepsAt(s, 0)).toBe(0);
     expect(stepsAt(s, 7.5)).toBeCloseTo(75, 9);
     expect(stepsAt(s, 99)).toBe(200);
@@ -61,11 +64,7 @@ describe('stepsAt', () => {
 describe('loadAdjustedLateEarly', () => {
   it('equals the wall-clock ratio on a quiet machine, so a run that slows down still fails', () => {
     // 12 → 8 steps/s: late/early 2/3 by the wall clock.
-    const s = run(
-      150,
-      (t) => (t < 75 ? 12 : 8),
-      () => 1.6,
-    );
+    const s = run({ seconds: 150, rate: (t) => (t < 75 ? 12 : 8), ours: 1.6 });
     const r = loadAdjustedLateEarly(s);
     expect(r.ratio).toBeCloseTo(8 / 12, 6);
     expect(r.othersEarly).toBe(0);
@@ -76,12 +75,12 @@ describe('loadAdjustedLateEarly', () => {
   it('takes out another job that took a core in the last third of a CPU-bound run', () => {
     // The run had both cores (10 steps/s); another process takes one core from t = 100 and the
     // run, CPU-bound, drops to 5 steps/s. Its work per step did not change.
-    const s = run(
-      150,
-      (t) => (t < 100 ? 10 : 5),
-      (t) => (t < 100 ? 2 : 1),
-      (t) => (t < 100 ? 0 : 1),
-    );
+    const s = run({
+      seconds: 150,
+      rate: (t) => (t < 100 ? 10 : 5),
+      ours: (t) => (t < 100 ? 2 : 1),
+      others: (t) => (t < 100 ? 0 : 1),
+    });
     const wall = summarise('x', 1, s).lateEarly;
     expect(wall).toBeCloseTo(0.5, 3);
     const r = loadAdjustedLateEarly(s);
@@ -91,34 +90,19 @@ describe('loadAdjustedLateEarly', () => {
 
   it('does not excuse a slowdown larger than the load explains', () => {
     // Others take a quarter of the machine late, but the run fell to a third of its rate.
-    const s = run(
-      150,
-      (t) => (t < 100 ? 9 : 3),
-      () => 1.5,
-      (t) => (t < 100 ? 0 : 0.5),
-    );
+    const s = run({ seconds: 150, rate: (t) => (t < 100 ? 9 : 3), ours: 1.5, others: (t) => (t < 100 ? 0 : 0.5) });
     const r = loadAdjustedLateEarly(s);
     expect(r.ratio).toBeCloseTo(3 / 0.75 / 9, 6);
     expect(r.ratio).toBeLessThan(0.85);
   });
 
   it('the same load in both thirds cancels out', () => {
-    const s = run(
-      150,
-      (t) => (t < 75 ? 12 : 6),
-      () => 1,
-      () => 0.7,
-    );
+    const s = run({ seconds: 150, rate: (t) => (t < 75 ? 12 : 6), others: 0.7 });
     expect(loadAdjustedLateEarly(s).ratio).toBeCloseTo(0.5, 6);
   });
 
   it('falls back to the wall-clock ratio when a sample has no CPU ticks', () => {
-    const s = run(
-      150,
-      (t) => (t < 100 ? 10 : 5),
-      () => 1,
-      () => 1,
-    ).map((x) => ({ ...x, cpu: undefined }));
+    const s = run({ seconds: 150, rate: (t) => (t < 100 ? 10 : 5), others: 1 }).map((x) => ({ ...x, cpu: undefined }));
     expect(loadAdjustedLateEarly(s).ratio).toBeCloseTo(0.5, 6);
   });
 });
@@ -126,13 +110,7 @@ describe('loadAdjustedLateEarly', () => {
 describe('growth', () => {
   it('measures MB per 1,000 steps from the middle third to the last, ignoring warm-up', () => {
     // Warm-up: +100 MB in the first third; then a leak of 50 KB per step.
-    const s = run(
-      150,
-      () => 10,
-      () => 1,
-      () => 0,
-      (t, steps) => (t < 50 ? 100 + 2 * t : 200 + 0.05 * steps),
-    );
+    const s = run({ seconds: 150, rate: 10, rss: (t, steps) => (t < 50 ? 100 + 2 * t : 200 + 0.05 * steps) });
     const g = growth(s, (x) => x.renderersMb[0]);
     expect(g.per1k).toBeCloseTo(50, 6);
     // Medians of the samples at 50…95 s and 100…150 s: steps 725 and 1,250.
@@ -142,13 +120,7 @@ describe('growth', () => {
 
 describe('timeline', () => {
   it("gives each sample its new steps, the others' share of the machine and the renderer RSS", () => {
-    const s = run(
-      10,
-      () => 10,
-      () => 1,
-      (t) => (t < 5 ? 0 : 0.5),
-      (t) => 200 + t,
-    );
+    const s = run({ seconds: 10, rate: 10, others: (t) => (t < 5 ? 0 : 0.5), rss: (t) => 200 + t });
     expect(timeline(s)).toBe('5s +50 others 0% renderer MB 205, 10s +50 others 25% renderer MB 210');
   });
 });
@@ -156,15 +128,7 @@ describe('timeline', () => {
 describe('overSoloByRound', () => {
   it('divides each result by the solo result of its own round and takes the median', () => {
     const at = (name: string, round: number, samplesPerSec: number) => ({
-      ...summarise(
-        name,
-        1,
-        run(
-          20,
-          () => 1,
-          () => 1,
-        ),
-      ),
+      ...summarise(name, 1, run({ seconds: 20, rate: 1 })),
       samplesPerSec,
       round,
     });

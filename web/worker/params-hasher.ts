@@ -79,3 +79,14 @@ export async function wasmSha256(): Promise<Sha256Factory | null> {
     };
   };
 }
+
+/**
+ * The worker's hasher for its adapter, chosen once with the device: on a CPU-backed adapter the read-back
+ * hashed by SHA-256 in WebAssembly (the pure-JS one where WebAssembly is refused), on a real GPU the GPU
+ * tree hash (no WebAssembly instantiated: it would not be used).
+ */
+export async function chooseParamsHasher(
+  a: Pick<AdapterSummary, 'vendor' | 'architecture' | 'description' | 'isFallback'>,
+): Promise<ParamsHasher> {
+  return paramsHasherFor(a, cpuBackedAdapter(a) ? ((await wasmSha256()) ?? undefined) : undefined);
+}

@@ -27,7 +27,7 @@ import { chunkedData } from './chunked-data';
 import { ChunkFetcher, type ChunkProgress, openCache } from '../volunteer/dataset-client';
 import { ElasticSteps, type ApplyOptions, type ApplyResult, type NextIndices } from './elastic-steps';
 import { OuterState } from './outer-step';
-import { paramsHasherFor, readBackParamsHasher, wasmSha256 } from './params-hasher';
+import { chooseParamsHasher, readBackParamsHasher } from './params-hasher';
 import { runSolo } from './solo-loop';
 import type {
   AdapterSummary,
@@ -121,9 +121,9 @@ async function device(): Promise<Gpu> {
     console.error(`tabswarm worker: WebGPU error: ${(e as GPUUncapturedErrorEvent).error.message}`);
   });
   // Before `gpu` is set: a model built once the device exists gets the final hasher.
-  const cpuSha256 = (await wasmSha256()) ?? undefined;
+  const chosen = await chooseParamsHasher(summarize(adapter));
   gpu = createGpu(dev);
-  hasher = paramsHasherFor(summarize(adapter), cpuSha256);
+  hasher = chosen;
   return gpu;
 }
 
