@@ -19,7 +19,7 @@ import { performance } from 'node:perf_hooks';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import WebSocket, { WebSocketServer } from 'ws';
-import { SqliteStore } from '../coordinator/store';
+import { SqliteStore } from '../coordinator/runtime/store';
 import { CoordinatorProcess, spawnCoordinator } from '../test/support/coordinator-process';
 import { makeTempDir, writeFakeIdxDataset } from '../test/support/fake-dataset';
 import { SimTrainer } from '../test/support/sim-trainer';

@@ -15,7 +15,7 @@
  */
 import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { launchSwarmChromium } from '../coordinator/swarm/chromium';
+import { launchSwarmChromium } from '../tools/swarm/chromium';
 
 const BODY_BYTES = 2_823_380;
 

@@ -49,7 +49,7 @@ import { loadavg, tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import type { Browser, CDPSession, Page } from 'playwright-core';
 import { writeDatasetSlice } from '../test/support/small-dataset';
-import type { FeedMessage } from '../coordinator/core/admin-feed-protocol';
+import type { FeedMessage } from '../core/protocol/admin-feed';
 import type { NetHarness } from '../test/browser/pages/net-harness';
 import { FASHION_MNIST_DIR, launchChromium } from '../test/support/browser';
 import { mulberry32 } from '../test/support/rng';

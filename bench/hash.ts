@@ -3,16 +3,16 @@
  * [--step-models mlp,cnn] [--step-batch 128] [--step-block 10] [--step-rounds 5]`.
  *
  * Hashes float32 parameter buffers of each size four ways on the CPU, side by side in one run:
- * - `ours`: `hashParams` of coordinator/core/hash.ts, the tree of SHA-256 (4 KiB chunks, then the root)
+ * - `ours`: `hashParams` of core/state/hash.ts, the tree of SHA-256 (4 KiB chunks, then the root)
  *   in pure JS (`@noble/hashes`), what a tab computes where the parameters are in memory anyway;
  * - `wasm`: the same tree with SHA-256 in WebAssembly (`hash-wasm`), what a tab's worker on a software
  *   adapter computes per step after a read-back;
- * - `old64`: the 64-bit MurmurHash3 + XXH32 pair it replaced (bench/legacy-hash64.ts): the speed given up;
+ * - `old64`: the 64-bit MurmurHash3 + XXH32 pair it replaced (bench/lib/legacy-hash64.ts): the speed given up;
  * - `native`: the reference for SHA-256 itself, native code — in Node `createHash('sha256')` (OpenSSL),
  *   in Chromium `crypto.subtle.digest` (async: the tabs hash synchronously where the parameters are mapped).
  * Both in this Node process and in one headless Chromium page (bench/pages/hash-page.ts, where the tabs
  * run it; main thread, the same V8 as a worker). In Chromium, also the tree hash on WebGPU (`gpu`:
- * kernels/sha256.wgsl over the buffer, the digests read back, the root in JS, what a tab's worker does per
+ * kernels/ops/sha256.wgsl over the buffer, the digests read back, the root in JS, what a tab's worker does per
  * step) beside `readback` (the buffer read back and hashed by `ours`, what it did before). Before timing,
  * `ours` must equal the tree built with node:crypto (test/support/tree-hash-reference.ts; in Chromium,
  * with WebCrypto per chunk), `stateHash(params, outer)` too, `gpu` and `readback` must equal `ours`, and
@@ -30,13 +30,13 @@ import { loadavg } from 'node:os';
 import { resolve } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { parseArgs } from 'node:util';
-import { hashParams, stateHash } from '../coordinator/core/hash';
+import { hashParams, stateHash } from '../core/state/hash';
 import { launchChromium, watchPage } from '../test/support/browser';
 import { treeHashReference } from '../test/support/tree-hash-reference';
 import { REPO_ROOT, startViteServer } from '../test/support/vite-server';
-import { chromiumVersion } from './common';
+import { chromiumVersion } from './lib/common';
 import { wasmSha256 } from '../web/worker/params-hasher';
-import { legacyHash64 } from './legacy-hash64';
+import { legacyHash64 } from './lib/legacy-hash64';
 import {
   BENCH_METHODS,
   medianMs,

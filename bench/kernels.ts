@@ -22,7 +22,7 @@ import { cpus, loadavg } from 'node:os';
 import { resolve } from 'node:path';
 import { parseArgs } from 'node:util';
 import type { Page } from 'playwright-core';
-import type { MatmulTile } from '../kernels/matmul';
+import type { MatmulTile } from '../kernels/ops/matmul';
 import { launchChromium, watchPage } from '../test/support/browser';
 import { REPO_ROOT, startViteServer, type TestViteServer } from '../test/support/vite-server';
 import type { AdapterReport, Side, TfjsForm } from './pages/kernel-bench-api';

@@ -30,10 +30,10 @@
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import type { Page } from 'playwright-core';
-import type { StatusReport } from '../coordinator/audit';
-import { COORDINATOR_IP, type LinkProfile } from '../coordinator/netbed/netbed';
-import { COORDINATOR_PORT, Scene } from '../coordinator/netbed/scene';
-import { PEER_PATH } from '../coordinator/peer-signaling';
+import type { StatusReport } from '../coordinator/admin/audit';
+import { COORDINATOR_IP, type LinkProfile } from '../tools/netbed/netbed';
+import { COORDINATOR_PORT, Scene } from '../tools/netbed/scene';
+import { PEER_PATH } from '../coordinator/http/peer-signaling';
 import type { NetHarness } from '../test/browser/pages/net-harness';
 import { buildHarnessSite, NET_HARNESS_PATH } from '../test/support/harness-site';
 import { allreduceFromCommonStart } from '../test/support/net-harness-client';
@@ -42,7 +42,7 @@ import { ringAllreduceBusBytes } from '../web/net/ring-allreduce';
 import { writeDatasetSlice } from '../test/support/small-dataset';
 import { FASHION_MNIST_DIR, WEB_BUILD_DIR } from '../test/support/browser';
 import { makeTempDir } from '../test/support/fake-dataset';
-import { arg, chromiumVersion, exitUnlessReady } from './common';
+import { arg, chromiumVersion, exitUnlessReady } from './lib/common';
 
 const PROFILES: Record<string, LinkProfile> = {
   lan: { delayMs: 0.5, jitterMs: 0, rateMbit: 1000, lossPercent: 0 },

@@ -26,11 +26,11 @@ import { getPriority, setPriority } from 'node:os';
 import { resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { Browser, Page } from 'playwright-core';
-import { resolveDatasetDir } from '../coordinator/startup-config';
-import { launchSwarmChromium } from '../coordinator/swarm/chromium';
-import { fetchStatus } from '../coordinator/swarm/coordinator-api';
+import { resolveDatasetDir } from '../coordinator/config/startup-config';
+import { launchSwarmChromium } from '../tools/swarm/chromium';
+import { fetchStatus } from '../tools/swarm/coordinator-api';
 import { type CoordinatorProcess, spawnCoordinator } from '../test/support/coordinator-process';
-import { openBareTabs } from './bare-tabs';
+import { openBareTabs } from './lib/bare-tabs';
 
 const GLOBAL_BATCH = 128;
 

@@ -14,14 +14,14 @@
  *          --configs every-step:none,local8:fp16,local8:int8,local32:fp16,local32:int8
  */
 import type { Browser } from 'playwright-core';
-import type { EvaluationView, StatusReport } from '../coordinator/audit';
+import type { EvaluationView, StatusReport } from '../coordinator/admin/audit';
 import { FASHION_MNIST_DIR, launchChromium, WEB_BUILD_DIR } from '../test/support/browser';
 import { commitsFrom } from '../test/support/commit-log';
 import { CoordinatorProcess } from '../test/support/coordinator-process';
 import { Swarm } from '../test/support/swarm';
-import { arg, chromiumVersion, exitUnlessReady } from './common';
-import { configName, parseConfig, type SyncConfig, syncField } from './sync-configs';
-import { GLOBAL_BATCH, TABS } from './sync-figures';
+import { arg, chromiumVersion, exitUnlessReady } from './lib/common';
+import { configName, parseConfig, type SyncConfig, syncField } from './lib/sync-configs';
+import { GLOBAL_BATCH, TABS } from './lib/sync-figures';
 
 /** The goal: local mode within this many accuracy points of every-step fp32. */
 const GOAL_POINTS = 1;

@@ -15,7 +15,7 @@
  * - utilization: each tab's reported `computeMs` for those steps over the same time, and the mean;
  * - accuracy: at the window's end rank 0 uploads the last committed state (admin `checkpoint`, the
  *   links unshaped again); this process decodes it and evaluates it on the first `--test` test images
- *   (all 10,000 by default) in float64 on the CPU (bench/evaluate-snapshot.ts).
+ *   (all 10,000 by default) in float64 on the CPU (bench/lib/evaluate-snapshot.ts).
  *
  * The set-up (dataset download, WebRTC, two commit points) runs on the profile's delay at 1 Gbit/s
  * without loss; the profile's rate and loss go on (tc/nft in the homes and routers) one commit point
@@ -33,18 +33,18 @@ import { readFileSync } from 'node:fs';
 import { request } from 'node:https';
 import { join } from 'node:path';
 import type { Page } from 'playwright-core';
-import type { StatusReport } from '../coordinator/audit';
-import { COORDINATOR_IP, type LinkProfile } from '../coordinator/netbed/netbed';
-import { COORDINATOR_PORT, Scene } from '../coordinator/netbed/scene';
-import { launchSwarmChromium } from '../coordinator/swarm/chromium';
+import type { StatusReport } from '../coordinator/admin/audit';
+import { COORDINATOR_IP, type LinkProfile } from '../tools/netbed/netbed';
+import { COORDINATOR_PORT, Scene } from '../tools/netbed/scene';
+import { launchSwarmChromium } from '../tools/swarm/chromium';
 import { FASHION_MNIST_DIR, WEB_BUILD_DIR } from '../test/support/browser';
 import { commitsFrom } from '../test/support/commit-log';
 import { makeTempDir } from '../test/support/fake-dataset';
 import { writeDatasetSlice } from '../test/support/small-dataset';
-import { arg, chromiumVersion, exitUnlessReady } from './common';
-import { snapshotAccuracy } from './evaluate-snapshot';
-import { configName, parseConfig, type SyncConfig, syncField } from './sync-configs';
-import { formulaBytesPerSample, GLOBAL_BATCH, type Report, TABS, windowFigures } from './sync-figures';
+import { arg, chromiumVersion, exitUnlessReady } from './lib/common';
+import { snapshotAccuracy } from './lib/evaluate-snapshot';
+import { configName, parseConfig, type SyncConfig, syncField } from './lib/sync-configs';
+import { formulaBytesPerSample, GLOBAL_BATCH, type Report, TABS, windowFigures } from './lib/sync-figures';
 
 /** The issue's two access-link profiles (each direction). */
 const PROFILES: Record<string, LinkProfile> = {

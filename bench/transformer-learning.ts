@@ -6,9 +6,9 @@
  * Prints the curve and one JSON line; results go to bench/RESULTS.md.
  */
 import { it } from 'vitest';
-import { GPT_TINY_SPEC, parameterLayout } from '../coordinator/core/model-spec';
-import { loadTextDataset } from '../coordinator/user-datasets';
-import { createModel } from '../kernels/model';
+import { GPT_TINY_SPEC, parameterLayout } from '../core/training/model-spec';
+import { loadTextDataset } from '../coordinator/datasets/user-datasets';
+import { createModel } from '../kernels/model/model';
 import { nodeGpu } from '../test/support/node-gpu';
 import { mulberry32 } from '../test/support/rng';
 

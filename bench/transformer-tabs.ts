@@ -16,10 +16,10 @@
  */
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { fetchStatus, getJson } from '../coordinator/swarm/coordinator-api';
+import { fetchStatus, getJson } from '../tools/swarm/coordinator-api';
 import { REPO_ROOT, spawnCoordinator } from '../test/support/coordinator-process';
-import { openBareTabs } from './bare-tabs';
-import { arg, chromiumVersion, exitUnlessReady } from './common';
+import { openBareTabs } from './lib/bare-tabs';
+import { arg, chromiumVersion, exitUnlessReady } from './lib/common';
 
 interface Point {
   step: number;

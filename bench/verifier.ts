@@ -2,7 +2,7 @@
  * What one spot check costs the coordinator's machine, and how far honest and lying sketches land from
  * the verifier's: `npm run bench:verifier -- [--model mlp] [--batch 128] [--worlds 1,2,4] [--reps 5]`.
  *
- * The real verifier child (coordinator/verifier-client.ts → verifier/, Dawn on this machine's adapter)
+ * The real verifier child (coordinator/trust/trust/verifier-client.ts → verifier/, Dawn on this machine's adapter)
  * recomputes step 11 of a job on Fashion-MNIST from a snapshot (the job's initial parameters, random
  * AdamW moments, t = 10) for each world size, the global batch split equally over the ranks as the
  * sampler splits it. Reference, side by side in the same run: the same recomputation by the float64 CPU
@@ -17,15 +17,15 @@ import { writeFileSync } from 'node:fs';
 import { loadavg } from 'node:os';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
-import { loadIdxDataset } from '../coordinator/dataset';
-import { parseJobSpec } from '../coordinator/core/job';
-import { parameterLayout, type SequentialSpec } from '../coordinator/core/model-spec';
-import { epochOrder, indicesForRank } from '../coordinator/core/sampler';
-import { gradientSketch, paramsSketch, RECOMPUTE_TOLERANCE, worstRatio } from '../coordinator/core/sketch';
-import { encodeSnapshot } from '../coordinator/core/snapshot';
-import { resolveDatasetDir } from '../coordinator/startup-config';
-import { VerifierClient } from '../coordinator/verifier-client';
-import { initParams } from '../kernels/layers';
+import { loadIdxDataset } from '../node/idx';
+import { parseJobSpec } from '../core/training/job';
+import { parameterLayout, type SequentialSpec } from '../core/training/model-spec';
+import { epochOrder, indicesForRank } from '../core/training/sampler';
+import { gradientSketch, paramsSketch, RECOMPUTE_TOLERANCE, worstRatio } from '../core/state/sketch';
+import { encodeSnapshot } from '../core/state/snapshot';
+import { resolveDatasetDir } from '../coordinator/config/startup-config';
+import { VerifierClient } from '../coordinator/trust/verifier-client';
+import { initParams } from '../kernels/model/layers';
 import { makeTempDir } from '../test/support/fake-dataset';
 import { referenceAdamW, referenceForwardBackward } from '../test/support/reference-model';
 import { mulberry32 } from '../test/support/rng';

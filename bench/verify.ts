@@ -22,7 +22,7 @@ import { CoordinatorProcess } from '../test/support/coordinator-process';
 import { makeTempDir } from '../test/support/fake-dataset';
 import { writeDatasetSlice } from '../test/support/small-dataset';
 import { coordinatorStatusUntil, Swarm } from '../test/support/swarm';
-import { arg, chromiumVersion, exitUnlessReady } from './common';
+import { arg, chromiumVersion, exitUnlessReady } from './lib/common';
 
 const ROUNDS = Number(arg('rounds', '2'));
 const STEPS = Number(arg('steps', '120'));

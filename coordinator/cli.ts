@@ -1,7 +1,7 @@
 /**
  * `tabswarm coordinator [--port 8080] [--host 127.0.0.1] [--data-dir ./.tabswarm] [--job job.json]
  *  [--dataset DIR] [--admin-token T] [--dist DIR] [--local-workers N] [network flags: net-flags.ts]`
- * `tabswarm swarm (--url URL | --job FILE) --workers N [...]` (coordinator/swarm/swarm-command.ts)
+ * `tabswarm swarm (--url URL | --job FILE) --workers N [...]` (tools/swarm/swarm-command.ts)
  *
  * Every way the coordinator cannot start (bad job file, no dataset, port in use, unwritable data dir)
  * ends with one line on stderr naming the cause and the fix, and exit code 1: the person reading it is
@@ -10,7 +10,7 @@
 import { Command, InvalidArgumentError } from 'commander';
 import { randomBytes } from 'node:crypto';
 import { resolve } from 'node:path';
-import { addNetOptions, netConfigFrom, type NetFlags } from './net-flags';
+import { addNetOptions, netConfigFrom, type NetFlags } from './config/net-flags';
 import { startCoordinator, type RunningCoordinator } from './start';
 import {
   DEFAULT_DATASET_DIR,
@@ -19,9 +19,9 @@ import {
   loadJobFile,
   resolveDatasetDir,
   StartupError,
-} from './startup-config';
-import { registerSwarmCommand, startLocalWorkers, type LocalWorkers } from './swarm';
-import { addTrustFlags, trustOptionsOf, type TrustFlags } from './trust-flags';
+} from './config/startup-config';
+import { registerSwarmCommand, startLocalWorkers, type LocalWorkers } from '../tools/swarm';
+import { addTrustFlags, trustOptionsOf, type TrustFlags } from './config/trust-flags';
 
 function oneLine(text: string): string {
   return text.replace(/\s*\n\s*/g, ' ').trim();
@@ -152,7 +152,7 @@ function buildProgram(): Command {
     .option('--port <port>', 'TCP port (0: any free port)', parsePort, 8080)
     .option('--host <host>', 'address to listen on', '127.0.0.1')
     .option('--data-dir <dir>', 'folder for the SQLite store and checkpoints', './.tabswarm')
-    .option('--job <file>', 'job JSON file (default: Fashion-MNIST mlp, see coordinator/core/job.ts)')
+    .option('--job <file>', 'job JSON file (default: Fashion-MNIST mlp, see core/training/job.ts)')
     .option(
       '--dataset <dir>',
       `folder with the four IDX files (default: $TABSWARM_DATASET, then ${DEFAULT_DATASET_DIR}); a job with a text or tensors dataset names its own files`,

@@ -4,26 +4,26 @@
  */
 import { createHash, randomBytes } from 'node:crypto';
 import { join } from 'node:path';
-import { VerificationService, type Recompute } from './verification-service';
-import { VerifierClient } from './verifier-client';
+import { VerificationService, type Recompute } from './trust/verification-service';
+import { VerifierClient } from './trust/verifier-client';
 import type { Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { effectiveDatasetSize, type JobSpec } from './core/job';
-import { initialState, restoreState, type CoordinatorState, type DurableState } from './core/machine';
-import { parameterLayout } from './core/model-spec';
-import { adminRoutes } from './admin-routes';
-import { ControlChannel } from './control-channel';
-import { iceConfigFor, type IceSettings } from './ice';
-import type { TlsMaterial } from './tls';
-import { MachineExecutor } from './executor';
-import { mountPeerSignaling } from './peer-signaling';
-import { CoordinatorServer } from './server';
-import { CoordinatorMetrics } from './server-metrics';
-import { staticFiles } from './static-files';
-import { SqliteStore } from './store';
-import { inviteRoutes } from './invite-routes';
-import type { ServedDataset } from './served-dataset';
-import { setUpTrust, type Trust, type TrustOptions } from './trust';
+import { effectiveDatasetSize, type JobSpec } from '../core/training/job';
+import { initialState, restoreState, type CoordinatorState, type DurableState } from './machine/machine';
+import { parameterLayout } from '../core/training/model-spec';
+import { adminRoutes } from './admin/admin-routes';
+import { ControlChannel } from './runtime/control-channel';
+import { iceConfigFor, type IceSettings } from './http/ice';
+import type { TlsMaterial } from './http/tls';
+import { MachineExecutor } from './runtime/executor';
+import { mountPeerSignaling } from './http/peer-signaling';
+import { CoordinatorServer } from './http/server';
+import { CoordinatorMetrics } from './admin/server-metrics';
+import { staticFiles } from './http/static-files';
+import { SqliteStore } from './runtime/store';
+import { inviteRoutes } from './admin/invite-routes';
+import type { ServedDataset } from './datasets/served-dataset';
+import { setUpTrust, type Trust, type TrustOptions } from './trust/trust';
 
 export interface CoordinatorConfig {
   host: string;

@@ -2,14 +2,14 @@
  * The verifier's WebGPU device: Dawn through the `webgpu` package, the same WGSL kernels the tabs run.
  *
  * On a machine without a GPU, Vulkan finds an adapter only when pointed at a software driver: Debian's
- * chromium ships SwiftShader's ICD (coordinator/gpu-env.ts). The coordinator spawns this process with
+ * chromium ships SwiftShader's ICD (node/gpu-env.ts). The coordinator spawns this process with
  * that environment; run by hand, `VK_ICD_FILENAMES` is still set here before Dawn's instance is created
  * (the Vulkan loader reads it then), but `LD_LIBRARY_PATH` only counts from the process's start, so the
  * error says what to set. Elsewhere (a host with a GPU) Vulkan finds its own driver. No adapter is one
  * clear error, never a device that computes nothing.
  */
 import { create, globals } from 'webgpu';
-import { SWIFTSHADER_ICD, swiftshaderEnv } from '../coordinator/gpu-env';
+import { SWIFTSHADER_ICD, swiftshaderEnv } from '../node/gpu-env';
 import { createGpu, type Gpu } from '../kernels/runtime';
 
 export class NoAdapterError extends Error {

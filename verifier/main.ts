@@ -1,7 +1,7 @@
 /**
  * The verifier process: a trusted recomputation service beside the coordinator (as BOINC's validator
- * runs beside its server), spawned by coordinator/verifier-client.ts through `verifier/entry.js` and
- * spoken to over Node's IPC channel (coordinator/core/verifier-protocol.ts).
+ * runs beside its server), spawned by coordinator/trust/trust/verifier-client.ts through `verifier/entry.js` and
+ * spoken to over Node's IPC channel (core/protocol/verifier.ts).
  *
  * It waits for `init` (the job, the dataset folder), opens a WebGPU device, loads the IDX training set,
  * builds the job's model, times one full-batch recomputation (warm: pipelines compiled first) and says
@@ -11,16 +11,16 @@
  * one at a time, in arrival order (the client sends one at a time anyway).
  */
 import { readFile } from 'node:fs/promises';
-import { effectiveDatasetSize, parseJobSpec } from '../coordinator/core/job';
-import { decodeSnapshot } from '../coordinator/core/snapshot';
+import { effectiveDatasetSize, parseJobSpec } from '../core/training/job';
+import { decodeSnapshot } from '../core/state/snapshot';
 import {
   type RecomputeRequestMessage,
   type VerifierAnswer,
   verificationUnsupported,
   verifierRequestSchema,
-} from '../coordinator/core/verifier-protocol';
-import { loadIdxDataset } from '../coordinator/dataset';
-import { MOMENT_NAMES } from '../kernels/model';
+} from '../core/protocol/verifier';
+import { loadIdxDataset } from '../node/idx';
+import { MOMENT_NAMES } from '../kernels/model/model';
 import { openGpu } from './gpu';
 import { Recomputer } from './recompute';
 

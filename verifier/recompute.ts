@@ -1,12 +1,12 @@
 /**
  * The verifier's arithmetic: recompute one committed step from the state before it, as the tabs computed
- * it, and sketch the result the way the ranks sketched their claims (coordinator/core/sketch.ts).
+ * it, and sketch the result the way the ranks sketched their claims (core/state/sketch.ts).
  *
  * For step s the coordinator hands over θ_{s−1} (a hash-verified snapshot: parameters, optimizer moments,
  * optimizer step t), the hash the ranks reported for θ_s (the sketch seed), and every rank's sample
  * indices. The recomputation is what a tab does in web/worker/elastic-steps.ts:
  *
- *   g_r   = the gradient sums of rank r's samples at θ_{s−1}   (one forward/backward, kernels/model.ts)
+ *   g_r   = the gradient sums of rank r's samples at θ_{s−1}   (one forward/backward, kernels/model/model/model.ts)
  *   G     = Σ_r g_r, float32, in rank order                      (the all-reduce's sum)
  *   θ_s*  = the job's optimizer applied to θ_{s−1} with G / count (`writeGradients` + `applyOptimizer(count)`)
  *
@@ -18,16 +18,16 @@
  * than `none`, the tabs applied a compressed sum, which differs from G by the codec's rounding; the
  * recomputation uses the exact float32 sum (the comparison's tolerance must allow for the codec).
  */
-import { hashParams, paramsHasher } from '../coordinator/core/hash';
-import { type ImageSplitBytes, ImageBatches } from '../coordinator/core/image-batches';
-import type { OptimizerSpec, SyncSpec } from '../coordinator/core/job';
-import { type ModelSpec, type ParamLayout, parameterLayout } from '../coordinator/core/model-spec';
-import { gradientSketches, paramsSketch, type Sketch, sketchSeed } from '../coordinator/core/sketch';
-import type { TrainingSnapshot } from '../coordinator/core/snapshot';
-import { verificationUnsupported } from '../coordinator/core/verifier-protocol';
-import { createModel, type Model } from '../kernels/model';
+import { hashParams, paramsHasher } from '../core/state/hash';
+import { type ImageSplitBytes, ImageBatches } from '../core/data/image-batches';
+import type { OptimizerSpec, SyncSpec } from '../core/training/job';
+import { type ModelSpec, type ParamLayout, parameterLayout } from '../core/training/model-spec';
+import { gradientSketches, paramsSketch, type Sketch, sketchSeed } from '../core/state/sketch';
+import type { TrainingSnapshot } from '../core/state/snapshot';
+import { verificationUnsupported } from '../core/protocol/verifier';
+import { createModel, type Model } from '../kernels/model/model';
 import type { Gpu } from '../kernels/runtime';
-import { createTrainingState, type TrainingState } from '../kernels/training-state';
+import { createTrainingState, type TrainingState } from '../kernels/model/training-state';
 
 /** The part of a job the recomputation depends on (a `JobSpec` has all of it). */
 export interface RecomputeJob {

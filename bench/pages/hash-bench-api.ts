@@ -14,7 +14,7 @@ export interface HashBenchRow {
   /** Median milliseconds per hash of `mb` MB, per method. */
   ms: Record<HashMethod, number>;
   /**
-   * Chromium only, the same bytes in a GPU buffer: `gpu`, the tree hash on the GPU (kernels/sha256.wgsl,
+   * Chromium only, the same bytes in a GPU buffer: `gpu`, the tree hash on the GPU (kernels/ops/sha256.wgsl,
    * the digests read back, the root in JS: what a tab does per step); `readback`, a read-back of the
    * buffer then `ours` on it (what a tab did per step before the hash moved to the GPU). Median ms.
    */

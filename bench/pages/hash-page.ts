@@ -2,7 +2,7 @@
  * The browser half of `npm run bench:hash`: the same state hash timed in Chromium's V8, where the tabs
  * compute it, beside the old 64-bit hash and WebCrypto's native SHA-256 (`crypto.subtle.digest`: async,
  * so not what the tabs' synchronous per-step hash can use, but the native reference); then the tree hash
- * on WebGPU (kernels/sha256.wgsl) against a read-back and the JS hash of the same buffer. Served by a Vite
+ * on WebGPU (kernels/ops/sha256.wgsl) against a read-back and the JS hash of the same buffer. Served by a Vite
  * dev server on 127.0.0.1 (a secure context, so `crypto.subtle` exists); bench/hash.ts drives
  * `window.hashBench`.
  */
@@ -14,16 +14,16 @@ import {
   type Sha256Factory,
   stateHashOfDigests,
   treeRoot,
-} from '../../coordinator/core/hash';
-import { CNN_SPEC, MLP_SPEC, parameterLayout } from '../../coordinator/core/model-spec';
-import { createModel } from '../../kernels/model';
+} from '../../core/state/hash';
+import { CNN_SPEC, MLP_SPEC, parameterLayout } from '../../core/training/model-spec';
+import { createModel } from '../../kernels/model/model';
 import { createGpu, createTensor, recordCalls, StagingReader, type Gpu } from '../../kernels/runtime';
-import { chunkCount, chunkSha256 } from '../../kernels/sha256';
-import { hashModelParams, type ParamsHasher } from '../../kernels/training-state';
-import { ImageBatches } from '../../web/worker/batches';
+import { chunkCount, chunkSha256 } from '../../kernels/ops/sha256';
+import { hashModelParams, type ParamsHasher } from '../../kernels/model/training-state';
+import { ImageBatches } from '../../web/worker/data/batches';
 import { ElasticSteps } from '../../web/worker/elastic-steps';
 import { cpuBackedAdapter, wasmSha256 } from '../../web/worker/params-hasher';
-import { legacyHash64 } from '../legacy-hash64';
+import { legacyHash64 } from '../lib/legacy-hash64';
 import {
   BENCH_METHODS,
   median,

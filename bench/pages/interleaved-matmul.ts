@@ -1,14 +1,14 @@
 /**
- * A bench-only probe (`--probe`), not a kernel of the app: kernels/matmul.wgsl with the columns of a
+ * A bench-only probe (`--probe`), not a kernel of the app: kernels/ops/matmul.wgsl with the columns of a
  * thread's register tile interleaved across the workgroup (thread x owns columns x, x+WG_X, x+2·WG_X…)
  * instead of adjacent (x·TN … x·TN+TN−1). Register path only, out = a·b without transposes.
  *
  * Why: SwiftShader runs 4 invocations (consecutive local x) in the lanes of one SIMD register. With
  * adjacent columns the 4 lanes read b at stride TN, a gather of 4 scalar loads per value; interleaved,
  * they read 4 consecutive floats, which SwiftShader can fetch as one vector load. If this wins, the
- * kernel owner can adopt it in kernels/matmul.wgsl (the edits are the four replacements below).
+ * kernel owner can adopt it in kernels/ops/matmul.wgsl (the edits are the four replacements below).
  */
-import source from '../../kernels/matmul.wgsl?raw';
+import source from '../../kernels/ops/matmul.wgsl?raw';
 import {
   ceilDiv,
   computePipeline,
@@ -20,7 +20,7 @@ import {
   type KernelCall,
   type Tensor,
 } from '../../kernels/runtime';
-import type { MatmulTile } from '../../kernels/matmul';
+import type { MatmulTile } from '../../kernels/ops/matmul';
 
 const REPLACEMENTS: [string, string][] = [
   ['let col0 = group.x * BN + local.x * TN;', 'let col0 = group.x * BN + local.x;'],
@@ -46,7 +46,8 @@ fn spread_offsets(first: u32, last: u32, stride: u32) -> vec4<u32> {
 export function interleavedMatmulCode(): string {
   let code = source;
   for (const [from, to] of REPLACEMENTS) {
-    if (!code.includes(from)) throw new Error(`interleaved probe: kernels/matmul.wgsl no longer contains \`${from}\``);
+    if (!code.includes(from))
+      throw new Error(`interleaved probe: kernels/ops/matmul.wgsl no longer contains \`${from}\``);
     code = code.split(from).join(to);
   }
   return code + SPREAD_OFFSETS;

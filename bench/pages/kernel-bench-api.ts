@@ -2,7 +2,7 @@
  * What bench/kernels.ts (Node) and bench/pages/kernels-page.ts (the browser) exchange through
  * `page.evaluate`: plain JSON only. Types only, so both sides can import it.
  */
-import type { MatmulTile } from '../../kernels/matmul';
+import type { MatmulTile } from '../../kernels/ops/matmul';
 
 export interface AdapterReport {
   vendor: string;
@@ -13,7 +13,7 @@ export interface AdapterReport {
   /** What TF.js's WebGPU backend reports for its own device (same adapter, or the bench is void). */
   tfjsAdapter: { vendor: string; architecture: string };
   tfjsVersion: string;
-  /** kernels/matmul.ts's DEFAULT_MATMUL_TILE: what the model uses unless told otherwise. */
+  /** kernels/ops/matmul.ts's DEFAULT_MATMUL_TILE: what the model uses unless told otherwise. */
   defaultTile: MatmulTile;
 }
 

@@ -14,9 +14,9 @@
 import * as tf from '@tensorflow/tfjs';
 import '@tensorflow/tfjs-backend-webgpu';
 import type { WebGPUBackend } from '@tensorflow/tfjs-backend-webgpu';
-import { GPT_TINY_SPEC, MLP_SPEC, parameterLayout } from '../../coordinator/core/model-spec';
-import { DEFAULT_MATMUL_TILE, matmul } from '../../kernels/matmul';
-import { createModel, initParams, type Model } from '../../kernels/model';
+import { GPT_TINY_SPEC, MLP_SPEC, parameterLayout } from '../../core/training/model-spec';
+import { DEFAULT_MATMUL_TILE, matmul } from '../../kernels/ops/matmul';
+import { createModel, initParams, type Model } from '../../kernels/model/model';
 import {
   createGpu,
   createTensor,

@@ -10,9 +10,9 @@ import { existsSync, mkdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Browser, Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { JobPublic } from '../../coordinator/core/job';
-import { parameterLayout } from '../../coordinator/core/model-spec';
-import { assignStep, isCommitPoint, stepPosition, totalSteps } from '../../coordinator/core/sampler';
+import type { JobPublic } from '../../core/training/job';
+import { parameterLayout } from '../../core/training/model-spec';
+import { assignStep, isCommitPoint, stepPosition, totalSteps } from '../../core/training/sampler';
 import {
   launchChromium,
   skipWithoutChromium,

@@ -15,7 +15,7 @@ import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Browser } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { parameterLayout, type TransformerSpec } from '../../coordinator/core/model-spec';
+import { parameterLayout, type TransformerSpec } from '../../core/training/model-spec';
 import { launchChromium, skipWithoutChromium, skipWithoutWebBuild, watchPage, WEB_BUILD_DIR } from '../support/browser';
 import { type CoordinatorProcess, REPO_ROOT, spawnCoordinator, TEST_ADMIN_TOKEN } from '../support/coordinator-process';
 import { makeTempDir } from '../support/fake-dataset';

@@ -6,7 +6,7 @@
  */
 import type { Browser, BrowserContext, Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { hashBytes } from '../../coordinator/core/hash';
+import { hashBytes } from '../../core/state/hash';
 import { DEFAULT_FRAME_BYTES } from '../../web/net/framing';
 import { memoryRing } from '../../web/net/memory-link';
 import { ringAllreduce, ringAllreduceBusBytes } from '../../web/net/ring-allreduce';

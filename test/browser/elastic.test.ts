@@ -23,7 +23,7 @@ import { expectCleanAudit } from '../support/clean-audit';
 import { commitRows } from '../support/commit-log';
 import type { CoordinatorProcess } from '../support/coordinator-process';
 import { makeTempDir } from '../support/fake-dataset';
-import type { StatusReport } from '../../coordinator/audit';
+import type { StatusReport } from '../../coordinator/admin/audit';
 import { coordinatorStatusUntil, type Swarm, type SwarmTab } from '../support/swarm';
 import { SwarmRuns } from '../support/swarm-runs';
 

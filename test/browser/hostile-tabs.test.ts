@@ -20,8 +20,8 @@
 import { join } from 'node:path';
 import type { Browser } from 'playwright-core';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import type { StatusReport } from '../../coordinator/audit';
-import { decodeSnapshot } from '../../coordinator/core/snapshot';
+import type { StatusReport } from '../../coordinator/admin/audit';
+import { decodeSnapshot } from '../../core/state/snapshot';
 import {
   FASHION_MNIST_DIR,
   launchChromium,

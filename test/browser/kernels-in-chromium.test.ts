@@ -6,10 +6,10 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Browser, Page } from 'playwright-core';
-import { hashParams } from '../../coordinator/core/hash';
-import { parameterLayout, resolveModelSpec, type SequentialSpec } from '../../coordinator/core/model-spec';
-import { epochOrder } from '../../coordinator/core/sampler';
-import { initParams } from '../../kernels/layers';
+import { hashParams } from '../../core/state/hash';
+import { parameterLayout, resolveModelSpec, type SequentialSpec } from '../../core/training/model-spec';
+import { epochOrder } from '../../core/training/sampler';
+import { initParams } from '../../kernels/model/layers';
 import {
   launchChromium,
   skipWithoutChromium,

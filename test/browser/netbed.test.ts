@@ -18,9 +18,9 @@
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { StatusReport } from '../../coordinator/audit';
-import { netbedUnavailable, type LinkProfile } from '../../coordinator/netbed/netbed';
-import { Scene, type SceneTab } from '../../coordinator/netbed/scene';
+import type { StatusReport } from '../../coordinator/admin/audit';
+import { netbedUnavailable, type LinkProfile } from '../../tools/netbed/netbed';
+import { Scene, type SceneTab } from '../../tools/netbed/scene';
 import {
   FASHION_MNIST_DIR,
   skipWithout,

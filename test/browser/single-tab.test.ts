@@ -8,7 +8,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { Browser, BrowserContext, Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { loadIdxDataset } from '../../coordinator/dataset';
+import { loadIdxDataset } from '../../node/idx';
 import type { TabStatus } from '../../web/volunteer/status';
 import type {} from '../../web/volunteer/globals';
 import {

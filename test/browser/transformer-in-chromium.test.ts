@@ -7,8 +7,8 @@
 import * as tf from '@tensorflow/tfjs';
 import type { Browser, Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { parameterLayout, type TransformerSpec } from '../../coordinator/core/model-spec';
-import { initParams } from '../../kernels/layers';
+import { parameterLayout, type TransformerSpec } from '../../core/training/model-spec';
+import { initParams } from '../../kernels/model/layers';
 import { launchChromium, skipWithoutChromium, watchPage, type PageProblems } from '../support/browser';
 import { expectScalarClose, expectTensorsClose } from '../support/reference-model';
 import { tfTransformerStep } from '../support/reference-transformer-tfjs';

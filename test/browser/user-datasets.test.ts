@@ -22,8 +22,8 @@ import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Browser } from 'playwright-core';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { loadIdxDataset } from '../../coordinator/dataset';
-import type { StatusReport } from '../../coordinator/audit';
+import { loadIdxDataset } from '../../node/idx';
+import type { StatusReport } from '../../coordinator/admin/audit';
 import type {} from '../../web/volunteer/globals';
 import {
   FASHION_MNIST_DIR,

@@ -11,7 +11,7 @@
 import { join } from 'node:path';
 import type { Browser } from 'playwright-core';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { identityTolerance, RECOMPUTE_TOLERANCE } from '../../coordinator/core/sketch';
+import { identityTolerance, RECOMPUTE_TOLERANCE } from '../../core/state/sketch';
 import {
   FASHION_MNIST_DIR,
   launchChromium,

@@ -2,7 +2,7 @@
  * A test client of the admin feed: reads a Server-Sent Events response message by message and lets a
  * test wait for the first message after the ones it already took that matches a predicate.
  */
-import type { FeedMessage } from '../../coordinator/core/admin-feed-protocol';
+import type { FeedMessage } from '../../core/protocol/admin-feed';
 
 /** Reads an SSE response message by message. */
 export class FeedReader {

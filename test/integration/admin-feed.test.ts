@@ -7,10 +7,10 @@
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { AdminFeed, type ActionListener } from '../../coordinator/admin-feed';
-import { parseJobSpec } from '../../coordinator/core/job';
-import { initialState, type Action, type CommitRecord, type CoordinatorState } from '../../coordinator/core/machine';
-import type { CheckpointRow, CommitRow, EventRow } from '../../coordinator/store';
+import { AdminFeed, type ActionListener } from '../../coordinator/admin/admin-feed';
+import { parseJobSpec } from '../../core/training/job';
+import { initialState, type Action, type CommitRecord, type CoordinatorState } from '../../coordinator/machine/machine';
+import type { CheckpointRow, CommitRow, EventRow } from '../../coordinator/runtime/store';
 import { FeedReader, is } from './admin-feed-reader';
 
 const RUN = 'run-feed';

@@ -7,8 +7,8 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { CoordinatorProcess, spawnCoordinator } from '../support/coordinator-process';
 import { SimTrainer, simulatedParamsHash } from '../support/sim-trainer';
 import { SimWorker, type ServerMsg } from '../support/sim-worker';
-import { assignStep, stepPosition } from '../../coordinator/core/sampler';
-import { MAX_CONTROL_MESSAGE_BYTES } from '../../coordinator/core/protocol';
+import { assignStep, stepPosition } from '../../core/training/sampler';
+import { MAX_CONTROL_MESSAGE_BYTES } from '../../core/protocol/control';
 
 const JOB = {
   model: 'tiny-mlp',

@@ -16,7 +16,7 @@ import {
   SHIPPED_DATASET_DIR,
   StartupError,
   verifyChecksums,
-} from '../../coordinator/startup-config';
+} from '../../coordinator/config/startup-config';
 
 function baseArgs(dataDir: string): string[] {
   return ['coordinator', '--port', '0', '--data-dir', dataDir, '--admin-token', 't'];

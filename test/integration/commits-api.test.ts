@@ -5,8 +5,8 @@
  * page by page, with the step positions the sampler prescribes; bad parameters get a 400 JSON error.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { jobPublic, parseJobSpec } from '../../coordinator/core/job';
-import { stepPosition } from '../../coordinator/core/sampler';
+import { jobPublic, parseJobSpec } from '../../core/training/job';
+import { stepPosition } from '../../core/training/sampler';
 import { type CoordinatorProcess, spawnCoordinator } from '../support/coordinator-process';
 import { SimTrainer, simulatedParamsHash } from '../support/sim-trainer';
 

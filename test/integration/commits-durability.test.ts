@@ -6,11 +6,11 @@
  * every index of every epoch committed exactly once.
  */
 import { afterEach, describe, expect, it } from 'vitest';
-import type { AuditReport } from '../../coordinator/audit';
+import type { AuditReport } from '../../coordinator/admin/audit';
 import { type CoordinatorProcess, spawnCoordinator } from '../support/coordinator-process';
 import { SimTrainer, simulatedParamsHash } from '../support/sim-trainer';
-import { jobPublic, parseJobSpec } from '../../coordinator/core/job';
-import { stepPosition, totalSteps } from '../../coordinator/core/sampler';
+import { jobPublic, parseJobSpec } from '../../core/training/job';
+import { stepPosition, totalSteps } from '../../core/training/sampler';
 
 // 300 images / 16 per step = 19 steps per epoch (the last one short: 12), 2 epochs.
 const JOB = {

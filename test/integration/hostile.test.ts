@@ -7,9 +7,9 @@
  */
 import { request } from 'node:http';
 import { afterEach, describe, expect, it } from 'vitest';
-import { positionAfter } from '../../coordinator/core/sampler';
-import { encodeSnapshot, OPTIMIZER_MOMENTS } from '../../coordinator/core/snapshot';
-import { parameterLayout } from '../../coordinator/core/model-spec';
+import { positionAfter } from '../../core/training/sampler';
+import { encodeSnapshot, OPTIMIZER_MOMENTS } from '../../core/state/snapshot';
+import { parameterLayout } from '../../core/training/model-spec';
 import { CoordinatorProcess, spawnCoordinator } from '../support/coordinator-process';
 import { SimTrainer } from '../support/sim-trainer';
 import { SimWorker, type ServerMsg } from '../support/sim-worker';

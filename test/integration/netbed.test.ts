@@ -7,7 +7,7 @@
 import { execFileSync } from 'node:child_process';
 import { createInterface } from 'node:readline';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { COORDINATOR_IP, Netbed, netbedUnavailable, TURN_IP } from '../../coordinator/netbed/netbed';
+import { COORDINATOR_IP, Netbed, netbedUnavailable, TURN_IP } from '../../tools/netbed/netbed';
 import { skipWithout } from '../support/browser';
 
 const skip = skipWithout('root, ip, nft, tc, python3 (the network test bed)', netbedUnavailable() === null);

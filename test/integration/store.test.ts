@@ -7,7 +7,7 @@ import { spawn } from 'node:child_process';
 import { readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
-import { sha256Hex, SqliteStore, type CommitRecord } from '../../coordinator/store';
+import { sha256Hex, SqliteStore, type CommitRecord } from '../../coordinator/runtime/store';
 import { makeTempDir } from '../support/fake-dataset';
 import { REPO_ROOT } from '../support/coordinator-process';
 

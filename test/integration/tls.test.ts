@@ -9,7 +9,7 @@ import { get as httpsGet } from 'node:https';
 import { join } from 'node:path';
 import WebSocket from 'ws';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { makeTestCertificates, type TestCertificates } from '../../coordinator/netbed/test-ca';
+import { makeTestCertificates, type TestCertificates } from '../../tools/netbed/test-ca';
 import { runCoordinatorCli, spawnCoordinator, type CoordinatorProcess } from '../support/coordinator-process';
 import { makeTempDir, sharedFakeDataset } from '../support/fake-dataset';
 

@@ -1,5 +1,5 @@
 /**
- * The verifier as the coordinator runs it: coordinator/verifier-client.ts forks the real child process
+ * The verifier as the coordinator runs it: coordinator/trust/trust/verifier-client.ts forks the real child process
  * (verifier/entry.js → main.ts) on the real Fashion-MNIST, and asks it to recompute step 1 of a fresh
  * `tiny-mlp` job from a snapshot of the job's initial state (initParams with the job's seed, zero moments,
  * t = 0 — what the child's own model starts from), over the slices the sampler gives two ranks.
@@ -17,14 +17,14 @@
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { loadIdxDataset } from '../../coordinator/dataset';
-import { parseJobSpec } from '../../coordinator/core/job';
-import { parameterLayout, TINY_MLP_SPEC } from '../../coordinator/core/model-spec';
-import { gradientSketch, paramsSketch, RECOMPUTE_TOLERANCE, worstRatio } from '../../coordinator/core/sketch';
-import { encodeSnapshot } from '../../coordinator/core/snapshot';
-import { stepSlices } from '../../coordinator/core/verification';
-import { VerifierClient, type VerifyRequest } from '../../coordinator/verifier-client';
-import { initParams } from '../../kernels/layers';
+import { loadIdxDataset } from '../../node/idx';
+import { parseJobSpec } from '../../core/training/job';
+import { parameterLayout, TINY_MLP_SPEC } from '../../core/training/model-spec';
+import { gradientSketch, paramsSketch, RECOMPUTE_TOLERANCE, worstRatio } from '../../core/state/sketch';
+import { encodeSnapshot } from '../../core/state/snapshot';
+import { stepSlices } from '../../coordinator/machine/verification';
+import { VerifierClient, type VerifyRequest } from '../../coordinator/trust/verifier-client';
+import { initParams } from '../../kernels/model/layers';
 import { FASHION_MNIST_DIR, skipWithoutFashionMnist } from '../support/browser';
 import { makeTempDir } from '../support/fake-dataset';
 import { skipWithoutNodeGpu } from '../support/node-gpu';

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { countCorrect } from '../../kernels/argmax';
+import { countCorrect } from '../../kernels/ops/argmax';
 import { createTensor, readBuffer, submitCalls } from '../../kernels/runtime';
 import { nodeGpu, withValidation } from '../support/node-gpu';
 import { countCorrectRef } from '../support/reference-dense';

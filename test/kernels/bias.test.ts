@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { biasAdd, biasGrad } from '../../kernels/bias';
+import { biasAdd, biasGrad } from '../../kernels/ops/bias';
 import { alignElements, createTensor, readTensor, submitCalls, tensorView, writeTensor } from '../../kernels/runtime';
 import { expectClose, finiteDifferences } from '../support/compare';
 import { nodeGpu, withValidation } from '../support/node-gpu';

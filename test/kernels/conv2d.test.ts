@@ -6,7 +6,7 @@ import {
   conv2dOutputSize,
   type Conv2dDims,
   type Conv2dVariant,
-} from '../../kernels/conv2d';
+} from '../../kernels/ops/conv2d';
 import { alignElements, createTensor, readTensor, submitCalls, tensorView, writeTensor } from '../../kernels/runtime';
 import { expectClose, finiteDifferences } from '../support/compare';
 import { nodeGpu, withValidation } from '../support/node-gpu';

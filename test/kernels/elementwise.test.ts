@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { addInto, fill, scaleInPlace } from '../../kernels/elementwise';
+import { addInto, fill, scaleInPlace } from '../../kernels/ops/elementwise';
 import { createTensor, readTensor, submitCalls, tensorView } from '../../kernels/runtime';
 import { expectClose } from '../support/compare';
 import { nodeGpu, withValidation } from '../support/node-gpu';

@@ -1,13 +1,13 @@
 /**
- * Sampling from a language model on the kernels (Model.nextTokenLogits, kernels/generate.ts) against
+ * Sampling from a language model on the kernels (Model.nextTokenLogits, kernels/model/model/generate.ts) against
  * the float64 reference of the whole decoder (test/support/reference-transformer.ts): the logits after
  * every position of a window, a window shorter than the context, and a greedy decode long enough to
  * slide the window. About 2 s.
  */
 import { describe, expect, it } from 'vitest';
-import { parameterLayout, type TransformerSpec } from '../../coordinator/core/model-spec';
-import { generate } from '../../kernels/generate';
-import { createModel } from '../../kernels/model';
+import { parameterLayout, type TransformerSpec } from '../../core/training/model-spec';
+import { generate } from '../../kernels/model/generate';
+import { createModel } from '../../kernels/model/model';
 import { nodeGpu } from '../support/node-gpu';
 import { greedyDecodeRef, transformerLogitsRef } from '../support/reference-transformer';
 import { simulatedParams } from '../support/sim-trainer';

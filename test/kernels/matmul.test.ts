@@ -5,7 +5,7 @@ import {
   matmul,
   type MatmulDims,
   type MatmulTile,
-} from '../../kernels/matmul';
+} from '../../kernels/ops/matmul';
 import {
   alignElements,
   createTensor,

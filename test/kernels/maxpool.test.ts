@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { maxPoolBackward, maxPoolForward, poolOutputShape, type PoolDims } from '../../kernels/maxpool';
+import { maxPoolBackward, maxPoolForward, poolOutputShape, type PoolDims } from '../../kernels/ops/maxpool';
 import {
   createTensor,
   readBuffer,

@@ -1,14 +1,14 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { hashBytes, hashParams } from '../../coordinator/core/hash';
+import { hashBytes, hashParams } from '../../core/state/hash';
 import {
   CNN_SPEC,
   MLP_SPEC,
   parameterLayout,
   type ModelSpec,
   type SequentialSpec,
-} from '../../coordinator/core/model-spec';
-import { initParams } from '../../kernels/layers';
-import { createModel, type Model, type ModelOptions } from '../../kernels/model';
+} from '../../core/training/model-spec';
+import { initParams } from '../../kernels/model/layers';
+import { createModel, type Model, type ModelOptions } from '../../kernels/model/model';
 import type { Gpu } from '../../kernels/runtime';
 import { nodeGpu, withValidation, skipWithoutNodeGpu } from '../support/node-gpu';
 import {

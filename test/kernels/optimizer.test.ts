@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { adamw, sgdMomentum, type AdamWHyper } from '../../kernels/optimizer';
+import { adamw, sgdMomentum, type AdamWHyper } from '../../kernels/ops/optimizer';
 import { createTensor, readTensor, submitCalls, writeTensor } from '../../kernels/runtime';
 import { expectClose } from '../support/compare';
 import { nodeGpu, withValidation } from '../support/node-gpu';

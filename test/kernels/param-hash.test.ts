@@ -1,5 +1,5 @@
 /**
- * The state hash on the GPU, end to end: `Model.withParamDigests` (kernels/sha256.wgsl over the live
+ * The state hash on the GPU, end to end: `Model.withParamDigests` (kernels/ops/sha256.wgsl over the live
  * params buffer) and the worker's `ElasticSteps.applyAndHash`, against the CPU definition
  * (core/hash.ts) and the independent node:crypto reference, for the built-in mlp (0.9 MB) and
  * gpt-tiny (3.2 MB); and no GPU buffer created per step.
@@ -12,12 +12,12 @@ import {
   paramsHasher,
   stateHash,
   stateHashOfDigests,
-} from '../../coordinator/core/hash';
-import { GPT_TINY_SPEC, MLP_SPEC, parameterLayout, type ModelSpec } from '../../coordinator/core/model-spec';
-import { createModel, type Model } from '../../kernels/model';
+} from '../../core/state/hash';
+import { GPT_TINY_SPEC, MLP_SPEC, parameterLayout, type ModelSpec } from '../../core/training/model-spec';
+import { createModel, type Model } from '../../kernels/model/model';
 import type { Gpu } from '../../kernels/runtime';
-import { hashModelParams } from '../../kernels/training-state';
-import { ImageBatches } from '../../web/worker/batches';
+import { hashModelParams } from '../../kernels/model/training-state';
+import { ImageBatches } from '../../web/worker/data/batches';
 import { ElasticSteps } from '../../web/worker/elastic-steps';
 import { nodeGpu, skipWithoutNodeGpu, withValidation } from '../support/node-gpu';
 import { treeHashReference } from '../support/tree-hash-reference';

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { reluBackward, reluForward } from '../../kernels/relu';
+import { reluBackward, reluForward } from '../../kernels/ops/relu';
 import { alignElements, createTensor, readTensor, submitCalls, tensorView, writeTensor } from '../../kernels/runtime';
 import { expectClose, finiteDifferences } from '../support/compare';
 import { nodeGpu, withValidation } from '../support/node-gpu';

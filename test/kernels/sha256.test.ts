@@ -1,8 +1,8 @@
 import { Buffer } from 'node:buffer';
 import { randomFillSync } from 'node:crypto';
 import { describe, expect, it } from 'vitest';
-import { chunkDigests, HASH_CHUNK_BYTES } from '../../coordinator/core/hash';
-import { chunkCount, chunkSha256 } from '../../kernels/sha256';
+import { chunkDigests, HASH_CHUNK_BYTES } from '../../core/state/hash';
+import { chunkCount, chunkSha256 } from '../../kernels/ops/sha256';
 import { createTensor, readBuffer, submitCalls, tensorView, type Gpu } from '../../kernels/runtime';
 import { nodeGpu, withValidation } from '../support/node-gpu';
 import { mulberry32 } from '../support/rng';
@@ -27,7 +27,7 @@ async function gpuChunks(gpu: Gpu, bytes: Uint8Array, chunkBytes: number): Promi
   return got;
 }
 
-describe('chunkSha256 (kernels/sha256.wgsl)', () => {
+describe('chunkSha256 (kernels/ops/sha256.wgsl)', () => {
   const C = HASH_CHUNK_BYTES;
 
   it.each([0, 4, 52, 56, 60, 64, C - 4, C, C + 4, 3 * C + 124, 5 * C])(

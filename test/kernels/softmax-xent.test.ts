@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { createTensor, readBuffer, readTensor, submitCalls, type Gpu } from '../../kernels/runtime';
-import { softmaxCrossEntropy } from '../../kernels/softmax-xent';
+import { softmaxCrossEntropy } from '../../kernels/ops/softmax-xent';
 import { expectClose, finiteDifferences } from '../support/compare';
 import { nodeGpu, withValidation } from '../support/node-gpu';
 import { softmaxCrossEntropyGradRef, softmaxCrossEntropyLossRef } from '../support/reference-dense';

@@ -6,8 +6,8 @@
  */
 import * as tf from '@tensorflow/tfjs';
 import { beforeAll, describe, expect, it } from 'vitest';
-import { MLP_SPEC, parameterLayout } from '../../coordinator/core/model-spec';
-import { createModel } from '../../kernels/model';
+import { MLP_SPEC, parameterLayout } from '../../core/training/model-spec';
+import { createModel } from '../../kernels/model/model';
 import type { Gpu } from '../../kernels/runtime';
 import { nodeGpu, skipWithoutNodeGpu } from '../support/node-gpu';
 import { expectScalarClose, expectTensorsClose } from '../support/reference-model';

@@ -1,10 +1,10 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { hashParams, paramsHasher } from '../../coordinator/core/hash';
-import { MLP_SPEC, parameterLayout, type SequentialSpec } from '../../coordinator/core/model-spec';
-import { decodeSnapshot, encodeSnapshot } from '../../coordinator/core/snapshot';
-import { createModel, type Model, type ModelOptions } from '../../kernels/model';
+import { hashParams, paramsHasher } from '../../core/state/hash';
+import { MLP_SPEC, parameterLayout, type SequentialSpec } from '../../core/training/model-spec';
+import { decodeSnapshot, encodeSnapshot } from '../../core/state/snapshot';
+import { createModel, type Model, type ModelOptions } from '../../kernels/model/model';
 import type { Gpu } from '../../kernels/runtime';
-import { createTrainingState, type ExportedState } from '../../kernels/training-state';
+import { createTrainingState, type ExportedState } from '../../kernels/model/training-state';
 import { nodeGpu, withValidation, skipWithoutNodeGpu } from '../support/node-gpu';
 import { mulberry32, randomArray } from '../support/rng';
 

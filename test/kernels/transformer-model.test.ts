@@ -4,8 +4,8 @@
  * entropy (the best any model without context can do), which only attention over the context allows.
  */
 import { describe, expect, it } from 'vitest';
-import { GPT_TINY_SPEC, parameterLayout, type TransformerSpec } from '../../coordinator/core/model-spec';
-import { createModel } from '../../kernels/model';
+import { GPT_TINY_SPEC, parameterLayout, type TransformerSpec } from '../../core/training/model-spec';
+import { createModel } from '../../kernels/model/model';
 import { nodeGpu } from '../support/node-gpu';
 import { generatedText, unigramBits } from '../support/generated-text';
 import { mulberry32 } from '../support/rng';

@@ -4,11 +4,11 @@
  * (a scalar Σ G ⊙ f(x) with a random G). Also: repeated runs give bit-identical gradients (no atomics).
  */
 import { describe, expect, it } from 'vitest';
-import { attentionBackward, attentionForward } from '../../kernels/attention';
-import { embeddingBackwardPositions, embeddingBackwardTokens, embeddingForward } from '../../kernels/embedding';
-import { geluBackward, geluForward } from '../../kernels/gelu';
-import { layerNormBackwardInput, layerNormBackwardParams, layerNormForward } from '../../kernels/layernorm';
-import { residualAdd } from '../../kernels/residual';
+import { attentionBackward, attentionForward } from '../../kernels/ops/attention';
+import { embeddingBackwardPositions, embeddingBackwardTokens, embeddingForward } from '../../kernels/ops/embedding';
+import { geluBackward, geluForward } from '../../kernels/ops/gelu';
+import { layerNormBackwardInput, layerNormBackwardParams, layerNormForward } from '../../kernels/ops/layernorm';
+import { residualAdd } from '../../kernels/ops/residual';
 import { createTensor, readTensor, submitCalls, type Gpu } from '../../kernels/runtime';
 import { expectClose, finiteDifferences } from '../support/compare';
 import { nodeGpu, withValidation } from '../support/node-gpu';

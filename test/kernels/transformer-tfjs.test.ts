@@ -7,8 +7,8 @@
  */
 import * as tf from '@tensorflow/tfjs';
 import { beforeAll, describe, expect, it } from 'vitest';
-import { parameterLayout, type TransformerSpec } from '../../coordinator/core/model-spec';
-import { createModel } from '../../kernels/model';
+import { parameterLayout, type TransformerSpec } from '../../core/training/model-spec';
+import { createModel } from '../../kernels/model/model';
 import type { Gpu } from '../../kernels/runtime';
 import { nodeGpu, skipWithoutNodeGpu } from '../support/node-gpu';
 import { expectScalarClose, expectTensorsClose } from '../support/reference-model';

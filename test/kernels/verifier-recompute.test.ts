@@ -1,23 +1,17 @@
 /**
  * The verifier's Recomputer (verifier/recompute.ts) against an independent float64 reference
  * (test/support/reference-model.ts): every rank's gradient sums at θ_{s−1}, their sum and one optimizer
- * step, sketched as the ranks sketch them (coordinator/core/sketch.ts). The honest recomputation must
+ * step, sketched as the ranks sketch them (core/state/sketch.ts). The honest recomputation must
  * match the reference's sketches within RECOMPUTE_TOLERANCE / 10 — the measured worst ratio is printed,
  * it is the number the tolerance is argued from — and a rank's gradient scaled ×1000, negated or with 5%
  * noise must miss by far more than RECOMPUTE_TOLERANCE. (About 2 s on SwiftShader.)
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { OptimizerSpec } from '../../coordinator/core/job';
-import { parameterLayout, type SequentialSpec } from '../../coordinator/core/model-spec';
-import type { ImageSplitBytes } from '../../coordinator/core/image-batches';
-import {
-  gradientSketch,
-  paramsSketch,
-  RECOMPUTE_TOLERANCE,
-  type Sketch,
-  worstRatio,
-} from '../../coordinator/core/sketch';
-import { initParams } from '../../kernels/layers';
+import type { OptimizerSpec } from '../../core/training/job';
+import { parameterLayout, type SequentialSpec } from '../../core/training/model-spec';
+import type { ImageSplitBytes } from '../../core/data/image-batches';
+import { gradientSketch, paramsSketch, RECOMPUTE_TOLERANCE, type Sketch, worstRatio } from '../../core/state/sketch';
+import { initParams } from '../../kernels/model/layers';
 import type { Gpu } from '../../kernels/runtime';
 import { Recomputer, type RecomputeRequest, RecomputeError } from '../../verifier/recompute';
 import { nodeGpu, skipWithoutNodeGpu } from '../support/node-gpu';

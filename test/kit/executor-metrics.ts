@@ -1,9 +1,9 @@
 /**
  * Executor metrics that record nothing, for in-process coordinators (test/kit/simulation.ts,
- * test/unit/coordinator-harness.ts) that read the machine's metric actions from the action list, not
+ * test/unit/coordinator/machine/coordinator-harness.ts) that read the machine's metric actions from the action list, not
  * the product's Prometheus timings.
  */
-import type { ExecutorMetrics } from '../../coordinator/executor';
+import type { ExecutorMetrics } from '../../coordinator/runtime/executor';
 
 const noMetric = { observe() {}, inc() {} };
 

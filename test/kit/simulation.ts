@@ -9,8 +9,8 @@
  *
  * Nothing here runs in the product (test/kit is test code; the product may not import it).
  */
-import { stateHash } from '../../coordinator/core/hash';
-import type { JobSpec, JobSpecInput } from '../../coordinator/core/job';
+import { stateHash } from '../../core/state/hash';
+import type { JobSpec, JobSpecInput } from '../../core/training/job';
 import {
   initialState,
   restoreState,
@@ -18,14 +18,14 @@ import {
   type CoordinatorState,
   type DurableState,
   type Event,
-} from '../../coordinator/core/machine';
-import { parameterLayout, type ModelSpec } from '../../coordinator/core/model-spec';
-import { epochOrder } from '../../coordinator/core/sampler';
-import { MachineExecutor } from '../../coordinator/executor';
-import type { StoreOp } from '../../coordinator/store';
+} from '../../coordinator/machine/machine';
+import { parameterLayout, type ModelSpec } from '../../core/training/model-spec';
+import { epochOrder } from '../../core/training/sampler';
+import { MachineExecutor } from '../../coordinator/runtime/executor';
+import type { StoreOp } from '../../coordinator/runtime/store';
 import { NO_EXECUTOR_METRICS } from './executor-metrics';
-import { NO_HASH, parseClientMessage, type WorldEntry } from '../../coordinator/core/protocol';
-import { decodeSnapshot, encodeSnapshot } from '../../coordinator/core/snapshot';
+import { NO_HASH, parseClientMessage, type WorldEntry } from '../../core/protocol/control';
+import { decodeSnapshot, encodeSnapshot } from '../../core/state/snapshot';
 import { CoordinatorClient, type WebSocketLike } from '../../web/net/coordinator-client';
 import type { Ring } from '../../web/net/link';
 import { memoryLinkPair, type MemoryLink } from '../../web/net/memory-link';
@@ -356,7 +356,7 @@ export interface StoredCommit extends CommitRecord {
 
 /**
  * The coordinator of the simulation: the product's machine run by the product's executor
- * (coordinator/executor.ts), with this class as its store and socket ports, so the actions are
+ * (coordinator/runtime/executor.ts), with this class as its store and socket ports, so the actions are
  * carried out by the same code as in the server. Commits are kept in memory with a rolled-back flag;
  * checkpoints in a map behind the HTTP port. Ticks come every `tickMs` (the executor's own timers are off).
  */

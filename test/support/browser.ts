@@ -8,9 +8,9 @@
 import { existsSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { chromium, type Browser, type ConsoleMessage, type Page } from 'playwright-core';
-import { resolveDatasetDir } from '../../coordinator/startup-config';
+import { resolveDatasetDir } from '../../coordinator/config/startup-config';
 import { skipWithout } from './skip';
-import { SWARM_CHROMIUM_ARGS, findChromium as findSwarmChromium } from '../../coordinator/swarm/chromium';
+import { SWARM_CHROMIUM_ARGS, findChromium as findSwarmChromium } from '../../tools/swarm/chromium';
 
 /** The swarm's flags and lookup (one list for product and tests; docs/chromium.md explains them). */
 export const CHROMIUM_ARGS: readonly string[] = SWARM_CHROMIUM_ARGS;

@@ -2,7 +2,7 @@
  * The coordinator's commit log (`GET /api/commits`, page by page): every live commit, and the rows
  * browser tests read from it (per committed step its mean loss per sample, parameter hash and world size).
  */
-import type { CommitsPage, CommitView } from '../../coordinator/audit';
+import type { CommitsPage, CommitView } from '../../coordinator/admin/audit';
 import type { CoordinatorProcess } from './coordinator-process';
 
 /**

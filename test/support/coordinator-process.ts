@@ -23,7 +23,7 @@
 import { type ChildProcess, spawn } from 'node:child_process';
 import { writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
-import type { AuditReport, StatusReport } from '../../coordinator/audit';
+import type { AuditReport, StatusReport } from '../../coordinator/admin/audit';
 import { makeTempDir, sharedFakeDataset } from './fake-dataset';
 
 export const REPO_ROOT = resolve(import.meta.dirname, '../..');

@@ -1,7 +1,7 @@
 /**
  * A `.npy` file written by hand from NumPy's format description (magic, version, header length, a
  * Python dict literal padded with spaces to a multiple of 64 bytes and ending in '\n', then the data),
- * as `np.save` writes it: for arrays a test makes up, e.g. a Fashion-MNIST export. test/unit/npy.test.ts
+ * as `np.save` writes it: for arrays a test makes up, e.g. a Fashion-MNIST export. test/unit/coordinator/datasets/npy.test.ts
  * checks it against bytes NumPy itself wrote.
  */
 export function npyFile(

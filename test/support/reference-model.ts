@@ -1,11 +1,11 @@
 /**
  * A float64 CPU forward/backward of a model spec and the two optimizers, written by hand from the
  * definitions (loops over indices, no shared code with the WGSL or kernels/), as the reference the
- * GPU model is tested against. Conventions follow coordinator/core/model-spec.ts: NHWC activations,
+ * GPU model is tested against. Conventions follow core/training/model-spec.ts: NHWC activations,
  * dense W [in, out], conv W [kh, kw, cin, cout], parameters in one flat buffer at `layout` offsets.
  * The loss is the SUM of per-sample cross-entropies and gradients are sums over samples.
  */
-import type { SequentialSpec as ModelSpec, ParamLayout } from '../../coordinator/core/model-spec';
+import type { SequentialSpec as ModelSpec, ParamLayout } from '../../core/training/model-spec';
 
 export interface ReferenceResult {
   lossSum: number;

@@ -4,7 +4,7 @@
  * its gradients by tf.variableGrads. The caller picks the backend (CPU in the tests).
  */
 import * as tf from '@tensorflow/tfjs';
-import type { ParamLayout, TransformerSpec } from '../../coordinator/core/model-spec';
+import type { ParamLayout, TransformerSpec } from '../../core/training/model-spec';
 
 /** The model in TF.js ops, from the definitions (GPT-2's block), returning the summed loss. */
 export function tfLoss(

@@ -1,7 +1,7 @@
 /**
  * A `.safetensors` file written by hand from the format (u64 LE header length, JSON header, data back to
  * back), for any tensors a test makes up — what a user exporting data from Python would produce. The
- * product's own writer (coordinator/safetensors.ts) exports model weights only.
+ * product's own writer (coordinator/datasets/safetensors.ts) exports model weights only.
  */
 export interface RawTensor {
   dtype: string;

@@ -4,17 +4,12 @@
  * checkpoint uploads of a valid simulated snapshot. `untilCommitted(step)` / `untilDone()` await
  * progress; `SimTrainer.rejoin(old, wsUrl, …)` reconnects like a tab after a coordinator restart.
  */
-import { hashParams } from '../../coordinator/core/hash';
-import type { JobPublic } from '../../coordinator/core/job';
-import {
-  isTransformer,
-  type ModelSpec,
-  parameterLayout,
-  type TransformerSpec,
-} from '../../coordinator/core/model-spec';
+import { hashParams } from '../../core/state/hash';
+import type { JobPublic } from '../../core/training/job';
+import { isTransformer, type ModelSpec, parameterLayout, type TransformerSpec } from '../../core/training/model-spec';
 import { mulberry32 } from './rng';
-import { assignStep, isCommitPoint, positionAfter, stepPosition, totalSteps } from '../../coordinator/core/sampler';
-import { encodeSnapshot, OPTIMIZER_MOMENTS } from '../../coordinator/core/snapshot';
+import { assignStep, isCommitPoint, positionAfter, stepPosition, totalSteps } from '../../core/training/sampler';
+import { encodeSnapshot, OPTIMIZER_MOMENTS } from '../../core/state/snapshot';
 import { type ServerMsg, SimWorker } from './sim-worker';
 
 /**

@@ -4,7 +4,7 @@
  */
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { loadIdxDataset } from '../../coordinator/dataset';
+import { loadIdxDataset } from '../../node/idx';
 import { idxFile } from './fake-dataset';
 
 /** Write the first images of the IDX dataset in `sourceDir` into `targetDir` (created). */

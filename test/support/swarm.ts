@@ -1,5 +1,5 @@
 /**
- * A swarm of volunteer tabs for browser tests, on the product's tab pool (coordinator/swarm/swarm-tabs.ts):
+ * A swarm of volunteer tabs for browser tests, on the product's tab pool (tools/swarm/swarm-tabs.ts):
  * each tab is a page in its own browser context (its own storage, like a separate person), pointed at a
  * coordinator URL with `?autostart=1`, so it joins the coordinator's job on its own. Faults as
  * docs/chromium.md has them: `close` (page.close → `pagehide` → goodbye), `crash` (CDP `Page.crash`:
@@ -9,10 +9,10 @@
  * with `page.waitForFunction`, never with sleeps.
  */
 import type { Browser, BrowserContext, Page } from 'playwright-core';
-import type { StatusReport } from '../../coordinator/audit';
+import type { StatusReport } from '../../coordinator/admin/audit';
 import type { ElasticStatus } from '../../web/elastic/elastic-loop';
 import type {} from '../../web/elastic/start';
-import { type SwarmTab as PooledTab, TabPool } from '../../coordinator/swarm/swarm-tabs';
+import { type SwarmTab as PooledTab, TabPool } from '../../tools/swarm/swarm-tabs';
 import { type PageProblems, watchPage } from './browser';
 import type { CoordinatorProcess } from './coordinator-process';
 
@@ -43,7 +43,7 @@ export interface SwarmTab {
   readonly problems: PageProblems;
   /** Set once the tab was closed or crashed on purpose. */
   gone: 'closed' | 'crashed' | null;
-  /** The product's tab (coordinator/swarm/swarm-tabs.ts) this one wraps. */
+  /** The product's tab (tools/swarm/swarm-tabs.ts) this one wraps. */
   readonly pooled: PooledTab;
 }
 

@@ -1,5 +1,5 @@
 /**
- * An independent reference for the tree state hash (coordinator/core/hash.ts `treeHash`), written from
+ * An independent reference for the tree state hash (core/state/hash.ts `treeHash`), written from
  * its definition with node:crypto (OpenSSL), not with the code under test: each 4,096-byte chunk's
  * SHA-256, then SHA-256 of "tabswarm-tree-sha256-v1" ‖ u64 4096 ‖ u64 part count ‖ u64 each part's byte
  * length ‖ all chunk digests (u64 little-endian). The constants are spelled out here on purpose: a change

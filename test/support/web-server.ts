@@ -7,7 +7,7 @@ import { existsSync } from 'node:fs';
 import { readFile } from 'node:fs/promises';
 import { createServer } from 'node:http';
 import { extname, join, normalize, sep } from 'node:path';
-import { datasetRoutes, type IdxDataset } from '../../coordinator/dataset';
+import { datasetRoutes, type IdxDataset } from '../../node/idx';
 import { WEB_BUILD_DIR } from './browser';
 
 const CONTENT_TYPES: Record<string, string> = {

@@ -32,15 +32,15 @@ describe('import boundaries (dependency-cruiser)', () => {
 
   it('reports each wrong-way import of a small tree, and only those', async () => {
     const files: Record<string, string> = {
-      'coordinator/core/protocol.ts': 'export const v = 1;\n',
+      'core/protocol/control.ts': 'export const v = 1;\n',
       'coordinator/core/leaky.ts':
         "import { readFileSync } from 'node:fs';\nimport { s } from '../server';\nexport const x = [readFileSync, s];\n",
-      'coordinator/server.ts':
+      'coordinator/http/server.ts':
         "import { v } from './core/protocol';\nimport { page } from '../web/page';\nimport { r } from '../verifier/recompute';\nexport const s = [v, page, r];\n",
-      'coordinator/dataset.ts': 'export const d = 1;\n',
+      'node/idx.ts': 'export const d = 1;\n',
       'verifier/recompute.ts':
         "import { v } from '../coordinator/core/protocol';\nimport { d } from '../coordinator/dataset';\nimport { k } from '../kernels/matmul';\nimport { s } from '../coordinator/server';\nimport { page } from '../web/page';\nexport const r = [v, d, k, s, page];\n",
-      'kernels/matmul.ts':
+      'kernels/ops/matmul.ts':
         "import { v } from '../coordinator/core/protocol';\nimport { page } from '../web/page';\nexport const k = [v, page];\n",
       'web/page.ts':
         "import { v } from '../coordinator/core/protocol';\nimport { k } from '../kernels/matmul';\nimport { s } from '../coordinator/server';\nimport { helper } from '../test/helper';\nexport const page = [v, k, s, helper];\n",
@@ -52,15 +52,15 @@ describe('import boundaries (dependency-cruiser)', () => {
       writeFileSync(join(fixture, path), text);
     }
     expect(await violations(fixture, ['coordinator', 'kernels', 'web', 'verifier', 'test'])).toEqual([
-      'coordinator-not-into-web-or-kernels: coordinator/server.ts -> web/page.ts',
-      'coordinator-spawns-verifier: coordinator/server.ts -> verifier/recompute.ts',
-      'core-is-pure: coordinator/core/leaky.ts -> coordinator/server.ts',
+      'coordinator-not-into-web-or-kernels: coordinator/http/server.ts -> web/page.ts',
+      'coordinator-spawns-verifier: coordinator/http/server.ts -> verifier/recompute.ts',
+      'core-is-pure: coordinator/core/leaky.ts -> coordinator/http/server.ts',
       'core-no-node-apis: coordinator/core/leaky.ts -> fs',
-      'kernels-only-core: kernels/matmul.ts -> web/page.ts',
+      'kernels-only-core: kernels/ops/matmul.ts -> web/page.ts',
       'product-not-into-test-or-bench: web/page.ts -> test/helper.ts',
-      'verifier-only-kernels-and-core: verifier/recompute.ts -> coordinator/server.ts',
+      'verifier-only-kernels-and-core: verifier/recompute.ts -> coordinator/http/server.ts',
       'verifier-only-kernels-and-core: verifier/recompute.ts -> web/page.ts',
-      'web-only-kernels-and-core: web/page.ts -> coordinator/server.ts',
+      'web-only-kernels-and-core: web/page.ts -> coordinator/http/server.ts',
     ]);
   });
 

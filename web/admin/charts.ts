@@ -7,7 +7,7 @@
 import uPlot from 'uplot';
 import 'uplot/dist/uPlot.min.css';
 import { formatBytes, formatClock, formatInt } from './format';
-import type { FeedEvaluation } from '../../coordinator/core/admin-feed-protocol';
+import type { FeedEvaluation } from '../../core/protocol/admin-feed';
 import type { AdminModel } from './model';
 
 /** Smoothing of the loss line: exponential moving average with this weight on the past. */

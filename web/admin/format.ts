@@ -1,5 +1,5 @@
 /** Number and time formatting for the admin page, plus a small DOM builder. */
-export { syncLabel } from '../../coordinator/core/admin-feed-protocol';
+export { syncLabel } from '../../core/protocol/admin-feed';
 
 export function formatInt(n: number): string {
   return Math.round(n).toLocaleString('en-US');

@@ -5,7 +5,7 @@
  * through), so the page still runs no polling loop.
  */
 import type { AdminApi } from './admin-api';
-import type { AdminStatus, InvitesResponse, InviteView } from '../../coordinator/core/admin-feed-protocol';
+import type { AdminStatus, InvitesResponse, InviteView } from '../../core/protocol/admin-feed';
 import { byId, el, setText } from './format';
 
 export class InvitesPanel {

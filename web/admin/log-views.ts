@@ -4,7 +4,7 @@ import {
   type FeedCategory,
   type FeedCheckpoint,
   type FeedEvent,
-} from '../../coordinator/core/admin-feed-protocol';
+} from '../../core/protocol/admin-feed';
 import { byId, el, formatBytes, formatClock, formatInt, formatMoment, setText } from './format';
 import type { AdminModel } from './model';
 

@@ -1,6 +1,6 @@
 /**
  * The coordinator admin page (`/admin/`): sign in with the admin token, then everything is pushed by
- * the coordinator over one EventSource (`/api/admin/feed`, see coordinator/core/admin-feed-protocol.ts) — the page runs no
+ * the coordinator over one EventSource (`/api/admin/feed`, see core/protocol/admin-feed.ts) — the page runs no
  * polling loop. Controls are POSTs to the server's admin actions; downloads are fetched with the token
  * in a header.
  */
@@ -8,7 +8,7 @@ import '../shared.css';
 import './admin.css';
 import { AdminApi, forgetToken, initialToken, saveToken } from './admin-api';
 import { AdminCharts, bitsPerByte } from './charts';
-import type { FeedCheckpoint, FeedMessage } from '../../coordinator/core/admin-feed-protocol';
+import type { FeedCheckpoint, FeedMessage } from '../../core/protocol/admin-feed';
 import { byId, formatBytes } from './format';
 import { EventLog, renderCheckpoints, renderTimeline } from './log-views';
 import { applyFeedMessage, mergeChanges, type AdminModel, type Changes } from './model';

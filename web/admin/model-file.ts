@@ -1,14 +1,9 @@
 /**
  * The model the admin page samples from, read from a checkpoint exported as safetensors
- * (coordinator/safetensors.ts writes it): pure, so it is unit-tested apart from the page.
+ * (coordinator/datasets/safetensors.ts writes it): pure, so it is unit-tested apart from the page.
  */
-import {
-  isTransformer,
-  modelSpecSchema,
-  parameterLayout,
-  type TransformerSpec,
-} from '../../coordinator/core/model-spec';
-import { readSafetensors } from '../../coordinator/core/safetensors-read';
+import { isTransformer, modelSpecSchema, parameterLayout, type TransformerSpec } from '../../core/training/model-spec';
+import { readSafetensors } from '../../core/data/safetensors-read';
 
 export interface LoadedModel {
   spec: TransformerSpec;

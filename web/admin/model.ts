@@ -10,7 +10,7 @@ import type {
   FeedEvaluation,
   FeedEvent,
   FeedMessage,
-} from '../../coordinator/core/admin-feed-protocol';
+} from '../../core/protocol/admin-feed';
 
 /** Event lines kept in the page. */
 export const MAX_EVENTS = 1000;

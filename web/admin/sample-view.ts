@@ -2,14 +2,14 @@
  * The Sample card of a language-model job: fetches the latest checkpoint as safetensors (with the
  * admin token), rebuilds the flat parameter buffer from its GPT-2-named tensors and the spec in its
  * metadata, and decodes 200 bytes after the prompt on this tab's own GPU with the training kernels
- * (kernels/generate.ts). The model is kept until a newer checkpoint is sampled from.
+ * (kernels/model/model/generate.ts). The model is kept until a newer checkpoint is sampled from.
  *
  * The output element carries the generated tokens (`data-tokens`, comma-separated) and the checkpoint
  * step (`data-step`), so a test can compare them with a reference decode.
  */
-import { parameterLayout } from '../../coordinator/core/model-spec';
-import { generate } from '../../kernels/generate';
-import { createModel, type Model } from '../../kernels/model';
+import { parameterLayout } from '../../core/training/model-spec';
+import { generate } from '../../kernels/model/generate';
+import { createModel, type Model } from '../../kernels/model/model';
 import { createGpu, type Gpu } from '../../kernels/runtime';
 import type { AdminApi } from './admin-api';
 import { byId } from './format';

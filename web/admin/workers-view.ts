@@ -3,7 +3,7 @@
  * updated in place (a status arrives every second; rebuilding rows under the pointer would swallow
  * clicks). Kicking takes two clicks: the first arms the button for a few seconds.
  */
-import type { AdminStatus, AdminWorkerView } from '../../coordinator/core/admin-feed-protocol';
+import type { AdminStatus, AdminWorkerView } from '../../core/protocol/admin-feed';
 import {
   byId,
   el,

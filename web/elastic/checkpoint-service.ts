@@ -6,8 +6,8 @@
  *   or the backup while the live state ran ahead), uploaded in the background with progress;
  * - `evaluateCommitted(round, step)`: rank 0's test evaluation of a committed state, reported.
  */
-import type { JobPublic } from '../../coordinator/core/job';
-import { positionAfter, stepPosition } from '../../coordinator/core/sampler';
+import type { JobPublic } from '../../core/training/job';
+import { positionAfter, stepPosition } from '../../core/training/sampler';
 import { uploadCheckpoint } from './checkpoint-transfer';
 import type { LoopContext } from './loop-context';
 import type { CheckpointTransferStatus } from './status';

@@ -6,7 +6,7 @@
  * failed the same way and every-step training committed nothing — a livelock, not a slow run
  * (bench/RESULTS.md, bench:sync on the poor profile). So the limit is the largest of:
  * - the caller's minimum (the fixed floor, 10 × the last compute: a slower rank may still be computing);
- * - the payload at the floor rate (coordinator/core/link-floor.ts, 1 Mbit/s: the slowest link a volunteer
+ * - the payload at the floor rate (core/training/link-floor.ts, 1 Mbit/s: the slowest link a volunteer
  *   is expected to bring; every rank computes it alike from the payload and world size, so a newcomer
  *   does not start with a shorter fuse than the others);
  * - `SLACK` × the slowest of this tab's last `HISTORY` successful allreduces (what the link really does);
@@ -15,7 +15,7 @@
  * costs a few failed rounds, not the job. The clock outlives rounds (it belongs to the tab, not the round).
  */
 
-import { floorTransferMs } from '../../coordinator/core/link-floor';
+import { floorTransferMs } from '../../core/training/link-floor';
 /** Margin over the slowest recent allreduce. */
 export const SLACK = 4;
 /** Successful allreduces remembered. */

@@ -16,8 +16,8 @@
  * AbortSignal (aborted by `round_closed` and by a dropped socket) and to a deadline, and worker calls
  * go through a serial queue with a timeout.
  */
-import type { JobPublic } from '../../coordinator/core/job';
-import type { RoundMessage, ServerMessage } from '../../coordinator/core/protocol';
+import type { JobPublic } from '../../core/training/job';
+import type { RoundMessage, ServerMessage } from '../../core/protocol/control';
 import { bounded, SerialQueue } from './async-tools';
 import type { HttpPort } from './checkpoint-transfer';
 import { CheckpointService } from './checkpoint-service';

@@ -5,8 +5,8 @@
  * - live: the working buffers (the last step applied); backup: the last committed step.
  * - `lastReported`: the newest step this tab reported, for `hello` after a reconnect.
  */
-import type { JobPublic } from '../../coordinator/core/job';
-import { NO_HASH } from '../../coordinator/core/protocol';
+import type { JobPublic } from '../../core/training/job';
+import { NO_HASH } from '../../core/protocol/control';
 import type { SerialQueue } from './async-tools';
 import { helloHolding, NOTHING_HELD, sameTag, type HeldStates, type StateTag } from './plan';
 import type { TrainerPort } from './ports';

@@ -10,9 +10,9 @@
  * step it applied) and the *backup* (the last committed step, `saveBackup`). Each is tagged with its
  * step and parameter hash (null only for the step-0 state freshly initialised from the seed).
  */
-import type { JobPublic } from '../../coordinator/core/job';
-import type { RoundMessage, WorldEntry } from '../../coordinator/core/protocol';
-import { epochOrder, indicesForRank, isCommitPoint, positionAfter, stepPosition } from '../../coordinator/core/sampler';
+import type { JobPublic } from '../../core/training/job';
+import type { RoundMessage, WorldEntry } from '../../core/protocol/control';
+import { epochOrder, indicesForRank, isCommitPoint, positionAfter, stepPosition } from '../../core/training/sampler';
 import { isCollectiveError } from '../net/collective-error';
 
 export interface StateTag {

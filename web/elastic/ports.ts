@@ -4,7 +4,7 @@
  * client; unit tests wire them to fakes, memory links and a scripted coordinator.
  */
 import * as Comlink from 'comlink';
-import type { WorldEntry } from '../../coordinator/core/protocol';
+import type { WorldEntry } from '../../core/protocol/control';
 import type { OutgoingMessage } from '../net/coordinator-client';
 import type { Ring } from '../net/link';
 import type { TrainingWorkerApi } from '../worker/training-worker';
@@ -35,7 +35,7 @@ export interface TrainerPort {
   ): Promise<ApplyResult>;
   saveBackup(): Promise<void>;
   restoreBackup(): Promise<void>;
-  /** The live state as a snapshot (coordinator/core/snapshot.ts) tagged with the record position. */
+  /** The live state as a snapshot (core/state/snapshot.ts) tagged with the record position. */
   snapshot(position: { step: number; epoch: number; cursor: number }): Promise<ArrayBuffer>;
   /** Load a snapshot into the live state; `bytes` is consumed. */
   restore(bytes: ArrayBuffer): Promise<RestoredState>;

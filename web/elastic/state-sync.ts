@@ -4,10 +4,10 @@
  * sha256 and parameter hash checked), or a broadcast along the ring from the state's holder. Ends with
  * the state saved as the backup and checked against the round's committed tag.
  */
-import { hashBytes } from '../../coordinator/core/hash';
-import type { JobPublic } from '../../coordinator/core/job';
-import { stateSyncAllowanceMs, stateTransferMs } from '../../coordinator/core/link-floor';
-import { positionAfter } from '../../coordinator/core/sampler';
+import { hashBytes } from '../../core/state/hash';
+import type { JobPublic } from '../../core/training/job';
+import { stateSyncAllowanceMs, stateTransferMs } from '../../core/training/link-floor';
+import { positionAfter } from '../../core/training/sampler';
 import { broadcastReceive, broadcastSend } from '../net/broadcast';
 import type { Ring } from '../net/link';
 import { downloadCheckpoint } from './checkpoint-transfer';

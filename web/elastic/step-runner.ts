@@ -18,10 +18,10 @@
  * In a world of one there is nothing to reduce: the gradients stay on the device (no 1 MB read-back,
  * no transfer, no write-back), which is the same arithmetic as a reduce over one rank.
  */
-import { isEvaluationPoint } from '../../coordinator/core/evaluation';
-import type { JobPublic, LocalSync } from '../../coordinator/core/job';
-import { NO_HASH } from '../../coordinator/core/protocol';
-import { isCheckpointPoint } from '../../coordinator/core/sampler';
+import { isEvaluationPoint } from '../../coordinator/machine/evaluation';
+import type { JobPublic, LocalSync } from '../../core/training/job';
+import { NO_HASH } from '../../core/protocol/control';
+import { isCheckpointPoint } from '../../core/training/sampler';
 import type { Ring } from '../net/link';
 import { isCollectiveError } from '../net/collective-error';
 import { type RingAllreduceOptions, ringAllreduce, ringAllreduceBusBytes } from '../net/ring-allreduce';
@@ -36,7 +36,7 @@ import { stepWork, type StateTag, type StepWork } from './plan';
 import type { RoundSession } from './round-session';
 import { stepComputed } from './status';
 import type { GradientResult } from '../worker/types';
-import type { StepSketches } from '../../coordinator/core/sketch';
+import type { StepSketches } from '../../core/state/sketch';
 
 /** The longest pause between steps a tab may ask for (the volunteer page's GPU-use slider ends here). */
 export const MAX_STEP_PAUSE_MS = 2000;
@@ -84,7 +84,7 @@ export class StepRunner {
   async run(session: RoundSession, ring: Ring, job: JobPublic): Promise<void> {
     if (job.sync.mode === 'local') return this.runLocal(session, ring, job, job.sync);
     const { signal } = session;
-    // A job that verifies needs every rank's own sums in hand to sketch them (coordinator/core/sketch.ts).
+    // A job that verifies needs every rank's own sums in hand to sketch them (core/state/sketch.ts).
     const keepOnDevice = session.world.length === 1 && !job.verify;
     const worldSize = session.world.length;
     this.reset();

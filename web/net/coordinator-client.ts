@@ -18,8 +18,8 @@ import {
   type ClientMessage,
   type HelloMessage,
   type ServerMessage,
-} from '../../coordinator/core/protocol';
-import type { JobPublic } from '../../coordinator/core/job';
+} from '../../core/protocol/control';
+import type { JobPublic } from '../../core/training/job';
 
 /** The part of the DOM `WebSocket` this client uses (the `ws` package's WebSocket fits in Node tests). */
 export interface WebSocketLike {

@@ -20,7 +20,7 @@
  * sum once and replaces its own copy by the decoded value of those bytes. In the allgather the bytes
  * are forwarded as received rather than re-encoded from the decoded copy, and every rank decodes them
  * with the same function: no encoding work per hop, and identical bytes that do not rest on encoding
- * being idempotent on decoded blocks (it is, for every scale tried: test/unit/int8-blocks.test.ts;
+ * being idempotent on decoded blocks (it is, for every scale tried: test/unit/web/net/int8-blocks.test.ts;
  * forwarding just makes that a non-question). Each of the size values
  * encoded along a segment's chain (size−1 partial sums, then the final sum) is off by at most half its
  * block's scale, so an element's error against the exact sum is at most about size·M/254, M being the
@@ -42,7 +42,7 @@
  * int8, allgather frames received and not yet passed on wait in the queue: at most the int8 bytes of
  * the vector, a quarter of its float32 size.
  */
-import { ringSegmentStart } from '../../coordinator/core/sketch';
+import { ringSegmentStart } from '../../core/state/sketch';
 import { CollectiveError } from './collective-error';
 import { CollectiveSession, type CollectiveOptions } from './collective-session';
 import { addFloat16Into, decodeFloat16Into, encodeFloat16, MAX_FINITE_SCALE_EXPONENT } from './fp16';
@@ -70,7 +70,7 @@ import {
 } from './framing';
 import type { Link, Ring } from './link';
 
-/** The job file's `sync.compression` (coordinator/core/job.ts `Compression`). */
+/** The job file's `sync.compression` (core/training/job.ts `Compression`). */
 export type WireCompression = 'none' | 'fp16' | 'int8';
 
 export interface RingAllreduceOptions extends CollectiveOptions {
@@ -87,7 +87,7 @@ export interface RingAllreduceOptions extends CollectiveOptions {
   /**
    * Copies of what this rank sent and received in the reduce-scatter, as the values the frames decode
    * to, at their element positions (the rest untouched: pass zeroed arrays of `data.length`). The
-   * coordinator checks each hop with sketches of them (coordinator/core/verification.ts).
+   * coordinator checks each hop with sketches of them (coordinator/machine/verification.ts).
    */
   readonly record?: { readonly sent: Float32Array; readonly received: Float32Array };
 }
@@ -267,7 +267,7 @@ class RingPlan {
     return ((x % this.size) + this.size) % this.size;
   }
 
-  /** The segments the step's sketches are laid out by (coordinator/core/sketch.ts). */
+  /** The segments the step's sketches are laid out by (core/state/sketch.ts). */
   segmentStart(s: number): number {
     return ringSegmentStart(s, this.n, this.size);
   }

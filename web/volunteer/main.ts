@@ -32,8 +32,8 @@
  *   throttle, every heartbeatMs / 2. Step reports count as signs of life too.
  */
 import * as Comlink from 'comlink';
-import type { JobPublic, OptimizerSpec } from '../../coordinator/core/job';
-import { chunkedMetadata, datasetBuffers, fetchDataset, fetchDatasetMetadata } from './dataset-client';
+import type { JobPublic, OptimizerSpec } from '../../core/training/job';
+import { chunkedMetadata, datasetBuffers, fetchDataset, fetchDatasetMetadata } from '../worker/data/dataset-client';
 import { elasticPatch, initialStatus, publicStatus, type TabStatus } from './status';
 import { formatCount, isRunning, VolunteerView } from './view';
 import type { TrainingWorkerApi } from '../worker/training-worker';

@@ -3,7 +3,7 @@
  * copy per read, so a test cannot change what the page believes), and the pure functions that derive
  * it from the elastic loop's status.
  */
-import { positionAfter } from '../../coordinator/core/sampler';
+import { positionAfter } from '../../core/training/sampler';
 import type { ElasticStatus } from '../elastic/elastic-loop';
 import type { AdapterSummary } from '../worker/types';
 

@@ -4,7 +4,7 @@
  *
  * - `applyAndHash(sums, count, next)` writes the allreduced sums (or keeps the gradients already on
  *   the device: a world of one tab has nothing to reduce), records the optimizer step, then the hash
- *   of the new parameters' 4 KiB chunks on the GPU (kernels/sha256.wgsl) with a copy of only their
+ *   of the new parameters' 4 KiB chunks on the GPU (kernels/ops/sha256.wgsl) with a copy of only their
  *   digests (or, with a hasher that has no GPU form, a copy of the parameters: web/worker/params-hasher.ts
  *   picks that on CPU-backed adapters), and then, when the caller names the next step's samples, records
  *   that step's forward and backward passes at once (they only read the parameters just written). The
@@ -19,11 +19,11 @@
  * A prefetch never changes the training state (only the gradient, activation and loss buffers), so
  * the backup, the hash and the "at most one uncommitted step" rule are as without it.
  */
-import { NO_HASH } from '../../coordinator/core/protocol';
-import { gradientSketches, paramsSketch, type StepSketches } from '../../coordinator/core/sketch';
-import type { Model } from '../../kernels/model';
-import { hashModelParams, type ParamsHasher } from '../../kernels/training-state';
-import type { BatchAssembler } from './batches';
+import { NO_HASH } from '../../core/protocol/control';
+import { gradientSketches, paramsSketch, type StepSketches } from '../../core/state/sketch';
+import type { Model } from '../../kernels/model/model';
+import { hashModelParams, type ParamsHasher } from '../../kernels/model/training-state';
+import type { BatchAssembler } from './data/batches';
 import type { GradientResult } from './types';
 
 export interface NextIndices {
@@ -43,7 +43,7 @@ export interface ApplyOptions {
    * The job verifies contributions: sketch this rank's own gradient sums (`own`, as it sent them into
    * the all-reduce), what it sent and received in the reduce-scatter (ring-allreduce.ts `record`), the
    * reduced sums applied and the new parameters, seeded by the new hash, for a world of `world` ranks
-   * (coordinator/core/sketch.ts). Needs `sums` (no gradients kept on the device).
+   * (core/state/sketch.ts). Needs `sums` (no gradients kept on the device).
    */
   sketch?: { own: ArrayBuffer; sent: ArrayBuffer; received: ArrayBuffer; world: number };
 }

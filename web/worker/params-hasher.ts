@@ -1,7 +1,7 @@
 /**
  * Where the training worker hashes the parameters each step (the value is the same either way:
- * coordinator/core/hash.ts `treeHash`):
- * - on the GPU (`paramsHasher`: kernels/sha256.wgsl over the params buffer, only the chunk digests read
+ * core/state/hash.ts `treeHash`):
+ * - on the GPU (`paramsHasher`: kernels/ops/sha256.wgsl over the params buffer, only the chunk digests read
  *   back, the root in JS) where the adapter is a real GPU;
  * - on the CPU after a read-back of the parameters (`hashParams`, pure JS) where the adapter is a
  *   software rasterizer that runs on the CPU itself (SwiftShader, llvmpipe/lavapipe, WARP): there the
@@ -14,8 +14,8 @@
  *   on a CPU-backed adapter (docs/performance.md, "The hash on a software adapter").
  */
 import { createSHA256 } from 'hash-wasm';
-import { hashParams, nobleSha256, paramsHasher, type Sha256Factory } from '../../coordinator/core/hash';
-import type { ParamsHasher } from '../../kernels/training-state';
+import { hashParams, nobleSha256, paramsHasher, type Sha256Factory } from '../../core/state/hash';
+import type { ParamsHasher } from '../../kernels/model/training-state';
 import type { AdapterSummary } from './types';
 
 /** Names of CPU-backed WebGPU implementations as adapters report them (vendor, architecture, description). */

@@ -7,9 +7,9 @@
  * the GPU to finish step k−MAX_IN_FLIGHT before submitting more: `onSubmittedWorkDone` is a fence, not
  * a read-back.
  */
-import { epochOrder } from '../../coordinator/core/sampler';
-import type { Model } from '../../kernels/model';
-import type { BatchSource, TestSet } from './batches';
+import { epochOrder } from '../../core/training/sampler';
+import type { Model } from '../../kernels/model/model';
+import type { BatchSource, TestSet } from './data/batches';
 import type { SoloOptions, SoloProgress, SoloResult } from './types';
 
 /** Steps the CPU may run ahead of the GPU. */

@@ -8,23 +8,23 @@
  * - the elastic loop (next issue) drives one step at a time from the main thread:
  *   `computeGradients(indices)` → allreduce of the returned sums on the main thread →
  *   `applyGradients(sums, samples)`, with `saveBackup/restoreBackup`, `snapshot/restore` and `hash`
- *   for commits, failures and joiners. These are thin wrappers over kernels/model.ts and
- *   kernels/training-state.ts.
+ *   for commits, failures and joiners. These are thin wrappers over kernels/model/model/model.ts and
+ *   kernels/model/model/training-state.ts.
  *
  * Created by the page as
- * `new Worker(new URL('../worker/training-worker.ts', import.meta.url), { type: 'module' })`.
+ * `new Worker(new URL('./training-worker.ts', import.meta.url), { type: 'module' })`.
  */
 import * as Comlink from 'comlink';
-import type { ChunkedDatasetMetadata } from '../../coordinator/core/chunked-dataset';
-import { stateHash, stateHashOfDigests } from '../../coordinator/core/hash';
-import { isTransformer, parameterLayout, resolveModelSpec, type ModelSpec } from '../../coordinator/core/model-spec';
-import { decodeSnapshot, encodeSnapshot } from '../../coordinator/core/snapshot';
-import { createModel, type Model } from '../../kernels/model';
+import type { ChunkedDatasetMetadata } from '../../core/data/chunked-dataset';
+import { stateHash, stateHashOfDigests } from '../../core/state/hash';
+import { isTransformer, parameterLayout, resolveModelSpec, type ModelSpec } from '../../core/training/model-spec';
+import { decodeSnapshot, encodeSnapshot } from '../../core/state/snapshot';
+import { createModel, type Model } from '../../kernels/model/model';
 import { createGpu, type Gpu } from '../../kernels/runtime';
-import { createTrainingState, type ParamsHasher, type TrainingState } from '../../kernels/training-state';
-import { type BatchSource, imageData, type TrainingData } from './batches';
-import { chunkedData } from './chunked-data';
-import { ChunkFetcher, type ChunkProgress, openCache } from '../volunteer/dataset-client';
+import { createTrainingState, type ParamsHasher, type TrainingState } from '../../kernels/model/training-state';
+import { type BatchSource, imageData, type TrainingData } from './data/batches';
+import { chunkedData } from './data/chunked-data';
+import { ChunkFetcher, type ChunkProgress, openCache } from './data/dataset-client';
 import { ElasticSteps, type ApplyOptions, type ApplyResult, type NextIndices } from './elastic-steps';
 import { OuterState } from './outer-step';
 import { chooseParamsHasher, readBackParamsHasher } from './params-hasher';
@@ -391,7 +391,7 @@ const api = {
     return stateHash(params, b.outer.momentum);
   },
 
-  /** The training state as one snapshot (coordinator/core/snapshot.ts), transferred. */
+  /** The training state as one snapshot (core/state/snapshot.ts), transferred. */
   async snapshot(position: { step: number; epoch: number; cursor: number }): Promise<ArrayBuffer> {
     const b = requireModel();
     const exported = await b.state.exportState();

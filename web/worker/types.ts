@@ -3,8 +3,8 @@ import type { OuterOptimizer } from './outer-step';
  * What crosses the boundary between the page (main thread) and the training worker (Comlink).
  * Everything here is structured-clonable; big arrays travel as transferred ArrayBuffers.
  */
-import type { OptimizerSpec } from '../../coordinator/core/job';
-import type { ModelSpec } from '../../coordinator/core/model-spec';
+import type { OptimizerSpec } from '../../core/training/job';
+import type { ModelSpec } from '../../core/training/model-spec';
 
 export type { OptimizerSpec };
 
@@ -131,6 +131,6 @@ export interface RestoredState {
   step: number;
   epoch: number;
   cursor: number;
-  /** `stateHash(params, outer)` (coordinator/core/hash.ts): the hash the ranks reported at its commit. */
+  /** `stateHash(params, outer)` (core/state/hash.ts): the hash the ranks reported at its commit. */
   stateHash: string;
 }

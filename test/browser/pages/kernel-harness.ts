@@ -3,8 +3,8 @@
  * `window.kernelHarness` so a Playwright test can run one transformer step in the page and read plain
  * numbers back (initial parameters, loss, every gradient).
  */
-import { parameterLayout, type TransformerSpec } from '../../../coordinator/core/model-spec';
-import { createModel } from '../../../kernels/model';
+import { parameterLayout, type TransformerSpec } from '../../../core/training/model-spec';
+import { createModel } from '../../../kernels/model/model';
 import { createGpu } from '../../../kernels/runtime';
 
 export interface TransformerStepResult {

@@ -4,7 +4,7 @@
  * results. Inputs are generated here from seeds with the same generator the test uses in Node, so
  * megabytes never cross the CDP connection except the one result the test checks byte for byte.
  */
-import { hashBytes } from '../../../coordinator/core/hash';
+import { hashBytes } from '../../../core/state/hash';
 import { broadcast } from '../../../web/net/broadcast';
 import { isCollectiveError } from '../../../web/net/collective-error';
 import { routerFor } from '../../../web/net/frame-router';

@@ -19,7 +19,7 @@
  *   that run (`forgeHelloRunId`: a first hello would name no run, and a claim outside the run is
  *   ignored anyway).
  */
-import { decodeSnapshot, encodeSnapshot } from '../../../../coordinator/core/snapshot';
+import { decodeSnapshot, encodeSnapshot } from '../../../../core/state/snapshot';
 import type { HttpPort } from '../../../../web/elastic/checkpoint-transfer';
 import type { ControlPort, MeshPort, TrainerPort } from '../../../../web/elastic/ports';
 import type { ElasticPorts } from '../../../../web/elastic/start';

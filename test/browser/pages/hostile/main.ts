@@ -11,7 +11,7 @@
 import * as Comlink from 'comlink';
 import { startElastic } from '../../../../web/elastic/start';
 import type { ElasticStatus } from '../../../../web/elastic/elastic-loop';
-import { datasetBuffers, fetchDataset } from '../../../../web/volunteer/dataset-client';
+import { datasetBuffers, fetchDataset } from '../../../../web/worker/data/dataset-client';
 import type { TrainingWorkerApi } from '../../../../web/worker/training-worker';
 import {
   type Attack,

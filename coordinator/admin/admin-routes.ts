@@ -1,0 +1,249 @@
+/**
+ * The one router of `/api/admin/*`, behind one guard (the admin token):
+ *
+ *   GET  /api/admin/feed                         live feed (Server-Sent Events, see admin-feed.ts)
+ *   GET  /api/admin/model.safetensors[?step=N]   the latest (or step N's) checkpoint's parameters as safetensors
+ *   GET  /api/admin/checkpoints                  the checkpoint history, with download URLs
+ *   GET  /api/admin/events[?after=ID&limit=N]    event-log rows
+ *   POST /api/admin/{pause,resume,checkpoint,kick,workers}   machine admin actions (JSON body for kick, workers)
+ *   GET/POST /api/admin/invites, DELETE /api/admin/invites/{id}   invite links (invite-routes.ts)
+ *
+ * The token comes as `Authorization: Bearer <token>`; GET routes also take `?token=<token>`, because an
+ * EventSource and a download link cannot set headers (a token in a URL can end up in a proxy's access
+ * log, so the page sends the header wherever it can; actions never take it from the URL).
+ * Errors are thrown as `HttpError` (or `ZodError` for a bad body) for the server to answer.
+ */
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import { z } from 'zod';
+import { AdminFeed, type AdminFeedOptions, feedCheckpoint, type SubscribeActions } from './admin-feed';
+import { statusOf } from './audit';
+import type { CheckpointListResponse } from '../../core/protocol/admin-feed';
+import { type AdminAction, adminActionSchema, adminRefusal, type CoordinatorState } from '../machine/machine';
+import type { InviteRoutes } from './invite-routes';
+import { bearerToken, HttpError, readJsonBody, sameSecret, sendJson } from '../http/http-util';
+import { checkpointToSafetensors, SafetensorsError, type SafetensorsExport } from '../datasets/safetensors';
+import type { CheckpointRow, Store } from '../runtime/store';
+
+export interface AdminRoutesDeps {
+  runId: string;
+  adminToken: string;
+  store: Pick<Store, 'commits' | 'events' | 'checkpoints' | 'checkpoint' | 'latestCheckpoint' | 'readCheckpoint'>;
+  /** The machine's current state (e.g. `() => executor.state`). */
+  state: () => CoordinatorState;
+  /** Feeds an admin action to the machine (e.g. `(action) => executor.dispatch({ kind: 'admin', action })`). */
+  dispatch: (action: AdminAction) => void;
+  /** Every transition's actions, after execution (see admin-feed.ts). */
+  subscribe: SubscribeActions;
+  now?: () => number;
+  /** Feed tuning (tests use shorter intervals). */
+  feed?: Pick<
+    AdminFeedOptions,
+    'statusIntervalMs' | 'statusThrottleMs' | 'recentEvents' | 'maxCommits' | 'maxBufferedBytes'
+  >;
+  /** Counts requests by route and result (e.g. the server's admin_requests counter); routes from a fixed set. */
+  onRequest?: (route: string, result: string) => void;
+  /** The invite routes, when the server has admission (invite-routes.ts). */
+  invites?: InviteRoutes;
+}
+
+export interface AdminRoutes {
+  /** Serves `/api/admin/<route>` (the server calls it for every path under /api/admin/). */
+  handle(req: IncomingMessage, res: ServerResponse, url: URL): Promise<void>;
+  readonly feed: AdminFeed;
+  /** Ends the feed's streams and timers (call before closing the HTTP server). */
+  close(): void;
+}
+
+/**
+ * Body schemas of the action routes, mapped to the machine's admin actions. A Map, so that no request
+ * path (`constructor`, `__proto__`) can reach an inherited property.
+ */
+const ACTIONS = new Map<string, (body: unknown) => AdminAction>(
+  Object.entries({
+    pause: () => ({ type: 'pause' }),
+    resume: () => ({ type: 'resume' }),
+    checkpoint: () => ({ type: 'checkpoint_now' }),
+    kick: (body) =>
+      adminActionSchema.parse({ type: 'kick', workerId: z.object({ workerId: z.string() }).parse(body).workerId }),
+    workers: (body) => {
+      const { min, max } = z.object({ min: z.unknown(), max: z.unknown() }).parse(body);
+      return adminActionSchema.parse({ type: 'set_workers', min, max });
+    },
+  }),
+);
+const READS = new Set(['feed', 'model.safetensors', 'checkpoints', 'events']);
+/** `action` labels of the admin request counter: a fixed set, whatever paths clients ask for. */
+const ROUTE_LABELS = new Set([...READS, ...ACTIONS.keys(), 'invites']);
+
+export function adminRouteLabel(route: string): string {
+  const first = route.split('/')[0];
+  return ROUTE_LABELS.has(first) ? first : 'other';
+}
+
+/** The one guard: the bearer header, or (GET routes only) the `token` query parameter. */
+export function authorized(req: IncomingMessage, url: URL, route: string, token: string): boolean {
+  const given = bearerToken(req) ?? (READS.has(route) ? url.searchParams.get('token') : null);
+  return sameSecret(given, token);
+}
+
+export function adminRoutes(deps: AdminRoutesDeps): AdminRoutes {
+  const feed = new AdminFeed({
+    runId: deps.runId,
+    store: deps.store,
+    state: deps.state,
+    subscribe: deps.subscribe,
+    now: deps.now,
+    ...deps.feed,
+  });
+  const now = deps.now ?? Date.now;
+  const count = deps.onRequest ?? (() => {});
+  const model = safetensorsExporter(deps);
+
+  async function serve(req: IncomingMessage, res: ServerResponse, url: URL, route: string): Promise<void> {
+    const method = req.method ?? 'GET';
+    if (READS.has(route)) {
+      if (method !== 'GET' && !(method === 'HEAD' && route !== 'feed')) {
+        res.setHeader('allow', route === 'feed' ? 'GET' : 'GET, HEAD');
+        throw new HttpError(405, 'method_not_allowed', `use GET for /api/admin/${route}`);
+      }
+      if (route === 'feed') feed.attach(req, res);
+      else if (route === 'checkpoints') {
+        const body: CheckpointListResponse = {
+          runId: deps.runId,
+          checkpoints: deps.store.checkpoints(deps.runId).map((row) => feedCheckpoint(deps.runId, row)),
+        };
+        sendJson(res, 200, body);
+      } else if (route === 'events') sendJson(res, 200, { events: eventsPage(deps, url) });
+      else model(req, res, url);
+      return;
+    }
+    if (route === 'invites' || route.startsWith('invites/')) {
+      if (!deps.invites) throw new HttpError(404, 'not_found', 'this coordinator has no invites');
+      await deps.invites(req, res, route.split('/').slice(1).filter(Boolean));
+      return;
+    }
+    const toAction = ACTIONS.get(route);
+    if (!toAction)
+      throw new HttpError(
+        404,
+        'not_found',
+        `no admin route "${route.slice(0, 40)}" (feed, model.safetensors, checkpoints, events; POST pause, resume, kick, workers, checkpoint)`,
+      );
+    if (method !== 'POST') {
+      res.setHeader('allow', 'POST');
+      throw new HttpError(405, 'method_not_allowed', `use POST for /api/admin/${route}`);
+    }
+    const action = checkedAction(toAction(await readJsonBody(req)), deps.state());
+    deps.dispatch(action);
+    sendJson(res, 200, { ok: true, action, status: statusOf(deps.state(), now()) });
+  }
+
+  return {
+    feed,
+    close: () => feed.close(),
+    async handle(req, res, url) {
+      const route = url.pathname.slice('/api/admin/'.length);
+      if (!authorized(req, url, route, deps.adminToken)) {
+        count(adminRouteLabel(route), 'unauthorized');
+        res.setHeader('www-authenticate', 'Bearer realm="tabswarm admin"');
+        throw new HttpError(
+          401,
+          'unauthorized',
+          'admin calls need "Authorization: Bearer <admin token>" (or ?token= for the feed and downloads)',
+        );
+      }
+      try {
+        await serve(req, res, url, route);
+        count(adminRouteLabel(route), 'ok');
+      } catch (error) {
+        const code = error instanceof HttpError ? error.code : error instanceof z.ZodError ? 'bad_request' : 'internal';
+        count(adminRouteLabel(route), code);
+        throw error;
+      }
+    },
+  };
+}
+
+/**
+ * Refuses actions the machine would only log as ignored (min > max, kicking a worker nobody knows,
+ * resuming a job that is not paused or failed …): say why instead of an `ok` that changes nothing.
+ */
+function checkedAction(action: AdminAction, state: CoordinatorState): AdminAction {
+  if (action.type === 'set_workers' && action.min > action.max)
+    throw new HttpError(400, 'bad_request', 'min must be <= max');
+  if (action.type === 'kick' && !Object.hasOwn(state.workers, action.workerId))
+    throw new HttpError(404, 'unknown_worker', `no worker ${action.workerId}`);
+  const refusal = adminRefusal(state, action);
+  if (refusal !== null) {
+    const invalid = action.type === 'set_workers';
+    throw new HttpError(invalid ? 400 : 409, invalid ? 'bad_request' : 'refused', refusal);
+  }
+  return action;
+}
+
+function eventsPage(deps: AdminRoutesDeps, url: URL) {
+  const after = Number(url.searchParams.get('after') ?? 0);
+  const limit = Math.min(1000, Math.max(1, Number(url.searchParams.get('limit') ?? 200) || 200));
+  return deps.store.events(deps.runId, { afterId: Number.isFinite(after) ? after : 0, limit });
+}
+
+/** `GET /api/admin/model.safetensors`: a stored checkpoint converted, the last conversion cached. */
+function safetensorsExporter(deps: AdminRoutesDeps): (req: IncomingMessage, res: ServerResponse, url: URL) => void {
+  // Converting a checkpoint costs a read and a copy; the same file is often downloaded twice.
+  let cached: { sha256: string; result: SafetensorsExport } | null = null;
+  const convert = (row: CheckpointRow): SafetensorsExport => {
+    if (cached?.sha256 === row.sha256) return cached.result;
+    try {
+      const result = checkpointToSafetensors(deps.store.readCheckpoint(row), {
+        'tabswarm.run': deps.runId,
+        'tabswarm.checkpoint_sha256': row.sha256,
+      });
+      cached = { sha256: row.sha256, result };
+      return result;
+    } catch (error) {
+      if (error instanceof SafetensorsError)
+        throw new HttpError(
+          500,
+          'bad_checkpoint',
+          `stored checkpoint of step ${row.step} is unusable: ${error.message}`,
+        );
+      throw error;
+    }
+  };
+  return (req, res, url) => {
+    const row = checkpointOf(deps, url.searchParams.get('step'));
+    const result = convert(row);
+    res.writeHead(200, {
+      'content-type': 'application/octet-stream',
+      'content-length': result.bytes.length,
+      'content-disposition': `attachment; filename="${result.filename}"`,
+      'cache-control': 'no-store',
+      'x-checkpoint-step': String(row.step),
+      'x-checkpoint-sha256': row.sha256,
+    });
+    if (req.method === 'HEAD') res.end();
+    else res.end(result.bytes);
+  };
+}
+
+function checkpointOf(deps: AdminRoutesDeps, stepText: string | null): CheckpointRow {
+  if (stepText === null || stepText === 'latest') {
+    const row = deps.store.latestCheckpoint(deps.runId);
+    if (!row)
+      throw new HttpError(
+        404,
+        'no_checkpoint',
+        'no checkpoint yet: the model is exported from a stored checkpoint (use "checkpoint now" once a step is committed)',
+      );
+    return row;
+  }
+  if (!/^\d{1,15}$/.test(stepText))
+    throw new HttpError(
+      400,
+      'bad_step',
+      `step must be a non-negative integer or "latest", not "${stepText.slice(0, 40)}"`,
+    );
+  const row = deps.store.checkpoint(deps.runId, Number(stepText));
+  if (!row) throw new HttpError(404, 'no_checkpoint', `no checkpoint of step ${stepText}`);
+  return row;
+}

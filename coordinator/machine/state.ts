@@ -1,0 +1,385 @@
+/**
+ * Types of the coordinator's state machine: its state (plain JSON, so it can be logged, snapshotted and
+ * compared), the events the server feeds it and the actions the server executes, in order.
+ * Re-exported by machine.ts, which implements `handle`.
+ */
+import type { StepSketches } from '../../core/state/sketch';
+import { z } from 'zod';
+import type { JobSpec } from '../../core/training/job';
+import type { ClientMessage, ParseErrorCode, PeerLink, ServerMessage } from '../../core/protocol/control';
+import type { SamplerRecord } from '../../core/training/sampler';
+import type { Usage } from './utilization';
+
+// ---------------------------------------------------------------- state
+
+/** A member of the current round. */
+export interface Participant {
+  workerId: string;
+  peerId: string;
+  /** Dense rank 0..world-1. */
+  rank: number;
+  /** Fraction of each step's samples; shares of a round sum to 1 and are fixed for the round. */
+  share: number;
+  /** Sent `ready` for this round. */
+  ready: boolean;
+  /** Last step this rank reported in this round (the round's base step before its first report). */
+  lastStep: number;
+  /** When (ms, coordinator clock) its last report of this round arrived; absent before the first. */
+  lastReportAt?: number;
+}
+
+/** TorchElastic-style rendezvous state. */
+export interface RendezvousState {
+  /** Number of the current (or last) round; 0 before the first. Never reused, also across coordinator restarts. */
+  round: number;
+  /**
+   * gathering: no round open, enrolled workers wait for minWorkers and the last call;
+   * syncing: a round was announced, waiting for every participant's `ready`;
+   * training: `train` was sent, steps are reported and committed.
+   */
+  phase: 'gathering' | 'syncing' | 'training';
+  /** Members of the current round sorted by rank (empty while gathering). */
+  participants: Participant[];
+  /** Enrolled workers not in the round, in admission order (survivors of a closed round come first). */
+  waitList: string[];
+  /** Last-call deadline (ms) while gathering with at least minWorkers enrolled; null otherwise. */
+  deadline: number | null;
+  /** When the current rendezvous started gathering (ms), for the rendezvous-duration metric. */
+  gatheringSince: number | null;
+  /** Committed step when the current round opened (its participants hold this state once ready). */
+  baseStep: number;
+  /** Commits made in the current round (shares are re-measured after some). */
+  roundCommits: number;
+  /**
+   * The round that closed most recently and its members (null before the first close). Reports about
+   * its commits may arrive after the close — rank 0's test-set evaluation of the round's last commit,
+   * or of the job's last step after `done` — and are still accepted from them.
+   */
+  closedRound: { round: number; members: string[] } | null;
+  /** While syncing: members not `ready` by this time (ms) are dropped, without a restart. Null otherwise. */
+  readyDeadline?: number | null;
+  /** When the round's members may start computing their next step (train, or the last commit): ms. */
+  stepStartedAt?: number | null;
+}
+
+/** A state a worker holds: a committed step and the parameter hash there. */
+export interface HeldState {
+  step: number;
+  hash: string | null;
+}
+
+/** A worker that said hello and has not left. */
+export interface WorkerInfo {
+  workerId: string;
+  peerId: string;
+  /** Its current socket. */
+  conn: string;
+  adapter: { vendor: string; architecture: string; description: string };
+  joinedAt: number;
+  /** Time of its last valid message (any message counts as a heartbeat). */
+  lastSeen: number;
+  /** States it holds (committed backup, maybe a newer reported step), so it can serve as a state source. */
+  holds: HeldState[];
+  /** Smoothed samples per compute-ms, or null before its first measured step. */
+  throughput: number | null;
+  /** WebRTC round-trip time (ms) of its ring links as its last heartbeat reported it, or null (unknown). */
+  peerRttMs: number | null;
+  /** Client address of its socket ('' when unknown): restarts and strikes are charged to it too (penalties.ts). */
+  addr: string;
+  /** The invite it joined through (its id, never its token; the server resolves tokens), or null. */
+  invite?: string | null;
+  /** Selected ICE candidate types of its ring links as its last heartbeat reported them (absent: unknown). */
+  peerLinks?: PeerLink[];
+  /** Why ICE fails for it (e.g. TURN authentication), as its last heartbeat said; absent or null: no error known. */
+  iceError?: string | null;
+  /** Its compute utilization and wire bytes per sample over its accepted reports (utilization.ts); absent before the first. */
+  usage?: Usage;
+}
+
+/** One rank's report of one step, kept until the step commits or the round closes. */
+export interface PendingReport {
+  hash: string;
+  lossSum: number;
+  samples: number;
+  computeMs: number;
+  /** The step's sketches, when the job verifies (core/sketch.ts). */
+  sketch?: StepSketches;
+}
+
+/**
+ * A committed step being recomputed by the verifier (core/verification.ts): the state before it is
+ * uploaded by one member, then the verifier recomputes every rank's gradients and the update.
+ */
+export interface VerificationState {
+  /** The step checked. */
+  step: number;
+  /** Committed hash of step − 1: the uploaded state must hash to it. */
+  prevHash: string;
+  /** Committed hash of `step`: the sketches' seed. */
+  stepHash: string;
+  /** The round's world at `step` (the slices follow from the shares). */
+  world: { workerId: string; rank: number; share: number }[];
+  /** The ranks' claims: own gradient sketch by rank, and the (agreed) parameter sketch. */
+  claims: { own: number[][]; params: number[] };
+  /** The member asked to upload the state of step − 1. */
+  uploader: string;
+  phase: 'upload' | 'recompute';
+  /** The upload must arrive by then (ms); the recompute has no deadline here (the verifier's own timeout). */
+  deadline: number;
+}
+
+/** A durable checkpoint the server stored. */
+export interface CheckpointInfo {
+  step: number;
+  /** Record position after `step` (where step+1 starts). */
+  epoch: number;
+  cursor: number;
+  /** sha256 of the stored file. */
+  sha256: string;
+  /** Parameter hash at `step` (the commit's hash), or null if unknown. */
+  hash: string | null;
+}
+
+/** The last committed step (step 0, hash null: the initial state). */
+export interface LastCommit {
+  step: number;
+  /** Record position after `step`. */
+  epoch: number;
+  cursor: number;
+  hash: string | null;
+  /**
+   * Workers that reported `hash` for `step` (the committing round's members). Only they may be the
+   * state source for it: a hello that merely claims `haveStep/haveHash` (copied from /api/status)
+   * proves nothing. Absent in states persisted before the field existed (then nobody qualifies).
+   */
+  members?: string[];
+}
+
+/** The abuse policy (penalties.ts; the CLI sets it, defaults in DEFAULT_TRUST_POLICY). */
+export interface TrustPolicy {
+  /** A round member not `ready` this long after the round opened is dropped (no restart). */
+  readyTimeoutMs: number;
+  /** Charges a worker may collect within `chargeWindowMs` before it is cooled off. */
+  workerQuota: number;
+  /** Charges a client address may collect within `chargeWindowMs` before it is cooled off. */
+  addressQuota: number;
+  chargeWindowMs: number;
+  /** First cooling-off period; each further one doubles, up to `maxCoolOffMs`. */
+  coolOffMs: number;
+  maxCoolOffMs: number;
+}
+
+/** Charges and bans of one worker (`w:<id>`) or one client address (`a:<addr>`). */
+export interface PenaltyRecord {
+  /** Times (ms) of charges inside the window. */
+  charges: number[];
+  /** Bans so far (the next lasts coolOffMs · 2^bans). */
+  bans: number;
+  /** Refused until this time (ms); 0 or past: not banned. */
+  bannedUntil: number;
+}
+
+export type JobStatus = 'active' | 'paused' | 'done' | 'failed';
+
+export interface CoordinatorState {
+  runId: string;
+  job: JobSpec;
+  /** Training images in use (the dataset size after `job.dataset.subset`). */
+  datasetSize: number;
+  status: JobStatus;
+  rendezvous: RendezvousState;
+  record: SamplerRecord;
+  lastCommit: LastCommit;
+  /** Stored checkpoints, ascending by step. */
+  checkpoints: CheckpointInfo[];
+  /** Checkpoints requested and not yet stored: the step and the commit hash there. */
+  checkpointRequests: HeldState[];
+  /** Failure restarts so far (job fails when this exceeds job.maxRestarts). */
+  restarts: number;
+  /**
+   * A restart on probation. A tab that closes says goodbye on `pagehide`, but its ring neighbours may
+   * notice its closed data channel and report a failure before the goodbye arrives. When a failure
+   * report blames a peer, the round closes at once but the restart is counted only if the blamed
+   * worker does not say goodbye before `deadline` (it crashed, hung or lost its link instead).
+   */
+  blamedRestart: {
+    workerId: string;
+    deadline: number;
+    reporter?: { workerId: string; addr: string };
+    addr?: string;
+  } | null;
+  /** Open sockets: conn id → the worker welcomed on it (null before hello or after goodbye) and the server's nonce. */
+  connections: Record<string, { workerId: string | null; nonce: string; addr?: string }>;
+  workers: Record<string, WorkerInfo>;
+  /** Counter for worker ids (ids also carry the connection's nonce). */
+  nextWorkerSeq: number;
+  /** Reports of uncommitted steps of the current round: step → rank → report. */
+  pending: Record<string, Record<string, PendingReport>>;
+  /** The abuse policy (not durable: from the CLI). */
+  policy: TrustPolicy;
+  /** Charges and bans by `w:<workerId>` / `a:<address>` (not durable). */
+  penalties: Record<string, PenaltyRecord>;
+  /**
+   * The job's compute utilization and wire bytes per sample over every rank's accepted reports, recent
+   * and since this coordinator started (utilization.ts; not durable). Absent before the first report.
+   */
+  usage?: Usage;
+  /** The step being recomputed, if any (one at a time; not durable: a restart drops it). */
+  verification?: VerificationState | null;
+  /** First committed step each worker contributed to since the last rollback (the rollback target of a cheat). */
+  contributions?: Record<string, number>;
+  /** Workers suspected by every recent ring failure (verification.ts `suspectsFailIn`), or null. */
+  ringSuspects?: string[] | null;
+  /** The last commit when the latest ring failure happened. */
+  ringSuspectsAt?: number;
+  /** A secret (hex) from the server: which steps are recomputed cannot be predicted from public data. */
+  verifySalt?: string;
+}
+
+/** What must survive `kill -9`: persisted by the server on every `persist` action. */
+export interface DurableState {
+  version: 1;
+  runId: string;
+  job: JobSpec;
+  datasetSize: number;
+  status: JobStatus;
+  record: SamplerRecord;
+  lastCommit: LastCommit;
+  checkpoints: CheckpointInfo[];
+  restarts: number;
+  /** Last round number used (the next round after a restart is greater). */
+  round: number;
+  nextWorkerSeq: number;
+}
+
+// ---------------------------------------------------------------- events
+
+export const adminActionSchema = z.discriminatedUnion('type', [
+  /** Stop training now (the round closes with restore:true, every worker gets `wait {reason:'paused'}`). Not a restart. */
+  z.strictObject({ type: z.literal('pause') }),
+  /**
+   * Resume after a pause: a new rendezvous starts with every enrolled worker. Also resumes a FAILED job:
+   * the restart count starts again from 0 and the record rolls back to the last stored checkpoint.
+   */
+  z.strictObject({ type: z.literal('resume') }),
+  /** Ask rank 0 of the running round to upload a checkpoint of the last commit. */
+  z.strictObject({ type: z.literal('checkpoint_now') }),
+  /** Remove a worker (its socket is closed). Not a restart. */
+  z.strictObject({ type: z.literal('kick'), workerId: z.string().min(1).max(64) }),
+  /** Change minWorkers/maxWorkers; a smaller max shrinks the world at the next commit boundary. */
+  z.strictObject({ type: z.literal('set_workers'), min: z.int().min(1).max(4096), max: z.int().min(1).max(4096) }),
+]);
+export type AdminAction = z.infer<typeof adminActionSchema>;
+
+export type Event =
+  /**
+   * A socket opened. `nonce`: a random string from the server (≥ 4 chars of [A-Za-z0-9]) used in the
+   * worker id; `addr`: the client address (restarts are charged to it; '' or absent: unknown).
+   */
+  | { kind: 'connected'; conn: string; nonce: string; addr?: string }
+  /** A valid message arrived on `conn` (parsed with parseClientMessage). */
+  | { kind: 'message'; conn: string; msg: ClientMessage }
+  /** A frame on `conn` failed to parse: the machine answers with `error` and counts it. */
+  | { kind: 'invalid'; conn: string; code: ParseErrorCode; message: string }
+  /** The socket closed (without goodbye this is a failure if its worker was in a round). */
+  | { kind: 'disconnected'; conn: string }
+  /** Time passed: heartbeat timeouts and the last-call deadline are checked. Call at least every heartbeatMs/2 or at `nextDeadline`. */
+  | { kind: 'tick' }
+  /** A checkpoint upload was verified and stored atomically. */
+  | { kind: 'checkpoint_stored'; step: number; epoch: number; cursor: number; sha256: string }
+  /** An admin request (validated with adminActionSchema, authorised by the server). */
+  | { kind: 'admin'; action: AdminAction }
+  /** The state before the step under verification was uploaded and hash-checked (the verifier starts), or refused. */
+  | { kind: 'verification_upload'; step: number; ok: boolean; reason?: string }
+  /** The verifier's recomputation of the step under verification, or why it could not be done. */
+  | { kind: 'verification_result'; step: number; result: RecomputedStep | { error: string } };
+
+/** What the verifier recomputed: per-rank own gradient sketches (values, masses) and the parameter sketch. */
+export interface RecomputedStep {
+  own: { values: number[]; mass: number[] }[];
+  params: { values: number[]; mass: number[] };
+  /** The verifier's time for the recomputation (ms), for the log. */
+  ms?: number;
+}
+
+// ---------------------------------------------------------------- actions
+
+/** One commit: one row of the commit log. A commit covers steps firstStep..step (one epoch at most). */
+export interface CommitRecord {
+  /** Last step of the commit. */
+  step: number;
+  /** First step of the commit (= step when commitEvery is 1). */
+  firstStep: number;
+  epoch: number;
+  /** First position in the epoch order covered by this commit. */
+  cursorStart: number;
+  /** Positions covered: order[cursorStart .. cursorStart+count) are now processed. */
+  count: number;
+  /** Parameter hash after `step`. */
+  hash: string;
+  round: number;
+  world: { workerId: string; rank: number; share: number }[];
+  /** Mean loss over the commit's samples. */
+  loss: number;
+}
+
+/** Metrics the machine emits; the server renders them (Prometheus). Counters add `value` (default 1), gauges set it, summaries observe it. */
+export const METRICS = {
+  tabswarm_joins_total: { type: 'counter', help: 'Workers welcomed (hello accepted).' },
+  tabswarm_leaves_total: { type: 'counter', help: 'Workers gone: goodbye, disconnect, timeout or kick.' },
+  tabswarm_failures_total: {
+    type: 'counter',
+    help: 'Failures noticed (socket closed, heartbeat late, collective failed, divergence).',
+  },
+  tabswarm_restarts_total: { type: 'counter', help: 'Rounds closed by a failure (counted against maxRestarts).' },
+  tabswarm_rounds_total: { type: 'counter', help: 'Rounds opened.' },
+  tabswarm_commits_total: { type: 'counter', help: 'Commits recorded.' },
+  tabswarm_steps_total: { type: 'counter', help: 'Steps committed.' },
+  tabswarm_samples_total: { type: 'counter', help: 'Samples committed.' },
+  tabswarm_checkpoints_total: { type: 'counter', help: 'Checkpoints stored.' },
+  tabswarm_message_errors_total: { type: 'counter', help: 'Rejected frames and messages, by code.' },
+  tabswarm_world_size: { type: 'gauge', help: 'Ranks in the current round (0 while gathering).' },
+  tabswarm_waiting_workers: { type: 'gauge', help: 'Enrolled workers not in the round.' },
+  tabswarm_rendezvous_duration_ms: { type: 'summary', help: 'From the start of gathering to train.' },
+  tabswarm_loss: { type: 'gauge', help: 'Mean loss of the last commit.' },
+  tabswarm_evaluations_total: { type: 'counter', help: 'Test-set evaluations accepted.' },
+  tabswarm_test_accuracy: { type: 'gauge', help: 'Test accuracy of the last accepted evaluation, in [0, 1].' },
+  tabswarm_restarts_absorbed_total: {
+    type: 'counter',
+    help: 'Restarts not counted against maxRestarts because their culprit was over its quota.',
+  },
+  tabswarm_bans_total: { type: 'counter', help: 'Cooling-off bans, by kind (worker, address).' },
+  tabswarm_ready_timeouts_total: { type: 'counter', help: 'Round members dropped for not being ready in time.' },
+  tabswarm_ring_identity_ratio: {
+    type: 'summary',
+    help: 'Per commit of a verifying job: the worst bucket of the ring identity over its tolerance (< 1 passes).',
+  },
+  tabswarm_verifications_total: {
+    type: 'counter',
+    help: 'Steps checked by recomputation or by the ring identity, by result (passed, caught, ring, abandoned).',
+  },
+} as const;
+export type MetricName = keyof typeof METRICS;
+
+export type LogLevel = 'debug' | 'info' | 'warn' | 'error';
+
+export type Action =
+  /** Send a message on a socket. */
+  | { kind: 'send'; conn: string; msg: ServerMessage }
+  /** Close a socket (after the sends before it). */
+  | { kind: 'close'; conn: string; code: number; reason: string }
+  /** Write the durable state. Together with a preceding `record_commit`/`rollback_commits`, in ONE transaction, before any later send. */
+  | { kind: 'persist'; durable: DurableState }
+  /** Append a commit row (always followed by `persist`). */
+  | { kind: 'record_commit'; commit: CommitRecord }
+  /** Delete commit rows with step > afterStep: the record was rolled back to a checkpoint (or to the start). Followed by `persist`. */
+  | { kind: 'rollback_commits'; afterStep: number }
+  /** Append to the event log. */
+  | { kind: 'log'; level: LogLevel; event: string; data: Record<string, unknown> }
+  /** Update a metric; `labels` e.g. {code: 'forged_rank'}. */
+  | { kind: 'metric'; name: MetricName; value?: number; labels?: Record<string, string> };
+
+export interface Transition {
+  state: CoordinatorState;
+  actions: Action[];
+}

@@ -1,0 +1,301 @@
+/**
+ * The job: what is trained, on what, how, and with how many tabs. Validated with zod (with defaults) so
+ * a job file, the default job and the CLI all go through one gate; the model is resolved to a full
+ * `ModelSpec` here, so everything downstream (the machine, the tabs) sees one concrete spec.
+ */
+import { z } from 'zod';
+import { modelSpecSchema, resolveModelSpec, type ModelSpec } from './model-spec';
+
+const finite = z.number();
+
+export const adamwSchema = z.strictObject({
+  kind: z.literal('adamw'),
+  /** Learning rate. */
+  lr: finite.positive().max(10),
+  /** First-moment decay. */
+  beta1: finite.min(0).lt(1).default(0.9),
+  /** Second-moment decay. */
+  beta2: finite.min(0).lt(1).default(0.999),
+  /** Denominator epsilon. */
+  eps: finite.positive().max(1).default(1e-8),
+  /** Decoupled weight decay (AdamW), applied as `w -= lr·weightDecay·w`. */
+  weightDecay: finite.min(0).max(10).default(0.01),
+});
+
+export const sgdSchema = z.strictObject({
+  kind: z.literal('sgd'),
+  /** Learning rate. */
+  lr: finite.positive().max(10),
+  /** Heavy-ball momentum; 0 is plain SGD. */
+  momentum: finite.min(0).lt(1).default(0),
+});
+
+export const optimizerSchema = z.discriminatedUnion('kind', [adamwSchema, sgdSchema]);
+export type OptimizerSpec = z.infer<typeof optimizerSchema>;
+
+const subsetField = z
+  .int()
+  .min(1)
+  .max(1 << 30)
+  .optional();
+
+/** A server-side file or folder of a user dataset. */
+const pathField = z.string().min(1).max(4096);
+
+/** The built-in IDX image set (Fashion-MNIST by default). */
+export const idxDatasetSchema = z.strictObject({
+  /** Dataset name; the server maps it to files (Fashion-MNIST IDX by default). */
+  name: z.string().min(1).max(64).default('fashion-mnist'),
+  /** Use only the first N training samples (indices 0..N-1); the epoch order permutes those. */
+  subset: subsetField,
+});
+
+/** UTF-8 text as byte tokens for a transformer; samples are window starts (coordinator/datasets/user-datasets.ts). */
+export const textDatasetSchema = z.strictObject({
+  kind: z.literal('text'),
+  /** A file, or a folder whose regular files are joined in name order. */
+  path: pathField,
+  /** Held-out text; without it the last 5% of the bytes is held out. */
+  testPath: pathField.optional(),
+  /** Folder files ending in one of these are left out (e.g. [".dat"]). */
+  skip: z.array(z.string().min(1).max(64)).max(16).optional(),
+  name: z.string().min(1).max(64).default('text'),
+  subset: subsetField,
+});
+
+/** A `.safetensors` file with `x` (F32 or U8 rows) and `y` (integer labels), or a folder of x.npy and y.npy. */
+export const tensorsDatasetSchema = z.strictObject({
+  kind: z.literal('tensors'),
+  path: pathField,
+  testPath: pathField.optional(),
+  name: z.string().min(1).max(64).default('tensors'),
+  subset: subsetField,
+});
+
+/** Wire format of the ring allreduce: float32 (exact), IEEE half, or int8 in blocks with a float32 scale. */
+export const compressionSchema = z.enum(['none', 'fp16', 'int8']);
+export type Compression = z.infer<typeof compressionSchema>;
+
+/**
+ * Every step is one allreduce of the gradient sums (today's semantics). With `compression` other than
+ * `none` every rank still ends each step with the same bytes, but the result is no longer bit-equal to
+ * a single tab's (see docs/local-steps.md).
+ */
+export const everyStepSyncSchema = z.strictObject({
+  mode: z.literal('every-step'),
+  compression: compressionSchema.default('none'),
+});
+
+/** Nesterov SGD on the pseudo-gradient, as DiLoCo's outer optimizer (PyTorch's `nesterov=True` form). */
+export const outerOptimizerSchema = z.strictObject({
+  kind: z.literal('nesterov'),
+  lr: finite.positive().max(10).default(0.7),
+  momentum: finite.min(0).lt(1).default(0.9),
+});
+
+/**
+ * Local steps (DiLoCo): each rank takes `innerSteps` optimizer steps on its own slices, then the ranks
+ * allreduce their sample-weighted pseudo-gradients (committed − local parameters) and the outer
+ * optimizer updates the committed state. The outer step is the commit point (docs/local-steps.md).
+ */
+export const localSyncSchema = z.strictObject({
+  mode: z.literal('local'),
+  /** Inner steps per outer step (H); an epoch's end also ends an outer step. */
+  innerSteps: z.int().min(1).max(100_000),
+  outer: outerOptimizerSchema.default({ kind: 'nesterov', lr: 0.7, momentum: 0.9 }),
+  compression: compressionSchema.default('none'),
+});
+
+export const syncSchema = z.discriminatedUnion('mode', [everyStepSyncSchema, localSyncSchema]);
+export type SyncSpec = z.infer<typeof syncSchema>;
+export type LocalSync = z.infer<typeof localSyncSchema>;
+
+/**
+ * Checking contributions (docs/threat-model.md): every step report carries sketches of the rank's own
+ * gradient sums, of the all-reduced sums and of the new parameters (core/sketch.ts), checked at every
+ * commit; and with `probability` per committed step a trusted verifier beside the coordinator
+ * recomputes the whole step from the state before it. Needs every-step sync, commits every step and a
+ * wire of `none` or `fp16` (int8's per-block rounding has no tight per-bucket bound yet, and a local-mode
+ * rank's inner optimizer state is its own, so no one could recompute its work).
+ */
+export const verifySchema = z.strictObject({
+  /** Chance that a committed step is recomputed by the verifier (0: sketches and the ring identity only). */
+  probability: finite.min(0).max(1).default(0.05),
+});
+export type VerifySpec = z.infer<typeof verifySchema>;
+
+export const datasetSpecSchema = z.union([textDatasetSchema, tensorsDatasetSchema, idxDatasetSchema]);
+
+const modelField = z
+  .union([z.string().min(1).max(64), modelSpecSchema])
+  .default('mlp')
+  .transform((model, ctx): ModelSpec => {
+    try {
+      return resolveModelSpec(model);
+    } catch (err) {
+      ctx.addIssue({ code: 'custom', message: (err as Error).message });
+      return z.NEVER;
+    }
+  });
+
+export const jobSpecSchema = z
+  .strictObject({
+    /** A built-in model name (`mlp`, `cnn`, `tiny-mlp`) or an inline spec; resolved to a spec. */
+    model: modelField,
+    dataset: datasetSpecSchema.default({ name: 'fashion-mnist' }),
+    optimizer: optimizerSchema.default({
+      kind: 'adamw',
+      lr: 1e-3,
+      beta1: 0.9,
+      beta2: 0.999,
+      eps: 1e-8,
+      weightDecay: 0.01,
+    }),
+    /** Samples per step, whatever the world size (split across ranks by share). */
+    globalBatch: z
+      .int()
+      .min(1)
+      .max(1 << 20)
+      .default(128),
+    epochs: z.int().min(1).max(100_000).default(1),
+    /** A round starts once this many workers joined (after the last-call window). */
+    minWorkers: z.int().min(1).max(4096).default(1),
+    /** A round never has more ranks than this; later joiners wait. */
+    maxWorkers: z.int().min(1).max(4096).default(8),
+    /**
+     * Steps between commits; epoch ends and the job end are always commit points. In local sync mode it
+     * is the outer step (`sync.innerSteps`), and a job file may not set it to anything else.
+     */
+    commitEvery: z.int().min(1).max(100_000).optional(),
+    /** How the ranks combine their work: every step (default) or local steps with rare outer syncs. */
+    sync: syncSchema.default({ mode: 'every-step', compression: 'none' }),
+    /** Check contributions (sketches, ring identity, recomputed spot checks); absent: trust the ranks. */
+    verify: verifySchema.optional(),
+    /** Committed steps between durable checkpoints (also taken at epoch ends and at the end). */
+    checkpointEvery: z.int().min(1).max(10_000_000).default(50),
+    /** Failure restarts tolerated; one more fails the job. Joins and goodbyes never count. */
+    maxRestarts: z.int().min(0).max(1_000_000).default(100),
+    /** Heartbeat period; a worker silent for 3× this is declared failed. */
+    heartbeatMs: z.int().min(10).max(600_000).default(2000),
+    /** After minWorkers joined, wait this long for more before completing a round. */
+    lastCallMs: z.int().min(0).max(600_000).default(1000),
+    /** Seed of the epoch orders and of the initial parameters. */
+    seed: z.int().min(0).max(0xffffffff).default(42),
+    /**
+     * Rank 0 evaluates the committed state on the test set every this many committed steps (at the first
+     * commit point at or after each multiple) and at the end of the job; null: at each epoch end and at the end.
+     */
+    evalEvery: z.int().min(1).max(10_000_000).nullable().default(null),
+    /** Test images per evaluation: the first N of the test set (all of it if smaller); 0 turns evaluation off. */
+    evalSamples: z
+      .int()
+      .min(0)
+      .max(1 << 24)
+      .default(2000),
+  })
+  .refine((job) => job.minWorkers <= job.maxWorkers, {
+    message: 'minWorkers must be <= maxWorkers',
+    path: ['minWorkers'],
+  })
+  .refine(
+    (job) => job.sync.mode !== 'local' || job.commitEvery === undefined || job.commitEvery === job.sync.innerSteps,
+    {
+      message: 'in local sync mode the outer step is the commit point: leave commitEvery out (it is sync.innerSteps)',
+      path: ['commitEvery'],
+    },
+  )
+  .refine(
+    (job) =>
+      !job.verify ||
+      (job.sync.mode === 'every-step' && job.sync.compression !== 'int8' && (job.commitEvery ?? 1) === 1),
+    {
+      message: 'verify needs every-step sync with compression none or fp16 and commitEvery 1',
+      path: ['verify'],
+    },
+  )
+  .transform((job) => ({
+    ...job,
+    commitEvery: job.sync.mode === 'local' ? job.sync.innerSteps : (job.commitEvery ?? 1),
+  }));
+
+/** A validated job with every default filled in and the model resolved. */
+export type JobSpec = z.output<typeof jobSpecSchema>;
+/** What a job file may contain (every field optional). */
+export type JobSpecInput = z.input<typeof jobSpecSchema>;
+
+/** Validate a job (e.g. a parsed job file); throws one readable line listing every problem. */
+export function parseJobSpec(input: unknown): JobSpec {
+  const parsed = jobSpecSchema.safeParse(input);
+  if (!parsed.success) {
+    throw new Error(
+      `invalid job: ${parsed.error.issues.map((i) => `${i.path.join('.') || '(job)'}: ${i.message}`).join('; ')}`,
+    );
+  }
+  return parsed.data;
+}
+
+/** The default job: Fashion-MNIST, `mlp`, AdamW lr 1e-3, global batch 128, one epoch. */
+export const defaultJob: JobSpec = parseJobSpec({});
+
+/** Training images actually used: the dataset's size, or the job's `dataset.subset` if smaller. */
+export function effectiveDatasetSize(job: JobSpec, datasetSize: number): number {
+  return Math.min(job.dataset.subset ?? datasetSize, datasetSize);
+}
+
+/**
+ * What a tab needs to train: sent in `welcome`. Field names match `StepPlan` (sampler.ts) so a tab can
+ * call `stepPosition(step, job)` / `indicesForRank` with it directly.
+ */
+export const jobPublicSchema = z.strictObject({
+  model: modelSpecSchema,
+  /** Dataset name (the tab fetches it from the coordinator). */
+  dataset: z.string().min(1).max(64),
+  /** Training images in use (after `subset`): the epoch order permutes 0..datasetSize-1. */
+  datasetSize: z.int().min(1),
+  optimizer: optimizerSchema,
+  globalBatch: z.int().min(1),
+  epochs: z.int().min(1),
+  /** Steps between commits; see `isCommitPoint`. In local sync mode, the inner steps of an outer step. */
+  commitEvery: z.int().min(1),
+  sync: syncSchema,
+  /** Whether ranks sketch their contributions (and how often the coordinator recomputes a step). */
+  verify: verifySchema.optional(),
+  checkpointEvery: z.int().min(1),
+  /** Send a heartbeat this often (ms). */
+  heartbeatMs: z.int().min(1),
+  /** Seed of the epoch orders and of the initial parameters (a fresh start initialises from it). */
+  seed: z.int().min(0).max(0xffffffff),
+  /** ceil(datasetSize / globalBatch). */
+  stepsPerEpoch: z.int().min(1),
+  /** epochs · stepsPerEpoch: the last step of the job. */
+  totalSteps: z.int().min(1),
+  /** Committed steps between test-set evaluations by rank 0, or null (epoch ends); see `isEvaluationPoint`. */
+  evalEvery: z.int().min(1).nullable(),
+  /** Test images per evaluation (first N of the test set); 0: no evaluation. */
+  evalSamples: z.int().min(0),
+});
+export type JobPublic = z.infer<typeof jobPublicSchema>;
+
+/** The public view of a job over `datasetSize` training images (the full set; `subset` is applied here). */
+export function jobPublic(job: JobSpec, datasetSize: number): JobPublic {
+  const n = effectiveDatasetSize(job, datasetSize);
+  const stepsPerEpoch = Math.ceil(n / job.globalBatch);
+  return {
+    model: job.model,
+    dataset: job.dataset.name,
+    datasetSize: n,
+    optimizer: job.optimizer,
+    globalBatch: job.globalBatch,
+    epochs: job.epochs,
+    commitEvery: job.commitEvery,
+    sync: job.sync,
+    ...(job.verify ? { verify: job.verify } : {}),
+    checkpointEvery: job.checkpointEvery,
+    heartbeatMs: job.heartbeatMs,
+    seed: job.seed,
+    stepsPerEpoch,
+    totalSteps: stepsPerEpoch * job.epochs,
+    evalEvery: job.evalEvery,
+    evalSamples: job.evalSamples,
+  };
+}

@@ -1,0 +1,536 @@
+/**
+ * A model built from a spec on the kernels: every buffer allocated and every kernel prepared once
+ * (for `maxBatch`), so a training step is one command buffer with one compute pass — forward, fused
+ * softmax cross-entropy, backward, optimizer — and nothing is read back unless asked.
+ *
+ * Memory: ONE flat params buffer, ONE flat grads buffer and one flat buffer per optimizer moment, all
+ * in the caller's layout (`parameterLayout(spec)` from coordinator/core), so the optimizer is one
+ * dispatch, a snapshot one copy and an allreduce one read-back. Activations are kept per layer (the
+ * backward pass needs them); gradients of activations ping-pong between two scratch buffers.
+ *
+ * What the step computes comes from a graph builder: model-sequential.ts (dense/conv/pool stacks) or
+ * model-transformer.ts (a GPT-2-style language model); this class owns what both share.
+ *
+ * Semantics (docs/ARCHITECTURE.md, inv. 6): the loss is the SUM over the batch and the gradients are SUMS over samples;
+ * the optimizer multiplies by 1/samples of the step (`gradScale`), so gradients of rank shares can be
+ * added (allreduce) before one optimizer step over the whole global batch.
+ */
+import {
+  isTransformer,
+  type ModelSpec,
+  type ParamLayout,
+  type SequentialSpec,
+  type TransformerSpec,
+} from '../../core/training/model-spec';
+import { initParams } from './layers';
+import type { MatmulTile } from '../ops/matmul';
+import { graphContext, type ModelGraph } from './model-graph';
+import { buildSequential } from './model-sequential';
+import { buildTransformer } from './model-transformer';
+import { adamw, sgdMomentum, type AdamWDims, type SgdMomentumDims } from '../ops/optimizer';
+import {
+  createTensor,
+  elementCount,
+  recordCalls,
+  StagingReader,
+  tensorView,
+  type Gpu,
+  type Kernel,
+  type KernelCall,
+  type Tensor,
+} from '../runtime';
+import { chunkCount, chunkSha256, type ChunkSha256Dims } from '../ops/sha256';
+
+export type OptimizerConfig =
+  | { kind: 'adamw'; lr: number; beta1: number; beta2: number; eps: number; weightDecay: number }
+  | { kind: 'sgd'; lr: number; momentum: number; weightDecay?: number };
+
+export interface ModelOptions {
+  /** Largest batch (samples: images or token windows) any call will use; activations are allocated for it. */
+  maxBatch: number;
+  optimizer: OptimizerConfig;
+  /** Initial flat parameters (`layout.totalElements`); default `initParams(spec, layout, seed)`. */
+  params?: Float32Array;
+  /** Seed of the default initialisation (default 1). */
+  seed?: number;
+  /** Matmul tile variant (override constants), e.g. chosen by the benchmark for this adapter. */
+  matmulTile?: MatmulTile;
+}
+
+export interface EvaluationResult {
+  lossSum: number;
+  /** Correct arg-max predictions: one per sample (classifiers) or per position (language models). */
+  correct: number;
+  /** Samples evaluated. */
+  count: number;
+}
+
+/** Names of each optimizer's moment buffers, in `Model.moments` order (= snapshot section names). */
+export const MOMENT_NAMES = { adamw: ['m', 'v'], sgd: ['velocity'] } as const;
+
+const MAP_READ = 0x1;
+const COPY_DST = 0x8;
+
+/**
+ * Split `batch` windows of context + 1 tokens, one after another, into a language model's inputs (each
+ * window's first `context` tokens) and next-token targets (its last `context`), batch·context of each.
+ */
+export function splitWindows(
+  windows: Uint8Array | Uint16Array | Uint32Array,
+  batch: number,
+  context: number,
+  inputs: Uint32Array,
+  targets: Uint32Array,
+): void {
+  for (let b = 0; b < batch; b++) {
+    const w = windows.subarray(b * (context + 1), (b + 1) * (context + 1));
+    inputs.set(w.subarray(0, context), b * context);
+    targets.set(w.subarray(1), b * context);
+  }
+}
+
+/** A range of the flat buffers the optimizer updates with one dispatch, and whether weight decay applies. */
+interface OptimizerRange {
+  kernel: Kernel<AdamWDims> | Kernel<SgdMomentumDims>;
+  size: number;
+  decay: boolean;
+}
+
+export class Model {
+  readonly spec: ModelSpec;
+  readonly layout: ParamLayout;
+  readonly maxBatch: number;
+  /** Floats in each flat buffer (params, grads, moments), padding included. */
+  readonly totalElements: number;
+  readonly params: Tensor;
+  readonly grads: Tensor;
+  readonly moments: readonly Tensor[];
+  readonly momentNames: readonly string[];
+  /** Optimizer steps applied so far (AdamW's t); the next step uses t + 1. Restored with the state. */
+  optimizerStep = 0;
+
+  readonly gpu: Gpu;
+  private optimizerConfig: OptimizerConfig;
+  private readonly input: Tensor;
+  private readonly labels: Tensor;
+  private readonly loss: Tensor;
+  private readonly correct: Tensor;
+  /** The prepared calls of a step, listed once: recorded as they are, resized through `resizers`. */
+  private readonly forwardBackwardCalls: readonly KernelCall[];
+  private readonly optimizerCalls: readonly KernelCall[];
+  private readonly trainStepCalls: readonly KernelCall[];
+  private readonly evaluateCalls: readonly KernelCall[];
+  private readonly forwardCalls: readonly KernelCall[];
+  private readonly logits: Tensor;
+  private readonly resizers: ((batch: number) => void)[] = [];
+  private readonly optimizerRanges: OptimizerRange[];
+  private readonly owned: Tensor[] = [];
+  /** Staging buffers for the per-step read-backs (loss, gradients, parameter digests), reused across steps. */
+  private readonly reader: StagingReader;
+  /** The parameter-digest kernel and its output, made by the first `withParamDigests`. */
+  private paramHash?: { chunkBytes: number; digests: Tensor; kernel: Kernel<ChunkSha256Dims> };
+  /** Input elements per sample: pixels·channels, or context tokens. */
+  private readonly inputSize: number;
+  /** Labels per sample: 1, or context next-token targets. */
+  private readonly labelSize: number;
+  /** Token scratch for setTokens (inputs then labels), reused. */
+  private tokenScratch?: Uint32Array;
+  private currentBatch: number;
+
+  constructor(gpu: Gpu, spec: ModelSpec, layout: ParamLayout, options: ModelOptions) {
+    const { maxBatch } = options;
+    if (!Number.isInteger(maxBatch) || maxBatch < 1)
+      throw new Error(`createModel: maxBatch ${maxBatch} must be a positive integer`);
+    this.gpu = gpu;
+    this.spec = spec;
+    this.layout = layout;
+    this.maxBatch = maxBatch;
+    this.totalElements = layout.totalElements;
+    this.optimizerConfig = { ...options.optimizer };
+    this.reader = new StagingReader(gpu, `${spec.name}.read`);
+    const initial = options.params ?? initParams(spec, layout, options.seed ?? 1);
+    if (initial.length !== layout.totalElements)
+      throw new Error(`createModel: params has ${initial.length} floats, layout needs ${layout.totalElements}`);
+
+    const tensor = (shape: readonly number[], label: string, data?: Float32Array) => {
+      const t = createTensor(gpu, shape, `${spec.name}.${label}`, data);
+      this.owned.push(t);
+      return t;
+    };
+    // Per sample: pixels·channels and one label, or context tokens and context next tokens.
+    const [inputSize, labelSize] = isTransformer(spec) ? [spec.context, spec.context] : [elementCount(spec.input), 1];
+    this.inputSize = inputSize;
+    this.labelSize = labelSize;
+    this.input = tensor([maxBatch, inputSize], 'input');
+    this.labels = tensor([maxBatch, labelSize], 'labels');
+    this.loss = tensor([1], 'loss-sum');
+    this.correct = tensor([1], 'correct');
+    this.params = tensor([layout.totalElements], 'params', initial);
+    this.grads = tensor([layout.totalElements], 'grads');
+    this.momentNames = MOMENT_NAMES[options.optimizer.kind];
+    this.moments = this.momentNames.map((name) => tensor([layout.totalElements], name));
+    const graph = this.buildGraph(options);
+    this.optimizerRanges = this.prepareOptimizerRanges();
+    this.forwardBackwardCalls = [...graph.forward, graph.loss, ...graph.backward];
+    this.optimizerCalls = this.optimizerRanges.map((r) => r.kernel.call);
+    this.trainStepCalls = [...this.forwardBackwardCalls, ...this.optimizerCalls];
+    this.evaluateCalls = [...graph.forward, graph.loss, graph.correct];
+    this.forwardCalls = graph.forward;
+    this.logits = graph.logits;
+    this.currentBatch = maxBatch;
+  }
+
+  private buildGraph(options: ModelOptions): ModelGraph {
+    const base = {
+      gpu: this.gpu,
+      maxBatch: this.maxBatch,
+      params: this.params,
+      grads: this.grads,
+      input: this.input,
+      labels: this.labels,
+      loss: this.loss,
+      correct: this.correct,
+      tile: options.matmulTile === undefined ? {} : { tile: options.matmulTile },
+    };
+    const ctx = graphContext(base, this.spec.name, this.owned, this.resizers);
+    return isTransformer(this.spec)
+      ? buildTransformer(ctx, this.spec, this.layout)
+      : buildSequential(ctx, this.spec, this.layout);
+  }
+
+  /**
+   * One optimizer dispatch per range of the flat buffers: the first `layout.decayElements` get weight
+   * decay, the rest (a transformer's biases and LayerNorm parameters) none.
+   */
+  private prepareOptimizerRanges(): OptimizerRange[] {
+    const { decayElements, totalElements } = this.layout;
+    const ranges = [
+      { start: 0, size: decayElements, decay: true },
+      { start: decayElements, size: totalElements - decayElements, decay: false },
+    ].filter((r) => r.size > 0);
+    const opt = this.optimizerConfig;
+    return ranges.map(({ start, size, decay }) => {
+      const v = (t: Tensor) => tensorView(t, start, [size], `${t.label}[${start}:]`);
+      const kernel =
+        opt.kind === 'adamw'
+          ? adamw(
+              this.gpu,
+              { params: v(this.params), grads: v(this.grads), m: v(this.moments[0]), v: v(this.moments[1]) },
+              { ...opt, size, gradScale: 1, t: 1 },
+            )
+          : sgdMomentum(
+              this.gpu,
+              { params: v(this.params), grads: v(this.grads), velocity: v(this.moments[0]) },
+              { size, gradScale: 1, lr: opt.lr, momentum: opt.momentum, weightDecay: opt.weightDecay ?? 0 },
+            );
+      return { kernel, size, decay };
+    });
+  }
+
+  /** The batch the prepared kernels are currently sized for. */
+  get batch(): number {
+    return this.currentBatch;
+  }
+
+  get optimizer(): Readonly<OptimizerConfig> {
+    return this.optimizerConfig;
+  }
+
+  /** Change the learning rate (a schedule); takes effect at the next recorded optimizer step. */
+  setLearningRate(lr: number): void {
+    this.optimizerConfig = { ...this.optimizerConfig, lr };
+  }
+
+  /** Resize every prepared kernel to `batch` rows (uniform writes only; nothing is re-created). */
+  private useBatch(batch: number): void {
+    if (!Number.isInteger(batch) || batch < 1 || batch > this.maxBatch)
+      throw new Error(`model ${this.spec.name}: batch ${batch} outside 1..${this.maxBatch}`);
+    if (batch === this.currentBatch) return;
+    for (const resize of this.resizers) resize(batch);
+    this.currentBatch = batch;
+  }
+
+  /**
+   * Upload a batch of `batch` samples (default: as many as `labels` holds). A classifier's `x` is
+   * batch·H·W·C floats (NHWC, already scaled to [0,1]) and `labels` one class index per sample; a
+   * language model's `x` is batch·context input tokens and `labels` batch·context next-token targets
+   * (`setTokens` splits windows into these). Only the first `batch` samples are used.
+   */
+  setBatch(x: Float32Array | Uint32Array, labels: Uint32Array, batch = labels.length / this.labelSize): number {
+    const lm = isTransformer(this.spec);
+    if (lm !== x instanceof Uint32Array)
+      throw new Error(`setBatch: ${this.spec.name} takes ${lm ? 'token ids (Uint32Array)' : 'float inputs'} as x`);
+    if (labels.length < batch * this.labelSize)
+      throw new Error(`setBatch: ${labels.length} labels for batch ${batch} of ${this.labelSize} each`);
+    if (x.length < batch * this.inputSize)
+      throw new Error(`setBatch: x has ${x.length} elements, batch ${batch} needs ${batch * this.inputSize}`);
+    this.useBatch(batch);
+    const queue = this.gpu.device.queue;
+    queue.writeBuffer(this.input.buffer, this.input.offset, x.buffer, x.byteOffset, batch * this.inputSize * 4);
+    queue.writeBuffer(
+      this.labels.buffer,
+      this.labels.offset,
+      labels.buffer,
+      labels.byteOffset,
+      batch * this.labelSize * 4,
+    );
+    return batch;
+  }
+
+  /**
+   * Upload a language-model batch: `windows` holds `batch` windows of context + 1 tokens each, one
+   * after another; a window's first `context` tokens are the input and its last `context` the targets.
+   */
+  setTokens(windows: Uint8Array | Uint16Array | Uint32Array, batch: number): number {
+    if (!isTransformer(this.spec)) throw new Error(`setTokens: ${this.spec.name} is not a language model`);
+    const T = this.spec.context;
+    if (windows.length < batch * (T + 1))
+      throw new Error(`setTokens: ${windows.length} tokens, ${batch} windows of ${T + 1} need ${batch * (T + 1)}`);
+    this.useBatch(batch);
+    this.tokenScratch ??= new Uint32Array(2 * this.maxBatch * T);
+    const inputs = this.tokenScratch.subarray(0, batch * T);
+    const targets = this.tokenScratch.subarray(this.maxBatch * T, this.maxBatch * T + batch * T);
+    splitWindows(windows, batch, T, inputs, targets);
+    return this.setBatch(inputs, targets, batch);
+  }
+
+  /**
+   * Record forward, loss (sum) and backward for the uploaded batch: afterwards the grads buffer holds
+   * gradient SUMS over the batch (every gradient is overwritten, so nothing needs zeroing).
+   * Kernel sizes are uniforms written now: submit before recording with another batch size.
+   */
+  recordForwardBackward(encoder: GPUCommandEncoder, batch = this.currentBatch): void {
+    this.useBatch(batch);
+    // The backward pass writes every tensor's gradient but not the padding between them, which would
+    // keep whatever the last `writeGradients` put there (a neighbour's garbage, in an elastic step):
+    // clear the whole buffer, so a rank's gradient depends on its samples and parameters alone (the
+    // verifier recomputes exactly that: docs/threat-model.md).
+    const g = this.grads;
+    encoder.clearBuffer(g.buffer, g.offset, this.totalElements * 4);
+    recordCalls(encoder, this.forwardBackwardCalls, `${this.spec.name}.forward-backward`);
+  }
+
+  /** Write the optimizer's uniforms for the next step (t + 1, 1/sampleCount, the current lr); t increments. */
+  private prepareOptimizer(sampleCount: number): void {
+    if (!(sampleCount > 0)) throw new Error(`optimizer step: sampleCount ${sampleCount} must be positive`);
+    const t = this.optimizerStep + 1;
+    const opt = this.optimizerConfig;
+    const gradScale = 1 / sampleCount;
+    for (const { kernel, size, decay } of this.optimizerRanges) {
+      const weightDecay = decay ? (opt.weightDecay ?? 0) : 0;
+      if (opt.kind === 'adamw') (kernel as Kernel<AdamWDims>).update({ ...opt, size, gradScale, t, weightDecay });
+      else
+        (kernel as Kernel<SgdMomentumDims>).update({
+          size,
+          gradScale,
+          lr: opt.lr,
+          momentum: opt.momentum,
+          weightDecay,
+        });
+    }
+    this.optimizerStep = t;
+  }
+
+  /** Record one optimizer step over the grads buffer, dividing the sums by `sampleCount`; t increments. */
+  recordOptimizerStep(encoder: GPUCommandEncoder, sampleCount: number): void {
+    this.prepareOptimizer(sampleCount);
+    recordCalls(encoder, this.optimizerCalls, `${this.spec.name}.optimizer`);
+  }
+
+  /** Upload, forward, backward and optimizer in one submission with one compute pass; no read-back. */
+  trainStep(x: Float32Array | Uint32Array, labels: Uint32Array, batch = labels.length / this.labelSize): void {
+    this.submitTrainStep(this.setBatch(x, labels, batch));
+  }
+
+  /** `trainStep` for a language model: `batch` windows of context + 1 tokens. */
+  trainTokens(windows: Uint8Array | Uint16Array | Uint32Array, batch: number): void {
+    this.submitTrainStep(this.setTokens(windows, batch));
+  }
+
+  private submitTrainStep(batch: number): void {
+    const encoder = this.gpu.device.createCommandEncoder({ label: `${this.spec.name}.train-step` });
+    this.prepareOptimizer(batch);
+    recordCalls(encoder, this.trainStepCalls, `${this.spec.name}.train-step`);
+    this.gpu.device.queue.submit([encoder.finish()]);
+  }
+
+  /** Upload and compute gradient sums (the allreduce path: read them, reduce elsewhere, write back). */
+  forwardBackward(x: Float32Array | Uint32Array, labels: Uint32Array, batch = labels.length / this.labelSize): void {
+    this.submitForwardBackward(this.setBatch(x, labels, batch));
+  }
+
+  /** `forwardBackward` for a language model. */
+  forwardBackwardTokens(windows: Uint8Array | Uint16Array | Uint32Array, batch: number): void {
+    this.submitForwardBackward(this.setTokens(windows, batch));
+  }
+
+  private submitForwardBackward(batch: number): void {
+    const encoder = this.gpu.device.createCommandEncoder({ label: `${this.spec.name}.forward-backward` });
+    this.recordForwardBackward(encoder, batch);
+    this.gpu.device.queue.submit([encoder.finish()]);
+  }
+
+  /** Apply the optimizer to the grads buffer (e.g. after `writeGradients` of the allreduced sums). */
+  applyOptimizer(sampleCount: number): void {
+    const encoder = this.gpu.device.createCommandEncoder({ label: `${this.spec.name}.optimizer` });
+    this.recordOptimizerStep(encoder, sampleCount);
+    this.gpu.device.queue.submit([encoder.finish()]);
+  }
+
+  /** The summed loss of the last forward pass. */
+  async readLossSum(): Promise<number> {
+    return (await this.readFloats(this.loss, 1))[0];
+  }
+
+  /** The flat grads buffer (sums over the last batch), `totalElements` floats. */
+  readGradients(): Promise<Float32Array> {
+    return this.readFloats(this.grads, this.totalElements);
+  }
+
+  /** The flat params buffer, `totalElements` floats. */
+  readParams(): Promise<Float32Array> {
+    return this.readFloats(this.params, this.totalElements);
+  }
+
+  /**
+   * `fn` of the flat params buffer (`totalElements` floats) as mapped, without a CPU copy (e.g. its
+   * hash, every step): `fn` must not keep the array. The read-back is recorded now, so it sees the
+   * parameters of every step submitted before the call.
+   */
+  withParams<T>(fn: (params: Float32Array) => T): Promise<T> {
+    const t = this.params;
+    return this.reader.use(t.buffer, t.offset, this.totalElements * 4, (mapped) => fn(new Float32Array(mapped)));
+  }
+
+  /**
+   * `fn` of the SHA-256 digests of the params buffer's `chunkBytes` chunks (kernels/ops/sha256.wgsl, 32
+   * bytes per chunk, concatenated) as mapped: the leaves of the tree state hash, computed on the GPU
+   * so that only the digests are read back (0.8 % of the bytes at 4 KiB chunks), not the parameters.
+   * The dispatch and the copy are one submission, recorded now (they see every step submitted before);
+   * the digests buffer and the kernel are made on the first call and kept for the model's life, the
+   * staging buffer is the reader's (reused), so a step allocates no GPU memory. `fn` must not keep the array.
+   */
+  withParamDigests<T>(chunkBytes: number, fn: (digests: Uint8Array) => T): Promise<T> {
+    const byteLength = this.totalElements * 4;
+    if (this.paramHash?.chunkBytes !== chunkBytes) {
+      this.paramHash?.digests.buffer.destroy();
+      const dims = { byteLength, chunkBytes };
+      const digests = createTensor(this.gpu, [Math.max(1, chunkCount(dims) * 8)], `${this.spec.name}.param-digests`);
+      this.paramHash = { chunkBytes, digests, kernel: chunkSha256(this.gpu, { data: this.params, digests }, dims) };
+    }
+    const { digests, kernel } = this.paramHash;
+    const digestBytes = chunkCount({ byteLength, chunkBytes }) * 32;
+    return this.reader.use(
+      digests.buffer,
+      digests.offset,
+      digestBytes,
+      (mapped) => fn(new Uint8Array(mapped)),
+      (encoder) => recordCalls(encoder, [kernel.call], `${this.spec.name}.param-digests`),
+    );
+  }
+
+  /** Replace the grads buffer (allreduced sums), `totalElements` floats in the flat layout. */
+  writeGradients(grads: Float32Array): void {
+    if (grads.length !== this.totalElements)
+      throw new Error(`writeGradients: ${grads.length} floats, layout has ${this.totalElements}`);
+    const g = this.grads;
+    this.gpu.device.queue.writeBuffer(g.buffer, g.offset, grads.buffer, grads.byteOffset, grads.byteLength);
+  }
+
+  /**
+   * Summed loss and number of correct arg-max predictions over `count` samples (default all labels),
+   * in chunks of `maxBatch`. Leaves the grads buffer untouched.
+   */
+  evaluate(
+    x: Float32Array | Uint32Array,
+    labels: Uint32Array,
+    count = labels.length / this.labelSize,
+  ): Promise<EvaluationResult> {
+    return this.evaluateChunks(count, (start, n) =>
+      this.setBatch(x.subarray(start * this.inputSize), labels.subarray(start * this.labelSize), n),
+    );
+  }
+
+  /** `evaluate` for a language model: `count` windows of context + 1 tokens. */
+  evaluateTokens(windows: Uint8Array | Uint16Array | Uint32Array, count: number): Promise<EvaluationResult> {
+    const w = this.inputSize + 1;
+    return this.evaluateChunks(count, (start, n) => this.setTokens(windows.subarray(start * w), n));
+  }
+
+  /** One submission per chunk, each copying its two results into one staging buffer mapped once at the end. */
+  private async evaluateChunks(count: number, upload: (start: number, n: number) => void): Promise<EvaluationResult> {
+    if (count < 1) return { lossSum: 0, correct: 0, count: 0 };
+    const chunks = Math.ceil(count / this.maxBatch);
+    const device = this.gpu.device;
+    const label = `${this.spec.name}.evaluate`;
+    const staging = device.createBuffer({ label, size: chunks * 8, usage: MAP_READ | COPY_DST });
+    for (let c = 0; c < chunks; c++) {
+      const start = c * this.maxBatch;
+      upload(start, Math.min(this.maxBatch, count - start));
+      const encoder = device.createCommandEncoder({ label });
+      recordCalls(encoder, this.evaluateCalls, label);
+      encoder.copyBufferToBuffer(this.loss.buffer, this.loss.offset, staging, c * 8, 4);
+      encoder.copyBufferToBuffer(this.correct.buffer, this.correct.offset, staging, c * 8 + 4, 4);
+      device.queue.submit([encoder.finish()]);
+    }
+    await staging.mapAsync(MAP_READ);
+    const mapped = staging.getMappedRange().slice(0, chunks * 8);
+    const floats = new Float32Array(mapped);
+    const words = new Uint32Array(mapped);
+    let lossSum = 0;
+    let correct = 0;
+    for (let c = 0; c < chunks; c++) {
+      lossSum += floats[2 * c];
+      correct += words[2 * c + 1];
+    }
+    staging.unmap();
+    staging.destroy();
+    return { lossSum, correct, count };
+  }
+
+  /**
+   * A language model's logits over the vocabulary for the token after `position` of ONE window
+   * (`tokens`: up to `context` tokens; the rest of the window is zeros, which a causal model's position
+   * `position` never sees). Forward pass only, batch 1: for sampling (kernels/model/model/generate.ts).
+   */
+  async nextTokenLogits(tokens: Uint32Array, position: number): Promise<Float32Array> {
+    if (!isTransformer(this.spec)) throw new Error(`nextTokenLogits: ${this.spec.name} is not a language model`);
+    const { context, vocab } = this.spec;
+    if (tokens.length < 1 || tokens.length > context)
+      throw new Error(`nextTokenLogits: ${tokens.length} tokens for a context of ${context}`);
+    if (!Number.isInteger(position) || position < 0 || position >= tokens.length)
+      throw new Error(`nextTokenLogits: position ${position} outside the ${tokens.length} tokens given`);
+    for (const t of tokens)
+      if (t >= vocab) throw new Error(`nextTokenLogits: token ${t} outside the vocabulary ${vocab}`);
+    const window = new Uint32Array(context);
+    window.set(tokens);
+    this.setBatch(window, new Uint32Array(context), 1);
+    const encoder = this.gpu.device.createCommandEncoder({ label: `${this.spec.name}.logits` });
+    recordCalls(encoder, this.forwardCalls, `${this.spec.name}.logits`);
+    this.gpu.device.queue.submit([encoder.finish()]);
+    const l = this.logits;
+    return new Float32Array(await this.reader.read(l.buffer, l.offset + position * vocab * 4, vocab * 4));
+  }
+
+  /** The first `count` floats of any tensor of this model's device (e.g. a backup copy), read back. */
+  async readFloats(t: Tensor, count: number): Promise<Float32Array> {
+    return new Float32Array(await this.reader.read(t.buffer, t.offset, count * 4));
+  }
+
+  /** Free every GPU buffer the model allocated. */
+  destroy(): void {
+    for (const t of this.owned) t.buffer.destroy();
+    this.owned.length = 0;
+    this.paramHash?.digests.buffer.destroy();
+    this.paramHash = undefined;
+    this.reader.destroy();
+  }
+}
+
+/** Build a model: buffers for `options.maxBatch`, kernels prepared, parameters initialised. */
+export function createModel(gpu: Gpu, spec: ModelSpec, layout: ParamLayout, options: ModelOptions): Model {
+  return new Model(gpu, spec, layout, options);
+}
+
+export { initParams } from './layers';
+export type { ModelSpec, ParamLayout, SequentialSpec, TransformerSpec };

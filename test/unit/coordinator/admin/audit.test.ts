@@ -1,0 +1,53 @@
+/**
+ * The audit behind `GET /api/audit` (invariant (1) of docs/ARCHITECTURE.md) finds what it exists to find:
+ * an index committed twice, a gap in the cursor, a record that disagrees with the rows.
+ */
+import { describe, expect, it } from 'vitest';
+import { auditRun } from '../../../../coordinator/admin/audit';
+import { parseJobSpec } from '../../../../core/training/job';
+import { initialState } from '../../../../coordinator/machine/machine';
+import { epochOrder } from '../../../../core/training/sampler';
+import type { CommitRow } from '../../../../coordinator/runtime/store';
+
+const N = 40;
+const state = initialState(parseJobSpec({ model: 'tiny-mlp', globalBatch: 10, epochs: 2 }), N, 'run-audit');
+
+function row(step: number, cursorStart: number, count: number): CommitRow {
+  return {
+    step,
+    firstStep: step,
+    epoch: 0,
+    cursorStart,
+    count,
+    hash: '0'.repeat(64),
+    round: 1,
+    world: [{ workerId: 'w1', rank: 0, share: 1 }],
+    loss: 1,
+    rolledBack: false,
+    committedAt: step,
+  };
+}
+
+describe('auditRun', () => {
+  it('passes an empty run', () => {
+    expect(auditRun(state, [], 0)).toMatchObject({ ok: true, recordAgrees: true, lastRowStep: 0 });
+  });
+
+  it('reports an overlap as duplicate indices (the first ones listed), and a skipped range as a discontinuity', () => {
+    const order = epochOrder(state.job.seed, 0, N);
+    // Steps 1 and 2 both cover positions 5..9; step 3 jumps from 15 to 20.
+    const report = auditRun(state, [row(1, 0, 10), row(2, 5, 10), row(3, 20, 10)], 0);
+    const [epoch] = report.epochs;
+    expect(epoch.duplicateCount).toBe(5);
+    expect(epoch.duplicates).toEqual(Array.from(order.subarray(5, 10)).sort((a, b) => a - b));
+    expect(epoch.discontinuities).toBe(2);
+    expect(epoch.committed).toBe(25);
+    // The machine's record saw none of these commits and is at step 0.
+    expect(report).toMatchObject({ ok: false, recordAgrees: false, lastRowStep: 3, lastCommitStep: 0 });
+  });
+
+  it('ignores rolled-back rows', () => {
+    const rolledBack = { ...row(1, 0, 10), rolledBack: true };
+    expect(auditRun(state, [rolledBack], 1)).toMatchObject({ ok: true, commitRows: 0, rolledBackRows: 1 });
+  });
+});

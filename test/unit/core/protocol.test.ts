@@ -1,0 +1,193 @@
+import { describe, expect, it } from 'vitest';
+import {
+  checkpointPath,
+  MAX_CONTROL_MESSAGE_BYTES,
+  parseClientMessage,
+  parseServerMessage,
+  utf8Length,
+  type ClientMessage,
+  type ServerMessage,
+} from '../../../core/protocol/control';
+import { defaultJob, jobPublic } from '../../../core/training/job';
+import { mulberry32 } from '../../support/rng';
+
+const HASH = '0123456789abcdef'.repeat(4);
+
+const validClient: ClientMessage[] = [
+  {
+    v: 1,
+    type: 'hello',
+    runId: null,
+    workerId: null,
+    peerId: 'peer-1',
+    adapter: { vendor: 'google', architecture: 'swiftshader', description: 'SwiftShader Device (Subzero)' },
+    haveStep: null,
+    haveHash: null,
+  },
+  {
+    v: 1,
+    type: 'hello',
+    runId: 'run-1',
+    workerId: 'w1-abc',
+    peerId: 'peer-1',
+    adapter: { vendor: '', architecture: '', description: '' },
+    haveStep: 12,
+    haveHash: HASH,
+    pending: { step: 13, hash: HASH },
+  },
+  { v: 1, type: 'heartbeat', runId: 'run-1', workerId: 'w1-abc' },
+  { v: 1, type: 'ready', runId: 'run-1', workerId: 'w1-abc', round: 3 },
+  {
+    v: 1,
+    type: 'step_report',
+    runId: 'run-1',
+    workerId: 'w1-abc',
+    round: 3,
+    rank: 1,
+    step: 14,
+    hash: HASH,
+    lossSum: 12.5,
+    samples: 43,
+    computeMs: 17.25,
+  },
+  {
+    v: 1,
+    type: 'failure',
+    runId: 'run-1',
+    workerId: 'w1-abc',
+    round: 3,
+    reason: 'data channel closed',
+    peer: 'w2-def',
+  },
+  { v: 1, type: 'goodbye', runId: 'run-1', workerId: 'w1-abc' },
+];
+
+const validServer: ServerMessage[] = [
+  { v: 1, type: 'welcome', runId: 'run-1', workerId: 'w1-abc', job: jobPublic(defaultJob, 60000) },
+  { v: 1, type: 'wait', reason: 'round_running', position: 2 },
+  {
+    v: 1,
+    type: 'round',
+    runId: 'run-1',
+    round: 4,
+    world: [
+      { workerId: 'w1-abc', peerId: 'p1', rank: 0, share: 0.6 },
+      { workerId: 'w2-def', peerId: 'p2', rank: 1, share: 0.4 },
+    ],
+    step: 15,
+    epoch: 0,
+    cursor: 1792,
+    committedHash: HASH,
+    stateFrom: { kind: 'checkpoint', step: 10, url: checkpointPath('run-1', 10), sha256: 'ab'.repeat(32) },
+  },
+  { v: 1, type: 'train', round: 4 },
+  { v: 1, type: 'round_closed', round: 4, reason: 'failure', restore: true },
+  { v: 1, type: 'committed', round: 4, step: 15, epoch: 0, cursor: 1920, hash: HASH },
+  { v: 1, type: 'checkpoint_request', step: 15, url: checkpointPath('run-1', 15) },
+  { v: 1, type: 'error', code: 'forged_rank', message: 'no' },
+  { v: 1, type: 'done', step: 469 },
+];
+
+describe('parseClientMessage', () => {
+  it('accepts every message type and returns it unchanged', () => {
+    for (const msg of validClient) expect(parseClientMessage(JSON.stringify(msg))).toEqual({ ok: true, msg });
+  });
+
+  const report = validClient[4];
+  const bad: [string, string, string][] = [
+    ['an empty frame', '', 'bad_json'],
+    ['a truncated frame', JSON.stringify(report).slice(0, 30), 'bad_json'],
+    ['a JSON array', '[]', 'bad_message'],
+    ['a JSON string', '"hello"', 'bad_message'],
+    ['a message without a version', JSON.stringify({ ...report, v: undefined }), 'bad_message'],
+    ['a message of protocol version 2', JSON.stringify({ ...report, v: 2 }), 'bad_version'],
+    ['an unknown type', JSON.stringify({ ...report, type: 'steal' }), 'bad_message'],
+    ['an unknown field', JSON.stringify({ ...report, admin: true }), 'bad_message'],
+    ['a missing field', JSON.stringify({ ...report, hash: undefined }), 'bad_message'],
+    ['an id with a space', JSON.stringify({ ...report, workerId: 'w 1' }), 'bad_message'],
+    ['an id of 65 characters', JSON.stringify({ ...report, workerId: 'w'.repeat(65) }), 'bad_message'],
+    ['an upper-case hash', JSON.stringify({ ...report, hash: HASH.toUpperCase() }), 'bad_message'],
+    [
+      'a 64-bit hash (16 hex digits, before SHA-256)',
+      JSON.stringify({ ...report, hash: HASH.slice(0, 16) }),
+      'bad_message',
+    ],
+    ['a hash of 65 hex digits', JSON.stringify({ ...report, hash: `${HASH}0` }), 'bad_message'],
+    ['a fractional step', JSON.stringify({ ...report, step: 1.5 }), 'bad_message'],
+    ['step 0 (steps start at 1)', JSON.stringify({ ...report, step: 0 }), 'bad_message'],
+    ['a negative rank', JSON.stringify({ ...report, rank: -1 }), 'bad_message'],
+    ['an infinite loss (1e999)', JSON.stringify(report).replace('"lossSum":12.5', '"lossSum":1e999'), 'bad_message'],
+    ['a negative loss', JSON.stringify({ ...report, lossSum: -1 }), 'bad_message'],
+    ['a number as a string', JSON.stringify({ ...report, computeMs: '5' }), 'bad_message'],
+    ['too many samples', JSON.stringify({ ...report, samples: 2 ** 21 }), 'bad_message'],
+    [
+      'a failure reason of 257 characters',
+      JSON.stringify({ ...validClient[5], reason: 'x'.repeat(257) }),
+      'bad_message',
+    ],
+    ['a hello without adapter fields', JSON.stringify({ ...validClient[0], adapter: { vendor: 'x' } }), 'bad_message'],
+  ];
+  for (const [name, text, code] of bad) {
+    it(`rejects ${name} as ${code}`, () => {
+      const parsed = parseClientMessage(text);
+      expect(parsed.ok).toBe(false);
+      if (!parsed.ok) {
+        expect(parsed.code).toBe(code);
+        expect(parsed.message.length).toBeGreaterThan(0);
+        expect(parsed.message.length).toBeLessThanOrEqual(1024);
+      }
+    });
+  }
+
+  it('counts the size limit in UTF-8 bytes, not characters', () => {
+    const text = JSON.stringify({ ...validClient[5], reason: 'é€'.repeat(40) });
+    const bytes = Buffer.byteLength(text);
+    expect(bytes).toBeGreaterThan(text.length);
+    expect(parseClientMessage(text, bytes).ok).toBe(true);
+    expect(parseClientMessage(text, bytes - 1)).toMatchObject({ ok: false, code: 'too_large' });
+    expect(parseClientMessage(text, text.length)).toMatchObject({ ok: false, code: 'too_large' });
+  });
+
+  it('has a default limit that admits real messages and refuses a megabyte', () => {
+    expect(MAX_CONTROL_MESSAGE_BYTES).toBeGreaterThanOrEqual(4096);
+    expect(parseClientMessage(' '.repeat(1 << 20))).toMatchObject({ ok: false, code: 'too_large' });
+  });
+});
+
+describe('utf8Length', () => {
+  it('agrees with Node Buffer.byteLength, surrogate pairs and lone surrogates included', () => {
+    const rand = mulberry32(4);
+    const alphabet = ['a', 'é', '€', '😀', '\ud800', '\udc00', '\u0000', '\u07ff', '\u0800', '\uffff'];
+    for (let i = 0; i < 300; i++) {
+      let text = '';
+      const len = Math.floor(rand() * 12);
+      for (let k = 0; k < len; k++) text += alphabet[Math.floor(rand() * alphabet.length)];
+      expect(utf8Length(text)).toBe(Buffer.byteLength(text, 'utf8'));
+    }
+  });
+});
+
+describe('parseServerMessage', () => {
+  it('accepts every server message type unchanged', () => {
+    for (const msg of validServer) expect(parseServerMessage(JSON.stringify(msg))).toEqual({ ok: true, msg });
+  });
+
+  it('rejects a round with an unknown state source and a share above 1', () => {
+    const round = validServer[2] as Extract<ServerMessage, { type: 'round' }>;
+    expect(parseServerMessage(JSON.stringify({ ...round, stateFrom: { kind: 'magic' } }))).toMatchObject({
+      ok: false,
+      code: 'bad_message',
+    });
+    expect(parseServerMessage(JSON.stringify({ ...round, world: [{ ...round.world[0], share: 1.5 }] }))).toMatchObject({
+      ok: false,
+      code: 'bad_message',
+    });
+  });
+});
+
+describe('checkpointPath', () => {
+  it('names a checkpoint by run and step, escaping the run id', () => {
+    expect(checkpointPath('run-1', 40)).toBe('/api/checkpoints/run-1/40');
+    expect(checkpointPath('a/b', 1)).toBe('/api/checkpoints/a%2Fb/1');
+  });
+});

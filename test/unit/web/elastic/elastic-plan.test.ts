@@ -1,0 +1,243 @@
+import { describe, expect, it } from 'vitest';
+import { jobPublic, parseJobSpec, type JobPublic } from '../../../../core/training/job';
+import type { RoundMessage, WorldEntry } from '../../../../core/protocol/control';
+import { epochOrder, isCheckpointPoint } from '../../../../core/training/sampler';
+import {
+  failureReport,
+  helloHolding,
+  planSync,
+  ringNeighbours,
+  stepWork,
+  syncRoute,
+  type HeldStates,
+} from '../../../../web/elastic/plan';
+import { CollectiveError } from '../../../../web/net/collective-error';
+import { mulberry32 } from '../../../support/rng';
+
+function job(overrides: Record<string, unknown> = {}, datasetSize = 1000): JobPublic {
+  return jobPublic(
+    parseJobSpec({ model: 'tiny-mlp', globalBatch: 64, epochs: 2, seed: 9, checkpointEvery: 5, ...overrides }),
+    datasetSize,
+  );
+}
+
+function world(shares: number[]): WorldEntry[] {
+  return shares.map((share, rank) => ({ workerId: `w${rank}`, peerId: `p${rank}`, rank, share }));
+}
+
+describe('stepWork', () => {
+  it('gives the ranks disjoint slices whose union is the step, whatever the world', () => {
+    const j = job({}, 1000);
+    const rand = mulberry32(3);
+    for (const step of [1, 5, 16, 17, 32]) {
+      // Independent reference: the step's positions read straight off the epoch order.
+      const perEpoch = Math.ceil(1000 / 64);
+      const epoch = Math.floor((step - 1) / perEpoch);
+      const cursor = ((step - 1) % perEpoch) * 64;
+      const expected = Array.from(epochOrder(9, epoch, 1000).slice(cursor, Math.min(cursor + 64, 1000))).sort(
+        (a, b) => a - b,
+      );
+      for (const size of [1, 2, 3, 4, 7]) {
+        const shares: number[] = Array.from({ length: size }, () => (rand() < 0.15 ? 0 : rand()));
+        if (!shares.some((s) => s > 0)) shares[0] = 1;
+        const w = world(shares);
+        const all: number[] = [];
+        for (let rank = 0; rank < size; rank++) {
+          const work = stepWork(j, w, rank, step);
+          expect(work.count).toBe(expected.length);
+          expect(work.epoch).toBe(epoch);
+          all.push(...work.indices);
+        }
+        expect(all.length).toBe(expected.length);
+        expect([...all].sort((a, b) => a - b)).toEqual(expected);
+      }
+    }
+  });
+
+  it('ends an epoch with a short step and marks epoch ends and commitEvery multiples as commit points', () => {
+    const j = job({ commitEvery: 3 }, 1000); // 16 steps per epoch, the 16th has 1000 - 15·64 = 40 samples
+    const w = world([0.5, 0.5]);
+    const last = stepWork(j, w, 0, 16);
+    expect(last.count).toBe(40);
+    expect(last.commitPoint).toBe(true);
+    expect(last.after).toEqual({ epoch: 1, cursor: 0 });
+    expect(stepWork(j, w, 1, 3).commitPoint).toBe(true);
+    expect(stepWork(j, w, 1, 4).commitPoint).toBe(false);
+    expect(stepWork(j, w, 1, 4).after).toEqual({ epoch: 0, cursor: 256 });
+    expect(stepWork(j, w, 0, 17)).toMatchObject({ epoch: 1, cursor: 0, count: 64 });
+  });
+});
+
+describe("isCheckpointPoint of a tab's job (rank 0 snapshots these right after the commit)", () => {
+  it('follows checkpointEvery, epoch ends and the job end', () => {
+    const j = job({ checkpointEvery: 5 }, 1000); // 16 steps per epoch, 32 in all
+    const expected = [5, 10, 15, 16, 20, 25, 30, 32];
+    const got = Array.from({ length: 32 }, (_, i) => i + 1).filter((s) => isCheckpointPoint(s, j));
+    expect(got).toEqual(expected);
+  });
+});
+
+describe('planSync', () => {
+  const round = (
+    stateFrom: RoundMessage['stateFrom'],
+    step = 8,
+    committedHash: string | null = 'aa',
+  ): Pick<RoundMessage, 'step' | 'committedHash' | 'stateFrom'> => ({
+    step,
+    committedHash,
+    stateFrom,
+  });
+  const held = (live: [number, string | null] | null, backup: [number, string | null] | null): HeldStates => ({
+    live: live && { step: live[0], hash: live[1] },
+    backup: backup && { step: backup[0], hash: backup[1] },
+  });
+  const checkpoint = { kind: 'checkpoint' as const, step: 7, url: '/api/checkpoints/r/7', sha256: 'ff' };
+
+  it.each([
+    ['fresh start', round({ kind: 'fresh' }, 1, null), 0, held(null, null), { kind: 'fresh' }],
+    [
+      'fresh start over a trained tab',
+      round({ kind: 'fresh' }, 1, null),
+      0,
+      held([5, 'bb'], [4, 'cc']),
+      { kind: 'fresh' },
+    ],
+    ['checkpoint held live', round(checkpoint), 1, held([7, 'aa'], [6, 'dd']), { kind: 'local', use: 'live' }],
+    ['checkpoint held as backup', round(checkpoint), 1, held([8, 'ee'], [7, 'aa']), { kind: 'local', use: 'backup' }],
+    ['checkpoint not held', round(checkpoint), 1, held([9, 'ee'], [8, 'ff']), checkpoint],
+    ['same hash at another step is not the state', round(checkpoint), 1, held([6, 'aa'], null), checkpoint],
+    [
+      'root holds it live',
+      round({ kind: 'peer', rank: 2 }),
+      2,
+      held([7, 'aa'], [6, 'bb']),
+      { kind: 'send', use: 'live' },
+    ],
+    [
+      'root holds it as backup',
+      round({ kind: 'peer', rank: 2 }),
+      2,
+      held([8, 'cc'], [7, 'aa']),
+      { kind: 'send', use: 'backup' },
+    ],
+    ['root does not hold it', round({ kind: 'peer', rank: 0 }), 0, held([8, 'cc'], [6, 'bb']), { kind: 'impossible' }],
+    ['receiver', round({ kind: 'peer', rank: 1 }), 0, held(null, null), { kind: 'receive', root: 1 }],
+    ['everyone holds it: live', round({ kind: 'held' }), 1, held([7, 'aa'], [6, 'bb']), { kind: 'local', use: 'live' }],
+    [
+      'everyone holds it: the backup behind a reported step',
+      round({ kind: 'held' }),
+      0,
+      held([8, 'cc'], [7, 'aa']),
+      { kind: 'local', use: 'backup' },
+    ],
+    [
+      'counted as holding it but does not',
+      round({ kind: 'held' }),
+      0,
+      held([8, 'cc'], [6, 'aa']),
+      { kind: 'impossible' },
+    ],
+    [
+      'receiver that holds it still receives (the ring forwards through it)',
+      round({ kind: 'peer', rank: 1 }),
+      0,
+      held([7, 'aa'], [7, 'aa']),
+      { kind: 'receive', root: 1 },
+    ],
+    [
+      'step-0 state from a peer',
+      round({ kind: 'peer', rank: 0 }, 1, null),
+      0,
+      held([0, null], null),
+      { kind: 'send', use: 'live' },
+    ],
+  ])('%s', (_name, r, rank, h, expected) => {
+    expect(planSync(r, rank, h)).toMatchObject(expected);
+  });
+});
+
+describe('syncRoute', () => {
+  it('reaches every rank exactly once along the ring, from the root, never back to it', () => {
+    for (let size = 1; size <= 6; size++) {
+      for (let root = 0; root < size; root++) {
+        const routes = Array.from({ length: size }, (_, r) => syncRoute(r, size, root));
+        // Simulate: a rank can send only once it has the state; it receives from its left neighbour's send.
+        const has = new Array(size).fill(false);
+        has[root] = true;
+        const receivedFrom = new Array(size).fill(-1);
+        for (let hop = 0, r = root; hop < size; hop++, r = (r + 1) % size) {
+          if (!routes[r].sendToRight) continue;
+          expect(has[r]).toBe(true);
+          const right = (r + 1) % size;
+          expect(routes[right].receiveFromLeft).toBe(true);
+          expect(receivedFrom[right]).toBe(-1);
+          receivedFrom[right] = r;
+          has[right] = true;
+        }
+        expect(has.every(Boolean)).toBe(true);
+        expect(routes[root].receiveFromLeft).toBe(false);
+        expect(routes.filter((x) => x.receiveFromLeft).length).toBe(size - 1);
+      }
+    }
+  });
+});
+
+describe('helloHolding', () => {
+  it('says nothing for a new tab', () => {
+    expect(helloHolding({ live: null, backup: null }, null)).toEqual({ haveStep: null, haveHash: null, pending: null });
+  });
+  it('offers the freshly initialised state as step 0', () => {
+    expect(helloHolding({ live: { step: 0, hash: null }, backup: null }, null)).toEqual({
+      haveStep: 0,
+      haveHash: null,
+      pending: null,
+    });
+  });
+  it('offers the backup as committed and a newer reported live state as pending', () => {
+    expect(
+      helloHolding({ live: { step: 8, hash: 'bb' }, backup: { step: 7, hash: 'aa' } }, { step: 8, hash: 'bb' }),
+    ).toEqual({
+      haveStep: 7,
+      haveHash: 'aa',
+      pending: { step: 8, hash: 'bb' },
+    });
+  });
+  it('does not offer a live state it never reported, nor one already restored away', () => {
+    expect(
+      helloHolding({ live: { step: 8, hash: 'bb' }, backup: { step: 7, hash: 'aa' } }, { step: 7, hash: 'aa' }).pending,
+    ).toBeNull();
+    expect(
+      helloHolding({ live: { step: 7, hash: 'aa' }, backup: { step: 7, hash: 'aa' } }, { step: 8, hash: 'bb' }).pending,
+    ).toBeNull();
+  });
+});
+
+describe('failureReport', () => {
+  const w = world([0.5, 0.25, 0.25]);
+  it('stays silent when the round was aborted from outside', () => {
+    expect(failureReport(new CollectiveError('peer_closed', 'x', { peer: 'p1' }), w, true)).toBeNull();
+    expect(failureReport(new CollectiveError('aborted', 'round closed'), w, false)).toBeNull();
+  });
+  it('names the peer by worker id when the error names a member', () => {
+    expect(failureReport(new CollectiveError('peer_closed', 'channel closed', { peer: 'p2' }), w, false)).toEqual({
+      reason: 'peer_closed: channel closed',
+      peer: 'w2',
+    });
+    expect(failureReport(new CollectiveError('timeout', 'slow', { peer: 'p9' }), w, false)).toEqual({
+      reason: 'timeout: slow',
+    });
+  });
+  it('reports other errors without a peer, cut to the protocol limit', () => {
+    const r = failureReport(new Error('x'.repeat(400)), w, false)!;
+    expect(r.peer).toBeUndefined();
+    expect(r.reason.length).toBe(256);
+  });
+});
+
+describe('ringNeighbours', () => {
+  it('wraps around', () => {
+    const w = world([1, 1, 1]);
+    expect(ringNeighbours(w, 0)).toEqual({ left: w[2], right: w[1] });
+    expect(ringNeighbours(w, 2)).toEqual({ left: w[1], right: w[0] });
+  });
+});

@@ -1,0 +1,203 @@
+/**
+ * Local sync mode end to end without a browser (test/kit/simulation.ts: the real coordinator machine,
+ * the real elastic loop and collectives over in-memory channels, a CPU trainer). The sample record
+ * must stay exactly-once under churn inside an outer step (goodbye, crash, join, a coordinator
+ * restart), commits happen only at outer steps, and a run without churn equals a reference computed
+ * by driving the trainers by hand through DiLoCo's steps.
+ */
+import { afterEach, describe, expect, it } from 'vitest';
+import { jobPublic, parseJobSpec, type JobSpec, type JobSpecInput } from '../../../../core/training/job';
+import { parameterLayout } from '../../../../core/training/model-spec';
+import { epochOrder, indicesForRank, isCommitPoint, stepPosition } from '../../../../core/training/sampler';
+import {
+  auditCommitRows,
+  CpuTrainer,
+  SIM_DATASET,
+  SIM_JOB,
+  SIM_MODEL,
+  SIM_TOTAL_STEPS,
+  simulatedSwarm,
+  type StoredCommit,
+} from '../../../kit/simulation';
+import { ringAllreduceBusBytes } from '../../../../web/net/ring-allreduce';
+import { outerWeight } from '../../../../web/worker/outer-step';
+
+const DATASET = SIM_DATASET;
+const BASE: JobSpecInput = {
+  ...SIM_JOB,
+  // Crashes are seen by their closed sockets; a slow heartbeat keeps a loaded machine (a starved event
+  // loop) from declaring live tabs dead, which would change the world and the hand-computed reference.
+  heartbeatMs: 1000,
+  sync: { mode: 'local', innerSteps: 4, outer: { kind: 'nesterov', lr: 0.7, momentum: 0.9 }, compression: 'none' },
+};
+const TOTAL_STEPS = SIM_TOTAL_STEPS;
+/** Outer steps end every 4 steps and at each epoch's end. */
+const OUTER_ENDS = [4, 8, 12, 13, 17, 21, 25, 26];
+
+const cleanups: (() => void)[] = [];
+afterEach(() => {
+  for (const c of cleanups.splice(0).reverse()) c();
+});
+
+function setUp(job: JobSpec) {
+  const swarm = simulatedSwarm(job, DATASET, { runId: 'sim-local' });
+  cleanups.push(swarm.stop);
+  return swarm;
+}
+
+/** Invariant (1) of docs/ARCHITECTURE.md from the commit rows, and commits only at outer steps. */
+function auditCommits(job: JobSpec, commits: StoredCommit[]): void {
+  const plan = jobPublic(job, DATASET);
+  for (const c of commits) expect(isCommitPoint(c.step, plan), `commit at step ${c.step}`).toBe(true);
+  const run = { seed: job.seed, datasetSize: DATASET, epochs: job.epochs, totalSteps: TOTAL_STEPS };
+  expect(auditCommitRows(commits, run)).toEqual({ twice: [], missing: [] });
+}
+
+/**
+ * DiLoCo by hand: `world` CPU trainers with equal shares take the inner steps of each outer step on
+ * their slices, then the sample-weighted pseudo-gradients are summed in rank order (two ranks: the
+ * ring's sum is the same float32 addition) and every trainer takes the same Nesterov step.
+ */
+async function handReference(job: JobSpec, world: number): Promise<Map<number, string>> {
+  const plan = jobPublic(job, DATASET);
+  const trainers = Array.from({ length: world }, () => new CpuTrainer());
+  const sync = job.sync as Extract<JobSpec['sync'], { mode: 'local' }>;
+  for (const t of trainers) {
+    await t.buildModel({ model: SIM_MODEL, optimizer: job.optimizer, maxBatch: 16, seed: job.seed, outer: sync.outer });
+    await t.saveBackup();
+  }
+  const hashes = new Map<number, string>();
+  const own = new Array<number>(world).fill(0);
+  let all = 0;
+  const shares = new Array<number>(world).fill(1 / world);
+  for (let step = 1; step <= TOTAL_STEPS; step++) {
+    const { epoch, cursor, count } = stepPosition(step, plan);
+    all += count;
+    for (let r = 0; r < world; r++) {
+      const indices = indicesForRank(epochOrder(job.seed, epoch, DATASET), cursor, 16, shares, r);
+      own[r] += indices.length;
+      if (indices.length === 0) continue;
+      await trainers[r].computeGradients(indices, true);
+      await trainers[r].applyAndHash(null, indices.length, null, { hash: false });
+    }
+    if (!isCommitPoint(step, plan)) continue;
+    const parts = await Promise.all(trainers.map((t, r) => t.pseudoGradient(outerWeight(own[r], all))));
+    const sum = new Float32Array(parts[0]);
+    for (const p of parts.slice(1)) {
+      const part = new Float32Array(p);
+      for (let i = 0; i < sum.length; i++) sum[i] += part[i];
+    }
+    const stepHashes = await Promise.all(trainers.map((t) => t.applyOuter(sum.slice().buffer)));
+    expect(new Set(stepHashes).size).toBe(1);
+    hashes.set(step, stepHashes[0]);
+    for (const t of trainers) await t.saveBackup();
+    own.fill(0);
+    all = 0;
+  }
+  return hashes;
+}
+
+describe('local sync mode (simulated tabs, real coordinator machine)', () => {
+  it('one tab: commits only at outer steps, each equal to DiLoCo driven by hand', { timeout: 30_000 }, async () => {
+    const job = parseJobSpec(BASE);
+    const ref = await handReference(job, 1);
+    const { coordinator, open, waitFor } = setUp(job);
+    const tab = open('solo', 0);
+    await waitFor(() => coordinator.state.status === 'done' && tab.loop.status.phase === 'done', 'the run to finish');
+    const commits = coordinator.liveCommits();
+    expect(commits.map((c) => c.step)).toEqual(OUTER_ENDS);
+    for (const c of commits) expect(c.hash, `outer step ending at ${c.step}`).toBe(ref.get(c.step));
+    auditCommits(job, commits);
+    // Inner steps are not hashed: one read-back of the parameters per outer step, not per step.
+    expect(tab.trainer.calls.filter((c) => c === 'applyOuter')).toHaveLength(OUTER_ENDS.length);
+    expect(tab.loop.status.checkpointsUploaded).toBeGreaterThan(0);
+  });
+
+  it('two tabs: every outer commit equals the hand-driven two-rank reference', { timeout: 30_000 }, async () => {
+    const job = parseJobSpec({ ...BASE, minWorkers: 2 });
+    const ref = await handReference(job, 2);
+    const { coordinator, open, waitFor } = setUp(job);
+    const tabs = [open('a', 0), open('b', 0)];
+    await waitFor(() => coordinator.state.status === 'done', 'the run to finish');
+    await waitFor(() => tabs.every((t) => t.loop.status.phase === 'done'), 'both tabs to see done');
+    const commits = coordinator.liveCommits();
+    expect(commits.map((c) => c.step)).toEqual(OUTER_ENDS);
+    for (const c of commits) expect(c.hash, `outer step ending at ${c.step}`).toBe(ref.get(c.step));
+    for (const t of tabs) expect(await t.trainer.hash()).toBe(ref.get(TOTAL_STEPS));
+    // Bytes per sample as the tabs report them: one allreduce of the model per outer step, by the ring formula.
+    const elements = new Float32Array(await tabs[0].trainer.pseudoGradient(0)).length;
+    const perOuter = ringAllreduceBusBytes(elements, 2, 'none');
+    const usage = coordinator.state.usage!.total;
+    expect(usage.wireBytes).toBe(2 * OUTER_ENDS.length * Math.round(perOuter));
+    expect(usage.wireSamples).toBe(2 * DATASET);
+    // Compute time is claimed per report and clamped: never more than the wall time it sits in.
+    expect(usage.computeMs).toBeGreaterThan(0);
+    expect(usage.computeMs).toBeLessThanOrEqual(usage.wallMs);
+  });
+
+  it('every-step mode reports one allreduce of the gradient per step as its bytes', { timeout: 30_000 }, async () => {
+    const job = parseJobSpec({ ...BASE, minWorkers: 2, sync: { mode: 'every-step', compression: 'fp16' } });
+    const { coordinator, open, waitFor } = setUp(job);
+    open('a', 0);
+    open('b', 0);
+    await waitFor(() => coordinator.state.status === 'done', 'the run to finish');
+    const perStep = Math.round(ringAllreduceBusBytes(parameterLayout(SIM_MODEL).totalElements, 2, 'fp16'));
+    const usage = coordinator.state.usage!.total;
+    expect(usage.wireBytes).toBe(2 * TOTAL_STEPS * perStep);
+  });
+
+  it('goodbye, join and crash inside outer steps (int8 wire): the record stays exactly once', {
+    timeout: 30_000,
+  }, async () => {
+    const job = parseJobSpec({ ...BASE, sync: { ...BASE.sync, compression: 'int8' } as JobSpecInput['sync'] });
+    const { coordinator, open, committed, waitFor } = setUp(job);
+    const [a, b, c] = [open('a', 2), open('b', 2), open('c', 2)];
+    const midOuter = () => coordinator.state.rendezvous.participants.some((p) => p.lastStep > committed());
+    await waitFor(() => committed() >= 4 && coordinator.state.rendezvous.participants.length === 3, 'three tabs');
+    await waitFor(midOuter, 'inner steps reported past the commit');
+    const restarts = coordinator.state.restarts;
+    a.goodbye();
+    await waitFor(() => coordinator.state.rendezvous.participants.length === 2 && midOuter(), 'two tabs on');
+    const d = open('d', 2);
+    await waitFor(() => coordinator.state.rendezvous.participants.length === 3, 'the newcomer admitted');
+    await waitFor(midOuter, 'inner steps of the three');
+    expect(coordinator.state.restarts).toBe(restarts); // neither a goodbye nor a join is a failure
+    b.crash();
+    await waitFor(() => coordinator.state.restarts === restarts + 1, 'the crash to count');
+    await waitFor(() => coordinator.state.status === 'done', 'the job to finish');
+    await waitFor(() => [c, d].every((t) => t.loop.status.phase === 'done'), 'survivors to see done');
+    const commits = coordinator.liveCommits();
+    auditCommits(job, commits);
+    expect(commits.at(-1)!.step).toBe(TOTAL_STEPS);
+    // The survivors hold the last committed state, hash-agreed.
+    for (const t of [c, d]) expect(await t.trainer.hash()).toBe(commits.at(-1)!.hash);
+    // After the crash both survivors held the committed state: the last round synced from their own.
+    expect(d.loop.status.lastSync).toBe('local');
+  });
+
+  it('a coordinator restart inside an outer step: the outer step in flight is redone, nothing twice', {
+    timeout: 30_000,
+  }, async () => {
+    const job = parseJobSpec({ ...BASE, minWorkers: 2 });
+    const ref = await handReference(job, 2);
+    const { coordinator, open, committed, waitFor } = setUp(job);
+    const [a, b] = [open('a', 2), open('b', 2)];
+    await waitFor(
+      () => committed() >= 4 && coordinator.state.rendezvous.participants.every((p) => p.lastStep >= committed() + 2),
+      'two inner steps into the second outer step',
+    );
+    coordinator.kill();
+    await waitFor(() => [a, b].every((t) => t.loop.status.phase === 'connecting'), 'the tabs to notice');
+    coordinator.restart();
+    await waitFor(() => coordinator.state.status === 'done', 'the job to finish after the restart');
+    const commits = coordinator.liveCommits();
+    auditCommits(job, commits);
+    expect(commits.map((c) => c.step)).toEqual(OUTER_ENDS);
+    // The outer step committed before the restart is the reference's; after it the shares are measured
+    // anew (local mode's result depends on them: reported, not promised), so only agreement is checked.
+    expect(commits[0].hash).toBe(ref.get(4));
+    for (const t of [a, b]) expect(await t.trainer.hash()).toBe(commits.at(-1)!.hash);
+    // Nothing of the outer step in flight was committed before the restart.
+    expect(coordinator.commits.filter((r) => r.rolledBack)).toEqual([]);
+  });
+});
