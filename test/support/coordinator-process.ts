@@ -80,10 +80,14 @@ function coordinatorArgs(opts: SpawnOptions, dataDir: string, jobFile: string | 
   return args;
 }
 
+/** util-linux's setpriv, and its arguments that drop root's permission to read and search any file. */
+export const SETPRIV = '/usr/bin/setpriv';
+const READ_OVERRIDE_DROPPED = ['--bounding-set=-dac_override,-dac_read_search'];
+
 function spawnCli(
   args: string[],
   env: Record<string, string | undefined> = {},
-  ids: { uid?: number; gid?: number } = {},
+  withoutReadOverride = false,
 ): ChildProcess {
   const childEnv: Record<string, string | undefined> = {
     ...process.env,
@@ -92,11 +96,15 @@ function spawnCli(
     ...env,
   };
   // tsx as an --import hook (not the tsx CLI) so the child is one process and kill -9 hits the coordinator itself.
-  const child = spawn(process.execPath, ['--import', 'tsx', CLI_PATH, ...args], {
+  const argv = [process.execPath, '--import', 'tsx', CLI_PATH, ...args];
+  // Root reads every file (CAP_DAC_OVERRIDE): to see a permission error as root, the child runs as root
+  // without that capability (setpriv, util-linux). It stays root, so it still reads a checkout that only
+  // root may enter (a switch to another user could not: `Cannot find package 'tsx'`).
+  const [command, ...rest] = withoutReadOverride ? [SETPRIV, ...READ_OVERRIDE_DROPPED, '--', ...argv] : argv;
+  const child = spawn(command, rest, {
     cwd: REPO_ROOT,
     env: childEnv as NodeJS.ProcessEnv,
     stdio: ['ignore', 'pipe', 'pipe'],
-    ...ids,
   });
   liveChildren.add(child);
   child.once('exit', () => liveChildren.delete(child));
@@ -114,14 +122,14 @@ function exitPromise(child: ChildProcess): Promise<ExitInfo> {
 }
 
 /**
- * Runs the CLI with `args` to its exit (killed after `timeoutMs`) and returns its output; `uid`/`gid`
- * (from root only) run it as another user.
+ * Runs the CLI with `args` to its exit (killed after `timeoutMs`) and returns its output;
+ * `withoutReadOverride` (as root) runs it without root's permission to read files it has no mode bits for.
  */
 export async function runCoordinatorCli(
   args: string[],
-  opts: { env?: Record<string, string | undefined>; timeoutMs?: number; uid?: number; gid?: number } = {},
+  opts: { env?: Record<string, string | undefined>; timeoutMs?: number; withoutReadOverride?: boolean } = {},
 ): Promise<ExitInfo & { stdout: string; stderr: string }> {
-  const child = spawnCli(args, opts.env, { uid: opts.uid, gid: opts.gid });
+  const child = spawnCli(args, opts.env, opts.withoutReadOverride);
   let stdout = '';
   let stderr = '';
   child.stdout!.on('data', (d: Buffer) => (stdout += d.toString()));
