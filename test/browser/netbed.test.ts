@@ -82,7 +82,10 @@ describe.skipIf(skip)('tabs behind NATs on the test bed', () => {
         { nat: 'symmetric', link: LINK },
         { nat: 'endpoint-independent', link: LINK },
       ],
-      job,
+      // Long enough that the tab left alone after the crash and the close cannot finish the job before
+      // the newcomer's Chromium has started: a done job answers a hello with `done` and no worker id, so
+      // on a quiet machine (one epoch is 100 steps) the test waited for the joiner's id in vain.
+      job: { ...job, epochs: 50 },
       datasetDir: dataset,
       distDir: WEB_BUILD_DIR,
     });
