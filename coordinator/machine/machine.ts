@@ -27,7 +27,8 @@ import { reportEvaluation } from './evaluation';
 import { effectiveDatasetSize, jobPublic, jobSpecSchema, type JobSpec } from '../../core/training/job';
 import { bannedUntil, DEFAULT_TRUST_POLICY, refuseConnIn } from './penalties';
 import { dataDisputeIn, onVerificationResult, onVerificationUpload } from './verification';
-import type { ClientMessage, PeerLink } from '../../core/protocol/control';
+import type { ClientMessage } from '../../core/protocol/control';
+import type { StatusView } from '../../core/protocol/views';
 import { CloseCode } from '../../core/protocol/control';
 import {
   afterCloseIn,
@@ -48,7 +49,7 @@ import {
 } from './rendezvous';
 import { emptyRecord, planOf, positionAfter, totalSteps } from '../../core/training/sampler';
 import type { AdminAction, CoordinatorState, DurableState, Event, HeldState, Transition, TrustPolicy } from './state';
-import { USAGE_HALF_LIFE_MS, usageView, type UsageView } from './utilization';
+import { USAGE_HALF_LIFE_MS, usageView } from './utilization';
 
 export type {
   Action,
@@ -478,57 +479,6 @@ function onAdmin(state: CoordinatorState, action: AdminAction, now: number): Tra
 }
 
 // ---------------------------------------------------------------- views
-
-/** One member of the world as `/api/status` and the admin page show it. */
-export interface WorldView {
-  id: string;
-  peerId: string;
-  rank: number;
-  share: number;
-  ready: boolean;
-  lastStep: number;
-  throughput: number | null;
-  /** WebRTC round-trip time (ms) of its ring links (max over them) from its last heartbeat, or null. */
-  peerRttMs: number | null;
-  /** Selected ICE candidate types (local/remote) of its ring links, from its last heartbeat ([] unknown). */
-  peerLinks: PeerLink[];
-  /** Why ICE fails for it (e.g. "TURN authentication failed …"), or null. */
-  iceError: string | null;
-  adapter: string;
-  /** The invite it joined through (id), or null. */
-  invite: string | null;
-  /** Recent compute utilization in [0, 1] (time computing / wall time, utilization.ts), or null before a report. */
-  utilization: number | null;
-  /** Recent bytes it sent in collectives per sample it computed (its claim), or null (unknown). */
-  bytesPerSample: number | null;
-}
-
-/** The body of `GET /api/status`. */
-export interface StatusView {
-  runId: string;
-  /** Job status, or the rendezvous phase while active. */
-  state: 'gathering' | 'syncing' | 'training' | 'paused' | 'done' | 'failed';
-  round: number;
-  /** Last committed step. */
-  step: number;
-  epoch: number;
-  world: WorldView[];
-  waiting: { id: string; position: number; iceError: string | null }[];
-  processedInEpoch: number;
-  datasetSize: number;
-  totalSteps: number;
-  restarts: number;
-  maxRestarts: number;
-  minWorkers: number;
-  maxWorkers: number;
-  lastCommit: { step: number; hash: string | null };
-  checkpoints: { step: number; sha256: string }[];
-  /**
-   * The job's compute utilization and wire bytes per sample over all ranks: `recent` decays with a
-   * half-life of `halfLifeMs`, `total` covers the run since this coordinator started (utilization.ts).
-   */
-  usage: { recent: UsageView; total: UsageView; halfLifeMs: number };
-}
 
 /** A worker's WebGPU adapter as views show it: vendor and architecture ('' when unknown). */
 export function adapterLabel(adapter: { vendor: string; architecture: string } | undefined): string {

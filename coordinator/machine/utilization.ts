@@ -17,6 +17,7 @@
  */
 import type { Ctx } from './context';
 import type { StepReportMessage } from '../../core/protocol/control';
+import type { UsageView } from '../../core/protocol/views';
 import type { WorkerInfo } from './state';
 
 /**
@@ -46,13 +47,6 @@ export interface Usage {
   /** Each report weighted by 2^(−age / USAGE_HALF_LIFE_MS). */
   recent: UsageSums;
   total: UsageSums;
-}
-
-/** What the views show of a `UsageSums`: null where nothing was measured yet. */
-export interface UsageView {
-  /** Time computing / wall time, in [0, 1]. */
-  utilization: number | null;
-  bytesPerSample: number | null;
 }
 
 const ZERO: UsageSums = { wallMs: 0, computeMs: 0, wireSamples: 0, wireBytes: 0 };
