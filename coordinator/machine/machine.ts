@@ -75,7 +75,6 @@ export type {
 export { METRICS, adminActionSchema } from './state';
 export { durableOf } from './context';
 export { nextDeadline } from './rendezvous';
-export { isEvaluationPoint } from './evaluation';
 export { DEFAULT_TRUST_POLICY, bannedAddresses } from './penalties';
 
 /** Stored checkpoints kept in the state (older ones may be garbage-collected by the server). */

@@ -12,7 +12,7 @@
  * Worker life cycle: hello → welcome → (wait)* → round → sync state (stateFrom) + connect the ring → ready →
  * train → step_report per step, waiting for `committed` after each commit point (`isCommitPoint`) →
  * … → round_closed (restore or not) → round … → done. Heartbeats throughout. Rank 0 also sends
- * `evaluation` after the commits that are evaluation points (`isEvaluationPoint` in evaluation.ts).
+ * `evaluation` after the commits that are evaluation points (`isEvaluationPoint` in core/training/evaluation-schedule.ts).
  */
 import { z } from 'zod';
 import { jobPublicSchema } from '../training/job';
