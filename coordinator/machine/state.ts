@@ -8,7 +8,6 @@ import { z } from 'zod';
 import type { JobSpec } from '../../core/training/job';
 import type { ClientMessage, ParseErrorCode, PeerLink, ServerMessage } from '../../core/protocol/control';
 import type { SamplerRecord } from '../../core/training/sampler';
-import type { Usage } from './utilization';
 
 // ---------------------------------------------------------------- state
 
@@ -177,6 +176,27 @@ export interface PenaltyRecord {
   bans: number;
   /** Refused until this time (ms); 0 or past: not banned. */
   bannedUntil: number;
+}
+
+/** Sums over step reports (utilization.ts accounts them). */
+export interface UsageSums {
+  /** Wall time measured by the coordinator (ms). */
+  wallMs: number;
+  /** Compute time the tabs claimed, each report's claim clamped to its wall time (ms). */
+  computeMs: number;
+  /** Samples of the reports that carried `wireBytes`. */
+  wireSamples: number;
+  /** Bytes sent in the step's collectives, as the tabs claimed them. */
+  wireBytes: number;
+}
+
+/** Decaying sums over the recent window, and the run's totals (since this coordinator started). */
+export interface Usage {
+  /** Coordinator clock (ms) the recent sums were last decayed to. */
+  at: number;
+  /** Each report weighted by 2^(−age / USAGE_HALF_LIFE_MS) (utilization.ts). */
+  recent: UsageSums;
+  total: UsageSums;
 }
 
 export type JobStatus = 'active' | 'paused' | 'done' | 'failed';
