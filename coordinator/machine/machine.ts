@@ -26,7 +26,7 @@ import {
 import { reportEvaluation } from './evaluation';
 import { effectiveDatasetSize, jobPublic, jobSpecSchema, type JobSpec } from '../../core/training/job';
 import { bannedUntil, DEFAULT_TRUST_POLICY, refuseConnIn } from './penalties';
-import { dataDisputeIn, onVerificationResult, onVerificationUpload } from './verification';
+import { dataDisputeIn, onVerificationResult, onVerificationUpload, verificationTickIn } from './verification';
 import type { ClientMessage } from '../../core/protocol/control';
 import type { StatusView } from '../../core/protocol/views';
 import { CloseCode } from '../../core/protocol/control';
@@ -34,6 +34,8 @@ import {
   afterCloseIn,
   checkpointHolder,
   closeRoundIn,
+  confirmBlamedRestartIn,
+  dropNotReadyIn,
   enrollIn,
   evaluateGatheringIn,
   failIn,
@@ -45,7 +47,6 @@ import {
   removeWorkerIn,
   requestCheckpointIn,
   rollbackIn,
-  tickIn,
 } from './rendezvous';
 import { emptyRecord, planOf, positionAfter, totalSteps } from '../../core/training/sampler';
 import type { AdminAction, CoordinatorState, DurableState, Event, HeldState, Transition, TrustPolicy } from './state';
@@ -74,7 +75,6 @@ export type {
 } from './state';
 export { METRICS, adminActionSchema } from './state';
 export { durableOf } from './context';
-export { nextDeadline } from './rendezvous';
 export { DEFAULT_TRUST_POLICY, bannedAddresses } from './penalties';
 
 /** Stored checkpoints kept in the state (older ones may be garbage-collected by the server). */
@@ -170,6 +170,57 @@ export function handle(state: CoordinatorState, event: Event, now: number): Tran
     case 'verification_result':
       return onVerificationResult(state, event, now);
   }
+}
+
+// ---------------------------------------------------------------- the tick
+
+/** A worker silent for longer than this many heartbeat periods has failed. */
+export const HEARTBEAT_TIMEOUT_FACTOR = 3;
+
+/**
+ * Heartbeat timeouts, the blamed restart's grace period, the ready deadline, the verifier's upload
+ * deadline and the last-call deadline. Here rather than in rendezvous.ts: it drives both the rounds and
+ * the verification (which itself closes rounds), so neither of those two imports the other back.
+ */
+export function tickIn(ctx: Ctx): void {
+  const { s, now } = ctx;
+  if (s.status === 'done' || s.status === 'failed') return;
+  if (s.blamedRestart && now >= s.blamedRestart.deadline) {
+    // Still connected and in good health: nothing corroborates the accusation.
+    confirmBlamedRestartIn(ctx, 'no goodbye within the grace period', !own(s.workers, s.blamedRestart.workerId));
+    if ((s.status as string) === 'failed') return; // countRestartIn may fail the job
+  }
+  const rv = s.rendezvous;
+  verificationTickIn(ctx);
+  if (rv.phase === 'syncing' && rv.readyDeadline != null && now >= rv.readyDeadline) dropNotReadyIn(ctx);
+  const limit = HEARTBEAT_TIMEOUT_FACTOR * s.job.heartbeatMs;
+  const late = Object.values(s.workers).filter((w) => now - w.lastSeen > limit);
+  for (const w of late)
+    ctx.out.push({ kind: 'close', conn: w.conn, code: CloseCode.heartbeatTimeout, reason: 'heartbeat timeout' });
+  if (late.length)
+    failIn(
+      ctx,
+      late.map((w) => w.workerId),
+      'failure',
+      'heartbeat_timeout',
+      { remove: true },
+    );
+  evaluateGatheringIn(ctx);
+}
+
+/** The earliest time at which `tick` can change something, or null. */
+export function nextDeadline(s: CoordinatorState): number | null {
+  if (s.status === 'done' || s.status === 'failed') return null;
+  let next: number | null = s.status === 'active' && s.rendezvous.phase === 'gathering' ? s.rendezvous.deadline : null;
+  const ready = s.rendezvous.phase === 'syncing' ? (s.rendezvous.readyDeadline ?? null) : null;
+  if (ready !== null && (next === null || ready < next)) next = ready;
+  if (s.blamedRestart && (next === null || s.blamedRestart.deadline < next)) next = s.blamedRestart.deadline;
+  const limit = HEARTBEAT_TIMEOUT_FACTOR * s.job.heartbeatMs;
+  for (const w of Object.values(s.workers)) {
+    const due = w.lastSeen + limit + 1;
+    if (next === null || due < next) next = due;
+  }
+  return next;
 }
 
 // ---------------------------------------------------------------- messages

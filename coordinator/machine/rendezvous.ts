@@ -13,7 +13,7 @@
  * - Survivors are re-enrolled first, in old-rank order, so ranks stay dense and stable where possible.
  *
  * The `…In(ctx)` functions mutate a transition's private copy (see context.ts); machine.ts is the only
- * entry point (`handle`), so every op is reached, and tested, through it.
+ * entry point (`handle`, and its tick: timeouts and deadlines), so every op is reached, and tested, through it.
  */
 import {
   log,
@@ -37,12 +37,9 @@ import {
 import { readyAllowanceMs } from '../../core/training/link-floor';
 import { emptyRecord, epochOrder, rollbackTo } from '../../core/training/sampler';
 import { chargeIn, bannedUntil, culpritOf, refuseConnIn, type Culprit } from './penalties';
-import { verificationTickIn } from './verification';
 import { computeShares, sharesDrift } from './shares';
 import type { CoordinatorState, HeldState, Participant, WorkerInfo } from './state';
 
-/** A worker silent for longer than this many heartbeat periods has failed. */
-export const HEARTBEAT_TIMEOUT_FACTOR = 3;
 /** Shares are re-measured at a commit boundary only after this many commits in the round … */
 export const REBALANCE_MIN_COMMITS = 50;
 /** … and only if some share would change by more than this fraction. */
@@ -328,7 +325,7 @@ function countRestartIn(ctx: Ctx, culprits: Culprit[]): void {
  * silent, it failed again), otherwise to the reporter: an accusation nobody else confirms costs the
  * accuser.
  */
-function confirmBlamedRestartIn(ctx: Ctx, why: string, corroborated: boolean): void {
+export function confirmBlamedRestartIn(ctx: Ctx, why: string, corroborated: boolean): void {
   const blamed = ctx.s.blamedRestart;
   if (!blamed) return;
   ctx.s.blamedRestart = null;
@@ -495,39 +492,12 @@ export function requestCheckpointIn(ctx: Ctx, workerId?: string): void {
   log(ctx, 'info', 'checkpoint_requested', { step, workerId: target });
 }
 
-/** Heartbeat timeouts and the last-call deadline. */
-export function tickIn(ctx: Ctx): void {
-  const { s, now } = ctx;
-  if (s.status === 'done' || s.status === 'failed') return;
-  if (s.blamedRestart && now >= s.blamedRestart.deadline) {
-    // Still connected and in good health: nothing corroborates the accusation.
-    confirmBlamedRestartIn(ctx, 'no goodbye within the grace period', !own(s.workers, s.blamedRestart.workerId));
-    if ((s.status as string) === 'failed') return; // countRestartIn may fail the job
-  }
-  const rv = s.rendezvous;
-  verificationTickIn(ctx);
-  if (rv.phase === 'syncing' && rv.readyDeadline != null && now >= rv.readyDeadline) dropNotReadyIn(ctx);
-  const limit = HEARTBEAT_TIMEOUT_FACTOR * s.job.heartbeatMs;
-  const late = Object.values(s.workers).filter((w) => now - w.lastSeen > limit);
-  for (const w of late)
-    ctx.out.push({ kind: 'close', conn: w.conn, code: CloseCode.heartbeatTimeout, reason: 'heartbeat timeout' });
-  if (late.length)
-    failIn(
-      ctx,
-      late.map((w) => w.workerId),
-      'failure',
-      'heartbeat_timeout',
-      { remove: true },
-    );
-  evaluateGatheringIn(ctx);
-}
-
 /**
  * The round's ready deadline passed: members that are not `ready` are dropped (socket closed, a strike
  * charged to them and their address, no restart: a member that never syncs is no failure of the job),
  * and the round closes so the others regather at once.
  */
-function dropNotReadyIn(ctx: Ctx): void {
+export function dropNotReadyIn(ctx: Ctx): void {
   const s = ctx.s;
   const late = s.rendezvous.participants.filter((p) => !p.ready).map((p) => p.workerId);
   const culprits = late.map((id) => culpritOf(s, id));
@@ -570,21 +540,4 @@ export function admitAtBoundaryIn(ctx: Ctx): boolean {
   closeRoundIn(ctx, reason, false, false);
   openRoundIn(ctx);
   return true;
-}
-
-// ---------------------------------------------------------------- deadlines
-
-/** The earliest time at which `tick` can change something, or null. */
-export function nextDeadline(s: CoordinatorState): number | null {
-  if (s.status === 'done' || s.status === 'failed') return null;
-  let next: number | null = s.status === 'active' && s.rendezvous.phase === 'gathering' ? s.rendezvous.deadline : null;
-  const ready = s.rendezvous.phase === 'syncing' ? (s.rendezvous.readyDeadline ?? null) : null;
-  if (ready !== null && (next === null || ready < next)) next = ready;
-  if (s.blamedRestart && (next === null || s.blamedRestart.deadline < next)) next = s.blamedRestart.deadline;
-  const limit = HEARTBEAT_TIMEOUT_FACTOR * s.job.heartbeatMs;
-  for (const w of Object.values(s.workers)) {
-    const due = w.lastSeen + limit + 1;
-    if (next === null || due < next) next = due;
-  }
-  return next;
 }
