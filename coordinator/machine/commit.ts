@@ -6,7 +6,8 @@
  */
 import { begin, finish, log, metric, mutWorker, persist, reject, sendWorker, type Ctx } from './context';
 import type { ErrorCode, StepReportMessage } from '../../core/protocol/control';
-import { admitAtBoundaryIn, afterCloseIn, closeRoundIn, requestCheckpointIn } from './rendezvous';
+import { requestCheckpointIn } from './checkpoints';
+import { admitAtBoundaryIn, afterCloseIn, closeRoundIn } from './round-close';
 import { afterCommitIn, ringChecksPassIn, SUSPICION_STEPS, sketchProblem, uploadField } from './verification';
 import {
   assignStep,

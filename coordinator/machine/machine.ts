@@ -30,24 +30,17 @@ import { dataDisputeIn, onVerificationResult, onVerificationUpload, verification
 import type { ClientMessage } from '../../core/protocol/control';
 import type { StatusView } from '../../core/protocol/views';
 import { CloseCode } from '../../core/protocol/control';
+import { checkpointHolder, holdsState, latestCheckpoint, rollbackIn, requestCheckpointIn } from './checkpoints';
+import { enrollIn, evaluateGatheringIn, markReadyIn, notifyWaitingIn } from './rendezvous';
 import {
   afterCloseIn,
-  checkpointHolder,
   closeRoundIn,
   confirmBlamedRestartIn,
   dropNotReadyIn,
-  enrollIn,
-  evaluateGatheringIn,
   failIn,
-  holdsState,
-  latestCheckpoint,
   leaveIn,
-  markReadyIn,
-  notifyWaitingIn,
   removeWorkerIn,
-  requestCheckpointIn,
-  rollbackIn,
-} from './rendezvous';
+} from './round-close';
 import { emptyRecord, planOf, positionAfter, totalSteps } from '../../core/training/sampler';
 import type { AdminAction, CoordinatorState, DurableState, Event, HeldState, Transition, TrustPolicy } from './state';
 import { USAGE_HALF_LIFE_MS, usageView } from './utilization';

@@ -41,7 +41,8 @@ import {
 import type { StepSketches } from '../../core/state/sketch';
 import type { CoordinatorState, Event, RecomputedStep, Transition, VerificationState } from './state';
 import { banIn, chargeIn, culpritOf } from './penalties';
-import { afterCloseIn, closeRoundIn, enforceBansIn, rollbackIn } from './rendezvous';
+import { rollbackIn } from './checkpoints';
+import { afterCloseIn, closeRoundIn, enforceBansIn } from './round-close';
 
 /** Commits after which the suspects of an old ring failure are forgotten. */
 export const SUSPICION_STEPS = 20;

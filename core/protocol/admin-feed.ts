@@ -193,7 +193,7 @@ export function syncLabel(sync: SyncSpec): string {
   return `local, H = ${sync.innerSteps}, ${wire}, outer Nesterov lr ${sync.outer.lr} m ${sync.outer.momentum}`;
 }
 
-/** The category of a machine log event (names from coordinator/machine: rendezvous.ts, commit.ts, machine.ts). */
+/** The category of a machine log event (names from coordinator/machine: rendezvous.ts, round-close.ts, commit.ts, machine.ts, …). */
 export function categoryOf(event: string, data: unknown): FeedCategory {
   switch (event) {
     case 'join':

@@ -10,7 +10,7 @@ import {
   PROTOCOL_VERSION,
   type ErrorCode,
 } from '../../../../core/protocol/control';
-import { REBALANCE_MIN_COMMITS } from '../../../../coordinator/machine/rendezvous';
+import { REBALANCE_MIN_COMMITS } from '../../../../coordinator/machine/round-close';
 import {
   computeShares,
   MIN_SHARE_OF_EQUAL,
