@@ -1,14 +1,15 @@
 /**
  * Where the committed state lives, as the machine knows it: which workers hold which committed state
  * (`holds`), the stored checkpoints and the requests for them, and rolling the record back to a
- * checkpoint (or to step 0) when nobody holds the last commit any more or a cheat is undone.
+ * checkpoint (or to step 0) when nobody holds the last commit any more or a cheat is undone. Also the
+ * transition that records a checkpoint the server stored (`onCheckpointStored`).
  *
  * The `…In(ctx)` functions mutate a transition's private copy (see context.ts).
  */
-import { log, own, sendWorker, type Ctx } from './context';
+import { begin, finish, log, metric, own, persist, sendWorker, type Ctx } from './context';
 import { checkpointPath } from '../../core/protocol/control';
-import { emptyRecord, epochOrder, rollbackTo } from '../../core/training/sampler';
-import type { CoordinatorState, HeldState, WorkerInfo } from './state';
+import { emptyRecord, epochOrder, planOf, positionAfter, rollbackTo } from '../../core/training/sampler';
+import type { CoordinatorState, Event, HeldState, Transition, WorkerInfo } from './state';
 
 export function holdsState(worker: WorkerInfo | undefined, state: HeldState): boolean {
   return !!worker && worker.holds.some((h) => h.step === state.step && h.hash === state.hash);
@@ -63,4 +64,44 @@ export function requestCheckpointIn(ctx: Ctx, workerId?: string): void {
   if (!s.checkpointRequests.some((r) => r.step === step)) s.checkpointRequests.push({ step, hash: s.lastCommit.hash });
   sendWorker(ctx, target, { type: 'checkpoint_request', step, url: checkpointPath(s.runId, step) });
   log(ctx, 'info', 'checkpoint_requested', { step, workerId: target });
+}
+
+/** Stored checkpoints kept in the state (older ones may be garbage-collected by the server). */
+export const MAX_CHECKPOINTS_KEPT = 16;
+
+/** The server stored a checkpoint upload (hash-checked): keep it in the list, or ignore one that does not fit. */
+export function onCheckpointStored(
+  state: CoordinatorState,
+  event: Extract<Event, { kind: 'checkpoint_stored' }>,
+  now: number,
+): Transition {
+  const ctx = begin(state, now);
+  const s = ctx.s;
+  const expected = positionAfter(event.step, planOf(s));
+  if (
+    event.step < 1 ||
+    event.step > s.lastCommit.step ||
+    expected.epoch !== event.epoch ||
+    expected.cursor !== event.cursor
+  ) {
+    log(ctx, 'warn', 'checkpoint_ignored', {
+      step: event.step,
+      epoch: event.epoch,
+      cursor: event.cursor,
+      lastCommit: s.lastCommit.step,
+    });
+    return { state, actions: ctx.out };
+  }
+  const hash =
+    s.checkpointRequests.find((r) => r.step === event.step)?.hash ??
+    (event.step === s.lastCommit.step ? s.lastCommit.hash : null);
+  s.checkpoints = s.checkpoints.filter((c) => c.step !== event.step);
+  s.checkpoints.push({ step: event.step, epoch: event.epoch, cursor: event.cursor, sha256: event.sha256, hash });
+  s.checkpoints.sort((a, b) => a.step - b.step);
+  if (s.checkpoints.length > MAX_CHECKPOINTS_KEPT) s.checkpoints = s.checkpoints.slice(-MAX_CHECKPOINTS_KEPT);
+  s.checkpointRequests = s.checkpointRequests.filter((r) => r.step > event.step);
+  persist(ctx);
+  metric(ctx, 'tabswarm_checkpoints_total');
+  log(ctx, 'info', 'checkpoint_stored', { step: event.step, sha256: event.sha256 });
+  return finish(ctx);
 }

@@ -5,8 +5,8 @@
  */
 import { describe, expect, it } from 'vitest';
 import type { JobSpecInput } from '../../../../core/training/job';
+import { adminRefusal } from '../../../../coordinator/machine/admin';
 import {
-  adminRefusal,
   bannedAddresses,
   DEFAULT_TRUST_POLICY,
   restoreState,

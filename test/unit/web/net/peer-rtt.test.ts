@@ -3,7 +3,7 @@
  * `/api/status`; heartbeats without it (older tabs) stay valid and keep the last known value.
  */
 import { describe, expect, it } from 'vitest';
-import { statusView } from '../../../../coordinator/machine/machine';
+import { statusView } from '../../../../coordinator/machine/status-view';
 import { clientMessageSchema, parseClientMessage, PROTOCOL_VERSION } from '../../../../core/protocol/control';
 import { LatestSample, linkStats, selectedPairRttMs } from '../../../../web/net/link-rtt';
 import { memoryLinkPair } from '../../../../web/net/memory-link';
