@@ -5,7 +5,7 @@
  */
 import { begin, finish, log, own, persist, sendError, type Ctx } from './context';
 import { checkpointHolder, latestCheckpoint, requestCheckpointIn, rollbackIn } from './checkpoints';
-import { CloseCode } from '../../core/protocol/control';
+import { CloseCode } from '../../core/protocol/coordinator-messages';
 import { jobSpecSchema } from '../../core/training/job';
 import { evaluateGatheringIn, notifyWaitingIn } from './rendezvous';
 import { afterCloseIn, closeRoundIn, leaveIn } from './round-close';

@@ -7,7 +7,7 @@
  * The `…In(ctx)` functions mutate a transition's private copy (see context.ts).
  */
 import { begin, finish, log, metric, own, persist, sendWorker, type Ctx } from './context';
-import { checkpointPath } from '../../core/protocol/control';
+import { checkpointPath } from '../../core/protocol/coordinator-messages';
 import { emptyRecord, epochOrder, planOf, positionAfter, rollbackTo } from '../../core/training/sampler';
 import type { CoordinatorState, Event, HeldState, Transition, WorkerInfo } from './state';
 

@@ -18,8 +18,8 @@ import {
   type Ctx,
 } from './context';
 import { holdsState } from './checkpoints';
-import type { HelloMessage } from '../../core/protocol/control';
-import { CloseCode } from '../../core/protocol/control';
+import type { HelloMessage } from '../../core/protocol/coordinator-messages';
+import { CloseCode } from '../../core/protocol/coordinator-messages';
 import { jobPublic } from '../../core/training/job';
 import { bannedUntil, refuseConnIn } from './penalties';
 import { enrollIn } from './rendezvous';

@@ -18,7 +18,7 @@ import { onDisconnected } from './join';
 import { onMessage } from './messages';
 import { effectiveDatasetSize, type JobSpec } from '../../core/training/job';
 import { DEFAULT_TRUST_POLICY } from './penalties';
-import { CloseCode } from '../../core/protocol/control';
+import { CloseCode } from '../../core/protocol/coordinator-messages';
 import { evaluateGatheringIn } from './rendezvous';
 import { confirmBlamedRestartIn, dropNotReadyIn, failIn } from './round-close';
 import { emptyRecord } from '../../core/training/sampler';

@@ -19,7 +19,7 @@
  * entry point (`handle`, and its tick: timeouts and deadlines), so every op is reached, and tested, through it.
  */
 import { log, metric, mutWorker, own, persist, sendWorker, type Ctx } from './context';
-import { checkpointPath, type StateSource, type WaitReason } from '../../core/protocol/control';
+import { checkpointPath, type StateSource, type WaitReason } from '../../core/protocol/coordinator-messages';
 import { readyAllowanceMs } from '../../core/training/link-floor';
 import { holdsState, latestCheckpoint, rollbackIn } from './checkpoints';
 import { computeShares } from './shares';

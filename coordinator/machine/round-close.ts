@@ -24,7 +24,7 @@ import {
   writableWorkers,
   type Ctx,
 } from './context';
-import { CloseCode, type CloseReason } from '../../core/protocol/control';
+import { CloseCode, type CloseReason } from '../../core/protocol/coordinator-messages';
 import { holdsState, requestCheckpointIn } from './checkpoints';
 import { chargeIn, bannedUntil, culpritOf, refuseConnIn, type Culprit } from './penalties';
 import { admissibleWaiters, evaluateGatheringIn, notifyWaitingIn, openRoundIn } from './rendezvous';

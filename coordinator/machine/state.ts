@@ -6,7 +6,7 @@
 import type { StepSketches } from '../../core/state/sketch';
 import { z } from 'zod';
 import type { JobSpec } from '../../core/training/job';
-import type { ClientMessage, ParseErrorCode, PeerLink, ServerMessage } from '../../core/protocol/control';
+import type { ClientMessage, ParseErrorCode, PeerLink, ServerMessage } from '../../core/protocol/coordinator-messages';
 import type { SamplerRecord } from '../../core/training/sampler';
 
 // ---------------------------------------------------------------- state

@@ -18,7 +18,7 @@ import {
   PROTOCOL_VERSION,
   type ClientMessage,
   type ErrorCode,
-} from '../../core/protocol/control';
+} from '../../core/protocol/coordinator-messages';
 import type { Event } from '../machine/machine';
 import type { SocketSink } from './executor';
 import type { CoordinatorMetrics } from '../admin/server-metrics';

@@ -24,7 +24,7 @@ import { epochOrder } from '../../core/training/sampler';
 import { MachineExecutor } from '../../coordinator/runtime/executor';
 import type { StoreOp } from '../../coordinator/runtime/store';
 import { NO_EXECUTOR_METRICS } from './executor-metrics';
-import { NO_HASH, parseClientMessage, type WorldEntry } from '../../core/protocol/control';
+import { NO_HASH, parseClientMessage, type WorldEntry } from '../../core/protocol/coordinator-messages';
 import { decodeSnapshot, encodeSnapshot } from '../../core/state/snapshot';
 import { CoordinatorClient, type WebSocketLike } from '../../web/net/coordinator-client';
 import type { Ring } from '../../web/net/link';

@@ -18,7 +18,7 @@ import {
   type ClientMessage,
   type HelloMessage,
   type ServerMessage,
-} from '../../core/protocol/control';
+} from '../../core/protocol/coordinator-messages';
 import type { JobPublic } from '../../core/training/job';
 
 /** The part of the DOM `WebSocket` this client uses (the `ws` package's WebSocket fits in Node tests). */

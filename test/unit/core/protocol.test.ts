@@ -7,7 +7,7 @@ import {
   utf8Length,
   type ClientMessage,
   type ServerMessage,
-} from '../../../core/protocol/control';
+} from '../../../core/protocol/coordinator-messages';
 import { defaultJob, jobPublic } from '../../../core/training/job';
 import { mulberry32 } from '../../support/rng';
 

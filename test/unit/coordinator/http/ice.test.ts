@@ -1,6 +1,6 @@
 import { execFileSync } from 'node:child_process';
 import { describe, expect, it } from 'vitest';
-import { welcomeSchema, heartbeatSchema, PROTOCOL_VERSION } from '../../../../core/protocol/control';
+import { welcomeSchema, heartbeatSchema, PROTOCOL_VERSION } from '../../../../core/protocol/coordinator-messages';
 import {
   checkIceUrl,
   iceConfigFor,

@@ -9,7 +9,7 @@ import {
   parseClientMessage,
   PROTOCOL_VERSION,
   type ErrorCode,
-} from '../../../../core/protocol/control';
+} from '../../../../core/protocol/coordinator-messages';
 import { REBALANCE_MIN_COMMITS } from '../../../../coordinator/machine/round-close';
 import {
   computeShares,

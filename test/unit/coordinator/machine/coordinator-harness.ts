@@ -30,7 +30,7 @@ import {
   type ClientMessage,
   type RoundMessage,
   type ServerMessage,
-} from '../../../../core/protocol/control';
+} from '../../../../core/protocol/coordinator-messages';
 import {
   epochOrder,
   indicesForRank,

@@ -15,7 +15,7 @@ import {
 import { readyAllowanceMs } from '../../../../core/training/link-floor';
 import { TINY_MLP_SPEC } from '../../../../core/training/model-spec';
 import { coolOffFor } from '../../../../coordinator/machine/penalties';
-import { CloseCode, idSchema, parseClientMessage } from '../../../../core/protocol/control';
+import { CloseCode, idSchema, parseClientMessage } from '../../../../core/protocol/coordinator-messages';
 import { Harness, hashOf } from './coordinator-harness';
 
 const JOB: JobSpecInput = {

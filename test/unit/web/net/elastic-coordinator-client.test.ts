@@ -11,7 +11,7 @@ import {
   parseClientMessage,
   type ClientMessage,
   type ServerMessage,
-} from '../../../../core/protocol/control';
+} from '../../../../core/protocol/coordinator-messages';
 import {
   backoffDelay,
   CoordinatorClient,

@@ -4,7 +4,11 @@
  */
 import { describe, expect, it } from 'vitest';
 import { statusView } from '../../../../coordinator/machine/status-view';
-import { clientMessageSchema, parseClientMessage, PROTOCOL_VERSION } from '../../../../core/protocol/control';
+import {
+  clientMessageSchema,
+  parseClientMessage,
+  PROTOCOL_VERSION,
+} from '../../../../core/protocol/coordinator-messages';
 import { LatestSample, linkStats, selectedPairRttMs } from '../../../../web/net/link-rtt';
 import { memoryLinkPair } from '../../../../web/net/memory-link';
 import { Harness } from '../../coordinator/machine/coordinator-harness';
