@@ -8,7 +8,8 @@
  * admin page's accuracy chart and `GET /api/evaluations` read it there) plus two metrics.
  */
 import { begin, finish, log, metric, mutWorker, reject } from './context';
-import type { ErrorCode, EvaluationMessage } from '../../core/protocol/coordinator-messages';
+import type { EvaluationMessage } from '../../core/protocol/tab-messages';
+import type { ErrorCode } from '../../core/protocol/coordinator-messages';
 import { isEvaluationPoint } from '../../core/training/evaluation-schedule';
 import { planOf, stepPosition } from '../../core/training/sampler';
 import type { CoordinatorState, Transition } from './state';

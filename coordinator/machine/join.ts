@@ -18,7 +18,7 @@ import {
   type Ctx,
 } from './context';
 import { holdsState } from './checkpoints';
-import type { HelloMessage } from '../../core/protocol/coordinator-messages';
+import type { HelloMessage } from '../../core/protocol/tab-messages';
 import { CloseCode } from '../../core/protocol/coordinator-messages';
 import { jobPublic } from '../../core/training/job';
 import { bannedUntil, refuseConnIn } from './penalties';

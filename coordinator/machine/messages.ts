@@ -10,7 +10,7 @@ import { reportEvaluation } from './evaluation';
 import { onHello } from './join';
 import { markReadyIn } from './rendezvous';
 import { failIn, leaveIn } from './round-close';
-import type { ClientMessage } from '../../core/protocol/coordinator-messages';
+import type { ClientMessage } from '../../core/protocol/tab-messages';
 import type { CoordinatorState, Transition } from './state';
 import { dataDisputeIn } from './verification';
 

@@ -6,7 +6,9 @@
 import type { StepSketches } from '../../core/state/sketch';
 import { z } from 'zod';
 import type { JobSpec } from '../../core/training/job';
-import type { ClientMessage, ParseErrorCode, PeerLink, ServerMessage } from '../../core/protocol/coordinator-messages';
+import type { ClientMessage, PeerLink } from '../../core/protocol/tab-messages';
+import type { ServerMessage } from '../../core/protocol/coordinator-messages';
+import type { ParseErrorCode } from '../../core/protocol/control-parse';
 import type { SamplerRecord } from '../../core/training/sampler';
 
 // ---------------------------------------------------------------- state

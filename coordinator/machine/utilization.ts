@@ -16,7 +16,7 @@
  * starts them again) and are plain JSON like the rest of the state.
  */
 import type { Ctx } from './context';
-import type { StepReportMessage } from '../../core/protocol/coordinator-messages';
+import type { StepReportMessage } from '../../core/protocol/tab-messages';
 import type { UsageView } from '../../core/protocol/views';
 import type { Usage, UsageSums, WorkerInfo } from './state';
 

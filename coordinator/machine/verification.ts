@@ -27,7 +27,7 @@
 import { begin, finish, log, metric, own, persist, type Ctx } from './context';
 import { hashBytes } from '../../core/state/hash';
 import type { JobSpec } from '../../core/training/job';
-import type { StepReportMessage } from '../../core/protocol/coordinator-messages';
+import type { StepReportMessage } from '../../core/protocol/tab-messages';
 import { assignStep, epochOrder, planOf, type StepPlan, stepPosition } from '../../core/training/sampler';
 import {
   bucketsPerSegment,

@@ -6,7 +6,7 @@
  * name them without importing the coordinator's state machine; the machine builds them
  * (coordinator/machine: `statusView`, `usageView`).
  */
-import type { PeerLink } from './coordinator-messages';
+import type { PeerLink } from './tab-messages';
 
 /** What the views show of usage sums (coordinator/machine/utilization.ts): null where nothing was measured yet. */
 export interface UsageView {

@@ -20,7 +20,7 @@
  */
 import { isEvaluationPoint } from '../../core/training/evaluation-schedule';
 import type { JobPublic, LocalSync } from '../../core/training/job';
-import { NO_HASH } from '../../core/protocol/coordinator-messages';
+import { NO_HASH } from '../../core/protocol/tab-messages';
 import { isCheckpointPoint } from '../../core/training/sampler';
 import type { Ring } from '../net/link';
 import { isCollectiveError } from '../net/collective-error';

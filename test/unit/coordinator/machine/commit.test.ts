@@ -4,12 +4,9 @@
  */
 import { describe, expect, it } from 'vitest';
 import type { JobSpecInput } from '../../../../core/training/job';
-import {
-  MAX_CONTROL_MESSAGE_BYTES,
-  parseClientMessage,
-  PROTOCOL_VERSION,
-  type ErrorCode,
-} from '../../../../core/protocol/coordinator-messages';
+import { PROTOCOL_VERSION } from '../../../../core/protocol/control-fields';
+import type { ErrorCode } from '../../../../core/protocol/coordinator-messages';
+import { MAX_CONTROL_MESSAGE_BYTES, parseClientMessage } from '../../../../core/protocol/control-parse';
 import { REBALANCE_MIN_COMMITS } from '../../../../coordinator/machine/round-close';
 import {
   computeShares,

@@ -4,11 +4,9 @@
  */
 import { describe, expect, it } from 'vitest';
 import { statusView } from '../../../../coordinator/machine/status-view';
-import {
-  clientMessageSchema,
-  parseClientMessage,
-  PROTOCOL_VERSION,
-} from '../../../../core/protocol/coordinator-messages';
+import { PROTOCOL_VERSION } from '../../../../core/protocol/control-fields';
+import { clientMessageSchema } from '../../../../core/protocol/tab-messages';
+import { parseClientMessage } from '../../../../core/protocol/control-parse';
 import { LatestSample, linkStats, selectedPairRttMs } from '../../../../web/net/link-rtt';
 import { memoryLinkPair } from '../../../../web/net/memory-link';
 import { Harness } from '../../coordinator/machine/coordinator-harness';
