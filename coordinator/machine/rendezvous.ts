@@ -143,7 +143,7 @@ export function openRoundIn(ctx: Ctx): void {
   rv.deadline = null;
   rv.baseStep = s.lastCommit.step;
   rv.roundCommits = 0;
-  // A member on a slow link may have the whole state to receive first (core/link-floor.ts).
+  // A member on a slow link may have the whole state to receive first (core/training/link-floor.ts).
   rv.readyDeadline = ctx.now + s.policy.readyTimeoutMs + readyAllowanceMs(stateFrom, s.job.model, participants.length);
   rv.stepStartedAt = null;
   s.pending = {};

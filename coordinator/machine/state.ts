@@ -103,12 +103,12 @@ export interface PendingReport {
   lossSum: number;
   samples: number;
   computeMs: number;
-  /** The step's sketches, when the job verifies (core/sketch.ts). */
+  /** The step's sketches, when the job verifies (core/state/sketch.ts). */
   sketch?: StepSketches;
 }
 
 /**
- * A committed step being recomputed by the verifier (core/verification.ts): the state before it is
+ * A committed step being recomputed by the verifier (coordinator/machine/verification.ts): the state before it is
  * uploaded by one member, then the verifier recomputes every rank's gradients and the update.
  */
 export interface VerificationState {

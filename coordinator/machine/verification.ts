@@ -1,6 +1,6 @@
 /**
  * Contributions that are checked, not trusted (docs/threat-model.md). Three checks, all over the
- * sketches each rank reports with a step (core/sketch.ts):
+ * sketches each rank reports with a step (core/state/sketch.ts):
  *
  * 1. **Agreement.** Every rank applied the same all-reduced bytes and holds the same parameters, so its
  *    sketches of both (`sum`, `sumMass`, `params`) must equal the other ranks' bit for bit, like the hash.

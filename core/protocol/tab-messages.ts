@@ -154,7 +154,7 @@ export const stepReportSchema = z.strictObject({
   /**
    * When the job verifies (`job.verify`): sketches of this rank's own gradient sums, of the all-reduced
    * sums, of what it sent and received in the reduce-scatter (with bucket masses) and of the new
-   * parameters, seeded by `hash` (core/sketch.ts).
+   * parameters, seeded by `hash` (core/state/sketch.ts).
    */
   sketch: z
     .strictObject({
@@ -185,7 +185,7 @@ export const failureSchema = z.strictObject({
   peer: idSchema.optional(),
   /**
    * `bad_data`: `peer` sent bytes no honest rank sends (a non-finite value, a malformed frame), not
-   * merely went away. One of the two lies; the coordinator narrows it down (core/verification.ts).
+   * merely went away. One of the two lies; the coordinator narrows it down (coordinator/machine/verification.ts).
    */
   evidence: z.literal('bad_data').optional(),
 });

@@ -14,7 +14,7 @@
  *                                      in local sync mode the outer optimizer's momentum (`outer`)
  *
  * The header hash is there so that a flipped digit in `step` or `cursor` cannot parse: the coordinator
- * would resume at the wrong place. Sections carry their own tree hash (core/hash.ts `treeHash`, SHA-256
+ * would resume at the wrong place. Sections carry their own tree hash (core/state/hash.ts `treeHash`, SHA-256
  * of 4 KiB chunks, 64 hex digits); the params section's hash is `paramsHash` (= `hashParams`), the value
  * ranks report at commit in every-step mode, so a checkpoint can be matched to a committed step without
  * decoding it.
