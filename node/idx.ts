@@ -18,6 +18,7 @@ import { stat } from 'node:fs/promises';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { basename, join, resolve } from 'node:path';
 import { createGunzip } from 'node:zlib';
+import type { DatasetFileKey, DatasetMetadata } from '../core/data/idx-metadata';
 
 /** IDX magic of a rank-3 unsigned-byte array (images). */
 export const IDX_IMAGES_MAGIC = 2051;
@@ -43,7 +44,6 @@ export interface IdxSplit {
   cols: number;
 }
 
-export type DatasetFileKey = 'train/images' | 'train/labels' | 'test/images' | 'test/labels';
 export const DATASET_FILE_KEYS: readonly DatasetFileKey[] = [
   'train/images',
   'train/labels',
@@ -248,18 +248,6 @@ export async function loadIdxDataset(dir: string, opts: LoadIdxOptions = {}): Pr
   const sha256 = {} as Record<DatasetFileKey, string>;
   for (const key of DATASET_FILE_KEYS) sha256[key] = sha256Hex(parsed[key].data);
   return { name: basename(root), classes, train, test, sha256 };
-}
-
-/** What `GET /api/dataset` returns. */
-export interface DatasetMetadata {
-  name: string;
-  classes: number;
-  /** Input shape [rows, cols, channels]; pixels are unsigned bytes (divide by 255). */
-  shape: [number, number, number];
-  train: { count: number };
-  test: { count: number };
-  /** Each payload's URL, byte length, SHA-256 and ETag (the cache key in the browser). */
-  files: Record<DatasetFileKey, { url: string; bytes: number; sha256: string; etag: string }>;
 }
 
 export function datasetMetadata(dataset: IdxDataset): DatasetMetadata {

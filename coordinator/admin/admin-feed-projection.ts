@@ -8,7 +8,8 @@ import type { Action, CoordinatorState } from '../machine/machine';
 import type { CommitRecord } from '../machine/state';
 import { isTransformer, parameterLayout } from '../../core/training/model-spec';
 import { stepsPerEpoch } from '../../core/training/sampler';
-import { usageView, type UsageView } from '../machine/utilization';
+import { usageView } from '../machine/utilization';
+import type { UsageView } from '../../core/protocol/views';
 import { statusOf } from './audit';
 import type { CheckpointRow, CommitRow, EventRow } from '../runtime/store';
 import {

@@ -7,7 +7,8 @@
  * of docs/ARCHITECTURE.md holds when every epoch has no index committed twice and every finished epoch has no
  * index never committed.
  */
-import { adapterLabel, statusView, type CoordinatorState } from '../machine/machine';
+import type { CoordinatorState } from '../machine/machine';
+import { adapterLabel, statusView } from '../machine/status-view';
 import type { AdminStatus } from '../../core/protocol/admin-feed';
 import { base64ToBytes, epochOrder } from '../../core/training/sampler';
 import type { CommitRow, EventRow } from '../runtime/store';

@@ -15,7 +15,7 @@
  * (for logs and the startup line) leaves them out.
  */
 import { createHmac } from 'node:crypto';
-import type { IceConfigMessage } from '../../core/protocol/control';
+import type { IceConfigMessage } from '../../core/protocol/coordinator-messages';
 
 export type IceTransportPolicy = 'all' | 'relay';
 

@@ -16,7 +16,7 @@ import { createServer as createHttpsServer } from 'node:https';
 import type { Duplex } from 'node:stream';
 import { z } from 'zod';
 import { jobPublic } from '../../core/training/job';
-import { idSchema } from '../../core/protocol/control';
+import { idSchema } from '../../core/protocol/control-fields';
 import { positionAfter } from '../../core/training/sampler';
 import { type DecodedSnapshot, decodeSnapshot, SnapshotError } from '../../core/state/snapshot';
 import { nodeSha256 } from '../../node/sha256';

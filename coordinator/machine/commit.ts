@@ -5,8 +5,10 @@
  * except a hash mismatch between ranks: that is divergence, and the round closes with restore:true.
  */
 import { begin, finish, log, metric, mutWorker, persist, reject, sendWorker, type Ctx } from './context';
-import type { ErrorCode, StepReportMessage } from '../../core/protocol/control';
-import { admitAtBoundaryIn, afterCloseIn, closeRoundIn, requestCheckpointIn } from './rendezvous';
+import type { StepReportMessage } from '../../core/protocol/tab-messages';
+import type { ErrorCode } from '../../core/protocol/coordinator-messages';
+import { requestCheckpointIn } from './checkpoints';
+import { admitAtBoundaryIn, afterCloseIn, closeRoundIn } from './round-close';
 import { afterCommitIn, ringChecksPassIn, SUSPICION_STEPS, sketchProblem, uploadField } from './verification';
 import {
   assignStep,

@@ -3,7 +3,8 @@
  * and the actions emitted so far, in execution order. Public ops clone first, so callers' states are
  * never mutated (a rejected message returns the very same state object).
  */
-import { PROTOCOL_VERSION, type ErrorCode, type ServerMessage } from '../../core/protocol/control';
+import { PROTOCOL_VERSION } from '../../core/protocol/control-fields';
+import type { ErrorCode, ServerMessage } from '../../core/protocol/coordinator-messages';
 import type { Action, CoordinatorState, DurableState, LogLevel, MetricName, Transition, WorkerInfo } from './state';
 
 export interface Ctx {

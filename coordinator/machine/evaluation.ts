@@ -1,6 +1,6 @@
 /**
- * Test-set evaluations: when rank 0 evaluates (`isEvaluationPoint`, evaluated the same way by tabs and
- * tests) and how the machine takes an `evaluation` report (`reportEvaluation`).
+ * Test-set evaluations: how the machine takes an `evaluation` report (`reportEvaluation`). When rank 0
+ * evaluates (`isEvaluationPoint`) is the tabs' schedule too: core/training/evaluation-schedule.ts.
  *
  * An evaluation measures a COMMITTED state (right after its commit point, before the next step), so
  * every rank would get the same number and the figure belongs to exactly one step of the commit log.
@@ -8,38 +8,11 @@
  * admin page's accuracy chart and `GET /api/evaluations` read it there) plus two metrics.
  */
 import { begin, finish, log, metric, mutWorker, reject } from './context';
-import type { ErrorCode, EvaluationMessage } from '../../core/protocol/control';
-import {
-  isCommitPoint,
-  planOf,
-  passesMultiple,
-  stepPosition,
-  stepsPerEpoch,
-  totalSteps,
-  type StepPlan,
-} from '../../core/training/sampler';
+import type { EvaluationMessage } from '../../core/protocol/tab-messages';
+import type { ErrorCode } from '../../core/protocol/coordinator-messages';
+import { isEvaluationPoint } from '../../core/training/evaluation-schedule';
+import { planOf, stepPosition } from '../../core/training/sampler';
 import type { CoordinatorState, Transition } from './state';
-
-/** What fixes the evaluation points (a `JobPublic` satisfies it). */
-export interface EvaluationPlan extends StepPlan {
-  /** Committed steps between evaluations, or null: at each epoch end. */
-  evalEvery: number | null;
-  /** Test images per evaluation; 0: never evaluate. */
-  evalSamples: number;
-}
-
-/**
- * Whether rank 0 evaluates after committing `step`: only at commit points (tabs hold a committed state
- * only there), always at the job's last step, and otherwise at epoch ends (`evalEvery` null) or at the
- * first commit point at or after each multiple of `evalEvery`. A function of the step, like `isCommitPoint`.
- */
-export function isEvaluationPoint(step: number, plan: EvaluationPlan): boolean {
-  if (plan.evalSamples <= 0 || !Number.isInteger(step) || step < 1 || step > totalSteps(plan)) return false;
-  if (!isCommitPoint(step, plan)) return false;
-  if (step === totalSteps(plan)) return true;
-  if (plan.evalEvery === null) return step % stepsPerEpoch(plan) === 0;
-  return passesMultiple(step, plan.evalEvery, plan);
-}
 
 export type EvaluationCheck = { ok: true } | { ok: false; code: ErrorCode; message: string };
 

@@ -13,7 +13,7 @@
  * restart forgets bans (a restart is also what an operator does to lift one).
  */
 import { log, metric, own, sendConn, type Ctx } from './context';
-import { CloseCode } from '../../core/protocol/control';
+import { CloseCode } from '../../core/protocol/coordinator-messages';
 import type { CoordinatorState, PenaltyRecord, TrustPolicy } from './state';
 
 /** Defaults of the abuse policy (the CLI can override each). */

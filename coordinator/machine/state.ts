@@ -6,9 +6,10 @@
 import type { StepSketches } from '../../core/state/sketch';
 import { z } from 'zod';
 import type { JobSpec } from '../../core/training/job';
-import type { ClientMessage, ParseErrorCode, PeerLink, ServerMessage } from '../../core/protocol/control';
+import type { ClientMessage, PeerLink } from '../../core/protocol/tab-messages';
+import type { ServerMessage } from '../../core/protocol/coordinator-messages';
+import type { ParseErrorCode } from '../../core/protocol/control-parse';
 import type { SamplerRecord } from '../../core/training/sampler';
-import type { Usage } from './utilization';
 
 // ---------------------------------------------------------------- state
 
@@ -102,12 +103,12 @@ export interface PendingReport {
   lossSum: number;
   samples: number;
   computeMs: number;
-  /** The step's sketches, when the job verifies (core/sketch.ts). */
+  /** The step's sketches, when the job verifies (core/state/sketch.ts). */
   sketch?: StepSketches;
 }
 
 /**
- * A committed step being recomputed by the verifier (core/verification.ts): the state before it is
+ * A committed step being recomputed by the verifier (coordinator/machine/verification.ts): the state before it is
  * uploaded by one member, then the verifier recomputes every rank's gradients and the update.
  */
 export interface VerificationState {
@@ -177,6 +178,27 @@ export interface PenaltyRecord {
   bans: number;
   /** Refused until this time (ms); 0 or past: not banned. */
   bannedUntil: number;
+}
+
+/** Sums over step reports (utilization.ts accounts them). */
+export interface UsageSums {
+  /** Wall time measured by the coordinator (ms). */
+  wallMs: number;
+  /** Compute time the tabs claimed, each report's claim clamped to its wall time (ms). */
+  computeMs: number;
+  /** Samples of the reports that carried `wireBytes`. */
+  wireSamples: number;
+  /** Bytes sent in the step's collectives, as the tabs claimed them. */
+  wireBytes: number;
+}
+
+/** Decaying sums over the recent window, and the run's totals (since this coordinator started). */
+export interface Usage {
+  /** Coordinator clock (ms) the recent sums were last decayed to. */
+  at: number;
+  /** Each report weighted by 2^(−age / USAGE_HALF_LIFE_MS) (utilization.ts). */
+  recent: UsageSums;
+  total: UsageSums;
 }
 
 export type JobStatus = 'active' | 'paused' | 'done' | 'failed';

@@ -16,8 +16,9 @@
  * starts them again) and are plain JSON like the rest of the state.
  */
 import type { Ctx } from './context';
-import type { StepReportMessage } from '../../core/protocol/control';
-import type { WorkerInfo } from './state';
+import type { StepReportMessage } from '../../core/protocol/tab-messages';
+import type { UsageView } from '../../core/protocol/views';
+import type { Usage, UsageSums, WorkerInfo } from './state';
 
 /**
  * Half-life of the recent window, in ms of coordinator clock. Long enough to span several outer steps of
@@ -26,34 +27,6 @@ import type { WorkerInfo } from './state';
  * slowing down, a tab throttled) shows within a minute.
  */
 export const USAGE_HALF_LIFE_MS = 30_000;
-
-/** Sums over step reports. */
-export interface UsageSums {
-  /** Wall time measured by the coordinator (ms). */
-  wallMs: number;
-  /** Compute time the tabs claimed, each report's claim clamped to its wall time (ms). */
-  computeMs: number;
-  /** Samples of the reports that carried `wireBytes`. */
-  wireSamples: number;
-  /** Bytes sent in the step's collectives, as the tabs claimed them. */
-  wireBytes: number;
-}
-
-/** Decaying sums over the recent window, and the run's totals (since this coordinator started). */
-export interface Usage {
-  /** Coordinator clock (ms) the recent sums were last decayed to. */
-  at: number;
-  /** Each report weighted by 2^(−age / USAGE_HALF_LIFE_MS). */
-  recent: UsageSums;
-  total: UsageSums;
-}
-
-/** What the views show of a `UsageSums`: null where nothing was measured yet. */
-export interface UsageView {
-  /** Time computing / wall time, in [0, 1]. */
-  utilization: number | null;
-  bytesPerSample: number | null;
-}
 
 const ZERO: UsageSums = { wallMs: 0, computeMs: 0, wireSamples: 0, wireBytes: 0 };
 

@@ -1,6 +1,6 @@
 /**
  * Contributions that are checked, not trusted (docs/threat-model.md). Three checks, all over the
- * sketches each rank reports with a step (core/sketch.ts):
+ * sketches each rank reports with a step (core/state/sketch.ts):
  *
  * 1. **Agreement.** Every rank applied the same all-reduced bytes and holds the same parameters, so its
  *    sketches of both (`sum`, `sumMass`, `params`) must equal the other ranks' bit for bit, like the hash.
@@ -27,7 +27,7 @@
 import { begin, finish, log, metric, own, persist, type Ctx } from './context';
 import { hashBytes } from '../../core/state/hash';
 import type { JobSpec } from '../../core/training/job';
-import type { StepReportMessage } from '../../core/protocol/control';
+import type { StepReportMessage } from '../../core/protocol/tab-messages';
 import { assignStep, epochOrder, planOf, type StepPlan, stepPosition } from '../../core/training/sampler';
 import {
   bucketsPerSegment,
@@ -41,7 +41,8 @@ import {
 import type { StepSketches } from '../../core/state/sketch';
 import type { CoordinatorState, Event, RecomputedStep, Transition, VerificationState } from './state';
 import { banIn, chargeIn, culpritOf } from './penalties';
-import { afterCloseIn, closeRoundIn, enforceBansIn, rollbackIn } from './rendezvous';
+import { rollbackIn } from './checkpoints';
+import { afterCloseIn, closeRoundIn, enforceBansIn } from './round-close';
 
 /** Commits after which the suspects of an old ring failure are forgotten. */
 export const SUSPICION_STEPS = 20;

@@ -5,7 +5,7 @@
  * the status and the admin page know which invite a worker came through without ever holding a token.
  */
 import type { CoordinatorState } from '../machine/machine';
-import type { ClientMessage, HelloMessage } from '../../core/protocol/control';
+import type { ClientMessage, HelloMessage } from '../../core/protocol/tab-messages';
 import type { InviteStore } from '../admin/invites';
 
 import type { JoinMode } from '../../core/protocol/admin-feed';

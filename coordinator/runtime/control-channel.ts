@@ -12,13 +12,10 @@ import { randomBytes } from 'node:crypto';
 import type { IncomingMessage } from 'node:http';
 import type { Duplex } from 'node:stream';
 import WebSocket, { WebSocketServer } from 'ws';
-import {
-  MAX_CONTROL_MESSAGE_BYTES,
-  parseClientMessage,
-  PROTOCOL_VERSION,
-  type ClientMessage,
-  type ErrorCode,
-} from '../../core/protocol/control';
+import { PROTOCOL_VERSION } from '../../core/protocol/control-fields';
+import type { ClientMessage } from '../../core/protocol/tab-messages';
+import type { ErrorCode } from '../../core/protocol/coordinator-messages';
+import { MAX_CONTROL_MESSAGE_BYTES, parseClientMessage } from '../../core/protocol/control-parse';
 import type { Event } from '../machine/machine';
 import type { SocketSink } from './executor';
 import type { CoordinatorMetrics } from '../admin/server-metrics';

@@ -21,7 +21,7 @@ import {
   nextDeadline,
   type Transition,
 } from '../machine/machine';
-import type { ServerMessage } from '../../core/protocol/control';
+import type { ServerMessage } from '../../core/protocol/coordinator-messages';
 import { sameSecret } from '../http/http-util';
 import type { CoordinatorMetrics } from '../admin/server-metrics';
 import type { Store, StoreOp } from './store';

@@ -8,7 +8,7 @@
 import { createHmac, randomBytes } from 'node:crypto';
 import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import type { ClientMessage } from '../../core/protocol/control';
+import type { ClientMessage } from '../../core/protocol/tab-messages';
 import { sameSecret } from '../http/http-util';
 import { writeFileAtomic } from './store';
 

@@ -7,7 +7,8 @@ import { DEFAULT_TRUST_POLICY, type CoordinatorState, type TrustPolicy } from '.
 import { bannedUntil } from '../machine/penalties';
 import { Admission, type JoinMode } from '../runtime/admission';
 import type { ScreenResult } from '../runtime/control-channel';
-import { CloseCode, type ClientMessage } from '../../core/protocol/control';
+import type { ClientMessage } from '../../core/protocol/tab-messages';
+import { CloseCode } from '../../core/protocol/coordinator-messages';
 import { InviteStore } from '../admin/invites';
 import { SocketGate } from '../runtime/socket-gate';
 import { WorkerSecrets } from '../runtime/worker-secrets';

@@ -13,8 +13,7 @@
  * gets a fresh snapshot, so the page replaces its state instead of patching it.
  */
 import type { SyncSpec } from '../training/job';
-import type { StatusView, WorldView } from '../../coordinator/machine/machine';
-import type { UsageView } from '../../coordinator/machine/utilization';
+import type { StatusView, UsageView, WorldView } from './views';
 
 /** One rank of the current round as the admin page shows it: the core's view plus the server clock's view. */
 export type AdminWorkerView = WorldView & {
@@ -194,7 +193,7 @@ export function syncLabel(sync: SyncSpec): string {
   return `local, H = ${sync.innerSteps}, ${wire}, outer Nesterov lr ${sync.outer.lr} m ${sync.outer.momentum}`;
 }
 
-/** The category of a machine log event (names from coordinator/core: rendezvous.ts, commit.ts, machine.ts). */
+/** The category of a machine log event (names from coordinator/machine: rendezvous.ts, round-close.ts, commit.ts, machine.ts, …). */
 export function categoryOf(event: string, data: unknown): FeedCategory {
   switch (event) {
     case 'join':

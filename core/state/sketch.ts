@@ -97,53 +97,68 @@ export function countSketches(
     values: new Float64Array(segments * perSegment),
     mass: new Float64Array(segments * perSegment),
   }));
-  const { a, b, c, d } = seed;
   const shift = 32 - Math.log2(perSegment);
   // Bucket and sign of element i are the same for every vector; shift 32 (one bucket per segment)
   // would be a no-op in JS, so `mask` zeroes the hash instead.
-  const mask = shift === 32 ? 0 : -1;
+  const plan: BucketPlan = { ...seed, shift, mask: shift === 32 ? 0 : -1, n, segments, perSegment };
   let j = 0;
-  for (; j + 4 <= xs.length; j += 4) {
-    const [x0, x1, x2, x3] = xs.slice(j, j + 4);
-    const [o0, o1, o2, o3] = out.slice(j, j + 4);
-    for (let s = 0; s < segments; s++) {
-      const end = ringSegmentStart(s + 1, n, segments);
-      const base = s * perSegment;
-      for (let i = ringSegmentStart(s, n, segments); i < end; i++) {
-        const q = base + (((Math.imul(a, i) + b) >>> shift) & mask);
-        // ±1: a + (−1)·v is exactly a − v.
-        const sign = (Math.imul(c, i) + d) >>> 31 ? -1 : 1;
-        const y0 = x0[i];
-        const y1 = x1[i];
-        const y2 = x2[i];
-        const y3 = x3[i];
-        o0.values[q] += sign * y0;
-        o1.values[q] += sign * y1;
-        o2.values[q] += sign * y2;
-        o3.values[q] += sign * y3;
-        o0.mass[q] += Math.abs(y0);
-        o1.mass[q] += Math.abs(y1);
-        o2.mass[q] += Math.abs(y2);
-        o3.mass[q] += Math.abs(y3);
-      }
-    }
-  }
-  for (; j < xs.length; j++) {
-    const x = xs[j];
-    const { values, mass } = out[j];
-    for (let s = 0; s < segments; s++) {
-      const end = ringSegmentStart(s + 1, n, segments);
-      const base = s * perSegment;
-      for (let i = ringSegmentStart(s, n, segments); i < end; i++) {
-        const q = base + (((Math.imul(a, i) + b) >>> shift) & mask);
-        const v = x[i];
-        if ((Math.imul(c, i) + d) >>> 31) values[q] -= v;
-        else values[q] += v;
-        mass[q] += Math.abs(v);
-      }
-    }
-  }
+  for (; j + 4 <= xs.length; j += 4) addFour(xs.slice(j, j + 4), out.slice(j, j + 4), plan);
+  for (; j < xs.length; j++) addOne(xs[j], out[j], plan);
   return out;
+}
+
+/** Where `countSketches` puts element i of a vector of length `n`: its seed and the bucket arithmetic. */
+interface BucketPlan extends SketchSeed {
+  shift: number;
+  mask: number;
+  n: number;
+  segments: number;
+  perSegment: number;
+}
+
+/** Add four vectors into their sketches, each element's bucket and sign hashed once for the four. */
+function addFour(xs: readonly Float32Array[], out: Sketch[], plan: BucketPlan): void {
+  const { a, b, c, d, shift, mask, n, segments, perSegment } = plan;
+  const [x0, x1, x2, x3] = xs;
+  const [o0, o1, o2, o3] = out;
+  for (let s = 0; s < segments; s++) {
+    const end = ringSegmentStart(s + 1, n, segments);
+    const base = s * perSegment;
+    for (let i = ringSegmentStart(s, n, segments); i < end; i++) {
+      const q = base + (((Math.imul(a, i) + b) >>> shift) & mask);
+      // ±1: a + (−1)·v is exactly a − v.
+      const sign = (Math.imul(c, i) + d) >>> 31 ? -1 : 1;
+      const y0 = x0[i];
+      const y1 = x1[i];
+      const y2 = x2[i];
+      const y3 = x3[i];
+      o0.values[q] += sign * y0;
+      o1.values[q] += sign * y1;
+      o2.values[q] += sign * y2;
+      o3.values[q] += sign * y3;
+      o0.mass[q] += Math.abs(y0);
+      o1.mass[q] += Math.abs(y1);
+      o2.mass[q] += Math.abs(y2);
+      o3.mass[q] += Math.abs(y3);
+    }
+  }
+}
+
+/** Add one vector into its sketch. */
+function addOne(x: Float32Array, sketch: Sketch, plan: BucketPlan): void {
+  const { a, b, c, d, shift, mask, n, segments, perSegment } = plan;
+  const { values, mass } = sketch;
+  for (let s = 0; s < segments; s++) {
+    const end = ringSegmentStart(s + 1, n, segments);
+    const base = s * perSegment;
+    for (let i = ringSegmentStart(s, n, segments); i < end; i++) {
+      const q = base + (((Math.imul(a, i) + b) >>> shift) & mask);
+      const v = x[i];
+      if ((Math.imul(c, i) + d) >>> 31) values[q] -= v;
+      else values[q] += v;
+      mass[q] += Math.abs(v);
+    }
+  }
 }
 
 /** The CountSketch of one vector (`countSketches` of it alone). */

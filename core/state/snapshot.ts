@@ -14,7 +14,7 @@
  *                                      in local sync mode the outer optimizer's momentum (`outer`)
  *
  * The header hash is there so that a flipped digit in `step` or `cursor` cannot parse: the coordinator
- * would resume at the wrong place. Sections carry their own tree hash (core/hash.ts `treeHash`, SHA-256
+ * would resume at the wrong place. Sections carry their own tree hash (core/state/hash.ts `treeHash`, SHA-256
  * of 4 KiB chunks, 64 hex digits); the params section's hash is `paramsHash` (= `hashParams`), the value
  * ranks report at commit in every-step mode, so a checkpoint can be matched to a committed step without
  * decoding it.
@@ -124,9 +124,8 @@ function fail(message: string): never {
   throw new SnapshotError(`snapshot: ${message}`);
 }
 
-export function encodeSnapshot(snapshot: TrainingSnapshot): ArrayBuffer {
-  const layout = parameterLayout(snapshot.spec);
-  const names = OPTIMIZER_MOMENTS[snapshot.optimizer.kind];
+/** Why `snapshot` does not fit its model's layout and optimizer, thrown as a SnapshotError. */
+function checkSizes(snapshot: TrainingSnapshot, layout: ParamLayout, names: readonly SectionName[]): void {
   if (snapshot.params.length !== layout.totalElements) {
     fail(`params has ${snapshot.params.length} floats, the ${snapshot.spec.name} layout has ${layout.totalElements}`);
   }
@@ -141,15 +140,19 @@ export function encodeSnapshot(snapshot: TrainingSnapshot): ArrayBuffer {
   });
   if (snapshot.outer && snapshot.outer.length !== layout.totalElements)
     fail(`outer momentum has ${snapshot.outer.length} floats, expected ${layout.totalElements}`);
-  const arrays: [SectionName, Float32Array][] = [
-    ['params', snapshot.params],
-    ...names.map((n, i): [SectionName, Float32Array] => [n, snapshot.moments[i]]),
-    ...(snapshot.outer ? [['outer', snapshot.outer] as [SectionName, Float32Array]] : []),
-  ];
-  const sectionHashes = arrays.map(([, data]) => treeHash([data]));
+}
 
-  // Section offsets depend on the header's length, which depends on the offsets' digits: iterate
-  // until the padded length is stable (twice at most in practice).
+/**
+ * The JSON header, padded with spaces to a multiple of 4 bytes. Section offsets depend on the header's
+ * length, which depends on the offsets' digits: iterate until the padded length is stable (twice at
+ * most in practice).
+ */
+function headerBytesOf(
+  snapshot: TrainingSnapshot,
+  layout: ParamLayout,
+  arrays: [SectionName, Float32Array][],
+  sectionHashes: string[],
+): Uint8Array {
   let headerLength = 0;
   let headerBytes = new Uint8Array(0);
   for (let attempt = 0; attempt < 4; attempt++) {
@@ -183,6 +186,22 @@ export function encodeSnapshot(snapshot: TrainingSnapshot): ArrayBuffer {
     headerLength = padded;
   }
   if (headerBytes.length !== headerLength) fail('header length did not settle');
+  return headerBytes;
+}
+
+/** A training state as a snapshot file (the format above): prefix, hashed JSON header, sections. */
+export function encodeSnapshot(snapshot: TrainingSnapshot): ArrayBuffer {
+  const layout = parameterLayout(snapshot.spec);
+  const names = OPTIMIZER_MOMENTS[snapshot.optimizer.kind];
+  checkSizes(snapshot, layout, names);
+  const arrays: [SectionName, Float32Array][] = [
+    ['params', snapshot.params],
+    ...names.map((n, i): [SectionName, Float32Array] => [n, snapshot.moments[i]]),
+    ...(snapshot.outer ? [['outer', snapshot.outer] as [SectionName, Float32Array]] : []),
+  ];
+  const sectionHashes = arrays.map(([, data]) => treeHash([data]));
+  const headerBytes = headerBytesOf(snapshot, layout, arrays, sectionHashes);
+  const headerLength = headerBytes.length;
 
   const total = PREFIX_BYTES + headerLength + arrays.reduce((sum, [, data]) => sum + data.byteLength, 0);
   const out = new Uint8Array(total);

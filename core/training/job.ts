@@ -112,7 +112,7 @@ export type LocalSync = z.infer<typeof localSyncSchema>;
 
 /**
  * Checking contributions (docs/threat-model.md): every step report carries sketches of the rank's own
- * gradient sums, of the all-reduced sums and of the new parameters (core/sketch.ts), checked at every
+ * gradient sums, of the all-reduced sums and of the new parameters (core/state/sketch.ts), checked at every
  * commit; and with `probability` per committed step a trusted verifier beside the coordinator
  * recomputes the whole step from the state before it. Needs every-step sync, commits every step and a
  * wire of `none` or `fp16` (int8's per-block rounding has no tight per-bucket bound yet, and a local-mode

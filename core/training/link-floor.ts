@@ -9,7 +9,7 @@
  * mobile link; below that a volunteer is not expected to help an every-step job (local steps: docs/local-steps.md).
  */
 import { type ModelSpec, parameterLayout } from './model-spec';
-import type { StateSource } from '../protocol/control';
+import type { StateSource } from '../protocol/coordinator-messages';
 
 export const FLOOR_RATE_BITS_PER_S = 1e6;
 

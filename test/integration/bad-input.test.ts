@@ -8,7 +8,7 @@ import { CoordinatorProcess, spawnCoordinator } from '../support/coordinator-pro
 import { SimTrainer, simulatedParamsHash } from '../support/sim-trainer';
 import { SimWorker, type ServerMsg } from '../support/sim-worker';
 import { assignStep, stepPosition } from '../../core/training/sampler';
-import { MAX_CONTROL_MESSAGE_BYTES } from '../../core/protocol/control';
+import { MAX_CONTROL_MESSAGE_BYTES } from '../../core/protocol/control-parse';
 
 const JOB = {
   model: 'tiny-mlp',

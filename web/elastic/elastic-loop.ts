@@ -17,7 +17,7 @@
  * go through a serial queue with a timeout.
  */
 import type { JobPublic } from '../../core/training/job';
-import type { RoundMessage, ServerMessage } from '../../core/protocol/control';
+import type { RoundMessage, ServerMessage } from '../../core/protocol/coordinator-messages';
 import { bounded, SerialQueue } from './async-tools';
 import type { HttpPort } from './checkpoint-transfer';
 import { CheckpointService } from './checkpoint-service';

@@ -6,7 +6,7 @@
  * - `lastReported`: the newest step this tab reported, for `hello` after a reconnect.
  */
 import type { JobPublic } from '../../core/training/job';
-import { NO_HASH } from '../../core/protocol/control';
+import { NO_HASH } from '../../core/protocol/tab-messages';
 import type { SerialQueue } from './async-tools';
 import { helloHolding, NOTHING_HELD, sameTag, type HeldStates, type StateTag } from './plan';
 import type { TrainerPort } from './ports';

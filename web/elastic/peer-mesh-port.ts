@@ -7,7 +7,7 @@
  * the server is back; a ring connect in the meantime waits for that (within its own deadline).
  * Re-opening closes the old links, which only ends a round the coordinator's restart ended anyway.
  */
-import type { WorldEntry } from '../../core/protocol/control';
+import type { WorldEntry } from '../../core/protocol/coordinator-messages';
 import type { Ring } from '../net/link';
 import { PeerMesh, type PeerMeshOptions } from '../net/peer-mesh';
 import { linkStats, type LinkStats } from '../net/link-rtt';

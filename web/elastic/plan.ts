@@ -11,7 +11,7 @@
  * step and parameter hash (null only for the step-0 state freshly initialised from the seed).
  */
 import type { JobPublic } from '../../core/training/job';
-import type { RoundMessage, WorldEntry } from '../../core/protocol/control';
+import type { RoundMessage, WorldEntry } from '../../core/protocol/coordinator-messages';
 import { epochOrder, indicesForRank, isCommitPoint, positionAfter, stepPosition } from '../../core/training/sampler';
 import { isCollectiveError } from '../net/collective-error';
 

@@ -4,7 +4,7 @@
  * client; unit tests wire them to fakes, memory links and a scripted coordinator.
  */
 import * as Comlink from 'comlink';
-import type { WorldEntry } from '../../core/protocol/control';
+import type { WorldEntry } from '../../core/protocol/coordinator-messages';
 import type { OutgoingMessage } from '../net/coordinator-client';
 import type { Ring } from '../net/link';
 import type { TrainingWorkerApi } from '../worker/training-worker';

@@ -3,7 +3,7 @@
  * that every wait of the round is tied to (aborted by `round_closed`, a dropped socket, a newer round),
  * the `train` go-ahead and one deferred per commit the tab waits for.
  */
-import type { RoundMessage, WorldEntry } from '../../core/protocol/control';
+import type { RoundMessage, WorldEntry } from '../../core/protocol/coordinator-messages';
 import { deferred, type Deferred } from './async-tools';
 
 export class RoundSession {

@@ -7,7 +7,7 @@
  * old code rebuilt the 2,000-entry array on every step (`[...slice(-1999), entry]`): 2,000 objects
  * copied per step and a matching amount of garbage, for the whole run.
  */
-import type { WaitReason } from '../../core/protocol/control';
+import type { WaitReason } from '../../core/protocol/coordinator-messages';
 import type { SyncPlan } from './plan';
 
 export type ElasticPhase =

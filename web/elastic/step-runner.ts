@@ -18,9 +18,9 @@
  * In a world of one there is nothing to reduce: the gradients stay on the device (no 1 MB read-back,
  * no transfer, no write-back), which is the same arithmetic as a reduce over one rank.
  */
-import { isEvaluationPoint } from '../../coordinator/machine/evaluation';
+import { isEvaluationPoint } from '../../core/training/evaluation-schedule';
 import type { JobPublic, LocalSync } from '../../core/training/job';
-import { NO_HASH } from '../../core/protocol/control';
+import { NO_HASH } from '../../core/protocol/tab-messages';
 import { isCheckpointPoint } from '../../core/training/sampler';
 import type { Ring } from '../net/link';
 import { isCollectiveError } from '../net/collective-error';

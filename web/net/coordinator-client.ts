@@ -11,14 +11,10 @@
  *
  * `goodbye()` sends synchronously (for `pagehide`, where no later task runs) and closes the socket.
  */
-import {
-  CloseCode,
-  PROTOCOL_VERSION,
-  parseServerMessage,
-  type ClientMessage,
-  type HelloMessage,
-  type ServerMessage,
-} from '../../core/protocol/control';
+import { PROTOCOL_VERSION } from '../../core/protocol/control-fields';
+import type { ClientMessage, HelloMessage } from '../../core/protocol/tab-messages';
+import { CloseCode, type ServerMessage } from '../../core/protocol/coordinator-messages';
+import { parseServerMessage } from '../../core/protocol/control-parse';
 import type { JobPublic } from '../../core/training/job';
 
 /** The part of the DOM `WebSocket` this client uses (the `ws` package's WebSocket fits in Node tests). */

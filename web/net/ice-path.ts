@@ -7,7 +7,8 @@
  *   with error 401, which the browser reports within a second or two; without this probe a relay-only
  *   tab would only see its ring connects time out.
  */
-import type { CandidateType, IceConfigMessage } from '../../core/protocol/control';
+import type { CandidateType } from '../../core/protocol/tab-messages';
+import type { IceConfigMessage } from '../../core/protocol/coordinator-messages';
 import type { StatsLike } from './link-rtt';
 
 const TYPES: readonly string[] = ['host', 'srflx', 'prflx', 'relay'];

@@ -4,7 +4,7 @@
  * fresh TURN credential), and the current ICE problem found by probing the TURN servers once per
  * new configuration (`probeIce`), for the page and the heartbeat.
  */
-import type { IceConfigMessage } from '../../core/protocol/control';
+import type { IceConfigMessage } from '../../core/protocol/coordinator-messages';
 import { probeIce } from './ice-path';
 
 export class IceState {

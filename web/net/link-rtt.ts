@@ -5,7 +5,7 @@
  * measured by ICE consent checks, so reading it costs no extra traffic.
  */
 import type { Link } from './link';
-import type { PeerLink } from '../../core/protocol/control';
+import type { PeerLink } from '../../core/protocol/tab-messages';
 import { selectedPair, selectedPairTypes } from './ice-path';
 import { DataConnectionLink } from './peer-link';
 

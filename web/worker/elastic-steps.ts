@@ -19,7 +19,7 @@
  * A prefetch never changes the training state (only the gradient, activation and loss buffers), so
  * the backup, the hash and the "at most one uncommitted step" rule are as without it.
  */
-import { NO_HASH } from '../../core/protocol/control';
+import { NO_HASH } from '../../core/protocol/tab-messages';
 import { gradientSketches, paramsSketch, type StepSketches } from '../../core/state/sketch';
 import type { Model } from '../../kernels/model/model';
 import { hashModelParams, type ParamsHasher } from '../../kernels/model/training-state';

@@ -12,7 +12,8 @@ import {
   treeRoot,
 } from '../../../core/state/hash';
 import { nodeSha256 as nodeSha256Factory } from '../../../node/sha256';
-import { NO_HASH, hashSchema } from '../../../core/protocol/control';
+import { hashSchema } from '../../../core/protocol/control-fields';
+import { NO_HASH } from '../../../core/protocol/tab-messages';
 import { chunkDigestsReference, treeHashReference } from '../../support/tree-hash-reference';
 
 /*

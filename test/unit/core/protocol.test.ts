@@ -1,13 +1,12 @@
 import { describe, expect, it } from 'vitest';
+import type { ClientMessage } from '../../../core/protocol/tab-messages';
+import { checkpointPath, type ServerMessage } from '../../../core/protocol/coordinator-messages';
 import {
-  checkpointPath,
   MAX_CONTROL_MESSAGE_BYTES,
   parseClientMessage,
   parseServerMessage,
   utf8Length,
-  type ClientMessage,
-  type ServerMessage,
-} from '../../../core/protocol/control';
+} from '../../../core/protocol/control-parse';
 import { defaultJob, jobPublic } from '../../../core/training/job';
 import { mulberry32 } from '../../support/rng';
 

@@ -13,18 +13,9 @@ import {
   chunkLength,
   windowCount,
 } from '../../../core/data/chunked-dataset';
+import type { DatasetFileKey, DatasetMetadata } from '../../../core/data/idx-metadata';
 import type { DatasetBytes, DatasetSplitBytes } from '../types';
 
-/** Mirrors `DatasetMetadata` in node/idx.ts (web/ may not import coordinator/ Node code). */
-export interface DatasetMetadata {
-  name: string;
-  classes: number;
-  shape: [number, number, number];
-  train: { count: number };
-  test: { count: number };
-  files: Record<DatasetFileKey, { url: string; bytes: number; sha256: string; etag: string }>;
-}
-export type DatasetFileKey = 'train/images' | 'train/labels' | 'test/images' | 'test/labels';
 const FILE_KEYS: readonly DatasetFileKey[] = ['train/images', 'train/labels', 'test/images', 'test/labels'];
 
 export interface DatasetProgress {

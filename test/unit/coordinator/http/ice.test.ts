@@ -1,6 +1,8 @@
 import { execFileSync } from 'node:child_process';
 import { describe, expect, it } from 'vitest';
-import { welcomeSchema, heartbeatSchema, PROTOCOL_VERSION } from '../../../../core/protocol/control';
+import { PROTOCOL_VERSION } from '../../../../core/protocol/control-fields';
+import { heartbeatSchema } from '../../../../core/protocol/tab-messages';
+import { welcomeSchema } from '../../../../core/protocol/coordinator-messages';
 import {
   checkIceUrl,
   iceConfigFor,

@@ -4,13 +4,10 @@
  */
 import { describe, expect, it } from 'vitest';
 import type { JobSpecInput } from '../../../../core/training/job';
-import {
-  MAX_CONTROL_MESSAGE_BYTES,
-  parseClientMessage,
-  PROTOCOL_VERSION,
-  type ErrorCode,
-} from '../../../../core/protocol/control';
-import { REBALANCE_MIN_COMMITS } from '../../../../coordinator/machine/rendezvous';
+import { PROTOCOL_VERSION } from '../../../../core/protocol/control-fields';
+import type { ErrorCode } from '../../../../core/protocol/coordinator-messages';
+import { MAX_CONTROL_MESSAGE_BYTES, parseClientMessage } from '../../../../core/protocol/control-parse';
+import { REBALANCE_MIN_COMMITS } from '../../../../coordinator/machine/round-close';
 import {
   computeShares,
   MIN_SHARE_OF_EQUAL,

@@ -24,13 +24,13 @@ import {
   type Event,
   type TrustPolicy,
 } from '../../../../coordinator/machine/machine';
+import { PROTOCOL_VERSION } from '../../../../core/protocol/control-fields';
+import type { ClientMessage } from '../../../../core/protocol/tab-messages';
 import {
-  PROTOCOL_VERSION,
   serverMessageSchema,
-  type ClientMessage,
   type RoundMessage,
   type ServerMessage,
-} from '../../../../core/protocol/control';
+} from '../../../../core/protocol/coordinator-messages';
 import {
   epochOrder,
   indicesForRank,

@@ -6,8 +6,9 @@
  */
 import { afterEach, describe, expect, it } from 'vitest';
 import { parseJobSpec, type JobSpecInput } from '../../../../core/training/job';
-import { isEvaluationPoint, type EvaluationPlan } from '../../../../coordinator/machine/evaluation';
-import { parseClientMessage, type ClientMessage } from '../../../../core/protocol/control';
+import { isEvaluationPoint, type EvaluationPlan } from '../../../../core/training/evaluation-schedule';
+import type { ClientMessage } from '../../../../core/protocol/tab-messages';
+import { parseClientMessage } from '../../../../core/protocol/control-parse';
 import { isCommitPoint, stepPosition, totalSteps } from '../../../../core/training/sampler';
 import { MemoryNetwork, SIM_MODEL, SimCoordinator, SimTab, until } from '../../../kit/simulation';
 import { Harness } from './coordinator-harness';

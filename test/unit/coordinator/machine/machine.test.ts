@@ -6,7 +6,8 @@
  */
 import { describe, expect, it } from 'vitest';
 import type { JobSpecInput } from '../../../../core/training/job';
-import { durableOf, handle, initialState, restoreState, statusView } from '../../../../coordinator/machine/machine';
+import { durableOf, handle, initialState, restoreState } from '../../../../coordinator/machine/machine';
+import { statusView } from '../../../../coordinator/machine/status-view';
 import { parseJobSpec } from '../../../../core/training/job';
 import { planOf, positionAfter } from '../../../../core/training/sampler';
 import { Harness, hashOf } from './coordinator-harness';

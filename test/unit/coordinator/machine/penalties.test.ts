@@ -5,8 +5,8 @@
  */
 import { describe, expect, it } from 'vitest';
 import type { JobSpecInput } from '../../../../core/training/job';
+import { adminRefusal } from '../../../../coordinator/machine/admin';
 import {
-  adminRefusal,
   bannedAddresses,
   DEFAULT_TRUST_POLICY,
   restoreState,
@@ -15,7 +15,9 @@ import {
 import { readyAllowanceMs } from '../../../../core/training/link-floor';
 import { TINY_MLP_SPEC } from '../../../../core/training/model-spec';
 import { coolOffFor } from '../../../../coordinator/machine/penalties';
-import { CloseCode, idSchema, parseClientMessage } from '../../../../core/protocol/control';
+import { idSchema } from '../../../../core/protocol/control-fields';
+import { CloseCode } from '../../../../core/protocol/coordinator-messages';
+import { parseClientMessage } from '../../../../core/protocol/control-parse';
 import { Harness, hashOf } from './coordinator-harness';
 
 const JOB: JobSpecInput = {

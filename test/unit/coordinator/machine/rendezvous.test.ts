@@ -5,8 +5,8 @@
 import { describe, expect, it } from 'vitest';
 import type { JobSpecInput } from '../../../../core/training/job';
 import { nextDeadline } from '../../../../coordinator/machine/machine';
-import { CloseCode } from '../../../../core/protocol/control';
-import { GOODBYE_GRACE_MS } from '../../../../coordinator/machine/rendezvous';
+import { CloseCode } from '../../../../core/protocol/coordinator-messages';
+import { GOODBYE_GRACE_MS } from '../../../../coordinator/machine/round-close';
 import { Harness, hashOf } from './coordinator-harness';
 
 /** 64 images, global batch 8: 8 steps per epoch. */

@@ -4,7 +4,7 @@
  * through the machine (wall time from the rank's own previous report, so waiting for a straggler counts).
  */
 import { describe, expect, it } from 'vitest';
-import { statusView } from '../../../../coordinator/machine/machine';
+import { statusView } from '../../../../coordinator/machine/status-view';
 import { addUsage, USAGE_HALF_LIFE_MS, usageView } from '../../../../coordinator/machine/utilization';
 import { Harness } from './coordinator-harness';
 

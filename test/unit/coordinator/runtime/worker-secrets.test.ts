@@ -1,6 +1,6 @@
 /** Reconnect secrets: an id comes back only with the secret its welcome carried. */
 import { describe, expect, it } from 'vitest';
-import type { HelloMessage } from '../../../../core/protocol/control';
+import type { HelloMessage } from '../../../../core/protocol/tab-messages';
 import { WorkerSecrets } from '../../../../coordinator/runtime/worker-secrets';
 
 const hello = (fields: Partial<HelloMessage>): HelloMessage => ({

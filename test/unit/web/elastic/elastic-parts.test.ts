@@ -5,7 +5,7 @@
  */
 import { describe, expect, it } from 'vitest';
 import { jobPublic, parseJobSpec } from '../../../../core/training/job';
-import type { RoundMessage } from '../../../../core/protocol/control';
+import type { RoundMessage } from '../../../../core/protocol/coordinator-messages';
 import { SerialQueue } from '../../../../web/elastic/async-tools';
 import { CheckpointService } from '../../../../web/elastic/checkpoint-service';
 import { HeldStateKeeper } from '../../../../web/elastic/held-states';

@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { jobPublic, parseJobSpec, type JobPublic } from '../../../../core/training/job';
-import type { RoundMessage, WorldEntry } from '../../../../core/protocol/control';
+import type { RoundMessage, WorldEntry } from '../../../../core/protocol/coordinator-messages';
 import { epochOrder, isCheckpointPoint } from '../../../../core/training/sampler';
 import {
   failureReport,

@@ -6,12 +6,9 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import WebSocket, { WebSocketServer } from 'ws';
 import { jobPublic, parseJobSpec } from '../../../../core/training/job';
-import {
-  CloseCode,
-  parseClientMessage,
-  type ClientMessage,
-  type ServerMessage,
-} from '../../../../core/protocol/control';
+import type { ClientMessage } from '../../../../core/protocol/tab-messages';
+import { CloseCode, type ServerMessage } from '../../../../core/protocol/coordinator-messages';
+import { parseClientMessage } from '../../../../core/protocol/control-parse';
 import {
   backoffDelay,
   CoordinatorClient,

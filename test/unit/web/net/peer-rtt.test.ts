@@ -3,8 +3,10 @@
  * `/api/status`; heartbeats without it (older tabs) stay valid and keep the last known value.
  */
 import { describe, expect, it } from 'vitest';
-import { statusView } from '../../../../coordinator/machine/machine';
-import { clientMessageSchema, parseClientMessage, PROTOCOL_VERSION } from '../../../../core/protocol/control';
+import { statusView } from '../../../../coordinator/machine/status-view';
+import { PROTOCOL_VERSION } from '../../../../core/protocol/control-fields';
+import { clientMessageSchema } from '../../../../core/protocol/tab-messages';
+import { parseClientMessage } from '../../../../core/protocol/control-parse';
 import { LatestSample, linkStats, selectedPairRttMs } from '../../../../web/net/link-rtt';
 import { memoryLinkPair } from '../../../../web/net/memory-link';
 import { Harness } from '../../coordinator/machine/coordinator-harness';

@@ -7,7 +7,7 @@ import { describe, expect, it } from 'vitest';
 import { hashParams, stateHash } from '../../../../core/state/hash';
 import { jobPublic, parseJobSpec, type JobSpecInput } from '../../../../core/training/job';
 import { resolveModelSpec, parameterLayout } from '../../../../core/training/model-spec';
-import { NO_HASH } from '../../../../core/protocol/control';
+import { NO_HASH } from '../../../../core/protocol/tab-messages';
 import { isCheckpointPoint, isCommitPoint } from '../../../../core/training/sampler';
 import { decodeSnapshot, encodeSnapshot } from '../../../../core/state/snapshot';
 import { nesterovStep, OuterState, outerWeight, pseudoGradient } from '../../../../web/worker/outer-step';

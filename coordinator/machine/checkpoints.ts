@@ -1,0 +1,107 @@
+/**
+ * Where the committed state lives, as the machine knows it: which workers hold which committed state
+ * (`holds`), the stored checkpoints and the requests for them, and rolling the record back to a
+ * checkpoint (or to step 0) when nobody holds the last commit any more or a cheat is undone. Also the
+ * transition that records a checkpoint the server stored (`onCheckpointStored`).
+ *
+ * The `…In(ctx)` functions mutate a transition's private copy (see context.ts).
+ */
+import { begin, finish, log, metric, own, persist, sendWorker, type Ctx } from './context';
+import { checkpointPath } from '../../core/protocol/coordinator-messages';
+import { emptyRecord, epochOrder, planOf, positionAfter, rollbackTo } from '../../core/training/sampler';
+import type { CoordinatorState, Event, HeldState, Transition, WorkerInfo } from './state';
+
+export function holdsState(worker: WorkerInfo | undefined, state: HeldState): boolean {
+  return !!worker && worker.holds.some((h) => h.step === state.step && h.hash === state.hash);
+}
+
+/** The latest stored checkpoint at or before the last commit, if any: where a rollback goes. */
+export function latestCheckpoint(s: CoordinatorState): CoordinatorState['checkpoints'][number] | undefined {
+  return s.checkpoints.filter((c) => c.step <= s.lastCommit.step).pop();
+}
+
+/** The first member of the round that holds the last commit (the one asked for a checkpoint of it), if any. */
+export function checkpointHolder(s: CoordinatorState): string | undefined {
+  return s.rendezvous.participants.find((p) => holdsState(own(s.workers, p.workerId), s.lastCommit))?.workerId;
+}
+
+/** Rewind the record and the last commit to an earlier committed step (a checkpoint, or 0). */
+export function rollbackIn(
+  ctx: Ctx,
+  target: { step: number; epoch: number; cursor: number; hash: string | null },
+  reason: string,
+): void {
+  const s = ctx.s;
+  const from = s.lastCommit.step;
+  s.record =
+    target.step === 0
+      ? emptyRecord(s.datasetSize)
+      : rollbackTo(target.epoch, target.cursor, epochOrder(s.job.seed, target.epoch, s.datasetSize));
+  s.lastCommit = { step: target.step, epoch: target.epoch, cursor: target.cursor, hash: target.hash };
+  s.checkpointRequests = s.checkpointRequests.filter((r) => r.step <= target.step);
+  // Contributions and a check of steps that no longer count are forgotten with them.
+  if (s.contributions)
+    s.contributions = Object.fromEntries(Object.entries(s.contributions).filter(([, step]) => step <= target.step));
+  if (s.verification && s.verification.step > target.step) s.verification = null;
+  s.ringSuspects = null;
+  ctx.out.push({ kind: 'rollback_commits', afterStep: target.step });
+  log(ctx, 'warn', 'record_rolled_back', {
+    from,
+    to: target.step,
+    reason,
+  });
+}
+
+/**
+ * Ask `workerId` (default: `checkpointHolder`) to upload the last committed state; nothing when no one
+ * holds it or nothing is committed (`adminRefusal` tells an admin so).
+ */
+export function requestCheckpointIn(ctx: Ctx, workerId?: string): void {
+  const s = ctx.s;
+  const target = workerId ?? checkpointHolder(s);
+  if (target === undefined || s.lastCommit.step === 0) return;
+  const step = s.lastCommit.step;
+  if (!s.checkpointRequests.some((r) => r.step === step)) s.checkpointRequests.push({ step, hash: s.lastCommit.hash });
+  sendWorker(ctx, target, { type: 'checkpoint_request', step, url: checkpointPath(s.runId, step) });
+  log(ctx, 'info', 'checkpoint_requested', { step, workerId: target });
+}
+
+/** Stored checkpoints kept in the state (older ones may be garbage-collected by the server). */
+export const MAX_CHECKPOINTS_KEPT = 16;
+
+/** The server stored a checkpoint upload (hash-checked): keep it in the list, or ignore one that does not fit. */
+export function onCheckpointStored(
+  state: CoordinatorState,
+  event: Extract<Event, { kind: 'checkpoint_stored' }>,
+  now: number,
+): Transition {
+  const ctx = begin(state, now);
+  const s = ctx.s;
+  const expected = positionAfter(event.step, planOf(s));
+  if (
+    event.step < 1 ||
+    event.step > s.lastCommit.step ||
+    expected.epoch !== event.epoch ||
+    expected.cursor !== event.cursor
+  ) {
+    log(ctx, 'warn', 'checkpoint_ignored', {
+      step: event.step,
+      epoch: event.epoch,
+      cursor: event.cursor,
+      lastCommit: s.lastCommit.step,
+    });
+    return { state, actions: ctx.out };
+  }
+  const hash =
+    s.checkpointRequests.find((r) => r.step === event.step)?.hash ??
+    (event.step === s.lastCommit.step ? s.lastCommit.hash : null);
+  s.checkpoints = s.checkpoints.filter((c) => c.step !== event.step);
+  s.checkpoints.push({ step: event.step, epoch: event.epoch, cursor: event.cursor, sha256: event.sha256, hash });
+  s.checkpoints.sort((a, b) => a.step - b.step);
+  if (s.checkpoints.length > MAX_CHECKPOINTS_KEPT) s.checkpoints = s.checkpoints.slice(-MAX_CHECKPOINTS_KEPT);
+  s.checkpointRequests = s.checkpointRequests.filter((r) => r.step > event.step);
+  persist(ctx);
+  metric(ctx, 'tabswarm_checkpoints_total');
+  log(ctx, 'info', 'checkpoint_stored', { step: event.step, sha256: event.sha256 });
+  return finish(ctx);
+}

@@ -1,0 +1,310 @@
+/**
+ * How a round ends, after TorchElastic's rendezvous (rendezvous.ts forms the rounds):
+ *
+ * - A goodbye or a kick closes the round with restore:true (the in-flight step is undone): not a restart.
+ * - A failure (socket closed without goodbye, heartbeat older than 3×heartbeatMs, a failure report, a
+ *   hash divergence) closes it with restore:true and counts a restart, charged to its culprits
+ *   (penalties.ts); past maxRestarts the job fails. A failure report that blames a peer waits for the
+ *   peer's goodbye for a grace period before it counts (`blamedRestart`).
+ * - Members not ready in time are dropped (a strike each, no restart); banned workers are disconnected.
+ * - At a commit boundary the round closes with restore:false and reopens at once to admit newcomers,
+ *   shrink the world or rebalance shares (`admitAtBoundaryIn`).
+ * - Survivors are re-enrolled first, in old-rank order, so ranks stay dense and stable where possible.
+ *
+ * The `…In(ctx)` functions mutate a transition's private copy (see context.ts).
+ */
+import {
+  log,
+  metric,
+  own,
+  persist,
+  sendConn,
+  sendWorker,
+  writableConnections,
+  writableWorkers,
+  type Ctx,
+} from './context';
+import { CloseCode, type CloseReason } from '../../core/protocol/coordinator-messages';
+import { holdsState, requestCheckpointIn } from './checkpoints';
+import { chargeIn, bannedUntil, culpritOf, refuseConnIn, type Culprit } from './penalties';
+import { admissibleWaiters, evaluateGatheringIn, notifyWaitingIn, openRoundIn } from './rendezvous';
+import { computeShares, sharesDrift } from './shares';
+
+/**
+ * Close the open round: `round_closed` to every remaining participant, survivors re-enrolled at the
+ * head of the wait list in rank order (`demote` goes to the tail). A failure counts a restart and may
+ * fail the job. Does not open the next round: callers follow with `afterCloseIn` or `openRoundIn`.
+ */
+export function closeRoundIn(
+  ctx: Ctx,
+  reason: CloseReason,
+  restore: boolean,
+  failure: boolean,
+  demote?: string,
+  culprits: Culprit[] = [],
+): void {
+  const { s, now } = ctx;
+  const rv = s.rendezvous;
+  if (rv.phase === 'gathering') return;
+  const closed = rv.round;
+  const survivors = rv.participants.filter((p) => s.workers[p.workerId]).map((p) => p.workerId);
+  for (const id of survivors) sendWorker(ctx, id, { type: 'round_closed', round: closed, reason, restore });
+  rv.closedRound = { round: closed, members: rv.participants.map((p) => p.workerId) };
+  const head = survivors.filter((id) => id !== demote);
+  const tail = demote !== undefined && survivors.includes(demote) ? [demote] : [];
+  rv.waitList = [...head, ...rv.waitList.filter((id) => !survivors.includes(id)), ...tail];
+  rv.participants = [];
+  rv.phase = 'gathering';
+  rv.deadline = null;
+  rv.readyDeadline = null;
+  rv.stepStartedAt = null;
+  rv.gatheringSince = now;
+  rv.roundCommits = 0;
+  s.pending = {};
+  metric(ctx, 'tabswarm_world_size', 0);
+  log(ctx, failure ? 'warn' : 'info', 'round_closed', { round: closed, reason, restore, restart: failure });
+  if (failure) countRestartIn(ctx, culprits);
+}
+
+/**
+ * How long a blamed worker has to say goodbye before its peers' failure report counts as a restart
+ * (see `CoordinatorState.blamedRestart`). A closing tab's goodbye lands within milliseconds.
+ */
+export const GOODBYE_GRACE_MS = 1000;
+
+/**
+ * Count one failure restart (persisted); past maxRestarts the job fails. The restart is charged to its
+ * culprits first (penalties.ts): when one of them is over its quota the restart is absorbed (not
+ * counted against the job) and the culprit is cooled off.
+ */
+function countRestartIn(ctx: Ctx, culprits: Culprit[]): void {
+  const s = ctx.s;
+  if (culprits.length > 0 && chargeIn(ctx, culprits, 'restart').absorbed) {
+    metric(ctx, 'tabswarm_restarts_absorbed_total');
+    log(ctx, 'warn', 'restart_absorbed', { culprits, restarts: s.restarts });
+    enforceBansIn(ctx);
+    return;
+  }
+  s.restarts += 1;
+  metric(ctx, 'tabswarm_restarts_total');
+  if (s.restarts > s.job.maxRestarts) {
+    failJobIn(ctx, `restart ${s.restarts} exceeds maxRestarts ${s.job.maxRestarts}`);
+    return;
+  }
+  persist(ctx);
+}
+
+/**
+ * The blamed worker did not say goodbye in time (or failed itself): the restart counts now. It is
+ * charged to the blamed worker when its failure is corroborated (its socket died, its heartbeat went
+ * silent, it failed again), otherwise to the reporter: an accusation nobody else confirms costs the
+ * accuser.
+ */
+export function confirmBlamedRestartIn(ctx: Ctx, why: string, corroborated: boolean): void {
+  const blamed = ctx.s.blamedRestart;
+  if (!blamed) return;
+  ctx.s.blamedRestart = null;
+  const culprit: Culprit | undefined = corroborated
+    ? { workerId: blamed.workerId, addr: blamed.addr ?? '' }
+    : blamed.reporter;
+  log(ctx, 'warn', 'restart_confirmed', { workerId: blamed.workerId, why, corroborated, charged: culprit ?? null });
+  if (ctx.s.status === 'active' || ctx.s.status === 'paused') countRestartIn(ctx, culprit ? [culprit] : []);
+}
+
+/**
+ * Close the sockets of every worker whose id or address is cooling off, and forget them (a departure,
+ * not a failure: the restart that led here was already charged). An open round they were in closes.
+ */
+export function enforceBansIn(ctx: Ctx): void {
+  const s = ctx.s;
+  let memberBanned = false;
+  for (const worker of Object.values(s.workers)) {
+    const until = bannedUntil(s, ctx.now, worker);
+    if (until === null) continue;
+    const { workerId } = worker;
+    refuseConnIn(ctx, worker.conn, until);
+    if (s.blamedRestart?.workerId === workerId) s.blamedRestart = null;
+    memberBanned = removeWorkerIn(ctx, workerId) || memberBanned;
+    log(ctx, 'warn', 'worker_refused', { workerId, addr: worker.addr });
+  }
+  if (memberBanned && s.status === 'active') {
+    closeRoundIn(ctx, 'kicked', true, false);
+    afterCloseIn(ctx);
+  }
+}
+
+/** After a close that was not followed by an immediate new round: gather again and tell the waiters. */
+export function afterCloseIn(ctx: Ctx): void {
+  if (ctx.s.status === 'failed' || ctx.s.status === 'done') return;
+  const roundBefore = ctx.s.rendezvous.round;
+  evaluateGatheringIn(ctx);
+  // openRoundIn already told the rest of the wait list.
+  if (ctx.s.rendezvous.round === roundBefore) notifyWaitingIn(ctx);
+}
+
+/** The job failed: tell and disconnect everyone. */
+export function failJobIn(ctx: Ctx, why: string): void {
+  const s = ctx.s;
+  s.status = 'failed';
+  s.rendezvous.phase = 'gathering';
+  s.rendezvous.participants = [];
+  s.rendezvous.waitList = [];
+  s.rendezvous.deadline = null;
+  log(ctx, 'error', 'job_failed', { why, restarts: s.restarts });
+  persist(ctx);
+  for (const w of Object.values(s.workers)) {
+    sendConn(ctx, w.conn, { type: 'error', code: 'job_failed', message: why });
+    ctx.out.push({ kind: 'close', conn: w.conn, code: CloseCode.jobOver, reason: 'job failed' });
+  }
+}
+
+/** Forget a worker (its socket stays open unless the caller closes it). Returns whether it was in the open round. */
+export function removeWorkerIn(ctx: Ctx, workerId: string): boolean {
+  const s = ctx.s;
+  const worker = s.workers[workerId];
+  if (!worker) return false;
+  delete writableWorkers(ctx)[workerId];
+  const conn = s.connections[worker.conn];
+  if (conn && conn.workerId === workerId) writableConnections(ctx)[worker.conn] = { ...conn, workerId: null };
+  const rv = s.rendezvous;
+  rv.waitList = rv.waitList.filter((id) => id !== workerId);
+  const wasMember = rv.phase !== 'gathering' && rv.participants.some((p) => p.workerId === workerId);
+  metric(ctx, 'tabswarm_leaves_total');
+  return wasMember;
+}
+
+/**
+ * A graceful departure (goodbye, or an admin kick): the round closes with restore:true, no restart.
+ * If the leaver is the round's last member and the last commit is newer than the latest checkpoint,
+ * it is asked for a checkpoint first (a tab on `pagehide` may still manage the upload).
+ */
+export function leaveIn(ctx: Ctx, workerId: string, reason: 'goodbye' | 'kicked'): void {
+  const s = ctx.s;
+  const worker = s.workers[workerId];
+  if (!worker) return;
+  const rv = s.rendezvous;
+  const lastMember = rv.participants.length === 1 && rv.participants[0].workerId === workerId;
+  const latestCheckpoint = s.checkpoints.length ? s.checkpoints[s.checkpoints.length - 1].step : 0;
+  if (reason === 'goodbye' && lastMember && s.lastCommit.step > latestCheckpoint && holdsState(worker, s.lastCommit)) {
+    requestCheckpointIn(ctx, workerId);
+  }
+  if (s.blamedRestart?.workerId === workerId) {
+    // Its peers saw its channel close before its goodbye arrived: a clean leave, not a restart.
+    s.blamedRestart = null;
+    log(ctx, 'info', 'restart_excused', { workerId, reason });
+  }
+  const wasMember = removeWorkerIn(ctx, workerId);
+  log(ctx, 'info', 'leave', { workerId, reason, wasMember });
+  if (wasMember && s.status === 'active') {
+    closeRoundIn(ctx, reason, true, false);
+    afterCloseIn(ctx);
+  } else if (s.status === 'active' && rv.phase === 'gathering') {
+    evaluateGatheringIn(ctx);
+  }
+}
+
+/**
+ * Failures: remove the given workers (if `remove`), count each, and close the round (one restart) if
+ * one of them was a member. `blame` (a failure report's peer) is demoted to the tail of the wait list.
+ */
+export function failIn(
+  ctx: Ctx,
+  workerIds: string[],
+  reason: 'failure' | 'divergence',
+  detail: string,
+  opts: { remove: boolean; blame?: string },
+): void {
+  const s = ctx.s;
+  const rv = s.rendezvous;
+  let memberFailed = false;
+  let blamedFailed = false;
+  // Addresses are read before the workers are removed. A failure report without blame is charged to
+  // its reporter (it says it failed); one with blame waits for corroboration (blamedRestart).
+  const culprits = workerIds.map((id) => culpritOf(s, id));
+  const blamedAddr = opts.blame !== undefined ? culpritOf(s, opts.blame).addr : '';
+  for (const id of workerIds) {
+    const member = rv.phase !== 'gathering' && rv.participants.some((p) => p.workerId === id);
+    if (opts.remove) removeWorkerIn(ctx, id);
+    metric(ctx, 'tabswarm_failures_total');
+    log(ctx, 'warn', 'worker_failed', { workerId: id, detail, member, round: rv.round });
+    memberFailed ||= member;
+    blamedFailed ||= s.blamedRestart?.workerId === id;
+  }
+  if (memberFailed && s.status === 'active') {
+    // A blamed worker that fails inside a new round costs that round's restart only (one fault, one count).
+    if (blamedFailed) s.blamedRestart = null;
+    const deferred = reason === 'failure' && opts.blame !== undefined;
+    closeRoundIn(ctx, reason, true, !deferred, opts.blame, culprits);
+    if (deferred && s.status === 'active') {
+      if (s.blamedRestart)
+        confirmBlamedRestartIn(ctx, 'a second blame arrived', !own(s.workers, s.blamedRestart.workerId));
+      s.blamedRestart = {
+        workerId: opts.blame!,
+        deadline: ctx.now + GOODBYE_GRACE_MS,
+        addr: blamedAddr,
+        reporter: culprits[0],
+      };
+      log(ctx, 'info', 'restart_deferred', { workerId: opts.blame!, until: ctx.now + GOODBYE_GRACE_MS });
+    }
+    afterCloseIn(ctx);
+  } else {
+    if (blamedFailed) confirmBlamedRestartIn(ctx, detail, true);
+    if (s.status === 'active' && rv.phase === 'gathering') evaluateGatheringIn(ctx);
+  }
+}
+
+/**
+ * The round's ready deadline passed: members that are not `ready` are dropped (socket closed, a strike
+ * charged to them and their address, no restart: a member that never syncs is no failure of the job),
+ * and the round closes so the others regather at once.
+ */
+export function dropNotReadyIn(ctx: Ctx): void {
+  const s = ctx.s;
+  const late = s.rendezvous.participants.filter((p) => !p.ready).map((p) => p.workerId);
+  const culprits = late.map((id) => culpritOf(s, id));
+  log(ctx, 'warn', 'ready_timeout', { round: s.rendezvous.round, workers: late });
+  for (const id of late) {
+    const worker = own(s.workers, id);
+    if (!worker) continue;
+    ctx.out.push({ kind: 'close', conn: worker.conn, code: CloseCode.notReady, reason: 'not ready in time' });
+    removeWorkerIn(ctx, id);
+    metric(ctx, 'tabswarm_ready_timeouts_total');
+  }
+  closeRoundIn(ctx, 'failure', true, false);
+  chargeIn(ctx, culprits, 'not ready in time');
+  enforceBansIn(ctx);
+  afterCloseIn(ctx);
+}
+
+/** Shares are re-measured at a commit boundary only after this many commits in the round … */
+export const REBALANCE_MIN_COMMITS = 50;
+
+/** … and only if some share would change by more than this fraction. */
+export const REBALANCE_DRIFT = 0.25;
+
+/**
+ * At a commit boundary: a new round if newcomers can be admitted, the world must shrink (max lowered)
+ * or shares drifted. Closes with restore:false and opens the next round at once. Returns whether it did.
+ */
+export function admitAtBoundaryIn(ctx: Ctx): boolean {
+  const s = ctx.s;
+  const rv = s.rendezvous;
+  if (s.status !== 'active' || rv.phase !== 'training') return false;
+  const world = rv.participants.length;
+  let reason: CloseReason | null = null;
+  if ((admissibleWaiters(s).length > 0 && world < s.job.maxWorkers) || world > s.job.maxWorkers) reason = 'membership';
+  else if (rv.roundCommits >= REBALANCE_MIN_COMMITS && world > 1) {
+    const proposed = computeShares(rv.participants.map((p) => s.workers[p.workerId].throughput));
+    if (
+      sharesDrift(
+        rv.participants.map((p) => p.share),
+        proposed,
+      ) > REBALANCE_DRIFT
+    )
+      reason = 'rebalance';
+  }
+  if (reason === null) return false;
+  closeRoundIn(ctx, reason, false, false);
+  openRoundIn(ctx);
+  return true;
+}

@@ -1,0 +1,54 @@
+/**
+ * The control protocol between tabs and the coordinator (JSON text frames on the `/ws` WebSocket).
+ * Every message is a discriminated union member on `type` (the message kind) with `v: PROTOCOL_VERSION`
+ * (a frame of another version is answered with `error {code:'bad_version'}`), validated with zod
+ * on receipt on both sides: strict objects (unknown fields rejected), finite numbers only (zod 4 rejects
+ * NaN and ±Infinity, e.g. a `1e999` literal), bounded strings, and a bounded frame size.
+ *
+ * Steps are numbered from 1; "step 0" is the initial state (parameters initialised from the job seed).
+ * `stepPosition(step, job)` in sampler.ts maps a step to its epoch and cursor: which samples form a step
+ * never depends on the world.
+ *
+ * Worker life cycle: hello → welcome → (wait)* → round → sync state (stateFrom) + connect the ring → ready →
+ * train → step_report per step, waiting for `committed` after each commit point (`isCommitPoint`) →
+ * … → round_closed (restore or not) → round … → done. Heartbeats throughout. Rank 0 also sends
+ * `evaluation` after the commits that are evaluation points (`isEvaluationPoint` in core/training/evaluation-schedule.ts).
+ *
+ * This file: the version and the field schemas both directions share. The messages are in
+ * tab-messages.ts (tab → coordinator) and coordinator-messages.ts (coordinator → tab); reading a frame
+ * (size cap, JSON, version, schema) is control-parse.ts.
+ */
+import { z } from 'zod';
+
+export const PROTOCOL_VERSION = 1;
+
+/** Names an object inherits (`__proto__`, `constructor`, …): never valid ids, so no lookup can reach them. */
+const PROTOTYPE_KEYS = new Set(Object.getOwnPropertyNames(Object.prototype));
+
+/** Run ids, worker ids, peer ids: short, printable, no spaces, not an inherited property name. */
+export const idSchema = z
+  .string()
+  .min(1)
+  .max(64)
+  .regex(/^[A-Za-z0-9_.:-]+$/, 'ids are [A-Za-z0-9_.:-]{1,64}')
+  .refine((id) => !PROTOTYPE_KEYS.has(id), 'ids may not be a property name of Object.prototype');
+
+/** The reconnect secret of `welcome` (base64url). */
+export const secretSchema = z
+  .string()
+  .min(16)
+  .max(128)
+  .regex(/^[A-Za-z0-9_-]+$/, 'secrets are base64url');
+/** A state hash (hash.ts) or a checkpoint file's sha256: both SHA-256, 64 lower-case hex digits. */
+export const hashSchema = z.string().regex(/^[0-9a-f]{64}$/, 'hashes are SHA-256: 64 lower-case hex digits');
+/** A step number (0: the initial state). */
+export const stepSchema = z.int().min(0);
+/** A round number (0 before the first). */
+export const roundSchema = z.int().min(0);
+/** A rank in a world of up to 4096. */
+export const rankSchema = z.int().min(0).max(4095);
+/** Free text of at most `max` characters. */
+export const textSchema = (max: number) => z.string().max(max);
+
+/** Every message's `v` field: the protocol version. */
+export const versionSchema = z.literal(PROTOCOL_VERSION);
