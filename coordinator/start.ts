@@ -120,7 +120,7 @@ function openState(store: SqliteStore, config: CoordinatorConfig, policy: Trust[
     const restored: CoordinatorState = opened.durable
       ? restoreState(opened.durable as DurableState, policy)
       : initialState(config.job, fullSize, opened.runId, policy);
-    // Which steps are recomputed is drawn from this secret (core/verification.ts): not predictable by tabs.
+    // Which steps are recomputed is drawn from this secret (machine/verification.ts): not predictable by tabs.
     const state: CoordinatorState = { ...restored, verifySalt: randomBytes(16).toString('hex') };
     return { opened, state, datasetSize };
   } catch (error) {
@@ -306,7 +306,7 @@ function httpServer(
   return server;
 }
 
-/** The recomputing verifier and the upload service in front of it (core/verification.ts). */
+/** The recomputing verifier and the upload service in front of it (machine/verification.ts). */
 async function startVerifier(
   config: CoordinatorConfig,
   executor: MachineExecutor,

@@ -136,9 +136,9 @@ async function uploadCheckpoint(
   const snapshot = checkedSnapshot(body, step, executor.state, reject);
   // The coordinator hashes the uploaded state itself (the header's hash is the sender's claim) and
   // stores it only if that equals the hash every rank reported for the committed step (parameters,
-  // and in local mode the outer momentum: core/hash.ts `stateHash`, a tree of SHA-256, so other bytes cannot match it).
+  // and in local mode the outer momentum: core/state/hash.ts `stateHash`, a tree of SHA-256, so other bytes cannot match it).
   if (grant!.hash === null) reject(409, 'no_hash', `step ${step} has no committed hash to verify against`);
-  // decodeSnapshot hashed the bytes itself (core/hash.ts `stateHash`); the header's hashes are only checked against them.
+  // decodeSnapshot hashed the bytes itself (core/state/hash.ts `stateHash`); the header's hashes are only checked against them.
   const computed = snapshot.stateHash;
   if (computed !== grant!.hash) {
     reject(422, 'hash_mismatch', `snapshot parameters hash to ${computed}, step ${step} committed ${grant!.hash}`);
