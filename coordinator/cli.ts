@@ -1,7 +1,8 @@
 /**
  * `tabswarm coordinator [--port 8080] [--host 127.0.0.1] [--data-dir ./.tabswarm] [--job job.json]
- *  [--dataset DIR] [--admin-token T] [--dist DIR] [--local-workers N] [network flags: net-flags.ts]`
- * `tabswarm swarm (--url URL | --job FILE) --workers N [...]` (tools/swarm/swarm-command.ts)
+ *  [--dataset DIR] [--admin-token T] [--dist DIR] [network flags: net-flags.ts] [trust flags: trust-flags.ts]`
+ * The product's one command. Headless tabs for a demo or a chaos run come from the swarm tool
+ * (`npm run swarm`, tools/swarm/cli.ts), which this file never imports.
  *
  * Every way the coordinator cannot start (bad job file, no dataset, port in use, unwritable data dir)
  * ends with one line on stderr naming the cause and the fix, and exit code 1: the person reading it is
@@ -20,7 +21,6 @@ import {
   resolveDatasetDir,
   StartupError,
 } from './config/startup-config';
-import { registerSwarmCommand, startLocalWorkers, type LocalWorkers } from '../tools/swarm';
 import { addTrustFlags, trustOptionsOf, type TrustFlags } from './config/trust-flags';
 
 function oneLine(text: string): string {
@@ -34,13 +34,6 @@ function parsePort(value: string): number {
   return port;
 }
 
-function parseLocalWorkers(value: string): number {
-  const n = Number(value);
-  if (!Number.isInteger(n) || n < 1 || n > 64)
-    throw new InvalidArgumentError('the number of local worker tabs is an integer in 1..64');
-  return n;
-}
-
 interface CoordinatorFlags extends TrustFlags, NetFlags {
   port: number;
   host: string;
@@ -49,7 +42,6 @@ interface CoordinatorFlags extends TrustFlags, NetFlags {
   dataset?: string;
   adminToken?: string;
   dist: string;
-  localWorkers?: number;
 }
 
 async function runCoordinator(flags: CoordinatorFlags): Promise<void> {
@@ -90,18 +82,7 @@ async function runCoordinator(flags: CoordinatorFlags): Promise<void> {
     console.log(
       'note: anyone with the URL may join and this job trusts their gradients; add "verify": {"probability": 0.05} to the job file to check contributions (docs/threat-model.md)',
     );
-
-  let localWorkers: LocalWorkers | null = null;
-  closeOnSignals(coordinator, () => localWorkers);
-
-  if (flags.localWorkers) {
-    try {
-      localWorkers = await startLocalWorkers({ url: coordinator.url, workers: flags.localWorkers });
-    } catch (error) {
-      await coordinator.close();
-      throw new StartupError(`cannot start ${flags.localWorkers} local worker tab(s): ${(error as Error).message}`);
-    }
-  }
+  closeOnSignals(coordinator);
 }
 
 /** The one line an operator sees for a start-up failure the coordinator can name; other errors pass through. */
@@ -121,17 +102,16 @@ function startupErrorOf(error: unknown, flags: CoordinatorFlags): unknown {
   return error;
 }
 
-/** Ctrl-C / SIGTERM: the local tabs say goodbye first, then the coordinator closes; a second signal exits at once. */
-function closeOnSignals(coordinator: RunningCoordinator, localWorkers: () => LocalWorkers | null): void {
+/** Ctrl-C / SIGTERM: the coordinator closes (sockets, then the store); a second signal exits at once. */
+function closeOnSignals(coordinator: RunningCoordinator): void {
   let closing = false;
   const shutdown = (signal: string) => {
     // A second signal: the operator wants out now. The store is consistent after every transaction.
     if (closing) process.exit(1);
     closing = true;
     console.log(`tabswarm coordinator: ${signal}, closing`);
-    // Tabs first: each says goodbye while the coordinator still listens.
-    (localWorkers()?.stop() ?? Promise.resolve())
-      .then(() => coordinator.close())
+    coordinator
+      .close()
       .then(() => process.exit(0))
       .catch((error) => {
         console.error(`tabswarm: error while closing: ${oneLine((error as Error).message)}`);
@@ -161,16 +141,10 @@ function buildProgram(): Command {
       '--admin-token <token>',
       'bearer token for /api/admin (default: $TABSWARM_ADMIN_TOKEN, else random, printed once)',
     )
-    .option('--dist <dir>', 'the built web app to serve', DEFAULT_DIST_DIR)
-    .option(
-      '--local-workers <n>',
-      'also open N headless Chromium tabs that train (the quickest demo; Ctrl-C stops all)',
-      parseLocalWorkers,
-    );
+    .option('--dist <dir>', 'the built web app to serve', DEFAULT_DIST_DIR);
   addNetOptions(coordinator).action(async (flags: CoordinatorFlags) => {
     await runCoordinator(flags);
   });
-  registerSwarmCommand(program);
   return program;
 }
 

@@ -120,7 +120,7 @@ function openState(store: SqliteStore, config: CoordinatorConfig, policy: Trust[
     const restored: CoordinatorState = opened.durable
       ? restoreState(opened.durable as DurableState, policy)
       : initialState(config.job, fullSize, opened.runId, policy);
-    // Which steps are recomputed is drawn from this secret (core/verification.ts): not predictable by tabs.
+    // Which steps are recomputed is drawn from this secret (machine/verification.ts): not predictable by tabs.
     const state: CoordinatorState = { ...restored, verifySalt: randomBytes(16).toString('hex') };
     return { opened, state, datasetSize };
   } catch (error) {
@@ -197,85 +197,40 @@ export async function startCoordinator(config: CoordinatorConfig): Promise<Runni
   const store = new SqliteStore(config.dataDir);
   let verifier: { service: VerificationService; close: () => void } | null = null;
   try {
-    let metricsRef: CoordinatorMetrics | null = null;
-    const trust = setUpTrust(
-      withOwnOrigins(config),
-      config.dataDir,
-      () => executor.state,
-      (reason) => metricsRef?.messageErrors.inc(1, { code: reason }),
-    );
-    const { opened, state, datasetSize } = openState(store, config, trust.policy);
-    let control: ControlChannel | null = null;
-    let server: CoordinatorServer | null = null;
-    const metrics = new CoordinatorMetrics(
-      () => executor.state,
-      () => ({ sockets: control?.size ?? 0, peers: server?.peer?.clientCount ?? 0 }),
-    );
-    metricsRef = metrics;
-    const executor: MachineExecutor = newExecutor(config, state, {
-      store,
-      runId: opened.runId,
-      metrics,
-      trust,
-      log,
-      control: () => control!,
-    });
-    control = new ControlChannel({
-      dispatch: (event) => executor.dispatch(event),
-      metrics,
-      screen: trust.screen,
-    });
-    const admin = adminRouter(config, opened.runId, store, executor, metrics, trust);
+    const machine = startMachine(config, store, log);
+    const { executor, trust, opened } = machine;
+    const admin = adminRouter(config, opened.runId, store, executor, machine.metrics, trust);
     // p = 0: sketches and the ring identity only, nothing to recompute.
     verifier = (config.job.verify?.probability ?? 0) > 0 ? await startVerifier(config, executor, log) : null;
-    server = new CoordinatorServer({
-      runId: opened.runId,
-      store,
-      executor,
-      metrics,
-      control,
-      staticFiles: staticFiles(config.distDir),
-      datasetRoute: (req, res) => config.dataset.route(req, res),
-      admin,
-      maxCheckpointBytes: checkpointLimit(config.job),
-      verification: verifier?.service,
-      gate: trust.gate,
-      tls: config.tls,
-      publicUrl: config.publicUrl,
-      trustProxy: config.trustProxy,
-    });
-    server.peer = mountPeerSignaling(server.http);
-
-    const http = server.http;
-    await listen(http, config.port, config.host).catch((error: unknown) => {
-      server?.peer?.close();
-      admin.close();
+    const server = httpServer(config, store, machine, admin, verifier?.service);
+    const release = () => {
       trust.close();
       verifier?.close();
+    };
+    await listen(server.http, config.port, config.host).catch((error: unknown) => {
+      server.peer?.close();
+      admin.close();
+      release();
       throw error;
     });
-    http.on('error', (error) => log(`tabswarm error: http server: ${error.message}`));
+    server.http.on('error', (error) => log(`tabswarm error: http server: ${error.message}`));
     executor.start();
     executor.dispatch({ kind: 'tick' });
-
+    const stop = () => {
+      admin.close();
+      executor.stop();
+      machine.control.closeAll();
+      server.peer?.close();
+    };
     return running(
-      http,
-      { runId: opened.runId, resumed: opened.resumed, datasetSize, supersededRunId: opened.supersededRunId },
+      server.http,
       {
-        executor,
-        store,
-        tls: config.tls !== undefined,
-        release: () => {
-          trust.close();
-          verifier?.close();
-        },
-        stop: () => {
-          admin.close();
-          executor.stop();
-          control!.closeAll();
-          server!.peer?.close();
-        },
+        runId: opened.runId,
+        resumed: opened.resumed,
+        datasetSize: machine.datasetSize,
+        supersededRunId: opened.supersededRunId,
       },
+      { executor, store, tls: config.tls !== undefined, release, stop },
     );
   } catch (error) {
     verifier?.close();
@@ -284,7 +239,74 @@ export async function startCoordinator(config: CoordinatorConfig): Promise<Runni
   }
 }
 
-/** The recomputing verifier and the upload service in front of it (core/verification.ts). */
+/** The sockets the metrics count, known once the control channel and the server exist. */
+interface Links {
+  control: ControlChannel | null;
+  server: CoordinatorServer | null;
+  metrics: CoordinatorMetrics | null;
+}
+
+/**
+ * The machine and what feeds it: the trust policy, the run's state opened in the store, the metrics,
+ * the executor of the machine's actions, and the control channel whose events it takes.
+ */
+function startMachine(config: CoordinatorConfig, store: SqliteStore, log: (line: string) => void) {
+  const links: Links = { control: null, server: null, metrics: null };
+  const trust = setUpTrust(
+    withOwnOrigins(config),
+    config.dataDir,
+    () => executor.state,
+    (reason) => links.metrics?.messageErrors.inc(1, { code: reason }),
+  );
+  const { opened, state, datasetSize } = openState(store, config, trust.policy);
+  const metrics = new CoordinatorMetrics(
+    () => executor.state,
+    () => ({ sockets: links.control?.size ?? 0, peers: links.server?.peer?.clientCount ?? 0 }),
+  );
+  links.metrics = metrics;
+  const executor: MachineExecutor = newExecutor(config, state, {
+    store,
+    runId: opened.runId,
+    metrics,
+    trust,
+    log,
+    control: () => control,
+  });
+  const control = new ControlChannel({ dispatch: (event) => executor.dispatch(event), metrics, screen: trust.screen });
+  links.control = control;
+  return { trust, opened, datasetSize, metrics, executor, control, links };
+}
+
+/** The HTTP server on the machine (the one API router, static files, /ws) with PeerJS signalling mounted. */
+function httpServer(
+  config: CoordinatorConfig,
+  store: SqliteStore,
+  machine: ReturnType<typeof startMachine>,
+  admin: ReturnType<typeof adminRouter>,
+  verification: VerificationService | undefined,
+): CoordinatorServer {
+  const server = new CoordinatorServer({
+    runId: machine.opened.runId,
+    store,
+    executor: machine.executor,
+    metrics: machine.metrics,
+    control: machine.control,
+    staticFiles: staticFiles(config.distDir),
+    datasetRoute: (req, res) => config.dataset.route(req, res),
+    admin,
+    maxCheckpointBytes: checkpointLimit(config.job),
+    verification,
+    gate: machine.trust.gate,
+    tls: config.tls,
+    publicUrl: config.publicUrl,
+    trustProxy: config.trustProxy,
+  });
+  server.peer = mountPeerSignaling(server.http);
+  machine.links.server = server;
+  return server;
+}
+
+/** The recomputing verifier and the upload service in front of it (machine/verification.ts). */
 async function startVerifier(
   config: CoordinatorConfig,
   executor: MachineExecutor,

@@ -1,6 +1,6 @@
 /**
  * An image-classification dataset in IDX files (the MNIST / Fashion-MNIST format), read from a folder
- * and served to the tabs as flat bytes.
+ * and checked: the parser and loader the coordinator and the verifier process share.
  *
  * Files: `train-images-idx3-ubyte`, `train-labels-idx1-ubyte`, `t10k-images-idx3-ubyte`,
  * `t10k-labels-idx1-ubyte`, each raw or gzipped (`.gz`; detected by the gzip magic, not the name).
@@ -8,14 +8,14 @@
  * counts that disagree, labels out of range) is one error that names the file, because the person
  * who reads it is pointing a job at a folder and needs to know which file to fix.
  *
- * The served payloads are the IDX data sections without headers (images: count·rows·cols bytes,
- * row-major; labels: count bytes); `GET /api/dataset` describes their shapes, so the browser needs
- * no IDX parser. Each payload's SHA-256 is its ETag, which the browser's cache is keyed by.
+ * The payloads the coordinator serves (coordinator/datasets/idx-routes.ts) are the IDX data sections
+ * without headers (images: count·rows·cols bytes, row-major; labels: count bytes); `datasetMetadata`
+ * describes their shapes, so the browser needs no IDX parser. Each payload's SHA-256 is its ETag, which
+ * the browser's cache is keyed by.
  */
 import { createHash } from 'node:crypto';
 import { createReadStream } from 'node:fs';
 import { stat } from 'node:fs/promises';
-import type { IncomingMessage, ServerResponse } from 'node:http';
 import { basename, join, resolve } from 'node:path';
 import { createGunzip } from 'node:zlib';
 import type { DatasetFileKey, DatasetMetadata } from '../core/data/idx-metadata';
@@ -270,7 +270,8 @@ export function datasetMetadata(dataset: IdxDataset): DatasetMetadata {
   };
 }
 
-function payload(dataset: IdxDataset, key: DatasetFileKey): Uint8Array {
+/** The bytes served for `key`: the data section of that IDX file, without its header. */
+export function payload(dataset: IdxDataset, key: DatasetFileKey): Uint8Array {
   const [split, kind] = key.split('/') as ['train' | 'test', 'images' | 'labels'];
   return dataset[split][kind];
 }
@@ -280,71 +281,4 @@ function etagOf(dataset: IdxDataset, key: DatasetFileKey): string {
 }
 
 /** The strong ETag of a payload whose SHA-256 is `hex`. */
-const sha256Etag = (hex: string) => `"sha256-${hex}"`;
-
-/**
- * HTTP routes for the dataset: `GET /api/dataset` (metadata JSON) and
- * `GET /api/dataset/{train,test}/{images,labels}` (raw bytes). Returns false for any other URL so
- * the caller can try its other routes.
- */
-export function datasetRoutes(dataset: IdxDataset): (req: IncomingMessage, res: ServerResponse) => boolean {
-  return datasetRouter(JSON.stringify(datasetMetadata(dataset)), (path) => {
-    const key = path.slice('/api/dataset/'.length) as DatasetFileKey;
-    if (!DATASET_FILE_KEYS.includes(key))
-      return { notFound: `no dataset file ${key} (files: ${DATASET_FILE_KEYS.join(', ')})` };
-    return { sha256: dataset.sha256[key], body: payload(dataset, key) };
-  });
-}
-
-/** What a dataset router serves at a path under `/api/dataset/`: bytes and their SHA-256, or why not. */
-export type DatasetFile = { sha256: string; body: Uint8Array } | { notFound: string };
-
-/**
- * The HTTP side both dataset routers share (the IDX files above, the chunks of dataset-chunks.ts):
- * `/api/dataset` answers `metadataJson`; any other path under it is `fileAt(path)`, or a 404 with its
- * message. Nothing but GET and HEAD. Payloads never change while the process runs, so each is served
- * with its SHA-256 as a strong ETag and revalidated (`no-cache`), which answers 304 to a known ETag.
- * False for URLs outside `/api/dataset`.
- */
-export function datasetRouter(
-  metadataJson: string,
-  fileAt: (path: string) => DatasetFile,
-): (req: IncomingMessage, res: ServerResponse) => boolean {
-  return (req, res) => {
-    const path = new URL(req.url ?? '/', 'http://localhost').pathname;
-    if (path !== '/api/dataset' && !path.startsWith('/api/dataset/')) return false;
-    if (req.method !== 'GET' && req.method !== 'HEAD') {
-      res.writeHead(405, { Allow: 'GET, HEAD', 'Content-Type': 'text/plain' }).end('method not allowed\n');
-      return true;
-    }
-    const head = req.method === 'HEAD';
-    if (path === '/api/dataset') {
-      res.writeHead(200, {
-        'Content-Type': 'application/json',
-        'Content-Length': Buffer.byteLength(metadataJson),
-        'Cache-Control': 'no-cache',
-      });
-      res.end(head ? undefined : metadataJson);
-      return true;
-    }
-    const file = fileAt(path);
-    if ('notFound' in file) {
-      res.writeHead(404, { 'Content-Type': 'text/plain' }).end(`${file.notFound}\n`);
-      return true;
-    }
-    const etag = sha256Etag(file.sha256);
-    const headers = { ETag: etag, 'Cache-Control': 'no-cache' };
-    const ifNoneMatch = req.headers['if-none-match'];
-    if (ifNoneMatch?.split(',').some((tag) => tag.trim() === etag)) {
-      res.writeHead(304, headers).end();
-      return true;
-    }
-    res.writeHead(200, {
-      ...headers,
-      'Content-Type': 'application/octet-stream',
-      'Content-Length': file.body.byteLength,
-    });
-    res.end(head ? undefined : file.body);
-    return true;
-  };
-}
+export const sha256Etag = (hex: string) => `"sha256-${hex}"`;

@@ -1,5 +1,6 @@
 /**
- * The one router of `/api/admin/*`, behind one guard (the admin token):
+ * The `/api/admin/*` routes, registered into the one API router (http/router.ts) behind one guard
+ * (the admin token), which runs before any route or method is looked at:
  *
  *   GET  /api/admin/feed                         live feed (Server-Sent Events, see admin-feed.ts)
  *   GET  /api/admin/model.safetensors[?step=N]   the latest (or step N's) checkpoint's parameters as safetensors
@@ -13,7 +14,7 @@
  * log, so the page sends the header wherever it can; actions never take it from the URL).
  * Errors are thrown as `HttpError` (or `ZodError` for a bad body) for the server to answer.
  */
-import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { IncomingMessage } from 'node:http';
 import { z } from 'zod';
 import { AdminFeed, type AdminFeedOptions, feedCheckpoint, type SubscribeActions } from './admin-feed';
 import { statusOf } from './audit';
@@ -21,6 +22,7 @@ import type { CheckpointListResponse } from '../../core/protocol/admin-feed';
 import { adminRefusal } from '../machine/admin';
 import { type AdminAction, adminActionSchema, type CoordinatorState } from '../machine/machine';
 import type { InviteRoutes } from './invite-routes';
+import type { RouteGuard, RouteHandler, Router } from '../http/router';
 import { bearerToken, HttpError, readJsonBody, sameSecret, sendJson } from '../http/http-util';
 import { checkpointToSafetensors, SafetensorsError, type SafetensorsExport } from '../datasets/safetensors';
 import type { CheckpointRow, Store } from '../runtime/store';
@@ -48,17 +50,14 @@ export interface AdminRoutesDeps {
 }
 
 export interface AdminRoutes {
-  /** Serves `/api/admin/<route>` (the server calls it for every path under /api/admin/). */
-  handle(req: IncomingMessage, res: ServerResponse, url: URL): Promise<void>;
+  /** Registers every `/api/admin/*` route and the token guard into the API router (the server calls it once). */
+  register(router: Router): void;
   readonly feed: AdminFeed;
   /** Ends the feed's streams and timers (call before closing the HTTP server). */
   close(): void;
 }
 
-/**
- * Body schemas of the action routes, mapped to the machine's admin actions. A Map, so that no request
- * path (`constructor`, `__proto__`) can reach an inherited property.
- */
+/** The action routes (`POST /api/admin/<name>`): each body mapped to the machine's admin action. */
 const ACTIONS = new Map<string, (body: unknown) => AdminAction>(
   Object.entries({
     pause: () => ({ type: 'pause' }),
@@ -87,6 +86,8 @@ export function authorized(req: IncomingMessage, url: URL, route: string, token:
   return sameSecret(given, token);
 }
 
+const PREFIX = '/api/admin/';
+
 export function adminRoutes(deps: AdminRoutesDeps): AdminRoutes {
   const feed = new AdminFeed({
     runId: deps.runId,
@@ -96,73 +97,83 @@ export function adminRoutes(deps: AdminRoutesDeps): AdminRoutes {
     now: deps.now,
     ...deps.feed,
   });
-  const now = deps.now ?? Date.now;
-  const count = deps.onRequest ?? (() => {});
-  const model = safetensorsExporter(deps);
-
-  async function serve(req: IncomingMessage, res: ServerResponse, url: URL, route: string): Promise<void> {
-    const method = req.method ?? 'GET';
-    if (READS.has(route)) {
-      if (method !== 'GET' && !(method === 'HEAD' && route !== 'feed')) {
-        res.setHeader('allow', route === 'feed' ? 'GET' : 'GET, HEAD');
-        throw new HttpError(405, 'method_not_allowed', `use GET for /api/admin/${route}`);
-      }
-      if (route === 'feed') feed.attach(req, res);
-      else if (route === 'checkpoints') {
-        const body: CheckpointListResponse = {
-          runId: deps.runId,
-          checkpoints: deps.store.checkpoints(deps.runId).map((row) => feedCheckpoint(deps.runId, row)),
-        };
-        sendJson(res, 200, body);
-      } else if (route === 'events') sendJson(res, 200, { events: eventsPage(deps, url) });
-      else model(req, res, url);
-      return;
-    }
-    if (route === 'invites' || route.startsWith('invites/')) {
-      if (!deps.invites) throw new HttpError(404, 'not_found', 'this coordinator has no invites');
-      await deps.invites(req, res, route.split('/').slice(1).filter(Boolean));
-      return;
-    }
-    const toAction = ACTIONS.get(route);
-    if (!toAction)
-      throw new HttpError(
-        404,
-        'not_found',
-        `no admin route "${route.slice(0, 40)}" (feed, model.safetensors, checkpoints, events; POST pause, resume, kick, workers, checkpoint)`,
-      );
-    if (method !== 'POST') {
-      res.setHeader('allow', 'POST');
-      throw new HttpError(405, 'method_not_allowed', `use POST for /api/admin/${route}`);
-    }
-    const action = checkedAction(toAction(await readJsonBody(req)), deps.state());
-    deps.dispatch(action);
-    sendJson(res, 200, { ok: true, action, status: statusOf(deps.state(), now()) });
-  }
-
   return {
     feed,
     close: () => feed.close(),
-    async handle(req, res, url) {
-      const route = url.pathname.slice('/api/admin/'.length);
-      if (!authorized(req, url, route, deps.adminToken)) {
-        count(adminRouteLabel(route), 'unauthorized');
-        res.setHeader('www-authenticate', 'Bearer realm="tabswarm admin"');
-        throw new HttpError(
-          401,
-          'unauthorized',
-          'admin calls need "Authorization: Bearer <admin token>" (or ?token= for the feed and downloads)',
+    register(router) {
+      router.guard(PREFIX, adminGuard(deps));
+      router
+        .on('GET', `${PREFIX}feed`, (req, res) => feed.attach(req, res))
+        .on(['GET', 'HEAD'], `${PREFIX}model.safetensors`, safetensorsExporter(deps))
+        .on(['GET', 'HEAD'], `${PREFIX}checkpoints`, (_req, res) => {
+          const body: CheckpointListResponse = {
+            runId: deps.runId,
+            checkpoints: deps.store.checkpoints(deps.runId).map((row) => feedCheckpoint(deps.runId, row)),
+          };
+          sendJson(res, 200, body);
+        })
+        .on(['GET', 'HEAD'], `${PREFIX}events`, (_req, res, { url }) =>
+          sendJson(res, 200, { events: eventsPage(deps, url) }),
         );
-      }
-      try {
-        await serve(req, res, url, route);
-        count(adminRouteLabel(route), 'ok');
-      } catch (error) {
-        const code = error instanceof HttpError ? error.code : error instanceof z.ZodError ? 'bad_request' : 'internal';
-        count(adminRouteLabel(route), code);
-        throw error;
-      }
+      for (const [name, toAction] of ACTIONS) router.on('POST', `${PREFIX}${name}`, actionRoute(deps, toAction));
+      registerInvites(router, deps.invites);
+      router.any(`${PREFIX}*`, (_req, _res, { rest }) => {
+        throw new HttpError(
+          404,
+          'not_found',
+          `no admin route "${rest.join('/').slice(0, 40)}" (feed, model.safetensors, checkpoints, events; POST pause, resume, kick, workers, checkpoint)`,
+        );
+      });
     },
   };
+}
+
+/** The one guard: no token, no route (401 before any 404 or 405); every answer counted by route and result. */
+function adminGuard(deps: AdminRoutesDeps): RouteGuard {
+  const count = deps.onRequest ?? (() => {});
+  return async (req, res, url, next) => {
+    const route = url.pathname.slice(PREFIX.length);
+    if (!authorized(req, url, route, deps.adminToken)) {
+      count(adminRouteLabel(route), 'unauthorized');
+      res.setHeader('www-authenticate', 'Bearer realm="tabswarm admin"');
+      throw new HttpError(
+        401,
+        'unauthorized',
+        'admin calls need "Authorization: Bearer <admin token>" (or ?token= for the feed and downloads)',
+      );
+    }
+    try {
+      const served = await next();
+      count(adminRouteLabel(route), 'ok');
+      return served;
+    } catch (error) {
+      const code = error instanceof HttpError ? error.code : error instanceof z.ZodError ? 'bad_request' : 'internal';
+      count(adminRouteLabel(route), code);
+      throw error;
+    }
+  };
+}
+
+/** `POST /api/admin/<action>`: the body mapped to the machine's admin action, checked, dispatched. */
+function actionRoute(deps: AdminRoutesDeps, toAction: (body: unknown) => AdminAction): RouteHandler {
+  const now = deps.now ?? Date.now;
+  return async (req, res) => {
+    const action = checkedAction(toAction(await readJsonBody(req)), deps.state());
+    deps.dispatch(action);
+    sendJson(res, 200, { ok: true, action, status: statusOf(deps.state(), now()) });
+  };
+}
+
+/** The invite routes of the server's admission, or a 404 that says this coordinator has none. */
+function registerInvites(router: Router, invites: InviteRoutes | undefined): void {
+  if (invites) {
+    invites.register(router);
+    return;
+  }
+  const none: RouteHandler = () => {
+    throw new HttpError(404, 'not_found', 'this coordinator has no invites');
+  };
+  router.any(`${PREFIX}invites`, none).any(`${PREFIX}invites/*`, none);
 }
 
 /**
@@ -189,7 +200,7 @@ function eventsPage(deps: AdminRoutesDeps, url: URL) {
 }
 
 /** `GET /api/admin/model.safetensors`: a stored checkpoint converted, the last conversion cached. */
-function safetensorsExporter(deps: AdminRoutesDeps): (req: IncomingMessage, res: ServerResponse, url: URL) => void {
+function safetensorsExporter(deps: AdminRoutesDeps): RouteHandler {
   // Converting a checkpoint costs a read and a copy; the same file is often downloaded twice.
   let cached: { sha256: string; result: SafetensorsExport } | null = null;
   const convert = (row: CheckpointRow): SafetensorsExport => {
@@ -211,7 +222,7 @@ function safetensorsExporter(deps: AdminRoutesDeps): (req: IncomingMessage, res:
       throw error;
     }
   };
-  return (req, res, url) => {
+  return (req, res, { url }) => {
     const row = checkpointOf(deps, url.searchParams.get('step'));
     const result = convert(row);
     res.writeHead(200, {

@@ -247,7 +247,7 @@ export function commitsPage(runId: string, rows: CommitRow[], limit: number): Co
   };
 }
 
-/** One row of `GET /api/evaluations`: an accepted `evaluation` event (core/evaluation.ts). */
+/** One row of `GET /api/evaluations`: an accepted `evaluation` event (machine/evaluation.ts). */
 export interface EvaluationView {
   /** Event-log id (pass it as `after` to page on). */
   id: number;

@@ -1,5 +1,5 @@
 /**
- * The coordinator's /metrics: the series the machine emits (`METRICS` in core/state.ts, updated by its
+ * The coordinator's /metrics: the series the machine emits (`METRICS` in machine/state.ts, updated by its
  * `metric` actions) plus what only the server sees (sockets, frames dropped before the machine,
  * store transactions, checkpoint uploads, admin calls) and gauges read from the current state, which
  * unlike counters survive a coordinator restart.

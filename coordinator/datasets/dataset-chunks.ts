@@ -11,7 +11,7 @@
  */
 import { createHash } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import { datasetRouter } from '../../node/idx';
+import { datasetRouter } from './idx-routes';
 import {
   type ChunkedPayload,
   type TensorsDatasetMetadata,
@@ -77,7 +77,7 @@ export function tensorsPayloads(dataset: TensorsDataset, chunkBytes = DEFAULT_CH
 }
 
 /**
- * Routes for `/api/dataset` (the metadata) and its chunks (datasetRouter, dataset.ts); false for other
+ * Routes for `/api/dataset` (the metadata) and its chunks (datasetRouter, idx-routes.ts); false for other
  * URLs. A chunk index that is not a plain decimal in range is 404.
  */
 export function chunkedDatasetRoutes(

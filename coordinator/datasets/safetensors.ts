@@ -139,7 +139,7 @@ export interface SafetensorsExport {
 }
 
 /**
- * Decodes checkpoint bytes (the snapshot format of core/snapshot.ts) and encodes their parameters as
+ * Decodes checkpoint bytes (the snapshot format of core/state/snapshot.ts) and encodes their parameters as
  * safetensors. A corrupt or malformed checkpoint is a `SafetensorsError` naming what is wrong.
  */
 export function checkpointToSafetensors(

@@ -1,5 +1,5 @@
 /**
- * The dataset a coordinator serves, whatever its kind: the built-in IDX image set (dataset.ts) or a
+ * The dataset a coordinator serves, whatever its kind: the built-in IDX image set (node/idx.ts) or a
  * user's text or tensors (user-datasets.ts, served in chunks by dataset-chunks.ts). Start-up needs the
  * same four things of each: its name, how many training samples the sampler permutes (text: window
  * starts), the content hashes that key a run (a run resumes only over the same data), and its routes.
@@ -8,7 +8,8 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { JobSpec } from '../../core/training/job';
 import { isTransformer, type ModelSpec } from '../../core/training/model-spec';
 import { chunkedDatasetRoutes, tensorsPayloads, textPayloads } from './dataset-chunks';
-import { datasetRoutes, type IdxDataset } from '../../node/idx';
+import type { IdxDataset } from '../../node/idx';
+import { datasetRoutes } from './idx-routes';
 import { loadTensorsDataset, loadTextDataset, sha256, type TensorsDataset } from './user-datasets';
 
 export interface ServedDataset {

@@ -1,5 +1,5 @@
 /**
- * Datasets a user brings, beside the built-in Fashion-MNIST IDX folder (dataset.ts):
+ * Datasets a user brings, beside the built-in Fashion-MNIST IDX folder (node/idx.ts):
  *
  * - **text** (`{ "kind": "text", "path": FILE_OR_DIR }`): UTF-8 text as byte tokens (vocabulary 256).
  *   A folder means its regular files (not symlinks, not hidden, not those ending in one of `skip`),

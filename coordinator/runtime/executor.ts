@@ -146,7 +146,7 @@ export class MachineExecutor {
     return this.grants.get(step);
   }
 
-  /** The open verification upload grant for the state of `step` (core/verification.ts), if any. */
+  /** The open verification upload grant for the state of `step` (machine/verification.ts), if any. */
   verifyGrant(step: number): CheckpointGrant | undefined {
     const grant = this.verifyGrants.get(step);
     const v = this.currentState.verification;

@@ -1,5 +1,5 @@
 /**
- * The I/O side of recomputed spot checks (core/verification.ts decides): the chosen member PUTs the
+ * The I/O side of recomputed spot checks (machine/verification.ts decides): the chosen member PUTs the
  * state before the checked step to `/api/verify/{runId}/{step}?token=…`; this checks the grant, decodes
  * the snapshot, compares the hash the coordinator computes over its bytes with the committed hash,
  * tells the machine (`verification_upload`), writes the bytes to a file for the verifier process and

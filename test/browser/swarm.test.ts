@@ -19,7 +19,7 @@ import { chaosSchedule } from '../../tools/swarm/chaos-schedule';
 import type { SwarmReport } from '../../tools/swarm/swarm-report';
 import { isCommitPoint } from '../../core/training/sampler';
 import { skipWithoutChromium, skipWithoutWebBuild, WEB_BUILD_DIR } from '../support/browser';
-import { CoordinatorProcess, runCoordinatorCli } from '../support/coordinator-process';
+import { CoordinatorProcess, runSwarmCli } from '../support/coordinator-process';
 import { makeTempDir, writeFakeIdxDataset } from '../support/fake-dataset';
 
 const job = {
@@ -88,7 +88,7 @@ describe.skipIf(skip)('tabswarm swarm against a real coordinator', () => {
       String(chaos.maxTabs),
       '--json',
     ];
-    const result = await runCoordinatorCli(args, { timeoutMs: 400_000 });
+    const result = await runSwarmCli(args, { timeoutMs: 400_000 });
     const context = `exit ${result.code}\nstderr:\n${result.stderr.slice(-6000)}\ncoordinator:\n${coordinator.output.slice(-3000)}`;
     const lines = result.stdout.trim().split('\n');
     expect(lines, context).toHaveLength(1);
@@ -151,7 +151,7 @@ describe.skipIf(skip)('tabswarm swarm against a real coordinator', () => {
   it('fails fast with one clear line when no coordinator answers at the URL', async () => {
     const port = await freePortThenClosed();
     const started = performance.now();
-    const result = await runCoordinatorCli(
+    const result = await runSwarmCli(
       ['swarm', '--url', `http://127.0.0.1:${port}`, '--workers', '2', '--seed', '1', '--json'],
       { timeoutMs: 60_000 },
     );
@@ -181,7 +181,7 @@ describe.skipIf(skip)('tabswarm swarm --job: a coordinator of its own', () => {
         sync: { mode: 'local', innerSteps: 8, compression: 'int8' },
       }),
     );
-    const result = await runCoordinatorCli(
+    const result = await runSwarmCli(
       [
         'swarm',
         '--job',

@@ -1,7 +1,7 @@
 /**
  * The admin routes (feed, safetensors download, checkpoint list) on a real coordinator stack in this
  * process — store, executor, control WebSocket, HTTP server, composed as coordinator/start.ts does —
- * with the admin routes mounted in front of the server's own handler (start.ts mounts them the same
+ * with the admin routes registered into the server's one API router (start.ts passes them the same
  * way), and simulated workers over real WebSockets. Every test runs twice: with the feed fed by the
  * executor's action hook (as start.ts wires it), and without one (the feed tails the store).
  */

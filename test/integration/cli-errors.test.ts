@@ -7,7 +7,7 @@ import { createServer, type Server } from 'node:net';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { makeTempDir, sharedFakeDataset, writeFakeIdxDataset } from '../support/fake-dataset';
-import { runCoordinatorCli } from '../support/coordinator-process';
+import { runCoordinatorCli, runSwarmCli } from '../support/coordinator-process';
 import { safetensorsFile } from '../support/safetensors-file';
 import {
   DEFAULT_DATASET_DIR,
@@ -205,27 +205,27 @@ describe('tabswarm swarm --job refuses a bad job file with one line, before anyt
   it('when the job file breaks the schema (local sync with H = 0), naming the field', async () => {
     const job = join(dir, 'local-h0.json');
     writeFileSync(job, JSON.stringify({ model: 'tiny-mlp', sync: { mode: 'local', innerSteps: 0 } }));
-    const result = await runCoordinatorCli(['swarm', '--job', job, '--dataset', sharedFakeDataset()]);
+    const result = await runSwarmCli(['swarm', '--job', job, '--dataset', sharedFakeDataset()]);
     expectSwarmRefusal(result, /job file .*local-h0\.json: invalid job: sync\.innerSteps/);
   });
 
   it('when the job file is missing or not JSON', async () => {
-    const missing = await runCoordinatorCli(['swarm', '--job', join(dir, 'nope.json')]);
+    const missing = await runSwarmCli(['swarm', '--job', join(dir, 'nope.json')]);
     expectSwarmRefusal(missing, /cannot read job file .*nope\.json: ENOENT/);
     const broken = join(dir, 'broken.json');
     writeFileSync(broken, '{"sync": {"mode": "local",');
-    expectSwarmRefusal(await runCoordinatorCli(['swarm', '--job', broken]), /broken\.json is not valid JSON/);
+    expectSwarmRefusal(await runSwarmCli(['swarm', '--job', broken]), /broken\.json is not valid JSON/);
   });
 
   it('when the job needs more tabs than the swarm opens, or --url is given too', async () => {
     const job = join(dir, 'three.json');
     writeFileSync(job, JSON.stringify({ model: 'tiny-mlp', minWorkers: 3, maxWorkers: 4 }));
     expectSwarmRefusal(
-      await runCoordinatorCli(['swarm', '--job', job, '--workers', '2', '--seed', '1']),
+      await runSwarmCli(['swarm', '--job', job, '--workers', '2', '--seed', '1']),
       /minWorkers is 3 but the swarm opens --workers 2/,
     );
     expectSwarmRefusal(
-      await runCoordinatorCli(['swarm', '--job', job, '--url', 'http://127.0.0.1:9']),
+      await runSwarmCli(['swarm', '--job', job, '--url', 'http://127.0.0.1:9']),
       /the coordinator at --url already runs its own job/,
     );
   });

@@ -6,7 +6,8 @@
  *   dir, a job file written from `opts.job`, a small fake IDX dataset and a fixed admin token. It
  *   resolves once the coordinator printed its listening line, and rejects with the process's output
  *   when it exits first. `restart()` starts a new process on the same data dir (and job and dataset).
- * - `runCoordinatorCli(args)` runs the CLI to its exit (for the "clear error, non-zero exit" tests).
+ * - `runCoordinatorCli(args)` runs the CLI to its exit (for the "clear error, non-zero exit" tests);
+ *   `runSwarmCli(['swarm', …])` runs the swarm tool's entry (tools/swarm/cli.ts) the same way.
  *
  * Talk to it with `SimWorker` (sim-worker.ts) and `SimTrainer` (sim-trainer.ts); fake datasets and
  * temp dirs come from fake-dataset.ts. Typical use:
@@ -28,6 +29,8 @@ import { makeTempDir, sharedFakeDataset } from './fake-dataset';
 
 export const REPO_ROOT = resolve(import.meta.dirname, '../..');
 export const CLI_PATH = join(REPO_ROOT, 'coordinator/cli.ts');
+/** The swarm tool's entry (`npm run swarm`): a developer tool, apart from the coordinator's CLI. */
+export const SWARM_CLI_PATH = join(REPO_ROOT, 'tools/swarm/cli.ts');
 export const TEST_ADMIN_TOKEN = 'test-admin-token';
 
 const liveChildren = new Set<ChildProcess>();
@@ -88,6 +91,7 @@ function spawnCli(
   args: string[],
   env: Record<string, string | undefined> = {},
   withoutReadOverride = false,
+  script = CLI_PATH,
 ): ChildProcess {
   const childEnv: Record<string, string | undefined> = {
     ...process.env,
@@ -96,7 +100,7 @@ function spawnCli(
     ...env,
   };
   // tsx as an --import hook (not the tsx CLI) so the child is one process and kill -9 hits the coordinator itself.
-  const argv = [process.execPath, '--import', 'tsx', CLI_PATH, ...args];
+  const argv = [process.execPath, '--import', 'tsx', script, ...args];
   // Root reads every file (CAP_DAC_OVERRIDE): to see a permission error as root, the child runs as root
   // without that capability (setpriv, util-linux). It stays root, so it still reads a checkout that only
   // root may enter (a switch to another user could not: `Cannot find package 'tsx'`).
@@ -121,15 +125,23 @@ function exitPromise(child: ChildProcess): Promise<ExitInfo> {
   });
 }
 
+export interface CliRunOptions {
+  env?: Record<string, string | undefined>;
+  timeoutMs?: number;
+  /** As root: run without root's permission to read files it has no mode bits for (setpriv). */
+  withoutReadOverride?: boolean;
+}
+
 /**
  * Runs the CLI with `args` to its exit (killed after `timeoutMs`) and returns its output;
  * `withoutReadOverride` (as root) runs it without root's permission to read files it has no mode bits for.
  */
 export async function runCoordinatorCli(
   args: string[],
-  opts: { env?: Record<string, string | undefined>; timeoutMs?: number; withoutReadOverride?: boolean } = {},
+  opts: CliRunOptions = {},
+  script = CLI_PATH,
 ): Promise<ExitInfo & { stdout: string; stderr: string }> {
-  const child = spawnCli(args, opts.env, opts.withoutReadOverride);
+  const child = spawnCli(args, opts.env, opts.withoutReadOverride, script);
   let stdout = '';
   let stderr = '';
   child.stdout!.on('data', (d: Buffer) => (stdout += d.toString()));
@@ -138,6 +150,14 @@ export async function runCoordinatorCli(
   const exit = await exitPromise(child);
   clearTimeout(timer);
   return { ...exit, stdout, stderr };
+}
+
+/** The swarm tool (tools/swarm/cli.ts) with `args` (e.g. `['swarm', '--job', file]`) to its exit, as `runCoordinatorCli`. */
+export function runSwarmCli(
+  args: string[],
+  opts: CliRunOptions = {},
+): Promise<ExitInfo & { stdout: string; stderr: string }> {
+  return runCoordinatorCli(args, opts, SWARM_CLI_PATH);
 }
 
 export class CoordinatorProcess {

@@ -7,7 +7,8 @@ import { existsSync } from 'node:fs';
 import { readFile } from 'node:fs/promises';
 import { createServer } from 'node:http';
 import { extname, join, normalize, sep } from 'node:path';
-import { datasetRoutes, type IdxDataset } from '../../node/idx';
+import { datasetRoutes } from '../../coordinator/datasets/idx-routes';
+import type { IdxDataset } from '../../node/idx';
 import { WEB_BUILD_DIR } from './browser';
 
 const CONTENT_TYPES: Record<string, string> = {

@@ -7,7 +7,7 @@
  * Every console error (page and its Web Workers), uncaught page error and renderer crash is kept as a
  * `TabProblem`, marked `expected` when the swarm caused it (a crash it ordered), so nothing is lost.
  *
- * The one tab driver: `npm run swarm`, `--local-workers` and the browser tests (test/support/swarm.ts
+ * The one tab driver: `npm run swarm` and the browser tests (test/support/swarm.ts
  * wraps it) all open, close, crash and read tabs through this pool.
  */
 import type { Browser, BrowserContext, CDPSession, ConsoleMessage, Page } from 'playwright-core';

@@ -6,7 +6,8 @@ import { join } from 'node:path';
 import { gzipSync } from 'node:zlib';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { resolveDatasetDir } from '../../../coordinator/config/startup-config';
-import { datasetRoutes, loadIdxDataset, parseIdx, type IdxDataset } from '../../../node/idx';
+import { datasetRoutes } from '../../../coordinator/datasets/idx-routes';
+import { loadIdxDataset, parseIdx, type IdxDataset } from '../../../node/idx';
 
 /** An IDX file written by hand: magic, big-endian dims, data — independent of the parser. */
 function idxBytes(
