@@ -20,7 +20,7 @@ import {
   verifierRequestSchema,
 } from '../core/protocol/verifier';
 import { loadIdxDataset } from '../node/idx';
-import { MOMENT_NAMES } from '../kernels/model/model';
+import { MOMENT_NAMES } from '../kernels/model/flat-optimizer';
 import { openGpu } from './gpu';
 import { Recomputer } from './recompute';
 
