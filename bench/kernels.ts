@@ -15,9 +15,9 @@
  * shared machine's speed hit both; figures are medians. No sample includes a read-back: each waits
  * for its device queue to go idle (see the page). Prints a table and one JSON line
  * `{"bench":"kernels",...}` and rewrites the generated part of the `## bench:kernels` section of
- * bench/RESULTS.md.
+ * bench/RESULTS.md. This file runs the parts; the rows, tables and the RESULTS.md block are
+ * bench/lib/kernels-report.ts.
  */
-import { readFileSync, writeFileSync, existsSync } from 'node:fs';
 import { cpus, loadavg } from 'node:os';
 import { resolve } from 'node:path';
 import { parseArgs } from 'node:util';
@@ -25,6 +25,18 @@ import type { Page } from 'playwright-core';
 import type { MatmulTile } from '../kernels/ops/matmul';
 import { launchChromium, watchPage } from '../test/support/browser';
 import { REPO_ROOT, startViteServer, type TestViteServer } from '../test/support/vite-server';
+import {
+  adapterName,
+  type MatmulResults,
+  type MatmulRow,
+  renderSection,
+  renderTable,
+  renderTransformerTable,
+  type TableSettings,
+  type TrainRow,
+  type TransformerRow,
+  writeResults,
+} from './lib/kernels-report';
 import type { AdapterReport, Side, TfjsForm } from './pages/kernel-bench-api';
 
 const { values: flags } = parseArgs({
@@ -117,37 +129,6 @@ const T0 = performance.now();
 const log = (line: string): void =>
   void process.stderr.write(`[${((performance.now() - T0) / 1000).toFixed(0).padStart(3)} s] ${line}\n`);
 
-interface MatmulRow {
-  n: number;
-  ours: number;
-  tfjs: number;
-  ratio: number;
-  variant: string;
-}
-
-/** Slowest and fastest sample (GFLOP/s) per side, for the table: how much the machine's load scattered them. */
-interface MatmulSpread {
-  ours: [number, number];
-  tfjs: [number, number];
-}
-
-interface TrainRow {
-  batch: number;
-  /** With the kernels' default matmul tile, as the app trains. */
-  ours: number;
-  tfjs: number;
-  ratio: number;
-  /** The TF.js model form that was faster (and counts as `tfjs`), and each form's rate. */
-  tfjs_form: TfjsForm;
-  tfjs_forms: Partial<Record<TfjsForm, number>>;
-  /** With the tile that won the largest matmul, when that is not the default. */
-  ours_tuned?: number;
-  tuned_variant?: string;
-}
-
-/** GFLOP/s medians of every variant tried at a size (NaN: pruned). */
-type VariantTable = Map<number, number[]>;
-
 async function main(): Promise<void> {
   const started = performance.now();
   const loadStart = loadavg();
@@ -190,12 +171,6 @@ async function initAdapter(page: Page): Promise<AdapterReport> {
   if (duplicate >= 0) VARIANTS.splice(duplicate, 1);
   VARIANTS.unshift(fallback);
   return adapter;
-}
-
-interface MatmulResults {
-  rows: MatmulRow[];
-  variantTable: VariantTable;
-  spreads: MatmulSpread[];
 }
 
 /** Every size in SIZES, pruning variants that ran below KEEP_FRACTION of the best before the next. */
@@ -335,15 +310,6 @@ async function timeTrainStep(
   return { tfjsMs: ms.slice(0, TFJS_FORMS.length), oursMs: ms.slice(TFJS_FORMS.length), steps, reference };
 }
 
-interface TransformerRow {
-  batch: number;
-  context: number;
-  /** Tokens (batch · context) per second through a whole training step. */
-  ours: number;
-  tfjs: number;
-  ratio: number;
-}
-
 /**
  * gpt-tiny's training step at each batch: both sides from the same weights and windows (their initial
  * losses must agree within 1e-4, or the bench compares different models), then timed alternately, one
@@ -438,13 +404,21 @@ function report(
     transformer_step: transformerRows,
     load: { start: loadStart.map((l) => round(l)), end: loadEnd.map((l) => round(l)), cores: cpus().length },
   };
-  const table = renderTable(result.matmul, matmul.spreads, result.train_step, matmul.variantTable, { reps: REPS });
+  const settings: TableSettings = {
+    sizes: SIZES,
+    reps: REPS,
+    tiles: VARIANTS,
+    keepFraction: KEEP_FRACTION,
+    tfjsForms: TFJS_FORMS,
+    transformerReps: TRANSFORMER_REPS,
+  };
+  const table = renderTable(result.matmul, matmul.spreads, result.train_step, matmul.variantTable, settings);
   const load = `load average ${loadStart.map((l) => l.toFixed(2)).join(' ')} at start, ${loadEnd.map((l) => l.toFixed(2)).join(' ')} at end (${cpus().length} cores); run took ${seconds.toFixed(0)} s`;
-  const lines = [table, renderTransformerTable(transformerRows), load].join('\n\n');
+  const lines = [table, renderTransformerTable(transformerRows, settings), load].join('\n\n');
   process.stdout.write(`${lines}\n${JSON.stringify(result)}\n`);
   if (PARTS.size < 3) log(`--parts ${flags.parts}: not all parts ran, so bench/RESULTS.md is left alone`);
   else if (!flags['no-write']) {
-    writeResults(renderSection(lines, JSON.stringify(result), adapter, chromium));
+    writeResults(RESULTS_PATH, renderSection(lines, JSON.stringify(result), adapter, chromium));
     log(`wrote the bench:kernels section of ${RESULTS_PATH}`);
   }
 }
@@ -460,103 +434,6 @@ function startBenchServer(): Promise<TestViteServer> {
     cacheDir: resolve(REPO_ROOT, 'node_modules/.vite-bench-kernels'),
     optimizeDeps: ['@tensorflow/tfjs', '@tensorflow/tfjs-backend-webgpu', 'zod'],
   });
-}
-
-function renderTable(
-  matmulRows: readonly MatmulRow[],
-  spreads: readonly MatmulSpread[],
-  trainRows: readonly TrainRow[],
-  variants: VariantTable,
-  info: { reps: number },
-): string {
-  const pad = (s: string | number, w: number) => String(s).padStart(w);
-  const lines = [
-    `matmul, square float32, GFLOP/s (median; ${SIZES.map((n) => (n >= 1024 ? Math.max(3, Math.ceil(info.reps / 2)) : info.reps)).join('/')} samples per side)`,
-    `${pad('n', 6)} ${pad('ours', 8)} ${pad('tfjs', 8)} ${pad('ratio', 7)}  ${'best variant'.padEnd(24)}${pad('ours min-max', 14)}${pad('tfjs min-max', 14)}`,
-    ...matmulRows.map((r, i) => {
-      const span = ([lo, hi]: [number, number]) => pad(`${lo.toFixed(2)}-${hi.toFixed(2)}`, 14);
-      return `${pad(r.n, 6)} ${pad(r.ours.toFixed(3), 8)} ${pad(r.tfjs.toFixed(3), 8)} ${pad(r.ratio.toFixed(2), 7)}  ${r.variant.padEnd(24)}${span(spreads[i].ours)}${span(spreads[i].tfjs)}`;
-    }),
-    '',
-    `our matmul variants, GFLOP/s (- : dropped after running below ${KEEP_FRACTION}x the best at a smaller size)`,
-    `${'variant'.padEnd(26)}${SIZES.map((n) => pad(n, 9)).join('')}`,
-    ...VARIANTS.map(
-      (v, i) =>
-        `${v.name.padEnd(26)}${SIZES.map((n) => pad(Number.isNaN(variants.get(n)?.[i] ?? Number.NaN) ? '-' : variants.get(n)![i].toFixed(3), 9)).join('')}`,
-    ),
-    '',
-    `mlp 784-256-128-10 training step (forward, loss, backward, Adam), samples/s (median of ${info.reps})`,
-    `${pad('batch', 6)} ${pad('ours', 8)} ${pad('tfjs', 8)} ${pad('ratio', 7)}  ${TFJS_FORMS.map((f) => pad(`tfjs ${f}`, 12)).join(' ')}${trainRows[0]?.tuned_variant ? `  ours with ${trainRows[0].tuned_variant} (ratio)` : ''}`,
-    ...trainRows.map(
-      (r) =>
-        `${pad(r.batch, 6)} ${pad(r.ours.toFixed(1), 8)} ${pad(r.tfjs.toFixed(1), 8)} ${pad(r.ratio.toFixed(2), 7)}  ` +
-        TFJS_FORMS.map((f) => pad((r.tfjs_forms[f] ?? Number.NaN).toFixed(1), 12)).join(' ') +
-        (r.ours_tuned !== undefined
-          ? `  ${pad(r.ours_tuned.toFixed(1), 8)} (${(r.ours_tuned / r.tfjs).toFixed(2)})`
-          : ''),
-    ),
-    `ours = the kernels' default matmul tile (${VARIANTS[0].name}), as the app trains; tfjs = the faster of its model forms`,
-    `(fused: tf.fused.matMul with bias+ReLU per layer; plain: matMul, add, relu), each with tf.train.adam via optimizer.minimize`,
-  ];
-  return lines.join('\n');
-}
-
-function renderTransformerTable(rows: readonly TransformerRow[]): string {
-  const pad = (s: string | number, w: number) => String(s).padStart(w);
-  return [
-    `gpt-tiny training step (forward, loss, backward, Adam), tokens/s (median of ${TRANSFORMER_REPS}; goal: ratio >= 3)`,
-    `${pad('batch', 6)} ${pad('context', 8)} ${pad('ours', 8)} ${pad('tfjs', 8)} ${pad('ratio', 7)}`,
-    ...rows.map(
-      (r) =>
-        `${pad(r.batch, 6)} ${pad(r.context, 8)} ${pad(r.ours.toFixed(1), 8)} ${pad(r.tfjs.toFixed(1), 8)} ${pad(r.ratio.toFixed(2), 7)}`,
-    ),
-    `ours = Model.trainTokens (one submission); tfjs = the same model in TF.js ops (test/support/reference-transformer-tfjs.ts)`,
-    `with tf.train.adam via optimizer.minimize; same weights and windows, initial losses equal within 1e-4`,
-  ].join('\n');
-}
-
-const BEGIN =
-  '<!-- bench:kernels:begin (generated by `npm run bench:kernels`; edits between the markers are overwritten) -->';
-const END = '<!-- bench:kernels:end -->';
-
-function adapterName(adapter: AdapterReport): string {
-  const detail = [adapter.device, adapter.description].filter(Boolean).join(', ');
-  return `${adapter.vendor}/${adapter.architecture}${detail ? ` (${detail})` : ''}`;
-}
-
-function renderSection(table: string, json: string, adapter: AdapterReport, chromium: string): string {
-  return [
-    BEGIN,
-    `Last run: ${new Date().toISOString()}, \`npm run bench:kernels\`, Chromium ${chromium} headless, adapter ${adapterName(adapter)},` +
-      ` TF.js ${adapter.tfjsVersion} WebGPU backend.`,
-    '',
-    '```text',
-    table,
-    '```',
-    '',
-    '```json',
-    json,
-    '```',
-    END,
-  ].join('\n');
-}
-
-/**
- * Replace the generated block inside `## bench:kernels` (creating the file or the section as needed),
- * leaving other benches' sections and the hand-written notes of this one alone.
- */
-function writeResults(block: string): void {
-  let text = existsSync(RESULTS_PATH) ? readFileSync(RESULTS_PATH, 'utf8') : '# Benchmark results\n';
-  const begin = text.indexOf(BEGIN.slice(0, 30));
-  const end = text.indexOf(END);
-  if (begin >= 0 && end > begin) {
-    text = text.slice(0, begin) + block + text.slice(end + END.length);
-  } else if (/^## bench:kernels\s*$/m.test(text)) {
-    text = text.replace(/^## bench:kernels\s*$/m, `## bench:kernels\n\n${block}\n`);
-  } else {
-    text = `${text.trimEnd()}\n\n## bench:kernels\n\n${block}\n`;
-  }
-  writeFileSync(RESULTS_PATH, text);
 }
 
 main().catch((err: unknown) => {

@@ -2,7 +2,7 @@
  * What one spot check costs the coordinator's machine, and how far honest and lying sketches land from
  * the verifier's: `npm run bench:verifier -- [--model mlp] [--batch 128] [--worlds 1,2,4] [--reps 5]`.
  *
- * The real verifier child (coordinator/trust/trust/verifier-client.ts → verifier/, Dawn on this machine's adapter)
+ * The real verifier child (coordinator/trust/verifier-client.ts → verifier/, Dawn on this machine's adapter)
  * recomputes step 11 of a job on Fashion-MNIST from a snapshot (the job's initial parameters, random
  * AdamW moments, t = 10) for each world size, the global batch split equally over the ranks as the
  * sampler splits it. Reference, side by side in the same run: the same recomputation by the float64 CPU

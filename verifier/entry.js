@@ -1,4 +1,4 @@
-// The verifier process's entry (forked by coordinator/trust/trust/verifier-client.ts): the sources are TypeScript,
+// The verifier process's entry (forked by coordinator/trust/verifier-client.ts): the sources are TypeScript,
 // so register tsx's loader, as bin/tabswarm.js does, then the `?raw` imports of the kernels' WGSL
 // (raw-hooks.js; registered last, so it sees those imports first), and run verifier/main.ts.
 import { register } from 'node:module';

@@ -1,6 +1,6 @@
 /**
  * The verifier process: a trusted recomputation service beside the coordinator (as BOINC's validator
- * runs beside its server), spawned by coordinator/trust/trust/verifier-client.ts through `verifier/entry.js` and
+ * runs beside its server), spawned by coordinator/trust/verifier-client.ts through `verifier/entry.js` and
  * spoken to over Node's IPC channel (core/protocol/verifier.ts).
  *
  * It waits for `init` (the job, the dataset folder), opens a WebGPU device, loads the IDX training set,
@@ -20,7 +20,7 @@ import {
   verifierRequestSchema,
 } from '../core/protocol/verifier';
 import { loadIdxDataset } from '../node/idx';
-import { MOMENT_NAMES } from '../kernels/model/model';
+import { MOMENT_NAMES } from '../kernels/model/flat-optimizer';
 import { openGpu } from './gpu';
 import { Recomputer } from './recompute';
 

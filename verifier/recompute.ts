@@ -6,7 +6,7 @@
  * optimizer step t), the hash the ranks reported for θ_s (the sketch seed), and every rank's sample
  * indices. The recomputation is what a tab does in web/worker/elastic-steps.ts:
  *
- *   g_r   = the gradient sums of rank r's samples at θ_{s−1}   (one forward/backward, kernels/model/model/model.ts)
+ *   g_r   = the gradient sums of rank r's samples at θ_{s−1}   (one forward/backward, kernels/model/model.ts)
  *   G     = Σ_r g_r, float32, in rank order                      (the all-reduce's sum)
  *   θ_s*  = the job's optimizer applied to θ_{s−1} with G / count (`writeGradients` + `applyOptimizer(count)`)
  *

@@ -41,3 +41,6 @@ export function exitUnlessReady(name: string, o: { netbed?: boolean } = {}): voi
     process.exit(1);
   }
 }
+
+/** Milliseconds since the epoch with `performance.now()`'s resolution (comparable across processes on one machine). */
+export const nowMs = (): number => performance.timeOrigin + performance.now();

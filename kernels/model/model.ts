@@ -4,12 +4,15 @@
  * softmax cross-entropy, backward, optimizer — and nothing is read back unless asked.
  *
  * Memory: ONE flat params buffer, ONE flat grads buffer and one flat buffer per optimizer moment, all
- * in the caller's layout (`parameterLayout(spec)` from coordinator/core), so the optimizer is one
- * dispatch, a snapshot one copy and an allreduce one read-back. Activations are kept per layer (the
- * backward pass needs them); gradients of activations ping-pong between two scratch buffers.
+ * in the caller's layout (`parameterLayout(spec)` from core/training/model-spec.ts), so the optimizer
+ * is one dispatch per range (flat-optimizer.ts), a snapshot one copy and an allreduce one read-back.
+ * Activations are kept per layer (the backward pass needs them); gradients of activations ping-pong
+ * between two scratch buffers.
  *
  * What the step computes comes from a graph builder: model-sequential.ts (dense/conv/pool stacks) or
- * model-transformer.ts (a GPT-2-style language model); this class owns what both share.
+ * model-transformer.ts (a GPT-2-style language model); this class owns what both share: the buffers,
+ * the batch upload, the step's submissions, the evaluation and the read-backs (the parameter digests
+ * of the state hash are computed on the GPU by param-digests.ts).
  *
  * Semantics (docs/ARCHITECTURE.md, inv. 6): the loss is the SUM over the batch and the gradients are SUMS over samples;
  * the optimizer multiplies by 1/samples of the step (`gradScale`), so gradients of rank shares can be
@@ -27,23 +30,17 @@ import type { MatmulTile } from '../ops/matmul';
 import { graphContext, type ModelGraph } from './model-graph';
 import { buildSequential } from './model-sequential';
 import { buildTransformer } from './model-transformer';
-import { adamw, sgdMomentum, type AdamWDims, type SgdMomentumDims } from '../ops/optimizer';
+import { FlatOptimizer, MOMENT_NAMES, type OptimizerConfig } from './flat-optimizer';
+import { ParamDigests } from './param-digests';
 import {
   createTensor,
   elementCount,
   recordCalls,
   StagingReader,
-  tensorView,
   type Gpu,
-  type Kernel,
   type KernelCall,
   type Tensor,
 } from '../runtime';
-import { chunkCount, chunkSha256, type ChunkSha256Dims } from '../ops/sha256';
-
-export type OptimizerConfig =
-  | { kind: 'adamw'; lr: number; beta1: number; beta2: number; eps: number; weightDecay: number }
-  | { kind: 'sgd'; lr: number; momentum: number; weightDecay?: number };
 
 export interface ModelOptions {
   /** Largest batch (samples: images or token windows) any call will use; activations are allocated for it. */
@@ -65,9 +62,6 @@ export interface EvaluationResult {
   count: number;
 }
 
-/** Names of each optimizer's moment buffers, in `Model.moments` order (= snapshot section names). */
-export const MOMENT_NAMES = { adamw: ['m', 'v'], sgd: ['velocity'] } as const;
-
 const MAP_READ = 0x1;
 const COPY_DST = 0x8;
 
@@ -87,13 +81,6 @@ export function splitWindows(
     inputs.set(w.subarray(0, context), b * context);
     targets.set(w.subarray(1), b * context);
   }
-}
-
-/** A range of the flat buffers the optimizer updates with one dispatch, and whether weight decay applies. */
-interface OptimizerRange {
-  kernel: Kernel<AdamWDims> | Kernel<SgdMomentumDims>;
-  size: number;
-  decay: boolean;
 }
 
 export class Model {
@@ -123,12 +110,13 @@ export class Model {
   private readonly forwardCalls: readonly KernelCall[];
   private readonly logits: Tensor;
   private readonly resizers: ((batch: number) => void)[] = [];
-  private readonly optimizerRanges: OptimizerRange[];
+  /** The optimizer's prepared dispatches over the flat buffers (flat-optimizer.ts). */
+  private readonly flatOptimizer: FlatOptimizer;
   private readonly owned: Tensor[] = [];
   /** Staging buffers for the per-step read-backs (loss, gradients, parameter digests), reused across steps. */
   private readonly reader: StagingReader;
-  /** The parameter-digest kernel and its output, made by the first `withParamDigests`. */
-  private paramHash?: { chunkBytes: number; digests: Tensor; kernel: Kernel<ChunkSha256Dims> };
+  /** The parameter digests on the GPU (param-digests.ts), made by the first `withParamDigests`. */
+  private readonly paramDigests: ParamDigests;
   /** Input elements per sample: pixels·channels, or context tokens. */
   private readonly inputSize: number;
   /** Labels per sample: 1, or context next-token targets. */
@@ -170,14 +158,20 @@ export class Model {
     this.momentNames = MOMENT_NAMES[options.optimizer.kind];
     this.moments = this.momentNames.map((name) => tensor([layout.totalElements], name));
     const graph = this.buildGraph(options);
-    this.optimizerRanges = this.prepareOptimizerRanges();
+    this.flatOptimizer = new FlatOptimizer(
+      gpu,
+      layout,
+      { params: this.params, grads: this.grads, moments: this.moments },
+      this.optimizerConfig,
+    );
     this.forwardBackwardCalls = [...graph.forward, graph.loss, ...graph.backward];
-    this.optimizerCalls = this.optimizerRanges.map((r) => r.kernel.call);
+    this.optimizerCalls = this.flatOptimizer.calls;
     this.trainStepCalls = [...this.forwardBackwardCalls, ...this.optimizerCalls];
     this.evaluateCalls = [...graph.forward, graph.loss, graph.correct];
     this.forwardCalls = graph.forward;
     this.logits = graph.logits;
     this.currentBatch = maxBatch;
+    this.paramDigests = new ParamDigests(gpu, this.params, layout.totalElements * 4, `${spec.name}.param-digests`);
   }
 
   private buildGraph(options: ModelOptions): ModelGraph {
@@ -196,35 +190,6 @@ export class Model {
     return isTransformer(this.spec)
       ? buildTransformer(ctx, this.spec, this.layout)
       : buildSequential(ctx, this.spec, this.layout);
-  }
-
-  /**
-   * One optimizer dispatch per range of the flat buffers: the first `layout.decayElements` get weight
-   * decay, the rest (a transformer's biases and LayerNorm parameters) none.
-   */
-  private prepareOptimizerRanges(): OptimizerRange[] {
-    const { decayElements, totalElements } = this.layout;
-    const ranges = [
-      { start: 0, size: decayElements, decay: true },
-      { start: decayElements, size: totalElements - decayElements, decay: false },
-    ].filter((r) => r.size > 0);
-    const opt = this.optimizerConfig;
-    return ranges.map(({ start, size, decay }) => {
-      const v = (t: Tensor) => tensorView(t, start, [size], `${t.label}[${start}:]`);
-      const kernel =
-        opt.kind === 'adamw'
-          ? adamw(
-              this.gpu,
-              { params: v(this.params), grads: v(this.grads), m: v(this.moments[0]), v: v(this.moments[1]) },
-              { ...opt, size, gradScale: 1, t: 1 },
-            )
-          : sgdMomentum(
-              this.gpu,
-              { params: v(this.params), grads: v(this.grads), velocity: v(this.moments[0]) },
-              { size, gradScale: 1, lr: opt.lr, momentum: opt.momentum, weightDecay: opt.weightDecay ?? 0 },
-            );
-      return { kernel, size, decay };
-    });
   }
 
   /** The batch the prepared kernels are currently sized for. */
@@ -314,20 +279,7 @@ export class Model {
   private prepareOptimizer(sampleCount: number): void {
     if (!(sampleCount > 0)) throw new Error(`optimizer step: sampleCount ${sampleCount} must be positive`);
     const t = this.optimizerStep + 1;
-    const opt = this.optimizerConfig;
-    const gradScale = 1 / sampleCount;
-    for (const { kernel, size, decay } of this.optimizerRanges) {
-      const weightDecay = decay ? (opt.weightDecay ?? 0) : 0;
-      if (opt.kind === 'adamw') (kernel as Kernel<AdamWDims>).update({ ...opt, size, gradScale, t, weightDecay });
-      else
-        (kernel as Kernel<SgdMomentumDims>).update({
-          size,
-          gradScale,
-          lr: opt.lr,
-          momentum: opt.momentum,
-          weightDecay,
-        });
-    }
+    this.flatOptimizer.prepare(this.optimizerConfig, t, sampleCount);
     this.optimizerStep = t;
   }
 
@@ -411,21 +363,13 @@ export class Model {
    * staging buffer is the reader's (reused), so a step allocates no GPU memory. `fn` must not keep the array.
    */
   withParamDigests<T>(chunkBytes: number, fn: (digests: Uint8Array) => T): Promise<T> {
-    const byteLength = this.totalElements * 4;
-    if (this.paramHash?.chunkBytes !== chunkBytes) {
-      this.paramHash?.digests.buffer.destroy();
-      const dims = { byteLength, chunkBytes };
-      const digests = createTensor(this.gpu, [Math.max(1, chunkCount(dims) * 8)], `${this.spec.name}.param-digests`);
-      this.paramHash = { chunkBytes, digests, kernel: chunkSha256(this.gpu, { data: this.params, digests }, dims) };
-    }
-    const { digests, kernel } = this.paramHash;
-    const digestBytes = chunkCount({ byteLength, chunkBytes }) * 32;
+    const { digests, bytes, call } = this.paramDigests.forChunks(chunkBytes);
     return this.reader.use(
       digests.buffer,
       digests.offset,
-      digestBytes,
+      bytes,
       (mapped) => fn(new Uint8Array(mapped)),
-      (encoder) => recordCalls(encoder, [kernel.call], `${this.spec.name}.param-digests`),
+      (encoder) => recordCalls(encoder, [call], `${this.spec.name}.param-digests`),
     );
   }
 
@@ -491,7 +435,7 @@ export class Model {
   /**
    * A language model's logits over the vocabulary for the token after `position` of ONE window
    * (`tokens`: up to `context` tokens; the rest of the window is zeros, which a causal model's position
-   * `position` never sees). Forward pass only, batch 1: for sampling (kernels/model/model/generate.ts).
+   * `position` never sees). Forward pass only, batch 1: for sampling (kernels/model/generate.ts).
    */
   async nextTokenLogits(tokens: Uint32Array, position: number): Promise<Float32Array> {
     if (!isTransformer(this.spec)) throw new Error(`nextTokenLogits: ${this.spec.name} is not a language model`);
@@ -521,8 +465,7 @@ export class Model {
   destroy(): void {
     for (const t of this.owned) t.buffer.destroy();
     this.owned.length = 0;
-    this.paramHash?.digests.buffer.destroy();
-    this.paramHash = undefined;
+    this.paramDigests.destroy();
     this.reader.destroy();
   }
 }

@@ -13,7 +13,7 @@ import type { Model } from './model';
 import { createTensor, writeTensor, type Gpu, type Tensor } from '../runtime';
 
 /**
- * The parameter hash (core/hash.ts `paramsHasher`): from parameters in memory (`ofParams`), and, with
+ * The parameter hash (core/state/hash.ts `paramsHasher`): from parameters in memory (`ofParams`), and, with
  * `digests`, from the SHA-256 digests of their `chunkBytes` chunks computed on the GPU (`root`, over
  * `byteLength` bytes in all), the same value. Without `digests` the parameters are read back and
  * hashed with `ofParams` (a hash with no GPU form, e.g. a benchmark's reference).

@@ -1,5 +1,5 @@
 // SHA-256 (FIPS 180-4) of fixed-size chunks of a buffer, one invocation per chunk: the leaves of the
-// tree state hash (coordinator/core/hash.ts `treeHash`). Chunk c covers bytes
+// tree state hash (core/state/hash.ts `treeHash`). Chunk c covers bytes
 // [c·chunk_bytes, min((c+1)·chunk_bytes, byte_length)); the last one may be short and gets the
 // standard padding of its real length. Digest c is written as 8 words at digests[8c..8c+8) whose
 // bytes in memory are the digest's bytes in order, so the buffer read back is the concatenated digests.

@@ -51,7 +51,8 @@
  * Takes about 3 minutes (2.5 of training plus start-up).
  */
 import { describe, expect, it } from 'vitest';
-import { runConfigSampled, timeline } from '../../bench/soak';
+import { timeline } from '../../bench/lib/soak-stats';
+import { runConfigSampled } from '../../bench/soak';
 import {
   FASHION_MNIST_DIR,
   skipWithoutChromium,

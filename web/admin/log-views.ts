@@ -28,70 +28,54 @@ const CATEGORY_LABELS: Record<FeedCategory, string> = {
 // biome-ignore lint/suspicious/noExplicitAny: log data is free-form JSON whose fields are only interpolated into text
 type Data = Record<string, any>;
 
-/** One human line per machine log event (names from coordinator/core). */
+/** The human line of each machine log event (names from the coordinator's log), by event name. */
+const EVENT_TEXT: Record<string, (d: Data) => string> = {
+  join: (d) => {
+    const adapter = d.adapter ? [d.adapter.vendor, d.adapter.architecture].filter(Boolean).join(' ') : '';
+    return `${d.workerId} joined${d.reconnect ? ' again (reconnect)' : ''}${adapter ? ` · ${adapter}` : ''}`;
+  },
+  leave: (d) => `${d.workerId} left (${d.reason})${d.wasMember ? ', its round closed' : ''}`,
+  worker_failed: (d) => `${d.workerId} failed: ${d.detail}${d.member ? ` (member of round ${d.round})` : ''}`,
+  failure_report: (d) =>
+    `${d.workerId} reported a failure in round ${d.round}: ${d.reason}${d.peer ? ` (peer ${d.peer})` : ''}`,
+  divergence: (d) => `ranks disagree on the parameters after step ${d.step} (round ${d.round})`,
+  round_open: (d) =>
+    `round ${d.round} opened with ${Array.isArray(d.world) ? d.world.length : '?'} rank(s), next step ${d.step}`,
+  round_train: (d) => `round ${d.round} training from step ${d.step}`,
+  round_closed: (d) => `round ${d.round} closed: ${d.reason}${d.restart ? ' — counts as a restart' : ''}`,
+  message_rejected: (d) => messageText(d),
+  message_invalid: (d) => messageText(d),
+  admin: (d) => `admin: ${describeAction(d.action)}`,
+  admin_ignored: (d) => `admin ${describeAction(d.action)} ignored: ${d.why}`,
+  checkpoint_requested: (d) => `checkpoint of step ${d.step} requested from ${d.workerId}`,
+  checkpoint_stored: (d) => `checkpoint of step ${d.step} stored (sha256 ${String(d.sha256 ?? '').slice(0, 12)}…)`,
+  verification_requested: (d) => `step ${d.step} chosen for a recomputed check (state uploaded by ${d.uploader})`,
+  verification_done: (d) =>
+    Array.isArray(d.cheaters) && d.cheaters.length
+      ? `step ${d.step} recomputed: ${d.cheaters.join(', ')} lied about their contribution`
+      : `step ${d.step} recomputed: every contribution checks out (worst ${Number(Math.max(...(d.ownRatios ?? [0]))).toExponential(1)})`,
+  verification_abandoned: (d) => `check of step ${d.step} abandoned: ${d.error}`,
+  ring_identity_failed: (d) =>
+    `step ${d.step} not committed: the ring's sums do not add up (${(d.liars ?? []).length ? `contradicted itself: ${d.liars.join(', ')}` : `disputes: ${(d.disputes ?? []).map((p: string[]) => p.join('↔')).join(', ')}`})`,
+  data_dispute: (d) => `${d.reporter} says ${d.accused} sent bytes no honest tab sends (${d.reason})`,
+  cheater_banned: (d) => `banned ${(d.workers ?? []).join(', ')}: ${d.why}`,
+  checkpoint_ignored: (d) => `checkpoint of step ${d.step} ignored (last commit ${d.lastCommit})`,
+  epoch_end: (d) => `epoch ${Number(d.epoch) + 1} finished at step ${d.step}`,
+  job_done: (d) => `job done at step ${d.step} (${d.restarts} restarts)`,
+  job_failed: (d) => `job failed: ${d.why}`,
+  record_rolled_back: (d) => `record rolled back from step ${d.from} to ${d.to}: ${d.reason}`,
+  evaluation: (d) => `test accuracy ${(Number(d.accuracy) * 100).toFixed(2)}% at step ${d.step}`,
+};
+
+/** One human line per machine log event; an event without a line of its own shows its data (cut at 160 characters). */
 export function describeEvent(event: FeedEvent): string {
-  const d = (event.data ?? {}) as Data;
-  switch (event.event) {
-    case 'join': {
-      const adapter = d.adapter ? [d.adapter.vendor, d.adapter.architecture].filter(Boolean).join(' ') : '';
-      return `${d.workerId} joined${d.reconnect ? ' again (reconnect)' : ''}${adapter ? ` · ${adapter}` : ''}`;
-    }
-    case 'leave':
-      return `${d.workerId} left (${d.reason})${d.wasMember ? ', its round closed' : ''}`;
-    case 'worker_failed':
-      return `${d.workerId} failed: ${d.detail}${d.member ? ` (member of round ${d.round})` : ''}`;
-    case 'failure_report':
-      return `${d.workerId} reported a failure in round ${d.round}: ${d.reason}${d.peer ? ` (peer ${d.peer})` : ''}`;
-    case 'divergence':
-      return `ranks disagree on the parameters after step ${d.step} (round ${d.round})`;
-    case 'round_open':
-      return `round ${d.round} opened with ${Array.isArray(d.world) ? d.world.length : '?'} rank(s), next step ${d.step}`;
-    case 'round_train':
-      return `round ${d.round} training from step ${d.step}`;
-    case 'round_closed':
-      return `round ${d.round} closed: ${d.reason}${d.restart ? ' — counts as a restart' : ''}`;
-    case 'message_rejected':
-    case 'message_invalid':
-      return `${d.code}: ${d.message}${d.conn ? ` (socket ${d.conn})` : ''}`;
-    case 'admin':
-      return `admin: ${describeAction(d.action)}`;
-    case 'admin_ignored':
-      return `admin ${describeAction(d.action)} ignored: ${d.why}`;
-    case 'checkpoint_requested':
-      return `checkpoint of step ${d.step} requested from ${d.workerId}`;
-    case 'checkpoint_stored':
-      return `checkpoint of step ${d.step} stored (sha256 ${String(d.sha256 ?? '').slice(0, 12)}…)`;
-    case 'verification_requested':
-      return `step ${d.step} chosen for a recomputed check (state uploaded by ${d.uploader})`;
-    case 'verification_done':
-      return Array.isArray(d.cheaters) && d.cheaters.length
-        ? `step ${d.step} recomputed: ${d.cheaters.join(', ')} lied about their contribution`
-        : `step ${d.step} recomputed: every contribution checks out (worst ${Number(Math.max(...(d.ownRatios ?? [0]))).toExponential(1)})`;
-    case 'verification_abandoned':
-      return `check of step ${d.step} abandoned: ${d.error}`;
-    case 'ring_identity_failed':
-      return `step ${d.step} not committed: the ring's sums do not add up (${(d.liars ?? []).length ? `contradicted itself: ${d.liars.join(', ')}` : `disputes: ${(d.disputes ?? []).map((p: string[]) => p.join('↔')).join(', ')}`})`;
-    case 'data_dispute':
-      return `${d.reporter} says ${d.accused} sent bytes no honest tab sends (${d.reason})`;
-    case 'cheater_banned':
-      return `banned ${(d.workers ?? []).join(', ')}: ${d.why}`;
-    case 'checkpoint_ignored':
-      return `checkpoint of step ${d.step} ignored (last commit ${d.lastCommit})`;
-    case 'epoch_end':
-      return `epoch ${Number(d.epoch) + 1} finished at step ${d.step}`;
-    case 'job_done':
-      return `job done at step ${d.step} (${d.restarts} restarts)`;
-    case 'job_failed':
-      return `job failed: ${d.why}`;
-    case 'record_rolled_back':
-      return `record rolled back from step ${d.from} to ${d.to}: ${d.reason}`;
-    case 'evaluation':
-      return `test accuracy ${(Number(d.accuracy) * 100).toFixed(2)}% at step ${d.step}`;
-    default: {
-      const text = JSON.stringify(event.data);
-      return text && text !== '{}' ? (text.length > 160 ? `${text.slice(0, 157)}…` : text) : '';
-    }
-  }
+  if (Object.hasOwn(EVENT_TEXT, event.event)) return EVENT_TEXT[event.event]((event.data ?? {}) as Data);
+  const text = JSON.stringify(event.data);
+  return text && text !== '{}' ? (text.length > 160 ? `${text.slice(0, 157)}…` : text) : '';
+}
+
+function messageText(d: Data): string {
+  return `${d.code}: ${d.message}${d.conn ? ` (socket ${d.conn})` : ''}`;
 }
 
 function describeAction(action: Data | undefined): string {

@@ -2,7 +2,7 @@
  * The Sample card of a language-model job: fetches the latest checkpoint as safetensors (with the
  * admin token), rebuilds the flat parameter buffer from its GPT-2-named tensors and the spec in its
  * metadata, and decodes 200 bytes after the prompt on this tab's own GPU with the training kernels
- * (kernels/model/model/generate.ts). The model is kept until a newer checkpoint is sampled from.
+ * (kernels/model/generate.ts). The model is kept until a newer checkpoint is sampled from.
  *
  * The output element carries the generated tokens (`data-tokens`, comma-separated) and the checkpoint
  * step (`data-step`), so a test can compare them with a reference decode.

@@ -84,34 +84,16 @@ export async function startElastic(
   const origin = new URL(opts.origin ?? location.origin);
   const log = callbacks.log ?? defaultLog;
   let current: ElasticStatus = initialElasticStatus();
-  Object.defineProperty(window, 'tabswarmElastic', {
-    configurable: true,
-    get: () => Object.freeze({ ...current, losses: Object.freeze([...current.losses]) as ElasticStatus['losses'] }),
-  });
-
+  exposeStatus(() => current);
   // Filled from `welcome` (STUN/TURN, this tab's TURN credential); read by every peer connection made later.
   const ice = new IceState((error) => callbacks.onIceError?.(error), log);
-  const mesh = await PeerMeshPort.open(
-    {
-      rtcConfig: ice.rtcConfig,
-      // `leave()` below closes the mesh on pagehide, after the goodbye: a goodbye that left after the
-      // links closed could reach the coordinator later than the neighbours' failure reports (a restart).
-      closeOnPageHide: false,
-      host: origin.hostname,
-      port: Number(origin.port || (origin.protocol === 'https:' ? 443 : 80)),
-      secure: origin.protocol === 'https:',
-    },
-    log,
-  );
+  const mesh = await openMesh(origin, ice, log);
   let client: CoordinatorClient | null = null;
   let left = false;
-  const base: ElasticPorts = {
-    trainer: comlinkTrainer(opts.worker),
-    mesh,
-    control: { send: (body) => client?.send(body) ?? false },
-    http: browserHttp(origin.origin),
+  const base = tabPorts(opts.worker, origin, mesh, {
+    send: (body) => client?.send(body) ?? false,
     hello: () => ({ peerId: mesh.peerId, adapter: opts.adapter, ...loop.holding() }),
-  };
+  });
   const ports = opts.wrapPorts?.(base) ?? base;
   const loop = new ElasticLoop({
     trainer: ports.trainer,
@@ -129,22 +111,7 @@ export async function startElastic(
       if (status.phase === 'failed' && !left) leave();
     },
   });
-  const links = new LatestSample(() => mesh.linkStats());
-  client = new CoordinatorClient({
-    url: defaultCoordinatorUrl(origin),
-    hello: () => ports.hello(),
-    onMessage: (msg) => {
-      if (msg.type === 'welcome') ice.apply(msg.ice);
-      loop.handle(msg);
-    },
-    onDisconnect: () => loop.disconnected(),
-    // Ring-link RTT and paths for the admin page: read from getStats() at most once per heartbeat, sent one beat late.
-    heartbeatFields: () => {
-      const sample = links.take();
-      return { peerRttMs: sample?.peerRttMs ?? null, peerLinks: sample?.peerLinks, iceError: ice.error };
-    },
-    log,
-  });
+  client = coordinatorClient(origin, ports, loop, ice, mesh, log);
 
   function leave(): void {
     if (left) return;
@@ -167,6 +134,78 @@ export async function startElastic(
     heartbeat: () => !left && (client?.heartbeat() ?? false),
   };
 }
+
+/** A tab's own ports: the training worker over Comlink, the PeerJS mesh, fetch on the coordinator's origin. */
+function tabPorts(
+  worker: Comlink.Remote<TrainingWorkerApi>,
+  origin: URL,
+  mesh: PeerMeshPort,
+  coordinator: { send: ControlPort['send']; hello(): HelloState },
+): ElasticPorts {
+  return {
+    trainer: comlinkTrainer(worker),
+    mesh,
+    control: { send: coordinator.send },
+    http: browserHttp(origin.origin),
+    hello: coordinator.hello,
+  };
+}
+
+/** `window.tabswarmElastic`: a frozen copy of the status `current()` returns, per read. */
+function exposeStatus(current: () => ElasticStatus): void {
+  Object.defineProperty(window, 'tabswarmElastic', {
+    configurable: true,
+    get: () => {
+      const status = current();
+      return Object.freeze({ ...status, losses: Object.freeze([...status.losses]) as ElasticStatus['losses'] });
+    },
+  });
+}
+
+/** The tab's PeerJS mesh on the coordinator's origin; its peer connections use `ice`'s configuration. */
+function openMesh(origin: URL, ice: IceState, log: Log): Promise<PeerMeshPort> {
+  return PeerMeshPort.open(
+    {
+      rtcConfig: ice.rtcConfig,
+      // `leave()` closes the mesh on pagehide, after the goodbye: a goodbye that left after the
+      // links closed could reach the coordinator later than the neighbours' failure reports (a restart).
+      closeOnPageHide: false,
+      host: origin.hostname,
+      port: Number(origin.port || (origin.protocol === 'https:' ? 443 : 80)),
+      secure: origin.protocol === 'https:',
+    },
+    log,
+  );
+}
+
+/** The coordinator client that feeds the loop (and `welcome`'s ICE configuration to `ice`); not started yet. */
+function coordinatorClient(
+  origin: URL,
+  ports: ElasticPorts,
+  loop: ElasticLoop,
+  ice: IceState,
+  mesh: PeerMeshPort,
+  log: Log,
+): CoordinatorClient {
+  const links = new LatestSample(() => mesh.linkStats());
+  return new CoordinatorClient({
+    url: defaultCoordinatorUrl(origin),
+    hello: () => ports.hello(),
+    onMessage: (msg) => {
+      if (msg.type === 'welcome') ice.apply(msg.ice);
+      loop.handle(msg);
+    },
+    onDisconnect: () => loop.disconnected(),
+    // Ring-link RTT and paths for the admin page: read from getStats() at most once per heartbeat, sent one beat late.
+    heartbeatFields: () => {
+      const sample = links.take();
+      return { peerRttMs: sample?.peerRttMs ?? null, peerLinks: sample?.peerLinks, iceError: ice.error };
+    },
+    log,
+  });
+}
+
+type Log = (level: 'info' | 'warn' | 'error', text: string) => void;
 
 function defaultLog(level: 'info' | 'warn' | 'error', text: string): void {
   const line = `tabswarm: ${text}`;

@@ -88,7 +88,7 @@ async function fromCheckpoint(
   progress(0, 0);
   const bytes = await downloadCheckpoint(ctx.http, plan.url, plan.sha256, {
     signal: session.signal,
-    // One transfer of the state, at worst at the floor rate (core/link-floor.ts).
+    // One transfer of the state, at worst at the floor rate (core/training/link-floor.ts).
     timeoutMs: ctx.timeouts.syncMs + stateTransferMs(job.model),
     onProgress: (loaded, total) => progress(loaded, total),
   });
@@ -111,7 +111,7 @@ async function broadcastState(
     id: { round: session.round, step: SYNC_ID_STEP, seq: 0 },
     hash: hashBytes,
     signal: session.signal,
-    // Store and forward around the ring: up to world − 1 transfers at the floor rate (core/link-floor.ts).
+    // Store and forward around the ring: up to world − 1 transfers at the floor rate (core/training/link-floor.ts).
     timeoutMs: ctx.timeouts.syncMs + stateSyncAllowanceMs(job.model, ring.size),
   };
   if (route.receiveFromLeft) {

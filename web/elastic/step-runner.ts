@@ -1,58 +1,51 @@
 /**
- * The steps of a round, pipelined so an elastic step costs about what a solo step costs.
+ * The steps of a round: one loop skeleton for both sync modes, pipelined so an elastic step costs
+ * about what a solo step costs. What the modes do differently (every-step sync, local steps) is in
+ * sync-modes.ts; this file owns the order of things, the commit waits, the reports and the pause.
  *
- * Per step s: this rank's gradient sums (`stepWork`: the shared sampler), the ring allreduce, then
- * ONE worker task that applies the sums, hashes the new parameters and, in the same task, starts the
- * gradients of step s+1 on the GPU (`applyAndHash` with `next`); the step report goes out with the
- * hash. At a commit point the tab does NOT wait for `committed` here: it goes on to step s+1's
- * gradients and allreduce, and waits for the commit of s (then saves the backup) only just before
+ * Per step s (every-step mode): this rank's gradient sums (`stepWork`: the shared sampler), the ring
+ * allreduce, then ONE worker task that applies the sums, hashes the new parameters and, in the same
+ * task, starts the gradients of step s+1 on the GPU (`applyAndHash` with `next`); the step report goes
+ * out with the hash. At a commit point the tab does NOT wait for `committed` here: it goes on to step
+ * s+1's gradients and allreduce, and waits for the commit of s (then saves the backup) only just before
  * applying s+1. So the report's trip to the coordinator, the coordinator's SQLite transaction and
- * the `committed` message overlap with the next step's compute and allreduce.
+ * the `committed` message overlap with the next step's compute and allreduce. Local mode runs the same
+ * skeleton with inner steps and the outer step at its commit points.
  *
  * Invariants kept (the same as the unpipelined loop):
  * - at most one uncommitted step is at risk: the live state moves past s only after s is committed
  *   and saved as the backup; a prefetch changes no state;
  * - every rank reports the hash of the same bytes (the apply is unchanged; only its timing moved);
  * - a round's abort at any point leaves live ∈ {backup, backup + 1 step}, which `afterSession` handles.
- *
- * In a world of one there is nothing to reduce: the gradients stay on the device (no 1 MB read-back,
- * no transfer, no write-back), which is the same arithmetic as a reduce over one rank.
  */
 import { isEvaluationPoint } from '../../core/training/evaluation-schedule';
 import type { JobPublic, LocalSync } from '../../core/training/job';
 import { NO_HASH } from '../../core/protocol/tab-messages';
 import { isCheckpointPoint } from '../../core/training/sampler';
+import type { StepSketches } from '../../core/state/sketch';
 import type { Ring } from '../net/link';
 import { isCollectiveError } from '../net/collective-error';
 import { type RingAllreduceOptions, ringAllreduce, ringAllreduceBusBytes } from '../net/ring-allreduce';
-import { outerWeight } from '../worker/outer-step';
+import type { GradientResult } from '../worker/types';
 import { abortReason, bounded } from './async-tools';
 import { BusyClock } from './busy-clock';
 import { CollectiveClock } from './collective-clock';
 import type { CheckpointService } from './checkpoint-service';
-import type { NextStep } from './held-states';
 import type { LoopContext } from './loop-context';
 import { stepWork, type StateTag, type StepWork } from './plan';
 import type { RoundSession } from './round-session';
 import { stepComputed } from './status';
-import type { GradientResult } from '../worker/types';
-import type { StepSketches } from '../../core/state/sketch';
+import {
+  type Computed,
+  type Contribution,
+  everyStepMode,
+  localStepsMode,
+  type StepTools,
+  type SyncMode,
+} from './sync-modes';
 
 /** The longest pause between steps a tab may ask for (the volunteer page's GPU-use slider ends here). */
 export const MAX_STEP_PAUSE_MS = 2000;
-
-/**
- * Extra allreduce time for the steps after an evaluation point: rank 0 evaluates the committed state
- * of step e when the commit arrives, usually while computing e+1 and before it applies e+1 and starts
- * the gradients of e+2, so the other ranks wait for it inside the allreduce of e+1 or e+2. Estimated from this rank's own time per
- * training sample (a forward pass costs about a third of forward+backward, and throughput shares make
- * the ranks' slice times alike), doubled: about 6× the expected time.
- */
-export function evaluationAllowanceMs(step: number, job: JobPublic, computeMs: number, samples: number): number {
-  if (step < 2 || samples < 1) return 0;
-  if (!isEvaluationPoint(step - 1, job) && !isEvaluationPoint(step - 2, job)) return 0;
-  return 2 * job.evalSamples * (computeMs / samples);
-}
 
 export class StepRunner {
   private lastComputeMs = 0;
@@ -64,6 +57,8 @@ export class StepRunner {
   private readonly busy: BusyClock;
   /** How long an allreduce may take; learns the link across rounds (collective-clock.ts). */
   private readonly collectives = new CollectiveClock();
+  /** What the sync modes (sync-modes.ts) may ask of this loop. */
+  private readonly tools: StepTools;
 
   constructor(
     private readonly ctx: LoopContext,
@@ -72,6 +67,15 @@ export class StepRunner {
     private readonly uncommitted: Map<number, number>,
   ) {
     this.busy = new BusyClock(() => ctx.now());
+    this.tools = {
+      get keeper() {
+        return ctx.keeper;
+      },
+      gradients: (work, keepOnDevice) => this.gradients(work, keepOnDevice),
+      allreduce: (ring, data, opts, minimumMs) =>
+        this.busy.waiting(() => this.timedAllreduce(ring, data, opts, minimumMs)),
+      minimumMs: (factor) => Math.max(this.ctx.timeouts.collectiveMs, factor * this.lastComputeMs),
+    };
   }
 
   /** A new round: no prefetch, no pause carried over. */
@@ -81,136 +85,52 @@ export class StepRunner {
     this.busy.reset();
   }
 
+  /** The steps of a round, from the round's step to the job's last, in the job's sync mode. */
   async run(session: RoundSession, ring: Ring, job: JobPublic): Promise<void> {
-    if (job.sync.mode === 'local') return this.runLocal(session, ring, job, job.sync);
+    const sync = job.sync;
+    return sync.mode === 'local'
+      ? this.runSteps(session, job, localStepsMode(this.tools, session, ring, sync))
+      : this.runSteps(session, job, everyStepMode(this.tools, session, ring, job));
+  }
+
+  /**
+   * The one loop skeleton of both sync modes. Per step: the mode's contribution (gradients, and in
+   * every-step mode their allreduce), the wait for the previous commit point's commit, the plan of the
+   * next step and whether its gradients start behind this apply, the mode's apply, then at a commit
+   * point the mode's commit-point work, and the status, report and pause.
+   */
+  private async runSteps<T extends Contribution>(
+    session: RoundSession,
+    job: JobPublic,
+    mode: SyncMode<T>,
+  ): Promise<void> {
     const { signal } = session;
-    // A job that verifies needs every rank's own sums in hand to sketch them (core/state/sketch.ts).
-    const keepOnDevice = session.world.length === 1 && !job.verify;
-    const worldSize = session.world.length;
     this.reset();
     let pending: StateTag | null = null;
-    /** The step whose gradients the previous apply left on the device (a world of one). */
+    /** The step whose gradients the previous apply left on the device (started behind it). */
     let onDevice: number | null = null;
     /** The work of the step about to run, planned by the previous iteration (for its prefetch). */
     let planned: StepWork | null = null;
     for (let step = session.msg.step; step <= job.totalSteps; step++) {
       if (signal.aborted) throw abortReason(signal);
       const work = planned ?? stepWork(job, session.world, session.rank, step);
-      const computed = onDevice === step ? null : await this.gradients(work, keepOnDevice);
-      // What this rank puts into the all-reduce (the reduce works in place) and what passes each hop,
-      // kept for the step's sketches.
-      const evidence = job.verify && computed?.gradient.gradients ? hopRecord(computed.gradient.gradients) : null;
-      const sums = computed
-        ? await this.busy.waiting(() =>
-            this.allreduce(session, ring, job, step, computed.gradient, computed.computeMs, evidence),
-          )
-        : null;
-      // Read before the apply transfers the buffer to the worker.
-      const wireBytes = sums
-        ? ringAllreduceBusBytes(sums.byteLength / 4, session.world.length, job.sync.compression)
-        : 0;
+      const contribution = await mode.contribute(work, onDevice === step);
       const { backup, waited } = await this.previousCommit(session, pending);
       planned = step < job.totalSteps ? stepWork(job, session.world, session.rank, step + 1) : null;
-      // Step s+1's own samples, computed behind this apply (none when its slice is empty).
-      const next: NextStep | null =
-        planned && planned.indices.length > 0 ? { indices: planned.indices, keepOnDevice } : null;
+      const next = mode.prefetch(work, planned);
       const requested = this.requestedAt;
       if (next) this.requestedAt = this.ctx.now();
       const prefetched = onDevice === step ? work.indices : undefined;
-      const result = await this.ctx.keeper.applyAndHash(step, sums, work.count, next, {
-        backup,
-        prefetched,
-        ...(evidence
-          ? {
-              sketch: {
-                own: evidence.own,
-                sent: evidence.sent.buffer as ArrayBuffer,
-                received: evidence.received.buffer as ArrayBuffer,
-                world: worldSize,
-              },
-            }
-          : {}),
-      });
+      const applied = await mode.apply(work, contribution, next, { backup, prefetched });
       onDevice = next?.keepOnDevice ? step + 1 : null;
-      const gradient = computed?.gradient ?? result.gradient!;
-      const computeMs = computed?.computeMs ?? this.prefetchedMs(requested, waited);
-      pending = this.completeStep(session, job, work, result.hash, gradient, computeMs, wireBytes, result.sketch);
+      const computeMs = contribution.computed?.computeMs ?? this.prefetchedMs(requested, waited);
+      const { hash, gradient, wireBytes, sketch } =
+        work.commitPoint && mode.atCommitPoint ? await mode.atCommitPoint(work, applied) : applied;
+      pending = this.completeStep(session, job, work, hash, gradient, computeMs, wireBytes, sketch);
       if (step < job.totalSteps) await this.pauseBetweenSteps(signal, next !== null);
     }
     if (pending) await this.ctx.keeper.saveBackup(await this.awaitCommit(session, pending));
     // Every step of the job is done; `done` follows from the coordinator.
-  }
-
-  /**
-   * Local sync mode (docs/local-steps.md): inner steps on this rank's own slices with the gradients
-   * kept on the device and no hash (a world of one's path, prefetch included), and at each commit
-   * point the outer step: the sample-weighted pseudo-gradient, its allreduce (compressed as the job
-   * says), the Nesterov step, and the committed-state hash in the report. The commit wait overlaps
-   * the next outer step's first inner step, as in every-step mode.
-   */
-  private async runLocal(session: RoundSession, ring: Ring, job: JobPublic, sync: LocalSync): Promise<void> {
-    const { signal } = session;
-    const { keeper } = this.ctx;
-    this.reset();
-    let pending: StateTag | null = null;
-    let onDevice: number | null = null;
-    let planned: StepWork | null = null;
-    /** Samples this rank and all ranks computed in the outer step so far (its weight is own / all). */
-    let own = 0;
-    let all = 0;
-    for (let step = session.msg.step; step <= job.totalSteps; step++) {
-      if (signal.aborted) throw abortReason(signal);
-      const work = planned ?? stepWork(job, session.world, session.rank, step);
-      const mine = work.indices.length > 0;
-      const computed = mine && onDevice !== step ? await this.gradients(work, true) : null;
-      const { backup, waited } = await this.previousCommit(session, pending);
-      planned = step < job.totalSteps ? stepWork(job, session.world, session.rank, step + 1) : null;
-      // The outer step rewrites the parameters: the next step's gradients cannot be started behind it.
-      const next: NextStep | null =
-        !work.commitPoint && planned && planned.indices.length > 0
-          ? { indices: planned.indices, keepOnDevice: true }
-          : null;
-      const requested = this.requestedAt;
-      if (next) this.requestedAt = this.ctx.now();
-      let gradient: GradientResult = { gradients: null, lossSum: 0, samples: 0 };
-      if (mine) {
-        const prefetched = onDevice === step ? work.indices : undefined;
-        const result = await keeper.applyAndHash(step, null, work.indices.length, next, {
-          backup,
-          prefetched,
-          hash: false,
-        });
-        gradient = computed?.gradient ?? result.gradient!;
-      } else {
-        await keeper.skipInner(step, backup);
-      }
-      onDevice = next ? step + 1 : null;
-      const computeMs = computed?.computeMs ?? this.prefetchedMs(requested, waited);
-      own += work.indices.length;
-      all += work.count;
-      let hash = NO_HASH;
-      let wireBytes = 0;
-      if (work.commitPoint) {
-        hash = await keeper.outerStep(step, outerWeight(own, all), async (delta) => {
-          if (signal.aborted) throw abortReason(signal);
-          wireBytes = ringAllreduceBusBytes(delta.length, session.world.length, sync.compression);
-          await this.busy.waiting(() =>
-            this.timedAllreduce(
-              ring,
-              delta,
-              { id: { round: session.round, step, seq: 0 }, signal, compression: sync.compression },
-              // The slowest rank may still have most of its inner steps to take when this one arrives.
-              Math.max(this.ctx.timeouts.collectiveMs, (10 + sync.innerSteps) * this.lastComputeMs),
-            ),
-          );
-        });
-        own = 0;
-        all = 0;
-      }
-      pending = this.completeStep(session, job, work, hash, gradient, computeMs, wireBytes);
-      if (step < job.totalSteps) await this.pauseBetweenSteps(signal, next !== null);
-    }
-    if (pending) await keeper.saveBackup(await this.awaitCommit(session, pending));
   }
 
   /**
@@ -257,10 +177,7 @@ export class StepRunner {
   }
 
   /** This rank's gradient sums for `work` (zeros when its slice is empty), and the time they took. */
-  private async gradients(
-    work: StepWork,
-    keepOnDevice: boolean,
-  ): Promise<{ gradient: GradientResult; computeMs: number }> {
+  private async gradients(work: StepWork, keepOnDevice: boolean): Promise<Computed> {
     const started = this.requestedAt ?? this.ctx.now();
     const extra = this.requestedAt === null ? this.pausedMs : 0;
     this.requestedAt = null;
@@ -279,34 +196,6 @@ export class StepRunner {
     const computeMs = this.ctx.now() - started + extra;
     this.lastComputeMs = computeMs;
     return { gradient, computeMs };
-  }
-
-  /** The ring allreduce of the sums (in place); null when they stayed on the device (a world of one). */
-  private async allreduce(
-    session: RoundSession,
-    ring: Ring,
-    job: JobPublic,
-    step: number,
-    gradient: GradientResult,
-    computeMs: number,
-    evidence: HopRecord | null,
-  ): Promise<ArrayBuffer | null> {
-    if (session.signal.aborted) throw abortReason(session.signal);
-    if (!gradient.gradients) return null;
-    const sums = new Float32Array(gradient.gradients);
-    await this.timedAllreduce(
-      ring,
-      sums,
-      {
-        ...(evidence ? { record: evidence } : {}),
-        id: { round: session.round, step, seq: 0 },
-        signal: session.signal,
-        compression: job.sync.compression,
-      },
-      Math.max(this.ctx.timeouts.collectiveMs, 10 * this.lastComputeMs) +
-        evaluationAllowanceMs(step, job, computeMs, gradient.samples),
-    );
-    return sums.buffer as ArrayBuffer;
   }
 
   /**
@@ -415,16 +304,4 @@ export class StepRunner {
     );
     if (!prefetched) this.pausedMs = this.ctx.now() - started;
   }
-}
-
-/** A verifying step's evidence: a copy of this rank's own sums and (zeroed) records of each hop. */
-interface HopRecord {
-  own: ArrayBuffer;
-  sent: Float32Array;
-  received: Float32Array;
-}
-
-function hopRecord(gradients: ArrayBuffer): HopRecord {
-  const n = gradients.byteLength / 4;
-  return { own: gradients.slice(0), sent: new Float32Array(n), received: new Float32Array(n) };
 }

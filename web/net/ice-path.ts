@@ -9,9 +9,13 @@
  */
 import type { CandidateType } from '../../core/protocol/tab-messages';
 import type { IceConfigMessage } from '../../core/protocol/coordinator-messages';
-import type { StatsLike } from './link-rtt';
 
 const TYPES: readonly string[] = ['host', 'srflx', 'prflx', 'relay'];
+
+/** The subset of `RTCStatsReport` read here and in link-rtt.ts (a Map in unit tests). */
+export interface StatsLike {
+  forEach(callback: (value: Record<string, unknown>, key: string) => void): void;
+}
 
 /**
  * The candidate pair ICE selected for a link (the transport's `selectedCandidatePairId`), else the

@@ -6,13 +6,8 @@
  */
 import type { Link } from './link';
 import type { PeerLink } from '../../core/protocol/tab-messages';
-import { selectedPair, selectedPairTypes } from './ice-path';
+import { type StatsLike, selectedPair, selectedPairTypes } from './ice-path';
 import { DataConnectionLink } from './peer-link';
-
-/** The subset of `RTCStatsReport` read here (a Map in unit tests). */
-export interface StatsLike {
-  forEach(callback: (value: Record<string, unknown>, key: string) => void): void;
-}
 
 /** Largest RTT a heartbeat may carry (the protocol rejects more). */
 export const MAX_PEER_RTT_MS = 60_000;

@@ -114,20 +114,8 @@ export const DEFAULT_INT8_CHUNK_ELEMENTS = chunkElementsFor(DEFAULT_FRAME_BYTES,
  * outcome in every world).
  */
 export async function ringAllreduce(ring: Ring, data: Float32Array, opts: RingAllreduceOptions): Promise<void> {
-  assertValidCollectiveId(opts.id);
+  const { compression, chunkElements } = checkedCall(ring, opts);
   const { rank, size } = ring;
-  if (!Number.isInteger(size) || size < 1 || !Number.isInteger(rank) || rank < 0 || rank >= size) {
-    throw new RangeError(`ringAllreduce: rank ${rank} of size ${size} is not a valid ring position`);
-  }
-  const compression = opts.compression ?? 'none';
-  if (compression !== 'none' && compression !== 'fp16' && compression !== 'int8') {
-    throw new RangeError(`ringAllreduce: unknown compression ${String(compression)}`);
-  }
-  const chunkElements =
-    opts.chunkElements ?? (compression === 'int8' ? DEFAULT_INT8_CHUNK_ELEMENTS : DEFAULT_CHUNK_ELEMENTS);
-  if (!Number.isInteger(chunkElements) || chunkElements < 1 || chunkElements > 0x3fff_ffff) {
-    throw new RangeError(`ringAllreduce: chunkElements must be a positive integer, got ${chunkElements}`);
-  }
   if (size === 1 || data.length === 0) {
     const bad = firstUnsendable(data, compression);
     if (bad >= 0) throw unsendableError(`allreduce ${collectiveKey(opts.id)}`, data, bad, compression);
@@ -141,12 +129,8 @@ export async function ringAllreduce(ring: Ring, data: Float32Array, opts: RingAl
   const plan = new RingPlan(rank, size, data.length, chunkElements, compression);
   const scratch = compression === 'fp16' ? new Float32Array(chunkElements) : null;
   const session = new CollectiveSession('allreduce', opts);
-  let outstanding = 0;
-  const seen: Uint8Array[] = [];
-  for (let g = 0; g <= plan.lastStep; g++) {
-    seen.push(new Uint8Array(plan.chunkCount(plan.receivedSegment(g))));
-    outstanding += seen[g].length;
-  }
+  const seen = plan.arrivalMarks();
+  let outstanding = seen.reduce((n, chunks) => n + chunks.length, 0);
   session.timeoutPeer = () => (outstanding > 0 ? left.peer : right.peer);
 
   const finishIfDone = () => {
@@ -175,15 +159,37 @@ export async function ringAllreduce(ring: Ring, data: Float32Array, opts: RingAl
 
   out.enqueueRange(0, plan.chunkCount(plan.sentSegment(0)), (c) => makeFrame(0, c));
   session.listen(left, receive);
-  if (right !== left) {
-    session.listen(right, (frame) => {
-      throw new FrameError(
-        `${right.peer} (right neighbour) sent a frame of kind ${frame.kind}; only the left neighbour sends data`,
-      );
-    });
-  }
+  if (right !== left) refuseRightFrames(session, right);
   finishIfDone();
   return session.done;
+}
+
+/** Only the left neighbour sends data: any frame from the right one fails the collective. */
+function refuseRightFrames(session: CollectiveSession, right: Link): void {
+  session.listen(right, (frame) => {
+    throw new FrameError(
+      `${right.peer} (right neighbour) sent a frame of kind ${frame.kind}; only the left neighbour sends data`,
+    );
+  });
+}
+
+/** The call's wire format and chunking, after checking them, the id and the ring position (RangeError). */
+function checkedCall(ring: Ring, opts: RingAllreduceOptions): { compression: WireCompression; chunkElements: number } {
+  assertValidCollectiveId(opts.id);
+  const { rank, size } = ring;
+  if (!Number.isInteger(size) || size < 1 || !Number.isInteger(rank) || rank < 0 || rank >= size) {
+    throw new RangeError(`ringAllreduce: rank ${rank} of size ${size} is not a valid ring position`);
+  }
+  const compression = opts.compression ?? 'none';
+  if (compression !== 'none' && compression !== 'fp16' && compression !== 'int8') {
+    throw new RangeError(`ringAllreduce: unknown compression ${String(compression)}`);
+  }
+  const chunkElements =
+    opts.chunkElements ?? (compression === 'int8' ? DEFAULT_INT8_CHUNK_ELEMENTS : DEFAULT_CHUNK_ELEMENTS);
+  if (!Number.isInteger(chunkElements) || chunkElements < 1 || chunkElements > 0x3fff_ffff) {
+    throw new RangeError(`ringAllreduce: chunkElements must be a positive integer, got ${chunkElements}`);
+  }
+  return { compression, chunkElements };
 }
 
 /**
@@ -286,6 +292,14 @@ class RingPlan {
 
   receivedSegment(g: number): number {
     return this.mod(this.rank - g - 1);
+  }
+
+  /** Per ring step g, one mark per chunk of the segment received in g (0: not arrived yet). */
+  arrivalMarks(): Uint8Array[] {
+    return Array.from(
+      { length: this.lastStep + 1 },
+      (_, g) => new Uint8Array(this.chunkCount(this.receivedSegment(g))),
+    );
   }
 
   /** First element and element count of chunk `c` of segment `s`. */

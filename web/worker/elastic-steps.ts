@@ -8,7 +8,7 @@
  *   digests (or, with a hasher that has no GPU form, a copy of the parameters: web/worker/params-hasher.ts
  *   picks that on CPU-backed adapters), and then, when the caller names the next step's samples, records
  *   that step's forward and backward passes at once (they only read the parameters just written). The
- *   worker finishes the tree hash (core/hash.ts) while the GPU computes the next step; the main thread
+ *   worker finishes the tree hash (core/state/hash.ts) while the GPU computes the next step; the main thread
  *   gets the hash for its step report, and the coordinator's commit runs while the next gradients are
  *   formed. Where the parameters are read back anyway (verification sketches need them), they are
  *   hashed on the CPU: the same definition, the same value.

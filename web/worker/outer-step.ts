@@ -6,6 +6,7 @@
  *
  * - `pseudoGradient`: this rank's part of Δ = Σ_r w_r (θ_committed − θ_r), with w_r = the samples rank
  *   r consumed in the outer step / all the step's samples. The ring allreduce sums the parts.
+ *   (The weight rule is `outerWeight` in core/training/outer-weights.ts: the page's loop computes it.)
  * - `nesterovStep`: the outer optimizer on the summed Δ, PyTorch's SGD with `nesterov=True` and no
  *   dampening: u ← μu + Δ; θ ← θ − lr(Δ + μu). The momentum u is part of the committed state.
  */
@@ -48,14 +49,6 @@ export function nesterovStep(
     params[i] = committed[i] - lr * (d + mu * u[i]);
   }
   return { params, momentum: u };
-}
-
-/**
- * This rank's weight in an outer step: the samples it computed over the samples of every rank. Both
- * come from the shared sampler (web/elastic/plan.ts), so all ranks agree on them without a message.
- */
-export function outerWeight(own: number, total: number): number {
-  return total > 0 ? own / total : 0;
 }
 
 /**

@@ -27,7 +27,7 @@ export interface SoloRun {
 }
 
 export async function runSolo(run: SoloRun): Promise<SoloResult> {
-  const { model, train, trainCount: n, options } = run;
+  const { model, trainCount: n, options } = run;
   const batchSize = Math.min(options.globalBatch, model.maxBatch);
   const lossEvery = Math.max(1, options.lossEvery ?? 10);
   const stepsPerEpoch = Math.ceil(n / batchSize);
@@ -50,29 +50,15 @@ export async function runSolo(run: SoloRun): Promise<SoloResult> {
       }
       const cursor = s * batchSize;
       const count = Math.min(batchSize, n - cursor);
-      const ready = train.prepare(order, cursor, count);
-      if (ready) await ready;
-      const { x, labels } = train.gather(order, cursor, count);
-      model.trainStep(x, labels, count);
+      await submitStep(run, order, cursor, count);
       step++;
       throughput.add(count);
       inFlight.push(queue.onSubmittedWorkDone());
       if (inFlight.length > MAX_IN_FLIGHT) await inFlight.shift();
       const lastOfEpoch = s === stepsPerEpoch - 1;
       if (step % lossEvery === 0 || lastOfEpoch) {
-        // The loss buffer holds the sum over the most recent batch; reading it waits for the queue.
-        lastLoss = (await model.readLossSum()) / count;
+        lastLoss = await readLoss(run, { step, epoch, epochProgress: (cursor + count) / n }, count, throughput);
         inFlight.length = 0;
-        const samplesPerSec = throughput.take();
-        if (!Number.isFinite(lastLoss)) throw new Error(`training diverged: loss ${lastLoss} at step ${step}`);
-        run.onProgress({
-          kind: 'step',
-          step,
-          epoch,
-          epochProgress: (cursor + count) / n,
-          lossAvg: lastLoss,
-          samplesPerSec,
-        });
       }
     }
     if (run.test && !stopped) {
@@ -91,6 +77,31 @@ export async function runSolo(run: SoloRun): Promise<SoloResult> {
     testLoss,
     seconds: (performance.now() - began) / 1000,
   };
+}
+
+/** Submits one training step on `count` samples of `order` from `cursor` (its batch uploaded first). */
+async function submitStep(run: SoloRun, order: Uint32Array, cursor: number, count: number): Promise<void> {
+  const ready = run.train.prepare(order, cursor, count);
+  if (ready) await ready;
+  const { x, labels } = run.train.gather(order, cursor, count);
+  run.model.trainStep(x, labels, count);
+}
+
+/**
+ * The loss of the step just submitted, reported with the throughput since the last read. The loss buffer
+ * holds the sum over the most recent batch; reading it waits for the queue.
+ */
+async function readLoss(
+  run: SoloRun,
+  at: { step: number; epoch: number; epochProgress: number },
+  count: number,
+  throughput: ThroughputWindow,
+): Promise<number> {
+  const loss = (await run.model.readLossSum()) / count;
+  const samplesPerSec = throughput.take();
+  if (!Number.isFinite(loss)) throw new Error(`training diverged: loss ${loss} at step ${at.step}`);
+  run.onProgress({ kind: 'step', ...at, lossAvg: loss, samplesPerSec });
+  return loss;
 }
 
 /** Throughput window: samples submitted since the last loss read, and when it started. */

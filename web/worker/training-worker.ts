@@ -8,8 +8,8 @@
  * - the elastic loop (next issue) drives one step at a time from the main thread:
  *   `computeGradients(indices)` → allreduce of the returned sums on the main thread →
  *   `applyGradients(sums, samples)`, with `saveBackup/restoreBackup`, `snapshot/restore` and `hash`
- *   for commits, failures and joiners. These are thin wrappers over kernels/model/model/model.ts and
- *   kernels/model/model/training-state.ts.
+ *   for commits, failures and joiners. These are thin wrappers over kernels/model/model.ts and
+ *   kernels/model/training-state.ts.
  *
  * Created by the page as
  * `new Worker(new URL('./training-worker.ts', import.meta.url), { type: 'module' })`.

@@ -1,9 +1,9 @@
-import type { OuterOptimizer } from './outer-step';
 /**
  * What crosses the boundary between the page (main thread) and the training worker (Comlink).
  * Everything here is structured-clonable; big arrays travel as transferred ArrayBuffers.
  */
 import type { OptimizerSpec } from '../../core/training/job';
+import type { OuterOptimizer } from './outer-step';
 import type { ModelSpec } from '../../core/training/model-spec';
 
 export type { OptimizerSpec };

@@ -12,7 +12,7 @@ import {
   stepsAt,
   summarise,
   timeline,
-} from '../../../bench/soak';
+} from '../../../bench/lib/soak-stats';
 
 const HZ = 100; // USER_HZ
 const CORES = 2;

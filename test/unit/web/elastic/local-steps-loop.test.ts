@@ -20,7 +20,7 @@ import {
   type StoredCommit,
 } from '../../../kit/simulation';
 import { ringAllreduceBusBytes } from '../../../../web/net/ring-allreduce';
-import { outerWeight } from '../../../../web/worker/outer-step';
+import { outerWeight } from '../../../../core/training/outer-weights';
 
 const DATASET = SIM_DATASET;
 const BASE: JobSpecInput = {

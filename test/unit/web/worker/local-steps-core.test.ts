@@ -10,7 +10,8 @@ import { resolveModelSpec, parameterLayout } from '../../../../core/training/mod
 import { NO_HASH } from '../../../../core/protocol/tab-messages';
 import { isCheckpointPoint, isCommitPoint } from '../../../../core/training/sampler';
 import { decodeSnapshot, encodeSnapshot } from '../../../../core/state/snapshot';
-import { nesterovStep, OuterState, outerWeight, pseudoGradient } from '../../../../web/worker/outer-step';
+import { outerWeight } from '../../../../core/training/outer-weights';
+import { nesterovStep, OuterState, pseudoGradient } from '../../../../web/worker/outer-step';
 import { Harness, hashOf } from '../../coordinator/machine/coordinator-harness';
 import { mulberry32 } from '../../../support/rng';
 
