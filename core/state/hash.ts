@@ -195,7 +195,7 @@ export function stateHashOfDigests(
 }
 
 /**
- * The parameter hash both ways, as the training worker and kernels/model/model/training-state.ts take it (injected:
+ * The parameter hash both ways, as the training worker and kernels/model/training-state.ts take it (injected:
  * `ParamsHasher` there): from parameters in memory, or from the GPU's chunk digests of them.
  */
 export const paramsHasher = {

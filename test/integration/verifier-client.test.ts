@@ -1,5 +1,5 @@
 /**
- * The verifier as the coordinator runs it: coordinator/trust/trust/verifier-client.ts forks the real child process
+ * The verifier as the coordinator runs it: coordinator/trust/verifier-client.ts forks the real child process
  * (verifier/entry.js → main.ts) on the real Fashion-MNIST, and asks it to recompute step 1 of a fresh
  * `tiny-mlp` job from a snapshot of the job's initial state (initParams with the job's seed, zero moments,
  * t = 0 — what the child's own model starts from), over the slices the sampler gives two ranks.

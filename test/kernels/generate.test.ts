@@ -1,5 +1,5 @@
 /**
- * Sampling from a language model on the kernels (Model.nextTokenLogits, kernels/model/model/generate.ts) against
+ * Sampling from a language model on the kernels (Model.nextTokenLogits, kernels/model/generate.ts) against
  * the float64 reference of the whole decoder (test/support/reference-transformer.ts): the logits after
  * every position of a window, a window shorter than the context, and a greedy decode long enough to
  * slide the window. About 2 s.

@@ -1,5 +1,5 @@
 /**
- * The sampler's next-token rule (kernels/model/model/generate.ts): the arg-max at temperature 0 (first index on a
+ * The sampler's next-token rule (kernels/model/generate.ts): the arg-max at temperature 0 (first index on a
  * tie), draws whose frequencies match softmax(logits / T) computed here in float64, refused
  * temperatures. Under 100 ms.
  */
