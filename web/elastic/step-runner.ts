@@ -19,7 +19,7 @@
  * - a round's abort at any point leaves live ∈ {backup, backup + 1 step}, which `afterSession` handles.
  */
 import { isEvaluationPoint } from '../../core/training/evaluation-schedule';
-import type { JobPublic, } from '../../core/training/job';
+import type { JobPublic } from '../../core/training/job';
 import { NO_HASH } from '../../core/protocol/tab-messages';
 import { isCheckpointPoint } from '../../core/training/sampler';
 import type { StepSketches } from '../../core/state/sketch';
