@@ -1,6 +1,6 @@
 /**
  * Test-set evaluations: how the machine takes an `evaluation` report (`reportEvaluation`). When rank 0
- * evaluates (`isEvaluationPoint`) is the tabs' schedule too: core/training/evaluation-schedule.ts.
+ * evaluates (`isEvaluationPoint`) is the tabs' schedule too: core/training/commit-schedule.ts.
  *
  * An evaluation measures a COMMITTED state (right after its commit point, before the next step), so
  * every rank would get the same number and the figure belongs to exactly one step of the commit log.
@@ -10,7 +10,7 @@
 import { begin, finish, log, metric, mutWorker, reject } from './context';
 import type { EvaluationMessage } from '../../core/protocol/tab-messages';
 import type { ErrorCode } from '../../core/protocol/coordinator-messages';
-import { isEvaluationPoint } from '../../core/training/evaluation-schedule';
+import { isEvaluationPoint } from '../../core/training/commit-schedule';
 import { planOf, stepPosition } from '../../core/training/sampler';
 import type { CoordinatorState, Transition } from './state';
 

@@ -12,7 +12,7 @@
  * Worker life cycle: hello → welcome → (wait)* → round → sync state (stateFrom) + connect the ring → ready →
  * train → step_report per step, waiting for `committed` after each commit point (`isCommitPoint`) →
  * … → round_closed (restore or not) → round … → done. Heartbeats throughout. Rank 0 also sends
- * `evaluation` after the commits that are evaluation points (`isEvaluationPoint` in core/training/evaluation-schedule.ts).
+ * `evaluation` after the commits that are evaluation points (`isEvaluationPoint` in core/training/commit-schedule.ts).
  *
  * This file: the version and the field schemas both directions share. The messages are in
  * tab-messages.ts (tab → coordinator) and coordinator-messages.ts (coordinator → tab); reading a frame

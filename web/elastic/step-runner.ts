@@ -18,7 +18,7 @@
  * - every rank reports the hash of the same bytes (the apply is unchanged; only its timing moved);
  * - a round's abort at any point leaves live ∈ {backup, backup + 1 step}, which `afterSession` handles.
  */
-import { isEvaluationPoint } from '../../core/training/evaluation-schedule';
+import { isEvaluationPoint } from '../../core/training/commit-schedule';
 import type { JobPublic } from '../../core/training/job';
 import { NO_HASH } from '../../core/protocol/tab-messages';
 import { isCheckpointPoint } from '../../core/training/sampler';

@@ -9,7 +9,7 @@
  * - `apply`: the worker task that applies the step;
  * - `atCommitPoint`: what a commit point adds (local mode: the outer step and its hash).
  */
-import { isEvaluationPoint } from '../../core/training/evaluation-schedule';
+import { isEvaluationPoint } from '../../core/training/commit-schedule';
 import { NO_HASH } from '../../core/protocol/tab-messages';
 import type { StepSketches } from '../../core/state/sketch';
 import type { JobPublic, LocalSync } from '../../core/training/job';

@@ -6,7 +6,7 @@
  */
 import { afterEach, describe, expect, it } from 'vitest';
 import { parseJobSpec, type JobSpecInput } from '../../../../core/training/job';
-import { isEvaluationPoint, type EvaluationPlan } from '../../../../core/training/evaluation-schedule';
+import { isEvaluationPoint, type EvaluationPlan } from '../../../../core/training/commit-schedule';
 import type { ClientMessage } from '../../../../core/protocol/tab-messages';
 import { parseClientMessage } from '../../../../core/protocol/control-parse';
 import { isCommitPoint, stepPosition, totalSteps } from '../../../../core/training/sampler';
