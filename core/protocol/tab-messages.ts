@@ -130,7 +130,7 @@ export const stepReportSchema = z.strictObject({
   hash: hashSchema,
   /** Sum of the per-sample losses of this rank's slice (the mean loss is the sum over ranks / step size). */
   lossSum: z.number().min(0).max(1e12),
-  /** Samples this rank processed: must equal its slice (`indicesForRank(...).length`). */
+  /** Samples this rank processed: must equal its slice of the step (`rankRanges` in core/training/groups.ts). */
   samples: z
     .int()
     .min(0)
@@ -214,7 +214,7 @@ export const evaluationSchema = z
     round: roundSchema,
     /** The committed step whose state was evaluated (evaluations never see an uncommitted state). */
     step: z.int().min(1),
-    /** The epoch `step` belongs to (`stepPosition(step).epoch`, 0-based). */
+    /** The epoch whose data the commit of `step` trained on (its group's epoch, 0-based). */
     epoch: z.int().min(0),
     /** Test images evaluated: the first `testSamples` of the test set (`job.evalSamples`, or the whole set if smaller). */
     testSamples: z.int().min(1).max(MAX_EVALUATION_SAMPLES),

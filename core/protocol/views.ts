@@ -52,6 +52,10 @@ export interface StatusView {
   waiting: { id: string; position: number; iceError: string | null }[];
   processedInEpoch: number;
   datasetSize: number;
+  /**
+   * The job's last step as it stands: committed steps plus the steps left (holes of partial commits
+   * included). An estimate: a later partial commit adds steps.
+   */
   totalSteps: number;
   restarts: number;
   maxRestarts: number;

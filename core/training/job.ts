@@ -163,8 +163,8 @@ export const jobSpecSchema = z
     /** A round never has more ranks than this; later joiners wait. */
     maxWorkers: z.int().min(1).max(4096).default(8),
     /**
-     * Steps between commits; epoch ends and the job end are always commit points. In local sync mode it
-     * is the outer step (`sync.innerSteps`), and a job file may not set it to anything else.
+     * Steps per commit group (core/training/groups.ts); an epoch's end also ends a group. In local sync
+     * mode it is the outer step (`sync.innerSteps`), and a job file may not set it to anything else.
      */
     commitEvery: z.int().min(1).max(100_000).optional(),
     /** How the ranks combine their work: every step (default) or local steps with rare outer syncs. */
@@ -243,8 +243,8 @@ export function effectiveDatasetSize(job: JobSpec, datasetSize: number): number 
 }
 
 /**
- * What a tab needs to train: sent in `welcome`. Field names match `StepPlan` (sampler.ts) so a tab can
- * call `stepPosition(step, job)` / `indicesForRank` with it directly.
+ * What a tab needs to train: sent in `welcome`. Field names match `StepPlan` (core/training/groups.ts)
+ * so a tab can call `groupPlan(position, step, job)` with it directly.
  */
 export const jobPublicSchema = z.strictObject({
   model: modelSpecSchema,
@@ -255,7 +255,7 @@ export const jobPublicSchema = z.strictObject({
   optimizer: optimizerSchema,
   globalBatch: z.int().min(1),
   epochs: z.int().min(1),
-  /** Steps between commits; see `isCommitPoint`. In local sync mode, the inner steps of an outer step. */
+  /** Steps per commit group (core/training/groups.ts). In local sync mode, the inner steps of an outer step. */
   commitEvery: z.int().min(1),
   sync: syncSchema,
   /** Whether ranks sketch their contributions (and how often the coordinator recomputes a step). */
@@ -267,7 +267,11 @@ export const jobPublicSchema = z.strictObject({
   seed: z.int().min(0).max(0xffffffff),
   /** ceil(datasetSize / globalBatch). */
   stepsPerEpoch: z.int().min(1),
-  /** epochs · stepsPerEpoch: the last step of the job. */
+  /**
+   * epochs · stepsPerEpoch: the job's steps if no outer step is ever committed partially. An estimate for
+   * progress bars: the job ends when the record passes its last epoch (`done`), which the steps that serve
+   * a partial commit's holes delay.
+   */
   totalSteps: z.int().min(1),
   /** Committed steps between test-set evaluations by rank 0, or null (epoch ends); see `isEvaluationPoint`. */
   evalEvery: z.int().min(1).nullable(),
