@@ -1,8 +1,13 @@
 /**
- * The commit rule: a step commits only when every rank of the current round reported it with the same
- * parameter hash (in local sync mode: the same committed-state hash at the outer step, the commit point). Steps between commit points (`isCommitPoint`) are committed together when the commit
- * point is reported by all. Anything else is rejected with a reason and leaves the state untouched,
- * except a hash mismatch between ranks: that is divergence, and the round closes with restore:true.
+ * The commit rule: a commit group (core/training/groups.ts: the steps from the last commit to the
+ * group's last step, its commit point) commits only when every rank of the current round reported
+ * every step of it with its slice's sample count, and the commit point with the same parameter hash (in
+ * local sync mode: the same committed-state hash after the outer step). Anything else is rejected
+ * with a reason and leaves the state untouched, except a hash mismatch between ranks: that is
+ * divergence, and the round closes with restore:true.
+ *
+ * A group that survivors carry on (round-close.ts `carryIn`) commits partially: the lost slots'
+ * slices become holes of the record, the survivors' slices are processed.
  */
 import { begin, finish, log, metric, mutWorker, persist, reject, sendWorker, type Ctx } from './context';
 import type { StepReportMessage } from '../../core/protocol/tab-messages';
@@ -10,17 +15,10 @@ import type { ErrorCode } from '../../core/protocol/coordinator-messages';
 import { requestCheckpointIn } from './checkpoints';
 import { admitAtBoundaryIn, afterCloseIn, closeRoundIn } from './round-close';
 import { afterCommitIn, ringChecksPassIn, SUSPICION_STEPS, sketchProblem, uploadField } from './verification';
-import {
-  assignStep,
-  commitStep,
-  epochOrder,
-  isCheckpointPoint,
-  nextCommitPoint,
-  planOf,
-  positionAfter,
-  stepPosition,
-  totalSteps,
-} from '../../core/training/sampler';
+import { mergeRanges, rangesCount, slotsRanges, type GroupPlan, type PositionRange } from '../../core/training/groups';
+import { commitGroup, epochOrder, recordPosition, subtractRanges } from '../../core/training/sampler';
+import { expectedSamples, groupInFlight, splitInFlight } from './group';
+import { commitSpan, isCheckpointCommit } from '../../core/training/commit-schedule';
 import { culpritOf } from './penalties';
 import { smoothThroughput } from './shares';
 import { recordUsageIn } from './utilization';
@@ -29,17 +27,6 @@ import type { CommitRecord, CoordinatorState, Transition } from './state';
 export type ReportCheck =
   | { ok: true; rank: number }
   | { ok: false; code: ErrorCode; message: string; divergence?: { step: number; hashes: Record<string, string> } };
-
-/** Samples `rank` must have processed in `step` under the current round's shares. */
-export function expectedSamples(s: CoordinatorState, step: number, rank: number): number {
-  const { cursor, count } = stepPosition(step, planOf(s));
-  const slice = assignStep(
-    cursor,
-    count,
-    s.rendezvous.participants.map((p) => p.share),
-  )[rank];
-  return slice ? slice.count : -1;
-}
 
 /**
  * Decide whether a (schema-valid) step report from `workerId` (the worker its socket was welcomed as)
@@ -66,7 +53,8 @@ export function checkReport(s: CoordinatorState, workerId: string, msg: StepRepo
     return { ok: false, code: 'duplicate_report', message: `step ${msg.step} already reported` };
   if (msg.step <= s.lastCommit.step)
     return { ok: false, code: 'stale_step', message: `step ${msg.step} is already committed` };
-  const limit = nextCommitPoint(s.lastCommit.step, planOf(s));
+  const group = groupInFlight(s);
+  const limit = group.lastStep;
   if (msg.step !== p.lastStep + 1 || msg.step > limit) {
     return {
       ok: false,
@@ -74,7 +62,7 @@ export function checkReport(s: CoordinatorState, workerId: string, msg: StepRepo
       message: `expected step ${p.lastStep + 1} (commit point ${limit}), got ${msg.step}`,
     };
   }
-  const expected = expectedSamples(s, msg.step, p.rank);
+  const expected = expectedSamples(s, msg.step, p.slot, group);
   if (msg.samples !== expected)
     return {
       ok: false,
@@ -108,7 +96,7 @@ function acceptReportIn(ctx: Ctx, workerId: string, msg: StepReportMessage): voi
   const p = s.rendezvous.participants.find((q) => q.workerId === workerId)!;
   s.pending[msg.step] = {
     ...s.pending[msg.step],
-    [msg.rank]: {
+    [p.slot]: {
       hash: msg.hash,
       lossSum: msg.lossSum,
       samples: msg.samples,
@@ -125,90 +113,89 @@ function acceptReportIn(ctx: Ctx, workerId: string, msg: StepReportMessage): voi
   worker.throughput = smoothThroughput(worker.throughput, msg.samples, ctx.now - since);
   recordUsageIn(ctx, worker, msg, p.lastReportAt ?? since);
   p.lastReportAt = ctx.now;
-  const point = nextCommitPoint(s.lastCommit.step, planOf(s));
+  const point = groupInFlight(s).lastStep;
   if (!s.rendezvous.participants.every((q) => q.lastStep >= point)) return;
   // A step whose sums do not add up is not committed (verification.ts handles the failure).
   if (ringChecksPassIn(ctx, point)) commitIn(ctx, point);
 }
 
-/** Commit steps lastCommit.step+1 .. point (all reported by all ranks with agreeing hashes). */
+/**
+ * Commit the group in flight (every rank reported its commit point `point` with agreeing hashes): the
+ * survivors' slices are processed, a carried group's lost slices become holes.
+ */
 function commitIn(ctx: Ctx, point: number): void {
   const s = ctx.s;
   const rv = s.rendezvous;
-  const plan = planOf(s);
-  const firstStep = s.lastCommit.step + 1;
-  const start = stepPosition(firstStep, plan);
-  if (s.record.epoch !== start.epoch || s.record.cursor !== start.cursor) {
-    throw new Error(
-      `commit: record at ${s.record.epoch}/${s.record.cursor}, step ${firstStep} starts at ${start.epoch}/${start.cursor}`,
-    );
-  }
-  const { count, lossSum } = reportedTotals(s, firstStep, point);
+  const group = groupInFlight(s);
+  if (group.lastStep !== point) throw new Error(`commit: the group in flight ends at ${group.lastStep}, not ${point}`);
+  const split = splitInFlight(s);
+  const lost = split.lost.length > 0 ? slotsRanges(group, split.shares, split.lost) : [];
   const hash = Object.values(s.pending[point])[0].hash;
-  const prevHash = s.lastCommit.hash;
-  const uploader = afterCommitIn(ctx, point, hash, prevHash);
-  s.record = commitStep(s.record, epochOrder(s.job.seed, start.epoch, s.datasetSize), count);
-  const after = positionAfter(point, plan);
+  const uploader = afterCommitIn(ctx, point, hash, s.lastCommit.hash);
+  s.record = commitGroup(s.record, epochOrder(s.job.seed, group.epoch, s.datasetSize), group, lost);
+  const after = recordPosition(s.record);
   s.lastCommit = {
     step: point,
     epoch: after.epoch,
     cursor: after.cursor,
+    holes: [...after.holes],
+    firstStep: group.firstStep,
     hash,
     members: rv.participants.map((p) => p.workerId),
   };
   rv.stepStartedAt = ctx.now;
+  // The next group is this round's own: every slot is its rank again.
+  rv.carry = null;
+  for (const p of rv.participants) p.slot = p.rank;
   // Suspects of a ring failure long ago start no intersection with a new one.
   if (s.ringSuspects && point - (s.ringSuspectsAt ?? 0) > SUSPICION_STEPS) s.ringSuspects = null;
+  const commit = commitRecordOf(s, group, lost, hash);
   for (const step of Object.keys(s.pending)) if (Number(step) <= point) delete s.pending[step];
   rv.roundCommits += 1;
   for (const p of rv.participants) mutWorker(ctx, p.workerId).holds = [{ step: point, hash }];
-  const finished = point === totalSteps(plan);
-  if (finished) s.status = 'done';
-  const commit: CommitRecord = {
-    step: point,
-    firstStep,
-    epoch: start.epoch,
-    cursorStart: start.cursor,
+  const span = commitSpan(group, after, s.job.epochs);
+  if (span.endsJob) s.status = 'done';
+  ctx.out.push({ kind: 'record_commit', commit });
+  persist(ctx);
+  announceCommitIn(ctx, commit, uploader);
+  if (isCheckpointCommit(span, s.job.checkpointEvery)) requestCheckpointIn(ctx, rv.participants[0].workerId);
+  if (span.endsJob) {
+    finishJobIn(ctx, point);
+    return;
+  }
+  if (span.endsEpoch) log(ctx, 'info', 'epoch_end', { epoch: group.epoch, step: point });
+  admitAtBoundaryIn(ctx);
+}
+
+/** The commit log's row of `group` committed less the `lost` positions (read before `pending` is cleared). */
+function commitRecordOf(s: CoordinatorState, group: GroupPlan, lost: PositionRange[], hash: string): CommitRecord {
+  const rv = s.rendezvous;
+  const committed = subtractRanges(mergeRanges(group.steps.flatMap((step) => step.ranges)), lost);
+  const count = rangesCount(committed);
+  const cursorStart = group.start.cursor;
+  const contiguous = committed.length === 1 && committed[0][0] === cursorStart;
+  let lossSum = 0;
+  for (let step = group.firstStep; step <= group.lastStep; step++)
+    for (const r of Object.values(s.pending[step] ?? {})) lossSum += r.lossSum;
+  return {
+    step: group.lastStep,
+    firstStep: group.firstStep,
+    epoch: group.epoch,
+    cursorStart,
     count,
+    ...(contiguous || count === 0 ? {} : { ranges: committed }),
+    ...(lost.length > 0 ? { skipped: lost } : {}),
     hash,
     round: rv.round,
     world: rv.participants.map(({ workerId, rank, share }) => ({ workerId, rank, share })),
     loss: count > 0 ? lossSum / count : 0,
   };
-  ctx.out.push({ kind: 'record_commit', commit });
-  persist(ctx);
-  announceCommitIn(ctx, commit, after, uploader);
-  const epochEnded = after.cursor === 0;
-  if (isCheckpointPoint(point, { ...plan, checkpointEvery: s.job.checkpointEvery }))
-    requestCheckpointIn(ctx, rv.participants[0].workerId);
-  if (finished) {
-    finishJobIn(ctx, point);
-    return;
-  }
-  if (epochEnded) log(ctx, 'info', 'epoch_end', { epoch: start.epoch, step: point });
-  admitAtBoundaryIn(ctx);
-}
-
-/** Samples in steps firstStep .. point under the plan, and the loss sum all ranks reported for them. */
-function reportedTotals(s: CoordinatorState, firstStep: number, point: number): { count: number; lossSum: number } {
-  const plan = planOf(s);
-  let count = 0;
-  let lossSum = 0;
-  for (let step = firstStep; step <= point; step++) {
-    count += stepPosition(step, plan).count;
-    for (const r of Object.values(s.pending[step] ?? {})) lossSum += r.lossSum;
-  }
-  return { count, lossSum };
 }
 
 /** Metrics, the `committed` message to every rank, and the debug log line of one commit. */
-function announceCommitIn(
-  ctx: Ctx,
-  commit: CommitRecord,
-  after: { epoch: number; cursor: number },
-  uploader: string | null,
-): void {
+function announceCommitIn(ctx: Ctx, commit: CommitRecord, uploader: string | null): void {
   const rv = ctx.s.rendezvous;
+  const after = ctx.s.lastCommit;
   const { step: point, firstStep, count, hash } = commit;
   metric(ctx, 'tabswarm_commits_total');
   metric(ctx, 'tabswarm_steps_total', point - firstStep + 1);
@@ -221,6 +208,7 @@ function announceCommitIn(
       step: point,
       epoch: after.epoch,
       cursor: after.cursor,
+      ...(after.holes && after.holes.length > 0 ? { holes: after.holes } : {}),
       hash,
       ...(p.workerId === uploader ? { upload: uploadField(ctx.s, p.workerId) } : {}),
     });
@@ -231,6 +219,7 @@ function announceCommitIn(
     epoch: commit.epoch,
     cursorStart: commit.cursorStart,
     count,
+    ...(commit.skipped ? { skipped: commit.skipped } : {}),
     hash,
     round: rv.round,
     loss: commit.loss,

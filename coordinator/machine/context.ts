@@ -40,6 +40,10 @@ export function cloneState(s: CoordinatorState): CoordinatorState {
       ...s.rendezvous,
       participants: s.rendezvous.participants.map((p) => ({ ...p })),
       waitList: [...s.rendezvous.waitList],
+      carry: s.rendezvous.carry && {
+        ...s.rendezvous.carry,
+        members: s.rendezvous.carry.members.map((m) => ({ ...m })),
+      },
     },
     record: { ...s.record },
     lastCommit: { ...s.lastCommit },

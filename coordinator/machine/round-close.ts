@@ -1,6 +1,10 @@
 /**
  * How a round ends, after TorchElastic's rendezvous (rendezvous.ts forms the rounds):
  *
+ * - Local sync mode: a member lost inside an outer step (goodbye, kick, socket drop, late heartbeat, no
+ *   progress, a failure report blaming it, not ready in a carrying round) costs only its share: the
+ *   round closes with a carry (`carryFor`), the next round is the survivors alone, and they finish the
+ *   group without it (docs/local-steps.md). Otherwise, and in every-step mode, the rules below.
  * - A goodbye or a kick closes the round with restore:true (the in-flight step is undone): not a restart.
  * - A failure (socket closed without goodbye, heartbeat older than 3×heartbeatMs, a failure report, a
  *   hash divergence) closes it with restore:true and counts a restart, charged to its culprits
@@ -26,14 +30,18 @@ import {
 } from './context';
 import { CloseCode, type CloseReason } from '../../core/protocol/coordinator-messages';
 import { holdsState, requestCheckpointIn } from './checkpoints';
+import { carryFor } from './carry';
 import { chargeIn, bannedUntil, culpritOf, refuseConnIn, type Culprit } from './penalties';
 import { admissibleWaiters, evaluateGatheringIn, notifyWaitingIn, openRoundIn } from './rendezvous';
 import { computeShares, sharesDrift } from './shares';
+import type { CarriedGroup } from './state';
 
 /**
  * Close the open round: `round_closed` to every remaining participant, survivors re-enrolled at the
  * head of the wait list in rank order (`demote` goes to the tail). A failure counts a restart and may
- * fail the job. Does not open the next round: callers follow with `afterCloseIn` or `openRoundIn`.
+ * fail the job. `lost`: the members this close is about; when the survivors can carry the group in
+ * flight on without them (`carryFor`), the next round will be theirs alone (`RendezvousState.carry`).
+ * Does not open the next round: callers follow with `afterCloseIn` or `openRoundIn`.
  */
 export function closeRoundIn(
   ctx: Ctx,
@@ -42,11 +50,13 @@ export function closeRoundIn(
   failure: boolean,
   demote?: string,
   culprits: Culprit[] = [],
+  lost: readonly string[] = [],
 ): void {
   const { s, now } = ctx;
   const rv = s.rendezvous;
   if (rv.phase === 'gathering') return;
   const closed = rv.round;
+  const carry = carryFor(s, lost);
   const survivors = rv.participants.filter((p) => s.workers[p.workerId]).map((p) => p.workerId);
   for (const id of survivors) sendWorker(ctx, id, { type: 'round_closed', round: closed, reason, restore });
   rv.closedRound = { round: closed, members: rv.participants.map((p) => p.workerId) };
@@ -60,10 +70,34 @@ export function closeRoundIn(
   rv.stepStartedAt = null;
   rv.gatheringSince = now;
   rv.roundCommits = 0;
-  s.pending = {};
+  keepCarriedReportsIn(ctx, carry);
   metric(ctx, 'tabswarm_world_size', 0);
-  log(ctx, failure ? 'warn' : 'info', 'round_closed', { round: closed, reason, restore, restart: failure });
+  log(ctx, failure ? 'warn' : 'info', 'round_closed', {
+    round: closed,
+    reason,
+    restore,
+    restart: failure,
+    ...(carry ? { carry: { lost: carry.lost, members: carry.members.map((m) => m.workerId) } } : {}),
+  });
   if (failure) countRestartIn(ctx, culprits);
+}
+
+/** The reports a carry keeps (the survivors' inner steps); anything else of the closed round is dropped. */
+function keepCarriedReportsIn(ctx: Ctx, carry: CarriedGroup | null): void {
+  const s = ctx.s;
+  s.rendezvous.carry = carry;
+  if (!carry) {
+    s.pending = {};
+    return;
+  }
+  const kept = new Set(carry.members.map((m) => String(m.slot)));
+  const limit = Math.max(...carry.members.map((m) => m.lastStep));
+  const pending: typeof s.pending = {};
+  for (const [step, reports] of Object.entries(s.pending)) {
+    if (Number(step) > limit) continue;
+    pending[step] = Object.fromEntries(Object.entries(reports).filter(([slot]) => kept.has(slot)));
+  }
+  s.pending = pending;
 }
 
 /**
@@ -117,18 +151,18 @@ export function confirmBlamedRestartIn(ctx: Ctx, why: string, corroborated: bool
  */
 export function enforceBansIn(ctx: Ctx): void {
   const s = ctx.s;
-  let memberBanned = false;
+  const bannedMembers: string[] = [];
   for (const worker of Object.values(s.workers)) {
     const until = bannedUntil(s, ctx.now, worker);
     if (until === null) continue;
     const { workerId } = worker;
     refuseConnIn(ctx, worker.conn, until);
     if (s.blamedRestart?.workerId === workerId) s.blamedRestart = null;
-    memberBanned = removeWorkerIn(ctx, workerId) || memberBanned;
+    if (removeWorkerIn(ctx, workerId)) bannedMembers.push(workerId);
     log(ctx, 'warn', 'worker_refused', { workerId, addr: worker.addr });
   }
-  if (memberBanned && s.status === 'active') {
-    closeRoundIn(ctx, 'kicked', true, false);
+  if (bannedMembers.length > 0 && s.status === 'active') {
+    closeRoundIn(ctx, 'kicked', true, false, undefined, [], bannedMembers);
     afterCloseIn(ctx);
   }
 }
@@ -196,7 +230,7 @@ export function leaveIn(ctx: Ctx, workerId: string, reason: 'goodbye' | 'kicked'
   const wasMember = removeWorkerIn(ctx, workerId);
   log(ctx, 'info', 'leave', { workerId, reason, wasMember });
   if (wasMember && s.status === 'active') {
-    closeRoundIn(ctx, reason, true, false);
+    closeRoundIn(ctx, reason, true, false, undefined, [], [workerId]);
     afterCloseIn(ctx);
   } else if (s.status === 'active' && rv.phase === 'gathering') {
     evaluateGatheringIn(ctx);
@@ -234,7 +268,9 @@ export function failIn(
     // A blamed worker that fails inside a new round costs that round's restart only (one fault, one count).
     if (blamedFailed) s.blamedRestart = null;
     const deferred = reason === 'failure' && opts.blame !== undefined;
-    closeRoundIn(ctx, reason, true, !deferred, opts.blame, culprits);
+    // Lost: the blamed peer (its reporter lives on), else the failed members themselves.
+    const lost = reason !== 'failure' ? [] : opts.blame !== undefined ? [opts.blame] : workerIds;
+    closeRoundIn(ctx, reason, true, !deferred, opts.blame, culprits, lost);
     if (deferred && s.status === 'active') {
       if (s.blamedRestart)
         confirmBlamedRestartIn(ctx, 'a second blame arrived', !own(s.workers, s.blamedRestart.workerId));
@@ -270,7 +306,7 @@ export function dropNotReadyIn(ctx: Ctx): void {
     removeWorkerIn(ctx, id);
     metric(ctx, 'tabswarm_ready_timeouts_total');
   }
-  closeRoundIn(ctx, 'failure', true, false);
+  closeRoundIn(ctx, 'failure', true, false, undefined, [], late);
   chargeIn(ctx, culprits, 'not ready in time');
   enforceBansIn(ctx);
   afterCloseIn(ctx);

@@ -3,7 +3,8 @@
  * `StatusView` of core/protocol/views.ts (the wire type lives in core; the state it reads lives here).
  */
 import type { StatusView } from '../../core/protocol/views';
-import { planOf, totalSteps } from '../../core/training/sampler';
+import { planOf, remainingSteps } from '../../core/training/groups';
+import { recordPosition } from '../../core/training/sampler';
 import type { CoordinatorState } from './state';
 import { USAGE_HALF_LIFE_MS, usageView } from './utilization';
 
@@ -42,7 +43,8 @@ export function statusView(s: CoordinatorState): StatusView {
     waiting: s.rendezvous.waitList.map((id, position) => ({ id, position, iceError: s.workers[id]?.iceError ?? null })),
     processedInEpoch: s.record.processedCount,
     datasetSize: s.datasetSize,
-    totalSteps: totalSteps(plan),
+    // An estimate: exact unless a later outer step is committed partially (its holes add steps).
+    totalSteps: s.lastCommit.step + remainingSteps(recordPosition(s.record), plan),
     restarts: s.restarts,
     maxRestarts: s.job.maxRestarts,
     minWorkers: s.job.minWorkers,

@@ -204,6 +204,7 @@ export function categoryOf(event: string, data: unknown): FeedCategory {
     case 'failure_report':
     case 'divergence':
     case 'ready_timeout':
+    case 'member_hung':
       return 'crash';
     case 'job_failed':
     case 'record_rolled_back':
@@ -239,6 +240,7 @@ export function categoryOf(event: string, data: unknown): FeedCategory {
       return 'verify';
     case 'round_open':
     case 'round_train':
+    case 'carry_given_up':
       return 'round';
     case 'epoch_end':
     case 'job_done':

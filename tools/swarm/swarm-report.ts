@@ -3,7 +3,7 @@
  * verdict, the progress line and the final table. No I/O here, so all of it is unit-tested.
  */
 import type { AuditReport } from '../../coordinator/admin/audit';
-import { positionAfter, totalSteps, type StepPlan } from '../../core/training/sampler';
+import { holeFreePosition, plannedSteps, type StepPlan } from '../../core/training/groups';
 import type { ChaosEvent, ChaosKind } from './chaos-schedule';
 import type { TabProblem } from './swarm-tabs';
 
@@ -17,16 +17,19 @@ export interface StatusSample {
   restarts: number;
 }
 
-/** Samples committed once `step` steps are committed (the last step of an epoch may be short). */
+/**
+ * Samples committed once `step` steps are committed (the last step of an epoch may be short), as if no
+ * outer step had been committed partially (holes make it a little high): an estimate for throughput.
+ */
 export function samplesThrough(step: number, plan: StepPlan): number {
-  const { epoch, cursor } = positionAfter(step, plan);
+  const { epoch, cursor } = holeFreePosition(step, plan);
   return epoch * plan.datasetSize + cursor;
 }
 
 /** Epoch (1-based, as people count) and the fraction of it committed after `step` steps. */
 export function epochProgressOf(step: number, plan: StepPlan): { epoch: number; fraction: number } {
-  if (step >= totalSteps(plan)) return { epoch: plan.epochs, fraction: 1 };
-  const { epoch, cursor } = positionAfter(step, plan);
+  if (step >= plannedSteps(plan)) return { epoch: plan.epochs, fraction: 1 };
+  const { epoch, cursor } = holeFreePosition(step, plan);
   return { epoch: epoch + 1, fraction: cursor / plan.datasetSize };
 }
 

@@ -265,6 +265,8 @@ describe('summarizeAudit', () => {
       neverCommitted: never === null ? null : [],
       neverCommittedCount: never,
       discontinuities: disc,
+      skipped: 0,
+      holesLeft: 0,
     });
     const audit: AuditReport = {
       runId: 'r',

@@ -7,6 +7,7 @@
  * - `record_commit`/`rollback_commits` are followed by `persist` before any send;
  * - round messages (train, round_closed, committed) go only to members of that round;
  * - each index is committed at most once per epoch, exactly once per finished epoch (in the store);
+ * - in the current epoch, the store's committed positions and the record's holes are exactly [0, cursor);
  * - the record agrees with the last commit; the state is plain JSON; ranks are dense.
  */
 import { createHash } from 'node:crypto';
@@ -32,13 +33,15 @@ import {
   type ServerMessage,
 } from '../../../../core/protocol/coordinator-messages';
 import {
-  epochOrder,
-  indicesForRank,
+  groupPlan,
+  mergeRanges,
   planOf,
-  positionAfter,
-  processedIndices,
-  stepPosition,
-} from '../../../../core/training/sampler';
+  rankRanges,
+  rangesCount,
+  type PositionRange,
+  type RecordPosition,
+} from '../../../../core/training/groups';
+import { epochOrder, processedIndices } from '../../../../core/training/sampler';
 
 /** The parameter hash every honest rank reports after `step` (all ranks agree by construction). */
 export function hashOf(step: number): string {
@@ -57,6 +60,8 @@ export interface SimWorker {
   committed: { step: number; hash: string | null };
   /** Last step computed (may be ahead of committed by an uncommitted step). */
   live: number;
+  /** The sample record where the group in flight starts, as `round` and `committed` said. */
+  position: RecordPosition;
   closedByServer: boolean;
 }
 
@@ -225,6 +230,7 @@ export class Harness {
           training: false,
           committed: { step: 0, hash: null },
           live: 0,
+          position: { epoch: 0, cursor: 0, holes: [] },
           closedByServer: false,
         };
     this.workers.set(name, w);
@@ -296,16 +302,7 @@ export class Harness {
     if (!w.round) throw new Error(`${name} is in no round`);
     const step = w.live + 1;
     const me = w.round.world.find((e) => e.workerId === w.workerId)!;
-    const plan = this.state;
-    const { epoch, cursor } = stepPosition(step, planOf(plan));
-    const order = epochOrder(plan.job.seed, epoch, plan.datasetSize);
-    const samples = indicesForRank(
-      order,
-      cursor,
-      plan.job.globalBatch,
-      w.round.world.map((e) => e.share),
-      me.rank,
-    ).length;
+    const samples = this.sliceOf(w, step);
     const actions = this.send(name, {
       type: 'step_report',
       runId: this.runId,
@@ -321,6 +318,23 @@ export class Harness {
     });
     if (!actions.some((a) => a.kind === 'send' && a.msg.type === 'error' && a.conn === w.conn)) w.live = step;
     return actions;
+  }
+
+  /**
+   * The samples `w` computes in `step`, as a tab works it out: the group plan at the record position it
+   * was told (round, committed), its slot and the split's shares (the carry's, or the round's own).
+   */
+  sliceOf(w: SimWorker, step: number): number {
+    const round = w.round!;
+    const rank = round.world.findIndex((e) => e.workerId === w.workerId);
+    const firstStep = w.committed.step + 1;
+    const group = groupPlan(w.position, firstStep, planOf(this.state));
+    const span = group.steps[step - firstStep];
+    if (!span) return 0;
+    const carried = round.carry && round.step === firstStep;
+    const shares = carried ? round.carry!.shares : round.world.map((e) => e.share);
+    const slot = carried ? round.carry!.slots[rank] : rank;
+    return rangesCount(rankRanges(span, shares, slot));
   }
 
   /** All members report their next step (in rank order); returns the actions of the last report. */
@@ -360,15 +374,18 @@ export class Harness {
         w.round = msg;
         w.readySent = false;
         w.training = false;
-        // Syncing gives the committed state named by the round.
+        // Syncing gives the committed state named by the round; a carried group goes on where the
+        // coordinator has this rank's reports.
         w.committed = { step: msg.step - 1, hash: msg.committedHash };
-        w.live = msg.step - 1;
+        w.position = { epoch: msg.epoch, cursor: msg.cursor, holes: msg.holes ?? [] };
+        w.live = msg.carry ? msg.carry.reported[msg.world.findIndex((e) => e.workerId === w.workerId)] : msg.step - 1;
         break;
       case 'train':
         w.training = true;
         break;
       case 'committed':
         w.committed = { step: msg.step, hash: msg.hash };
+        w.position = { epoch: msg.epoch, cursor: msg.cursor, holes: msg.holes ?? [] };
         break;
       case 'round_closed':
         w.round = null;
@@ -416,37 +433,60 @@ export class Harness {
   checkInvariants(): void {
     const s = this.state;
     expect(JSON.parse(JSON.stringify(s))).toEqual(s);
-    const plan = planOf(s);
     // The record agrees with the last commit.
-    const at = positionAfter(s.lastCommit.step, plan);
-    expect({ epoch: s.record.epoch, cursor: s.record.cursor }).toEqual(at);
+    expect({ epoch: s.record.epoch, cursor: s.record.cursor, holes: s.record.holes }).toEqual({
+      epoch: s.lastCommit.epoch,
+      cursor: s.lastCommit.cursor,
+      holes: s.lastCommit.holes ?? [],
+    });
     if (s.record.epoch < s.job.epochs) {
       const order = epochOrder(s.job.seed, s.record.epoch, s.datasetSize);
-      expect(processedIndices(s.record)).toEqual(Array.from(order.subarray(0, s.record.cursor)).sort((a, b) => a - b));
+      const expected: number[] = [];
+      for (let p = 0; p < s.record.cursor; p++)
+        if (!s.record.holes.some(([a, b]) => a <= p && p < b)) expected.push(order[p]);
+      expect(processedIndices(s.record)).toEqual(expected.sort((a, b) => a - b));
     }
-    // Store: each index at most once per epoch, exactly once per finished epoch; rows contiguous.
-    const byEpoch = new Map<number, number[]>();
-    let expectedStep = 1;
-    for (const c of [...this.commits].sort((a, b) => a.step - b.step)) {
-      expect(c.firstStep).toBe(expectedStep);
-      expectedStep = c.step + 1;
-      const order = epochOrder(s.job.seed, c.epoch, s.datasetSize);
-      const list = byEpoch.get(c.epoch) ?? [];
-      list.push(...order.subarray(c.cursorStart, c.cursorStart + c.count));
-      byEpoch.set(c.epoch, list);
-    }
-    expect(expectedStep - 1).toBe(s.lastCommit.step);
-    for (const [epoch, list] of byEpoch) {
-      expect(new Set(list).size, `an index committed twice in epoch ${epoch}`).toBe(list.length);
-      if (epoch < s.record.epoch) expect(list.length, `epoch ${epoch} incomplete`).toBe(s.datasetSize);
-    }
+    this.checkStore();
     if (this.durable) expect(this.durable.lastCommit).toEqual(s.lastCommit);
-    // Dense ranks, members are known workers.
+    // Dense ranks, members are known workers, slots distinct.
     s.rendezvous.participants.forEach((p, i) => {
       expect(p.rank).toBe(i);
       expect(s.workers[p.workerId]).toBeDefined();
     });
+    const slots = s.rendezvous.participants.map((p) => p.slot);
+    expect(new Set(slots).size).toBe(slots.length);
     for (const id of s.rendezvous.waitList) expect(s.workers[id]).toBeDefined();
+  }
+
+  /**
+   * The store, independently of the machine's bitset: rows contiguous in steps; in every epoch each
+   * index committed at most once; a finished epoch complete; the current epoch's committed positions
+   * and the record's holes exactly [0, cursor) (so a lost slice is a hole until a later row commits it).
+   */
+  private checkStore(): void {
+    const s = this.state;
+    const byEpoch = new Map<number, PositionRange[]>();
+    let expectedStep = 1;
+    for (const c of [...this.commits].sort((a, b) => a.step - b.step)) {
+      expect(c.firstStep).toBe(expectedStep);
+      expectedStep = c.step + 1;
+      const ranges = c.ranges ?? (c.count > 0 ? [[c.cursorStart, c.cursorStart + c.count] as PositionRange] : []);
+      expect(rangesCount(ranges)).toBe(c.count);
+      byEpoch.set(c.epoch, [...(byEpoch.get(c.epoch) ?? []), ...ranges]);
+    }
+    expect(expectedStep - 1).toBe(s.lastCommit.step);
+    for (const [epoch, ranges] of byEpoch) {
+      const order = epochOrder(s.job.seed, epoch, s.datasetSize);
+      const list = ranges.flatMap(([a, b]) => Array.from(order.subarray(a, b)));
+      expect(new Set(list).size, `an index committed twice in epoch ${epoch}`).toBe(list.length);
+      if (epoch < s.record.epoch) expect(list.length, `epoch ${epoch} incomplete`).toBe(s.datasetSize);
+    }
+    if (s.record.epoch < s.job.epochs) {
+      const covered = mergeRanges([...(byEpoch.get(s.record.epoch) ?? []), ...s.record.holes]);
+      expect(covered, 'committed positions and holes of the current epoch').toEqual(
+        s.record.cursor > 0 ? [[0, s.record.cursor]] : [],
+      );
+    }
   }
 
   /** Messages of a type a worker received (newest last). */

@@ -9,7 +9,8 @@ import type { JobSpecInput } from '../../../../core/training/job';
 import { durableOf, handle, initialState, restoreState } from '../../../../coordinator/machine/machine';
 import { statusView } from '../../../../coordinator/machine/status-view';
 import { parseJobSpec } from '../../../../core/training/job';
-import { planOf, positionAfter } from '../../../../core/training/sampler';
+import { planOf } from '../../../../core/training/groups';
+import { referencePositionAfter } from '../../../support/hole-free-layout';
 import { Harness, hashOf } from './coordinator-harness';
 import { mulberry32 } from '../../../support/rng';
 
@@ -39,7 +40,7 @@ function storeRequestedCheckpoints(h: Harness, seen: Set<number>): void {
     for (const m of w.inbox) {
       if (m.type !== 'checkpoint_request' || seen.has(m.step)) continue;
       seen.add(m.step);
-      const at = positionAfter(m.step, plan);
+      const at = referencePositionAfter(m.step, plan);
       h.apply({
         kind: 'checkpoint_stored',
         step: m.step,
@@ -301,7 +302,9 @@ describe('machine: hello and connections', () => {
       url: expect.stringMatching(/^\/api\/checkpoints\/run-1\/3\?token=[0-9a-f]{32}$/),
     });
     h.apply({ kind: 'checkpoint_stored', step: 3, epoch: 0, cursor: 24, sha256: 'cd'.repeat(32) });
-    expect(h.state.checkpoints).toEqual([{ step: 3, epoch: 0, cursor: 24, sha256: 'cd'.repeat(32), hash: hashOf(3) }]);
+    expect(h.state.checkpoints).toEqual([
+      { step: 3, epoch: 0, cursor: 24, holes: [], sha256: 'cd'.repeat(32), hash: hashOf(3) },
+    ]);
   });
 
   it('restores a durable state exactly (round numbering continues, nobody connected)', () => {

@@ -1,0 +1,68 @@
+/**
+ * Carrying a commit group on without lost members (local sync mode, docs/local-steps.md): whether the
+ * survivors of a round can finish its group alone, and the carry they take into the next round (the
+ * group's split by slot, the slots lost, each survivor's slot and last report). round-close.ts decides
+ * it when a round closes over a loss, rendezvous.ts narrows it when the carrying round opens, commit.ts
+ * commits the group with the lost slots' slices as holes.
+ */
+import { positionAfterGroup, slotsRanges } from '../../core/training/groups';
+import { recordPosition } from '../../core/training/sampler';
+import { holdsState } from './checkpoints';
+import { own } from './context';
+import { groupInFlight } from './group';
+import type { CarriedGroup, CoordinatorState } from './state';
+
+/**
+ * Whether the survivors of the open round can carry its commit group on without `lost`, and the carry
+ * if so. Local sync mode only (every-step mode redoes its one step: invariant 6 needs the fixed global
+ * batch), while the job is active, when some survivor has reported a step of the group (or the group
+ * is carried already: redoing it would throw away their inner steps), every survivor holds the last
+ * commit, there are at least minWorkers of them, and the lost slices fit in the record's holes
+ * (`MAX_HOLES`). Otherwise null: the round closes with restore and the group is redone.
+ */
+export function carryFor(s: CoordinatorState, lost: readonly string[]): CarriedGroup | null {
+  const rv = s.rendezvous;
+  if (lost.length === 0 || s.status !== 'active' || s.job.sync.mode !== 'local') return null;
+  if (rv.phase === 'gathering' || (rv.phase === 'syncing' && !rv.carry)) return null;
+  const survivors = rv.participants.filter((p) => !lost.includes(p.workerId) && own(s.workers, p.workerId));
+  if (survivors.length === 0 || survivors.length < s.job.minWorkers) return null;
+  if (!rv.carry && !survivors.some((p) => p.lastStep > s.lastCommit.step)) return null;
+  if (!survivors.every((p) => holdsState(s.workers[p.workerId], s.lastCommit))) return null;
+  const kept = new Set(survivors.map((p) => p.slot));
+  const gone = rv.participants.map((p) => p.slot).filter((slot) => !kept.has(slot));
+  const group = groupInFlight(s);
+  const shares = rv.carry?.shares ?? rv.participants.map((p) => p.share);
+  return carriedGroup(
+    s,
+    shares,
+    [...(rv.carry?.lost ?? []), ...gone],
+    survivors.map((p) => ({ ...p })),
+    group,
+  );
+}
+
+/** The carry of `group` with `lostSlots` gone, or null when its holes would not fit the record. */
+export function carriedGroup(
+  s: CoordinatorState,
+  shares: number[],
+  lostSlots: number[],
+  members: { workerId: string; slot: number; lastStep: number }[],
+  group = groupInFlight(s),
+): CarriedGroup | null {
+  const lost = [...new Set(lostSlots)].sort((a, b) => a - b);
+  try {
+    positionAfterGroup(recordPosition(s.record), group, slotsRanges(group, shares, lost), s.datasetSize);
+  } catch {
+    return null; // too many holes: redo the group instead
+  }
+  return {
+    shares: [...shares],
+    lost,
+    // A commit point reported before the loss carried the old world's sum: it is reported again.
+    members: members.map((m) => ({
+      workerId: m.workerId,
+      slot: m.slot,
+      lastStep: Math.min(m.lastStep, group.lastStep - 1),
+    })),
+  };
+}

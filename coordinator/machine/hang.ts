@@ -1,0 +1,66 @@
+/**
+ * Hung members, judged by progress, not by heartbeats (a hung tab's worker timer may still beat). In
+ * local sync mode every inner step is reported, and the coordinator has measured each member's
+ * throughput (samples per ms of wall time between its reports: commit.ts), so it knows when the next
+ * report of each member is due: its next step's samples / its throughput. A member whose next inner
+ * step is later than `hangAllowanceMs` of that (twice it, and at least the floor: core/training/hang.ts)
+ * has hung: its socket is closed and it is lost like a crashed tab (round-close.ts `failIn`), so its
+ * share of the outer step in flight is all the job loses.
+ *
+ * Not judged here: a member's commit point (its report waits for the outer sync, which waits for the
+ * slowest member: the tabs judge a silent ring neighbour there, web/elastic/sync-modes.ts), a member not
+ * measured yet (its first round: heartbeats cover it), and every-step mode (every report waits for the
+ * allreduce, so all members stall together and reports cannot single out the hung one: the
+ * collective's deadline on the tabs does).
+ */
+import { CloseCode } from '../../core/protocol/coordinator-messages';
+import { hangAllowanceMs, HANG_FLOOR_MS } from '../../core/training/hang';
+import { log, type Ctx } from './context';
+import { expectedSamples, groupInFlight } from './group';
+import { failIn } from './round-close';
+import type { CoordinatorState } from './state';
+
+/** Each judged member and when its next report is due at the latest (ms, coordinator clock). */
+function dueTimes(s: CoordinatorState): { workerId: string; due: number; allowanceMs: number }[] {
+  const rv = s.rendezvous;
+  if (s.status !== 'active' || s.job.sync.mode !== 'local' || rv.phase !== 'training') return [];
+  const group = groupInFlight(s);
+  const floor = s.policy.hangFloorMs ?? HANG_FLOOR_MS;
+  const out: { workerId: string; due: number; allowanceMs: number }[] = [];
+  for (const p of rv.participants) {
+    const next = p.lastStep + 1;
+    if (next >= group.lastStep) continue; // the commit point includes the outer sync
+    const throughput = s.workers[p.workerId]?.throughput ?? null;
+    const samples = expectedSamples(s, next, p.slot, group);
+    if (throughput === null || !(throughput > 0) || samples < 0) continue;
+    const allowanceMs = hangAllowanceMs(samples / throughput, floor);
+    if (allowanceMs === null) continue;
+    const since = Math.max(rv.stepStartedAt ?? 0, p.lastReportAt ?? 0);
+    out.push({ workerId: p.workerId, due: since + allowanceMs, allowanceMs });
+  }
+  return out;
+}
+
+/** Close and lose the members whose next inner-step report is overdue. */
+export function hangIn(ctx: Ctx): void {
+  const late = dueTimes(ctx.s).filter((d) => ctx.now > d.due);
+  if (late.length === 0) return;
+  for (const d of late) {
+    const worker = ctx.s.workers[d.workerId];
+    log(ctx, 'warn', 'member_hung', { workerId: d.workerId, allowanceMs: Math.round(d.allowanceMs) });
+    if (worker) ctx.out.push({ kind: 'close', conn: worker.conn, code: CloseCode.noProgress, reason: 'no progress' });
+  }
+  failIn(
+    ctx,
+    late.map((d) => d.workerId),
+    'failure',
+    'no progress',
+    { remove: true },
+  );
+}
+
+/** The earliest time a member's report falls due (for the server's timer), or null. */
+export function nextHangDeadline(s: CoordinatorState): number | null {
+  const dues = dueTimes(s);
+  return dues.length > 0 ? Math.min(...dues.map((d) => d.due)) + 1 : null;
+}
