@@ -12,7 +12,8 @@ import type { Browser, Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { JobPublic } from '../../core/training/job';
 import { parameterLayout } from '../../core/training/model-spec';
-import { assignStep, isCommitPoint, stepPosition, totalSteps } from '../../core/training/sampler';
+import { assignStep } from '../../core/training/groups';
+import { referenceIsCommitPoint, referenceStepPosition, referenceTotalSteps } from '../support/hole-free-layout';
 import {
   launchChromium,
   skipWithoutChromium,
@@ -140,11 +141,11 @@ class SimulatedTab {
 
   private compute(step: number): void {
     const round = this.round;
-    if (!round || step > totalSteps(this.job)) return;
+    if (!round || step > referenceTotalSteps(this.job)) return;
     const timer = setTimeout(() => {
       this.timers.delete(timer);
       if (!this.training || this.round !== round || this.worker.isClosed) return;
-      const { cursor, count } = stepPosition(step, this.job);
+      const { cursor, count } = referenceStepPosition(step, this.job);
       const samples = assignStep(cursor, count, round.shares)[round.rank].count;
       // A loss curve with a shape: decays with the step, with a little step-dependent wobble.
       const loss = 0.35 + 1.9 * Math.exp(-step / 60) + 0.08 * Math.sin(step * 1.7);
@@ -158,7 +159,7 @@ class SimulatedTab {
         computeMs: this.stepMs * (0.6 + 0.2 * round.rank),
         wireBytes: samples * WIRE_BYTES_PER_SAMPLE,
       });
-      if (!isCommitPoint(step, this.job)) this.compute(step + 1);
+      if (!referenceIsCommitPoint(step, this.job)) this.compute(step + 1);
     }, this.stepMs);
     this.timers.add(timer);
   }

@@ -12,12 +12,14 @@
 import { stateHash } from '../../core/state/hash';
 import type { JobSpec, JobSpecInput } from '../../core/training/job';
 import {
+  DEFAULT_TRUST_POLICY,
   initialState,
   restoreState,
   type CommitRecord,
   type CoordinatorState,
   type DurableState,
   type Event,
+  type TrustPolicy,
 } from '../../coordinator/machine/machine';
 import { parameterLayout, type ModelSpec } from '../../core/training/model-spec';
 import { epochOrder } from '../../core/training/sampler';
@@ -194,6 +196,13 @@ export class CpuTrainer implements TrainerPort {
     this.version += 1;
     this.params = new Float32Array(this.outer.step(new Float32Array(sum)));
     return this.hash();
+  }
+
+  async revertOuter(): Promise<void> {
+    this.calls.push('revertOuter');
+    if (!this.outer) throw new Error('revertOuter: no outer state');
+    this.version += 1;
+    this.params = new Float32Array(this.outer.revert());
   }
 
   async restoreBackup(): Promise<void> {
@@ -380,8 +389,9 @@ export class SimCoordinator {
     datasetSize: number,
     readonly runId = 'sim-run',
     private readonly tickMs = 10,
+    private readonly policy: TrustPolicy = DEFAULT_TRUST_POLICY,
   ) {
-    this.executor = this.executorFor(initialState(job, datasetSize, runId));
+    this.executor = this.executorFor(initialState(job, datasetSize, runId, policy));
     this.startTicks();
   }
 
@@ -489,7 +499,7 @@ export class SimCoordinator {
   /** Start again from the durable state (as `restoreState` after a process restart). */
   restart(): void {
     if (!this.durable) throw new Error('restart: nothing persisted');
-    this.executor = this.executorFor(restoreState(this.durable));
+    this.executor = this.executorFor(restoreState(this.durable, this.policy));
     this.dropped.clear();
     for (const c of this.commits) if (c.step > this.durable.lastCommit.step) c.rolledBack = true;
     this.alive = true;
@@ -643,18 +653,29 @@ export const SIM_JOB = {
 export const SIM_TOTAL_STEPS = 26;
 
 /** Loop timeouts of simulated tabs: far above in-memory latencies, short enough for a hung test to fail fast. */
-export const SIM_LOOP_TIMEOUTS = { collectiveMs: 2000, ringConnectMs: 2000, syncMs: 2000, coordinatorWaitMs: 5000 };
+export const SIM_LOOP_TIMEOUTS = {
+  collectiveMs: 2000,
+  ringConnectMs: 2000,
+  syncMs: 2000,
+  coordinatorWaitMs: 5000,
+  hangFloorMs: 1000,
+};
 
 /**
  * A simulated coordinator and network with tabs opened on demand, a `waitFor` that prints the state
  * when it times out, and `stop()` (crash every tab still open, stop the coordinator) for the test's cleanup.
  */
-export function simulatedSwarm(job: JobSpec, datasetSize: number, opts: { runId?: string; tickMs?: number } = {}) {
-  const coordinator = new SimCoordinator(job, datasetSize, opts.runId ?? 'sim-run', opts.tickMs ?? 5);
+export function simulatedSwarm(
+  job: JobSpec,
+  datasetSize: number,
+  opts: { runId?: string; tickMs?: number; policy?: TrustPolicy; timeouts?: Partial<typeof SIM_LOOP_TIMEOUTS> } = {},
+) {
+  const coordinator = new SimCoordinator(job, datasetSize, opts.runId ?? 'sim-run', opts.tickMs ?? 5, opts.policy);
   const network = new MemoryNetwork();
   const tabs: SimTab[] = [];
+  const timeouts = { ...SIM_LOOP_TIMEOUTS, ...opts.timeouts };
   const open = (name: string, delayMs = 1) => {
-    const tab = new SimTab(name, coordinator, network, { delayMs, loop: { timeouts: SIM_LOOP_TIMEOUTS } });
+    const tab = new SimTab(name, coordinator, network, { delayMs, loop: { timeouts } });
     tabs.push(tab);
     return tab.start();
   };
@@ -686,12 +707,13 @@ export function simulatedSwarm(job: JobSpec, datasetSize: number, opts: { runId?
 
 /**
  * Invariant (1) of docs/ARCHITECTURE.md over stored commit rows: the epochs in which an index was
- * committed twice, and the finished epochs (all but the last, or the last once `totalSteps` committed)
- * in which an index never was. Both empty for a correct run.
+ * committed twice, and the finished epochs (all but the last, or the last once the job is `done`) in
+ * which an index never was. A row commits its `ranges` (or [cursorStart, cursorStart+count)). Both
+ * empty for a correct run.
  */
 export function auditCommitRows(
   commits: readonly StoredCommit[],
-  run: { seed: number; datasetSize: number; epochs: number; totalSteps: number },
+  run: { seed: number; datasetSize: number; epochs: number; done: boolean },
 ): { twice: number[]; missing: number[] } {
   const byEpoch = new Map<number, StoredCommit[]>();
   for (const c of commits) byEpoch.set(c.epoch, [...(byEpoch.get(c.epoch) ?? []), c]);
@@ -700,10 +722,17 @@ export function auditCommitRows(
   for (const [epoch, rows] of byEpoch) {
     const order = epochOrder(run.seed, epoch, run.datasetSize);
     const seen = new Uint8Array(run.datasetSize);
-    for (const row of rows) for (let p = row.cursorStart; p < row.cursorStart + row.count; p++) seen[order[p]]++;
+    for (const row of rows)
+      for (const [start, end] of committedRanges(row)) for (let p = start; p < end; p++) seen[order[p]]++;
     if (seen.some((x) => x > 1)) twice.push(epoch);
-    const finished = epoch < run.epochs - 1 || rows.some((r) => r.step === run.totalSteps);
+    const finished = epoch < run.epochs - 1 || run.done;
     if (finished && seen.some((x) => x === 0)) missing.push(epoch);
   }
   return { twice, missing };
+}
+
+/** The positions a commit row committed. */
+export function committedRanges(row: Pick<CommitRecord, 'ranges' | 'cursorStart' | 'count'>): [number, number][] {
+  if (row.ranges) return row.ranges;
+  return row.count > 0 ? [[row.cursorStart, row.cursorStart + row.count]] : [];
 }

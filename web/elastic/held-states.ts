@@ -131,6 +131,20 @@ export class HeldStateKeeper {
   }
 
   /**
+   * Local sync mode: undo the outer step of `step` (applied with a world that lost members before it
+   * committed): the worker puts this rank's own parameters of the outer step back and the committed
+   * outer momentum, so the outer step can be taken again with the survivors. The live state is then
+   * the group's last inner step again.
+   */
+  async revertOuter(step: number): Promise<void> {
+    await this.queue.run('revertOuter', async () => {
+      this.held = { ...this.held, live: { step, hash: null } };
+      await this.trainer.revertOuter();
+      this.held = { ...this.held, live: { step, hash: NO_HASH } };
+    });
+  }
+
+  /**
    * Apply step `step` (sums, or null for gradients kept on the device) and hash it, as one worker
    * task, so the live state is never left untagged; `next` starts the next step's gradients.
    * `backup`: the live state before this step, just committed, is saved as the backup first (same task).

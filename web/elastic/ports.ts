@@ -46,6 +46,12 @@ export interface TrainerPort {
   pseudoGradient(weight: number): Promise<ArrayBuffer>;
   /** Local sync mode: the outer optimizer step with the allreduced sum (consumed); resolves to the committed-state hash. */
   applyOuter(sum: ArrayBuffer): Promise<string>;
+  /**
+   * Local sync mode: undo the last `applyOuter` (its outer step never committed: the world lost members):
+   * the live parameters become this rank's own ones the outer step started from, the outer momentum the
+   * committed one. Rejects when no outer step is there to undo.
+   */
+  revertOuter(): Promise<void>;
   evaluate(count?: number): Promise<EvaluationResult>;
 }
 
@@ -94,6 +100,7 @@ export function comlinkTrainer(remote: Comlink.Remote<TrainingWorkerApi>): Train
     restore: (bytes) => remote.restore(Comlink.transfer(bytes, [bytes])),
     pseudoGradient: (weight) => remote.pseudoGradient(weight),
     applyOuter: (sum) => remote.applyOuter(Comlink.transfer(sum, [sum])),
+    revertOuter: () => remote.revertOuter(),
     evaluate: (count) => remote.evaluate(count),
   };
 }

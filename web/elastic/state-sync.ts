@@ -3,16 +3,20 @@
  * from the seed, already held (live, or the backup put back), the durable checkpoint (downloaded,
  * sha256 and parameter hash checked), or a broadcast along the ring from the state's holder. Ends with
  * the state saved as the backup and checked against the round's committed tag.
+ *
+ * A round that carries a group on (`round.carry`, local sync mode) keeps what this tab computed of the
+ * group instead (`planCarry`): its live inner state over the group's start in the backup, its own
+ * parameters back from an outer step that never committed, or the group again from its start.
  */
 import { hashBytes } from '../../core/state/hash';
 import type { JobPublic } from '../../core/training/job';
 import { stateSyncAllowanceMs, stateTransferMs } from '../../core/training/link-floor';
-import { positionAfter } from '../../core/training/sampler';
+
 import { broadcastReceive, broadcastSend } from '../net/broadcast';
 import type { Ring } from '../net/link';
 import { downloadCheckpoint } from './checkpoint-transfer';
 import type { LoopContext } from './loop-context';
-import { planSync, sameTag, syncRoute, type StateTag, type SyncPlan } from './plan';
+import { planCarry, planSync, sameTag, StepPlanner, syncRoute, type StateTag, type SyncPlan } from './plan';
 import type { RoundSession } from './round-session';
 
 /** Collective ids: the state broadcast of a round uses step 0, the allreduce of step s uses s (ids must grow per link). */
@@ -22,6 +26,10 @@ export async function syncState(ctx: LoopContext, session: RoundSession, ring: R
   const { keeper, box } = ctx;
   const msg = session.msg;
   await keeper.ensureModel(job);
+  if (msg.carry) {
+    await carryOn(ctx, session, job);
+    return;
+  }
   const plan = planSync(msg, session.rank, keeper.held);
   const wanted: StateTag = { step: msg.step - 1, hash: msg.committedHash };
   ctx.log('info', `round ${msg.round}: rank ${session.rank}/${msg.world.length}, step ${msg.step}, state ${plan.kind}`);
@@ -40,6 +48,36 @@ export async function syncState(ctx: LoopContext, session: RoundSession, ring: R
     syncs: box.status.syncs + 1,
     localStep: wanted.step,
     committedStep: wanted.step,
+  });
+}
+
+/** A carried round: keep what this tab computed of the group, and say where its steps go on. */
+async function carryOn(ctx: LoopContext, session: RoundSession, job: JobPublic): Promise<void> {
+  const { keeper, box } = ctx;
+  const msg = session.msg;
+  const group = new StepPlanner(job, msg, session.rank).groupOf(msg.step);
+  if (!group || !msg.carry) throw new Error(`round ${msg.round} carries no group this tab can plan`);
+  const plan = planCarry(msg, keeper.held, group.lastStep);
+  if (plan.kind === 'impossible') throw new Error(plan.reason);
+  ctx.log(
+    'info',
+    `round ${msg.round}: rank ${session.rank}/${msg.world.length} carries steps ${msg.step}..${group.lastStep} on (${plan.from}, from step ${plan.resume})`,
+  );
+  if (plan.from === 'backup') {
+    await keeper.restoreBackup();
+    box.update({ restores: box.status.restores + 1 });
+  } else if (plan.from === 'revert') {
+    await keeper.revertOuter(group.lastStep);
+  } else if (plan.from === 'start' && !sameTag(keeper.held.backup, keeper.held.live)) {
+    await keeper.saveBackup();
+  }
+  session.resume = plan.resume;
+  session.reportedThrough = msg.carry.reported[session.rank];
+  box.update({
+    lastSync: 'carry',
+    syncs: box.status.syncs + 1,
+    localStep: keeper.held.live?.step ?? msg.step - 1,
+    committedStep: msg.step - 1,
   });
 }
 
@@ -120,7 +158,7 @@ async function broadcastState(
     // Restore a copy while the original is still being forwarded to the right (restore consumes its buffer).
     await Promise.all([forward, ctx.keeper.restoreSnapshot(route.sendToRight ? bytes.slice(0) : bytes, wanted)]);
   } else if (route.sendToRight) {
-    const position = { step: wanted.step, ...positionAfter(wanted.step, job) };
+    const position = { step: wanted.step, epoch: session.msg.epoch, cursor: session.msg.cursor };
     const bytes = await ctx.queue.run('snapshot', () => ctx.trainer.snapshot(position));
     await broadcastSend([ring.right!], bytes, opts);
   }

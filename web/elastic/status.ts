@@ -68,8 +68,8 @@ export interface ElasticStatus {
   losses: { step: number; loss: number }[];
   /** Samples of this tab's slices per second of compute. */
   samplesPerSec: number | null;
-  /** How the last round's state was obtained. */
-  lastSync: SyncPlan['kind'] | null;
+  /** How the last round's state was obtained (`carry`: the round carried on a group this tab was computing). */
+  lastSync: SyncPlan['kind'] | 'carry' | null;
   syncs: number;
   /** Times the backup was put back after an uncommitted step. */
   restores: number;

@@ -12,16 +12,24 @@
  * the `committed` message overlap with the next step's compute and allreduce. Local mode runs the same
  * skeleton with inner steps and the outer step at its commit points.
  *
+ * The steps come from the group plan (`StepPlanner`, plan.ts): group after group from the record the
+ * round starts at, until the record passes the job's last epoch. A round that carries a group on
+ * (local mode: members were lost inside the outer step) starts where this rank stands in it
+ * (`session.resume`, from the state sync), re-sends the reports the coordinator lost with the old
+ * round, and takes the outer step with the survivors; each commit's record position is checked
+ * against the one this rank planned.
+ *
  * Invariants kept (the same as the unpipelined loop):
  * - at most one uncommitted step is at risk: the live state moves past s only after s is committed
  *   and saved as the backup; a prefetch changes no state;
  * - every rank reports the hash of the same bytes (the apply is unchanged; only its timing moved);
  * - a round's abort at any point leaves live ∈ {backup, backup + 1 step}, which `afterSession` handles.
  */
-import { isEvaluationPoint } from '../../core/training/commit-schedule';
+import { isCheckpointCommit, isEvaluationCommit } from '../../core/training/commit-schedule';
+import type { RecordPosition } from '../../core/training/groups';
 import type { JobPublic } from '../../core/training/job';
 import { NO_HASH } from '../../core/protocol/tab-messages';
-import { isCheckpointPoint } from '../../core/training/sampler';
+import { describePosition, samePosition } from '../../core/training/sampler';
 import type { StepSketches } from '../../core/state/sketch';
 import type { Ring } from '../net/link';
 import { isCollectiveError } from '../net/collective-error';
@@ -32,7 +40,7 @@ import { BusyClock } from './busy-clock';
 import { CollectiveClock } from './collective-clock';
 import type { CheckpointService } from './checkpoint-service';
 import type { LoopContext } from './loop-context';
-import { stepWork, type StateTag, type StepWork } from './plan';
+import { StepPlanner, type StateTag, type StepWork } from './plan';
 import type { RoundSession } from './round-session';
 import { stepComputed } from './status';
 import {
@@ -47,6 +55,18 @@ import {
 /** The longest pause between steps a tab may ask for (the volunteer page's GPU-use slider ends here). */
 export const MAX_STEP_PAUSE_MS = 2000;
 
+/** A commit point reported and not yet seen committed: its state and the record its commit leaves. */
+interface PendingCommit extends StateTag {
+  after: RecordPosition;
+}
+
+/** An applied step's report figures, kept until its group commits so a carried group can re-send them. */
+interface AppliedStep {
+  lossSum: number;
+  samples: number;
+  computeMs: number;
+}
+
 export class StepRunner {
   private lastComputeMs = 0;
   /** When the gradients of the next step were asked for (with the previous apply, or at the call). */
@@ -59,6 +79,10 @@ export class StepRunner {
   private readonly collectives = new CollectiveClock();
   /** What the sync modes (sync-modes.ts) may ask of this loop. */
   private readonly tools: StepTools;
+  /** The applied steps of the group in flight (kept across rounds: a carried group re-sends them). */
+  private readonly applied = new Map<number, AppliedStep>();
+  /** The last commit point that is an evaluation point (rank 0 evaluates it: the others wait for it). */
+  private evaluated: number | null = null;
 
   constructor(
     private readonly ctx: LoopContext,
@@ -75,6 +99,8 @@ export class StepRunner {
       allreduce: (ring, data, opts, minimumMs) =>
         this.busy.waiting(() => this.timedAllreduce(ring, data, opts, minimumMs)),
       minimumMs: (factor) => Math.max(this.ctx.timeouts.collectiveMs, factor * this.lastComputeMs),
+      lastEvaluation: () => this.evaluated,
+      silenceMs: () => this.collectives.silenceMs(this.ctx.timeouts.hangFloorMs),
     };
   }
 
@@ -106,17 +132,19 @@ export class StepRunner {
   ): Promise<void> {
     const { signal } = session;
     this.reset();
-    let pending: StateTag | null = null;
+    const planner = new StepPlanner(job, session.msg, session.rank);
+    let pending = await this.carryOn(session, job, planner, mode);
     /** The step whose gradients the previous apply left on the device (started behind it). */
     let onDevice: number | null = null;
     /** The work of the step about to run, planned by the previous iteration (for its prefetch). */
     let planned: StepWork | null = null;
-    for (let step = session.msg.step; step <= job.totalSteps; step++) {
+    for (let step = session.resume; ; step++) {
       if (signal.aborted) throw abortReason(signal);
-      const work = planned ?? stepWork(job, session.world, session.rank, step);
+      const work = planned ?? planner.work(step);
+      if (!work) break;
       const contribution = await mode.contribute(work, onDevice === step);
       const { backup, waited } = await this.previousCommit(session, pending);
-      planned = step < job.totalSteps ? stepWork(job, session.world, session.rank, step + 1) : null;
+      planned = planner.work(step + 1);
       const next = mode.prefetch(work, planned);
       const requested = this.requestedAt;
       if (next) this.requestedAt = this.ctx.now();
@@ -124,13 +152,44 @@ export class StepRunner {
       const applied = await mode.apply(work, contribution, next, { backup, prefetched });
       onDevice = next?.keepOnDevice ? step + 1 : null;
       const computeMs = contribution.computed?.computeMs ?? this.prefetchedMs(requested, waited);
+      this.applied.set(step, { lossSum: applied.gradient.lossSum, samples: applied.gradient.samples, computeMs });
       const { hash, gradient, wireBytes, sketch } =
         work.commitPoint && mode.atCommitPoint ? await mode.atCommitPoint(work, applied) : applied;
       pending = this.completeStep(session, job, work, hash, gradient, computeMs, wireBytes, sketch);
-      if (step < job.totalSteps) await this.pauseBetweenSteps(signal, next !== null);
+      if (planned) await this.pauseBetweenSteps(signal, next !== null);
     }
     if (pending) await this.ctx.keeper.saveBackup(await this.awaitCommit(session, pending));
     // Every step of the job is done; `done` follows from the coordinator.
+  }
+
+  /**
+   * A round's start: a fresh group forgets the applied steps of an old one. A carried group re-sends
+   * the reports the coordinator lost with the old round (applied steps after `reportedThrough`, its
+   * commit point excepted), and when only its outer step is left (`resume` past the group), takes it now.
+   */
+  private async carryOn<T extends Contribution>(
+    session: RoundSession,
+    job: JobPublic,
+    planner: StepPlanner,
+    mode: SyncMode<T>,
+  ): Promise<PendingCommit | null> {
+    const group = planner.groupOf(session.msg.step);
+    if (!session.msg.carry || !group || session.resume === session.msg.step) {
+      this.applied.clear();
+      return null;
+    }
+    for (let step = session.reportedThrough + 1; step < Math.min(session.resume, group.lastStep); step++) {
+      const figures = this.applied.get(step);
+      if (!figures) throw new Error(`carrying step ${step} on, but this tab kept no report of it`);
+      this.report(session, step, NO_HASH, { gradients: null, ...figures }, 0);
+    }
+    if (session.resume <= group.lastStep || !mode.atCommitPoint) return null;
+    const work = planner.work(group.lastStep)!;
+    const figures = this.applied.get(group.lastStep);
+    if (!figures) throw new Error(`carrying the outer step of ${group.lastStep} on without its inner step`);
+    const gradient = { gradients: null, lossSum: figures.lossSum, samples: figures.samples };
+    const outer = await mode.atCommitPoint(work, { hash: NO_HASH, gradient, wireBytes: 0 });
+    return this.completeStep(session, job, work, outer.hash, gradient, figures.computeMs, outer.wireBytes);
   }
 
   /**
@@ -139,7 +198,7 @@ export class StepRunner {
    */
   private async previousCommit(
     session: RoundSession,
-    pending: StateTag | null,
+    pending: PendingCommit | null,
   ): Promise<{ backup: StateTag | undefined; waited: { since: number; ms: number } }> {
     const since = this.ctx.now();
     const backup = pending ? await this.awaitCommit(session, pending) : undefined;
@@ -167,13 +226,14 @@ export class StepRunner {
     computeMs: number,
     wireBytes: number,
     sketch?: StepSketches,
-  ): StateTag | null {
+  ): PendingCommit | null {
     this.ctx.box.update(stepComputed(this.ctx.box.status, { step: work.step, ...gradient, computeMs }));
     if (session.signal.aborted) throw abortReason(session.signal);
     this.report(session, work.step, hash, gradient, wireBytes, sketch);
     if (!work.commitPoint) return null;
-    this.onCommitted(session, job, work.step);
-    return { step: work.step, hash };
+    if (isEvaluationCommit(work.group.span, job)) this.evaluated = work.step;
+    this.onCommitted(session, job, work);
+    return { step: work.step, hash, after: work.group.after };
   }
 
   /** This rank's gradient sums for `work` (zeros when its slice is empty), and the time they took. */
@@ -227,6 +287,8 @@ export class StepRunner {
     wireBytes: number,
     sketch?: StepSketches,
   ): void {
+    // A carried group's steps the coordinator has already (recomputed here from the group's start).
+    if (step <= session.reportedThrough) return;
     const sent = this.ctx.control.send({
       type: 'step_report',
       round: session.round,
@@ -247,18 +309,24 @@ export class StepRunner {
   }
 
   /**
-   * Wait for the commit of a reported commit point. Returns its tag: the next apply saves it as the
-   * backup first (one worker call).
+   * Wait for the commit of a reported commit point, and check it left the record where this rank
+   * planned the next group from. Returns its tag: the next apply saves it as the backup first (one
+   * worker call).
    */
-  private async awaitCommit(session: RoundSession, tag: StateTag): Promise<StateTag> {
-    const step = tag.step;
-    await bounded(session.committed(step).promise, {
+  private async awaitCommit(session: RoundSession, pending: PendingCommit): Promise<StateTag> {
+    const step = pending.step;
+    const at = await bounded(session.committed(step).promise, {
       signal: session.signal,
       timeoutMs: this.ctx.timeouts.coordinatorWaitMs,
       what: `commit of step ${step}`,
     });
     session.forgetCommitsThrough(step);
-    return tag;
+    for (const applied of this.applied.keys()) if (applied <= step) this.applied.delete(applied);
+    if (!samePosition(at, pending.after))
+      throw new Error(
+        `the commit of step ${step} left the record at ${describePosition(at)}, this tab planned ${describePosition(pending.after)}`,
+      );
+    return { step, hash: pending.hash };
   }
 
   /**
@@ -267,12 +335,15 @@ export class StepRunner {
    * step (the next apply waits for this commit, and is queued after these), and a round that fails
    * in the meantime does not lose them.
    */
-  private onCommitted(session: RoundSession, job: JobPublic, step: number): void {
-    if (session.rank !== 0 || !(isCheckpointPoint(step, job) || isEvaluationPoint(step, job))) return;
+  private onCommitted(session: RoundSession, job: JobPublic, work: StepWork): void {
+    const { step, group } = work;
+    const checkpoint = isCheckpointCommit(group.span, job.checkpointEvery);
+    const evaluation = isEvaluationCommit(group.span, job);
+    if (session.rank !== 0 || !(checkpoint || evaluation)) return;
     session.committed(step).promise.then(
       () => {
-        if (isCheckpointPoint(step, job)) this.checkpoints.prepare(step, job);
-        if (isEvaluationPoint(step, job)) this.checkpoints.evaluateCommitted(session.round, step, job);
+        if (checkpoint) this.checkpoints.prepare(step, group.after);
+        if (evaluation) this.checkpoints.evaluateCommitted(session.round, step, group.epoch, job);
       },
       () => undefined,
     );

@@ -3,7 +3,7 @@
  * copy per read, so a test cannot change what the page believes), and the pure functions that derive
  * it from the elastic loop's status.
  */
-import { positionAfter } from '../../core/training/sampler';
+import { holeFreePosition } from '../../core/training/groups';
 import type { ElasticStatus } from '../elastic/elastic-loop';
 import type { AdapterSummary } from '../worker/types';
 
@@ -128,18 +128,16 @@ export function publicStatus(s: TabStatus): Readonly<TabStatus> {
   });
 }
 
-/** Samples committed by every tab after `committedStep` steps of a job (the record position, in samples). */
+/**
+ * Samples committed by every tab after `committedStep` steps of a job (the record position, in samples),
+ * as if no outer step had been committed partially: an estimate for the page (holes make it a little high).
+ */
 export function jobSamplesAfter(
   committedStep: number,
   job: Pick<ElasticStatus, 'datasetSize' | 'globalBatch' | 'epochs'>,
 ): number {
   if (committedStep <= 0 || job.datasetSize <= 0 || job.globalBatch <= 0) return 0;
-  const { epoch, cursor } = positionAfter(committedStep, {
-    datasetSize: job.datasetSize,
-    globalBatch: job.globalBatch,
-    epochs: Math.max(1, job.epochs),
-    commitEvery: 1,
-  });
+  const { epoch, cursor } = holeFreePosition(committedStep, job);
   return epoch * job.datasetSize + cursor;
 }
 

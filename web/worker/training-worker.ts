@@ -391,6 +391,17 @@ const api = {
     return stateHash(params, b.outer.momentum);
   },
 
+  /**
+   * Local sync mode: undo the last outer step (it never committed: the world lost members before the
+   * commit): this rank's own parameters the outer step started from become the live ones again, the
+   * outer momentum the committed one (outer-step.ts `revert`).
+   */
+  revertOuter(): void {
+    const b = requireOuter();
+    b.state.writeParams(b.outer.revert());
+    b.steps.stateChanged();
+  },
+
   /** The training state as one snapshot (core/state/snapshot.ts), transferred. */
   async snapshot(position: { step: number; epoch: number; cursor: number }): Promise<ArrayBuffer> {
     const b = requireModel();
