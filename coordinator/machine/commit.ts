@@ -108,9 +108,10 @@ function acceptReportIn(ctx: Ctx, workerId: string, msg: StepReportMessage): voi
   const worker = mutWorker(ctx, workerId);
   worker.lastSeen = ctx.now;
   // Throughput from time the coordinator measured (from when the step could start, or the rank's
-  // previous report, to this report), never from the tab's own `computeMs` claim.
+  // previous report, to this report), never from the tab's own `computeMs` claim. Not while a group is
+  // carried on: its first reports are re-sent ones, computed before the round began.
   const since = Math.max(s.rendezvous.stepStartedAt ?? ctx.now, p.lastReportAt ?? 0);
-  worker.throughput = smoothThroughput(worker.throughput, msg.samples, ctx.now - since);
+  if (!s.rendezvous.carry) worker.throughput = smoothThroughput(worker.throughput, msg.samples, ctx.now - since);
   recordUsageIn(ctx, worker, msg, p.lastReportAt ?? since);
   p.lastReportAt = ctx.now;
   const point = groupInFlight(s).lastStep;
