@@ -81,11 +81,38 @@ export class CpuTrainer implements TrainerPort {
   /** Local sync mode's outer state (the worker's `OuterState`), or null. */
   private outer: OuterState | null = null;
   calls: string[] = [];
+  /** A hang (`hang`): the worker calls of that kind stall until `resume`. */
+  private hanging: { at: 'inner' | 'outer'; resumed: Promise<void>; resume: () => void } | null = null;
 
   constructor(private readonly opts: { delayMs?: number } = {}) {}
 
   private async pause(): Promise<void> {
     await new Promise((r) => setTimeout(r, this.opts.delayMs ?? 0));
+  }
+
+  /**
+   * From now on, worker calls of an inner step (`inner`: gradients and applies) or of an outer step
+   * (`outer`: the pseudo-gradient) stall, like a tab whose main thread or GPU stopped, until `resume`.
+   * The tab's coordinator client keeps its heartbeats (a timer of its own), as a hung tab's worker timer may.
+   */
+  hang(at: 'inner' | 'outer'): void {
+    let resume = () => {};
+    const resumed = new Promise<void>((r) => {
+      resume = r;
+    });
+    this.hanging = { at, resumed, resume };
+  }
+
+  resume(): void {
+    this.hanging?.resume();
+    this.hanging = null;
+  }
+
+  private async stall(at: 'inner' | 'outer'): Promise<void> {
+    if (this.hanging?.at === at) {
+      this.calls.push(`hung:${at}`);
+      await this.hanging.resumed;
+    }
   }
 
   async buildModel(opts: BuildModelOptions): Promise<ModelSummary> {
@@ -131,6 +158,7 @@ export class CpuTrainer implements TrainerPort {
   async computeGradients(indices: Uint32Array, keepOnDevice = false): Promise<GradientResult> {
     this.calls.push('computeGradients');
     await this.pause();
+    await this.stall('inner');
     const { g, lossSum } = this.takePrefetch(indices) ?? this.gradientsOf(indices);
     this.onDevice = keepOnDevice ? g : null;
     return { gradients: keepOnDevice ? null : (g.buffer as ArrayBuffer), lossSum, samples: indices.length };
@@ -143,6 +171,7 @@ export class CpuTrainer implements TrainerPort {
     next: NextIndices | null,
     opts: ApplyOptions = {},
   ): Promise<ApplyResult> {
+    await this.stall('inner');
     if (opts.backupFirst) await this.saveBackup();
     let own: GradientResult | null = null;
     if (opts.prefetched) {
@@ -185,6 +214,7 @@ export class CpuTrainer implements TrainerPort {
   async pseudoGradient(weight: number): Promise<ArrayBuffer> {
     this.calls.push('pseudoGradient');
     await this.pause();
+    await this.stall('outer');
     if (!this.outer || !this.backup) throw new Error('pseudoGradient: no outer state or no backup');
     return this.outer.pseudoGradient(this.backup.params.slice(), this.params, weight).buffer as ArrayBuffer;
   }
