@@ -273,7 +273,7 @@ export const jobPublicSchema = z.strictObject({
    * a partial commit's holes delay.
    */
   totalSteps: z.int().min(1),
-  /** Committed steps between test-set evaluations by rank 0, or null (epoch ends); see `isEvaluationPoint`. */
+  /** Committed steps between test-set evaluations by rank 0, or null (epoch ends); see `isEvaluationCommit`. */
   evalEvery: z.int().min(1).nullable(),
   /** Test images per evaluation (first N of the test set); 0: no evaluation. */
   evalSamples: z.int().min(0),

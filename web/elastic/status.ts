@@ -57,7 +57,7 @@ export interface ElasticStatus {
   samplesCommitted: number;
   /** This rank's fraction of each step's samples in the current round (null outside a round). */
   share: number | null;
-  /** Training images of the job (per epoch) and samples per step: with `committedStep` they give the samples committed by all tabs (`positionAfter`). */
+  /** Training images of the job (per epoch) and samples per step: with `committedStep` they give the samples committed by all tabs (`holeFreePosition`: an estimate). */
   datasetSize: number;
   globalBatch: number;
   /** The pause this tab takes between steps to limit its GPU use (ms, after clamping; see `setStepPause`). */
