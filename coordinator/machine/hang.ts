@@ -9,7 +9,8 @@
  *
  * Not judged here: a member's commit point (its report waits for the outer sync, which waits for the
  * slowest member: the tabs judge a silent ring neighbour there, web/elastic/sync-modes.ts), a member not
- * measured yet (its first round: heartbeats cover it), and every-step mode (every report waits for the
+ * measured yet (its first round: heartbeats cover it), a member of a carrying round before its first
+ * report in it (it may be recomputing steps already reported), and every-step mode (every report waits for the
  * allreduce, so all members stall together and reports cannot single out the hung one: the
  * collective's deadline on the tabs does).
  */
@@ -30,6 +31,9 @@ function dueTimes(s: CoordinatorState): { workerId: string; due: number; allowan
   for (const p of rv.participants) {
     const next = p.lastStep + 1;
     if (next >= group.lastStep) continue; // the commit point includes the outer sync
+    // A member carrying a group on may first recompute steps the coordinator has (its live state was
+    // lost): it is judged from its first report in the round on.
+    if (rv.carry && p.lastReportAt === undefined) continue;
     const throughput = s.workers[p.workerId]?.throughput ?? null;
     const samples = expectedSamples(s, next, p.slot, group);
     if (throughput === null || !(throughput > 0) || samples < 0) continue;

@@ -184,6 +184,71 @@ describe('parseServerMessage', () => {
   });
 });
 
+describe('holes and carries in round and committed', () => {
+  const round = validServer[2] as Extract<ServerMessage, { type: 'round' }>;
+  const committed = validServer.find((m) => m.type === 'committed')!;
+  // The round's two ranks carry slots 0 and 2 of a split of three on (slot 1 was lost).
+  const carry = { shares: [0.25, 0.25, 0.5], slots: [0, 2], reported: [17, 16] };
+
+  it('accepts holes below the cursor and a carry that fits the round', () => {
+    const withHoles = {
+      ...round,
+      cursor: 100,
+      holes: [
+        [2, 5],
+        [40, 41],
+      ],
+    };
+    expect(parseServerMessage(JSON.stringify(withHoles))).toEqual({ ok: true, msg: withHoles });
+    const carried = { ...round, carry };
+    expect(parseServerMessage(JSON.stringify(carried))).toEqual({ ok: true, msg: carried });
+    const done = { ...committed, cursor: 1920, holes: [[0, 64]] };
+    expect(parseServerMessage(JSON.stringify(done))).toEqual({ ok: true, msg: done });
+  });
+
+  const bad: [string, unknown][] = [
+    ['a hole past the cursor', { ...round, cursor: 10, holes: [[8, 12]] }],
+    [
+      'overlapping holes',
+      {
+        ...round,
+        cursor: 100,
+        holes: [
+          [2, 6],
+          [5, 9],
+        ],
+      },
+    ],
+    [
+      'holes out of order',
+      {
+        ...round,
+        cursor: 100,
+        holes: [
+          [20, 30],
+          [2, 6],
+        ],
+      },
+    ],
+    ['an empty hole', { ...round, cursor: 100, holes: [[4, 4]] }],
+    ['a hole that is no pair', { ...round, cursor: 100, holes: [[4, 5, 6]] }],
+    [
+      'more holes than MAX_HOLES',
+      { ...round, cursor: 10_000, holes: Array.from({ length: 1025 }, (_, i) => [3 * i, 3 * i + 1]) },
+    ],
+    ['a carry with a slot per rank missing', { ...round, carry: { ...carry, slots: [0] } }],
+    ['a carry with one slot twice', { ...round, carry: { ...carry, slots: [2, 2] } }],
+    ['a carry whose slot is outside its split', { ...round, carry: { ...carry, slots: [0, 3] } }],
+    ['a carry with a report mark per rank missing', { ...round, carry: { ...carry, reported: [17] } }],
+    ['a committed with a hole past its cursor', { ...committed, cursor: 10, holes: [[9, 11]] }],
+  ];
+  for (const [name, msg] of bad) {
+    it(`rejects ${name}`, () => {
+      expect(parseServerMessage(JSON.stringify(msg))).toMatchObject({ ok: false, code: 'bad_message' });
+    });
+  }
+});
+
 describe('checkpointPath', () => {
   it('names a checkpoint by run and step, escaping the run id', () => {
     expect(checkpointPath('run-1', 40)).toBe('/api/checkpoints/run-1/40');

@@ -161,6 +161,28 @@ describe(`partial outer commits at N = ${N} (local sync mode, machine through th
     },
   );
 
+  it(
+    'in a carried round a report must have its slot’s samples, and the commit point waits for every survivor',
+    SLOW,
+    () => {
+      const h = swarm();
+      reportThrough(h, H + 1);
+      h.disconnect(name(0));
+      carriedRound(h, [name(0)]);
+      h.readyAll();
+      // t01 is rank 0 now but computes slot 1's slices; its report of step 6 with another count is refused.
+      const before = h.state;
+      h.report(name(1), { samples: 999 });
+      expect(h.state).toBe(before);
+      expect(h.lastReceived(name(1))).toMatchObject({ type: 'error', code: 'bad_samples' });
+      // Everyone but one survivor reports the whole group: no commit yet.
+      reportThrough(h, 2 * H, [name(63)]);
+      expect(h.state.lastCommit.step).toBe(H);
+      reportThrough(h, 2 * H);
+      expect(h.state.lastCommit.step).toBe(2 * H);
+    },
+  );
+
   it('a crash inside an outer step counts a restart and costs only the crashed rank’s slices', SLOW, () => {
     const h = swarm();
     reportThrough(h, H + 1);
