@@ -178,7 +178,7 @@ describe.skipIf(skip)('elastic training across browser tabs', () => {
     expect(swarm.problems()).toEqual([]);
   });
 
-  it('local steps (H = 16, int8 wire): a closed, a joining and a crashed tab; outer commits only, hash-agreed, audit clean', async () => {
+  it('local steps (H = 16, int8 wire): a closed, a joining and a crashed tab; each loss costs only its share; outer commits only, hash-agreed, audit clean', async () => {
     const H = 16;
     const { coordinator, swarm } = await start({
       sync: { mode: 'local', innerSteps: H, compression: 'int8' },
@@ -188,8 +188,10 @@ describe.skipIf(skip)('elastic training across browser tabs', () => {
     });
     const [a, b, c] = await swarm.openMany(3);
     await statusUntil(coordinator, (s) => s.world.length === 3 && s.step >= H, 'three tabs past the first outer step');
-    // Inside the second outer step (inner steps reported, nothing committed yet): a tab is closed.
+    // Inside the second outer step (inner steps reported, nothing committed yet): a tab is closed. The
+    // other two finish that outer step without it; its slices become holes the next outer step serves.
     await swarm.waitFor(c, (st, h) => st.localStep >= h + 4, H, 120_000);
+    const closedAt = (await coordinator.status()).step;
     await swarm.close(a);
     await statusUntil(coordinator, (s) => s.world.length === 2 && s.step >= 2 * H, 'two tabs commit an outer step');
     expect((await coordinator.status()).restarts, 'a goodbye is not a restart').toBe(0);
@@ -198,8 +200,10 @@ describe.skipIf(skip)('elastic training across browser tabs', () => {
     const admitted = await swarm.waitFor(d, (st) => st.phase === 'training' && st.worldSize === 3, null, 120_000);
     expect(admitted.lastSync).toBe('receive');
     await swarm.waitFor(d, (st, n) => st.committedStep >= n, admitted.committedStep + H, 120_000);
-    // A renderer crashes inside an outer step: its inner steps are lost, the outer step is redone.
+    // A renderer crashes inside an outer step: the survivors finish it without b (b's slices of it
+    // become holes, served by the next outer step), so only b's share of the outer step is lost.
     await swarm.waitFor(b, (st, h) => st.localStep % h >= 4, H, 120_000);
+    const crashedAt = (await coordinator.status()).step;
     await swarm.crash(b);
     await statusUntil(
       coordinator,
@@ -214,10 +218,29 @@ describe.skipIf(skip)('elastic training across browser tabs', () => {
     expect(status.state).toBe('done');
     expect(status.restarts).toBe(1);
     await expectCleanAudit(coordinator, { committed: TRAIN_IMAGES });
-    // Commits only at outer steps (every 16th step of each epoch of 48), each one hash-agreed by every rank
-    // (the coordinator commits nothing else), and the survivors hold the same bytes.
+    // Commits only at outer steps, each one hash-agreed by every rank (the coordinator commits nothing
+    // else), and the survivors hold the same bytes. Before the crash every 16th step of each epoch of 48;
+    // the outer step the crash fell into was committed without b's slices, the next one served them
+    // first, and the job took the extra step(s) those slices needed.
     const rows = await commitRows(coordinator);
-    expect(rows.map((r) => r.step)).toEqual(Array.from({ length: (4 * STEPS) / H }, (_, i) => (i + 1) * H));
+    const before = rows.filter((r) => r.step <= closedAt);
+    expect(before.map((r) => r.step)).toEqual(Array.from({ length: closedAt / H }, (_, i) => (i + 1) * H));
+    const partial = rows.filter((r) => r.skipped.length > 0);
+    expect(
+      partial.map((r) => r.firstStep),
+      'a partial outer commit for the goodbye and for the crash',
+    ).toEqual([closedAt + 1, crashedAt + 1]);
+    for (const row of partial) {
+      const skipped = row.skipped.reduce((n, [s, e]) => n + e - s, 0);
+      expect(row.count + skipped, 'a partial commit took a whole outer step').toBe(H * GLOBAL_BATCH);
+      const next = rows[rows.indexOf(row) + 1];
+      for (const [s, e] of row.skipped)
+        expect(
+          next.ranges.some(([x, z]) => x <= s && e <= z),
+          'the next outer step serves the holes',
+        ).toBe(true);
+    }
+    expect(rows.at(-1)!.step).toBeGreaterThan(4 * STEPS);
     expect(finalC.accuracy).toBe(finalD.accuracy);
     expect(rows.at(-1)!.loss).toBeLessThan(rows[0].loss);
     console.log(
