@@ -348,8 +348,12 @@ export class ElasticLoop {
     this.update({ ...this.credit(step), phase: 'done', committedStep: step, epochProgress: 1 });
     const count = this.opts.evaluateOnDone ?? 0;
     if (count > 0 && this.keeper.modelElements !== null) {
-      this.ctx.queue
-        .run('evaluate', () => this.opts.trainer.evaluate(count))
+      // A local-mode tab lost from the last rounds still holds inner steps nobody committed: evaluate
+      // its last committed state instead.
+      const committed =
+        this.job?.sync.mode === 'local' && this.keeper.liveToUndo ? this.keeper.restoreBackup() : Promise.resolve();
+      committed
+        .then(() => this.ctx.queue.run('evaluate', () => this.opts.trainer.evaluate(count)))
         .then((r) => this.update({ accuracy: r.accuracy, testLoss: r.lossAvg }))
         .catch((err) => this.log('warn', `evaluation failed: ${(err as Error).message}`));
     }
