@@ -17,7 +17,8 @@
 import { CloseCode } from '../../core/protocol/coordinator-messages';
 import { hangAllowanceMs, HANG_FLOOR_MS } from '../../core/training/hang';
 import { log, type Ctx } from './context';
-import { expectedSamples, groupInFlight } from './group';
+import { assignStep } from '../../core/training/groups';
+import { groupInFlight, splitInFlight } from './group';
 import { failIn } from './round-close';
 import type { CoordinatorState } from './state';
 
@@ -26,8 +27,19 @@ function dueTimes(s: CoordinatorState): { workerId: string; due: number; allowan
   const rv = s.rendezvous;
   if (s.status !== 'active' || s.job.sync.mode !== 'local' || rv.phase !== 'training') return [];
   const group = groupInFlight(s);
+  const { shares } = splitInFlight(s);
   const floor = s.policy.hangFloorMs ?? HANG_FLOOR_MS;
   const out: { workerId: string; due: number; allowanceMs: number }[] = [];
+  // Each step's split once (not once per member: this runs at every event, for up to 4096 members).
+  const sizes = new Map<number, number[]>();
+  const sizesOf = (step: number) => {
+    let x = sizes.get(step);
+    if (!x) {
+      x = assignStep(0, group.steps[step - group.firstStep].count, shares).map((slice) => slice.count);
+      sizes.set(step, x);
+    }
+    return x;
+  };
   for (const p of rv.participants) {
     const next = p.lastStep + 1;
     if (next >= group.lastStep) continue; // the commit point includes the outer sync
@@ -35,8 +47,8 @@ function dueTimes(s: CoordinatorState): { workerId: string; due: number; allowan
     // lost): it is judged from its first report in the round on.
     if (rv.carry && p.lastReportAt === undefined) continue;
     const throughput = s.workers[p.workerId]?.throughput ?? null;
-    const samples = expectedSamples(s, next, p.slot, group);
-    if (throughput === null || !(throughput > 0) || samples < 0) continue;
+    if (throughput === null || !(throughput > 0) || next < group.firstStep) continue;
+    const samples = sizesOf(next)[p.slot] ?? 0;
     const allowanceMs = hangAllowanceMs(samples / throughput, floor);
     if (allowanceMs === null) continue;
     const since = Math.max(rv.stepStartedAt ?? 0, p.lastReportAt ?? 0);
