@@ -319,6 +319,39 @@ describe(`partial outer commits at N = ${N} (local sync mode, machine through th
   });
 
   it(
+    'a checkpoint of a partial commit keeps its holes: when every tab is gone, the rollback restores them',
+    SLOW,
+    () => {
+      const h = swarm();
+      reportThrough(h, H + 1);
+      const split = shares(h);
+      h.disconnect(name(8));
+      carriedRound(h, [name(8)]);
+      h.readyAll();
+      const holes = expectPartialCommit(h, H + 1, split, [8]);
+      // A checkpoint of that commit, stored where the tabs were told the record stands.
+      h.apply({ kind: 'admin', action: { type: 'checkpoint_now' } });
+      const at = h.positionAfter(2 * H)!;
+      h.apply({ kind: 'checkpoint_stored', step: 2 * H, epoch: at.epoch, cursor: at.cursor, sha256: 'cd'.repeat(32) });
+      expect(h.state.checkpoints.at(-1)).toMatchObject({ step: 2 * H, holes });
+      // The next outer step serves the holes and commits; then every tab is gone before a checkpoint of it.
+      reportThrough(h, 3 * H);
+      expect(h.state.record.holes).toEqual([]);
+      // (Goodbyes: 63 crashes from one address would cool it off, penalties.ts.)
+      for (const member of h.members())
+        h.send(member, { type: 'goodbye', runId: h.runId, workerId: h.worker(member).workerId! });
+      h.join('fresh', { fresh: true });
+      h.advance(1000);
+      // Nobody holds the last commit: the record rolls back to the checkpoint, holes and all.
+      expect(h.state.lastCommit.step).toBe(2 * H);
+      expect(h.state.record.holes).toEqual(holes);
+      expect(h.worker('fresh').round!.holes).toEqual(holes);
+      h.readyAll();
+      expectHolesServed(h, holes);
+    },
+  );
+
+  it(
     'a coordinator restart inside an outer step redoes that group; holes of an earlier partial commit survive it',
     SLOW,
     () => {
