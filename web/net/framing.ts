@@ -12,11 +12,12 @@
  *  4     4    id.round                    \
  *  8     4    id.step                      } which collective the frame belongs to
  * 12     4    id.seq                      /
- * 16     2    ringStep                    allreduce pipeline step (0 .. 2·(size-1)-1), else 0
+ * 16     2    ringStep                    allreduce pipeline step (0 .. 2·(size-1)-1); grouped: see FrameKind
  * 18     1    encoding (PayloadEncoding)
  * 19     1    scaleExponent (int8)        fp16 payloads hold value·2^-scaleExponent; 0 otherwise
  * 20     4    chunkIndex
- * 24     4    chunkCount                  chunks of this segment/transfer; index < count
+ * 24     4    chunkCount                  chunks of this segment/transfer; index < count (grouped
+ *                                         allreduce: the chunk's first element, the vector's length)
  * 28     4    payloadLength (bytes)       must equal the bytes after the header
  * ```
  */
@@ -45,6 +46,21 @@ export const FrameKind = {
   BroadcastAck: 4,
   /** A rank gave up on this collective: payload = UTF-8 JSON `{kind, peer, message}`. */
   Abort: 5,
+  /**
+   * Grouped allreduce (group-allreduce.ts, payloads in group-frames.ts): a partial sum passed along a
+   * group's ring in its reduce; `ringStep` is the sender's place in the segment's chain.
+   */
+  GroupReduce: 6,
+  /** Grouped allreduce: a member's reduce is complete; `chunkIndex` names it (flooded round the group). */
+  GroupSeal: 7,
+  /** Grouped allreduce: the group starts its reduce again, attempt `ringStep`, with the excluded set in the prefix. */
+  GroupRetry: 8,
+  /** Grouped allreduce: an owner's group and its excluded set, to the partners across groups. */
+  GroupRoster: 9,
+  /** Grouped allreduce: a group's partial sum of a piece, to the piece's root in another group. */
+  GroupPartial: 10,
+  /** Grouped allreduce: a piece's final sum, from its root to the owners and along each group's ring. */
+  GroupResult: 11,
 } as const;
 export type FrameKind = (typeof FrameKind)[keyof typeof FrameKind];
 const FRAME_KINDS = new Set<number>(Object.values(FrameKind));

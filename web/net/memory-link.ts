@@ -9,7 +9,9 @@
  *   the threshold, so pacing code is exercised for real.
  * - `closeAfterSentBytes` closes the pair mid-transfer once that many bytes have been sent from this
  *   end (the message that crosses the limit is lost), and `close()` does it at any moment: undelivered
- *   messages are dropped and both ends see `close`.
+ *   messages are dropped and both ends see `close`; `closeAsFault()` as a crash does (neither end closed it).
+ * - `tamper` sees each message this end sends and may corrupt its bytes in place or drop it: faults a
+ *   reliable channel never shows, for tests of what a collective does with them.
  * Messages are copied on delivery so a sender reusing its buffer cannot fake a correct result.
  */
 import { ListenerSet, type Link, type Unsubscribe } from './link';
@@ -25,6 +27,8 @@ export interface MemoryLinkOptions {
 export interface MemoryLinkEndOptions extends MemoryLinkOptions {
   /** Close the pair once this end has sent this many bytes (a peer vanishing mid-collective). */
   closeAfterSentBytes?: number;
+  /** Sees message `index` (0-based, of this end) as it is sent: change its bytes, or return 'drop' to lose it. */
+  tamper?: (message: Uint8Array, index: number) => 'drop' | undefined;
 }
 
 interface InFlight {
@@ -38,6 +42,7 @@ export class MemoryLink implements Link {
   private open = true;
   private buffered = 0;
   private sentBytes = 0;
+  private sentMessages = 0;
   private peakBuffered = 0;
   private lastDeliverAt = 0;
   private readonly inFlight: InFlight[] = [];
@@ -92,10 +97,12 @@ export class MemoryLink implements Link {
     const latency = typeof this.opts.latencyMs === 'function' ? this.opts.latencyMs() : (this.opts.latencyMs ?? 0);
     const transfer = this.opts.bytesPerMs ? message.byteLength / this.opts.bytesPerMs : 0;
     const now = performance.now();
+    const data = message.slice(0);
+    if (this.opts.tamper?.(new Uint8Array(data), this.sentMessages++) === 'drop') return;
     // Never before the previous message: ordered delivery whatever the drawn latency.
     const deliverAt = Math.max(this.lastDeliverAt, now + latency) + transfer;
     this.lastDeliverAt = deliverAt;
-    this.inFlight.push({ data: message.slice(0), deliverAt });
+    this.inFlight.push({ data, deliverAt });
     this.buffered += message.byteLength;
     this.peakBuffered = Math.max(this.peakBuffered, this.buffered);
     this.schedule();
@@ -124,7 +131,11 @@ export class MemoryLink implements Link {
     this.remote.shutDown('closed by the remote peer', false);
   }
 
-  /** A fault: the channel dies under both ends (neither closed it). */
+  /** A fault: the channel dies under both ends (neither closed it), as when a peer crashes. */
+  closeAsFault(reason: string): void {
+    this.closeWith(reason);
+  }
+
   private closeWith(reason: string): void {
     if (!this.open) return;
     this.shutDown(reason, false);

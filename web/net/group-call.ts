@@ -1,0 +1,439 @@
+/**
+ * One call of the grouped allreduce (the algorithm and its guarantees are in group-allreduce.ts): its
+ * group's reduce attempts and retries, the seal, and settling the call exactly once with every listener,
+ * timer and sender it added removed. Its links and routes are group-routes.ts, the exchange across groups
+ * and the gather group-exchange.ts (roots in group-roots.ts), the frames group-frames.ts, the plan
+ * group-plan.ts.
+ */
+import { groupPartners } from '../../core/training/group-geometry';
+import { CollectiveError } from './collective-error';
+import { type CollectiveId, collectiveKey, type Frame, FrameError, FrameKind } from './framing';
+import { Exchange } from './group-exchange';
+import { GroupRoutes } from './group-routes';
+import {
+  applyValues,
+  ChecksumError,
+  checkValues,
+  controlFrame,
+  type ParsedPrefix,
+  parsePrefix,
+  valuesFrame,
+} from './group-frames';
+import { type Chunk, GroupGeometry, ReducePlan } from './group-plan';
+import {
+  abortError,
+  attemptId,
+  checkedOptions,
+  DEFAULT_GROUP_ATTEMPTS,
+  firstUnsendable,
+  type GroupAllreduceOptions,
+  type GroupAllreduceResult,
+  type GroupLinks,
+  protocolError,
+  sameSet,
+  sorted,
+  tagged,
+  unsendable,
+} from './group-support';
+import type { Link } from './link';
+import type { WireCompression } from './ring-allreduce';
+
+export class GroupCall {
+  readonly geo: GroupGeometry;
+  readonly compression: WireCompression;
+  readonly label: string;
+  /** Ranks known to be out, of every group (this group's change only by retries). */
+  readonly excluded = new Set<number>();
+  private readonly maxAttempts: number;
+  private readonly mayExclude: boolean;
+  private readonly input: Float32Array;
+  private readonly done: Promise<GroupAllreduceResult>;
+  private resolve!: (r: GroupAllreduceResult) => void;
+  private reject!: (e: CollectiveError) => void;
+  private settled = false;
+  private readonly cleanups: Array<() => void> = [];
+  private readonly routes: GroupRoutes;
+  private attempt = 0;
+  private plan!: ReducePlan;
+  private arrived = new Set<number>();
+  private ownedLeft = 0;
+  private seals = new Set<number>();
+  private sealSent = false;
+  private heardLeft = false;
+  private silenceTimer: ReturnType<typeof setTimeout> | null = null;
+  private sealed = false;
+  private gatherSeen = false;
+  private readonly exchange: Exchange;
+
+  constructor(
+    private readonly links: GroupLinks,
+    readonly data: Float32Array,
+    private readonly opts: GroupAllreduceOptions,
+  ) {
+    const { compression, chunkElements } = checkedOptions(opts);
+    this.compression = compression;
+    this.geo = new GroupGeometry(links.layout, data.length, links.rank, chunkElements);
+    this.maxAttempts = opts.maxAttempts ?? DEFAULT_GROUP_ATTEMPTS;
+    this.mayExclude = opts.mayExclude ?? false;
+    this.label = `group allreduce ${collectiveKey(opts.id)}`;
+    this.input = data.slice();
+    this.exchange = new Exchange(this);
+    this.routes = new GroupRoutes(links, this, opts.highWaterBytes);
+    this.done = new Promise((resolve, reject) => {
+      this.resolve = resolve;
+      this.reject = reject;
+    });
+  }
+
+  run(): Promise<GroupAllreduceResult> {
+    const bad = firstUnsendable(this.data, this.compression);
+    if (this.geo.world === 1 || this.data.length === 0) {
+      if (bad >= 0) return Promise.reject(unsendable(this.data, bad, this.label));
+      return Promise.resolve({ excluded: [] });
+    }
+    this.armDeadline();
+    const { ring, cross } = groupPartners(this.links.layout, this.data.length, this.geo.rank);
+    for (const rank of [...ring, ...cross]) {
+      const link = this.links.link(rank);
+      if (link) this.routes.register(rank, link);
+    }
+    this.cleanups.push(
+      this.links.onLink((rank, link) => {
+        if (rank !== this.geo.rank && rank >= 0 && rank < this.geo.world) this.routes.register(rank, link);
+      }),
+    );
+    if (bad >= 0) this.failGlobal(unsendable(this.data, bad, this.label));
+    else this.startAttempt(0);
+    return this.done;
+  }
+
+  // ------------------------------------------------------------------ links and routes
+
+  private isMate(rank: number): boolean {
+    return this.geo.groupOf(rank) === this.geo.place.group;
+  }
+
+  routeId(rank: number): CollectiveId {
+    return this.isMate(rank) ? attemptId(this.opts.id, this.attempt) : this.opts.id;
+  }
+
+  onDrained(): void {
+    this.checkDone();
+  }
+
+  onFailure(rank: number, link: Link, error: CollectiveError): void {
+    if (this.settled) return;
+    this.routes.lost(rank, link);
+    if (error.kind !== 'peer_closed') {
+      this.failGlobal(error);
+      return;
+    }
+    if (this.isMate(rank)) {
+      if (this.plan.members.includes(rank)) this.retryFault(rank, `its link to ${link.peer} closed`);
+    } else if (!this.mayExclude) this.failGlobal(error);
+    // A partner in another group: its group retries without it, and its heir dials in.
+  }
+
+  // ------------------------------------------------------------------ frames
+
+  onFrame(rank: number, link: Link, frame: Frame): void {
+    if (this.settled) return;
+    const mate = this.isMate(rank);
+    try {
+      if (frame.kind === FrameKind.Abort) {
+        this.failGlobal(abortError(link, frame, this.label));
+        return;
+      }
+      const parsed = parsePrefix(frame, this.geo.world);
+      if (mate) this.onMateFrame(rank, frame, parsed);
+      else this.exchange.onFrame(rank, frame, parsed);
+    } catch (err) {
+      if (mate && err instanceof ChecksumError && !this.sealed && !this.gatherSeen)
+        this.retryFault(null, `a corrupted frame from ${link.peer}`);
+      else this.failGlobal(protocolError(err, link.peer, this.label));
+    }
+  }
+
+  private onMateFrame(rank: number, frame: Frame, parsed: ParsedPrefix): void {
+    if (frame.kind === FrameKind.GroupRetry) {
+      this.onRetry(frame.ringStep, parsed.excluded);
+      return;
+    }
+    if (rank !== this.plan.left)
+      throw new FrameError(`frame of kind ${frame.kind} from ${rank}, not the left neighbour`);
+    this.heardLeft = true;
+    this.armSilence();
+    if (frame.kind === FrameKind.GroupResult) {
+      this.gatherSeen = true;
+      this.clearSilence();
+      this.exchange.onGather(frame, parsed);
+      return;
+    }
+    const mine = this.groupExcluded();
+    if (!sameSet(parsed.excluded, mine))
+      this.moveTo(this.attempt + 1, sorted([...mine, ...this.mateRanks(parsed.excluded)]));
+    else if (frame.kind === FrameKind.GroupReduce) this.onReduce(frame, parsed);
+    else if (frame.kind === FrameKind.GroupSeal) this.onSeal(frame.chunkIndex);
+    else throw new FrameError(`unexpected frame kind ${frame.kind} inside the group`);
+  }
+
+  // ------------------------------------------------------------------ the group's reduce
+
+  groupExcluded(): number[] {
+    return sorted([...this.excluded].filter((r) => this.isMate(r)));
+  }
+
+  private mateRanks(ranks: readonly number[]): number[] {
+    for (const r of ranks) if (!this.isMate(r)) throw new FrameError(`rank ${r} is not in this group`);
+    return [...ranks];
+  }
+
+  private startAttempt(attempt: number): void {
+    this.attempt = attempt;
+    if (attempt > 0) this.data.set(this.input);
+    const g = this.geo.place.group;
+    const out = this.geo.outPositions(g, this.excluded);
+    if (out.has(this.geo.place.position)) {
+      this.failLocal(new CollectiveError('peer_closed', `${this.label}: left out by its group`, { peer: null }));
+      return;
+    }
+    this.plan = new ReducePlan(this.geo.place, this.geo.layout.sizes[g], this.data.length, out, this.geo.chunkElements);
+    this.routes.dropWhere((rank) => this.isMate(rank));
+    for (const [rank, link] of this.routes.entries()) if (this.isMate(rank)) this.routes.route(rank, link);
+    this.arrived = new Set();
+    this.ownedLeft = this.plan.ownedChunks;
+    this.seals = new Set();
+    this.sealSent = false;
+    this.heardLeft = false;
+    this.routes.ensure(this.plan.left);
+    if (this.plan.right !== null) {
+      const right = this.routes.to(this.plan.right);
+      for (const chunk of this.plan.starts) right.enqueue(() => this.reduceFrame(chunk, 0));
+    }
+    this.armSilence();
+    this.afterReduceProgress();
+  }
+
+  private reduceFrame(chunk: Chunk, hop: number): ArrayBuffer {
+    const header = {
+      kind: FrameKind.GroupReduce,
+      id: attemptId(this.opts.id, this.attempt),
+      ringStep: hop,
+      chunkIndex: chunk.start,
+      chunkCount: this.data.length,
+    };
+    const values = this.data.subarray(chunk.start, chunk.start + chunk.length);
+    return valuesFrame(header, this.groupExcluded(), values, this.compression);
+  }
+
+  private onReduce(frame: Frame, parsed: ParsedPrefix): void {
+    const start = frame.chunkIndex;
+    const role = this.plan.receives.get(start);
+    if (!role || frame.chunkCount !== this.data.length || frame.ringStep !== role.hop)
+      throw new FrameError(`reduce chunk at ${start} (hop ${frame.ringStep}) is not one this rank expects`);
+    if (this.arrived.has(start)) throw new FrameError(`duplicate reduce chunk at ${start}`);
+    checkValues(frame, parsed.data, role.length, this.compression);
+    applyValues(frame, parsed.data, this.data.subarray(start, start + role.length), this.compression, true);
+    this.arrived.add(start);
+    if (role.forward) {
+      const chunk = { start, length: role.length };
+      this.routes.to(this.plan.right!).enqueue(() => this.reduceFrame(chunk, role.hop + 1));
+    } else this.ownedLeft--;
+    this.afterReduceProgress();
+  }
+
+  private afterReduceProgress(): void {
+    if (this.ownedLeft > 0 || this.sealSent) return;
+    this.sealSent = true;
+    if (!this.mayExclude) {
+      this.onSealed();
+      return;
+    }
+    this.seals.add(this.geo.rank);
+    if (this.plan.right !== null) this.sendSeal(this.geo.rank);
+    this.checkSealed();
+  }
+
+  private sendSeal(origin: number): void {
+    const header = {
+      kind: FrameKind.GroupSeal,
+      id: attemptId(this.opts.id, this.attempt),
+      ringStep: 0,
+      chunkIndex: origin,
+      chunkCount: this.geo.world,
+    };
+    const excluded = this.groupExcluded();
+    this.routes.to(this.plan.right!).enqueue(() => controlFrame(header, excluded));
+  }
+
+  private onSeal(origin: number): void {
+    if (!this.plan.members.includes(origin) || origin === this.geo.rank || this.seals.has(origin))
+      throw new FrameError(`seal of ${origin} is not one this rank expects`);
+    this.seals.add(origin);
+    if (this.plan.right !== origin) this.sendSeal(origin);
+    this.checkSealed();
+  }
+
+  private checkSealed(): void {
+    if (this.sealSent && this.seals.size === this.plan.members.length) this.onSealed();
+  }
+
+  private onSealed(): void {
+    if (this.sealed) return;
+    this.sealed = true;
+    this.clearSilence();
+    this.exchange.start(this.attempt, this.mayExclude);
+  }
+
+  // ------------------------------------------------------------------ retries
+
+  private retryFault(dead: number | null, why: string): void {
+    if (this.sealed || this.gatherSeen || (dead !== null && !this.mayExclude)) {
+      const peer = dead === null ? null : this.routes.peerName(dead);
+      this.failGlobal(
+        new CollectiveError(dead === null ? 'protocol' : 'peer_closed', `${this.label}: ${why}`, { peer }),
+      );
+      return;
+    }
+    const mine = this.groupExcluded();
+    this.moveTo(this.attempt + 1, dead === null ? mine : sorted([...mine, dead]));
+  }
+
+  /** A retry frame: join the newest attempt of the largest excluded set anyone knows. */
+  private onRetry(attempt: number, theirs: number[]): void {
+    const mine = this.groupExcluded();
+    const union = sorted([...mine, ...this.mateRanks(theirs)]);
+    if (sameSet(union, mine) && attempt <= this.attempt) return;
+    if (sameSet(union, theirs) && attempt > this.attempt) this.moveTo(attempt, union);
+    else this.moveTo(Math.max(this.attempt, attempt) + 1, union);
+  }
+
+  private moveTo(attempt: number, excluded: number[]): void {
+    if (this.sealed || this.gatherSeen) {
+      this.failGlobal(new CollectiveError('protocol', `${this.label}: the group retried after it sealed`));
+      return;
+    }
+    if (attempt >= this.maxAttempts) {
+      this.failGlobal(
+        new CollectiveError('timeout', `${this.label}: the group's reduce failed ${this.maxAttempts} times`),
+      );
+      return;
+    }
+    for (const r of excluded) this.excluded.add(r);
+    // Tell every member reachable, on the attempt it may still be in and on the new one.
+    for (const [rank, link] of this.routes.entries()) {
+      if (!this.isMate(rank) || !link.isOpen) continue;
+      for (const id of [attemptId(this.opts.id, this.attempt), attemptId(this.opts.id, attempt)]) {
+        const frame = controlFrame(
+          { kind: FrameKind.GroupRetry, id, ringStep: attempt, chunkIndex: 0, chunkCount: 1 },
+          excluded,
+        );
+        try {
+          link.send(frame);
+        } catch {
+          // the link is going; its close says so
+        }
+      }
+    }
+    this.startAttempt(attempt);
+  }
+
+  private armSilence(): void {
+    this.clearSilence();
+    const ms = this.opts.silenceMs;
+    if (ms === undefined || this.sealed || !(ms > 0)) return;
+    this.silenceTimer = setTimeout(() => this.onSilence(), ms);
+  }
+
+  private clearSilence(): void {
+    if (this.silenceTimer !== null) clearTimeout(this.silenceTimer);
+    this.silenceTimer = null;
+  }
+
+  private onSilence(): void {
+    this.silenceTimer = null;
+    // A rank whose own reduce is complete waits for its mates' seals: a stalled one retries on its own.
+    if (this.settled || this.sealed || this.ownedLeft === 0 || this.plan.left === null) return;
+    const left = this.plan.left;
+    if (!this.heardLeft) this.retryFault(left, `${left} sent nothing for ${this.opts.silenceMs} ms (hung)`);
+    else this.retryFault(null, `the group's reduce stalled for ${this.opts.silenceMs} ms`);
+  }
+
+  // ------------------------------------------------------------------ settling
+
+  /** The exchange's view of this call (group-exchange.ts `ExchangeHost`). */
+  get id(): CollectiveId {
+    return this.opts.id;
+  }
+
+  ringId(): CollectiveId {
+    return attemptId(this.opts.id, this.attempt);
+  }
+
+  right(): number | null {
+    return this.plan.right;
+  }
+
+  send(rank: number, make: () => ArrayBuffer): void {
+    this.routes.to(rank).enqueue(make);
+  }
+
+  fail(error: CollectiveError): void {
+    this.failGlobal(error);
+  }
+
+  progressed(): void {
+    this.checkDone();
+  }
+
+  private checkDone(): void {
+    if (this.settled || !this.exchange.complete || !this.routes.idle) return;
+    this.settled = true;
+    this.cleanUp();
+    this.resolve({ excluded: this.exchange.excluded });
+  }
+
+  private armDeadline(): void {
+    const timer = setTimeout(
+      () => this.failGlobal(new CollectiveError('timeout', `${this.label} timed out after ${this.opts.timeoutMs} ms`)),
+      this.opts.timeoutMs,
+    );
+    this.cleanups.push(() => clearTimeout(timer));
+    const signal = this.opts.signal;
+    if (!signal) return;
+    const onAbort = () =>
+      this.failGlobal(
+        new CollectiveError('aborted', `${this.label} aborted: ${String(signal.reason ?? 'signal')}`, {
+          cause: signal.reason,
+        }),
+      );
+    if (signal.aborted) queueMicrotask(onAbort);
+    else {
+      signal.addEventListener('abort', onAbort, { once: true });
+      this.cleanups.push(() => signal.removeEventListener('abort', onAbort));
+    }
+  }
+
+  /** Fail here and tell every rank this one talks to (not when it gave up on its own: it is leaving). */
+  private failGlobal(error: CollectiveError): void {
+    if (this.settled) return;
+    this.settled = true;
+    const named = tagged(error, this.label);
+    if (error.kind !== 'aborted') this.routes.abortAll(named);
+    this.cleanUp();
+    this.reject(named);
+  }
+
+  private failLocal(error: CollectiveError): void {
+    if (this.settled) return;
+    this.settled = true;
+    this.cleanUp();
+    this.reject(tagged(error, this.label));
+  }
+
+  private cleanUp(): void {
+    this.clearSilence();
+    this.routes.close();
+    for (const cleanup of this.cleanups.splice(0)) cleanup();
+  }
+}

@@ -1,0 +1,159 @@
+/**
+ * One grouped-allreduce call's links to other ranks (group-call.ts): which link reaches which rank, the
+ * route each link's frames arrive on (the group's ring under the current attempt's id, other groups
+ * under the call's id), a paced send queue per rank that holds frames until a link exists, dialing on
+ * demand, and closing it all when the call settles.
+ */
+import type { CollectiveError } from './collective-error';
+import { type CollectiveId, collectiveKey, type Frame } from './framing';
+import { routerFor, type Route } from './frame-router';
+import { abortFrame, type GroupLinks, OutQueue } from './group-support';
+import type { Link } from './link';
+import { DEFAULT_HIGH_WATER_BYTES, PacedSender } from './paced-sender';
+
+/** What the routes tell their call. */
+export interface RouteEvents {
+  /** The id frames from `rank` arrive under now. */
+  routeId(rank: number): CollectiveId;
+  onFrame(rank: number, link: Link, frame: Frame): void;
+  /** The link to `rank` closed or broke (or could not be routed). */
+  onFailure(rank: number, link: Link, error: CollectiveError): void;
+  /** A queue drained or was dropped: the call may be done. */
+  onDrained(): void;
+}
+
+export class GroupRoutes {
+  private readonly linkOf = new Map<number, Link>();
+  private readonly routes = new Map<Link, { id: CollectiveId; route: Route }>();
+  private readonly outs = new Map<number, OutQueue>();
+  private closed = false;
+
+  constructor(
+    private readonly links: GroupLinks,
+    private readonly events: RouteEvents,
+    private readonly highWaterBytes = DEFAULT_HIGH_WATER_BYTES,
+  ) {}
+
+  /** A link to `rank` (planned, dialed, or dialed in): route its frames and send it what waits. */
+  register(rank: number, link: Link): void {
+    if (this.closed) return;
+    this.linkOf.set(rank, link);
+    this.route(rank, link);
+    this.outs.get(rank)?.attach(link);
+  }
+
+  /** The open links, by rank. */
+  entries(): IterableIterator<[number, Link]> {
+    return this.linkOf.entries();
+  }
+
+  has(rank: number): boolean {
+    return this.linkOf.has(rank);
+  }
+
+  /** The link to `rank`'s peer name, for errors. */
+  peerName(rank: number): string {
+    return this.linkOf.get(rank)?.peer ?? `rank ${rank}`;
+  }
+
+  /** (Re)open the route of the link to `rank` under its current id. */
+  route(rank: number, link: Link): void {
+    const id = this.events.routeId(rank);
+    const existing = this.routes.get(link);
+    if (existing && collectiveKey(existing.id) === collectiveKey(id)) return;
+    existing?.route.close();
+    this.routes.delete(link);
+    try {
+      const route = routerFor(link).open(id, {
+        onFrame: (frame) => this.events.onFrame(rank, link, frame),
+        onFailure: (error) => this.events.onFailure(rank, link, error),
+      });
+      if (this.closed) route.close();
+      else this.routes.set(link, { id, route });
+    } catch (err) {
+      this.events.onFailure(rank, link, err as CollectiveError);
+    }
+  }
+
+  /** Dial `rank` unless a link to it exists; a failed dial drops what was queued for it. */
+  ensure(rank: number | null): void {
+    if (rank === null || this.linkOf.has(rank) || this.closed) return;
+    this.links.connect(rank).then(
+      (link) => this.register(rank, link),
+      // Not reachable (gone too): what was queued for it is lost; a later roster names its heir.
+      () => this.drop(rank),
+    );
+  }
+
+  /** The send queue to `rank` (dialing it if needed). */
+  to(rank: number): OutQueue {
+    let out = this.outs.get(rank);
+    if (!out) {
+      out = new OutQueue(
+        (link) =>
+          new PacedSender(
+            link,
+            this.highWaterBytes,
+            () => this.events.onDrained(),
+            (error) => this.events.onFailure(rank, link, error),
+          ),
+      );
+      this.outs.set(rank, out);
+      const link = this.linkOf.get(rank);
+      if (link) out.attach(link);
+      else this.ensure(rank);
+    }
+    return out;
+  }
+
+  /** Forget what is queued for `rank`. */
+  drop(rank: number): void {
+    this.outs.get(rank)?.dispose();
+    this.outs.delete(rank);
+    this.events.onDrained();
+  }
+
+  /** The link to `rank` failed: forget it and its queue. */
+  lost(rank: number, link: Link): void {
+    if (this.linkOf.get(rank) === link) {
+      this.linkOf.delete(rank);
+      this.drop(rank);
+    }
+    this.routes.delete(link);
+  }
+
+  /** Drop the queues to the ranks `which` picks (a new attempt drops the group's). */
+  dropWhere(which: (rank: number) => boolean): void {
+    for (const [rank, queue] of this.outs)
+      if (which(rank)) {
+        queue.dispose();
+        this.outs.delete(rank);
+      }
+  }
+
+  /** Everything queued has been handed to the links. */
+  get idle(): boolean {
+    for (const out of this.outs.values()) if (!out.idle) return false;
+    return true;
+  }
+
+  /** An Abort frame with `error` on every routed link, under each link's id. */
+  abortAll(error: CollectiveError): void {
+    for (const [link, { id }] of this.routes) {
+      if (!link.isOpen) continue;
+      try {
+        link.send(abortFrame(id, error));
+      } catch {
+        // going away anyway
+      }
+    }
+  }
+
+  close(): void {
+    this.closed = true;
+    for (const { route } of this.routes.values()) route.close();
+    this.routes.clear();
+    for (const out of this.outs.values()) out.dispose();
+    this.outs.clear();
+  }
+}
