@@ -16,12 +16,47 @@
  */
 import { ListenerSet, type Link, type Unsubscribe } from './link';
 
+/**
+ * An access link several memory links share (a home's uplink or downlink): it carries one message at a
+ * time at its rate. Messages are booked when they are sent but may reach a downlink later than messages
+ * booked after them (another sender, a shorter path), so the link keeps a calendar of busy intervals and
+ * books each message into the first gap, at or after its arrival, long enough for it.
+ */
+export class SharedRate {
+  /** Busy intervals [start, end), ascending and disjoint. */
+  private busy: [number, number][] = [];
+
+  constructor(readonly bytesPerMs: number) {}
+
+  /** When `bytes` reaching the link at `at` (ms) are through it. */
+  pass(bytes: number, at: number): number {
+    const length = bytes / this.bytesPerMs;
+    const now = performance.now();
+    // Intervals over before now can take nothing any more.
+    while (this.busy.length > 0 && this.busy[0][1] <= now) this.busy.shift();
+    let start = at;
+    let i = 0;
+    for (; i < this.busy.length; i++) {
+      const [s, e] = this.busy[i];
+      if (start + length <= s) break;
+      if (e > start) start = e;
+    }
+    this.busy.splice(i, 0, [start, start + length]);
+    return start + length;
+  }
+}
+
 export interface MemoryLinkOptions {
   /** Delay of each message (ms), or a function drawing one per message. Default 0. */
   latencyMs?: number | (() => number);
   /** Simulated bandwidth; each message also waits bytes/bytesPerMs. Default: unlimited. */
   bytesPerMs?: number;
   bufferedAmountLowThreshold?: number;
+  /**
+   * Instead of `bytesPerMs`: the sender's uplink and the receiver's downlink, shared with the other
+   * links of those ranks (a message leaves through `uplink`, travels `latencyMs`, enters through `downlink`).
+   */
+  access?: { uplink: SharedRate; downlink: SharedRate };
 }
 
 export interface MemoryLinkEndOptions extends MemoryLinkOptions {
@@ -99,8 +134,14 @@ export class MemoryLink implements Link {
     const now = performance.now();
     const data = message.slice(0);
     if (this.opts.tamper?.(new Uint8Array(data), this.sentMessages++) === 'drop') return;
+    const access = this.opts.access;
+    const arrives = access
+      ? access.downlink.pass(message.byteLength, access.uplink.pass(message.byteLength, now) + latency)
+      : 0;
     // Never before the previous message: ordered delivery whatever the drawn latency.
-    const deliverAt = Math.max(this.lastDeliverAt, now + latency) + transfer;
+    const deliverAt = access
+      ? Math.max(this.lastDeliverAt, arrives)
+      : Math.max(this.lastDeliverAt, now + latency) + transfer;
     this.lastDeliverAt = deliverAt;
     this.inFlight.push({ data, deliverAt });
     this.buffered += message.byteLength;
