@@ -4,6 +4,7 @@
  * goodbye to round-close.ts, `step_report` to commit.ts, `evaluation` to evaluation.ts. A `hello`
  * goes to join.ts.
  */
+import { rememberRtts } from './topology';
 import { reportStep } from './commit';
 import { begin, finish, log, mutWorker, own, reject } from './context';
 import { reportEvaluation } from './evaluation';
@@ -51,7 +52,11 @@ function onHeartbeat(state: CoordinatorState, welcomed: string, msg: MessageOf<'
   worker.lastSeen = now;
   // A heartbeat without the field (an older tab) leaves the last known value alone.
   if (msg.peerRttMs !== undefined) worker.peerRttMs = msg.peerRttMs;
-  if (msg.peerLinks !== undefined) worker.peerLinks = msg.peerLinks;
+  if (msg.peerLinks !== undefined) {
+    worker.peerLinks = msg.peerLinks;
+    if (msg.peerLinks.some((l) => l.rttMs !== undefined))
+      worker.linkRtts = rememberRtts(worker.linkRtts, msg.peerLinks);
+  }
   if (msg.iceError !== undefined) worker.iceError = msg.iceError;
   return finish(ctx);
 }

@@ -24,6 +24,7 @@ import { readyAllowanceMs } from '../../core/training/link-floor';
 import { holdsState, latestCheckpoint, rollbackIn } from './checkpoints';
 import { computeShares } from './shares';
 import { carriedGroup } from './carry';
+import { roundTopology } from './topology';
 import type { CarriedGroup, CoordinatorState, Participant } from './state';
 
 function waitReason(s: CoordinatorState): WaitReason {
@@ -161,26 +162,29 @@ export function openRoundIn(ctx: Ctx): void {
   const { s } = ctx;
   const rv = s.rendezvous;
   const carry = carryingMembersIn(ctx);
-  const members = carry ? carry.members.map((m) => m.workerId) : admissibleWaiters(s).slice(0, s.job.maxWorkers);
-  if (members.length === 0) return;
-  rv.waitList = rv.waitList.filter((id) => !members.includes(id));
+  const admitted = carry ? carry.members.map((m) => m.workerId) : admissibleWaiters(s).slice(0, s.job.maxWorkers);
+  if (admitted.length === 0) return;
+  rv.waitList = rv.waitList.filter((id) => !admitted.includes(id));
   rv.round += 1;
+  // Ranks follow the planned ring order (measured link costs; without any, the admission order).
+  const topology = roundTopology(s, admitted);
+  const members = topology.order.map((i) => admitted[i]);
+  const carried = new Map(carry?.members.map((m) => [m.workerId, m]));
   const shares = computeShares(members.map((id) => s.workers[id].throughput));
   const participants: Participant[] = members.map((workerId, rank) => ({
     workerId,
     peerId: s.workers[workerId].peerId,
     rank,
-    slot: carry ? carry.members[rank].slot : rank,
+    slot: carried.get(workerId)?.slot ?? rank,
     share: shares[rank],
     ready: false,
     lastStep: 0,
   }));
   // A carried group's members all hold the last commit (carryFor checked): nothing is sent.
   const stateFrom: StateSource = carry ? { kind: 'held' } : chooseStateSource(ctx, participants);
-  participants.forEach((p, rank) => {
-    p.lastStep = carry ? carry.members[rank].lastStep : s.lastCommit.step;
-  });
+  for (const p of participants) p.lastStep = carried.get(p.workerId)?.lastStep ?? s.lastCommit.step;
   rv.participants = participants;
+  rv.topology = topology.groups.length > 1 ? topology.groups : null;
   rv.phase = 'syncing';
   rv.deadline = null;
   rv.baseStep = s.lastCommit.step;
@@ -230,6 +234,7 @@ function announceRoundIn(ctx: Ctx, stateFrom: StateSource, carry: CarriedGroup |
             },
           }
         : {}),
+      ...(rv.topology ? { topology: { groups: rv.topology } } : {}),
     });
   }
   notifyWaitingIn(ctx);

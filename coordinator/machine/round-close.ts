@@ -64,6 +64,7 @@ export function closeRoundIn(
   const tail = demote !== undefined && survivors.includes(demote) ? [demote] : [];
   rv.waitList = [...head, ...rv.waitList.filter((id) => !survivors.includes(id)), ...tail];
   rv.participants = [];
+  rv.topology = null;
   rv.phase = 'gathering';
   rv.deadline = null;
   rv.readyDeadline = null;

@@ -74,6 +74,11 @@ export interface RendezvousState {
    * null: the current round planned the group in flight (every slot is its rank).
    */
   carry?: CarriedGroup | null;
+  /**
+   * The open round's group sizes in rank order when it syncs in groups (core/training/topology.ts);
+   * absent or null: one plain ring.
+   */
+  topology?: number[] | null;
 }
 
 /** The split of a commit group that survivors carry on (see `RendezvousState.carry`). */
@@ -114,6 +119,11 @@ export interface WorkerInfo {
   invite?: string | null;
   /** Selected ICE candidate types of its ring links as its last heartbeat reported them (absent: unknown). */
   peerLinks?: PeerLink[];
+  /**
+   * The RTTs (ms) of its links its heartbeats reported, by peer id, remembered across rounds (topology.ts:
+   * the most recent `MAX_REMEMBERED_LINKS`); the topology planner's link costs. Absent: none measured.
+   */
+  linkRtts?: Record<string, number>;
   /** Why ICE fails for it (e.g. TURN authentication), as its last heartbeat said; absent or null: no error known. */
   iceError?: string | null;
   /** Its compute utilization and wire bytes per sample over its accepted reports (utilization.ts); absent before the first. */

@@ -3,6 +3,7 @@
  * `StatusView` of core/protocol/views.ts (the wire type lives in core; the state it reads lives here).
  */
 import type { StatusView } from '../../core/protocol/views';
+import { placeOf } from '../../core/training/group-geometry';
 import { planOf, remainingSteps } from '../../core/training/groups';
 import { recordPosition } from '../../core/training/sampler';
 import type { CoordinatorState } from './state';
@@ -16,6 +17,8 @@ export function adapterLabel(adapter: { vendor: string; architecture: string } |
 /** The body of `GET /api/status` (the server adds heartbeat ages and raw fields: coordinator/admin/audit.ts). */
 export function statusView(s: CoordinatorState): StatusView {
   const plan = planOf(s);
+  const groups = s.rendezvous.topology ?? null;
+  const layout = { sizes: groups ?? [Math.max(1, s.rendezvous.participants.length)] };
   return {
     runId: s.runId,
     state: s.status === 'active' ? s.rendezvous.phase : s.status,
@@ -28,6 +31,7 @@ export function statusView(s: CoordinatorState): StatusView {
         id: p.workerId,
         peerId: p.peerId,
         rank: p.rank,
+        group: groups ? placeOf(layout, p.rank).group : 0,
         share: p.share,
         ready: p.ready,
         lastStep: p.lastStep,
@@ -40,6 +44,7 @@ export function statusView(s: CoordinatorState): StatusView {
         ...usageView(w?.usage?.recent),
       };
     }),
+    topology: groups ? { groups: [...groups] } : null,
     waiting: s.rendezvous.waitList.map((id, position) => ({ id, position, iceError: s.workers[id]?.iceError ?? null })),
     processedInEpoch: s.record.processedCount,
     datasetSize: s.datasetSize,

@@ -131,6 +131,16 @@ export const carrySchema = z.strictObject({
 });
 export type Carry = z.infer<typeof carrySchema>;
 
+/**
+ * How a round's ranks sync (core/training/topology.ts plans it): the sizes of its groups, contiguous
+ * blocks of ranks in rank order, each a ring, with an exchange across groups (web/net/group-allreduce.ts).
+ */
+export const topologySchema = z.strictObject({
+  /** Group sizes in rank order (at least two groups; they sum to the world's size). */
+  groups: z.array(z.int().min(1).max(4096)).min(2).max(4096),
+});
+export type TopologyMessage = z.infer<typeof topologySchema>;
+
 /** A carry that fits its round: one slot and one report mark per rank, distinct slots inside the split. */
 function carryFits(msg: { world: unknown[]; carry?: Carry }): boolean {
   const c = msg.carry;
@@ -166,12 +176,18 @@ export const roundMessageSchema = z
     stateFrom: stateSourceSchema,
     /** Present when this round carries on a group an earlier round started (see carrySchema). */
     carry: carrySchema.optional(),
+    /** Present when the ranks sync in groups (see topologySchema); absent: one plain ring in rank order. */
+    topology: topologySchema.optional(),
   })
   .refine((m) => holesBelowCursor({ cursor: m.cursor, holes: m.holes ?? [] }), {
     message: 'holes must lie below the cursor',
     path: ['holes'],
   })
-  .refine(carryFits, { message: 'carry needs one distinct slot and one report mark per rank', path: ['carry'] });
+  .refine(carryFits, { message: 'carry needs one distinct slot and one report mark per rank', path: ['carry'] })
+  .refine((m) => !m.topology || m.topology.groups.reduce((a, b) => a + b, 0) === m.world.length, {
+    message: 'topology groups must add up to the world size',
+    path: ['topology'],
+  });
 
 export const trainSchema = z.strictObject({
   v,

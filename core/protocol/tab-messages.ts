@@ -62,11 +62,22 @@ export const helloSchema = z.strictObject({
 export const candidateTypeSchema = z.enum(['host', 'srflx', 'prflx', 'relay']);
 export type CandidateType = z.infer<typeof candidateTypeSchema>;
 
-/** The selected ICE candidate pair of one ring link: the peer's worker id and both candidate types. */
+/** Most links a heartbeat describes: ring neighbours, partners across groups, heirs (group-allreduce.ts). */
+export const MAX_REPORTED_LINKS = 64;
+
+/** One open link of the tab: the peer, the selected ICE candidate pair's types, and its measured RTT. */
 export const peerLinkSchema = z.strictObject({
+  /** The peer's PeerJS id. */
   peer: idSchema,
+  /** This end's selected candidate type (`relay`: through TURN). */
   local: candidateTypeSchema,
+  /** The other end's selected candidate type. */
   remote: candidateTypeSchema,
+  /**
+   * Optional: the link's round-trip time (ms) from the selected pair's `currentRoundTripTime`. The
+   * coordinator plans ring order and groups from these (core/training/topology.ts); absent: not measured.
+   */
+  rttMs: z.number().finite().min(0).max(60_000).optional(),
 });
 export type PeerLink = z.infer<typeof peerLinkSchema>;
 
@@ -85,10 +96,11 @@ export const heartbeatSchema = z.strictObject({
    */
   peerRttMs: z.number().finite().min(0).max(60_000).nullable().optional(),
   /**
-   * Optional: the selected ICE candidate pair of each open ring link (local and remote candidate type,
-   * from getStats), e.g. `relay` when the link goes through TURN. Only shown (admin page, `/api/status`).
+   * Optional: each open link to another tab (at most `MAX_REPORTED_LINKS`): the selected ICE candidate
+   * pair's types (e.g. `relay` when it goes through TURN) and its RTT. Shown (admin page, `/api/status`);
+   * the RTTs also feed the topology planner (core/training/topology.ts).
    */
-  peerLinks: z.array(peerLinkSchema).max(8).optional(),
+  peerLinks: z.array(peerLinkSchema).max(MAX_REPORTED_LINKS).optional(),
   /** Optional: why ICE fails for this tab (e.g. "TURN authentication failed (401) at turn:…"), or null when fine. Only shown. */
   iceError: textSchema(300).nullable().optional(),
 });
@@ -151,6 +163,13 @@ export const stepReportSchema = z.strictObject({
     .min(0)
     .max(2 ** 40)
     .optional(),
+  /**
+   * Local sync mode, at a commit point of a round in groups: the ranks (of this round) whose
+   * pseudo-gradients the outer sum left out, because they were lost inside their group's reduce
+   * (web/net/group-allreduce.ts); the others were re-weighted by the samples still in. Ascending; every
+   * rank of the commit reports the same set. Absent: none.
+   */
+  excluded: z.array(rankSchema).max(4096).optional(),
   /**
    * When the job verifies (`job.verify`): sketches of this rank's own gradient sums, of the all-reduced
    * sums, of what it sent and received in the reduce-scatter (with bucket masses) and of the new

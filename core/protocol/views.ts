@@ -20,6 +20,11 @@ export interface WorldView {
   id: string;
   peerId: string;
   rank: number;
+  /**
+   * Its group in the round's topology (`StatusView.topology`; 0 in a plain ring). Who it syncs with:
+   * `groupPartners` in core/training/group-geometry.ts over the topology's groups.
+   */
+  group: number;
   share: number;
   ready: boolean;
   lastStep: number;
@@ -49,6 +54,8 @@ export interface StatusView {
   step: number;
   epoch: number;
   world: WorldView[];
+  /** The open round's group sizes in rank order when it syncs in groups (core/training/topology.ts), else null. */
+  topology: { groups: number[] } | null;
   waiting: { id: string; position: number; iceError: string | null }[];
   processedInEpoch: number;
   datasetSize: number;

@@ -17,7 +17,7 @@
  * Costs are round-trip times in ms; a pair nobody measured costs the median of the measured ones (or
  * `DEFAULT_LINK_RTT_MS` when nothing is measured), so unknown links neither attract nor repel.
  */
-import { type GroupLayout, groupPartners } from './group-geometry';
+import { type GroupLayout, groupBases, intervalsOf } from './group-geometry';
 
 /** A planned topology: ranks are given to members in `order`; `groups` are sizes of contiguous blocks of it. */
 export interface Topology {
@@ -208,8 +208,13 @@ export function estimateLatencyMs(topology: Topology, c: number[][]): number {
     intra = Math.max(intra, maxRingLink(order.slice(base, base + k), c));
     base += k;
   }
-  for (let r = 0; r < order.length; r++)
-    for (const p of groupPartners(layout, NOMINAL_ELEMENTS, r).cross) cross = Math.max(cross, c[order[r]][order[p]]);
+  // Partners across groups: each interval's owners, pairwise.
+  const bases = groupBases(layout);
+  for (const iv of intervalsOf(layout, NOMINAL_ELEMENTS)) {
+    const owners = iv.segments.map((segment, g) => order[bases[g] + segment]);
+    for (let g = 0; g < owners.length; g++)
+      for (let h = g + 1; h < owners.length; h++) cross = Math.max(cross, c[owners[g]][owners[h]]);
+  }
   return 3 * (Math.max(...groups) - 1) * hop(intra) + 2 * hop(cross);
 }
 

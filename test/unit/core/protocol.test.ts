@@ -249,6 +249,47 @@ describe('holes and carries in round and committed', () => {
   }
 });
 
+describe('topologies, link RTTs and left-out ranks', () => {
+  const round = validServer[2] as Extract<ServerMessage, { type: 'round' }>;
+  const four = {
+    ...round,
+    world: [0, 1, 2, 3].map((rank) => ({ workerId: `w${rank}`, peerId: `p${rank}`, rank, share: 0.25 })),
+  };
+  const report = validClient.find((m) => m.type === 'step_report')!;
+  const heartbeat = validClient.find((m) => m.type === 'heartbeat')!;
+  const link = (i: number) => ({ peer: `p${i}`, local: 'host', remote: 'srflx', rttMs: 12.5 }) as const;
+
+  it('accepts groups that add up to the world, RTTs per link, and the ranks an outer sum left out', () => {
+    const grouped = { ...four, topology: { groups: [2, 2] } };
+    expect(parseServerMessage(JSON.stringify(grouped))).toEqual({ ok: true, msg: grouped });
+    const links = { ...heartbeat, peerLinks: Array.from({ length: 64 }, (_, i) => link(i)) };
+    expect(parseClientMessage(JSON.stringify(links))).toEqual({ ok: true, msg: links });
+    const partial = { ...report, excluded: [0, 3] };
+    expect(parseClientMessage(JSON.stringify(partial))).toEqual({ ok: true, msg: partial });
+  });
+
+  const badServer: [string, unknown][] = [
+    ['groups that do not add up to the world', { ...four, topology: { groups: [2, 1] } }],
+    ['a topology of one group (that is the plain ring, sent without one)', { ...four, topology: { groups: [4] } }],
+    ['an empty group', { ...four, topology: { groups: [4, 0] } }],
+  ];
+  for (const [name, msg] of badServer)
+    it(`rejects a round with ${name}`, () => {
+      expect(parseServerMessage(JSON.stringify(msg))).toMatchObject({ ok: false, code: 'bad_message' });
+    });
+
+  const badClient: [string, unknown][] = [
+    ['more than 64 links', { ...heartbeat, peerLinks: Array.from({ length: 65 }, (_, i) => link(i)) }],
+    ['a negative RTT', { ...heartbeat, peerLinks: [{ ...link(1), rttMs: -1 }] }],
+    ['an RTT over a minute', { ...heartbeat, peerLinks: [{ ...link(1), rttMs: 60_001 }] }],
+    ['a left-out rank that is no rank', { ...report, excluded: [-1] }],
+  ];
+  for (const [name, msg] of badClient)
+    it(`rejects a message with ${name}`, () => {
+      expect(parseClientMessage(JSON.stringify(msg))).toMatchObject({ ok: false, code: 'bad_message' });
+    });
+});
+
 describe('checkpointPath', () => {
   it('names a checkpoint by run and step, escaping the run id', () => {
     expect(checkpointPath('run-1', 40)).toBe('/api/checkpoints/run-1/40');
