@@ -5,7 +5,7 @@
  * and the gather group-exchange.ts (roots in group-roots.ts), the frames group-frames.ts, the plan
  * group-plan.ts.
  */
-import { groupPartners } from '../../core/training/group-geometry';
+import { groupPartners, heirPosition, placeOf } from '../../core/training/group-geometry';
 import { CollectiveError } from './collective-error';
 import { type CollectiveId, collectiveKey, type Frame, FrameError, FrameKind } from './framing';
 import { Exchange } from './group-exchange';
@@ -92,6 +92,10 @@ export class GroupCall {
       return Promise.resolve({ excluded: [] });
     }
     this.armDeadline();
+    // Routing a link replays the frames its peer sent early: attempt 0's state must exist first (its
+    // sends wait in their queues for the links). A rank refusing its input sends nothing but aborts.
+    if (bad < 0) this.prepareAttempt(0);
+    else this.plan = this.planFor(new Set());
     const { ring, cross } = groupPartners(this.links.layout, this.data.length, this.geo.rank);
     for (const rank of [...ring, ...cross]) {
       const link = this.links.link(rank);
@@ -103,7 +107,7 @@ export class GroupCall {
       }),
     );
     if (bad >= 0) this.failGlobal(unsendable(this.data, bad, this.label));
-    else this.startAttempt(0);
+    else this.beginAttempt(0);
     return this.done;
   }
 
@@ -131,7 +135,16 @@ export class GroupCall {
     if (this.isMate(rank)) {
       if (this.plan.members.includes(rank)) this.retryFault(rank, `its link to ${link.peer} closed`);
     } else if (!this.mayExclude) this.failGlobal(error);
-    // A partner in another group: its group retries without it, and its heir dials in.
+    else {
+      // A partner in another group: its group retries without it, and its heir (the nearest member on
+      // its left still in, as far as this rank knows) dials in. Dial it too: a mesh where only one end
+      // of a pair dials (PeerMesh: the lower id) needs both ends to ask.
+      const group = this.geo.groupOf(rank);
+      const place = placeOf(this.geo.layout, rank);
+      const out = this.geo.outPositions(group, new Set([...this.excluded, rank]));
+      const heir = heirPosition(this.geo.layout.sizes[group], out, place.position);
+      if (heir >= 0) this.routes.ensure(place.base + heir);
+    }
   }
 
   // ------------------------------------------------------------------ frames
@@ -188,30 +201,49 @@ export class GroupCall {
     return [...ranks];
   }
 
+  /** A new attempt of the group's reduce: its state, then its links routed under its id (replaying early frames). */
   private startAttempt(attempt: number): void {
+    if (!this.prepareAttempt(attempt)) return;
+    // They may even start a later attempt, which then carries on.
+    for (const [rank, link] of this.routes.entries()) if (this.isMate(rank)) this.routes.route(rank, link);
+    this.beginAttempt(attempt);
+  }
+
+  /** Attempt `attempt`'s plan and fresh state, and this rank's first sends queued; false: it is left out. */
+  private prepareAttempt(attempt: number): boolean {
     this.attempt = attempt;
     if (attempt > 0) this.data.set(this.input);
     const g = this.geo.place.group;
     const out = this.geo.outPositions(g, this.excluded);
     if (out.has(this.geo.place.position)) {
       this.failLocal(new CollectiveError('peer_closed', `${this.label}: left out by its group`, { peer: null }));
-      return;
+      return false;
     }
-    this.plan = new ReducePlan(this.geo.place, this.geo.layout.sizes[g], this.data.length, out, this.geo.chunkElements);
-    this.routes.dropWhere((rank) => this.isMate(rank));
-    for (const [rank, link] of this.routes.entries()) if (this.isMate(rank)) this.routes.route(rank, link);
+    this.plan = this.planFor(out);
     this.arrived = new Set();
     this.ownedLeft = this.plan.ownedChunks;
     this.seals = new Set();
     this.sealSent = false;
     this.heardLeft = false;
+    this.routes.dropWhere((rank) => this.isMate(rank));
     this.routes.ensure(this.plan.left);
     if (this.plan.right !== null) {
       const right = this.routes.to(this.plan.right);
       for (const chunk of this.plan.starts) right.enqueue(() => this.reduceFrame(chunk, 0));
     }
+    return true;
+  }
+
+  /** The attempt's links are routed: watch for silence, and seal if replayed frames completed the reduce. */
+  private beginAttempt(attempt: number): void {
+    if (this.settled || this.attempt !== attempt) return;
     this.armSilence();
     this.afterReduceProgress();
+  }
+
+  private planFor(out: ReadonlySet<number>): ReducePlan {
+    const { place, layout, chunkElements } = this.geo;
+    return new ReducePlan(place, layout.sizes[place.group], this.data.length, out, chunkElements);
   }
 
   private reduceFrame(chunk: Chunk, hop: number): ArrayBuffer {

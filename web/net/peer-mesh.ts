@@ -10,6 +10,8 @@
  * - A link that closes is forgotten, and listeners hear `link-closed`; a later `connect` dials again.
  */
 import { Peer, type DataConnection, type PeerError } from 'peerjs';
+import type { GroupLayout } from '../../core/training/group-geometry';
+import type { GroupLinks } from './group-allreduce';
 import { ListenerSet, type Link, type Ring, type Unsubscribe } from './link';
 import { DataConnectionLink, type DataConnectionLinkOptions } from './peer-link';
 
@@ -169,6 +171,27 @@ export class PeerMesh {
     const rightId = members[(rank + 1) % size];
     const links = await this.connect([leftId, rightId], opts);
     return { rank, size, left: links.get(leftId)!, right: links.get(rightId)! };
+  }
+
+  /**
+   * This tab's view of the links among `members` (in rank order) for the grouped allreduce: ranks to
+   * peers, dialing on demand (both ends of a new link call `connect`, the lower id dials), and the links
+   * other members open to this tab while a call runs.
+   */
+  groupLinks(members: readonly string[], rank: number, layout: GroupLayout): GroupLinks {
+    const rankOf = new Map(members.map((peer, r) => [peer, r]));
+    return {
+      rank,
+      layout,
+      link: (r) => this.link(members[r]) ?? null,
+      connect: async (r) => (await this.connect([members[r]])).get(members[r])!,
+      onLink: (listener) =>
+        this.on((event) => {
+          const r = event.type === 'link-open' ? rankOf.get(event.peer) : undefined;
+          const link = r === undefined ? undefined : this.link(members[r]);
+          if (r !== undefined && link) listener(r, link);
+        }),
+    };
   }
 
   /** Close links to peers not in `keep` (members that left the round). */

@@ -186,6 +186,24 @@ describe('groupAllreduce over in-memory links', () => {
   });
 });
 
+describe('groupAllreduce with late ranks', () => {
+  it('a rank that calls after its mates sealed takes their early frames in order and everyone finishes', async () => {
+    const layout = { sizes: [3, 3, 3] };
+    const data = inputs(9, 2000, 31);
+    const want = referenceSum(layout, data);
+    const mesh = new MemoryMesh(9);
+    mesh.connectPlanned(layout, 2000);
+    const call = (r: number) =>
+      groupAllreduce(mesh.groupLinks(r, layout), data[r], { id: id(1), timeoutMs: 10_000, mayExclude: true });
+    // Ranks 1, 4 and 7 start late: their left neighbours' reduce and seal frames wait in their routers.
+    const early = [0, 2, 3, 5, 6, 8].map(call);
+    await new Promise((resolve) => setTimeout(resolve, 50));
+    const late = [1, 4, 7].map(call);
+    for (const outcome of await Promise.all([...early, ...late])) expect(outcome).toEqual({ excluded: [] });
+    for (let r = 0; r < 9; r++) expectEqualBits(data[r], want, `rank ${r}`);
+  });
+});
+
 describe('groupAllreduce with faults', () => {
   it('retries a group whose frame was corrupted, and every rank still ends with the same sum', async () => {
     const layout = { sizes: [3, 3, 3] };
