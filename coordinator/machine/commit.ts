@@ -18,6 +18,7 @@ import { afterCommitIn, ringChecksPassIn, SUSPICION_STEPS, sketchProblem, upload
 import { mergeRanges, rangesCount, slotsRanges, type GroupPlan, type PositionRange } from '../../core/training/groups';
 import { commitGroup, epochOrder, recordPosition, subtractRanges } from '../../core/training/sampler';
 import { expectedSamples, groupInFlight, splitInFlight } from './group';
+import { excludedByReportIn } from './outer-loss';
 import { commitSpan, isCheckpointCommit } from '../../core/training/commit-schedule';
 import { culpritOf } from './penalties';
 import { smoothThroughput } from './shares';
@@ -62,6 +63,8 @@ export function checkReport(s: CoordinatorState, workerId: string, msg: StepRepo
       message: `expected step ${p.lastStep + 1} (commit point ${limit}), got ${msg.step}`,
     };
   }
+  const misplaced = misplacedExclusion(s, msg, limit);
+  if (misplaced) return misplaced;
   const expected = expectedSamples(s, msg.step, p.slot, group);
   if (msg.samples !== expected)
     return {
@@ -90,9 +93,26 @@ export function checkReport(s: CoordinatorState, workerId: string, msg: StepRepo
   return { ok: true, rank: p.rank };
 }
 
+/** A report naming ranks an outer sum left out (outer-loss.ts) anywhere but at a local-mode commit point. */
+function misplacedExclusion(s: CoordinatorState, msg: StepReportMessage, limit: number): ReportCheck | null {
+  if (!msg.excluded?.length || (s.job.sync.mode === 'local' && msg.step === limit)) return null;
+  const message = `step ${msg.step}: only a local-mode commit point may name ranks its outer sum left out`;
+  return { ok: false, code: 'bad_message', message };
+}
+
 /** Record an accepted report; commit when every rank reported the commit point. */
 function acceptReportIn(ctx: Ctx, workerId: string, msg: StepReportMessage): void {
   const s = ctx.s;
+  if (s.job.sync.mode === 'local' && msg.step === groupInFlight(s).lastStep) {
+    const problem = excludedByReportIn(ctx, msg.excluded ?? []);
+    if (problem) {
+      // The survivors did not agree on who is out: they take the outer step again in a carried round.
+      log(ctx, 'warn', 'outer_loss_mismatch', { workerId, step: msg.step, problem });
+      closeRoundIn(ctx, 'failure', true, true, undefined, [], s.rendezvous.outerLoss?.workers ?? []);
+      afterCloseIn(ctx);
+      return;
+    }
+  }
   const p = s.rendezvous.participants.find((q) => q.workerId === workerId)!;
   s.pending[msg.step] = {
     ...s.pending[msg.step],
@@ -132,6 +152,8 @@ function commitIn(ctx: Ctx, point: number): void {
   const split = splitInFlight(s);
   const lost = split.lost.length > 0 ? slotsRanges(group, split.shares, split.lost) : [];
   const hash = Object.values(s.pending[point])[0].hash;
+  const lostMembers = !!rv.outerLoss;
+  rv.outerLoss = null;
   const uploader = afterCommitIn(ctx, point, hash, s.lastCommit.hash);
   s.record = commitGroup(s.record, epochOrder(s.job.seed, group.epoch, s.datasetSize), group, lost);
   const after = recordPosition(s.record);
@@ -165,7 +187,7 @@ function commitIn(ctx: Ctx, point: number): void {
     return;
   }
   if (span.endsEpoch) log(ctx, 'info', 'epoch_end', { epoch: group.epoch, step: point });
-  admitAtBoundaryIn(ctx);
+  admitAtBoundaryIn(ctx, lostMembers);
 }
 
 /** The commit log's row of `group` committed less the `lost` positions (read before `pending` is cleared). */

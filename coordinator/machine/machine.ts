@@ -20,7 +20,7 @@ import { effectiveDatasetSize, type JobSpec } from '../../core/training/job';
 import { DEFAULT_TRUST_POLICY } from './penalties';
 import { CloseCode } from '../../core/protocol/coordinator-messages';
 import { evaluateGatheringIn } from './rendezvous';
-import { confirmBlamedRestartIn, dropNotReadyIn, failIn } from './round-close';
+import { afterCloseIn, closeRoundIn, confirmBlamedRestartIn, dropNotReadyIn, failIn } from './round-close';
 import { emptyRecord, withHoles } from '../../core/training/sampler';
 import type { PositionRange } from '../../core/training/groups';
 import { hangIn, nextHangDeadline } from './hang';
@@ -170,6 +170,12 @@ export function tickIn(ctx: Ctx): void {
   const rv = s.rendezvous;
   verificationTickIn(ctx);
   if (rv.phase === 'syncing' && rv.readyDeadline != null && now >= rv.readyDeadline) dropNotReadyIn(ctx);
+  if (rv.outerLoss && now >= rv.outerLoss.deadline) {
+    // The survivors did not commit without the lost members in time: they carry the group on.
+    log(ctx, 'warn', 'outer_loss_expired', { round: rv.round, lost: rv.outerLoss.workers });
+    closeRoundIn(ctx, 'failure', true, false, undefined, [], rv.outerLoss.workers);
+    afterCloseIn(ctx);
+  }
   hangIn(ctx);
   if (s.status !== 'active' && s.status !== 'paused') return;
   const limit = HEARTBEAT_TIMEOUT_FACTOR * s.job.heartbeatMs;
@@ -194,6 +200,8 @@ export function nextDeadline(s: CoordinatorState): number | null {
   const ready = s.rendezvous.phase === 'syncing' ? (s.rendezvous.readyDeadline ?? null) : null;
   if (ready !== null && (next === null || ready < next)) next = ready;
   if (s.blamedRestart && (next === null || s.blamedRestart.deadline < next)) next = s.blamedRestart.deadline;
+  const outer = s.rendezvous.outerLoss?.deadline ?? null;
+  if (outer !== null && (next === null || outer < next)) next = outer;
   const hang = nextHangDeadline(s);
   if (hang !== null && (next === null || hang < next)) next = hang;
   const limit = HEARTBEAT_TIMEOUT_FACTOR * s.job.heartbeatMs;

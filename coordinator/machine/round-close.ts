@@ -31,6 +31,7 @@ import {
 import { CloseCode, type CloseReason } from '../../core/protocol/coordinator-messages';
 import { holdsState, requestCheckpointIn } from './checkpoints';
 import { carryFor } from './carry';
+import { deferLossIn } from './outer-loss';
 import { chargeIn, bannedUntil, culpritOf, refuseConnIn, type Culprit } from './penalties';
 import { admissibleWaiters, evaluateGatheringIn, notifyWaitingIn, openRoundIn } from './rendezvous';
 import { computeShares, sharesDrift } from './shares';
@@ -55,6 +56,11 @@ export function closeRoundIn(
   const { s, now } = ctx;
   const rv = s.rendezvous;
   if (rv.phase === 'gathering') return;
+  // A grouped outer sync may finish without them: the round goes on (outer-loss.ts).
+  if (lost.length > 0 && deferLossIn(ctx, lost)) {
+    if (failure) countRestartIn(ctx, culprits);
+    return;
+  }
   const closed = rv.round;
   const carry = carryFor(s, lost);
   const survivors = rv.participants.filter((p) => s.workers[p.workerId]).map((p) => p.workerId);
@@ -65,6 +71,7 @@ export function closeRoundIn(
   rv.waitList = [...head, ...rv.waitList.filter((id) => !survivors.includes(id)), ...tail];
   rv.participants = [];
   rv.topology = null;
+  rv.outerLoss = null;
   rv.phase = 'gathering';
   rv.deadline = null;
   rv.readyDeadline = null;
@@ -321,15 +328,18 @@ export const REBALANCE_DRIFT = 0.25;
 
 /**
  * At a commit boundary: a new round if newcomers can be admitted, the world must shrink (max lowered)
- * or shares drifted. Closes with restore:false and opens the next round at once. Returns whether it did.
+ * or shares drifted, or (`lostMembers`) the group just committed without members the round lost
+ * (outer-loss.ts). Closes with restore:false and opens the next round at once. Returns whether it did.
  */
-export function admitAtBoundaryIn(ctx: Ctx): boolean {
+export function admitAtBoundaryIn(ctx: Ctx, lostMembers = false): boolean {
   const s = ctx.s;
   const rv = s.rendezvous;
   if (s.status !== 'active' || rv.phase !== 'training') return false;
   const world = rv.participants.length;
   let reason: CloseReason | null = null;
-  if ((admissibleWaiters(s).length > 0 && world < s.job.maxWorkers) || world > s.job.maxWorkers) reason = 'membership';
+  // After a commit without lost members, the round's ranks and shares no longer fit its members.
+  if (lostMembers || (admissibleWaiters(s).length > 0 && world < s.job.maxWorkers) || world > s.job.maxWorkers)
+    reason = 'membership';
   else if (rv.roundCommits >= REBALANCE_MIN_COMMITS && world > 1) {
     const proposed = computeShares(rv.participants.map((p) => s.workers[p.workerId].throughput));
     if (

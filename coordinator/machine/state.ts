@@ -79,6 +79,12 @@ export interface RendezvousState {
    * absent or null: one plain ring.
    */
   topology?: number[] | null;
+  /**
+   * Members lost during the open round's grouped outer sync, whose survivors may still commit the group
+   * without them (outer-loss.ts): their ranks in this round, their worker ids, and until when (ms) the
+   * survivors' reports are awaited before the round closes with a carry. Absent or null: none.
+   */
+  outerLoss?: { ranks: number[]; workers: string[]; deadline: number } | null;
 }
 
 /** The split of a commit group that survivors carry on (see `RendezvousState.carry`). */

@@ -341,6 +341,7 @@ export class Harness {
     const w = this.worker(name);
     if (!w.round) throw new Error(`${name} is in no round`);
     const step = w.live + 1;
+    const round = w.round;
     const me = w.round.world.find((e) => e.workerId === w.workerId)!;
     const samples = this.sliceOf(w, step);
     const actions = this.send(name, {
@@ -356,7 +357,9 @@ export class Harness {
       computeMs: 10,
       ...overrides,
     });
-    if (!actions.some((a) => a.kind === 'send' && a.msg.type === 'error' && a.conn === w.conn)) w.live = step;
+    // A report that closed its round (the worker heard a new one meanwhile) left `live` as that round set it.
+    const refused = actions.some((a) => a.kind === 'send' && a.msg.type === 'error' && a.conn === w.conn);
+    if (!refused && w.round === round) w.live = step;
     return actions;
   }
 
@@ -489,9 +492,14 @@ export class Harness {
     }
     if (this.durable && JSON.stringify(this.durable.lastCommit) !== JSON.stringify(s.lastCommit))
       expect(this.durable.lastCommit).toEqual(s.lastCommit);
-    // Dense ranks, members and waiters are known workers, slots distinct (`expect` only on a failure).
+    // Dense ranks (but those of members a grouped outer sync goes on without: coordinator/machine/
+    // outer-loss.ts), members and waiters are known workers, slots distinct (`expect` only on a failure).
     const participants = s.rendezvous.participants;
-    const badRank = participants.findIndex((p, i) => p.rank !== i || !s.workers[p.workerId]);
+    const vacant = s.rendezvous.outerLoss?.ranks ?? [];
+    const ranks = Array.from({ length: participants.length + vacant.length }, (_, r) => r).filter(
+      (r) => !vacant.includes(r),
+    );
+    const badRank = participants.findIndex((p, i) => p.rank !== ranks[i] || !s.workers[p.workerId]);
     if (badRank >= 0) expect.fail(`participant ${badRank} is not a known worker of that rank`);
     if (new Set(participants.map((p) => p.slot)).size !== participants.length) expect.fail('two members share a slot');
     const unknown = s.rendezvous.waitList.filter((id) => !s.workers[id]);

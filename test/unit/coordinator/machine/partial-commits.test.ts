@@ -17,6 +17,7 @@ import { mergeRanges, rangesCount, type PositionRange } from '../../../../core/t
 import type { JobSpecInput } from '../../../../core/training/job';
 import { planOf } from '../../../../core/training/groups';
 import { referenceSlice } from '../../../support/hole-free-layout';
+import { outerRetryAllowanceMs } from '../../../../coordinator/machine/outer-loss';
 import { Harness } from './coordinator-harness';
 
 const N = 64;
@@ -94,6 +95,36 @@ function carriedRound(h: Harness, lost: string[]) {
   expect(h.members()).toHaveLength(N - lost.length);
   for (const n of lost) expect(h.members()).not.toContain(n);
   return round;
+}
+
+/**
+ * A round in groups (64 members: 8 groups of 8, core/training/topology.ts) lost `lost` while every
+ * survivor was at its outer sync: the round goes on without them (coordinator/machine/outer-loss.ts).
+ * No new round; they are no members any more and their ranks of this round are vacant. Returns those ranks.
+ */
+function deferredLoss(h: Harness, lost: string[], ranks: number[]): number[] {
+  expect(h.state.rendezvous.topology, 'the round syncs in groups').toEqual([8, 8, 8, 8, 8, 8, 8, 8]);
+  expect(h.state.rendezvous.outerLoss?.ranks).toEqual(ranks);
+  expect(h.worker(h.members()[0]).round!.round).toBe(h.state.rendezvous.round);
+  for (const n of lost) expect(h.members()).not.toContain(n);
+  return ranks;
+}
+
+/** The survivors report the commit point naming `excluded` as left out of the outer sum (the grouped allreduce's outcome). */
+function reportWithout(h: Harness, excluded: number[]): void {
+  for (const member of h.members()) {
+    if (h.state.rendezvous.phase !== 'training') break;
+    h.now += 1;
+    h.report(member, { excluded });
+  }
+}
+
+/** After a commit without vacant ranks the round closed at that commit boundary: a new one, ready, trains on. */
+function expectNewRound(h: Harness, old: number): void {
+  expect(h.state.rendezvous.round).toBeGreaterThan(old);
+  expect(h.state.rendezvous.outerLoss ?? null).toBeNull();
+  h.readyAll();
+  expect(h.state.rendezvous.phase).toBe('training');
 }
 
 /** Checks on the commit of a group carried on without `lostRanks` of the planning round (`split`). */
@@ -210,11 +241,14 @@ describe(`partial outer commits at N = ${N} (local sync mode, machine through th
       expect(h.members()).toContain(hung);
       h.advance(HANG_FLOOR_MS + 10);
       expect(h.logs.some((l) => l.event === 'member_hung' && l.data.workerId === h.worker(hung).workerId)).toBe(true);
-      // Its socket was closed by the coordinator (close code `noProgress`), and it is no member any more.
+      // Its socket was closed by the coordinator (close code `noProgress`), and it is no member any more;
+      // every other member is at the round's outer sync, which goes on without it.
       expect(h.worker(hung).closedByServer).toBe(true);
-      carriedRound(h, [hung]);
-      h.readyAll();
+      deferredLoss(h, [hung], [5]);
+      const round = h.state.rendezvous.round;
+      reportWithout(h, [5]);
       const holes = expectPartialCommit(h, H + 1, split, [5]);
+      expectNewRound(h, round);
       expectHolesServed(h, holes);
     },
   );
@@ -250,12 +284,17 @@ describe(`partial outer commits at N = ${N} (local sync mode, machine through th
       reason: 'timeout: t11 sent nothing for 3000 ms (hung)',
       peer: h.worker(name(11)).workerId!,
     });
-    carriedRound(h, [name(11)]);
+    // Every member is at the outer sync: it goes on without the blamed tab.
+    deferredLoss(h, [name(11)], [11]);
     expect(h.members()).toContain(name(12));
-    // The blamed tab is still connected: it waits (and is not admitted while its restart is on probation).
+    // The blamed tab is still connected: it heard its round is over and waits (and is not admitted
+    // while its restart is on probation).
+    const round = h.worker(name(12)).round!.round;
+    expect(h.worker(name(11)).inbox).toContainEqual(expect.objectContaining({ type: 'round_closed', round }));
     expect(h.state.rendezvous.waitList).toContain(h.worker(name(11)).workerId);
-    h.readyAll();
+    reportWithout(h, [11]);
     const holes = expectPartialCommit(h, H + 1, split, [11]);
+    expectNewRound(h, round);
     expectHolesServed(h, holes);
   });
 
@@ -286,7 +325,9 @@ describe(`partial outer commits at N = ${N} (local sync mode, machine through th
     h.disconnect(name(3));
     carriedRound(h, [name(3)]);
     h.readyAll();
-    reportThrough(h, H + 3);
+    // t60 leaves while the others still have inner steps to take (at their outer sync, the round would
+    // go on without it instead: see the hung tab).
+    reportThrough(h, H + 3, [name(60), name(61)]);
     h.send(name(60), { type: 'goodbye', runId: h.runId, workerId: h.worker(name(60)).workerId! });
     const round = carriedRound(h, [name(3), name(60)]);
     // The split is still the planning round's: slots, not the new ranks.
@@ -377,6 +418,90 @@ describe(`partial outer commits at N = ${N} (local sync mode, machine through th
       h.readyAll();
       expectHolesServed(h, holes);
       expectJobCompletes(h);
+    },
+  );
+});
+
+describe(`a grouped outer sync that goes on without lost members (N = ${N}, outer-loss.ts)`, () => {
+  it('a crash at the outer sync: the survivors’ reports name its rank and the group commits without it', SLOW, () => {
+    const h = swarm();
+    reportThrough(h, 2 * H - 1);
+    const split = shares(h);
+    const round = h.state.rendezvous.round;
+    h.disconnect(name(40));
+    deferredLoss(h, [name(40)], [40]);
+    expect(h.state.restarts).toBe(1);
+    // A report that does not name the rank is not counted yet; every survivor's does.
+    reportWithout(h, [40]);
+    const holes = expectPartialCommit(h, H + 1, split, [40]);
+    expectNewRound(h, round);
+    expectHolesServed(h, holes);
+    expectJobCompletes(h);
+  });
+
+  it(
+    'a report naming a rank the coordinator still counts as a member starts the wait (a tab its group judged hung)',
+    SLOW,
+    () => {
+      const h = swarm();
+      reportThrough(h, 2 * H - 1);
+      const split = shares(h);
+      const round = h.state.rendezvous.round;
+      h.now += 1;
+      h.report(name(0), { excluded: [20] });
+      deferredLoss(h, [name(20)], [20]);
+      // Still connected: it hears its round is over and waits.
+      expect(h.worker(name(20)).inbox).toContainEqual(expect.objectContaining({ type: 'round_closed', round }));
+      expect(h.state.rendezvous.waitList).toContain(h.worker(name(20)).workerId);
+      reportWithout(h, [20]);
+      const holes = expectPartialCommit(h, H + 1, split, [20]);
+      expectNewRound(h, round);
+      expectHolesServed(h, holes);
+    },
+  );
+
+  it('survivors that disagree on who was left out take the outer step again in a carried round', SLOW, () => {
+    const h = swarm();
+    reportThrough(h, 2 * H - 1);
+    const split = shares(h);
+    h.disconnect(name(9));
+    deferredLoss(h, [name(9)], [9]);
+    h.now += 1;
+    h.report(name(1), { excluded: [9] });
+    h.now += 1;
+    h.report(name(2), { excluded: [] });
+    expect(h.logs.some((l) => l.event === 'outer_loss_mismatch')).toBe(true);
+    const carried = carriedRound(h, [name(9)]);
+    expect(carried.carry!.slots).not.toContain(9);
+    h.readyAll();
+    const holes = expectPartialCommit(h, H + 1, split, [9]);
+    expectHolesServed(h, holes);
+  });
+
+  it('survivors that do not report by the deadline carry the group on as before', SLOW, () => {
+    const h = swarm();
+    reportThrough(h, 2 * H - 1);
+    const split = shares(h);
+    h.disconnect(name(30));
+    deferredLoss(h, [name(30)], [30]);
+    h.advance(outerRetryAllowanceMs(h.state) + 1);
+    expect(h.logs.some((l) => l.event === 'outer_loss_expired')).toBe(true);
+    carriedRound(h, [name(30)]);
+    h.readyAll();
+    const holes = expectPartialCommit(h, H + 1, split, [30]);
+    expectHolesServed(h, holes);
+  });
+
+  it(
+    'only a local-mode commit point may name left-out ranks: an inner step’s report that does is refused',
+    SLOW,
+    () => {
+      const h = swarm();
+      reportThrough(h, H + 1);
+      const before = h.state;
+      h.report(name(3), { excluded: [7] });
+      expect(h.state).toBe(before);
+      expect(h.lastReceived(name(3))).toMatchObject({ type: 'error', code: 'bad_message' });
     },
   );
 });
