@@ -36,6 +36,8 @@ import { memoryLinkPair, type MemoryLink } from '../../web/net/memory-link';
 import { sha256Hex, type HttpPort } from '../../web/elastic/checkpoint-transfer';
 import { ElasticLoop, type ElasticLoopOptions, type ElasticStatus } from '../../web/elastic/elastic-loop';
 import type { MeshPort, TrainerPort } from '../../web/elastic/ports';
+import type { GroupLinks } from '../../web/net/group-allreduce';
+import { groupPartners } from '../../core/training/group-geometry';
 import { type ApplyOptions, type ApplyResult, type NextIndices, sameIndices } from '../../web/worker/elastic-steps';
 import { OuterState } from '../../web/worker/outer-step';
 import type {
@@ -289,8 +291,16 @@ export class CpuTrainer implements TrainerPort {
 
 export class MemoryNetwork {
   private readonly pairs = new Map<string, { ends: Map<string, MemoryLink> }>();
+  /** Per peer: who hears of a channel another peer opened to it (the grouped allreduce's `onLink`). */
+  private readonly arrivals = new Map<string, Set<(from: string, link: MemoryLink) => void>>();
   /** Ring connections requested, for tests. */
   connects = 0;
+
+  /** This peer's open end of the channel to `to`, if there is one. */
+  openLink(from: string, to: string): MemoryLink | null {
+    const end = this.pairs.get([from, to].sort().join('|'))?.ends.get(from);
+    return end?.isOpen ? end : null;
+  }
 
   /** This peer's end of the channel to `to` (a new pair when there is none or it closed). */
   link(from: string, to: string): MemoryLink {
@@ -306,6 +316,8 @@ export class MemoryNetwork {
         ]),
       };
       this.pairs.set(key, pair);
+      const theirs = pair.ends.get(to)!;
+      for (const listener of this.arrivals.get(to) ?? []) listener(from, theirs);
     }
     return pair.ends.get(from)!;
   }
@@ -316,10 +328,13 @@ export class MemoryNetwork {
     if (pair) for (const l of pair.ends.values()) l.close();
   }
 
-  /** Close every channel of `peer` (its tab crashed or left). */
+  /**
+   * Close every channel of `peer` (its tab crashed or left) at its end: the other ends hear the remote
+   * close (`peer_closed`), as a live tab does when another's page goes away.
+   */
   closeAll(peer: string): void {
     for (const [key, pair] of this.pairs) {
-      if (key.split('|').includes(peer)) for (const l of pair.ends.values()) l.close();
+      if (key.split('|').includes(peer)) pair.ends.get(peer)?.close();
     }
   }
 
@@ -333,6 +348,28 @@ export class MemoryNetwork {
         const left = this.link(peerId, world[(rank - 1 + size) % size].peerId);
         const right = this.link(peerId, world[(rank + 1) % size].peerId);
         return { rank, size, left, right };
+      },
+      groupLinks: async (world, rank, groups, n): Promise<GroupLinks> => {
+        const members = world.map((w) => w.peerId);
+        const layout = { sizes: [...groups] };
+        const { ring, cross } = groupPartners(layout, n, rank);
+        for (const r of [...ring, ...cross]) this.link(peerId, members[r]);
+        return {
+          rank,
+          layout,
+          link: (r) => this.openLink(peerId, members[r]),
+          connect: async (r) => this.link(peerId, members[r]),
+          onLink: (listener) => {
+            const heard = (from: string, link: MemoryLink) => {
+              const r = members.indexOf(from);
+              if (r >= 0) listener(r, link);
+            };
+            const set = this.arrivals.get(peerId) ?? new Set();
+            this.arrivals.set(peerId, set);
+            set.add(heard);
+            return () => set.delete(heard);
+          },
+        };
       },
     };
   }

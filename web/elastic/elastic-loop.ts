@@ -31,7 +31,9 @@ import {
 } from './loop-context';
 import { remainingSteps, type RecordPosition } from '../../core/training/groups';
 import { failureReport, type HeldStates } from './plan';
-import type { ControlPort, MeshPort, TrainerPort } from './ports';
+import type { ControlPort, MeshPort, SyncLinks, TrainerPort } from './ports';
+import type { GroupLinks } from '../net/group-allreduce';
+import { parameterLayout } from '../../core/training/model-spec';
 import { RoundSession } from './round-session';
 import { syncState } from './state-sync';
 import { creditCommitted, StatusBox, type ElasticStatus } from './status';
@@ -285,6 +287,7 @@ export class ElasticLoop {
         }),
         { signal: session.signal, timeoutMs: this.ctx.timeouts.ringConnectMs + 1000, what: 'connecting the ring' },
       );
+      const links: SyncLinks = { ring, groups: await this.groupLinks(session, job) };
       await syncState(this.ctx, session, ring, job);
       if (!this.opts.control.send({ type: 'ready', round: session.round }))
         throw new Error('control socket closed before ready');
@@ -294,12 +297,30 @@ export class ElasticLoop {
         what: `train for round ${session.round}`,
       });
       this.update({ phase: 'training' });
-      await this.runner.run(session, ring, job);
+      await this.runner.run(session, links, job);
     } catch (err) {
       failure = err;
     } finally {
       await this.afterSession(session, failure);
     }
+  }
+
+  /** The grouped allreduce's links when the round syncs in groups (`round.topology`), else null. */
+  private async groupLinks(session: RoundSession, job: JobPublic): Promise<GroupLinks | null> {
+    const topology = session.msg.topology;
+    if (!topology) return null;
+    const mesh = this.opts.mesh;
+    if (!mesh.groupLinks) throw new Error(`round ${session.round} syncs in groups; this tab's mesh cannot`);
+    const timeoutMs = this.ctx.timeouts.ringConnectMs;
+    const n = parameterLayout(job.model).totalElements;
+    return bounded(
+      mesh.groupLinks(session.world, session.rank, topology.groups, n, {
+        round: session.round,
+        signal: session.signal,
+        timeoutMs,
+      }),
+      { signal: session.signal, timeoutMs: timeoutMs + 1000, what: 'connecting the group links' },
+    );
   }
 
   private async afterSession(session: RoundSession, failure: unknown): Promise<void> {

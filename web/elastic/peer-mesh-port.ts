@@ -8,6 +8,8 @@
  * Re-opening closes the old links, which only ends a round the coordinator's restart ended anyway.
  */
 import type { WorldEntry } from '../../core/protocol/coordinator-messages';
+import { groupPartners } from '../../core/training/group-geometry';
+import type { GroupLinks } from '../net/group-allreduce';
 import type { Ring } from '../net/link';
 import { PeerMesh, type PeerMeshOptions } from '../net/peer-mesh';
 import { linkStats, type LinkStats } from '../net/link-rtt';
@@ -67,6 +69,28 @@ export class PeerMeshPort implements MeshPort {
       signal: opts.signal,
       what: `ring of round ${opts.round}`,
     });
+  }
+
+  async groupLinks(
+    world: readonly WorldEntry[],
+    rank: number,
+    groups: readonly number[],
+    n: number,
+    opts: { round: number; signal: AbortSignal; timeoutMs: number },
+  ): Promise<GroupLinks> {
+    const mesh = this.mesh;
+    if (!mesh) throw new Error(`round ${opts.round}: the signaling connection is gone`);
+    const members = world.map((w) => w.peerId);
+    const layout = { sizes: [...groups] };
+    const { ring, cross } = groupPartners(layout, n, rank);
+    await bounded(
+      mesh.connect(
+        [...ring, ...cross].map((r) => members[r]),
+        { timeoutMs: opts.timeoutMs },
+      ),
+      { signal: opts.signal, what: `group links of round ${opts.round}` },
+    );
+    return mesh.groupLinks(members, rank, layout);
   }
 
   /**

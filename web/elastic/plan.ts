@@ -65,6 +65,13 @@ export interface GroupWork {
   /** Samples this rank's slot computes over the group, and all the slots still computing it: the outer weight. */
   own: number;
   total: number;
+  /** Samples each rank's slot computes over the group, by rank of the round. */
+  rankSamples: number[];
+  /**
+   * The record after the group commits without the slices of `ranks` too (an outer sum that left them
+   * out: web/net/group-allreduce.ts): their slices become holes as well.
+   */
+  afterWithout(ranks: readonly number[]): RecordPosition;
 }
 
 export interface StepWork {
@@ -166,6 +173,20 @@ export class StepPlanner {
       span: commitSpan(g, after, this.job.epochs),
       own: slotsSamples(g, shares, [slot]),
       total: slotsSamples(g, shares, slots),
+      rankSamples: slots.map((s) => slotsSamples(g, shares, [s])),
+      afterWithout: (ranks) =>
+        ranks.length === 0
+          ? after
+          : positionAfterGroup(
+              g.start,
+              g,
+              slotsRanges(
+                g,
+                shares,
+                [...lostSlots, ...ranks.map((r) => slots[r])].sort((a, b) => a - b),
+              ),
+              this.job.datasetSize,
+            ),
     };
     return this.work0;
   }

@@ -6,6 +6,7 @@
 import * as Comlink from 'comlink';
 import type { WorldEntry } from '../../core/protocol/coordinator-messages';
 import type { OutgoingMessage } from '../net/coordinator-client';
+import type { GroupLinks } from '../net/group-allreduce';
 import type { Ring } from '../net/link';
 import type { TrainingWorkerApi } from '../worker/training-worker';
 import type { ApplyOptions, ApplyResult, NextIndices } from '../worker/elastic-steps';
@@ -55,6 +56,16 @@ export interface TrainerPort {
   evaluate(count?: number): Promise<EvaluationResult>;
 }
 
+/**
+ * The links a round's collectives run on: the plain ring in rank order (its allreduce in a plain-ring
+ * round, and the state broadcast), and, when the round syncs in groups (`round.topology`), the links of
+ * the grouped allreduce.
+ */
+export interface SyncLinks {
+  readonly ring: Ring;
+  readonly groups: GroupLinks | null;
+}
+
 /** Connections to the other tabs of a round. */
 export interface MeshPort {
   /** This tab's PeerJS id (sent in hello). */
@@ -68,6 +79,19 @@ export interface MeshPort {
     rank: number,
     opts: { round: number; signal: AbortSignal; timeoutMs: number },
   ): Promise<Ring>;
+  /**
+   * Open (or reuse) the links a grouped allreduce of `n` values starts with under `groups` (this rank's
+   * ring neighbours in its group and its partners across groups: `groupPartners` in
+   * core/training/group-geometry.ts), and resolve with this rank's view of them. Called after
+   * `connectRing` for the same world. Absent: this port cannot sync in groups (the round fails).
+   */
+  groupLinks?(
+    world: readonly WorldEntry[],
+    rank: number,
+    groups: readonly number[],
+    n: number,
+    opts: { round: number; signal: AbortSignal; timeoutMs: number },
+  ): Promise<GroupLinks>;
 }
 
 /** The control channel: send a message in the current session with the coordinator (false: not sent). */

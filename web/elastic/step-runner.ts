@@ -31,7 +31,7 @@ import type { JobPublic } from '../../core/training/job';
 import { NO_HASH } from '../../core/protocol/tab-messages';
 import { describePosition, samePosition } from '../../core/training/sampler';
 import type { StepSketches } from '../../core/state/sketch';
-import type { Ring } from '../net/link';
+import { groupAllreduce } from '../net/group-allreduce';
 import { isCollectiveError } from '../net/collective-error';
 import { type RingAllreduceOptions, ringAllreduce, ringAllreduceBusBytes } from '../net/ring-allreduce';
 import type { GradientResult } from '../worker/types';
@@ -43,7 +43,9 @@ import type { LoopContext } from './loop-context';
 import { StepPlanner, type StateTag, type StepWork } from './plan';
 import type { RoundSession } from './round-session';
 import { stepComputed } from './status';
+import type { SyncLinks } from './ports';
 import {
+  type Applied,
   type Computed,
   type Contribution,
   everyStepMode,
@@ -112,11 +114,11 @@ export class StepRunner {
   }
 
   /** The steps of a round, from the round's step to the job's last, in the job's sync mode. */
-  async run(session: RoundSession, ring: Ring, job: JobPublic): Promise<void> {
+  async run(session: RoundSession, links: SyncLinks, job: JobPublic): Promise<void> {
     const sync = job.sync;
     return sync.mode === 'local'
-      ? this.runSteps(session, job, localStepsMode(this.tools, session, ring, sync))
-      : this.runSteps(session, job, everyStepMode(this.tools, session, ring, job));
+      ? this.runSteps(session, job, localStepsMode(this.tools, session, links, sync))
+      : this.runSteps(session, job, everyStepMode(this.tools, session, links, job));
   }
 
   /**
@@ -153,9 +155,8 @@ export class StepRunner {
       onDevice = next?.keepOnDevice ? step + 1 : null;
       const computeMs = contribution.computed?.computeMs ?? this.prefetchedMs(requested, waited);
       this.applied.set(step, { lossSum: applied.gradient.lossSum, samples: applied.gradient.samples, computeMs });
-      const { hash, gradient, wireBytes, sketch } =
-        work.commitPoint && mode.atCommitPoint ? await mode.atCommitPoint(work, applied) : applied;
-      pending = this.completeStep(session, job, work, hash, gradient, computeMs, wireBytes, sketch);
+      const reported = work.commitPoint && mode.atCommitPoint ? await mode.atCommitPoint(work, applied) : applied;
+      pending = this.completeStep(session, job, work, reported, computeMs);
       if (planned) await this.pauseBetweenSteps(signal, next !== null);
     }
     if (pending) await this.ctx.keeper.saveBackup(await this.awaitCommit(session, pending));
@@ -181,7 +182,7 @@ export class StepRunner {
     for (let step = session.reportedThrough + 1; step < Math.min(session.resume, group.lastStep); step++) {
       const figures = this.applied.get(step);
       if (!figures) throw new Error(`carrying step ${step} on, but this tab kept no report of it`);
-      this.report(session, step, NO_HASH, { gradients: null, ...figures }, 0);
+      this.report(session, step, NO_HASH, { gradients: null, ...figures }, 0, {});
     }
     if (session.resume <= group.lastStep || !mode.atCommitPoint) return null;
     const work = planner.work(group.lastStep)!;
@@ -189,7 +190,7 @@ export class StepRunner {
     if (!figures) throw new Error(`carrying the outer step of ${group.lastStep} on without its inner step`);
     const gradient = { gradients: null, lossSum: figures.lossSum, samples: figures.samples };
     const outer = await mode.atCommitPoint(work, { hash: NO_HASH, gradient, wireBytes: 0 });
-    return this.completeStep(session, job, work, outer.hash, gradient, figures.computeMs, outer.wireBytes);
+    return this.completeStep(session, job, work, outer, figures.computeMs);
   }
 
   /**
@@ -216,24 +217,25 @@ export class StepRunner {
     return Math.max(0, this.ctx.now() - (requested ?? waited.since) - waited.ms);
   }
 
-  /** After a step's apply: the status, the report and, at a commit point, the tag whose commit comes next. */
+  /**
+   * After a step's apply: the status, the report and, at a commit point, the tag whose commit comes
+   * next (and the record it leaves: with holes for ranks an outer sum left out).
+   */
   private completeStep(
     session: RoundSession,
     job: JobPublic,
     work: StepWork,
-    hash: string,
-    gradient: GradientResult,
+    applied: Applied,
     computeMs: number,
-    wireBytes: number,
-    sketch?: StepSketches,
   ): PendingCommit | null {
+    const { hash, gradient, wireBytes, sketch, excluded } = applied;
     this.ctx.box.update(stepComputed(this.ctx.box.status, { step: work.step, ...gradient, computeMs }));
     if (session.signal.aborted) throw abortReason(session.signal);
-    this.report(session, work.step, hash, gradient, wireBytes, sketch);
+    this.report(session, work.step, hash, gradient, wireBytes, { sketch, excluded: excluded?.ranks });
     if (!work.commitPoint) return null;
     if (isEvaluationCommit(work.group.span, job)) this.evaluated = work.step;
     this.onCommitted(session, job, work);
-    return { step: work.step, hash, after: work.group.after };
+    return { step: work.step, hash, after: excluded?.after ?? work.group.after };
   }
 
   /** This rank's gradient sums for `work` (zeros when its slice is empty), and the time they took. */
@@ -259,24 +261,31 @@ export class StepRunner {
   }
 
   /**
-   * `ringAllreduce` with the limit from this tab's `CollectiveClock` (at least `minimumMs`, more for a
-   * large payload, a slow link seen before, or after a timeout), which learns from the outcome.
+   * `ringAllreduce`, or `groupAllreduce` when the round syncs in groups, with the limit from this tab's
+   * `CollectiveClock` (at least `minimumMs`, more for a large payload, a slow link seen before, or after
+   * a timeout), which learns from the outcome. The ring leaves nobody out.
    */
   private async timedAllreduce(
-    ring: Ring,
+    links: SyncLinks,
     data: Float32Array,
-    opts: Omit<RingAllreduceOptions, 'timeoutMs'>,
+    opts: Omit<RingAllreduceOptions, 'timeoutMs'> & { mayExclude?: boolean },
     minimumMs: number,
-  ): Promise<void> {
-    const busBytes = ringAllreduceBusBytes(data.length, ring.size, opts.compression);
+  ): Promise<{ excluded: number[] }> {
+    const busBytes = ringAllreduceBusBytes(data.length, links.ring.size, opts.compression);
     const started = this.ctx.now();
+    const { mayExclude, ...ringOpts } = opts;
+    const timeoutMs = this.collectives.limitMs(minimumMs, busBytes);
+    let excluded: number[] = [];
     try {
-      await ringAllreduce(ring, data, { ...opts, timeoutMs: this.collectives.limitMs(minimumMs, busBytes) });
+      if (links.groups)
+        ({ excluded } = await groupAllreduce(links.groups, data, { ...ringOpts, mayExclude, timeoutMs }));
+      else await ringAllreduce(links.ring, data, { ...ringOpts, timeoutMs });
     } catch (error) {
       if (isCollectiveError(error, 'timeout')) this.collectives.timedOut();
       throw error;
     }
     this.collectives.succeeded(this.ctx.now() - started);
+    return { excluded };
   }
 
   private report(
@@ -285,7 +294,7 @@ export class StepRunner {
     hash: string,
     g: GradientResult,
     wireBytes: number,
-    sketch?: StepSketches,
+    { sketch, excluded }: { sketch?: StepSketches; excluded?: number[] },
   ): void {
     // A carried group's steps the coordinator has already (recomputed here from the group's start).
     if (step <= session.reportedThrough) return;
@@ -301,6 +310,7 @@ export class StepRunner {
       computeMs: Math.min(this.busy.lap(), 1e7),
       wireBytes: Math.round(wireBytes),
       ...(sketch ? { sketch } : {}),
+      ...(excluded && excluded.length > 0 ? { excluded } : {}),
     });
     if (!sent) throw new Error('control socket closed before the step report');
     // A local-mode inner step is no state anyone could commit: only hashed states count as reported.

@@ -13,12 +13,13 @@ import { NO_HASH } from '../../core/protocol/tab-messages';
 import type { StepSketches } from '../../core/state/sketch';
 import type { JobPublic, LocalSync } from '../../core/training/job';
 import { outerWeight } from '../../core/training/outer-weights';
-import type { Ring } from '../net/link';
 import { type RingAllreduceOptions, ringAllreduceBusBytes } from '../net/ring-allreduce';
 import type { GradientResult } from '../worker/types';
 import { abortReason } from './async-tools';
 import type { HeldStateKeeper, NextStep } from './held-states';
-import type { StateTag, StepWork } from './plan';
+import type { RecordPosition } from '../../core/training/groups';
+import type { GroupWork, StateTag, StepWork } from './plan';
+import type { SyncLinks } from './ports';
 import type { RoundSession } from './round-session';
 
 /** A step's gradients as this rank computed them, and the time they took. */
@@ -38,6 +39,11 @@ export interface Applied {
   gradient: GradientResult;
   wireBytes: number;
   sketch?: StepSketches;
+  /**
+   * A local-mode commit point whose outer sum left ranks out (lost inside their group's reduce,
+   * web/net/group-allreduce.ts): those ranks, and the record the commit will leave (their slices holes too).
+   */
+  excluded?: { ranks: number[]; after: RecordPosition };
 }
 
 /** The questions the step loop asks a sync mode at each step of a round. */
@@ -66,15 +72,17 @@ export interface StepTools {
   /** This rank's gradient sums for `work` (zeros when its slice is empty), and the time they took. */
   gradients(work: StepWork, keepOnDevice: boolean): Promise<Computed>;
   /**
-   * The ring allreduce of `data` in place, counted as waiting (not compute time), with a deadline of at
-   * least `minimumMs` that the tab's collective clock may lengthen (collective-clock.ts).
+   * The allreduce of `data` in place (the ring's, or the grouped one when the round syncs in groups),
+   * counted as waiting (not compute time), with a deadline of at least `minimumMs` that the tab's
+   * collective clock may lengthen (collective-clock.ts). Resolves with the ranks the sum left out
+   * (only with `mayExclude`, in groups).
    */
   allreduce(
-    ring: Ring,
+    links: SyncLinks,
     data: Float32Array,
-    opts: Omit<RingAllreduceOptions, 'timeoutMs'>,
+    opts: Omit<RingAllreduceOptions, 'timeoutMs'> & { mayExclude?: boolean },
     minimumMs: number,
-  ): Promise<void>;
+  ): Promise<{ excluded: number[] }>;
   /** The least deadline of an allreduce: the fixed one, or `factor` × the last step's compute time if longer. */
   minimumMs(factor: number): number;
   /** The step of the last commit rank 0 evaluates (the others wait for it in a later allreduce), or null. */
@@ -118,7 +126,7 @@ interface EveryStepContribution extends Contribution {
 export function everyStepMode(
   tools: StepTools,
   session: RoundSession,
-  ring: Ring,
+  links: SyncLinks,
   job: JobPublic,
 ): SyncMode<EveryStepContribution> {
   // A job that verifies needs every rank's own sums in hand to sketch them (core/state/sketch.ts).
@@ -130,7 +138,7 @@ export function everyStepMode(
       // What this rank puts into the all-reduce (the reduce works in place) and what passes each hop,
       // kept for the step's sketches.
       const evidence = job.verify && computed?.gradient.gradients ? hopRecord(computed.gradient.gradients) : null;
-      const sums = computed ? await allreduceSums(tools, session, ring, job, work.step, computed, evidence) : null;
+      const sums = computed ? await allreduceSums(tools, session, links, job, work.step, computed, evidence) : null;
       // Read before the apply transfers the buffer to the worker.
       const wireBytes = sums ? ringAllreduceBusBytes(sums.byteLength / 4, worldSize, job.sync.compression) : 0;
       return { computed, evidence, sums, wireBytes };
@@ -159,11 +167,11 @@ export function everyStepMode(
   };
 }
 
-/** The ring allreduce of a step's sums (in place); null when they stayed on the device (a world of one). */
+/** The allreduce of a step's sums (in place); null when they stayed on the device (a world of one). */
 async function allreduceSums(
   tools: StepTools,
   session: RoundSession,
-  ring: Ring,
+  links: SyncLinks,
   job: JobPublic,
   step: number,
   { gradient, computeMs }: Computed,
@@ -173,7 +181,7 @@ async function allreduceSums(
   if (!gradient.gradients) return null;
   const sums = new Float32Array(gradient.gradients);
   await tools.allreduce(
-    ring,
+    links,
     sums,
     {
       ...(evidence ? { record: evidence } : {}),
@@ -198,7 +206,7 @@ async function allreduceSums(
 export function localStepsMode(
   tools: StepTools,
   session: RoundSession,
-  ring: Ring,
+  links: SyncLinks,
   sync: LocalSync,
 ): SyncMode<Contribution> {
   const { signal } = session;
@@ -228,25 +236,30 @@ export function localStepsMode(
     },
     atCommitPoint: async (work, applied) => {
       let wireBytes = 0;
+      let excluded: number[] = [];
       const weight = outerWeight(work.group.own, work.group.total);
       const hash = await keeper.outerStep(work.step, weight, async (delta) => {
         if (signal.aborted) throw abortReason(signal);
         wireBytes = ringAllreduceBusBytes(delta.length, session.world.length, sync.compression);
         const silenceMs = tools.silenceMs();
-        await tools.allreduce(
-          ring,
+        ({ excluded } = await tools.allreduce(
+          links,
           delta,
           {
             id: { round: session.round, step: work.step, seq: 0 },
             signal,
             compression: sync.compression,
+            mayExclude: true,
             ...(silenceMs !== null ? { silenceMs } : {}),
           },
           // The slowest rank may still have most of its inner steps to take when this one arrives.
           tools.minimumMs(10 + sync.innerSteps),
-        );
+        ));
+        reweight(delta, work.group, excluded);
       });
-      return { ...applied, hash, wireBytes };
+      return excluded.length > 0
+        ? { ...applied, hash, wireBytes, excluded: { ranks: excluded, after: work.group.afterWithout(excluded) } }
+        : { ...applied, hash, wireBytes };
     },
   };
 }
@@ -261,4 +274,18 @@ interface HopRecord {
 function hopRecord(gradients: ArrayBuffer): HopRecord {
   const n = gradients.byteLength / 4;
   return { own: gradients.slice(0), sent: new Float32Array(n), received: new Float32Array(n) };
+}
+
+/**
+ * An outer sum that left `excluded` ranks out holds Σ Δ_r·n_r/n over the others: scale it by
+ * n/(n − the left-out samples) so the survivors' weights sum to one again (docs/local-steps.md). Every
+ * survivor scales the same bytes by the same number, so they stay bit-identical.
+ */
+export function reweight(delta: Float32Array, group: GroupWork, excluded: readonly number[]): void {
+  if (excluded.length === 0) return;
+  const lost = excluded.reduce((sum, r) => sum + (group.rankSamples[r] ?? 0), 0);
+  const kept = group.total - lost;
+  if (!(kept > 0)) throw new Error(`the outer sum left out every sample of the group (${excluded.join(', ')})`);
+  const scale = group.total / kept;
+  for (let i = 0; i < delta.length; i++) delta[i] *= scale;
 }

@@ -179,7 +179,7 @@ describe('StepRunner', () => {
     session.rank = 0;
     const runner = new StepRunner(ctx, new CheckpointService(ctx, () => ({ job, workerId: 'w' })), new Map());
     trainer.calls.length = 0;
-    await runner.run(session, { rank: 0, size: 1, left: null, right: null }, job);
+    await runner.run(session, { ring: { rank: 0, size: 1, left: null, right: null }, groups: null }, job);
     return { trainer, sent, ctx };
   }
 
