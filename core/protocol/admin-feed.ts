@@ -216,6 +216,12 @@ export function categoryOf(event: string, data: unknown): FeedCategory {
       return 'restart';
     case 'round_closed':
       return (data as { restart?: unknown } | null)?.restart === true ? 'restart' : 'round';
+    // A grouped outer sync going on without lost members (coordinator/machine/outer-loss.ts).
+    case 'outer_loss_deferred':
+      return 'round';
+    case 'outer_loss_mismatch':
+    case 'outer_loss_expired':
+      return 'restart';
     case 'message_rejected':
     case 'message_invalid':
     case 'messages_rejected':
