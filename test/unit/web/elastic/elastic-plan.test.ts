@@ -16,6 +16,7 @@ import {
   type HeldStates,
 } from '../../../../web/elastic/plan';
 import { CollectiveError } from '../../../../web/net/collective-error';
+import { reweight } from '../../../../web/elastic/sync-modes';
 import { mulberry32 } from '../../../support/rng';
 
 function job(overrides: Record<string, unknown> = {}, datasetSize = 1000): JobPublic {
@@ -110,6 +111,49 @@ describe('stepWork', () => {
     ]);
     expect(step5.indices).toEqual(epochOrder(9, 0, 1000).subarray(256, 288)); // rank 1: the second half
     expect(step5.group).toMatchObject({ own: 64, total: 128 });
+  });
+
+  it('plans a carried group whose outer sum also left a rank out: its slices are holes too, its samples out of the weights', () => {
+    const j = job({ commitEvery: 2 }, 1000);
+    // The same carried group (slots 0 and 2 of three as ranks 0 and 1); the outer sum leaves rank 1 (slot 2) out.
+    const round = {
+      world: world([0.5, 0.5]),
+      step: 3,
+      epoch: 0,
+      cursor: 128,
+      carry: { shares: [0.25, 0.25, 0.5], slots: [0, 2], reported: [3, 3] },
+    };
+    const group = new StepPlanner(j, round, 0).work(3)!.group;
+    // Slot 0 computes 16 + 16 samples, slot 2 32 + 32 (hand-computed from the shares).
+    expect(group.rankSamples).toEqual([32, 64]);
+    expect(group.afterWithout([])).toEqual(group.after);
+    // Slot 1's slices as before, and slot 2's: [160, 192) and [224, 256).
+    expect(group.afterWithout([1])).toEqual({
+      epoch: 0,
+      cursor: 256,
+      holes: [
+        [144, 192],
+        [208, 256],
+      ],
+    });
+  });
+});
+
+describe('reweight (an outer sum that left ranks out)', () => {
+  const group = { total: 96, rankSamples: [32, 64] } as Parameters<typeof reweight>[1];
+
+  it('scales the survivors’ weighted sum so their weights add up to one again', () => {
+    // Rank 0 alone contributed Δ·32/96: scaled by 96/32 it is Δ itself.
+    const delta = new Float32Array([0.75, -3, 1.5]).map((x) => (x * 32) / 96);
+    reweight(delta, group, [1]);
+    expect(Array.from(delta)).toEqual([0.75, -3, 1.5].map((x) => Math.fround(Math.fround((x * 32) / 96) * 3)));
+  });
+
+  it('leaves a sum nobody was left out of as it is, and refuses one without any sample left', () => {
+    const delta = new Float32Array([1, 2]);
+    reweight(delta, group, []);
+    expect(Array.from(delta)).toEqual([1, 2]);
+    expect(() => reweight(delta, group, [0, 1])).toThrow(/every sample/);
   });
 });
 
