@@ -7,7 +7,8 @@
  * sync costs only its group a retry: the round is not closed (nobody else takes the outer step again),
  * the group is committed without exactly the crashed tab's slices (computed here from the hole-free
  * step layout and the round's shares), the survivors hold the committed state bit for bit, and the next
- * group serves the holes.
+ * group serves the holes. In every-step mode each step's gradient sums go through the grouped allreduce
+ * too; a crash fails the step for everyone (a fixed global batch has no partial steps), as in the ring.
  */
 import { afterEach, describe, expect, it } from 'vitest';
 import { DEFAULT_TRUST_POLICY } from '../../../../coordinator/machine/machine';
@@ -25,7 +26,14 @@ const PER_RANK = 4;
 /** Three outer steps per epoch, two epochs. */
 const DATASET = N * PER_RANK * H * 3;
 
-function job(): JobSpec {
+const LOCAL = {
+  mode: 'local',
+  innerSteps: H,
+  outer: { kind: 'nesterov', lr: 0.7, momentum: 0.9 },
+  compression: 'none',
+};
+
+function job(sync: Record<string, unknown> = LOCAL): JobSpec {
   return parseJobSpec({
     model: SIM_MODEL,
     optimizer: { kind: 'sgd', lr: 0.1, momentum: 0.5 },
@@ -40,7 +48,7 @@ function job(): JobSpec {
     lastCallMs: 300,
     evalSamples: 0,
     seed: 11,
-    sync: { mode: 'local', innerSteps: H, outer: { kind: 'nesterov', lr: 0.7, momentum: 0.9 }, compression: 'none' },
+    sync,
   });
 }
 
@@ -50,8 +58,7 @@ afterEach(() => {
 });
 
 /** 9 tabs in one round in groups, past the first outer step. The hang floor is 1 s on both sides. */
-async function swarm() {
-  const spec = job();
+async function swarm(spec = job()) {
   const s = simulatedSwarm(spec, DATASET, {
     runId: 'sim-grouped',
     policy: { ...DEFAULT_TRUST_POLICY, hangFloorMs: 1000 },
@@ -165,6 +172,34 @@ describe('outer syncs in groups with simulated tabs (local sync mode, 9 tabs, 3 
           served.some(([x, y]) => x <= a && b <= y),
           `hole [${a}, ${b}) served`,
         ).toBe(true);
+    },
+  );
+});
+
+describe('every-step sync in groups with simulated tabs (9 tabs, 3 groups of 3)', () => {
+  const everyStep = () => job({ mode: 'every-step', compression: 'none' });
+
+  it(
+    'sums every step’s gradients in groups; every commit is hash-agreed and the record exactly-once',
+    SLOW,
+    async () => {
+      const s = await swarm(everyStep());
+      await expectCleanEnd(s, []);
+      expect(s.coordinator.state.restarts).toBe(0);
+    },
+  );
+
+  it(
+    'a crash fails the step in flight everywhere (this mode has no partial steps); the others redo it in a new round and agree',
+    SLOW,
+    async () => {
+      const s = await swarm(everyStep());
+      const victim = tabAt(s, 7);
+      const before = s.committed();
+      victim.crash();
+      await s.waitFor(() => s.committed() >= before + 3, 'survivors training on', 30_000);
+      await expectCleanEnd(s, [victim]);
+      expect(s.coordinator.liveCommits().some((c) => c.skipped)).toBe(false);
     },
   );
 });
