@@ -96,7 +96,8 @@ export class PeerMeshPort implements MeshPort {
   /**
    * The open links' RTT (the MAX over them; null when there is none: world of 1, waiting, or no stats
    * yet) and selected ICE candidate types, from one `getStats()` per link. The mesh holds links to the
-   * current ring's neighbours only (`retain`).
+   * current round's members only (`retain`): its ring neighbours and, in a round in groups, its partners
+   * of the grouped allreduce; their RTTs feed the coordinator's topology planner.
    */
   async linkStats(): Promise<LinkStats> {
     const mesh = this.mesh;
