@@ -213,15 +213,12 @@ export function categoryOf(event: string, data: unknown): FeedCategory {
     case 'restart_confirmed':
     case 'restart_deferred':
     case 'restart_excused':
+    case 'outer_loss_mismatch': // a grouped outer sync that could not go on without lost members
+    case 'outer_loss_expired':
       return 'restart';
     case 'round_closed':
       return (data as { restart?: unknown } | null)?.restart === true ? 'restart' : 'round';
-    // A grouped outer sync going on without lost members (coordinator/machine/outer-loss.ts).
-    case 'outer_loss_deferred':
-      return 'round';
-    case 'outer_loss_mismatch':
-    case 'outer_loss_expired':
-      return 'restart';
+
     case 'message_rejected':
     case 'message_invalid':
     case 'messages_rejected':
@@ -247,6 +244,7 @@ export function categoryOf(event: string, data: unknown): FeedCategory {
     case 'round_open':
     case 'round_train':
     case 'carry_given_up':
+    case 'outer_loss_deferred': // it goes on without them (coordinator/machine/outer-loss.ts)
       return 'round';
     case 'epoch_end':
     case 'job_done':
