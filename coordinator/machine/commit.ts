@@ -104,11 +104,13 @@ function misplacedExclusion(s: CoordinatorState, msg: StepReportMessage, limit: 
 function acceptReportIn(ctx: Ctx, workerId: string, msg: StepReportMessage): void {
   const s = ctx.s;
   if (s.job.sync.mode === 'local' && msg.step === groupInFlight(s).lastStep) {
-    const problem = excludedByReportIn(ctx, msg.excluded ?? []);
+    const problem = excludedByReportIn(ctx, msg.excluded ?? [], workerId);
     if (problem) {
       // The survivors did not agree on who is out: they take the outer step again in a carried round.
       log(ctx, 'warn', 'outer_loss_mismatch', { workerId, step: msg.step, problem });
-      closeRoundIn(ctx, 'failure', true, true, undefined, [], s.rendezvous.outerLoss?.workers ?? []);
+      const namedBy = s.rendezvous.outerLoss?.namedBy;
+      const culprits = namedBy !== undefined ? [culpritOf(s, namedBy)] : [];
+      closeRoundIn(ctx, 'failure', true, true, undefined, culprits, s.rendezvous.outerLoss?.workers ?? []);
       afterCloseIn(ctx);
       return;
     }

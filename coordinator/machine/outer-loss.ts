@@ -49,7 +49,7 @@ function deferrable(s: CoordinatorState, lost: readonly string[]): boolean {
  * its split becomes the carry without them, and the survivors' reports are awaited. Returns false
  * (nothing changed) when that is not possible: the caller closes the round as before.
  */
-export function deferLossIn(ctx: Ctx, lost: readonly string[]): boolean {
+export function deferLossIn(ctx: Ctx, lost: readonly string[], namedBy?: string): boolean {
   const s = ctx.s;
   if (!deferrable(s, lost)) return false;
   const carry = carryFor(s, lost);
@@ -65,6 +65,7 @@ export function deferLossIn(ctx: Ctx, lost: readonly string[]): boolean {
     ranks: gone.map((p) => p.rank).sort((a, b) => a - b),
     workers: gone.map((p) => p.workerId),
     deadline: ctx.now + outerRetryAllowanceMs(s),
+    ...(namedBy !== undefined ? { namedBy } : {}),
   };
   // A lost member still connected (blamed, or left out as hung) hears that this round is over for it.
   for (const p of gone) {
@@ -77,11 +78,12 @@ export function deferLossIn(ctx: Ctx, lost: readonly string[]): boolean {
 }
 
 /**
- * A commit-point report that names ranks the outer sum left out: check them against the wait in
- * progress, or start one for them (members the survivors judged hung). Returns an error message when
- * the report cannot stand (the caller closes the round as a failure), or null.
+ * A commit-point report of `reporter` that names ranks the outer sum left out: check them against the
+ * wait in progress, or start one for them (members the survivors judged hung; `reporter` is remembered,
+ * and charged if the others then disagree: a tab cannot push honest members out for free). Returns an
+ * error message when the report cannot stand (the caller closes the round as a failure), or null.
  */
-export function excludedByReportIn(ctx: Ctx, excluded: readonly number[]): string | null {
+export function excludedByReportIn(ctx: Ctx, excluded: readonly number[], reporter: string): string | null {
   const rv = ctx.s.rendezvous;
   const want = rv.outerLoss?.ranks ?? [];
   if (rv.outerLoss || excluded.length === 0)
@@ -94,6 +96,7 @@ export function excludedByReportIn(ctx: Ctx, excluded: readonly number[]): strin
     !deferLossIn(
       ctx,
       members.map((p) => p!.workerId),
+      reporter,
     )
   )
     return `the outer sum left out ranks [${excluded.join(', ')}] where the group cannot commit without them`;

@@ -82,9 +82,11 @@ export interface RendezvousState {
   /**
    * Members lost during the open round's grouped outer sync, whose survivors may still commit the group
    * without them (outer-loss.ts): their ranks in this round, their worker ids, and until when (ms) the
-   * survivors' reports are awaited before the round closes with a carry. Absent or null: none.
+   * survivors' reports are awaited before the round closes with a carry; `namedBy`: the member whose
+   * report named them while the coordinator still counted them in (charged for the restart if the
+   * survivors then disagree). Absent or null: none.
    */
-  outerLoss?: { ranks: number[]; workers: string[]; deadline: number } | null;
+  outerLoss?: { ranks: number[]; workers: string[]; deadline: number; namedBy?: string } | null;
 }
 
 /** The split of a commit group that survivors carry on (see `RendezvousState.carry`). */

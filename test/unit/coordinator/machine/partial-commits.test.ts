@@ -478,6 +478,32 @@ describe(`a grouped outer sync that goes on without lost members (N = ${N}, oute
     expectHolesServed(h, holes);
   });
 
+  it(
+    'a tab that names a member its mates did not leave out is charged for the restart when they disagree',
+    SLOW,
+    () => {
+      const h = swarm();
+      reportThrough(h, 2 * H - 1);
+      const split = shares(h);
+      const liar = h.worker(name(0)).workerId!;
+      h.now += 1;
+      h.report(name(0), { excluded: [20] });
+      deferredLoss(h, [name(20)], [20]);
+      // Its mates' grouped allreduce left nobody out: their reports name nobody.
+      h.now += 1;
+      h.report(name(1), { excluded: [] });
+      expect(h.logs.some((l) => l.event === 'outer_loss_mismatch')).toBe(true);
+      expect(h.logs.filter((l) => l.event === 'charged').map((l) => l.data.workerId)).toEqual([liar]);
+      carriedRound(h, [name(20)]);
+      h.readyAll();
+      const holes = expectPartialCommit(h, H + 1, split, [20]);
+      // The member pushed out was still connected: it is admitted again at that commit.
+      expect(h.members()).toContain(name(20));
+      h.readyAll();
+      expectHolesServed(h, holes);
+    },
+  );
+
   it('survivors that do not report by the deadline carry the group on as before', SLOW, () => {
     const h = swarm();
     reportThrough(h, 2 * H - 1);
