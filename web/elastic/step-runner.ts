@@ -157,10 +157,28 @@ export class StepRunner {
       this.applied.set(step, { lossSum: applied.gradient.lossSum, samples: applied.gradient.samples, computeMs });
       const reported = work.commitPoint && mode.atCommitPoint ? await mode.atCommitPoint(work, applied) : applied;
       pending = this.completeStep(session, job, work, reported, computeMs);
+      if (reported.excluded && planned && pending) await this.untilRoundClosed(session, pending);
       if (planned) await this.pauseBetweenSteps(signal, next !== null);
     }
     if (pending) await this.ctx.keeper.saveBackup(await this.awaitCommit(session, pending));
     // Every step of the job is done; `done` follows from the coordinator.
+  }
+
+  /**
+   * After a commit point whose outer sum left ranks out, the coordinator closes the round at that commit
+   * (coordinator/machine/outer-loss.ts: its ranks no longer fit its members): a step taken past it would
+   * only be undone. Wait for the commit, keep it as the backup, then for the round's end, which aborts
+   * the loop; a round not closed within the coordinator wait fails here.
+   */
+  private async untilRoundClosed(session: RoundSession, pending: PendingCommit): Promise<never> {
+    await this.ctx.keeper.saveBackup(await this.awaitCommit(session, pending));
+    const waitMs = this.ctx.timeouts.coordinatorWaitMs;
+    await bounded(new Promise<void>(() => {}), {
+      signal: session.signal,
+      timeoutMs: waitMs,
+      what: `the close of round ${session.round} after a commit without ranks its outer sum left out`,
+    });
+    throw new Error(`round ${session.round} was not closed after a commit without ranks its outer sum left out`);
   }
 
   /**
