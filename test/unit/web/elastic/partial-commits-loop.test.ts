@@ -136,13 +136,8 @@ async function expectOnlyTheShareLost(
     expect(await t.trainer.hash(), `${t.name} holds the last commit`).toBe(commits.at(-1)!.hash);
   // The survivors carried their inner steps on: none put its backup back (a later join at a commit
   // undoes the one step applied behind it: `noRestores: false` there).
-  // A round in groups (16 and 64 tabs) that went on without the lost tab at its outer sync closes at
-  // that commit boundary (coordinator/machine/outer-loss.ts): a survivor that took the next group's
-  // first step behind the commit puts it back, once.
-  const deferred = s.coordinator.log.some((l) => l.event === 'outer_loss_deferred');
   if (opts.noRestores !== false)
-    for (const t of survivors)
-      expect(t.loop.status.restores, `${t.name} restored nothing it need not`).toBeLessThanOrEqual(deferred ? 1 : 0);
+    for (const t of survivors) expect(t.loop.status.restores, `${t.name} restored nothing`).toBe(0);
   const computed = s.tabs.reduce((a, t) => a + t.loop.status.samplesComputed, 0);
   return computed - 2 * datasetFor(s.n);
 }
