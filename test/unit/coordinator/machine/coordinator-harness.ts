@@ -496,10 +496,11 @@ export class Harness {
     // outer-loss.ts), members and waiters are known workers, slots distinct (`expect` only on a failure).
     const participants = s.rendezvous.participants;
     const vacant = s.rendezvous.outerLoss?.ranks ?? [];
-    const ranks = Array.from({ length: participants.length + vacant.length }, (_, r) => r).filter(
-      (r) => !vacant.includes(r),
-    );
-    const badRank = participants.findIndex((p, i) => p.rank !== ranks[i] || !s.workers[p.workerId]);
+    let rank = 0;
+    const badRank = participants.findIndex((p) => {
+      while (vacant.includes(rank)) rank++;
+      return p.rank !== rank++ || !s.workers[p.workerId];
+    });
     if (badRank >= 0) expect.fail(`participant ${badRank} is not a known worker of that rank`);
     if (new Set(participants.map((p) => p.slot)).size !== participants.length) expect.fail('two members share a slot');
     const unknown = s.rendezvous.waitList.filter((id) => !s.workers[id]);
