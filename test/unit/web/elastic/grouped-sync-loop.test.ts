@@ -145,7 +145,7 @@ describe('outer syncs in groups with simulated tabs (local sync mode, 9 tabs, 3 
         30_000,
       );
       await s.waitFor(() => victim.trainer.calls.includes('hung:outer'), 'the victim hung in its outer step');
-      victim.crash();
+      victim.crash({ peersHearRemoteClose: true });
       await s.waitFor(() => s.committed() >= first + H - 1, 'the group committed without the crashed tab', 30_000);
       // The round went on: it closed (if at all yet) only at the commit boundary, with nothing to carry.
       const closes = s.coordinator.log.filter((l) => l.event === 'round_closed' && l.data.round === round);
@@ -195,7 +195,7 @@ describe('every-step sync in groups with simulated tabs (9 tabs, 3 groups of 3)'
       const s = await swarm(everyStep());
       const victim = tabAt(s, 7);
       const before = s.committed();
-      victim.crash();
+      victim.crash({ peersHearRemoteClose: true });
       await s.waitFor(() => s.committed() >= before + 3, 'survivors training on', 30_000);
       await expectCleanEnd(s, [victim]);
       expect(s.coordinator.liveCommits().some((c) => c.skipped)).toBe(false);
