@@ -32,6 +32,7 @@ const { values: flags } = parseArgs({
     'leave-every-ms': { type: 'string', default: '1000' },
     'global-batch': { type: 'string', default: '256' },
     train: { type: 'string', default: '10000' },
+    'cpu-prof': { type: 'string' },
   },
 });
 const DURATION_S = Number(flags.duration);
@@ -116,6 +117,7 @@ async function startLoadCoordinator(): Promise<CoordinatorProcess> {
       checkpointEvery: 100,
       maxRestarts: 1_000_000,
     },
+    ...(flags['cpu-prof'] ? { nodeArgs: ['--cpu-prof', `--cpu-prof-dir=${flags['cpu-prof']}`] } : {}),
     // Every simulated volunteer connects from 127.0.0.1: lift the per-address defences (docs/threat-model.md)
     // so the load test measures the coordinator, not its abuse caps.
     extraArgs: [

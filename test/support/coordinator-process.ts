@@ -57,6 +57,8 @@ export interface SpawnOptions {
   env?: Record<string, string | undefined>;
   /** How long to wait for the listening line. Default 30 s. */
   startTimeoutMs?: number;
+  /** Flags for the child's `node` itself, before the script (e.g. `--cpu-prof`, which NODE_OPTIONS refuses). */
+  nodeArgs?: string[];
 }
 
 export interface ExitInfo {
@@ -92,6 +94,7 @@ function spawnCli(
   env: Record<string, string | undefined> = {},
   withoutReadOverride = false,
   script = CLI_PATH,
+  nodeArgs: string[] = [],
 ): ChildProcess {
   const childEnv: Record<string, string | undefined> = {
     ...process.env,
@@ -100,7 +103,7 @@ function spawnCli(
     ...env,
   };
   // tsx as an --import hook (not the tsx CLI) so the child is one process and kill -9 hits the coordinator itself.
-  const argv = [process.execPath, '--import', 'tsx', script, ...args];
+  const argv = [process.execPath, ...nodeArgs, '--import', 'tsx', script, ...args];
   // Root reads every file (CAP_DAC_OVERRIDE): to see a permission error as root, the child runs as root
   // without that capability (setpriv, util-linux). It stays root, so it still reads a checkout that only
   // root may enter (a switch to another user could not: `Cannot find package 'tsx'`).
@@ -194,7 +197,7 @@ export class CoordinatorProcess {
       jobFile = join(makeTempDir('tabswarm-job-'), 'job.json');
       writeFileSync(jobFile, JSON.stringify(opts.job, null, 2));
     }
-    const child = spawnCli(coordinatorArgs(opts, dataDir, jobFile), opts.env);
+    const child = spawnCli(coordinatorArgs(opts, dataDir, jobFile), opts.env, false, CLI_PATH, opts.nodeArgs);
     const output = { stdout: '', stderr: '' };
     const url = await new Promise<string>((resolveUrl, reject) => {
       const timer = setTimeout(() => {
