@@ -26,6 +26,7 @@ import type { RouteGuard, RouteHandler, Router } from '../http/router';
 import { bearerToken, HttpError, readJsonBody, sameSecret, sendJson } from '../http/http-util';
 import { checkpointToSafetensors, SafetensorsError, type SafetensorsExport } from '../datasets/safetensors';
 import type { CheckpointRow, Store } from '../runtime/store';
+import { workerOf } from '../machine/worker-table';
 
 export interface AdminRoutesDeps {
   runId: string;
@@ -183,7 +184,7 @@ function registerInvites(router: Router, invites: InviteRoutes | undefined): voi
 function checkedAction(action: AdminAction, state: CoordinatorState): AdminAction {
   if (action.type === 'set_workers' && action.min > action.max)
     throw new HttpError(400, 'bad_request', 'min must be <= max');
-  if (action.type === 'kick' && !Object.hasOwn(state.workers, action.workerId))
+  if (action.type === 'kick' && !workerOf(state.workers, action.workerId))
     throw new HttpError(404, 'unknown_worker', `no worker ${action.workerId}`);
   const refusal = adminRefusal(state, action);
   if (refusal !== null) {

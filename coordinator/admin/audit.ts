@@ -12,6 +12,7 @@ import { adapterLabel, statusView } from '../machine/status-view';
 import type { AdminStatus } from '../../core/protocol/admin-feed';
 import { base64ToBytes, epochOrder } from '../../core/training/sampler';
 import type { CommitRow, EventRow } from '../runtime/store';
+import { workerOf } from '../machine/worker-table';
 
 /** Lists in the audit are cut to this many entries (the counts are exact). */
 const LIST_LIMIT = 1000;
@@ -171,7 +172,7 @@ export type StatusReport = AdminStatus;
 export function statusOf(state: CoordinatorState, now: number): StatusReport {
   const view = statusView(state);
   const age = (id: string) => {
-    const worker = state.workers[id];
+    const worker = workerOf(state.workers, id);
     return worker ? Math.max(0, now - worker.lastSeen) : -1;
   };
   const latest = state.checkpoints[state.checkpoints.length - 1];
@@ -183,8 +184,8 @@ export function statusOf(state: CoordinatorState, now: number): StatusReport {
     world: view.world.map((w) => ({ ...w, lastHeartbeatAgeMs: age(w.id) })),
     waiting: view.waiting.map((w) => ({
       ...w,
-      adapter: adapterLabel(state.workers[w.id]?.adapter),
-      invite: state.workers[w.id]?.invite ?? null,
+      adapter: adapterLabel(workerOf(state.workers, w.id)?.adapter),
+      invite: workerOf(state.workers, w.id)?.invite ?? null,
       lastHeartbeatAgeMs: age(w.id),
     })),
     latestCheckpoint: latest ? { step: latest.step, sha256: latest.sha256 } : null,

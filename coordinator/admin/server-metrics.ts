@@ -6,6 +6,7 @@
  */
 import { METRICS, type Action, type CoordinatorState, type MetricName } from '../machine/machine';
 import { Counter, DURATION_BUCKETS_SECONDS, Gauge, type Histogram, MetricsRegistry, type Summary } from './metrics';
+import { workerCount } from '../machine/worker-table';
 
 type MetricAction = Extract<Action, { kind: 'metric' }>;
 
@@ -73,7 +74,7 @@ export class CoordinatorMetrics {
       'Failure restarts of this run (durable; counters reset with the process).',
       () => getState().restarts,
     );
-    r.gauge('tabswarm_workers', 'Workers welcomed and connected.', () => Object.keys(getState().workers).length);
+    r.gauge('tabswarm_workers', 'Workers welcomed and connected.', () => workerCount(getState().workers));
   }
 
   /** Applies a machine `metric` action: counters add (default 1), gauges set, summaries observe. */

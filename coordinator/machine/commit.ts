@@ -4,7 +4,18 @@
  * point is reported by all. Anything else is rejected with a reason and leaves the state untouched,
  * except a hash mismatch between ranks: that is divergence, and the round closes with restore:true.
  */
-import { begin, finish, log, metric, mutWorker, persist, reject, sendWorker, type Ctx } from './context';
+import {
+  begin,
+  finish,
+  log,
+  metric,
+  mutParticipant,
+  mutWorker,
+  persist,
+  reject,
+  sendWorker,
+  type Ctx,
+} from './context';
 import type { StepReportMessage } from '../../core/protocol/tab-messages';
 import type { ErrorCode } from '../../core/protocol/coordinator-messages';
 import { requestCheckpointIn } from './checkpoints';
@@ -24,21 +35,40 @@ import {
 import { culpritOf } from './penalties';
 import { smoothThroughput } from './shares';
 import { recordUsageIn } from './utilization';
-import type { CommitRecord, CoordinatorState, Transition } from './state';
+import type { CommitRecord, CoordinatorState, Participant, Transition } from './state';
+import { workersOf } from './worker-table';
 
 export type ReportCheck =
   | { ok: true; rank: number }
   | { ok: false; code: ErrorCode; message: string; divergence?: { step: number; hashes: Record<string, string> } };
 
+/**
+ * The slice sizes of the last `assignStep` the commit rule asked for: every rank's report of a step
+ * asks for the same count and shares, and a round keeps its shares, so one split serves the whole
+ * round. Recomputing it per report (a sort over the world) was the coordinator's hottest function
+ * once copying was fixed: O(world log world) per report, O(world² log world) per step
+ * (docs/performance.md, "A coordinator for hundreds"). A cache of a pure function: the machine stays pure.
+ */
+const lastSplit: { count: number; shares: number[]; sizes: number[] } = { count: -1, shares: [], sizes: [] };
+
+function splitSizes(count: number, participants: readonly Participant[]): number[] {
+  const same =
+    lastSplit.count === count &&
+    lastSplit.shares.length === participants.length &&
+    participants.every((p, i) => p.share === lastSplit.shares[i]);
+  if (!same) {
+    const shares = participants.map((p) => p.share);
+    lastSplit.sizes = assignStep(0, count, shares).map((slice) => slice.count);
+    lastSplit.shares = shares;
+    lastSplit.count = count;
+  }
+  return lastSplit.sizes;
+}
+
 /** Samples `rank` must have processed in `step` under the current round's shares. */
 export function expectedSamples(s: CoordinatorState, step: number, rank: number): number {
-  const { cursor, count } = stepPosition(step, planOf(s));
-  const slice = assignStep(
-    cursor,
-    count,
-    s.rendezvous.participants.map((p) => p.share),
-  )[rank];
-  return slice ? slice.count : -1;
+  const { count } = stepPosition(step, planOf(s));
+  return splitSizes(count, s.rendezvous.participants)[rank] ?? -1;
 }
 
 /**
@@ -105,7 +135,7 @@ export function checkReport(s: CoordinatorState, workerId: string, msg: StepRepo
 /** Record an accepted report; commit when every rank reported the commit point. */
 function acceptReportIn(ctx: Ctx, workerId: string, msg: StepReportMessage): void {
   const s = ctx.s;
-  const p = s.rendezvous.participants.find((q) => q.workerId === workerId)!;
+  const p = mutParticipant(ctx, workerId)!;
   s.pending[msg.step] = {
     ...s.pending[msg.step],
     [msg.rank]: {
@@ -242,7 +272,7 @@ function finishJobIn(ctx: Ctx, point: number): void {
   const s = ctx.s;
   const rv = s.rendezvous;
   log(ctx, 'info', 'job_done', { step: point, epochs: s.job.epochs, restarts: s.restarts });
-  for (const w of Object.values(s.workers)) sendWorker(ctx, w.workerId, { type: 'done', step: point });
+  for (const w of workersOf(s.workers)) sendWorker(ctx, w.workerId, { type: 'done', step: point });
   // No round any more: later departures are no failures and nobody is waiting for anything.
   rv.closedRound = { round: rv.round, members: rv.participants.map((p) => p.workerId) };
   rv.participants = [];

@@ -13,6 +13,7 @@ import type { ErrorCode } from '../../core/protocol/coordinator-messages';
 import { isEvaluationPoint } from '../../core/training/evaluation-schedule';
 import { planOf, stepPosition } from '../../core/training/sampler';
 import type { CoordinatorState, Transition } from './state';
+import { workerOf } from './worker-table';
 
 export type EvaluationCheck = { ok: true } | { ok: false; code: ErrorCode; message: string };
 
@@ -84,7 +85,7 @@ export function reportEvaluation(
   const check = checkEvaluation(state, workerId, msg);
   if (!check.ok) return reject(state, conn, check.code, check.message, { workerId, round: msg.round, step: msg.step });
   const ctx = begin(state, now);
-  if (ctx.s.workers[workerId]) mutWorker(ctx, workerId).lastSeen = now;
+  if (workerOf(ctx.s.workers, workerId)) mutWorker(ctx, workerId).lastSeen = now;
   const accuracy = msg.correct / msg.testSamples;
   const loss = msg.lossSum / msg.testSamples;
   metric(ctx, 'tabswarm_evaluations_total');

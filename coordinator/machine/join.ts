@@ -13,8 +13,8 @@ import {
   reject,
   sendConn,
   sendError,
+  putWorker,
   writableConnections,
-  writableWorkers,
   type Ctx,
 } from './context';
 import { holdsState } from './checkpoints';
@@ -25,6 +25,7 @@ import { bannedUntil, refuseConnIn } from './penalties';
 import { enrollIn } from './rendezvous';
 import { failIn, removeWorkerIn } from './round-close';
 import type { CoordinatorState, HeldState, LastCommit, Transition } from './state';
+import { workerOf, workersOf } from './worker-table';
 
 /** A safe fragment of the server's nonce for worker ids. */
 function nonceFragment(nonce: string, conn: string): string {
@@ -56,10 +57,10 @@ function helloRefusal(state: CoordinatorState, conn: string, msg: HelloMessage, 
     metric(ctx, 'tabswarm_message_errors_total', 1, { code: 'banned' });
     return finish(ctx);
   }
-  if (sameRun && msg.workerId !== null && own(state.workers, msg.workerId)) {
+  if (sameRun && msg.workerId !== null && workerOf(state.workers, msg.workerId)) {
     return reject(state, conn, 'id_in_use', `worker ${msg.workerId} is connected on another socket`);
   }
-  const peerOwner = Object.values(state.workers).find((w) => w.peerId === msg.peerId);
+  const peerOwner = workersOf(state.workers).find((w) => w.peerId === msg.peerId);
   if (peerOwner)
     return reject(state, conn, 'id_in_use', `peer id ${msg.peerId} belongs to worker ${peerOwner.workerId}`);
   return null;
@@ -72,7 +73,7 @@ function newWorkerIdIn(ctx: Ctx, nonce: string, conn: string): string {
   do {
     workerId = `w${s.nextWorkerSeq}-${nonceFragment(nonce, conn)}`;
     s.nextWorkerSeq += 1;
-  } while (own(s.workers, workerId));
+  } while (workerOf(s.workers, workerId));
   return workerId;
 }
 
@@ -97,7 +98,7 @@ export function onHello(state: CoordinatorState, conn: string, msg: HelloMessage
   // Claims of a held state count only from a worker that reported that state's hash itself (its id was
   // vouched for by its reconnect secret before the machine saw the hello).
   const vouched = sameRun && msg.workerId !== null && (s.lastCommit.members ?? []).includes(msg.workerId);
-  writableWorkers(ctx)[workerId] = {
+  putWorker(ctx, {
     workerId,
     peerId: msg.peerId,
     conn,
@@ -109,7 +110,7 @@ export function onHello(state: CoordinatorState, conn: string, msg: HelloMessage
     peerRttMs: null,
     addr: connection.addr ?? '',
     invite: msg.invite ?? null,
-  };
+  });
   writableConnections(ctx)[conn] = { ...connection, workerId };
   metric(ctx, 'tabswarm_joins_total');
   log(ctx, 'info', 'join', {
@@ -118,7 +119,7 @@ export function onHello(state: CoordinatorState, conn: string, msg: HelloMessage
     reconnect: sameRun && msg.workerId !== null,
     vouched,
     addr: connection.addr ?? '',
-    holdsCommitted: holdsState(s.workers[workerId], s.lastCommit),
+    holdsCommitted: holdsState(workerOf(s.workers, workerId), s.lastCommit),
     adapter: msg.adapter,
   });
   sendConn(ctx, conn, { type: 'welcome', runId: s.runId, workerId, job: jobPublic(s.job, s.datasetSize) });
@@ -133,7 +134,7 @@ export function onDisconnected(state: CoordinatorState, conn: string, now: numbe
   const ctx = begin(state, now);
   delete writableConnections(ctx)[conn];
   const workerId = connection.workerId;
-  const worker = workerId !== null ? own(ctx.s.workers, workerId) : undefined;
+  const worker = workerId !== null ? workerOf(ctx.s.workers, workerId) : undefined;
   if (workerId !== null && worker && worker.conn === conn) {
     if (ctx.s.status === 'active' || ctx.s.status === 'paused') {
       failIn(ctx, [workerId], 'failure', 'socket closed without goodbye', { remove: true });

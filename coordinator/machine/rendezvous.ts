@@ -18,12 +18,13 @@
  * The `…In(ctx)` functions mutate a transition's private copy (see context.ts); machine.ts is the only
  * entry point (`handle`, and its tick: timeouts and deadlines), so every op is reached, and tested, through it.
  */
-import { log, metric, mutWorker, own, persist, sendWorker, type Ctx } from './context';
+import { log, metric, mutParticipant, mutWorker, persist, sendWorker, type Ctx } from './context';
 import { checkpointPath, type StateSource, type WaitReason } from '../../core/protocol/coordinator-messages';
 import { readyAllowanceMs } from '../../core/training/link-floor';
 import { holdsState, latestCheckpoint, rollbackIn } from './checkpoints';
 import { computeShares } from './shares';
 import type { CoordinatorState, Participant } from './state';
+import { workerOf } from './worker-table';
 
 function waitReason(s: CoordinatorState): WaitReason {
   if (s.status === 'paused') return 'paused';
@@ -43,7 +44,7 @@ export function notifyWaitingIn(ctx: Ctx): void {
 /** Put a welcomed worker on the wait list; may complete a round. */
 export function enrollIn(ctx: Ctx, workerId: string): void {
   const rv = ctx.s.rendezvous;
-  if (!rv.waitList.includes(workerId)) rv.waitList.push(workerId);
+  if (!rv.waitList.includes(workerId)) rv.waitList = [...rv.waitList, workerId];
   const roundBefore = rv.round;
   evaluateGatheringIn(ctx);
   // If a round opened, openRoundIn already told the rest of the wait list where they stand.
@@ -83,7 +84,8 @@ export function evaluateGatheringIn(ctx: Ctx): void {
     // wait list: there is nobody to wait for. The last call only helps a fresh rendezvous (the first
     // round, or after a coordinator restart) gather the tabs that are still arriving. Skipping it here
     // takes lastCallMs off every recovery.
-    if (rv.closedRound?.members.some((id) => rv.waitList.includes(id))) {
+    const waiting = new Set(rv.waitList);
+    if (rv.closedRound?.members.some((id) => waiting.has(id))) {
       openRoundIn(ctx);
       return;
     }
@@ -100,7 +102,7 @@ function chooseStateSource(ctx: Ctx, participants: Participant[]): StateSource {
   if (s.lastCommit.step === 0) return { kind: 'fresh' };
   // Prefer a worker that reported the committed hash itself over one that only synced it in a round.
   const members = s.lastCommit.members ?? [];
-  const holders = participants.filter((p) => holdsState(own(s.workers, p.workerId), s.lastCommit));
+  const holders = participants.filter((p) => holdsState(workerOf(s.workers, p.workerId), s.lastCommit));
   if (holders.length === participants.length) return { kind: 'held' };
   const holder = holders.find((p) => members.includes(p.workerId)) ?? holders[0];
   if (holder) return { kind: 'peer', rank: holder.rank };
@@ -125,12 +127,13 @@ export function openRoundIn(ctx: Ctx): void {
   const rv = s.rendezvous;
   const members = admissibleWaiters(s).slice(0, s.job.maxWorkers);
   if (members.length === 0) return;
-  rv.waitList = rv.waitList.filter((id) => !members.includes(id));
+  const admitted = new Set(members);
+  rv.waitList = rv.waitList.filter((id) => !admitted.has(id));
   rv.round += 1;
-  const shares = computeShares(members.map((id) => s.workers[id].throughput));
+  const shares = computeShares(members.map((id) => workerOf(s.workers, id)!.throughput));
   const participants: Participant[] = members.map((workerId, rank) => ({
     workerId,
-    peerId: s.workers[workerId].peerId,
+    peerId: workerOf(s.workers, workerId)!.peerId,
     rank,
     share: shares[rank],
     ready: false,
@@ -177,10 +180,10 @@ export function openRoundIn(ctx: Ctx): void {
 export function markReadyIn(ctx: Ctx, workerId: string): void {
   const { s, now } = ctx;
   const rv = s.rendezvous;
-  const p = rv.participants.find((q) => q.workerId === workerId);
-  if (!p || p.ready || rv.phase !== 'syncing') return;
-  p.ready = true;
-  const worker = s.workers[workerId];
+  const member = rv.participants.find((q) => q.workerId === workerId);
+  if (!member || member.ready || rv.phase !== 'syncing') return;
+  mutParticipant(ctx, workerId)!.ready = true;
+  const worker = workerOf(s.workers, workerId);
   if (worker && !holdsState(worker, s.lastCommit))
     mutWorker(ctx, workerId).holds = [{ step: s.lastCommit.step, hash: s.lastCommit.hash }];
   if (rv.participants.every((q) => q.ready)) {

@@ -13,22 +13,13 @@
  *
  * The `…In(ctx)` functions mutate a transition's private copy (see context.ts).
  */
-import {
-  log,
-  metric,
-  own,
-  persist,
-  sendConn,
-  sendWorker,
-  writableConnections,
-  writableWorkers,
-  type Ctx,
-} from './context';
+import { log, metric, persist, sendConn, sendWorker, writableConnections, deleteWorker, type Ctx } from './context';
 import { CloseCode, type CloseReason } from '../../core/protocol/coordinator-messages';
 import { holdsState, requestCheckpointIn } from './checkpoints';
 import { chargeIn, bannedUntil, culpritOf, refuseConnIn, type Culprit } from './penalties';
 import { admissibleWaiters, evaluateGatheringIn, notifyWaitingIn, openRoundIn } from './rendezvous';
 import { computeShares, sharesDrift } from './shares';
+import { workerOf, workersOf } from './worker-table';
 
 /**
  * Close the open round: `round_closed` to every remaining participant, survivors re-enrolled at the
@@ -47,12 +38,13 @@ export function closeRoundIn(
   const rv = s.rendezvous;
   if (rv.phase === 'gathering') return;
   const closed = rv.round;
-  const survivors = rv.participants.filter((p) => s.workers[p.workerId]).map((p) => p.workerId);
+  const survivors = rv.participants.filter((p) => workerOf(s.workers, p.workerId)).map((p) => p.workerId);
   for (const id of survivors) sendWorker(ctx, id, { type: 'round_closed', round: closed, reason, restore });
   rv.closedRound = { round: closed, members: rv.participants.map((p) => p.workerId) };
   const head = survivors.filter((id) => id !== demote);
   const tail = demote !== undefined && survivors.includes(demote) ? [demote] : [];
-  rv.waitList = [...head, ...rv.waitList.filter((id) => !survivors.includes(id)), ...tail];
+  const surviving = new Set(survivors);
+  rv.waitList = [...head, ...rv.waitList.filter((id) => !surviving.has(id)), ...tail];
   rv.participants = [];
   rv.phase = 'gathering';
   rv.deadline = null;
@@ -118,7 +110,7 @@ export function confirmBlamedRestartIn(ctx: Ctx, why: string, corroborated: bool
 export function enforceBansIn(ctx: Ctx): void {
   const s = ctx.s;
   let memberBanned = false;
-  for (const worker of Object.values(s.workers)) {
+  for (const worker of workersOf(s.workers)) {
     const until = bannedUntil(s, ctx.now, worker);
     if (until === null) continue;
     const { workerId } = worker;
@@ -152,7 +144,7 @@ export function failJobIn(ctx: Ctx, why: string): void {
   s.rendezvous.deadline = null;
   log(ctx, 'error', 'job_failed', { why, restarts: s.restarts });
   persist(ctx);
-  for (const w of Object.values(s.workers)) {
+  for (const w of workersOf(s.workers)) {
     sendConn(ctx, w.conn, { type: 'error', code: 'job_failed', message: why });
     ctx.out.push({ kind: 'close', conn: w.conn, code: CloseCode.jobOver, reason: 'job failed' });
   }
@@ -161,9 +153,9 @@ export function failJobIn(ctx: Ctx, why: string): void {
 /** Forget a worker (its socket stays open unless the caller closes it). Returns whether it was in the open round. */
 export function removeWorkerIn(ctx: Ctx, workerId: string): boolean {
   const s = ctx.s;
-  const worker = s.workers[workerId];
+  const worker = workerOf(s.workers, workerId);
   if (!worker) return false;
-  delete writableWorkers(ctx)[workerId];
+  deleteWorker(ctx, workerId);
   const conn = s.connections[worker.conn];
   if (conn && conn.workerId === workerId) writableConnections(ctx)[worker.conn] = { ...conn, workerId: null };
   const rv = s.rendezvous;
@@ -180,7 +172,7 @@ export function removeWorkerIn(ctx: Ctx, workerId: string): boolean {
  */
 export function leaveIn(ctx: Ctx, workerId: string, reason: 'goodbye' | 'kicked'): void {
   const s = ctx.s;
-  const worker = s.workers[workerId];
+  const worker = workerOf(s.workers, workerId);
   if (!worker) return;
   const rv = s.rendezvous;
   const lastMember = rv.participants.length === 1 && rv.participants[0].workerId === workerId;
@@ -237,7 +229,7 @@ export function failIn(
     closeRoundIn(ctx, reason, true, !deferred, opts.blame, culprits);
     if (deferred && s.status === 'active') {
       if (s.blamedRestart)
-        confirmBlamedRestartIn(ctx, 'a second blame arrived', !own(s.workers, s.blamedRestart.workerId));
+        confirmBlamedRestartIn(ctx, 'a second blame arrived', !workerOf(s.workers, s.blamedRestart.workerId));
       s.blamedRestart = {
         workerId: opts.blame!,
         deadline: ctx.now + GOODBYE_GRACE_MS,
@@ -264,7 +256,7 @@ export function dropNotReadyIn(ctx: Ctx): void {
   const culprits = late.map((id) => culpritOf(s, id));
   log(ctx, 'warn', 'ready_timeout', { round: s.rendezvous.round, workers: late });
   for (const id of late) {
-    const worker = own(s.workers, id);
+    const worker = workerOf(s.workers, id);
     if (!worker) continue;
     ctx.out.push({ kind: 'close', conn: worker.conn, code: CloseCode.notReady, reason: 'not ready in time' });
     removeWorkerIn(ctx, id);
@@ -294,7 +286,7 @@ export function admitAtBoundaryIn(ctx: Ctx): boolean {
   let reason: CloseReason | null = null;
   if ((admissibleWaiters(s).length > 0 && world < s.job.maxWorkers) || world > s.job.maxWorkers) reason = 'membership';
   else if (rv.roundCommits >= REBALANCE_MIN_COMMITS && world > 1) {
-    const proposed = computeShares(rv.participants.map((p) => s.workers[p.workerId].throughput));
+    const proposed = computeShares(rv.participants.map((p) => workerOf(s.workers, p.workerId)!.throughput));
     if (
       sharesDrift(
         rv.participants.map((p) => p.share),

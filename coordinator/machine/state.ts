@@ -10,6 +10,7 @@ import type { ClientMessage, PeerLink } from '../../core/protocol/tab-messages';
 import type { ServerMessage } from '../../core/protocol/coordinator-messages';
 import type { ParseErrorCode } from '../../core/protocol/control-parse';
 import type { SamplerRecord } from '../../core/training/sampler';
+import type { WorkerTable } from './worker-table';
 
 // ---------------------------------------------------------------- state
 
@@ -232,7 +233,8 @@ export interface CoordinatorState {
   } | null;
   /** Open sockets: conn id → the worker welcomed on it (null before hello or after goodbye) and the server's nonce. */
   connections: Record<string, { workerId: string | null; nonce: string; addr?: string }>;
-  workers: Record<string, WorkerInfo>;
+  /** Welcomed workers by id (worker-table.ts: read with `workerOf`/`workersOf`, written through context.ts). */
+  workers: WorkerTable;
   /** Counter for worker ids (ids also carry the connection's nonce). */
   nextWorkerSeq: number;
   /** Reports of uncommitted steps of the current round: step → rank → report. */

@@ -6,6 +6,7 @@ import type { StatusView } from '../../core/protocol/views';
 import { planOf, totalSteps } from '../../core/training/sampler';
 import type { CoordinatorState } from './state';
 import { USAGE_HALF_LIFE_MS, usageView } from './utilization';
+import { workerOf } from './worker-table';
 
 /** A worker's WebGPU adapter as views show it: vendor and architecture ('' when unknown). */
 export function adapterLabel(adapter: { vendor: string; architecture: string } | undefined): string {
@@ -22,7 +23,7 @@ export function statusView(s: CoordinatorState): StatusView {
     step: s.lastCommit.step,
     epoch: s.lastCommit.epoch,
     world: s.rendezvous.participants.map((p) => {
-      const w = s.workers[p.workerId];
+      const w = workerOf(s.workers, p.workerId);
       return {
         id: p.workerId,
         peerId: p.peerId,
@@ -39,7 +40,11 @@ export function statusView(s: CoordinatorState): StatusView {
         ...usageView(w?.usage?.recent),
       };
     }),
-    waiting: s.rendezvous.waitList.map((id, position) => ({ id, position, iceError: s.workers[id]?.iceError ?? null })),
+    waiting: s.rendezvous.waitList.map((id, position) => ({
+      id,
+      position,
+      iceError: workerOf(s.workers, id)?.iceError ?? null,
+    })),
     processedInEpoch: s.record.processedCount,
     datasetSize: s.datasetSize,
     totalSteps: totalSteps(plan),

@@ -39,6 +39,7 @@ import {
   processedIndices,
   stepPosition,
 } from '../../../../core/training/sampler';
+import { workerOf } from '../../../../coordinator/machine/worker-table';
 
 /** The parameter hash every honest rank reports after `step` (all ranks agree by construction). */
 export function hashOf(step: number): string {
@@ -444,9 +445,9 @@ export class Harness {
     // Dense ranks, members are known workers.
     s.rendezvous.participants.forEach((p, i) => {
       expect(p.rank).toBe(i);
-      expect(s.workers[p.workerId]).toBeDefined();
+      expect(workerOf(s.workers, p.workerId)).toBeDefined();
     });
-    for (const id of s.rendezvous.waitList) expect(s.workers[id]).toBeDefined();
+    for (const id of s.rendezvous.waitList) expect(workerOf(s.workers, id)).toBeDefined();
   }
 
   /** Messages of a type a worker received (newest last). */

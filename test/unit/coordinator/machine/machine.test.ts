@@ -12,6 +12,7 @@ import { parseJobSpec } from '../../../../core/training/job';
 import { planOf, positionAfter } from '../../../../core/training/sampler';
 import { Harness, hashOf } from './coordinator-harness';
 import { mulberry32 } from '../../../support/rng';
+import { workerOf, workerCount } from '../../../../coordinator/machine/worker-table';
 
 /** 100 images, batch 8: 13 steps per epoch (the last one of 4), two epochs, 26 steps. */
 const JOB: JobSpecInput = {
@@ -109,7 +110,7 @@ describe('machine scenario', () => {
       participants: [],
       waitList: [],
     });
-    expect(h.state.workers).toEqual({});
+    expect(workerCount(h.state.workers)).toBe(0);
     expect(h.state.lastCommit.step).toBe(16);
     for (const n of ['a', 'd', 'e']) h.join(n);
     expect(h.state.rendezvous.round).toBe(roundBefore); // 3 < max 4: last call
@@ -251,7 +252,7 @@ describe('machine: hello and connections', () => {
     hello(h, 'old', { runId: 'run-0', workerId: 'w9-zz', haveStep: 50, haveHash: hashOf(50) });
     const id = h.worker('old').workerId!;
     expect(id).not.toBe('w9-zz');
-    expect(h.state.workers[id].holds).toEqual([]);
+    expect(workerOf(h.state.workers, id)!.holds).toEqual([]);
   });
 
   it('answers an unparsable frame with an error and a metric, state untouched', () => {
@@ -331,7 +332,7 @@ describe('machine under random churn', () => {
       let hung: string | null = null;
       for (let i = 0; i < 800 && h.state.status !== 'done'; i++) {
         const connected = names.filter(
-          (n) => h.isConnected(n) && h.worker(n).workerId !== null && h.state.workers[h.worker(n).workerId!],
+          (n) => h.isConnected(n) && h.worker(n).workerId !== null && workerOf(h.state.workers, h.worker(n).workerId!),
         );
         const members = h.state.rendezvous.participants
           .map((p) => h.nameOf(p.workerId))

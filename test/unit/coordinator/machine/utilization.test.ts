@@ -7,6 +7,7 @@ import { describe, expect, it } from 'vitest';
 import { statusView } from '../../../../coordinator/machine/status-view';
 import { addUsage, USAGE_HALF_LIFE_MS, usageView } from '../../../../coordinator/machine/utilization';
 import { Harness } from './coordinator-harness';
+import { workerOf } from '../../../../coordinator/machine/worker-table';
 
 describe('addUsage and usageView', () => {
   it('give utilization = compute / wall and bytes per sample of one report', () => {
@@ -98,8 +99,8 @@ describe('usage through the machine', () => {
     h.report('a', { computeMs: 50, wireBytes: 400 });
     h.report('b', { computeMs: 90, wireBytes: 400 });
     expect(h.state.lastCommit.step).toBe(3);
-    const a = h.state.workers[h.worker('a').workerId!].usage!;
-    const b = h.state.workers[h.worker('b').workerId!].usage!;
+    const a = workerOf(h.state.workers, h.worker('a').workerId!)!.usage!;
+    const b = workerOf(h.state.workers, h.worker('b').workerId!)!.usage!;
     // a: wall 100 + 50 + 200, compute 80 + 40 + 50; b: wall 100 + 150 + 100, compute 100 + 100 + 90.
     expect(a.total).toEqual({ wallMs: 350, computeMs: 170, wireSamples: 12, wireBytes: 1200 });
     expect(b.total).toEqual({ wallMs: 350, computeMs: 290, wireSamples: 12, wireBytes: 1200 });
@@ -121,6 +122,6 @@ describe('usage through the machine', () => {
     const before = h.state.usage;
     h.report('b', { computeMs: 80, wireBytes: 1e9, samples: 3 }); // wrong sample count: bad_samples
     expect(h.state.usage).toEqual(before);
-    expect(h.state.workers[h.worker('b').workerId!].usage).toBeUndefined();
+    expect(workerOf(h.state.workers, h.worker('b').workerId!)!.usage).toBeUndefined();
   });
 });

@@ -10,6 +10,7 @@ import { parseClientMessage } from '../../../../core/protocol/control-parse';
 import { LatestSample, linkStats, selectedPairRttMs } from '../../../../web/net/link-rtt';
 import { memoryLinkPair } from '../../../../web/net/memory-link';
 import { Harness } from '../../coordinator/machine/coordinator-harness';
+import { workerOf } from '../../../../coordinator/machine/worker-table';
 
 const JOB = {
   model: 'tiny-mlp',
@@ -62,7 +63,7 @@ describe('heartbeat peerRttMs', () => {
     expect(rttOf('b')).toBeNull();
 
     h.send('a', { type: 'heartbeat', runId: h.runId, workerId: h.worker('a').workerId!, peerRttMs: 12.5 });
-    expect(h.state.workers[h.worker('a').workerId!]!.peerRttMs).toBe(12.5);
+    expect(workerOf(h.state.workers, h.worker('a').workerId!)!.peerRttMs).toBe(12.5);
     expect(rttOf('a')).toBe(12.5);
     expect(rttOf('b')).toBeNull();
 
