@@ -14,6 +14,7 @@ import {
   persist,
   reject,
   sendWorker,
+  sendWorkers,
   type Ctx,
 } from './context';
 import type { StepReportMessage } from '../../core/protocol/tab-messages';
@@ -35,7 +36,7 @@ import {
 import { culpritOf } from './penalties';
 import { smoothThroughput } from './shares';
 import { recordUsageIn } from './utilization';
-import type { CommitRecord, CoordinatorState, Participant, Transition } from './state';
+import type { CommitRecord, CoordinatorState, Participant, PendingReport, Transition } from './state';
 import { workersOf } from './worker-table';
 
 export type ReportCheck =
@@ -115,11 +116,14 @@ export function checkReport(s: CoordinatorState, workerId: string, msg: StepRepo
   // (the commit point's) hash is agreed; inner steps carry NO_HASH and are not compared.
   if (s.job.sync.mode === 'local' && msg.step !== limit) return { ok: true, rank: p.rank };
   const others = s.pending[msg.step] ?? {};
-  const sketch = sketchProblem(s.job, rv.participants.length, msg, Object.values(others));
+  // The reports already in agree with each other (a disagreement closed the round), so the first one
+  // stands for all: comparing with every one made each report O(world), each step O(world²).
+  const first = firstReport(others);
+  const sketch = sketchProblem(s.job, rv.participants.length, msg, first ? [first] : []);
   if (sketch && !sketch.disagrees)
     return { ok: false, code: 'bad_sketch', message: `step ${msg.step}: ${sketch.message}` };
   // Sketches of the same bytes that differ between ranks are a divergence, as differing hashes are.
-  if (sketch?.disagrees || Object.values(others).some((r) => r.hash !== msg.hash)) {
+  if (sketch?.disagrees || (first && first.hash !== msg.hash)) {
     const hashes: Record<string, string> = { [msg.rank]: msg.hash };
     for (const [rank, r] of Object.entries(others)) hashes[rank] = r.hash;
     return {
@@ -130,6 +134,11 @@ export function checkReport(s: CoordinatorState, workerId: string, msg: StepRepo
     };
   }
   return { ok: true, rank: p.rank };
+}
+
+function firstReport(reports: Record<string, PendingReport>): PendingReport | undefined {
+  for (const rank in reports) return reports[rank];
+  return undefined;
 }
 
 /** Record an accepted report; commit when every rank reported the commit point. */
@@ -244,17 +253,26 @@ function announceCommitIn(
   metric(ctx, 'tabswarm_steps_total', point - firstStep + 1);
   metric(ctx, 'tabswarm_samples_total', count);
   metric(ctx, 'tabswarm_loss', commit.loss);
+  const committed = {
+    type: 'committed',
+    round: rv.round,
+    step: point,
+    epoch: after.epoch,
+    cursor: after.cursor,
+    hash,
+  } as const;
+  // One message object for every rank but the verification's uploader (serialised once: context.ts `sendWorkers`).
+  let rest: string[] = [];
   for (const p of rv.participants) {
-    sendWorker(ctx, p.workerId, {
-      type: 'committed',
-      round: rv.round,
-      step: point,
-      epoch: after.epoch,
-      cursor: after.cursor,
-      hash,
-      ...(p.workerId === uploader ? { upload: uploadField(ctx.s, p.workerId) } : {}),
-    });
+    if (p.workerId !== uploader) {
+      rest.push(p.workerId);
+      continue;
+    }
+    sendWorkers(ctx, rest, committed);
+    rest = [];
+    sendWorker(ctx, p.workerId, { ...committed, upload: uploadField(ctx.s, p.workerId) });
   }
+  sendWorkers(ctx, rest, committed);
   log(ctx, 'debug', 'commit', {
     step: point,
     firstStep,
@@ -272,7 +290,11 @@ function finishJobIn(ctx: Ctx, point: number): void {
   const s = ctx.s;
   const rv = s.rendezvous;
   log(ctx, 'info', 'job_done', { step: point, epochs: s.job.epochs, restarts: s.restarts });
-  for (const w of workersOf(s.workers)) sendWorker(ctx, w.workerId, { type: 'done', step: point });
+  sendWorkers(
+    ctx,
+    workersOf(s.workers).map((w) => w.workerId),
+    { type: 'done', step: point },
+  );
   // No round any more: later departures are no failures and nobody is waiting for anything.
   rv.closedRound = { round: rv.round, members: rv.participants.map((p) => p.workerId) };
   rv.participants = [];

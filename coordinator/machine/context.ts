@@ -7,6 +7,7 @@ import { PROTOCOL_VERSION } from '../../core/protocol/control-fields';
 import type { ErrorCode, ServerMessage } from '../../core/protocol/coordinator-messages';
 import type {
   Action,
+  Connection,
   CoordinatorState,
   DurableState,
   LogLevel,
@@ -15,7 +16,7 @@ import type {
   Transition,
   WorkerInfo,
 } from './state';
-import { bucketOf, workerOf } from './worker-table';
+import { bucketOf, connectionOf, workerOf } from './worker-table';
 
 export interface Ctx {
   s: CoordinatorState;
@@ -23,11 +24,8 @@ export interface Ctx {
   out: Action[];
   /** Workers already copied in this transition (copy-on-write: see `mutWorker`). */
   copied: Set<string>;
-  /** Whether `s.workers` (the bucket array) and `s.connections` are already this transition's own copies. */
-  ownWorkers?: boolean;
-  ownConnections?: boolean;
-  /** Buckets of `s.workers` already copied in this transition. */
-  ownBuckets?: Set<number>;
+  /** Per table (worker-table.ts): null until its bucket array is this transition's own, then the buckets copied. */
+  ownBuckets?: { workers: Set<number> | null; connections: Set<number> | null };
   /** Whether `s.rendezvous.participants` is this transition's own array, and which of its entries were copied. */
   ownParticipants?: Set<string>;
 }
@@ -44,7 +42,7 @@ export type ServerBody = DistributiveOmit<ServerMessage, 'v'>;
 /**
  * Copy the small containers an op may mutate. What grows with the swarm is copied only when a
  * transition writes it, and then only the part it writes: the workers (worker-table.ts: one bucket,
- * `putWorker`, `mutWorker`, `deleteWorker`), the connections (`writableConnections`) and the round's
+ * `putWorker`, `mutWorker`, `deleteWorker`), the connections (`putConnection`, `deleteConnection`) and the round's
  * participants (`mutParticipant`). Their entries are replaced, never edited, so the input state is
  * never touched; the wait list and the participants are replaced whole, never edited in place. Strings (the record's bitset) and the job are shared.
  *
@@ -64,47 +62,54 @@ export function cloneState(s: CoordinatorState): CoordinatorState {
   };
 }
 
-/** This transition's own bucket of the workers table for `workerId` (copied on first write). */
-function writableBucket(ctx: Ctx, workerId: string): Record<string, WorkerInfo> {
-  if (!ctx.ownWorkers) {
-    ctx.s.workers = [...ctx.s.workers];
-    ctx.ownWorkers = true;
+type TableName = 'workers' | 'connections';
+
+/** This transition's own bucket of a table for `key` (the bucket array and the bucket copied on first write). */
+function writableBucket<K extends TableName>(
+  ctx: Ctx,
+  name: K,
+  key: string,
+): Record<string, CoordinatorState[K][number][string]> {
+  if (!ctx.ownBuckets) ctx.ownBuckets = { workers: null, connections: null };
+  const own = ctx.ownBuckets;
+  if (own[name] === null) {
+    (ctx.s[name] as unknown[]) = [...ctx.s[name]];
+    own[name] = new Set();
   }
-  const index = bucketOf(workerId);
-  ctx.ownBuckets ??= new Set();
-  const buckets = ctx.s.workers as Record<string, WorkerInfo>[];
-  if (!ctx.ownBuckets.has(index)) {
+  const index = bucketOf(key);
+  const buckets = ctx.s[name] as Record<string, CoordinatorState[K][number][string]>[];
+  if (!own[name].has(index)) {
     buckets[index] = { ...buckets[index] };
-    ctx.ownBuckets.add(index);
+    own[name].add(index);
   }
   return buckets[index];
 }
 
 /** Adds (or replaces) a worker in this transition's state. */
 export function putWorker(ctx: Ctx, worker: WorkerInfo): void {
-  writableBucket(ctx, worker.workerId)[worker.workerId] = worker;
+  writableBucket(ctx, 'workers', worker.workerId)[worker.workerId] = worker;
   ctx.copied.add(worker.workerId);
 }
 
 /** Removes a worker from this transition's state (no-op for an unknown one). */
 export function deleteWorker(ctx: Ctx, workerId: string): void {
   if (!workerOf(ctx.s.workers, workerId)) return;
-  delete writableBucket(ctx, workerId)[workerId];
+  delete writableBucket(ctx, 'workers', workerId)[workerId];
   ctx.copied.delete(workerId);
 }
 
-/** This transition's own map of connections (copied on first write). */
-export function writableConnections(ctx: Ctx): CoordinatorState['connections'] {
-  if (!ctx.ownConnections) {
-    ctx.s.connections = { ...ctx.s.connections };
-    ctx.ownConnections = true;
-  }
-  return ctx.s.connections;
+/** Adds or replaces (never edits) the connection `conn` in this transition's state. */
+export function putConnection(ctx: Ctx, conn: string, connection: Connection): void {
+  writableBucket(ctx, 'connections', conn)[conn] = connection;
+}
+
+export function deleteConnection(ctx: Ctx, conn: string): void {
+  if (connectionOf(ctx.s.connections, conn)) delete writableBucket(ctx, 'connections', conn)[conn];
 }
 
 /** A worker of this transition's state that may be edited (copied on first use); the worker must exist. */
 export function mutWorker(ctx: Ctx, workerId: string): WorkerInfo {
-  const bucket = writableBucket(ctx, workerId);
+  const bucket = writableBucket(ctx, 'workers', workerId);
   if (!ctx.copied.has(workerId)) {
     bucket[workerId] = { ...bucket[workerId] };
     ctx.copied.add(workerId);
@@ -164,6 +169,19 @@ export function sendConn(ctx: Ctx, conn: string, body: ServerBody): void {
 export function sendWorker(ctx: Ctx, workerId: string, body: ServerBody): void {
   const worker = workerOf(ctx.s.workers, workerId);
   if (worker) sendConn(ctx, worker.conn, body);
+}
+
+/**
+ * Send one message to several workers: every `send` action carries the same message object, so the
+ * executor serialises it once (a round's `round` message lists the whole world, and went to each of 256
+ * members as its own copy: 256 serialisations of ~25 kB per round).
+ */
+export function sendWorkers(ctx: Ctx, workerIds: readonly string[], body: ServerBody): void {
+  const msg = { v: PROTOCOL_VERSION, ...body } as ServerMessage;
+  for (const id of workerIds) {
+    const worker = workerOf(ctx.s.workers, id);
+    if (worker) ctx.out.push({ kind: 'send', conn: worker.conn, msg });
+  }
 }
 
 export function sendError(ctx: Ctx, conn: string, code: ErrorCode, message: string): void {

@@ -9,12 +9,12 @@ import {
   finish,
   log,
   metric,
-  own,
   reject,
   sendConn,
   sendError,
   putWorker,
-  writableConnections,
+  deleteConnection,
+  putConnection,
   type Ctx,
 } from './context';
 import { holdsState } from './checkpoints';
@@ -25,7 +25,7 @@ import { bannedUntil, refuseConnIn } from './penalties';
 import { enrollIn } from './rendezvous';
 import { failIn, removeWorkerIn } from './round-close';
 import type { CoordinatorState, HeldState, LastCommit, Transition } from './state';
-import { workerOf, workersOf } from './worker-table';
+import { connectionOf, workerOf, workersOf } from './worker-table';
 
 /** A safe fragment of the server's nonce for worker ids. */
 function nonceFragment(nonce: string, conn: string): string {
@@ -39,7 +39,7 @@ function nonceFragment(nonce: string, conn: string): string {
  * cooling off, or its worker id or peer id belongs to another live worker.
  */
 function helloRefusal(state: CoordinatorState, conn: string, msg: HelloMessage, now: number): Transition | null {
-  const existing = own(state.connections, conn);
+  const existing = connectionOf(state.connections, conn);
   if (existing && existing.workerId !== null)
     return reject(state, conn, 'already_joined', `this socket is already worker ${existing.workerId}`);
   if (state.status === 'done' || state.status === 'failed') {
@@ -93,7 +93,7 @@ export function onHello(state: CoordinatorState, conn: string, msg: HelloMessage
   const ctx = begin(state, now);
   const s = ctx.s;
   const sameRun = msg.runId === s.runId;
-  const connection = own(s.connections, conn) ?? { workerId: null, nonce: conn, addr: '' };
+  const connection = connectionOf(s.connections, conn) ?? { workerId: null, nonce: conn, addr: '' };
   const workerId = sameRun && msg.workerId !== null ? msg.workerId : newWorkerIdIn(ctx, connection.nonce, conn);
   // Claims of a held state count only from a worker that reported that state's hash itself (its id was
   // vouched for by its reconnect secret before the machine saw the hello).
@@ -111,7 +111,7 @@ export function onHello(state: CoordinatorState, conn: string, msg: HelloMessage
     addr: connection.addr ?? '',
     invite: msg.invite ?? null,
   });
-  writableConnections(ctx)[conn] = { ...connection, workerId };
+  putConnection(ctx, conn, { ...connection, workerId });
   metric(ctx, 'tabswarm_joins_total');
   log(ctx, 'info', 'join', {
     workerId,
@@ -129,10 +129,10 @@ export function onHello(state: CoordinatorState, conn: string, msg: HelloMessage
 
 /** The socket closed: without goodbye, a failure of its worker while the job runs. */
 export function onDisconnected(state: CoordinatorState, conn: string, now: number): Transition {
-  const connection = own(state.connections, conn);
+  const connection = connectionOf(state.connections, conn);
   if (!connection) return { state, actions: [] };
   const ctx = begin(state, now);
-  delete writableConnections(ctx)[conn];
+  deleteConnection(ctx, conn);
   const workerId = connection.workerId;
   const worker = workerId !== null ? workerOf(ctx.s.workers, workerId) : undefined;
   if (workerId !== null && worker && worker.conn === conn) {

@@ -11,7 +11,7 @@
  * event has its handler: join.ts (hello, disconnect), messages.ts (a worker's messages), admin.ts,
  * checkpoints.ts (a stored checkpoint), verification.ts (the verifier's upload and result).
  */
-import { begin, finish, log, metric, sendError, writableConnections, type Ctx } from './context';
+import { begin, finish, log, metric, putConnection, sendError, type Ctx } from './context';
 import { onAdmin } from './admin';
 import { onCheckpointStored } from './checkpoints';
 import { onDisconnected } from './join';
@@ -46,7 +46,7 @@ export type {
   Transition,
   WorkerInfo,
 } from './state';
-import { workerOf, workersOf, emptyWorkerTable } from './worker-table';
+import { emptyTable, workerOf, workersOf } from './worker-table';
 export { METRICS, adminActionSchema } from './state';
 export { durableOf } from './context';
 export { DEFAULT_TRUST_POLICY, bannedAddresses } from './penalties';
@@ -84,8 +84,8 @@ export function initialState(
     checkpointRequests: [],
     restarts: 0,
     blamedRestart: null,
-    connections: {},
-    workers: emptyWorkerTable(),
+    connections: emptyTable(),
+    workers: emptyTable(),
     nextWorkerSeq: 1,
     pending: {},
     policy,
@@ -113,7 +113,7 @@ export function handle(state: CoordinatorState, event: Event, now: number): Tran
   switch (event.kind) {
     case 'connected': {
       const ctx = begin(state, now);
-      writableConnections(ctx)[event.conn] = { workerId: null, nonce: event.nonce, addr: event.addr ?? '' };
+      putConnection(ctx, event.conn, { workerId: null, nonce: event.nonce, addr: event.addr ?? '' });
       return finish(ctx);
     }
     case 'invalid': {

@@ -18,7 +18,7 @@
  * The `…In(ctx)` functions mutate a transition's private copy (see context.ts); machine.ts is the only
  * entry point (`handle`, and its tick: timeouts and deadlines), so every op is reached, and tested, through it.
  */
-import { log, metric, mutParticipant, mutWorker, persist, sendWorker, type Ctx } from './context';
+import { log, metric, mutParticipant, mutWorker, persist, sendWorker, sendWorkers, type Ctx } from './context';
 import { checkpointPath, type StateSource, type WaitReason } from '../../core/protocol/coordinator-messages';
 import { readyAllowanceMs } from '../../core/training/link-floor';
 import { holdsState, latestCheckpoint, rollbackIn } from './checkpoints';
@@ -160,19 +160,17 @@ export function openRoundIn(ctx: Ctx): void {
     stateFrom,
   });
   const world = participants.map(({ workerId, peerId, rank, share }) => ({ workerId, peerId, rank, share }));
-  for (const p of participants) {
-    sendWorker(ctx, p.workerId, {
-      type: 'round',
-      runId: s.runId,
-      round: rv.round,
-      world,
-      step: s.lastCommit.step + 1,
-      epoch: s.lastCommit.epoch,
-      cursor: s.lastCommit.cursor,
-      committedHash: s.lastCommit.hash,
-      stateFrom,
-    });
-  }
+  sendWorkers(ctx, members, {
+    type: 'round',
+    runId: s.runId,
+    round: rv.round,
+    world,
+    step: s.lastCommit.step + 1,
+    epoch: s.lastCommit.epoch,
+    cursor: s.lastCommit.cursor,
+    committedHash: s.lastCommit.hash,
+    stateFrom,
+  });
   notifyWaitingIn(ctx);
 }
 
@@ -193,6 +191,10 @@ export function markReadyIn(ctx: Ctx, workerId: string): void {
     if (rv.gatheringSince !== null) metric(ctx, 'tabswarm_rendezvous_duration_ms', now - rv.gatheringSince);
     rv.gatheringSince = null;
     log(ctx, 'info', 'round_train', { round: rv.round, step: s.lastCommit.step + 1 });
-    for (const q of rv.participants) sendWorker(ctx, q.workerId, { type: 'train', round: rv.round });
+    sendWorkers(
+      ctx,
+      rv.participants.map((q) => q.workerId),
+      { type: 'train', round: rv.round },
+    );
   }
 }

@@ -13,13 +13,13 @@
  *
  * The `…In(ctx)` functions mutate a transition's private copy (see context.ts).
  */
-import { log, metric, persist, sendConn, sendWorker, writableConnections, deleteWorker, type Ctx } from './context';
+import { deleteWorker, log, metric, persist, sendConn, putConnection, sendWorkers, type Ctx } from './context';
 import { CloseCode, type CloseReason } from '../../core/protocol/coordinator-messages';
 import { holdsState, requestCheckpointIn } from './checkpoints';
 import { chargeIn, bannedUntil, culpritOf, refuseConnIn, type Culprit } from './penalties';
 import { admissibleWaiters, evaluateGatheringIn, notifyWaitingIn, openRoundIn } from './rendezvous';
 import { computeShares, sharesDrift } from './shares';
-import { workerOf, workersOf } from './worker-table';
+import { connectionOf, workerOf, workersOf } from './worker-table';
 
 /**
  * Close the open round: `round_closed` to every remaining participant, survivors re-enrolled at the
@@ -39,7 +39,7 @@ export function closeRoundIn(
   if (rv.phase === 'gathering') return;
   const closed = rv.round;
   const survivors = rv.participants.filter((p) => workerOf(s.workers, p.workerId)).map((p) => p.workerId);
-  for (const id of survivors) sendWorker(ctx, id, { type: 'round_closed', round: closed, reason, restore });
+  sendWorkers(ctx, survivors, { type: 'round_closed', round: closed, reason, restore });
   rv.closedRound = { round: closed, members: rv.participants.map((p) => p.workerId) };
   const head = survivors.filter((id) => id !== demote);
   const tail = demote !== undefined && survivors.includes(demote) ? [demote] : [];
@@ -156,8 +156,8 @@ export function removeWorkerIn(ctx: Ctx, workerId: string): boolean {
   const worker = workerOf(s.workers, workerId);
   if (!worker) return false;
   deleteWorker(ctx, workerId);
-  const conn = s.connections[worker.conn];
-  if (conn && conn.workerId === workerId) writableConnections(ctx)[worker.conn] = { ...conn, workerId: null };
+  const conn = connectionOf(s.connections, worker.conn);
+  if (conn && conn.workerId === workerId) putConnection(ctx, worker.conn, { ...conn, workerId: null });
   const rv = s.rendezvous;
   rv.waitList = rv.waitList.filter((id) => id !== workerId);
   const wasMember = rv.phase !== 'gathering' && rv.participants.some((p) => p.workerId === workerId);

@@ -10,7 +10,7 @@ import type { ClientMessage, PeerLink } from '../../core/protocol/tab-messages';
 import type { ServerMessage } from '../../core/protocol/coordinator-messages';
 import type { ParseErrorCode } from '../../core/protocol/control-parse';
 import type { SamplerRecord } from '../../core/training/sampler';
-import type { WorkerTable } from './worker-table';
+import type { ConnectionTable, WorkerTable } from './worker-table';
 
 // ---------------------------------------------------------------- state
 
@@ -68,6 +68,13 @@ export interface RendezvousState {
 export interface HeldState {
   step: number;
   hash: string | null;
+}
+
+/** An open socket: the worker welcomed on it (null before hello or after goodbye), the server's nonce, the client address. */
+export interface Connection {
+  workerId: string | null;
+  nonce: string;
+  addr?: string;
 }
 
 /** A worker that said hello and has not left. */
@@ -231,8 +238,8 @@ export interface CoordinatorState {
     reporter?: { workerId: string; addr: string };
     addr?: string;
   } | null;
-  /** Open sockets: conn id → the worker welcomed on it (null before hello or after goodbye) and the server's nonce. */
-  connections: Record<string, { workerId: string | null; nonce: string; addr?: string }>;
+  /** Open sockets by conn id (worker-table.ts: read with `connectionOf`, written through context.ts). */
+  connections: ConnectionTable;
   /** Welcomed workers by id (worker-table.ts: read with `workerOf`/`workersOf`, written through context.ts). */
   workers: WorkerTable;
   /** Counter for worker ids (ids also carry the connection's nonce). */

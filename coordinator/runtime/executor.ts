@@ -26,6 +26,7 @@ import type { ServerMessage } from '../../core/protocol/coordinator-messages';
 import { sameSecret } from '../http/http-util';
 import type { CoordinatorMetrics } from '../admin/server-metrics';
 import type { Store, StoreOp } from './store';
+import { connectionOf } from '../machine/worker-table';
 
 /** How the executor reaches sockets (the control channel implements it). */
 export interface SocketSink {
@@ -126,6 +127,8 @@ export class MachineExecutor {
   private readonly counted = new Map<string, number>();
   private countedTimer: NodeJS.Timeout | null = null;
   private rowsSincePrune = 0;
+  /** The last message sent and its JSON (messages are never edited once emitted). */
+  private lastSent: { msg: ServerMessage | null; text: string } = { msg: null, text: '' };
   /** When the first heartbeat times out, as last computed (see `nextDeadline`). */
   private heartbeatDue: number | null = null;
   private readonly now: () => number;
@@ -315,13 +318,15 @@ export class MachineExecutor {
     url: string,
   ): string {
     const token = randomBytes(16).toString('hex');
-    const workerId = this.currentState.connections[conn]?.workerId ?? null;
+    const workerId = connectionOf(this.currentState.connections, conn)?.workerId ?? null;
     grants.set(step, { step, conn, workerId, token, hash, issuedAt: this.now() });
     return `${url}${url.includes('?') ? '&' : '?'}token=${token}`;
   }
 
   private send(conn: string, msg: ServerMessage): void {
-    if (this.options.sockets.send(conn, JSON.stringify(msg))) this.options.metrics.framesSent.inc();
+    // A message the machine sends to many workers is one object (context.ts `sendWorkers`): serialised once.
+    if (msg !== this.lastSent.msg) this.lastSent = { msg, text: JSON.stringify(msg) };
+    if (this.options.sockets.send(conn, this.lastSent.text)) this.options.metrics.framesSent.inc();
   }
 
   /** A stored checkpoint settles its grant. */

@@ -9,7 +9,7 @@ import { initialState } from '../../../../coordinator/machine/machine';
 import type { CoordinatorState, WorkerInfo } from '../../../../coordinator/machine/state';
 import {
   bucketOf,
-  WORKER_BUCKETS,
+  TABLE_BUCKETS,
   workerCount,
   workerOf,
   workersOf,
@@ -42,10 +42,10 @@ function stateWith(workerIds: string[]): CoordinatorState {
 
 describe('the workers table', () => {
   it('spreads 1,000 worker ids over every bucket, none with more than twice its share', () => {
-    const counts = new Array<number>(WORKER_BUCKETS).fill(0);
+    const counts = new Array<number>(TABLE_BUCKETS).fill(0);
     for (const id of ids) counts[bucketOf(id)] += 1;
     expect(Math.min(...counts)).toBeGreaterThan(0);
-    expect(Math.max(...counts)).toBeLessThanOrEqual((2 * ids.length) / WORKER_BUCKETS);
+    expect(Math.max(...counts)).toBeLessThanOrEqual((2 * ids.length) / TABLE_BUCKETS);
   });
 
   it('finds every worker it holds, counts and lists them, and never answers from the prototype', () => {
@@ -67,7 +67,7 @@ describe('the workers table', () => {
     expect(JSON.stringify(before)).toBe(snapshot);
     expect(workerOf(after.workers, ids[7])).toMatchObject({ lastSeen: 5, throughput: 2 });
     const shared = after.workers.filter((bucket, i) => bucket === before.workers[i]).length;
-    expect(shared).toBe(WORKER_BUCKETS - 1);
+    expect(shared).toBe(TABLE_BUCKETS - 1);
     const bucket = bucketOf(ids[7]);
     for (const id of Object.keys(after.workers[bucket]).filter((id) => id !== ids[7]))
       expect(after.workers[bucket][id]).toBe(before.workers[bucket][id]);

@@ -22,7 +22,13 @@ describe('the executor ticks at heartbeat deadlines', () => {
   });
 
   it('drops a silent worker at its heartbeat deadline while the workers that keep talking stay', () => {
-    const job = parseJobSpec({ model: 'tiny-mlp', globalBatch: 8, minWorkers: 10, maxWorkers: 10, heartbeatMs: HEARTBEAT_MS });
+    const job = parseJobSpec({
+      model: 'tiny-mlp',
+      globalBatch: 8,
+      minWorkers: 10,
+      maxWorkers: 10,
+      heartbeatMs: HEARTBEAT_MS,
+    });
     const closed = new Map<string, number>();
     const ids = new Map<string, string>();
     const executor = new MachineExecutor(initialState(job, 64, 'run-1'), {
