@@ -105,7 +105,14 @@ export class SimTrainer {
   readonly errors: ServerMsg[] = [];
   readonly uploads: { step: number; status: number }[] = [];
   done = false;
-  private round: { round: number; rank: number; shares: number[]; step: number } | null = null;
+  private round: {
+    round: number;
+    rank: number;
+    shares: number[];
+    step: number;
+    /** This rank's samples in a step of `count` positions (the split is fixed for the round). */
+    samples: Map<number, number>;
+  } | null = null;
   private training = false;
   private heartbeat: NodeJS.Timeout | null = null;
   private stopped = false;
@@ -244,6 +251,7 @@ export class SimTrainer {
           rank: me.rank,
           shares: msg.world.map((w: { share: number }) => w.share),
           step: msg.step,
+          samples: new Map(),
         };
         this.training = false;
         this.worker.ready(msg.round);
@@ -284,7 +292,13 @@ export class SimTrainer {
     const send = () => {
       if (this.stopped || !this.training || this.round !== round || this.worker.isClosed) return;
       const { cursor, count } = stepPosition(step, this.job);
-      const samples = assignStep(cursor, count, round.shares)[round.rank].count;
+      // Once per round and step size: a bench runs hundreds of ranks in one process, and the split is a
+      // sort over the world.
+      let samples = round.samples.get(count);
+      if (samples === undefined) {
+        samples = assignStep(cursor, count, round.shares)[round.rank].count;
+        round.samples.set(count, samples);
+      }
       this.worker.report({
         round: round.round,
         rank: round.rank,
