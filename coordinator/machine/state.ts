@@ -10,7 +10,7 @@ import type { ClientMessage, PeerLink } from '../../core/protocol/tab-messages';
 import type { ServerMessage } from '../../core/protocol/coordinator-messages';
 import type { ParseErrorCode } from '../../core/protocol/control-parse';
 import type { SamplerRecord } from '../../core/training/sampler';
-import type { ConnectionTable, WorkerTable } from './worker-table';
+import type { BucketTable } from './worker-table';
 
 // ---------------------------------------------------------------- state
 
@@ -69,6 +69,11 @@ export interface HeldState {
   step: number;
   hash: string | null;
 }
+
+/** The state's workers by id (a bucket table: worker-table.ts). */
+export type WorkerTable = BucketTable<WorkerInfo>;
+/** The state's open sockets by conn id (a bucket table: worker-table.ts). */
+export type ConnectionTable = BucketTable<Connection>;
 
 /** An open socket: the worker welcomed on it (null before hello or after goodbye), the server's nonce, the client address. */
 export interface Connection {

@@ -15,15 +15,12 @@
  * context.ts (`putWorker`, `mutWorker`, `deleteWorker`, `putConnection`, `deleteConnection`), which
  * copy a bucket once per transition.
  */
-import type { Connection, WorkerInfo } from './state';
 
 /** Buckets of a table (a power of two; keys hash uniformly over them). */
 export const TABLE_BUCKETS = 64;
 
-/** Entries bucketed by `bucketOf(key)`; always `TABLE_BUCKETS` long. */
+/** Entries bucketed by `bucketOf(key)`; always `TABLE_BUCKETS` long. state.ts names the two the state has. */
 export type BucketTable<T> = readonly Record<string, T>[];
-export type WorkerTable = BucketTable<WorkerInfo>;
-export type ConnectionTable = BucketTable<Connection>;
 
 export function emptyTable<T>(): BucketTable<T> {
   return Array.from({ length: TABLE_BUCKETS }, () => ({}));
@@ -68,12 +65,13 @@ export function tableOf<T>(entries: Iterable<readonly [string, T]>): BucketTable
   return table;
 }
 
-export const workerOf: (table: WorkerTable, workerId: string) => WorkerInfo | undefined = entryOf;
-export const workersOf: (table: WorkerTable) => WorkerInfo[] = entriesOf;
-export const workerCount: (table: WorkerTable) => number = countOf;
-export const connectionOf: (table: ConnectionTable, conn: string) => Connection | undefined = entryOf;
+/** The worker with this id (`state.workers`), the workers, their count; the connection of a conn id. */
+export const workerOf = entryOf;
+export const workersOf = entriesOf;
+export const workerCount = countOf;
+export const connectionOf = entryOf;
 
-/** A table of these workers (tests, and states built by hand). */
-export function workerTableOf(workers: readonly WorkerInfo[]): WorkerTable {
+/** A table of these workers under their ids (tests, and states built by hand). */
+export function workerTableOf<T extends { workerId: string }>(workers: readonly T[]): BucketTable<T> {
   return tableOf(workers.map((w) => [w.workerId, w] as const));
 }
