@@ -67,6 +67,11 @@ export const peerLinkSchema = z.strictObject({
   peer: idSchema,
   local: candidateTypeSchema,
   remote: candidateTypeSchema,
+  /**
+   * Optional: this link's round-trip time (ms, the pair's `currentRoundTripTime`), null when not known
+   * yet; absent from tabs that predate the field. Only shown (the admin page's topology view).
+   */
+  rttMs: z.number().min(0).max(60_000).nullable().optional(),
 });
 export type PeerLink = z.infer<typeof peerLinkSchema>;
 

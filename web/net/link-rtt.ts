@@ -30,7 +30,7 @@ function toRttMs(seconds: unknown): number | null {
 export interface LinkStats {
   /** The MAX RTT over the links (the slowest link paces a ring all-reduce), or null when none is known. */
   peerRttMs: number | null;
-  /** The selected candidate types of each open WebRTC link (e.g. `relay` through TURN). */
+  /** The selected candidate types and RTT of each open WebRTC link (e.g. `relay` through TURN). */
   peerLinks: PeerLink[];
 }
 
@@ -55,7 +55,7 @@ export async function linkStats(peers: readonly { peer: string; link: Link }[]):
     const rtt = selectedPairRttMs(report.stats);
     if (rtt !== null) rtts.push(rtt);
     const types = selectedPairTypes(report.stats);
-    if (types) peerLinks.push({ peer: report.peer, ...types });
+    if (types) peerLinks.push({ peer: report.peer, ...types, rttMs: rtt });
   }
   return { peerRttMs: rtts.length === 0 ? null : Math.max(...rtts), peerLinks };
 }
