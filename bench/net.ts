@@ -30,7 +30,7 @@
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import type { Page } from 'playwright-core';
-import type { StatusReport } from '../coordinator/admin/audit';
+import type { StatusResponse } from '../core/protocol/views';
 import { COORDINATOR_IP, type LinkProfile } from '../tools/netbed/netbed';
 import { COORDINATOR_PORT, Scene } from '../tools/netbed/scene';
 import { PEER_PATH } from '../coordinator/http/peer-signaling';
@@ -120,7 +120,7 @@ function startScene(link: LinkProfile, mode: string, homes: number, dataset: str
 }
 
 async function recovery(scene: Scene, fault: () => Promise<void>): Promise<number> {
-  const before = await scene.api<StatusReport>('/api/status');
+  const before = await scene.api<StatusResponse>('/api/status');
   const t0 = performance.now();
   await fault();
   await scene.statusUntil(
@@ -144,12 +144,7 @@ async function scenario(
   try {
     const goodputMbit = await linkGoodput(scene);
     const open = await Promise.all(Array.from({ length: tabs }, (_, i) => scene.openTab(i, { testSubset: '0' })));
-    const warm = await scene.statusUntil(
-      (s) => s.world.length === tabs && s.step >= 3,
-      'trained 3 steps',
-      300_000,
-      200,
-    );
+    const warm = await scene.statusUntil((s) => s.world.total === tabs && s.step >= 3, 'trained 3 steps', 300_000, 200);
     const start = performance.now();
     const steady = await scene.statusUntil(
       (s) => s.step >= warm.step + windowSteps,
@@ -158,13 +153,15 @@ async function scenario(
       100,
     );
     const stepMs = (performance.now() - start) / (steady.step - warm.step);
-    const rtts = steady.world.map((w) => w.peerRttMs).filter((r): r is number => r !== null);
+    const rtts = steady.world.items.map((w) => w.peerRttMs).filter((r): r is number => r !== null);
     const rttMs = rtts.length > 0 ? Math.max(...rtts) : null;
-    const paths = [...new Set(steady.world.flatMap((w) => w.peerLinks.map((l) => `${l.local}/${l.remote}`)))].join(' ');
+    const paths = [
+      ...new Set(steady.world.items.flatMap((w) => w.peerLinks.map((l) => `${l.local}/${l.remote}`))),
+    ].join(' ');
 
     // Same for the close: a steady ring of `tabs`, a few steps into its round.
     await scene.statusUntil(
-      (s) => s.world.length === tabs && s.state === 'training' && s.step >= steady.step + 2,
+      (s) => s.world.total === tabs && s.state === 'training' && s.step >= steady.step + 2,
       'a steady ring',
       300_000,
       200,
@@ -173,13 +170,13 @@ async function scenario(
     await scene.openTab(tabs, { testSubset: '0' });
     // The newcomer is in, its round has synced and trained a few steps: the crash hits a steady ring.
     const rejoined = await scene.statusUntil(
-      (s) => s.world.length === tabs && s.state === 'training',
+      (s) => s.world.total === tabs && s.state === 'training',
       'the newcomer joined',
       300_000,
       200,
     );
     await scene.statusUntil(
-      (s) => s.world.length === tabs && s.state === 'training' && s.step >= rejoined.step + 3,
+      (s) => s.world.total === tabs && s.state === 'training' && s.step >= rejoined.step + 3,
       'trained 3 steps after the join',
       300_000,
       200,
@@ -193,7 +190,7 @@ async function scenario(
     // Diagnosis: the coordinator's event log around the faults (what the recovery waited for).
     if (process.argv.includes('--events'))
       for (const line of await scene.eventLines(60)) process.stderr.write(`  ${line}\n`);
-    const final = await scene.api<StatusReport>('/api/status');
+    const final = await scene.api<StatusResponse>('/api/status');
     const audit = await scene.api<{ ok: boolean }>('/api/audit');
     const rtt = rttMs ?? 4 * link.delayMs;
     return {

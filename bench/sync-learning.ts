@@ -14,7 +14,8 @@
  *          --configs every-step:none,local8:fp16,local8:int8,local32:fp16,local32:int8
  */
 import type { Browser } from 'playwright-core';
-import type { EvaluationView, StatusReport } from '../coordinator/admin/audit';
+import type { EvaluationView } from '../coordinator/admin/audit';
+import type { StatusResponse } from '../core/protocol/views';
 import { FASHION_MNIST_DIR, launchChromium, WEB_BUILD_DIR } from '../test/support/browser';
 import { commitsFrom } from '../test/support/commit-log';
 import { CoordinatorProcess } from '../test/support/coordinator-process';
@@ -85,7 +86,7 @@ async function runOne(
     await swarm.openMany(TABS);
     const t0 = performance.now();
     const end = t0 + o.timeoutMs;
-    let status: StatusReport = await coordinator.status();
+    let status: StatusResponse = await coordinator.status();
     let lastPrint = 0;
     while (status.state !== 'done') {
       if (status.state === 'failed') throw new Error(`job failed: ${JSON.stringify(status).slice(0, 400)}`);
@@ -93,7 +94,7 @@ async function runOne(
       if (performance.now() - lastPrint > 15_000) {
         lastPrint = performance.now();
         process.stderr.write(
-          `  ${configName(config)}: ${((performance.now() - t0) / 1000).toFixed(0)} s, step ${status.step}, epoch ${status.epoch}, world ${status.world.length}\n`,
+          `  ${configName(config)}: ${((performance.now() - t0) / 1000).toFixed(0)} s, step ${status.step}, epoch ${status.epoch}, world ${status.world.total}\n`,
         );
       }
       await new Promise((r) => setTimeout(r, 1000));

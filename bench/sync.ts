@@ -35,7 +35,7 @@ import { readFileSync } from 'node:fs';
 import { request } from 'node:https';
 import { join } from 'node:path';
 import type { Page } from 'playwright-core';
-import type { StatusReport } from '../coordinator/admin/audit';
+import type { StatusResponse } from '../core/protocol/views';
 import { COORDINATOR_IP, type LinkProfile } from '../tools/netbed/netbed';
 import { COORDINATOR_PORT, Scene } from '../tools/netbed/scene';
 import { launchSwarmChromium } from '../tools/swarm/chromium';
@@ -197,10 +197,10 @@ async function trainWindow(scene: Scene, tabs: Tab[], label: string, windowMs: n
   const end = performance.now() + windowMs;
   while (performance.now() < end) {
     await new Promise((r) => setTimeout(r, Math.min(10_000, end - performance.now())));
-    const s = await scene.api<StatusReport>('/api/status');
+    const s = await scene.api<StatusResponse>('/api/status');
     const reported = tabs.map((t) => t.reports.at(-1)?.step ?? '–').join('/');
     process.stderr.write(
-      `  ${label}: committed step ${s.step}, world ${s.world.length}, tabs reported ${reported}, ${Math.round((end - performance.now()) / 1000)} s left\n`,
+      `  ${label}: committed step ${s.step}, world ${s.world.total}, tabs reported ${reported}, ${Math.round((end - performance.now()) / 1000)} s left\n`,
     );
   }
 }
@@ -226,7 +226,7 @@ async function scenario(
     // Warm: all three train and one commit point of the full world is behind them.
     const H = config.innerSteps;
     const warm = await scene.statusUntil(
-      (s) => s.world.length === TABS && s.state === 'training' && s.step >= 2 * H,
+      (s) => s.world.total === TABS && s.state === 'training' && s.step >= 2 * H,
       'trained two commit points with all tabs',
       600_000,
       250,
@@ -236,12 +236,12 @@ async function scenario(
     // fp32 on the poor profile may commit nothing at all: then the window measures that).
     const shaped = await scene
       .statusUntil(
-        (s) => s.world.length === TABS && s.step >= warm.step + H,
+        (s) => s.world.total === TABS && s.step >= warm.step + H,
         'a commit point on shaped links',
         120_000,
         250,
       )
-      .catch(() => scene.api<StatusReport>('/api/status'));
+      .catch(() => scene.api<StatusResponse>('/api/status'));
     process.stderr.write(
       `  ${label}: all ${TABS} tabs train (step ${warm.step}), shaped links from step ${warm.step}; window from step ${shaped.step}, ${o.windowMs / 1000} s\n`,
     );
@@ -250,7 +250,7 @@ async function scenario(
     await trainWindow(scene, tabs, label, o.windowMs);
     const t1 = Date.now();
     const rtc1 = await Promise.all(tabs.map((t) => rtcBytesSent(t.page)));
-    const end = await scene.api<StatusReport>('/api/status');
+    const end = await scene.api<StatusResponse>('/api/status');
     // Diagnosis: the coordinator's event log since the links were shaped (rounds, failures, time-outs).
     if (process.argv.includes('--events'))
       for (const line of await scene.eventLines(80)) process.stderr.write(`  ${line}\n`);
@@ -318,7 +318,7 @@ async function requestCheckpoint(scene: Scene, unshape: () => void): Promise<num
   const end = performance.now() + 180_000;
   for (let first = true; ; first = false) {
     const answer = await scene
-      .api<{ status: StatusReport }>('/api/admin/checkpoint', {})
+      .api<{ status: StatusResponse }>('/api/admin/checkpoint', {})
       .catch((error: Error) => (/ 409 /.test(error.message) ? null : Promise.reject(error)));
     if (first) unshape();
     if (answer) return answer.status.step;

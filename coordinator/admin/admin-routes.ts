@@ -17,7 +17,7 @@
 import type { IncomingMessage } from 'node:http';
 import { z } from 'zod';
 import { AdminFeed, type AdminFeedOptions, feedCheckpoint, type SubscribeActions } from './admin-feed';
-import { statusOf } from './audit';
+import { statusSummary } from '../machine/status-view';
 import type { CheckpointListResponse } from '../../core/protocol/admin-feed';
 import { adminRefusal } from '../machine/admin';
 import { type AdminAction, adminActionSchema, type CoordinatorState } from '../machine/machine';
@@ -161,7 +161,7 @@ function actionRoute(deps: AdminRoutesDeps, toAction: (body: unknown) => AdminAc
   return async (req, res) => {
     const action = checkedAction(toAction(await readJsonBody(req)), deps.state());
     deps.dispatch(action);
-    sendJson(res, 200, { ok: true, action, status: statusOf(deps.state(), now()) });
+    sendJson(res, 200, { ok: true, action, status: statusSummary(deps.state(), now()) });
   };
 }
 

@@ -1,5 +1,6 @@
 /**
- * `GET /api/audit`, `GET /api/status`, `GET /api/commits` and `GET /api/evaluations`: read models of the run.
+ * `GET /api/audit`, `GET /api/commits` and `GET /api/evaluations`: read models of the run (`GET /api/status`
+ * is coordinator/machine/status-view.ts, its wire format core/protocol/views.ts).
  *
  * The audit is computed from the stored commit rows alone, re-deriving each commit's dataset indices
  * from `epochOrder(seed, epoch, n)` and its [cursorStart, cursorStart+count) — independent of the
@@ -8,11 +9,8 @@
  * index never committed.
  */
 import type { CoordinatorState } from '../machine/machine';
-import { adapterLabel, statusView } from '../machine/status-view';
-import type { AdminStatus } from '../../core/protocol/admin-feed';
 import { base64ToBytes, epochOrder } from '../../core/training/sampler';
 import type { CommitRow, EventRow } from '../runtime/store';
-import { workerOf } from '../machine/worker-table';
 
 /** Lists in the audit are cut to this many entries (the counts are exact). */
 const LIST_LIMIT = 1000;
@@ -164,32 +162,6 @@ function bitsetEquals(processed: string, n: number, seen: Uint8Array): boolean {
     if (inRecord !== seen[i] > 0) return false;
   }
   return true;
-}
-
-/** `GET /api/status`: the core's `statusView`, plus what only the server's clock knows (heartbeat ages). */
-export type StatusReport = AdminStatus;
-
-export function statusOf(state: CoordinatorState, now: number): StatusReport {
-  const view = statusView(state);
-  const age = (id: string) => {
-    const worker = workerOf(state.workers, id);
-    return worker ? Math.max(0, now - worker.lastSeen) : -1;
-  };
-  const latest = state.checkpoints[state.checkpoints.length - 1];
-  return {
-    ...view,
-    phase: state.rendezvous.phase,
-    status: state.status,
-    cursor: state.record.cursor,
-    world: view.world.map((w) => ({ ...w, lastHeartbeatAgeMs: age(w.id) })),
-    waiting: view.waiting.map((w) => ({
-      ...w,
-      adapter: adapterLabel(workerOf(state.workers, w.id)?.adapter),
-      invite: workerOf(state.workers, w.id)?.invite ?? null,
-      lastHeartbeatAgeMs: age(w.id),
-    })),
-    latestCheckpoint: latest ? { step: latest.step, sha256: latest.sha256 } : null,
-  };
 }
 
 // ---------------------------------------------------------------- commits and evaluations

@@ -24,7 +24,8 @@
 import { type ChildProcess, spawn } from 'node:child_process';
 import { writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
-import type { AuditReport, StatusReport } from '../../coordinator/admin/audit';
+import type { AuditReport } from '../../coordinator/admin/audit';
+import { type StatusResponse, statusResponseSchema } from '../../core/protocol/views';
 import { makeTempDir, sharedFakeDataset } from './fake-dataset';
 
 export const REPO_ROOT = resolve(import.meta.dirname, '../..');
@@ -279,8 +280,9 @@ export class CoordinatorProcess {
     return (await res.json()) as T;
   }
 
-  status(): Promise<StatusReport> {
-    return this.getJson('/api/status');
+  /** `/api/status` (a query such as `?offset=64&limit=64` pages the lists), checked against its zod schema. */
+  async status(query = ''): Promise<StatusResponse> {
+    return statusResponseSchema.parse(await this.getJson(`/api/status${query}`));
   }
   audit(): Promise<AuditReport> {
     return this.getJson('/api/audit');

@@ -11,7 +11,7 @@
  */
 import { readFileSync } from 'node:fs';
 import { resolve } from 'node:path';
-import type { StatusReport } from '../../coordinator/admin/audit';
+import type { StatusResponse } from '../../core/protocol/views';
 import { loadJobFile, resolveDatasetDir, StartupError } from '../../coordinator/config/startup-config';
 import {
   NetbedError,
@@ -151,7 +151,7 @@ export async function runNetbedSwarm(
     log(`netbed: coordinator ${scene.url}, coturn, ${opts.workers} home(s) (${homes.map((h) => h.nat).join(', ')})`);
     await Promise.all(homes.map((_, i) => scene.openTab(i)));
     const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
-    const status = () => scene.api<StatusReport>('/api/status');
+    const status = () => scene.api<StatusResponse>('/api/status');
     const warmupEnd = performance.now() + opts.warmupS * 1000;
     let first = await status();
     while (first.step === 0 && !signal.aborted && first.state !== 'done') {
@@ -164,7 +164,7 @@ export async function runNetbedSwarm(
     while (!signal.aborted && performance.now() - started < opts.durationS * 1000 && last.state !== 'done') {
       await sleep(1000);
       last = await status();
-      log(`step ${last.step} · world ${last.world.length} · restarts ${last.restarts}`);
+      log(`step ${last.step} · world ${last.world.total} · restarts ${last.restarts}`);
     }
     const elapsed = performance.now() - started;
     const audit = await scene.api<{ ok: boolean }>('/api/audit');
@@ -178,7 +178,7 @@ export async function runNetbedSwarm(
       msPerStep: steps > 0 ? Math.round(elapsed / steps) : null,
       restarts: last.restarts,
       auditOk: audit.ok,
-      tabs: last.world.map((w) => ({
+      tabs: last.world.items.map((w) => ({
         id: w.id,
         rank: w.rank,
         rttMs: w.peerRttMs,

@@ -5,7 +5,7 @@
  * only way to see it, at 2–5 Hz (faster only while a recovery is being timed).
  */
 import type { Browser } from 'playwright-core';
-import type { StatusReport } from '../../coordinator/admin/audit';
+import type { StatusResponse } from '../../core/protocol/views';
 import { syncLabel } from '../../core/protocol/admin-feed';
 import type { JobPublic } from '../../core/training/job';
 import { chaosSchedule, type ChaosEvent } from './chaos-schedule';
@@ -43,13 +43,13 @@ const COORDINATOR_SILENCE_MS = 15_000;
 /** A keep-alive tab gets this long to start training before the fault goes ahead anyway. */
 const KEEP_ALIVE_WAIT_MS = 90_000;
 
-function sample(s: StatusReport): StatusSample {
+function sample(s: StatusResponse): StatusSample {
   return {
     round: s.round,
     step: s.step,
     state: s.state,
-    worldSize: s.world.length,
-    waiting: s.waiting.length,
+    worldSize: s.world.total,
+    waiting: s.waiting.total,
     restarts: s.restarts,
   };
 }
@@ -106,7 +106,7 @@ export async function runSwarm(options: SwarmOptions, io: SwarmIo = {}, interrup
 interface RunStart {
   runId: string;
   job: JobPublic;
-  initial: StatusReport;
+  initial: StatusResponse;
   browser: Browser;
 }
 
@@ -125,8 +125,8 @@ class SwarmRun {
   private readonly joins: SwarmReport['joins'] = [];
   private readonly joinOpenedAt = new Map<string, number>();
   private readonly opening = new Map<string, Promise<SwarmTab>>();
-  private latest: StatusReport;
-  private final: StatusReport;
+  private latest: StatusResponse;
+  private final: StatusResponse;
   private lastAnswerMs: number;
   private coordinatorLost: string | null = null;
   private chaosStartMs: number | null = null;
@@ -189,8 +189,8 @@ class SwarmRun {
       epoch,
       epochs: this.start.job.epochs,
       epochFraction: fraction,
-      worldSize: latest.world.length,
-      waiting: latest.waiting.length,
+      worldSize: latest.world.total,
+      waiting: latest.waiting.total,
       samplesPerSec: this.rate,
       tabs: pool.tabs.filter((t) => t.live || t.fate === 'hung').length,
       hung: pool.tabs.filter((t) => t.fate === 'hung').length,
@@ -204,7 +204,7 @@ class SwarmRun {
 
   /** A join (or resumed tab) is admitted once a fresh reading shows it training as a rank of the world. */
   private noteAdmissions(): void {
-    const members = new Set(this.latest.world.map((w) => w.id));
+    const members = new Set(this.latest.world.items.map((w) => w.id));
     for (const entry of this.joins) {
       if (entry.admittedAfterMs !== null) continue;
       const openedAt = this.joinOpenedAt.get(entry.tab);
@@ -241,7 +241,7 @@ class SwarmRun {
       this.lastAnswerMs = clock();
       this.tracker.observe(sample(this.latest), clock() - (this.chaosStartMs ?? clock()));
       if (this.chaosStartMs !== null)
-        this.rate = this.timeline.observe(clock(), this.latest.step, this.latest.world.length) ?? this.rate;
+        this.rate = this.timeline.observe(clock(), this.latest.step, this.latest.world.total) ?? this.rate;
       if (this.latest.state === 'done' || this.latest.state === 'failed') this.stopRun.abort();
     } catch (error) {
       if (clock() - this.lastAnswerMs > COORDINATOR_SILENCE_MS && !this.coordinatorLost) {
@@ -262,7 +262,7 @@ class SwarmRun {
     await this.warmUp();
     const chaosStartMs = clock();
     this.chaosStartMs = chaosStartMs;
-    this.timeline.observe(chaosStartMs, this.latest.step, this.latest.world.length);
+    this.timeline.observe(chaosStartMs, this.latest.step, this.latest.world.total);
     this.warmupS = chaosStartMs / 1000;
     this.atChaosStart = this.latest.step;
     this.log(
@@ -366,7 +366,7 @@ class SwarmRun {
     const notes = await this.keepAWorld(tab);
     await this.pool.readAll();
     const status = await fetchStatus(this.options.baseUrl, 3000).catch(() => this.latest);
-    const members = new Set(status.world.map((w) => w.id));
+    const members = new Set(status.world.items.map((w) => w.id));
     const memberTabs = this.pool.liveTabs.filter((t) => t.reading?.workerId && members.has(t.reading.workerId));
     const member = !!tab.reading?.workerId && members.has(tab.reading.workerId);
     // Registered before the fault is applied: the monitor may see the recovery before the call returns.
@@ -386,8 +386,8 @@ class SwarmRun {
       this.tracker.cancel(recovery);
       throw error;
     }
-    const rank = status.world.find((w) => w.id === tab.reading?.workerId)?.rank;
-    return [...notes, member ? `rank ${rank} of ${status.world.length}` : 'not a rank'].join('; ');
+    const rank = status.world.items.find((w) => w.id === tab.reading?.workerId)?.rank;
+    return [...notes, member ? `rank ${rank} of ${status.world.total}` : 'not a rank'].join('; ');
   }
 
   /**
@@ -403,7 +403,7 @@ class SwarmRun {
       notes.push(`opened ${name} first to keep a tab`);
     }
     const targetId = () => tab.reading?.workerId ?? null;
-    const lastRank = () => this.latest.world.length === 1 && this.latest.world[0].id === targetId() && tab.live;
+    const lastRank = () => this.latest.world.total === 1 && this.latest.world.items[0].id === targetId() && tab.live;
     if (lastRank()) {
       const waitStarted = this.clock();
       while (lastRank() && this.clock() - waitStarted < KEEP_ALIVE_WAIT_MS && !this.stopRun.signal.aborted)

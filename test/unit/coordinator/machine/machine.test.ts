@@ -7,7 +7,8 @@
 import { describe, expect, it } from 'vitest';
 import type { JobSpecInput } from '../../../../core/training/job';
 import { durableOf, handle, initialState, restoreState } from '../../../../coordinator/machine/machine';
-import { statusView } from '../../../../coordinator/machine/status-view';
+import { DEFAULT_STATUS_PAGE } from '../../../../core/protocol/views';
+import { statusResponse } from '../../../../coordinator/machine/status-view';
 import { parseJobSpec } from '../../../../core/training/job';
 import { planOf, positionAfter } from '../../../../core/training/sampler';
 import { Harness, hashOf } from './coordinator-harness';
@@ -145,7 +146,7 @@ describe('machine scenario', () => {
     // Both epochs complete exactly once (the harness checks finished epochs after every event).
     expect(h.state.record.epoch).toBe(2);
     expect(h.commits.map((c) => c.step)).toEqual(Array.from({ length: 26 }, (_, i) => i + 1));
-    expect(statusView(h.state)).toMatchObject({
+    expect(statusResponse(h.state, h.now, DEFAULT_STATUS_PAGE)).toMatchObject({
       state: 'done',
       step: 26,
       restarts: 1,

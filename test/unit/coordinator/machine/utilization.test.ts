@@ -4,7 +4,8 @@
  * through the machine (wall time from the rank's own previous report, so waiting for a straggler counts).
  */
 import { describe, expect, it } from 'vitest';
-import { statusView } from '../../../../coordinator/machine/status-view';
+import { DEFAULT_STATUS_PAGE } from '../../../../core/protocol/views';
+import { statusResponse } from '../../../../coordinator/machine/status-view';
 import { addUsage, USAGE_HALF_LIFE_MS, usageView } from '../../../../coordinator/machine/utilization';
 import { Harness } from './coordinator-harness';
 import { workerOf } from '../../../../coordinator/machine/worker-table';
@@ -106,11 +107,11 @@ describe('usage through the machine', () => {
     expect(b.total).toEqual({ wallMs: 350, computeMs: 290, wireSamples: 12, wireBytes: 1200 });
     const job = h.state.usage!.total;
     expect(job).toEqual({ wallMs: 700, computeMs: 460, wireSamples: 24, wireBytes: 2400 });
-    const view = statusView(h.state);
+    const view = statusResponse(h.state, h.now, DEFAULT_STATUS_PAGE);
     expect(view.usage.total).toEqual({ utilization: 460 / 700, bytesPerSample: 100 });
     // Recent values decay over 350 ms at most: within 1% of the totals here.
     expect(view.usage.recent.utilization).toBeCloseTo(460 / 700, 2);
-    const byId = new Map(view.world.map((w) => [w.id, w]));
+    const byId = new Map(view.world.items.map((w) => [w.id, w]));
     expect(byId.get(h.worker('a').workerId!)!.utilization).toBeCloseTo(170 / 350, 2);
     expect(byId.get(h.worker('b').workerId!)!.bytesPerSample).toBeCloseTo(100, 9);
     expect(view.usage.halfLifeMs).toBe(USAGE_HALF_LIFE_MS);
