@@ -89,6 +89,14 @@ export interface SimTrainerOptions {
   onCommitted?: (step: number, at: number, round: number) => void;
   /** Keep every received message in `worker.received` (default true; turn off under load). */
   keepReceived?: boolean;
+  /** The GPU it claims in its hello (default a simulated one). */
+  adapter?: { vendor: string; architecture: string; description: string };
+  /** Mean loss per sample a report claims at `step` (default 0.5). */
+  lossAt?: (step: number) => number;
+  /** Wire bytes per sample a report claims (default: the field is left out). */
+  wireBytesPerSample?: number;
+  /** Extra fields of each heartbeat (peerRttMs, peerLinks, iceError), asked at each beat. */
+  heartbeatFields?: (trainer: SimTrainer) => Record<string, unknown>;
 }
 
 /**
@@ -112,6 +120,8 @@ export class SimTrainer {
     step: number;
     /** This rank's samples in a step of `count` positions (the split is fixed for the round). */
     samples: Map<number, number>;
+    /** Worker ids by rank. */
+    world: string[];
   } | null = null;
   private training = false;
   private heartbeat: NodeJS.Timeout | null = null;
@@ -133,7 +143,7 @@ export class SimTrainer {
     const period = options.heartbeatMs ?? Math.floor(this.job.heartbeatMs / 2);
     if (period > 0) {
       this.heartbeat = setInterval(() => {
-        if (!worker.isClosed) worker.heartbeat();
+        if (!worker.isClosed) worker.heartbeat(options.heartbeatFields?.(this));
       }, period);
     }
     void worker.closed.then(() => this.stop());
@@ -142,7 +152,7 @@ export class SimTrainer {
   /** Joins a new simulated worker and starts training with it. */
   static async join(wsUrl: string, options: SimTrainerOptions): Promise<SimTrainer> {
     const worker = await SimWorker.connect(wsUrl);
-    const welcome = await worker.join();
+    const welcome = await worker.join(options.adapter ? { adapter: options.adapter } : {});
     return new SimTrainer(worker, welcome, options);
   }
 
@@ -178,6 +188,11 @@ export class SimTrainer {
 
   get rank(): number | null {
     return this.round?.rank ?? null;
+  }
+
+  /** The worker ids of its round by rank (empty outside a round). */
+  get roundWorld(): string[] {
+    return this.round?.world ?? [];
   }
 
   /** In a round that has not closed (syncing or training). */
@@ -252,6 +267,7 @@ export class SimTrainer {
           shares: msg.world.map((w: { share: number }) => w.share),
           step: msg.step,
           samples: new Map(),
+          world: msg.world.map((w: { workerId: string }) => w.workerId),
         };
         this.training = false;
         this.worker.ready(msg.round);
@@ -305,8 +321,11 @@ export class SimTrainer {
         step,
         hash: simulatedParamsHash(this.job.model, step),
         samples,
-        lossSum: samples * 0.5,
+        lossSum: samples * (this.options.lossAt?.(step) ?? 0.5),
         computeMs: this.options.claimedComputeMs ?? 1,
+        ...(this.options.wireBytesPerSample === undefined
+          ? {}
+          : { wireBytes: samples * this.options.wireBytesPerSample }),
       });
       this.lastReported = step;
       this.options.onReport?.(step, performance.now(), round.round);

@@ -177,8 +177,9 @@ export class SimWorker {
     return welcome;
   }
 
-  heartbeat(): void {
-    this.send({ type: 'heartbeat', runId: this.runId, workerId: this.workerId });
+  /** A heartbeat, with optional fields (peerRttMs, peerLinks, iceError). */
+  heartbeat(extra: Record<string, unknown> = {}): void {
+    this.send({ type: 'heartbeat', runId: this.runId, workerId: this.workerId, ...extra });
   }
 
   ready(round: number): void {
