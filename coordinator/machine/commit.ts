@@ -118,7 +118,7 @@ export function checkReport(s: CoordinatorState, workerId: string, msg: StepRepo
   const others = s.pending[msg.step] ?? {};
   // The reports already in agree with each other (a disagreement closed the round), so the first one
   // stands for all: comparing with every one made each report O(world), each step O(world²).
-  const first = firstReport(others);
+  const first = firstReport(others, rv.participants.length);
   const sketch = sketchProblem(s.job, rv.participants.length, msg, first ? [first] : []);
   if (sketch && !sketch.disagrees)
     return { ok: false, code: 'bad_sketch', message: `step ${msg.step}: ${sketch.message}` };
@@ -136,8 +136,9 @@ export function checkReport(s: CoordinatorState, workerId: string, msg: StepRepo
   return { ok: true, rank: p.rank };
 }
 
-function firstReport(reports: Record<string, PendingReport>): PendingReport | undefined {
-  for (const rank in reports) return reports[rank];
+/** The report of the lowest rank in `reports` (by rank, not `for…in`: enumerating a record of 256 is O(world)). */
+function firstReport(reports: Record<string, PendingReport>, world: number): PendingReport | undefined {
+  for (let rank = 0; rank < world; rank++) if (Object.hasOwn(reports, rank)) return reports[rank];
   return undefined;
 }
 
