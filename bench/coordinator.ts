@@ -1,6 +1,6 @@
 /**
  * Coordinator load test: `npm run bench:coordinator -- [--duration 60] [--workers 1000] [--max-world 256]
- * [--leave-every-ms 1000] [--global-batch 256] [--train 10000] [--runs 1] [--cpu-prof DIR]`.
+ * [--leave-every-ms 1000] [--global-batch 256] [--train 10000] [--runs 1] [--nice=N] [--cpu-prof DIR]`.
  *
  * A real coordinator child process (fake IDX dataset, tiny-mlp job) and N simulated workers in this
  * process (plain WebSocket clients, test/support/sim-trainer.ts: joins, heartbeats, step reports,
@@ -20,6 +20,8 @@
  *
  * The machine is shared: `--runs R` repeats the whole run (a fresh coordinator each) and reports the
  * median and spread; each run prints the load average and the share of the CPU other processes took.
+ * `--nice=N` (with the `=`: N may start with a dash) runs the bench and the coordinator (every thread) at nice N, as bench:soak does (below 0
+ * needs root): on a machine other jobs keep busy, a message waits behind them at every hand-off.
  * `--cpu-prof DIR` writes the coordinator's CPU profile there (node --cpu-prof).
  * Prints each run's table, the summary, and one JSON line `{"bench":"coordinator", ...}`.
  */
@@ -27,7 +29,7 @@ import { loadavg } from 'node:os';
 import { performance } from 'node:perf_hooks';
 import { parseArgs } from 'node:util';
 import { CoordinatorProcess } from '../test/support/coordinator-process';
-import { fitMemory, type MemoryPoint, othersShare } from './lib/coordinator-figures';
+import { fitMemory, type MemoryPoint, othersShare, slowerThan } from './lib/coordinator-figures';
 import {
   type LoadOptions,
   LoadSwarm,
@@ -39,6 +41,7 @@ import {
   wsEchoFloor,
 } from './lib/coordinator-load';
 import { floorsOf, latencyOf, printReport, type RunResult } from './lib/coordinator-report';
+import { descendants, renice, setOwnNice } from './lib/proc-sampler';
 
 const { values: flags } = parseArgs({
   options: {
@@ -49,11 +52,15 @@ const { values: flags } = parseArgs({
     'global-batch': { type: 'string', default: '256' },
     train: { type: 'string', default: '10000' },
     runs: { type: 'string', default: '1' },
+    nice: { type: 'string' },
     'cpu-prof': { type: 'string' },
   },
 });
 const DURATION_S = Number(flags.duration);
 const RUNS = Number(flags.runs);
+const NICE = flags.nice === undefined ? undefined : Number(flags.nice);
+if (NICE !== undefined && !(Number.isInteger(NICE) && NICE >= -20 && NICE <= 19))
+  throw new Error(`--nice ${flags.nice}: expected an integer from -20 to 19`);
 const options: LoadOptions = {
   workers: Number(flags.workers),
   maxWorld: Number(flags['max-world']),
@@ -99,6 +106,7 @@ async function oneRun(): Promise<RunResult> {
   const loadStart = loadavg()[0];
   const reference = floorsOf(await storeFloor(), await wsEchoFloor());
   const proc = await startLoadCoordinator(options);
+  if (NICE !== undefined) renice(descendants(process.pid), NICE);
   const swarm = new LoadSwarm(proc, options.leaveEveryMs);
   const { points, joinMs } = await joinWithMemory(proc, swarm);
   // From here on every worker is connected: what the run measures.
@@ -146,6 +154,11 @@ async function oneRun(): Promise<RunResult> {
     joins: swarm.joins,
     leaves: { goodbyes: swarm.goodbyes, drops: swarm.drops },
     messageErrors: messageErrorsOf(metrics),
+    slow: {
+      events: slowerThan(before.metrics, metrics, 'tabswarm_event_handle_seconds'),
+      eventCount: delta('tabswarm_event_handle_seconds_count'),
+      storeTransactions: slowerThan(before.metrics, metrics, 'tabswarm_store_transaction_seconds'),
+    },
     memory: { fit: fitMemory(points), endRssMb: endRssMb === null ? null : Number(endRssMb.toFixed(1)) },
     machine: {
       loadStart,
@@ -165,6 +178,8 @@ async function oneRun(): Promise<RunResult> {
 
 async function main(): Promise<void> {
   const runs: RunResult[] = [];
+  // Children inherit the nice value of the thread that spawns them; their own threads are set after start.
+  const niced = NICE === undefined ? null : setOwnNice(NICE);
   for (let i = 0; i < RUNS; i++) {
     runs.push(await oneRun());
     console.error(`run ${i + 1}/${RUNS}: p99 ${runs[i].commitLatencyMs.p99} ms, ${runs[i].stepsPerS} steps/s`);
@@ -176,6 +191,7 @@ async function main(): Promise<void> {
     globalBatch: options.globalBatch,
     datasetSize: options.train,
     durationS: DURATION_S,
+    nice: niced === null ? null : (NICE ?? null),
   });
   if (!runs.every((r) => r.invariantsOk)) process.exitCode = 1;
 }

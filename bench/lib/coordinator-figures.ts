@@ -69,6 +69,29 @@ export function spread(values: readonly number[]): Spread {
   return { median: Number(median.toFixed(2)), min: sorted[0], max: sorted[sorted.length - 1] };
 }
 
+/**
+ * How many observations of a Prometheus histogram in `metrics` (the text of /metrics) took longer than
+ * each bucket bound, as the difference between two scrapes: `{ '0.005': n, … }` (seconds → count above).
+ */
+export function slowerThan(before: string, after: string, name: string): Record<string, number> {
+  const read = (text: string) => {
+    const buckets = new Map<string, number>();
+    let count = 0;
+    for (const line of text.split('\n')) {
+      const bucket = new RegExp(`^${name}_bucket\\{le="([^"]+)"\\} (\\d+)`).exec(line);
+      if (bucket) buckets.set(bucket[1], Number(bucket[2]));
+      if (line.startsWith(`${name}_count `)) count = Number(line.slice(name.length + 7));
+    }
+    return { buckets, count };
+  };
+  const a = read(before);
+  const b = read(after);
+  const total = b.count - a.count;
+  const out: Record<string, number> = {};
+  for (const [le, n] of b.buckets) if (le !== '+Inf') out[le] = total - (n - (a.buckets.get(le) ?? 0));
+  return out;
+}
+
 /** CPU ticks of the whole machine and of the bench's own processes, read at two moments. */
 export interface TickReading {
   machineBusy: number;

@@ -22,6 +22,11 @@ export interface RunResult {
   joins: number;
   leaves: { goodbyes: number; drops: number };
   messageErrors: Record<string, number>;
+  /**
+   * Inside the coordinator: its events (one message or tick, handled and its actions executed, store
+   * included) and its store transactions slower than each bound (seconds → how many), from its histograms.
+   */
+  slow: { events: Record<string, number>; eventCount: number; storeTransactions: Record<string, number> };
   /** The coordinator's RSS against its worker count while the workers joined, and at the end of the run. */
   memory: { fit: MemoryFit | null; endRssMb: number | null };
   /** Load averages (1 min) at the start and end, and the share of the machine other processes took. */
@@ -38,6 +43,8 @@ export interface RunShape {
   globalBatch: number;
   datasetSize: number;
   durationS: number;
+  /** The nice value the bench and the coordinator ran at (null: left as they were). */
+  nice: number | null;
 }
 
 /** Latency figures of one run's samples. */
@@ -89,6 +96,10 @@ function runRows(r: RunResult, shape: RunShape): [string, string][] {
         ? `${fit.interceptMb} MB + ${fit.kbPerWorker} kB per worker (r² ${fit.r2}; ${fit.points.map((p) => `${p.workers}: ${p.rssMb}`).join(', ')} MB), ${r.memory.endRssMb?.toFixed(1)} MB at the end`
         : 'not measured (no /proc)',
     ],
+    [
+      'coordinator events > 5/10/25/50 ms',
+      `${['0.005', '0.01', '0.025', '0.05'].map((b) => r.slow.events[b] ?? '?').join(' / ')} of ${r.slow.eventCount}; store transactions > 10/25/50 ms: ${['0.01', '0.025', '0.05'].map((b) => r.slow.storeTransactions[b] ?? '?').join(' / ')}`,
+    ],
     ['rounds / restarts', `${r.rounds} / ${r.restarts}`],
     ['joins / goodbyes / drops', `${r.joins} / ${r.leaves.goodbyes} / ${r.leaves.drops}`],
     ['message errors', JSON.stringify(r.messageErrors)],
@@ -108,7 +119,7 @@ const fmt = (s: Spread, unit: string) => `${s.median} ${unit} (${s.min} – ${s.
 /** Every run's table, then the summary over runs; then the JSON line. */
 export function printReport(runs: readonly RunResult[], shape: RunShape): void {
   console.log(
-    `\ncoordinator load test: ${shape.workers} workers (world ≤ ${shape.maxWorld}), a leave every ${shape.leaveEveryMs} ms, ${shape.durationS} s per run`,
+    `\ncoordinator load test: ${shape.workers} workers (world ≤ ${shape.maxWorld}), a leave every ${shape.leaveEveryMs} ms, ${shape.durationS} s per run${shape.nice === null ? '' : `, nice ${shape.nice}`}`,
   );
   runs.forEach((r, i) => {
     const rows = runRows(r, shape);

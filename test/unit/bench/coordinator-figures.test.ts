@@ -4,7 +4,7 @@
  * readings built by hand.
  */
 import { describe, expect, it } from 'vitest';
-import { fitMemory, othersShare, quantile, spread } from '../../../bench/lib/coordinator-figures';
+import { fitMemory, othersShare, quantile, slowerThan, spread } from '../../../bench/lib/coordinator-figures';
 
 describe('bench:coordinator figures', () => {
   it('fits the RSS line through readings on a line exactly: intercept, kB per worker, r² = 1', () => {
@@ -44,5 +44,22 @@ describe('bench:coordinator figures', () => {
     // 200 ticks of 400 elapsed: 150 busy, of which 50 ours → others 100 / 400.
     expect(othersShare(before, { machineBusy: 1150, machineTotal: 4400, ours: 350 })).toBe(0.25);
     expect(othersShare(before, before)).toBe(0);
+  });
+
+  it('counts the observations above each bound of a histogram between two scrapes of /metrics', () => {
+    const scrape = (b: number[], count: number) =>
+      [
+        '# TYPE h histogram',
+        ...['0.005', '0.01', '0.025'].map((le, i) => `h_bucket{le="${le}"} ${b[i]}`),
+        `h_bucket{le="+Inf"} ${count}`,
+        'h_sum 1',
+        `h_count ${count}`,
+      ].join('\n');
+    // Between the scrapes 100 observations: 90 ≤ 5 ms, 97 ≤ 10 ms, 99 ≤ 25 ms.
+    expect(slowerThan(scrape([10, 10, 10], 10), scrape([100, 107, 109], 110), 'h')).toEqual({
+      '0.005': 10,
+      '0.01': 3,
+      '0.025': 1,
+    });
   });
 });
