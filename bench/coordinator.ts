@@ -158,6 +158,8 @@ async function oneRun(): Promise<RunResult> {
       events: slowerThan(before.metrics, metrics, 'tabswarm_event_handle_seconds'),
       eventCount: delta('tabswarm_event_handle_seconds_count'),
       storeTransactions: slowerThan(before.metrics, metrics, 'tabswarm_store_transaction_seconds'),
+      commits: slowerThan(before.metrics, metrics, 'tabswarm_commit_handle_seconds'),
+      commitCount: delta('tabswarm_commit_handle_seconds_count'),
     },
     memory: { fit: fitMemory(points), endRssMb: endRssMb === null ? null : Number(endRssMb.toFixed(1)) },
     machine: {

@@ -26,7 +26,14 @@ export interface RunResult {
    * Inside the coordinator: its events (one message or tick, handled and its actions executed, store
    * included) and its store transactions slower than each bound (seconds → how many), from its histograms.
    */
-  slow: { events: Record<string, number>; eventCount: number; storeTransactions: Record<string, number> };
+  slow: {
+    events: Record<string, number>;
+    eventCount: number;
+    storeTransactions: Record<string, number>;
+    /** Events that recorded a commit (the completing report handled, stored, `committed` handed to the sockets). */
+    commits: Record<string, number>;
+    commitCount: number;
+  };
   /** The coordinator's RSS against its worker count while the workers joined, and at the end of the run. */
   memory: { fit: MemoryFit | null; endRssMb: number | null };
   /** Load averages (1 min) at the start and end, and the share of the machine other processes took. */
@@ -72,6 +79,10 @@ export function summaryOf(runs: readonly RunResult[]) {
     wsEchoP99Ms: of((r) => r.reference.wsEchoRttMs.p99),
     kbPerWorker: fits.length > 0 ? spread(fits.map((f) => f.kbPerWorker)) : null,
     othersShare: of((r) => r.machine.othersShare ?? Number.NaN),
+    /** Share of the commits the coordinator itself took over 20 ms to handle. */
+    coordinatorCommitsOver20ms: of((r) =>
+      Number(((r.slow.commits['0.02'] ?? 0) / Math.max(1, r.slow.commitCount)).toFixed(4)),
+    ),
     invariantsOk: runs.every((r) => r.invariantsOk),
   };
 }
@@ -99,6 +110,10 @@ function runRows(r: RunResult, shape: RunShape): [string, string][] {
     [
       'coordinator events > 5/10/25/50 ms',
       `${['0.005', '0.01', '0.025', '0.05'].map((b) => r.slow.events[b] ?? '?').join(' / ')} of ${r.slow.eventCount}; store transactions > 10/25/50 ms: ${['0.01', '0.025', '0.05'].map((b) => r.slow.storeTransactions[b] ?? '?').join(' / ')}`,
+    ],
+    [
+      '  of which commits > 5/10/20 ms',
+      `${['0.005', '0.01', '0.02'].map((b) => r.slow.commits[b] ?? '?').join(' / ')} of ${r.slow.commitCount} (handled in the coordinator: report in → stored → committed out)`,
     ],
     ['rounds / restarts', `${r.rounds} / ${r.restarts}`],
     ['joins / goodbyes / drops', `${r.joins} / ${r.leaves.goodbyes} / ${r.leaves.drops}`],
@@ -136,5 +151,6 @@ export function printReport(runs: readonly RunResult[], shape: RunShape): void {
   console.log(`  steps                 ${fmt(s.stepsPerS, '/s')}`);
   if (s.kbPerWorker) console.log(`  memory per worker     ${fmt(s.kbPerWorker, 'kB')}`);
   console.log(`  others' CPU share     ${fmt(s.othersShare, '')}`);
+  console.log(`  commits the coordinator handled in > 20 ms  ${fmt(s.coordinatorCommitsOver20ms, '')}`);
   console.log(JSON.stringify({ bench: 'coordinator', ...shape, summary: s, runs }));
 }

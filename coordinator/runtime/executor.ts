@@ -67,7 +67,7 @@ export function grantRefusal(
 /** The metrics the executor feeds (CoordinatorMetrics in the product; a recorder in tests). */
 export type ExecutorMetrics = Pick<
   CoordinatorMetrics,
-  'apply' | 'eventSeconds' | 'framesSent' | 'storeTransactions' | 'storeTransactionSeconds'
+  'apply' | 'eventSeconds' | 'commitSeconds' | 'framesSent' | 'storeTransactions' | 'storeTransactionSeconds'
 >;
 
 /**
@@ -200,7 +200,9 @@ export class MachineExecutor {
       this.execute(action);
     }
     this.flushStore();
-    this.options.metrics.eventSeconds.observe((performance.now() - started) / 1000);
+    const seconds = (performance.now() - started) / 1000;
+    this.options.metrics.eventSeconds.observe(seconds);
+    if (transition.actions.some((a) => a.kind === 'record_commit')) this.options.metrics.commitSeconds.observe(seconds);
     if (this.failed || transition.actions.length === 0) return;
     for (const listener of this.listeners) {
       try {
