@@ -32,6 +32,7 @@ import { CoordinatorProcess } from '../test/support/coordinator-process';
 import { fitMemory, type MemoryPoint, othersShare, slowerThan } from './lib/coordinator-figures';
 import {
   type LoadOptions,
+  FeedMeter,
   LoadSwarm,
   memoryPoint,
   rssMbOf,
@@ -113,6 +114,8 @@ async function oneRun(): Promise<RunResult> {
   swarm.latencies.length = 0;
   swarm.reports = 0;
   const before = { metrics: await proc.metrics(), status: await proc.status(), ticks: tickReading() };
+  // An admin page watches the run (the feed sends it deltas; its cost is part of the coordinator's).
+  const feed = await FeedMeter.open(proc);
   const started = performance.now();
   swarm.startChurn();
   await sleep(DURATION_S * 1000);
@@ -121,12 +124,14 @@ async function oneRun(): Promise<RunResult> {
   // teardown's own disconnects must not count as the run's restarts.
   swarm.quiesce();
   const ticks = tickReading();
+  feed.close();
   const exitedEarly = await Promise.race([proc.exited, sleep(10).then(() => null)]);
   if (exitedEarly)
     throw new Error(
       `the coordinator exited during the run: ${JSON.stringify(exitedEarly)}\n${proc.output.slice(-4000)}`,
     );
   const metrics = await proc.metrics();
+  const statusText = await (await proc.fetch('/api/status')).text();
   const status = await proc.status();
   const audit = await proc.audit();
   const endRssMb = rssMbOf(proc.child.pid!);
@@ -154,6 +159,12 @@ async function oneRun(): Promise<RunResult> {
     joins: swarm.joins,
     leaves: { goodbyes: swarm.goodbyes, drops: swarm.drops },
     messageErrors: messageErrorsOf(metrics),
+    admin: {
+      snapshotKiB: Number((feed.snapshotBytes / 1024).toFixed(1)),
+      feedKiBPerS: Number(((feed.bytes - feed.snapshotBytes) / 1024 / elapsedS).toFixed(1)),
+      feedMessagesPerS: Number((feed.messages / elapsedS).toFixed(1)),
+      statusKiB: Number((Buffer.byteLength(statusText) / 1024).toFixed(1)),
+    },
     slow: {
       events: slowerThan(before.metrics, metrics, 'tabswarm_event_handle_seconds'),
       eventCount: delta('tabswarm_event_handle_seconds_count'),

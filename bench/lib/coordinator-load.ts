@@ -208,6 +208,48 @@ export class LoadSwarm {
   }
 }
 
+/** An admin page's share of the feed: bytes and messages of `/api/admin/feed` while it is open. */
+export class FeedMeter {
+  bytes = 0;
+  messages = 0;
+  /** Bytes of the first message (the snapshot). */
+  snapshotBytes = 0;
+  private readonly controller = new AbortController();
+
+  static async open(proc: CoordinatorProcess): Promise<FeedMeter> {
+    const meter = new FeedMeter();
+    const res = await fetch(`${proc.url}/api/admin/feed?token=${proc.adminToken}`, { signal: meter.controller.signal });
+    if (!res.ok || !res.body) throw new Error(`admin feed: HTTP ${res.status}`);
+    void meter.pump(res.body.getReader());
+    return meter;
+  }
+
+  private async pump(reader: ReadableStreamDefaultReader<Uint8Array>): Promise<void> {
+    let pending = '';
+    try {
+      for (;;) {
+        const { done, value } = await reader.read();
+        if (done) return;
+        this.bytes += value.byteLength;
+        pending += Buffer.from(value).toString('utf8');
+        for (let end = pending.indexOf('\n\n'); end >= 0; end = pending.indexOf('\n\n')) {
+          if (pending.startsWith('data:')) {
+            if (this.messages === 0) this.snapshotBytes = Buffer.byteLength(pending.slice(0, end));
+            this.messages += 1;
+          }
+          pending = pending.slice(end + 2);
+        }
+      }
+    } catch {
+      // closed
+    }
+  }
+
+  close(): void {
+    this.controller.abort();
+  }
+}
+
 /** A process's resident set, MB, from /proc/PID/status (null when it is gone or this is not Linux). */
 export function rssMbOf(pid: number): number | null {
   try {

@@ -34,6 +34,8 @@ export interface RunResult {
     commits: Record<string, number>;
     commitCount: number;
   };
+  /** One admin page watching: its feed's snapshot, then bytes and messages per second; `/api/status`'s default page. */
+  admin: { snapshotKiB: number; feedKiBPerS: number; feedMessagesPerS: number; statusKiB: number };
   /** The coordinator's RSS against its worker count while the workers joined, and at the end of the run. */
   memory: { fit: MemoryFit | null; endRssMb: number | null };
   /** Load averages (1 min) at the start and end, and the share of the machine other processes took. */
@@ -114,6 +116,10 @@ function runRows(r: RunResult, shape: RunShape): [string, string][] {
     [
       '  of which commits > 5/10/20 ms',
       `${['0.005', '0.01', '0.02'].map((b) => r.slow.commits[b] ?? '?').join(' / ')} of ${r.slow.commitCount} (handled in the coordinator: report in → stored → committed out)`,
+    ],
+    [
+      'admin page',
+      `feed: snapshot ${r.admin.snapshotKiB} KiB, then ${r.admin.feedKiBPerS} KiB/s in ${r.admin.feedMessagesPerS} messages/s; /api/status ${r.admin.statusKiB} KiB`,
     ],
     ['rounds / restarts', `${r.rounds} / ${r.restarts}`],
     ['joins / goodbyes / drops', `${r.joins} / ${r.leaves.goodbyes} / ${r.leaves.drops}`],
