@@ -22,8 +22,8 @@ export interface WorkerColumn {
   short?: string;
   title?: string;
   numeric?: boolean;
-  /** Its width in the fixed table layout (CSS length). */
-  width: string;
+  /** Its width in the fixed table layout, in em of the table's font size (the table's width is their sum). */
+  width: `${number}em`;
   /** Sorts by this (null sorts last in either direction); absent: the column does not sort. */
   sortValue?: (w: FeedWorker, ctx: ColumnContext) => number | string | null;
   /** Text the filter box matches (default: none). */

@@ -17,6 +17,8 @@ import { type ColumnContext, isLate, linkPath, WORKER_COLUMNS, type WorkerColumn
 export const ROW_PX = 34;
 /** Rows drawn above and below the ones in view, so a short scroll shows no blank. */
 const OVERSCAN = 6;
+/** Width of the actions column (the kick button), em of the table's font size like the columns'. */
+const ACTIONS_WIDTH_EM = 6;
 /** Rows in view when the scroller has no height yet (hidden page): its CSS max-height / ROW_PX. */
 const FALLBACK_VIEW_ROWS = 16;
 const KICK_ARM_MS = 4000;
@@ -129,8 +131,11 @@ export class WorkersTable {
         'colgroup',
         {},
         ...WORKER_COLUMNS.map((c) => el('col', { style: `width: ${c.width}` })),
-        el('col', { style: 'width: 6em' }),
+        el('col', { style: `width: ${ACTIONS_WIDTH_EM}em` }),
       );
+    // The table is at least as wide as its columns: a new column widens it, no CSS to change.
+    const widthEm = WORKER_COLUMNS.reduce((sum, c) => sum + Number.parseFloat(c.width), ACTIONS_WIDTH_EM);
+    this.scroller.style.setProperty('--workers-width', `${widthEm}em`);
     const tr = el('tr');
     for (const column of WORKER_COLUMNS) {
       const th = el('th', {
