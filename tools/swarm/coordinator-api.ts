@@ -4,7 +4,7 @@
  * not a tabswarm coordinator) answers at the URL.
  */
 import type { AuditReport } from '../../coordinator/admin/audit';
-import { type StatusResponse, statusResponseSchema } from '../../core/protocol/views';
+import { STATUS_PAGE_MAX, type StatusResponse, statusResponseSchema } from '../../core/protocol/views';
 import type { JobPublic } from '../../core/training/job';
 
 export class CoordinatorUnreachableError extends Error {}
@@ -62,8 +62,14 @@ export async function probeCoordinator(baseUrl: string, timeoutMs = 3000): Promi
   return body as CoordinatorJob;
 }
 
-/** `/api/status`, checked against its schema (core/protocol/views.ts). */
+/**
+ * `/api/status` with the largest pages (the swarm looks its tabs up among the members and the waiting,
+ * and a coordinator it attaches to may have other volunteers), checked against its schema
+ * (core/protocol/views.ts).
+ */
 export const fetchStatus = async (baseUrl: string, timeoutMs = 3000): Promise<StatusResponse> =>
-  statusResponseSchema.parse(await getJson<unknown>(baseUrl, '/api/status', timeoutMs));
+  statusResponseSchema.parse(
+    await getJson<unknown>(baseUrl, `/api/status?limit=${STATUS_PAGE_MAX}&waitingLimit=${STATUS_PAGE_MAX}`, timeoutMs),
+  );
 export const fetchAudit = (baseUrl: string, timeoutMs = 15_000) =>
   getJson<AuditReport>(baseUrl, '/api/audit', timeoutMs);
