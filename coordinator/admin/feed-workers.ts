@@ -15,8 +15,13 @@ import { adapterLabel } from '../machine/status-view';
 import { usageView } from '../machine/utilization';
 import { workerOf, workersOf } from '../machine/worker-table';
 
-/** `lastSeen` is floored to this grain (ms): a row changes about once a second, not at every report. */
-export const FEED_CLOCK_GRAIN_MS = 1000;
+/**
+ * `lastSeen` is floored to a grain: a row changes about once a second, not at every report. A quarter of
+ * the heartbeat period, at most a second, so the page's late marks (1.5 periods) are off by a quarter at most.
+ */
+export function clockGrainMs(heartbeatMs: number): number {
+  return Math.min(1000, Math.max(50, Math.floor(heartbeatMs / 4)));
+}
 
 /** 3 significant digits (null stays null): display values that move with every report. */
 function rounded(x: number | null): number | null {
@@ -43,6 +48,7 @@ export function feedWorker(
   member: Participant | undefined,
   position: number | null,
   phase: CoordinatorState['rendezvous']['phase'],
+  grainMs: number,
 ): FeedWorker {
   const usage = usageView(w.usage?.recent);
   return {
@@ -62,7 +68,7 @@ export function feedWorker(
     adapter: adapterLabel(w.adapter),
     invite: w.invite ?? null,
     joinedAt: w.joinedAt,
-    lastSeen: Math.floor(w.lastSeen / FEED_CLOCK_GRAIN_MS) * FEED_CLOCK_GRAIN_MS,
+    lastSeen: Math.floor(w.lastSeen / grainMs) * grainMs,
   };
 }
 
@@ -136,7 +142,7 @@ export class FeedWorkers {
         next.set(id, prev);
         continue;
       }
-      const row = feedWorker(w, member, position, phase);
+      const row = feedWorker(w, member, position, phase, clockGrainMs(s.job.heartbeatMs));
       next.set(id, { worker: w, member, position, phase, row });
       if (!prev) delta.added.push(row);
       else {

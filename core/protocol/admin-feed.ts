@@ -30,8 +30,9 @@ export type FeedWorkerState = 'syncing' | 'ready' | 'training' | 'waiting';
 
 /**
  * One worker as the admin page's table shows it, member or waiting. Values that change with every
- * report are rounded (3 significant digits; `lastSeen` to the second), so a row changes, and is sent,
- * at most about once a second, not at every step. `/api/status` has the exact values.
+ * report are rounded (3 significant digits; `lastSeen` down to a quarter of the heartbeat period, at most
+ * a second), so a row changes, and is sent, about once a second, not at every step. `/api/status` has the
+ * exact values.
  */
 export interface FeedWorker {
   id: string;
@@ -59,7 +60,7 @@ export interface FeedWorker {
   /** WebGPU adapter vendor and architecture ('' unknown). */
   adapter: string;
   invite: string | null;
-  /** When it joined, and when its last message arrived (floored to the second): coordinator clock, ms. */
+  /** When it joined, and when its last message arrived (floored as said above): coordinator clock, ms. */
   joinedAt: number;
   lastSeen: number;
 }
