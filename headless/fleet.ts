@@ -1,0 +1,79 @@
+/**
+ * `--count K` headless workers in one process: the dataset fetched once and shared, the workers started
+ * a few at a time (each compiles the kernels on its own device: starting 64 at once on 2 cores would
+ * starve the heartbeats of those already training), each a separate worker to the coordinator. Ends when
+ * every worker has ended; `leaveAll` says goodbye for each first (Ctrl-C).
+ *
+ * Why threads in one process rather than K processes: docs/headless.md ("One process or many"),
+ * measured by `npm run bench:headless-density`.
+ */
+import type { DatasetCache } from '../web/worker/data/dataset-client';
+import type { ElasticTimeouts } from '../web/elastic/elastic-loop';
+import { loadHeadlessDataset } from './dataset';
+import { type HeadlessOutcome, type HeadlessWorker, type Log, startHeadlessWorker } from './headless-worker';
+
+export interface FleetOptions {
+  origin: URL;
+  invite: string | null;
+  count: number;
+  /** The workers' names: `name` alone for one, `name-1` … `name-K` for several. */
+  name: string;
+  cache: DatasetCache | null;
+  /** How many workers prepare (thread, device, kernels) at once. */
+  startParallel: number;
+  log: Log;
+  timeouts?: Partial<ElasticTimeouts>;
+}
+
+export interface Fleet {
+  readonly workers: readonly HeadlessWorker[];
+  /** Every worker's outcome, in start order (a worker that could not start counts as failed). */
+  readonly ended: Promise<HeadlessOutcome[]>;
+  /** Goodbye from every worker (and stop starting new ones). */
+  leaveAll(): Promise<void>;
+}
+
+export function workerNames(name: string, count: number): string[] {
+  return count === 1 ? [name] : Array.from({ length: count }, (_, i) => `${name}-${i + 1}`);
+}
+
+export async function startFleet(o: FleetOptions): Promise<Fleet> {
+  const dataset = await loadHeadlessDataset(o.origin, o.cache);
+  const names = workerNames(o.name, o.count);
+  const workers: HeadlessWorker[] = [];
+  const outcomes: Promise<HeadlessOutcome>[] = [];
+  let stopping = false;
+  let next = 0;
+  const startOne = async (): Promise<void> => {
+    while (!stopping && next < names.length) {
+      const name = names[next++]!;
+      // The next start waits for this one's preparation (thread, device, dataset, hello), not its whole run.
+      const prepared = startHeadlessWorker({ ...o, name, dataset });
+      outcomes.push(
+        prepared.then(
+          (w) => w.ended,
+          (err: Error): HeadlessOutcome => ({ kind: 'failed', detail: err.message }),
+        ),
+      );
+      try {
+        const w = await prepared;
+        workers.push(w);
+        o.log('info', `${name}: started as peer ${w.peerId}`);
+        if (stopping) void w.leave();
+      } catch (err) {
+        o.log('error', `${name}: could not start: ${(err as Error).message}`);
+      }
+    }
+  };
+  // Starters run in the background: the fleet is returned at once, so a signal can stop it mid-start.
+  const starters = Array.from({ length: Math.min(o.startParallel, names.length) }, () => startOne());
+  const ended = Promise.all(starters).then(() => Promise.all(outcomes));
+  return {
+    workers,
+    ended,
+    leaveAll: async () => {
+      stopping = true;
+      await Promise.all(workers.map((w) => w.leave()));
+    },
+  };
+}
