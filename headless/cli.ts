@@ -1,13 +1,16 @@
 /**
  * `tabswarm worker --url URL [--count K] [--name N] [--cache-dir DIR | --no-cache] [--start-parallel P]`:
  * K headless workers (headless-worker.ts) join the coordinator at URL, as K tabs opened on it would. The URL
- * is what a volunteer opens (its `?invite=` is used); the process ends when the job is done (exit 0), when
- * every worker failed (exit 1), or on Ctrl-C / SIGTERM, after each worker said goodbye (exit 0; a second
- * signal exits at once).
+ * is what a volunteer opens (its `?invite=` is used); the process ends when every worker has ended: exit 0
+ * when each finished the job or left (Ctrl-C / SIGTERM: each says goodbye first; a second signal exits at
+ * once), 1 when any failed.
  *
  * Dawn needs a Vulkan driver. On a machine without a GPU, SwiftShader's (node/gpu-env.ts) must be in the
  * environment when the process starts (the dynamic linker reads LD_LIBRARY_PATH only then): when it is
- * missing, this command runs itself once more as a child with it, and passes signals and the exit code on.
+ * missing, this command runs itself once more as a child with it, and passes signals and the exit code on;
+ * the child dies with its parent (a `kill -9` of the parent is a crash of the workers, as it looks), within a
+ * second. Launchers that kill workers on purpose (tools/swarm, bench:scale, --local-workers) pass that
+ * environment themselves, so no second process stands between them and the workers.
  */
 import { spawn } from 'node:child_process';
 import { hostname } from 'node:os';
@@ -89,11 +92,23 @@ function reexecWithGpuEnv(argv: string[]): Promise<number> | null {
   const extra = swiftshaderEnv(process.env);
   if (Object.keys(extra).length === 0) return null;
   const child = spawn(process.execPath, [...process.execArgv, ...argv.slice(1)], {
-    env: { ...process.env, ...extra },
+    env: { ...process.env, ...extra, [PARENT_ENV]: String(process.pid) },
     stdio: 'inherit',
   });
   for (const signal of ['SIGINT', 'SIGTERM'] as const) process.on(signal, () => child.kill(signal));
   return new Promise((resolve) => child.on('exit', (code, signal) => resolve(code ?? (signal ? 1 : 0))));
+}
+
+/** Set in the re-executed child: its parent's pid. */
+const PARENT_ENV = 'TABSWARM_WORKER_PARENT';
+
+/** In a re-executed child: die at once (no goodbye, as a crash) when the parent is gone. */
+function dieWithParent(): void {
+  const parent = Number(process.env[PARENT_ENV]);
+  if (!parent) return;
+  setInterval(() => {
+    if (process.ppid !== parent) process.kill(process.pid, 'SIGKILL');
+  }, 1000).unref();
 }
 
 function logger(quiet: boolean): Log {
@@ -140,13 +155,15 @@ export async function runWorkers(flags: WorkerFlags): Promise<void> {
   for (const [i, o] of outcomes.entries())
     log(o.kind === 'done' ? 'info' : 'warn', `worker ${i + 1}: ${o.kind}: ${o.detail}`);
   releaseNodeGlobals();
-  process.exit(outcomes.some((o) => o.kind === 'done') || outcomes.length === 0 ? 0 : 1);
+  // A worker that left (Ctrl-C) or finished the job ended well; one whose loop or thread failed did not.
+  process.exit(outcomes.every((o) => o.kind === 'done' || o.kind === 'left') ? 0 : 1);
 }
 
 /** `argv` as `process.argv` (node, script, 'worker', flags…). */
 export async function main(argv: string[]): Promise<void> {
   const child = reexecWithGpuEnv(argv);
   if (child) process.exit(await child);
+  dieWithParent();
   try {
     await workerCommand(runWorkers).parseAsync(argv.slice(3), { from: 'user' });
   } catch (error) {

@@ -14,7 +14,7 @@
 import type { HttpPort } from '../web/elastic/checkpoint-transfer';
 import { composeElastic, type ComposedElastic } from '../web/elastic/compose';
 import type { ElasticStatus, ElasticTimeouts } from '../web/elastic/elastic-loop';
-import { comlinkTrainer } from '../web/elastic/ports';
+import { comlinkTrainer, type TrainerPort } from '../web/elastic/ports';
 import type { HeadlessDataset } from './dataset';
 import { startTrainerThread, type TrainerThread } from './trainer-host';
 
@@ -43,7 +43,10 @@ export interface HeadlessWorker {
   readonly name: string;
   readonly peerId: string;
   readonly status: ElasticStatus;
-  /** Resolves once, when the job is done, the loop failed, the worker left, or its thread died. */
+  /**
+   * Resolves once the run ended (the job is done, the loop failed, the worker left, or its thread died) and
+   * the worker's links and thread are closed.
+   */
   readonly ended: Promise<HeadlessOutcome>;
   /** Goodbye to the coordinator (synchronously, first), then stop the loop, close the links and the thread. */
   leave(): Promise<void>;
@@ -58,6 +61,39 @@ export function peerIdFor(name: string, random: string = crypto.randomUUID()): s
 /** The HTTP port outside a page: Node's fetch for both directions (no upload progress). */
 export function nodeHttp(origin: URL): HttpPort {
   return { baseUrl: origin.origin, fetch: (url, init) => fetch(url, init) };
+}
+
+/** How long a leaving worker waits for its trainer's call in flight before it ends the thread anyway. */
+const IDLE_WAIT_MS = 5000;
+
+/**
+ * The trainer port with a count of calls in flight, so the thread is ended only between calls: Dawn aborts
+ * the whole process when a thread is torn down while a buffer's `mapAsync` is pending.
+ */
+export function idleTracked(port: TrainerPort): { port: TrainerPort; idle(timeoutMs: number): Promise<void> } {
+  let inFlight = 0;
+  let wake: (() => void) | null = null;
+  const tracked = {} as Record<string, unknown>;
+  for (const [name, fn] of Object.entries(port) as [string, (...args: unknown[]) => Promise<unknown>][]) {
+    tracked[name] = (...args: unknown[]) => {
+      inFlight++;
+      return fn(...args).finally(() => {
+        inFlight--;
+        if (inFlight === 0) wake?.();
+      });
+    };
+  }
+  const idle = (timeoutMs: number) =>
+    inFlight === 0
+      ? Promise.resolve()
+      : new Promise<void>((resolve) => {
+          const timer = setTimeout(resolve, timeoutMs);
+          wake = () => {
+            clearTimeout(timer);
+            resolve();
+          };
+        });
+  return { port: tracked as unknown as TrainerPort, idle };
 }
 
 export async function startHeadlessWorker(opts: HeadlessWorkerOptions): Promise<HeadlessWorker> {
@@ -96,10 +132,11 @@ async function run(
   let finish!: (o: HeadlessOutcome) => void;
   const ended = new Promise<HeadlessOutcome>((resolve) => (finish = resolve));
   const log: Log = (level, text) => opts.log(level, `${opts.name}: ${text}`);
+  const trainer = idleTracked(comlinkTrainer(thread.api));
   let composed: ComposedElastic | null = null;
   composed = await composeElastic(
     {
-      trainer: comlinkTrainer(thread.api),
+      trainer: trainer.port,
       http: nodeHttp(opts.origin),
       adapter,
       origin: opts.origin,
@@ -124,19 +161,23 @@ async function run(
     leaving ??= (async () => {
       c.leave();
       finish({ kind: 'left', detail: 'left' });
+      await trainer.idle(IDLE_WAIT_MS);
       await thread.terminate();
     })();
     return leaving;
   };
-  // Whatever ended the run, the worker's links and thread go with it.
-  void ended.then(() => leave());
+  // Whatever ended the run, the worker's links and thread go with it, before `ended` resolves.
+  const closed = ended.then(async (outcome) => {
+    await leave();
+    return outcome;
+  });
   return {
     name: opts.name,
     peerId: c.peerId,
     get status() {
       return c.status;
     },
-    ended,
+    ended: closed,
     leave,
   };
 }
