@@ -4,7 +4,7 @@
  * (`comlinkTrainer`, web/elastic/ports.ts). The thread is given the coordinator's origin as its `location`,
  * as a browser's worker scope has the page's, so a chunked dataset's relative chunk URLs resolve there.
  */
-import { Worker } from 'node:worker_threads';
+import { MessageChannel, Worker } from 'node:worker_threads';
 import * as Comlink from 'comlink';
 import type { TrainingWorkerApi } from '../web/worker/training-worker';
 
@@ -12,13 +12,21 @@ export interface TrainerThread {
   readonly api: Comlink.Remote<TrainingWorkerApi>;
   /** Resolves when the thread ends (an error in it, or `terminate`), with why. */
   readonly ended: Promise<string>;
+  /** Ask the thread to close its GPU devices and exit; resolves once it has. */
   terminate(): Promise<void>;
 }
 
 const ENTRY = new URL('./trainer-entry.js', import.meta.url);
+/** How long a thread asked to close may take before it is terminated. */
+const CLOSE_WAIT_MS = 5000;
 
 export function startTrainerThread(origin: URL, name: string): TrainerThread {
-  const worker = new Worker(ENTRY, { workerData: { origin: origin.href }, name: `tabswarm-training ${name}` });
+  const close = new MessageChannel();
+  const worker = new Worker(ENTRY, {
+    workerData: { origin: origin.href, close: close.port2 },
+    transferList: [close.port2],
+    name: `tabswarm-training ${name}`,
+  });
   const ended = new Promise<string>((resolve) => {
     worker.once('error', (err) => resolve(`training thread failed: ${err.message}`));
     worker.once('exit', (code) => resolve(`training thread exited (${code})`));
@@ -27,9 +35,15 @@ export function startTrainerThread(origin: URL, name: string): TrainerThread {
   return {
     api,
     ended,
+    // Asked, not forced: the thread destroys its devices and exits by itself (trainer-thread.ts says why);
+    // one that does not within CLOSE_WAIT_MS is terminated.
     terminate: async () => {
       api[Comlink.releaseProxy]();
-      await worker.terminate();
+      close.port1.postMessage('close');
+      const timer = setTimeout(() => void worker.terminate(), CLOSE_WAIT_MS);
+      await ended;
+      clearTimeout(timer);
+      close.port1.close();
     },
   };
 }
