@@ -51,6 +51,8 @@ const CANDIDATES: Candidate[] = [
 
 const MESSAGE_BYTES = 64 * 1024;
 const HIGH_WATER = 1024 * 1024;
+/** A transfer that takes longer is reported as stalled, with how far it got. */
+const TRANSFER_LIMIT_MS = 120_000;
 
 interface Row {
   pkg: string;
@@ -105,7 +107,7 @@ async function connectPair(
 }
 
 /** Send `bytes` from `from` to `to`, paced on bufferedAmount; resolves when all arrived. */
-function transfer(from: RTCDataChannel, to: RTCDataChannel, bytes: number): Promise<void> {
+function transfer(from: RTCDataChannel, to: RTCDataChannel, bytes: number, progress: { received: number }): Promise<void> {
   from.binaryType = 'arraybuffer';
   to.binaryType = 'arraybuffer';
   from.bufferedAmountLowThreshold = HIGH_WATER / 4;
@@ -114,6 +116,7 @@ function transfer(from: RTCDataChannel, to: RTCDataChannel, bytes: number): Prom
     let received = 0;
     to.onmessage = (e) => {
       received += (e.data as ArrayBuffer).byteLength;
+      progress.received += (e.data as ArrayBuffer).byteLength;
       if (received >= bytes) resolve();
     };
     let sent = 0;
@@ -194,9 +197,18 @@ async function measure(c: Candidate, pairs: number, mib: number, port: number): 
     row.connectMedianMs = median(made.map((m) => m.ms));
     row.connectMaxMs = Math.max(...made.map((m) => m.ms));
     row.rssPerEndpointMiB = (rss1 - rss0) / (2 * pairs) / 2 ** 20;
+    // The connect figures go out now: a package that stalls in the transfer still reports them.
+    process.stdout.write(`${JSON.stringify({ ...row, error: 'transfer did not finish' })}\n`);
     const cpu0 = process.cpuUsage();
     const t0 = performance.now();
-    await Promise.all(made.map((m) => transfer(m.ca, m.cb, mib * 2 ** 20)));
+    const progress = { received: 0 };
+    const stalled = new Promise<never>((_, reject) =>
+      setTimeout(
+        () => reject(new Error(`transfer stalled: ${(progress.received / 2 ** 20).toFixed(0)} of ${mib * pairs} MiB in ${TRANSFER_LIMIT_MS / 1000} s`)),
+        TRANSFER_LIMIT_MS,
+      ).unref(),
+    );
+    await Promise.race([Promise.all(made.map((m) => transfer(m.ca, m.cb, mib * 2 ** 20, progress))), stalled]);
     const seconds = (performance.now() - t0) / 1000;
     const cpu = process.cpuUsage(cpu0);
     const total = mib * pairs;
@@ -246,7 +258,7 @@ function runChild(c: Candidate, pairs: number, mib: number): Row {
     ],
     {
       encoding: 'utf8',
-      timeout: 240_000,
+      timeout: 300_000,
       stdio: ['ignore', 'pipe', 'inherit'],
     },
   );
