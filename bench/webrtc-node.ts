@@ -53,6 +53,8 @@ const MESSAGE_BYTES = 64 * 1024;
 const HIGH_WATER = 1024 * 1024;
 /** A transfer that takes longer is reported as stalled, with how far it got. */
 const TRANSFER_LIMIT_MS = 120_000;
+/** Pairs not all open by then are reported as such. */
+const CONNECT_LIMIT_MS = 60_000;
 
 interface Row {
   pkg: string;
@@ -107,7 +109,12 @@ async function connectPair(
 }
 
 /** Send `bytes` from `from` to `to`, paced on bufferedAmount; resolves when all arrived. */
-function transfer(from: RTCDataChannel, to: RTCDataChannel, bytes: number, progress: { received: number }): Promise<void> {
+function transfer(
+  from: RTCDataChannel,
+  to: RTCDataChannel,
+  bytes: number,
+  progress: { received: number },
+): Promise<void> {
   from.binaryType = 'arraybuffer';
   to.binaryType = 'arraybuffer';
   from.bufferedAmountLowThreshold = HIGH_WATER / 4;
@@ -191,7 +198,14 @@ async function measure(c: Candidate, pairs: number, mib: number, port: number): 
   const rss0 = process.memoryUsage().rss;
   let made: Awaited<ReturnType<typeof connectPair>>[] = [];
   try {
-    made = await Promise.all(Array.from({ length: pairs }, () => connectPair(rtc)));
+    const connects = Array.from({ length: pairs }, () => connectPair(rtc));
+    const late = new Promise<never>((_, reject) =>
+      setTimeout(
+        () => reject(new Error(`connect: not every pair open within ${CONNECT_LIMIT_MS / 1000} s`)),
+        CONNECT_LIMIT_MS,
+      ).unref(),
+    );
+    made = await Promise.race([Promise.all(connects), late]);
     global.gc?.();
     const rss1 = process.memoryUsage().rss;
     row.connectMedianMs = median(made.map((m) => m.ms));
@@ -204,7 +218,12 @@ async function measure(c: Candidate, pairs: number, mib: number, port: number): 
     const progress = { received: 0 };
     const stalled = new Promise<never>((_, reject) =>
       setTimeout(
-        () => reject(new Error(`transfer stalled: ${(progress.received / 2 ** 20).toFixed(0)} of ${mib * pairs} MiB in ${TRANSFER_LIMIT_MS / 1000} s`)),
+        () =>
+          reject(
+            new Error(
+              `transfer stalled: ${(progress.received / 2 ** 20).toFixed(0)} of ${mib * pairs} MiB in ${TRANSFER_LIMIT_MS / 1000} s`,
+            ),
+          ),
         TRANSFER_LIMIT_MS,
       ).unref(),
     );
