@@ -31,6 +31,7 @@ export interface WorkerFlags {
   cache: boolean;
   startParallel: number;
   quiet?: boolean;
+  timings?: boolean;
 }
 
 export class WorkerFlagError extends Error {}
@@ -84,6 +85,7 @@ export function workerCommand(run: (flags: WorkerFlags) => Promise<void>): Comma
     .option('--no-cache', 'download the dataset every time')
     .option('--start-parallel <p>', 'workers that prepare (thread, GPU device, kernels) at once', integerIn(1, 64), 2)
     .option('--quiet', 'log warnings and errors only')
+    .option('--timings', "print each outer step's time split (compute, sync, waiting) as a JSON line on stdout")
     .action(run);
 }
 
@@ -149,6 +151,9 @@ export async function runWorkers(flags: WorkerFlags): Promise<void> {
     cache: flags.cache ? new FileDatasetCache(flags.cacheDir) : null,
     startParallel: flags.startParallel,
     log,
+    onOuterStep: flags.timings
+      ? (name, t) => process.stdout.write(`${JSON.stringify({ timing: { name, ...t } })}\n`)
+      : undefined,
   });
   leaveOnSignals(fleet, log);
   const outcomes = await fleet.ended;

@@ -11,6 +11,7 @@ import type { DatasetCache } from '../web/worker/data/dataset-client';
 import type { ElasticTimeouts } from '../web/elastic/elastic-loop';
 import { loadHeadlessDataset } from './dataset';
 import { type HeadlessOutcome, type HeadlessWorker, type Log, startHeadlessWorker } from './headless-worker';
+import type { OuterStepTiming } from './step-timing';
 
 export interface FleetOptions {
   origin: URL;
@@ -23,6 +24,8 @@ export interface FleetOptions {
   startParallel: number;
   log: Log;
   timeouts?: Partial<ElasticTimeouts>;
+  /** Each worker's outer-step time split, by worker name (`--timings`). */
+  onOuterStep?(name: string, timing: OuterStepTiming): void;
 }
 
 export interface Fleet {
@@ -48,7 +51,13 @@ export async function startFleet(o: FleetOptions): Promise<Fleet> {
     while (!stopping && next < names.length) {
       const name = names[next++]!;
       // The next start waits for this one's preparation (thread, device, dataset, hello), not its whole run.
-      const prepared = startHeadlessWorker({ ...o, name, dataset });
+      const onOuter = o.onOuterStep;
+      const prepared = startHeadlessWorker({
+        ...o,
+        name,
+        dataset,
+        onOuterStep: onOuter && ((t) => onOuter(name, t)),
+      });
       outcomes.push(
         prepared.then(
           (w) => w.ended,

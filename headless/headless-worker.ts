@@ -16,6 +16,7 @@ import { composeElastic, type ComposedElastic } from '../web/elastic/compose';
 import type { ElasticStatus, ElasticTimeouts } from '../web/elastic/elastic-loop';
 import { comlinkTrainer, type TrainerPort } from '../web/elastic/ports';
 import type { HeadlessDataset } from './dataset';
+import { type OuterStepTiming, timedTrainer } from './step-timing';
 import { startTrainerThread, type TrainerThread } from './trainer-host';
 
 export type Log = (level: 'info' | 'warn' | 'error', text: string) => void;
@@ -31,6 +32,8 @@ export interface HeadlessWorkerOptions {
   log: Log;
   timeouts?: Partial<ElasticTimeouts>;
   onStatus?(status: ElasticStatus): void;
+  /** Each outer step's time split (local sync mode; step-timing.ts), when given. */
+  onOuterStep?(timing: OuterStepTiming): void;
 }
 
 /** How a worker's run ended. */
@@ -132,7 +135,9 @@ async function run(
   let finish!: (o: HeadlessOutcome) => void;
   const ended = new Promise<HeadlessOutcome>((resolve) => (finish = resolve));
   const log: Log = (level, text) => opts.log(level, `${opts.name}: ${text}`);
-  const trainer = idleTracked(comlinkTrainer(thread.api));
+  const onOuter = opts.onOuterStep;
+  const port = comlinkTrainer(thread.api);
+  const trainer = idleTracked(onOuter ? timedTrainer(port, onOuter) : port);
   let composed: ComposedElastic | null = null;
   composed = await composeElastic(
     {
