@@ -64,6 +64,11 @@ export interface ComposedElastic {
   readonly peerId: string;
   /** Goodbye to the coordinator (sent synchronously, first), then stop the loop and close the peer links. */
   leave(): void;
+  /**
+   * Stop at once with no goodbye, as a crashed tab: the coordinator sees the socket close unannounced (a
+   * failure), the peers see the links close. For tools that fault one of several workers of a process.
+   */
+  drop(): void;
   /** Change the pause between steps (ms), from the next step on. */
   setStepPause(ms: number): void;
   /** Send a heartbeat now (false when not connected or left). */
@@ -116,6 +121,13 @@ export async function composeElastic(
     loop.stop();
     mesh.close();
   }
+  function drop(): void {
+    if (left) return;
+    left = true;
+    client!.stop();
+    loop.stop();
+    mesh.close();
+  }
   client.start();
   return {
     get status() {
@@ -123,6 +135,7 @@ export async function composeElastic(
     },
     peerId: mesh.peerId,
     leave,
+    drop,
     setStepPause: (ms) => loop.setStepPause(ms),
     heartbeat: () => !left && (client?.heartbeat() ?? false),
   };
