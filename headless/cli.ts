@@ -32,6 +32,7 @@ export interface WorkerFlags {
   startParallel: number;
   quiet?: boolean;
   timings?: boolean;
+  control?: boolean;
 }
 
 export class WorkerFlagError extends Error {}
@@ -85,6 +86,10 @@ export function workerCommand(run: (flags: WorkerFlags) => Promise<void>): Comma
     .option('--no-cache', 'download the dataset every time')
     .option('--start-parallel <p>', 'workers that prepare (thread, GPU device, kernels) at once', integerIn(1, 64), 2)
     .option('--quiet', 'log warnings and errors only')
+    .option(
+      '--control',
+      'read control lines on stdin: leave NAME, crash NAME (no goodbye), join NAME (tools fault single workers)',
+    )
     .option('--timings', "print each outer step's time split (compute, sync, waiting) as a JSON line on stdout")
     .action(run);
 }
@@ -139,6 +144,16 @@ function leaveOnSignals(fleet: Fleet, log: Log): void {
   process.on('SIGTERM', () => onSignal('SIGTERM'));
 }
 
+/** `--control`: one command per stdin line (fleet.ts `control`). */
+function readControl(fleet: Fleet, log: Log): void {
+  let partial = '';
+  process.stdin.on('data', (chunk: Buffer) => {
+    const lines = (partial + chunk.toString()).split('\n');
+    partial = lines.pop()!;
+    for (const line of lines) if (line.trim()) void fleet.control(line).then((done) => log('info', `control: ${done}`));
+  });
+}
+
 export async function runWorkers(flags: WorkerFlags): Promise<void> {
   const { origin, invite } = parseWorkerUrl(flags.url);
   const log = logger(!!flags.quiet);
@@ -156,12 +171,14 @@ export async function runWorkers(flags: WorkerFlags): Promise<void> {
       : undefined,
   });
   leaveOnSignals(fleet, log);
+  if (flags.control) readControl(fleet, log);
   const outcomes = await fleet.ended;
   for (const [i, o] of outcomes.entries())
     log(o.kind === 'done' ? 'info' : 'warn', `worker ${i + 1}: ${o.kind}: ${o.detail}`);
   releaseNodeGlobals();
-  // A worker that left (Ctrl-C) or finished the job ended well; one whose loop or thread failed did not.
-  process.exit(outcomes.every((o) => o.kind === 'done' || o.kind === 'left') ? 0 : 1);
+  // A worker that left (Ctrl-C), was crashed on a control line or finished the job ended as asked; one whose
+  // loop or thread failed did not.
+  process.exit(outcomes.every((o) => o.kind === 'done' || o.kind === 'left' || o.kind === 'crashed') ? 0 : 1);
 }
 
 /** `argv` as `process.argv` (node, script, 'worker', flags…). */

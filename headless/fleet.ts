@@ -34,6 +34,11 @@ export interface Fleet {
   readonly ended: Promise<HeadlessOutcome[]>;
   /** Goodbye from every worker (and stop starting new ones). */
   leaveAll(): Promise<void>;
+  /**
+   * One control line (`--control`, for tools that fault single workers of a process): `leave NAME` (goodbye),
+   * `crash NAME` (no goodbye, the sockets just close), `join NAME` (one more worker). Returns what it did.
+   */
+  control(line: string): Promise<string>;
 }
 
 export function workerNames(name: string, count: number): string[] {
@@ -47,42 +52,65 @@ export async function startFleet(o: FleetOptions): Promise<Fleet> {
   const outcomes: Promise<HeadlessOutcome>[] = [];
   let stopping = false;
   let next = 0;
-  const startOne = async (): Promise<void> => {
-    while (!stopping && next < names.length) {
-      const name = names[next++]!;
-      // The next start waits for this one's preparation (thread, device, dataset, hello), not its whole run.
-      const onOuter = o.onOuterStep;
-      const prepared = startHeadlessWorker({
-        ...o,
-        name,
-        dataset,
-        onOuterStep: onOuter && ((t) => onOuter(name, t)),
-      });
-      outcomes.push(
-        prepared.then(
-          (w) => w.ended,
-          (err: Error): HeadlessOutcome => ({ kind: 'failed', detail: err.message }),
-        ),
-      );
-      try {
-        const w = await prepared;
-        workers.push(w);
-        o.log('info', `${name}: started as peer ${w.peerId}`);
-        if (stopping) void w.leave();
-      } catch (err) {
-        o.log('error', `${name}: could not start: ${(err as Error).message}`);
-      }
+  const startNamed = async (name: string): Promise<void> => {
+    // The next start waits for this one's preparation (thread, device, dataset, hello), not its whole run.
+    const onOuter = o.onOuterStep;
+    const prepared = startHeadlessWorker({
+      ...o,
+      name,
+      dataset,
+      onOuterStep: onOuter && ((t) => onOuter(name, t)),
+    });
+    outcomes.push(
+      prepared.then(
+        (w) => w.ended,
+        (err: Error): HeadlessOutcome => ({ kind: 'failed', detail: err.message }),
+      ),
+    );
+    try {
+      const w = await prepared;
+      workers.push(w);
+      o.log('info', `${name}: started as peer ${w.peerId}`);
+      if (stopping) void w.leave();
+    } catch (err) {
+      o.log('error', `${name}: could not start: ${(err as Error).message}`);
     }
+  };
+  const startOne = async (): Promise<void> => {
+    while (!stopping && next < names.length) await startNamed(names[next++]!);
   };
   // Starters run in the background: the fleet is returned at once, so a signal can stop it mid-start.
   const starters = Array.from({ length: Math.min(o.startParallel, names.length) }, () => startOne());
-  const ended = Promise.all(starters).then(() => Promise.all(outcomes));
+  // Workers a control line adds are waited for too: `ended` settles once no start is pending.
+  const pending = new Set<Promise<void>>(starters);
+  const settle = async (): Promise<HeadlessOutcome[]> => {
+    while (pending.size > 0) await Promise.all([...pending]);
+    const all = await Promise.all(outcomes);
+    return outcomes.length === all.length ? all : settle();
+  };
+  for (const s of starters) void s.finally(() => pending.delete(s));
+  const ended = settle();
   return {
     workers,
     ended,
     leaveAll: async () => {
       stopping = true;
       await Promise.all(workers.map((w) => w.leave()));
+    },
+    control: async (line) => {
+      const [verb, name] = line.trim().split(/\s+/);
+      if (verb === 'join' && name && /^[A-Za-z0-9_-]{1,32}$/.test(name) && !stopping) {
+        const start = startNamed(name);
+        pending.add(start);
+        void start.finally(() => pending.delete(start));
+        return `joining ${name}`;
+      }
+      const w = workers.find((x) => x.name === name);
+      if (!w) return `no worker ${name ?? ''}`;
+      if (verb === 'leave') void w.leave();
+      else if (verb === 'crash') void w.crash();
+      else return `unknown control ${verb}`;
+      return `${verb} ${name}`;
     },
   };
 }

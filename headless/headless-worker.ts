@@ -38,7 +38,7 @@ export interface HeadlessWorkerOptions {
 
 /** How a worker's run ended. */
 export interface HeadlessOutcome {
-  kind: 'done' | 'failed' | 'left' | 'thread';
+  kind: 'done' | 'failed' | 'left' | 'crashed' | 'thread';
   detail: string;
 }
 
@@ -53,6 +53,8 @@ export interface HeadlessWorker {
   readonly ended: Promise<HeadlessOutcome>;
   /** Goodbye to the coordinator (synchronously, first), then stop the loop, close the links and the thread. */
   leave(): Promise<void>;
+  /** No goodbye: the sockets and links just close, as a crashed tab's (compose.ts `drop`). */
+  crash(): Promise<void>;
 }
 
 /** Letters, digits, `-` and `_`: what PeerJS and the protocol's ids accept. */
@@ -162,15 +164,17 @@ async function run(
   void thread.ended.then((why) => finish({ kind: 'thread', detail: why }));
   const c = composed;
   let leaving: Promise<void> | null = null;
-  const leave = () => {
+  const end = (how: 'left' | 'crashed') => {
     leaving ??= (async () => {
-      c.leave();
-      finish({ kind: 'left', detail: 'left' });
+      if (how === 'left') c.leave();
+      else c.drop();
+      finish({ kind: how, detail: how });
       await trainer.idle(IDLE_WAIT_MS);
       await thread.terminate();
     })();
     return leaving;
   };
+  const leave = () => end('left');
   // Whatever ended the run, the worker's links and thread go with it, before `ended` resolves.
   const closed = ended.then(async (outcome) => {
     await leave();
@@ -184,5 +188,6 @@ async function run(
     },
     ended: closed,
     leave,
+    crash: () => end('crashed'),
   };
 }

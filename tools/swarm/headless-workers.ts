@@ -30,6 +30,8 @@ export interface HeadlessSpawnOptions {
   env?: Record<string, string | undefined>;
   /** Called with each line the process prints (stdout and stderr). */
   onLine?(line: string): void;
+  /** Open stdin for control lines (`--control`: leave NAME, crash NAME, join NAME) sent with `send`. */
+  control?: boolean;
 }
 
 export interface HeadlessProcess {
@@ -43,6 +45,8 @@ export interface HeadlessProcess {
   crash(): void;
   hang(): void;
   resume(): void;
+  /** A control line to the process (with `control`). */
+  send(line: string): void;
   readonly alive: boolean;
 }
 
@@ -62,13 +66,14 @@ export function spawnHeadless(o: HeadlessSpawnOptions): HeadlessProcess {
     o.name,
     '--count',
     String(o.count ?? 1),
+    ...(o.control ? ['--control'] : []),
     ...(o.args ?? []),
   ];
   const [file, ...args] = [...(o.prefix ?? []), ...command];
   const child = spawn(file!, args, {
     cwd: REPO_ROOT,
     env: { ...process.env, ...swiftshaderEnv(process.env), ...o.env },
-    stdio: ['ignore', 'pipe', 'pipe'],
+    stdio: [o.control ? 'pipe' : 'ignore', 'pipe', 'pipe'],
   });
   live.add(child);
   const lines: string[] = [];
@@ -104,6 +109,9 @@ export function spawnHeadless(o: HeadlessSpawnOptions): HeadlessProcess {
     crash: () => signal('SIGKILL'),
     hang: () => signal('SIGSTOP'),
     resume: () => signal('SIGCONT'),
+    send: (line) => {
+      if (!exitedNow) child.stdin?.write(`${line}\n`);
+    },
     get alive() {
       return !exitedNow;
     },
