@@ -4,8 +4,8 @@
  * starve the heartbeats of those already training), each a separate worker to the coordinator. Ends when
  * every worker has ended; `leaveAll` says goodbye for each first (Ctrl-C).
  *
- * Why threads in one process rather than K processes: docs/headless.md ("One process or many"),
- * measured by `npm run bench:headless-density`.
+ * Why threads in one process rather than K processes: docs/headless.md ("One process or many"), with
+ * the memory per worker that `npm run bench:scale` measured both ways.
  */
 import type { DatasetCache } from '../web/worker/data/dataset-client';
 import type { ElasticTimeouts } from '../web/elastic/elastic-loop';
