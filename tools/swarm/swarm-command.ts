@@ -169,7 +169,7 @@ export function registerSwarmCommand(program: Command): Command {
     .option('--json', 'print one JSON line {"swarm": {...}} on stdout (the table goes to stderr)')
     .option(
       '--netbed',
-      'root: each tab in its own NATed home of a network test bed, with its own HTTPS coordinator and coturn',
+      'root: each tab and headless worker in its own NATed home of a network test bed, with its own HTTPS coordinator and coturn (the chaos flags work there too, --throttle excepted)',
     )
     .option('--nat <kind>', 'with --netbed: endpoint-independent, symmetric or mixed (default mixed)')
     .option('--link <profile>', 'with --netbed: access link "DELAY JITTER RATE LOSS", e.g. "40ms 5ms 20mbit 1%"')
