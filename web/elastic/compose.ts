@@ -95,21 +95,11 @@ export async function composeElastic(
     hello: () => ({ peerId: mesh.peerId, adapter: opts.adapter, ...loop.holding() }),
   };
   const ports = opts.wrapPorts?.(base) ?? base;
-  const loop = new ElasticLoop({
-    trainer: ports.trainer,
-    mesh: ports.mesh,
-    control: ports.control,
-    http: ports.http,
-    timeouts: opts.timeouts,
-    evaluateOnDone: opts.evaluateOnDone,
-    stepPauseMs: opts.stepPauseMs,
-    log,
-    onStatus: (status) => {
-      current = status;
-      callbacks.onStatus?.(status);
-      // A worker that cannot go on (worker wedged, job failed) leaves, so the others need not wait for its heartbeat to stop.
-      if (status.phase === 'failed' && !left) leave();
-    },
+  const loop = elasticLoop(ports, opts, log, (status) => {
+    current = status;
+    callbacks.onStatus?.(status);
+    // A worker that cannot go on (worker wedged, job failed) leaves, so the others need not wait for its heartbeat to stop.
+    if (status.phase === 'failed' && !left) leave();
   });
   client = coordinatorClient(opts, ports, loop, ice, mesh, log);
 
@@ -139,6 +129,26 @@ export async function composeElastic(
     setStepPause: (ms) => loop.setStepPause(ms),
     heartbeat: () => !left && (client?.heartbeat() ?? false),
   };
+}
+
+/** The loop on `ports`, with the options a caller may set. */
+function elasticLoop(
+  ports: ElasticPorts,
+  opts: ComposeElasticOptions,
+  log: Log,
+  onStatus: (status: ElasticStatus) => void,
+): ElasticLoop {
+  return new ElasticLoop({
+    trainer: ports.trainer,
+    mesh: ports.mesh,
+    control: ports.control,
+    http: ports.http,
+    timeouts: opts.timeouts,
+    evaluateOnDone: opts.evaluateOnDone,
+    stepPauseMs: opts.stepPauseMs,
+    log,
+    onStatus,
+  });
 }
 
 /** The PeerJS mesh on the coordinator's origin; its peer connections use `ice`'s configuration. */
