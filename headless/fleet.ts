@@ -9,7 +9,7 @@
  */
 import type { DatasetCache } from '../web/worker/data/dataset-client';
 import type { ElasticTimeouts } from '../web/elastic/elastic-loop';
-import { loadHeadlessDataset } from './dataset';
+import { type HeadlessDataset, loadHeadlessDataset } from './dataset';
 import { type HeadlessOutcome, type HeadlessWorker, type Log, startHeadlessWorker } from './headless-worker';
 import type { OuterStepTiming } from './step-timing';
 
@@ -45,6 +45,28 @@ export function workerNames(name: string, count: number): string[] {
   return count === 1 ? [name] : Array.from({ length: count }, (_, i) => `${name}-${i + 1}`);
 }
 
+/** Tries per worker: a start on a loaded machine can miss the signalling server's or the handshake's deadline. */
+export const START_TRIES = 3;
+
+/** Start worker `name`, again (after a pause) when a try fails, up to START_TRIES. */
+async function startWithRetries(
+  o: FleetOptions,
+  name: string,
+  dataset: HeadlessDataset,
+  stopping: () => boolean,
+): Promise<HeadlessWorker> {
+  const onOuter = o.onOuterStep;
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await startHeadlessWorker({ ...o, name, dataset, onOuterStep: onOuter && ((t) => onOuter(name, t)) });
+    } catch (err) {
+      if (attempt >= START_TRIES || stopping()) throw err;
+      o.log('warn', `${name}: start ${attempt} of ${START_TRIES} failed (${(err as Error).message}); trying again`);
+      await new Promise((r) => setTimeout(r, 1000 * attempt));
+    }
+  }
+}
+
 export async function startFleet(o: FleetOptions): Promise<Fleet> {
   const dataset = await loadHeadlessDataset(o.origin, o.cache);
   const names = workerNames(o.name, o.count);
@@ -54,13 +76,7 @@ export async function startFleet(o: FleetOptions): Promise<Fleet> {
   let next = 0;
   const startNamed = async (name: string): Promise<void> => {
     // The next start waits for this one's preparation (thread, device, dataset, hello), not its whole run.
-    const onOuter = o.onOuterStep;
-    const prepared = startHeadlessWorker({
-      ...o,
-      name,
-      dataset,
-      onOuterStep: onOuter && ((t) => onOuter(name, t)),
-    });
+    const prepared = startWithRetries(o, name, dataset, () => stopping);
     outcomes.push(
       prepared.then(
         (w) => w.ended,

@@ -103,7 +103,12 @@ class Swarm {
   private joins = 0;
   measuring = false;
 
-  constructor(private readonly url: string) {}
+  private stopping = false;
+
+  constructor(
+    private readonly url: string,
+    private readonly log: (line: string) => void,
+  ) {}
 
   /** Processes `g1`, `g2`, … of `count` workers each, named `gP-1` … `gP-count` (just `gP` when alone). */
   startGroup(count: number): HeadlessProcess {
@@ -123,6 +128,10 @@ class Swarm {
       },
     });
     this.processes.push(w);
+    // A process that ends on its own (not at the end of the scenario) is worth its last words.
+    void w.exited.then(({ code, signal }) => {
+      if (!this.stopping) this.log(`${w.name} exited (${signal ?? code}): ${w.lines.slice(-5).join(' | ')}`);
+    });
     return w;
   }
 
@@ -140,6 +149,7 @@ class Swarm {
   }
 
   async stopAll(): Promise<void> {
+    this.stopping = true;
     for (const p of this.processes) p.crash();
     await Promise.all(this.processes.map((p) => p.exited));
   }
@@ -162,7 +172,7 @@ function inFlight(status: StatusReport, name: string): { lost: number; dropped: 
 
 export async function runScaleScenario(s: ScaleScenario): Promise<ScaleResult> {
   const proc = await spawnCoordinator({ job: JOB(s.n), datasetDir: null, startTimeoutMs: 60_000 });
-  const swarm = new Swarm(proc.url);
+  const swarm = new Swarm(proc.url, s.log);
   const feed = await FeedWatcher.open(proc.url, proc.adminToken!);
   try {
     const t0 = performance.now();
