@@ -9,9 +9,11 @@
  *
  * `--rate` is failures per worker-minute (0.2: a mean lifetime of 5 minutes), each a crash or a leave plus a
  * join. Prints the table and one JSON line `{"bench":"scale", …}`, and writes the plot (scale.svg and
- * scale.png) into `--out`. The test bed's broadband profile is not run by this driver yet (bench/RESULTS.md).
+ * scale.png) into `--out`. Each scenario's result is also one JSON line on stderr as it finishes;
+ * `--replay FILE[,FILE…]` renders the table, JSON line and plot from such lines instead of running (runs
+ * of single N put together, or a run cut short). The test bed's broadband profile is not run by this driver yet (bench/RESULTS.md).
  */
-import { writeFileSync } from 'node:fs';
+import { readFileSync, writeFileSync } from 'node:fs';
 import { loadavg } from 'node:os';
 import { join } from 'node:path';
 import { chromium } from 'playwright-core';
@@ -41,8 +43,15 @@ async function renderPng(svg: string, path: string): Promise<void> {
   }
 }
 
-const results: ScaleResult[] = [];
-for (const n of ns) {
+const replay = arg('replay', '');
+const results: ScaleResult[] = replay
+  ? replay
+      .split(',')
+      .flatMap((file) => readFileSync(file, 'utf8').split('\n'))
+      .filter((line) => line.startsWith('{"n":'))
+      .map((line) => JSON.parse(line) as ScaleResult)
+  : [];
+for (const n of replay ? [] : ns) {
   for (const churn of [false, true]) {
     try {
       const r = await runScaleScenario({ n, perProcess, churn, windowS, ratePerWorkerMin: rate, warmupS, log });
@@ -54,6 +63,7 @@ for (const n of ns) {
   }
 }
 const load = loadavg()[0]!;
+results.sort((a, b) => a.n - b.n || Number(a.churn) - Number(b.churn));
 console.log(
   `\nbench:scale — headless workers (${perProcess} per process), tiny-mlp, global batch 512, local H = 8, int8, loopback; ${windowS} s windows; churn ${rate} failures per worker-minute (crash or leave, each with a join); load ${load.toFixed(1)}\n`,
 );

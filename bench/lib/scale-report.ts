@@ -8,14 +8,24 @@ const f = (x: number | null | undefined, d = 0) =>
   x === null || x === undefined || !Number.isFinite(x) ? '-' : x.toFixed(d);
 const median = (xs: number[]) => (xs.length ? [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]! : null);
 
-/** Work lost per failure against the dropped rank's share (median ratio over the failures that had work in flight). */
+/**
+ * Work lost per failure against the dropped rank's share: Σ lost / Σ dropped share over the failures that
+ * had work in flight (a failure while a round re-forms costs nothing in flight, and no ratio).
+ */
 export function lostRatio(r: ScaleResult): number | null {
-  return median(r.faults.filter((x) => x.droppedShareSteps > 0).map((x) => x.lostSteps / x.droppedShareSteps));
+  const hit = r.faults.filter((x) => x.droppedShareSteps > 0);
+  if (hit.length === 0) return null;
+  return hit.reduce((n, x) => n + x.lostSteps, 0) / hit.reduce((n, x) => n + x.droppedShareSteps, 0);
+}
+
+/** Mean global steps in flight that a failure threw away (every failure, those during a re-forming round at 0). */
+export function meanLost(r: ScaleResult): number | null {
+  return r.faults.length ? r.faults.reduce((n, x) => n + x.lostSteps, 0) / r.faults.length : null;
 }
 
 export function scaleTable(results: ScaleResult[]): string {
   const lines = [
-    '| N | churn | commits | samples/s | vs quiet | utilization | outer step ms (compute / sync / waiting) | faults | lost steps per failure (× dropped share) | join → first commit s | restarts | audit | RSS/worker MiB |',
+    '| N | churn | commits | samples/s | vs quiet | utilization | outer step ms (compute / sync / waiting) | faults | steps lost per failure, mean (Σ lost / Σ dropped share) | join → first commit s | restarts | audit | RSS/worker MiB |',
     '|---|---|---|---|---|---|---|---|---|---|---|---|---|',
   ];
   for (const r of results) {
@@ -26,7 +36,7 @@ export function scaleTable(results: ScaleResult[]): string {
         : '-';
     const o = r.outerStep;
     const split = o ? `${f(o.wallMs)} (${f(o.computeMs)} / ${f(o.syncMs)} / ${f(o.waitingMs)})` : '-';
-    const lost = median(r.faults.map((x) => x.lostSteps));
+    const lost = meanLost(r);
     const ratio = lostRatio(r);
     lines.push(
       `| ${r.n} | ${r.churn ? 'yes' : 'no'} | ${r.commits} | ${f(r.samplesPerSec)} | ${vs} | ${r.utilization === null ? '-' : `${f(100 * r.utilization)} %`} | ${split} | ${r.faults.length} | ${lost === null ? '-' : `${f(lost, 1)} (${ratio === null ? '-' : `${f(ratio, 1)}×`})`} | ${f(median(r.joinToContributionS), 1)} | ${r.restarts} | ${r.auditOk ? 'ok' : 'FAIL'} | ${f(r.rssMiBPerWorker)} |`,
