@@ -95,7 +95,7 @@ export function scaleSvg(results: ScaleResult[], title: string): string {
 ${ticks}${rateTicks}${utilTicks}${paths}
 <text x="${W / 2}" y="${H - 15}" text-anchor="middle">headless workers N (log scale)</text>
 <text x="18" y="${H / 2}" transform="rotate(-90 18 ${H / 2})" text-anchor="middle" fill="#1f77b4">committed samples/s</text>
-<text x="${W - 14}" y="${H / 2}" transform="rotate(90 ${W - 14} ${H / 2})" text-anchor="middle" fill="#d62728">compute utilization</text>
+<text x="${W - 12}" y="${H / 2}" transform="rotate(-90 ${W - 12} ${H / 2})" text-anchor="middle" fill="#d62728">compute utilization</text>
 <text x="${pad.l + 10}" y="${pad.t + 10}">solid: no churn · dashed: churn</text>
 </svg>
 `;
