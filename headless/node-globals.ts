@@ -2,7 +2,10 @@
  * The browser globals a tab's main thread has and Node 20 lacks, installed once per process before any
  * web/ code runs (web/elastic/compose.ts says which it uses):
  *
- * - `WebSocket`: the `ws` package (the coordinator client, and PeerJS's signalling socket);
+ * - `WebSocket`: the `ws` package (the coordinator client, and PeerJS's signalling socket), as a browser's
+ *   behaves: an error is an event followed by `close`, never a throw. `ws` emits `error` as a Node event,
+ *   and one with no listener ends the process; PeerJS sets no `onerror`, so a refused or reset signalling
+ *   socket (a coordinator busy with 64 workers starting) killed every worker of the process;
  * - `RTCPeerConnection`, `RTCSessionDescription`, `RTCIceCandidate`: node-datachannel's `polyfill`
  *   (libdatachannel); PeerJS finds them as globals and opens its data connections on them unchanged.
  *   Why this package and not @roamhq/wrtc or werift: docs/headless.md ("Which WebRTC") and
@@ -13,6 +16,14 @@
 import nodeDataChannel from 'node-datachannel';
 import { RTCIceCandidate, RTCPeerConnection, RTCSessionDescription } from 'node-datachannel/polyfill';
 import { WebSocket } from 'ws';
+
+/** `ws`'s WebSocket with an `error` listener always attached (a browser's never throws on errors). */
+export class BrowserLikeWebSocket extends WebSocket {
+  constructor(...args: ConstructorParameters<typeof WebSocket>) {
+    super(...args);
+    this.on('error', () => {});
+  }
+}
 
 let installed = false;
 

@@ -11,6 +11,7 @@ import { parseWorkerUrl, WorkerFlagError } from '../../../headless/cli';
 import { FileDatasetCache } from '../../../headless/dataset-cache';
 import { workerNames } from '../../../headless/fleet';
 import { idleTracked, peerIdFor } from '../../../headless/headless-worker';
+import { BrowserLikeWebSocket } from '../../../headless/node-globals';
 import { type OuterStepTiming, timedTrainer } from '../../../headless/step-timing';
 import type { TrainerPort } from '../../../web/elastic/ports';
 
@@ -131,5 +132,20 @@ describe('FileDatasetCache', () => {
     await cache.delete(url, { ignoreSearch: true });
     expect(await cache.match(`${url}?sha256=aa`)).toBeUndefined();
     expect(await cache.match(`${url}?sha256=bb`)).toBeUndefined();
+  });
+});
+
+describe('BrowserLikeWebSocket: errors are events, as in a browser', () => {
+  it('reports a refused connection as a close (1006) with no error handler set, instead of throwing', async () => {
+    const { createServer } = await import('node:net');
+    const server = createServer();
+    await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+    const { port } = server.address() as { port: number };
+    await new Promise<void>((r) => server.close(() => r()));
+    const ws = new BrowserLikeWebSocket(`ws://127.0.0.1:${port}/`);
+    const code = await new Promise<number>((resolve) => {
+      ws.onclose = (e) => resolve(e.code);
+    });
+    expect(code).toBe(1006);
   });
 });
