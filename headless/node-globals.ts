@@ -31,8 +31,9 @@ export function installNodeGlobals(): void {
   if (installed) return;
   installed = true;
   Object.assign(globalThis, { RTCPeerConnection, RTCSessionDescription, RTCIceCandidate });
-  if (typeof (globalThis as { WebSocket?: unknown }).WebSocket === 'undefined')
-    Object.assign(globalThis, { WebSocket });
+  // Always ours, also where Node has a WebSocket of its own (22+): the coordinator client and PeerJS then
+  // meet the same socket everywhere, one that never throws on an error.
+  Object.assign(globalThis, { WebSocket: BrowserLikeWebSocket });
 }
 
 /** Stop libdatachannel's threads so the process can exit (after every peer connection is closed). */
