@@ -25,7 +25,7 @@ import {
   StartupError,
 } from './config/startup-config';
 import { addTrustFlags, trustOptionsOf, type TrustFlags } from './config/trust-flags';
-import { LocalWorkers, MAX_LOCAL_WORKERS } from './runtime/local-workers';
+import { capsForLocalWorkers, LocalWorkers, MAX_LOCAL_WORKERS } from './runtime/local-workers';
 
 function oneLine(text: string): string {
   return text.replace(/\s*\n\s*/g, ' ').trim();
@@ -72,7 +72,7 @@ async function runCoordinator(flags: CoordinatorFlags): Promise<void> {
       dataset,
       adminToken,
       distDir: resolve(flags.dist),
-      trust: trustOptionsOf(flags),
+      trust: { ...trustOptionsOf(flags), ...capsForLocalWorkers(flags.localWorkers, flags) },
       ice: net.ice,
       tls: net.tls,
       publicUrl: net.publicUrl,

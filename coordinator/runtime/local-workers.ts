@@ -14,6 +14,23 @@ import { swiftshaderEnv } from '../../node/gpu-env';
 export const TABSWARM_BIN = resolve(import.meta.dirname, '../../bin/tabswarm.js');
 export const MAX_LOCAL_WORKERS = 64;
 
+/**
+ * The per-address defences (socket gate: 64 sockets, 60 hellos a minute per client address by default)
+ * with room for `count` local workers, which all come from the loopback address and each open two sockets
+ * (the control channel and PeerJS's) and say hello at every reconnect: what an operator did not set
+ * explicitly is raised to fit them, never lowered.
+ */
+export function capsForLocalWorkers(
+  count: number,
+  given: { maxSocketsPerAddress?: number; joinsPerMinute?: number },
+): { maxSocketsPerAddress?: number; joinsPerMinute?: number } {
+  if (count === 0) return given;
+  return {
+    maxSocketsPerAddress: given.maxSocketsPerAddress ?? Math.max(64, 2 * count + 64),
+    joinsPerMinute: given.joinsPerMinute ?? Math.max(60, 4 * count + 60),
+  };
+}
+
 export type LocalWorkersLog = (level: 'info' | 'warn', text: string) => void;
 
 export class LocalWorkers {
