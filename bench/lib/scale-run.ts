@@ -171,7 +171,10 @@ function inFlight(status: StatusReport, name: string): { lost: number; dropped: 
 }
 
 export async function runScaleScenario(s: ScaleScenario): Promise<ScaleResult> {
-  const proc = await spawnCoordinator({ job: JOB(s.n), datasetDir: null, startTimeoutMs: 60_000 });
+  // Every worker comes from 127.0.0.1 with two sockets: the per-address caps meant for strangers (64
+  // sockets, 60 hellos a minute, 20 restarts charged to an address) would refuse more than 32 workers.
+  const caps = ['--max-sockets-per-address', '1000', '--joins-per-minute', '1000', '--address-restart-quota', '1000'];
+  const proc = await spawnCoordinator({ job: JOB(s.n), datasetDir: null, startTimeoutMs: 60_000, extraArgs: caps });
   const swarm = new Swarm(proc.url, s.log);
   const feed = await FeedWatcher.open(proc.url, proc.adminToken!);
   try {
