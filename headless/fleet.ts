@@ -67,6 +67,19 @@ async function startWithRetries(
   }
 }
 
+/** One `--control` line on `workers`; `join` asks `add` for a new worker (false: the fleet is stopping). */
+function controlLine(line: string, workers: readonly HeadlessWorker[], add: (name: string) => boolean): string {
+  const [verb, name] = line.trim().split(/\s+/);
+  if (verb === 'join' && name && /^[A-Za-z0-9_-]{1,32}$/.test(name))
+    return add(name) ? `joining ${name}` : 'stopping: no join';
+  const w = workers.find((x) => x.name === name);
+  if (!w) return `no worker ${name ?? ''}`;
+  if (verb === 'leave') void w.leave();
+  else if (verb === 'crash') void w.crash();
+  else return `unknown control ${verb}`;
+  return `${verb} ${name}`;
+}
+
 export async function startFleet(o: FleetOptions): Promise<Fleet> {
   const dataset = await loadHeadlessDataset(o.origin, o.cache);
   const names = workerNames(o.name, o.count);
@@ -113,20 +126,13 @@ export async function startFleet(o: FleetOptions): Promise<Fleet> {
       stopping = true;
       await Promise.all(workers.map((w) => w.leave()));
     },
-    control: async (line) => {
-      const [verb, name] = line.trim().split(/\s+/);
-      if (verb === 'join' && name && /^[A-Za-z0-9_-]{1,32}$/.test(name) && !stopping) {
+    control: async (line) =>
+      controlLine(line, workers, (name) => {
+        if (stopping) return false;
         const start = startNamed(name);
         pending.add(start);
         void start.finally(() => pending.delete(start));
-        return `joining ${name}`;
-      }
-      const w = workers.find((x) => x.name === name);
-      if (!w) return `no worker ${name ?? ''}`;
-      if (verb === 'leave') void w.leave();
-      else if (verb === 'crash') void w.crash();
-      else return `unknown control ${verb}`;
-      return `${verb} ${name}`;
-    },
+        return true;
+      }),
   };
 }

@@ -129,6 +129,36 @@ async function prepareTrainer(
   };
 }
 
+/**
+ * How a worker ends: `end` (a goodbye, or none for a crash) closes the composition, waits for the trainer's
+ * call in flight and ends the thread, once; `closed` resolves with the outcome after that, whatever ended
+ * the run (the job done, the loop failed, the thread died), so the links and thread always go with it.
+ */
+function ending(
+  c: ComposedElastic,
+  trainer: ReturnType<typeof idleTracked>,
+  thread: TrainerThread,
+  ended: Promise<HeadlessOutcome>,
+  finish: (o: HeadlessOutcome) => void,
+): { end(how: 'left' | 'crashed'): Promise<void>; closed: Promise<HeadlessOutcome> } {
+  let leaving: Promise<void> | null = null;
+  const end = (how: 'left' | 'crashed') => {
+    leaving ??= (async () => {
+      if (how === 'left') c.leave();
+      else c.drop();
+      finish({ kind: how, detail: how });
+      await trainer.idle(IDLE_WAIT_MS);
+      await thread.terminate();
+    })();
+    return leaving;
+  };
+  const closed = ended.then(async (outcome) => {
+    await end('left');
+    return outcome;
+  });
+  return { end, closed };
+}
+
 async function run(
   thread: TrainerThread,
   adapter: { vendor: string; architecture: string; description: string },
@@ -163,23 +193,8 @@ async function run(
   );
   void thread.ended.then((why) => finish({ kind: 'thread', detail: why }));
   const c = composed;
-  let leaving: Promise<void> | null = null;
-  const end = (how: 'left' | 'crashed') => {
-    leaving ??= (async () => {
-      if (how === 'left') c.leave();
-      else c.drop();
-      finish({ kind: how, detail: how });
-      await trainer.idle(IDLE_WAIT_MS);
-      await thread.terminate();
-    })();
-    return leaving;
-  };
+  const { end, closed } = ending(c, trainer, thread, ended, finish);
   const leave = () => end('left');
-  // Whatever ended the run, the worker's links and thread go with it, before `ended` resolves.
-  const closed = ended.then(async (outcome) => {
-    await leave();
-    return outcome;
-  });
   return {
     name: opts.name,
     peerId: c.peerId,
