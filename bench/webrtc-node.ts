@@ -76,12 +76,6 @@ interface Row {
   error?: string;
 }
 
-function deferred(): { promise: Promise<void>; resolve(): void } {
-  let resolve!: () => void;
-  const promise = new Promise<void>((r) => (resolve = r));
-  return { promise, resolve };
-}
-
 /** One pair, connected in-process; resolves with both open channels and the time it took. */
 async function connectPair(
   rtc: Rtc,

@@ -87,6 +87,7 @@ export function scaleSvg(results: ScaleResult[], title: string): string {
     )
     .join('');
   return `<svg xmlns="http://www.w3.org/2000/svg" width="${W}" height="${H}" font-family="sans-serif" font-size="12">
+<title>${title}</title>
 <rect width="${W}" height="${H}" fill="white"/>
 <text x="${W / 2}" y="22" text-anchor="middle" font-size="14">${title}</text>
 <line x1="${pad.l}" y1="${H - pad.b}" x2="${W - pad.r}" y2="${H - pad.b}" stroke="#444"/>
