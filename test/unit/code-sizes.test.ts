@@ -34,11 +34,19 @@ describe('product code sizes', () => {
     expect(fileSizes(dir, ['core'])).toEqual([{ lines: 128, where: 'core/a.ts', name: 'core/a.ts', excused: false }]);
   });
 
-  it(`has no product file over ${MAX_FILE_LINES} lines without a reason`, () => {
-    expect(over(fileSizes(ROOT), MAX_FILE_LINES)).toEqual([]);
-  }, PARSE_TIMEOUT_MS);
+  it(
+    `has no product file over ${MAX_FILE_LINES} lines without a reason`,
+    () => {
+      expect(over(fileSizes(ROOT), MAX_FILE_LINES)).toEqual([]);
+    },
+    PARSE_TIMEOUT_MS,
+  );
 
-  it(`has no product function over ${MAX_FUNCTION_LINES} lines without a reason`, () => {
-    expect(over(functionSizes(ROOT), MAX_FUNCTION_LINES)).toEqual([]);
-  }, PARSE_TIMEOUT_MS);
+  it(
+    `has no product function over ${MAX_FUNCTION_LINES} lines without a reason`,
+    () => {
+      expect(over(functionSizes(ROOT), MAX_FUNCTION_LINES)).toEqual([]);
+    },
+    PARSE_TIMEOUT_MS,
+  );
 });
