@@ -31,7 +31,7 @@ import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import type { Page } from 'playwright-core';
 import type { StatusReport } from '../coordinator/admin/audit';
-import { COORDINATOR_IP, type LinkProfile } from '../tools/netbed/netbed';
+import { COORDINATOR_IP, type LinkProfile, parseLinkProfile } from '../tools/netbed/netbed';
 import { COORDINATOR_PORT, Scene } from '../tools/netbed/scene';
 import { PEER_PATH } from '../coordinator/http/peer-signaling';
 import type { NetHarness } from '../test/browser/pages/net-harness';
@@ -43,6 +43,8 @@ import { writeDatasetSlice } from '../test/support/small-dataset';
 import { FASHION_MNIST_DIR, WEB_BUILD_DIR } from '../test/support/browser';
 import { makeTempDir } from '../test/support/fake-dataset';
 import { arg, chromiumVersion, exitUnlessReady } from './lib/common';
+import { type DiagnoseRow, diagnose, printDiagnoseRows } from './lib/net-diagnose';
+import { type LossyOptions, type LossyRow, lossyTable, printLossyRows } from './lib/net-lossy';
 
 const PROFILES: Record<string, LinkProfile> = {
   lan: { delayMs: 0.5, jitterMs: 0, rateMbit: 1000, lossPercent: 0 },
@@ -297,6 +299,24 @@ async function allreduceScenario(
   }
 }
 
+/** The `diagnose` part on a scene of two homes with `link` (bench/lib/net-diagnose.ts). */
+async function diagnoseScenario(link: LinkProfile, dataset: string, site: string): Promise<DiagnoseRow[]> {
+  const scene = await startScene(link, 'direct', 2, dataset, site);
+  try {
+    const pages = await Promise.all(
+      [0, 1].map(async (i) => {
+        const { page } = await scene.openPage(i, NET_HARNESS_PATH);
+        await page.waitForFunction(() => 'netHarness' in window);
+        return page;
+      }),
+    );
+    const seconds = Number(arg('seconds', '20'));
+    return await diagnose(scene, [pages[0], pages[1]], { link, seconds, warmS: Math.min(5, seconds / 4) });
+  } finally {
+    await scene.close();
+  }
+}
+
 function printBusRows(rows: readonly BusRow[]): void {
   process.stdout.write(
     '\nallreduce on the bed (fp32 wire)\nprofile    mode    tabs  size MiB  rate Mbit/s  TCP goodput  median ms  bus Mbit/s  bus/rate  bus/goodput  runs ms\n',
@@ -318,7 +338,7 @@ async function main(): Promise<void> {
   const sizes = arg('mib', '4,16').split(',').map(Number);
   const repeat = Number(arg('repeat', '3'));
   const unknown = profiles.filter((p) => !(p in PROFILES));
-  if (unknown.length > 0 || parts.some((p) => p !== 'training' && p !== 'allreduce')) {
+  if (unknown.length > 0 || parts.some((p) => !['training', 'allreduce', 'diagnose', 'lossy'].includes(p))) {
     process.stderr.write(`bench:net: unknown profile or part (${[...unknown, ...parts].join(', ')})\n`);
     process.exit(1);
   }
@@ -342,10 +362,36 @@ async function main(): Promise<void> {
       }
     }
   }
+  let diagnosis: DiagnoseRow[] = [];
+  const diagnoseLink = parseLinkProfile(arg('link', '80ms 0ms 5mbit 1%'));
+  if (parts.includes('diagnose')) {
+    process.stderr.write(`bench:net: diagnose ${JSON.stringify(diagnoseLink)}…\n`);
+    diagnosis = await diagnoseScenario(diagnoseLink, dataset, await buildHarnessSite());
+  }
+  let lossy: LossyRow[] = [];
+  const stripesArg = arg('stripes', '');
+  const stripes: LossyOptions['stripes'] =
+    stripesArg === '' ? undefined : stripesArg === 'auto' ? 'auto' : Number(stripesArg);
+  if (parts.includes('lossy')) {
+    lossy = await lossyTable({
+      tabs,
+      rttsMs: arg('rtts', '80,160').split(',').map(Number),
+      lossesPercent: arg('losses', '0,0.5,1,2').split(',').map(Number),
+      rateMbit: Number(arg('rate', '5')),
+      sizesMib: arg('lossy-mib', '1').split(',').map(Number),
+      repeat,
+      stripes,
+      job,
+      dataset,
+      site: await buildHarnessSite(),
+    });
+  }
   if (rows.length > 0) printTrainingRows(rows);
+  if (diagnosis.length > 0) printDiagnoseRows(JSON.stringify(diagnoseLink), diagnosis);
+  if (lossy.length > 0) printLossyRows(lossy, stripes);
   if (busRows.length > 0) printBusRows(busRows);
   process.stdout.write(
-    `${JSON.stringify({ bench: 'net', at: new Date().toISOString(), chromium: chromiumVersion(), job, rows, highWaterBytes, allreduce: busRows })}\n`,
+    `${JSON.stringify({ bench: 'net', at: new Date().toISOString(), chromium: chromiumVersion(), job, rows, highWaterBytes, allreduce: busRows, ...(diagnosis.length > 0 ? { diagnose: { link: diagnoseLink, rows: diagnosis } } : {}), ...(lossy.length > 0 ? { lossy: { stripes: stripes ?? null, rows: lossy } } : {}) })}\n`,
   );
   process.exit(0);
 }

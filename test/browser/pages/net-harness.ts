@@ -1,6 +1,6 @@
 /**
  * Test harness page for the WebRTC collectives: exposes `window.netHarness` so a Playwright test can
- * drive real tabs (form a ring, allreduce, broadcast, measure the raw channel) and read plain-JSON
+ * drive real tabs (form a ring, allreduce, broadcast, measure the raw channel, probe the transport) and read plain-JSON
  * results. Inputs are generated here from seeds with the same generator the test uses in Node, so
  * megabytes never cross the CDP connection except the one result the test checks byte for byte.
  */
@@ -14,6 +14,7 @@ import { DEFAULT_HIGH_WATER_BYTES } from '../../../web/net/paced-sender';
 import { PeerMesh, type PeerMeshEvent } from '../../../web/net/peer-mesh';
 import { ringAllreduce, type WireCompression } from '../../../web/net/ring-allreduce';
 import { mulberry32, randomArray } from '../../support/rng';
+import { probe } from './rtc-probe';
 
 export interface HarnessError {
   name: string;
@@ -122,6 +123,8 @@ const harness = {
     secure?: boolean;
     path?: string;
     rtcConfig?: RTCConfiguration;
+    /** Stripes per neighbour (not yet supported: ignored). */
+    stripes?: number | 'auto';
   }): Promise<void> {
     signaling = { host: opts.host, port: opts.port, secure: opts.secure, path: opts.path, rtcConfig: opts.rtcConfig };
     lowWaterBytes = opts.lowWaterBytes;
@@ -135,6 +138,11 @@ const harness = {
       link: { bufferedAmountLowThreshold: lowWaterBytes },
     });
     mesh.on((event) => events.push(event));
+  },
+
+  /** The stripes (peer connections) of each ring link; empty while links are not striped. */
+  stripes(): number[] {
+    return [];
   },
 
   events(): PeerMeshEvent[] {
@@ -278,6 +286,9 @@ const harness = {
       });
     });
   },
+
+  /** Raw RTCPeerConnection probes of the transport itself (bench:net `diagnose`; ./rtc-probe.ts). */
+  probe,
 
   close(): void {
     counter?.stop();
