@@ -44,7 +44,8 @@ import { FASHION_MNIST_DIR, WEB_BUILD_DIR } from '../test/support/browser';
 import { makeTempDir } from '../test/support/fake-dataset';
 import { arg, chromiumVersion, exitUnlessReady } from './lib/common';
 import { type DiagnoseRow, diagnose, printDiagnoseRows } from './lib/net-diagnose';
-import { type LossyOptions, type LossyRow, lossyTable, printLossyRows } from './lib/net-lossy';
+import { type LossyRow, lossyTable, printLossyRows } from './lib/net-lossy';
+import type { StripeSetting } from '../web/net/stripe-policy';
 
 const PROFILES: Record<string, LinkProfile> = {
   lan: { delayMs: 0.5, jitterMs: 0, rateMbit: 1000, lossPercent: 0 },
@@ -73,6 +74,10 @@ declare const netHarness: NetHarness;
 const MiB = 1024 * 1024;
 /** The paced sender's high-water mark for the allreduce part (default: the collectives' own). */
 const highWaterBytes = Number(arg('high', String(DEFAULT_HIGH_WATER_BYTES)));
+/** `--stripes N|auto`: peer connections per ring neighbour in the allreduce and lossy parts (default: the mesh's). */
+const stripesArg = arg('stripes', '');
+const stripes: StripeSetting | undefined =
+  stripesArg === '' ? undefined : stripesArg === 'auto' ? 'auto' : Number(stripesArg);
 
 /** TCP goodput (Mbit/s) home 0 → public segment over 4 s. */
 async function linkGoodput(scene: Scene): Promise<number> {
@@ -232,6 +237,8 @@ interface BusRow {
   busMbit: number;
   ofRate: number;
   ofGoodput: number;
+  /** Stripes per ring link after the runs (min–max over the tabs' links). */
+  stripes: string;
 }
 
 /** One allreduce of `mib` MiB on every rank from a common instant; ms to the last finish (ranks must agree). */
@@ -260,7 +267,7 @@ async function allreduceScenario(
       ids.map(async (id, i) => {
         const { page } = await scene.openPage(i, NET_HARNESS_PATH);
         await page.waitForFunction(() => 'netHarness' in window);
-        const opts = { id, host: COORDINATOR_IP, port: COORDINATOR_PORT, secure: true, path: PEER_PATH };
+        const opts = { id, host: COORDINATOR_IP, port: COORDINATOR_PORT, secure: true, path: PEER_PATH, stripes };
         await page.evaluate((o) => netHarness.open(o), { ...opts, rtcConfig: scene.iceConfig(id) });
         return page;
       }),
@@ -276,6 +283,9 @@ async function allreduceScenario(
         process.stderr.write(`  ${profile} ${mode} ${mib} MiB: ${ms.toFixed(0)} ms\n`);
       }
     }
+    const counts = (await Promise.all(pages.map((p) => p.evaluate(() => netHarness.stripes())))).flat();
+    const stripeText =
+      Math.min(...counts) === Math.max(...counts) ? String(counts[0]) : `${Math.min(...counts)}–${Math.max(...counts)}`;
     return sizes.map((mib) => {
       const sorted = [...runs.get(mib)!].sort((a, b) => a - b);
       const ms = sorted[Math.floor(sorted.length / 2)];
@@ -292,6 +302,7 @@ async function allreduceScenario(
         busMbit: Math.round(busMbit * 10) / 10,
         ofRate: Math.round((busMbit / link.rateMbit) * 100) / 100,
         ofGoodput: Math.round((busMbit / goodputMbit) * 100) / 100,
+        stripes: stripeText,
       };
     });
   } finally {
@@ -319,11 +330,11 @@ async function diagnoseScenario(link: LinkProfile, dataset: string, site: string
 
 function printBusRows(rows: readonly BusRow[]): void {
   process.stdout.write(
-    '\nallreduce on the bed (fp32 wire)\nprofile    mode    tabs  size MiB  rate Mbit/s  TCP goodput  median ms  bus Mbit/s  bus/rate  bus/goodput  runs ms\n',
+    '\nallreduce on the bed (fp32 wire)\nprofile    mode    tabs  size MiB  rate Mbit/s  TCP goodput  median ms  bus Mbit/s  bus/rate  bus/goodput  stripes  runs ms\n',
   );
   for (const r of rows) {
     process.stdout.write(
-      `${r.profile.padEnd(11)}${r.mode.padEnd(8)}${String(r.tabs).padEnd(6)}${String(r.mib).padStart(8)}  ${String(r.rateMbit).padStart(11)}  ${String(r.goodputMbit).padStart(11)}  ${String(r.ms).padStart(9)}  ${String(r.busMbit).padStart(10)}  ${r.ofRate.toFixed(2).padStart(8)}  ${r.ofGoodput.toFixed(2).padStart(11)}  ${r.runsMs.join(' ')}\n`,
+      `${r.profile.padEnd(11)}${r.mode.padEnd(8)}${String(r.tabs).padEnd(6)}${String(r.mib).padStart(8)}  ${String(r.rateMbit).padStart(11)}  ${String(r.goodputMbit).padStart(11)}  ${String(r.ms).padStart(9)}  ${String(r.busMbit).padStart(10)}  ${r.ofRate.toFixed(2).padStart(8)}  ${r.ofGoodput.toFixed(2).padStart(11)}  ${r.stripes.padStart(7)}  ${r.runsMs.join(' ')}\n`,
     );
   }
 }
@@ -369,9 +380,6 @@ async function main(): Promise<void> {
     diagnosis = await diagnoseScenario(diagnoseLink, dataset, await buildHarnessSite());
   }
   let lossy: LossyRow[] = [];
-  const stripesArg = arg('stripes', '');
-  const stripes: LossyOptions['stripes'] =
-    stripesArg === '' ? undefined : stripesArg === 'auto' ? 'auto' : Number(stripesArg);
   if (parts.includes('lossy')) {
     lossy = await lossyTable({
       tabs,

@@ -167,7 +167,7 @@ async function rtcGoodput(
   config: ProbeChannelConfig,
   send: { messageBytes: number; highWater: number; lowWater: number },
   o: DiagnoseOptions,
-): Promise<{ mbit: number; overhead: number; rttMs: number | null }> {
+): Promise<{ mbit: number; rttMs: number | null }> {
   const [a, b] = pages;
   const offers = await a.evaluate((c) => netHarness.probe.offer(c), { ...config, rtcConfig: scene.iceConfig('pa') });
   const answers = await b.evaluate(([c, offered]) => netHarness.probe.answer(c, offered), [
@@ -190,7 +190,6 @@ async function rtcGoodput(
   const bytes = buckets.filter(([t]) => t >= from && t < to).reduce((sum, [, n]) => sum + n, 0);
   return {
     mbit: (bytes * 8) / ((to - from) / 1000) / 1e6,
-    overhead: stats.channelBytesSent > 0 ? stats.transportBytesSent / stats.channelBytesSent : Number.NaN,
     rttMs: stats.rttMs,
   };
 }
@@ -242,7 +241,7 @@ export async function diagnose(scene: Scene, pages: [Page, Page], o: DiagnoseOpt
   ];
   for (const [what, config, send] of variants) {
     const r = await rtcGoodput(scene, pages, config, send, o);
-    add(what, r.mbit, `wire/message bytes ${r.overhead.toFixed(3)}, RTT ${r.rttMs?.toFixed(0) ?? '–'} ms`);
+    add(what, r.mbit, `RTT ${r.rttMs?.toFixed(0) ?? '–'} ms (getStats)`);
   }
   return rows;
 }

@@ -17,6 +17,7 @@ import { NET_HARNESS_PATH } from '../../test/support/harness-site';
 import { allreduceFromCommonStart } from '../../test/support/net-harness-client';
 import { ringAllreduceBusBytes } from '../../web/net/ring-allreduce';
 import { shapeAccessLinks } from './shape-links';
+import type { StripeSetting } from '../../web/net/stripe-policy';
 
 declare const netHarness: NetHarness;
 
@@ -32,7 +33,7 @@ export interface LossyOptions {
   sizesMib: number[];
   repeat: number;
   /** The mesh's stripes per ring neighbour, passed to the harness (`undefined`: the harness's default). */
-  stripes?: number | 'auto';
+  stripes?: StripeSetting;
   job: Record<string, unknown>;
   dataset: string;
   site: string;

@@ -15,6 +15,8 @@ import { PeerMesh, type PeerMeshEvent } from '../../../web/net/peer-mesh';
 import { ringAllreduce, type WireCompression } from '../../../web/net/ring-allreduce';
 import { mulberry32, randomArray } from '../../support/rng';
 import { probe } from './rtc-probe';
+import { StripedLink } from '../../../web/net/striped-link';
+import type { StripeSetting } from '../../../web/net/stripe-policy';
 
 export interface HarnessError {
   name: string;
@@ -123,8 +125,8 @@ const harness = {
     secure?: boolean;
     path?: string;
     rtcConfig?: RTCConfiguration;
-    /** Stripes per neighbour (not yet supported: ignored). */
-    stripes?: number | 'auto';
+    /** Stripes per neighbour (web/net/stripe-policy.ts); default the mesh's. */
+    stripes?: StripeSetting;
   }): Promise<void> {
     signaling = { host: opts.host, port: opts.port, secure: opts.secure, path: opts.path, rtcConfig: opts.rtcConfig };
     lowWaterBytes = opts.lowWaterBytes;
@@ -136,13 +138,15 @@ const harness = {
       path: opts.path,
       rtcConfig: opts.rtcConfig,
       link: { bufferedAmountLowThreshold: lowWaterBytes },
+      stripes: opts.stripes,
     });
     mesh.on((event) => events.push(event));
   },
 
-  /** The stripes (peer connections) of each ring link; empty while links are not striped. */
+  /** The stripes (peer connections) of this tab's ring links (left, then right if another link). */
   stripes(): number[] {
-    return [];
+    const links = ring ? [...new Set([ring.left, ring.right])] : [];
+    return links.flatMap((l) => (l instanceof StripedLink ? [l.stripeCount] : []));
   },
 
   events(): PeerMeshEvent[] {
@@ -237,6 +241,7 @@ const harness = {
       id: `${selfId}-raw`,
       ...signaling!,
       link: { bufferedAmountLowThreshold: lowWaterBytes },
+      stripes: 1, // one data channel: what "raw" compares against
     });
     await rawMesh.connect((Array.isArray(peerIds) ? peerIds : [peerIds]).map((p) => `${p}-raw`));
   },
