@@ -7,33 +7,33 @@
  * and so one congestion window, which is why stripes are links of their own (web/net/peer-mesh.ts dials
  * one peer connection per stripe).
  *
- * The striped link keeps the whole `Link` contract, ordering included, so the collectives above it do
- * not change:
  * - Every message goes out on one stripe, the one with the least `bufferedAmount` (ties in turn), behind
- *   a 4-byte little-endian sequence number. The receiver hands messages on in sequence order, holding
- *   those that overtook a gap (a stripe waiting for a retransmission) until it fills.
+ *   a 4-byte little-endian sequence number.
+ * - **Messages are handed on as they arrive, not in sending order** (each exactly once: the sequence
+ *   numbers refuse duplicates). Reassembling the order would hold every later message behind a packet
+ *   one stripe is retransmitting, and a ring allreduce cannot forward what it was not given: measured on
+ *   the poor profile, in-order delivery cost a fifth of the bus bandwidth (docs/networking.md). The
+ *   collectives do not need the order: every frame names its collective, ring step and chunk
+ *   (web/net/framing.ts), and the Link contract allows this (web/net/link.ts).
  * - `bufferedAmount` is that of the least-loaded stripe, where the next message would go, and
  *   `onBufferedAmountLow` fires when it falls to the threshold: a paced sender therefore keeps sending as
  *   long as any stripe drains, and a stripe stalled on a retransmission timeout holds back only its own
  *   messages. The browser buffers up to stripes × high water this way.
  * - Stripes may be added at any time (`addStripe`); the first stripe exists from the start. A stripe that
- *   closes closes the whole link (its undelivered messages are gone, so the order could not be kept).
- * - Hostile input: a message shorter than the header, a sequence number already delivered or already
- *   held, one more than `MAX_AHEAD_MESSAGES` ahead, or more than `maxHeldBytes` held out of order closes
- *   the link (the frame router above reports the peer), and nothing is delivered past the fault.
+ *   closes closes the whole link (its undelivered messages are gone).
+ * - Hostile input: a message shorter than the header, a sequence number already delivered, or one more
+ *   than `MAX_AHEAD_MESSAGES` ahead of the oldest missing one closes the link (the frame router above
+ *   reports the peer), and nothing is delivered past the fault.
  */
 import { ListenerSet, type Link, type Unsubscribe } from './link';
 
 /** Bytes in front of every message on a stripe: its sequence number (u32, little-endian, wrapping). */
 export const STRIPE_HEADER_BYTES = 4;
-/** How far ahead of the next expected message a sequence number may be. */
+/**
+ * How far ahead of the oldest missing message a sequence number may be: 2^16 messages, a GiB of
+ * 16 KB frames, far more than stripes × their congestion windows can hold in flight.
+ */
 export const MAX_AHEAD_MESSAGES = 1 << 16;
-/** Default bound on bytes held out of order (a peer may run ahead this far while one stripe recovers). */
-export const DEFAULT_MAX_HELD_BYTES = 64 * 1024 * 1024;
-
-export interface StripedLinkOptions {
-  readonly maxHeldBytes?: number;
-}
 
 const SEQ_SPACE = 2 ** 32;
 
@@ -43,20 +43,18 @@ export class StripedLink implements Link {
   private readonly detach: Unsubscribe[] = [];
   private open = true;
   private nextSend = 0;
-  private nextDeliver = 0;
+  /** The oldest sequence number not received yet; those received beyond it are in `seenAhead`. */
+  private oldestMissing = 0;
+  private readonly seenAhead = new Set<number>();
   private turn = 0;
-  private readonly heldOutOfOrder = new Map<number, ArrayBuffer>();
-  private heldBytes = 0;
   private aboveLow = false;
   private readonly unclaimed: ArrayBuffer[] = [];
   private readonly messageListeners = new ListenerSet<[ArrayBuffer]>();
   private readonly closeListeners = new ListenerSet<[string, boolean]>();
   private readonly lowListeners = new ListenerSet<[]>();
-  private readonly maxHeldBytes: number;
 
-  constructor(first: Link, opts: StripedLinkOptions = {}) {
+  constructor(first: Link) {
     this.peer = first.peer;
-    this.maxHeldBytes = opts.maxHeldBytes ?? DEFAULT_MAX_HELD_BYTES;
     this.addStripe(first);
   }
 
@@ -156,36 +154,23 @@ export class StripedLink implements Link {
       return;
     }
     const seq = new DataView(message).getUint32(0, true);
-    const ahead = (seq - this.nextDeliver + SEQ_SPACE) % SEQ_SPACE;
+    const ahead = (seq - this.oldestMissing + SEQ_SPACE) % SEQ_SPACE;
     if (ahead >= MAX_AHEAD_MESSAGES) {
-      this.refuse(`message ${seq} is not within ${MAX_AHEAD_MESSAGES} of the next expected ${this.nextDeliver}`);
+      this.refuse(`message ${seq} is delivered already or beyond ${MAX_AHEAD_MESSAGES} of ${this.oldestMissing}`);
       return;
     }
-    if (ahead > 0) {
-      if (this.heldOutOfOrder.has(seq)) {
-        this.refuse(`message ${seq} arrived twice`);
-        return;
-      }
-      this.heldOutOfOrder.set(seq, message);
-      this.heldBytes += message.byteLength;
-      if (this.heldBytes > this.maxHeldBytes)
-        this.refuse(`${this.heldBytes} bytes held out of order (limit ${this.maxHeldBytes})`);
+    if (this.seenAhead.has(seq)) {
+      this.refuse(`message ${seq} arrived twice`);
       return;
     }
-    this.deliver(message);
-    for (let next = this.heldOutOfOrder.get(this.nextDeliver); next; next = this.heldOutOfOrder.get(this.nextDeliver)) {
-      this.heldOutOfOrder.delete(this.nextDeliver);
-      this.heldBytes -= next.byteLength;
-      this.deliver(next);
+    if (ahead > 0) this.seenAhead.add(seq);
+    else {
+      this.oldestMissing = (this.oldestMissing + 1) % SEQ_SPACE;
+      while (this.seenAhead.delete(this.oldestMissing)) this.oldestMissing = (this.oldestMissing + 1) % SEQ_SPACE;
     }
-  }
-
-  private deliver(framed: ArrayBuffer): void {
-    this.nextDeliver = (this.nextDeliver + 1) % SEQ_SPACE;
-    if (!this.open) return;
-    const message = framed.slice(STRIPE_HEADER_BYTES);
-    if (this.messageListeners.size === 0) this.unclaimed.push(message);
-    else this.messageListeners.emit(message);
+    const payload = message.slice(STRIPE_HEADER_BYTES);
+    if (this.messageListeners.size === 0) this.unclaimed.push(payload);
+    else this.messageListeners.emit(payload);
   }
 
   private refuse(why: string): void {
@@ -198,8 +183,7 @@ export class StripedLink implements Link {
     for (const d of this.detach) d();
     this.detach.length = 0;
     for (const s of this.stripes) s.close();
-    this.heldOutOfOrder.clear();
-    this.heldBytes = 0;
+    this.seenAhead.clear();
     this.unclaimed.length = 0;
     this.closeListeners.emit(reason, closedLocally);
     this.closeListeners.clear();
