@@ -322,7 +322,8 @@ async function diagnoseScenario(link: LinkProfile, dataset: string, site: string
       }),
     );
     const seconds = Number(arg('seconds', '20'));
-    return await diagnose(scene, [pages[0], pages[1]], { link, seconds, warmS: Math.min(5, seconds / 4) });
+    const only = arg('only', '').split(',').filter(Boolean);
+    return await diagnose(scene, [pages[0], pages[1]], { link, seconds, warmS: Math.min(5, seconds / 4), only });
   } finally {
     await scene.close();
   }

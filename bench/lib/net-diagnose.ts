@@ -9,7 +9,7 @@
  * - the delay line's CPU share (tun-link.py) during the fastest of those flows;
  * - raw WebRTC data channels (test/browser/pages/rtc-probe.ts, no code of ours in the path): one
  *   channel as the collectives use it today, larger messages, a larger send buffer, several channels in
- *   one peer connection, an unordered unreliable channel, and several peer connections.
+ *   one peer connection, an unordered channel (reliable, and not), and several peer connections.
  * Goodput is the receiver's bytes over a steady window (the first `warmS` seconds of each flow left out).
  */
 import { readFileSync } from 'node:fs';
@@ -38,6 +38,8 @@ export interface DiagnoseOptions {
   link: LinkProfile;
   seconds: number;
   warmS: number;
+  /** Run only the data-channel variants whose description contains one of these (and no TCP flows); [] = all. */
+  only: string[];
 }
 
 /** Router 1 forwards TCP_PORT and UDP_PORT of its public address to home 1, after the loss rule. */
@@ -208,12 +210,14 @@ export async function diagnose(scene: Scene, pages: [Page, Page], o: DiagnoseOpt
   const oneLink = await udpLoss(scene, scene.bed.publicNs, COORDINATOR_IP, COORDINATOR_IP, 2500);
   const path = await udpLoss(scene, scene.bed.homes[1].ns, scene.bed.homes[1].ip, target, 2500);
   const rttS = (4 * o.link.delayMs) / 1000;
-  const mathis = (mss: number) => ((mss * 8) / rttS) * (1.22 / Math.sqrt(Math.max(path, 1e-4))) * 1e-6;
+  const mathis = (mss: number) => ((mss * 8) / rttS) * (1.22 / Math.sqrt(path)) * 1e-6;
   add('UDP loss, one access link (per direction)', 0, `${(oneLink * 100).toFixed(2)} %`);
   add('UDP loss, ring-hop path home 0 → home 1 (per direction)', 0, `${(path * 100).toFixed(2)} %`);
-  add('Mathis bound, MSS 1448 (TCP)', mathis(1448), `RTT ${rttS * 1000} ms, p ${(path * 100).toFixed(2)} %`);
-  add('Mathis bound, 1160 B (SCTP DATA in a 1191 B packet)', mathis(1160));
-  for (const cc of ['reno', 'cubic', 'bbr']) {
+  if (path > 0) {
+    add('Mathis bound, MSS 1448 (TCP)', mathis(1448), `RTT ${rttS * 1000} ms, p ${(path * 100).toFixed(2)} %`);
+    add('Mathis bound, 1160 B (SCTP DATA in a 1191 B packet)', mathis(1160));
+  }
+  for (const cc of o.only.length > 0 ? [] : ['reno', 'cubic', 'bbr']) {
     const cpu0 = cpuSeconds(scene.bed.delayLinePid);
     const t0 = performance.now();
     const mbit = await tcpGoodput(scene, target, cc, o);
@@ -230,6 +234,7 @@ export async function diagnose(scene: Scene, pages: [Page, Page], o: DiagnoseOpt
       { ...today, highWater: 2 * 1024 * 1024, lowWater: 512 * 1024 },
     ],
     ['data channel: 1 pc × 4 channels', { pcs: 1, channels: 4 }, today],
+    ['data channel: 1 × 1 unordered, reliable', { pcs: 1, channels: 1, ordered: false }, today],
     [
       'data channel: 1 × 1 unordered, maxRetransmits 0',
       { pcs: 1, channels: 1, ordered: false, maxRetransmits: 0 },
@@ -240,6 +245,7 @@ export async function diagnose(scene: Scene, pages: [Page, Page], o: DiagnoseOpt
     ['data channel: 16 pcs × 1 channel', { pcs: 16, channels: 1 }, today],
   ];
   for (const [what, config, send] of variants) {
+    if (o.only.length > 0 && !o.only.some((part) => what.includes(part))) continue;
     const r = await rtcGoodput(scene, pages, config, send, o);
     add(what, r.mbit, `RTT ${r.rttMs?.toFixed(0) ?? '–'} ms (getStats)`);
   }
