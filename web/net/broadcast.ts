@@ -79,11 +79,7 @@ export async function broadcastSend(
   const waitingForAck = new Set(receivers);
   session.timeoutPeer = () => waitingForAck.values().next().value?.peer ?? null;
   let handedOver = 0;
-  const begin = new Uint8Array([
-    ...new Uint8Array(new Float64Array([total]).buffer),
-    ...new Uint8Array(new Uint32Array([chunkBytes]).buffer),
-    ...encodeUtf8(hash),
-  ]);
+  const begin = beginPayload(total, chunkBytes, hash);
 
   for (const link of receivers) {
     const sender = session.sender(link);
@@ -113,6 +109,14 @@ export async function broadcastSend(
     });
   }
   return session.done;
+}
+
+/** A Begin frame's payload: float64 total bytes, uint32 chunk size (little-endian), the root's hash in UTF-8. */
+function beginPayload(total: number, chunkBytes: number, hash: string): Uint8Array {
+  const head = new DataView(new ArrayBuffer(12));
+  head.setFloat64(0, total, true);
+  head.setUint32(8, chunkBytes, true);
+  return new Uint8Array([...new Uint8Array(head.buffer), ...encodeUtf8(hash)]);
 }
 
 /** Receiver side: the root's buffer, after its hash was verified. */
