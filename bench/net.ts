@@ -6,7 +6,9 @@
  * Per scenario: a fresh scene (HTTPS coordinator + coturn in the public segment, `tabs` Chromiums in
  * their own homes, one spare home for a newcomer), the small job below, then
  * - link check: TCP goodput of one access link (a Node sender in home 0 → a receiver in the public
- *   segment, 4 s) against the configured rate — the reference the training figures sit on;
+ *   segment, 4 s) against the configured rate — the reference the training figures sit on. The
+ *   namespaces' TCP is this kernel's default, BBR, which does not back off on random loss: on a lossy
+ *   profile it shows the link's rate, not what a loss-based transport gets (the `diagnose` part does);
  * - step time: median ms between commits over a window of steady training (from /api/status);
  * - recovery after a close (pagehide → goodbye) and after a crash (CDP Page.crash): from the instant
  *   the fault is issued to the first commit of a later round (status polled every 50 ms through the
@@ -22,10 +24,24 @@
  * Bus bandwidth is NCCL's: the bytes each rank sends, 2·(P−1)/P·size, over the time from the start
  * instant to the last rank's finish; it is set against the profile's rate and the measured TCP goodput
  * of one access link (a ring link crosses two access links, each carrying every rank's sends once).
- * The issue's goal: ≥ 0.7 of the link rate for payloads ≥ 4 MiB.
+ * The issue's goal: ≥ 0.7 of the link rate for payloads ≥ 4 MiB. With `--cpu`, one more allreduce of
+ * the largest size per scene runs with every thread's CPU time read from /proc and tab 0's main thread
+ * under the CDP profiler (bench/lib/net-cpu.ts).
  *
- * Options: --parts training,allreduce  --profiles lan,broadband,poor  --modes direct,relay  --tabs 3
- *          --window 12 (steps)  --mib 4,16  --repeat 3  --high BYTES (allreduce: the paced sender's high water)
+ * Part `lossy` (issue 24, bench/lib/net-lossy.ts): bus bandwidth against the link rate at several loss
+ * rates (`--losses`, per access link) and access-link RTTs (`--rtts`), one scene per RTT whose links are
+ * reshaped per loss rate, at `--rate` Mbit/s, payloads `--lossy-mib`.
+ *
+ * Part `diagnose` (issue 24, bench/lib/net-diagnose.ts): on one ring hop of `--link`, the path's loss,
+ * TCP Reno/CUBIC/BBR against the Mathis bound, the delay line's CPU, and raw data channels of other
+ * message sizes, buffers, channels and peer connections (`--seconds` each; `--only a,b` runs only the
+ * data-channel variants whose description contains one of them).
+ *
+ * Options: --parts training,allreduce,lossy,diagnose  --profiles lan,broadband,poor  --modes direct,relay
+ *          --tabs 3  --window 12 (steps)  --mib 4,16  --repeat 3  --high BYTES (the paced sender's high water)
+ *          --stripes N|auto (peer connections per ring neighbour, allreduce and lossy parts; default the mesh's)
+ *          --cpu  --rtts 80,160  --losses 0,0.5,1,2  --rate 5  --lossy-mib 1
+ *          --link "80ms 0ms 5mbit 1%"  --seconds 20  --only …
  */
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
@@ -45,6 +61,7 @@ import { makeTempDir } from '../test/support/fake-dataset';
 import { arg, chromiumVersion, exitUnlessReady } from './lib/common';
 import { type DiagnoseRow, diagnose, printDiagnoseRows } from './lib/net-diagnose';
 import { type LossyRow, lossyTable, printLossyRows } from './lib/net-lossy';
+import { type CpuBreakdown, cpuBreakdown, printCpuBreakdown } from './lib/net-cpu';
 import type { StripeSetting } from '../web/net/stripe-policy';
 
 const PROFILES: Record<string, LinkProfile> = {
@@ -72,6 +89,8 @@ const job = {
 declare const netHarness: NetHarness;
 
 const MiB = 1024 * 1024;
+/** `--cpu`: the allreduce part's CPU breakdowns (bench/lib/net-cpu.ts), one per scene. */
+const cpu: Array<{ profile: string; mode: string; mib: number } & CpuBreakdown> = [];
 /** The paced sender's high-water mark for the allreduce part (default: the collectives' own). */
 const highWaterBytes = Number(arg('high', String(DEFAULT_HIGH_WATER_BYTES)));
 /** `--stripes N|auto`: peer connections per ring neighbour in the allreduce and lossy parts (default: the mesh's). */
@@ -283,6 +302,13 @@ async function allreduceScenario(
         process.stderr.write(`  ${profile} ${mode} ${mib} MiB: ${ms.toFixed(0)} ms\n`);
       }
     }
+    if (process.argv.includes('--cpu')) {
+      // One more allreduce of the largest size with every thread's CPU time read and tab 0 profiled.
+      const mib = Math.max(...sizes);
+      const breakdown = await cpuBreakdown(pages[0], () => timeAllreduce(pages, mib, 99, step++));
+      printCpuBreakdown(`${profile} ${mode} ${tabs} tabs, ${mib} MiB`, breakdown);
+      cpu.push({ profile, mode, mib, ...breakdown });
+    }
     const counts = (await Promise.all(pages.map((p) => p.evaluate(() => netHarness.stripes())))).flat();
     const stripeText =
       Math.min(...counts) === Math.max(...counts) ? String(counts[0]) : `${Math.min(...counts)}–${Math.max(...counts)}`;
@@ -400,7 +426,7 @@ async function main(): Promise<void> {
   if (lossy.length > 0) printLossyRows(lossy, stripes);
   if (busRows.length > 0) printBusRows(busRows);
   process.stdout.write(
-    `${JSON.stringify({ bench: 'net', at: new Date().toISOString(), chromium: chromiumVersion(), job, rows, highWaterBytes, allreduce: busRows, ...(diagnosis.length > 0 ? { diagnose: { link: diagnoseLink, rows: diagnosis } } : {}), ...(lossy.length > 0 ? { lossy: { stripes: stripes ?? null, rows: lossy } } : {}) })}\n`,
+    `${JSON.stringify({ bench: 'net', at: new Date().toISOString(), chromium: chromiumVersion(), job, rows, highWaterBytes, allreduce: busRows, ...(diagnosis.length > 0 ? { diagnose: { link: diagnoseLink, rows: diagnosis } } : {}), ...(lossy.length > 0 ? { lossy: { stripes: stripes ?? null, rows: lossy } } : {}), ...(cpu.length > 0 ? { cpu } : {}) })}\n`,
   );
   process.exit(0);
 }
