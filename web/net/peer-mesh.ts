@@ -79,6 +79,8 @@ export const LABEL = 'tabswarm/2';
 export const STRIPE_LABEL = 'tabswarm/2+stripe';
 /** How long the dialing side waits for the first connection's RTT before deciding `'auto'` stripes. */
 const RTT_WAIT_MS = 2000;
+/** How long a stripe that opened before the link it names waits for that link. */
+const STRIPE_WAIT_MS = 5000;
 const DIAL_ATTEMPT_MS = 6000;
 const DIAL_RETRY_MS = 200;
 
@@ -86,6 +88,8 @@ export class PeerMesh {
   private readonly links = new Map<string, StripedLink>();
   /** Each link's first connection id: what a stripe's metadata must name to join it. */
   private readonly firstConnection = new WeakMap<StripedLink, string>();
+  /** Stripes that opened before the link they name (key: peer and first connection id). */
+  private readonly earlyStripes = new Map<string, DataConnection[]>();
   private readonly waiters = new Map<string, Set<Waiter>>();
   private readonly listeners = new ListenerSet<[PeerMeshEvent]>();
   private readonly peerErrors = new ListenerSet<[PeerError<string>]>();
@@ -328,22 +332,45 @@ export class PeerMesh {
     else connection.close();
   }
 
-  /** A further stripe the peer dialed: joined to the link whose first connection its metadata names. */
+  /**
+   * A further stripe the peer dialed: joined to the link whose first connection its metadata names. One
+   * that opens before that link is adopted here waits for it (`STRIPE_WAIT_MS`); one naming no link of
+   * this peer, or beyond `MAX_STRIPES`, is closed.
+   */
   private acceptStripe(connection: DataConnection): void {
     const meta = connection.metadata as { stripeOf?: unknown } | null | undefined;
-    const link = this.links.get(connection.peer);
-    const fits =
-      link?.isOpen &&
-      typeof meta === 'object' &&
-      meta !== null &&
-      typeof meta.stripeOf === 'string' &&
-      this.firstConnection.get(link) === meta.stripeOf &&
-      link.stripeCount < MAX_STRIPES;
-    if (!fits || !link) {
+    const stripeOf = typeof meta === 'object' && meta !== null ? meta.stripeOf : undefined;
+    if (typeof stripeOf !== 'string' || stripeOf.length > 100) {
       connection.close();
       return;
     }
-    link.addStripe(new DataConnectionLink(connection, this.opts.link));
+    const link = this.links.get(connection.peer);
+    if (link?.isOpen && this.firstConnection.get(link) === stripeOf) {
+      this.joinStripe(link, connection);
+      return;
+    }
+    const key = `${connection.peer}\n${stripeOf}`;
+    const waiting = this.earlyStripes.get(key) ?? [];
+    if (waiting.length >= MAX_STRIPES) {
+      connection.close();
+      return;
+    }
+    this.earlyStripes.set(key, [...waiting, connection]);
+    setTimeout(() => {
+      const still = this.earlyStripes.get(key);
+      if (!still?.includes(connection)) return;
+      this.earlyStripes.set(
+        key,
+        still.filter((c) => c !== connection),
+      );
+      connection.close();
+    }, STRIPE_WAIT_MS);
+  }
+
+  private joinStripe(link: StripedLink, connection: DataConnection): void {
+    if (link.isOpen && link.stripeCount < MAX_STRIPES)
+      link.addStripe(new DataConnectionLink(connection, this.opts.link));
+    else connection.close();
   }
 
   private adopt(connection: DataConnection, dialedHere = true): Link {
@@ -354,6 +381,9 @@ export class PeerMesh {
     this.firstConnection.set(link, connection.connectionId);
     this.links.set(peer, link);
     if (dialedHere) void this.addStripes(link, connection);
+    const early = `${peer}\n${connection.connectionId}`;
+    for (const stripe of this.earlyStripes.get(early) ?? []) this.joinStripe(link, stripe);
+    this.earlyStripes.delete(early);
     link.onClose((reason) => {
       if (this.links.get(peer) === link) this.links.delete(peer);
       this.emit({ type: 'link-closed', peer, reason });
