@@ -39,7 +39,8 @@
  *
  * Options: --parts training,allreduce,lossy,diagnose  --profiles lan,broadband,poor  --modes direct,relay
  *          --tabs 3  --window 12 (steps)  --mib 4,16  --repeat 3  --high BYTES (the paced sender's high water)
- *          --stripes N|auto (peer connections per ring neighbour, allreduce and lossy parts; default the mesh's)
+ *          --stripes N|auto[,…] (peer connections per ring neighbour, default the mesh's: the allreduce part
+ *          uses the first, the lossy part compares them side by side on the same links)
  *          --cpu  --rtts 80,160  --losses 0,0.5,1,2  --rate 5  --lossy-mib 1
  *          --link "80ms 0ms 5mbit 1%"  --seconds 20  --only …
  */
@@ -68,6 +69,8 @@ const PROFILES: Record<string, LinkProfile> = {
   lan: { delayMs: 0.5, jitterMs: 0, rateMbit: 1000, lossPercent: 0 },
   broadband: { delayMs: 20, jitterMs: 0, rateMbit: 50, lossPercent: 0 },
   poor: { delayMs: 80, jitterMs: 10, rateMbit: 10, lossPercent: 1 },
+  /** bench:sync's poor profile (issue 24's goal: bus bandwidth ≥ 0.5 of its rate for payloads ≥ 1 MiB). */
+  'poor-sync': { delayMs: 80, jitterMs: 0, rateMbit: 5, lossPercent: 1 },
   /** Not one of the issue's three: the poor profile's rate without its loss and jitter, to tell what limits a transfer. */
   slow: { delayMs: 20, jitterMs: 0, rateMbit: 10, lossPercent: 0 },
 };
@@ -93,10 +96,14 @@ const MiB = 1024 * 1024;
 const cpu: Array<{ profile: string; mode: string; mib: number } & CpuBreakdown> = [];
 /** The paced sender's high-water mark for the allreduce part (default: the collectives' own). */
 const highWaterBytes = Number(arg('high', String(DEFAULT_HIGH_WATER_BYTES)));
-/** `--stripes N|auto`: peer connections per ring neighbour in the allreduce and lossy parts (default: the mesh's). */
-const stripesArg = arg('stripes', '');
-const stripes: StripeSetting | undefined =
-  stripesArg === '' ? undefined : stripesArg === 'auto' ? 'auto' : Number(stripesArg);
+/**
+ * `--stripes N|auto[,…]`: peer connections per ring neighbour (default: the mesh's); the allreduce part uses
+ * the first, the lossy part compares them all side by side.
+ */
+const stripeVariants: Array<StripeSetting | undefined> = arg('stripes', '')
+  .split(',')
+  .map((v) => (v === '' ? undefined : v === 'auto' ? 'auto' : Number(v)));
+const stripes = stripeVariants[0];
 
 /** TCP goodput (Mbit/s) home 0 → public segment over 4 s. */
 async function linkGoodput(scene: Scene): Promise<number> {
@@ -415,7 +422,7 @@ async function main(): Promise<void> {
       rateMbit: Number(arg('rate', '5')),
       sizesMib: arg('lossy-mib', '1').split(',').map(Number),
       repeat,
-      stripes,
+      variants: stripeVariants,
       job,
       dataset,
       site: await buildHarnessSite(),
@@ -423,10 +430,10 @@ async function main(): Promise<void> {
   }
   if (rows.length > 0) printTrainingRows(rows);
   if (diagnosis.length > 0) printDiagnoseRows(JSON.stringify(diagnoseLink), diagnosis);
-  if (lossy.length > 0) printLossyRows(lossy, stripes);
+  if (lossy.length > 0) printLossyRows(lossy);
   if (busRows.length > 0) printBusRows(busRows);
   process.stdout.write(
-    `${JSON.stringify({ bench: 'net', at: new Date().toISOString(), chromium: chromiumVersion(), job, rows, highWaterBytes, allreduce: busRows, ...(diagnosis.length > 0 ? { diagnose: { link: diagnoseLink, rows: diagnosis } } : {}), ...(lossy.length > 0 ? { lossy: { stripes: stripes ?? null, rows: lossy } } : {}), ...(cpu.length > 0 ? { cpu } : {}) })}\n`,
+    `${JSON.stringify({ bench: 'net', at: new Date().toISOString(), chromium: chromiumVersion(), job, rows, highWaterBytes, allreduce: busRows, ...(diagnosis.length > 0 ? { diagnose: { link: diagnoseLink, rows: diagnosis } } : {}), ...(lossy.length > 0 ? { lossy: { rows: lossy } } : {}), ...(cpu.length > 0 ? { cpu } : {}) })}\n`,
   );
   process.exit(0);
 }

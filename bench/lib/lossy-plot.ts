@@ -23,14 +23,18 @@ const esc = (s: string) => s.replace(/&/g, '&amp;').replace(/</g, '&lt;');
 function series(runs: readonly LabelledRows[]) {
   const out: Array<{ label: string; rtt: number; mib: number; color: string; points: Array<[number, number]> }> = [];
   runs.forEach((run, i) => {
-    const keys = [...new Set(run.rows.map((r) => `${r.accessRttMs}|${r.mib}`))];
+    const settings = [...new Set(run.rows.map((r) => r.setting ?? 'default'))];
+    const keys = [...new Set(run.rows.map((r) => `${r.setting ?? 'default'}|${r.accessRttMs}|${r.mib}`))];
     for (const key of keys) {
-      const [rtt, mib] = key.split('|').map(Number);
+      const [setting, rttText, mibText] = key.split('|');
+      const [rtt, mib] = [Number(rttText), Number(mibText)];
       const points = run.rows
-        .filter((r) => r.accessRttMs === rtt && r.mib === mib)
+        .filter((r) => (r.setting ?? 'default') === setting && r.accessRttMs === rtt && r.mib === mib)
         .map((r): [number, number] => [r.lossPercent, r.ofRate])
         .sort((a, b) => a[0] - b[0]);
-      out.push({ label: run.label, rtt, mib, color: COLORS[i % COLORS.length], points });
+      const label = settings.length > 1 || setting !== 'default' ? `${run.label}, stripes ${setting}` : run.label;
+      const color = COLORS[(i + settings.indexOf(setting)) % COLORS.length];
+      out.push({ label, rtt, mib, color, points });
     }
   });
   return out;

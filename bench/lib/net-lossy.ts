@@ -7,6 +7,10 @@
  * rate, the access links get the rate and the loss (bench/lib/shape-links.ts) and the ring runs fp32
  * allreduces of each size from a common start instant. Bus bandwidth is NCCL's, 2·(P−1)/P·size over the
  * time to the last rank's finish, set against the access link's rate.
+ *
+ * With several stripe settings (`variants`, e.g. one stripe and `auto`) every tab opens one mesh per
+ * setting, each with its own ring, and the runs alternate between them size by size: the settings are
+ * compared on the same links at the same moments, which on a shared machine matters more than anything.
  */
 import type { Page } from 'playwright-core';
 import { COORDINATOR_IP, type LinkProfile } from '../../tools/netbed/netbed';
@@ -32,8 +36,8 @@ export interface LossyOptions {
   rateMbit: number;
   sizesMib: number[];
   repeat: number;
-  /** The mesh's stripes per ring neighbour, passed to the harness (`undefined`: the harness's default). */
-  stripes?: StripeSetting;
+  /** The stripe settings compared, one mesh and ring each (`undefined`: the mesh's default). */
+  variants: Array<StripeSetting | undefined>;
   job: Record<string, unknown>;
   dataset: string;
   site: string;
@@ -53,23 +57,38 @@ export interface LossyRow {
   runsMs: number[];
   busMbit: number;
   ofRate: number;
+  /** The stripe setting of the ring these runs used ('default': the mesh's). */
+  setting: string;
   /** Stripes per ring link the tabs reported after the runs (min–max over links), '' when not striped. */
   stripes: string;
 }
 
-async function openRing(scene: Scene, tabs: number, stripes: LossyOptions['stripes']): Promise<Page[]> {
+const nameOf = (v: StripeSetting | undefined) => (v === undefined ? 'default' : String(v));
+
+/** The tabs' pages, each with one mesh and ring per stripe setting (harness `openExtra`, named by `nameOf`). */
+async function openRings(scene: Scene, tabs: number, variants: LossyOptions['variants']): Promise<Page[]> {
   const run = Math.floor(Math.random() * 1e9).toString(36);
-  const ids = Array.from({ length: tabs }, (_, i) => `lossy${i}-${run}`);
+  const ids = (v: StripeSetting | undefined) => Array.from({ length: tabs }, (_, i) => `lossy${i}-${run}-${nameOf(v)}`);
   const pages = await Promise.all(
-    ids.map(async (id, i) => {
+    Array.from({ length: tabs }, async (_, i) => {
       const { page } = await scene.openPage(i, NET_HARNESS_PATH);
       await page.waitForFunction(() => 'netHarness' in window);
-      const opts = { id, host: COORDINATOR_IP, port: COORDINATOR_PORT, secure: true, path: PEER_PATH, stripes };
+      const id = `lossy${i}-${run}`;
+      const opts = { id, host: COORDINATOR_IP, port: COORDINATOR_PORT, secure: true, path: PEER_PATH };
       await page.evaluate((o) => netHarness.open(o), { ...opts, rtcConfig: scene.iceConfig(id) });
+      for (const v of variants)
+        await page.evaluate(([name, own, stripes]) => netHarness.openExtra(name, own, stripes), [
+          nameOf(v),
+          ids(v)[i],
+          v,
+        ] as const);
       return page;
     }),
   );
-  await Promise.all(pages.map((p) => p.evaluate((m) => netHarness.ring(m, 120_000), ids)));
+  for (const v of variants)
+    await Promise.all(
+      pages.map((p) => p.evaluate(([name, m]) => netHarness.ringExtra(name, m, 120_000), [nameOf(v), ids(v)] as const)),
+    );
   return pages;
 }
 
@@ -84,29 +103,35 @@ async function lossyScenario(accessRttMs: number, o: LossyOptions): Promise<Loss
   });
   const rows: LossyRow[] = [];
   try {
-    const pages = await openRing(scene, o.tabs, o.stripes);
+    const pages = await openRings(scene, o.tabs, o.variants);
     let step = 1;
-    const time = (mib: number, seed: number) =>
+    const time = (mib: number, seed: number, v: StripeSetting | undefined) =>
       allreduceFromCommonStart(
         pages,
-        { n: (mib * MiB) / 4, seed, id: { round: 1, step: step++, seq: 0 }, timeoutMs: 900_000 },
+        { n: (mib * MiB) / 4, seed, id: { round: 1, step: step++, seq: 0 }, timeoutMs: 900_000, ring: nameOf(v) },
         500,
       );
-    await time(1, 0); // warm-up on the unshaped link: channels open, stripes grown
+    for (const v of o.variants) await time(1, 0, v); // warm-up on the unshaped link: channels open, stripes grown
     for (const lossPercent of o.lossesPercent) {
       shapeAccessLinks(scene, { ...link, lossPercent });
-      const runs = new Map<number, number[]>(o.sizesMib.map((m) => [m, []]));
+      const runs = new Map<string, number[]>();
       for (let r = 0; r < o.repeat; r++) {
         for (const mib of o.sizesMib) {
-          const ms = await time(mib, r + 1);
-          runs.get(mib)!.push(ms);
-          process.stderr.write(
-            `  lossy: RTT ${accessRttMs} ms, loss ${lossPercent} %, ${mib} MiB: ${ms.toFixed(0)} ms\n`,
-          );
+          for (const v of o.variants) {
+            const ms = await time(mib, r + 1, v);
+            const key = `${nameOf(v)}|${mib}`;
+            runs.set(key, [...(runs.get(key) ?? []), ms]);
+            process.stderr.write(
+              `  lossy: RTT ${accessRttMs} ms, loss ${lossPercent} %, ${mib} MiB, stripes ${nameOf(v)}: ${ms.toFixed(0)} ms\n`,
+            );
+          }
         }
       }
-      const stripes = await stripeCounts(pages);
-      for (const mib of o.sizesMib) rows.push(lossyRow(accessRttMs, lossPercent, mib, runs.get(mib)!, stripes, o));
+      for (const v of o.variants) {
+        const stripes = await stripeCounts(pages, nameOf(v));
+        for (const mib of o.sizesMib)
+          rows.push(lossyRow(accessRttMs, lossPercent, mib, runs.get(`${nameOf(v)}|${mib}`)!, nameOf(v), stripes, o));
+      }
     }
   } finally {
     await scene.close();
@@ -115,8 +140,8 @@ async function lossyScenario(accessRttMs: number, o: LossyOptions): Promise<Loss
 }
 
 /** The stripes of the ring links as `min–max` over the tabs' links ('' when the harness has no striping). */
-async function stripeCounts(pages: Page[]): Promise<string> {
-  const counts = (await Promise.all(pages.map((p) => p.evaluate(() => netHarness.stripes())))).flat();
+async function stripeCounts(pages: Page[], name: string): Promise<string> {
+  const counts = (await Promise.all(pages.map((p) => p.evaluate((n) => netHarness.stripes(n), name)))).flat();
   if (counts.length === 0) return '';
   const lo = Math.min(...counts);
   const hi = Math.max(...counts);
@@ -128,6 +153,7 @@ function lossyRow(
   lossPercent: number,
   mib: number,
   runsMs: number[],
+  setting: string,
   stripes: string,
   o: LossyOptions,
 ): LossyRow {
@@ -146,6 +172,7 @@ function lossyRow(
     runsMs: runsMs.map(Math.round),
     busMbit: Math.round(busMbit * 100) / 100,
     ofRate: Math.round((busMbit / o.rateMbit) * 100) / 100,
+    setting,
     stripes,
   };
 }
@@ -159,13 +186,13 @@ export async function lossyTable(o: LossyOptions): Promise<LossyRow[]> {
   return rows;
 }
 
-export function printLossyRows(rows: readonly LossyRow[], stripes: LossyOptions['stripes']): void {
+export function printLossyRows(rows: readonly LossyRow[]): void {
   process.stdout.write(
-    `\nallreduce on lossy links (fp32 wire, stripes option: ${stripes ?? 'default'})\naccess RTT ms  hop RTT ms  loss %  hop loss %  rate Mbit/s  size MiB  median ms  bus Mbit/s  bus/rate  stripes  runs ms\n`,
+    '\nallreduce on lossy links (fp32 wire)\nsetting  access RTT ms  hop RTT ms  loss %  hop loss %  rate Mbit/s  size MiB  median ms  bus Mbit/s  bus/rate  stripes  runs ms\n',
   );
   for (const r of rows) {
     process.stdout.write(
-      `${String(r.accessRttMs).padStart(13)}  ${String(r.pathRttMs).padStart(10)}  ${String(r.lossPercent).padStart(6)}  ${r.pathLossPercent.toFixed(2).padStart(10)}  ${String(r.rateMbit).padStart(11)}  ${String(r.mib).padStart(8)}  ${String(r.ms).padStart(9)}  ${r.busMbit.toFixed(2).padStart(10)}  ${r.ofRate.toFixed(2).padStart(8)}  ${(r.stripes || '–').padStart(7)}  ${r.runsMs.join(' ')}\n`,
+      `${r.setting.padEnd(7)}  ${String(r.accessRttMs).padStart(12)}  ${String(r.pathRttMs).padStart(10)}  ${String(r.lossPercent).padStart(6)}  ${r.pathLossPercent.toFixed(2).padStart(10)}  ${String(r.rateMbit).padStart(11)}  ${String(r.mib).padStart(8)}  ${String(r.ms).padStart(9)}  ${r.busMbit.toFixed(2).padStart(10)}  ${r.ofRate.toFixed(2).padStart(8)}  ${(r.stripes || '–').padStart(7)}  ${r.runsMs.join(' ')}\n`,
     );
   }
 }

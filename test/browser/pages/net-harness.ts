@@ -39,6 +39,8 @@ export interface AllreduceParams {
   startAt?: number;
   /** Return the result bytes (base64); else only their hash. */
   returnData?: boolean;
+  /** Run on the ring of the extra mesh of this name (`openExtra`), not the main one. */
+  ring?: string;
   highWaterBytes?: number;
 }
 
@@ -104,6 +106,9 @@ class ReceiveCounter {
 let mesh: PeerMesh | null = null;
 let rawMesh: PeerMesh | null = null;
 let ring: Ring | null = null;
+/** Further meshes with rings of their own (other stripe counts side by side in one page: bench:net's lossy part). */
+const extraMeshes = new Map<string, PeerMesh>();
+const extraRings = new Map<string, Ring>();
 let running: Promise<Outcome<AllreduceResult>> | null = null;
 let counter: ReceiveCounter | null = null;
 const events: PeerMeshEvent[] = [];
@@ -143,9 +148,22 @@ const harness = {
     mesh.on((event) => events.push(event));
   },
 
+  /** A further mesh `name` registered as `id` with its own stripe setting, on the main mesh's signaling server. */
+  async openExtra(name: string, id: string, stripes?: StripeSetting): Promise<void> {
+    extraMeshes.set(
+      name,
+      await PeerMesh.open({ id, ...signaling!, link: { bufferedAmountLowThreshold: lowWaterBytes }, stripes }),
+    );
+  },
+
+  async ringExtra(name: string, members: string[], timeoutMs = 20_000): Promise<void> {
+    extraRings.set(name, await extraMeshes.get(name)!.ring(members, { timeoutMs }));
+  },
+
   /** The stripes (peer connections) of this tab's ring links (left, then right if another link). */
-  stripes(): number[] {
-    const links = ring ? [...new Set([ring.left, ring.right])] : [];
+  stripes(name?: string): number[] {
+    const r = name === undefined ? ring : (extraRings.get(name) ?? null);
+    const links = r ? [...new Set([r.left, r.right])] : [];
     return links.flatMap((l) => (l instanceof StripedLink ? [l.stripeCount] : []));
   },
 
@@ -161,7 +179,7 @@ const harness = {
   },
 
   async allreduce(params: AllreduceParams): Promise<Outcome<AllreduceResult>> {
-    const r = ring!;
+    const r = params.ring === undefined ? ring! : extraRings.get(params.ring)!;
     const data = randomArray(mulberry32(params.seed * 1000 + r.rank), params.n, -1, 1);
     await waitUntil(params.startAt);
     const startAt = now();
@@ -299,6 +317,9 @@ const harness = {
     counter?.stop();
     rawMesh?.destroy();
     mesh?.destroy();
+    for (const m of extraMeshes.values()) m.destroy();
+    extraMeshes.clear();
+    extraRings.clear();
     rawMesh = null;
     mesh = null;
   },
