@@ -54,6 +54,7 @@ export function lossyPlotSvg(runs: readonly LabelledRows[], rateMbit: number): s
   const y = (of: number) => H - M.bottom - Math.min(1, of) * (H - M.top - M.bottom);
   const parts: string[] = [
     `<svg xmlns="http://www.w3.org/2000/svg" width="${W}" height="${H}" viewBox="0 0 ${W} ${H}" font-family="sans-serif" font-size="12">`,
+    `<title>Allreduce bus bandwidth over the link rate against access-link loss, bench:net lossy part</title>`,
     `<rect width="${W}" height="${H}" fill="white"/>`,
     `<text x="${M.left}" y="22" font-size="14">Allreduce bus bandwidth / link rate (${rateMbit} Mbit/s), 3 tabs, against access-link loss</text>`,
   ];
@@ -69,7 +70,7 @@ export function lossyPlotSvg(runs: readonly LabelledRows[], rateMbit: number): s
   parts.push(
     `<line x1="${M.left}" x2="${W - M.right}" y1="${H - M.bottom}" y2="${H - M.bottom}" stroke="#333"/>`,
     `<line x1="${M.left}" x2="${M.left}" y1="${M.top}" y2="${H - M.bottom}" stroke="#333"/>`,
-    `<text x="${(M.left + W - M.right) / 2}" y="${H - 12}" text-anchor="middle">loss of each access link, per direction (a ring hop crosses two)</text>`,
+    `<text x="${(M.left + W - M.right) / 2}" y="${H - 12}" text-anchor="middle">access-link loss per direction; RTT in the legend: the access link's (a ring hop: 2× both)</text>`,
     `<line x1="${M.left}" x2="${W - M.right}" y1="${y(0.5)}" y2="${y(0.5)}" stroke="#999" stroke-dasharray="2 3"/>`,
     `<text x="${W - M.right - 4}" y="${y(0.5) - 4}" text-anchor="end" fill="#666">goal 0.5</text>`,
   );
