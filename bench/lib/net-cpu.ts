@@ -1,9 +1,10 @@
 /**
  * Where the CPU goes during one allreduce on the test bed (bench:net `--cpu`, issue 24's question for
  * the broadband profile): the CPU time of every thread of this process's descendants (the Chromiums with
- * their renderer, network and GPU processes, the coordinator, the delay line), read from /proc before and
- * after, grouped by process kind and thread name; and a CDP `Profiler` profile of one tab's main thread
- * (the JavaScript: ours, the browser's idle and program time, garbage collection).
+ * their renderer, network and GPU processes, the coordinator, the delay line), and the time each spent
+ * runnable but waiting for a core (/proc/…/schedstat: other processes had it), read from /proc before
+ * and after, grouped by process kind and thread name; and a CDP `Profiler` profile of one tab's main
+ * thread (the JavaScript: ours, the browser's idle and program time, garbage collection).
  */
 import { readdirSync, readFileSync } from 'node:fs';
 import type { Page } from 'playwright-core';
@@ -15,6 +16,8 @@ export interface CpuRow {
   thread: string;
   /** Share of one core over the measured wall time. */
   cores: number;
+  /** Time runnable but not running (waiting for a core), over the wall time, summed over the threads. */
+  waiting: number;
 }
 
 export interface CpuBreakdown {
@@ -36,9 +39,9 @@ function kindOf(cmdline: string): string {
   return 'browser';
 }
 
-/** CPU ticks (utime + stime) per `kind/thread name`, over every thread of this process's descendants. */
-function threadTicks(): Map<string, number> {
-  const out = new Map<string, number>();
+/** Nanoseconds running and waiting on a run queue (/proc/…/schedstat) per `kind/thread name`, over this process's descendants. */
+function threadTimes(): Map<string, { runNs: number; waitNs: number }> {
+  const out = new Map<string, { runNs: number; waitNs: number }>();
   for (const p of descendants(process.pid)) {
     const kind = kindOf(p.cmdline);
     let tids: string[];
@@ -49,11 +52,11 @@ function threadTicks(): Map<string, number> {
     }
     for (const tid of tids) {
       try {
-        const stat = readFileSync(`/proc/${p.pid}/task/${tid}/stat`, 'utf8');
-        const name = stat.slice(stat.indexOf('(') + 1, stat.lastIndexOf(')')).replace(/\d+$/, '');
-        const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+        const name = readFileSync(`/proc/${p.pid}/task/${tid}/comm`, 'utf8').trim().replace(/\d+$/, '');
+        const [runNs, waitNs] = readFileSync(`/proc/${p.pid}/task/${tid}/schedstat`, 'utf8').split(' ').map(Number);
         const key = `${kind}/${name}`;
-        out.set(key, (out.get(key) ?? 0) + Number(fields[11]) + Number(fields[12]));
+        const sum = out.get(key) ?? { runNs: 0, waitNs: 0 };
+        out.set(key, { runNs: sum.runNs + runNs, waitNs: sum.waitNs + waitNs });
       } catch {
         // exited while we looked
       }
@@ -90,20 +93,21 @@ export async function cpuBreakdown(profiled: Page, work: () => Promise<unknown>)
   const cdp = await profiled.context().newCDPSession(profiled);
   await cdp.send('Profiler.enable');
   await cdp.send('Profiler.setSamplingInterval', { interval: 1000 });
-  const before = threadTicks();
+  const before = threadTimes();
   const t0 = performance.now();
   await cdp.send('Profiler.start');
   await work();
   const { profile } = (await cdp.send('Profiler.stop')) as unknown as { profile: { nodes: ProfileNode[] } };
   const wallMs = performance.now() - t0;
-  const after = threadTicks();
+  const after = threadTimes();
   await cdp.detach();
   const threads: CpuRow[] = [];
-  for (const [key, ticks] of after) {
-    const used = ticks - (before.get(key) ?? 0);
-    if (used <= 0) continue;
+  for (const [key, t] of after) {
+    const was = before.get(key) ?? { runNs: 0, waitNs: 0 };
+    const run = t.runNs - was.runNs;
+    if (run <= 0) continue;
     const [proc, thread] = key.split('/');
-    threads.push({ process: proc, thread, cores: used / 100 / (wallMs / 1000) });
+    threads.push({ process: proc, thread, cores: run / 1e6 / wallMs, waiting: (t.waitNs - was.waitNs) / 1e6 / wallMs });
   }
   threads.sort((a, b) => b.cores - a.cores);
   return { wallMs, threads, mainThread: categories(profile.nodes) };
@@ -112,10 +116,12 @@ export async function cpuBreakdown(profiled: Page, work: () => Promise<unknown>)
 export function printCpuBreakdown(label: string, b: CpuBreakdown): void {
   const total = b.threads.reduce((sum, t) => sum + t.cores, 0);
   process.stdout.write(
-    `\nCPU during one allreduce, ${label}: ${(b.wallMs / 1000).toFixed(1)} s, ${total.toFixed(2)} cores in all (this machine has 2)\nprocess         thread                      cores\n`,
+    `\nCPU during one allreduce, ${label}: ${(b.wallMs / 1000).toFixed(1)} s, ${total.toFixed(2)} cores in all (this machine has 2)\nprocess         thread                      cores  waiting for a core\n`,
   );
   for (const t of b.threads.slice(0, 16))
-    process.stdout.write(`${t.process.padEnd(16)}${t.thread.padEnd(28)}${t.cores.toFixed(3).padStart(5)}\n`);
+    process.stdout.write(
+      `${t.process.padEnd(16)}${t.thread.padEnd(28)}${t.cores.toFixed(3).padStart(5)}  ${t.waiting.toFixed(3).padStart(18)}\n`,
+    );
   process.stdout.write('profiled tab, main thread (CDP Profiler samples):\n');
   for (const c of b.mainThread.slice(0, 8))
     process.stdout.write(`  ${c.what.padEnd(40)}${(c.share * 100).toFixed(1).padStart(6)} %\n`);
