@@ -7,6 +7,7 @@ import type { StepSketches } from '../../core/state/sketch';
 import { z } from 'zod';
 import type { JobSpec } from '../../core/training/job';
 import type { ClientMessage, PeerLink } from '../../core/protocol/tab-messages';
+import type { SyncAdviceView } from '../../core/protocol/views';
 import type { ServerMessage } from '../../core/protocol/coordinator-messages';
 import type { ParseErrorCode } from '../../core/protocol/control-parse';
 import type { SamplerRecord } from '../../core/training/sampler';
@@ -233,6 +234,8 @@ export interface UsageSums {
   wireSamples: number;
   /** Bytes sent in the step's collectives, as the tabs claimed them. */
   wireBytes: number;
+  /** Reports counted (decayed like the rest in the recent sums): per-step averages divide by it. */
+  reports: number;
 }
 
 /** Decaying sums over the recent window, and the run's totals (since this coordinator started). */
@@ -292,6 +295,11 @@ export interface CoordinatorState {
    * and since this coordinator started (utilization.ts; not durable). Absent before the first report.
    */
   usage?: Usage;
+  /**
+   * Every-step sync waits on the network longer than the tabs compute: the advice shown on the admin
+   * page and in `/api/status` (sync-advice.ts; not durable). Absent or null: none.
+   */
+  syncAdvice?: SyncAdviceView | null;
   /** The step being recomputed, if any (one at a time; not durable: a restart drops it). */
   verification?: VerificationState | null;
   /** First committed step each worker contributed to since the last rollback (the rollback target of a cheat). */

@@ -52,5 +52,6 @@ export function statusView(s: CoordinatorState): StatusView {
     lastCommit: { step: s.lastCommit.step, hash: s.lastCommit.hash },
     checkpoints: s.checkpoints.map((c) => ({ step: c.step, sha256: c.sha256 })),
     usage: { recent: usageView(s.usage?.recent), total: usageView(s.usage?.total), halfLifeMs: USAGE_HALF_LIFE_MS },
+    syncAdvice: s.syncAdvice ?? null,
   };
 }

@@ -245,6 +245,8 @@ export function categoryOf(event: string, data: unknown): FeedCategory {
     case 'epoch_end':
     case 'job_done':
     case 'evaluation':
+    case 'sync_advice':
+    case 'sync_advice_cleared':
       return 'job';
     default:
       return 'other';

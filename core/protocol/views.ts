@@ -39,6 +39,21 @@ export interface WorldView {
   bytesPerSample: number | null;
 }
 
+/**
+ * The coordinator's advice when every-step sync waits on the network longer than the tabs compute
+ * (coordinator/machine/sync-advice.ts): the numbers it rests on and the local-steps job it suggests.
+ */
+export interface SyncAdviceView {
+  /** Recent wall time per step that the busiest rank did not spend computing (its allreduce, mostly), ms. */
+  syncMsPerStep: number;
+  /** Recent compute time per step of that rank, ms. */
+  computeMsPerStep: number;
+  /** The job's `sync` field suggested instead: local steps with an int8 wire. */
+  suggested: { mode: 'local'; innerSteps: number; compression: 'int8' };
+  /** One line for people: what is slow, and what to put in the job file instead. */
+  message: string;
+}
+
 /** The body of `GET /api/status`. */
 export interface StatusView {
   runId: string;
@@ -68,4 +83,6 @@ export interface StatusView {
    * half-life of `halfLifeMs`, `total` covers the run since this coordinator started (utilization.ts).
    */
   usage: { recent: UsageView; total: UsageView; halfLifeMs: number };
+  /** Every-step sync is slower than computing: the advice the admin page shows, or null. */
+  syncAdvice: SyncAdviceView | null;
 }

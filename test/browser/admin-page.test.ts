@@ -4,7 +4,8 @@
  * ranks the coordinator gave, kicking a worker removes it while training goes on, the safetensors
  * download equals the checkpointed parameters, the sync line and the compute utilization and bytes per
  * sample the coordinator measured (job and per tab, and their chart), and screenshots at 1280×800 and
- * 390×844 are kept in test-results/ as artifacts.
+ * 390×844 are kept in test-results/ as artifacts. Then, against a coordinator of its own, tabs whose
+ * steps wait on the network far longer than they compute: the job card shows the coordinator's advice.
  */
 import { existsSync, mkdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
@@ -61,6 +62,8 @@ class SimulatedTab {
   peerRttMs: number | null | undefined = undefined;
   /** Extra ICE fields its heartbeats carry (`peerLinks`, `iceError`), if any. */
   iceFields: Record<string, unknown> = {};
+  /** Share of each step's time it claims as compute (default 0.6 + 0.2 · rank); the rest is its allreduce. */
+  computeShare: number | null = null;
   private readonly timers = new Set<NodeJS.Timeout>();
 
   private constructor(
@@ -156,7 +159,7 @@ class SimulatedTab {
         hash: simulatedParamsHash(this.job.model, step),
         samples,
         lossSum: samples * loss,
-        computeMs: this.stepMs * (0.6 + 0.2 * round.rank),
+        computeMs: this.stepMs * (this.computeShare ?? 0.6 + 0.2 * round.rank),
         wireBytes: samples * WIRE_BYTES_PER_SAMPLE,
       });
       if (!referenceIsCommitPoint(step, this.job)) this.compute(step + 1);
@@ -428,6 +431,46 @@ describe.skipIf(skip)('admin page', () => {
     await page.waitForSelector('#app', { state: 'visible' });
     await page.waitForSelector('#connection[data-state=live]');
     expect(await page.inputValue('#max-workers')).toBe('3');
+    problems.assertNone();
+  });
+});
+
+describe.skipIf(skip)('admin page: every-step sync slower than the compute', () => {
+  let proc: CoordinatorProcess;
+  let browser: Browser;
+  const tabs: SimulatedTab[] = [];
+
+  beforeAll(async () => {
+    proc = await spawnCoordinator({ job: JOB, extraArgs: ['--dist', WEB_BUILD_DIR] });
+    browser = await launchChromium();
+  });
+
+  afterAll(async () => {
+    for (const tab of tabs) await tab.close();
+    await browser?.close();
+    await proc?.stop();
+  });
+
+  it('shows the advice to use local steps on the job card, as /api/status has it', async () => {
+    for (const adapter of ADAPTERS.slice(0, 2)) {
+      const tab = await SimulatedTab.join(proc, adapter, 60);
+      tab.computeShare = 0.1; // a tenth of each step computing, the rest waiting on the allreduce
+      tabs.push(tab);
+    }
+    const page = await (await browser.newContext({ viewport: { width: 1280, height: 800 } })).newPage();
+    const problems = watchPage(page);
+    await page.goto(`${proc.url}/admin/?token=${TEST_ADMIN_TOKEN}`);
+    await page.waitForSelector('#sync-advice', { state: 'visible', timeout: 30_000 });
+    const text = (await page.textContent('#sync-advice'))!;
+    expect(text).toMatch(/^Every step waits \d+ ms on the network for \d+ ms of compute/);
+    // The figures follow every report; the page shows the status the feed carried a moment ago.
+    const status = await proc.status();
+    expect(status.syncAdvice!.message).toMatch(
+      /^Every step waits .* "sync": \{"mode":"local","innerSteps":\d+,"compression":"int8"\}/,
+    );
+    expect(text).toContain('"compression":"int8"');
+    expect(status.syncAdvice!.syncMsPerStep).toBeGreaterThan(status.syncAdvice!.computeMsPerStep);
+    await page.screenshot({ path: join(ARTIFACTS, 'admin-page-sync-advice.png') });
     problems.assertNone();
   });
 });

@@ -32,7 +32,7 @@ import { parseClientMessage } from '../../core/protocol/control-parse';
 import { decodeSnapshot, encodeSnapshot } from '../../core/state/snapshot';
 import { CoordinatorClient, type WebSocketLike } from '../../web/net/coordinator-client';
 import type { Ring } from '../../web/net/link';
-import { memoryLinkPair, type MemoryLink } from '../../web/net/memory-link';
+import { memoryLinkPair, type MemoryLink, type MemoryLinkOptions } from '../../web/net/memory-link';
 import { sha256Hex, type HttpPort } from '../../web/elastic/checkpoint-transfer';
 import { ElasticLoop, type ElasticLoopOptions, type ElasticStatus } from '../../web/elastic/elastic-loop';
 import type { MeshPort, TrainerPort } from '../../web/elastic/ports';
@@ -292,12 +292,15 @@ export class MemoryNetwork {
   /** Ring connections requested, for tests. */
   connects = 0;
 
+  /** `links`: every channel's latency and bandwidth (a slow network), default instant. */
+  constructor(private readonly links: MemoryLinkOptions = {}) {}
+
   /** This peer's end of the channel to `to` (a new pair when there is none or it closed). */
   link(from: string, to: string): MemoryLink {
     const key = [from, to].sort().join('|');
     let pair = this.pairs.get(key);
     if (!pair || ![...pair.ends.values()].every((l) => l.isOpen)) {
-      const [a, b] = memoryLinkPair(from, to);
+      const [a, b] = memoryLinkPair(from, to, this.links);
       // memoryLinkPair(a, b) returns [a's link to b, b's link to a]; a link is named by its remote peer.
       pair = {
         ends: new Map([
@@ -698,10 +701,16 @@ export const SIM_LOOP_TIMEOUTS = {
 export function simulatedSwarm(
   job: JobSpec,
   datasetSize: number,
-  opts: { runId?: string; tickMs?: number; policy?: TrustPolicy; timeouts?: Partial<typeof SIM_LOOP_TIMEOUTS> } = {},
+  opts: {
+    runId?: string;
+    tickMs?: number;
+    policy?: TrustPolicy;
+    timeouts?: Partial<typeof SIM_LOOP_TIMEOUTS>;
+    links?: MemoryLinkOptions;
+  } = {},
 ) {
   const coordinator = new SimCoordinator(job, datasetSize, opts.runId ?? 'sim-run', opts.tickMs ?? 5, opts.policy);
-  const network = new MemoryNetwork();
+  const network = new MemoryNetwork(opts.links);
   const tabs: SimTab[] = [];
   const timeouts = { ...SIM_LOOP_TIMEOUTS, ...opts.timeouts };
   const open = (name: string, delayMs = 1) => {
