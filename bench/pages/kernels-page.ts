@@ -276,7 +276,7 @@ async function trainSetup(batch: number, options: TrainOptions): Promise<TrainSe
       maxBatch: batch,
       optimizer: { kind: 'adamw', lr: LR, beta1: BETA1, beta2: BETA2, eps: EPS, weightDecay: 0 },
       params,
-      ...(tile ? { matmulTile: tile } : {}),
+      ...(tile ? { variants: { matmul: tile } } : {}),
     }),
   );
   const state: TrainState = {

@@ -23,7 +23,13 @@ export interface LayerNormDims {
 }
 
 export const LAYERNORM_EPS = 1e-5;
-const WORKGROUP_SIZE = 64;
+/** Default invocations per workgroup (the override WORKGROUP_SIZE). */
+export const LAYERNORM_WORKGROUP_SIZE = 64;
+
+/** Override constants: invocations per workgroup. Rows and columns are computed alike in every variant. */
+export interface LayerNormVariant {
+  workgroupSize?: number;
+}
 
 function check(
   label: string,
@@ -47,9 +53,15 @@ function layerNormKernel(
   entryPoint: string,
   tensors: readonly Tensor[],
   dims: LayerNormDims,
-  opts: { accumulate?: boolean; perColumn?: boolean; validate: (d: LayerNormDims) => void },
+  opts: {
+    accumulate?: boolean;
+    perColumn?: boolean;
+    validate: (d: LayerNormDims) => void;
+    variant?: LayerNormVariant;
+  },
 ): Kernel<LayerNormDims> {
   const label = `layernorm.${entryPoint}`;
+  const WORKGROUP_SIZE = opts.variant?.workgroupSize ?? LAYERNORM_WORKGROUP_SIZE;
   return preparedKernel(
     gpu,
     {
@@ -75,10 +87,12 @@ export function layerNormForward(
   gpu: Gpu,
   t: { x: Tensor; gain: Tensor; bias: Tensor; y: Tensor; stats: Tensor },
   dims: LayerNormDims,
+  variant: LayerNormVariant = {},
 ): Kernel<LayerNormDims> {
   if (sameRange(t.x, t.y)) throw new Error('layerNormForward: y must not be x (the backward needs x)');
   return layerNormKernel(gpu, 'layernorm_forward', [t.x, t.stats, t.gain, t.bias, t.y], dims, {
     validate: (d) => check('layerNormForward', d, [t.x, t.y], [t.gain, t.bias], t.stats),
+    variant,
   });
 }
 
@@ -87,11 +101,12 @@ export function layerNormBackwardInput(
   gpu: Gpu,
   t: { x: Tensor; stats: Tensor; gain: Tensor; dy: Tensor; dx: Tensor },
   dims: LayerNormDims,
-  opts: { accumulate?: boolean } = {},
+  opts: { accumulate?: boolean; variant?: LayerNormVariant } = {},
 ): Kernel<LayerNormDims> {
   if (sameRange(t.dy, t.dx) || sameRange(t.x, t.dx)) throw new Error('layerNormBackwardInput: dx must not be dy or x');
   return layerNormKernel(gpu, 'layernorm_backward_input', [t.x, t.stats, t.gain, t.dy, t.dx], dims, {
     accumulate: opts.accumulate,
+    variant: opts.variant,
     validate: (d) => check('layerNormBackwardInput', d, [t.x, t.dy, t.dx], [t.gain], t.stats),
   });
 }
@@ -101,9 +116,11 @@ export function layerNormBackwardParams(
   gpu: Gpu,
   t: { x: Tensor; stats: Tensor; dy: Tensor; dgain: Tensor; dbias: Tensor },
   dims: LayerNormDims,
+  variant: LayerNormVariant = {},
 ): Kernel<LayerNormDims> {
   return layerNormKernel(gpu, 'layernorm_backward_params', [t.x, t.stats, t.dy, t.dgain, t.dbias], dims, {
     perColumn: true,
+    variant,
     validate: (d) => check('layerNormBackwardParams', d, [t.x, t.dy], [t.dgain, t.dbias], t.stats),
   });
 }

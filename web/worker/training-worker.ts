@@ -20,7 +20,7 @@ import { stateHash, stateHashOfDigests } from '../../core/state/hash';
 import { isTransformer, parameterLayout, resolveModelSpec, type ModelSpec } from '../../core/training/model-spec';
 import { decodeSnapshot, encodeSnapshot } from '../../core/state/snapshot';
 import { createModel, type Model } from '../../kernels/model/model';
-import { createGpu, type Gpu } from '../../kernels/runtime';
+import { createGpu, kernelDeviceDescriptor, type Gpu } from '../../kernels/runtime';
 import { createTrainingState, type ParamsHasher, type TrainingState } from '../../kernels/model/training-state';
 import { type BatchSource, imageData, type TrainingData } from './data/batches';
 import { chunkedData } from './data/chunked-data';
@@ -104,14 +104,7 @@ async function device(): Promise<Gpu> {
   if (reason) throw new Error(reason);
   const adapter = await requestAdapter();
   if (!adapter) throw new Error('no WebGPU adapter');
-  const dev = await adapter.requestDevice({
-    label: 'tabswarm',
-    requiredLimits: {
-      maxStorageBufferBindingSize: adapter.limits.maxStorageBufferBindingSize,
-      maxBufferSize: adapter.limits.maxBufferSize,
-      maxStorageBuffersPerShaderStage: adapter.limits.maxStorageBuffersPerShaderStage,
-    },
-  });
+  const dev = await adapter.requestDevice(kernelDeviceDescriptor(adapter));
   dev.lost.then((info) => {
     deviceLost = `${info.reason}: ${info.message}`;
     console.error(`tabswarm worker: WebGPU device lost (${deviceLost})`);
