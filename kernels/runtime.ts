@@ -230,6 +230,8 @@ export interface KernelCall {
   readonly pipeline: GPUComputePipeline;
   readonly bindGroup: GPUBindGroup;
   workgroups: [number, number, number];
+  /** Floating-point operations of one dispatch at the current dims, where the kernel counts them (matmul). */
+  flops?: number;
 }
 
 /** Record calls into one compute pass of `encoder`, in order (WebGPU orders dispatches in a pass). */
@@ -390,7 +392,7 @@ export function preparedKernel<D>(
     pipeline: GPUComputePipeline;
     uniformCount: number;
     bind: (uniforms: GPUBuffer) => readonly (Tensor | GPUBuffer)[];
-    plan: (dims: D) => { uniforms: readonly number[]; workgroups: [number, number, number] };
+    plan: (dims: D) => { uniforms: readonly number[]; workgroups: [number, number, number]; flops?: number };
   },
   dims: D,
 ): Kernel<D> {
@@ -406,6 +408,7 @@ export function preparedKernel<D>(
     const planned = spec.plan(d);
     writeUniforms(gpu, uniforms, planned.uniforms);
     call.workgroups = planned.workgroups;
+    if (planned.flops !== undefined) call.flops = planned.flops;
   };
   update(dims);
   return { call, update };

@@ -186,7 +186,7 @@ export function matmul(
     const maxGroups = gpu.device.limits.maxComputeWorkgroupsPerDimension;
     if (groups[0] > maxGroups || groups[1] > maxGroups)
       throw new Error(`${label}: ${m}x${n} needs ${groups[0]}x${groups[1]} workgroups (limit ${maxGroups})`);
-    return { uniforms: [m, n, k, flags, aRow, aK, bK, bCol], workgroups: groups };
+    return { uniforms: [m, n, k, flags, aRow, aK, bK, bCol], workgroups: groups, flops: 2 * m * n * k };
   };
   const bias = t.bias ?? noBiasBuffer(gpu);
   return preparedKernel(

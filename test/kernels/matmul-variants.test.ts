@@ -106,6 +106,12 @@ function tiles(gpu: Gpu): { run: MatmulTile[]; notRun: { name: string; feature: 
   };
 }
 
+/** The default tile, and the first workgroup-memory and subgroup tiles of `list` (those present). */
+function oneOfEachKind(list: readonly MatmulTile[]): MatmulTile[] {
+  const first = (kind: string) => list.filter((t) => matmulTileName(t).includes(kind)).slice(0, 1);
+  return [DEFAULT_MATMUL_TILE, ...first('wgmem'), ...first('subgroups')];
+}
+
 describe('matmul variants (the autotuner candidates)', () => {
   it('every candidate matches the float64 reference and gives the default tile’s bits', async () => {
     const gpu = await nodeGpu();
@@ -131,19 +137,17 @@ describe('matmul variants (the autotuner candidates)', () => {
     const { run: list, notRun } = tiles(gpu);
     // Each tile and precision is a pipeline (~0.5 s of SwiftShader JIT): every tile with both operands
     // in halves, and one tile of each kind with one half operand (the loads are the same code).
-    const kinds = [
-      DEFAULT_MATMUL_TILE,
-      ...['wgmem', 'subgroups'].map((k) => list.find((t) => matmulTileName(t).includes(k))),
-    ];
+    const kinds = oneOfEachKind(list);
     let seed = 100;
-    for (const [half, some] of [
+    const runs: [{ a: boolean; b: boolean }, MatmulTile[]][] = [
       [{ a: true, b: true }, list],
       [{ a: true, b: false }, kinds],
       [{ a: false, b: true }, kinds],
-    ] as const) {
+    ];
+    for (const [half, some] of runs) {
       for (const c of CASES) {
         const base = await run(gpu, c, seed, DEFAULT_MATMUL_TILE, half);
-        for (const tile of some.filter((t): t is MatmulTile => t !== undefined)) {
+        for (const tile of some) {
           const got = await run(gpu, c, seed, tile, half);
           const label = `${matmulTileName(tile)} half ${JSON.stringify(half)} ${name(c)}`;
           expectClose(got.out, got.ref, { ...tolerance(c.k), label });
@@ -168,11 +172,8 @@ describe('matmul variants (the autotuner candidates)', () => {
     const fdW = finiteDifferences(lossOfW, W.values);
     const { run: list } = tiles(gpu);
     // The backward shapes are the forward kernel with transposes (uniforms): one tile of each kind.
-    const kinds = [
-      DEFAULT_MATMUL_TILE,
-      ...['wgmem', 'subgroups'].map((k) => list.find((t) => matmulTileName(t).includes(k))),
-    ];
-    for (const tile of kinds.filter((t): t is MatmulTile => t !== undefined)) {
+    const kinds = oneOfEachKind(list);
+    for (const tile of kinds) {
       for (const half of [false, true]) {
         const g = createTensor(gpu, [rows, outputs], 'dY', gData);
         const x = half
