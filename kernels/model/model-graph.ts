@@ -71,7 +71,13 @@ export function graphContext(
   owned: Tensor[],
   resizers: ((batch: number) => void)[],
 ): GraphContext {
-  const halves = new Map<Tensor, Tensor>();
+  // Copies by the range they copy (views of one range are new objects each time they are made).
+  const halves = new Map<GPUBuffer, Map<string, Tensor>>();
+  const halfOf = (t: Tensor) => halves.get(t.buffer)?.get(`${t.offset}:${t.size}`);
+  const remember = (t: Tensor, packed: Tensor) => {
+    if (!halves.has(t.buffer)) halves.set(t.buffer, new Map());
+    halves.get(t.buffer)!.set(`${t.offset}:${t.size}`, packed);
+  };
   const weightCasts: KernelCall[] = [];
   const own = (t: Tensor): Tensor => {
     owned.push(t);
@@ -88,18 +94,18 @@ export function graphContext(
     tensor: (shape, label) => own(createTensor(base.gpu, shape, `${prefix}.${label}`)),
     batched,
     halfActivation(x, cols, rows) {
-      const known = halves.get(x);
+      const known = halfOf(x);
       if (known) return { packed: known };
       const packed = own(halfTensor(base.gpu, x.size, `${prefix}.${x.label}`));
-      halves.set(x, packed);
+      remember(x, packed);
       const size = (batch: number) => ({ size: rows(batch) * cols });
       return { packed, cast: batched(toHalf(base.gpu, { x, packed }, size(base.maxBatch)), size) };
     },
     halfWeight(w) {
-      const known = halves.get(w);
+      const known = halfOf(w);
       if (known) return known;
       const packed = own(halfTensor(base.gpu, w.size, `${prefix}.${w.label}`));
-      halves.set(w, packed);
+      remember(w, packed);
       weightCasts.push(toHalf(base.gpu, { x: w, packed }, { size: w.size }).call);
       return packed;
     },
