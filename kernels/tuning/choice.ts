@@ -12,6 +12,7 @@
  *   device's candidates (variants.ts), or the tab tunes again.
  */
 import { z } from 'zod';
+import type { KernelsReport } from '../../core/protocol/tab-messages';
 import { autotune, type TuneRequest, type TuningResult } from './autotune';
 import { candidates, DEFAULT_VARIANTS, FAMILIES, sameVariant, variantName, type KernelVariants } from './variants';
 import type { Gpu } from '../runtime';
@@ -124,4 +125,20 @@ export async function chooseVariants(
 /** The choice in one line per family, e.g. `matmul 4x4 wgmem wg16x16 tk16`. */
 export function describeChoice(choice: KernelChoice): string[] {
   return FAMILIES.map((f) => `${f} ${variantName(f, choice.variants[f])}`);
+}
+
+/** The choice as a tab reports it in its hello (core/protocol/tab-messages.ts `kernelsReportSchema`). */
+export function kernelsReport(gpu: Gpu, choice: KernelChoice, precision: 'f32' | 'f16'): KernelsReport {
+  const features: KernelsReport['features'] = [];
+  if (gpu.features.subgroups) features.push('subgroups');
+  if (gpu.features.shaderF16) features.push('shader-f16');
+  const round = (x: number) => Number(x.toPrecision(4));
+  return {
+    source: choice.source,
+    precision,
+    variants: FAMILIES.map((family) => ({ family, variant: variantName(family, choice.variants[family]) })),
+    gflops: choice.result?.matmulGflops == null ? null : round(choice.result.matmulGflops),
+    tuneMs: choice.source === 'tuned' && choice.result ? Math.round(choice.result.tuneMs) : null,
+    features,
+  };
 }

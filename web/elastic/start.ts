@@ -11,6 +11,7 @@
  * The status is also readable by tests as `window.tabswarmElastic` (a frozen copy per read).
  */
 import type * as Comlink from 'comlink';
+import type { KernelsReport } from '../../core/protocol/tab-messages';
 import { CoordinatorClient, defaultCoordinatorUrl, type HelloState } from '../net/coordinator-client';
 import { IceState } from '../net/ice-state';
 import { LatestSample } from '../net/link-rtt';
@@ -32,6 +33,8 @@ export interface StartElasticOptions {
   worker: Comlink.Remote<TrainingWorkerApi>;
   /** The WebGPU adapter, as the coordinator records it. */
   adapter: { vendor: string; architecture: string; description: string };
+  /** The kernels the worker chose (`chooseKernels`), for the admin page; sent in every hello. */
+  kernels?: KernelsReport;
   /** The coordinator's origin, e.g. `http://127.0.0.1:8080`; default the page's. */
   origin?: string;
   /** Evaluate on the first N test images when the job is done (default 0: no evaluation). */
@@ -92,7 +95,7 @@ export async function startElastic(
   let left = false;
   const base = tabPorts(opts.worker, origin, mesh, {
     send: (body) => client?.send(body) ?? false,
-    hello: () => ({ peerId: mesh.peerId, adapter: opts.adapter, ...loop.holding() }),
+    hello: () => ({ peerId: mesh.peerId, adapter: opts.adapter, ...kernelsField(opts), ...loop.holding() }),
   });
   const ports = opts.wrapPorts?.(base) ?? base;
   const loop = new ElasticLoop({
@@ -133,6 +136,11 @@ export async function startElastic(
     setStepPause: (ms) => loop.setStepPause(ms),
     heartbeat: () => !left && (client?.heartbeat() ?? false),
   };
+}
+
+/** The hello's optional kernels report (absent when the page has none). */
+function kernelsField(opts: StartElasticOptions): { kernels?: KernelsReport } {
+  return opts.kernels ? { kernels: opts.kernels } : {};
 }
 
 /** A tab's own ports: the training worker over Comlink, the PeerJS mesh, fetch on the coordinator's origin. */
