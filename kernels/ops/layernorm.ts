@@ -2,9 +2,12 @@
  * LayerNorm over the last dimension (rows × dim), gain and bias per column, eps inside the square
  * root (PyTorch's and GPT-2's definition, biased variance). The forward keeps (mean, 1/std) per row in
  * `stats` for the two backward kernels: the input gradient (optionally added into the residual
- * stream's gradient) and the gain/bias gradients (sums over rows). See layernorm.wgsl.
+ * stream's gradient) and the gain/bias gradients (sums over rows). See layernorm.wgsl; with
+ * `subgroups` the forward and the input gradient run four invocations per row
+ * (layernorm-subgroups.wgsl), with the same bits.
  */
 import code from './layernorm.wgsl?raw';
+import subgroupCode from './layernorm-subgroups.wgsl?raw';
 import {
   computePipeline,
   ceilDiv,
@@ -29,6 +32,8 @@ export const LAYERNORM_WORKGROUP_SIZE = 64;
 /** Override constants: invocations per workgroup. Rows and columns are computed alike in every variant. */
 export interface LayerNormVariant {
   workgroupSize?: number;
+  /** Four invocations per row through subgroup shuffles (forward, input gradient); needs `subgroups`. */
+  subgroups?: boolean;
 }
 
 function check(
@@ -62,16 +67,19 @@ function layerNormKernel(
 ): Kernel<LayerNormDims> {
   const label = `layernorm.${entryPoint}`;
   const WORKGROUP_SIZE = opts.variant?.workgroupSize ?? LAYERNORM_WORKGROUP_SIZE;
+  const quads = !!opts.variant?.subgroups && !opts.perColumn;
+  if (quads && !gpu.features.subgroups) throw new Error(`${label}: the subgroup variant needs the subgroups feature`);
+  const [module, source] = quads ? ['layernorm-subgroups', subgroupCode] : ['layernorm', code];
   return preparedKernel(
     gpu,
     {
       label,
-      pipeline: computePipeline(gpu, code, 'layernorm', entryPoint, { WORKGROUP_SIZE }),
+      pipeline: computePipeline(gpu, source, module, entryPoint, { WORKGROUP_SIZE }),
       uniformCount: 4,
       bind: (uniforms) => [uniforms, ...tensors],
       plan: (d) => {
         opts.validate(d);
-        const threads = opts.perColumn ? d.dim : d.rows;
+        const threads = opts.perColumn ? d.dim : quads ? 4 * d.rows : d.rows;
         return {
           uniforms: [d.rows, d.dim, f32bits(LAYERNORM_EPS), opts.accumulate ? 1 : 0],
           workgroups: dispatch1d(ceilDiv(threads, WORKGROUP_SIZE)),

@@ -19,7 +19,7 @@ export interface KernelVariants {
   /** conv2d workgroup sizes per kernel; null keeps the per-layer choice of `chooseConv2dVariant`. */
   conv2d: { forward: number | null; backwardInput: number | null; backwardFilter: number | null };
   attention: { workgroupSize: number };
-  layernorm: { workgroupSize: number };
+  layernorm: { workgroupSize: number; subgroups: boolean };
   optimizer: { workgroupSize: number; elementsPerThread: number };
 }
 
@@ -32,7 +32,7 @@ export const DEFAULT_VARIANTS: KernelVariants = {
   matmul: DEFAULT_MATMUL_TILE,
   conv2d: { forward: null, backwardInput: null, backwardFilter: null },
   attention: { workgroupSize: 64 },
-  layernorm: { workgroupSize: 64 },
+  layernorm: { workgroupSize: 64, subgroups: false },
   optimizer: { workgroupSize: 256, elementsPerThread: 1 },
 };
 
@@ -101,7 +101,9 @@ export function candidates(gpu: Gpu, family: Family): KernelVariants[Family][] {
     case 'attention':
       return sizes([64, 32, 128, 256]).map((workgroupSize) => ({ workgroupSize }));
     case 'layernorm':
-      return sizes([64, 32, 128, 256]).map((workgroupSize) => ({ workgroupSize }));
+      return [false, ...(gpu.features.subgroups ? [true] : [])].flatMap((subgroups) =>
+        sizes([64, 32, 128, 256]).map((workgroupSize) => ({ workgroupSize, subgroups })),
+      );
     case 'optimizer':
       return [
         DEFAULT_VARIANTS.optimizer,
@@ -141,6 +143,10 @@ export function variantName<F extends Family>(family: F, v: KernelVariants[F]): 
     case 'optimizer': {
       const o = v as KernelVariants['optimizer'];
       return `wg${o.workgroupSize} x${o.elementsPerThread}`;
+    }
+    case 'layernorm': {
+      const n = v as KernelVariants['layernorm'];
+      return `${n.subgroups ? 'quads ' : ''}wg${n.workgroupSize}`;
     }
     default:
       return `wg${(v as { workgroupSize: number }).workgroupSize}`;
