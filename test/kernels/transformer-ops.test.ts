@@ -191,7 +191,8 @@ describe('layerNorm', () => {
         fdCheck(gotDx, (xs) => layerNormRef(xs, gain, bias, rows, dim), x, g, `dx fd ${label}`);
         fdCheck(gotGain, (gs) => layerNormRef(x, gs, bias, rows, dim), gain, g, `dgain fd ${label}`);
         const now = [gotY, await readTensor(gpu, stats), gotDx, gotAcc];
-        if (outputs.length > 0) now.forEach((o, i) => expectSameBits(o, outputs[0][i], `${label} output ${i}`));
+        if (outputs.length > 0)
+          for (const [i, o] of now.entries()) expectSameBits(o, outputs[0][i], `${label} output ${i}`);
         outputs.push(now);
       }
     }
