@@ -92,7 +92,7 @@ async function gptRun(precision: Precision): Promise<Point[]> {
   });
   const windows = (source: Uint8Array, starts: number[]) => {
     const out = new Uint8Array(starts.length * (spec.context + 1));
-    starts.forEach((s, i) => out.set(source.subarray(s, s + spec.context + 1), i * (spec.context + 1)));
+    for (const [i, s] of starts.entries()) out.set(source.subarray(s, s + spec.context + 1), i * (spec.context + 1));
     return out;
   };
   const evalStarts = Array.from({ length: 16 }, (_, i) => i * Math.floor((held.length - spec.context - 1) / 16));
