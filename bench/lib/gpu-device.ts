@@ -78,7 +78,3 @@ export function rerunOnSwiftShader(): number | null {
   });
   return child.status ?? 1;
 }
-
-export function adapterName(a: AdapterReport): string {
-  return [a.vendor, a.architecture, a.description].filter(Boolean).join(' / ') || 'unknown adapter';
-}

@@ -4,7 +4,7 @@
  * `## bench:gpu` section (between markers; the hand-written notes around it are kept).
  */
 import { existsSync, readFileSync, writeFileSync } from 'node:fs';
-import { adapterName, type AdapterReport } from './gpu-device';
+import type { AdapterReport } from './gpu-device';
 import type { MatmulResults } from './gpu-matmul';
 import type { ModelRow } from './gpu-models';
 
@@ -32,6 +32,11 @@ export interface GpuResult {
   goals: { name: string; value: number | null; goal: number; met: boolean | null; note: string }[];
   seconds: number;
   command: string;
+}
+
+/** The adapter in one line. */
+export function adapterName(a: AdapterReport): string {
+  return [a.vendor, a.architecture, a.description].filter(Boolean).join(' / ') || 'unknown adapter';
 }
 
 const round = (x: number | null, digits = 3): number | null => (x === null ? null : Number(x.toPrecision(digits)));
