@@ -22,7 +22,7 @@ import { createModel, initParams, type Model } from '../../kernels/model/model';
 import type { Precision } from '../../kernels/model/model-graph';
 import type { Gpu } from '../../kernels/runtime';
 import { autotune, type TuningResult } from '../../kernels/tuning/autotune';
-import { DEFAULT_VARIANTS, type KernelVariants } from '../../kernels/tuning/variants';
+import { DEFAULT_VARIANTS, sameVariant, type KernelVariants } from '../../kernels/tuning/variants';
 import { tfLoss } from '../../test/support/reference-transformer-tfjs';
 
 const ADAMW = { kind: 'adamw', lr: 1e-3, beta1: 0.9, beta2: 0.999, eps: 1e-8, weightDecay: 0 } as const;
@@ -42,6 +42,8 @@ export interface ModelRow {
   tuned: { f32: string[]; f16: string[] };
   /** The tuner's measured matmul GFLOP/s on this model, per precision. */
   tuned_gflops: { f32: number | null; f16: number | null };
+  /** Whether the tuner kept every default (then `tuned_*` times the very same kernels as `default_*`). */
+  tuned_is_default: { f32: boolean; f16: boolean };
 }
 
 interface Batch {
@@ -224,6 +226,10 @@ export async function benchModel(gpu: Gpu, name: string, batch: number, opts: Mo
     ...(note ? { tfjs_note: note } : {}),
     tuned: { f32: names(tuned.f32), f16: names(tuned.f16) },
     tuned_gflops: { f32: tuned.f32.matmulGflops, f16: tuned.f16.matmulGflops },
+    tuned_is_default: {
+      f32: sameVariant(tuned.f32.variants, DEFAULT_VARIANTS),
+      f16: sameVariant(tuned.f16.variants, DEFAULT_VARIANTS),
+    },
   };
 }
 

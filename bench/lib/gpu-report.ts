@@ -126,7 +126,10 @@ export function renderTables(r: GpuResult): string {
       (m) =>
         `${pad(m.model, 9, true)}${pad(m.batch, 6)}${[m.default_f32, m.tuned_f32, m.default_f16, m.tuned_f16, m.tfjs].map((x) => pad(fmt(x), 10)).join('')}${pad(m.tfjs ? (m.tfjs / m.tuned_f32).toFixed(2) : '-', 11)}`,
     ),
-    ...r.models.map((m) => `  ${m.model} tuned f32: ${m.tuned.f32.join(', ')}; f16: ${m.tuned.f16.join(', ')}`),
+    ...r.models.map((m) => {
+      const same = (yes: boolean) => (yes ? ' (the defaults: tuned and default time the same kernels)' : '');
+      return `  ${m.model} tuned f32: ${m.tuned.f32.join(', ')}${same(m.tuned_is_default.f32)}; f16: ${m.tuned.f16.join(', ')}${same(m.tuned_is_default.f16)}`;
+    }),
     '',
     'goals (a real GPU’s; on a software adapter they are neither met nor missed):',
     ...r.goals.map((g) =>

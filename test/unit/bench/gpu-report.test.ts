@@ -41,6 +41,7 @@ const GPT: ModelRow = {
   tfjs: 20,
   tuned: { f32: [], f16: [] },
   tuned_gflops: { f32: 100, f16: 120 },
+  tuned_is_default: { f32: false, f16: false },
 };
 
 function result(adapter: AdapterReport): Omit<GpuResult, 'goals'> {
