@@ -154,10 +154,14 @@ function tfjsSide(
   };
 }
 
-/** Milliseconds per step of each side: `reps` rounds, each side once per round (order flipped every round). */
+/**
+ * Milliseconds per step of each side: `reps` rounds, each side once per round (order flipped every round),
+ * after one untimed round (pipelines compiled, buffers and caches warm: without it the first side timed
+ * paid for it, measured here at up to 2.5× on SwiftShader).
+ */
 async function timeSides(sides: Side[], reps: number, steps: number): Promise<number[]> {
   for (const s of sides) {
-    s.step();
+    for (let i = 0; i < steps + 1; i++) s.step();
     await s.idle();
   }
   const ms: number[][] = sides.map(() => []);
