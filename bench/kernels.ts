@@ -255,7 +255,7 @@ async function benchTrainStep(page: Page, matmulRows: readonly MatmulRow[]): Pro
   const tiles = tuned ? [null, tuned.tile] : [null];
   const trainRows: TrainRow[] = [];
   for (const batch of BATCHES) {
-    const { tfjsMs, oursMs, steps, reference, autotuned } = await timeTrainStep(page, batch, tiles);
+    const { tfjsMs, oursMs, steps, reference, autotuned, autotunedIsDefault } = await timeTrainStep(page, batch, tiles);
     if (flags.breakdown) await logBreakdown(page, batch, tiles.length, tuned);
     await page.evaluate(() => window.kernelBench!.trainTeardown());
     const rate = (ms: number) => (steps * batch) / (ms / 1000);
@@ -272,7 +272,10 @@ async function benchTrainStep(page: Page, matmulRows: readonly MatmulRow[]): Pro
       tfjs_forms: Object.fromEntries(TFJS_FORMS.map((f, j) => [f, round(tfjsRates[j])])),
     };
     if (tuned) Object.assign(row, { ours_tuned: round(rate(median(oursMs[1]))), tuned_variant: tuned.name });
-    if (autotuned) Object.assign(row, { ours_autotuned: round(rate(median(oursMs[tiles.length]))), autotuned });
+    if (autotuned) {
+      const ours_autotuned = round(rate(median(oursMs[tiles.length])));
+      Object.assign(row, { ours_autotuned, autotuned, autotuned_is_default: autotunedIsDefault });
+    }
     trainRows.push(row);
     log(
       `train step batch ${batch}: ours ${ours.toFixed(1)} samples/s` +
@@ -291,7 +294,14 @@ async function timeTrainStep(
   page: Page,
   batch: number,
   tiles: (MatmulTile | null)[],
-): Promise<{ tfjsMs: number[][]; oursMs: number[][]; steps: number; reference: number; autotuned?: string[] }> {
+): Promise<{
+  tfjsMs: number[][];
+  oursMs: number[][];
+  steps: number;
+  reference: number;
+  autotuned?: string[];
+  autotunedIsDefault?: boolean;
+}> {
   const setup = await page.evaluate(([batch, options]) => window.kernelBench!.trainSetup(batch, options), [
     batch,
     { tiles, tfjsForms: TFJS_FORMS, autotuneMs: AUTOTUNE_MS },
@@ -313,7 +323,8 @@ async function timeTrainStep(
     page.evaluate(([side, steps]) => window.kernelBench!.trainTime(side, steps), [side, steps] as const),
   );
   const oursMs = ms.slice(TFJS_FORMS.length);
-  return { tfjsMs: ms.slice(0, TFJS_FORMS.length), oursMs, steps, reference, autotuned: setup.autotuned };
+  const { autotuned, autotunedIsDefault } = setup;
+  return { tfjsMs: ms.slice(0, TFJS_FORMS.length), oursMs, steps, reference, autotuned, autotunedIsDefault };
 }
 
 /**
@@ -353,6 +364,7 @@ async function benchTransformerStep(page: Page): Promise<TransformerRow[]> {
       ratio: round(ours / tfjs),
       ours_autotuned: round(autotuned),
       autotuned: setup.autotuned,
+      autotuned_is_default: setup.autotunedIsDefault,
     });
     log(
       `transformer step batch ${batch}: ours ${ours.toFixed(1)} tokens/s (${oursMs.map((m) => m.toFixed(0)).join(', ')} ms), ` +

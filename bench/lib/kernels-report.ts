@@ -35,6 +35,8 @@ export interface TrainRow {
   /** With the autotuner's choice for this adapter and batch (kernels/tuning/autotune.ts), and that choice. */
   ours_autotuned?: number;
   autotuned?: string[];
+  /** The autotuner kept every default variant. */
+  autotuned_is_default?: boolean;
 }
 
 /** GFLOP/s medians of every variant tried at a size (NaN: pruned). */
@@ -56,6 +58,15 @@ export interface TransformerRow {
   /** With the autotuner's choice (same run, alternated with the default), and that choice. */
   ours_autotuned: number;
   autotuned: string[];
+  autotuned_is_default: boolean;
+}
+
+/**
+ * When the autotuner kept every default, its model runs the very same kernels as the default one, and a
+ * gap between their rates is the machine's noise.
+ */
+function keptDefaults(row: { autotuned_is_default?: boolean }): string {
+  return row.autotuned_is_default ? ' (= the defaults: the same kernels, so any gap is noise)' : '';
 }
 
 /** What the tables say about how the run was made. */
@@ -110,7 +121,7 @@ export function renderTable(
       .filter((r) => r.ours_autotuned !== undefined)
       .map(
         (r) =>
-          `autotuned at batch ${r.batch}: ${r.ours_autotuned!.toFixed(1)} samples/s (${(r.ours_autotuned! / r.ours).toFixed(2)}x the default, same run) with ${r.autotuned!.join(', ')}`,
+          `autotuned at batch ${r.batch}: ${r.ours_autotuned!.toFixed(1)} samples/s (${(r.ours_autotuned! / r.ours).toFixed(2)}x the default, same run) with ${r.autotuned!.join(', ')}${keptDefaults(r)}`,
       ),
   ];
   return lines.join('\n');
@@ -125,7 +136,7 @@ export function renderTransformerTable(rows: readonly TransformerRow[], info: Ta
       (r) =>
         `${pad(r.batch, 6)} ${pad(r.context, 8)} ${pad(r.ours.toFixed(1), 8)} ${pad(r.tfjs.toFixed(1), 8)} ${pad(r.ratio.toFixed(2), 7)} ${pad(r.ours_autotuned.toFixed(1), 10)} ${pad((r.ours_autotuned / r.ours).toFixed(2), 6)}`,
     ),
-    ...rows.map((r) => `autotuned at batch ${r.batch}: ${r.autotuned.join(', ')}`),
+    ...rows.map((r) => `autotuned at batch ${r.batch}: ${r.autotuned.join(', ')}${keptDefaults(r)}`),
     `ours = Model.trainTokens (one submission); tfjs = the same model in TF.js ops (test/support/reference-transformer-tfjs.ts)`,
     `with tf.train.adam via optimizer.minimize; same weights and windows, initial losses equal within 1e-4`,
   ].join('\n');

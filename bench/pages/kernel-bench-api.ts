@@ -33,6 +33,8 @@ export interface TrainSetupReport {
   batch: number;
   /** The autotuner's choice (each family's variant), when `autotuneMs` asked for it. */
   autotuned?: string[];
+  /** Whether that choice is every default (then both models run the same kernels). */
+  autotunedIsDefault?: boolean;
   /** Mean loss over the batch before any step, per tile of ours and TF.js, from the same weights and batch. */
   lossOurs: number[];
   /** Per TF.js form, in `TrainOptions.tfjsForms` order. */
@@ -43,6 +45,7 @@ export interface TransformerSetupReport {
   batch: number;
   /** The autotuner's choice for gpt-tiny at this batch (ours variant 1; variant 0 is the defaults). */
   autotuned: string[];
+  autotunedIsDefault: boolean;
   context: number;
   /** Mean loss per window (nats per token) before any step: ours and TF.js from the same weights and windows. */
   lossOurs: number;

@@ -29,6 +29,7 @@ import {
 } from '../../kernels/runtime';
 import { interleavedMatmul } from './interleaved-matmul';
 import { autotune, type TuningResult } from '../../kernels/tuning/autotune';
+import { DEFAULT_VARIANTS, sameVariant } from '../../kernels/tuning/variants';
 import { tfLoss } from '../../test/support/reference-transformer-tfjs';
 import { mulberry32, randomArray } from '../../test/support/rng';
 import type {
@@ -321,7 +322,12 @@ async function trainSetup(batch: number, options: TrainOptions): Promise<TrainSe
       await tfjsDrain();
     }
   }
-  return { batch, lossOurs, lossTfjs, ...(tuned ? { autotuned: choiceNames(tuned) } : {}) };
+  const choice = tuned ? { autotuned: choiceNames(tuned), autotunedIsDefault: keptDefaults(tuned) } : {};
+  return { batch, lossOurs, lossTfjs, ...choice };
+}
+
+function keptDefaults(r: TuningResult): boolean {
+  return sameVariant(r.variants, DEFAULT_VARIANTS);
 }
 
 /** The tuner's choice, one `family variant` per family it tuned. */
@@ -468,7 +474,8 @@ async function transformerSetup(batch: number, autotuneMs: number): Promise<Tran
   await g.device.queue.onSubmittedWorkDone();
   tfjsTransformerStep(state);
   await tfjsDrain();
-  return { batch, context: spec.context, lossOurs, lossTfjs, autotuned: choiceNames(tuned) };
+  const choice = { autotuned: choiceNames(tuned), autotunedIsDefault: keptDefaults(tuned) };
+  return { batch, context: spec.context, lossOurs, lossTfjs, ...choice };
 }
 
 async function transformerTime(side: Side, steps: number): Promise<number> {
