@@ -109,6 +109,7 @@ export function onHello(state: CoordinatorState, conn: string, msg: HelloMessage
     peerRttMs: null,
     addr: connection.addr ?? '',
     invite: msg.invite ?? null,
+    ...(msg.kernels ? { kernels: msg.kernels } : {}),
   };
   writableConnections(ctx)[conn] = { ...connection, workerId };
   metric(ctx, 'tabswarm_joins_total');

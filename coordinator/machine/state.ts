@@ -6,7 +6,7 @@
 import type { StepSketches } from '../../core/state/sketch';
 import { z } from 'zod';
 import type { JobSpec } from '../../core/training/job';
-import type { ClientMessage, PeerLink } from '../../core/protocol/tab-messages';
+import type { ClientMessage, KernelsReport, PeerLink } from '../../core/protocol/tab-messages';
 import type { SyncAdviceView } from '../../core/protocol/views';
 import type { ServerMessage } from '../../core/protocol/coordinator-messages';
 import type { ParseErrorCode } from '../../core/protocol/control-parse';
@@ -119,6 +119,8 @@ export interface WorkerInfo {
   iceError?: string | null;
   /** Its compute utilization and wire bytes per sample over its accepted reports (utilization.ts); absent before the first. */
   usage?: Usage;
+  /** The kernels its hello reported (variants, GFLOP/s; only shown); absent when it sent none. */
+  kernels?: KernelsReport;
 }
 
 /** One rank's report of one step, kept until the step commits or the round closes. */

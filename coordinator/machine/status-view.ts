@@ -36,6 +36,7 @@ export function statusView(s: CoordinatorState): StatusView {
         peerLinks: w?.peerLinks ?? [],
         iceError: w?.iceError ?? null,
         adapter: adapterLabel(w?.adapter),
+        kernels: w?.kernels ?? null,
         invite: w?.invite ?? null,
         ...usageView(w?.usage?.recent),
       };

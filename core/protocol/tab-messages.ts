@@ -25,6 +25,27 @@ const v = versionSchema;
  */
 export const NO_HASH = '0'.repeat(64);
 
+/**
+ * The kernels a tab runs with, as its training worker chose them for its adapter (kernels/tuning/:
+ * tuned at its first start, then cached). A claim, only shown (admin page, `/api/status`), never used to
+ * decide anything: every variant gives the same bits.
+ */
+export const kernelsReportSchema = z.strictObject({
+  /** How the variants were chosen: timed now, read from the tab's cache, or the defaults (not tuned). */
+  source: z.enum(['tuned', 'cached', 'default']),
+  /** The job's kernel precision it runs (`job.kernels.precision`). */
+  precision: z.enum(['f32', 'f16']),
+  /** The chosen variant per op family, e.g. `{ family: 'matmul', variant: '4x4 wgmem wg16x16 tk16' }`. */
+  variants: z.array(z.strictObject({ family: textSchema(16), variant: textSchema(64) })).max(8),
+  /** The model's matmul GFLOP/s with the chosen tile, as the tuner measured it; null when not tuned. */
+  gflops: z.number().min(0).max(1e7).nullable(),
+  /** How long the tuning took (ms); null when the choice was cached or the defaults. */
+  tuneMs: z.number().min(0).max(600_000).nullable(),
+  /** The optional WebGPU features its device has that kernels use. */
+  features: z.array(z.enum(['subgroups', 'shader-f16'])).max(2),
+});
+export type KernelsReport = z.infer<typeof kernelsReportSchema>;
+
 export const helloSchema = z.strictObject({
   v,
   type: z.literal('hello'),
@@ -47,6 +68,8 @@ export const helloSchema = z.strictObject({
     architecture: textSchema(256),
     description: textSchema(256),
   }),
+  /** Optional: the kernels its worker chose (`kernelsReportSchema`), for the admin page. */
+  kernels: kernelsReportSchema.optional(),
   /** The committed step whose training state the tab holds (after a reconnect), or null. */
   haveStep: stepSchema.nullable(),
   /** The parameter hash of that state, or null. */

@@ -6,7 +6,7 @@
  * name them without importing the coordinator's state machine; the machine builds them
  * (coordinator/machine: `statusView`, `usageView`).
  */
-import type { PeerLink } from './tab-messages';
+import type { KernelsReport, PeerLink } from './tab-messages';
 
 /** What the views show of usage sums (coordinator/machine/utilization.ts): null where nothing was measured yet. */
 export interface UsageView {
@@ -31,6 +31,8 @@ export interface WorldView {
   /** Why ICE fails for it (e.g. "TURN authentication failed …"), or null. */
   iceError: string | null;
   adapter: string;
+  /** The kernels its hello reported (variants, GFLOP/s, tuned or cached), or null. */
+  kernels: KernelsReport | null;
   /** The invite it joined through (id), or null. */
   invite: string | null;
   /** Recent compute utilization in [0, 1] (time computing / wall time, utilization.ts), or null before a report. */

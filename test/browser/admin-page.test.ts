@@ -47,6 +47,16 @@ const ADAPTERS = [
   { vendor: 'apple', architecture: 'metal-3', description: 'Apple M2' },
 ];
 
+/** What a tab on the first adapter says about its kernels in its hello (core/protocol `kernelsReportSchema`). */
+const KERNELS = {
+  source: 'tuned',
+  precision: 'f32',
+  variants: [{ family: 'matmul', variant: '4x4 wgmem wg16x16 tk16' }],
+  gflops: 1234.5,
+  tuneMs: 2100,
+  features: ['subgroups'],
+};
+
 /**
  * A simulated tab: joins with an adapter, follows rounds, reports each step after `stepMs` with a
  * loss that falls with the step (so the charts have a shape), uploads checkpoints when asked.
@@ -79,7 +89,9 @@ class SimulatedTab {
   ): Promise<SimulatedTab> {
     const worker = await SimWorker.connect(proc.wsUrl);
     const tab = new SimulatedTab(worker, proc.url, stepMs);
-    const welcome = await worker.join({ adapter });
+    // The first adapter's tab reports tuned kernels; the others send none, as an older tab.
+    const kernels = adapter === ADAPTERS[0] ? KERNELS : undefined;
+    const welcome = await worker.join({ adapter, kernels });
     tab.job = welcome.job as JobPublic;
     worker.onMessage = (msg) => tab.onMessage(msg);
     for (const msg of worker.drain()) tab.onMessage(msg);
@@ -256,6 +268,11 @@ describe.skipIf(skip)('admin page', () => {
     expect(await page.textContent(`#workers-body tr[data-worker-id="${tabs[1].id}"] .adapter-cell`)).toBe(
       'intel gen-12lp',
     );
+    // The kernels a tab reported in its hello; a tab that reported none shows a dash.
+    const kernelsCell = (id: string) => page.textContent(`#workers-body tr[data-worker-id="${id}"] .kernels-cell`);
+    expect(await kernelsCell(tabs[0].id)).toBe('4x4 wgmem wg16x16 tk16 · 1,235 GFLOP/s · tuned in 2.1 s');
+    expect(await kernelsCell(tabs[1].id)).toBe('–');
+    expect(status.world.find((w: { id: string }) => w.id === tabs[0].id)?.kernels).toEqual(KERNELS);
 
     // RTT column: a heartbeat's peerRttMs shows in ms; a tab that never sends it (older tab) shows "–".
     tabs[0].peerRttMs = 12.5;
@@ -276,7 +293,7 @@ describe.skipIf(skip)('admin page', () => {
         [tabs[2].id, 3.25],
       ]),
     );
-    expect(await page.textContent('#workers-table thead th:nth-child(9)')).toBe('RTT · path');
+    expect(await page.textContent('#workers-table thead th:nth-child(10)')).toBe('RTT · path');
     expect((await proc.status()).world.find((w: { id: string }) => w.id === tabs[2].id)?.peerLinks).toEqual([
       { peer: tabs[1].id, local: 'relay', remote: 'srflx' },
     ]);

@@ -10,6 +10,7 @@ import {
   formatAge,
   formatBytesPerSample,
   formatInt,
+  formatKernels,
   formatNumber,
   formatPercent,
   setText,
@@ -115,6 +116,7 @@ interface WorkerRow {
   rank: HTMLTableCellElement;
   id: HTMLTableCellElement;
   adapter: HTMLTableCellElement;
+  kernels: HTMLTableCellElement;
   invite: HTMLTableCellElement;
   shareFill: HTMLDivElement;
   shareText: HTMLSpanElement;
@@ -187,6 +189,7 @@ export class WorkersTable {
       rank: el('td', { class: 'rank num' }),
       id: el('td', { class: 'mono worker-id' }),
       adapter: el('td', { class: 'adapter-cell' }),
+      kernels: el('td', { class: 'kernels-cell' }),
       invite: el('td', { class: 'mono invite-cell' }),
       shareFill,
       shareText,
@@ -202,6 +205,7 @@ export class WorkersTable {
       row.rank,
       row.id,
       row.adapter,
+      row.kernels,
       el('td', { class: 'share' }, el('div', { class: 'share-bar' }, shareFill), shareText),
       row.speed,
       row.utilization,
@@ -220,6 +224,9 @@ export class WorkersTable {
     setText(row.id, worker.id);
     row.id.title = `peer ${worker.peerId}`;
     setText(row.adapter, worker.adapter || 'unknown');
+    const kernels = formatKernels(worker.kernels);
+    setText(row.kernels, kernels.text);
+    row.kernels.title = kernels.title;
     setText(row.invite, worker.invite ?? '–');
     row.shareFill.style.width = `${(worker.share * 100).toFixed(1)}%`;
     setText(row.shareText, formatPercent(worker.share));

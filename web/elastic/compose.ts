@@ -10,6 +10,7 @@
  * PeerJS's signalling), `RTCPeerConnection` (PeerJS), `fetch`, `crypto`; a Node process installs them first
  * (headless/node-globals.ts).
  */
+import type { KernelsReport } from '../../core/protocol/tab-messages';
 import { CoordinatorClient, defaultCoordinatorUrl, type HelloState } from '../net/coordinator-client';
 import { IceState } from '../net/ice-state';
 import { LatestSample } from '../net/link-rtt';
@@ -34,6 +35,8 @@ export interface ComposeElasticOptions {
   http: HttpPort;
   /** The WebGPU adapter, as the coordinator records it. */
   adapter: { vendor: string; architecture: string; description: string };
+  /** The kernels the worker chose (`chooseKernels`), for the admin page; sent in every hello. */
+  kernels?: KernelsReport;
   /** The coordinator's origin, e.g. `http://127.0.0.1:8080`. */
   origin: URL;
   /** The PeerJS id to register (default: a fresh random `tab-…`). */
@@ -92,7 +95,12 @@ export async function composeElastic(
     mesh,
     control: { send: (body) => client?.send(body) ?? false },
     http: opts.http,
-    hello: () => ({ peerId: mesh.peerId, adapter: opts.adapter, ...loop.holding() }),
+    hello: () => ({
+      peerId: mesh.peerId,
+      adapter: opts.adapter,
+      ...(opts.kernels ? { kernels: opts.kernels } : {}),
+      ...loop.holding(),
+    }),
   };
   const ports = opts.wrapPorts?.(base) ?? base;
   const loop = elasticLoop(ports, opts, log, (status) => {

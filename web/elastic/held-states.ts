@@ -60,6 +60,7 @@ export class HeldStateKeeper {
         optimizer: job.optimizer,
         maxBatch: Math.min(job.globalBatch, job.datasetSize),
         seed: job.seed,
+        precision: job.kernels.precision,
         ...(job.sync.mode === 'local' ? { outer: job.sync.outer } : {}),
       });
       this.modelElements = summary.totalElements;

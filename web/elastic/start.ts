@@ -13,6 +13,7 @@
  * file adds what only a page has.
  */
 import type * as Comlink from 'comlink';
+import type { KernelsReport } from '../../core/protocol/tab-messages';
 import type { TrainingWorkerApi } from '../worker/training-worker';
 import { browserHttp } from './checkpoint-transfer';
 import { composeElastic, type ComposeElasticCallbacks, type ElasticPorts } from './compose';
@@ -33,6 +34,8 @@ export interface StartElasticOptions {
   worker: Comlink.Remote<TrainingWorkerApi>;
   /** The WebGPU adapter, as the coordinator records it. */
   adapter: { vendor: string; architecture: string; description: string };
+  /** The kernels the worker chose (`chooseKernels`), for the admin page; sent in every hello. */
+  kernels?: KernelsReport;
   /** The coordinator's origin, e.g. `http://127.0.0.1:8080`; default the page's. */
   origin?: string;
   /** Evaluate on the first N test images when the job is done (default 0: no evaluation). */
@@ -77,6 +80,7 @@ export async function startElastic(
       trainer: comlinkTrainer(opts.worker),
       http: browserHttp(origin.origin),
       adapter: opts.adapter,
+      kernels: opts.kernels,
       origin,
       evaluateOnDone: opts.evaluateOnDone,
       stepPauseMs: opts.stepPauseMs,

@@ -20,7 +20,7 @@ import { stateHash, stateHashOfDigests } from '../../core/state/hash';
 import { isTransformer, parameterLayout, resolveModelSpec, type ModelSpec } from '../../core/training/model-spec';
 import { decodeSnapshot, encodeSnapshot } from '../../core/state/snapshot';
 import { createModel, type Model } from '../../kernels/model/model';
-import { createGpu, type Gpu } from '../../kernels/runtime';
+import { createGpu, kernelDeviceDescriptor, type Gpu } from '../../kernels/runtime';
 import { createTrainingState, type ParamsHasher, type TrainingState } from '../../kernels/model/training-state';
 import { type BatchSource, imageData, type TrainingData } from './data/batches';
 import { chunkedData } from './data/chunked-data';
@@ -29,12 +29,17 @@ import { ElasticSteps, type ApplyOptions, type ApplyResult, type NextIndices } f
 import { OuterState } from './outer-step';
 import { chooseParamsHasher, readBackParamsHasher } from './params-hasher';
 import { runSolo } from './solo-loop';
+import type { KernelsReport } from '../../core/protocol/tab-messages';
+import { chooseVariants, kernelsReport, type TuningStore } from '../../kernels/tuning/choice';
+import type { KernelVariants } from '../../kernels/tuning/variants';
+import { browserTuningStore } from './tuning-store';
 import type {
   AdapterSummary,
   BuildModelOptions,
   DatasetBytes,
   EvaluationResult,
   GradientResult,
+  KernelOptions,
   ModelSummary,
   ProbeResult,
   RestoredState,
@@ -63,6 +68,14 @@ let deviceLost: string | undefined;
 let dataset: TrainingData | undefined;
 let built: Built | undefined;
 let stopRequested = false;
+/** The variants `chooseKernels` chose, for the model built with the same shapes (`shapesKey`). */
+let kernelChoice: { key: string; variants: KernelVariants } | null = null;
+let tuningStore: Promise<TuningStore> | undefined;
+
+/** What a kernel choice was made for: the model, its max batch and the precision. */
+function shapesKey(spec: ModelSpec, maxBatch: number, precision: string): string {
+  return `${JSON.stringify(spec)}|${maxBatch}|${precision}`;
+}
 
 function unavailableReason(): string | undefined {
   if (!('gpu' in navigator) || !navigator.gpu) {
@@ -104,14 +117,7 @@ async function device(): Promise<Gpu> {
   if (reason) throw new Error(reason);
   const adapter = await requestAdapter();
   if (!adapter) throw new Error('no WebGPU adapter');
-  const dev = await adapter.requestDevice({
-    label: 'tabswarm',
-    requiredLimits: {
-      maxStorageBufferBindingSize: adapter.limits.maxStorageBufferBindingSize,
-      maxBufferSize: adapter.limits.maxBufferSize,
-      maxStorageBuffersPerShaderStage: adapter.limits.maxStorageBuffersPerShaderStage,
-    },
-  });
+  const dev = await adapter.requestDevice(kernelDeviceDescriptor(adapter));
   dev.lost.then((info) => {
     deviceLost = `${info.reason}: ${info.message}`;
     console.error(`tabswarm worker: WebGPU device lost (${deviceLost})`);
@@ -227,6 +233,28 @@ const api = {
     return setDataset(chunkedData(meta, fetcher));
   },
 
+  /**
+   * Choose the kernel variants for the model the page is about to build on this adapter: the cached
+   * choice, a tuning (`onTuning` is called as it starts: "tuning for your GPU…"), or the defaults
+   * (kernels/tuning/choice.ts). `buildModel` with the same shapes uses them. Resolves to the report the
+   * hello carries.
+   */
+  async chooseKernels(opts: KernelOptions, onTuning?: () => void): Promise<KernelsReport> {
+    const g = await device();
+    const adapter = await requestAdapter();
+    if (!adapter) throw new Error('no WebGPU adapter');
+    const spec = resolveModelSpec(opts.model);
+    const req = { spec, layout: parameterLayout(spec), ...opts };
+    tuningStore ??= browserTuningStore();
+    const choice = await chooseVariants(g, summarize(adapter), req, {
+      store: await tuningStore,
+      mode: opts.tune,
+      onTuning: () => void onTuning?.(),
+    });
+    kernelChoice = { key: shapesKey(spec, opts.maxBatch, opts.precision), variants: choice.variants };
+    return kernelsReport(g, choice, opts.precision);
+  },
+
   /** Build (or rebuild) the model with fresh seeded parameters. */
   async buildModel(opts: BuildModelOptions): Promise<ModelSummary> {
     const g = await device();
@@ -236,7 +264,15 @@ const api = {
     built?.state.destroy();
     built?.model.destroy();
     built = undefined;
-    const model = createModel(g, spec, layout, { maxBatch: opts.maxBatch, optimizer: opts.optimizer, seed: opts.seed });
+    const precision = opts.precision ?? 'f32';
+    const chosen = kernelChoice?.key === shapesKey(spec, opts.maxBatch, precision) ? kernelChoice.variants : undefined;
+    const model = createModel(g, spec, layout, {
+      maxBatch: opts.maxBatch,
+      optimizer: opts.optimizer,
+      seed: opts.seed,
+      precision,
+      variants: chosen,
+    });
     const state = createTrainingState(model, hasher);
     const outer = opts.outer ? new OuterState(opts.outer, layout.totalElements) : null;
     const steps = new ElasticSteps(

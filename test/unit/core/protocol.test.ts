@@ -12,6 +12,28 @@ import { mulberry32 } from '../../support/rng';
 
 const HASH = '0123456789abcdef'.repeat(4);
 
+/** Hellos whose kernels report a coordinator must refuse: it is a claim from a tab, bounded like any. */
+function badKernels(): [string, string, string][] {
+  const hello = validClient[1] as Extract<ClientMessage, { type: 'hello' }>;
+  const kernels = hello.kernels!;
+  const with_ = (patch: Record<string, unknown>) => JSON.stringify({ ...hello, kernels: { ...kernels, ...patch } });
+  const variant = { family: 'matmul', variant: 'x' };
+  return [
+    ['a kernels report with an unknown source', with_({ source: 'guessed' }), 'bad_message'],
+    ['a kernels report with an unknown field', with_({ admin: true }), 'bad_message'],
+    ['a kernels report with 9 variants', with_({ variants: Array(9).fill(variant) }), 'bad_message'],
+    [
+      'a variant name of 65 characters',
+      with_({ variants: [{ family: 'matmul', variant: 'x'.repeat(65) }] }),
+      'bad_message',
+    ],
+    ['negative GFLOP/s', with_({ gflops: -1 }), 'bad_message'],
+    ['GFLOP/s beyond 1e7', with_({ gflops: 2e7 }), 'bad_message'],
+    ['an unknown feature', with_({ features: ['timestamp-query'] }), 'bad_message'],
+    ['a tuning of an hour', with_({ tuneMs: 3_600_000 }), 'bad_message'],
+  ];
+}
+
 const validClient: ClientMessage[] = [
   {
     v: 1,
@@ -33,6 +55,17 @@ const validClient: ClientMessage[] = [
     haveStep: 12,
     haveHash: HASH,
     pending: { step: 13, hash: HASH },
+    kernels: {
+      source: 'tuned',
+      precision: 'f16',
+      variants: [
+        { family: 'matmul', variant: '4x4 wgmem wg16x16 tk16' },
+        { family: 'optimizer', variant: 'wg256 x4' },
+      ],
+      gflops: 812.5,
+      tuneMs: 2300,
+      features: ['subgroups', 'shader-f16'],
+    },
   },
   { v: 1, type: 'heartbeat', runId: 'run-1', workerId: 'w1-abc' },
   { v: 1, type: 'ready', runId: 'run-1', workerId: 'w1-abc', round: 3 },
@@ -125,6 +158,7 @@ describe('parseClientMessage', () => {
       'bad_message',
     ],
     ['a hello without adapter fields', JSON.stringify({ ...validClient[0], adapter: { vendor: 'x' } }), 'bad_message'],
+    ...badKernels(),
   ];
   for (const [name, text, code] of bad) {
     it(`rejects ${name} as ${code}`, () => {

@@ -223,6 +223,25 @@ describe('machine: hello and connections', () => {
       ...extra,
     } as never);
 
+  it('keeps the kernels report of a hello for the status view, and null for a tab that sent none', () => {
+    const h = new Harness(JOB, 100);
+    const kernels = {
+      source: 'cached' as const,
+      precision: 'f32' as const,
+      variants: [{ family: 'matmul', variant: '8x8 regs wg4x4' }],
+      gflops: 1.25,
+      tuneMs: null,
+      features: ['subgroups' as const],
+    };
+    h.connect('a');
+    hello(h, 'a', { kernels });
+    h.join('b');
+    h.advance(2000);
+    const world = statusView(h.state).world;
+    expect(world.find((w) => w.id === h.worker('a').workerId)?.kernels).toEqual(kernels);
+    expect(world.find((w) => w.id === h.worker('b').workerId)?.kernels).toBeNull();
+  });
+
   it('gives distinct ids made of a counter and the connection nonce', () => {
     const h = new Harness(JOB, 100);
     h.join('a');
