@@ -53,6 +53,7 @@ describe('the admin feed and usage', () => {
       innerSteps: 32,
       outer: { kind: 'nesterov', lr: 0.7, momentum: 0.9 },
       compression: 'int8',
+      overlap: false,
     });
     expect(snap.status.usage.recent).toEqual(usage);
 
