@@ -342,4 +342,35 @@ describe('overlapped outer steps (simulated tabs, real coordinator machine)', ()
     expectCleanAudit(job, coordinator, commits);
     for (const t of [a, b]) expect(await t.trainer.hash()).toBe(commits.at(-1)!.hash);
   });
+
+  it('a worker hung in its eager step is blamed by its silent ring neighbour and costs only its share', {
+    timeout: 60_000,
+  }, async () => {
+    const job = parseJobSpec({ ...BASE, minWorkers: 2, epochs: 3 });
+    const { coordinator, open, committed, waitFor, tabs } = setUp(job);
+    open('a', 2);
+    open('b', 2);
+    open('c', 2);
+    await waitFor(
+      () => committed() >= 2 * H && coordinator.state.rendezvous.participants.length === 3,
+      'three tabs past two outer steps',
+    );
+    const member = coordinator.state.rendezvous.participants[1].workerId;
+    const hung = tabs.find((t) => t.loop.status.workerId === member)!;
+    hung.trainer.hang('outer');
+    const id = hung.loop.status.workerId;
+    await waitFor(() => coordinator.log.some((l) => l.event === 'round_closed' && l.data.carry), 'the carry', 20_000);
+    const report = coordinator.log.find((l) => l.event === 'failure_report')!;
+    expect(report.data.peer).toBe(id);
+    expect(String(report.data.reason)).toMatch(/sent nothing/);
+    hung.trainer.resume();
+    await waitFor(() => coordinator.state.status === 'done', 'the job to finish', 30_000);
+    const survivors = tabs.filter((t) => t !== hung);
+    await waitFor(() => survivors.every((t) => t.loop.status.phase === 'done'), 'the survivors to see done');
+    const commits = coordinator.liveCommits();
+    expect(commits.some((c) => c.skipped)).toBe(true);
+    expect(coordinator.commits.filter((r) => r.rolledBack)).toEqual([]);
+    expect(productAudit(coordinator).ok).toBe(true);
+    for (const t of survivors) expect(await t.trainer.hash()).toBe(commits.at(-1)!.hash);
+  });
 });
