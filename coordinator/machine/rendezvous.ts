@@ -185,6 +185,7 @@ export function openRoundIn(ctx: Ctx): void {
   rv.deadline = null;
   rv.baseStep = s.lastCommit.step;
   rv.roundCommits = 0;
+  rv.drainAt = null;
   // A member on a slow link may have the whole state to receive first (core/training/link-floor.ts).
   rv.readyDeadline = ctx.now + s.policy.readyTimeoutMs + readyAllowanceMs(stateFrom, s.job.model, participants.length);
   rv.stepStartedAt = null;
@@ -227,6 +228,8 @@ function announceRoundIn(ctx: Ctx, stateFrom: StateSource, carry: CarriedGroup |
               shares: carry.shares,
               slots: participants.map((q) => q.slot),
               reported: participants.map((q) => q.lastStep),
+              ...(carry.through !== undefined ? { through: carry.through } : {}),
+              ...(carry.deferred && carry.deferred.length > 0 ? { deferred: carry.deferred } : {}),
             },
           }
         : {}),

@@ -34,7 +34,7 @@ import { carryFor } from './carry';
 import { chargeIn, bannedUntil, culpritOf, refuseConnIn, type Culprit } from './penalties';
 import { admissibleWaiters, evaluateGatheringIn, notifyWaitingIn, openRoundIn } from './rendezvous';
 import { computeShares, sharesDrift } from './shares';
-import type { CarriedGroup } from './state';
+import type { CarriedGroup, CoordinatorState } from './state';
 
 /**
  * Close the open round: `round_closed` to every remaining participant, survivors re-enrolled at the
@@ -70,6 +70,7 @@ export function closeRoundIn(
   rv.stepStartedAt = null;
   rv.gatheringSince = now;
   rv.roundCommits = 0;
+  rv.drainAt = null;
   keepCarriedReportsIn(ctx, carry);
   metric(ctx, 'tabswarm_world_size', 0);
   log(ctx, failure ? 'warn' : 'info', 'round_closed', {
@@ -77,12 +78,23 @@ export function closeRoundIn(
     reason,
     restore,
     restart: failure,
-    ...(carry ? { carry: { lost: carry.lost, members: carry.members.map((m) => m.workerId) } } : {}),
+    ...(carry
+      ? {
+          carry: {
+            lost: carry.lost,
+            members: carry.members.map((m) => m.workerId),
+            ...(carry.through !== undefined ? { through: carry.through } : {}),
+          },
+        }
+      : {}),
   });
   if (failure) countRestartIn(ctx, culprits);
 }
 
-/** The reports a carry keeps (the survivors' inner steps); anything else of the closed round is dropped. */
+/**
+ * The reports a carry keeps (the survivors' inner steps); anything else of the closed round is dropped,
+ * an overlapped job's outer reports included (they hold the old world's sum: the survivors send new ones).
+ */
 function keepCarriedReportsIn(ctx: Ctx, carry: CarriedGroup | null): void {
   const s = ctx.s;
   s.rendezvous.carry = carry;
@@ -95,7 +107,11 @@ function keepCarriedReportsIn(ctx: Ctx, carry: CarriedGroup | null): void {
   const pending: typeof s.pending = {};
   for (const [step, reports] of Object.entries(s.pending)) {
     if (Number(step) > limit) continue;
-    pending[step] = Object.fromEntries(Object.entries(reports).filter(([slot]) => kept.has(slot)));
+    pending[step] = Object.fromEntries(
+      Object.entries(reports)
+        .filter(([slot]) => kept.has(slot))
+        .map(([slot, { outer: _outer, ...report }]) => [slot, report]),
+    );
   }
   s.pending = pending;
 }
@@ -319,26 +335,29 @@ export const REBALANCE_MIN_COMMITS = 50;
 export const REBALANCE_DRIFT = 0.25;
 
 /**
- * At a commit boundary: a new round if newcomers can be admitted, the world must shrink (max lowered)
- * or shares drifted. Closes with restore:false and opens the next round at once. Returns whether it did.
+ * Why the training round should change at a commit boundary: newcomers can be admitted or the world must
+ * shrink (max lowered): `membership`; shares drifted: `rebalance`; else null.
+ */
+export function boundaryReason(s: CoordinatorState): CloseReason | null {
+  const rv = s.rendezvous;
+  if (s.status !== 'active' || rv.phase !== 'training') return null;
+  const world = rv.participants.length;
+  if ((admissibleWaiters(s).length > 0 && world < s.job.maxWorkers) || world > s.job.maxWorkers) return 'membership';
+  if (rv.roundCommits < REBALANCE_MIN_COMMITS || world < 2) return null;
+  const proposed = computeShares(rv.participants.map((p) => s.workers[p.workerId].throughput));
+  const drift = sharesDrift(
+    rv.participants.map((p) => p.share),
+    proposed,
+  );
+  return drift > REBALANCE_DRIFT ? 'rebalance' : null;
+}
+
+/**
+ * At a commit boundary with nothing in flight after it: a new round when `boundaryReason` says so. Closes
+ * with restore:false and opens the next round at once. Returns whether it did.
  */
 export function admitAtBoundaryIn(ctx: Ctx): boolean {
-  const s = ctx.s;
-  const rv = s.rendezvous;
-  if (s.status !== 'active' || rv.phase !== 'training') return false;
-  const world = rv.participants.length;
-  let reason: CloseReason | null = null;
-  if ((admissibleWaiters(s).length > 0 && world < s.job.maxWorkers) || world > s.job.maxWorkers) reason = 'membership';
-  else if (rv.roundCommits >= REBALANCE_MIN_COMMITS && world > 1) {
-    const proposed = computeShares(rv.participants.map((p) => s.workers[p.workerId].throughput));
-    if (
-      sharesDrift(
-        rv.participants.map((p) => p.share),
-        proposed,
-      ) > REBALANCE_DRIFT
-    )
-      reason = 'rebalance';
-  }
+  const reason = boundaryReason(ctx.s);
   if (reason === null) return false;
   closeRoundIn(ctx, reason, false, false);
   openRoundIn(ctx);

@@ -75,6 +75,12 @@ export interface RendezvousState {
    * null: the current round planned the group in flight (every slot is its rank).
    */
   carry?: CarriedGroup | null;
+  /**
+   * An overlapped job (core/training/overlap.ts): the last step of the group whose outer step the
+   * coordinator asked to be synchronous (`committed.drain`) because the round changes at its commit.
+   * Null or absent: none. Cleared when the round closes.
+   */
+  drainAt?: number | null;
 }
 
 /** The split of a commit group that survivors carry on (see `RendezvousState.carry`). */
@@ -85,6 +91,16 @@ export interface CarriedGroup {
   lost: number[];
   /** The survivors in their old rank order: each one's slot and the last step it reported. */
   members: { workerId: string; slot: number; lastStep: number }[];
+  /**
+   * An overlapped job: the last step carried on — the group in flight's, or its successor's when that one
+   * had begun too (core/training/overlap.ts). Absent: the group in flight's.
+   */
+  through?: number;
+  /**
+   * Holes of the record the group in flight was planned without: the lost slices of its overlapped
+   * predecessor, committed partially while this group was carried along (sampler.ts `commitGroup`).
+   */
+  deferred?: PositionRange[];
 }
 
 /** A state a worker holds: a committed step and the parameter hash there. */
@@ -131,6 +147,8 @@ export interface PendingReport {
   computeMs: number;
   /** The step's sketches, when the job verifies (core/state/sketch.ts). */
   sketch?: StepSketches;
+  /** An overlapped job's commit point: the hash of this rank's `outer_report`, once it arrived. */
+  outer?: string;
 }
 
 /**

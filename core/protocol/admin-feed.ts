@@ -185,12 +185,13 @@ export interface CheckpointListResponse {
 
 /**
  * How the ranks sync, as the admin page's sync line and the swarm report show it: "every step, fp32" or
- * "local, H = 32, int8, outer Nesterov lr 0.7 m 0.9".
+ * "local, H = 32, int8, outer Nesterov lr 0.7 m 0.9" (", overlapped" with overlapped outer steps).
  */
 export function syncLabel(sync: SyncSpec): string {
   const wire = sync.compression === 'none' ? 'fp32' : sync.compression;
   if (sync.mode === 'every-step') return `every step, ${wire}`;
-  return `local, H = ${sync.innerSteps}, ${wire}, outer Nesterov lr ${sync.outer.lr} m ${sync.outer.momentum}`;
+  const overlapped = sync.overlap ? ', overlapped' : '';
+  return `local, H = ${sync.innerSteps}, ${wire}, outer Nesterov lr ${sync.outer.lr} m ${sync.outer.momentum}${overlapped}`;
 }
 
 /** The category of a machine log event (names from coordinator/machine: rendezvous.ts, round-close.ts, commit.ts, machine.ts, …). */

@@ -1,6 +1,6 @@
 /**
  * The control messages a tab sends to the coordinator (`ClientMessage`: hello, heartbeat, ready,
- * step_report, failure, goodbye, evaluation), one zod schema each with a doc comment per field. The
+ * step_report, outer_report, failure, goodbye, evaluation), one zod schema each with a doc comment per field. The
  * protocol's rules and shared fields are in control-fields.ts; the coordinator validates a frame with
  * `parseClientMessage` (control-parse.ts).
  */
@@ -193,6 +193,34 @@ export const stepReportSchema = z.strictObject({
     .optional(),
 });
 
+/**
+ * An overlapped job's outer step (docs/local-steps.md "Overlapped outer steps"): this rank finished the
+ * allreduce of the outer step whose commit point is `step` and holds the committed state it leads to.
+ * In such a job every step report is an inner one (`NO_HASH`), the commit point's included; the group
+ * commits when every rank reported its steps and this, with the same hash.
+ */
+export const outerReportSchema = z.strictObject({
+  v,
+  type: z.literal('outer_report'),
+  /** The current run (welcome.runId); another run's message is rejected as wrong_run. */
+  runId: idSchema,
+  /** The sender's worker id (must be the one its socket was welcomed with, else forged_worker). */
+  workerId: idSchema,
+  /** The round the outer step's allreduce ran in. */
+  round: roundSchema,
+  /** The sender's rank in that round (checked against the coordinator's assignment). */
+  rank: rankSchema,
+  /** The commit point (last step) of the group whose outer step this is. */
+  step: z.int().min(1),
+  /** `stateHash` of the committed state after the outer step (parameters and outer momentum): every rank must report the same. */
+  hash: hashSchema,
+  /** Bytes this rank sent to its ring neighbour in the outer step's allreduce. A claim shown on the admin page, never used to decide. */
+  wireBytes: z
+    .int()
+    .min(0)
+    .max(2 ** 40),
+});
+
 export const failureSchema = z.strictObject({
   v,
   type: z.literal('failure'),
@@ -253,6 +281,7 @@ export const clientMessageSchema = z.discriminatedUnion('type', [
   heartbeatSchema,
   readySchema,
   stepReportSchema,
+  outerReportSchema,
   failureSchema,
   goodbyeSchema,
   evaluationSchema,
@@ -260,4 +289,5 @@ export const clientMessageSchema = z.discriminatedUnion('type', [
 export type ClientMessage = z.infer<typeof clientMessageSchema>;
 export type HelloMessage = z.infer<typeof helloSchema>;
 export type StepReportMessage = z.infer<typeof stepReportSchema>;
+export type OuterReportMessage = z.infer<typeof outerReportSchema>;
 export type EvaluationMessage = z.infer<typeof evaluationSchema>;

@@ -104,6 +104,12 @@ export const localSyncSchema = z.strictObject({
   innerSteps: z.int().min(1).max(100_000),
   outer: outerOptimizerSchema.default({ kind: 'nesterov', lr: 0.7, momentum: 0.9 }),
   compression: compressionSchema.default('none'),
+  /**
+   * Overlapped outer steps: each outer step's allreduce runs while the ranks compute the next outer step's
+   * inner steps, and the outer update lands one outer step late ("eager" updates, Kale et al. 2025;
+   * core/training/overlap.ts, docs/local-steps.md "Overlapped outer steps"). Off by default.
+   */
+  overlap: z.boolean().default(false),
 });
 
 export const syncSchema = z.discriminatedUnion('mode', [everyStepSyncSchema, localSyncSchema]);

@@ -249,6 +249,52 @@ describe.skipIf(skip)('elastic training across browser tabs', () => {
     expect(swarm.problems()).toEqual([]);
   });
 
+  it('overlapped outer steps (H = 16, int8 wire): three tabs, a crash and a join; each outer step hash-agreed, audit clean', async () => {
+    const H = 16;
+    const { coordinator, swarm } = await start({
+      sync: { mode: 'local', innerSteps: H, compression: 'int8', overlap: true },
+      commitEvery: H,
+      // Long enough that the churn below always meets a training world (inner steps are fast).
+      epochs: 4,
+    });
+    const [a, b, c] = await swarm.openMany(3);
+    await statusUntil(coordinator, (s) => s.world.length === 3 && s.step >= H, 'three tabs past the first outer step');
+    // A renderer crashes inside an outer step (its allreduce overlaps the next group's inner steps): the
+    // survivors carry the groups in flight on without it; only its slices of them are lost.
+    await swarm.waitFor(b, (st, h) => st.localStep % h >= 4, H, 120_000);
+    await swarm.crash(b);
+    await statusUntil(
+      coordinator,
+      (s) => s.restarts === 1 && s.world.length === 2 && s.phase === 'training',
+      'survivors',
+    );
+    await expectCleanAudit(coordinator);
+    // A newcomer is admitted after a drained (synchronous) outer step, with the committed state from a peer.
+    const d = await swarm.open('newcomer');
+    const admitted = await swarm.waitFor(d, (st) => st.phase === 'training' && st.worldSize === 3, null, 120_000);
+    expect(admitted.lastSync).toBe('receive');
+    await swarm.waitFor(d, (st, n) => st.committedStep >= n, admitted.committedStep + H, 120_000);
+    expect((await coordinator.status()).restarts, 'a join is not a restart').toBe(1);
+    await expectCleanAudit(coordinator);
+    const finals = await Promise.all(
+      [a, c, d].map((t) => swarm.waitFor(t, (st) => st.phase === 'done' && st.accuracy !== null, null, 300_000)),
+    );
+    const status = await coordinator.status();
+    expect(status.state).toBe('done');
+    expect(status.restarts).toBe(1);
+    await expectCleanAudit(coordinator, { committed: TRAIN_IMAGES });
+    // Each commit's hash was agreed by every rank's outer report (the coordinator commits nothing else);
+    // the crash cost partial commits, served later; the tabs end on the same bytes.
+    const rows = await commitRows(coordinator);
+    expect(rows.some((r) => r.skipped.length > 0)).toBe(true);
+    expect(new Set(finals.map((f) => f.accuracy)).size, 'bit-identical final states').toBe(1);
+    expect(rows.at(-1)!.loss).toBeLessThan(rows[0].loss);
+    console.log(
+      `overlapped H=${H} int8: loss ${rows[0].loss.toFixed(4)} → ${rows.at(-1)!.loss.toFixed(4)}, accuracy ${(finals[0].accuracy! * 100).toFixed(2)} %, ${rows.length} commits`,
+    );
+    expect(swarm.problems()).toEqual([]);
+  });
+
   it('reconnects to a restarted coordinator, which takes the state from the tabs', async () => {
     const { coordinator, swarm } = await start({ checkpointEvery: 1000 });
     const tabs = await swarm.openMany(2);

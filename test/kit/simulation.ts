@@ -37,6 +37,7 @@ import { sha256Hex, type HttpPort } from '../../web/elastic/checkpoint-transfer'
 import { ElasticLoop, type ElasticLoopOptions, type ElasticStatus } from '../../web/elastic/elastic-loop';
 import type { MeshPort, TrainerPort } from '../../web/elastic/ports';
 import { type ApplyOptions, type ApplyResult, type NextIndices, sameIndices } from '../../web/worker/elastic-steps';
+import { EagerOuter } from '../../web/worker/eager-outer';
 import { OuterState } from '../../web/worker/outer-step';
 import type {
   BuildModelOptions,
@@ -80,6 +81,8 @@ export class CpuTrainer implements TrainerPort {
   private backup: { params: Float32Array; velocity: Float32Array; t: number } | null = null;
   /** Local sync mode's outer state (the worker's `OuterState`), or null. */
   private outer: OuterState | null = null;
+  /** An overlapped job's own outer state (the worker's `EagerOuter`, made by `resetOuter`), or null. */
+  private eager: EagerOuter | null = null;
   calls: string[] = [];
   /** A hang (`hang`): the worker calls of that kind stall until `resume`. */
   private hanging: { at: 'inner' | 'outer'; resumed: Promise<void>; resume: () => void } | null = null;
@@ -128,6 +131,7 @@ export class CpuTrainer implements TrainerPort {
     this.t = 0;
     this.backup = null;
     this.outer = opts.outer ? new OuterState(opts.outer, layout.totalElements) : null;
+    this.eager = null;
     return { name: spec.name, parameterCount: layout.parameterCount, totalElements: layout.totalElements };
   }
 
@@ -209,6 +213,7 @@ export class CpuTrainer implements TrainerPort {
     this.calls.push('saveBackup');
     this.backup = { params: this.params.slice(), velocity: this.velocity.slice(), t: this.t };
     this.outer?.saveBackup();
+    if (this.eager?.syncPending) this.eager.commit();
   }
 
   async pseudoGradient(weight: number): Promise<ArrayBuffer> {
@@ -216,6 +221,7 @@ export class CpuTrainer implements TrainerPort {
     await this.pause();
     await this.stall('outer');
     if (!this.outer || !this.backup) throw new Error('pseudoGradient: no outer state or no backup');
+    if (this.eager) return this.eager.syncContribution(this.params, weight).buffer as ArrayBuffer;
     return this.outer.pseudoGradient(this.backup.params.slice(), this.params, weight).buffer as ArrayBuffer;
   }
 
@@ -224,7 +230,11 @@ export class CpuTrainer implements TrainerPort {
     await this.pause();
     if (!this.outer) throw new Error('applyOuter: no outer state');
     this.version += 1;
-    this.params = new Float32Array(this.outer.step(new Float32Array(sum)));
+    if (this.eager) {
+      const next = this.eager.consensusStep(new Float32Array(sum), this.outer.momentum, true);
+      this.outer.momentum = next.momentum.slice();
+      this.params = next.params.slice();
+    } else this.params = new Float32Array(this.outer.step(new Float32Array(sum)));
     return this.hash();
   }
 
@@ -232,7 +242,55 @@ export class CpuTrainer implements TrainerPort {
     this.calls.push('revertOuter');
     if (!this.outer) throw new Error('revertOuter: no outer state');
     this.version += 1;
-    this.params = new Float32Array(this.outer.revert());
+    if (this.eager) {
+      const local = this.eager.revert();
+      if (!local) throw new Error('revertOuter: no outer step to undo');
+      this.outer.restoreBackup();
+      this.params = new Float32Array(local);
+    } else this.params = new Float32Array(this.outer.revert());
+  }
+
+  /** The worker's overlapped outer calls (web/worker/outer-calls.ts) over the same `EagerOuter`. */
+  async resetOuter(): Promise<void> {
+    this.calls.push('resetOuter');
+    if (!this.outer) throw new Error('resetOuter: no outer state');
+    if (this.eager) this.eager.reset(this.params, this.outer.momentum);
+    else this.eager = new EagerOuter(this.outer.opt, this.params, this.outer.momentum);
+  }
+
+  async eagerOuter(weight: number): Promise<ArrayBuffer> {
+    this.calls.push('eagerOuter');
+    await this.pause();
+    await this.stall('outer');
+    const { params, contribution } = this.requireEager().eager(this.params, weight);
+    this.version += 1;
+    this.params = new Float32Array(params);
+    return contribution.buffer as ArrayBuffer;
+  }
+
+  async outerContribution(weight: number): Promise<ArrayBuffer> {
+    this.calls.push('outerContribution');
+    return this.requireEager().reweigh(weight).buffer as ArrayBuffer;
+  }
+
+  async consensusStep(sum: ArrayBuffer): Promise<string> {
+    this.calls.push('consensusStep');
+    await this.pause();
+    const next = this.requireEager().consensusStep(new Float32Array(sum), this.outer!.momentum, false);
+    return stateHash(next.params, next.momentum);
+  }
+
+  async commitConsensus(): Promise<void> {
+    this.calls.push('commitConsensus');
+    const { params, momentum } = this.requireEager().commit();
+    this.backup = { params, velocity: this.velocity.slice(), t: this.t };
+    this.outer!.momentum = momentum;
+    this.outer!.saveBackup();
+  }
+
+  private requireEager(): EagerOuter {
+    if (!this.eager || !this.outer) throw new Error('no overlapped outer state: call resetOuter first');
+    return this.eager;
   }
 
   async restoreBackup(): Promise<void> {
@@ -292,7 +350,7 @@ export class MemoryNetwork {
   /** Ring connections requested, for tests. */
   connects = 0;
 
-  /** `links`: every channel's latency and bandwidth (a slow network), default instant. */
+  /** `links`: every channel's latency and rate (memory-link.ts); none by default. */
   constructor(private readonly links: MemoryLinkOptions = {}) {}
 
   /** This peer's end of the channel to `to` (a new pair when there is none or it closed). */
@@ -706,6 +764,7 @@ export function simulatedSwarm(
     tickMs?: number;
     policy?: TrustPolicy;
     timeouts?: Partial<typeof SIM_LOOP_TIMEOUTS>;
+    /** Latency and rate of every data channel (none by default). */
     links?: MemoryLinkOptions;
   } = {},
 ) {

@@ -26,6 +26,8 @@ import { type BatchSource, imageData, type TrainingData } from './data/batches';
 import { chunkedData } from './data/chunked-data';
 import { ChunkFetcher, type ChunkProgress, openCache } from './data/dataset-client';
 import { ElasticSteps, type ApplyOptions, type ApplyResult, type NextIndices } from './elastic-steps';
+import type { EagerOuter } from './eager-outer';
+import { outerCalls, saveBackupOf } from './outer-calls';
 import { OuterState } from './outer-step';
 import { chooseParamsHasher, readBackParamsHasher } from './params-hasher';
 import { runSolo } from './solo-loop';
@@ -57,6 +59,8 @@ interface Built {
   hasher: ParamsHasher;
   /** Local sync mode's outer momentum; null in every-step mode. */
   outer: OuterState | null;
+  /** An overlapped job's own outer state (outer-calls.ts `resetOuter`); null otherwise. */
+  eager: EagerOuter | null;
   train?: BatchSource;
 }
 
@@ -279,12 +283,9 @@ const api = {
       model,
       () => trainBatches(),
       hasher,
-      () => {
-        state.saveBackup();
-        outer?.saveBackup();
-      },
+      () => saveBackupOf(requireModel()),
     );
-    built = { spec, model, state, steps, hasher, outer };
+    built = { spec, model, state, steps, hasher, outer, eager: null };
     return { name: spec.name, parameterCount: layout.parameterCount, totalElements: layout.totalElements };
   },
 
@@ -390,9 +391,7 @@ const api = {
 
   /** Keep a GPU copy of the current state (the last completed step); no read-back. */
   saveBackup(): void {
-    const b = requireModel();
-    b.state.saveBackup();
-    b.outer?.saveBackup();
+    saveBackupOf(requireModel());
   },
 
   /** Return to the state of the last `saveBackup` (after a failed step). */
@@ -403,40 +402,8 @@ const api = {
     b.steps.stateChanged();
   },
 
-  /**
-   * Local sync mode, at an outer step: this rank's part of the pseudo-gradient, (θ_committed − θ_live)
-   * · `weight`, with θ_committed read from the backup (the outer step's starting state). Transferred.
-   */
-  async pseudoGradient(weight: number): Promise<ArrayBuffer> {
-    const b = requireOuter();
-    const [committed, local] = await Promise.all([b.state.readBackupParams(), b.model.readParams()]);
-    const delta = b.outer.pseudoGradient(committed, local, weight);
-    return Comlink.transfer(delta.buffer as ArrayBuffer, [delta.buffer as ArrayBuffer]);
-  },
-
-  /**
-   * Local sync mode: the outer (Nesterov) step with the allreduced pseudo-gradient `sum`; the new
-   * committed parameters become the live ones (the inner optimizer's moments stay this rank's own).
-   * Resolves to the committed-state hash every rank must report.
-   */
-  applyOuter(sum: ArrayBuffer): string {
-    const b = requireOuter();
-    const params = b.outer.step(new Float32Array(sum));
-    b.state.writeParams(params);
-    b.steps.stateChanged();
-    return stateHash(params, b.outer.momentum);
-  },
-
-  /**
-   * Local sync mode: undo the last outer step (it never committed: the world lost members before the
-   * commit): this rank's own parameters the outer step started from become the live ones again, the
-   * outer momentum the committed one (outer-step.ts `revert`).
-   */
-  revertOuter(): void {
-    const b = requireOuter();
-    b.state.writeParams(b.outer.revert());
-    b.steps.stateChanged();
-  },
+  /** Local sync mode's outer step (outer-calls.ts): pseudo-gradient, Nesterov step and undo, and the overlapped calls. */
+  ...outerCalls(() => requireOuter()),
 
   /** The training state as one snapshot (core/state/snapshot.ts), transferred. */
   async snapshot(position: { step: number; epoch: number; cursor: number }): Promise<ArrayBuffer> {

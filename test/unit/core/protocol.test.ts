@@ -92,6 +92,17 @@ const validClient: ClientMessage[] = [
     peer: 'w2-def',
   },
   { v: 1, type: 'goodbye', runId: 'run-1', workerId: 'w1-abc' },
+  {
+    v: 1,
+    type: 'outer_report',
+    runId: 'run-1',
+    workerId: 'w1-abc',
+    round: 3,
+    rank: 1,
+    step: 16,
+    hash: HASH,
+    wireBytes: 0,
+  },
 ];
 
 const validServer: ServerMessage[] = [
@@ -159,6 +170,15 @@ describe('parseClientMessage', () => {
     ],
     ['a hello without adapter fields', JSON.stringify({ ...validClient[0], adapter: { vendor: 'x' } }), 'bad_message'],
     ...badKernels(),
+    ...(() => {
+      const outer = validClient.find((m) => m.type === 'outer_report')!;
+      return [
+        ['an outer report without its hash', JSON.stringify({ ...outer, hash: undefined }), 'bad_message'],
+        ['an outer report with samples', JSON.stringify({ ...outer, samples: 3 }), 'bad_message'],
+        ['an outer report of negative bytes', JSON.stringify({ ...outer, wireBytes: -1 }), 'bad_message'],
+        ['an outer report of step 0', JSON.stringify({ ...outer, step: 0 }), 'bad_message'],
+      ] as [string, string, string][];
+    })(),
   ];
   for (const [name, text, code] of bad) {
     it(`rejects ${name} as ${code}`, () => {
@@ -236,6 +256,11 @@ describe('holes and carries in round and committed', () => {
     expect(parseServerMessage(JSON.stringify(withHoles))).toEqual({ ok: true, msg: withHoles });
     const carried = { ...round, carry };
     expect(parseServerMessage(JSON.stringify(carried))).toEqual({ ok: true, msg: carried });
+    // An overlapped job's carry of two groups, the second planned without the first's lost slices.
+    const two = { ...round, cursor: 100, holes: [[2, 4]], carry: { ...carry, through: 22, deferred: [[2, 4]] } };
+    expect(parseServerMessage(JSON.stringify(two))).toEqual({ ok: true, msg: two });
+    const drain = { ...committed, drain: true };
+    expect(parseServerMessage(JSON.stringify(drain))).toEqual({ ok: true, msg: drain });
     const done = { ...committed, cursor: 1920, holes: [[0, 64]] };
     expect(parseServerMessage(JSON.stringify(done))).toEqual({ ok: true, msg: done });
   });
@@ -274,6 +299,21 @@ describe('holes and carries in round and committed', () => {
     ['a carry with one slot twice', { ...round, carry: { ...carry, slots: [2, 2] } }],
     ['a carry whose slot is outside its split', { ...round, carry: { ...carry, slots: [0, 3] } }],
     ['a carry with a report mark per rank missing', { ...round, carry: { ...carry, reported: [17] } }],
+    ['a carry through a step before the round’s', { ...round, carry: { ...carry, through: 14 } }],
+    [
+      'a carry with deferred holes out of order',
+      {
+        ...round,
+        carry: {
+          ...carry,
+          deferred: [
+            [9, 12],
+            [2, 4],
+          ],
+        },
+      },
+    ],
+    ['a committed that drains with false', { ...committed, drain: false }],
     ['a committed with a hole past its cursor', { ...committed, cursor: 10, holes: [[9, 11]] }],
   ];
   for (const [name, msg] of bad) {

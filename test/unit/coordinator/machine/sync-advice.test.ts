@@ -16,6 +16,7 @@ const LOCAL = {
   innerSteps: 8,
   outer: { kind: 'nesterov', lr: 0.7, momentum: 0.9 },
   compression: 'int8',
+  overlap: false,
 } as const;
 
 /** Sums of `reports` steps, each `wall` ms long of which `compute` ms computing. */
