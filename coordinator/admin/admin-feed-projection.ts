@@ -7,7 +7,7 @@
 import type { Action, CoordinatorState } from '../machine/machine';
 import type { CommitRecord } from '../machine/state';
 import { isTransformer, parameterLayout } from '../../core/training/model-spec';
-import { stepsPerEpoch } from '../../core/training/sampler';
+import { stepsPerEpoch } from '../../core/training/groups';
 import { usageView } from '../machine/utilization';
 import type { UsageView } from '../../core/protocol/views';
 import { statusSummary } from '../machine/status-view';
@@ -128,12 +128,7 @@ export function jobSummary(state: CoordinatorState): AdminJobSummary {
     datasetSize: state.datasetSize,
     globalBatch: job.globalBatch,
     epochs: job.epochs,
-    stepsPerEpoch: stepsPerEpoch({
-      datasetSize: state.datasetSize,
-      globalBatch: job.globalBatch,
-      epochs: job.epochs,
-      commitEvery: job.commitEvery,
-    }),
+    stepsPerEpoch: stepsPerEpoch({ datasetSize: state.datasetSize, globalBatch: job.globalBatch }),
     optimizer,
     commitEvery: job.commitEvery,
     checkpointEvery: job.checkpointEvery,

@@ -66,6 +66,7 @@ export function feedWorker(
     peerLinks: w.peerLinks ?? [],
     iceError: w.iceError ?? null,
     adapter: adapterLabel(w.adapter),
+    kernels: w.kernels ?? null,
     invite: w.invite ?? null,
     joinedAt: w.joinedAt,
     lastSeen: Math.floor(w.lastSeen / grainMs) * grainMs,

@@ -8,8 +8,9 @@
  */
 import { begin, finish, log, metric, persist, sendWorker, type Ctx } from './context';
 import { checkpointPath } from '../../core/protocol/coordinator-messages';
-import { emptyRecord, epochOrder, planOf, positionAfter, rollbackTo } from '../../core/training/sampler';
-import type { CoordinatorState, Event, HeldState, Transition, WorkerInfo } from './state';
+import { emptyRecord, epochOrder, rollbackTo } from '../../core/training/sampler';
+import type { PositionRange } from '../../core/training/groups';
+import type { CheckpointRequest, CoordinatorState, Event, HeldState, Transition, WorkerInfo } from './state';
 import { workerOf } from './worker-table';
 
 export function holdsState(worker: WorkerInfo | undefined, state: HeldState): boolean {
@@ -26,19 +27,24 @@ export function checkpointHolder(s: CoordinatorState): string | undefined {
   return s.rendezvous.participants.find((p) => holdsState(workerOf(s.workers, p.workerId), s.lastCommit))?.workerId;
 }
 
-/** Rewind the record and the last commit to an earlier committed step (a checkpoint, or 0). */
+/** Rewind the record (holes included) and the last commit to an earlier committed step (a checkpoint, or 0). */
 export function rollbackIn(
   ctx: Ctx,
-  target: { step: number; epoch: number; cursor: number; hash: string | null },
+  target: { step: number; epoch: number; cursor: number; holes?: PositionRange[]; hash: string | null },
   reason: string,
 ): void {
   const s = ctx.s;
   const from = s.lastCommit.step;
+  const holes = (target.holes ?? []).map(([a, b]): PositionRange => [a, b]);
   s.record =
     target.step === 0
       ? emptyRecord(s.datasetSize)
-      : rollbackTo(target.epoch, target.cursor, epochOrder(s.job.seed, target.epoch, s.datasetSize));
-  s.lastCommit = { step: target.step, epoch: target.epoch, cursor: target.cursor, hash: target.hash };
+      : rollbackTo(
+          { epoch: target.epoch, cursor: target.cursor, holes },
+          epochOrder(s.job.seed, target.epoch, s.datasetSize),
+        );
+  s.lastCommit = { step: target.step, epoch: target.epoch, cursor: target.cursor, holes, hash: target.hash };
+  s.rendezvous.carry = null;
   s.checkpointRequests = s.checkpointRequests.filter((r) => r.step <= target.step);
   // Contributions and a check of steps that no longer count are forgotten with them.
   if (s.contributions)
@@ -61,10 +67,25 @@ export function requestCheckpointIn(ctx: Ctx, workerId?: string): void {
   const s = ctx.s;
   const target = workerId ?? checkpointHolder(s);
   if (target === undefined || s.lastCommit.step === 0) return;
-  const step = s.lastCommit.step;
-  if (!s.checkpointRequests.some((r) => r.step === step)) s.checkpointRequests.push({ step, hash: s.lastCommit.hash });
+  const { step, epoch, cursor, hash } = s.lastCommit;
+  const holes = (s.lastCommit.holes ?? []).map(([a, b]): PositionRange => [a, b]);
+  if (!s.checkpointRequests.some((r) => r.step === step))
+    s.checkpointRequests.push({ step, hash, epoch, cursor, holes });
   sendWorker(ctx, target, { type: 'checkpoint_request', step, url: checkpointPath(s.runId, step) });
   log(ctx, 'info', 'checkpoint_requested', { step, workerId: target });
+}
+
+/**
+ * The record position and hash after committed step `step`, as far as the machine knows it: a
+ * requested checkpoint's, or the last commit's. Null for any other step (its position is not a function
+ * of the step number: partial commits move later steps).
+ */
+export function committedPosition(s: CoordinatorState, step: number): CheckpointRequest | null {
+  const request = s.checkpointRequests.find((r) => r.step === step);
+  if (request) return { ...request, holes: request.holes.map(([a, b]): PositionRange => [a, b]) };
+  if (step !== s.lastCommit.step) return null;
+  const { epoch, cursor, hash } = s.lastCommit;
+  return { step, epoch, cursor, hash, holes: (s.lastCommit.holes ?? []).map(([a, b]): PositionRange => [a, b]) };
 }
 
 /** Stored checkpoints kept in the state (older ones may be garbage-collected by the server). */
@@ -78,13 +99,8 @@ export function onCheckpointStored(
 ): Transition {
   const ctx = begin(state, now);
   const s = ctx.s;
-  const expected = positionAfter(event.step, planOf(s));
-  if (
-    event.step < 1 ||
-    event.step > s.lastCommit.step ||
-    expected.epoch !== event.epoch ||
-    expected.cursor !== event.cursor
-  ) {
+  const expected = committedPosition(s, event.step);
+  if (event.step < 1 || !expected || expected.epoch !== event.epoch || expected.cursor !== event.cursor) {
     log(ctx, 'warn', 'checkpoint_ignored', {
       step: event.step,
       epoch: event.epoch,
@@ -93,11 +109,15 @@ export function onCheckpointStored(
     });
     return { state, actions: ctx.out };
   }
-  const hash =
-    s.checkpointRequests.find((r) => r.step === event.step)?.hash ??
-    (event.step === s.lastCommit.step ? s.lastCommit.hash : null);
   s.checkpoints = s.checkpoints.filter((c) => c.step !== event.step);
-  s.checkpoints.push({ step: event.step, epoch: event.epoch, cursor: event.cursor, sha256: event.sha256, hash });
+  s.checkpoints.push({
+    step: event.step,
+    epoch: event.epoch,
+    cursor: event.cursor,
+    holes: expected.holes,
+    sha256: event.sha256,
+    hash: expected.hash,
+  });
   s.checkpoints.sort((a, b) => a.step - b.step);
   if (s.checkpoints.length > MAX_CHECKPOINTS_KEPT) s.checkpoints = s.checkpoints.slice(-MAX_CHECKPOINTS_KEPT);
   s.checkpointRequests = s.checkpointRequests.filter((r) => r.step > event.step);

@@ -44,7 +44,8 @@ export type ServerBody = DistributiveOmit<ServerMessage, 'v'>;
  * transition writes it, and then only the part it writes: the workers (worker-table.ts: one bucket,
  * `putWorker`, `mutWorker`, `deleteWorker`), the connections (`putConnection`, `deleteConnection`) and the round's
  * participants (`mutParticipant`). Their entries are replaced, never edited, so the input state is
- * never touched; the wait list and the participants are replaced whole, never edited in place. Strings (the record's bitset) and the job are shared.
+ * never touched; the wait list, the participants and a carried group (`rendezvous.carry`) are replaced
+ * whole, never edited in place, and so are the steps of `pending`. Strings (the record's bitset) and the job are shared.
  *
  * Before, every transition copied every participant, and every write to a worker copied the record of
  * all workers: at 1,000 workers and a world of 256 those two copies took half of the coordinator's CPU

@@ -1,6 +1,6 @@
 /**
  * Test-set evaluations: how the machine takes an `evaluation` report (`reportEvaluation`). When rank 0
- * evaluates (`isEvaluationPoint`) is the tabs' schedule too: core/training/evaluation-schedule.ts.
+ * evaluates (`isEvaluationCommit`) is the tabs' schedule too: core/training/commit-schedule.ts.
  *
  * An evaluation measures a COMMITTED state (right after its commit point, before the next step), so
  * every rank would get the same number and the figure belongs to exactly one step of the commit log.
@@ -10,18 +10,31 @@
 import { begin, finish, log, metric, mutWorker, reject } from './context';
 import type { EvaluationMessage } from '../../core/protocol/tab-messages';
 import type { ErrorCode } from '../../core/protocol/coordinator-messages';
-import { isEvaluationPoint } from '../../core/training/evaluation-schedule';
-import { planOf, stepPosition } from '../../core/training/sampler';
-import type { CoordinatorState, Transition } from './state';
+import { type CommitSpan, isEvaluationCommit } from '../../core/training/commit-schedule';
+import type { CoordinatorState, LastCommit, Transition } from './state';
 import { workerOf } from './worker-table';
+
+/** The last commit as the schedules see it, and the epoch its group trained on. */
+export function lastCommitSpan(last: LastCommit, epochs: number): CommitSpan & { epoch: number } {
+  // A commit leaves the cursor at 0 only when it ended its epoch (a group never spans two).
+  const endsEpoch = last.step > 0 && last.cursor === 0;
+  return {
+    firstStep: last.firstStep ?? last.step,
+    step: last.step,
+    endsEpoch,
+    endsJob: last.epoch >= epochs,
+    epoch: endsEpoch ? last.epoch - 1 : last.epoch,
+  };
+}
 
 export type EvaluationCheck = { ok: true } | { ok: false; code: ErrorCode; message: string };
 
 /**
  * Decide whether a (schema-valid) evaluation from `workerId` is acceptable: the job still runs (or just
  * finished), the sender is a member of the current round or of the round that just closed (the report
- * of a round's last commit may arrive after the close), the step is committed and in the epoch named,
- * and the counts are consistent.
+ * of a round's last commit may arrive after the close), the step is the last commit (rank 0 evaluates
+ * a commit before it applies the next step, so its report arrives before any later commit), that
+ * commit is an evaluation point, the epoch is the one it trained on, and the counts are consistent.
  */
 export function checkEvaluation(s: CoordinatorState, workerId: string, msg: EvaluationMessage): EvaluationCheck {
   const rv = s.rendezvous;
@@ -45,16 +58,16 @@ export function checkEvaluation(s: CoordinatorState, workerId: string, msg: Eval
   const evaluator = current ? rv.participants[0]?.workerId : rv.closedRound!.members[0];
   if (workerId !== evaluator)
     return { ok: false, code: 'not_evaluator', message: `only rank 0 of round ${msg.round} evaluates` };
-  const plan = planOf(s);
-  if (!isEvaluationPoint(msg.step, { ...plan, evalEvery: s.job.evalEvery, evalSamples: s.job.evalSamples }))
-    return { ok: false, code: 'wrong_step', message: `step ${msg.step} is not an evaluation point` };
-  if (msg.step > s.lastCommit.step)
+  if (msg.step !== s.lastCommit.step)
     return {
       ok: false,
       code: 'wrong_step',
-      message: `step ${msg.step} is not committed (last commit ${s.lastCommit.step})`,
+      message: `step ${msg.step} is not the last commit (${s.lastCommit.step})`,
     };
-  const epoch = stepPosition(msg.step, plan).epoch;
+  const span = lastCommitSpan(s.lastCommit, s.job.epochs);
+  if (!isEvaluationCommit(span, s.job))
+    return { ok: false, code: 'wrong_step', message: `step ${msg.step} is not an evaluation point` };
+  const epoch = span.epoch;
   if (msg.epoch !== epoch)
     return { ok: false, code: 'wrong_step', message: `step ${msg.step} is in epoch ${epoch}, not ${msg.epoch}` };
   // The schema refuses these already; the machine also takes typed messages that never went through it.

@@ -110,6 +110,7 @@ export function onHello(state: CoordinatorState, conn: string, msg: HelloMessage
     peerRttMs: null,
     addr: connection.addr ?? '',
     invite: msg.invite ?? null,
+    ...(msg.kernels ? { kernels: msg.kernels } : {}),
   });
   putConnection(ctx, conn, { ...connection, workerId });
   metric(ctx, 'tabswarm_joins_total');

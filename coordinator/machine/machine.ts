@@ -21,7 +21,9 @@ import { DEFAULT_TRUST_POLICY } from './penalties';
 import { CloseCode } from '../../core/protocol/coordinator-messages';
 import { evaluateGatheringIn } from './rendezvous';
 import { confirmBlamedRestartIn, dropNotReadyIn, failIn } from './round-close';
-import { emptyRecord } from '../../core/training/sampler';
+import { emptyRecord, withHoles } from '../../core/training/sampler';
+import type { PositionRange } from '../../core/training/groups';
+import { hangIn, nextHangDeadline } from './hang';
 import type { CoordinatorState, DurableState, Event, Transition, TrustPolicy } from './state';
 import { onVerificationResult, onVerificationUpload, verificationTickIn } from './verification';
 
@@ -49,6 +51,7 @@ export type {
 import { emptyTable, workerOf, workersOf } from './worker-table';
 export { METRICS, adminActionSchema } from './state';
 export { durableOf } from './context';
+export { committedPosition } from './checkpoints';
 export { DEFAULT_TRUST_POLICY, bannedAddresses } from './penalties';
 
 /** A new run over `datasetSize` training images (the full set; `job.dataset.subset` is applied here). */
@@ -79,7 +82,7 @@ export function initialState(
       stepStartedAt: null,
     },
     record: emptyRecord(n),
-    lastCommit: { step: 0, epoch: 0, cursor: 0, hash: null },
+    lastCommit: { step: 0, epoch: 0, cursor: 0, holes: [], hash: null },
     checkpoints: [],
     checkpointRequests: [],
     restarts: 0,
@@ -93,15 +96,19 @@ export function initialState(
   };
 }
 
-/** The state after a coordinator restart: no sockets, no round open; every tab must say hello again. */
+/**
+ * The state after a coordinator restart: no sockets, no round open; every tab must say hello again.
+ * A state persisted before the record held holes reads as one without holes.
+ */
 export function restoreState(durable: DurableState, policy: TrustPolicy = DEFAULT_TRUST_POLICY): CoordinatorState {
   const s = initialState(durable.job, durable.datasetSize, durable.runId, policy);
+  const copy = (holes: PositionRange[] | undefined) => (holes ?? []).map(([a, b]): PositionRange => [a, b]);
   return {
     ...s,
     status: durable.status,
-    record: { ...durable.record },
-    lastCommit: { ...durable.lastCommit },
-    checkpoints: durable.checkpoints.map((c) => ({ ...c })),
+    record: withHoles(durable.record),
+    lastCommit: { ...durable.lastCommit, holes: copy(durable.lastCommit.holes) },
+    checkpoints: durable.checkpoints.map((c) => ({ ...c, holes: copy(c.holes) })),
     restarts: durable.restarts,
     rendezvous: { ...s.rendezvous, round: durable.round },
     nextWorkerSeq: durable.nextWorkerSeq,
@@ -149,8 +156,8 @@ export function handle(state: CoordinatorState, event: Event, now: number): Tran
 export const HEARTBEAT_TIMEOUT_FACTOR = 3;
 
 /**
- * Heartbeat timeouts, the blamed restart's grace period, the ready deadline, the verifier's upload
- * deadline and the last-call deadline. Here rather than in rendezvous.ts: it drives both the rounds and
+ * Heartbeat timeouts, hung members (hang.ts), the blamed restart's grace period, the ready deadline,
+ * the verifier's upload deadline and the last-call deadline. Here rather than in rendezvous.ts: it drives both the rounds and
  * the verification (which itself closes rounds), so neither of those two imports the other back.
  */
 export function tickIn(ctx: Ctx): void {
@@ -164,6 +171,8 @@ export function tickIn(ctx: Ctx): void {
   const rv = s.rendezvous;
   verificationTickIn(ctx);
   if (rv.phase === 'syncing' && rv.readyDeadline != null && now >= rv.readyDeadline) dropNotReadyIn(ctx);
+  hangIn(ctx);
+  if (s.status !== 'active' && s.status !== 'paused') return;
   const limit = HEARTBEAT_TIMEOUT_FACTOR * s.job.heartbeatMs;
   const late = workersOf(s.workers).filter((w) => now - w.lastSeen > limit);
   for (const w of late)
@@ -188,12 +197,15 @@ function earliest(a: number | null, b: number | null): number | null {
   return a === null ? b : b === null ? a : Math.min(a, b);
 }
 
-/** The deadlines of `nextDeadline` but the heartbeats': last call, ready, blamed restart. O(1). */
+/**
+ * The deadlines of `nextDeadline` but the heartbeats': last call, ready, blamed restart (O(1)), and the
+ * hung members' (hang.ts: O(world), and only in local sync mode while a round trains).
+ */
 export function roundDeadline(s: CoordinatorState): number | null {
   if (s.status === 'done' || s.status === 'failed') return null;
   const lastCall = s.status === 'active' && s.rendezvous.phase === 'gathering' ? s.rendezvous.deadline : null;
   const ready = s.rendezvous.phase === 'syncing' ? (s.rendezvous.readyDeadline ?? null) : null;
-  return earliest(earliest(lastCall, ready), s.blamedRestart?.deadline ?? null);
+  return earliest(earliest(lastCall, ready), earliest(s.blamedRestart?.deadline ?? null, nextHangDeadline(s)));
 }
 
 /**

@@ -1,10 +1,10 @@
 /**
  * The messages of a welcomed worker: `onMessage` checks that the socket is the worker it claims to be
  * in the current run, then hands each kind to its handler: heartbeat, ready and failure here, a
- * goodbye to round-close.ts, `step_report` to commit.ts, `evaluation` to evaluation.ts. A `hello`
+ * goodbye to round-close.ts, `step_report` and `outer_report` to commit.ts, `evaluation` to evaluation.ts. A `hello`
  * goes to join.ts.
  */
-import { reportStep } from './commit';
+import { reportOuter, reportStep } from './commit';
 import { begin, finish, log, mutWorker, reject } from './context';
 import { reportEvaluation } from './evaluation';
 import { onHello } from './join';
@@ -32,6 +32,8 @@ export function onMessage(state: CoordinatorState, conn: string, msg: ClientMess
       return onHeartbeat(state, welcomed, msg, now);
     case 'step_report':
       return reportStep(state, now, conn, welcomed, msg);
+    case 'outer_report':
+      return reportOuter(state, now, conn, welcomed, msg);
     case 'evaluation':
       return reportEvaluation(state, now, conn, welcomed, msg);
     case 'ready':

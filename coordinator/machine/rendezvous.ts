@@ -23,8 +23,9 @@ import { checkpointPath, type StateSource, type WaitReason } from '../../core/pr
 import { readyAllowanceMs } from '../../core/training/link-floor';
 import { holdsState, latestCheckpoint, rollbackIn } from './checkpoints';
 import { computeShares } from './shares';
-import type { CoordinatorState, Participant } from './state';
 import { workerOf } from './worker-table';
+import { carriedGroup } from './carry';
+import type { CarriedGroup, CoordinatorState, Participant } from './state';
 
 function waitReason(s: CoordinatorState): WaitReason {
   if (s.status === 'paused') return 'paused';
@@ -77,6 +78,11 @@ export function evaluateGatheringIn(ctx: Ctx): void {
     return;
   }
   if (rv.gatheringSince === null) rv.gatheringSince = now;
+  // Survivors carrying a group on start at once: nobody else may join before its commit.
+  if (rv.carry) {
+    openRoundIn(ctx);
+    return;
+  }
   if (enrolled >= s.job.maxWorkers) {
     openRoundIn(ctx);
   } else if (enrolled >= s.job.minWorkers) {
@@ -121,11 +127,43 @@ function chooseStateSource(ctx: Ctx, participants: Participant[]): StateSource {
   return { kind: 'fresh' };
 }
 
-/** Open a round with the head of the wait list (up to maxWorkers), ranks in wait-list order. */
+/**
+ * The members of a carried group still here to carry it on (in their old rank order), with the carry
+ * narrowed to them; null (and the carry given up: the group will be redone) when none are left, fewer
+ * than minWorkers, or the holes of the members gone since would not fit.
+ */
+function carryingMembersIn(ctx: Ctx): CarriedGroup | null {
+  const s = ctx.s;
+  const carry = s.rendezvous.carry;
+  if (!carry) return null;
+  const admissible = new Set(admissibleWaiters(s));
+  const here = carry.members.filter((m) => admissible.has(m.workerId));
+  const gone = carry.members.filter((m) => !admissible.has(m.workerId)).map((m) => m.slot);
+  const narrowed =
+    here.length > 0 && here.length >= s.job.minWorkers
+      ? gone.length === 0
+        ? carry
+        : carriedGroup(s, carry.shares, [...carry.lost, ...gone], here)
+      : null;
+  if (!narrowed) {
+    log(ctx, 'warn', 'carry_given_up', { lost: carry.lost, gone });
+    s.rendezvous.carry = null;
+    s.pending = {};
+    return null;
+  }
+  s.rendezvous.carry = narrowed;
+  return narrowed;
+}
+
+/**
+ * Open a round with the head of the wait list (up to maxWorkers), ranks in wait-list order; or, when a
+ * group is carried (`RendezvousState.carry`), with its survivors alone, each on its old slot.
+ */
 export function openRoundIn(ctx: Ctx): void {
   const { s } = ctx;
   const rv = s.rendezvous;
-  const members = admissibleWaiters(s).slice(0, s.job.maxWorkers);
+  const carry = carryingMembersIn(ctx);
+  const members = carry ? carry.members.map((m) => m.workerId) : admissibleWaiters(s).slice(0, s.job.maxWorkers);
   if (members.length === 0) return;
   const admitted = new Set(members);
   rv.waitList = rv.waitList.filter((id) => !admitted.has(id));
@@ -135,42 +173,74 @@ export function openRoundIn(ctx: Ctx): void {
     workerId,
     peerId: workerOf(s.workers, workerId)!.peerId,
     rank,
+    slot: carry ? carry.members[rank].slot : rank,
     share: shares[rank],
     ready: false,
     lastStep: 0,
   }));
-  const stateFrom = chooseStateSource(ctx, participants);
-  for (const p of participants) p.lastStep = s.lastCommit.step;
+  // A carried group's members all hold the last commit (carryFor checked): nothing is sent.
+  const stateFrom: StateSource = carry ? { kind: 'held' } : chooseStateSource(ctx, participants);
+  participants.forEach((p, rank) => {
+    p.lastStep = carry ? carry.members[rank].lastStep : s.lastCommit.step;
+  });
   rv.participants = participants;
   rv.phase = 'syncing';
   rv.deadline = null;
   rv.baseStep = s.lastCommit.step;
   rv.roundCommits = 0;
+  rv.drainAt = null;
   // A member on a slow link may have the whole state to receive first (core/training/link-floor.ts).
   rv.readyDeadline = ctx.now + s.policy.readyTimeoutMs + readyAllowanceMs(stateFrom, s.job.model, participants.length);
   rv.stepStartedAt = null;
-  s.pending = {};
+  if (!carry) s.pending = {};
   metric(ctx, 'tabswarm_rounds_total');
   metric(ctx, 'tabswarm_world_size', participants.length);
   persist(ctx);
   log(ctx, 'info', 'round_open', {
     round: rv.round,
-    world: participants.map((p) => ({ workerId: p.workerId, rank: p.rank, share: p.share })),
+    world: participants.map((p) => ({ workerId: p.workerId, rank: p.rank, share: p.share, slot: p.slot })),
     step: s.lastCommit.step + 1,
     stateFrom,
+    carried: carry !== null,
   });
+  announceRoundIn(ctx, stateFrom, carry);
+}
+
+/** The `round` message to every participant of the round just opened, then the waiters' `wait`. */
+function announceRoundIn(ctx: Ctx, stateFrom: StateSource, carry: CarriedGroup | null): void {
+  const { s } = ctx;
+  const rv = s.rendezvous;
+  const participants = rv.participants;
   const world = participants.map(({ workerId, peerId, rank, share }) => ({ workerId, peerId, rank, share }));
-  sendWorkers(ctx, members, {
-    type: 'round',
-    runId: s.runId,
-    round: rv.round,
-    world,
-    step: s.lastCommit.step + 1,
-    epoch: s.lastCommit.epoch,
-    cursor: s.lastCommit.cursor,
-    committedHash: s.lastCommit.hash,
-    stateFrom,
-  });
+  const holes = s.record.holes;
+  // One message object for every member: the executor serialises it once (context.ts `sendWorkers`).
+  sendWorkers(
+    ctx,
+    participants.map((p) => p.workerId),
+    {
+      type: 'round',
+      runId: s.runId,
+      round: rv.round,
+      world,
+      step: s.lastCommit.step + 1,
+      epoch: s.record.epoch,
+      cursor: s.record.cursor,
+      ...(holes.length > 0 ? { holes } : {}),
+      committedHash: s.lastCommit.hash,
+      stateFrom,
+      ...(carry
+        ? {
+            carry: {
+              shares: carry.shares,
+              slots: participants.map((q) => q.slot),
+              reported: participants.map((q) => q.lastStep),
+              ...(carry.through !== undefined ? { through: carry.through } : {}),
+              ...(carry.deferred && carry.deferred.length > 0 ? { deferred: carry.deferred } : {}),
+            },
+          }
+        : {}),
+    },
+  );
   notifyWaitingIn(ctx);
 }
 

@@ -1,6 +1,10 @@
 /**
  * How a round ends, after TorchElastic's rendezvous (rendezvous.ts forms the rounds):
  *
+ * - Local sync mode: a member lost inside an outer step (goodbye, kick, socket drop, late heartbeat, no
+ *   progress, a failure report blaming it, not ready in a carrying round) costs only its share: the
+ *   round closes with a carry (`carryFor`), the next round is the survivors alone, and they finish the
+ *   group without it (docs/local-steps.md). Otherwise, and in every-step mode, the rules below.
  * - A goodbye or a kick closes the round with restore:true (the in-flight step is undone): not a restart.
  * - A failure (socket closed without goodbye, heartbeat older than 3×heartbeatMs, a failure report, a
  *   hash divergence) closes it with restore:true and counts a restart, charged to its culprits
@@ -16,15 +20,19 @@
 import { deleteWorker, log, metric, persist, sendConn, putConnection, sendWorkers, type Ctx } from './context';
 import { CloseCode, type CloseReason } from '../../core/protocol/coordinator-messages';
 import { holdsState, requestCheckpointIn } from './checkpoints';
+import { carryFor } from './carry';
 import { chargeIn, bannedUntil, culpritOf, refuseConnIn, type Culprit } from './penalties';
 import { admissibleWaiters, evaluateGatheringIn, notifyWaitingIn, openRoundIn } from './rendezvous';
 import { computeShares, sharesDrift } from './shares';
 import { connectionOf, workerOf, workersOf } from './worker-table';
+import type { CarriedGroup, CoordinatorState } from './state';
 
 /**
  * Close the open round: `round_closed` to every remaining participant, survivors re-enrolled at the
  * head of the wait list in rank order (`demote` goes to the tail). A failure counts a restart and may
- * fail the job. Does not open the next round: callers follow with `afterCloseIn` or `openRoundIn`.
+ * fail the job. `lost`: the members this close is about; when the survivors can carry the group in
+ * flight on without them (`carryFor`), the next round will be theirs alone (`RendezvousState.carry`).
+ * Does not open the next round: callers follow with `afterCloseIn` or `openRoundIn`.
  */
 export function closeRoundIn(
   ctx: Ctx,
@@ -33,11 +41,13 @@ export function closeRoundIn(
   failure: boolean,
   demote?: string,
   culprits: Culprit[] = [],
+  lost: readonly string[] = [],
 ): void {
   const { s, now } = ctx;
   const rv = s.rendezvous;
   if (rv.phase === 'gathering') return;
   const closed = rv.round;
+  const carry = carryFor(s, lost);
   const survivors = rv.participants.filter((p) => workerOf(s.workers, p.workerId)).map((p) => p.workerId);
   sendWorkers(ctx, survivors, { type: 'round_closed', round: closed, reason, restore });
   rv.closedRound = { round: closed, members: rv.participants.map((p) => p.workerId) };
@@ -52,10 +62,50 @@ export function closeRoundIn(
   rv.stepStartedAt = null;
   rv.gatheringSince = now;
   rv.roundCommits = 0;
-  s.pending = {};
+  rv.drainAt = null;
+  keepCarriedReportsIn(ctx, carry);
   metric(ctx, 'tabswarm_world_size', 0);
-  log(ctx, failure ? 'warn' : 'info', 'round_closed', { round: closed, reason, restore, restart: failure });
+  log(ctx, failure ? 'warn' : 'info', 'round_closed', {
+    round: closed,
+    reason,
+    restore,
+    restart: failure,
+    ...(carry
+      ? {
+          carry: {
+            lost: carry.lost,
+            members: carry.members.map((m) => m.workerId),
+            ...(carry.through !== undefined ? { through: carry.through } : {}),
+          },
+        }
+      : {}),
+  });
   if (failure) countRestartIn(ctx, culprits);
+}
+
+/**
+ * The reports a carry keeps (the survivors' inner steps); anything else of the closed round is dropped,
+ * an overlapped job's outer reports included (they hold the old world's sum: the survivors send new ones).
+ */
+function keepCarriedReportsIn(ctx: Ctx, carry: CarriedGroup | null): void {
+  const s = ctx.s;
+  s.rendezvous.carry = carry;
+  if (!carry) {
+    s.pending = {};
+    return;
+  }
+  const kept = new Set(carry.members.map((m) => String(m.slot)));
+  const limit = Math.max(...carry.members.map((m) => m.lastStep));
+  const pending: typeof s.pending = {};
+  for (const [step, reports] of Object.entries(s.pending)) {
+    if (Number(step) > limit) continue;
+    pending[step] = Object.fromEntries(
+      Object.entries(reports)
+        .filter(([slot]) => kept.has(slot))
+        .map(([slot, { outer: _outer, ...report }]) => [slot, report]),
+    );
+  }
+  s.pending = pending;
 }
 
 /**
@@ -109,18 +159,18 @@ export function confirmBlamedRestartIn(ctx: Ctx, why: string, corroborated: bool
  */
 export function enforceBansIn(ctx: Ctx): void {
   const s = ctx.s;
-  let memberBanned = false;
+  const bannedMembers: string[] = [];
   for (const worker of workersOf(s.workers)) {
     const until = bannedUntil(s, ctx.now, worker);
     if (until === null) continue;
     const { workerId } = worker;
     refuseConnIn(ctx, worker.conn, until);
     if (s.blamedRestart?.workerId === workerId) s.blamedRestart = null;
-    memberBanned = removeWorkerIn(ctx, workerId) || memberBanned;
+    if (removeWorkerIn(ctx, workerId)) bannedMembers.push(workerId);
     log(ctx, 'warn', 'worker_refused', { workerId, addr: worker.addr });
   }
-  if (memberBanned && s.status === 'active') {
-    closeRoundIn(ctx, 'kicked', true, false);
+  if (bannedMembers.length > 0 && s.status === 'active') {
+    closeRoundIn(ctx, 'kicked', true, false, undefined, [], bannedMembers);
     afterCloseIn(ctx);
   }
 }
@@ -188,7 +238,7 @@ export function leaveIn(ctx: Ctx, workerId: string, reason: 'goodbye' | 'kicked'
   const wasMember = removeWorkerIn(ctx, workerId);
   log(ctx, 'info', 'leave', { workerId, reason, wasMember });
   if (wasMember && s.status === 'active') {
-    closeRoundIn(ctx, reason, true, false);
+    closeRoundIn(ctx, reason, true, false, undefined, [], [workerId]);
     afterCloseIn(ctx);
   } else if (s.status === 'active' && rv.phase === 'gathering') {
     evaluateGatheringIn(ctx);
@@ -226,7 +276,9 @@ export function failIn(
     // A blamed worker that fails inside a new round costs that round's restart only (one fault, one count).
     if (blamedFailed) s.blamedRestart = null;
     const deferred = reason === 'failure' && opts.blame !== undefined;
-    closeRoundIn(ctx, reason, true, !deferred, opts.blame, culprits);
+    // Lost: the blamed peer (its reporter lives on), else the failed members themselves.
+    const lost = reason !== 'failure' ? [] : opts.blame !== undefined ? [opts.blame] : workerIds;
+    closeRoundIn(ctx, reason, true, !deferred, opts.blame, culprits, lost);
     if (deferred && s.status === 'active') {
       if (s.blamedRestart)
         confirmBlamedRestartIn(ctx, 'a second blame arrived', !workerOf(s.workers, s.blamedRestart.workerId));
@@ -262,7 +314,7 @@ export function dropNotReadyIn(ctx: Ctx): void {
     removeWorkerIn(ctx, id);
     metric(ctx, 'tabswarm_ready_timeouts_total');
   }
-  closeRoundIn(ctx, 'failure', true, false);
+  closeRoundIn(ctx, 'failure', true, false, undefined, [], late);
   chargeIn(ctx, culprits, 'not ready in time');
   enforceBansIn(ctx);
   afterCloseIn(ctx);
@@ -275,26 +327,29 @@ export const REBALANCE_MIN_COMMITS = 50;
 export const REBALANCE_DRIFT = 0.25;
 
 /**
- * At a commit boundary: a new round if newcomers can be admitted, the world must shrink (max lowered)
- * or shares drifted. Closes with restore:false and opens the next round at once. Returns whether it did.
+ * Why the training round should change at a commit boundary: newcomers can be admitted or the world must
+ * shrink (max lowered): `membership`; shares drifted: `rebalance`; else null.
+ */
+export function boundaryReason(s: CoordinatorState): CloseReason | null {
+  const rv = s.rendezvous;
+  if (s.status !== 'active' || rv.phase !== 'training') return null;
+  const world = rv.participants.length;
+  if ((admissibleWaiters(s).length > 0 && world < s.job.maxWorkers) || world > s.job.maxWorkers) return 'membership';
+  if (rv.roundCommits < REBALANCE_MIN_COMMITS || world < 2) return null;
+  const proposed = computeShares(rv.participants.map((p) => workerOf(s.workers, p.workerId)!.throughput));
+  const drift = sharesDrift(
+    rv.participants.map((p) => p.share),
+    proposed,
+  );
+  return drift > REBALANCE_DRIFT ? 'rebalance' : null;
+}
+
+/**
+ * At a commit boundary with nothing in flight after it: a new round when `boundaryReason` says so. Closes
+ * with restore:false and opens the next round at once. Returns whether it did.
  */
 export function admitAtBoundaryIn(ctx: Ctx): boolean {
-  const s = ctx.s;
-  const rv = s.rendezvous;
-  if (s.status !== 'active' || rv.phase !== 'training') return false;
-  const world = rv.participants.length;
-  let reason: CloseReason | null = null;
-  if ((admissibleWaiters(s).length > 0 && world < s.job.maxWorkers) || world > s.job.maxWorkers) reason = 'membership';
-  else if (rv.roundCommits >= REBALANCE_MIN_COMMITS && world > 1) {
-    const proposed = computeShares(rv.participants.map((p) => workerOf(s.workers, p.workerId)!.throughput));
-    if (
-      sharesDrift(
-        rv.participants.map((p) => p.share),
-        proposed,
-      ) > REBALANCE_DRIFT
-    )
-      reason = 'rebalance';
-  }
+  const reason = boundaryReason(ctx.s);
   if (reason === null) return false;
   closeRoundIn(ctx, reason, false, false);
   openRoundIn(ctx);

@@ -6,11 +6,13 @@
 import type { StepSketches } from '../../core/state/sketch';
 import { z } from 'zod';
 import type { JobSpec } from '../../core/training/job';
-import type { ClientMessage, PeerLink } from '../../core/protocol/tab-messages';
+import type { ClientMessage, KernelsReport, PeerLink } from '../../core/protocol/tab-messages';
+import type { SyncAdviceView } from '../../core/protocol/views';
 import type { ServerMessage } from '../../core/protocol/coordinator-messages';
 import type { ParseErrorCode } from '../../core/protocol/control-parse';
 import type { SamplerRecord } from '../../core/training/sampler';
 import type { BucketTable } from './worker-table';
+import type { PositionRange, RecordPosition } from '../../core/training/groups';
 
 // ---------------------------------------------------------------- state
 
@@ -20,6 +22,11 @@ export interface Participant {
   peerId: string;
   /** Dense rank 0..world-1. */
   rank: number;
+  /**
+   * Its slot in the split of the group in flight (whose slices it computes, `rankRanges`): its rank,
+   * unless the round carries a group an earlier round planned (`RendezvousState.carry`).
+   */
+  slot: number;
   /** Fraction of each step's samples; shares of a round sum to 1 and are fixed for the round. */
   share: number;
   /** Sent `ready` for this round. */
@@ -53,15 +60,45 @@ export interface RendezvousState {
   /** Commits made in the current round (shares are re-measured after some). */
   roundCommits: number;
   /**
-   * The round that closed most recently and its members (null before the first close). Reports about
-   * its commits may arrive after the close — rank 0's test-set evaluation of the round's last commit,
-   * or of the job's last step after `done` — and are still accepted from them.
+   * The round that closed most recently and its members (null before the first close). Reports about its commits
+   * may arrive after the close — rank 0's test-set evaluation of the round's last commit, or of the job's last
+   * step after `done` — and are still accepted from them.
    */
   closedRound: { round: number; members: string[] } | null;
   /** While syncing: members not `ready` by this time (ms) are dropped, without a restart. Null otherwise. */
   readyDeadline?: number | null;
   /** When the round's members may start computing their next step (train, or the last commit): ms. */
   stepStartedAt?: number | null;
+  /**
+   * A commit group an earlier round planned, carried on by the survivors (local sync mode: members were lost inside
+   * the outer step; round-close.ts `carryIn`). Set when such a round closes, kept while the carrying round runs,
+   * cleared by the group's commit or when it is given up (a restore). Replaced whole, never edited (context.ts).
+   * Absent or null: the current round planned the group in flight (every slot is its rank).
+   */
+  carry?: CarriedGroup | null;
+  /**
+   * An overlapped job (core/training/overlap.ts): the last step of the group whose outer step the coordinator asked
+   * to be synchronous (`committed.drain`) because the round changes at its commit. Null or absent: none. Cleared
+   * when the round closes.
+   */
+  drainAt?: number | null;
+}
+
+/** The split of a commit group that survivors carry on (see `RendezvousState.carry`). */
+export interface CarriedGroup {
+  /** The planning round's shares by slot: the split every slice of the group follows. */
+  shares: number[];
+  /** Slots whose ranks were lost: their slices become holes when the group commits. */
+  lost: number[];
+  /** The survivors in their old rank order: each one's slot and the last step it reported. */
+  members: { workerId: string; slot: number; lastStep: number }[];
+  /** Overlapped job: the last step carried on (the group in flight's, or its successor's if begun). Absent: the first. */
+  through?: number;
+  /**
+   * Holes of the record the group in flight was planned without: the lost slices of its overlapped predecessor,
+   * committed partially while this group was carried along (sampler.ts `commitGroup`).
+   */
+  deferred?: PositionRange[];
 }
 
 /** A state a worker holds: a committed step and the parameter hash there. */
@@ -76,11 +113,7 @@ export type WorkerTable = BucketTable<WorkerInfo>;
 export type ConnectionTable = BucketTable<Connection>;
 
 /** An open socket: the worker welcomed on it (null before hello or after goodbye), the server's nonce, the client address. */
-export interface Connection {
-  workerId: string | null;
-  nonce: string;
-  addr?: string;
-}
+export type Connection = { workerId: string | null; nonce: string; addr?: string };
 
 /** A worker that said hello and has not left. */
 export interface WorkerInfo {
@@ -108,6 +141,8 @@ export interface WorkerInfo {
   iceError?: string | null;
   /** Its compute utilization and wire bytes per sample over its accepted reports (utilization.ts); absent before the first. */
   usage?: Usage;
+  /** The kernels its hello reported (variants, GFLOP/s; only shown); absent when it sent none. */
+  kernels?: KernelsReport;
 }
 
 /** One rank's report of one step, kept until the step commits or the round closes. */
@@ -118,6 +153,8 @@ export interface PendingReport {
   computeMs: number;
   /** The step's sketches, when the job verifies (core/state/sketch.ts). */
   sketch?: StepSketches;
+  /** An overlapped job's commit point: the hash of this rank's `outer_report`, once it arrived. */
+  outer?: string;
 }
 
 /**
@@ -127,6 +164,8 @@ export interface PendingReport {
 export interface VerificationState {
   /** The step checked. */
   step: number;
+  /** The sample record where the step started (its slices follow from it: `stepSlices`). */
+  at: RecordPosition;
   /** Committed hash of step − 1: the uploaded state must hash to it. */
   prevHash: string;
   /** Committed hash of `step`: the sketches' seed. */
@@ -142,12 +181,21 @@ export interface VerificationState {
   deadline: number;
 }
 
+/** A checkpoint asked for and not yet stored: the commit it is of. */
+export interface CheckpointRequest extends HeldState {
+  epoch: number;
+  cursor: number;
+  holes: PositionRange[];
+}
+
 /** A durable checkpoint the server stored. */
 export interface CheckpointInfo {
   step: number;
   /** Record position after `step` (where step+1 starts). */
   epoch: number;
   cursor: number;
+  /** The record's holes there (a rollback restores them). Absent in states persisted before holes: none. */
+  holes?: PositionRange[];
   /** sha256 of the stored file. */
   sha256: string;
   /** Parameter hash at `step` (the commit's hash), or null if unknown. */
@@ -157,14 +205,18 @@ export interface CheckpointInfo {
 /** The last committed step (step 0, hash null: the initial state). */
 export interface LastCommit {
   step: number;
-  /** Record position after `step`. */
+  /** Record position after `step` (the record itself, which always agrees). */
   epoch: number;
   cursor: number;
+  /** The record's holes after `step`. Absent in states persisted before holes existed: none. */
+  holes?: PositionRange[];
+  /** First step of the commit that ended at `step` (the evaluation schedule needs it); absent: `step`. */
+  firstStep?: number;
   hash: string | null;
   /**
-   * Workers that reported `hash` for `step` (the committing round's members). Only they may be the
-   * state source for it: a hello that merely claims `haveStep/haveHash` (copied from /api/status)
-   * proves nothing. Absent in states persisted before the field existed (then nobody qualifies).
+   * Workers that reported `hash` for `step` (the committing round's members). Only they may be the state source for
+   * it: a hello that merely claims `haveStep/haveHash` (copied from /api/status) proves nothing. Absent in states
+   * persisted before the field existed (then nobody qualifies).
    */
   members?: string[];
 }
@@ -173,6 +225,11 @@ export interface LastCommit {
 export interface TrustPolicy {
   /** A round member not `ready` this long after the round opened is dropped (no restart). */
   readyTimeoutMs: number;
+  /**
+   * Local sync mode: a member whose next inner-step report is later than this (ms) and than twice its
+   * learned step time has hung (hang.ts). Absent: `HANG_FLOOR_MS` (core/training/hang.ts).
+   */
+  hangFloorMs?: number;
   /** Charges a worker may collect within `chargeWindowMs` before it is cooled off. */
   workerQuota: number;
   /** Charges a client address may collect within `chargeWindowMs` before it is cooled off. */
@@ -203,6 +260,8 @@ export interface UsageSums {
   wireSamples: number;
   /** Bytes sent in the step's collectives, as the tabs claimed them. */
   wireBytes: number;
+  /** Reports counted (decayed like the rest in the recent sums): per-step averages divide by it. */
+  reports: number;
 }
 
 /** Decaying sums over the recent window, and the run's totals (since this coordinator started). */
@@ -227,8 +286,8 @@ export interface CoordinatorState {
   lastCommit: LastCommit;
   /** Stored checkpoints, ascending by step. */
   checkpoints: CheckpointInfo[];
-  /** Checkpoints requested and not yet stored: the step and the commit hash there. */
-  checkpointRequests: HeldState[];
+  /** Checkpoints requested and not yet stored: the step, the commit hash and the record position there. */
+  checkpointRequests: CheckpointRequest[];
   /** Failure restarts so far (job fails when this exceeds job.maxRestarts). */
   restarts: number;
   /**
@@ -249,7 +308,10 @@ export interface CoordinatorState {
   workers: WorkerTable;
   /** Counter for worker ids (ids also carry the connection's nonce). */
   nextWorkerSeq: number;
-  /** Reports of uncommitted steps of the current round: step → rank → report. */
+  /**
+   * Reports of the group in flight: step → slot → report (a slot is the rank that planned the group,
+   * `Participant.slot`; a carried group's reports survive the change of round).
+   */
   pending: Record<string, Record<string, PendingReport>>;
   /** The abuse policy (not durable: from the CLI). */
   policy: TrustPolicy;
@@ -260,6 +322,11 @@ export interface CoordinatorState {
    * and since this coordinator started (utilization.ts; not durable). Absent before the first report.
    */
   usage?: Usage;
+  /**
+   * Every-step sync waits on the network longer than the tabs compute: the advice shown on the admin
+   * page and in `/api/status` (sync-advice.ts; not durable). Absent or null: none.
+   */
+  syncAdvice?: SyncAdviceView | null;
   /** The step being recomputed, if any (one at a time; not durable: a restart drops it). */
   verification?: VerificationState | null;
   /** First committed step each worker contributed to since the last rollback (the rollback target of a cheat). */
@@ -340,17 +407,27 @@ export interface RecomputedStep {
 
 // ---------------------------------------------------------------- actions
 
-/** One commit: one row of the commit log. A commit covers steps firstStep..step (one epoch at most). */
+/**
+ * One commit: one row of the commit log. A commit covers the group of steps firstStep..step (one epoch
+ * at most), which took the front of the epoch's remaining sequence R = holes ++ [cursorStart, n).
+ */
 export interface CommitRecord {
   /** Last step of the commit. */
   step: number;
   /** First step of the commit (= step when commitEvery is 1). */
   firstStep: number;
   epoch: number;
-  /** First position in the epoch order covered by this commit. */
+  /** The record's cursor before the commit: where the group's tail positions start. */
   cursorStart: number;
-  /** Positions covered: order[cursorStart .. cursorStart+count) are now processed. */
+  /** Positions committed (now processed). */
   count: number;
+  /**
+   * The positions committed, as ranges of the epoch order, when they are not [cursorStart,
+   * cursorStart+count) (the group served holes, or was committed partially). Absent: that range.
+   */
+  ranges?: PositionRange[];
+  /** Positions the group took from R but left as holes (a partial commit: the lost ranks' slices). Absent: none. */
+  skipped?: PositionRange[];
   /** Parameter hash after `step`. */
   hash: string;
   round: number;

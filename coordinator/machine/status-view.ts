@@ -12,7 +12,8 @@ import type {
   WaitingView,
   WorldView,
 } from '../../core/protocol/views';
-import { planOf, totalSteps } from '../../core/training/sampler';
+import { planOf, remainingSteps } from '../../core/training/groups';
+import { recordPosition } from '../../core/training/sampler';
 import type { CoordinatorState, Participant, WorkerInfo } from './state';
 import { USAGE_HALF_LIFE_MS, usageView } from './utilization';
 import { workerOf, workersOf } from './worker-table';
@@ -47,6 +48,7 @@ export function worldView(s: CoordinatorState, p: Participant, now: number): Wor
     peerRttMs: w?.peerRttMs ?? null,
     peerLinks: w?.peerLinks ?? [],
     ...usageView(w?.usage?.recent),
+    kernels: w?.kernels ?? null,
   };
 }
 
@@ -120,7 +122,8 @@ export function statusSummary(s: CoordinatorState, now: number): StatusSummary {
     cursor: s.record.cursor,
     processedInEpoch: s.record.processedCount,
     datasetSize: s.datasetSize,
-    totalSteps: totalSteps(planOf(s)),
+    // An estimate: exact unless a later outer step is committed partially (its holes add steps).
+    totalSteps: s.lastCommit.step + remainingSteps(recordPosition(s.record), planOf(s)),
     restarts: s.restarts,
     maxRestarts: s.job.maxRestarts,
     minWorkers: s.job.minWorkers,
@@ -131,6 +134,7 @@ export function statusSummary(s: CoordinatorState, now: number): StatusSummary {
     usage: { recent: usageView(s.usage?.recent), total: usageView(s.usage?.total), halfLifeMs: USAGE_HALF_LIFE_MS },
     counts: statusCounts(s, now),
     verification: { enabled: Boolean(s.job.verify), step: v?.step ?? null, phase: v?.phase ?? null },
+    syncAdvice: s.syncAdvice ?? null,
     at: now,
   };
 }

@@ -28,7 +28,15 @@ import { begin, finish, log, metric, own, persist, type Ctx } from './context';
 import { hashBytes } from '../../core/state/hash';
 import type { JobSpec } from '../../core/training/job';
 import type { StepReportMessage } from '../../core/protocol/tab-messages';
-import { assignStep, epochOrder, planOf, type StepPlan, stepPosition } from '../../core/training/sampler';
+import {
+  groupPlan,
+  indicesAt,
+  planOf,
+  rankRanges,
+  type RecordPosition,
+  type StepPlan,
+} from '../../core/training/groups';
+import { epochOrder, recordPosition } from '../../core/training/sampler';
 import {
   bucketsPerSegment,
   checkIdentity,
@@ -193,25 +201,28 @@ function suspectsFailIn(ctx: Ctx, suspects: string[], why: string): void {
 }
 
 /**
- * The sample indices of `step` (1-based) for each rank of a world whose shares were `shares` (by rank),
- * as the sampler gave them to the tabs, and the samples in the step: what the verifier recomputes.
+ * The sample indices of `step` (1-based), which started at record position `at` (a verifying job
+ * commits every step: each step is a group of its own), for each rank of a world whose shares were
+ * `shares` (by rank), as the group plan gave them to the tabs, and the samples in the step: what the
+ * verifier recomputes.
  */
 export function stepSlices(
   plan: StepPlan,
   seed: number,
+  at: RecordPosition,
   step: number,
   shares: readonly number[],
 ): { slices: Uint32Array[]; count: number } {
-  const { epoch, cursor, count } = stepPosition(step, plan);
-  const order = epochOrder(seed, epoch, plan.datasetSize);
-  const slices = assignStep(cursor, count, shares).map((s) => order.slice(s.start, s.start + s.count));
-  return { slices, count };
+  const span = groupPlan(at, step, { ...plan, commitEvery: 1 }).steps[0];
+  const order = epochOrder(seed, at.epoch, plan.datasetSize);
+  const slices = shares.map((_, rank) => indicesAt(order, rankRanges(span, shares, rank)).slice());
+  return { slices, count: span.count };
 }
 
-/** `stepSlices` of the step under check, from the world it was computed by. */
-export function checkedSlices(s: CoordinatorState, v: Pick<VerificationState, 'world' | 'step'>) {
+/** `stepSlices` of the step under check, from the world it was computed by and the record where it started. */
+export function checkedSlices(s: CoordinatorState, v: Pick<VerificationState, 'world' | 'step' | 'at'>) {
   const shares = [...v.world].sort((a, b) => a.rank - b.rank).map((w) => w.share);
-  return stepSlices(planOf(s), s.job.seed, v.step, shares);
+  return stepSlices(planOf(s), s.job.seed, v.at, v.step, shares);
 }
 
 /**
@@ -237,6 +248,8 @@ export function afterCommitIn(ctx: Ctx, step: number, stepHash: string, prevHash
   const uploader = world[Math.min(world.length - 1, Math.floor((draw / p) * world.length))].workerId;
   s.verification = {
     step,
+    // Called before the commit moves the record: it is still where the step started.
+    at: recordPosition(s.record),
     prevHash,
     stepHash,
     world,

@@ -16,7 +16,7 @@
  * with the swarm (a status listed every worker every second: 1,000 workers, ~300 kB a second).
  */
 import type { SyncSpec } from '../training/job';
-import type { PeerLink } from './tab-messages';
+import type { KernelsReport, PeerLink } from './tab-messages';
 import type { StatusSummary, UsageView } from './views';
 
 /**
@@ -59,6 +59,8 @@ export interface FeedWorker {
   iceError: string | null;
   /** WebGPU adapter vendor and architecture ('' unknown). */
   adapter: string;
+  /** The kernels its hello reported (variants, GFLOP/s, tuned or cached), or null. */
+  kernels: KernelsReport | null;
   invite: string | null;
   /** When it joined, and when its last message arrived (floored as said above): coordinator clock, ms. */
   joinedAt: number;
@@ -225,12 +227,13 @@ export interface CheckpointListResponse {
 
 /**
  * How the ranks sync, as the admin page's sync line and the swarm report show it: "every step, fp32" or
- * "local, H = 32, int8, outer Nesterov lr 0.7 m 0.9".
+ * "local, H = 32, int8, outer Nesterov lr 0.7 m 0.9" (", overlapped" with overlapped outer steps).
  */
 export function syncLabel(sync: SyncSpec): string {
   const wire = sync.compression === 'none' ? 'fp32' : sync.compression;
   if (sync.mode === 'every-step') return `every step, ${wire}`;
-  return `local, H = ${sync.innerSteps}, ${wire}, outer Nesterov lr ${sync.outer.lr} m ${sync.outer.momentum}`;
+  const overlapped = sync.overlap ? ', overlapped' : '';
+  return `local, H = ${sync.innerSteps}, ${wire}, outer Nesterov lr ${sync.outer.lr} m ${sync.outer.momentum}${overlapped}`;
 }
 
 /** The category of a machine log event (names from coordinator/machine: rendezvous.ts, round-close.ts, commit.ts, machine.ts, …). */
@@ -244,6 +247,7 @@ export function categoryOf(event: string, data: unknown): FeedCategory {
     case 'failure_report':
     case 'divergence':
     case 'ready_timeout':
+    case 'member_hung':
       return 'crash';
     case 'job_failed':
     case 'record_rolled_back':
@@ -279,10 +283,13 @@ export function categoryOf(event: string, data: unknown): FeedCategory {
       return 'verify';
     case 'round_open':
     case 'round_train':
+    case 'carry_given_up':
       return 'round';
     case 'epoch_end':
     case 'job_done':
     case 'evaluation':
+    case 'sync_advice':
+    case 'sync_advice_cleared':
       return 'job';
     default:
       return 'other';

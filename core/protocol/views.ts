@@ -16,7 +16,7 @@
  */
 import { z } from 'zod';
 import { hashSchema, idSchema, rankSchema, roundSchema, stepSchema, textSchema } from './control-fields';
-import { candidateTypeSchema, peerLinkSchema } from './tab-messages';
+import { candidateTypeSchema, kernelsReportSchema, peerLinkSchema } from './tab-messages';
 
 /** Rows in a page of `/api/status` when the query does not ask for a number. */
 export const STATUS_PAGE_DEFAULT = 64;
@@ -73,6 +73,8 @@ export const worldViewSchema = z.strictObject({
   utilization: usageViewSchema.shape.utilization,
   /** Recent bytes it sent in collectives per sample it computed (its claim), or null. */
   bytesPerSample: usageViewSchema.shape.bytesPerSample,
+  /** The kernels its hello reported (variants, GFLOP/s, tuned or cached), or null. */
+  kernels: kernelsReportSchema.nullable(),
 });
 export type WorldView = z.infer<typeof worldViewSchema>;
 
@@ -137,6 +139,26 @@ export const verificationSummarySchema = z.strictObject({
   phase: z.enum(['upload', 'recompute']).nullable(),
 });
 
+/**
+ * The coordinator's advice when every-step sync waits on the network longer than the tabs compute
+ * (coordinator/machine/sync-advice.ts): the numbers it rests on and the local-steps job it suggests.
+ */
+export const syncAdviceSchema = z.strictObject({
+  /** Recent wall time per step that the busiest rank did not spend computing (its allreduce, mostly), ms. */
+  syncMsPerStep: ms,
+  /** Recent compute time per step of that rank, ms. */
+  computeMsPerStep: ms,
+  /** The job's `sync` field suggested instead: local steps with an int8 wire. */
+  suggested: z.strictObject({
+    mode: z.literal('local'),
+    innerSteps: z.int().min(1).max(100_000),
+    compression: z.literal('int8'),
+  }),
+  /** One line for people: what is slow, and what to put in the job file instead. */
+  message: textSchema(1000),
+});
+export type SyncAdviceView = z.infer<typeof syncAdviceSchema>;
+
 /** Everything in `/api/status` but the two pages: the admin feed's `status` message. */
 export const statusSummarySchema = z.strictObject({
   runId: idSchema,
@@ -155,6 +177,10 @@ export const statusSummarySchema = z.strictObject({
   cursor: count,
   processedInEpoch: count,
   datasetSize: count,
+  /**
+   * The job's last step as it stands: committed steps plus the steps left (holes of partial commits
+   * included). An estimate: a later partial commit adds steps.
+   */
   totalSteps: count,
   restarts: count,
   maxRestarts: count,
@@ -171,6 +197,8 @@ export const statusSummarySchema = z.strictObject({
   usage: z.strictObject({ recent: usageViewSchema, total: usageViewSchema, halfLifeMs: ms }),
   counts: statusCountsSchema,
   verification: verificationSummarySchema,
+  /** Every-step sync is slower than computing: the advice the admin page shows, or null. */
+  syncAdvice: syncAdviceSchema.nullable(),
   /** Coordinator clock when the status was taken (ages are relative to it). */
   at: clock,
 });

@@ -20,7 +20,7 @@ import { existsSync, mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Browser, BrowserContext, Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { assignStep } from '../../core/training/sampler';
+import { assignStep } from '../../core/training/groups';
 import type { StatusResponse } from '../../core/protocol/views';
 import { writeDatasetSlice } from '../support/small-dataset';
 import { coordinatorStatusUntil } from '../support/swarm';

@@ -10,7 +10,7 @@ import type { AuditReport } from '../../coordinator/admin/audit';
 import { type CoordinatorProcess, spawnCoordinator } from '../support/coordinator-process';
 import { SimTrainer, simulatedParamsHash } from '../support/sim-trainer';
 import { jobPublic, parseJobSpec } from '../../core/training/job';
-import { stepPosition, totalSteps } from '../../core/training/sampler';
+import { referenceStepPosition, referenceTotalSteps } from '../support/hole-free-layout';
 
 // 300 images / 16 per step = 19 steps per epoch (the last one short: 12), 2 epochs.
 const JOB = {
@@ -24,12 +24,12 @@ const JOB = {
   checkpointEvery: 4,
 };
 const PLAN = jobPublic(parseJobSpec(JOB), 300);
-const TOTAL = totalSteps(PLAN);
+const TOTAL = referenceTotalSteps(PLAN);
 
 /** Samples committed by steps 1..step, computed from the plan alone. */
 function samplesThrough(step: number): number {
   let sum = 0;
-  for (let s = 1; s <= step; s++) sum += stepPosition(s, PLAN).count;
+  for (let s = 1; s <= step; s++) sum += referenceStepPosition(s, PLAN).count;
   return sum;
 }
 

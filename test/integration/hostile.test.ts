@@ -7,7 +7,7 @@
  */
 import { request } from 'node:http';
 import { afterEach, describe, expect, it } from 'vitest';
-import { positionAfter } from '../../core/training/sampler';
+import { referencePositionAfter } from '../support/hole-free-layout';
 import { encodeSnapshot, OPTIMIZER_MOMENTS } from '../../core/state/snapshot';
 import { parameterLayout } from '../../core/training/model-spec';
 import { CoordinatorProcess, spawnCoordinator } from '../support/coordinator-process';
@@ -228,7 +228,7 @@ describe('state, checkpoints and evaluations are checked, not trusted', () => {
       handler(msg);
       if (msg.type !== 'checkpoint_request') return;
       const params = new Float32Array(parameterLayout(x.job.model).totalElements).fill(0.5);
-      const { epoch, cursor } = positionAfter(msg.step, x.job);
+      const { epoch, cursor } = referencePositionAfter(msg.step, x.job);
       const body = encodeSnapshot({
         spec: x.job.model,
         step: msg.step,

@@ -54,7 +54,8 @@ describe.skipIf(skipWithoutFashionMnist() || (await skipWithoutNodeGpu()))('veri
     });
     writeFileSync(snapshotPath, new Uint8Array(snapshot));
     const plan = { datasetSize: 60_000, globalBatch: JOB.globalBatch, epochs: 1, commitEvery: 1 };
-    request = { snapshotPath, stepHash: STEP_HASH, world: 2, ...stepSlices(plan, JOB.seed, 1, [1, 3]) };
+    const start = { epoch: 0, cursor: 0, holes: [] };
+    request = { snapshotPath, stepHash: STEP_HASH, world: 2, ...stepSlices(plan, JOB.seed, start, 1, [1, 3]) };
     client = await VerifierClient.start({ job: JOB, datasetDir: FASHION_MNIST_DIR });
   });
   afterAll(async () => {

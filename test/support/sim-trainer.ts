@@ -8,7 +8,8 @@ import { hashParams } from '../../core/state/hash';
 import type { JobPublic } from '../../core/training/job';
 import { isTransformer, type ModelSpec, parameterLayout, type TransformerSpec } from '../../core/training/model-spec';
 import { mulberry32 } from './rng';
-import { assignStep, isCommitPoint, positionAfter, stepPosition, totalSteps } from '../../core/training/sampler';
+import { groupPlan, jobDone, rankRanges, rangesCount, type RecordPosition } from '../../core/training/groups';
+import { referencePositionAfter } from './hole-free-layout';
 import { encodeSnapshot, OPTIMIZER_MOMENTS } from '../../core/state/snapshot';
 import { type ServerMsg, SimWorker } from './sim-worker';
 
@@ -52,10 +53,17 @@ export function simulatedParamsHash(spec: ModelSpec, step: number): string {
   return hash;
 }
 
-/** A checkpoint snapshot of simulated state at `step`, as a tab would upload it. */
-export function simulatedSnapshot(job: JobPublic, step: number): Uint8Array<ArrayBuffer> {
+/**
+ * A checkpoint snapshot of simulated state at `step`, as a tab would upload it; `at`: the record after
+ * that commit (default: where a run without partial commits has it).
+ */
+export function simulatedSnapshot(
+  job: JobPublic,
+  step: number,
+  at: { epoch: number; cursor: number } = referencePositionAfter(step, job),
+): Uint8Array<ArrayBuffer> {
   const params = simulatedParams(job.model, step);
-  const { epoch, cursor } = positionAfter(step, job);
+  const { epoch, cursor } = at;
   const moments = OPTIMIZER_MOMENTS[job.optimizer.kind].map(() => new Float32Array(params.length));
   return new Uint8Array(
     encodeSnapshot({
@@ -113,16 +121,29 @@ export class SimTrainer {
   readonly errors: ServerMsg[] = [];
   readonly uploads: { step: number; status: number }[] = [];
   done = false;
+  /**
+   * The current round: this worker's rank, the split of the group in flight (shares by slot and its
+   * slot: a carried group's, else the round's own), the step to compute next, and where the record
+   * stands at the group in flight.
+   */
   private round: {
     round: number;
     rank: number;
     shares: number[];
+    slot: number;
     step: number;
-    /** This rank's samples in a step of `count` positions (the split is fixed for the round). */
-    samples: Map<number, number>;
+    /** The round's own shares by rank (the split of the groups after a carried one). */
+    world: number[];
     /** Worker ids by rank. */
-    world: string[];
+    workers: string[];
+    /** This rank's samples in a step of `count` positions under `shares` and `slot` (cleared when they change). */
+    samples: Map<number, number>;
   } | null = null;
+  /** The record at the group in flight, and after recent commits (for checkpoint snapshots). */
+  private position: RecordPosition = { epoch: 0, cursor: 0, holes: [] };
+  /** The first step of the group in flight. */
+  private groupStart = 1;
+  private readonly positions = new Map<number, RecordPosition>();
   private training = false;
   private heartbeat: NodeJS.Timeout | null = null;
   private stopped = false;
@@ -192,7 +213,7 @@ export class SimTrainer {
 
   /** The worker ids of its round by rank (empty outside a round). */
   get roundWorld(): string[] {
-    return this.round?.world ?? [];
+    return this.round?.workers ?? [];
   }
 
   /** In a round that has not closed (syncing or training). */
@@ -261,14 +282,22 @@ export class SimTrainer {
           (w) => w.workerId === this.worker.workerId,
         );
         if (!me) return;
+        const carry = msg.carry as { shares: number[]; slots: number[]; reported: number[] } | undefined;
+        const shares = msg.world.map((w: { share: number }) => w.share);
         this.round = {
           round: msg.round,
           rank: me.rank,
-          shares: msg.world.map((w: { share: number }) => w.share),
-          step: msg.step,
+          shares: carry ? carry.shares : shares,
+          slot: carry ? carry.slots[me.rank] : me.rank,
+          // A carried group goes on after the reports the coordinator has (this simulation keeps no state).
+          step: carry ? carry.reported[me.rank] + 1 : msg.step,
+          world: shares,
+          workers: msg.world.map((w: { workerId: string }) => w.workerId),
           samples: new Map(),
-          world: msg.world.map((w: { workerId: string }) => w.workerId),
         };
+        this.position = { epoch: msg.epoch, cursor: msg.cursor, holes: msg.holes ?? [] };
+        this.groupStart = msg.step;
+        this.positions.set(msg.step - 1, this.position);
         this.training = false;
         this.worker.ready(msg.round);
         break;
@@ -281,6 +310,12 @@ export class SimTrainer {
         break;
       case 'committed':
         this.committed.push(msg.step);
+        this.position = { epoch: msg.epoch, cursor: msg.cursor, holes: msg.holes ?? [] };
+        this.groupStart = msg.step + 1;
+        this.positions.set(msg.step, this.position);
+        // The next group is the round's own split.
+        if (this.round && (this.round.shares !== this.round.world || this.round.slot !== this.round.rank))
+          Object.assign(this.round, { shares: this.round.world, slot: this.round.rank, samples: new Map() });
         this.options.onCommitted?.(msg.step, performance.now(), msg.round);
         if (this.training && this.round && msg.round === this.round.round) this.compute(msg.step + 1);
         break;
@@ -302,18 +337,19 @@ export class SimTrainer {
   }
 
   private compute(step: number): void {
-    const limit = Math.min(this.options.stopAfterStep ?? Infinity, totalSteps(this.job));
-    if (step > limit || !this.round) return;
+    if (step > (this.options.stopAfterStep ?? Infinity) || !this.round || jobDone(this.position, this.job)) return;
     const round = this.round;
+    const group = groupPlan(this.position, this.groupStart, this.job);
+    const span = group.steps[step - group.firstStep];
+    if (!span) return;
     const send = () => {
       if (this.stopped || !this.training || this.round !== round || this.worker.isClosed) return;
-      const { cursor, count } = stepPosition(step, this.job);
-      // Once per round and step size: a bench runs hundreds of ranks in one process, and the split is a
+      // Once per split and step size: a bench runs hundreds of ranks in one process, and the split is a
       // sort over the world.
-      let samples = round.samples.get(count);
+      let samples = round.samples.get(span.count);
       if (samples === undefined) {
-        samples = assignStep(cursor, count, round.shares)[round.rank].count;
-        round.samples.set(count, samples);
+        samples = rangesCount(rankRanges(span, round.shares, round.slot));
+        round.samples.set(span.count, samples);
       }
       this.worker.report({
         round: round.round,
@@ -330,7 +366,7 @@ export class SimTrainer {
       this.lastReported = step;
       this.options.onReport?.(step, performance.now(), round.round);
       // Between commit points a rank goes straight on to the next step.
-      if (!isCommitPoint(step, this.job)) this.compute(step + 1);
+      if (step !== group.lastStep) this.compute(step + 1);
     };
     if (this.options.computeMs) setTimeout(send, this.options.computeMs);
     else send();
@@ -340,7 +376,7 @@ export class SimTrainer {
     try {
       const res = await fetch(`${this.options.httpUrl}${url}`, {
         method: 'PUT',
-        body: simulatedSnapshot(this.job, step),
+        body: simulatedSnapshot(this.job, step, this.positions.get(step)),
         headers: { 'content-type': 'application/octet-stream' },
       });
       await res.arrayBuffer();

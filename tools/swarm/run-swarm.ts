@@ -26,7 +26,9 @@ import {
   type StatusSample,
   type SwarmReport,
 } from './swarm-report';
-import { TabPool, type SwarmTab, type TabProblem } from './swarm-tabs';
+import { HeadlessPool } from './headless-pool';
+import { MixedPool, type SwarmMember } from './swarm-pool';
+import { TabPool, type TabProblem } from './swarm-tabs';
 
 export interface SwarmIo {
   /** The live progress line, on every status poll (the CLI decides how often to show it). */
@@ -81,7 +83,8 @@ export async function runSwarm(options: SwarmOptions, io: SwarmIo = {}, interrup
         'restart the coordinator with a fresh --data-dir',
     );
   }
-  const browser = await launchSwarmChromium();
+  // Chromium only when the swarm opens tabs (a headless-only swarm needs none).
+  const browser = options.workers > 0 ? await launchSwarmChromium() : null;
   const run = new SwarmRun(options, io, clock, { runId, job, initial, browser });
   // Stops the run early: Ctrl-C, the job finishing, or the coordinator going silent.
   const onInterrupt = () => {
@@ -98,7 +101,7 @@ export async function runSwarm(options: SwarmOptions, io: SwarmIo = {}, interrup
     run.stopMonitor.abort();
     await monitor;
     await run.pool.closeAll().catch(() => undefined);
-    await browser.close().catch(() => undefined);
+    await browser?.close().catch(() => undefined);
   }
   return run.report();
 }
@@ -107,7 +110,7 @@ interface RunStart {
   runId: string;
   job: JobPublic;
   initial: StatusResponse;
-  browser: Browser;
+  browser: Browser | null;
 }
 
 /**
@@ -117,14 +120,14 @@ interface RunStart {
 class SwarmRun {
   readonly stopRun = new AbortController();
   readonly stopMonitor = new AbortController();
-  readonly pool: TabPool;
+  readonly pool: MixedPool;
   private readonly schedule: ChaosEvent[];
   private readonly tracker = new RecoveryTracker();
   private readonly timeline: ThroughputTimeline;
   private readonly fired: FiredEvent[] = [];
   private readonly joins: SwarmReport['joins'] = [];
   private readonly joinOpenedAt = new Map<string, number>();
-  private readonly opening = new Map<string, Promise<SwarmTab>>();
+  private readonly opening = new Map<string, Promise<SwarmMember>>();
   private latest: StatusResponse;
   private final: StatusResponse;
   private lastAnswerMs: number;
@@ -149,20 +152,20 @@ class SwarmRun {
     this.latest = this.final = start.initial;
     this.atChaosStart = start.initial.step;
     this.lastAnswerMs = clock();
-    this.pool = new TabPool(start.browser, options.tabUrl, {
-      clock,
-      onProblem: (p: TabProblem) => {
-        if (p.kind !== 'console' || this.problemsLogged++ < 20)
-          this.log(`${p.tab} ${p.kind}: ${p.text.split('\n')[0].slice(0, 200)}`);
-      },
-    });
+    const onProblem = (p: TabProblem) => {
+      if (p.kind !== 'console' || this.problemsLogged++ < 20)
+        this.log(`${p.tab} ${p.kind}: ${p.text.split('\n')[0].slice(0, 200)}`);
+    };
+    const tabs = start.browser ? new TabPool(start.browser, options.tabUrl, { clock, onProblem }) : null;
+    const headless = new HeadlessPool({ url: options.baseUrl, clock, onProblem });
+    this.pool = new MixedPool(tabs, headless, { tabs: options.workers, headless: options.headlessWorkers });
   }
 
   log(line: string): void {
     this.io.log?.(`[${(this.clock() / 1000).toFixed(1)}s] ${line}`);
   }
 
-  private openTab(name: string): Promise<SwarmTab> {
+  private openTab(name: string): Promise<SwarmMember> {
     this.joinOpenedAt.set(name, this.clock());
     const promise = this.pool.open(name);
     this.opening.set(name, promise);
@@ -226,7 +229,7 @@ class SwarmRun {
       await this.pollStatus();
       if (clock() - lastRead >= READ_TABS_MS) {
         lastRead = clock();
-        await this.pool.readAll();
+        await this.pool.readAll(this.latest);
         this.noteAdmissions();
       }
       this.io.progress?.(this.progressLine());
@@ -256,9 +259,10 @@ class SwarmRun {
   async play(): Promise<void> {
     const { options, clock, start } = this;
     this.log(
-      `opening ${options.workers} tab(s) at ${options.tabUrl} (run ${start.runId}, step ${start.initial.step}/${start.job.totalSteps})`,
+      `opening ${options.workers} tab(s) and ${options.headlessWorkers} headless worker(s) at ${options.tabUrl} (run ${start.runId}, step ${start.initial.step}/${start.job.totalSteps})`,
     );
-    await Promise.all(Array.from({ length: options.workers }, (_, i) => this.openTab(`t${i + 1}`)));
+    const initial = options.workers + options.headlessWorkers;
+    await Promise.all(Array.from({ length: initial }, (_, i) => this.openTab(`t${i + 1}`)));
     await this.warmUp();
     const chaosStartMs = clock();
     this.chaosStartMs = chaosStartMs;
@@ -315,7 +319,7 @@ class SwarmRun {
     } catch (error) {
       this.audit = { error: this.coordinatorLost ?? (error as Error).message };
     }
-    await this.pool.readAll();
+    await this.pool.readAll(this.final);
     this.noteAdmissions();
   }
 
@@ -362,10 +366,10 @@ class SwarmRun {
   }
 
   /** Keeps a tab alive, registers the expected recovery, then applies the fault; returns the note. */
-  private async fault(event: ChaosEvent, tab: SwarmTab): Promise<string> {
+  private async fault(event: ChaosEvent, tab: SwarmMember): Promise<string> {
     const notes = await this.keepAWorld(tab);
-    await this.pool.readAll();
     const status = await fetchStatus(this.options.baseUrl, 3000).catch(() => this.latest);
+    await this.pool.readAll(status);
     const members = new Set(status.world.items.map((w) => w.id));
     const memberTabs = this.pool.liveTabs.filter((t) => t.reading?.workerId && members.has(t.reading.workerId));
     const member = !!tab.reading?.workerId && members.has(tab.reading.workerId);
@@ -394,7 +398,7 @@ class SwarmRun {
    * The schedule keeps a live tab, but tabs can also die on their own: open one more if `tab` is the
    * last, and never take the world's last rank while another tab is on its way in.
    */
-  private async keepAWorld(tab: SwarmTab): Promise<string[]> {
+  private async keepAWorld(tab: SwarmMember): Promise<string[]> {
     const notes: string[] = [];
     if (this.pool.liveTabs.every((t) => t === tab)) {
       const name = `x${++this.keepAliveCount}`;
@@ -437,6 +441,7 @@ class SwarmRun {
       url: options.baseUrl,
       seed: options.seed,
       workers: options.workers,
+      headlessWorkers: options.headlessWorkers,
       durationS: options.duration,
       elapsedS: Math.round(elapsedS * 1000) / 1000,
       warmupS: Math.round(this.warmupS * 1000) / 1000,
@@ -462,6 +467,7 @@ class SwarmRun {
       audit: this.audit,
       tabs: pool.tabs.map((t) => ({
         name: t.name,
+        kind: t.kind,
         openedAtS: Math.round(t.openedAtMs) / 1000,
         fate: t.fate,
         state: t.reading?.state ?? null,

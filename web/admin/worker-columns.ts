@@ -5,7 +5,16 @@
  * one entry here and, if it needs data, one field of `FeedWorker` (core/protocol/admin-feed.ts).
  */
 import type { FeedWorker, FeedWorkerState } from '../../core/protocol/admin-feed';
-import { el, formatAge, formatBytesPerSample, formatInt, formatNumber, formatPercent, setText } from './format';
+import {
+  el,
+  formatAge,
+  formatBytesPerSample,
+  formatInt,
+  formatKernels,
+  formatNumber,
+  formatPercent,
+  setText,
+} from './format';
 
 /** What a cell needs besides its row: the coordinator clock of the rows and the job's heartbeat period. */
 export interface ColumnContext {
@@ -95,6 +104,20 @@ export const WORKER_COLUMNS: readonly WorkerColumn[] = [
     render: (td, w) => {
       setText(td, w.adapter || 'unknown');
       td.title = w.adapter;
+    },
+  },
+  {
+    key: 'kernels-cell',
+    label: 'Kernels',
+    width: '14em',
+    title:
+      "The kernels the tab runs: its matmul variant, the matmul GFLOP/s its autotuner measured on the job's shapes, and whether it tuned now, took a cached choice or the defaults (hover a cell for every family)",
+    sortValue: (w) => w.kernels?.gflops ?? null,
+    text: (w) => formatKernels(w.kernels).text,
+    render: (td, w) => {
+      const kernels = formatKernels(w.kernels);
+      setText(td, kernels.text);
+      td.title = kernels.title;
     },
   },
   {

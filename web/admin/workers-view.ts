@@ -58,6 +58,10 @@ export function renderSummary(model: AdminModel): void {
     `Global batch ${job.globalBatch} · ${job.stepsPerEpoch} steps per epoch · ${job.optimizer} · commit every ${job.commitEvery} step${job.commitEvery === 1 ? '' : 's'} · checkpoint every ${job.checkpointEvery}`,
   );
   setText(byId('sync-line'), `Sync: ${syncLabel(job.sync)}`);
+  // Every-step sync slower than compute: the coordinator's one-line advice (coordinator/machine/sync-advice.ts).
+  const advice = byId('sync-advice');
+  advice.hidden = !status.syncAdvice;
+  setText(advice, status.syncAdvice?.message ?? '');
 }
 
 /** The job's compute utilization and wire bytes per sample: recent in the card, the run's in the tooltip. */

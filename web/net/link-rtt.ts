@@ -8,6 +8,7 @@ import type { Link } from './link';
 import type { PeerLink } from '../../core/protocol/tab-messages';
 import { type StatsLike, selectedPair, selectedPairTypes } from './ice-path';
 import { DataConnectionLink } from './peer-link';
+import { StripedLink } from './striped-link';
 
 /** Largest RTT a heartbeat may carry (the protocol rejects more). */
 export const MAX_PEER_RTT_MS = 60_000;
@@ -37,7 +38,9 @@ export interface LinkStats {
 /** `LinkStats` of `peers`, from ONE `getStats()` per open WebRTC link (other links add nothing). */
 export async function linkStats(peers: readonly { peer: string; link: Link }[]): Promise<LinkStats> {
   const reports = await Promise.all(
-    peers.map(async ({ peer, link }) => {
+    peers.map(async ({ peer, link: outer }) => {
+      // A striped link's first stripe speaks for it: the stripes share the path.
+      const link = outer instanceof StripedLink ? outer.links[0] : outer;
       if (!(link instanceof DataConnectionLink) || !link.isOpen) return null;
       const pc = link.connection.peerConnection as RTCPeerConnection | undefined;
       if (!pc) return null;

@@ -6,7 +6,8 @@
  */
 import { describe, expect, it } from 'vitest';
 import { swiftshaderEnv } from '../../../node/gpu-env';
-import { epochOrder, indicesForRank } from '../../../core/training/sampler';
+import { assignStep } from '../../../core/training/groups';
+import { epochOrder } from '../../../core/training/sampler';
 import { stepSlices } from '../../../coordinator/machine/verification';
 import { GRADIENT_SKETCH_BUCKETS, PARAMS_SKETCH_BUCKETS } from '../../../core/state/sketch';
 import { verifierAnswerSchema, verifierRequestSchema } from '../../../core/protocol/verifier';
@@ -82,17 +83,26 @@ describe('stepSlices', () => {
   it('gives each rank the indices the sampler gives it, for a step in the second epoch and a short last step', () => {
     const shares = [1, 2.5, 0.5];
     for (const step of [1, 12, 13]) {
-      const { slices, count } = stepSlices(plan, 7, step, shares);
+      // A verifying job never has holes: step s starts where the steps before it left the record.
+      const at = { epoch: step > 11 ? 1 : 0, cursor: ((step - 1) % 11) * 96, holes: [] };
+      const { slices, count } = stepSlices(plan, 7, at, step, shares);
       const epoch = step > 11 ? 1 : 0;
       const cursor = ((step - 1) % 11) * 96;
       expect(count).toBe(step === 11 ? 1000 - 960 : Math.min(96, 1000 - cursor));
       expect(slices.reduce((a, s) => a + s.length, 0)).toBe(count);
       slices.forEach((slice, rank) => {
+        const expected = assignStep(cursor, count, shares)[rank];
         expect(Array.from(slice)).toEqual(
-          Array.from(indicesForRank(epochOrder(7, epoch, 1000), cursor, 96, shares, rank)),
+          Array.from(epochOrder(7, epoch, 1000).subarray(expected.start, expected.start + expected.count)),
         );
       });
     }
-    expect(stepSlices(plan, 7, 11, [1]).count).toBe(40);
+    expect(stepSlices(plan, 7, { epoch: 0, cursor: 960, holes: [] }, 11, [1]).count).toBe(40);
+    // With holes (a job that does not verify never gets here, but the plan is the tabs'): holes first.
+    const withHoles = stepSlices(plan, 7, { epoch: 0, cursor: 960, holes: [[10, 20]] }, 11, [1, 1]);
+    expect(withHoles.count).toBe(50);
+    expect(Array.from(withHoles.slices[0])).toEqual(
+      Array.from(epochOrder(7, 0, 1000).subarray(10, 20)).concat(Array.from(epochOrder(7, 0, 1000).subarray(960, 975))),
+    );
   });
 });

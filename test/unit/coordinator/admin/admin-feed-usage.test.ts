@@ -56,6 +56,7 @@ describe('the admin feed and usage', () => {
       innerSteps: 32,
       outer: { kind: 'nesterov', lr: 0.7, momentum: 0.9 },
       compression: 'int8',
+      overlap: false,
     });
     expect(snap.status.usage.recent).toEqual(usage);
 
@@ -92,6 +93,9 @@ describe('the admin feed and usage', () => {
   it('formats the sync line of both modes and bytes per sample', () => {
     expect(syncLabel(job.sync)).toBe('local, H = 32, int8, outer Nesterov lr 0.7 m 0.9');
     expect(syncLabel(parseJobSpec({}).sync)).toBe('every step, fp32');
+    expect(syncLabel({ ...job.sync, overlap: true } as typeof job.sync)).toBe(
+      'local, H = 32, int8, outer Nesterov lr 0.7 m 0.9, overlapped',
+    );
     expect(syncLabel(parseJobSpec({ sync: { mode: 'every-step', compression: 'fp16' } }).sync)).toBe(
       'every step, fp16',
     );

@@ -6,10 +6,17 @@
  */
 import { afterEach, describe, expect, it } from 'vitest';
 import { parseJobSpec, type JobSpecInput } from '../../../../core/training/job';
-import { isEvaluationPoint, type EvaluationPlan } from '../../../../core/training/evaluation-schedule';
+import { commitSpan, isEvaluationCommit, type EvaluationPlan } from '../../../../core/training/commit-schedule';
 import type { ClientMessage } from '../../../../core/protocol/tab-messages';
 import { parseClientMessage } from '../../../../core/protocol/control-parse';
-import { isCommitPoint, stepPosition, totalSteps } from '../../../../core/training/sampler';
+import {
+  groupPlan,
+  jobDone,
+  positionAfterGroup,
+  type RecordPosition,
+  type StepPlan,
+} from '../../../../core/training/groups';
+import { referenceIsCommitPoint } from '../../../support/hole-free-layout';
 import { MemoryNetwork, SIM_MODEL, SimCoordinator, SimTab, until } from '../../../kit/simulation';
 import { Harness } from './coordinator-harness';
 
@@ -64,8 +71,23 @@ describe('evaluation message schema', () => {
   }
 });
 
+type Plan = StepPlan & EvaluationPlan;
+
+/** The commits of a run without partial commits where rank 0 evaluates (`isEvaluationCommit`). */
+function evaluationSteps(plan: Plan): number[] {
+  const steps: number[] = [];
+  let at: RecordPosition = { epoch: 0, cursor: 0, holes: [] };
+  for (let step = 1; !jobDone(at, plan); ) {
+    const group = groupPlan(at, step, plan);
+    at = positionAfterGroup(at, group, [], plan.datasetSize);
+    if (isEvaluationCommit(commitSpan(group, at, plan.epochs), plan)) steps.push(group.lastStep);
+    step = group.lastStep + 1;
+  }
+  return steps;
+}
+
 /** Reference: walk the steps one by one; evaluate at a commit point if a multiple of evalEvery (or an epoch end) was passed since the last one. */
-function referencePoints(plan: EvaluationPlan): number[] {
+function referencePoints(plan: Plan): number[] {
   const points: number[] = [];
   const perEpoch = Math.ceil(plan.datasetSize / plan.globalBatch);
   const total = perEpoch * plan.epochs;
@@ -85,7 +107,7 @@ function referencePoints(plan: EvaluationPlan): number[] {
 describe('evaluation points', () => {
   // 100 images, batch 8: 13 steps per epoch, 2 epochs, 26 steps.
   const base = { datasetSize: 100, globalBatch: 8, epochs: 2, commitEvery: 1, evalEvery: null, evalSamples: 2000 };
-  const cases: [string, EvaluationPlan, number[]][] = [
+  const cases: [string, Plan, number[]][] = [
     ['default: each epoch end and the job end', base, [13, 26]],
     ['every 5 steps (and the job end)', { ...base, evalEvery: 5 }, [5, 10, 15, 20, 25, 26]],
     [
@@ -101,11 +123,11 @@ describe('evaluation points', () => {
   ];
   for (const [name, plan, expected] of cases) {
     it(name, () => {
-      const total = totalSteps(plan);
-      const points = Array.from({ length: total + 2 }, (_, i) => i).filter((step) => isEvaluationPoint(step, plan));
+      const points = evaluationSteps(plan);
       expect(points).toEqual(expected);
       expect(points).toEqual(referencePoints(plan));
-      for (const p of points) expect(isCommitPoint(p, plan), `evaluation point ${p} is a commit point`).toBe(true);
+      for (const p of points)
+        expect(referenceIsCommitPoint(p, plan), `evaluation point ${p} is a commit point`).toBe(true);
     });
   }
 
@@ -115,10 +137,7 @@ describe('evaluation points', () => {
         for (const commitEvery of [1, 2, 5])
           for (const evalEvery of [null, 1, 3, 4, 10]) {
             const plan = { datasetSize, globalBatch, epochs: 3, commitEvery, evalEvery, evalSamples: 10 };
-            const points = Array.from({ length: totalSteps(plan) }, (_, i) => i + 1).filter((s) =>
-              isEvaluationPoint(s, plan),
-            );
-            expect(points, JSON.stringify(plan)).toEqual(referencePoints(plan));
+            expect(evaluationSteps(plan), JSON.stringify(plan)).toEqual(referencePoints(plan));
           }
   });
 });
@@ -150,7 +169,7 @@ function evaluation(h: Harness, name: string, overrides: Partial<EvaluationBody>
     workerId: w.workerId!,
     round: h.state.rendezvous.round,
     step,
-    epoch: stepPosition(step, { datasetSize: h.state.datasetSize, globalBatch: 8, epochs: 1, commitEvery: 1 }).epoch,
+    epoch: 0,
     testSamples: 1000,
     correct: 800,
     lossSum: 450,
@@ -200,10 +219,12 @@ describe('machine: evaluation reports', () => {
     expect(rest).toEqual(restBefore);
   });
 
-  it('accepts an earlier committed step from rank 0', () => {
+  it('rejects an earlier committed step (rank 0 evaluates a commit before it applies the next step), state unchanged', () => {
     const h = trainingPair();
+    const before = h.state;
     h.send('a', evaluation(h, 'a', { step: 2 }));
-    expect(h.logs.at(-1)).toMatchObject({ event: 'evaluation', data: { step: 2, workerId: h.worker('a').workerId } });
+    expect(h.state).toBe(before);
+    expect(h.lastReceived('a')).toMatchObject({ type: 'error', code: 'wrong_step' });
   });
 
   it('rejects a step that is not an evaluation point (wrong_step), state unchanged', () => {

@@ -417,13 +417,13 @@ const cases: [string, () => void][] = [
       });
       h.apply({ kind: 'checkpoint_stored', step: 4, epoch: 0, cursor: 32, sha256: 'ab'.repeat(32) });
       expect(h.durable?.checkpoints).toEqual([
-        { step: 4, epoch: 0, cursor: 32, sha256: 'ab'.repeat(32), hash: hashOf(4) },
+        { step: 4, epoch: 0, cursor: 32, holes: [], sha256: 'ab'.repeat(32), hash: hashOf(4) },
       ]);
       for (const n of ['a', 'b', 'c']) h.disconnect(n);
       h.join('x');
       h.join('y');
       h.advance(1000);
-      expect(h.state.lastCommit).toEqual({ step: 4, epoch: 0, cursor: 32, hash: hashOf(4) });
+      expect(h.state.lastCommit).toEqual({ step: 4, epoch: 0, cursor: 32, holes: [], hash: hashOf(4) });
       expect(h.commits.map((c) => c.step)).toEqual([1, 2, 3, 4]);
       expect(h.received('x', 'round').pop()).toMatchObject({
         step: 5,
@@ -443,7 +443,7 @@ const cases: [string, () => void][] = [
       h.join('x');
       h.join('y');
       h.advance(1000);
-      expect(h.state.lastCommit).toEqual({ step: 0, epoch: 0, cursor: 0, hash: null });
+      expect(h.state.lastCommit).toEqual({ step: 0, epoch: 0, cursor: 0, holes: [], hash: null });
       expect(h.commits).toEqual([]);
       expect(h.received('x', 'round').pop()).toMatchObject({ step: 1, stateFrom: { kind: 'fresh' } });
     },

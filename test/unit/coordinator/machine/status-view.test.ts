@@ -50,6 +50,7 @@ function swarm(workers: number, world: number): CoordinatorState {
     workerId: w.workerId,
     peerId: w.peerId,
     rank,
+    slot: rank,
     share: 1 / world,
     ready: rank % 2 === 0,
     lastStep: 7,

@@ -10,7 +10,9 @@ import { parseJobSpec, type JobSpecInput } from '../../../../core/training/job';
 import type { StepSketches } from '../../../../core/state/sketch';
 import { bucketsPerSegment, PARAMS_SKETCH_BUCKETS, RECOMPUTE_TOLERANCE } from '../../../../core/state/sketch';
 import type { RecomputedStep } from '../../../../coordinator/machine/state';
-import { epochOrder, indicesForRank } from '../../../../core/training/sampler';
+import { epochOrder } from '../../../../core/training/sampler';
+import { planOf } from '../../../../core/training/groups';
+import { referenceSlice } from '../../../support/hole-free-layout';
 import { checkedSlices, judge, verificationDraw } from '../../../../coordinator/machine/verification';
 import { mulberry32 } from '../../../support/rng';
 import { Harness } from './coordinator-harness';
@@ -317,11 +319,13 @@ describe('recomputed spot checks', () => {
   it('the slices it recomputes are the sampler’s, by rank (the tabs trained exactly these)', () => {
     const h = swarm();
     const world = h.state.rendezvous.participants;
-    const { slices } = checkedSlices(h.state, { world, step: 1 });
+    const { slices } = checkedSlices(h.state, { world, step: 1, at: { epoch: 0, cursor: 0, holes: [] } });
     const order = epochOrder(h.state.job.seed, 0, h.state.datasetSize);
     const shares = world.map((w) => w.share);
-    for (const w of world)
-      expect(Array.from(slices[w.rank])).toEqual(Array.from(indicesForRank(order, 0, 12, shares, w.rank)));
+    for (const w of world) {
+      const slice = referenceSlice(1, planOf(h.state), shares, w.rank);
+      expect(Array.from(slices[w.rank])).toEqual(Array.from(order.subarray(slice.start, slice.start + slice.count)));
+    }
     expect(new Set(slices.flatMap((s) => [...s])).size).toBe(12);
   });
 

@@ -79,6 +79,7 @@ describe('the workers table', () => {
       workerId,
       peerId: `peer-${workerId}`,
       rank,
+      slot: rank,
       share: 0.5,
       ready: false,
       lastStep: 0,

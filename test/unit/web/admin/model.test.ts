@@ -23,6 +23,7 @@ function worker(id: string, rank: number | null): FeedWorker {
     peerLinks: [],
     iceError: null,
     adapter: 'sim',
+    kernels: null,
     invite: null,
     joinedAt: 0,
     lastSeen: 0,
