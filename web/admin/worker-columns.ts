@@ -3,6 +3,8 @@
  * drawn, what it sorts by and what text the filter matches in it. The table (workers-table.ts) knows
  * nothing of the columns beyond this list; a new column (a worker's kernel variants, its GFLOP/s) is
  * one entry here and, if it needs data, one field of `FeedWorker` (core/protocol/admin-feed.ts).
+ * The widths with the actions column's sum to what the card holds in a 1280 px window (84 of its ~85.6
+ * em; test/browser/admin-200-workers.test.ts): a long cell ends in an ellipsis, its title has it all.
  */
 import type { FeedWorker, FeedWorkerState } from '../../core/protocol/admin-feed';
 import {
@@ -74,7 +76,7 @@ export const WORKER_COLUMNS: readonly WorkerColumn[] = [
   {
     key: 'state',
     label: 'State',
-    width: '6em',
+    width: '5.5em',
     title:
       'training; ready (synced, waiting for the others); syncing (receiving the state); waiting (not in the round)',
     sortValue: (w) => STATE_ORDER[w.state],
@@ -98,7 +100,7 @@ export const WORKER_COLUMNS: readonly WorkerColumn[] = [
   {
     key: 'adapter-cell',
     label: 'GPU adapter',
-    width: '9em',
+    width: '7em',
     sortValue: (w) => w.adapter,
     text: (w) => w.adapter,
     render: (td, w) => {
@@ -109,7 +111,7 @@ export const WORKER_COLUMNS: readonly WorkerColumn[] = [
   {
     key: 'kernels-cell',
     label: 'Kernels',
-    width: '14em',
+    width: '7em',
     title:
       "The kernels the tab runs: its matmul variant, the matmul GFLOP/s its autotuner measured on the job's shapes, and whether it tuned now, took a cached choice or the defaults (hover a cell for every family)",
     sortValue: (w) => w.kernels?.gflops ?? null,
@@ -157,7 +159,7 @@ export const WORKER_COLUMNS: readonly WorkerColumn[] = [
   {
     key: 'wire',
     label: 'B/sample',
-    width: '7em',
+    width: '6em',
     numeric: true,
     title: 'Bytes it sent in the step collectives per sample it computed, over its recent steps (its own claim)',
     sortValue: (w) => w.bytesPerSample,
@@ -166,7 +168,7 @@ export const WORKER_COLUMNS: readonly WorkerColumn[] = [
   {
     key: 'heartbeat',
     label: 'Seen',
-    width: '6em',
+    width: '5em',
     numeric: true,
     title: "Heartbeat: time since the worker's last message",
     sortValue: (w, ctx) => heartbeatAgeMs(w, ctx),
@@ -180,7 +182,7 @@ export const WORKER_COLUMNS: readonly WorkerColumn[] = [
   {
     key: 'rtt',
     label: 'RTT · path',
-    width: '9em',
+    width: '8em',
     numeric: true,
     title:
       "WebRTC round-trip time of the worker's ring links (the slowest) and their ICE path (host, srflx, prflx, relay = through TURN), from its last heartbeat",
@@ -203,7 +205,7 @@ export const WORKER_COLUMNS: readonly WorkerColumn[] = [
   {
     key: 'step',
     label: 'Step',
-    width: '4.5em',
+    width: '4em',
     numeric: true,
     sortValue: (w) => w.lastStep,
     render: (td, w) =>
@@ -212,7 +214,7 @@ export const WORKER_COLUMNS: readonly WorkerColumn[] = [
   {
     key: 'invite-cell',
     label: 'Invite',
-    width: '5em',
+    width: '4.5em',
     title: 'The invite link the worker joined through',
     sortValue: (w) => w.invite,
     text: (w) => w.invite ?? '',
