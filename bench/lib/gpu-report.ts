@@ -79,7 +79,11 @@ export function goals(r: Omit<GpuResult, 'goals'>): GpuResult['goals'] {
   const gpt = r.models.find((m) => m.model === 'gpt-tiny');
   const items: [string, number | null, number][] = [
     ['matmul n=4096, fraction of the FMA peak', at4096?.peak_fraction ?? null, 0.4],
-    [`subgroup matmul / plain f32, n=${largest.n}`, subgroup.length ? lastOf(subgroup) / lastOf(plain) : null, 1.3],
+    [
+      `subgroup matmul / plain f32, n=${largest.n}`,
+      subgroup.length && lastOf(subgroup) > 0 ? lastOf(subgroup) / lastOf(plain) : null,
+      1.3,
+    ],
     [
       `f16 matmul / f32, n=${largest.n}`,
       largest.f16_gflops === null ? null : largest.f16_gflops / largest.f32_gflops,

@@ -91,6 +91,16 @@ describe('bench:gpu figures', () => {
     ]);
   });
 
+  it('leaves the subgroup goal unjudged when no subgroup tile ran at the largest size (pruned, not slow)', () => {
+    const pruned = result(ADAPTER);
+    pruned.matmul = {
+      sizes: MATMUL.sizes,
+      variants: MATMUL.rows.map((r) => (r.name.includes('subgroups') ? { ...r, gflops: [150, null] } : r)),
+    };
+    const subgroup = goals(pruned)[1];
+    expect([subgroup.value, subgroup.met]).toEqual([null, null]);
+  });
+
   it('neither meets nor misses a goal on a software adapter, and says why', () => {
     for (const g of goals(result({ ...ADAPTER, isFallback: true }))) {
       expect(g.met).toBeNull();
