@@ -23,9 +23,13 @@ export function meanLost(r: ScaleResult): number | null {
   return r.faults.length ? r.faults.reduce((n, x) => n + x.lostSteps, 0) / r.faults.length : null;
 }
 
+/** ` (k)`: faults whose outer step the survivors finished, for runs that recorded it; '' otherwise. */
+const carried = (r: ScaleResult) =>
+  r.faults.some((x) => x.outcome) ? ` (${r.faults.filter((x) => x.outcome === 'carried').length})` : '';
+
 export function scaleTable(results: ScaleResult[]): string {
   const lines = [
-    '| N | churn | commits | samples/s | vs quiet | utilization | outer step ms (compute / sync / waiting) | faults | steps lost per failure, mean (Σ lost / Σ dropped share) | join → first commit s | restarts | audit | RSS/worker MiB |',
+    '| N | churn | commits | samples/s | vs quiet | utilization | outer step ms (compute / sync / waiting) | faults (carried) | steps lost per failure, mean (Σ lost / Σ dropped share) | join → first commit s | restarts | audit | RSS/worker MiB |',
     '|---|---|---|---|---|---|---|---|---|---|---|---|---|',
   ];
   for (const r of results) {
@@ -39,7 +43,7 @@ export function scaleTable(results: ScaleResult[]): string {
     const lost = meanLost(r);
     const ratio = lostRatio(r);
     lines.push(
-      `| ${r.n} | ${r.churn ? 'yes' : 'no'} | ${r.commits} | ${f(r.samplesPerSec)} | ${vs} | ${r.utilization === null ? '-' : `${f(100 * r.utilization)} %`} | ${split} | ${r.faults.length} | ${lost === null ? '-' : `${f(lost, 1)} (${ratio === null ? '-' : `${f(ratio, 1)}×`})`} | ${f(median(r.joinToContributionS), 1)} | ${r.restarts} | ${r.auditOk ? 'ok' : 'FAIL'} | ${f(r.rssMiBPerWorker)} |`,
+      `| ${r.n} | ${r.churn ? 'yes' : 'no'} | ${r.commits} | ${f(r.samplesPerSec)} | ${vs} | ${r.utilization === null ? '-' : `${f(100 * r.utilization)} %`} | ${split} | ${r.faults.length}${carried(r)} | ${lost === null ? '-' : `${f(lost, 1)} (${ratio === null ? '-' : `${f(ratio, 1)}×`})`} | ${f(median(r.joinToContributionS), 1)} | ${r.restarts} | ${r.auditOk ? 'ok' : 'FAIL'} | ${f(r.rssMiBPerWorker)} |`,
     );
   }
   return lines.join('\n');
