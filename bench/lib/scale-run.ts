@@ -25,7 +25,8 @@
  *   the dropped rank's share of the steps in flight (goal: at most 1.5×);
  * - join-to-first-contribution: from a joiner's start to the first commit whose world it is in.
  */
-import { readFileSync } from 'node:fs';
+import { readFileSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
 import type { StatusReport } from '../../coordinator/admin/audit';
 import { spawnCoordinator, type CoordinatorProcess } from '../../test/support/coordinator-process';
 import { spawnHeadless, type HeadlessProcess } from '../../tools/swarm/headless-workers';
@@ -41,6 +42,8 @@ export interface ScaleScenario {
   ratePerWorkerMin: number;
   /** How long to wait for all N to commit together. */
   warmupS: number;
+  /** Where to write each scenario's admin-feed events, commits and faults as JSON (for reading why a round closed), or none. */
+  eventsDir?: string;
   log(line: string): void;
 }
 
@@ -81,7 +84,11 @@ const JOB = (n: number) => ({
   model: 'tiny-mlp',
   globalBatch: 512,
   epochs: 1000,
-  minWorkers: n,
+  // Half the swarm: a round starts once half have joined (the rest are admitted at its commits, and the
+  // warm-up waits for a commit by all N), and a loss inside an outer step is carried by the survivors. With
+  // minWorkers = N, as before partial commits, every loss left fewer survivors than minWorkers and so
+  // redid the outer step (docs/local-steps.md), whatever the coordinator could carry.
+  minWorkers: Math.max(2, Math.floor(n / 2)),
   maxWorkers: n + 16,
   lastCallMs: 1500,
   heartbeatMs: 2000,
@@ -247,6 +254,11 @@ async function measure(
   const endAt = Date.now();
   const inWindow = feed.commits.slice(startCommits).filter((c) => c.at <= endAt);
   for (const f of faults) settle(f, feed);
+  if (s.eventsDir)
+    writeFileSync(
+      join(s.eventsDir, `scale-events-${s.n}-${s.churn ? 'churn' : 'quiet'}.json`),
+      JSON.stringify({ events: feed.events, commits: feed.commits, faults }),
+    );
   const committedSteps = inWindow.reduce((n, c) => n + c.step - c.firstStep + 1, 0);
   const committedSamples = inWindow.reduce((n, c) => n + c.count, 0);
   const status = await proc.status();
