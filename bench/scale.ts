@@ -74,9 +74,11 @@ for (const n of replay ? [] : ns) {
   }
 }
 const load = loadavg()[0]!;
+/** The windows the results were measured over (a replay may put runs of different windows together). */
+const windows = [...new Set(results.map((r) => r.windowS))].sort((a, b) => a - b).join('/') || String(windowS);
 results.sort((a, b) => a.n - b.n || Number(a.churn) - Number(b.churn));
 console.log(
-  `\nbench:scale — headless workers (${perProcess} per process), tiny-mlp, global batch 512, local H = 8, int8, loopback; ${windowS} s windows; churn ${rate} failures per worker-minute (crash or leave, each with a join); load ${load.toFixed(1)}\n`,
+  `\nbench:scale — headless workers (${perProcess} per process), tiny-mlp, global batch 512, local H = 8, int8, loopback; ${windows} s windows; churn ${rate} failures per worker-minute (crash or leave, each with a join); load ${load.toFixed(1)}\n`,
 );
 console.log(scaleTable(results));
 console.log(
@@ -91,7 +93,7 @@ console.log(
     results: results.map((r) => ({ ...r, lostRatio: lostRatio(r) })),
   }),
 );
-const svg = scaleSvg(results, `bench:scale — samples/s and utilization against N (loopback, ${windowS} s windows)`);
+const svg = scaleSvg(results, `bench:scale — samples/s and utilization against N (loopback, ${windows} s windows)`);
 writeFileSync(join(out, 'scale.svg'), svg);
 await renderPng(svg, join(out, 'scale.png')).catch((error: Error) => log(`no PNG: ${error.message}`));
 process.exit(0);
