@@ -5,7 +5,10 @@
  * crashes and a third headless worker joins. The crash costs only the crashed rank's slices: the partial
  * commit's skipped positions are exactly that rank's slices of the outer step in flight, computed here
  * from the planning round's shares (logged by the coordinator in `round_open`) with a largest-remainder
- * split written out in this file, not the product's; the next outer step serves them first. Every commit
+ * split written out in this file, not the product's; the next outer step serves them first. On a loaded
+ * machine (load 20+ on 2 cores) the outer allreduce's silence floor (3 s, docs/local-steps.md) also drops a
+ * live member as hung in about half the runs: such a loss is allowed (and reported in the log line), and its
+ * partial commit is checked the same way (skipped = exactly the lost slots' slices). Every commit
  * needs every rank's report of the same state hash (a mismatch is a `divergence`), so commits by worlds
  * holding both kinds are hash-agreed across tabs and headless workers alike. The audit is clean.
  *
@@ -67,6 +70,34 @@ function sliceOf(start: number, count: number, shares: number[], slot: number): 
   for (let left = count - sizes.reduce((a, b) => a + b, 0), k = 0; left > 0; left--, k++) sizes[order[k].i]++;
   const from = start + sizes.slice(0, slot).reduce((a, b) => a + b, 0);
   return [from, from + sizes[slot]];
+}
+
+const count = (ranges: Range[]) => ranges.reduce((n, [a, b]) => n + b - a, 0);
+
+/**
+ * The positions `slots` compute in an outer step whose positions, in the record's order (holes first,
+ * then the tail: ascending, as holes lie below the cursor), are `group`: the group cut into steps of
+ * GLOBAL_BATCH positions, each step split by `sliceOf` and mapped back onto the group's ranges; merged.
+ */
+function lostSlices(group: Range[], shares: number[], slots: number[]): Range[] {
+  const positions: number[] = [];
+  for (const [a, b] of [...group].sort((x, y) => x[0] - y[0])) for (let p = a; p < b; p++) positions.push(p);
+  const mine: number[] = [];
+  for (let k = 0; k * GLOBAL_BATCH < positions.length; k++) {
+    const step = positions.slice(k * GLOBAL_BATCH, (k + 1) * GLOBAL_BATCH);
+    for (const slot of slots) {
+      const [from, to] = sliceOf(0, step.length, shares, slot);
+      mine.push(...step.slice(from, to));
+    }
+  }
+  mine.sort((a, b) => a - b);
+  const out: Range[] = [];
+  for (const p of mine) {
+    const last = out.at(-1);
+    if (last && last[1] === p) last[1] = p + 1;
+    else out.push([p, p + 1]);
+  }
+  return out;
 }
 
 /** Index of the last event named `name` in `events`, −1 if none. */
@@ -152,36 +183,48 @@ describe.skipIf(skip)('eight tabs and headless workers in one local-mode job', (
     for (const t of tabs) tabIds.add((await swarm.status(t).catch(() => null))?.workerId ?? '');
     tabIds.add(victimId);
 
-    // The crash: one partial commit, whose skipped positions are exactly the victim's slices of every step
-    // of its outer step under the planning round's split, and whose committed ranges are the rest.
-    expect(events.filter((e) => e.event === 'worker_failed').map((e) => e.data.workerId)).toEqual([victimId]);
+    // Every loss inside an outer step costs exactly the lost ranks' slices of it. The crash is one such
+    // loss; on a loaded machine the outer allreduce's silence floor (3 s) may also drop a live member as
+    // hung, and that loss must cost its slices only, too. The crash must be among the losses, and nothing
+    // else may fail.
+    const failed = events.filter((e) => e.event === 'worker_failed');
+    expect(failed.map((e) => e.data.workerId)).toContain(victimId);
+    for (const e of failed)
+      if (e.data.workerId !== victimId) expect(String(e.data.detail), JSON.stringify(e)).toMatch(/hung|no progress/);
     const partial = commits.filter((c) => (c.skipped ?? []).length > 0);
-    expect(partial.length, 'one partial commit').toBe(1);
-    const cut = partial[0];
-    const planning = [...rounds.entries()]
-      .filter(([r, w]) => r < cut.round && w.some((m) => m.workerId === victimId))
-      .at(-1)![1];
-    const shares: number[] = [];
-    for (const m of planning) shares[m.slot] = m.share;
-    const slot = planning.find((m) => m.workerId === victimId)!.slot;
-    // No holes before it (the only partial commit), so the group is H whole steps from the cursor.
-    const groupStart = cut.cursorStart;
-    const lost: Range[] = [];
-    for (let k = 0; k < H; k++) lost.push(sliceOf(groupStart + k * GLOBAL_BATCH, GLOBAL_BATCH, shares, slot));
-    const merged = lost.filter(([s, e]) => e > s);
-    expect(cut.skipped).toEqual(merged);
-    const lostCount = merged.reduce((n, [s, e]) => n + e - s, 0);
-    expect(cut.count, 'the survivors’ slices were committed').toBe(H * GLOBAL_BATCH - lostCount);
-    expect(lostCount).toBeGreaterThan(0);
-    const served = commits[commits.indexOf(cut) + 1];
-    for (const [s, e] of merged)
-      expect(
-        served.ranges?.some(([x, z]) => x <= s && e <= z),
-        'the next outer step serves the holes',
-      ).toBe(true);
+    expect(partial.length, 'a partial commit per loss at most').toBeGreaterThanOrEqual(1);
+    expect(partial.length).toBeLessThanOrEqual(failed.length);
+    let victimSkipped = 0;
+    for (const cut of partial) {
+      const closed = events.find((e) => e.event === 'round_closed' && e.data.round === cut.round - 1);
+      const lostSlots = (closed?.data.carry as { lost: number[] } | undefined)?.lost ?? [];
+      expect(lostSlots.length, `commit ${cut.step} follows a carried round`).toBeGreaterThan(0);
+      const planningRound = Math.max(
+        ...events
+          .filter((e) => e.event === 'round_open' && e.data.carried === false && (e.data.round as number) < cut.round)
+          .map((e) => e.data.round as number),
+      );
+      const planning = rounds.get(planningRound)!;
+      const shares: number[] = [];
+      for (const m of planning) shares[m.slot] = m.share;
+      const expected = lostSlices([...(cut.ranges ?? []), ...cut.skipped!], shares, lostSlots);
+      expect(cut.skipped, `commit ${cut.step}: the lost slots ${lostSlots} and nothing else`).toEqual(expected);
+      const skippedCount = count(expected);
+      expect(cut.count + skippedCount, 'the outer step was committed but for the lost slices').toBe(H * GLOBAL_BATCH);
+      const victim = planning.find((m) => m.workerId === victimId);
+      if (victim && lostSlots.includes(victim.slot))
+        victimSkipped = count(lostSlices([...(cut.ranges ?? []), ...cut.skipped!], shares, [victim.slot]));
+      const served = commits[commits.indexOf(cut) + 1];
+      for (const [a, b] of expected)
+        expect(
+          served.ranges?.some(([x, z]) => x <= a && b <= z),
+          'the next outer step serves the holes',
+        ).toBe(true);
+    }
+    expect(victimSkipped, 'the crash left its slices as holes').toBeGreaterThan(0);
 
     // The join landed while an outer step was in flight (after a round began training, before the next
-    // round opened) and cost nothing: no other commit is partial, and a later round holds the joiner.
+    // round opened), and a later round holds the joiner.
     const joinerId = [...peers].find(([, p]) => p.startsWith('hl-join'))![0];
     const joinAt = events.findIndex((e) => e.event === 'join' && e.data.workerId === joinerId);
     const trainBefore = lastIndexOf(events.slice(0, joinAt), 'round_train');
@@ -205,7 +248,7 @@ describe.skipIf(skip)('eight tabs and headless workers in one local-mode job', (
     await expectCleanAudit(coordinator);
     expect(swarm.problems(/WebSocket|peer .* closed/)).toEqual([]);
     console.log(
-      `eight tabs + headless: tabs loaded ${(loadedMs / 1000).toFixed(1)} s, first commit by ten ${(world10 / 1000).toFixed(1)} s, crash at ${(crashedAt / 1000).toFixed(1)} s, joiner committed ${(doneMs / 1000).toFixed(1)} s; ${commits.length} commits, ${lostCount} of ${H * GLOBAL_BATCH} samples skipped by the crash`,
+      `eight tabs + headless: tabs loaded ${(loadedMs / 1000).toFixed(1)} s, first commit by ten ${(world10 / 1000).toFixed(1)} s, crash at ${(crashedAt / 1000).toFixed(1)} s, joiner committed ${(doneMs / 1000).toFixed(1)} s; ${commits.length} commits, ${victimSkipped} of ${H * GLOBAL_BATCH} samples skipped by the crash, ${failed.length - 1} live members dropped as hung`,
     );
   }, 300_000);
 });
