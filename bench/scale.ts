@@ -5,10 +5,11 @@
  * 4, 8, 16, 32, 64) a fresh coordinator runs tiny-mlp on Fashion-MNIST, global batch 512, local sync
  * H = 8, int8 wire, on loopback; each N is measured quiet and with churn (bench/lib/scale-run.ts says how).
  *
- *   npm run bench:scale -- [--n 4,8,16,32,64] [--window 60] [--rate 0.2] [--per-process 8] [--warmup 600] [--out bench]
+ *   npm run bench:scale -- [--n 4,8,16,32,64] [--window 60] [--rate 0.2] [--per-process 8] [--warmup 600] [--out bench] [--events DIR]
  *
  * `--rate` is failures per worker-minute (0.2: a mean lifetime of 5 minutes), each a crash or a leave plus a
- * join. Prints the table and one JSON line `{"bench":"scale", …}`, and writes the plot (scale.svg and
+ * join. `--events DIR` keeps each scenario's admin-feed events, commits and faults (scale-events-N-quiet|churn.json).
+ * Prints the table and one JSON line `{"bench":"scale", …}`, and writes the plot (scale.svg and
  * scale.png) into `--out`. Each scenario's result is also one JSON line on stderr as it finishes;
  * `--replay FILE[,FILE…]` renders the table, JSON line and plot from such lines instead of running (runs
  * of single N put together, or a run cut short). The test bed's broadband profile is not run by this driver yet (bench/RESULTS.md).
@@ -30,6 +31,7 @@ const rate = Number(arg('rate', '0.2'));
 const warmupS = Number(arg('warmup', '600'));
 const out = arg('out', 'bench');
 const perProcess = Number(arg('per-process', '8'));
+const eventsDir = arg('events', '') || undefined;
 const log = (line: string) => process.stderr.write(`${line}\n`);
 
 async function renderPng(svg: string, path: string): Promise<void> {
@@ -54,7 +56,16 @@ const results: ScaleResult[] = replay
 for (const n of replay ? [] : ns) {
   for (const churn of [false, true]) {
     try {
-      const r = await runScaleScenario({ n, perProcess, churn, windowS, ratePerWorkerMin: rate, warmupS, log });
+      const r = await runScaleScenario({
+        n,
+        perProcess,
+        churn,
+        windowS,
+        ratePerWorkerMin: rate,
+        warmupS,
+        log,
+        eventsDir,
+      });
       log(JSON.stringify(r));
       results.push(r);
     } catch (error) {
@@ -63,9 +74,11 @@ for (const n of replay ? [] : ns) {
   }
 }
 const load = loadavg()[0]!;
+/** The windows the results were measured over (a replay may put runs of different windows together). */
+const windows = [...new Set(results.map((r) => r.windowS))].sort((a, b) => a - b).join('/') || String(windowS);
 results.sort((a, b) => a.n - b.n || Number(a.churn) - Number(b.churn));
 console.log(
-  `\nbench:scale — headless workers (${perProcess} per process), tiny-mlp, global batch 512, local H = 8, int8, loopback; ${windowS} s windows; churn ${rate} failures per worker-minute (crash or leave, each with a join); load ${load.toFixed(1)}\n`,
+  `\nbench:scale — headless workers (${perProcess} per process), tiny-mlp, global batch 512, local H = 8, int8, loopback; ${windows} s windows; churn ${rate} failures per worker-minute (crash or leave, each with a join); load ${load.toFixed(1)}\n`,
 );
 console.log(scaleTable(results));
 console.log(
@@ -80,7 +93,7 @@ console.log(
     results: results.map((r) => ({ ...r, lostRatio: lostRatio(r) })),
   }),
 );
-const svg = scaleSvg(results, `bench:scale — samples/s and utilization against N (loopback, ${windowS} s windows)`);
+const svg = scaleSvg(results, `bench:scale — samples/s and utilization against N (loopback, ${windows} s windows)`);
 writeFileSync(join(out, 'scale.svg'), svg);
 await renderPng(svg, join(out, 'scale.png')).catch((error: Error) => log(`no PNG: ${error.message}`));
 process.exit(0);

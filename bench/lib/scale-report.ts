@@ -23,9 +23,13 @@ export function meanLost(r: ScaleResult): number | null {
   return r.faults.length ? r.faults.reduce((n, x) => n + x.lostSteps, 0) / r.faults.length : null;
 }
 
+/** ` (k)`: faults whose outer step the survivors finished, for runs that recorded it; '' otherwise. */
+const carried = (r: ScaleResult) =>
+  r.faults.some((x) => x.outcome) ? ` (${r.faults.filter((x) => x.outcome === 'carried').length})` : '';
+
 export function scaleTable(results: ScaleResult[]): string {
   const lines = [
-    '| N | churn | commits | samples/s | vs quiet | utilization | outer step ms (compute / sync / waiting) | faults | steps lost per failure, mean (Σ lost / Σ dropped share) | join → first commit s | restarts | audit | RSS/worker MiB |',
+    '| N | churn | commits | samples/s | vs quiet | utilization | outer step ms (compute / sync / waiting) | faults (carried) | steps lost per failure, mean (Σ lost / Σ dropped share) | join → first commit s | restarts | audit | RSS/worker MiB |',
     '|---|---|---|---|---|---|---|---|---|---|---|---|---|',
   ];
   for (const r of results) {
@@ -39,7 +43,7 @@ export function scaleTable(results: ScaleResult[]): string {
     const lost = meanLost(r);
     const ratio = lostRatio(r);
     lines.push(
-      `| ${r.n} | ${r.churn ? 'yes' : 'no'} | ${r.commits} | ${f(r.samplesPerSec)} | ${vs} | ${r.utilization === null ? '-' : `${f(100 * r.utilization)} %`} | ${split} | ${r.faults.length} | ${lost === null ? '-' : `${f(lost, 1)} (${ratio === null ? '-' : `${f(ratio, 1)}×`})`} | ${f(median(r.joinToContributionS), 1)} | ${r.restarts} | ${r.auditOk ? 'ok' : 'FAIL'} | ${f(r.rssMiBPerWorker)} |`,
+      `| ${r.n} | ${r.churn ? 'yes' : 'no'} | ${r.commits} | ${f(r.samplesPerSec)} | ${vs} | ${r.utilization === null ? '-' : `${f(100 * r.utilization)} %`} | ${split} | ${r.faults.length}${carried(r)} | ${lost === null ? '-' : `${f(lost, 1)} (${ratio === null ? '-' : `${f(ratio, 1)}×`})`} | ${f(median(r.joinToContributionS), 1)} | ${r.restarts} | ${r.auditOk ? 'ok' : 'FAIL'} | ${f(r.rssMiBPerWorker)} |`,
     );
   }
   return lines.join('\n');
@@ -86,6 +90,18 @@ export function scaleSvg(results: ScaleResult[], title: string): string {
         `<polyline fill="none" stroke="${color}" stroke-width="2" ${dash ? `stroke-dasharray="${dash}"` : ''} points="${points}"/>`,
     )
     .join('');
+  // A marker on every point, so a series of one N (a run cut short) still shows: filled quiet, hollow churn.
+  const marks = lines
+    .flatMap(([points, color, dash]) =>
+      points
+        .split(' ')
+        .filter(Boolean)
+        .map((p) => {
+          const [cx, cy] = p.split(',');
+          return `<circle cx="${cx}" cy="${cy}" r="4" stroke="${color}" stroke-width="2" fill="${dash ? 'white' : color}"/>`;
+        }),
+    )
+    .join('');
   return `<svg xmlns="http://www.w3.org/2000/svg" width="${W}" height="${H}" font-family="sans-serif" font-size="12">
 <title>${title}</title>
 <rect width="${W}" height="${H}" fill="white"/>
@@ -93,11 +109,11 @@ export function scaleSvg(results: ScaleResult[], title: string): string {
 <line x1="${pad.l}" y1="${H - pad.b}" x2="${W - pad.r}" y2="${H - pad.b}" stroke="#444"/>
 <line x1="${pad.l}" y1="${pad.t}" x2="${pad.l}" y2="${H - pad.b}" stroke="#1f77b4"/>
 <line x1="${W - pad.r}" y1="${pad.t}" x2="${W - pad.r}" y2="${H - pad.b}" stroke="#d62728"/>
-${ticks}${rateTicks}${utilTicks}${paths}
+${ticks}${rateTicks}${utilTicks}${paths}${marks}
 <text x="${W / 2}" y="${H - 15}" text-anchor="middle">headless workers N (log scale)</text>
 <text x="18" y="${H / 2}" transform="rotate(-90 18 ${H / 2})" text-anchor="middle" fill="#1f77b4">committed samples/s</text>
 <text x="${W - 12}" y="${H / 2}" transform="rotate(-90 ${W - 12} ${H / 2})" text-anchor="middle" fill="#d62728">compute utilization</text>
-<text x="${pad.l + 10}" y="${pad.t + 10}">solid: no churn · dashed: churn</text>
+<text x="${pad.l + 10}" y="${pad.t + 10}">solid, filled: no churn · dashed, hollow: churn</text>
 </svg>
 `;
 }

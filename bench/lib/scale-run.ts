@@ -15,12 +15,18 @@
  * - outer-step time split into compute, sync and waiting, from the workers' `--timings` lines (median per
  *   outer step over workers and steps); compute utilization as the coordinator measures it (`usage.total`
  *   over the window: a delta of its sums is not exposed, so the whole run's figure is read at the end);
- * - work lost per failure: just before each fault, Σ over the world of share × (its last reported step −
- *   the last committed step): the global steps in flight that a closed round throws away, against the
- *   dropped rank's own share of them (today every failure costs the whole outer step in flight);
+ * - commits and committed samples from the commits' own counts (a partial outer commit, issue 22, commits
+ *   fewer samples than its steps' global batches);
+ * - work lost per failure: just before each fault, per member share × (its last reported step − the last
+ *   committed step) are the steps in flight. What the failure then cost is read from the coordinator's
+ *   events after it: if the next round opened carried (`round_open` with `carried`, no `carry_given_up`
+ *   before the next commit) the survivors finished the outer step and only the dropped rank's own steps in
+ *   flight are lost; otherwise the round was redone and every rank's steps in flight are lost. Both against
+ *   the dropped rank's share of the steps in flight (goal: at most 1.5×);
  * - join-to-first-contribution: from a joiner's start to the first commit whose world it is in.
  */
-import { readFileSync } from 'node:fs';
+import { readFileSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
 import { STATUS_PAGE_MAX, type StatusResponse } from '../../core/protocol/views';
 import { spawnCoordinator, type CoordinatorProcess } from '../../test/support/coordinator-process';
 import { spawnHeadless, type HeadlessProcess } from '../../tools/swarm/headless-workers';
@@ -36,13 +42,21 @@ export interface ScaleScenario {
   ratePerWorkerMin: number;
   /** How long to wait for all N to commit together. */
   warmupS: number;
+  /** Where to write each scenario's admin-feed events, commits and faults as JSON (for reading why a round closed), or none. */
+  eventsDir?: string;
   log(line: string): void;
 }
 
 export interface FaultRecord {
   kind: 'crash' | 'leave';
   atS: number;
-  /** Global steps of work in flight that the fault can cost (see the file comment). */
+  /** When it was sent (ms since the epoch; the coordinator runs on the same clock). */
+  atMs?: number;
+  /** Global steps of work in flight when it hit (Σ over the world of share × steps since the last commit). */
+  inFlightSteps?: number;
+  /** What the coordinator did with the outer step in flight (absent in runs from before partial commits). */
+  outcome?: 'carried' | 'redone';
+  /** Global steps of work the fault cost (see the file comment). */
   lostSteps: number;
   /** The dropped rank's share of them. */
   droppedShareSteps: number;
@@ -70,7 +84,11 @@ const JOB = (n: number) => ({
   model: 'tiny-mlp',
   globalBatch: 512,
   epochs: 1000,
-  minWorkers: n,
+  // Half the swarm: a round starts once half have joined (the rest are admitted at its commits, and the
+  // warm-up waits for a commit by all N), and a loss inside an outer step is carried by the survivors. With
+  // minWorkers = N, as before partial commits, every loss left fewer survivors than minWorkers and so
+  // redid the outer step (docs/local-steps.md), whatever the coordinator could carry.
+  minWorkers: Math.max(2, Math.floor(n / 2)),
   maxWorkers: n + 16,
   lastCallMs: 1500,
   heartbeatMs: 2000,
@@ -222,7 +240,15 @@ async function measure(
     const { lost, dropped } = inFlight(status, victim);
     const kind = k % 2 === 1 ? 'crash' : 'leave';
     swarm.processOf(victim)!.send(`${kind} ${victim}`);
-    faults.push({ kind, atS: (Date.now() - startAt) / 1000, lostSteps: lost, droppedShareSteps: dropped });
+    const atMs = Date.now();
+    faults.push({
+      kind,
+      atS: (atMs - startAt) / 1000,
+      atMs,
+      inFlightSteps: lost,
+      lostSteps: lost,
+      droppedShareSteps: dropped,
+    });
     joins.push({ name: swarm.join(victim), at: Date.now(), memberRound: null });
   }
   await sleep(startAt + s.windowS * 1000 - Date.now());
@@ -230,6 +256,14 @@ async function measure(
   await poller.stop();
   const endAt = Date.now();
   const inWindow = feed.commits.slice(startCommits).filter((c) => c.at <= endAt);
+  for (const f of faults) settle(f, feed);
+  if (s.eventsDir)
+    writeFileSync(
+      join(s.eventsDir, `scale-events-${s.n}-${s.churn ? 'churn' : 'quiet'}.json`),
+      JSON.stringify({ events: feed.events, commits: feed.commits, faults }),
+    );
+  const committedSteps = inWindow.reduce((n, c) => n + c.step - c.firstStep + 1, 0);
+  const committedSamples = inWindow.reduce((n, c) => n + c.count, 0);
   const status = await proc.status();
   const audit = await proc.audit();
   return {
@@ -237,9 +271,9 @@ async function measure(
     churn: s.churn,
     windowS: s.windowS,
     commits: inWindow.length,
-    committedSteps: inWindow.length * 8,
-    committedSamples: inWindow.length * 8 * 512,
-    samplesPerSec: (inWindow.length * 8 * 512) / s.windowS,
+    committedSteps,
+    committedSamples,
+    samplesPerSec: committedSamples / s.windowS,
     utilization: status.usage?.total.utilization ?? null,
     outerStep: outerStep(swarm.timings),
     faults,
@@ -249,6 +283,21 @@ async function measure(
     rssMiBPerWorker,
     warmupS,
   };
+}
+
+/**
+ * What the fault cost, from the events after it (file comment): carried when the next round opened
+ * carried and was not given up before the next commit; the lost steps are then the dropped rank's own.
+ */
+function settle(f: FaultRecord, feed: FeedWatcher): void {
+  const after = feed.events.filter((e) => e.at >= f.atMs!);
+  const opened = after.find((e) => e.event === 'round_open');
+  const nextCommit = feed.commits.find((c) => c.at >= (opened?.at ?? Number.POSITIVE_INFINITY));
+  const givenUp = after.some(
+    (e) => e.event === 'carry_given_up' && e.at >= opened!.at && e.at <= (nextCommit?.at ?? Number.POSITIVE_INFINITY),
+  );
+  f.outcome = opened?.data?.carried === true && !givenUp ? 'carried' : 'redone';
+  if (f.outcome === 'carried') f.lostSteps = f.droppedShareSteps;
 }
 
 function outerStep(timings: Swarm['timings']): ScaleResult['outerStep'] {
