@@ -35,6 +35,8 @@ export interface RecomputeJob {
   optimizer: OptimizerSpec;
   globalBatch: number;
   sync: SyncSpec;
+  /** The job's kernel precision: an f16 job is recomputed in f16, as its tabs compute (default f32). */
+  kernels?: { precision: 'f32' | 'f16' };
 }
 
 export interface RecomputeRequest {
@@ -96,7 +98,8 @@ export class Recomputer {
     this.layout = parameterLayout(spec);
     // A rank's slice is at most a step, and a step at most the global batch and the data set (as the tabs size it).
     const maxBatch = Math.min(job.globalBatch, train.count);
-    this.model = createModel(gpu, spec, this.layout, { maxBatch, optimizer: job.optimizer, seed });
+    const precision = job.kernels?.precision ?? 'f32';
+    this.model = createModel(gpu, spec, this.layout, { maxBatch, optimizer: job.optimizer, seed, precision });
     this.state = createTrainingState(this.model, paramsHasher);
     this.batches = new ImageBatches(train, maxBatch);
   }

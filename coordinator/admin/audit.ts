@@ -1,17 +1,17 @@
 /**
- * `GET /api/audit`, `GET /api/status`, `GET /api/commits` and `GET /api/evaluations`: read models of the run.
+ * `GET /api/audit`, `GET /api/commits` and `GET /api/evaluations`: read models of the run (`GET /api/status`
+ * is coordinator/machine/status-view.ts, its wire format core/protocol/views.ts).
  *
  * The audit is computed from the stored commit rows alone, re-deriving each commit's dataset indices
  * from `epochOrder(seed, epoch, n)` and its position ranges (`ranges`, or [cursorStart, cursorStart+count))
  * — independent of the machine's in-memory bitset, which it is compared against at the end
  * (`recordAgrees`). Each epoch's rows are replayed over a record of their own (cursor and holes): a
  * row must take the front of the remaining sequence R = holes ++ [cursor, n), committed and skipped
- * positions together, or it counts as a discontinuity. Invariant (1) of docs/ARCHITECTURE.md holds
+ * positions together, or it counts as a discontinuity (an overlapped job's row may also take the front
+ * of R less the positions the row before it skipped: `replayRow`). Invariant (1) of docs/ARCHITECTURE.md holds
  * when every epoch has no index committed twice and every finished epoch has no index never committed.
  */
 import type { CoordinatorState } from '../machine/machine';
-import { adapterLabel, statusView } from '../machine/status-view';
-import type { AdminStatus } from '../../core/protocol/admin-feed';
 import {
   groupPlan,
   mergeRanges,
@@ -21,7 +21,8 @@ import {
   type PositionRange,
   type RecordPosition,
 } from '../../core/training/groups';
-import { base64ToBytes, epochOrder } from '../../core/training/sampler';
+import { overlapsOuterSteps } from '../../core/training/overlap';
+import { base64ToBytes, epochOrder, subtractRanges } from '../../core/training/sampler';
 import type { CommitRow, EventRow } from '../runtime/store';
 
 /** Lists in the audit are cut to this many entries (the counts are exact). */
@@ -76,8 +77,16 @@ export function rowRanges(row: Pick<CommitRow, 'ranges' | 'cursorStart' | 'count
 /**
  * Where the record stands after `row`, replayed from `at`: null when the row does not take the front of
  * R = holes ++ [cursor, n) (its committed and skipped positions, in R order) or starts elsewhere.
+ * `deferred`: holes of `at` the row's group may have been planned without (an overlapped job's group
+ * planned before its predecessor committed partially, core/training/overlap.ts): the front of R less
+ * them is taken too, and they stay holes.
  */
-function replayRow(at: RecordPosition, row: CommitRow, n: number): RecordPosition | null {
+function replayRow(
+  at: RecordPosition,
+  row: CommitRow,
+  n: number,
+  deferred: readonly PositionRange[] = [],
+): RecordPosition | null {
   try {
     const committed = mergeRanges(rowRanges(row));
     const skipped = mergeRanges(row.skipped ?? []);
@@ -85,26 +94,34 @@ function replayRow(at: RecordPosition, row: CommitRow, n: number): RecordPositio
     const taken = rangesCount(consumed);
     if (row.cursorStart !== at.cursor || taken === 0) return null;
     // The front of R, `taken` positions long, as one step of a group of its own.
-    const front = groupPlan(at, 1, { datasetSize: n, globalBatch: taken, epochs: at.epoch + 1, commitEvery: 1 });
+    const from = deferred.length > 0 ? { ...at, holes: subtractRanges(at.holes, deferred) } : at;
+    const front = groupPlan(from, 1, { datasetSize: n, globalBatch: taken, epochs: at.epoch + 1, commitEvery: 1 });
     const expected = mergeRanges(front.steps[0].ranges);
     if (!sameRanges(expected, consumed)) return null;
-    return positionAfterGroup(at, front, skipped, n);
+    return positionAfterGroup(from, front, [...skipped, ...deferred], n);
   } catch {
     return null;
   }
 }
 
-/** One epoch's rows replayed over its order: how often each index was committed, and rows out of place. */
-function replayEpoch(rows: readonly CommitRow[], order: ArrayLike<number>, n: number, epoch: number) {
+/**
+ * One epoch's rows replayed over its order: how often each index was committed, and rows out of place.
+ * `lagged` (an overlapped job): a row may also take the front of R less the positions the row before it
+ * skipped (`replayRow`'s `deferred`).
+ */
+function replayEpoch(rows: readonly CommitRow[], order: ArrayLike<number>, n: number, epoch: number, lagged: boolean) {
   const seen = new Uint8Array(n);
   let positions = 0;
   let discontinuities = 0;
   let skipped = 0;
   let at: RecordPosition = { epoch, cursor: 0, holes: [] };
+  let previousSkipped: PositionRange[] = [];
   for (const row of rows) {
     positions += row.count;
     skipped += rangesCount(row.skipped ?? []);
-    const next = replayRow(at, row, n);
+    const next =
+      replayRow(at, row, n) ?? (lagged && previousSkipped.length > 0 ? replayRow(at, row, n, previousSkipped) : null);
+    previousSkipped = row.skipped ?? [];
     if (next === null) discontinuities += 1;
     else at = next;
     for (const [start, end] of rowRanges(row)) {
@@ -146,8 +163,9 @@ function auditEpoch(
   finished: boolean,
   order: ArrayLike<number>,
   n: number,
+  lagged: boolean,
 ): { audit: EpochAudit; seen: Uint8Array } {
-  const { seen, positions, discontinuities, skipped, holesLeft } = replayEpoch(rows, order, n, epoch);
+  const { seen, positions, discontinuities, skipped, holesLeft } = replayEpoch(rows, order, n, epoch, lagged);
   const t = tally(seen, finished);
   const audit: EpochAudit = {
     epoch,
@@ -185,7 +203,8 @@ export function auditRun(state: CoordinatorState, rows: CommitRow[], rolledBackR
     const finished = epoch < state.record.epoch;
     // An epoch the job never reaches (record at epoch == job.epochs after the last one) is not listed.
     if (epochRows.length === 0 && !finished && epoch >= state.job.epochs) continue;
-    const { audit, seen } = auditEpoch(epoch, epochRows, finished, epochOrder(seed, epoch, n), n);
+    const order = epochOrder(seed, epoch, n);
+    const { audit, seen } = auditEpoch(epoch, epochRows, finished, order, n, overlapsOuterSteps(state.job));
     if (epoch === state.record.epoch) currentEpochSeen = seen;
     epochs.push(audit);
   }
@@ -223,32 +242,6 @@ function bitsetEquals(processed: string, n: number, seen: Uint8Array): boolean {
     if (inRecord !== seen[i] > 0) return false;
   }
   return true;
-}
-
-/** `GET /api/status`: the core's `statusView`, plus what only the server's clock knows (heartbeat ages). */
-export type StatusReport = AdminStatus;
-
-export function statusOf(state: CoordinatorState, now: number): StatusReport {
-  const view = statusView(state);
-  const age = (id: string) => {
-    const worker = state.workers[id];
-    return worker ? Math.max(0, now - worker.lastSeen) : -1;
-  };
-  const latest = state.checkpoints[state.checkpoints.length - 1];
-  return {
-    ...view,
-    phase: state.rendezvous.phase,
-    status: state.status,
-    cursor: state.record.cursor,
-    world: view.world.map((w) => ({ ...w, lastHeartbeatAgeMs: age(w.id) })),
-    waiting: view.waiting.map((w) => ({
-      ...w,
-      adapter: adapterLabel(state.workers[w.id]?.adapter),
-      invite: state.workers[w.id]?.invite ?? null,
-      lastHeartbeatAgeMs: age(w.id),
-    })),
-    latestCheckpoint: latest ? { step: latest.step, sha256: latest.sha256 } : null,
-  };
 }
 
 // ---------------------------------------------------------------- commits and evaluations

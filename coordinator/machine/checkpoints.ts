@@ -6,11 +6,12 @@
  *
  * The `…In(ctx)` functions mutate a transition's private copy (see context.ts).
  */
-import { begin, finish, log, metric, own, persist, sendWorker, type Ctx } from './context';
+import { begin, finish, log, metric, persist, sendWorker, type Ctx } from './context';
 import { checkpointPath } from '../../core/protocol/coordinator-messages';
 import { emptyRecord, epochOrder, rollbackTo } from '../../core/training/sampler';
 import type { PositionRange } from '../../core/training/groups';
 import type { CheckpointRequest, CoordinatorState, Event, HeldState, Transition, WorkerInfo } from './state';
+import { workerOf } from './worker-table';
 
 export function holdsState(worker: WorkerInfo | undefined, state: HeldState): boolean {
   return !!worker && worker.holds.some((h) => h.step === state.step && h.hash === state.hash);
@@ -23,7 +24,7 @@ export function latestCheckpoint(s: CoordinatorState): CoordinatorState['checkpo
 
 /** The first member of the round that holds the last commit (the one asked for a checkpoint of it), if any. */
 export function checkpointHolder(s: CoordinatorState): string | undefined {
-  return s.rendezvous.participants.find((p) => holdsState(own(s.workers, p.workerId), s.lastCommit))?.workerId;
+  return s.rendezvous.participants.find((p) => holdsState(workerOf(s.workers, p.workerId), s.lastCommit))?.workerId;
 }
 
 /** Rewind the record (holes included) and the last commit to an earlier committed step (a checkpoint, or 0). */

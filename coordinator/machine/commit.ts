@@ -8,33 +8,59 @@
  *
  * A group that survivors carry on (round-close.ts `carryIn`) commits partially: the lost slots'
  * slices become holes of the record, the survivors' slices are processed.
+ *
+ * An overlapped job (core/training/overlap.ts) reports every step as an inner one and the outer step
+ * apart (`outer_report`, once the rank's allreduce finished): the group commits when every rank reported
+ * its steps and its outer step with the same hash. Meanwhile the ranks report the inner steps of the
+ * group after it, which commits next.
  */
-import { begin, finish, log, metric, mutWorker, persist, reject, sendWorker, type Ctx } from './context';
-import type { StepReportMessage } from '../../core/protocol/tab-messages';
+import {
+  begin,
+  finish,
+  log,
+  metric,
+  mutParticipant,
+  mutWorker,
+  persist,
+  reject,
+  sendWorker,
+  sendWorkers,
+  type Ctx,
+} from './context';
+import type { OuterReportMessage, StepReportMessage } from '../../core/protocol/tab-messages';
 import type { ErrorCode } from '../../core/protocol/coordinator-messages';
 import { requestCheckpointIn } from './checkpoints';
-import { admitAtBoundaryIn, afterCloseIn, closeRoundIn } from './round-close';
+import { admitAtBoundaryIn, afterCloseIn, boundaryReason, closeRoundIn } from './round-close';
 import { afterCommitIn, ringChecksPassIn, SUSPICION_STEPS, sketchProblem, uploadField } from './verification';
-import { mergeRanges, rangesCount, slotsRanges, type GroupPlan, type PositionRange } from '../../core/training/groups';
+import {
+  mergeRanges,
+  planOf,
+  rangesCount,
+  slotsRanges,
+  type GroupPlan,
+  type PositionRange,
+} from '../../core/training/groups';
+import { overlapsNext, overlapsOuterSteps, successorPlan } from '../../core/training/overlap';
 import { commitGroup, epochOrder, recordPosition, subtractRanges } from '../../core/training/sampler';
-import { expectedSamples, groupInFlight, splitInFlight } from './group';
-import { excludedByReportIn } from './outer-loss';
+import { expectedSamples, groupInFlight, groupsInFlight, overlapContext, splitInFlight } from './group';
+import { excludedByReportIn, misplacedExclusion, namesOuterLoss } from './outer-loss';
 import { commitSpan, isCheckpointCommit } from '../../core/training/commit-schedule';
 import { culpritOf } from './penalties';
 import { smoothThroughput } from './shares';
 import { recordUsageIn } from './utilization';
-import type { CommitRecord, CoordinatorState, Transition } from './state';
+import type { CommitRecord, CoordinatorState, Participant, PendingReport, Transition } from './state';
+import { workersOf } from './worker-table';
 
 export type ReportCheck =
   | { ok: true; rank: number }
   | { ok: false; code: ErrorCode; message: string; divergence?: { step: number; hashes: Record<string, string> } };
 
-/**
- * Decide whether a (schema-valid) step report from `workerId` (the worker its socket was welcomed as)
- * is acceptable. Checks, in order: run, round, membership, rank, step (duplicate, stale, out of order
- * or past the commit point), sample count, hash agreement.
- */
-export function checkReport(s: CoordinatorState, workerId: string, msg: StepReportMessage): ReportCheck {
+/** The member of the training round a report comes from (run, round, membership, rank checked), or why not. */
+function reporter(
+  s: CoordinatorState,
+  workerId: string,
+  msg: { runId: string; round: number; rank: number },
+): { ok: true; p: Participant } | Extract<ReportCheck, { ok: false }> {
   const rv = s.rendezvous;
   if (msg.runId !== s.runId)
     return { ok: false, code: 'wrong_run', message: `run ${msg.runId} is not the current run` };
@@ -50,21 +76,35 @@ export function checkReport(s: CoordinatorState, workerId: string, msg: StepRepo
   if (!p) return { ok: false, code: 'not_member', message: `worker ${workerId} is not in round ${rv.round}` };
   if (p.rank !== msg.rank)
     return { ok: false, code: 'forged_rank', message: `worker ${workerId} has rank ${p.rank}, not ${msg.rank}` };
+  return { ok: true, p };
+}
+
+/**
+ * Decide whether a (schema-valid) step report from `workerId` (the worker its socket was welcomed as)
+ * is acceptable. Checks, in order: run, round, membership, rank, step (duplicate, stale, out of order
+ * or past the commit point; in an overlapped job past the commit point of the group after it), sample
+ * count, hash agreement.
+ */
+export function checkReport(s: CoordinatorState, workerId: string, msg: StepReportMessage): ReportCheck {
+  const who = reporter(s, workerId, msg);
+  if (!who.ok) return who;
+  const { p } = who;
   if (msg.step === p.lastStep)
     return { ok: false, code: 'duplicate_report', message: `step ${msg.step} already reported` };
   if (msg.step <= s.lastCommit.step)
     return { ok: false, code: 'stale_step', message: `step ${msg.step} is already committed` };
-  const group = groupInFlight(s);
-  const limit = group.lastStep;
+  const groups = groupsInFlight(s);
+  const limit = groups[groups.length - 1].lastStep;
   if (msg.step !== p.lastStep + 1 || msg.step > limit) {
     return {
       ok: false,
       code: 'wrong_step',
-      message: `expected step ${p.lastStep + 1} (commit point ${limit}), got ${msg.step}`,
+      message: `expected step ${p.lastStep + 1} (last step in flight ${limit}), got ${msg.step}`,
     };
   }
-  const misplaced = misplacedExclusion(s, msg, limit);
-  if (misplaced) return misplaced;
+  const misplaced = misplacedExclusion(s, msg);
+  if (misplaced) return { ok: false, code: 'bad_message', message: misplaced };
+  const group = groups.find((g) => msg.step <= g.lastStep)!;
   const expected = expectedSamples(s, msg.step, p.slot, group);
   if (msg.samples !== expected)
     return {
@@ -73,14 +113,19 @@ export function checkReport(s: CoordinatorState, workerId: string, msg: StepRepo
       message: `rank ${p.rank} has ${expected} samples in step ${msg.step}, reported ${msg.samples}`,
     };
   // Local sync mode: between outer steps every rank trains its own copy, so only the outer step's
-  // (the commit point's) hash is agreed; inner steps carry NO_HASH and are not compared.
-  if (s.job.sync.mode === 'local' && msg.step !== limit) return { ok: true, rank: p.rank };
+  // (the commit point's) hash is agreed; inner steps carry NO_HASH and are not compared. An overlapped
+  // job's commit point is an inner step too: its outer step comes apart (`checkOuterReport`).
+  if (s.job.sync.mode === 'local' && (msg.step !== group.lastStep || overlapsOuterSteps(s.job)))
+    return { ok: true, rank: p.rank };
   const others = s.pending[msg.step] ?? {};
-  const sketch = sketchProblem(s.job, rv.participants.length, msg, Object.values(others));
+  // The reports already in agree with each other (a disagreement closed the round), so the first one
+  // stands for all: comparing with every one made each report O(world), each step O(world²).
+  const first = firstReport(others, s.rendezvous.carry?.shares.length ?? s.rendezvous.participants.length);
+  const sketch = sketchProblem(s.job, s.rendezvous.participants.length, msg, first ? [first] : []);
   if (sketch && !sketch.disagrees)
     return { ok: false, code: 'bad_sketch', message: `step ${msg.step}: ${sketch.message}` };
   // Sketches of the same bytes that differ between ranks are a divergence, as differing hashes are.
-  if (sketch?.disagrees || Object.values(others).some((r) => r.hash !== msg.hash)) {
+  if (sketch?.disagrees || (first && first.hash !== msg.hash)) {
     const hashes: Record<string, string> = { [msg.rank]: msg.hash };
     for (const [rank, r] of Object.entries(others)) hashes[rank] = r.hash;
     return {
@@ -93,17 +138,19 @@ export function checkReport(s: CoordinatorState, workerId: string, msg: StepRepo
   return { ok: true, rank: p.rank };
 }
 
-/** A report naming ranks an outer sum left out (outer-loss.ts) anywhere but at a local-mode commit point. */
-function misplacedExclusion(s: CoordinatorState, msg: StepReportMessage, limit: number): ReportCheck | null {
-  if (!msg.excluded?.length || (s.job.sync.mode === 'local' && msg.step === limit)) return null;
-  const message = `step ${msg.step}: only a local-mode commit point may name ranks its outer sum left out`;
-  return { ok: false, code: 'bad_message', message };
+/**
+ * The report of the lowest slot in `reports` (by slot, not `for…in`: enumerating a record of 256 is
+ * O(world)). `slots`: the slots of the split in flight (a carried group's keep the planning round's).
+ */
+function firstReport(reports: Record<string, PendingReport>, slots: number): PendingReport | undefined {
+  for (let slot = 0; slot < slots; slot++) if (Object.hasOwn(reports, slot)) return reports[slot];
+  return undefined;
 }
 
 /** Record an accepted report; commit when every rank reported the commit point. */
 function acceptReportIn(ctx: Ctx, workerId: string, msg: StepReportMessage): void {
   const s = ctx.s;
-  if (s.job.sync.mode === 'local' && msg.step === groupInFlight(s).lastStep) {
+  if (namesOuterLoss(s, msg.step)) {
     const problem = excludedByReportIn(ctx, msg.excluded ?? [], workerId);
     if (problem) {
       // The survivors did not agree on who is out: they take the outer step again in a carried round.
@@ -115,7 +162,7 @@ function acceptReportIn(ctx: Ctx, workerId: string, msg: StepReportMessage): voi
       return;
     }
   }
-  const p = s.rendezvous.participants.find((q) => q.workerId === workerId)!;
+  const p = mutParticipant(ctx, workerId)!;
   s.pending[msg.step] = {
     ...s.pending[msg.step],
     [p.slot]: {
@@ -131,15 +178,85 @@ function acceptReportIn(ctx: Ctx, workerId: string, msg: StepReportMessage): voi
   worker.lastSeen = ctx.now;
   // Throughput from time the coordinator measured (from when the step could start, or the rank's
   // previous report, to this report), never from the tab's own `computeMs` claim. Not while a group is
-  // carried on: its first reports are re-sent ones, computed before the round began.
+  // carried on: its first reports are re-sent ones, computed before the round began. Not the first step
+  // of a group in an overlapped job: the time before it holds the outer step's boundary (hang.ts).
   const since = Math.max(s.rendezvous.stepStartedAt ?? ctx.now, p.lastReportAt ?? 0);
-  if (!s.rendezvous.carry) worker.throughput = smoothThroughput(worker.throughput, msg.samples, ctx.now - since);
+  const boundary = overlapsOuterSteps(s.job) && groupsInFlight(s).some((g) => g.firstStep === msg.step);
+  if (!s.rendezvous.carry && !boundary)
+    worker.throughput = smoothThroughput(worker.throughput, msg.samples, ctx.now - since);
   recordUsageIn(ctx, worker, msg, p.lastReportAt ?? since);
   p.lastReportAt = ctx.now;
+  commitIfCompleteIn(ctx);
+}
+
+/**
+ * Commit the group in flight once every rank reported its commit point (and, in an overlapped job, its
+ * outer step: hashes agreed as they arrived). A step whose sums do not add up is not committed
+ * (verification.ts handles the failure).
+ */
+function commitIfCompleteIn(ctx: Ctx): void {
+  const s = ctx.s;
   const point = groupInFlight(s).lastStep;
-  if (!s.rendezvous.participants.every((q) => q.lastStep >= point)) return;
-  // A step whose sums do not add up is not committed (verification.ts handles the failure).
+  const members = s.rendezvous.participants;
+  if (!members.every((q) => q.lastStep >= point)) return;
+  if (overlapsOuterSteps(s.job) && !members.every((q) => s.pending[point]?.[q.slot]?.outer !== undefined)) return;
   if (ringChecksPassIn(ctx, point)) commitIn(ctx, point);
+}
+
+/**
+ * Decide whether an outer report (an overlapped job's outer step, `outer_report`) from `workerId` is
+ * acceptable: from a member of the training round, for the commit point of the group in flight, after
+ * the member's report of that step, once, and with the hash the others reported (else divergence).
+ */
+export function checkOuterReport(s: CoordinatorState, workerId: string, msg: OuterReportMessage): ReportCheck {
+  const who = reporter(s, workerId, msg);
+  if (!who.ok) return who;
+  const { p } = who;
+  if (!overlapsOuterSteps(s.job))
+    return { ok: false, code: 'bad_message', message: 'this job does not overlap outer steps: no outer_report' };
+  if (msg.step <= s.lastCommit.step)
+    return { ok: false, code: 'stale_step', message: `step ${msg.step} is already committed` };
+  const point = groupInFlight(s).lastStep;
+  if (msg.step !== point || p.lastStep < point)
+    return {
+      ok: false,
+      code: 'wrong_step',
+      message: `the outer step in flight ends at step ${point} (reported through ${p.lastStep}), got ${msg.step}`,
+    };
+  const others = s.pending[point] ?? {};
+  if (!others[p.slot])
+    return {
+      ok: false,
+      code: 'wrong_step',
+      message: `no report of step ${point} from this rank in round ${msg.round}`,
+    };
+  if (others[p.slot].outer !== undefined)
+    return { ok: false, code: 'duplicate_report', message: `the outer step of ${point} already reported` };
+  const agreed = Object.entries(others).filter(([, r]) => r.outer !== undefined);
+  if (agreed.some(([, r]) => r.outer !== msg.hash)) {
+    const hashes: Record<string, string> = { [msg.rank]: msg.hash };
+    for (const [slot, r] of agreed) hashes[slot] = r.outer!;
+    return {
+      ok: false,
+      code: 'hash_mismatch',
+      message: `step ${point}: ranks disagree on the committed state after the outer step`,
+      divergence: { step: point, hashes },
+    };
+  }
+  return { ok: true, rank: p.rank };
+}
+
+/** Record an accepted outer report (its bytes in the usage); commit when it completes the group. */
+function acceptOuterIn(ctx: Ctx, workerId: string, msg: OuterReportMessage): void {
+  const s = ctx.s;
+  const p = s.rendezvous.participants.find((q) => q.workerId === workerId)!;
+  const reports = s.pending[msg.step];
+  s.pending[msg.step] = { ...reports, [p.slot]: { ...reports[p.slot], outer: msg.hash } };
+  const worker = mutWorker(ctx, workerId);
+  worker.lastSeen = ctx.now;
+  // Bytes only: the time of the outer step is inside the inner steps' reports.
+  recordUsageIn(ctx, worker, { samples: 0, computeMs: 0, wireBytes: msg.wireBytes }, ctx.now);
+  commitIfCompleteIn(ctx);
 }
 
 /**
@@ -151,13 +268,17 @@ function commitIn(ctx: Ctx, point: number): void {
   const rv = s.rendezvous;
   const group = groupInFlight(s);
   if (group.lastStep !== point) throw new Error(`commit: the group in flight ends at ${group.lastStep}, not ${point}`);
+  // Read before the carry and the drain change: whether the next group's inner steps already run.
+  const overlapped = overlapsNext(s.job, group, planOf(s), overlapContext(s, group));
   const split = splitInFlight(s);
   const lost = split.lost.length > 0 ? slotsRanges(group, split.shares, split.lost) : [];
-  const hash = Object.values(s.pending[point])[0].hash;
+  const reports = Object.values(s.pending[point]);
+  const hash = overlapsOuterSteps(s.job) ? reports[0].outer! : reports[0].hash;
   const lostMembers = !!rv.outerLoss;
   rv.outerLoss = null;
   const uploader = afterCommitIn(ctx, point, hash, s.lastCommit.hash);
-  s.record = commitGroup(s.record, epochOrder(s.job.seed, group.epoch, s.datasetSize), group, lost);
+  const order = epochOrder(s.job.seed, group.epoch, s.datasetSize);
+  s.record = commitGroup(s.record, order, group, lost, rv.carry?.deferred ?? []);
   const after = recordPosition(s.record);
   s.lastCommit = {
     step: point,
@@ -168,10 +289,9 @@ function commitIn(ctx: Ctx, point: number): void {
     hash,
     members: rv.participants.map((p) => p.workerId),
   };
-  rv.stepStartedAt = ctx.now;
-  // The next group is this round's own: every slot is its rank again.
-  rv.carry = null;
-  for (const p of rv.participants) p.slot = p.rank;
+  // An overlapped group's successor runs already: its time does not start now.
+  if (!overlapped) rv.stepStartedAt = ctx.now;
+  const drain = nextGroupAfterCommitIn(ctx, group, lost, overlapped);
   // Suspects of a ring failure long ago start no intersection with a new one.
   if (s.ringSuspects && point - (s.ringSuspectsAt ?? 0) > SUSPICION_STEPS) s.ringSuspects = null;
   const commit = commitRecordOf(s, group, lost, hash);
@@ -182,14 +302,39 @@ function commitIn(ctx: Ctx, point: number): void {
   if (span.endsJob) s.status = 'done';
   ctx.out.push({ kind: 'record_commit', commit });
   persist(ctx);
-  announceCommitIn(ctx, commit, uploader);
+  announceCommitIn(ctx, commit, uploader, drain);
   if (isCheckpointCommit(span, s.job.checkpointEvery)) requestCheckpointIn(ctx, rv.participants[0].workerId);
   if (span.endsJob) {
     finishJobIn(ctx, point);
     return;
   }
   if (span.endsEpoch) log(ctx, 'info', 'epoch_end', { epoch: group.epoch, step: point });
-  admitAtBoundaryIn(ctx, lostMembers);
+  // An overlapped group's successor is in flight: the round changes at a later commit (the drain).
+  if (!overlapped) admitAtBoundaryIn(ctx, lostMembers);
+}
+
+/**
+ * Who computes the group after `group`, just committed (less `lost`): this round's own split again,
+ * unless the round carries the successor on too (an overlapped job's carry: the same split, with
+ * `lost` as the holes it was planned without). Returns whether the successor's outer step must be
+ * synchronous because the round should change (`committed.drain`: a join, a shrink, a rebalance),
+ * which an overlapped group's successor, already running, can only do at its own commit.
+ */
+function nextGroupAfterCommitIn(ctx: Ctx, group: GroupPlan, lost: PositionRange[], overlapped: boolean): boolean {
+  const s = ctx.s;
+  const rv = s.rendezvous;
+  if (rv.drainAt === group.lastStep) rv.drainAt = null;
+  if (rv.carry && overlapped) {
+    rv.carry = { ...rv.carry, deferred: lost };
+    return false;
+  }
+  rv.carry = null;
+  // Replaced, not edited: the participants may be the input state's (context.ts `cloneState`).
+  if (rv.participants.some((p) => p.slot !== p.rank))
+    rv.participants = rv.participants.map((p) => (p.slot === p.rank ? p : { ...p, slot: p.rank }));
+  if (!overlapped || boundaryReason(s) === null) return false;
+  rv.drainAt = successorPlan(group, planOf(s)).lastStep;
+  return true;
 }
 
 /** The commit log's row of `group` committed less the `lost` positions (read before `pending` is cleared). */
@@ -217,8 +362,8 @@ function commitRecordOf(s: CoordinatorState, group: GroupPlan, lost: PositionRan
   };
 }
 
-/** Metrics, the `committed` message to every rank, and the debug log line of one commit. */
-function announceCommitIn(ctx: Ctx, commit: CommitRecord, uploader: string | null): void {
+/** Metrics, the `committed` message to every rank (with `drain`: see `nextGroupAfterCommitIn`), and the debug log line of one commit. */
+function announceCommitIn(ctx: Ctx, commit: CommitRecord, uploader: string | null, drain: boolean): void {
   const rv = ctx.s.rendezvous;
   const after = ctx.s.lastCommit;
   const { step: point, firstStep, count, hash } = commit;
@@ -226,18 +371,28 @@ function announceCommitIn(ctx: Ctx, commit: CommitRecord, uploader: string | nul
   metric(ctx, 'tabswarm_steps_total', point - firstStep + 1);
   metric(ctx, 'tabswarm_samples_total', count);
   metric(ctx, 'tabswarm_loss', commit.loss);
+  const committed = {
+    type: 'committed',
+    round: rv.round,
+    step: point,
+    epoch: after.epoch,
+    cursor: after.cursor,
+    ...(after.holes && after.holes.length > 0 ? { holes: after.holes } : {}),
+    hash,
+    ...(drain ? { drain: true as const } : {}),
+  } as const;
+  // One message object for every rank but the verification's uploader (serialised once: context.ts `sendWorkers`).
+  let rest: string[] = [];
   for (const p of rv.participants) {
-    sendWorker(ctx, p.workerId, {
-      type: 'committed',
-      round: rv.round,
-      step: point,
-      epoch: after.epoch,
-      cursor: after.cursor,
-      ...(after.holes && after.holes.length > 0 ? { holes: after.holes } : {}),
-      hash,
-      ...(p.workerId === uploader ? { upload: uploadField(ctx.s, p.workerId) } : {}),
-    });
+    if (p.workerId !== uploader) {
+      rest.push(p.workerId);
+      continue;
+    }
+    sendWorkers(ctx, rest, committed);
+    rest = [];
+    sendWorker(ctx, p.workerId, { ...committed, upload: uploadField(ctx.s, p.workerId) });
   }
+  sendWorkers(ctx, rest, committed);
   log(ctx, 'debug', 'commit', {
     step: point,
     firstStep,
@@ -248,6 +403,7 @@ function announceCommitIn(ctx: Ctx, commit: CommitRecord, uploader: string | nul
     hash,
     round: rv.round,
     loss: commit.loss,
+    ...(drain ? { drain } : {}),
   });
 }
 
@@ -256,7 +412,11 @@ function finishJobIn(ctx: Ctx, point: number): void {
   const s = ctx.s;
   const rv = s.rendezvous;
   log(ctx, 'info', 'job_done', { step: point, epochs: s.job.epochs, restarts: s.restarts });
-  for (const w of Object.values(s.workers)) sendWorker(ctx, w.workerId, { type: 'done', step: point });
+  sendWorkers(
+    ctx,
+    workersOf(s.workers).map((w) => w.workerId),
+    { type: 'done', step: point },
+  );
   // No round any more: later departures are no failures and nobody is waiting for anything.
   rv.closedRound = { round: rv.round, members: rv.participants.map((p) => p.workerId) };
   rv.participants = [];
@@ -277,6 +437,46 @@ function divergeIn(ctx: Ctx, divergence: { step: number; hashes: Record<string, 
 }
 
 /**
+ * Apply an outer report (an overlapped job's outer step) that arrived on `conn`: rejections answer
+ * `error` and change nothing; a hash that differs from the others' closes the round (divergence).
+ */
+export function reportOuter(
+  state: CoordinatorState,
+  now: number,
+  conn: string,
+  workerId: string,
+  msg: OuterReportMessage,
+): Transition {
+  const check = checkOuterReport(state, workerId, msg);
+  if (!check.ok) return rejectReport(state, now, conn, workerId, msg, check);
+  const ctx = begin(state, now);
+  acceptOuterIn(ctx, workerId, msg);
+  return finish(ctx);
+}
+
+/** A rejected report: an `error` answer, and with a divergence the round closes. */
+function rejectReport(
+  state: CoordinatorState,
+  now: number,
+  conn: string,
+  workerId: string,
+  msg: { round: number; step: number; rank: number },
+  check: Extract<ReportCheck, { ok: false }>,
+): Transition {
+  const rejected = reject(state, conn, check.code, check.message, {
+    workerId,
+    round: msg.round,
+    step: msg.step,
+    rank: msg.rank,
+  });
+  if (!check.divergence) return rejected;
+  const ctx = begin(state, now);
+  ctx.out.push(...rejected.actions);
+  divergeIn(ctx, check.divergence, workerId);
+  return finish(ctx);
+}
+
+/**
  * Apply a step report that arrived on `conn`, welcomed as `workerId`. Rejections answer `error` and
  * leave the state untouched; a hash mismatch also closes the round (divergence).
  */
@@ -288,19 +488,7 @@ export function reportStep(
   msg: StepReportMessage,
 ): Transition {
   const check = checkReport(state, workerId, msg);
-  if (!check.ok) {
-    const rejected = reject(state, conn, check.code, check.message, {
-      workerId,
-      round: msg.round,
-      step: msg.step,
-      rank: msg.rank,
-    });
-    if (!check.divergence) return rejected;
-    const ctx = begin(state, now);
-    ctx.out.push(...rejected.actions);
-    divergeIn(ctx, check.divergence, workerId);
-    return finish(ctx);
-  }
+  if (!check.ok) return rejectReport(state, now, conn, workerId, msg, check);
   const ctx = begin(state, now);
   acceptReportIn(ctx, workerId, msg);
   return finish(ctx);

@@ -12,6 +12,7 @@ import type { EvaluationMessage } from '../../core/protocol/tab-messages';
 import type { ErrorCode } from '../../core/protocol/coordinator-messages';
 import { type CommitSpan, isEvaluationCommit } from '../../core/training/commit-schedule';
 import type { CoordinatorState, LastCommit, Transition } from './state';
+import { workerOf } from './worker-table';
 
 /** The last commit as the schedules see it, and the epoch its group trained on. */
 export function lastCommitSpan(last: LastCommit, epochs: number): CommitSpan & { epoch: number } {
@@ -97,7 +98,7 @@ export function reportEvaluation(
   const check = checkEvaluation(state, workerId, msg);
   if (!check.ok) return reject(state, conn, check.code, check.message, { workerId, round: msg.round, step: msg.step });
   const ctx = begin(state, now);
-  if (ctx.s.workers[workerId]) mutWorker(ctx, workerId).lastSeen = now;
+  if (workerOf(ctx.s.workers, workerId)) mutWorker(ctx, workerId).lastSeen = now;
   const accuracy = msg.correct / msg.testSamples;
   const loss = msg.lossSum / msg.testSamples;
   metric(ctx, 'tabswarm_evaluations_total');

@@ -11,7 +11,7 @@
  * event has its handler: join.ts (hello, disconnect), messages.ts (a worker's messages), admin.ts,
  * checkpoints.ts (a stored checkpoint), verification.ts (the verifier's upload and result).
  */
-import { begin, finish, log, metric, own, sendError, writableConnections, type Ctx } from './context';
+import { begin, finish, log, metric, putConnection, sendError, type Ctx } from './context';
 import { onAdmin } from './admin';
 import { onCheckpointStored } from './checkpoints';
 import { onDisconnected } from './join';
@@ -48,6 +48,7 @@ export type {
   Transition,
   WorkerInfo,
 } from './state';
+import { emptyTable, workerOf, workersOf } from './worker-table';
 export { METRICS, adminActionSchema } from './state';
 export { durableOf } from './context';
 export { committedPosition } from './checkpoints';
@@ -86,8 +87,8 @@ export function initialState(
     checkpointRequests: [],
     restarts: 0,
     blamedRestart: null,
-    connections: {},
-    workers: {},
+    connections: emptyTable(),
+    workers: emptyTable(),
     nextWorkerSeq: 1,
     pending: {},
     policy,
@@ -119,7 +120,7 @@ export function handle(state: CoordinatorState, event: Event, now: number): Tran
   switch (event.kind) {
     case 'connected': {
       const ctx = begin(state, now);
-      writableConnections(ctx)[event.conn] = { workerId: null, nonce: event.nonce, addr: event.addr ?? '' };
+      putConnection(ctx, event.conn, { workerId: null, nonce: event.nonce, addr: event.addr ?? '' });
       return finish(ctx);
     }
     case 'invalid': {
@@ -164,7 +165,7 @@ export function tickIn(ctx: Ctx): void {
   if (s.status === 'done' || s.status === 'failed') return;
   if (s.blamedRestart && now >= s.blamedRestart.deadline) {
     // Still connected and in good health: nothing corroborates the accusation.
-    confirmBlamedRestartIn(ctx, 'no goodbye within the grace period', !own(s.workers, s.blamedRestart.workerId));
+    confirmBlamedRestartIn(ctx, 'no goodbye within the grace period', !workerOf(s.workers, s.blamedRestart.workerId));
     if ((s.status as string) === 'failed') return; // countRestartIn may fail the job
   }
   const rv = s.rendezvous;
@@ -179,7 +180,7 @@ export function tickIn(ctx: Ctx): void {
   hangIn(ctx);
   if (s.status !== 'active' && s.status !== 'paused') return;
   const limit = HEARTBEAT_TIMEOUT_FACTOR * s.job.heartbeatMs;
-  const late = Object.values(s.workers).filter((w) => now - w.lastSeen > limit);
+  const late = workersOf(s.workers).filter((w) => now - w.lastSeen > limit);
   for (const w of late)
     ctx.out.push({ kind: 'close', conn: w.conn, code: CloseCode.heartbeatTimeout, reason: 'heartbeat timeout' });
   if (late.length)
@@ -195,17 +196,36 @@ export function tickIn(ctx: Ctx): void {
 
 /** The earliest time at which `tick` can change something, or null. */
 export function nextDeadline(s: CoordinatorState): number | null {
+  return earliest(roundDeadline(s), heartbeatDeadline(s));
+}
+
+function earliest(a: number | null, b: number | null): number | null {
+  return a === null ? b : b === null ? a : Math.min(a, b);
+}
+
+/**
+ * The deadlines of `nextDeadline` but the heartbeats': last call, ready, blamed restart, a grouped outer sync's lost members (O(1)), and the
+ * hung members' (hang.ts: O(world), and only in local sync mode while a round trains).
+ */
+export function roundDeadline(s: CoordinatorState): number | null {
   if (s.status === 'done' || s.status === 'failed') return null;
-  let next: number | null = s.status === 'active' && s.rendezvous.phase === 'gathering' ? s.rendezvous.deadline : null;
+  const lastCall = s.status === 'active' && s.rendezvous.phase === 'gathering' ? s.rendezvous.deadline : null;
   const ready = s.rendezvous.phase === 'syncing' ? (s.rendezvous.readyDeadline ?? null) : null;
-  if (ready !== null && (next === null || ready < next)) next = ready;
-  if (s.blamedRestart && (next === null || s.blamedRestart.deadline < next)) next = s.blamedRestart.deadline;
   const outer = s.rendezvous.outerLoss?.deadline ?? null;
-  if (outer !== null && (next === null || outer < next)) next = outer;
-  const hang = nextHangDeadline(s);
-  if (hang !== null && (next === null || hang < next)) next = hang;
+  const hang = earliest(outer, nextHangDeadline(s));
+  return earliest(earliest(lastCall, ready), earliest(s.blamedRestart?.deadline ?? null, hang));
+}
+
+/**
+ * When the first worker's heartbeat times out, or null. O(workers): the executor calls it only when
+ * its last answer has passed (a worker's `lastSeen` only grows, and a new one's is now, so an earlier
+ * answer is a lower bound of this one).
+ */
+export function heartbeatDeadline(s: CoordinatorState): number | null {
+  if (s.status === 'done' || s.status === 'failed') return null;
   const limit = HEARTBEAT_TIMEOUT_FACTOR * s.job.heartbeatMs;
-  for (const w of Object.values(s.workers)) {
+  let next: number | null = null;
+  for (const w of workersOf(s.workers)) {
     const due = w.lastSeen + limit + 1;
     if (next === null || due < next) next = due;
   }

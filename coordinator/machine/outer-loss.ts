@@ -18,10 +18,27 @@
 import { HANG_FLOOR_MS } from '../../core/training/hang';
 import { floorTransferMs } from '../../core/training/link-floor';
 import { parameterLayout } from '../../core/training/model-spec';
-import { log, sendWorker, type Ctx } from './context';
+import { overlapsOuterSteps } from '../../core/training/overlap';
+import { log, sendWorkers, type Ctx } from './context';
 import { carryFor } from './carry';
 import { groupInFlight } from './group';
 import type { CoordinatorState } from './state';
+import { workerOf } from './worker-table';
+
+/**
+ * Whether a report of `step` is where survivors name the ranks their outer sum left out: the commit
+ * point of a local-mode job whose outer steps are not overlapped (an overlapped job reports its outer
+ * step apart, in `outer_report`, and closes the round over a loss as before).
+ */
+export function namesOuterLoss(s: CoordinatorState, step: number): boolean {
+  return s.job.sync.mode === 'local' && !overlapsOuterSteps(s.job) && step === groupInFlight(s).lastStep;
+}
+
+/** Why a report naming ranks an outer sum left out stands anywhere but where `namesOuterLoss` says, or null. */
+export function misplacedExclusion(s: CoordinatorState, msg: { step: number; excluded?: number[] }): string | null {
+  if (!msg.excluded?.length || namesOuterLoss(s, msg.step)) return null;
+  return `step ${msg.step}: only a local-mode commit point may name ranks its outer sum left out`;
+}
 
 /**
  * How long survivors have to report the outer step without a lost member: the hang floor (a group's
@@ -37,7 +54,7 @@ export function outerRetryAllowanceMs(s: CoordinatorState): number {
 function deferrable(s: CoordinatorState, lost: readonly string[]): boolean {
   const rv = s.rendezvous;
   if (s.status !== 'active' || s.job.sync.mode !== 'local' || rv.phase !== 'training' || !rv.topology) return false;
-  if (rv.outerLoss) return false;
+  if (rv.outerLoss || overlapsOuterSteps(s.job)) return false;
   const survivors = rv.participants.filter((p) => !lost.includes(p.workerId));
   if (survivors.length === rv.participants.length || survivors.length === 0) return false;
   const point = groupInFlight(s).lastStep;
@@ -68,11 +85,10 @@ export function deferLossIn(ctx: Ctx, lost: readonly string[], namedBy?: string)
     ...(namedBy !== undefined ? { namedBy } : {}),
   };
   // A lost member still connected (blamed, or left out as hung) hears that this round is over for it.
-  for (const p of gone) {
-    if (!s.workers[p.workerId]) continue;
-    sendWorker(ctx, p.workerId, { type: 'round_closed', round: rv.round, reason: 'failure', restore: true });
-    if (!rv.waitList.includes(p.workerId)) rv.waitList.push(p.workerId);
-  }
+  // The wait list is replaced, never edited (context.ts `cloneState`: it may be the input state's).
+  const connected = gone.filter((p) => workerOf(s.workers, p.workerId)).map((p) => p.workerId);
+  sendWorkers(ctx, connected, { type: 'round_closed', round: rv.round, reason: 'failure', restore: true });
+  rv.waitList = [...rv.waitList, ...connected.filter((id) => !rv.waitList.includes(id))];
   log(ctx, 'warn', 'outer_loss_deferred', { round: rv.round, lost: rv.outerLoss.workers, ranks: rv.outerLoss.ranks });
   return true;
 }

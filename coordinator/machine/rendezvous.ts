@@ -18,11 +18,12 @@
  * The `…In(ctx)` functions mutate a transition's private copy (see context.ts); machine.ts is the only
  * entry point (`handle`, and its tick: timeouts and deadlines), so every op is reached, and tested, through it.
  */
-import { log, metric, mutWorker, own, persist, sendWorker, type Ctx } from './context';
+import { log, metric, mutParticipant, mutWorker, persist, sendWorker, sendWorkers, type Ctx } from './context';
 import { checkpointPath, type StateSource, type WaitReason } from '../../core/protocol/coordinator-messages';
 import { readyAllowanceMs } from '../../core/training/link-floor';
 import { holdsState, latestCheckpoint, rollbackIn } from './checkpoints';
 import { computeShares } from './shares';
+import { workerOf } from './worker-table';
 import { carriedGroup } from './carry';
 import { roundTopology } from './topology';
 import type { CarriedGroup, CoordinatorState, Participant } from './state';
@@ -45,7 +46,7 @@ export function notifyWaitingIn(ctx: Ctx): void {
 /** Put a welcomed worker on the wait list; may complete a round. */
 export function enrollIn(ctx: Ctx, workerId: string): void {
   const rv = ctx.s.rendezvous;
-  if (!rv.waitList.includes(workerId)) rv.waitList.push(workerId);
+  if (!rv.waitList.includes(workerId)) rv.waitList = [...rv.waitList, workerId];
   const roundBefore = rv.round;
   evaluateGatheringIn(ctx);
   // If a round opened, openRoundIn already told the rest of the wait list where they stand.
@@ -90,7 +91,8 @@ export function evaluateGatheringIn(ctx: Ctx): void {
     // wait list: there is nobody to wait for. The last call only helps a fresh rendezvous (the first
     // round, or after a coordinator restart) gather the tabs that are still arriving. Skipping it here
     // takes lastCallMs off every recovery.
-    if (rv.closedRound?.members.some((id) => rv.waitList.includes(id))) {
+    const waiting = new Set(rv.waitList);
+    if (rv.closedRound?.members.some((id) => waiting.has(id))) {
       openRoundIn(ctx);
       return;
     }
@@ -107,7 +109,7 @@ function chooseStateSource(ctx: Ctx, participants: Participant[]): StateSource {
   if (s.lastCommit.step === 0) return { kind: 'fresh' };
   // Prefer a worker that reported the committed hash itself over one that only synced it in a round.
   const members = s.lastCommit.members ?? [];
-  const holders = participants.filter((p) => holdsState(own(s.workers, p.workerId), s.lastCommit));
+  const holders = participants.filter((p) => holdsState(workerOf(s.workers, p.workerId), s.lastCommit));
   if (holders.length === participants.length) return { kind: 'held' };
   const holder = holders.find((p) => members.includes(p.workerId)) ?? holders[0];
   if (holder) return { kind: 'peer', rank: holder.rank };
@@ -164,16 +166,17 @@ export function openRoundIn(ctx: Ctx): void {
   const carry = carryingMembersIn(ctx);
   const admitted = carry ? carry.members.map((m) => m.workerId) : admissibleWaiters(s).slice(0, s.job.maxWorkers);
   if (admitted.length === 0) return;
-  rv.waitList = rv.waitList.filter((id) => !admitted.includes(id));
+  const admittedSet = new Set(admitted);
+  rv.waitList = rv.waitList.filter((id) => !admittedSet.has(id));
   rv.round += 1;
   // Ranks follow the planned ring order (measured link costs; without any, the admission order).
   const topology = roundTopology(s, admitted);
   const members = topology.order.map((i) => admitted[i]);
   const carried = new Map(carry?.members.map((m) => [m.workerId, m]));
-  const shares = computeShares(members.map((id) => s.workers[id].throughput));
+  const shares = computeShares(members.map((id) => workerOf(s.workers, id)!.throughput));
   const participants: Participant[] = members.map((workerId, rank) => ({
     workerId,
-    peerId: s.workers[workerId].peerId,
+    peerId: workerOf(s.workers, workerId)!.peerId,
     rank,
     slot: carried.get(workerId)?.slot ?? rank,
     share: shares[rank],
@@ -189,6 +192,7 @@ export function openRoundIn(ctx: Ctx): void {
   rv.deadline = null;
   rv.baseStep = s.lastCommit.step;
   rv.roundCommits = 0;
+  rv.drainAt = null;
   // A member on a slow link may have the whole state to receive first (core/training/link-floor.ts).
   rv.readyDeadline = ctx.now + s.policy.readyTimeoutMs + readyAllowanceMs(stateFrom, s.job.model, participants.length);
   rv.stepStartedAt = null;
@@ -213,8 +217,11 @@ function announceRoundIn(ctx: Ctx, stateFrom: StateSource, carry: CarriedGroup |
   const participants = rv.participants;
   const world = participants.map(({ workerId, peerId, rank, share }) => ({ workerId, peerId, rank, share }));
   const holes = s.record.holes;
-  for (const p of participants) {
-    sendWorker(ctx, p.workerId, {
+  // One message object for every member: the executor serialises it once (context.ts `sendWorkers`).
+  sendWorkers(
+    ctx,
+    participants.map((p) => p.workerId),
+    {
       type: 'round',
       runId: s.runId,
       round: rv.round,
@@ -231,12 +238,14 @@ function announceRoundIn(ctx: Ctx, stateFrom: StateSource, carry: CarriedGroup |
               shares: carry.shares,
               slots: participants.map((q) => q.slot),
               reported: participants.map((q) => q.lastStep),
+              ...(carry.through !== undefined ? { through: carry.through } : {}),
+              ...(carry.deferred && carry.deferred.length > 0 ? { deferred: carry.deferred } : {}),
             },
           }
         : {}),
       ...(rv.topology ? { topology: { groups: rv.topology } } : {}),
-    });
-  }
+    },
+  );
   notifyWaitingIn(ctx);
 }
 
@@ -244,10 +253,10 @@ function announceRoundIn(ctx: Ctx, stateFrom: StateSource, carry: CarriedGroup |
 export function markReadyIn(ctx: Ctx, workerId: string): void {
   const { s, now } = ctx;
   const rv = s.rendezvous;
-  const p = rv.participants.find((q) => q.workerId === workerId);
-  if (!p || p.ready || rv.phase !== 'syncing') return;
-  p.ready = true;
-  const worker = s.workers[workerId];
+  const member = rv.participants.find((q) => q.workerId === workerId);
+  if (!member || member.ready || rv.phase !== 'syncing') return;
+  mutParticipant(ctx, workerId)!.ready = true;
+  const worker = workerOf(s.workers, workerId);
   if (worker && !holdsState(worker, s.lastCommit))
     mutWorker(ctx, workerId).holds = [{ step: s.lastCommit.step, hash: s.lastCommit.hash }];
   if (rv.participants.every((q) => q.ready)) {
@@ -257,6 +266,10 @@ export function markReadyIn(ctx: Ctx, workerId: string): void {
     if (rv.gatheringSince !== null) metric(ctx, 'tabswarm_rendezvous_duration_ms', now - rv.gatheringSince);
     rv.gatheringSince = null;
     log(ctx, 'info', 'round_train', { round: rv.round, step: s.lastCommit.step + 1 });
-    for (const q of rv.participants) sendWorker(ctx, q.workerId, { type: 'train', round: rv.round });
+    sendWorkers(
+      ctx,
+      rv.participants.map((q) => q.workerId),
+      { type: 'train', round: rv.round },
+    );
   }
 }

@@ -17,17 +17,7 @@
  *
  * The `…In(ctx)` functions mutate a transition's private copy (see context.ts).
  */
-import {
-  log,
-  metric,
-  own,
-  persist,
-  sendConn,
-  sendWorker,
-  writableConnections,
-  writableWorkers,
-  type Ctx,
-} from './context';
+import { deleteWorker, log, metric, persist, sendConn, putConnection, sendWorkers, type Ctx } from './context';
 import { CloseCode, type CloseReason } from '../../core/protocol/coordinator-messages';
 import { holdsState, requestCheckpointIn } from './checkpoints';
 import { carryFor } from './carry';
@@ -35,7 +25,8 @@ import { deferLossIn } from './outer-loss';
 import { chargeIn, bannedUntil, culpritOf, refuseConnIn, type Culprit } from './penalties';
 import { admissibleWaiters, evaluateGatheringIn, notifyWaitingIn, openRoundIn } from './rendezvous';
 import { computeShares, sharesDrift } from './shares';
-import type { CarriedGroup } from './state';
+import { connectionOf, workerOf, workersOf } from './worker-table';
+import type { CarriedGroup, CoordinatorState } from './state';
 
 /**
  * Close the open round: `round_closed` to every remaining participant, survivors re-enrolled at the
@@ -63,12 +54,13 @@ export function closeRoundIn(
   }
   const closed = rv.round;
   const carry = carryFor(s, lost);
-  const survivors = rv.participants.filter((p) => s.workers[p.workerId]).map((p) => p.workerId);
-  for (const id of survivors) sendWorker(ctx, id, { type: 'round_closed', round: closed, reason, restore });
+  const survivors = rv.participants.filter((p) => workerOf(s.workers, p.workerId)).map((p) => p.workerId);
+  sendWorkers(ctx, survivors, { type: 'round_closed', round: closed, reason, restore });
   rv.closedRound = { round: closed, members: rv.participants.map((p) => p.workerId) };
   const head = survivors.filter((id) => id !== demote);
   const tail = demote !== undefined && survivors.includes(demote) ? [demote] : [];
-  rv.waitList = [...head, ...rv.waitList.filter((id) => !survivors.includes(id)), ...tail];
+  const surviving = new Set(survivors);
+  rv.waitList = [...head, ...rv.waitList.filter((id) => !surviving.has(id)), ...tail];
   rv.participants = [];
   rv.topology = null;
   rv.outerLoss = null;
@@ -78,6 +70,7 @@ export function closeRoundIn(
   rv.stepStartedAt = null;
   rv.gatheringSince = now;
   rv.roundCommits = 0;
+  rv.drainAt = null;
   keepCarriedReportsIn(ctx, carry);
   metric(ctx, 'tabswarm_world_size', 0);
   log(ctx, failure ? 'warn' : 'info', 'round_closed', {
@@ -85,12 +78,23 @@ export function closeRoundIn(
     reason,
     restore,
     restart: failure,
-    ...(carry ? { carry: { lost: carry.lost, members: carry.members.map((m) => m.workerId) } } : {}),
+    ...(carry
+      ? {
+          carry: {
+            lost: carry.lost,
+            members: carry.members.map((m) => m.workerId),
+            ...(carry.through !== undefined ? { through: carry.through } : {}),
+          },
+        }
+      : {}),
   });
   if (failure) countRestartIn(ctx, culprits);
 }
 
-/** The reports a carry keeps (the survivors' inner steps); anything else of the closed round is dropped. */
+/**
+ * The reports a carry keeps (the survivors' inner steps); anything else of the closed round is dropped,
+ * an overlapped job's outer reports included (they hold the old world's sum: the survivors send new ones).
+ */
 function keepCarriedReportsIn(ctx: Ctx, carry: CarriedGroup | null): void {
   const s = ctx.s;
   s.rendezvous.carry = carry;
@@ -103,7 +107,11 @@ function keepCarriedReportsIn(ctx: Ctx, carry: CarriedGroup | null): void {
   const pending: typeof s.pending = {};
   for (const [step, reports] of Object.entries(s.pending)) {
     if (Number(step) > limit) continue;
-    pending[step] = Object.fromEntries(Object.entries(reports).filter(([slot]) => kept.has(slot)));
+    pending[step] = Object.fromEntries(
+      Object.entries(reports)
+        .filter(([slot]) => kept.has(slot))
+        .map(([slot, { outer: _outer, ...report }]) => [slot, report]),
+    );
   }
   s.pending = pending;
 }
@@ -160,7 +168,7 @@ export function confirmBlamedRestartIn(ctx: Ctx, why: string, corroborated: bool
 export function enforceBansIn(ctx: Ctx): void {
   const s = ctx.s;
   const bannedMembers: string[] = [];
-  for (const worker of Object.values(s.workers)) {
+  for (const worker of workersOf(s.workers)) {
     const until = bannedUntil(s, ctx.now, worker);
     if (until === null) continue;
     const { workerId } = worker;
@@ -194,7 +202,7 @@ export function failJobIn(ctx: Ctx, why: string): void {
   s.rendezvous.deadline = null;
   log(ctx, 'error', 'job_failed', { why, restarts: s.restarts });
   persist(ctx);
-  for (const w of Object.values(s.workers)) {
+  for (const w of workersOf(s.workers)) {
     sendConn(ctx, w.conn, { type: 'error', code: 'job_failed', message: why });
     ctx.out.push({ kind: 'close', conn: w.conn, code: CloseCode.jobOver, reason: 'job failed' });
   }
@@ -203,11 +211,11 @@ export function failJobIn(ctx: Ctx, why: string): void {
 /** Forget a worker (its socket stays open unless the caller closes it). Returns whether it was in the open round. */
 export function removeWorkerIn(ctx: Ctx, workerId: string): boolean {
   const s = ctx.s;
-  const worker = s.workers[workerId];
+  const worker = workerOf(s.workers, workerId);
   if (!worker) return false;
-  delete writableWorkers(ctx)[workerId];
-  const conn = s.connections[worker.conn];
-  if (conn && conn.workerId === workerId) writableConnections(ctx)[worker.conn] = { ...conn, workerId: null };
+  deleteWorker(ctx, workerId);
+  const conn = connectionOf(s.connections, worker.conn);
+  if (conn && conn.workerId === workerId) putConnection(ctx, worker.conn, { ...conn, workerId: null });
   const rv = s.rendezvous;
   rv.waitList = rv.waitList.filter((id) => id !== workerId);
   const wasMember = rv.phase !== 'gathering' && rv.participants.some((p) => p.workerId === workerId);
@@ -222,7 +230,7 @@ export function removeWorkerIn(ctx: Ctx, workerId: string): boolean {
  */
 export function leaveIn(ctx: Ctx, workerId: string, reason: 'goodbye' | 'kicked'): void {
   const s = ctx.s;
-  const worker = s.workers[workerId];
+  const worker = workerOf(s.workers, workerId);
   if (!worker) return;
   const rv = s.rendezvous;
   const lastMember = rv.participants.length === 1 && rv.participants[0].workerId === workerId;
@@ -281,7 +289,7 @@ export function failIn(
     closeRoundIn(ctx, reason, true, !deferred, opts.blame, culprits, lost);
     if (deferred && s.status === 'active') {
       if (s.blamedRestart)
-        confirmBlamedRestartIn(ctx, 'a second blame arrived', !own(s.workers, s.blamedRestart.workerId));
+        confirmBlamedRestartIn(ctx, 'a second blame arrived', !workerOf(s.workers, s.blamedRestart.workerId));
       s.blamedRestart = {
         workerId: opts.blame!,
         deadline: ctx.now + GOODBYE_GRACE_MS,
@@ -308,7 +316,7 @@ export function dropNotReadyIn(ctx: Ctx): void {
   const culprits = late.map((id) => culpritOf(s, id));
   log(ctx, 'warn', 'ready_timeout', { round: s.rendezvous.round, workers: late });
   for (const id of late) {
-    const worker = own(s.workers, id);
+    const worker = workerOf(s.workers, id);
     if (!worker) continue;
     ctx.out.push({ kind: 'close', conn: worker.conn, code: CloseCode.notReady, reason: 'not ready in time' });
     removeWorkerIn(ctx, id);
@@ -327,29 +335,33 @@ export const REBALANCE_MIN_COMMITS = 50;
 export const REBALANCE_DRIFT = 0.25;
 
 /**
- * At a commit boundary: a new round if newcomers can be admitted, the world must shrink (max lowered)
- * or shares drifted, or (`lostMembers`) the group just committed without members the round lost
- * (outer-loss.ts). Closes with restore:false and opens the next round at once. Returns whether it did.
+ * Why the training round should change at a commit boundary: newcomers can be admitted or the world must
+ * shrink (max lowered): `membership`; shares drifted: `rebalance`; else null.
+ */
+export function boundaryReason(s: CoordinatorState): CloseReason | null {
+  const rv = s.rendezvous;
+  if (s.status !== 'active' || rv.phase !== 'training') return null;
+  const world = rv.participants.length;
+  if ((admissibleWaiters(s).length > 0 && world < s.job.maxWorkers) || world > s.job.maxWorkers) return 'membership';
+  if (rv.roundCommits < REBALANCE_MIN_COMMITS || world < 2) return null;
+  const proposed = computeShares(rv.participants.map((p) => workerOf(s.workers, p.workerId)!.throughput));
+  const drift = sharesDrift(
+    rv.participants.map((p) => p.share),
+    proposed,
+  );
+  return drift > REBALANCE_DRIFT ? 'rebalance' : null;
+}
+
+/**
+ * At a commit boundary with nothing in flight after it: a new round when `boundaryReason` says so, or
+ * (`lostMembers`) when the group just committed without members the round lost (outer-loss.ts: the
+ * round's ranks and shares no longer fit its members). Closes with restore:false and opens the next
+ * round at once. Returns whether it did.
  */
 export function admitAtBoundaryIn(ctx: Ctx, lostMembers = false): boolean {
   const s = ctx.s;
-  const rv = s.rendezvous;
-  if (s.status !== 'active' || rv.phase !== 'training') return false;
-  const world = rv.participants.length;
-  let reason: CloseReason | null = null;
-  // After a commit without lost members, the round's ranks and shares no longer fit its members.
-  if (lostMembers || (admissibleWaiters(s).length > 0 && world < s.job.maxWorkers) || world > s.job.maxWorkers)
-    reason = 'membership';
-  else if (rv.roundCommits >= REBALANCE_MIN_COMMITS && world > 1) {
-    const proposed = computeShares(rv.participants.map((p) => s.workers[p.workerId].throughput));
-    if (
-      sharesDrift(
-        rv.participants.map((p) => p.share),
-        proposed,
-      ) > REBALANCE_DRIFT
-    )
-      reason = 'rebalance';
-  }
+  const training = s.status === 'active' && s.rendezvous.phase === 'training';
+  const reason = lostMembers && training ? 'membership' : boundaryReason(s);
   if (reason === null) return false;
   closeRoundIn(ctx, reason, false, false);
   openRoundIn(ctx);

@@ -6,10 +6,15 @@
 import type { StepSketches } from '../../core/state/sketch';
 import { z } from 'zod';
 import type { JobSpec } from '../../core/training/job';
-import type { ClientMessage, PeerLink } from '../../core/protocol/tab-messages';
+import type { ClientMessage, KernelsReport, PeerLink } from '../../core/protocol/tab-messages';
+import type { SyncAdviceView } from '../../core/protocol/views';
 import type { ServerMessage } from '../../core/protocol/coordinator-messages';
 import type { ParseErrorCode } from '../../core/protocol/control-parse';
 import type { SamplerRecord } from '../../core/training/sampler';
+import type { BucketTable } from './worker-table';
+import type { PenaltyRecord, TrustPolicy } from './trust-policy';
+
+export type { PenaltyRecord, TrustPolicy } from './trust-policy';
 import type { PositionRange, RecordPosition } from '../../core/training/groups';
 
 // ---------------------------------------------------------------- state
@@ -58,9 +63,9 @@ export interface RendezvousState {
   /** Commits made in the current round (shares are re-measured after some). */
   roundCommits: number;
   /**
-   * The round that closed most recently and its members (null before the first close). Reports about
-   * its commits may arrive after the close — rank 0's test-set evaluation of the round's last commit,
-   * or of the job's last step after `done` — and are still accepted from them.
+   * The round that closed most recently and its members (null before the first close). Reports about its commits
+   * may arrive after the close — rank 0's test-set evaluation of the round's last commit, or of the job's last
+   * step after `done` — and are still accepted from them.
    */
   closedRound: { round: number; members: string[] } | null;
   /** While syncing: members not `ready` by this time (ms) are dropped, without a restart. Null otherwise. */
@@ -68,10 +73,10 @@ export interface RendezvousState {
   /** When the round's members may start computing their next step (train, or the last commit): ms. */
   stepStartedAt?: number | null;
   /**
-   * A commit group an earlier round planned, carried on by the survivors (local sync mode: members were
-   * lost inside the outer step; round-close.ts `carryIn`). Set when such a round closes, kept while the
-   * carrying round runs, cleared by the group's commit or when it is given up (a restore). Absent or
-   * null: the current round planned the group in flight (every slot is its rank).
+   * A commit group an earlier round planned, carried on by the survivors (local sync mode: members were lost inside
+   * the outer step; round-close.ts `carryIn`). Set when such a round closes, kept while the carrying round runs,
+   * cleared by the group's commit or when it is given up (a restore). Replaced whole, never edited (context.ts).
+   * Absent or null: the current round planned the group in flight (every slot is its rank).
    */
   carry?: CarriedGroup | null;
   /**
@@ -87,6 +92,12 @@ export interface RendezvousState {
    * survivors then disagree). Absent or null: none.
    */
   outerLoss?: { ranks: number[]; workers: string[]; deadline: number; namedBy?: string } | null;
+  /**
+   * An overlapped job (core/training/overlap.ts): the last step of the group whose outer step the coordinator asked
+   * to be synchronous (`committed.drain`) because the round changes at its commit. Null or absent: none. Cleared
+   * when the round closes.
+   */
+  drainAt?: number | null;
 }
 
 /** The split of a commit group that survivors carry on (see `RendezvousState.carry`). */
@@ -97,6 +108,13 @@ export interface CarriedGroup {
   lost: number[];
   /** The survivors in their old rank order: each one's slot and the last step it reported. */
   members: { workerId: string; slot: number; lastStep: number }[];
+  /** Overlapped job: the last step carried on (the group in flight's, or its successor's if begun). Absent: the first. */
+  through?: number;
+  /**
+   * Holes of the record the group in flight was planned without: the lost slices of its overlapped predecessor,
+   * committed partially while this group was carried along (sampler.ts `commitGroup`).
+   */
+  deferred?: PositionRange[];
 }
 
 /** A state a worker holds: a committed step and the parameter hash there. */
@@ -104,6 +122,14 @@ export interface HeldState {
   step: number;
   hash: string | null;
 }
+
+/** The state's workers by id (a bucket table: worker-table.ts). */
+export type WorkerTable = BucketTable<WorkerInfo>;
+/** The state's open sockets by conn id (a bucket table: worker-table.ts). */
+export type ConnectionTable = BucketTable<Connection>;
+
+/** An open socket: the worker welcomed on it (null before hello or after goodbye), the server's nonce, the client address. */
+export type Connection = { workerId: string | null; nonce: string; addr?: string };
 
 /** A worker that said hello and has not left. */
 export interface WorkerInfo {
@@ -136,6 +162,8 @@ export interface WorkerInfo {
   iceError?: string | null;
   /** Its compute utilization and wire bytes per sample over its accepted reports (utilization.ts); absent before the first. */
   usage?: Usage;
+  /** The kernels its hello reported (variants, GFLOP/s; only shown); absent when it sent none. */
+  kernels?: KernelsReport;
 }
 
 /** One rank's report of one step, kept until the step commits or the round closes. */
@@ -146,6 +174,8 @@ export interface PendingReport {
   computeMs: number;
   /** The step's sketches, when the job verifies (core/state/sketch.ts). */
   sketch?: StepSketches;
+  /** An overlapped job's commit point: the hash of this rank's `outer_report`, once it arrived. */
+  outer?: string;
 }
 
 /**
@@ -205,40 +235,11 @@ export interface LastCommit {
   firstStep?: number;
   hash: string | null;
   /**
-   * Workers that reported `hash` for `step` (the committing round's members). Only they may be the
-   * state source for it: a hello that merely claims `haveStep/haveHash` (copied from /api/status)
-   * proves nothing. Absent in states persisted before the field existed (then nobody qualifies).
+   * Workers that reported `hash` for `step` (the committing round's members). Only they may be the state source for
+   * it: a hello that merely claims `haveStep/haveHash` (copied from /api/status) proves nothing. Absent in states
+   * persisted before the field existed (then nobody qualifies).
    */
   members?: string[];
-}
-
-/** The abuse policy (penalties.ts; the CLI sets it, defaults in DEFAULT_TRUST_POLICY). */
-export interface TrustPolicy {
-  /** A round member not `ready` this long after the round opened is dropped (no restart). */
-  readyTimeoutMs: number;
-  /**
-   * Local sync mode: a member whose next inner-step report is later than this (ms) and than twice its
-   * learned step time has hung (hang.ts). Absent: `HANG_FLOOR_MS` (core/training/hang.ts).
-   */
-  hangFloorMs?: number;
-  /** Charges a worker may collect within `chargeWindowMs` before it is cooled off. */
-  workerQuota: number;
-  /** Charges a client address may collect within `chargeWindowMs` before it is cooled off. */
-  addressQuota: number;
-  chargeWindowMs: number;
-  /** First cooling-off period; each further one doubles, up to `maxCoolOffMs`. */
-  coolOffMs: number;
-  maxCoolOffMs: number;
-}
-
-/** Charges and bans of one worker (`w:<id>`) or one client address (`a:<addr>`). */
-export interface PenaltyRecord {
-  /** Times (ms) of charges inside the window. */
-  charges: number[];
-  /** Bans so far (the next lasts coolOffMs · 2^bans). */
-  bans: number;
-  /** Refused until this time (ms); 0 or past: not banned. */
-  bannedUntil: number;
 }
 
 /** Sums over step reports (utilization.ts accounts them). */
@@ -251,6 +252,8 @@ export interface UsageSums {
   wireSamples: number;
   /** Bytes sent in the step's collectives, as the tabs claimed them. */
   wireBytes: number;
+  /** Reports counted (decayed like the rest in the recent sums): per-step averages divide by it. */
+  reports: number;
 }
 
 /** Decaying sums over the recent window, and the run's totals (since this coordinator started). */
@@ -291,9 +294,10 @@ export interface CoordinatorState {
     reporter?: { workerId: string; addr: string };
     addr?: string;
   } | null;
-  /** Open sockets: conn id → the worker welcomed on it (null before hello or after goodbye) and the server's nonce. */
-  connections: Record<string, { workerId: string | null; nonce: string; addr?: string }>;
-  workers: Record<string, WorkerInfo>;
+  /** Open sockets by conn id (worker-table.ts: read with `connectionOf`, written through context.ts). */
+  connections: ConnectionTable;
+  /** Welcomed workers by id (worker-table.ts: read with `workerOf`/`workersOf`, written through context.ts). */
+  workers: WorkerTable;
   /** Counter for worker ids (ids also carry the connection's nonce). */
   nextWorkerSeq: number;
   /**
@@ -310,6 +314,11 @@ export interface CoordinatorState {
    * and since this coordinator started (utilization.ts; not durable). Absent before the first report.
    */
   usage?: Usage;
+  /**
+   * Every-step sync waits on the network longer than the tabs compute: the advice shown on the admin
+   * page and in `/api/status` (sync-advice.ts; not durable). Absent or null: none.
+   */
+  syncAdvice?: SyncAdviceView | null;
   /** The step being recomputed, if any (one at a time; not durable: a restart drops it). */
   verification?: VerificationState | null;
   /** First committed step each worker contributed to since the last rollback (the rollback target of a cheat). */

@@ -6,6 +6,7 @@
 import type { PeerLink } from '../../core/protocol/tab-messages';
 import { planTopology, type Topology } from '../../core/training/topology';
 import type { CoordinatorState } from './state';
+import { workerOf } from './worker-table';
 
 /** Links a worker's RTT memory keeps (the most recently reported ones). */
 export const MAX_REMEMBERED_LINKS = 64;
@@ -17,7 +18,7 @@ export function rememberRtts(
 ): Record<string, number> {
   const next: Record<string, number> = { ...known };
   for (const link of links) {
-    if (link.rttMs === undefined) continue;
+    if (link.rttMs == null) continue;
     delete next[link.peer];
     next[link.peer] = link.rttMs;
   }
@@ -32,7 +33,7 @@ export function rememberRtts(
  * that verify keep the plain ring: their hop checks follow the ring's segments (verification.ts).
  */
 export function roundTopology(s: CoordinatorState, members: readonly string[]): Topology {
-  const peers = members.map((id) => s.workers[id]?.peerId ?? '');
-  const known = members.map((id) => s.workers[id]?.linkRtts ?? {});
+  const peers = members.map((id) => workerOf(s.workers, id)?.peerId ?? '');
+  const known = members.map((id) => workerOf(s.workers, id)?.linkRtts ?? {});
   return planTopology(members.length, (a, b) => known[a][peers[b]] ?? null, { ringOnly: s.job.verify !== undefined });
 }

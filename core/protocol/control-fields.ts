@@ -12,7 +12,9 @@
  * computes which part.
  *
  * Worker life cycle: hello → welcome → (wait)* → round → sync state (stateFrom) + connect the ring → ready →
- * train → step_report per step, waiting for `committed` after each group's last step (its commit point) →
+ * train → step_report per step, waiting for `committed` after each group's last step (its commit point;
+ * with overlapped outer steps, docs/local-steps.md, an `outer_report` follows each outer step's allreduce
+ * while the next group's steps go on) →
  * … → round_closed (restore or not) → round … → done. Heartbeats throughout. Rank 0 also sends
  * `evaluation` after the commits that are evaluation points (`isEvaluationCommit` in core/training/commit-schedule.ts).
  *

@@ -128,6 +128,17 @@ export const carrySchema = z.strictObject({
   slots: z.array(rankSchema).min(1).max(4096),
   /** The last step the coordinator has a report of, by rank: a rank re-sends its reports after it. */
   reported: z.array(stepSchema).min(1).max(4096),
+  /**
+   * An overlapped job (core/training/overlap.ts): the last step of the groups carried on, when the group
+   * after the one at `step` is carried too (its inner steps began before the loss; same split, same lost
+   * slots, planned where the first one leaves the record when committed whole). Absent: the group at `step` alone.
+   */
+  through: z.int().min(1).optional(),
+  /**
+   * Holes of the record (`holes`) that the group at `step` was planned without: its overlapped predecessor
+   * committed partially while this group ran. They stay holes through its commit. Absent: none.
+   */
+  deferred: holesSchema.optional(),
 });
 export type Carry = z.infer<typeof carrySchema>;
 
@@ -141,15 +152,16 @@ export const topologySchema = z.strictObject({
 });
 export type TopologyMessage = z.infer<typeof topologySchema>;
 
-/** A carry that fits its round: one slot and one report mark per rank, distinct slots inside the split. */
-function carryFits(msg: { world: unknown[]; carry?: Carry }): boolean {
+/** A carry that fits its round: one slot and one report mark per rank, distinct slots inside the split, `through` not before `step`. */
+function carryFits(msg: { world: unknown[]; step: number; carry?: Carry }): boolean {
   const c = msg.carry;
   if (!c) return true;
   return (
     c.slots.length === msg.world.length &&
     c.reported.length === msg.world.length &&
     new Set(c.slots).size === c.slots.length &&
-    c.slots.every((slot) => slot < c.shares.length)
+    c.slots.every((slot) => slot < c.shares.length) &&
+    (c.through === undefined || c.through >= msg.step)
   );
 }
 
@@ -249,6 +261,11 @@ export const committedSchema = z
      * one before it, still this tab's backup) to `upload.url` now, before the next apply replaces it.
      */
     upload: z.strictObject({ step: z.int().min(0), url: textSchema(512) }).optional(),
+    /**
+     * An overlapped job: the outer step of the group after this commit is synchronous (not overlapped):
+     * the round changes at that group's commit (core/training/overlap.ts). Absent: the usual rule.
+     */
+    drain: z.literal(true).optional(),
   })
   .refine((m) => holesBelowCursor({ cursor: m.cursor, holes: m.holes ?? [] }), {
     message: 'holes must lie below the cursor',

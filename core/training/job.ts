@@ -104,6 +104,12 @@ export const localSyncSchema = z.strictObject({
   innerSteps: z.int().min(1).max(100_000),
   outer: outerOptimizerSchema.default({ kind: 'nesterov', lr: 0.7, momentum: 0.9 }),
   compression: compressionSchema.default('none'),
+  /**
+   * Overlapped outer steps: each outer step's allreduce runs while the ranks compute the next outer step's
+   * inner steps, and the outer update lands one outer step late ("eager" updates, Kale et al. 2025;
+   * core/training/overlap.ts, docs/local-steps.md "Overlapped outer steps"). Off by default.
+   */
+  overlap: z.boolean().default(false),
 });
 
 export const syncSchema = z.discriminatedUnion('mode', [everyStepSyncSchema, localSyncSchema]);
@@ -123,6 +129,21 @@ export const verifySchema = z.strictObject({
   probability: finite.min(0).max(1).default(0.05),
 });
 export type VerifySpec = z.infer<typeof verifySchema>;
+
+/**
+ * How the tabs' WGSL kernels run (docs/gpu.md). `precision` 'f16' stores every matmul's operands
+ * (activations and weight copies) as IEEE halves, with float32 products and sums, master weights,
+ * gradients and optimizer state; 'f32' (the default) is the reference. `tune`: when a tab times the
+ * kernel variants for its adapter at its first start (cached after): on a hardware GPU ('gpu', the
+ * default; a software adapter keeps the hand-measured defaults), on any adapter ('always'), never.
+ * The variants give the same bits whatever is chosen, so `tune` never changes a run's numbers.
+ */
+export const kernelsSchema = z.strictObject({
+  precision: z.enum(['f32', 'f16']).default('f32'),
+  tune: z.enum(['gpu', 'always', 'never']).default('gpu'),
+});
+export type KernelsSpec = z.infer<typeof kernelsSchema>;
+export const DEFAULT_KERNELS: KernelsSpec = { precision: 'f32', tune: 'gpu' };
 
 export const datasetSpecSchema = z.union([textDatasetSchema, tensorsDatasetSchema, idxDatasetSchema]);
 
@@ -171,6 +192,8 @@ export const jobSpecSchema = z
     sync: syncSchema.default({ mode: 'every-step', compression: 'none' }),
     /** Check contributions (sketches, ring identity, recomputed spot checks); absent: trust the ranks. */
     verify: verifySchema.optional(),
+    /** Kernel precision and per-adapter tuning (docs/gpu.md). */
+    kernels: kernelsSchema.default(DEFAULT_KERNELS),
     /** Committed steps between durable checkpoints (also taken at epoch ends and at the end). */
     checkpointEvery: z.int().min(1).max(10_000_000).default(50),
     /** Failure restarts tolerated; one more fails the job. Joins and goodbyes never count. */
@@ -260,6 +283,8 @@ export const jobPublicSchema = z.strictObject({
   sync: syncSchema,
   /** Whether ranks sketch their contributions (and how often the coordinator recomputes a step). */
   verify: verifySchema.optional(),
+  /** Kernel precision and when a tab tunes its kernels (`kernelsSchema`). */
+  kernels: kernelsSchema.default(DEFAULT_KERNELS),
   checkpointEvery: z.int().min(1),
   /** Send a heartbeat this often (ms). */
   heartbeatMs: z.int().min(1),
@@ -294,6 +319,7 @@ export function jobPublic(job: JobSpec, datasetSize: number): JobPublic {
     commitEvery: job.commitEvery,
     sync: job.sync,
     ...(job.verify ? { verify: job.verify } : {}),
+    kernels: job.kernels,
     checkpointEvery: job.checkpointEvery,
     heartbeatMs: job.heartbeatMs,
     seed: job.seed,

@@ -194,23 +194,29 @@ export function recordPosition(record: SamplerRecord): RecordPosition {
  * commit: they become holes). `order` is the record's epoch order. Throws if the group does not start
  * at the record, `lost` is not part of it, or an index was already processed (a bug upstream, never a
  * client's doing). Finishing the epoch (tail and holes all processed) moves to the next epoch.
+ *
+ * `deferred`: holes the record holds that the group was planned without (the successor of an overlapped
+ * group that committed partially, core/training/overlap.ts): the group starts at the record less them,
+ * and they stay holes after it.
  */
 export function commitGroup(
   record: SamplerRecord,
   order: Uint32Array,
   group: GroupPlan,
   lost: readonly PositionRange[] = [],
+  deferred: readonly PositionRange[] = [],
 ): SamplerRecord {
   if (order.length !== record.n) throw new Error(`commitGroup: order of ${order.length}, record of ${record.n}`);
-  if (!samePosition(group.start, recordPosition(record)))
+  const start = withDeferredHoles(group.start, deferred);
+  if (!samePosition(start, recordPosition(record)))
     throw new Error(
-      `commitGroup: the group starts at ${describePosition(group.start)}, the record is at ${describePosition(record)}`,
+      `commitGroup: the group starts at ${describePosition(start)}, the record is at ${describePosition(record)}`,
     );
   const consumed = mergeRanges(group.steps.flatMap((s) => s.ranges));
   const committed = subtractRanges(consumed, mergeRanges(lost));
   if (rangesCount(committed) + rangesCount(lost) !== rangesCount(consumed))
     throw new Error('commitGroup: lost positions outside the group');
-  const after = positionAfterGroup(recordPosition(record), group, lost, record.n);
+  const after = positionAfterGroup(group.start, group, [...lost, ...deferred], record.n);
   const bits = base64ToBytes(record.processed);
   for (const [start, end] of committed) {
     for (let p = start; p < end; p++) {
@@ -230,6 +236,11 @@ export function commitGroup(
     processed: bytesToBase64(bits),
     processedCount: record.processedCount + rangesCount(committed),
   };
+}
+
+/** `at` with the `deferred` holes added (see `commitGroup`); `at` itself when there are none. */
+export function withDeferredHoles(at: RecordPosition, deferred: readonly PositionRange[]): RecordPosition {
+  return deferred.length === 0 ? at : { ...at, holes: mergeRanges([...at.holes, ...deferred]) };
 }
 
 /** Whether two record positions are the same (epoch, cursor and holes). */

@@ -26,8 +26,8 @@ import {
   type TransformerSpec,
 } from '../../core/training/model-spec';
 import { initParams } from './layers';
-import type { MatmulTile } from '../ops/matmul';
-import { graphContext, type ModelGraph } from './model-graph';
+import { graphContext, type ModelGraph, type Precision } from './model-graph';
+import { withDefaults, type KernelVariants } from '../tuning/variants';
 import { buildSequential } from './model-sequential';
 import { buildTransformer } from './model-transformer';
 import { FlatOptimizer, MOMENT_NAMES, type OptimizerConfig } from './flat-optimizer';
@@ -50,8 +50,13 @@ export interface ModelOptions {
   params?: Float32Array;
   /** Seed of the default initialisation (default 1). */
   seed?: number;
-  /** Matmul tile variant (override constants), e.g. chosen by the benchmark for this adapter. */
-  matmulTile?: MatmulTile;
+  /**
+   * Kernel variants (override constants) per op family, e.g. the autotuner's choice for this adapter
+   * (kernels/tuning/); omitted families take `DEFAULT_VARIANTS`. Every variant gives the same bits.
+   */
+  variants?: Partial<KernelVariants>;
+  /** 'f16': matmul operands (activations, weight copies) stored as halves; default 'f32' (the reference). */
+  precision?: Precision;
 }
 
 export interface EvaluationResult {
@@ -97,6 +102,9 @@ export class Model {
   optimizerStep = 0;
 
   readonly gpu: Gpu;
+  /** The kernel variants the model was built with (defaults filled in). */
+  readonly variants: KernelVariants;
+  readonly precision: Precision;
   private optimizerConfig: OptimizerConfig;
   private readonly input: Tensor;
   private readonly labels: Tensor;
@@ -105,7 +113,8 @@ export class Model {
   /** The prepared calls of a step, listed once: recorded as they are, resized through `resizers`. */
   private readonly forwardBackwardCalls: readonly KernelCall[];
   private readonly optimizerCalls: readonly KernelCall[];
-  private readonly trainStepCalls: readonly KernelCall[];
+  /** A training step's calls in dispatch order (what the autotuner times a family's share of, by label). */
+  readonly trainStepCalls: readonly KernelCall[];
   private readonly evaluateCalls: readonly KernelCall[];
   private readonly forwardCalls: readonly KernelCall[];
   private readonly logits: Tensor;
@@ -157,12 +166,15 @@ export class Model {
     this.grads = tensor([layout.totalElements], 'grads');
     this.momentNames = MOMENT_NAMES[options.optimizer.kind];
     this.moments = this.momentNames.map((name) => tensor([layout.totalElements], name));
-    const graph = this.buildGraph(options);
+    this.variants = withDefaults(options.variants);
+    this.precision = options.precision ?? 'f32';
+    const graph = this.buildGraph();
     this.flatOptimizer = new FlatOptimizer(
       gpu,
       layout,
       { params: this.params, grads: this.grads, moments: this.moments },
       this.optimizerConfig,
+      this.variants.optimizer,
     );
     this.forwardBackwardCalls = [...graph.forward, graph.loss, ...graph.backward];
     this.optimizerCalls = this.flatOptimizer.calls;
@@ -174,7 +186,8 @@ export class Model {
     this.paramDigests = new ParamDigests(gpu, this.params, layout.totalElements * 4, `${spec.name}.param-digests`);
   }
 
-  private buildGraph(options: ModelOptions): ModelGraph {
+  /** The graph's calls with the f16 mode's weight casts first in the forward pass (none in f32). */
+  private buildGraph(): ModelGraph {
     const base = {
       gpu: this.gpu,
       maxBatch: this.maxBatch,
@@ -184,12 +197,14 @@ export class Model {
       labels: this.labels,
       loss: this.loss,
       correct: this.correct,
-      tile: options.matmulTile === undefined ? {} : { tile: options.matmulTile },
+      variants: this.variants,
+      precision: this.precision,
     };
     const ctx = graphContext(base, this.spec.name, this.owned, this.resizers);
-    return isTransformer(this.spec)
+    const graph = isTransformer(this.spec)
       ? buildTransformer(ctx, this.spec, this.layout)
       : buildSequential(ctx, this.spec, this.layout);
+    return { ...graph, forward: [...ctx.weightCasts, ...graph.forward] };
   }
 
   /** The batch the prepared kernels are currently sized for. */

@@ -20,7 +20,7 @@
 import { join } from 'node:path';
 import type { Browser } from 'playwright-core';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import type { StatusReport } from '../../coordinator/admin/audit';
+import type { StatusResponse } from '../../core/protocol/views';
 import { decodeSnapshot } from '../../core/state/snapshot';
 import {
   FASHION_MNIST_DIR,
@@ -121,7 +121,7 @@ describe.skipIf(skip)('a hostile tab among three honest ones', () => {
     opts: {
       job?: Record<string, unknown>;
       hostiles?: number;
-      until?: (s: StatusReport) => boolean;
+      until?: (s: StatusResponse) => boolean;
       /** The hostile tab joins first (rank 0 of the first round: the rank asked for checkpoints). */
       hostileFirst?: boolean;
     } = {},
@@ -258,18 +258,18 @@ describe.skipIf(skip)('a hostile tab among three honest ones', () => {
   it('lies about throughput (computeMs 1e-6): its share stays measured, not claimed (and the clean reference)', async () => {
     const { c, swarm, tabs, ids } = await attackRun(
       { mode: 'lie-throughput', fromStep: 1 },
-      { until: (s) => s.step >= 20 && s.world.length === 4 },
+      { until: (s) => s.step >= 20 && s.world.total === 4 },
     );
     await tabs[0].waitFor((v) => v.hostile.tally.reports > 2, null, 60_000);
     // Shares are re-measured when a round forms: one honest tab leaves (a goodbye), three remain.
     await swarm.close(swarm.tabs[0]);
     const three = await statusUntil(
       c,
-      (s, step) => s.world.length === 3 && s.step >= step + 2,
+      (s, step) => s.world.total === 3 && s.step >= step + 2,
       'three tabs committing',
       (await c.status()).step,
     );
-    const share = three.world.find((w) => w.id === ids[0])!.share;
+    const share = three.world.items.find((w) => w.id === ids[0])!.share;
     console.log(`lie-throughput: the liar's share among 3 is ${share.toFixed(3)} (believed: the cap, 0.667)`);
     expect(share).toBeLessThan(0.6);
     await statusUntil(c, (s) => s.status === 'done', 'the job done', undefined, 240_000);
@@ -357,7 +357,7 @@ describe.skipIf(skip)('a hostile tab among three honest ones', () => {
     await statusUntil(c, (s) => s.step >= 6 && s.latestCheckpoint !== null, 'step 6 and a checkpoint');
     // Every honest tab leaves: nobody holds the last commit any more, only the stored checkpoint does.
     await Promise.all(swarm.live.map((t) => swarm.close(t)));
-    const gone = await statusUntil(c, (s) => s.world.length === 0 && s.waiting.length === 0, 'no tab left');
+    const gone = await statusUntil(c, (s) => s.world.total === 0 && s.waiting.total === 0, 'no tab left');
     // The liar joins alone, naming this run and claiming the last commit, as a tab coming back would.
     const tab = await hostile.open(browser, { mode: 'claim-state', fromStep: 1 }, { echo });
     const joined = await tab.waitFor(
@@ -374,7 +374,7 @@ describe.skipIf(skip)('a hostile tab among three honest ones', () => {
     await swarm.openMany(2);
     await statusUntil(
       c,
-      (s, step) => s.world.length === 3 && s.step >= step + 2,
+      (s, step) => s.world.total === 3 && s.step >= step + 2,
       'three tabs past the claim',
       gone.step,
     );
@@ -387,10 +387,10 @@ describe.skipIf(skip)('a hostile tab among three honest ones', () => {
 /** The coordinator's status once `check(status, arg)` holds (polled every 200 ms). */
 async function statusUntil<A = undefined>(
   c: CoordinatorProcess,
-  check: (s: StatusReport, arg: A) => boolean,
+  check: (s: StatusResponse, arg: A) => boolean,
   what: string,
   arg?: A,
   timeoutMs = 90_000,
-): Promise<StatusReport> {
+): Promise<StatusResponse> {
   return (await coordinatorStatusUntil(c, (s) => check(s, arg as A), what, { timeoutMs, pollMs: 200 })).status;
 }

@@ -21,12 +21,15 @@ const JOB = {
   checkpointEvery: 1000,
 };
 
-/** Status without the fields that move with the clock. */
+/** Status without the fields that move with the clock (when it was taken, ages, who is late by now). */
 function stable(status: any): unknown {
+  const { at: _at, counts, ...rest } = status;
+  const { late: _late, ...still } = counts;
   return {
-    ...status,
-    world: status.world.map(({ lastHeartbeatAgeMs: _age, ...w }: any) => w),
-    waiting: status.waiting.map(({ lastHeartbeatAgeMs: _age, ...w }: any) => w),
+    ...rest,
+    counts: still,
+    world: status.world.items.map(({ lastHeartbeatAgeMs: _age, ...w }: any) => w),
+    waiting: status.waiting.items.map(({ lastHeartbeatAgeMs: _age, ...w }: any) => w),
   };
 }
 

@@ -7,7 +7,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { jobPublic, parseJobSpec } from '../../core/training/job';
 import { referenceStepPosition } from '../support/hole-free-layout';
-import { type CoordinatorProcess, spawnCoordinator } from '../support/coordinator-process';
+import { CoordinatorProcess, spawnCoordinator } from '../support/coordinator-process';
 import { SimTrainer, simulatedParamsHash } from '../support/sim-trainer';
 
 /** 300 fake training images, batch 32: 10 steps; checkpoints every 3 steps. */
@@ -91,6 +91,10 @@ describe('commits and evaluations API', () => {
     }
     // The audit agrees that two rows were rolled back.
     expect((await proc.audit()).rolledBackRows).toBe(2);
+    // /metrics timed the handling of every commit (12: the 10 live rows and the 2 rolled back).
+    const metrics = await proc.metrics();
+    expect(CoordinatorProcess.metricValue(metrics, 'tabswarm_commit_handle_seconds_count')).toBe(STEPS + 2);
+    expect(CoordinatorProcess.metricValue(metrics, 'tabswarm_commit_handle_seconds_bucket{le="+Inf"}')).toBe(STEPS + 2);
   });
 
   it('pages with from/limit and `next`', async () => {

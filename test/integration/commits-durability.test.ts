@@ -101,8 +101,8 @@ describe('rounds and commits', () => {
       restarts: 0,
     });
     expect(status.lastCommit).toEqual({ step: 6, hash: simulatedParamsHash(PLAN.model, 6) });
-    expect(status.world.map((w: { rank: number }) => w.rank).sort()).toEqual([0, 1]);
-    expect(status.world.reduce((sum: number, w: { share: number }) => sum + w.share, 0)).toBeCloseTo(1, 12);
+    expect(status.world.items.map((w: { rank: number }) => w.rank).sort()).toEqual([0, 1]);
+    expect(status.world.items.reduce((sum: number, w: { share: number }) => sum + w.share, 0)).toBeCloseTo(1, 12);
 
     const audit = await proc.audit();
     expect(audit).toMatchObject({ ok: true, commitRows: 6, lastRowStep: 6, recordAgrees: true });
@@ -158,7 +158,8 @@ describe('kill -9 during a stream of commits', () => {
       expect(status.step).toBeLessThanOrEqual(Math.max(a.lastReported, b.lastReported));
       expect(status.lastCommit.hash).toBe(simulatedParamsHash(PLAN.model, status.step));
       expect(status.state).toBe('gathering');
-      expect(status.world).toEqual([]);
+      expect(status.world.items).toEqual([]);
+      expect(status.world.total).toBe(0);
       expect(audit.ok).toBe(true);
       expect(audit.lastRowStep).toBe(status.step);
       expect(audit.commitRows).toBe(status.step);

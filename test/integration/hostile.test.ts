@@ -209,7 +209,7 @@ describe('liveness under abuse (real coordinator, scripted attackers)', () => {
       expect(closes.every((c) => c.code === 4006)).toBe(true); // CloseCode.notReady
       const status = await proc.status();
       expect(status.restarts).toBe(0);
-      expect(status.world.map((w) => w.id)).toEqual([h.worker.workerId]);
+      expect(status.world.items.map((w) => w.id)).toEqual([h.worker.workerId]);
     } finally {
       clearInterval(beat);
     }
@@ -309,7 +309,7 @@ describe('shares', () => {
     // A third tab is admitted at the next boundary: the new round's shares come from measured throughput.
     const b = await honest(proc, 10);
     await b.untilCommitted((await proc.status()).step + 2);
-    const world = (await proc.status()).world;
+    const world = (await proc.status()).world.items;
     expect(world).toHaveLength(3);
     const share = world.find((w) => w.id === liar.worker.workerId)!.share;
     expect(share).toBeLessThanOrEqual(2 / 3); // never above twice the equal share

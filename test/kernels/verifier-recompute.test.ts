@@ -17,6 +17,7 @@ import { Recomputer, type RecomputeRequest, RecomputeError } from '../../verifie
 import { nodeGpu, skipWithoutNodeGpu } from '../support/node-gpu';
 import { referenceAdamW, referenceForwardBackward, referenceSgdMomentum } from '../support/reference-model';
 import { mulberry32, randomArray } from '../support/rng';
+import { float16BitsToNumber, float32BitsToFloat16Bits } from '../../web/net/fp16';
 
 const SPEC: SequentialSpec = {
   name: 'verifier-test',
@@ -64,8 +65,17 @@ function slicesOf(seed: number): Uint32Array[] {
   return [pick(10), new Uint32Array(0), pick(14)];
 }
 
-/** The float64 reference: per-rank gradient sums, their sum, one optimizer step. */
-function reference(split: ImageSplitBytes, req: RecomputeRequest, optimizer: OptimizerSpec) {
+/** The half nearest v (ties to even): what the f16 mode stores a dense layer's operands as. */
+function nearestHalf(v: number): number {
+  const word = new Uint32Array(Float32Array.of(v).buffer)[0];
+  return float16BitsToNumber(float32BitsToFloat16Bits(word));
+}
+
+/**
+ * The float64 reference: per-rank gradient sums, their sum, one optimizer step; with `f16`, the dense
+ * layers' operands rounded to halves as the f16 mode stores them.
+ */
+function reference(split: ImageSplitBytes, req: RecomputeRequest, optimizer: OptimizerSpec, f16 = false) {
   const layout = parameterLayout(SPEC);
   const n = layout.totalElements;
   const { params, moments, optimizer: state } = req.snapshot;
@@ -76,7 +86,8 @@ function reference(split: ImageSplitBytes, req: RecomputeRequest, optimizer: Opt
       for (let i = 0; i < 144; i++) x[b * 144 + i] = split.images[index * 144 + i] / 255;
     });
     const labels = Array.from(slice, (index) => split.labels[index]);
-    return referenceForwardBackward(SPEC, layout, params, x, labels, slice.length).grads;
+    const opts = f16 ? { roundDenseOperands: nearestHalf } : {};
+    return referenceForwardBackward(SPEC, layout, params, x, labels, slice.length, opts).grads;
   });
   const sum = new Float64Array(n);
   for (const g of own) for (let i = 0; i < n; i++) sum[i] += g[i];
@@ -99,12 +110,13 @@ const ratio = (claimed: Sketch, ref: Sketch) => worstRatio(claimed.values, ref.v
 describe.skipIf(await skipWithoutNodeGpu())('verifier Recomputer', () => {
   let gpu: Gpu;
   const made: Recomputer[] = [];
-  const recomputer = (optimizer: OptimizerSpec, split: ImageSplitBytes) => {
+  const recomputer = (optimizer: OptimizerSpec, split: ImageSplitBytes, precision: 'f32' | 'f16' = 'f32') => {
     const job = {
       model: SPEC,
       optimizer,
       globalBatch: GLOBAL_BATCH,
       sync: { mode: 'every-step', compression: 'none' },
+      kernels: { precision },
     } as const;
     const r = new Recomputer(gpu, job, split);
     made.push(r);
@@ -115,6 +127,28 @@ describe.skipIf(await skipWithoutNodeGpu())('verifier Recomputer', () => {
   });
   afterAll(() => {
     for (const r of made) r.destroy();
+  });
+
+  it('recomputes an f16 job in f16: within the tolerance of the half-rounded float64 reference, and far from float32', async () => {
+    const split = randomSplit(11);
+    const req: RecomputeRequest = {
+      snapshot: randomState(ADAMW, 12),
+      stepHash: STEP_HASH,
+      world: 3,
+      slices: slicesOf(13),
+      count: 24,
+    };
+    const got = await recomputer(ADAMW, split, 'f16').recompute(req);
+    const sketches = (f16: boolean) =>
+      reference(split, req, ADAMW, f16).own.map((g) => gradientSketch(f32(g), STEP_HASH, 3));
+    const worst = (refs: Sketch[]) => Math.max(...got.own.map((s, r) => ratio(s, refs[r])));
+    const [honest, againstF32] = [worst(sketches(true)), worst(sketches(false))];
+    console.log(
+      `verifier-recompute f16: worst honest ratio own ${honest.toExponential(2)} against the half-rounded reference, ` +
+        `${againstF32.toExponential(2)} against float32's (tolerance ${RECOMPUTE_TOLERANCE})`,
+    );
+    expect(honest).toBeLessThan(RECOMPUTE_TOLERANCE / 10);
+    expect(againstF32).toBeGreaterThan(honest);
   });
 
   for (const optimizer of [ADAMW, SGD]) {

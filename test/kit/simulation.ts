@@ -32,13 +32,14 @@ import { parseClientMessage } from '../../core/protocol/control-parse';
 import { decodeSnapshot, encodeSnapshot } from '../../core/state/snapshot';
 import { CoordinatorClient, type WebSocketLike } from '../../web/net/coordinator-client';
 import type { Ring } from '../../web/net/link';
-import { memoryLinkPair, type MemoryLink } from '../../web/net/memory-link';
+import { memoryLinkPair, type MemoryLink, type MemoryLinkOptions } from '../../web/net/memory-link';
 import { sha256Hex, type HttpPort } from '../../web/elastic/checkpoint-transfer';
 import { ElasticLoop, type ElasticLoopOptions, type ElasticStatus } from '../../web/elastic/elastic-loop';
 import type { MeshPort, TrainerPort } from '../../web/elastic/ports';
 import type { GroupLinks } from '../../web/net/group-allreduce';
 import { groupPartners } from '../../core/training/group-geometry';
 import { type ApplyOptions, type ApplyResult, type NextIndices, sameIndices } from '../../web/worker/elastic-steps';
+import { EagerOuter } from '../../web/worker/eager-outer';
 import { OuterState } from '../../web/worker/outer-step';
 import type {
   BuildModelOptions,
@@ -82,6 +83,8 @@ export class CpuTrainer implements TrainerPort {
   private backup: { params: Float32Array; velocity: Float32Array; t: number } | null = null;
   /** Local sync mode's outer state (the worker's `OuterState`), or null. */
   private outer: OuterState | null = null;
+  /** An overlapped job's own outer state (the worker's `EagerOuter`, made by `resetOuter`), or null. */
+  private eager: EagerOuter | null = null;
   calls: string[] = [];
   /** A hang (`hang`): the worker calls of that kind stall until `resume`. */
   private hanging: { at: 'inner' | 'outer'; resumed: Promise<void>; resume: () => void } | null = null;
@@ -130,6 +133,7 @@ export class CpuTrainer implements TrainerPort {
     this.t = 0;
     this.backup = null;
     this.outer = opts.outer ? new OuterState(opts.outer, layout.totalElements) : null;
+    this.eager = null;
     return { name: spec.name, parameterCount: layout.parameterCount, totalElements: layout.totalElements };
   }
 
@@ -211,6 +215,7 @@ export class CpuTrainer implements TrainerPort {
     this.calls.push('saveBackup');
     this.backup = { params: this.params.slice(), velocity: this.velocity.slice(), t: this.t };
     this.outer?.saveBackup();
+    if (this.eager?.syncPending) this.eager.commit();
   }
 
   async pseudoGradient(weight: number): Promise<ArrayBuffer> {
@@ -218,6 +223,7 @@ export class CpuTrainer implements TrainerPort {
     await this.pause();
     await this.stall('outer');
     if (!this.outer || !this.backup) throw new Error('pseudoGradient: no outer state or no backup');
+    if (this.eager) return this.eager.syncContribution(this.params, weight).buffer as ArrayBuffer;
     return this.outer.pseudoGradient(this.backup.params.slice(), this.params, weight).buffer as ArrayBuffer;
   }
 
@@ -226,7 +232,11 @@ export class CpuTrainer implements TrainerPort {
     await this.pause();
     if (!this.outer) throw new Error('applyOuter: no outer state');
     this.version += 1;
-    this.params = new Float32Array(this.outer.step(new Float32Array(sum)));
+    if (this.eager) {
+      const next = this.eager.consensusStep(new Float32Array(sum), this.outer.momentum, true);
+      this.outer.momentum = next.momentum.slice();
+      this.params = next.params.slice();
+    } else this.params = new Float32Array(this.outer.step(new Float32Array(sum)));
     return this.hash();
   }
 
@@ -234,7 +244,55 @@ export class CpuTrainer implements TrainerPort {
     this.calls.push('revertOuter');
     if (!this.outer) throw new Error('revertOuter: no outer state');
     this.version += 1;
-    this.params = new Float32Array(this.outer.revert());
+    if (this.eager) {
+      const local = this.eager.revert();
+      if (!local) throw new Error('revertOuter: no outer step to undo');
+      this.outer.restoreBackup();
+      this.params = new Float32Array(local);
+    } else this.params = new Float32Array(this.outer.revert());
+  }
+
+  /** The worker's overlapped outer calls (web/worker/outer-calls.ts) over the same `EagerOuter`. */
+  async resetOuter(): Promise<void> {
+    this.calls.push('resetOuter');
+    if (!this.outer) throw new Error('resetOuter: no outer state');
+    if (this.eager) this.eager.reset(this.params, this.outer.momentum);
+    else this.eager = new EagerOuter(this.outer.opt, this.params, this.outer.momentum);
+  }
+
+  async eagerOuter(weight: number): Promise<ArrayBuffer> {
+    this.calls.push('eagerOuter');
+    await this.pause();
+    await this.stall('outer');
+    const { params, contribution } = this.requireEager().eager(this.params, weight);
+    this.version += 1;
+    this.params = new Float32Array(params);
+    return contribution.buffer as ArrayBuffer;
+  }
+
+  async outerContribution(weight: number): Promise<ArrayBuffer> {
+    this.calls.push('outerContribution');
+    return this.requireEager().reweigh(weight).buffer as ArrayBuffer;
+  }
+
+  async consensusStep(sum: ArrayBuffer): Promise<string> {
+    this.calls.push('consensusStep');
+    await this.pause();
+    const next = this.requireEager().consensusStep(new Float32Array(sum), this.outer!.momentum, false);
+    return stateHash(next.params, next.momentum);
+  }
+
+  async commitConsensus(): Promise<void> {
+    this.calls.push('commitConsensus');
+    const { params, momentum } = this.requireEager().commit();
+    this.backup = { params, velocity: this.velocity.slice(), t: this.t };
+    this.outer!.momentum = momentum;
+    this.outer!.saveBackup();
+  }
+
+  private requireEager(): EagerOuter {
+    if (!this.eager || !this.outer) throw new Error('no overlapped outer state: call resetOuter first');
+    return this.eager;
   }
 
   async restoreBackup(): Promise<void> {
@@ -296,6 +354,9 @@ export class MemoryNetwork {
   /** Ring connections requested, for tests. */
   connects = 0;
 
+  /** `links`: every channel's latency and rate (memory-link.ts); none by default. */
+  constructor(private readonly links: MemoryLinkOptions = {}) {}
+
   /** This peer's open end of the channel to `to`, if there is one. */
   openLink(from: string, to: string): MemoryLink | null {
     const end = this.pairs.get([from, to].sort().join('|'))?.ends.get(from);
@@ -307,7 +368,7 @@ export class MemoryNetwork {
     const key = [from, to].sort().join('|');
     let pair = this.pairs.get(key);
     if (!pair || ![...pair.ends.values()].every((l) => l.isOpen)) {
-      const [a, b] = memoryLinkPair(from, to);
+      const [a, b] = memoryLinkPair(from, to, this.links);
       // memoryLinkPair(a, b) returns [a's link to b, b's link to a]; a link is named by its remote peer.
       pair = {
         ends: new Map([
@@ -744,10 +805,17 @@ export const SIM_LOOP_TIMEOUTS = {
 export function simulatedSwarm(
   job: JobSpec,
   datasetSize: number,
-  opts: { runId?: string; tickMs?: number; policy?: TrustPolicy; timeouts?: Partial<typeof SIM_LOOP_TIMEOUTS> } = {},
+  opts: {
+    runId?: string;
+    tickMs?: number;
+    policy?: TrustPolicy;
+    timeouts?: Partial<typeof SIM_LOOP_TIMEOUTS>;
+    /** Latency and rate of every data channel (none by default). */
+    links?: MemoryLinkOptions;
+  } = {},
 ) {
   const coordinator = new SimCoordinator(job, datasetSize, opts.runId ?? 'sim-run', opts.tickMs ?? 5, opts.policy);
-  const network = new MemoryNetwork();
+  const network = new MemoryNetwork(opts.links);
   const tabs: SimTab[] = [];
   const timeouts = { ...SIM_LOOP_TIMEOUTS, ...opts.timeouts };
   const open = (name: string, delayMs = 1) => {

@@ -97,6 +97,14 @@ export interface SimTrainerOptions {
   onCommitted?: (step: number, at: number, round: number) => void;
   /** Keep every received message in `worker.received` (default true; turn off under load). */
   keepReceived?: boolean;
+  /** The GPU it claims in its hello (default a simulated one). */
+  adapter?: { vendor: string; architecture: string; description: string };
+  /** Mean loss per sample a report claims at `step` (default 0.5). */
+  lossAt?: (step: number) => number;
+  /** Wire bytes per sample a report claims (default: the field is left out). */
+  wireBytesPerSample?: number;
+  /** Extra fields of each heartbeat (peerRttMs, peerLinks, iceError), asked at each beat. */
+  heartbeatFields?: (trainer: SimTrainer) => Record<string, unknown>;
 }
 
 /**
@@ -124,7 +132,12 @@ export class SimTrainer {
     shares: number[];
     slot: number;
     step: number;
+    /** The round's own shares by rank (the split of the groups after a carried one). */
     world: number[];
+    /** Worker ids by rank. */
+    workers: string[];
+    /** This rank's samples in a step of `count` positions under `shares` and `slot` (cleared when they change). */
+    samples: Map<number, number>;
   } | null = null;
   /** The record at the group in flight, and after recent commits (for checkpoint snapshots). */
   private position: RecordPosition = { epoch: 0, cursor: 0, holes: [] };
@@ -151,7 +164,7 @@ export class SimTrainer {
     const period = options.heartbeatMs ?? Math.floor(this.job.heartbeatMs / 2);
     if (period > 0) {
       this.heartbeat = setInterval(() => {
-        if (!worker.isClosed) worker.heartbeat();
+        if (!worker.isClosed) worker.heartbeat(options.heartbeatFields?.(this));
       }, period);
     }
     void worker.closed.then(() => this.stop());
@@ -160,7 +173,7 @@ export class SimTrainer {
   /** Joins a new simulated worker and starts training with it. */
   static async join(wsUrl: string, options: SimTrainerOptions): Promise<SimTrainer> {
     const worker = await SimWorker.connect(wsUrl);
-    const welcome = await worker.join();
+    const welcome = await worker.join(options.adapter ? { adapter: options.adapter } : {});
     return new SimTrainer(worker, welcome, options);
   }
 
@@ -196,6 +209,11 @@ export class SimTrainer {
 
   get rank(): number | null {
     return this.round?.rank ?? null;
+  }
+
+  /** The worker ids of its round by rank (empty outside a round). */
+  get roundWorld(): string[] {
+    return this.round?.workers ?? [];
   }
 
   /** In a round that has not closed (syncing or training). */
@@ -274,6 +292,8 @@ export class SimTrainer {
           // A carried group goes on after the reports the coordinator has (this simulation keeps no state).
           step: carry ? carry.reported[me.rank] + 1 : msg.step,
           world: shares,
+          workers: msg.world.map((w: { workerId: string }) => w.workerId),
+          samples: new Map(),
         };
         this.position = { epoch: msg.epoch, cursor: msg.cursor, holes: msg.holes ?? [] };
         this.groupStart = msg.step;
@@ -294,7 +314,8 @@ export class SimTrainer {
         this.groupStart = msg.step + 1;
         this.positions.set(msg.step, this.position);
         // The next group is the round's own split.
-        if (this.round) Object.assign(this.round, { shares: this.round.world, slot: this.round.rank });
+        if (this.round && (this.round.shares !== this.round.world || this.round.slot !== this.round.rank))
+          Object.assign(this.round, { shares: this.round.world, slot: this.round.rank, samples: new Map() });
         this.options.onCommitted?.(msg.step, performance.now(), msg.round);
         if (this.training && this.round && msg.round === this.round.round) this.compute(msg.step + 1);
         break;
@@ -323,15 +344,24 @@ export class SimTrainer {
     if (!span) return;
     const send = () => {
       if (this.stopped || !this.training || this.round !== round || this.worker.isClosed) return;
-      const samples = rangesCount(rankRanges(span, round.shares, round.slot));
+      // Once per split and step size: a bench runs hundreds of ranks in one process, and the split is a
+      // sort over the world.
+      let samples = round.samples.get(span.count);
+      if (samples === undefined) {
+        samples = rangesCount(rankRanges(span, round.shares, round.slot));
+        round.samples.set(span.count, samples);
+      }
       this.worker.report({
         round: round.round,
         rank: round.rank,
         step,
         hash: simulatedParamsHash(this.job.model, step),
         samples,
-        lossSum: samples * 0.5,
+        lossSum: samples * (this.options.lossAt?.(step) ?? 0.5),
         computeMs: this.options.claimedComputeMs ?? 1,
+        ...(this.options.wireBytesPerSample === undefined
+          ? {}
+          : { wireBytes: samples * this.options.wireBytesPerSample }),
       });
       this.lastReported = step;
       this.options.onReport?.(step, performance.now(), round.round);

@@ -5,7 +5,9 @@
  * - `upload(step, url)`: the committed state of `step` as a snapshot (the prepared one, the live one,
  *   or the backup while the live state ran ahead), uploaded in the background with progress;
  * - `evaluateCommitted(round, step)`: rank 0's test evaluation of a committed state, reported.
+ * Each works on the committed state also while the live state ran ahead of it (`asCommitted`).
  */
+import { NO_HASH } from '../../core/protocol/tab-messages';
 import type { RecordPosition } from '../../core/training/groups';
 import type { JobPublic } from '../../core/training/job';
 import { uploadCheckpoint } from './checkpoint-transfer';
@@ -29,7 +31,9 @@ export class CheckpointService {
   /** Snapshot the just-committed step (which left the record `after`) now, before the next step changes the live state. */
   prepare(step: number, after: RecordPosition): void {
     const position = { step, epoch: after.epoch, cursor: after.cursor };
-    const bytes = this.ctx.queue.run('snapshot', () => this.ctx.trainer.snapshot(position));
+    const bytes = this.ctx.queue.run('snapshot', () =>
+      this.asCommitted(step, 'a checkpoint', () => this.ctx.trainer.snapshot(position)),
+    );
     bytes.catch(() => {});
     this.prepared = { step, bytes };
   }
@@ -37,26 +41,36 @@ export class CheckpointService {
   /** The committed state of `step` as a snapshot, whatever the live state is now. */
   private committedSnapshot(step: number): Promise<ArrayBuffer> {
     if (this.prepared?.step === step) return this.prepared.bytes;
-    const { trainer, keeper } = this.ctx;
     const after = this.ctx.positions.get(step);
     if (!after)
       return Promise.reject(new Error(`asked for a checkpoint of step ${step}, whose commit this tab did not see`));
     const position = { step, epoch: after.epoch, cursor: after.cursor };
-    return this.ctx.queue.run('checkpoint snapshot', async () => {
-      const { live, backup } = keeper.held;
-      if (live?.step === step) return trainer.snapshot(position);
-      if (backup?.step !== step)
-        throw new Error(
-          `asked for a checkpoint of step ${step}, this tab holds ${live?.step ?? 'nothing'} / backup ${backup?.step ?? 'nothing'}`,
-        );
-      // The live state ran ahead: park it, snapshot the backup, and put the live state back.
-      // The parked state's position is never read: it only carries the live state across.
-      const parked = await trainer.snapshot({ step: live!.step, epoch: position.epoch, cursor: position.cursor });
-      await trainer.restoreBackup();
-      const bytes = await trainer.snapshot(position);
+    return this.ctx.queue.run('checkpoint snapshot', () =>
+      this.asCommitted(step, 'a checkpoint', () => this.ctx.trainer.snapshot(position)),
+    );
+  }
+
+  /**
+   * Run `fn` (a worker call, inside a queued task) with the committed state of `step` live: the live state
+   * when it is that one, else the backup with the live state parked around it — the live state ran ahead
+   * (an overlapped job's always has: its committed consensus is never live). The parked state's position
+   * is never read: it only carries the live state across.
+   */
+  private async asCommitted<T>(step: number, what: string, fn: () => Promise<T>): Promise<T> {
+    const { trainer, keeper } = this.ctx;
+    const { live, backup } = keeper.held;
+    if (live?.step === step && live.hash !== NO_HASH) return fn();
+    if (backup?.step !== step)
+      throw new Error(
+        `asked for ${what} of step ${step}, this tab holds ${live?.step ?? 'nothing'} / backup ${backup?.step ?? 'nothing'}`,
+      );
+    const parked = await trainer.snapshot({ step: live?.step ?? step, epoch: 0, cursor: 0 });
+    await trainer.restoreBackup();
+    try {
+      return await fn();
+    } finally {
       await trainer.restore(parked);
-      return bytes;
-    });
+    }
   }
 
   /** Answer a `checkpoint_request`: upload the committed state of `step` to `url`; failures are logged and shown. */
@@ -101,7 +115,7 @@ export class CheckpointService {
    */
   evaluateCommitted(round: number, step: number, epoch: number, job: JobPublic): void {
     this.ctx.queue
-      .run('evaluate', () => this.ctx.trainer.evaluate(job.evalSamples))
+      .run('evaluate', () => this.asCommitted(step, 'an evaluation', () => this.ctx.trainer.evaluate(job.evalSamples)))
       .then((r) => {
         if (!(r.count >= 1)) return;
         const correct = Math.min(r.count, Math.max(0, Math.round(r.accuracy * r.count)));

@@ -173,7 +173,10 @@ export class ElasticLoop {
         // The coordinator checks this step: upload the state before it (still the backup) now, queued
         // on the worker before the next apply replaces the backup (checkpoint-service.ts).
         if (msg.upload) void this.checkpoints.upload(msg.upload.step, msg.upload.url);
-        if (this.session?.round === msg.round) this.session.committed(msg.step).resolve(at);
+        if (this.session?.round === msg.round) {
+          if (msg.drain) this.session.drains.add(msg.step);
+          this.session.committed(msg.step).resolve(at);
+        }
         return;
       }
       case 'round_closed':

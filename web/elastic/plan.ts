@@ -26,7 +26,8 @@ import {
   type PositionRange,
   type RecordPosition,
 } from '../../core/training/groups';
-import { epochOrder } from '../../core/training/sampler';
+import { overlapsNext, successorPlan } from '../../core/training/overlap';
+import { epochOrder, subtractRanges } from '../../core/training/sampler';
 import { NO_HASH } from '../../core/protocol/tab-messages';
 import { isCollectiveError } from '../net/collective-error';
 
@@ -72,6 +73,10 @@ export interface GroupWork {
    * out: web/net/group-allreduce.ts): their slices become holes as well.
    */
   afterWithout(ranks: readonly number[]): RecordPosition;
+  /** The group's plan (core/training/groups.ts). */
+  plan: GroupPlan;
+  /** The last step of the groups a carrying round carries on, when this group is one of them; else null. */
+  carriedThrough: number | null;
 }
 
 export interface StepWork {
@@ -101,22 +106,43 @@ export interface Split {
  * after it. Each next group starts where the previous one leaves the record when it commits (with a
  * carried group's lost slices as holes), so the rank plans ahead without waiting for `committed`
  * (which says the same position; the step runner checks it). `work` returns null once the job is done.
+ *
+ * An overlapped job's carry may cover two groups (`carry.through`, core/training/overlap.ts): the second
+ * keeps the carried split and is planned where the first leaves the record when committed whole; the
+ * first one's lost slices stay holes through its commit (`deferred`, also `carry.deferred` when the
+ * round starts at the second).
  */
 export class StepPlanner {
   private group: GroupPlan | null;
   private split: Split;
   private work0: GroupWork | null = null;
+  /** The last step under the carried split (0: no carry). */
+  private readonly through: number;
+  /** Holes of the record the current group was planned without (its overlapped predecessor's lost slices). */
+  private deferred: PositionRange[];
 
   constructor(
     private readonly job: JobPublic,
     private readonly round: Pick<RoundMessage, 'world' | 'step' | 'epoch' | 'cursor' | 'holes' | 'carry'>,
     private readonly rank: number,
   ) {
-    const at: RecordPosition = { epoch: round.epoch, cursor: round.cursor, holes: round.holes ?? [] };
+    this.deferred = round.carry?.deferred ?? [];
+    const holes = subtractRanges(round.holes ?? [], this.deferred);
+    const at: RecordPosition = { epoch: round.epoch, cursor: round.cursor, holes };
     this.group = jobDone(at, job) ? null : groupPlan(at, round.step, job);
+    this.through = round.carry ? (round.carry.through ?? this.group?.lastStep ?? 0) : 0;
     this.split = round.carry
       ? { shares: round.carry.shares, slot: round.carry.slots[rank], slots: round.carry.slots }
       : this.ownSplit();
+  }
+
+  /**
+   * Whether `work`'s group overlaps its outer step with the next group's inner steps (core/training/overlap.ts);
+   * `drained`: the coordinator asked for this group's outer step to be synchronous (`committed.drain`).
+   */
+  overlaps(group: GroupWork, drained: boolean): boolean {
+    const at = { carriedThrough: group.carriedThrough, drainedAt: drained ? group.lastStep : null };
+    return overlapsNext(this.job, group.plan, this.job, at);
   }
 
   /** The round's own split: its shares by rank, every rank computing. */
@@ -131,13 +157,31 @@ export class StepPlanner {
   /** The group of `step` (steps only move forward), or null when the job is done before it. */
   groupOf(step: number): GroupWork | null {
     while (this.group && step > this.group.lastStep) {
-      const after = this.groupWork().after;
-      this.group = jobDone(after, this.job) ? null : groupPlan(after, this.group.lastStep + 1, this.job);
-      this.split = this.ownSplit();
+      const current = this.group;
+      if (current.lastStep < this.through) {
+        // The second group of an overlapped carry: same split, planned as if the first committed whole.
+        this.deferred = this.lostRanges(current);
+        this.group = successorPlan(current, this.job);
+      } else {
+        const after = this.groupWork().after;
+        this.group = jobDone(after, this.job) ? null : groupPlan(after, current.lastStep + 1, this.job);
+        this.split = this.ownSplit();
+        this.deferred = [];
+      }
       this.work0 = null;
     }
     if (!this.group || step < this.group.firstStep) return null;
     return this.groupWork();
+  }
+
+  /**
+   * The slices of `group` the carried split's lost slots computed, and those of the slots `without` (an
+   * outer sum that left them out): holes when it commits.
+   */
+  private lostRanges(group: GroupPlan, without: readonly number[] = []): PositionRange[] {
+    const { shares, slots } = this.split;
+    const lostSlots = shares.map((_, i) => i).filter((i) => !slots.includes(i) || without.includes(i));
+    return lostSlots.length > 0 ? slotsRanges(group, shares, lostSlots) : [];
   }
 
   /** This rank's work in `step`, or null when the job is done. */
@@ -161,9 +205,8 @@ export class StepPlanner {
     if (this.work0) return this.work0;
     const g = this.group!;
     const { shares, slot, slots } = this.split;
-    const lostSlots = shares.map((_, i) => i).filter((i) => !slots.includes(i));
-    const lost = lostSlots.length > 0 ? slotsRanges(g, shares, lostSlots) : [];
-    const after = positionAfterGroup(g.start, g, lost, this.job.datasetSize);
+    const deferred = this.deferred;
+    const after = positionAfterGroup(g.start, g, [...this.lostRanges(g), ...deferred], this.job.datasetSize);
     this.work0 = {
       firstStep: g.firstStep,
       lastStep: g.lastStep,
@@ -180,13 +223,17 @@ export class StepPlanner {
           : positionAfterGroup(
               g.start,
               g,
-              slotsRanges(
-                g,
-                shares,
-                [...lostSlots, ...ranks.map((r) => slots[r])].sort((a, b) => a - b),
-              ),
+              [
+                ...this.lostRanges(
+                  g,
+                  ranks.map((r) => slots[r]),
+                ),
+                ...deferred,
+              ],
               this.job.datasetSize,
             ),
+      plan: g,
+      carriedThrough: g.lastStep <= this.through ? this.through : null,
     };
     return this.work0;
   }
@@ -319,22 +366,23 @@ export function syncRoute(
 
 /**
  * What `hello` says after a (re)connect: the committed state held (the backup once one exists) and,
- * as `pending`, a newer live state the tab reported but never saw committed (the coordinator may have
- * committed it just before it went away).
+ * as `pending`, a newer state the tab reported but never saw committed (the coordinator may have
+ * committed it just before it went away): the live state it reported, or an overlapped job's consensus
+ * the worker computed and reported (`consensus`: it can make it its state, state-sync.ts).
  */
 export function helloHolding(
   held: HeldStates,
   lastReported: StateTag | null,
+  consensus: StateTag | null = null,
 ): {
   haveStep: number | null;
   haveHash: string | null;
   pending: { step: number; hash: string } | null;
 } {
   const committed = held.backup ?? (held.live && held.live.step === 0 ? held.live : null);
+  const newer = consensus ?? (lastReported && sameTag(held.live, lastReported) ? lastReported : null);
   const pending =
-    lastReported?.hash && sameTag(held.live, lastReported) && (!committed || lastReported.step > committed.step)
-      ? { step: lastReported.step, hash: lastReported.hash }
-      : null;
+    newer?.hash && (!committed || newer.step > committed.step) ? { step: newer.step, hash: newer.hash } : null;
   return { haveStep: committed ? committed.step : null, haveHash: committed?.hash ?? null, pending };
 }
 

@@ -21,6 +21,8 @@ export class RoundSession {
   resume: number;
   /** Steps up to this one the coordinator has reports of (a carried group's `reported`): not reported again. */
   reportedThrough: number;
+  /** Commits whose next group's outer step is synchronous (`committed.drain`, core/training/overlap.ts). */
+  readonly drains = new Set<number>();
 
   constructor(readonly msg: RoundMessage) {
     this.resume = msg.step;

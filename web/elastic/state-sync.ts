@@ -11,6 +11,7 @@
 import { hashBytes } from '../../core/state/hash';
 import type { JobPublic } from '../../core/training/job';
 import { stateSyncAllowanceMs, stateTransferMs } from '../../core/training/link-floor';
+import { overlapsOuterSteps } from '../../core/training/overlap';
 
 import { broadcastReceive, broadcastSend } from '../net/broadcast';
 import type { Ring } from '../net/link';
@@ -30,8 +31,11 @@ export async function syncState(ctx: LoopContext, session: RoundSession, ring: R
     await carryOn(ctx, session, job);
     return;
   }
-  const plan = planSync(msg, session.rank, keeper.held);
   const wanted: StateTag = { step: msg.step - 1, hash: msg.committedHash };
+  // An overlapped job's consensus this tab reported, committed while it did not hear so (a coordinator
+  // restart): it is the state wanted, the backup once committed here.
+  if (keeper.consensus && sameTag(keeper.consensus, wanted)) await keeper.commitConsensus(keeper.consensus);
+  const plan = planSync(msg, session.rank, keeper.held);
   ctx.log('info', `round ${msg.round}: rank ${session.rank}/${msg.world.length}, step ${msg.step}, state ${plan.kind}`);
   await obtainState(ctx, session, plan, wanted, job);
   if (plan.kind === 'send' || plan.kind === 'receive') await broadcastState(ctx, session, ring, plan, wanted, job);
@@ -43,6 +47,8 @@ export async function syncState(ctx: LoopContext, session: RoundSession, ring: R
       `after sync the tab holds step ${live?.step} (${live?.hash}), the round starts from step ${wanted.step} (${wanted.hash})`,
     );
   }
+  // An overlapped job starts its own outer state afresh from the committed one (web/worker/eager-outer.ts).
+  if (overlapsOuterSteps(job)) await keeper.resetOuter();
   box.update({
     lastSync: plan.kind,
     syncs: box.status.syncs + 1,
@@ -57,20 +63,24 @@ async function carryOn(ctx: LoopContext, session: RoundSession, job: JobPublic):
   const msg = session.msg;
   const group = new StepPlanner(job, msg, session.rank).groupOf(msg.step);
   if (!group || !msg.carry) throw new Error(`round ${msg.round} carries no group this tab can plan`);
-  const plan = planCarry(msg, keeper.held, group.lastStep);
+  // An overlapped job's carry may cover the next group too (core/training/overlap.ts).
+  const lastStep = msg.carry.through ?? group.lastStep;
+  const plan = planCarry(msg, keeper.held, lastStep);
   if (plan.kind === 'impossible') throw new Error(plan.reason);
   ctx.log(
     'info',
-    `round ${msg.round}: rank ${session.rank}/${msg.world.length} carries steps ${msg.step}..${group.lastStep} on (${plan.from}, from step ${plan.resume})`,
+    `round ${msg.round}: rank ${session.rank}/${msg.world.length} carries steps ${msg.step}..${lastStep} on (${plan.from}, from step ${plan.resume})`,
   );
   if (plan.from === 'backup') {
     await keeper.restoreBackup();
     box.update({ restores: box.status.restores + 1 });
   } else if (plan.from === 'revert') {
-    await keeper.revertOuter(group.lastStep);
+    await keeper.revertOuter(lastStep);
   } else if (plan.from === 'start' && !sameTag(keeper.held.backup, keeper.held.live)) {
     await keeper.saveBackup();
   }
+  // Computed again from the committed state: this rank's own outer state starts there too.
+  if (overlapsOuterSteps(job) && (plan.from === 'backup' || plan.from === 'start')) await keeper.resetOuter();
   session.resume = plan.resume;
   session.reportedThrough = msg.carry.reported[session.rank];
   box.update({

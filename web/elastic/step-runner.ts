@@ -19,6 +19,10 @@
  * round, and takes the outer step with the survivors; each commit's record position is checked
  * against the one this rank planned.
  *
+ * An overlapped job (`sync.overlap`, outer-pipeline.ts) reports every group's last step as an inner one
+ * and hands the group's end to the outer pipeline: its outer step runs in the background while the
+ * loop goes on with the next group, or synchronously as above (the epoch's end, a drain, a carry).
+ *
  * Invariants kept (the same as the unpipelined loop):
  * - at most one uncommitted step is at risk: the live state moves past s only after s is committed
  *   and saved as the backup; a prefetch changes no state;
@@ -40,8 +44,10 @@ import { BusyClock } from './busy-clock';
 import { CollectiveClock } from './collective-clock';
 import type { CheckpointService } from './checkpoint-service';
 import type { LoopContext } from './loop-context';
+import { OuterPipeline } from './outer-pipeline';
 import { StepPlanner, type StateTag, type StepWork } from './plan';
 import type { RoundSession } from './round-session';
+import { overlapsOuterSteps } from '../../core/training/overlap';
 import { stepComputed } from './status';
 import type { SyncLinks } from './ports';
 import {
@@ -117,8 +123,8 @@ export class StepRunner {
   async run(session: RoundSession, links: SyncLinks, job: JobPublic): Promise<void> {
     const sync = job.sync;
     return sync.mode === 'local'
-      ? this.runSteps(session, job, localStepsMode(this.tools, session, links, sync))
-      : this.runSteps(session, job, everyStepMode(this.tools, session, links, job));
+      ? this.runSteps(session, links, job, localStepsMode(this.tools, session, links, sync))
+      : this.runSteps(session, links, job, everyStepMode(this.tools, session, links, job));
   }
 
   /**
@@ -129,19 +135,22 @@ export class StepRunner {
    */
   private async runSteps<T extends Contribution>(
     session: RoundSession,
+    links: SyncLinks,
     job: JobPublic,
     mode: SyncMode<T>,
   ): Promise<void> {
     const { signal } = session;
     this.reset();
     const planner = new StepPlanner(job, session.msg, session.rank);
-    let pending = await this.carryOn(session, job, planner, mode);
+    const outer = overlapsOuterSteps(job) ? this.pipeline(session, links, job, planner) : null;
+    let pending = await this.carryOn(session, job, planner, mode, outer);
     /** The step whose gradients the previous apply left on the device (started behind it). */
     let onDevice: number | null = null;
     /** The work of the step about to run, planned by the previous iteration (for its prefetch). */
     let planned: StepWork | null = null;
     for (let step = session.resume; ; step++) {
       if (signal.aborted) throw abortReason(signal);
+      outer?.check();
       const work = planned ?? planner.work(step);
       if (!work) break;
       const contribution = await mode.contribute(work, onDevice === step);
@@ -155,13 +164,54 @@ export class StepRunner {
       onDevice = next?.keepOnDevice ? step + 1 : null;
       const computeMs = contribution.computed?.computeMs ?? this.prefetchedMs(requested, waited);
       this.applied.set(step, { lossSum: applied.gradient.lossSum, samples: applied.gradient.samples, computeMs });
-      const reported = work.commitPoint && mode.atCommitPoint ? await mode.atCommitPoint(work, applied) : applied;
-      pending = this.completeStep(session, job, work, reported, computeMs);
-      if (reported.excluded && planned && pending) await this.untilRoundClosed(session, pending);
+      if (outer && work.commitPoint) {
+        // The commit point's report is an inner one; its outer step comes apart (outer-pipeline.ts).
+        this.reportStep(session, work, NO_HASH, applied.gradient, computeMs, 0);
+        pending = await this.outerBoundary(session, job, work, outer);
+      } else {
+        const reported = work.commitPoint && mode.atCommitPoint ? await mode.atCommitPoint(work, applied) : applied;
+        pending = this.completeStep(session, job, work, reported, computeMs);
+        if (reported.excluded && planned && pending) await this.untilRoundClosed(session, pending);
+      }
       if (planned) await this.pauseBetweenSteps(signal, next !== null);
     }
     if (pending) await this.ctx.keeper.saveBackup(await this.awaitCommit(session, pending));
     // Every step of the job is done; `done` follows from the coordinator.
+  }
+
+  /** An overlapped job's outer pipeline for this round (outer-pipeline.ts). */
+  private pipeline(session: RoundSession, links: SyncLinks, job: JobPublic, planner: StepPlanner): OuterPipeline {
+    return new OuterPipeline({
+      ctx: this.ctx,
+      session,
+      links,
+      job,
+      planner,
+      tools: this.tools,
+      allreduceAlongside: async (links, data, opts, minimumMs) => {
+        await this.timedAllreduce(links, data, opts, minimumMs);
+      },
+      waiting: (fn) => this.busy.waiting(fn),
+      awaitCommit: (pending) => this.awaitCommit(session, pending),
+      onCommitted: (work) => this.dutiesOf(session, job, work),
+    });
+  }
+
+  /**
+   * An overlapped job's group end: the outer pipeline's outer step. A synchronous one is a commit the
+   * next apply waits for (with rank 0's duties once it arrives); an overlapped one runs on in the
+   * background, and its duties follow its commit there.
+   */
+  private async outerBoundary(
+    session: RoundSession,
+    job: JobPublic,
+    work: StepWork,
+    outer: OuterPipeline,
+  ): Promise<PendingCommit | null> {
+    const pending = await outer.boundary(work);
+    if (isEvaluationCommit(work.group.span, job)) this.evaluated = work.step;
+    if (pending) this.onCommitted(session, job, work);
+    return pending;
   }
 
   /**
@@ -184,31 +234,57 @@ export class StepRunner {
   /**
    * A round's start: a fresh group forgets the applied steps of an old one. A carried group re-sends
    * the reports the coordinator lost with the old round (applied steps after `reportedThrough`, its
-   * commit point excepted), and when only its outer step is left (`resume` past the group), takes it now.
+   * commit point excepted unless the job overlaps outer steps), and when only its outer step is left
+   * (`resume` past the group), takes it now.
    */
   private async carryOn<T extends Contribution>(
     session: RoundSession,
     job: JobPublic,
     planner: StepPlanner,
     mode: SyncMode<T>,
+    outer: OuterPipeline | null,
   ): Promise<PendingCommit | null> {
     const group = planner.groupOf(session.msg.step);
     if (!session.msg.carry || !group || session.resume === session.msg.step) {
       this.applied.clear();
       return null;
     }
-    for (let step = session.reportedThrough + 1; step < Math.min(session.resume, group.lastStep); step++) {
+    // An overlapped job reports commit points as inner steps: those are re-sent too.
+    const end = outer ? session.resume : Math.min(session.resume, group.lastStep);
+    for (let step = session.reportedThrough + 1; step < end; step++) {
       const figures = this.applied.get(step);
       if (!figures) throw new Error(`carrying step ${step} on, but this tab kept no report of it`);
       this.report(session, step, NO_HASH, { gradients: null, ...figures }, 0, {});
     }
-    if (session.resume <= group.lastStep || !mode.atCommitPoint) return null;
+    if (session.resume <= group.lastStep) return null;
+    // Past the first carried group's inner steps: its outer step with the survivors now.
     const work = planner.work(group.lastStep)!;
+    if (outer) return this.carriedBoundaries(session, job, planner, work, outer);
+    if (!mode.atCommitPoint) return null;
     const figures = this.applied.get(group.lastStep);
     if (!figures) throw new Error(`carrying the outer step of ${group.lastStep} on without its inner step`);
     const gradient = { gradients: null, lossSum: figures.lossSum, samples: figures.samples };
-    const outer = await mode.atCommitPoint(work, { hash: NO_HASH, gradient, wireBytes: 0 });
-    return this.completeStep(session, job, work, outer, figures.computeMs);
+    const taken = await mode.atCommitPoint(work, { hash: NO_HASH, gradient, wireBytes: 0 });
+    return this.completeStep(session, job, work, taken, figures.computeMs);
+  }
+
+  /**
+   * An overlapped job's carried groups this rank is past the inner steps of (`resume` after their last
+   * step): their outer steps with the survivors, in order (the first in the background when the second
+   * is carried too, the last synchronous). Returns the commit the next apply waits for, if any.
+   */
+  private async carriedBoundaries(
+    session: RoundSession,
+    job: JobPublic,
+    planner: StepPlanner,
+    first: StepWork,
+    outer: OuterPipeline,
+  ): Promise<PendingCommit | null> {
+    let pending = await this.outerBoundary(session, job, first, outer);
+    const through = session.msg.carry?.through ?? first.step;
+    if (through > first.step && session.resume > through)
+      pending = await this.outerBoundary(session, job, planner.work(through)!, outer);
+    return pending;
   }
 
   /**
@@ -235,6 +311,21 @@ export class StepRunner {
     return Math.max(0, this.ctx.now() - (requested ?? waited.since) - waited.ms);
   }
 
+  /** After a step's apply: the status and the report. */
+  private reportStep(
+    session: RoundSession,
+    work: StepWork,
+    hash: string,
+    gradient: GradientResult,
+    computeMs: number,
+    wireBytes: number,
+    extra: { sketch?: StepSketches; excluded?: number[] } = {},
+  ): void {
+    this.ctx.box.update(stepComputed(this.ctx.box.status, { step: work.step, ...gradient, computeMs }));
+    if (session.signal.aborted) throw abortReason(session.signal);
+    this.report(session, work.step, hash, gradient, wireBytes, extra);
+  }
+
   /**
    * After a step's apply: the status, the report and, at a commit point, the tag whose commit comes
    * next (and the record it leaves: with holes for ranks an outer sum left out).
@@ -247,9 +338,7 @@ export class StepRunner {
     computeMs: number,
   ): PendingCommit | null {
     const { hash, gradient, wireBytes, sketch, excluded } = applied;
-    this.ctx.box.update(stepComputed(this.ctx.box.status, { step: work.step, ...gradient, computeMs }));
-    if (session.signal.aborted) throw abortReason(session.signal);
-    this.report(session, work.step, hash, gradient, wireBytes, { sketch, excluded: excluded?.ranks });
+    this.reportStep(session, work, hash, gradient, computeMs, wireBytes, { sketch, excluded: excluded?.ranks });
     if (!work.commitPoint) return null;
     if (isEvaluationCommit(work.group.span, job)) this.evaluated = work.step;
     this.onCommitted(session, job, work);
@@ -364,17 +453,18 @@ export class StepRunner {
    * in the meantime does not lose them.
    */
   private onCommitted(session: RoundSession, job: JobPublic, work: StepWork): void {
-    const { step, group } = work;
-    const checkpoint = isCheckpointCommit(group.span, job.checkpointEvery);
-    const evaluation = isEvaluationCommit(group.span, job);
-    if (session.rank !== 0 || !(checkpoint || evaluation)) return;
-    session.committed(step).promise.then(
-      () => {
-        if (checkpoint) this.checkpoints.prepare(step, group.after);
-        if (evaluation) this.checkpoints.evaluateCommitted(session.round, step, group.epoch, job);
-      },
+    session.committed(work.step).promise.then(
+      () => this.dutiesOf(session, job, work),
       () => undefined,
     );
+  }
+
+  /** Rank 0's duties for the committed `work` group, queued now (the checkpoint service finds its committed state). */
+  private dutiesOf(session: RoundSession, job: JobPublic, work: StepWork): void {
+    const { step, group } = work;
+    if (session.rank !== 0) return;
+    if (isCheckpointCommit(group.span, job.checkpointEvery)) this.checkpoints.prepare(step, group.after);
+    if (isEvaluationCommit(group.span, job)) this.checkpoints.evaluateCommitted(session.round, step, group.epoch, job);
   }
 
   /**

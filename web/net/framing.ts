@@ -38,7 +38,7 @@ export const DEFAULT_FRAME_BYTES = 16_300;
 export const FrameKind = {
   /** One chunk of a ring-allreduce segment at `ringStep` (reduce-scatter steps, then allgather). */
   RingChunk: 1,
-  /** Broadcast header: payload = float64 total byte length, then the root's hash as UTF-8. */
+  /** Broadcast header: payload = float64 total byte length, uint32 chunk size, then the root's hash as UTF-8. */
   BroadcastBegin: 2,
   /** One chunk of broadcast bytes. */
   BroadcastChunk: 3,

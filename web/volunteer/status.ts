@@ -5,6 +5,7 @@
  */
 import { holeFreePosition } from '../../core/training/groups';
 import type { ElasticStatus } from '../elastic/elastic-loop';
+import type { KernelsReport } from '../../core/protocol/tab-messages';
 import type { AdapterSummary } from '../worker/types';
 
 export type TabState =
@@ -15,6 +16,8 @@ export type TabState =
   /** WebGPU is missing or has no adapter: `error` says why. */
   | 'unsupported'
   | 'loading-data'
+  /** Timing kernel variants for this adapter, at its first start (kernels/tuning/). */
+  | 'tuning'
   | 'building'
   /** Elastic: opening the control channel for the first time. */
   | 'connecting'
@@ -38,6 +41,8 @@ export interface TabStatus {
   mode: 'solo' | 'elastic';
   model: string;
   adapter: AdapterSummary | null;
+  /** The kernels the worker chose for this adapter (tuned, cached or the defaults), once chosen. */
+  kernels: KernelsReport | null;
   /** Steps completed (elastic: the job's last committed step). */
   step: number;
   /** Steps of the whole run (0 until known). */
@@ -91,6 +96,7 @@ export function initialStatus(model: string): TabStatus {
     mode: 'solo',
     model,
     adapter: null,
+    kernels: null,
     step: 0,
     totalSteps: 0,
     epoch: 0,
@@ -123,6 +129,7 @@ export function publicStatus(s: TabStatus): Readonly<TabStatus> {
   return Object.freeze({
     ...s,
     adapter: s.adapter && Object.freeze({ ...s.adapter }),
+    kernels: s.kernels && Object.freeze({ ...s.kernels }),
     losses: Object.freeze(s.losses.map((l) => Object.freeze({ ...l }))) as TabStatus['losses'],
     dataset: s.dataset && Object.freeze({ ...s.dataset }),
   });

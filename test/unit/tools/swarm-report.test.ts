@@ -324,6 +324,7 @@ describe('report text', () => {
       url: 'http://127.0.0.1:8080',
       seed: 7,
       workers: 3,
+      headlessWorkers: 0,
       durationS: 30,
       elapsedS: 30.2,
       warmupS: 9.5,

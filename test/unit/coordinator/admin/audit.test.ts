@@ -91,6 +91,51 @@ describe('auditRun', () => {
     expect(auditRun(state, [partial, jumping], 0).epochs[0].discontinuities).toBe(1);
   });
 
+  it('takes an overlapped job’s row planned before its predecessor’s partial commit, and only in such a job', () => {
+    const overlapped = initialState(
+      parseJobSpec({
+        model: 'tiny-mlp',
+        globalBatch: 10,
+        epochs: 2,
+        sync: { mode: 'local', innerSteps: 1, overlap: true },
+      }),
+      N,
+      'run-audit',
+    );
+    const partial: CommitRow = {
+      ...row(1, 0, 8),
+      ranges: [
+        [0, 4],
+        [6, 10],
+      ],
+      skipped: [[4, 6]],
+    };
+    // Planned as if step 1 had committed whole: it takes the tail, the hole stays for step 3.
+    const successor: CommitRow = { ...row(2, 10, 10), ranges: [[10, 20]] as PositionRange[] };
+    const serving: CommitRow = {
+      ...row(3, 20, 10),
+      ranges: [
+        [4, 6],
+        [20, 28],
+      ],
+    };
+    const order = epochOrder(overlapped.job.seed, 0, N);
+    const plan = { datasetSize: N, globalBatch: 10, epochs: 2, commitEvery: 1 };
+    let record = commitGroup(overlapped.record, order, groupAt(overlapped.record, 1, plan), [[4, 6]]);
+    const second = groupAt({ ...record, holes: [] }, 2, plan);
+    record = commitGroup(record, order, second, [], [[4, 6]]);
+    record = commitGroup(record, order, groupAt(record, 3, plan));
+    const after = { ...overlapped, record, lastCommit: { ...overlapped.lastCommit, step: 3 } };
+    const report = auditRun(after, [partial, successor, serving], 0);
+    expect(report).toMatchObject({ ok: true, recordAgrees: true });
+    expect(report.epochs[0]).toMatchObject({ discontinuities: 0, holesLeft: 0, committed: 28 });
+    // The same rows in a job without overlap: the successor did not serve the hole first (and the replay
+    // stays behind it, so the row after it is out of place too).
+    const plain = auditRun({ ...after, job: state.job }, [partial, successor, serving], 0);
+    expect(plain.ok).toBe(false);
+    expect(plain.epochs[0].discontinuities).toBe(2);
+  });
+
   it('ignores rolled-back rows', () => {
     const rolledBack = { ...row(1, 0, 10), rolledBack: true };
     expect(auditRun(state, [rolledBack], 1)).toMatchObject({ ok: true, commitRows: 0, rolledBackRows: 1 });

@@ -9,13 +9,17 @@
  * - each index is committed at most once per epoch, exactly once per finished epoch (in the store);
  * - in the current epoch, the store's committed positions and the record's holes are exactly [0, cursor);
  * - the record agrees with the last commit; the state is plain JSON; ranks are dense.
+ * Its workers plan their slices as the tabs do (an overlapped job's with the tabs' own planner, which
+ * plans the next group before the one in flight commits).
  */
 import { createHash } from 'node:crypto';
 import { expect } from 'vitest';
 import { MachineExecutor } from '../../../../coordinator/runtime/executor';
 import { NO_EXECUTOR_METRICS } from '../../../kit/executor-metrics';
 import type { StoreOp } from '../../../../coordinator/runtime/store';
-import { parseJobSpec, type JobSpecInput } from '../../../../core/training/job';
+import { jobPublic, parseJobSpec, type JobSpecInput } from '../../../../core/training/job';
+import { overlapsOuterSteps } from '../../../../core/training/overlap';
+import { StepPlanner } from '../../../../web/elastic/plan';
 import {
   initialState,
   type Action,
@@ -42,6 +46,7 @@ import {
   type RecordPosition,
 } from '../../../../core/training/groups';
 import { epochOrder, processedIndices } from '../../../../core/training/sampler';
+import { workerOf } from '../../../../coordinator/machine/worker-table';
 
 /** The parameter hash every honest rank reports after `step` (all ranks agree by construction). */
 export function hashOf(step: number): string {
@@ -370,6 +375,11 @@ export class Harness {
   sliceOf(w: SimWorker, step: number): number {
     const round = w.round!;
     const rank = round.world.findIndex((e) => e.workerId === w.workerId);
+    // An overlapped job's tab plans the next group before the one in flight commits: its own planner.
+    if (overlapsOuterSteps(this.state.job)) {
+      const planner = new StepPlanner(jobPublic(this.state.job, this.state.datasetSize), round, rank);
+      return planner.work(step)?.indices.length ?? 0;
+    }
     const firstStep = w.committed.step + 1;
     const group = groupPlan(w.position, firstStep, planOf(this.state));
     const span = group.steps[step - firstStep];
@@ -378,6 +388,28 @@ export class Harness {
     const shares = carried ? round.carry!.shares : round.world.map((e) => e.share);
     const slot = carried ? round.carry!.slots[rank] : rank;
     return rangesCount(rankRanges(span, shares, slot));
+  }
+
+  /** An overlapped job's outer step of `name` for the group ending at `step` (overridable to forge one). */
+  outer(
+    name: string,
+    step: number,
+    overrides: Partial<Extract<ClientMessage, { type: 'outer_report' }>> = {},
+  ): Action[] {
+    const w = this.worker(name);
+    if (!w.round) throw new Error(`${name} is in no round`);
+    const me = w.round.world.find((e) => e.workerId === w.workerId)!;
+    return this.send(name, {
+      type: 'outer_report',
+      runId: this.runId,
+      workerId: w.workerId!,
+      round: w.round.round,
+      rank: me.rank,
+      step,
+      hash: hashOf(step),
+      wireBytes: 1000,
+      ...overrides,
+    });
   }
 
   /** All members report their next step (in rank order); returns the actions of the last report. */
@@ -499,11 +531,11 @@ export class Harness {
     let rank = 0;
     const badRank = participants.findIndex((p) => {
       while (vacant.includes(rank)) rank++;
-      return p.rank !== rank++ || !s.workers[p.workerId];
+      return p.rank !== rank++ || !workerOf(s.workers, p.workerId);
     });
     if (badRank >= 0) expect.fail(`participant ${badRank} is not a known worker of that rank`);
     if (new Set(participants.map((p) => p.slot)).size !== participants.length) expect.fail('two members share a slot');
-    const unknown = s.rendezvous.waitList.filter((id) => !s.workers[id]);
+    const unknown = s.rendezvous.waitList.filter((id) => !workerOf(s.workers, id));
     if (unknown.length > 0) expect.fail(`unknown waiters ${unknown.join(', ')}`);
   }
 

@@ -7,12 +7,14 @@
 import { describe, expect, it } from 'vitest';
 import type { JobSpecInput } from '../../../../core/training/job';
 import { durableOf, handle, initialState, restoreState } from '../../../../coordinator/machine/machine';
-import { statusView } from '../../../../coordinator/machine/status-view';
+import { DEFAULT_STATUS_PAGE } from '../../../../core/protocol/views';
+import { statusResponse } from '../../../../coordinator/machine/status-view';
 import { parseJobSpec } from '../../../../core/training/job';
 import { planOf } from '../../../../core/training/groups';
 import { referencePositionAfter } from '../../../support/hole-free-layout';
 import { Harness, hashOf } from './coordinator-harness';
 import { mulberry32 } from '../../../support/rng';
+import { workerOf, workerCount } from '../../../../coordinator/machine/worker-table';
 
 /** 100 images, batch 8: 13 steps per epoch (the last one of 4), two epochs, 26 steps. */
 const JOB: JobSpecInput = {
@@ -113,7 +115,7 @@ describe('machine scenario', () => {
       participants: [],
       waitList: [],
     });
-    expect(h.state.workers).toEqual({});
+    expect(workerCount(h.state.workers)).toBe(0);
     expect(h.state.lastCommit.step).toBe(16);
     for (const n of ['a', 'd', 'e']) h.join(n);
     expect(h.state.rendezvous.round).toBe(roundBefore); // 3 < max 4: last call
@@ -148,7 +150,7 @@ describe('machine scenario', () => {
     // Both epochs complete exactly once (the harness checks finished epochs after every event).
     expect(h.state.record.epoch).toBe(2);
     expect(h.commits.map((c) => c.step)).toEqual(Array.from({ length: 26 }, (_, i) => i + 1));
-    expect(statusView(h.state)).toMatchObject({
+    expect(statusResponse(h.state, h.now, DEFAULT_STATUS_PAGE)).toMatchObject({
       state: 'done',
       step: 26,
       restarts: 1,
@@ -223,6 +225,25 @@ describe('machine: hello and connections', () => {
       ...extra,
     } as never);
 
+  it('keeps the kernels report of a hello for the status view, and null for a tab that sent none', () => {
+    const h = new Harness(JOB, 100);
+    const kernels = {
+      source: 'cached' as const,
+      precision: 'f32' as const,
+      variants: [{ family: 'matmul', variant: '8x8 regs wg4x4' }],
+      gflops: 1.25,
+      tuneMs: null,
+      features: ['subgroups' as const],
+    };
+    h.connect('a');
+    hello(h, 'a', { kernels });
+    h.join('b');
+    h.advance(2000);
+    const world = statusResponse(h.state, h.now, DEFAULT_STATUS_PAGE).world.items;
+    expect(world.find((w) => w.id === h.worker('a').workerId)?.kernels).toEqual(kernels);
+    expect(world.find((w) => w.id === h.worker('b').workerId)?.kernels).toBeNull();
+  });
+
   it('gives distinct ids made of a counter and the connection nonce', () => {
     const h = new Harness(JOB, 100);
     h.join('a');
@@ -255,7 +276,7 @@ describe('machine: hello and connections', () => {
     hello(h, 'old', { runId: 'run-0', workerId: 'w9-zz', haveStep: 50, haveHash: hashOf(50) });
     const id = h.worker('old').workerId!;
     expect(id).not.toBe('w9-zz');
-    expect(h.state.workers[id].holds).toEqual([]);
+    expect(workerOf(h.state.workers, id)!.holds).toEqual([]);
   });
 
   it('answers an unparsable frame with an error and a metric, state untouched', () => {
@@ -341,7 +362,7 @@ describe('machine under random churn', () => {
       let hung: string | null = null;
       for (let i = 0; i < 800 && h.state.status !== 'done'; i++) {
         const connected = names.filter(
-          (n) => h.isConnected(n) && h.worker(n).workerId !== null && h.state.workers[h.worker(n).workerId!],
+          (n) => h.isConnected(n) && h.worker(n).workerId !== null && workerOf(h.state.workers, h.worker(n).workerId!),
         );
         const members = h.state.rendezvous.participants
           .map((p) => h.nameOf(p.workerId))

@@ -8,6 +8,7 @@ import { nextDeadline } from '../../../../coordinator/machine/machine';
 import { CloseCode } from '../../../../core/protocol/coordinator-messages';
 import { GOODBYE_GRACE_MS } from '../../../../coordinator/machine/round-close';
 import { Harness, hashOf } from './coordinator-harness';
+import { workerOf } from '../../../../coordinator/machine/worker-table';
 
 /** 64 images, global batch 8: 8 steps per epoch. */
 const JOB: JobSpecInput = {
@@ -191,7 +192,7 @@ const cases: [string, () => void][] = [
         expect(h.received(n, 'round_closed').pop()).toMatchObject({ reason: 'failure', restore: true });
       expect(h.state.restarts).toBe(1);
       expect(h.durable?.restarts).toBe(1);
-      expect(h.state.workers[h.worker('b').workerId!]).toBeUndefined();
+      expect(workerOf(h.state.workers, h.worker('b').workerId!)).toBeUndefined();
     },
   ],
   [

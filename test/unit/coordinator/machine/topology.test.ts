@@ -7,7 +7,9 @@ import { describe, expect, it } from 'vitest';
 import type { ServerMessage } from '../../../../core/protocol/coordinator-messages';
 import { MAX_REMEMBERED_LINKS, rememberRtts, roundTopology } from '../../../../coordinator/machine/topology';
 import type { CoordinatorState } from '../../../../coordinator/machine/state';
-import { statusView } from '../../../../coordinator/machine/status-view';
+import { statusResponse } from '../../../../coordinator/machine/status-view';
+import { FeedWorkers } from '../../../../coordinator/admin/feed-workers';
+import { DEFAULT_STATUS_PAGE, statusResponseSchema } from '../../../../core/protocol/views';
 import type { JobSpecInput } from '../../../../core/training/job';
 import { Harness } from './coordinator-harness';
 
@@ -92,10 +94,13 @@ describe('the topology of a round', () => {
       const group = round.world.slice(4 * g, 4 * g + 4).map((w) => cluster(h.nameOf(w.workerId)));
       expect(new Set(group).size).toBe(1);
     }
-    // /api/status and the admin page see it: the groups, and each member's group.
-    const view = statusView(h.state);
+    // /api/status (its bounded schema) and the admin feed's rows see it: the groups, each member's group.
+    const view = statusResponseSchema.parse(statusResponse(h.state, 0, DEFAULT_STATUS_PAGE));
+    const groupOf = [0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3];
     expect(view.topology).toEqual({ groups: [4, 4, 4, 4] });
-    expect(view.world.map((w) => w.group)).toEqual([0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3]);
+    expect(view.world.items.map((w) => w.group)).toEqual(groupOf);
+    const rows = new FeedWorkers().diff(h.state).added.filter((w) => w.rank !== null);
+    expect(rows.map((w) => w.group)).toEqual(groupOf);
     // Every member got the same topology; training goes on under it.
     for (const w of round.world) {
       const theirs = [...h.worker(h.nameOf(w.workerId)).inbox].reverse().find((m) => m.type === 'round');

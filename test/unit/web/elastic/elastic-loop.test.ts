@@ -14,6 +14,7 @@ import {
   simulatedSwarm,
   type StoredCommit,
 } from '../../../kit/simulation';
+import { workerCount } from '../../../../coordinator/machine/worker-table';
 
 const DATASET = SIM_DATASET;
 const job: JobSpec = parseJobSpec(SIM_JOB);
@@ -125,7 +126,7 @@ describe('elastic loop (simulated tabs, real coordinator machine)', () => {
     );
     a.crash();
     b.crash();
-    await waitFor(() => Object.keys(coordinator.state.workers).length === 0, 'the coordinator to notice');
+    await waitFor(() => workerCount(coordinator.state.workers) === 0, 'the coordinator to notice');
     const checkpoint = coordinator.state.checkpoints.at(-1)!;
     const lost = committed();
     expect(lost).toBeGreaterThan(checkpoint.step);

@@ -36,6 +36,8 @@ describe('the sync field of a job', () => {
       innerSteps: 3,
       outer: { kind: 'nesterov', lr: 0.7, momentum: 0.9 },
       compression: 'int8',
+      // Overlapped outer steps are asked for, not the default (docs/local-steps.md).
+      overlap: false,
     });
     // The outer step is the commit point.
     expect(local.commitEvery).toBe(3);
