@@ -192,6 +192,13 @@ export const jobSpecSchema = z
     sync: syncSchema.default({ mode: 'every-step', compression: 'none' }),
     /** Check contributions (sketches, ring identity, recomputed spot checks); absent: trust the ranks. */
     verify: verifySchema.optional(),
+    /**
+     * How a round's ranks are arranged (core/training/topology.ts): `ring` (the default), one ring ordered
+     * by the measured link RTTs; `auto`, the planner's choice, rings in groups where they cut the latency
+     * (web/net/group-allreduce.ts). `auto` is opt-in until grouped rounds have passed in browser swarms:
+     * the first run with tabs and headless workers failed on a closed link (docs/networking.md).
+     */
+    topology: z.enum(['ring', 'auto']).default('ring'),
     /** Kernel precision and per-adapter tuning (docs/gpu.md). */
     kernels: kernelsSchema.default(DEFAULT_KERNELS),
     /** Committed steps between durable checkpoints (also taken at epoch ends and at the end). */

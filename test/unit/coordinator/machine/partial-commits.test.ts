@@ -37,6 +37,8 @@ const JOB: JobSpecInput = {
   maxRestarts: 100,
   evalSamples: 0,
   sync: { mode: 'local', innerSteps: H, compression: 'int8' },
+  // Rings in groups where the planner finds them cheaper (opt-in, core/training/job.ts): these tests cover both.
+  topology: 'auto',
 };
 /** The hang floor of these tests (the product's is 3 s): judged hung after max(floor, 2 × learned step). */
 const HANG_FLOOR_MS = 200;

@@ -22,6 +22,7 @@ const JOB: JobSpecInput = {
   lastCallMs: 1000,
   heartbeatMs: 1000,
   checkpointEvery: 100,
+  topology: 'auto',
 };
 
 /** `names` joined and trained one step in one round. */
@@ -107,6 +108,16 @@ describe('the topology of a round', () => {
       expect(theirs).toMatchObject({ round: round.round, topology: { groups: [4, 4, 4, 4] } });
     }
     h.train(2);
+  });
+
+  it('keeps one ring for a job that does not ask for groups (the default topology)', () => {
+    const names = Array.from({ length: 16 }, (_, i) => `t${i}`);
+    const h = world(names);
+    reportRtts(h, names, () => 20);
+    const ids = names.map((n) => h.worker(n).workerId!);
+    expect(roundTopology(h.state, ids).groups).toEqual([4, 4, 4, 4]);
+    const byDefault = { ...h.state, job: { ...h.state.job, topology: 'ring' } } as CoordinatorState;
+    expect(roundTopology(byDefault, ids).groups).toEqual([16]);
   });
 
   it('keeps the plain ring for a job that verifies the ring’s hops', () => {

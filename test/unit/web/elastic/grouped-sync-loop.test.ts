@@ -36,6 +36,7 @@ const LOCAL = {
 function job(sync: Record<string, unknown> = LOCAL): JobSpec {
   return parseJobSpec({
     model: SIM_MODEL,
+    topology: 'auto',
     optimizer: { kind: 'sgd', lr: 0.1, momentum: 0.5 },
     globalBatch: N * PER_RANK,
     epochs: 2,
