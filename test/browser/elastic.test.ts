@@ -223,13 +223,20 @@ describe.skipIf(skip)('elastic training across browser tabs', () => {
     // the outer step the crash fell into was committed without b's slices, the next one served them
     // first, and the job took the extra step(s) those slices needed.
     const rows = await commitRows(coordinator);
-    const before = rows.filter((r) => r.step <= closedAt);
-    expect(before.map((r) => r.step)).toEqual(Array.from({ length: closedAt / H }, (_, i) => (i + 1) * H));
     const partial = rows.filter((r) => r.skipped.length > 0);
-    expect(
-      partial.map((r) => r.firstStep),
-      'a partial outer commit for the goodbye and for the crash',
-    ).toEqual([closedAt + 1, crashedAt + 1]);
+    // Each loss falls into the outer step in flight when the status was read, or (a loaded machine: the
+    // close or crash lands after that outer step committed) the next one; either way one partial commit.
+    // (After a partial commit the outer steps are no longer multiples of H: the commit rows say where they start.)
+    const inFlightAt = (step: number) => {
+      const i = rows.findIndex((r) => r.firstStep > step);
+      return rows.slice(i, i + 2).map((r) => r.firstStep);
+    };
+    expect(partial, 'a partial outer commit for the goodbye and for the crash').toHaveLength(2);
+    expect(inFlightAt(closedAt)).toContain(partial[0].firstStep);
+    expect(inFlightAt(crashedAt)).toContain(partial[1].firstStep);
+    const before = rows.filter((r) => r.step < partial[0].firstStep);
+    expect(before.map((r) => r.step)).toEqual(Array.from({ length: before.length }, (_, i) => (i + 1) * H));
+    expect(before.length, 'whole outer steps before the goodbye').toBeGreaterThanOrEqual(closedAt / H);
     for (const row of partial) {
       const skipped = row.skipped.reduce((n, [s, e]) => n + e - s, 0);
       expect(row.count + skipped, 'a partial commit took a whole outer step').toBe(H * GLOBAL_BATCH);
