@@ -25,6 +25,7 @@ import {
   type SequentialSpec,
   type TransformerSpec,
 } from '../../core/training/model-spec';
+import { splitWindows } from '../../core/data/text-windows';
 import { initParams } from './layers';
 import type { MatmulTile } from '../ops/matmul';
 import { graphContext, type ModelGraph } from './model-graph';
@@ -65,24 +66,6 @@ export interface EvaluationResult {
 const MAP_READ = 0x1;
 const COPY_DST = 0x8;
 
-/**
- * Split `batch` windows of context + 1 tokens, one after another, into a language model's inputs (each
- * window's first `context` tokens) and next-token targets (its last `context`), batch·context of each.
- */
-export function splitWindows(
-  windows: Uint8Array | Uint16Array | Uint32Array,
-  batch: number,
-  context: number,
-  inputs: Uint32Array,
-  targets: Uint32Array,
-): void {
-  for (let b = 0; b < batch; b++) {
-    const w = windows.subarray(b * (context + 1), (b + 1) * (context + 1));
-    inputs.set(w.subarray(0, context), b * context);
-    targets.set(w.subarray(1), b * context);
-  }
-}
-
 export class Model {
   readonly spec: ModelSpec;
   readonly layout: ParamLayout;
@@ -117,6 +100,8 @@ export class Model {
   private readonly reader: StagingReader;
   /** The parameter digests on the GPU (param-digests.ts), made by the first `withParamDigests`. */
   private readonly paramDigests: ParamDigests;
+  /** The same for each moment buffer (`withStateDigests`). */
+  private readonly momentDigests: ParamDigests[];
   /** Input elements per sample: pixels·channels, or context tokens. */
   private readonly inputSize: number;
   /** Labels per sample: 1, or context next-token targets. */
@@ -172,6 +157,9 @@ export class Model {
     this.logits = graph.logits;
     this.currentBatch = maxBatch;
     this.paramDigests = new ParamDigests(gpu, this.params, layout.totalElements * 4, `${spec.name}.param-digests`);
+    this.momentDigests = this.moments.map(
+      (m, i) => new ParamDigests(gpu, m, layout.totalElements * 4, `${spec.name}.${this.momentNames[i]}-digests`),
+    );
   }
 
   private buildGraph(options: ModelOptions): ModelGraph {
@@ -373,6 +361,35 @@ export class Model {
     );
   }
 
+  /**
+   * `fn` of the whole training state as mapped (params, each moment in `momentNames` order, and t):
+   * one submission, one mapping, no CPU copy (e.g. its `trainingStateHash` every step). `fn` must not
+   * keep the arrays. Recorded now, like `withParams`.
+   */
+  withState<T>(fn: (params: Float32Array, moments: Float32Array[], t: number) => T): Promise<T> {
+    const t = this.optimizerStep;
+    const n = this.totalElements;
+    const tensors = [this.params, ...this.moments];
+    return this.reader.useAll(tensors, n * 4, (mapped) => {
+      const [params, ...moments] = tensors.map((_, i) => new Float32Array(mapped, i * n * 4, n));
+      return fn(params, moments, t);
+    });
+  }
+
+  /**
+   * `fn` of the chunk digests of the params and of each moment (hashed on the GPU, as `withParamDigests`)
+   * and t: the leaves of `trainingStateHash`, with only the digests read back.
+   */
+  withStateDigests<T>(chunkBytes: number, fn: (digests: Uint8Array[], t: number) => T): Promise<T> {
+    const t = this.optimizerStep;
+    const reads = [this.paramDigests, ...this.momentDigests].map((d) => {
+      const { digests, bytes, call } = d.forChunks(chunkBytes);
+      const record = (encoder: GPUCommandEncoder) => recordCalls(encoder, [call], `${this.spec.name}.state-digests`);
+      return this.reader.use(digests.buffer, digests.offset, bytes, (m) => new Uint8Array(m.slice(0)), record);
+    });
+    return Promise.all(reads).then((digests) => fn(digests, t));
+  }
+
   /** Replace the grads buffer (allreduced sums), `totalElements` floats in the flat layout. */
   writeGradients(grads: Float32Array): void {
     if (grads.length !== this.totalElements)
@@ -466,6 +483,7 @@ export class Model {
     for (const t of this.owned) t.buffer.destroy();
     this.owned.length = 0;
     this.paramDigests.destroy();
+    for (const d of this.momentDigests) d.destroy();
     this.reader.destroy();
   }
 }

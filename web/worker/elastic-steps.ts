@@ -4,8 +4,9 @@
  *
  * - `applyAndHash(sums, count, next)` writes the allreduced sums (or keeps the gradients already on
  *   the device: a world of one tab has nothing to reduce), records the optimizer step, then the hash
- *   of the new parameters' 4 KiB chunks on the GPU (kernels/ops/sha256.wgsl) with a copy of only their
- *   digests (or, with a hasher that has no GPU form, a copy of the parameters: web/worker/params-hasher.ts
+ *   of the new state's 4 KiB chunks (parameters, optimizer moments; and t) on the GPU
+ *   (kernels/ops/sha256.wgsl) with a copy of only their digests (or, with a hasher that has no GPU
+ *   form, a copy of the buffers: web/worker/params-hasher.ts
  *   picks that on CPU-backed adapters), and then, when the caller names the next step's samples, records
  *   that step's forward and backward passes at once (they only read the parameters just written). The
  *   worker finishes the tree hash (core/state/hash.ts) while the GPU computes the next step; the main thread
@@ -22,7 +23,7 @@
 import { NO_HASH } from '../../core/protocol/tab-messages';
 import { gradientSketches, paramsSketch, type StepSketches } from '../../core/state/sketch';
 import type { Model } from '../../kernels/model/model';
-import { hashModelParams, type ParamsHasher } from '../../kernels/model/training-state';
+import { hashModelState, type ParamsHasher } from '../../kernels/model/training-state';
 import type { BatchAssembler } from './data/batches';
 import type { GradientResult } from './types';
 
@@ -122,11 +123,11 @@ export class ElasticSteps {
       opts.hash === false
         ? Promise.resolve({ hash: NO_HASH })
         : sketchOf
-          ? this.model.withParams((params) => {
-              const hash = this.hasher.ofParams(params);
+          ? this.model.withState((params, moments, t) => {
+              const hash = this.hasher.ofState(params, moments, t);
               return { hash, params: Array.from(paramsSketch(params, hash).values) };
             })
-          : this.hashParams().then((hash) => ({ hash }));
+          : this.hashState().then((hash) => ({ hash }));
     if (next && next.indices.length > 0) {
       const result = this.start(next.indices, next.keepOnDevice);
       result.catch(() => undefined);
@@ -155,13 +156,14 @@ export class ElasticSteps {
   }
 
   /**
-   * The hash of the parameters (`hashModelParams`): from their chunk digests computed on the GPU
-   * (`Model.withParamDigests`: one dispatch and a copy of 32 bytes per 4 KiB into a reused staging
-   * buffer), or from a read-back into a reused staging buffer. Recorded now, so it sees exactly the
-   * parameters of the step just applied, whatever is submitted after it.
+   * The hash of the training state (`hashModelState`: params, moments and t, core/state/hash.ts
+   * `trainingStateHash`): from their chunk digests computed on the GPU (`Model.withStateDigests`: a
+   * dispatch and a copy of 32 bytes per 4 KiB per buffer), or from one read-back of every buffer into a
+   * reused staging buffer. Recorded now, so it sees exactly the state of the step just applied,
+   * whatever is submitted after it.
    */
-  private hashParams(): Promise<string> {
-    return hashModelParams(this.model, this.hasher);
+  private hashState(): Promise<string> {
+    return hashModelState(this.model, this.hasher);
   }
 
   /** The prefetch for `indices` made on the current state, or null; it is consumed either way. */

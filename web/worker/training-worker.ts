@@ -338,12 +338,13 @@ const api = {
   },
 
   /**
-   * `stateHash` of the current state (parameters, and the outer momentum in local mode): what a rank
-   * reports at commit. The parameters' chunks are hashed on the GPU, only their digests read back.
+   * The agreed hash of the current state, what a rank reports at a commit: `trainingStateHash` (params,
+   * moments, t) in every-step mode, `stateHash(params, outer momentum)` in local mode. The buffers'
+   * chunks are hashed on the GPU, only their digests read back.
    */
   async hash(): Promise<string> {
     const b = requireModel();
-    if (!b.outer) return b.state.hashParams();
+    if (!b.outer) return b.state.hashState();
     const momentum = b.outer.momentum;
     const onGpu = b.hasher.digests;
     if (!onGpu) return stateHash(await b.model.readParams(), momentum);

@@ -131,6 +131,6 @@ export interface RestoredState {
   step: number;
   epoch: number;
   cursor: number;
-  /** `stateHash(params, outer)` (core/state/hash.ts): the hash the ranks reported at its commit. */
+  /** The agreed hash (core/state/snapshot.ts `DecodedSnapshot.stateHash`): what the ranks reported at its commit. */
   stateHash: string;
 }
