@@ -55,7 +55,7 @@ export const PayloadEncoding = {
   Float16: 1,
   Bytes: 2,
   /**
-   * Blocks of 256 values, each a float32 scale then one int8 per value (web/net/int8-blocks.ts); the
+   * Blocks of 256 values, each a float32 scale then one int8 per value (core/wire/int8-blocks.ts); the
    * header's scaleExponent is 0. Whole bytes here; the collective checks the length against its chunk.
    */
   Int8Blocks: 3,

@@ -14,13 +14,13 @@
  * compression the owner also replaces its own copy by the fp16-rounded value it sends, so every rank
  * still ends with the same bytes.
  *
- * Int8 compression (`'int8'`, web/net/int8-blocks.ts: blocks of 256 values with a float32 scale,
+ * Int8 compression (`'int8'`, core/wire/int8-blocks.ts: blocks of 256 values with a float32 scale,
  * about a quarter of float32's bytes) works the same way: each reduce-scatter hop decodes what it
  * receives, adds its own float32 values and encodes the partial sum again; the owner encodes the final
  * sum once and replaces its own copy by the decoded value of those bytes. In the allgather the bytes
  * are forwarded as received rather than re-encoded from the decoded copy, and every rank decodes them
  * with the same function: no encoding work per hop, and identical bytes that do not rest on encoding
- * being idempotent on decoded blocks (it is, for every scale tried: test/unit/web/net/int8-blocks.test.ts;
+ * being idempotent on decoded blocks (it is, for every scale tried: test/unit/core/wire/int8-blocks.test.ts;
  * forwarding just makes that a non-question). Each of the size values
  * encoded along a segment's chain (size−1 partial sums, then the final sum) is off by at most half its
  * block's scale, so an element's error against the exact sum is at most about size·M/254, M being the
@@ -45,7 +45,7 @@
 import { ringSegmentStart } from '../../core/state/sketch';
 import { CollectiveError } from './collective-error';
 import { CollectiveSession, type CollectiveOptions } from './collective-session';
-import { addFloat16Into, decodeFloat16Into, encodeFloat16, MAX_FINITE_SCALE_EXPONENT } from './fp16';
+import { addFloat16Into, decodeFloat16Into, encodeFloat16, MAX_FINITE_SCALE_EXPONENT } from '../../core/wire/fp16';
 import {
   addInt8BlocksInto,
   decodeInt8BlocksInto,
@@ -55,7 +55,7 @@ import {
   INT8_SCALE_BYTES,
   Int8BlockError,
   int8BlocksBytes,
-} from './int8-blocks';
+} from '../../core/wire/int8-blocks';
 import {
   allocateFrame,
   assertValidCollectiveId,
