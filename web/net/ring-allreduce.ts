@@ -60,7 +60,6 @@ import {
   allocateFrame,
   assertValidCollectiveId,
   collectiveKey,
-  DEFAULT_FRAME_BYTES,
   FRAME_HEADER_BYTES,
   FrameError,
   FrameKind,
@@ -70,8 +69,11 @@ import {
 } from './framing';
 import type { Link, Ring } from './link';
 
-/** The job file's `sync.compression` (core/training/job.ts `Compression`). */
-export type WireCompression = 'none' | 'fp16' | 'int8';
+import { DEFAULT_CHUNK_ELEMENTS, DEFAULT_INT8_CHUNK_ELEMENTS, type WireCompression } from '../../core/wire/ring-sum';
+
+// The wire formats' chunking lives with the codecs (core/wire/ring-sum.ts): the verifier uses it too.
+export type { WireCompression } from '../../core/wire/ring-sum';
+export { chunkElementsFor, DEFAULT_CHUNK_ELEMENTS, DEFAULT_INT8_CHUNK_ELEMENTS } from '../../core/wire/ring-sum';
 
 export interface RingAllreduceOptions extends CollectiveOptions {
   /**
@@ -91,18 +93,6 @@ export interface RingAllreduceOptions extends CollectiveOptions {
    */
   readonly record?: { readonly sent: Float32Array; readonly received: Float32Array };
 }
-
-/** Values that fill a frame of `frameBytes` in this wire format (int8: whole blocks of 256 with their scales). */
-export function chunkElementsFor(frameBytes: number, compression: WireCompression): number {
-  const payload = frameBytes - FRAME_HEADER_BYTES;
-  if (compression === 'int8') return Math.floor(payload / (INT8_BLOCK_VALUES + INT8_SCALE_BYTES)) * INT8_BLOCK_VALUES;
-  return Math.floor(payload / (compression === 'fp16' ? 2 : 4));
-}
-
-/** Float32 values per default frame; fp16 uses the same count (its frames half full). */
-export const DEFAULT_CHUNK_ELEMENTS = chunkElementsFor(DEFAULT_FRAME_BYTES, 'none');
-/** 62 blocks of 256 (15,872 values, 16,120 payload bytes): int8 frames as full as float32's. */
-export const DEFAULT_INT8_CHUNK_ELEMENTS = chunkElementsFor(DEFAULT_FRAME_BYTES, 'int8');
 
 /**
  * Sum `data` in place across the ranks of `ring`; resolves when this rank holds the full sum
