@@ -85,7 +85,10 @@ const LIES: Record<string, (x: number) => number> = {
 
 const loadAtStart = loadavg();
 const started = performance.now();
-const client = await VerifierClient.start({ job: { model: flags.model, globalBatch: BATCH, seed: 42 }, datasetDir });
+const client = await VerifierClient.start({
+  job: { model: flags.model, globalBatch: BATCH, seed: 42 },
+  dataset: { kind: 'images', dir: datasetDir },
+});
 const startMs = performance.now() - started;
 const order = epochOrder(job.seed, 0, data.train.count);
 const rows = [];
@@ -93,7 +96,14 @@ try {
   for (const world of WORLDS) {
     const shares = Array<number>(world).fill(1);
     const slices = shares.map((_, r) => indicesForRank(order, 10 * BATCH, BATCH, shares, r).slice());
-    const request = { snapshotPath, stepHash: HASH, world, slices, count: BATCH };
+    const request = {
+      snapshotPath,
+      stepHash: HASH,
+      world,
+      mode: 'every-step' as const,
+      steps: [{ slices, count: BATCH }],
+      fresh: false,
+    };
     const times: number[] = [];
     const childTimes: number[] = [];
     let got = await client.recompute(request);

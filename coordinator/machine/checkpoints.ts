@@ -42,8 +42,11 @@ export function rollbackIn(
   // Contributions and a check of steps that no longer count are forgotten with them.
   if (s.contributions)
     s.contributions = Object.fromEntries(Object.entries(s.contributions).filter(([, step]) => step <= target.step));
-  if (s.verification && s.verification.step > target.step) s.verification = null;
+  if (s.checks?.length) s.checks = s.checks.filter((c) => c.step <= target.step);
+  s.momentClaims = null;
   s.ringSuspects = null;
+  // A job can only be done on its last step: one rolled back from it runs again.
+  if (s.status === 'done') s.status = 'active';
   ctx.out.push({ kind: 'rollback_commits', afterStep: target.step });
   log(ctx, 'warn', 'record_rolled_back', {
     from,
@@ -96,7 +99,14 @@ export function onCheckpointStored(
     s.checkpointRequests.find((r) => r.step === event.step)?.hash ??
     (event.step === s.lastCommit.step ? s.lastCommit.hash : null);
   s.checkpoints = s.checkpoints.filter((c) => c.step !== event.step);
-  s.checkpoints.push({ step: event.step, epoch: event.epoch, cursor: event.cursor, sha256: event.sha256, hash });
+  s.checkpoints.push({
+    step: event.step,
+    epoch: event.epoch,
+    cursor: event.cursor,
+    sha256: event.sha256,
+    hash,
+    ...(event.trainingHash ? { trainingHash: event.trainingHash } : {}),
+  });
   s.checkpoints.sort((a, b) => a.step - b.step);
   if (s.checkpoints.length > MAX_CHECKPOINTS_KEPT) s.checkpoints = s.checkpoints.slice(-MAX_CHECKPOINTS_KEPT);
   s.checkpointRequests = s.checkpointRequests.filter((r) => r.step > event.step);

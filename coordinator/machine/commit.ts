@@ -4,12 +4,13 @@
  * point is reported by all. Anything else is rejected with a reason and leaves the state untouched,
  * except a hash mismatch between ranks: that is divergence, and the round closes with restore:true.
  */
-import { begin, finish, log, metric, mutWorker, persist, reject, sendWorker, type Ctx } from './context';
+import { begin, finish, log, metric, mutWorker, own, persist, reject, sendWorker, type Ctx } from './context';
 import type { StepReportMessage } from '../../core/protocol/tab-messages';
 import type { ErrorCode } from '../../core/protocol/coordinator-messages';
 import { requestCheckpointIn } from './checkpoints';
 import { admitAtBoundaryIn, afterCloseIn, closeRoundIn } from './round-close';
-import { afterCommitIn, ringChecksPassIn, SUSPICION_STEPS, sketchProblem, uploadField } from './verification';
+import { ringChecksPassIn, SUSPICION_STEPS, sketchProblem } from './verification';
+import { drawChecksIn, gateOpen, uploadFieldFor } from './checks';
 import {
   assignStep,
   commitStep,
@@ -114,6 +115,7 @@ function acceptReportIn(ctx: Ctx, workerId: string, msg: StepReportMessage): voi
       samples: msg.samples,
       computeMs: msg.computeMs,
       ...(msg.sketch ? { sketch: msg.sketch } : {}),
+      ...(msg.innerHash ? { innerHash: msg.innerHash } : {}),
     },
   };
   p.lastStep = msg.step;
@@ -125,10 +127,35 @@ function acceptReportIn(ctx: Ctx, workerId: string, msg: StepReportMessage): voi
   worker.throughput = smoothThroughput(worker.throughput, msg.samples, ctx.now - since);
   recordUsageIn(ctx, worker, msg, p.lastReportAt ?? since);
   p.lastReportAt = ctx.now;
+  commitReadyIn(ctx);
+}
+
+/**
+ * Commit the next commit point if every rank reported it, its ring checks pass and no check holds it
+ * (checks.ts `gateOpen`: a held commit is made when the check resolves: check-events.ts calls again).
+ */
+export function commitReadyIn(ctx: Ctx): void {
+  const s = ctx.s;
+  if (s.status !== 'active' || s.rendezvous.phase !== 'training') return;
   const point = nextCommitPoint(s.lastCommit.step, planOf(s));
-  if (!s.rendezvous.participants.every((q) => q.lastStep >= point)) return;
+  if (point <= s.lastCommit.step || !s.rendezvous.participants.every((q) => q.lastStep >= point)) return;
+  if (!gateOpen(s)) {
+    metric(ctx, 'tabswarm_commits_held_total');
+    log(ctx, 'info', 'commit_held', { step: point, checks: (s.checks ?? []).map((c) => c.step) });
+    return;
+  }
   // A step whose sums do not add up is not committed (verification.ts handles the failure).
   if (ringChecksPassIn(ctx, point)) commitIn(ctx, point);
+}
+
+/** After the last check resolved: a job whose last step is committed is done. */
+export function finishIfCheckedIn(ctx: Ctx): void {
+  const s = ctx.s;
+  if (s.status !== 'active' || (s.checks ?? []).length > 0) return;
+  if (s.lastCommit.step !== totalSteps(planOf(s))) return;
+  s.status = 'done';
+  persist(ctx);
+  finishJobIn(ctx, s.lastCommit.step);
 }
 
 /** Commit steps lastCommit.step+1 .. point (all reported by all ranks with agreeing hashes). */
@@ -145,8 +172,11 @@ function commitIn(ctx: Ctx, point: number): void {
   }
   const { count, lossSum } = reportedTotals(s, firstStep, point);
   const hash = Object.values(s.pending[point])[0].hash;
-  const prevHash = s.lastCommit.hash;
-  const uploader = afterCommitIn(ctx, point, hash, prevHash);
+  noteContributionsIn(ctx, point);
+  // This commit's number first: a check drawn at it counts the commits after it (checks.ts `gateOpen`).
+  s.commitSeq = (s.commitSeq ?? 0) + 1;
+  drawChecksIn(ctx, point, firstStep, hash, s.lastCommit.hash);
+  noteMomentClaimsIn(ctx, point);
   s.record = commitStep(s.record, epochOrder(s.job.seed, start.epoch, s.datasetSize), count);
   const after = positionAfter(point, plan);
   s.lastCommit = {
@@ -162,7 +192,8 @@ function commitIn(ctx: Ctx, point: number): void {
   for (const step of Object.keys(s.pending)) if (Number(step) <= point) delete s.pending[step];
   rv.roundCommits += 1;
   for (const p of rv.participants) mutWorker(ctx, p.workerId).holds = [{ step: point, hash }];
-  const finished = point === totalSteps(plan);
+  // The job is done with its last commit only once no check is open (else when the last one resolves).
+  const finished = point === totalSteps(plan) && (s.checks ?? []).length === 0;
   if (finished) s.status = 'done';
   const commit: CommitRecord = {
     step: point,
@@ -177,7 +208,7 @@ function commitIn(ctx: Ctx, point: number): void {
   };
   ctx.out.push({ kind: 'record_commit', commit });
   persist(ctx);
-  announceCommitIn(ctx, commit, after, uploader);
+  announceCommitIn(ctx, commit, after);
   const epochEnded = after.cursor === 0;
   if (isCheckpointPoint(point, { ...plan, checkpointEvery: s.job.checkpointEvery }))
     requestCheckpointIn(ctx, rv.participants[0].workerId);
@@ -187,6 +218,25 @@ function commitIn(ctx: Ctx, point: number): void {
   }
   if (epochEnded) log(ctx, 'info', 'epoch_end', { epoch: start.epoch, step: point });
   admitAtBoundaryIn(ctx);
+}
+
+/** The first committed step each member contributed to since the last rollback (a cheat's rollback target). */
+function noteContributionsIn(ctx: Ctx, point: number): void {
+  const s = ctx.s;
+  s.contributions = { ...(s.contributions ?? {}) };
+  for (const p of s.rendezvous.participants) if (!own(s.contributions, p.workerId)) s.contributions[p.workerId] = point;
+}
+
+/** Local mode: each member's claim of its end-of-step moments, which the next checks' uploads must continue. */
+function noteMomentClaimsIn(ctx: Ctx, point: number): void {
+  const s = ctx.s;
+  if (!s.job.verify || s.job.sync.mode !== 'local') return;
+  const byWorker: Record<string, number[][]> = {};
+  for (const p of s.rendezvous.participants) {
+    const moments = s.pending[point]?.[p.rank]?.sketch?.moments;
+    if (moments) byWorker[p.workerId] = moments;
+  }
+  s.momentClaims = { step: point, world: s.rendezvous.participants.length, byWorker };
 }
 
 /** Samples in steps firstStep .. point under the plan, and the loss sum all ranks reported for them. */
@@ -202,12 +252,7 @@ function reportedTotals(s: CoordinatorState, firstStep: number, point: number): 
 }
 
 /** Metrics, the `committed` message to every rank, and the debug log line of one commit. */
-function announceCommitIn(
-  ctx: Ctx,
-  commit: CommitRecord,
-  after: { epoch: number; cursor: number },
-  uploader: string | null,
-): void {
+function announceCommitIn(ctx: Ctx, commit: CommitRecord, after: { epoch: number; cursor: number }): void {
   const rv = ctx.s.rendezvous;
   const { step: point, firstStep, count, hash } = commit;
   metric(ctx, 'tabswarm_commits_total');
@@ -215,6 +260,7 @@ function announceCommitIn(
   metric(ctx, 'tabswarm_samples_total', count);
   metric(ctx, 'tabswarm_loss', commit.loss);
   for (const p of rv.participants) {
+    const upload = uploadFieldFor(ctx.s, p.workerId, point);
     sendWorker(ctx, p.workerId, {
       type: 'committed',
       round: rv.round,
@@ -222,7 +268,7 @@ function announceCommitIn(
       epoch: after.epoch,
       cursor: after.cursor,
       hash,
-      ...(p.workerId === uploader ? { upload: uploadField(ctx.s, p.workerId) } : {}),
+      ...(upload ? { upload } : {}),
     });
   }
   log(ctx, 'debug', 'commit', {

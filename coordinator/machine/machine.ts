@@ -23,7 +23,8 @@ import { evaluateGatheringIn } from './rendezvous';
 import { confirmBlamedRestartIn, dropNotReadyIn, failIn } from './round-close';
 import { emptyRecord } from '../../core/training/sampler';
 import type { CoordinatorState, DurableState, Event, Transition, TrustPolicy } from './state';
-import { onVerificationResult, onVerificationUpload, verificationTickIn } from './verification';
+import { checksTickIn, onVerificationResult, onVerificationUpload } from './check-events';
+import { nextCheckDeadline } from './checks';
 
 export type {
   Action,
@@ -148,8 +149,8 @@ export function handle(state: CoordinatorState, event: Event, now: number): Tran
 export const HEARTBEAT_TIMEOUT_FACTOR = 3;
 
 /**
- * Heartbeat timeouts, the blamed restart's grace period, the ready deadline, the verifier's upload
- * deadline and the last-call deadline. Here rather than in rendezvous.ts: it drives both the rounds and
+ * Heartbeat timeouts, the blamed restart's grace period, the ready deadline, the checks' upload
+ * deadlines and the last-call deadline. Here rather than in rendezvous.ts: it drives both the rounds and
  * the verification (which itself closes rounds), so neither of those two imports the other back.
  */
 export function tickIn(ctx: Ctx): void {
@@ -161,7 +162,7 @@ export function tickIn(ctx: Ctx): void {
     if ((s.status as string) === 'failed') return; // countRestartIn may fail the job
   }
   const rv = s.rendezvous;
-  verificationTickIn(ctx);
+  checksTickIn(ctx);
   if (rv.phase === 'syncing' && rv.readyDeadline != null && now >= rv.readyDeadline) dropNotReadyIn(ctx);
   const limit = HEARTBEAT_TIMEOUT_FACTOR * s.job.heartbeatMs;
   const late = Object.values(s.workers).filter((w) => now - w.lastSeen > limit);
@@ -185,6 +186,9 @@ export function nextDeadline(s: CoordinatorState): number | null {
   const ready = s.rendezvous.phase === 'syncing' ? (s.rendezvous.readyDeadline ?? null) : null;
   if (ready !== null && (next === null || ready < next)) next = ready;
   if (s.blamedRestart && (next === null || s.blamedRestart.deadline < next)) next = s.blamedRestart.deadline;
+  // The checks' upload deadlines: judged on this timer, never on a tick that traffic keeps re-arming.
+  const check = nextCheckDeadline(s);
+  if (check !== null && (next === null || check < next)) next = check;
   const limit = HEARTBEAT_TIMEOUT_FACTOR * s.job.heartbeatMs;
   for (const w of Object.values(s.workers)) {
     const due = w.lastSeen + limit + 1;

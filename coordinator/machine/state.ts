@@ -105,28 +105,74 @@ export interface PendingReport {
   computeMs: number;
   /** The step's sketches, when the job verifies (core/state/sketch.ts). */
   sketch?: StepSketches;
+  /** Local mode, at a commit point: the rank's commitment to the inner state it started the outer step from. */
+  innerHash?: string;
+}
+
+/** A member of a checked commit, as it was then (it may have left since). */
+export interface CheckedMember {
+  workerId: string;
+  rank: number;
+  share: number;
+  /** Its client address and invite: a withheld upload or a caught lie is charged to them. */
+  addr: string;
+  invite: string | null;
 }
 
 /**
- * A committed step being recomputed by the verifier (coordinator/machine/verification.ts): the state before it is
- * uploaded by one member, then the verifier recomputes every rank's gradients and the update.
+ * A commit being recomputed by the verifier (checks.ts): one member uploads the state the commit
+ * started from, then the verifier recomputes what was claimed. Several may be in flight.
  */
 export interface VerificationState {
-  /** The step checked. */
+  /** Unique per check (never reused while the coordinator runs): the upload's URL names it. */
+  id: number;
+  /** `every-step`: every rank's gradient and the update of `step`; `local`: one rank's outer step. */
+  mode: 'every-step' | 'local';
+  /** The commit point checked. */
   step: number;
-  /** Committed hash of step − 1: the uploaded state must hash to it. */
-  prevHash: string;
+  /** First step of the commit (local: previous commit point + 1) and its record position (`checkedSlices`). */
+  firstStep: number;
+  start: { epoch: number; cursor: number };
+  /** Committed hash at `firstStep − 1` (null: the fresh initial state): the upload must be that state. */
+  prevHash: string | null;
   /** Committed hash of `step`: the sketches' seed. */
   stepHash: string;
   /** The round's world at `step` (the slices follow from the shares). */
-  world: { workerId: string; rank: number; share: number }[];
-  /** The ranks' claims: own gradient sketch by rank, and the (agreed) parameter sketch. */
-  claims: { own: number[][]; params: number[] };
-  /** The member asked to upload the state of step − 1. */
+  world: CheckedMember[];
+  /** Ranks whose contributions this check recomputes (every-step: all; local: the uploader's). */
+  ranks: number[];
+  /** The claims: judged ranks' own sketches (in `ranks` order), the agreed params; local: sum, outer, the rank's moments. */
+  claims: {
+    own: number[][];
+    params: number[];
+    sum?: number[];
+    sumMass?: number[];
+    outer?: number[];
+    moments?: number[][];
+  };
+  /**
+   * Local mode: what the uploaded inner state must continue (its start moments): the members' claims of
+   * their end moments at the previous commit point (seeded by `prevHash`), a stored checkpoint's own
+   * commitment, or nothing known (after a coordinator restart).
+   */
+  continuity?: { moments: number[][][]; world: number } | { trainingHash: string } | null;
+  /** Local mode: the checked rank's commitment to its inner state at `firstStep − 1`. */
+  innerHash?: string;
+  /** The member asked to upload the state of `firstStep − 1`. */
   uploader: string;
   phase: 'upload' | 'recompute';
   /** The upload must arrive by then (ms); the recompute has no deadline here (the verifier's own timeout). */
   deadline: number;
+  /** `commitSeq` when it was drawn: later commits are held once `VERIFY_GATE_COMMITS` passed it (checks.ts). */
+  commitSeq: number;
+}
+
+/** What a client address, an invite or a worker id has shown (adaptive-trust.ts). */
+export interface TrustRecord {
+  /** Recomputed checks its contributions passed. */
+  passed: number;
+  /** Times it was caught cheating (for an address or invite: under any worker id). */
+  caught: number;
 }
 
 /** A durable checkpoint the server stored. */
@@ -139,6 +185,8 @@ export interface CheckpointInfo {
   sha256: string;
   /** Parameter hash at `step` (the commit's hash), or null if unknown. */
   hash: string | null;
+  /** Local mode: `trainingStateHash` of the stored state (its uploader's inner state), checked at upload. */
+  trainingHash?: string | null;
 }
 
 /** The last committed step (step 0, hash null: the initial state). */
@@ -178,6 +226,11 @@ export interface PenaltyRecord {
   bans: number;
   /** Refused until this time (ms); 0 or past: not banned. */
   bannedUntil: number;
+  /**
+   * An address or invite a cheat was caught from: new sockets and hellos from it are refused until then
+   * (ms), while its workers already connected stay (each is checked on its own: adaptive-trust.ts).
+   */
+  refuseJoinsUntil?: number;
 }
 
 /** Sums over step reports (utilization.ts accounts them). */
@@ -246,8 +299,18 @@ export interface CoordinatorState {
    * and since this coordinator started (utilization.ts; not durable). Absent before the first report.
    */
   usage?: Usage;
-  /** The step being recomputed, if any (one at a time; not durable: a restart drops it). */
-  verification?: VerificationState | null;
+  /** Commits being recomputed, oldest first (checks.ts; not durable: a restart drops them). */
+  checks?: VerificationState[];
+  /** Checks drawn so far: each draw's secret is derived from `verifySalt` and this count (checks.ts). */
+  drawSeq?: number;
+  /** The next check's id. */
+  nextCheckId?: number;
+  /** Commits made by this coordinator (never rewound): the gate of checks.ts counts with it. */
+  commitSeq?: number;
+  /** Local mode: each member's end-of-step moment sketches at the last commit (the next check's continuity). */
+  momentClaims?: { step: number; world: number; byWorker: Record<string, number[][]> } | null;
+  /** Trust records by `w:<workerId>`, `a:<address>`, `i:<invite>` (adaptive-trust.ts; not durable). */
+  trust?: Record<string, TrustRecord>;
   /** First committed step each worker contributed to since the last rollback (the rollback target of a cheat). */
   contributions?: Record<string, number>;
   /** Workers suspected by every recent ring failure (verification.ts `suspectsFailIn`), or null. */
@@ -307,19 +370,40 @@ export type Event =
   | { kind: 'disconnected'; conn: string }
   /** Time passed: heartbeat timeouts and the last-call deadline are checked. Call at least every heartbeatMs/2 or at `nextDeadline`. */
   | { kind: 'tick' }
-  /** A checkpoint upload was verified and stored atomically. */
-  | { kind: 'checkpoint_stored'; step: number; epoch: number; cursor: number; sha256: string }
+  /** A checkpoint upload was verified and stored atomically (`trainingHash`: local mode, its uploader's state). */
+  | {
+      kind: 'checkpoint_stored';
+      step: number;
+      epoch: number;
+      cursor: number;
+      sha256: string;
+      trainingHash?: string | null;
+    }
   /** An admin request (validated with adminActionSchema, authorised by the server). */
   | { kind: 'admin'; action: AdminAction }
-  /** The state before the step under verification was uploaded and hash-checked (the verifier starts), or refused. */
-  | { kind: 'verification_upload'; step: number; ok: boolean; reason?: string }
-  /** The verifier's recomputation of the step under verification, or why it could not be done. */
-  | { kind: 'verification_result'; step: number; result: RecomputedStep | { error: string } };
+  /** The state a check's commit started from was uploaded and hash-checked (the verifier starts), or refused. */
+  | { kind: 'verification_upload'; check: number; ok: boolean; reason?: string }
+  /** The verifier's recomputation for a check, or why it could not be done. */
+  | { kind: 'verification_result'; check: number; result: RecomputedStep | { error: string } };
 
-/** What the verifier recomputed: per-rank own gradient sketches (values, masses) and the parameter sketch. */
+/** A sketch the verifier computed: bucket values and L1 masses. */
+export interface SketchPair {
+  values: number[];
+  mass: number[];
+}
+
+/**
+ * What the verifier recomputed: each judged rank's own sketch (in the check's `ranks` order), the
+ * parameter sketch the commit should have produced; in local mode also the rank's end moments and the
+ * outer momentum. `startOk: false`: the uploaded state is not what the commit started from (not the
+ * fresh initial state where it had to be), which its uploader answers for.
+ */
 export interface RecomputedStep {
-  own: { values: number[]; mass: number[] }[];
-  params: { values: number[]; mass: number[] };
+  own: SketchPair[];
+  params: SketchPair;
+  moments?: SketchPair[];
+  outer?: SketchPair;
+  startOk?: boolean;
   /** The verifier's time for the recomputation (ms), for the log. */
   ms?: number;
 }
@@ -378,7 +462,11 @@ export const METRICS = {
   },
   tabswarm_verifications_total: {
     type: 'counter',
-    help: 'Steps checked by recomputation or by the ring identity, by result (passed, caught, ring, abandoned).',
+    help: 'Commits checked by recomputation or by the ring checks, by result (passed, caught, withheld, ring, abandoned).',
+  },
+  tabswarm_commits_held_total: {
+    type: 'counter',
+    help: 'Commits held back because a check drawn too many commits earlier had not resolved yet.',
   },
 } as const;
 export type MetricName = keyof typeof METRICS;

@@ -220,6 +220,7 @@ export function categoryOf(event: string, data: unknown): FeedCategory {
     case 'messages_rejected':
     case 'worker_refused':
     case 'cooled_off':
+    case 'place_cooled_off':
       return 'rejected';
     case 'admin':
     case 'admin_ignored':
@@ -233,6 +234,8 @@ export function categoryOf(event: string, data: unknown): FeedCategory {
     case 'verification_uploaded':
     case 'verification_done':
     case 'verification_abandoned':
+    case 'verification_withheld':
+    case 'commit_held':
     case 'ring_identity_failed':
     case 'data_dispute':
     case 'cheater_banned':

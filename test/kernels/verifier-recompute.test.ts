@@ -1,19 +1,21 @@
 /**
  * The verifier's Recomputer (verifier/recompute.ts) against an independent float64 reference
- * (test/support/reference-model.ts): every rank's gradient sums at θ_{s−1}, their sum and one optimizer
- * step, sketched as the ranks sketch them (core/state/sketch.ts). The honest recomputation must
- * match the reference's sketches within RECOMPUTE_TOLERANCE / 10 — the measured worst ratio is printed,
- * it is the number the tolerance is argued from — and a rank's gradient scaled ×1000, negated or with 5%
- * noise must miss by far more than RECOMPUTE_TOLERANCE. (About 2 s on SwiftShader.)
+ * (test/support/reference-model.ts). Every-step mode: every rank's gradient sums at θ_{s−1}, their sum
+ * and one optimizer step; local mode: one rank's inner steps, its pseudo-gradient, its end moments and
+ * the outer step predicted from the agreed sum; each sketched as the ranks sketch them
+ * (core/state/sketch.ts). The honest recomputation must match the reference's sketches within
+ * RECOMPUTE_TOLERANCE / 10 — the measured worst ratio is printed, it is the number the tolerance is
+ * argued from — and a rank's contribution scaled ×1000, negated or with 5% noise must miss by far more
+ * than RECOMPUTE_TOLERANCE. (A few seconds on SwiftShader.)
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { OptimizerSpec } from '../../core/training/job';
 import { parameterLayout, type SequentialSpec } from '../../core/training/model-spec';
-import type { ImageSplitBytes } from '../../core/data/image-batches';
+import { ImageBatches, type ImageSplitBytes } from '../../core/data/image-batches';
 import { gradientSketch, paramsSketch, RECOMPUTE_TOLERANCE, type Sketch, worstRatio } from '../../core/state/sketch';
 import { initParams } from '../../kernels/model/layers';
 import type { Gpu } from '../../kernels/runtime';
-import { Recomputer, type RecomputeRequest, RecomputeError } from '../../verifier/recompute';
+import { Recomputer, type RecomputeJob, type RecomputeRequest, RecomputeError } from '../../verifier/recompute';
 import { nodeGpu, skipWithoutNodeGpu } from '../support/node-gpu';
 import { referenceAdamW, referenceForwardBackward, referenceSgdMomentum } from '../support/reference-model';
 import { mulberry32, randomArray } from '../support/rng';
@@ -34,6 +36,7 @@ const SGD: OptimizerSpec = { kind: 'sgd', lr: 5e-2, momentum: 0.9 };
 const GLOBAL_BATCH = 24;
 const STEP_HASH = '5eed0f5a1d2c3b4a';
 const SAMPLES = 200;
+const EVERY_STEP: RecomputeJob['sync'] = { mode: 'every-step', compression: 'none' };
 
 /** Random 12×12 images and labels: the IDX split the Recomputer gathers from. */
 function randomSplit(seed: number): ImageSplitBytes {
@@ -69,23 +72,28 @@ function reference(split: ImageSplitBytes, req: RecomputeRequest, optimizer: Opt
   const layout = parameterLayout(SPEC);
   const n = layout.totalElements;
   const { params, moments, optimizer: state } = req.snapshot;
-  const own = req.slices.map((slice) => {
-    if (slice.length === 0) return new Float64Array(n);
-    const x = new Float64Array(slice.length * 144);
-    slice.forEach((index, b) => {
-      for (let i = 0; i < 144; i++) x[b * 144 + i] = split.images[index * 144 + i] / 255;
-    });
-    const labels = Array.from(slice, (index) => split.labels[index]);
-    return referenceForwardBackward(SPEC, layout, params, x, labels, slice.length).grads;
-  });
+  const [{ slices, count }] = req.steps;
+  const own = slices.map((slice) => referenceGradients(split, params, slice));
   const sum = new Float64Array(n);
   for (const g of own) for (let i = 0; i < n; i++) sum[i] += g[i];
-  const gradScale = 1 / req.count;
+  const gradScale = 1 / count;
   const next =
     optimizer.kind === 'adamw'
       ? referenceAdamW(params, sum, moments[0], moments[1], { ...optimizer, gradScale, t: state.t + 1 }).params
       : referenceSgdMomentum(params, sum, moments[0], { ...optimizer, weightDecay: 0, gradScale }).params;
   return { own, next };
+}
+
+/** The float64 gradient sums of `slice`'s samples at `params` (zeros for no samples). */
+function referenceGradients(split: ImageSplitBytes, params: ArrayLike<number>, slice: Uint32Array): Float64Array {
+  const layout = parameterLayout(SPEC);
+  if (slice.length === 0) return new Float64Array(layout.totalElements);
+  const x = new Float64Array(slice.length * 144);
+  slice.forEach((index, b) => {
+    for (let i = 0; i < 144; i++) x[b * 144 + i] = split.images[index * 144 + i] / 255;
+  });
+  const labels = Array.from(slice, (index) => split.labels[index]);
+  return referenceForwardBackward(SPEC, layout, params, x, labels, slice.length).grads;
 }
 
 /** Standard normal numbers (Box–Muller) from a seeded uniform source. */
@@ -99,14 +107,9 @@ const ratio = (claimed: Sketch, ref: Sketch) => worstRatio(claimed.values, ref.v
 describe.skipIf(await skipWithoutNodeGpu())('verifier Recomputer', () => {
   let gpu: Gpu;
   const made: Recomputer[] = [];
-  const recomputer = (optimizer: OptimizerSpec, split: ImageSplitBytes) => {
-    const job = {
-      model: SPEC,
-      optimizer,
-      globalBatch: GLOBAL_BATCH,
-      sync: { mode: 'every-step', compression: 'none' },
-    } as const;
-    const r = new Recomputer(gpu, job, split);
+  const recomputer = (optimizer: OptimizerSpec, split: ImageSplitBytes, sync: RecomputeJob['sync'] = EVERY_STEP) => {
+    const job = { model: SPEC, optimizer, globalBatch: GLOBAL_BATCH, sync };
+    const r = new Recomputer(gpu, job, { batches: new ImageBatches(split, GLOBAL_BATCH), count: split.count });
     made.push(r);
     return r;
   };
@@ -125,8 +128,9 @@ describe.skipIf(await skipWithoutNodeGpu())('verifier Recomputer', () => {
         snapshot: randomState(optimizer, 3),
         stepHash: STEP_HASH,
         world: 3,
-        slices,
-        count: 24,
+        mode: 'every-step',
+        steps: [{ slices, count: 24 }],
+        fresh: false,
       };
       const got = await recomputer(optimizer, split).recompute(req);
       const ref = reference(split, req, optimizer);
@@ -160,6 +164,112 @@ describe.skipIf(await skipWithoutNodeGpu())('verifier Recomputer', () => {
     });
   }
 
+  for (const optimizer of [ADAMW, SGD]) {
+    it(`local mode, ${optimizer.kind}: a rank's inner steps, pseudo-gradient, end moments and the outer step match the reference`, async () => {
+      const split = randomSplit(5);
+      const outerOpt = { kind: 'nesterov', lr: 0.7, momentum: 0.9 } as const;
+      const sync: RecomputeJob['sync'] = { mode: 'local', innerSteps: 4, outer: outerOpt, compression: 'int8' };
+      const rand = mulberry32(8);
+      const start = {
+        ...randomState(optimizer, 6),
+        outer: randomArray(rand, parameterLayout(SPEC).totalElements, -1e-3, 1e-3),
+      };
+      // Rank 1 of a world of 2: samples in three of the four inner steps, none in one.
+      const pick = (k: number) => Uint32Array.from({ length: k }, () => Math.floor(rand() * SAMPLES));
+      const mine = [pick(9), pick(12), new Uint32Array(0), pick(7)];
+      const steps = mine.map((slice) => ({ slices: [slice], count: 24 }));
+      // The reference: the same inner steps in float64.
+      let theta: Float64Array<ArrayBufferLike> = Float64Array.from(start.params);
+      let m: Float64Array<ArrayBufferLike> = Float64Array.from(start.moments[0]);
+      let v: Float64Array<ArrayBufferLike> = Float64Array.from(start.moments[1] ?? []);
+      let t = start.optimizer.t;
+      for (const slice of mine) {
+        if (slice.length === 0) continue;
+        const g = referenceGradients(split, theta, slice);
+        t += 1;
+        if (optimizer.kind === 'adamw')
+          ({ params: theta, m, v } = referenceAdamW(theta, g, m, v, { ...optimizer, gradScale: 1 / slice.length, t }));
+        else
+          ({ params: theta, velocity: m } = referenceSgdMomentum(theta, g, m, {
+            ...optimizer,
+            weightDecay: 0,
+            gradScale: 1 / slice.length,
+          }));
+      }
+      const weight = 28 / 96;
+      const delta = start.params.map((c, i) => (c - theta[i]) * weight);
+      // The agreed sum: this rank's part and another rank's.
+      const sum = f32(delta.map((d, i) => d + 1e-4 * Math.sin(i)));
+      const sumSketch = gradientSketch(sum, STEP_HASH, 2);
+      const req: RecomputeRequest = {
+        snapshot: start,
+        stepHash: STEP_HASH,
+        world: 2,
+        mode: 'local',
+        rank: 1,
+        steps,
+        fresh: false,
+        sum: { values: Array.from(sumSketch.values), mass: Array.from(sumSketch.mass) },
+      };
+      const got = await recomputer(optimizer, split, sync).recompute(req);
+      const ownRatio = ratio(got.own[0], gradientSketch(f32(delta), STEP_HASH, 2));
+      const refMoments = (optimizer.kind === 'adamw' ? [m, v] : [m]).map((x) => gradientSketch(f32(x), STEP_HASH, 2));
+      const momentRatios = got.moments!.map((k, i) => ratio(k, refMoments[i]));
+      // The outer step the tabs take with that sum, exactly.
+      const u = start.outer.map((x, i) => outerOpt.momentum * x + sum[i]);
+      const next = start.params.map((x, i) => x - outerOpt.lr * (sum[i] + outerOpt.momentum * u[i]));
+      const outerRatio = ratio(gradientSketch(u, STEP_HASH, 2), got.outer!);
+      const paramsRatio = ratio(gradientSketch(next, STEP_HASH, 2), got.params);
+      console.log(
+        `verifier-recompute local ${optimizer.kind}: own ${ownRatio.toExponential(2)}, moments ${momentRatios.map((r) => r.toExponential(2)).join('/')}, outer ${outerRatio.toExponential(2)}, params ${paramsRatio.toExponential(2)}`,
+      );
+      for (const r of [ownRatio, ...momentRatios, outerRatio, paramsRatio])
+        expect(r).toBeLessThanOrEqual(RECOMPUTE_TOLERANCE / 10);
+      expect(got.startOk).toBe(true);
+      // A contribution scaled, or another momentum applied, misses by far.
+      expect(ratio(gradientSketch(f32(delta.map((d) => 3 * d)), STEP_HASH, 2), got.own[0])).toBeGreaterThan(
+        10 * RECOMPUTE_TOLERANCE,
+      );
+      expect(
+        ratio(
+          gradientSketch(
+            u.map((x) => x * 1.05),
+            STEP_HASH,
+            2,
+          ),
+          got.outer!,
+        ),
+      ).toBeGreaterThan(10 * RECOMPUTE_TOLERANCE);
+    });
+  }
+
+  it('says whether a commit that started at step 0 started from the fresh state', async () => {
+    const split = randomSplit(1);
+    const r = recomputer(ADAMW, split);
+    const params = await r.initialParams();
+    const n = params.length;
+    const fresh = {
+      params,
+      moments: [new Float32Array(n), new Float32Array(n)],
+      optimizer: { kind: 'adamw' as const, t: 0 },
+    };
+    const req: RecomputeRequest = {
+      snapshot: fresh,
+      stepHash: STEP_HASH,
+      world: 3,
+      mode: 'every-step',
+      steps: [{ slices: slicesOf(2), count: 24 }],
+      fresh: true,
+    };
+    expect((await r.recompute(req)).startOk).toBe(true);
+    const nudged = params.slice();
+    nudged[3] += 1e-3;
+    expect((await r.recompute({ ...req, snapshot: { ...fresh, params: nudged } })).startOk).toBe(false);
+    expect((await r.recompute({ ...req, snapshot: { ...fresh, optimizer: { kind: 'adamw', t: 1 } } })).startOk).toBe(
+      false,
+    );
+  });
+
   it('refuses a bad request before touching the state, and serves the next one', async () => {
     const split = randomSplit(1);
     const r = recomputer(ADAMW, split);
@@ -167,19 +277,28 @@ describe.skipIf(await skipWithoutNodeGpu())('verifier Recomputer', () => {
       snapshot: randomState(ADAMW, 3),
       stepHash: STEP_HASH,
       world: 3,
-      slices: slicesOf(2),
-      count: 24,
+      mode: 'every-step',
+      steps: [{ slices: slicesOf(2), count: 24 }],
+      fresh: false,
     };
     const first = await r.recompute(good);
+    const slices = slicesOf(2);
     const bad: Partial<RecomputeRequest>[] = [
-      { count: 23 },
+      { steps: [{ slices, count: 23 }] },
       { world: 2 },
       { stepHash: 'not-a-hash' },
-      { slices: [Uint32Array.of(SAMPLES), new Uint32Array(0), new Uint32Array(0)], count: 1 },
+      { steps: [{ slices: [Uint32Array.of(SAMPLES), new Uint32Array(0), new Uint32Array(0)], count: 1 }] },
       { snapshot: randomState(SGD, 3) },
+      { mode: 'local', rank: 0 },
+      {
+        steps: [
+          { slices, count: 24 },
+          { slices, count: 24 },
+        ],
+      },
     ];
     for (const change of bad) await expect(r.recompute({ ...good, ...change })).rejects.toThrow();
-    await expect(r.recompute({ ...good, count: 23 })).rejects.toBeInstanceOf(RecomputeError);
+    await expect(r.recompute({ ...good, steps: [{ slices, count: 23 }] })).rejects.toBeInstanceOf(RecomputeError);
     const again = await r.recompute(good);
     expect(again.paramsHash).toBe(first.paramsHash);
   });

@@ -9,7 +9,7 @@
  *
  * Nothing here runs in the product (test/kit is test code; the product may not import it).
  */
-import { stateHash } from '../../core/state/hash';
+import { stateHash, trainingStateHash } from '../../core/state/hash';
 import type { JobSpec, JobSpecInput } from '../../core/training/job';
 import {
   initialState,
@@ -170,8 +170,10 @@ export class CpuTrainer implements TrainerPort {
     }
   }
 
+  /** The agreed hash, as the worker's: the whole state in every-step mode, θ and u in local mode. */
   async hash(): Promise<string> {
-    return stateHash(this.params, this.outer?.momentum);
+    if (this.outer) return stateHash(this.params, this.outer.momentum);
+    return trainingStateHash(this.params, [this.velocity], this.t);
   }
 
   async saveBackup(): Promise<void> {

@@ -41,10 +41,17 @@ process.on('exit', () => {
 export interface SpawnOptions {
   /** Data dir; default a fresh temp dir. */
   dataDir?: string;
-  /** Job object written to a temp job.json (merged over nothing: the core fills defaults). */
+  /**
+   * Job object written to a temp job.json (merged over nothing: the core fills defaults). Without a
+   * `verify` field it gets `"verify": false`: a test runs a private swarm of simulated or honest tabs
+   * unless it is about checking contributions (the CLI verifies a job open to anyone by default, and
+   * simulated workers send no sketches).
+   */
   job?: Record<string, unknown>;
-  /** An existing job file; wins over `job`. Neither → the CLI's default job. */
+  /** An existing job file; wins over `job`. Neither → `{"verify": false}`, or the CLI's default job with `cliDefaults`. */
   jobFile?: string;
+  /** With neither `job` nor `jobFile`: pass no --job at all (the CLI's own default job, which verifies). */
+  cliDefaults?: boolean;
   /** Dataset dir; default `sharedFakeDataset()`; null passes no --dataset (env/default lookup). */
   datasetDir?: string | null;
   /** Default `TEST_ADMIN_TOKEN`; null passes none (the coordinator picks and prints one). */
@@ -190,9 +197,10 @@ export class CoordinatorProcess {
   static async spawn(opts: SpawnOptions = {}): Promise<CoordinatorProcess> {
     const dataDir = opts.dataDir ?? join(makeTempDir('tabswarm-data-'), 'data');
     let jobFile = opts.jobFile;
-    if (!jobFile && opts.job) {
+    if (!jobFile && (opts.job || !opts.cliDefaults)) {
       jobFile = join(makeTempDir('tabswarm-job-'), 'job.json');
-      writeFileSync(jobFile, JSON.stringify(opts.job, null, 2));
+      const job = opts.job ?? {};
+      writeFileSync(jobFile, JSON.stringify('verify' in job ? job : { ...job, verify: false }, null, 2));
     }
     const child = spawnCli(coordinatorArgs(opts, dataDir, jobFile), opts.env);
     const output = { stdout: '', stderr: '' };
