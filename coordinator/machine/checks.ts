@@ -285,7 +285,7 @@ function drawLocalIn(ctx: Ctx, fields: DrawFields): void {
 function continuityOf(s: CoordinatorState, prev: number): VerificationState['continuity'] {
   if (prev === 0) return null;
   if (s.momentClaims?.step === prev)
-    return { moments: Object.values(s.momentClaims.byWorker), world: s.momentClaims.world };
+    return { claims: Object.values(s.momentClaims.byWorker), world: s.momentClaims.world };
   const checkpoint = s.checkpoints.find((c) => c.step === prev && c.trainingHash);
   return checkpoint?.trainingHash ? { trainingHash: checkpoint.trainingHash } : null;
 }

@@ -25,7 +25,7 @@ import {
 import { culpritOf } from './penalties';
 import { smoothThroughput } from './shares';
 import { recordUsageIn } from './utilization';
-import type { CommitRecord, CoordinatorState, Transition } from './state';
+import type { CommitRecord, CoordinatorState, MomentClaim, Transition } from './state';
 
 export type ReportCheck =
   | { ok: true; rank: number }
@@ -116,6 +116,7 @@ function acceptReportIn(ctx: Ctx, workerId: string, msg: StepReportMessage): voi
       computeMs: msg.computeMs,
       ...(msg.sketch ? { sketch: msg.sketch } : {}),
       ...(msg.innerHash ? { innerHash: msg.innerHash } : {}),
+      ...(msg.innerT !== undefined ? { innerT: msg.innerT } : {}),
     },
   };
   p.lastStep = msg.step;
@@ -231,10 +232,11 @@ function noteContributionsIn(ctx: Ctx, point: number): void {
 function noteMomentClaimsIn(ctx: Ctx, point: number): void {
   const s = ctx.s;
   if (!s.job.verify || s.job.sync.mode !== 'local') return;
-  const byWorker: Record<string, number[][]> = {};
+  const byWorker: Record<string, MomentClaim> = {};
   for (const p of s.rendezvous.participants) {
-    const moments = s.pending[point]?.[p.rank]?.sketch?.moments;
-    if (moments) byWorker[p.workerId] = moments;
+    const report = s.pending[point]?.[p.rank];
+    const moments = report?.sketch?.moments;
+    if (moments && report.innerT !== undefined) byWorker[p.workerId] = { moments, t: report.innerT };
   }
   s.momentClaims = { step: point, world: s.rendezvous.participants.length, byWorker };
 }

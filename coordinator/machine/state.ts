@@ -10,6 +10,7 @@ import type { ClientMessage, PeerLink } from '../../core/protocol/tab-messages';
 import type { ServerMessage } from '../../core/protocol/coordinator-messages';
 import type { ParseErrorCode } from '../../core/protocol/control-parse';
 import type { SamplerRecord } from '../../core/training/sampler';
+import type { MetricName } from './metric-names';
 
 // ---------------------------------------------------------------- state
 
@@ -107,6 +108,8 @@ export interface PendingReport {
   sketch?: StepSketches;
   /** Local mode, at a commit point: the rank's commitment to the inner state it started the outer step from. */
   innerHash?: string;
+  /** Local mode, at a commit point: its inner optimizer's t after the inner steps. */
+  innerT?: number;
 }
 
 /** A member of a checked commit, as it was then (it may have left since). */
@@ -155,7 +158,7 @@ export interface VerificationState {
    * their end moments at the previous commit point (seeded by `prevHash`), a stored checkpoint's own
    * commitment, or nothing known (after a coordinator restart).
    */
-  continuity?: { moments: number[][][]; world: number } | { trainingHash: string } | null;
+  continuity?: { claims: MomentClaim[]; world: number } | { trainingHash: string } | null;
   /** Local mode: the checked rank's commitment to its inner state at `firstStep − 1`. */
   innerHash?: string;
   /** The member asked to upload the state of `firstStep − 1`. */
@@ -165,6 +168,12 @@ export interface VerificationState {
   deadline: number;
   /** `commitSeq` when it was drawn: later commits are held once `VERIFY_GATE_COMMITS` passed it (checks.ts). */
   commitSeq: number;
+}
+
+/** Local mode: what a rank said it ended an outer step with (its moments' sketches, its optimizer's t). */
+export interface MomentClaim {
+  moments: number[][];
+  t: number;
 }
 
 /** What a client address, an invite or a worker id has shown (adaptive-trust.ts). */
@@ -308,7 +317,7 @@ export interface CoordinatorState {
   /** Commits made by this coordinator (never rewound): the gate of checks.ts counts with it. */
   commitSeq?: number;
   /** Local mode: each member's end-of-step moment sketches at the last commit (the next check's continuity). */
-  momentClaims?: { step: number; world: number; byWorker: Record<string, number[][]> } | null;
+  momentClaims?: { step: number; world: number; byWorker: Record<string, MomentClaim> } | null;
   /** Trust records by `w:<workerId>`, `a:<address>`, `i:<invite>` (adaptive-trust.ts; not durable). */
   trust?: Record<string, TrustRecord>;
   /** First committed step each worker contributed to since the last rollback (the rollback target of a cheat). */
@@ -429,47 +438,8 @@ export interface CommitRecord {
   loss: number;
 }
 
-/** Metrics the machine emits; the server renders them (Prometheus). Counters add `value` (default 1), gauges set it, summaries observe it. */
-export const METRICS = {
-  tabswarm_joins_total: { type: 'counter', help: 'Workers welcomed (hello accepted).' },
-  tabswarm_leaves_total: { type: 'counter', help: 'Workers gone: goodbye, disconnect, timeout or kick.' },
-  tabswarm_failures_total: {
-    type: 'counter',
-    help: 'Failures noticed (socket closed, heartbeat late, collective failed, divergence).',
-  },
-  tabswarm_restarts_total: { type: 'counter', help: 'Rounds closed by a failure (counted against maxRestarts).' },
-  tabswarm_rounds_total: { type: 'counter', help: 'Rounds opened.' },
-  tabswarm_commits_total: { type: 'counter', help: 'Commits recorded.' },
-  tabswarm_steps_total: { type: 'counter', help: 'Steps committed.' },
-  tabswarm_samples_total: { type: 'counter', help: 'Samples committed.' },
-  tabswarm_checkpoints_total: { type: 'counter', help: 'Checkpoints stored.' },
-  tabswarm_message_errors_total: { type: 'counter', help: 'Rejected frames and messages, by code.' },
-  tabswarm_world_size: { type: 'gauge', help: 'Ranks in the current round (0 while gathering).' },
-  tabswarm_waiting_workers: { type: 'gauge', help: 'Enrolled workers not in the round.' },
-  tabswarm_rendezvous_duration_ms: { type: 'summary', help: 'From the start of gathering to train.' },
-  tabswarm_loss: { type: 'gauge', help: 'Mean loss of the last commit.' },
-  tabswarm_evaluations_total: { type: 'counter', help: 'Test-set evaluations accepted.' },
-  tabswarm_test_accuracy: { type: 'gauge', help: 'Test accuracy of the last accepted evaluation, in [0, 1].' },
-  tabswarm_restarts_absorbed_total: {
-    type: 'counter',
-    help: 'Restarts not counted against maxRestarts because their culprit was over its quota.',
-  },
-  tabswarm_bans_total: { type: 'counter', help: 'Cooling-off bans, by kind (worker, address).' },
-  tabswarm_ready_timeouts_total: { type: 'counter', help: 'Round members dropped for not being ready in time.' },
-  tabswarm_ring_identity_ratio: {
-    type: 'summary',
-    help: 'Per commit of a verifying job: the worst bucket of the ring identity over its tolerance (< 1 passes).',
-  },
-  tabswarm_verifications_total: {
-    type: 'counter',
-    help: 'Commits checked by recomputation or by the ring checks, by result (passed, caught, withheld, ring, abandoned).',
-  },
-  tabswarm_commits_held_total: {
-    type: 'counter',
-    help: 'Commits held back because a check drawn too many commits earlier had not resolved yet.',
-  },
-} as const;
-export type MetricName = keyof typeof METRICS;
+// The metrics the machine emits live in metric-names.ts (METRICS, MetricName), re-exported here.
+export { METRICS, type MetricName } from './metric-names';
 
 export type LogLevel = 'debug' | 'info' | 'warn' | 'error';
 

@@ -54,7 +54,10 @@ export function sketchProblem(
   others: { sketch?: StepReportMessage['sketch'] }[],
 ): { message: string; disagrees: boolean } | null {
   const malformed = (message: string) => ({ message, disagrees: false });
-  if (!job.verify) return msg.sketch || msg.innerHash ? malformed('this job does not verify: send no sketch') : null;
+  if (!job.verify)
+    return msg.sketch || msg.innerHash || msg.innerT !== undefined
+      ? malformed('this job does not verify: send no sketch')
+      : null;
   const k = msg.sketch;
   if (!k) return malformed('this job verifies contributions: the step report needs its sketch');
   const shape = shapeProblem(job, world, msg);
@@ -83,10 +86,11 @@ function shapeProblem(job: JobSpec, world: number, msg: StepReportMessage): stri
   if (!local && k.params.length !== PARAMS_SKETCH_BUCKETS)
     return `the parameter sketch has ${PARAMS_SKETCH_BUCKETS} buckets`;
   if (!int8 && (k.sentSlack || k.receivedSlack || k.sumSlack)) return 'slack is for the int8 wire only';
-  if (!local && (k.outer || k.moments || msg.innerHash)) return 'outer, moments and innerHash are for local mode';
+  if (!local && (k.outer || k.moments || msg.innerHash || msg.innerT !== undefined))
+    return 'outer, moments, innerHash and innerT are for local mode';
   const moments = OPTIMIZER_MOMENTS[job.optimizer.kind].length;
-  if (local && (k.moments?.length !== moments || !msg.innerHash))
-    return `local mode: the commit point's report needs ${moments} moment sketches and its innerHash`;
+  if (local && (k.moments?.length !== moments || !msg.innerHash || msg.innerT === undefined))
+    return `local mode: the commit point's report needs ${moments} moment sketches, its innerHash and innerT`;
   const masses = [k.sumMass, k.sentMass, k.receivedMass, k.sentSlack ?? [], k.receivedSlack ?? [], k.sumSlack ?? []];
   if (masses.some((a) => a.some((m) => m < 0))) return 'a bucket mass is negative';
   return null;

@@ -127,10 +127,21 @@ function discontinuity(v: VerificationState, snapshot: DecodedSnapshot): string 
     return snapshot.trainingHash === c.trainingHash
       ? null
       : 'its inner state is not the checkpoint it was restored from';
-  const mine = gradientSketches(snapshot.moments, v.prevHash!, c.world).map((k) => Array.from(k.values));
-  const same = (a: number[], b: number[]) => a.length === b.length && a.every((x, i) => Object.is(x, b[i]));
-  const matches = c.moments.some((claim) => claim.length === mine.length && claim.every((m, i) => same(m, mine[i])));
-  return matches ? null : 'its optimizer moments are not those any rank ended the previous outer step with';
+  const mine = momentSketches(snapshot, v.prevHash!, c.world);
+  const matches = c.claims.some((claim) => claim.t === snapshot.optimizer.t && sameSketches(claim.moments, mine));
+  return matches ? null : 'its optimizer moments and t are not those any rank ended the previous outer step with';
+}
+
+/** The sketches of a state's optimizer moments as a rank sketched its claim of them (seeded by the commit's hash). */
+export function momentSketches(snapshot: Pick<DecodedSnapshot, 'moments'>, hash: string, world: number): number[][] {
+  return gradientSketches(snapshot.moments, hash, world).map((k) => Array.from(k.values));
+}
+
+/** Whether two lists of sketches are the same, bit for bit. */
+export function sameSketches(a: readonly (readonly number[])[], b: readonly (readonly number[])[]): boolean {
+  return (
+    a.length === b.length && a.every((x, i) => x.length === b[i].length && x.every((y, j) => Object.is(y, b[i][j])))
+  );
 }
 
 /** What the verifier recomputes for check `v` (its samples from `checkedSlices`, the one place that says). */

@@ -182,6 +182,11 @@ export const stepReportSchema = z.strictObject({
    * has it upload that state, which must hash to this.
    */
   innerHash: hashSchema.optional(),
+  /**
+   * Local mode, with `innerHash`: this rank's inner optimizer step count t after its inner steps (with
+   * `sketch.moments`, the state it starts the next outer step from; the next check's upload must continue it).
+   */
+  innerT: z.int().min(0).max(Number.MAX_SAFE_INTEGER).optional(),
 });
 
 export const failureSchema = z.strictObject({

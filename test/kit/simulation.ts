@@ -10,6 +10,7 @@
  * Nothing here runs in the product (test/kit is test code; the product may not import it).
  */
 import { stateHash, trainingStateHash } from '../../core/state/hash';
+import { stepSketches } from '../../core/state/step-sketches';
 import type { JobSpec, JobSpecInput } from '../../core/training/job';
 import {
   initialState,
@@ -41,6 +42,8 @@ import type {
   EvaluationResult,
   GradientResult,
   ModelSummary,
+  OuterReport,
+  OuterReportOptions,
   RestoredState,
 } from '../../web/worker/types';
 
@@ -156,7 +159,13 @@ export class CpuTrainer implements TrainerPort {
       this.calls.push('prefetch');
       this.prefetch = { indices: next.indices.slice(), version: this.version, ...this.gradientsOf(next.indices) };
     }
-    return { hash: opts.hash === false ? NO_HASH : await this.hash(), gradient: own };
+    const hash = opts.hash === false ? NO_HASH : await this.hash();
+    const k = opts.sketch;
+    if (!k || !sums) return { hash, gradient: own };
+    // A verifying job's sketches, as the worker builds them (core/state/step-sketches.ts).
+    const [mine, sum, sent, received] = [k.own, sums, k.sent, k.received].map((b) => new Float32Array(b));
+    const vectors = { own: mine, sum, sent, received, params: this.params };
+    return { hash, gradient: own, sketch: stepSketches(vectors, hash, k.world, k.compression ?? 'none') };
   }
 
   async applyGradients(s: Float32Array, sampleCount: number): Promise<void> {
@@ -196,6 +205,20 @@ export class CpuTrainer implements TrainerPort {
     this.version += 1;
     this.params = new Float32Array(this.outer.step(new Float32Array(sum)));
     return this.hash();
+  }
+
+  /** The worker's `outerReport`: the same sketches and commitment, from this stand-in's state. */
+  async outerReport(o: OuterReportOptions): Promise<OuterReport> {
+    this.calls.push('outerReport');
+    if (!this.outer || !this.backup) throw new Error('outerReport: no outer state or no backup');
+    const hash = stateHash(this.params, this.outer.momentum);
+    const [own, sent, received, sum] = [o.own, o.sent, o.received, o.sum].map((x) => new Float32Array(x));
+    const local = { outer: this.outer.momentum, moments: [this.velocity] };
+    return {
+      sketch: stepSketches({ own, sent, received, sum, params: this.params, local }, hash, o.world, o.compression),
+      innerHash: trainingStateHash(this.backup.params, [this.backup.velocity], this.backup.t),
+      innerT: this.t,
+    };
   }
 
   async restoreBackup(): Promise<void> {

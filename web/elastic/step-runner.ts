@@ -22,11 +22,9 @@ import { isEvaluationPoint } from '../../core/training/evaluation-schedule';
 import type { JobPublic } from '../../core/training/job';
 import { NO_HASH } from '../../core/protocol/tab-messages';
 import { isCheckpointPoint } from '../../core/training/sampler';
-import type { StepSketches } from '../../core/state/sketch';
 import type { Ring } from '../net/link';
 import { isCollectiveError } from '../net/collective-error';
 import { type RingAllreduceOptions, ringAllreduce, ringAllreduceBusBytes } from '../net/ring-allreduce';
-import type { GradientResult } from '../worker/types';
 import { abortReason, bounded } from './async-tools';
 import { BusyClock } from './busy-clock';
 import { CollectiveClock } from './collective-clock';
@@ -36,6 +34,7 @@ import { stepWork, type StateTag, type StepWork } from './plan';
 import type { RoundSession } from './round-session';
 import { stepComputed } from './status';
 import {
+  type Applied,
   type Computed,
   type Contribution,
   everyStepMode,
@@ -89,7 +88,7 @@ export class StepRunner {
   async run(session: RoundSession, ring: Ring, job: JobPublic): Promise<void> {
     const sync = job.sync;
     return sync.mode === 'local'
-      ? this.runSteps(session, job, localStepsMode(this.tools, session, ring, sync))
+      ? this.runSteps(session, job, localStepsMode(this.tools, session, ring, sync, !!job.verify))
       : this.runSteps(session, job, everyStepMode(this.tools, session, ring, job));
   }
 
@@ -124,9 +123,8 @@ export class StepRunner {
       const applied = await mode.apply(work, contribution, next, { backup, prefetched });
       onDevice = next?.keepOnDevice ? step + 1 : null;
       const computeMs = contribution.computed?.computeMs ?? this.prefetchedMs(requested, waited);
-      const { hash, gradient, wireBytes, sketch } =
-        work.commitPoint && mode.atCommitPoint ? await mode.atCommitPoint(work, applied) : applied;
-      pending = this.completeStep(session, job, work, hash, gradient, computeMs, wireBytes, sketch);
+      const done = work.commitPoint && mode.atCommitPoint ? await mode.atCommitPoint(work, applied) : applied;
+      pending = this.completeStep(session, job, work, done, computeMs);
       if (step < job.totalSteps) await this.pauseBetweenSteps(signal, next !== null);
     }
     if (pending) await this.ctx.keeper.saveBackup(await this.awaitCommit(session, pending));
@@ -162,18 +160,15 @@ export class StepRunner {
     session: RoundSession,
     job: JobPublic,
     work: StepWork,
-    hash: string,
-    gradient: GradientResult,
+    applied: Applied,
     computeMs: number,
-    wireBytes: number,
-    sketch?: StepSketches,
   ): StateTag | null {
-    this.ctx.box.update(stepComputed(this.ctx.box.status, { step: work.step, ...gradient, computeMs }));
+    this.ctx.box.update(stepComputed(this.ctx.box.status, { step: work.step, ...applied.gradient, computeMs }));
     if (session.signal.aborted) throw abortReason(session.signal);
-    this.report(session, work.step, hash, gradient, wireBytes, sketch);
+    this.report(session, work.step, applied);
     if (!work.commitPoint) return null;
     this.onCommitted(session, job, work.step);
-    return { step: work.step, hash };
+    return { step: work.step, hash: applied.hash };
   }
 
   /** This rank's gradient sums for `work` (zeros when its slice is empty), and the time they took. */
@@ -219,14 +214,8 @@ export class StepRunner {
     this.collectives.succeeded(this.ctx.now() - started);
   }
 
-  private report(
-    session: RoundSession,
-    step: number,
-    hash: string,
-    g: GradientResult,
-    wireBytes: number,
-    sketch?: StepSketches,
-  ): void {
+  private report(session: RoundSession, step: number, applied: Applied): void {
+    const { hash, gradient: g, wireBytes, sketch, innerHash, innerT } = applied;
     const sent = this.ctx.control.send({
       type: 'step_report',
       round: session.round,
@@ -239,6 +228,7 @@ export class StepRunner {
       computeMs: Math.min(this.busy.lap(), 1e7),
       wireBytes: Math.round(wireBytes),
       ...(sketch ? { sketch } : {}),
+      ...(innerHash !== undefined ? { innerHash, innerT } : {}),
     });
     if (!sent) throw new Error('control socket closed before the step report');
     // A local-mode inner step is no state anyone could commit: only hashed states count as reported.

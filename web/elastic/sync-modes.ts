@@ -33,12 +33,17 @@ export interface Contribution {
   computed: Computed | null;
 }
 
-/** A step as it is reported: its state hash (`NO_HASH` for an inner step), gradient, wire bytes and sketches. */
+/**
+ * A step as it is reported: its state hash (`NO_HASH` for an inner step), gradient, wire bytes and
+ * sketches; local mode's verifying commit points add the inner state's commitment and t.
+ */
 export interface Applied {
   hash: string;
   gradient: GradientResult;
   wireBytes: number;
   sketch?: StepSketches;
+  innerHash?: string;
+  innerT?: number;
 }
 
 /** The questions the step loop asks a sync mode at each step of a round. */
@@ -140,6 +145,7 @@ export function everyStepMode(
                 sent: evidence.sent.buffer as ArrayBuffer,
                 received: evidence.received.buffer as ArrayBuffer,
                 world: worldSize,
+                compression: job.sync.compression,
               },
             }
           : {}),
@@ -189,8 +195,8 @@ export function localStepsMode(
   session: RoundSession,
   ring: Ring,
   sync: LocalSync,
+  verify: boolean,
 ): SyncMode<Contribution> {
-  const { signal } = session;
   const { keeper } = tools;
   /** Samples this rank and all ranks computed in the outer step so far (its weight is own / all). */
   let own = 0;
@@ -221,23 +227,57 @@ export function localStepsMode(
       return { hash: NO_HASH, gradient, wireBytes: 0 };
     },
     atCommitPoint: async (work, applied) => {
-      let wireBytes = 0;
-      const hash = await keeper.outerStep(work.step, outerWeight(own, all), async (delta) => {
-        if (signal.aborted) throw abortReason(signal);
-        wireBytes = ringAllreduceBusBytes(delta.length, session.world.length, sync.compression);
-        await tools.allreduce(
-          ring,
-          delta,
-          { id: { round: session.round, step: work.step, seq: 0 }, signal, compression: sync.compression },
-          // The slowest rank may still have most of its inner steps to take when this one arrives.
-          tools.minimumMs(10 + sync.innerSteps),
-        );
-      });
+      const weight = outerWeight(own, all);
       own = 0;
       all = 0;
-      return { ...applied, hash, wireBytes };
+      return { ...applied, ...(await outerCommitPoint(tools, session, ring, sync, verify, work, weight)) };
     },
   };
+}
+
+/**
+ * Local mode's commit point: the outer step (this rank's pseudo-gradient, its allreduce, the Nesterov
+ * step) and, when the job verifies, the report's sketches and inner-state commitment (`outerReport`).
+ */
+async function outerCommitPoint(
+  tools: StepTools,
+  session: RoundSession,
+  ring: Ring,
+  sync: LocalSync,
+  verify: boolean,
+  work: StepWork,
+  weight: number,
+): Promise<Omit<Applied, 'gradient'>> {
+  const { signal } = session;
+  let wireBytes = 0;
+  let evidence: (HopRecord & { sum: Float32Array }) | null = null;
+  const hash = await tools.keeper.outerStep(work.step, weight, async (delta) => {
+    if (signal.aborted) throw abortReason(signal);
+    wireBytes = ringAllreduceBusBytes(delta.length, session.world.length, sync.compression);
+    // A verifying job sketches this rank's own pseudo-gradient, each hop and the sum (the reduce works in place).
+    const record = verify ? hopRecord(delta.slice().buffer) : null;
+    const id = { round: session.round, step: work.step, seq: 0 };
+    // The slowest rank may still have most of its inner steps to take when this one arrives.
+    const minimum = tools.minimumMs(10 + sync.innerSteps);
+    await tools.allreduce(
+      ring,
+      delta,
+      { ...(record ? { record } : {}), id, signal, compression: sync.compression },
+      minimum,
+    );
+    evidence = record && { ...record, sum: delta };
+  });
+  const e = evidence as (HopRecord & { sum: Float32Array }) | null;
+  if (!e) return { hash, wireBytes };
+  const report = await tools.keeper.outerReport({
+    own: e.own,
+    sent: e.sent.buffer as ArrayBuffer,
+    received: e.received.buffer as ArrayBuffer,
+    sum: e.sum.slice().buffer as ArrayBuffer,
+    world: session.world.length,
+    compression: sync.compression,
+  });
+  return { hash, wireBytes, ...report };
 }
 
 /** A verifying step's evidence: a copy of this rank's own sums and (zeroed) records of each hop. */

@@ -21,7 +21,9 @@
  * the backup, the hash and the "at most one uncommitted step" rule are as without it.
  */
 import { NO_HASH } from '../../core/protocol/tab-messages';
-import { gradientSketches, paramsSketch, type StepSketches } from '../../core/state/sketch';
+import { paramsSketch, type StepSketches } from '../../core/state/sketch';
+import { stepSketches } from '../../core/state/step-sketches';
+import type { WireCompression } from '../../core/wire/ring-sum';
 import type { Model } from '../../kernels/model/model';
 import { hashModelState, type ParamsHasher } from '../../kernels/model/training-state';
 import type { BatchAssembler } from './data/batches';
@@ -46,7 +48,7 @@ export interface ApplyOptions {
    * reduced sums applied and the new parameters, seeded by the new hash, for a world of `world` ranks
    * (core/state/sketch.ts). Needs `sums` (no gradients kept on the device).
    */
-  sketch?: { own: ArrayBuffer; sent: ArrayBuffer; received: ArrayBuffer; world: number };
+  sketch?: { own: ArrayBuffer; sent: ArrayBuffer; received: ArrayBuffer; world: number; compression?: WireCompression };
 }
 
 export interface ApplyResult {
@@ -140,19 +142,17 @@ export class ElasticSteps {
     }
     const [{ hash, params }, gradient] = await Promise.all([hashed, own]);
     if (!sketchOf || !sums || !params) return { hash, gradient };
-    const vectors = [sketchOf.own, sums, sketchOf.sent, sketchOf.received].map((b) => new Float32Array(b));
-    const [mine, sum, sent, received] = gradientSketches(vectors, hash, sketchOf.world);
-    const sketch: StepSketches = {
-      own: Array.from(mine.values),
-      sum: Array.from(sum.values),
-      sumMass: Array.from(sum.mass),
-      sent: Array.from(sent.values),
-      sentMass: Array.from(sent.mass),
-      received: Array.from(received.values),
-      receivedMass: Array.from(received.mass),
-      params,
-    };
-    return { hash, gradient, sketch };
+    const [mine, sum, sent, received] = [sketchOf.own, sums, sketchOf.sent, sketchOf.received].map(
+      (b) => new Float32Array(b),
+    );
+    // The parameter sketch was made from the mapped parameters above (they are not kept).
+    const sketch = stepSketches(
+      { own: mine, sum, sent, received, params: new Float32Array(0) },
+      hash,
+      sketchOf.world,
+      sketchOf.compression ?? 'none',
+    );
+    return { hash, gradient, sketch: { ...sketch, params } };
   }
 
   /**

@@ -247,7 +247,7 @@ describe('an int8 wire: every hop within the slack of its encodes', () => {
 });
 
 describe('local mode: what a commit point reports', () => {
-  it('an outer step needs its moments, its inner commitment and the gradient-layout state; inner steps carry none', () => {
+  it('an outer step needs its moments and t, its inner commitment and the gradient-layout state; inner steps carry none', () => {
     const h = swarm({ sync: { mode: 'local', innerSteps: 2, compression: 'none' } });
     const names = h.members();
     for (const name of names) h.report(name); // inner step 1: no sketch needed
@@ -262,9 +262,13 @@ describe('local mode: what a commit point reports', () => {
     const innerHash = 'c'.repeat(64);
     const missing = h.report(names[0], { sketch: base[0] });
     expect(missing.some((a) => a.kind === 'send' && a.msg.type === 'error' && a.msg.code === 'bad_sketch')).toBe(true);
-    for (const [r, name] of names.entries()) h.report(name, { sketch: { ...base[r], outer, moments }, innerHash });
+    const noT = h.report(names[0], { sketch: { ...base[0], outer, moments }, innerHash });
+    expect(noT.some((a) => a.kind === 'send' && a.msg.type === 'error' && a.msg.code === 'bad_sketch')).toBe(true);
+    for (const [r, name] of names.entries())
+      h.report(name, { sketch: { ...base[r], outer, moments }, innerHash, innerT: 7 });
     expect(h.state.lastCommit.step).toBe(2);
     expect(h.state.momentClaims).toMatchObject({ step: 2, world: 3 });
-    expect(Object.values(h.state.momentClaims!.byWorker)).toEqual([moments, moments, moments]);
+    const claim = { moments, t: 7 };
+    expect(Object.values(h.state.momentClaims!.byWorker)).toEqual([claim, claim, claim]);
   });
 });

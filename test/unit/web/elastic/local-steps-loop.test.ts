@@ -146,6 +146,47 @@ describe('local sync mode (simulated tabs, real coordinator machine)', () => {
     expect(usage.wireBytes).toBe(2 * TOTAL_STEPS * perStep);
   });
 
+  it.each([
+    ['local, int8', { ...BASE.sync, compression: 'int8' }],
+    ['local, fp16', { ...BASE.sync, compression: 'fp16' }],
+    ['every-step, int8', { mode: 'every-step', compression: 'int8' }],
+  ] as const)(
+    'a verifying job (%s, three tabs, a crash): every report’s sketches pass the coordinator’s checks',
+    {
+      timeout: 30_000,
+    },
+    async (_, sync) => {
+      // Checks of the sketches and of every hop at every commit; no recomputation drawn (no verifier here).
+      const verify = { probability: 0, newcomer: { probability: 0, checks: 0 } };
+      const job = parseJobSpec({ ...BASE, sync: sync as JobSpecInput['sync'], verify });
+      const { coordinator, open, committed, waitFor, tabs } = setUp(job);
+      const [a, b] = [open('a', 2), open('b', 2), open('c', 2)];
+      await waitFor(
+        () => committed() >= 8 && coordinator.state.rendezvous.participants.length === 3,
+        'two outer steps, three tabs',
+      );
+      a.crash();
+      await waitFor(() => committed() >= 13, 'the survivors going on');
+      b.goodbye();
+      await waitFor(() => coordinator.state.status === 'done', 'the job to finish');
+      // Reports of a round that just closed are refused as stale (normal after a crash); no report's
+      // sketches may be refused, no hop fail, no rank diverge or be banned.
+      const bad = ['ring_identity_failed', 'divergence', 'cheater_banned'];
+      const events = coordinator.log.filter(
+        (l) => bad.includes(l.event) || (l.event === 'message_rejected' && l.data.code !== 'stale_round'),
+      );
+      expect(events.map((l) => `${l.event} ${JSON.stringify(l.data).slice(0, 300)}`)).toEqual([]);
+      auditCommits(job, coordinator.liveCommits());
+      if (job.sync.mode === 'local') {
+        // The last outer step's claims: each survivor's moments (SGD: one) and its t.
+        const claims = Object.values(coordinator.state.momentClaims!.byWorker);
+        expect(claims.length).toBeGreaterThan(0);
+        for (const c of claims) expect(c.moments).toHaveLength(1);
+      }
+      expect(tabs.length).toBe(3);
+    },
+  );
+
   it('goodbye, join and crash inside outer steps (int8 wire): the record stays exactly once', {
     timeout: 30_000,
   }, async () => {
