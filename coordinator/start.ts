@@ -40,6 +40,8 @@ export interface CoordinatorConfig {
   onFatal?: (error: Error) => void;
   /** Where warn/error machine logs go (default: stderr). */
   log?: (line: string) => void;
+  /** Where start-up information goes (default: stdout). */
+  info?: (line: string) => void;
   /** Abuse policy, origin allowlist, per-address caps, event-log retention (trust.ts). */
   trust?: TrustOptions;
   /** STUN/TURN servers and credentials handed to each tab in its welcome (ice.ts). Default: none. */
@@ -310,7 +312,7 @@ async function startVerifier(
   executor: MachineExecutor,
   log: (line: string) => void,
 ): Promise<{ service: VerificationService; close: () => void }> {
-  const recompute = config.recompute ?? (await verifierProcess(config, log));
+  const recompute = config.recompute ?? (await verifierProcess(config));
   const service = new VerificationService({
     executor,
     recompute: recompute.run,
@@ -322,12 +324,12 @@ async function startVerifier(
 }
 
 /** The verifier child process on the job's IDX dataset, as `recompute`. */
-async function verifierProcess(
-  config: CoordinatorConfig,
-  log: (line: string) => void,
-): Promise<{ run: Recompute; close: () => void }> {
+async function verifierProcess(config: CoordinatorConfig): Promise<{ run: Recompute; close: () => void }> {
   const client = await VerifierClient.start({ job: config.job, dataset: config.dataset.verifierData });
-  log(`tabswarm info: verifier ready on ${client.adapter} (a full step in ${Math.round(client.stepMs)} ms)`);
+  // Information, not a problem: stdout (stderr is for warnings and the one line of a failed start).
+  (config.info ?? ((line: string) => process.stdout.write(`${line}\n`)))(
+    `tabswarm: verifier ready on ${client.adapter} (a full step in ${Math.round(client.stepMs)} ms)`,
+  );
   return {
     run: async (req) => {
       const r = await client.recompute(req);
