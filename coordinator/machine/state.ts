@@ -318,6 +318,8 @@ export interface CoordinatorState {
   commitSeq?: number;
   /** Local mode: each member's end-of-step moment sketches at the last commit (the next check's continuity). */
   momentClaims?: { step: number; world: number; byWorker: Record<string, MomentClaim> } | null;
+  /** The last evaluation reports, for the second rank's to agree with (evaluation.ts; not durable). */
+  evaluationClaims?: { step: number; workerId: string; correct: number; testSamples: number; lossSum: number }[];
   /** Trust records by `w:<workerId>`, `a:<address>`, `i:<invite>` (adaptive-trust.ts; not durable). */
   trust?: Record<string, TrustRecord>;
   /** First committed step each worker contributed to since the last rollback (the rollback target of a cheat). */

@@ -155,6 +155,8 @@ export interface FeedEvaluation {
    */
   loss: number | null;
   at: number;
+  /** Two ranks agreed on it (coordinator/machine/evaluation.ts); false: one rank's number, unverified. */
+  verified: boolean;
 }
 
 export type FeedMessage =
@@ -246,6 +248,7 @@ export function categoryOf(event: string, data: unknown): FeedCategory {
     case 'epoch_end':
     case 'job_done':
     case 'evaluation':
+    case 'evaluation_disputed':
       return 'job';
     default:
       return 'other';

@@ -185,6 +185,9 @@ describe('commits and evaluations API', () => {
         testSamples: 50,
         workerId: w.workerId,
         round,
+        // One rank's number: shown as unverified (two ranks must agree for a verified one).
+        verified: false,
+        agreedBy: [],
       },
     ]);
     expect(await proc.getJson(`/api/evaluations?after=${evaluations[0].id}`)).toMatchObject({ evaluations: [] });

@@ -253,16 +253,19 @@ export class StepRunner {
 
   /**
    * Rank 0's duties for a committed step (a checkpoint snapshot it will be asked for, a test
-   * evaluation), queued on the worker the moment `committed` arrives: the live state is still that
-   * step (the next apply waits for this commit, and is queued after these), and a round that fails
-   * in the meantime does not lose them.
+   * evaluation) and rank 1's (the same evaluation, so the coordinator can trust a number two ranks
+   * agree on), queued on the worker the moment `committed` arrives: the live state is still that step
+   * (the next apply waits for this commit, and is queued after these), and a round that fails in the
+   * meantime does not lose them.
    */
   private onCommitted(session: RoundSession, job: JobPublic, step: number): void {
-    if (session.rank !== 0 || !(isCheckpointPoint(step, job) || isEvaluationPoint(step, job))) return;
+    const checkpoint = session.rank === 0 && isCheckpointPoint(step, job);
+    const evaluate = session.rank <= 1 && isEvaluationPoint(step, job);
+    if (!checkpoint && !evaluate) return;
     session.committed(step).promise.then(
       () => {
-        if (isCheckpointPoint(step, job)) this.checkpoints.prepare(step, job);
-        if (isEvaluationPoint(step, job)) this.checkpoints.evaluateCommitted(session.round, step, job);
+        if (checkpoint) this.checkpoints.prepare(step, job);
+        if (evaluate) this.checkpoints.evaluateCommitted(session.round, step, job);
       },
       () => undefined,
     );
