@@ -117,6 +117,7 @@ export class MachineExecutor {
   private dispatching = false;
   private readonly deferred: Event[] = [];
   private readonly grants = new Map<number, CheckpointGrant>();
+  /** Upload grants of the checks in flight, by check id (the grant's `step` field holds the id). */
   private readonly verifyGrants = new Map<number, CheckpointGrant>();
   private lastDurableJson = '';
   private lastRecordedRound = -1;

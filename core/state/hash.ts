@@ -3,10 +3,13 @@
  * then SHA-256 of a domain prefix, the lengths and those digests), as 64 lower-case hex digits, identical
  * in every browser, on every GPU and in Node. Also plain SHA-256 (`hashBytes`) for everything else.
  *
- * Ranks report the state hash of their parameters after each step and the commit rule requires the
- * reports to agree (docs/ARCHITECTURE.md, invariant 2: divergence is detected); snapshots carry it too,
- * and the coordinator stores an uploaded checkpoint only if the hash it computes over the uploaded bytes
- * equals the hash the ranks reported at that commit. So it must be:
+ * Ranks report the state hash after each commit point and the commit rule requires the reports to agree
+ * (docs/ARCHITECTURE.md, invariant 2: divergence is detected): in every-step mode the hash of the whole
+ * training state (`trainingStateHash`: parameters, every optimizer moment, t), in local mode of θ_c and the
+ * outer momentum (`stateHash`; each rank also commits to its own inner state with `trainingStateHash`).
+ * Snapshots carry it too, and the coordinator stores an uploaded checkpoint (or passes a verification
+ * upload on) only if the hash it computes over the uploaded bytes equals the hash the ranks reported at
+ * that commit: no section a restore uses can differ. So it must be:
  * - defined on bytes, not on float values (-0 ≠ +0, NaN payloads differ: bit-identical parameters are
  *   the invariant);
  * - cryptographic (collision and second-preimage resistant): with a 64-bit non-cryptographic hash, a
