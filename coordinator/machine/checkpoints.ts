@@ -45,6 +45,8 @@ export function rollbackIn(
   if (s.checks?.length) s.checks = s.checks.filter((c) => c.step <= target.step);
   s.momentClaims = null;
   s.ringSuspects = null;
+  // A step run again is another state: its evaluations are taken afresh (evaluation.ts).
+  if (s.evaluationClaims?.length) s.evaluationClaims = s.evaluationClaims.filter((c) => c.step <= target.step);
   // A job can only be done on its last step: one rolled back from it runs again.
   if (s.status === 'done') s.status = 'active';
   ctx.out.push({ kind: 'rollback_commits', afterStep: target.step });

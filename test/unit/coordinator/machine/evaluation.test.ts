@@ -12,6 +12,8 @@ import { parseClientMessage } from '../../../../core/protocol/control-parse';
 import { isCommitPoint, stepPosition, totalSteps } from '../../../../core/training/sampler';
 import { MemoryNetwork, SIM_MODEL, SimCoordinator, SimTab, until } from '../../../kit/simulation';
 import { Harness } from './coordinator-harness';
+import { begin } from '../../../../coordinator/machine/context';
+import { rollbackIn } from '../../../../coordinator/machine/checkpoints';
 
 const VALID = {
   v: 1,
@@ -225,6 +227,15 @@ describe('machine: evaluation reports', () => {
     expect(h.logs.at(-1)).toMatchObject({ event: 'evaluation_disputed', data: { step: 2 } });
     const step2 = h.logs.filter((l) => l.event === 'evaluation' && l.data.step === 2);
     expect(step2.map((l) => l.data.verified)).toEqual([false]);
+  });
+
+  it('a step rolled back and committed again is evaluated afresh (the old reports are not its state’s)', () => {
+    const h = trainingPair();
+    h.send('a', evaluation(h, 'a', { step: 2, testSamples: 1000, correct: 870, lossSum: 400 }));
+    h.send('a', evaluation(h, 'a', { step: 4, testSamples: 1000, correct: 880, lossSum: 390 }));
+    const ctx = begin(h.state, 0);
+    rollbackIn(ctx, { step: 2, epoch: 0, cursor: 0, hash: null }, 'a test');
+    expect(ctx.s.evaluationClaims?.map((c) => c.step)).toEqual([2]);
   });
 
   it('accepts an earlier committed step from rank 0', () => {
