@@ -81,6 +81,13 @@ export class CpuTrainer implements TrainerPort {
   private backup: { params: Float32Array; velocity: Float32Array; t: number } | null = null;
   /** Local sync mode's outer state (the worker's `OuterState`), or null. */
   private outer: OuterState | null = null;
+  /**
+   * Local mode: trainingStateHash of the state this outer step's inner steps started from, which must be
+   * the backup (the pseudo-gradient is taken against it, and a verifying report commits to it); what
+   * went otherwise is in `problems`.
+   */
+  private innerStart: string | null = null;
+  problems: string[] = [];
   calls: string[] = [];
 
   constructor(private readonly opts: { delayMs?: number } = {}) {}
@@ -101,6 +108,7 @@ export class CpuTrainer implements TrainerPort {
     this.velocity = new Float32Array(layout.totalElements);
     this.t = 0;
     this.backup = null;
+    this.innerStart = null;
     this.outer = opts.outer ? new OuterState(opts.outer, layout.totalElements) : null;
     return { name: spec.name, parameterCount: layout.parameterCount, totalElements: layout.totalElements };
   }
@@ -145,6 +153,8 @@ export class CpuTrainer implements TrainerPort {
     opts: ApplyOptions = {},
   ): Promise<ApplyResult> {
     if (opts.backupFirst) await this.saveBackup();
+    if (this.outer && this.innerStart === null)
+      this.innerStart = trainingStateHash(this.params, [this.velocity], this.t);
     let own: GradientResult | null = null;
     if (opts.prefetched) {
       const p = this.takePrefetch(opts.prefetched) ?? this.gradientsOf(opts.prefetched);
@@ -195,6 +205,9 @@ export class CpuTrainer implements TrainerPort {
     this.calls.push('pseudoGradient');
     await this.pause();
     if (!this.outer || !this.backup) throw new Error('pseudoGradient: no outer state or no backup');
+    const { params, velocity, t } = this.backup;
+    if (this.innerStart !== null && this.innerStart !== trainingStateHash(params, [velocity], t))
+      this.problems.push(`outer step at t ${this.t}: the inner steps did not start from the backup`);
     return this.outer.pseudoGradient(this.backup.params.slice(), this.params, weight).buffer as ArrayBuffer;
   }
 
@@ -203,6 +216,7 @@ export class CpuTrainer implements TrainerPort {
     await this.pause();
     if (!this.outer) throw new Error('applyOuter: no outer state');
     this.version += 1;
+    this.innerStart = null;
     this.params = new Float32Array(this.outer.step(new Float32Array(sum)));
     return this.hash();
   }
@@ -225,6 +239,7 @@ export class CpuTrainer implements TrainerPort {
     this.calls.push('restoreBackup');
     if (!this.backup) throw new Error('restoreBackup: no backup saved');
     this.version += 1;
+    this.innerStart = null;
     this.params = this.backup.params.slice();
     this.velocity = this.backup.velocity.slice();
     this.t = this.backup.t;
@@ -248,6 +263,7 @@ export class CpuTrainer implements TrainerPort {
     this.calls.push('restore');
     await this.pause();
     this.version += 1;
+    this.innerStart = null;
     const snap = decodeSnapshot(bytes);
     if (snap.spec.name !== this.spec?.name)
       throw new Error(`restore: snapshot of ${snap.spec.name}, model ${this.spec?.name}`);

@@ -151,7 +151,7 @@ describe('local sync mode (simulated tabs, real coordinator machine)', () => {
     ['local, fp16', { ...BASE.sync, compression: 'fp16' }],
     ['every-step, int8', { mode: 'every-step', compression: 'int8' }],
   ] as const)(
-    'a verifying job (%s, three tabs, a crash): every report’s sketches pass the coordinator’s checks',
+    'a verifying job (%s, three tabs, a crash, a newcomer): every report’s sketches pass the coordinator’s checks, every outer step starts from its backup',
     {
       timeout: 30_000,
     },
@@ -167,6 +167,21 @@ describe('local sync mode (simulated tabs, real coordinator machine)', () => {
       );
       a.crash();
       await waitFor(() => committed() >= 13, 'the survivors going on');
+      // A newcomer gets the state by a broadcast along the ring, which a member between its root and the
+      // newcomer relays and takes: its inner steps then start from the root's moments, and so must its backup.
+      const midOuter = () => coordinator.state.rendezvous.participants.some((p) => p.lastStep > committed());
+      await waitFor(midOuter, 'inner steps past the commit');
+      const d = open('d', 2);
+      const round = () => coordinator.state.rendezvous;
+      await waitFor(
+        () =>
+          d.loop.status.workerId !== null &&
+          round().phase === 'training' &&
+          round().participants.some((p) => p.workerId === d.loop.status.workerId),
+        'the newcomer training',
+      );
+      const joined = committed();
+      await waitFor(() => committed() > joined, 'an outer step with the newcomer');
       b.goodbye();
       await waitFor(() => coordinator.state.status === 'done', 'the job to finish');
       // Reports of a round that just closed are refused as stale (normal after a crash); no report's
@@ -183,7 +198,8 @@ describe('local sync mode (simulated tabs, real coordinator machine)', () => {
         expect(claims.length).toBeGreaterThan(0);
         for (const c of claims) expect(c.moments).toHaveLength(1);
       }
-      expect(tabs.length).toBe(3);
+      expect(tabs.length).toBe(4);
+      for (const t of tabs) expect(t.trainer.problems).toEqual([]);
     },
   );
 
