@@ -123,8 +123,8 @@ async function answer(recomputer: Recomputer, req: RecomputeRequestMessage): Pro
   }
   try {
     const snapshot = decodeSnapshot(bytes);
-    const { stepHash, world, mode, rank, steps, fresh, sum } = req;
-    const result = await recomputer.recompute({ snapshot, stepHash, world, mode, rank, steps, fresh, sum });
+    const { stepHash, world, mode, rank, steps, fresh, sum, perturb } = req;
+    const result = await recomputer.recompute({ snapshot, stepHash, world, mode, rank, steps, fresh, sum, perturb });
     return { type: 'result', id: req.id, ...result };
   } catch (error) {
     return { type: 'error', id: req.id, message: describe(error) };

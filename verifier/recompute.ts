@@ -61,6 +61,8 @@ export interface RecomputeRequest {
   fresh: boolean;
   /** Local mode: the agreed sketch of the summed pseudo-gradient, with its masses. */
   sum?: { values: readonly number[]; mass: readonly number[] };
+  /** Start from the parameters moved by a few roundings (`perturbed`): how far rounding alone moves the result. */
+  perturb?: boolean;
 }
 
 export interface RecomputeResult {
@@ -82,6 +84,24 @@ export class RecomputeError extends Error {
 
 function refuse(message: string): never {
   throw new RecomputeError(message);
+}
+
+/**
+ * How far `perturbed` moves each parameter, relative: 2^-22, two to four float32 roundings. A GPU that
+ * rounds differently from this one moves a computation about that much; a well-conditioned step moves its
+ * result about as little (ratios near 1e-6, far under RECOMPUTE_TOLERANCE), a chaotic one (a poisoned
+ * state: saturated softmax, huge activations) as far as another GPU does.
+ */
+export const PERTURBATION = 2 ** -22;
+
+/** `params`, each moved by ±PERTURBATION relative (a fixed sign pattern), as a new array. */
+export function perturbed(params: Float32Array): Float32Array {
+  const out = new Float32Array(params.length);
+  for (let i = 0; i < params.length; i++) {
+    const sign = Math.imul(i + 1, 0x9e3779b1) >>> 31 === 0 ? 1 : -1;
+    out[i] = params[i] * (1 + sign * PERTURBATION);
+  }
+  return out;
 }
 
 export class Recomputer {
@@ -129,12 +149,10 @@ export class Recomputer {
     const start = performance.now();
     this.check(req);
     const startOk = !req.fresh || (await this.isFresh(req.snapshot));
-    this.state.importState({
-      params: req.snapshot.params,
-      moments: req.snapshot.moments,
-      step: req.snapshot.optimizer.t,
-    });
-    const result = req.mode === 'local' ? await this.localStep(req) : await this.everyStep(req);
+    const params = req.perturb ? perturbed(req.snapshot.params) : req.snapshot.params;
+    this.state.importState({ params, moments: req.snapshot.moments, step: req.snapshot.optimizer.t });
+    const from = { ...req, snapshot: { ...req.snapshot, params } };
+    const result = req.mode === 'local' ? await this.localStep(from) : await this.everyStep(from);
     return { ...result, startOk, ms: performance.now() - start };
   }
 

@@ -10,6 +10,8 @@
  *   (`verify.probability`, default `DEFAULT_VERIFY_PROBABILITY`);
  * - **newcomer** (fewer passed checks): `verify.newcomer.probability` (default 0.5), so a liar that
  *   joins and lies is checked within about two commits, whatever the job's rate;
+ * - **doubted** (it took part in a commit whose check was inconclusive: a chaotic state, check-events.ts):
+ *   every commit it takes part in, until it passed its checks again;
  * - **suspect** (its client address or its invite was caught cheating before, under any worker id):
  *   every commit it takes part in (rate 1) until it passed its checks. A fresh id from the same place
  *   therefore gains nothing over the banned one, and it first waits out the place's cool-off
@@ -59,6 +61,7 @@ export function checkRate(s: CoordinatorState, workerId: string): number {
   const worker = own(s.workers, workerId);
   if (passedChecks(s, workerId) >= verify.newcomer.checks) return verify.probability;
   if (worker && suspectPlace(s, worker)) return SUSPECT_PROBABILITY;
+  if (record(s, workerKey(workerId)).doubted) return SUSPECT_PROBABILITY;
   return Math.max(verify.probability, verify.newcomer.probability);
 }
 
@@ -70,6 +73,14 @@ function update(ctx: Ctx, key: string, change: (r: TrustRecord) => TrustRecord):
 /** Each of `workerIds` passed a check. */
 export function creditPassedIn(ctx: Ctx, workerIds: readonly string[]): void {
   for (const id of workerIds) update(ctx, workerKey(id), (r) => ({ ...r, passed: r.passed + 1 }));
+}
+
+/**
+ * Each of `workerIds` took part in a commit whose check was inconclusive (check-events.ts): its passed
+ * checks start again from 0, and it is checked at every commit until it passed `newcomer.checks`.
+ */
+export function doubtIn(ctx: Ctx, workerIds: readonly string[]): void {
+  for (const id of workerIds) update(ctx, workerKey(id), (r) => ({ ...r, passed: 0, doubted: true }));
 }
 
 /**

@@ -45,6 +45,7 @@ export function rollbackIn(
   if (s.checks?.length) s.checks = s.checks.filter((c) => c.step <= target.step);
   s.momentClaims = null;
   s.ringSuspects = null;
+  if (s.soundStart !== undefined) s.soundStart = Math.min(s.soundStart, target.step);
   // A step run again is another state: its evaluations are taken afresh (evaluation.ts).
   if (s.evaluationClaims?.length) s.evaluationClaims = s.evaluationClaims.filter((c) => c.step <= target.step);
   // A job can only be done on its last step: one rolled back from it runs again.

@@ -81,8 +81,22 @@ export function gateOpen(s: CoordinatorState): boolean {
   return !(s.checks ?? []).some((c) => seq - c.commitSeq >= VERIFY_GATE_COMMITS);
 }
 
-/** The earliest upload deadline of the open checks; `now` (0) when an uploader is gone already. */
+/** Whether a check of an earlier step than `v`'s is still open (or held itself). */
+export function earlierOpen(s: CoordinatorState, v: VerificationState): boolean {
+  return (s.checks ?? []).some((c) => c.id !== v.id && c.step < v.step);
+}
+
+/** The oldest held check whose earlier checks all resolved (its verdict is due), if any. */
+export function releasableHeld(s: CoordinatorState): VerificationState | undefined {
+  return (s.checks ?? []).find((c) => c.phase === 'held' && !earlierOpen(s, c));
+}
+
+/**
+ * The earliest upload deadline of the open checks; `now` (0) when an uploader is gone already or a held
+ * verdict is due.
+ */
 export function nextCheckDeadline(s: CoordinatorState): number | null {
+  if (releasableHeld(s)) return 0;
   let next: number | null = null;
   for (const c of s.checks ?? []) {
     if (c.phase !== 'upload') continue;
@@ -180,12 +194,27 @@ export function checkedSlices(
   return steps;
 }
 
-/** What a check found: the members caught (none: passed), and the ratios for the log. */
+/**
+ * How many times farther than rounding alone (`RecomputedStep.sensitivity`) a contribution must land from
+ * its recomputation to be a lie. Measured (test/kernels/verifier-recompute.test.ts, an honest rank
+ * modelled by float64): on a sound state the honest miss is 2× the sensitivity, both near 2e-7, so the
+ * limit stays RECOMPUTE_TOLERANCE; on a state poisoned to frame honest ranks (output biases offset by 1e4)
+ * the honest miss is 3.7e-4 — over the tolerance — against a sensitivity of 2.8e-2, and a negated
+ * contribution still misses by 1.8. 10 leaves a factor of 5 over the sound state's 2×.
+ */
+export const SENSITIVITY_MARGIN = 10;
+
+/**
+ * What a check found: the members caught (none: passed, or inconclusive), the ratios for the log, and
+ * whether it is inconclusive: the claims contradict the recomputation by more than RECOMPUTE_TOLERANCE,
+ * but not by more than SENSITIVITY_MARGIN × what rounding alone does from this start state.
+ */
 export interface Verdict {
   cheaters: string[];
   ownRatios: number[];
   paramsRatio: number;
   momentRatios: number[];
+  inconclusive: boolean;
 }
 
 const within = (claimed: ArrayLike<number> | undefined, r: SketchPair | undefined) =>
@@ -193,12 +222,15 @@ const within = (claimed: ArrayLike<number> | undefined, r: SketchPair | undefine
 
 /**
  * Which members the recomputation contradicts (pure). A judged rank whose own contribution (local mode:
- * or its end moments) is off by more than `RECOMPUTE_TOLERANCE` lied. Honest contributions with a
- * wrong new state (parameters; local mode: outer momentum) mean every member applied a wrong update:
- * all of them collude. A start state that is not what the commit started from is its uploader's lie.
+ * or its end moments) is off by more than the limit lied. Honest contributions with a wrong new state
+ * (parameters; local mode: outer momentum) mean every member applied a wrong update: all of them
+ * collude. A start state that is not what the commit started from is its uploader's lie. The limit is
+ * RECOMPUTE_TOLERANCE, or SENSITIVITY_MARGIN × the result's sensitivity when that is larger (a
+ * recomputation that rounding alone moves that far proves nothing that small); local mode's new state is
+ * predicted from the agreed sum, not recomputed, so it is held to RECOMPUTE_TOLERANCE.
  */
 export function judge(
-  v: Pick<VerificationState, 'world' | 'claims' | 'ranks' | 'uploader'>,
+  v: Pick<VerificationState, 'world' | 'claims' | 'ranks' | 'uploader' | 'mode'>,
   r: RecomputedStep,
 ): Verdict {
   const ownRatios = v.ranks.map((_, i) => within(v.claims.own[i], r.own[i]));
@@ -207,13 +239,35 @@ export function judge(
     within(v.claims.params, r.params),
     r.outer || v.claims.outer ? within(v.claims.outer, r.outer) : 0,
   );
-  const ok = (x: number) => x <= RECOMPUTE_TOLERANCE;
-  const momentsOk = momentRatios.every(ok) && momentRatios.length === (v.claims.moments?.length ?? 0);
-  const byRank = (rank: number) => v.world.find((m) => m.rank === rank)!.workerId;
-  const liars = v.ranks.filter((_rank, i) => !ok(ownRatios[i]) || !momentsOk).map(byRank);
-  if (r.startOk === false && !liars.includes(v.uploader)) liars.push(v.uploader);
-  const cheaters = liars.length > 0 || ok(paramsRatio) ? liars : v.world.map((m) => m.workerId);
-  return { cheaters, ownRatios, paramsRatio, momentRatios };
+  const limit = Math.max(RECOMPUTE_TOLERANCE, SENSITIVITY_MARGIN * (r.sensitivity ?? 0));
+  const caught = (strict: boolean) => {
+    const ok = (x: number) => x <= (strict ? RECOMPUTE_TOLERANCE : limit);
+    const paramsOk = v.mode === 'local' ? paramsRatio <= RECOMPUTE_TOLERANCE : ok(paramsRatio);
+    const momentsOk = momentRatios.every(ok) && momentRatios.length === (v.claims.moments?.length ?? 0);
+    const byRank = (rank: number) => v.world.find((m) => m.rank === rank)!.workerId;
+    const liars = v.ranks.filter((_rank, i) => !ok(ownRatios[i]) || !momentsOk).map(byRank);
+    if (r.startOk === false && !liars.includes(v.uploader)) liars.push(v.uploader);
+    return liars.length > 0 || paramsOk ? liars : v.world.map((m) => m.workerId);
+  };
+  const cheaters = caught(false);
+  const inconclusive = cheaters.length === 0 && caught(true).length > 0;
+  return { cheaters, ownRatios, paramsRatio, momentRatios, inconclusive };
+}
+
+type SketchLike = { values: ArrayLike<number>; mass: ArrayLike<number> };
+/** What a recomputation sketched (the verifier's `Sketch`es, or the machine's `SketchPair`s). */
+type Sketched = { own: readonly SketchLike[]; moments?: readonly SketchLike[]; params: SketchLike };
+
+/**
+ * How far rounding alone moves a recomputation: the worst ratio between `first` and `perturbed` (the same
+ * recomputation from the start moved by a few roundings) over what the verifier recomputed — each own
+ * contribution, local mode's moments, every-step mode's new parameters.
+ */
+export function sensitivityOf(mode: VerificationState['mode'], first: Sketched, perturbed: Sketched): number {
+  const pairs: [SketchLike, SketchLike | undefined][] = first.own.map((o, i) => [o, perturbed.own[i]]);
+  for (const [i, m] of (first.moments ?? []).entries()) pairs.push([m, perturbed.moments?.[i]]);
+  if (mode === 'every-step') pairs.push([first.params, perturbed.params]);
+  return Math.max(0, ...pairs.map(([a, b]) => (b ? worstRatio(b.values, a.values, a.mass) : Number.POSITIVE_INFINITY)));
 }
 
 /**

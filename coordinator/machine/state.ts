@@ -163,7 +163,10 @@ export interface VerificationState {
   innerHash?: string;
   /** The member asked to upload the state of `firstStep − 1`. */
   uploader: string;
-  phase: 'upload' | 'recompute';
+  /** `held`: its verdict found a lie, and waits for the checks of earlier steps (check-events.ts). */
+  phase: 'upload' | 'recompute' | 'held';
+  /** The verifier's answer of a `held` check. */
+  result?: RecomputedStep;
   /** The upload must arrive by then (ms); the recompute has no deadline here (the verifier's own timeout). */
   deadline: number;
   /** `commitSeq` when it was drawn: later commits are held once `VERIFY_GATE_COMMITS` passed it (checks.ts). */
@@ -182,6 +185,8 @@ export interface TrustRecord {
   passed: number;
   /** Times it was caught cheating (for an address or invite: under any worker id). */
   caught: number;
+  /** It took part in a commit whose check was inconclusive: checked at every commit until it passed its checks. */
+  doubted?: boolean;
 }
 
 /** A durable checkpoint the server stored. */
@@ -330,6 +335,10 @@ export interface CoordinatorState {
   ringSuspectsAt?: number;
   /** A secret (hex) from the server: which steps are recomputed cannot be predicted from public data. */
   verifySalt?: string;
+  /** The step the latest passed check started from: the newest state a recomputation reproduced (check-events.ts). */
+  soundStart?: number;
+  /** Rollbacks after inconclusive checks, to one target: bounded (check-events.ts `inconclusiveIn`). */
+  inconclusive?: { target: number; count: number } | null;
 }
 
 /** What must survive `kill -9`: persisted by the server on every `persist` action. */
@@ -417,6 +426,11 @@ export interface RecomputedStep {
   startOk?: boolean;
   /** The verifier's time for the recomputation (ms), for the log. */
   ms?: number;
+  /**
+   * How far a second recomputation from the start moved by a few roundings lands from this one (the
+   * worst ratio over the recomputed sketches): asked only when this one contradicts the claims.
+   */
+  sensitivity?: number;
 }
 
 // ---------------------------------------------------------------- actions

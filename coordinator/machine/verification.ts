@@ -224,7 +224,7 @@ export function cheatersCaughtIn(ctx: Ctx, workerIds: string[], why: string, pla
   });
   // Its checks are moot: everything it took part in since `first` is rolled back (or it never committed).
   if (s.checks?.length) s.checks = s.checks.filter((c) => !c.world.some((m) => workerIds.includes(m.workerId)));
-  if (first !== null && first <= s.lastCommit.step) rollbackPastIn(ctx, first - 1, why);
+  if (first !== null && first <= s.lastCommit.step) rollbackPastIn(ctx, first - 1, `cheater: ${why}`);
 }
 
 /** Roll the record back to the latest stored checkpoint at or before `limit` (or the start); later ones go. */
@@ -233,6 +233,6 @@ export function rollbackPastIn(ctx: Ctx, limit: number, why: string): void {
   s.checkpoints = s.checkpoints.filter((c) => c.step <= limit);
   const checkpoint = s.checkpoints.at(-1);
   const target = checkpoint ?? { step: 0, epoch: 0, cursor: 0, hash: null };
-  rollbackIn(ctx, target, `cheater: ${why}`);
+  rollbackIn(ctx, target, why);
   persist(ctx); // the rollback is durable before anything is sent (executor.ts)
 }

@@ -15,7 +15,7 @@ import { join } from 'node:path';
 import { decodeSnapshot, type DecodedSnapshot, SnapshotError } from '../../core/state/snapshot';
 import { gradientSketches } from '../../core/state/sketch';
 import type { RecomputedStep, VerificationState } from '../machine/state';
-import { checkedSlices } from '../machine/checks';
+import { checkedSlices, judge, sensitivityOf } from '../machine/checks';
 import { grantRefusal, type MachineExecutor } from '../runtime/executor';
 import { HttpError, readBody, sendJson } from '../http/http-util';
 import { nodeSha256 } from '../../node/sha256';
@@ -93,6 +93,23 @@ export class VerificationService {
     return discontinuity(v, snapshot);
   }
 
+  /**
+   * A recomputation that contradicts the claims is done once more from the start moved by a few roundings
+   * (`perturb`), to tell a lie from a chaotic state where rounding alone moves the result as far
+   * (checks.ts `judge`). A failed second run leaves the first to judge alone (0).
+   */
+  private async sensitivity(v: VerificationState, request: RecomputeRequest, first: RecomputedStep): Promise<number> {
+    try {
+      return sensitivityOf(v.mode, first, await this.deps.recompute({ ...request, perturb: true }));
+    } catch (error) {
+      this.deps.onLog?.(
+        'warn',
+        `verification of step ${v.step} (check ${v.id}), second run: ${(error as Error).message}`,
+      );
+      return 0;
+    }
+  }
+
   private refuse(res: ServerResponse, check: number, reason: string): void {
     this.deps.executor.dispatch({ kind: 'verification_upload', check, ok: false, reason });
     sendJson(res, 422, { error: 'wrong_state', message: reason });
@@ -103,7 +120,10 @@ export class VerificationService {
     let result: RecomputedStep | { error: string };
     try {
       writeFileSync(path, bytes);
-      result = await this.deps.recompute(requestOf(this.deps.executor.state, v, path));
+      const request = requestOf(this.deps.executor.state, v, path);
+      result = await this.deps.recompute(request);
+      if (judge(v, result).cheaters.length > 0)
+        result = { ...result, sensitivity: await this.sensitivity(v, request, result) };
     } catch (error) {
       result = { error: (error as Error).message ?? String(error) };
       this.deps.onLog?.('warn', `verification of step ${v.step} (check ${v.id}): ${result.error}`);

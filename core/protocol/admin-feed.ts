@@ -237,6 +237,8 @@ export function categoryOf(event: string, data: unknown): FeedCategory {
     case 'verification_done':
     case 'verification_abandoned':
     case 'verification_withheld':
+    case 'verification_held':
+    case 'verification_inconclusive':
     case 'commit_held':
     case 'ring_identity_failed':
     case 'data_dispute':

@@ -88,6 +88,12 @@ export const recomputeRequestSchema = z.strictObject({
       mass: z.array(z.number()).max(GRADIENT_SKETCH_BUCKETS),
     })
     .optional(),
+  /**
+   * Recompute from the start parameters moved by a few roundings (verifier/recompute.ts `perturbed`): the
+   * coordinator asks when the first answer contradicts the claims, to learn how far rounding alone moves
+   * this commit's result (machine/checks.ts `judge`).
+   */
+  perturb: z.boolean().optional(),
 });
 
 export const verifierRequestSchema = z.discriminatedUnion('type', [verifierInitSchema, recomputeRequestSchema]);

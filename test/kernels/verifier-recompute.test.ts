@@ -17,6 +17,7 @@ import { initParams } from '../../kernels/model/layers';
 import type { Gpu } from '../../kernels/runtime';
 import { Recomputer, type RecomputeJob, type RecomputeRequest, RecomputeError } from '../../verifier/recompute';
 import { nodeGpu, skipWithoutNodeGpu } from '../support/node-gpu';
+import { SENSITIVITY_MARGIN, sensitivityOf } from '../../coordinator/machine/checks';
 import { referenceAdamW, referenceForwardBackward, referenceSgdMomentum } from '../support/reference-model';
 import { mulberry32, randomArray } from '../support/rng';
 
@@ -102,6 +103,8 @@ function gaussian(rand: () => number): number {
 }
 
 const f32 = (x: ArrayLike<number>) => Float32Array.from(x);
+/** The framing poison's common offset of the output biases (the logits' ulp becomes ~1e-3). */
+const OFFSET = 1e4;
 const ratio = (claimed: Sketch, ref: Sketch) => worstRatio(claimed.values, ref.values, ref.mass);
 
 describe.skipIf(await skipWithoutNodeGpu())('verifier Recomputer', () => {
@@ -242,6 +245,75 @@ describe.skipIf(await skipWithoutNodeGpu())('verifier Recomputer', () => {
       ).toBeGreaterThan(10 * RECOMPUTE_TOLERANCE);
     });
   }
+
+  it('tells a framing poison from a lie: rounding alone moves its recomputation about as far as an honest rank rounding otherwise lands, a sound state’s not at all', async () => {
+    const split = randomSplit(5);
+    const outerOpt = { kind: 'nesterov', lr: 0.7, momentum: 0.9 } as const;
+    const sync: RecomputeJob['sync'] = { mode: 'local', innerSteps: 8, outer: outerOpt, compression: 'int8' };
+    const r = recomputer(ADAMW, split, sync);
+    const rand = mulberry32(9);
+    const n = parameterLayout(SPEC).totalElements;
+    const mine = Array.from({ length: 8 }, () => Uint32Array.from({ length: 12 }, () => Math.floor(rand() * SAMPLES)));
+    /**
+     * The rank's honest outer step from `params` in float64 (an honest tab on a GPU that rounds
+     * otherwise), the verifier's, and the verifier's from the perturbed start (`perturb`).
+     */
+    const measure = async (params: Float32Array) => {
+      const start = { ...randomState(ADAMW, 6), params, outer: new Float32Array(n) };
+      let theta: Float64Array<ArrayBufferLike> = Float64Array.from(params);
+      let m: Float64Array<ArrayBufferLike> = Float64Array.from(start.moments[0]);
+      let v: Float64Array<ArrayBufferLike> = Float64Array.from(start.moments[1]);
+      for (const [i, slice] of mine.entries()) {
+        const g = referenceGradients(split, theta, slice);
+        ({
+          params: theta,
+          m,
+          v,
+        } = referenceAdamW(theta, g, m, v, { ...ADAMW, gradScale: 1 / 12, t: start.optimizer.t + i + 1 }));
+      }
+      const weight = 96 / 192;
+      const delta = f32(Array.from(params, (c, i) => (c - theta[i]) * weight));
+      const sumSketch = gradientSketch(delta, STEP_HASH, 2);
+      const req: RecomputeRequest = {
+        snapshot: start,
+        stepHash: STEP_HASH,
+        world: 2,
+        mode: 'local',
+        rank: 0,
+        steps: mine.map((slice) => ({ slices: [slice], count: 24 })),
+        fresh: false,
+        sum: { values: Array.from(sumSketch.values), mass: Array.from(sumSketch.mass) },
+      };
+      const got = await r.recompute(req);
+      const again = await r.recompute({ ...req, perturb: true });
+      const honest = Math.max(
+        ratio(gradientSketch(delta, STEP_HASH, 2), got.own[0]),
+        ...[m, v].map((x, i) => ratio(gradientSketch(f32(x), STEP_HASH, 2), got.moments![i])),
+      );
+      const negated = ratio(gradientSketch(f32(delta.map((d) => -d)), STEP_HASH, 2), got.own[0]);
+      return { honest, sensitivity: sensitivityOf('local', got, again), negated };
+    };
+    const sound = await measure(randomState(ADAMW, 6).params);
+    // A poison built to make honest recomputations disagree: every output bias moved by the same large
+    // offset. The model's function is unchanged (softmax ignores a common offset), but each logit is now
+    // rounded to the offset's ulp, so a last-bit difference in a matrix product moves a logit by that ulp.
+    const layout = parameterLayout(SPEC);
+    const bias = layout.entries.at(-1)!;
+    const params = randomState(ADAMW, 6).params;
+    for (let i = bias.offset; i < bias.offset + bias.size; i++) params[i] += OFFSET;
+    const poisoned = await measure(params);
+    const show = (x: typeof sound) =>
+      `honest ${x.honest.toExponential(2)}, sensitivity ${x.sensitivity.toExponential(2)}, negated ${x.negated.toExponential(2)}`;
+    console.log(`verifier-recompute framing poison: sound state ${show(sound)}; poisoned state ${show(poisoned)}`);
+    // Sound: the margin changes nothing (the limit stays RECOMPUTE_TOLERANCE), a lie is caught.
+    expect(SENSITIVITY_MARGIN * sound.sensitivity).toBeLessThan(RECOMPUTE_TOLERANCE);
+    expect(sound.negated).toBeGreaterThan(10 * RECOMPUTE_TOLERANCE);
+    // Poisoned: an honest rank rounding otherwise misses by more than the tolerance (it would be banned
+    // by the tolerance alone), and within the margin: inconclusive. A negated contribution is still a lie.
+    expect(poisoned.honest).toBeGreaterThan(RECOMPUTE_TOLERANCE);
+    expect(poisoned.honest).toBeLessThanOrEqual(SENSITIVITY_MARGIN * poisoned.sensitivity);
+    expect(poisoned.negated).toBeGreaterThan(SENSITIVITY_MARGIN * poisoned.sensitivity);
+  });
 
   it('says whether a commit that started at step 0 started from the fresh state', async () => {
     const split = randomSplit(1);

@@ -11,7 +11,15 @@ import { describe, expect, it } from 'vitest';
 import type { JobSpecInput } from '../../../../core/training/job';
 import { RECOMPUTE_TOLERANCE } from '../../../../core/state/sketch';
 import { checkRate, SUSPECT_PROBABILITY } from '../../../../coordinator/machine/adaptive-trust';
-import { checkDraw, judge, uploadDeadlineMs, VERIFY_GATE_COMMITS } from '../../../../coordinator/machine/checks';
+import {
+  checkDraw,
+  judge,
+  SENSITIVITY_MARGIN,
+  sensitivityOf,
+  uploadDeadlineMs,
+  VERIFY_GATE_COMMITS,
+} from '../../../../coordinator/machine/checks';
+import { MAX_INCONCLUSIVE_ROLLBACKS } from '../../../../coordinator/machine/check-events';
 import { nextDeadline } from '../../../../coordinator/machine/machine';
 import type { RecomputedStep } from '../../../../coordinator/machine/state';
 import { Harness } from './coordinator-harness';
@@ -137,6 +145,60 @@ describe('a check, from the draw to its verdict', () => {
     expect(h.state.status).toBe('active');
   });
 
+  it('a verdict of lies waits for the checks of earlier steps: a lie found there rolls both back, and the honest rank is not blamed', () => {
+    const h = swarm(at(1), salt);
+    const liar = h.members()[1];
+    // Honest at steps 1–2; rank 1 lies from step 3 on (every commit is checked at p = 1).
+    while (h.state.lastCommit.step < 5)
+      step(h, (own, params) =>
+        h.state.lastCommit.step + 1 >= 3
+          ? { own: own.map((o, r) => (r === 1 ? o.map((x) => -x) : o)), params }
+          : { own, params },
+      );
+    const byStep = (n: number) => h.state.checks!.find((c) => c.step === n)!;
+    for (const n of [1, 2]) {
+      h.apply({ kind: 'verification_upload', check: byStep(n).id, ok: true });
+      h.apply({ kind: 'verification_result', check: byStep(n).id, result: recomputed(n, 3) });
+    }
+    // Step 5's recomputation, from a state step 3's lie poisoned, disagrees with honest rank 0 too.
+    const later = byStep(5);
+    const poisoned = recomputed(5, 3);
+    poisoned.own[0] = { ...poisoned.own[0], values: poisoned.own[0].values.map((x) => x + 0.5) };
+    h.apply({ kind: 'verification_upload', check: later.id, ok: true });
+    h.apply({ kind: 'verification_result', check: later.id, result: poisoned });
+    expect(h.logs.at(-1)).toMatchObject({ event: 'verification_held', data: { check: later.id, step: 5 } });
+    expect(h.logs.some((l) => l.event === 'cheater_banned')).toBe(false);
+    expect(h.state.checks!.find((c) => c.id === later.id)?.phase).toBe('held');
+    // Step 3's check finds the liar: banned, the record rolled back past step 3, step 5's verdict dropped.
+    h.apply({ kind: 'verification_upload', check: byStep(3).id, ok: true });
+    h.apply({ kind: 'verification_result', check: byStep(3).id, result: recomputed(3, 3) });
+    const bans = h.logs.filter((l) => l.event === 'cheater_banned');
+    expect(bans.map((b) => b.data.workers)).toEqual([[h.worker(liar).workerId]]);
+    expect(h.state.lastCommit.step).toBeLessThan(3);
+    expect(h.state.checks?.some((c) => c.id === later.id)).toBe(false);
+  });
+
+  it('a held verdict is given once the earlier checks pass', () => {
+    const h = swarm(at(1), salt);
+    const liar = h.members()[2];
+    while (h.state.lastCommit.step < 3)
+      step(h, (own, params) =>
+        h.state.lastCommit.step + 1 === 3
+          ? { own: own.map((o, r) => (r === 2 ? o.map((x) => x * 3) : o)), params }
+          : { own, params },
+      );
+    const [first, second, third] = h.state.checks!;
+    h.apply({ kind: 'verification_upload', check: third.id, ok: true });
+    h.apply({ kind: 'verification_result', check: third.id, result: recomputed(3, 3) });
+    expect(h.state.checks!.find((c) => c.id === third.id)?.phase).toBe('held');
+    for (const c of [second, first]) {
+      h.apply({ kind: 'verification_upload', check: c.id, ok: true });
+      h.apply({ kind: 'verification_result', check: c.id, result: recomputed(c.step, 3) });
+    }
+    expect(h.logs.find((l) => l.event === 'cheater_banned')?.data.workers).toEqual([h.worker(liar).workerId]);
+    expect(h.state.checks?.some((c) => c.id === third.id) ?? false).toBe(false);
+  });
+
   it('judges local checks by the rank’s contribution and moments, and the round by the outer step', () => {
     const world = ['a', 'b'].map((workerId, rank) => ({ workerId, rank, share: 1, addr: '', invite: null }));
     const pair = (v: number[]) => ({ values: v, mass: v.map((x) => Math.abs(x) + 1) });
@@ -156,7 +218,7 @@ describe('a check, from the draw to its verdict', () => {
         [9, 10],
       ],
     };
-    const v = { world, ranks: [1], uploader: 'b', claims };
+    const v = { world, ranks: [1], uploader: 'b', claims, mode: 'local' as const };
     expect(judge(v, r).cheaters).toEqual([]);
     expect(
       judge(
@@ -178,6 +240,83 @@ describe('a check, from the draw to its verdict', () => {
     expect(judge(v, { ...r, startOk: false }).cheaters).toEqual(['b']);
     const close = { ...claims, own: [[1 * (1 + RECOMPUTE_TOLERANCE / 10), 2]] };
     expect(judge({ ...v, claims: close }, r).cheaters).toEqual([]);
+  });
+});
+
+describe('a chaotic state: inconclusive, not a lie', () => {
+  const salt = 'chaos-salt';
+  /** Rank 0's own contribution off by `by` (relative to its bucket masses' scale) in the verifier's answer. */
+  const offBy = (step: number, by: number): RecomputedStep => {
+    const r = recomputed(step, 3);
+    r.own[0] = { ...r.own[0], values: r.own[0].values.map((x, i) => x + by * r.own[0].mass[i]) };
+    return r;
+  };
+
+  it('judge: a miss within SENSITIVITY_MARGIN × what rounding alone does is inconclusive; beyond it, or where rounding does nothing, a lie', () => {
+    const h = swarm(at(1), salt);
+    step(h);
+    const v = h.state.checks![0];
+    const miss = 1e-2;
+    expect(judge(v, offBy(1, miss))).toMatchObject({ cheaters: [h.worker('a').workerId], inconclusive: false });
+    expect(judge(v, { ...offBy(1, miss), sensitivity: 1e-7 }).cheaters).toHaveLength(1);
+    expect(judge(v, { ...offBy(1, miss), sensitivity: miss / 2 })).toMatchObject({ cheaters: [], inconclusive: true });
+    expect(judge(v, { ...offBy(1, miss), sensitivity: miss / (2 * SENSITIVITY_MARGIN) }).cheaters).toHaveLength(1);
+    expect(judge(v, { ...recomputed(1, 3), sensitivity: 1 })).toMatchObject({ cheaters: [], inconclusive: false });
+  });
+
+  it('sensitivityOf: the worst ratio between the two recomputations', () => {
+    const a = recomputed(3, 3);
+    expect(sensitivityOf('every-step', a, a)).toBe(0);
+    const b = {
+      ...a,
+      own: a.own.map((o, r) => (r === 2 ? { ...o, values: o.values.map((x, i) => x + 0.5 * o.mass[i]) } : o)),
+    };
+    expect(sensitivityOf('every-step', a, b)).toBeCloseTo(0.5, 6);
+  });
+
+  it('bans nobody, rolls back to the checkpoint before the newest state a check reproduced, and doubts every member', () => {
+    const h = swarm(at(1), salt);
+    for (let n = 1; n <= 6; n++) {
+      step(h);
+      if (n === 4) h.apply({ kind: 'checkpoint_stored', step: 4, epoch: 0, cursor: 48, sha256: 'ab'.repeat(32) });
+    }
+    const byStep = (n: number) => h.state.checks!.find((c) => c.step === n)!;
+    // Steps 1–5 pass: the newest start a check reproduced is step 4 (the check of step 5).
+    for (const n of [1, 2, 3, 4, 5])
+      h.apply({ kind: 'verification_result', check: byStep(n).id, result: recomputed(n, 3) });
+    expect(h.state.soundStart).toBe(4);
+    const members = h.members().map((n) => h.worker(n).workerId!);
+    h.apply({ kind: 'verification_result', check: byStep(6).id, result: { ...offBy(6, 1e-2), sensitivity: 1e-2 } });
+    expect(h.logs.some((l) => l.event === 'cheater_banned')).toBe(false);
+    expect(h.logs.find((l) => l.event === 'verification_inconclusive')?.data).toMatchObject({
+      step: 6,
+      rolledBackTo: 4,
+    });
+    expect(h.state.lastCommit.step).toBe(4);
+    for (const id of members) expect(checkRate(h.state, id)).toBe(SUSPECT_PROBABILITY);
+    expect(h.metricCount('tabswarm_verifications_total', { result: 'inconclusive' })).toBe(1);
+  });
+
+  it('rolls back to one target at most MAX_INCONCLUSIVE_ROLLBACKS times (a job whose own training is chaotic), then only logs', () => {
+    const h = swarm(at(1), salt);
+    const rollbacks = () => h.logs.filter((l) => l.event === 'record_rolled_back').length;
+    for (let k = 0; k <= MAX_INCONCLUSIVE_ROLLBACKS; k++) {
+      step(h);
+      step(h);
+      for (const c of [...h.state.checks!].sort((x, y) => x.step - y.step))
+        h.apply({
+          kind: 'verification_result',
+          check: c.id,
+          result: c.step === 1 ? recomputed(1, 3) : { ...offBy(c.step, 1e-2), sensitivity: 1e-2 },
+        });
+    }
+    const logged = h.logs.filter((l) => l.event === 'verification_inconclusive');
+    expect(logged.map((l) => l.data.rolledBackTo)).toEqual([
+      ...Array.from({ length: MAX_INCONCLUSIVE_ROLLBACKS }, () => 0),
+      null,
+    ]);
+    expect(rollbacks()).toBe(MAX_INCONCLUSIVE_ROLLBACKS);
+    expect(h.logs.some((l) => l.event === 'cheater_banned')).toBe(false);
   });
 });
 
