@@ -180,10 +180,15 @@ function localInnerStateProblem(
   snapshot: DecodedSnapshot,
 ): string | null {
   if (state.job.sync.mode !== 'local' || !state.job.verify) return null;
-  const claims = state.momentClaims;
-  const claim = claims?.step === step && grant.workerId ? claims.byWorker[grant.workerId] : undefined;
-  if (!claim || !grant.hash) return `no claim of its inner state at step ${step} to check the checkpoint's against`;
-  const mine = momentSketches(snapshot, grant.hash, claims!.world);
+  // The claims as they were when the checkpoint was asked for (a later commit replaces `momentClaims`).
+  const claims = state.checkpointRequests.find((r) => r.step === step)?.claims;
+  const claim =
+    claims && grant.workerId && Object.hasOwn(claims.byWorker, grant.workerId)
+      ? claims.byWorker[grant.workerId]
+      : undefined;
+  if (!claims || !claim || !grant.hash)
+    return `no claim of its inner state at step ${step} to check the checkpoint's against`;
+  const mine = momentSketches(snapshot, grant.hash, claims.world);
   if (claim.t !== snapshot.optimizer.t || !sameSketches(claim.moments, mine))
     return `the checkpoint's optimizer moments or t are not those its uploader reported at step ${step}`;
   return null;

@@ -67,7 +67,11 @@ export function requestCheckpointIn(ctx: Ctx, workerId?: string): void {
   const target = workerId ?? checkpointHolder(s);
   if (target === undefined || s.lastCommit.step === 0) return;
   const step = s.lastCommit.step;
-  if (!s.checkpointRequests.some((r) => r.step === step)) s.checkpointRequests.push({ step, hash: s.lastCommit.hash });
+  if (!s.checkpointRequests.some((r) => r.step === step)) {
+    const m = s.momentClaims?.step === step ? s.momentClaims : null;
+    const claims = m ? { claims: { world: m.world, byWorker: m.byWorker } } : {};
+    s.checkpointRequests.push({ step, hash: s.lastCommit.hash, ...claims });
+  }
   sendWorker(ctx, target, { type: 'checkpoint_request', step, url: checkpointPath(s.runId, step) });
   log(ctx, 'info', 'checkpoint_requested', { step, workerId: target });
 }

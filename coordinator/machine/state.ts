@@ -174,6 +174,14 @@ export interface VerificationState {
 }
 
 /** Local mode: what a rank said it ended an outer step with (its moments' sketches, its optimizer's t). */
+/**
+ * A checkpoint asked for. Local mode adds the members' moment claims of that commit: the upload's inner
+ * state must be its uploader's, and the upload may arrive after the next commit replaced `momentClaims`.
+ */
+export interface CheckpointRequest extends HeldState {
+  claims?: { world: number; byWorker: Record<string, MomentClaim> };
+}
+
 export interface MomentClaim {
   moments: number[][];
   t: number;
@@ -282,7 +290,7 @@ export interface CoordinatorState {
   /** Stored checkpoints, ascending by step. */
   checkpoints: CheckpointInfo[];
   /** Checkpoints requested and not yet stored: the step and the commit hash there. */
-  checkpointRequests: HeldState[];
+  checkpointRequests: CheckpointRequest[];
   /** Failure restarts so far (job fails when this exceeds job.maxRestarts). */
   restarts: number;
   /**

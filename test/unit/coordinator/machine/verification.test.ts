@@ -271,4 +271,33 @@ describe('local mode: what a commit point reports', () => {
     const claim = { moments, t: 7 };
     expect(Object.values(h.state.momentClaims!.byWorker)).toEqual([claim, claim, claim]);
   });
+
+  it('a checkpoint asked for keeps the claims of its commit: its upload may arrive after the next commit', () => {
+    const h = swarm({ sync: { mode: 'local', innerSteps: 2, compression: 'none' }, checkpointEvery: 2 });
+    const names = h.members();
+    const buckets = 3 * bucketsPerSegment(3);
+    /** One outer step (steps point − 1 and point), every rank claiming moments `seed` and t `point`. */
+    const outerStep = (point: number, seed: number) => {
+      for (const name of names) h.report(name);
+      const base = sketches(
+        [0, 1, 2].map((r) => honestOwn(point, r, 3)),
+        honestParams(point, buckets),
+      );
+      const moments = [honestParams(seed, buckets), honestParams(seed + 1, buckets)];
+      for (const [r, name] of names.entries())
+        h.report(name, {
+          sketch: { ...base[r], outer: honestParams(point + 1, buckets), moments },
+          innerHash: 'c'.repeat(64),
+          innerT: point,
+        });
+      return { moments, t: point };
+    };
+    const first = outerStep(2, 10);
+    outerStep(4, 20);
+    expect(h.state.lastCommit.step).toBe(4);
+    expect(h.state.momentClaims?.step).toBe(4);
+    const request = h.state.checkpointRequests.find((r) => r.step === 2);
+    expect(request?.claims?.world).toBe(3);
+    expect(Object.values(request!.claims!.byWorker)).toEqual([first, first, first]);
+  });
 });
