@@ -291,15 +291,15 @@ export class CoordinatorProcess {
     return this.getJson('/api/audit');
   }
   /** Every event-log row of the run, oldest first (`GET /api/admin/events`, paged, with the admin token). */
-  async events(): Promise<{ id: number; event: string; data: Record<string, unknown> }[]> {
-    const rows: { id: number; event: string; data: Record<string, unknown> }[] = [];
+  async events(): Promise<{ id: number; at: number; event: string; data: Record<string, unknown> }[]> {
+    const rows: { id: number; at: number; event: string; data: Record<string, unknown> }[] = [];
     for (let page = 0, after = 0; page < 100; page++) {
       const res = await this.fetch(`/api/admin/events?after=${after}&limit=1000`, {
         headers: { authorization: `Bearer ${this.adminToken}` },
       });
       if (!res.ok) throw new Error(`GET /api/admin/events: ${res.status} ${await res.text()}`);
       const { events } = (await res.json()) as {
-        events: { id: number; event: string; data: Record<string, unknown> }[];
+        events: { id: number; at: number; event: string; data: Record<string, unknown> }[];
       };
       rows.push(...events);
       if (events.length < 1000) break;
