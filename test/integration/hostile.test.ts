@@ -270,7 +270,7 @@ describe('state, checkpoints and evaluations are checked, not trusted', () => {
     const ts = [await honest(proc), await honest(proc), await honest(proc)];
     await Promise.all(ts.map((t) => t.untilCommitted(3)));
     for (const t of ts) t.stop();
-    const [rank0, , rank2] = [...ts].sort((x, y) => x.rank - y.rank);
+    const [rank0, , rank2] = [...ts].sort((x, y) => (x.rank ?? 0) - (y.rank ?? 0));
     const round = (await proc.status()).round;
     const evaluation = (t: SimTrainer) => ({
       type: 'evaluation',
