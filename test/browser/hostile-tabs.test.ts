@@ -436,7 +436,7 @@ describe.skipIf(skip).each(Object.keys(MODES) as (keyof typeof MODES)[])(
 
     // Every-step mode only: the claim is judged at the rendezvous, whatever the sync mode. In local mode the
     // claiming page never started in three runs (it polls /api/status for a committed hash after every honest
-    // tab left and still waited after 90 s); it failed so once in every-step mode too, under load. Open.
+    // tab left and still waited after 90 s); it failed so in two of the last three every-step runs too. Open.
     it.runIf(mode === 'every-step')(
       'claims in its hello the committed state copied from /api/status: not believed, the stored checkpoint is used',
       async () => {
