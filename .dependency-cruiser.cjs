@@ -1,9 +1,9 @@
 /**
  * Import boundaries, checked in `npm test` (test/unit/boundaries.test.ts; docs/boundaries.md explains each rule).
- * Product: core/, coordinator/, node/, web/, kernels/, verifier/, bin/. Not product: tools/ (swarm, test bed),
+ * Product: core/, coordinator/, node/, web/, kernels/, verifier/, headless/, bin/. Not product: tools/ (swarm, test bed),
  * bench/, test/, scripts/, which may import the product but are never imported by it.
  */
-const PRODUCT = '^(core|coordinator|node|web|kernels|verifier|bin)/';
+const PRODUCT = '^(core|coordinator|node|web|kernels|verifier|headless|bin)/';
 
 /** @type {import('dependency-cruiser').IConfiguration} */
 module.exports = {
@@ -14,7 +14,7 @@ module.exports = {
         'core/ is the contract every process shares (tabs, kernels, verifier, coordinator): it imports only itself, zod and @noble/*.',
       severity: 'error',
       from: { path: '^core/' },
-      to: { path: '^(coordinator|node|tools|web|kernels|verifier|bin|test|bench|scripts)/' },
+      to: { path: '^(coordinator|node|tools|web|kernels|verifier|headless|bin|test|bench|scripts)/' },
     },
     {
       name: 'core-only-zod-and-noble',
@@ -39,7 +39,7 @@ module.exports = {
         'coordinator/machine is the pure handle(state, event, now): it imports core/ and itself, no I/O, no Node APIs, nothing of the runtime.',
       severity: 'error',
       from: { path: '^coordinator/machine/' },
-      to: { path: '^(coordinator/(?!machine/)|(node|tools|web|kernels|verifier|bin|test|bench|scripts)/)' },
+      to: { path: '^(coordinator/(?!machine/)|(node|tools|web|kernels|verifier|headless|bin|test|bench|scripts)/)' },
     },
     {
       name: 'machine-no-node-apis',
@@ -69,28 +69,44 @@ module.exports = {
       comment: 'node/ is what the Node processes share (coordinator, verifier): it imports core/ and itself only.',
       severity: 'error',
       from: { path: '^node/' },
-      to: { path: '^(coordinator|web|kernels|verifier|tools|bin)/' },
+      to: { path: '^(coordinator|web|kernels|verifier|headless|tools|bin)/' },
     },
     {
       name: 'verifier-only-kernels-core-node',
       comment: 'The verifier process runs kernels/ on core/, with node/ for the GPU environment and the IDX loader.',
       severity: 'error',
       from: { path: '^verifier/' },
-      to: { path: '^(web|bin|coordinator|tools)/' },
+      to: { path: '^(web|bin|coordinator|headless|tools)/' },
     },
     {
       name: 'kernels-only-core',
       comment: 'kernels/ imports only core/ (model specs), nothing of web/ or of a Node process.',
       severity: 'error',
       from: { path: '^kernels/' },
-      to: { path: '^(web|verifier|coordinator|node|tools)/' },
+      to: { path: '^(web|verifier|coordinator|node|headless|tools)/' },
     },
     {
       name: 'web-only-kernels-and-core',
       comment: 'web/ runs in the browser: it may import kernels/ and core/, never a Node process.',
       severity: 'error',
       from: { path: '^web/' },
-      to: { path: '^(verifier|coordinator|node|tools)/' },
+      to: { path: '^(verifier|coordinator|node|headless|tools)/' },
+    },
+    {
+      name: 'headless-only-web-kernels-core-node',
+      comment:
+        "The headless worker runs a tab's code in Node: it may import web/, kernels/, core/ and node/, never the coordinator or the verifier.",
+      severity: 'error',
+      from: { path: '^headless/' },
+      to: { path: '^(coordinator|verifier|bin)/' },
+    },
+    {
+      name: 'headless-is-a-process',
+      comment:
+        'Only bin/ loads the headless worker (`tabswarm worker`); the coordinator starts it as a child process by path (--local-workers).',
+      severity: 'error',
+      from: { path: '^(core|coordinator|node|web|kernels|verifier)/' },
+      to: { path: '^headless/' },
     },
     {
       name: 'worker-not-into-pages',

@@ -1,221 +1,75 @@
 /**
- * Coordinator load test: `npm run bench:coordinator -- [--duration 60] [--workers 200] [--max-world 64]
- * [--leave-every-ms 1000] [--global-batch 256] [--train 10000]`.
+ * Coordinator load test: `npm run bench:coordinator -- [--duration 60] [--workers 1000] [--max-world 256]
+ * [--leave-every-ms 1000] [--global-batch 256] [--train 10000] [--runs 1] [--nice=N] [--cpu-prof DIR]`.
  *
  * A real coordinator child process (fake IDX dataset, tiny-mlp job) and N simulated workers in this
- * process (plain WebSocket clients: joins, heartbeats, step reports, checkpoint uploads, random leaves
- * — half goodbyes, half dropped sockets, half of them hitting a round member — each replaced by a
- * newcomer). Afterwards the audit
- * invariants are checked (no index committed twice in an epoch, finished epochs complete, record
- * agrees with the commit log) and a table plus one JSON line `{"bench":"coordinator", ...}` are printed.
+ * process (plain WebSocket clients, test/support/sim-trainer.ts: joins, heartbeats, step reports,
+ * checkpoint uploads, random leaves — half goodbyes, half dropped sockets, half of them hitting a
+ * round member — each replaced by a newcomer). The commit latency is report→committed: from the last
+ * rank's report of a step to the first `committed` of it, over the `--duration` seconds after the last
+ * worker joined. Afterwards the audit invariants are checked (no index committed twice in an epoch,
+ * finished epochs complete, record agrees with the commit log).
  *
- * Reference, measured side by side in the same run: there is no other coordinator to race, so the
- * floors of a commit are measured instead — one SQLite transaction of a commit row + durable state
- * with synchronous=FULL on the same disk (the fsync every commit pays), and a bare `ws` echo round
- * trip on loopback (the transport every report and `committed` pays). The commit latency is
- * report→committed: from the last rank's report of a step to the first `committed` of it.
+ * Memory per worker: the coordinator's RSS (/proc) with 0, ¼, ½, ¾ and all of the workers joined
+ * (each the median of five readings), and the least-squares slope through them.
+ *
+ * Reference, measured side by side in each run: there is no other coordinator to race, so the floors
+ * of a commit are measured instead — one SQLite transaction of a commit row + durable state with
+ * synchronous=FULL on the same disk (the fsync every commit pays), and a bare `ws` echo round trip on
+ * loopback (the transport every report and `committed` pays).
+ *
+ * The machine is shared: `--runs R` repeats the whole run (a fresh coordinator each) and reports the
+ * median and spread; each run prints the load average and the share of the CPU other processes took.
+ * `--nice=N` (with the `=`: N may start with a dash) runs the bench and the coordinator (every thread) at nice N, as bench:soak does (below 0
+ * needs root): on a machine other jobs keep busy, a message waits behind them at every hand-off.
+ * `--cpu-prof DIR` writes the coordinator's CPU profile there (node --cpu-prof).
+ * Prints each run's table, the summary, and one JSON line `{"bench":"coordinator", ...}`.
  */
+import { loadavg } from 'node:os';
 import { performance } from 'node:perf_hooks';
-import { join } from 'node:path';
 import { parseArgs } from 'node:util';
-import WebSocket, { WebSocketServer } from 'ws';
-import { SqliteStore } from '../coordinator/runtime/store';
-import { CoordinatorProcess, spawnCoordinator } from '../test/support/coordinator-process';
-import { makeTempDir, writeFakeIdxDataset } from '../test/support/fake-dataset';
-import { SimTrainer } from '../test/support/sim-trainer';
+import { CoordinatorProcess } from '../test/support/coordinator-process';
+import { fitMemory, type MemoryPoint, othersShare, slowerThan } from './lib/coordinator-figures';
+import {
+  type LoadOptions,
+  FeedMeter,
+  LoadSwarm,
+  memoryPoint,
+  rssMbOf,
+  startLoadCoordinator,
+  storeFloor,
+  tickReading,
+  wsEchoFloor,
+} from './lib/coordinator-load';
+import { floorsOf, latencyOf, printReport, type RunResult } from './lib/coordinator-report';
+import { descendants, renice, setOwnNice } from './lib/proc-sampler';
 
 const { values: flags } = parseArgs({
   options: {
     duration: { type: 'string', default: '60' },
-    workers: { type: 'string', default: '200' },
-    'max-world': { type: 'string', default: '64' },
+    workers: { type: 'string', default: '1000' },
+    'max-world': { type: 'string', default: '256' },
     'leave-every-ms': { type: 'string', default: '1000' },
     'global-batch': { type: 'string', default: '256' },
     train: { type: 'string', default: '10000' },
+    runs: { type: 'string', default: '1' },
+    nice: { type: 'string' },
+    'cpu-prof': { type: 'string' },
   },
 });
 const DURATION_S = Number(flags.duration);
-const WORKERS = Number(flags.workers);
-const MAX_WORLD = Number(flags['max-world']);
-const LEAVE_EVERY_MS = Number(flags['leave-every-ms']);
-const GLOBAL_BATCH = Number(flags['global-batch']);
-const TRAIN = Number(flags.train);
-
-function quantile(values: number[], q: number): number {
-  if (values.length === 0) return Number.NaN;
-  const sorted = [...values].sort((a, b) => a - b);
-  return sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))];
-}
-
-async function storeFloor(samples = 200): Promise<number[]> {
-  const store = new SqliteStore(makeTempDir('tabswarm-bench-store-'));
-  const { runId } = store.openRun({}, 'bench', 1000);
-  const times: number[] = [];
-  for (let step = 1; step <= samples; step++) {
-    const t0 = performance.now();
-    store.apply(runId, [
-      {
-        kind: 'commit',
-        commit: {
-          step,
-          firstStep: step,
-          epoch: 0,
-          cursorStart: step,
-          count: 1,
-          hash: 'ab'.repeat(32),
-          round: 1,
-          world: [],
-          loss: 0,
-        },
-      },
-      { kind: 'persist', durable: { step, record: 'x'.repeat(2000) } },
-    ]);
-    times.push(performance.now() - t0);
-  }
-  store.close();
-  return times;
-}
-
-async function wsEchoFloor(samples = 500): Promise<number[]> {
-  const wss = new WebSocketServer({ port: 0, host: '127.0.0.1' });
-  await new Promise<void>((resolve) => wss.once('listening', () => resolve()));
-  wss.on('connection', (ws) => ws.on('message', (data) => ws.send(data.toString())));
-  const port = (wss.address() as { port: number }).port;
-  const client = new WebSocket(`ws://127.0.0.1:${port}`);
-  await new Promise<void>((resolve) => client.once('open', () => resolve()));
-  const times: number[] = [];
-  for (let i = 0; i < samples; i++) {
-    const t0 = performance.now();
-    await new Promise<void>((resolve) => {
-      client.once('message', () => resolve());
-      client.send(JSON.stringify({ v: 1, type: 'step_report', i }));
-    });
-    times.push(performance.now() - t0);
-  }
-  client.close();
-  await new Promise<void>((resolve) => wss.close(() => resolve()));
-  return times;
-}
-
-/** A coordinator child process with a job that never ends within the run. */
-async function startLoadCoordinator(): Promise<CoordinatorProcess> {
-  const dataset = writeFakeIdxDataset(join(makeTempDir('tabswarm-bench-data-'), 'fake-mnist'), {
-    trainCount: TRAIN,
-    testCount: 100,
-  });
-  return spawnCoordinator({
-    datasetDir: dataset,
-    job: {
-      model: 'tiny-mlp',
-      globalBatch: GLOBAL_BATCH,
-      epochs: 100_000,
-      minWorkers: Math.min(8, MAX_WORLD),
-      maxWorkers: MAX_WORLD,
-      lastCallMs: 200,
-      heartbeatMs: 2000,
-      checkpointEvery: 100,
-      maxRestarts: 1_000_000,
-    },
-    // Every simulated volunteer connects from 127.0.0.1: lift the per-address defences (docs/threat-model.md)
-    // so the load test measures the coordinator, not its abuse caps.
-    extraArgs: [
-      '--max-sockets-per-address',
-      '1000000',
-      '--joins-per-minute',
-      '1000000',
-      '--worker-restart-quota',
-      '1000000',
-      '--address-restart-quota',
-      '1000000',
-    ],
-  });
-}
-
-/** The simulated workers: joins, a leave every LEAVE_EVERY_MS (goodbye or dropped socket), report→commit latencies. */
-class LoadSwarm {
-  readonly latencies: number[] = [];
-  reports = 0;
-  joins = 0;
-  goodbyes = 0;
-  drops = 0;
-  readonly trainers = new Set<SimTrainer>();
-  private readonly lastReportAt = new Map<string, number>();
-  private readonly seenCommit = new Set<string>();
-  private stopping = false;
-  private churnTimer: NodeJS.Timeout | null = null;
-
-  constructor(private readonly proc: CoordinatorProcess) {}
-
-  private readonly options = {
-    keepReceived: false,
-    onReport: (step: number, at: number, round: number) => {
-      this.reports += 1;
-      const key = `${round}:${step}`;
-      this.lastReportAt.set(key, Math.max(this.lastReportAt.get(key) ?? 0, at));
-    },
-    onCommitted: (step: number, at: number, round: number) => {
-      const key = `${round}:${step}`;
-      if (this.seenCommit.has(key)) return;
-      this.seenCommit.add(key);
-      const sent = this.lastReportAt.get(key);
-      if (sent !== undefined) this.latencies.push(at - sent);
-      this.lastReportAt.delete(key);
-    },
-  };
-
-  async addWorker(): Promise<void> {
-    if (this.stopping) return;
-    const trainer = await SimTrainer.join(this.proc.wsUrl, { ...this.options, httpUrl: this.proc.url });
-    this.joins += 1;
-    this.trainers.add(trainer);
-    void trainer.worker.closed.then(() => this.trainers.delete(trainer));
-  }
-
-  /** Joins `count` workers, 20 at a time. */
-  async joinAll(count: number): Promise<void> {
-    for (let i = 0; i < count; i += 20) {
-      await Promise.all(Array.from({ length: Math.min(20, count - i) }, () => this.addWorker()));
-    }
-  }
-
-  startChurn(): void {
-    this.churnTimer = setInterval(() => this.leaveOne(), LEAVE_EVERY_MS);
-  }
-
-  /**
-   * Half the leaves hit a round member (the interesting case: the round closes and re-forms), half
-   * anyone (most workers wait, so most of those hit the wait list); a new worker replaces each.
-   */
-  private leaveOne(): void {
-    const list = [...this.trainers];
-    if (list.length === 0) return;
-    const members = list.filter((t) => t.inRound);
-    const pool = members.length > 0 && Math.random() < 0.5 ? members : list;
-    const victim = pool[Math.floor(Math.random() * pool.length)];
-    this.trainers.delete(victim);
-    victim.stop();
-    if (Math.random() < 0.5) {
-      this.goodbyes += 1;
-      victim.worker.goodbye();
-      void victim.worker.close();
-    } else {
-      this.drops += 1;
-      void victim.worker.terminate();
-    }
-    void this.addWorker().catch(() => {});
-  }
-
-  /** No more joins, leaves, reports or heartbeats (sockets stay open until `terminate`). */
-  quiesce(): void {
-    this.stopping = true;
-    if (this.churnTimer) clearInterval(this.churnTimer);
-    for (const t of this.trainers) t.stop();
-  }
-
-  async terminate(): Promise<void> {
-    for (const t of this.trainers) await t.worker.terminate();
-  }
-}
+const RUNS = Number(flags.runs);
+const NICE = flags.nice === undefined ? undefined : Number(flags.nice);
+if (NICE !== undefined && !(Number.isInteger(NICE) && NICE >= -20 && NICE <= 19))
+  throw new Error(`--nice ${flags.nice}: expected an integer from -20 to 19`);
+const options: LoadOptions = {
+  workers: Number(flags.workers),
+  maxWorld: Number(flags['max-world']),
+  leaveEveryMs: Number(flags['leave-every-ms']),
+  globalBatch: Number(flags['global-batch']),
+  train: Number(flags.train),
+  cpuProf: flags['cpu-prof'],
+};
 
 function messageErrorsOf(metrics: string): Record<string, number> {
   const errorsByCode: Record<string, number> = {};
@@ -226,134 +80,133 @@ function messageErrorsOf(metrics: string): Record<string, number> {
   return errorsByCode;
 }
 
-const ms = (values: number[], q: number, digits = 2) => Number(quantile(values, q).toFixed(digits));
+const sleep = (msDelay: number) => new Promise((resolve) => setTimeout(resolve, msDelay));
 
-interface Measured {
-  elapsedS: number;
-  joinedMs: number;
-  framesIn: number;
-  framesOut: number;
-  status: Awaited<ReturnType<CoordinatorProcess['status']>>;
-  audit: Awaited<ReturnType<CoordinatorProcess['audit']>>;
-  errorsByCode: Record<string, number>;
-  storeTimes: number[];
-  echoTimes: number[];
-}
-
-function resultOf(m: Measured, swarm: LoadSwarm) {
-  const { audit, status, elapsedS } = m;
-  const duplicates = audit.epochs.reduce((sum: number, e: { duplicateCount: number }) => sum + e.duplicateCount, 0);
-  const missing = audit.epochs.reduce(
-    (sum: number, e: { neverCommittedCount: number | null }) => sum + (e.neverCommittedCount ?? 0),
-    0,
-  );
-  return {
-    bench: 'coordinator',
-    durationS: Number(elapsedS.toFixed(1)),
-    workers: WORKERS,
-    maxWorld: MAX_WORLD,
-    globalBatch: GLOBAL_BATCH,
-    datasetSize: TRAIN,
-    joinAllMs: Math.round(m.joinedMs),
-    messagesInPerS: Math.round(m.framesIn / elapsedS),
-    messagesOutPerS: Math.round(m.framesOut / elapsedS),
-    stepReportsPerS: Math.round(swarm.reports / elapsedS),
-    committedSteps: status.step,
-    stepsPerS: Number((status.step / elapsedS).toFixed(1)),
-    epochs: audit.epochs.length,
-    commitLatencyMs: { p50: ms(swarm.latencies, 0.5), p99: ms(swarm.latencies, 0.99), n: swarm.latencies.length },
-    reference: {
-      sqliteCommitTxMs: { p50: ms(m.storeTimes, 0.5), p99: ms(m.storeTimes, 0.99) },
-      wsEchoRttMs: { p50: ms(m.echoTimes, 0.5, 3), p99: ms(m.echoTimes, 0.99, 3) },
-    },
-    rounds: status.round,
-    restarts: status.restarts,
-    joins: swarm.joins,
-    leaves: { goodbyes: swarm.goodbyes, drops: swarm.drops },
-    messageErrors: m.errorsByCode,
-    audit: {
-      ok: audit.ok,
-      duplicates,
-      neverCommitted: missing,
-      recordAgrees: audit.recordAgrees,
-      rolledBackRows: audit.rolledBackRows,
-    },
-    invariantsOk: audit.ok && duplicates === 0 && missing === 0 && audit.lastRowStep === status.step,
-  };
-}
-
-function printTable(result: ReturnType<typeof resultOf>): void {
-  const a = result.audit;
-  const rows: [string, string][] = [
-    [
-      'duration',
-      `${result.durationS} s, ${WORKERS} workers (world ≤ ${MAX_WORLD}), a leave every ${LEAVE_EVERY_MS} ms`,
-    ],
-    ['messages in / out', `${result.messagesInPerS} /s  /  ${result.messagesOutPerS} /s`],
-    ['step reports', `${result.stepReportsPerS} /s`],
-    ['committed steps', `${result.committedSteps} (${result.stepsPerS} /s, ${result.epochs} epochs of ${TRAIN})`],
-    [
-      'report→committed p50 / p99',
-      `${result.commitLatencyMs.p50} / ${result.commitLatencyMs.p99} ms (n=${result.commitLatencyMs.n})`,
-    ],
-    [
-      '  ref: SQLite commit tx (FULL)',
-      `${result.reference.sqliteCommitTxMs.p50} / ${result.reference.sqliteCommitTxMs.p99} ms`,
-    ],
-    ['  ref: bare ws echo RTT', `${result.reference.wsEchoRttMs.p50} / ${result.reference.wsEchoRttMs.p99} ms`],
-    ['rounds / restarts', `${result.rounds} / ${result.restarts}`],
-    ['joins / goodbyes / drops', `${result.joins} / ${result.leaves.goodbyes} / ${result.leaves.drops}`],
-    ['message errors', JSON.stringify(result.messageErrors)],
-    [
-      'audit',
-      `${result.invariantsOk ? 'OK' : 'FAILED'}: duplicates ${a.duplicates}, never committed ${a.neverCommitted}, record agrees ${a.recordAgrees}, rolled-back rows ${a.rolledBackRows}`,
-    ],
-  ];
-  const width = Math.max(...rows.map(([k]) => k.length));
-  console.log('\ncoordinator load test');
-  for (const [k, v] of rows) console.log(`  ${k.padEnd(width)}  ${v}`);
-}
-
-async function main(): Promise<void> {
-  const storeTimes = await storeFloor();
-  const echoTimes = await wsEchoFloor();
-  const proc = await startLoadCoordinator();
-  const swarm = new LoadSwarm(proc);
-  const framesBefore = CoordinatorProcess.metricValue(await proc.metrics(), 'tabswarm_ws_frames_received_total');
-  const sentBefore = CoordinatorProcess.metricValue(await proc.metrics(), 'tabswarm_ws_frames_sent_total');
+/** Joins every worker, reading the coordinator's RSS at each quarter. Returns the readings and the join time without them. */
+async function joinWithMemory(
+  proc: CoordinatorProcess,
+  swarm: LoadSwarm,
+): Promise<{ points: MemoryPoint[]; joinMs: number }> {
+  const pid = proc.child.pid!;
+  const points: MemoryPoint[] = [];
+  const first = await memoryPoint(pid, 0);
+  if (first) points.push(first);
+  const quarters = [1, 2, 3, 4].map((q) => Math.round((q * options.workers) / 4));
+  let readingMs = 0;
   const started = performance.now();
-  await swarm.joinAll(WORKERS);
-  const joinedMs = performance.now() - started;
+  await swarm.joinAll(options.workers, quarters, async (joined) => {
+    const t0 = performance.now();
+    const point = await memoryPoint(pid, joined);
+    if (point) points.push(point);
+    readingMs += performance.now() - t0;
+  });
+  return { points, joinMs: performance.now() - started - readingMs };
+}
+
+async function oneRun(): Promise<RunResult> {
+  const loadStart = loadavg()[0];
+  const reference = floorsOf(await storeFloor(), await wsEchoFloor());
+  const proc = await startLoadCoordinator(options);
+  if (NICE !== undefined) renice(descendants(process.pid), NICE);
+  const swarm = new LoadSwarm(proc, options.leaveEveryMs);
+  const { points, joinMs } = await joinWithMemory(proc, swarm);
+  // From here on every worker is connected: what the run measures.
+  swarm.latencies.length = 0;
+  swarm.reports = 0;
+  const before = { metrics: await proc.metrics(), status: await proc.status(), ticks: tickReading() };
+  // An admin page watches the run (the feed sends it deltas; its cost is part of the coordinator's).
+  const feed = await FeedMeter.open(proc);
+  const started = performance.now();
   swarm.startChurn();
-  await new Promise((resolve) => setTimeout(resolve, DURATION_S * 1000));
+  await sleep(DURATION_S * 1000);
   const elapsedS = (performance.now() - started) / 1000;
   // Quiesce first (no more reports or heartbeats), read the results, then drop the sockets: the
   // teardown's own disconnects must not count as the run's restarts.
   swarm.quiesce();
-  const exitedEarly = await Promise.race([proc.exited, new Promise((resolve) => setTimeout(() => resolve(null), 10))]);
+  const ticks = tickReading();
+  feed.close();
+  const exitedEarly = await Promise.race([proc.exited, sleep(10).then(() => null)]);
   if (exitedEarly)
     throw new Error(
       `the coordinator exited during the run: ${JSON.stringify(exitedEarly)}\n${proc.output.slice(-4000)}`,
     );
-  const finalMetrics = await proc.metrics();
-  const measured: Measured = {
-    elapsedS,
-    joinedMs,
-    framesIn: CoordinatorProcess.metricValue(finalMetrics, 'tabswarm_ws_frames_received_total') - framesBefore,
-    framesOut: CoordinatorProcess.metricValue(finalMetrics, 'tabswarm_ws_frames_sent_total') - sentBefore,
-    status: await proc.status(),
-    audit: await proc.audit(),
-    errorsByCode: messageErrorsOf(finalMetrics),
-    storeTimes,
-    echoTimes,
-  };
+  const metrics = await proc.metrics();
+  const statusText = await (await proc.fetch('/api/status')).text();
+  const status = await proc.status();
+  const audit = await proc.audit();
+  const endRssMb = rssMbOf(proc.child.pid!);
   await swarm.terminate();
   await proc.stop();
   if (process.env.BENCH_DEBUG) console.log(proc.stderr.slice(-6000));
-  const result = resultOf(measured, swarm);
-  printTable(result);
-  console.log(JSON.stringify(result));
-  if (!result.invariantsOk) process.exitCode = 1;
+  const delta = (name: string) =>
+    CoordinatorProcess.metricValue(metrics, name) - CoordinatorProcess.metricValue(before.metrics, name);
+  const duplicates = audit.epochs.reduce((sum, e) => sum + e.duplicateCount, 0);
+  const neverCommitted = audit.epochs.reduce((sum, e) => sum + (e.neverCommittedCount ?? 0), 0);
+  const steps = status.step - before.status.step;
+  return {
+    durationS: Number(elapsedS.toFixed(1)),
+    joinAllMs: Math.round(joinMs),
+    messagesInPerS: Math.round(delta('tabswarm_ws_frames_received_total') / elapsedS),
+    messagesOutPerS: Math.round(delta('tabswarm_ws_frames_sent_total') / elapsedS),
+    stepReportsPerS: Math.round(swarm.reports / elapsedS),
+    committedSteps: steps,
+    stepsPerS: Number((steps / elapsedS).toFixed(1)),
+    epochs: audit.epochs.length,
+    commitLatencyMs: latencyOf(swarm.latencies),
+    reference,
+    rounds: status.round,
+    restarts: status.restarts,
+    joins: swarm.joins,
+    leaves: { goodbyes: swarm.goodbyes, drops: swarm.drops },
+    messageErrors: messageErrorsOf(metrics),
+    admin: {
+      snapshotKiB: Number((feed.snapshotBytes / 1024).toFixed(1)),
+      feedKiBPerS: Number(((feed.bytes - feed.snapshotBytes) / 1024 / elapsedS).toFixed(1)),
+      feedMessagesPerS: Number((feed.messages / elapsedS).toFixed(1)),
+      statusKiB: Number((Buffer.byteLength(statusText) / 1024).toFixed(1)),
+    },
+    slow: {
+      events: slowerThan(before.metrics, metrics, 'tabswarm_event_handle_seconds'),
+      eventCount: delta('tabswarm_event_handle_seconds_count'),
+      storeTransactions: slowerThan(before.metrics, metrics, 'tabswarm_store_transaction_seconds'),
+      commits: slowerThan(before.metrics, metrics, 'tabswarm_commit_handle_seconds'),
+      commitCount: delta('tabswarm_commit_handle_seconds_count'),
+    },
+    memory: { fit: fitMemory(points), endRssMb: endRssMb === null ? null : Number(endRssMb.toFixed(1)) },
+    machine: {
+      loadStart,
+      loadEnd: loadavg()[0],
+      othersShare: before.ticks && ticks ? othersShare(before.ticks, ticks) : null,
+    },
+    audit: {
+      ok: audit.ok,
+      duplicates,
+      neverCommitted,
+      recordAgrees: audit.recordAgrees,
+      rolledBackRows: audit.rolledBackRows,
+    },
+    invariantsOk: audit.ok && duplicates === 0 && neverCommitted === 0 && audit.lastRowStep === status.step,
+  };
+}
+
+async function main(): Promise<void> {
+  const runs: RunResult[] = [];
+  // Children inherit the nice value of the thread that spawns them; their own threads are set after start.
+  const niced = NICE === undefined ? null : setOwnNice(NICE);
+  for (let i = 0; i < RUNS; i++) {
+    runs.push(await oneRun());
+    console.error(`run ${i + 1}/${RUNS}: p99 ${runs[i].commitLatencyMs.p99} ms, ${runs[i].stepsPerS} steps/s`);
+  }
+  printReport(runs, {
+    workers: options.workers,
+    maxWorld: options.maxWorld,
+    leaveEveryMs: options.leaveEveryMs,
+    globalBatch: options.globalBatch,
+    datasetSize: options.train,
+    durationS: DURATION_S,
+    nice: niced === null ? null : (NICE ?? null),
+  });
+  if (!runs.every((r) => r.invariantsOk)) process.exitCode = 1;
 }
 
 main().catch((error) => {

@@ -56,6 +56,8 @@ const { values: flags } = parseArgs({
     'transformer-reps': { type: 'string', default: '3' },
     /** Which parts to run; bench/RESULTS.md is rewritten only when all three ran. */
     parts: { type: 'string', default: 'matmul,mlp,transformer' },
+    /** Budget (ms) of the autotuner whose choice is timed beside the default kernels (0: none). */
+    'autotune-ms': { type: 'string', default: '3000' },
   },
 });
 const PARTS = new Set(flags.parts.split(',').filter(Boolean));
@@ -69,6 +71,7 @@ const TFJS_FORMS = flags['tfjs-forms'].split(',').filter(Boolean) as TfjsForm[];
 if (TFJS_FORMS.length === 0 || TFJS_FORMS.some((f) => f !== 'fused' && f !== 'plain'))
   throw new Error(`--tfjs-forms: ${flags['tfjs-forms']}`);
 const RESULTS_PATH = resolve(import.meta.dirname, 'RESULTS.md');
+const AUTOTUNE_MS = Number(flags['autotune-ms']);
 
 interface Variant {
   name: string;
@@ -252,7 +255,7 @@ async function benchTrainStep(page: Page, matmulRows: readonly MatmulRow[]): Pro
   const tiles = tuned ? [null, tuned.tile] : [null];
   const trainRows: TrainRow[] = [];
   for (const batch of BATCHES) {
-    const { tfjsMs, oursMs, steps, reference } = await timeTrainStep(page, batch, tiles);
+    const { tfjsMs, oursMs, steps, reference, autotuned, autotunedIsDefault } = await timeTrainStep(page, batch, tiles);
     if (flags.breakdown) await logBreakdown(page, batch, tiles.length, tuned);
     await page.evaluate(() => window.kernelBench!.trainTeardown());
     const rate = (ms: number) => (steps * batch) / (ms / 1000);
@@ -269,6 +272,10 @@ async function benchTrainStep(page: Page, matmulRows: readonly MatmulRow[]): Pro
       tfjs_forms: Object.fromEntries(TFJS_FORMS.map((f, j) => [f, round(tfjsRates[j])])),
     };
     if (tuned) Object.assign(row, { ours_tuned: round(rate(median(oursMs[1]))), tuned_variant: tuned.name });
+    if (autotuned) {
+      const ours_autotuned = round(rate(median(oursMs[tiles.length])));
+      Object.assign(row, { ours_autotuned, autotuned, autotuned_is_default: autotunedIsDefault });
+    }
     trainRows.push(row);
     log(
       `train step batch ${batch}: ours ${ours.toFixed(1)} samples/s` +
@@ -287,10 +294,17 @@ async function timeTrainStep(
   page: Page,
   batch: number,
   tiles: (MatmulTile | null)[],
-): Promise<{ tfjsMs: number[][]; oursMs: number[][]; steps: number; reference: number }> {
+): Promise<{
+  tfjsMs: number[][];
+  oursMs: number[][];
+  steps: number;
+  reference: number;
+  autotuned?: string[];
+  autotunedIsDefault?: boolean;
+}> {
   const setup = await page.evaluate(([batch, options]) => window.kernelBench!.trainSetup(batch, options), [
     batch,
-    { tiles, tfjsForms: TFJS_FORMS },
+    { tiles, tfjsForms: TFJS_FORMS, autotuneMs: AUTOTUNE_MS },
   ] as const);
   const reference = setup.lossTfjs[0];
   for (const loss of [...setup.lossOurs, ...setup.lossTfjs]) {
@@ -300,14 +314,17 @@ async function timeTrainStep(
   }
   // One sample = this many consecutive steps (256 samples or one step), then wait for the queue.
   const steps = Math.max(1, Math.round(256 / batch));
+  const ours = tiles.length + (setup.autotuned ? 1 : 0);
   const sides: Side[] = [
     ...TFJS_FORMS.map((_, j): Side => ({ side: 'tfjs', variant: j })),
-    ...tiles.map((_, j): Side => ({ side: 'ours', variant: j })),
+    ...Array.from({ length: ours }, (_, j): Side => ({ side: 'ours', variant: j })),
   ];
   const ms = await timeAlternately(REPS, sides, (side) =>
     page.evaluate(([side, steps]) => window.kernelBench!.trainTime(side, steps), [side, steps] as const),
   );
-  return { tfjsMs: ms.slice(0, TFJS_FORMS.length), oursMs: ms.slice(TFJS_FORMS.length), steps, reference };
+  const oursMs = ms.slice(TFJS_FORMS.length);
+  const { autotuned, autotunedIsDefault } = setup;
+  return { tfjsMs: ms.slice(0, TFJS_FORMS.length), oursMs, steps, reference, autotuned, autotunedIsDefault };
 }
 
 /**
@@ -319,7 +336,10 @@ async function benchTransformerStep(page: Page): Promise<TransformerRow[]> {
   const rows: TransformerRow[] = [];
   for (const batch of TRANSFORMER_BATCHES) {
     log(`transformer step batch ${batch}: setting up gpt-tiny on both sides (a TF.js warm-up step takes a while)`);
-    const setup = await page.evaluate((batch) => window.kernelBench!.transformerSetup(batch), batch);
+    const setup = await page.evaluate(([batch, ms]) => window.kernelBench!.transformerSetup(batch, ms), [
+      batch,
+      AUTOTUNE_MS,
+    ] as const);
     const gap = Math.abs(setup.lossOurs - setup.lossTfjs) / Math.abs(setup.lossTfjs);
     if (!(gap < 1e-4))
       throw new Error(
@@ -328,14 +348,24 @@ async function benchTransformerStep(page: Page): Promise<TransformerRow[]> {
     const sides: Side[] = [
       { side: 'tfjs', variant: 0 },
       { side: 'ours', variant: 0 },
+      { side: 'ours', variant: 1 },
     ];
-    const [tfjsMs, oursMs] = await timeAlternately(TRANSFORMER_REPS, sides, (side) =>
+    const [tfjsMs, oursMs, tunedMs] = await timeAlternately(TRANSFORMER_REPS, sides, (side) =>
       page.evaluate((side) => window.kernelBench!.transformerTime(side, 1), side),
     );
     await page.evaluate(() => window.kernelBench!.transformerTeardown());
     const rate = (ms: number) => (batch * setup.context) / (ms / 1000);
-    const [ours, tfjs] = [rate(median(oursMs)), rate(median(tfjsMs))];
-    rows.push({ batch, context: setup.context, ours: round(ours), tfjs: round(tfjs), ratio: round(ours / tfjs) });
+    const [ours, tfjs, autotuned] = [rate(median(oursMs)), rate(median(tfjsMs)), rate(median(tunedMs))];
+    rows.push({
+      batch,
+      context: setup.context,
+      ours: round(ours),
+      tfjs: round(tfjs),
+      ratio: round(ours / tfjs),
+      ours_autotuned: round(autotuned),
+      autotuned: setup.autotuned,
+      autotuned_is_default: setup.autotunedIsDefault,
+    });
     log(
       `transformer step batch ${batch}: ours ${ours.toFixed(1)} tokens/s (${oursMs.map((m) => m.toFixed(0)).join(', ')} ms), ` +
         `tfjs ${tfjs.toFixed(1)} tokens/s (${tfjsMs.map((m) => m.toFixed(0)).join(', ')} ms); initial loss ${setup.lossOurs.toFixed(5)} vs ${setup.lossTfjs.toFixed(5)}`,

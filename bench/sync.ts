@@ -21,11 +21,14 @@
  * without loss; the profile's rate and loss go on (tc/nft in the homes and routers) one commit point
  * before the window and come off after it, so the runs spend their time measuring, not downloading.
  *
- * Goal (issue 13): on the poor profile, local H = 32 int8 at ≥ 10× the samples/s of every-step fp32,
- * with compute utilization ≥ 0.8.
+ * Goals: (issue 13) on the poor profile, local H = 32 int8 at ≥ 10× the samples/s of every-step fp32,
+ * with compute utilization ≥ 0.8; (issue 24) overlapped local H = 32 int8 (`overlap32:int8`, its outer
+ * steps overlapped with the next inner steps) at utilization ≥ 0.9 on broadband and ≥ 0.85 on the poor
+ * profile, its accuracy at the window's end (a fixed wall time) within 1 point of local H = 32 int8's.
  *
  * Options: --replay a.err,b.err (print the table and JSON of runs recorded on stderr, see replayRuns)
- *          --profiles broadband,poor  --configs every-step:none,every-step:fp16,local8:fp16,local32:int8
+ *          --profiles broadband,poor
+ *          --configs every-step:none,every-step:fp16,local8:fp16,local32:int8,overlap32:int8
  *          --window 60 (s)  --train 60000 (training images served)  --test 10000
  *          --events (print the coordinator's event log of each run at its end)
  * This file runs the scenes; the figures are bench/lib/sync-figures.ts, the table, JSON line and
@@ -35,7 +38,7 @@ import { readFileSync } from 'node:fs';
 import { request } from 'node:https';
 import { join } from 'node:path';
 import type { Page } from 'playwright-core';
-import type { StatusReport } from '../coordinator/admin/audit';
+import type { StatusResponse, StatusSummary } from '../core/protocol/views';
 import { COORDINATOR_IP, type LinkProfile } from '../tools/netbed/netbed';
 import { COORDINATOR_PORT, Scene } from '../tools/netbed/scene';
 import { launchSwarmChromium } from '../tools/swarm/chromium';
@@ -48,6 +51,7 @@ import { snapshotAccuracy } from './lib/evaluate-snapshot';
 import { configName, parseConfig, type SyncConfig, syncField } from './lib/sync-configs';
 import { formulaBytesPerSample, GLOBAL_BATCH, type Report, TABS, windowFigures } from './lib/sync-figures';
 import { printReport, replayRuns, type Run } from './lib/sync-report';
+import { shapeAccessLinks } from './lib/shape-links';
 
 /** The issue's two access-link profiles (each direction). */
 const PROFILES: Record<string, LinkProfile> = {
@@ -118,15 +122,16 @@ async function openTab(scene: Scene, home: number): Promise<Tab> {
   const tab: Tab = { page, reports: [] };
   page.on('websocket', (ws) =>
     ws.on('framesent', ({ payload }) => {
-      if (typeof payload !== 'string' || !payload.includes('"step_report"')) return;
+      if (typeof payload !== 'string' || !/"(step|outer)_report"/.test(payload)) return;
       const m = JSON.parse(payload) as Partial<Report> & { type: string };
-      if (m.type !== 'step_report') return;
+      if (m.type !== 'step_report' && m.type !== 'outer_report') return;
       tab.reports.push({
         step: m.step ?? -1,
         samples: m.samples ?? 0,
         computeMs: m.computeMs ?? 0,
         wireBytes: m.wireBytes ?? 0,
         at: Date.now(),
+        ...(m.type === 'outer_report' ? { outer: true } : {}),
       });
     }),
   );
@@ -164,43 +169,15 @@ function download(scene: Scene, path: string): Promise<Buffer> {
   });
 }
 
-/**
- * Puts `link`'s rate and loss on every access link of the scene, where netbed put them: the tbf qdisc on
- * the home's and the router's TUN device (`tc qdisc change`) and a random drop in the router's forward
- * chain (the scene starts without loss; the rule is inserted here, and replaced or removed by the next
- * call). The delay line keeps its delay.
- */
-function shapeAccessLinks(scene: Scene, link: LinkProfile): void {
-  const burst = Math.max(3200, Math.round((link.rateMbit * 1e6) / 8 / 1000) * 4); // as netbed's configureHome
-  for (const home of scene.bed.homes) {
-    for (const ns of [home.ns, home.router]) {
-      const qdiscs = scene.bed.run(ns, 'tc', ['qdisc', 'show']);
-      const dev = /qdisc tbf \S+ dev (\S+) root/.exec(qdiscs)?.[1];
-      if (!dev) throw new Error(`no tbf qdisc in ${ns}: ${qdiscs}`);
-      const tbf = ['rate', `${link.rateMbit}mbit`, 'burst', String(burst), 'latency', '200ms'];
-      scene.bed.run(ns, 'tc', ['qdisc', 'change', 'dev', dev, 'root', 'tbf', ...tbf]);
-    }
-    // Any loss rule this function inserted before goes first (found by its handle).
-    const chain = scene.bed.run(home.router, 'nft', ['-a', 'list', 'chain', 'ip', 'netbed', 'forwarding']);
-    for (const m of chain.matchAll(/numgen random .* drop # handle (\d+)/g))
-      scene.bed.run(home.router, 'nft', ['delete', 'rule', 'ip', 'netbed', 'forwarding', 'handle', m[1]]);
-    const lossPerMyriad = Math.round(link.lossPercent * 100);
-    if (lossPerMyriad > 0)
-      scene.bed.run(home.router, 'nft', [
-        `insert rule ip netbed forwarding numgen random mod 10000 < ${lossPerMyriad} drop`,
-      ]);
-  }
-}
-
 /** Sleep for the window, printing progress every 10 s. */
 async function trainWindow(scene: Scene, tabs: Tab[], label: string, windowMs: number): Promise<void> {
   const end = performance.now() + windowMs;
   while (performance.now() < end) {
     await new Promise((r) => setTimeout(r, Math.min(10_000, end - performance.now())));
-    const s = await scene.api<StatusReport>('/api/status');
+    const s = await scene.api<StatusResponse>('/api/status');
     const reported = tabs.map((t) => t.reports.at(-1)?.step ?? '–').join('/');
     process.stderr.write(
-      `  ${label}: committed step ${s.step}, world ${s.world.length}, tabs reported ${reported}, ${Math.round((end - performance.now()) / 1000)} s left\n`,
+      `  ${label}: committed step ${s.step}, world ${s.world.total}, tabs reported ${reported}, ${Math.round((end - performance.now()) / 1000)} s left\n`,
     );
   }
 }
@@ -226,7 +203,7 @@ async function scenario(
     // Warm: all three train and one commit point of the full world is behind them.
     const H = config.innerSteps;
     const warm = await scene.statusUntil(
-      (s) => s.world.length === TABS && s.state === 'training' && s.step >= 2 * H,
+      (s) => s.world.total === TABS && s.state === 'training' && s.step >= 2 * H,
       'trained two commit points with all tabs',
       600_000,
       250,
@@ -236,12 +213,12 @@ async function scenario(
     // fp32 on the poor profile may commit nothing at all: then the window measures that).
     const shaped = await scene
       .statusUntil(
-        (s) => s.world.length === TABS && s.step >= warm.step + H,
+        (s) => s.world.total === TABS && s.step >= warm.step + H,
         'a commit point on shaped links',
         120_000,
         250,
       )
-      .catch(() => scene.api<StatusReport>('/api/status'));
+      .catch(() => scene.api<StatusResponse>('/api/status'));
     process.stderr.write(
       `  ${label}: all ${TABS} tabs train (step ${warm.step}), shaped links from step ${warm.step}; window from step ${shaped.step}, ${o.windowMs / 1000} s\n`,
     );
@@ -250,7 +227,7 @@ async function scenario(
     await trainWindow(scene, tabs, label, o.windowMs);
     const t1 = Date.now();
     const rtc1 = await Promise.all(tabs.map((t) => rtcBytesSent(t.page)));
-    const end = await scene.api<StatusReport>('/api/status');
+    const end = await scene.api<StatusResponse>('/api/status');
     // Diagnosis: the coordinator's event log since the links were shaped (rounds, failures, time-outs).
     if (process.argv.includes('--events'))
       for (const line of await scene.eventLines(80)) process.stderr.write(`  ${line}\n`);
@@ -264,6 +241,7 @@ async function scenario(
       shaped.step,
       t0,
       t1,
+      config.overlap === true,
     );
     const rtcBytes = rtc1.reduce((a, b) => a + b, 0) - rtc0.reduce((a, b) => a + b, 0);
     const accuracy = await evaluateCommitted(scene, label, accepted, o);
@@ -318,7 +296,7 @@ async function requestCheckpoint(scene: Scene, unshape: () => void): Promise<num
   const end = performance.now() + 180_000;
   for (let first = true; ; first = false) {
     const answer = await scene
-      .api<{ status: StatusReport }>('/api/admin/checkpoint', {})
+      .api<{ status: StatusSummary }>('/api/admin/checkpoint', {})
       .catch((error: Error) => (/ 409 /.test(error.message) ? null : Promise.reject(error)));
     if (first) unshape();
     if (answer) return answer.status.step;
@@ -337,7 +315,7 @@ async function main(): Promise<void> {
   exitUnlessReady('bench:sync', { netbed: true });
   const profiles = arg('profiles', 'broadband,poor').split(',');
   for (const p of profiles) if (!PROFILES[p]) throw new Error(`unknown profile "${p}" (broadband, poor)`);
-  const configs = arg('configs', 'every-step:none,every-step:fp16,local8:fp16,local32:int8')
+  const configs = arg('configs', 'every-step:none,every-step:fp16,local8:fp16,local32:int8,overlap32:int8')
     .split(',')
     .map(parseConfig);
   const windowMs = Number(arg('window', '60')) * 1000;

@@ -20,7 +20,8 @@ import { parseArgs } from 'node:util';
 import { loadIdxDataset } from '../node/idx';
 import { parseJobSpec } from '../core/training/job';
 import { parameterLayout, type SequentialSpec } from '../core/training/model-spec';
-import { epochOrder, indicesForRank } from '../core/training/sampler';
+import { assignStep } from '../core/training/groups';
+import { epochOrder } from '../core/training/sampler';
 import { gradientSketch, paramsSketch, RECOMPUTE_TOLERANCE, worstRatio } from '../core/state/sketch';
 import { encodeSnapshot } from '../core/state/snapshot';
 import { resolveDatasetDir } from '../coordinator/config/startup-config';
@@ -95,7 +96,8 @@ const rows = [];
 try {
   for (const world of WORLDS) {
     const shares = Array<number>(world).fill(1);
-    const slices = shares.map((_, r) => indicesForRank(order, 10 * BATCH, BATCH, shares, r).slice());
+    // The 11th step of an epoch without holes: positions [10·BATCH, 11·BATCH), split by share.
+    const slices = assignStep(10 * BATCH, BATCH, shares).map((s) => order.slice(s.start, s.start + s.count));
     const request = {
       snapshotPath,
       stepHash: HASH,

@@ -1,12 +1,15 @@
 /**
  * `tabswarm coordinator [--port 8080] [--host 127.0.0.1] [--data-dir ./.tabswarm] [--job job.json]
- *  [--dataset DIR] [--admin-token T] [--dist DIR] [network flags: net-flags.ts] [trust flags: trust-flags.ts]`
- * The product's one command. Headless tabs for a demo or a chaos run come from the swarm tool
- * (`npm run swarm`, tools/swarm/cli.ts), which this file never imports.
+ *  [--dataset DIR] [--admin-token T] [--dist DIR] [--local-workers N] [network flags: net-flags.ts]
+ *  [trust flags: trust-flags.ts]`
+ * `--local-workers N` starts N headless workers (`tabswarm worker`) as child processes beside it
+ * (runtime/local-workers.ts; this file never imports headless/); chaos runs with Chromium tabs come from
+ * the swarm tool (`npm run swarm`, tools/swarm/cli.ts), which this file never imports either.
  *
  * Every way the coordinator cannot start (bad job file, no dataset, port in use, unwritable data dir)
  * ends with one line on stderr naming the cause and the fix, and exit code 1: the person reading it is
- * starting a server, not debugging one. SIGINT/SIGTERM close sockets, flush the store and exit 0.
+ * starting a server, not debugging one. SIGINT/SIGTERM let the local workers say goodbye, then close
+ * sockets, flush the store and exit 0.
  */
 import { Command, InvalidArgumentError } from 'commander';
 import { randomBytes } from 'node:crypto';
@@ -23,6 +26,7 @@ import {
   StartupError,
 } from './config/startup-config';
 import { addTrustFlags, trustOptionsOf, type TrustFlags } from './config/trust-flags';
+import { capsForLocalWorkers, LocalWorkers, MAX_LOCAL_WORKERS } from './runtime/local-workers';
 
 function oneLine(text: string): string {
   return text.replace(/\s*\n\s*/g, ' ').trim();
@@ -35,6 +39,13 @@ function parsePort(value: string): number {
   return port;
 }
 
+function parseLocalWorkers(value: string): number {
+  const n = Number(value);
+  if (!Number.isInteger(n) || n < 0 || n > MAX_LOCAL_WORKERS)
+    throw new InvalidArgumentError(`an integer in 0..${MAX_LOCAL_WORKERS}`);
+  return n;
+}
+
 interface CoordinatorFlags extends TrustFlags, NetFlags {
   port: number;
   host: string;
@@ -43,6 +54,7 @@ interface CoordinatorFlags extends TrustFlags, NetFlags {
   dataset?: string;
   adminToken?: string;
   dist: string;
+  localWorkers: number;
 }
 
 async function runCoordinator(flags: CoordinatorFlags): Promise<void> {
@@ -62,7 +74,7 @@ async function runCoordinator(flags: CoordinatorFlags): Promise<void> {
       dataset,
       adminToken,
       distDir: resolve(flags.dist),
-      trust: trustOptionsOf(flags),
+      trust: { ...trustOptionsOf(flags), ...capsForLocalWorkers(flags.localWorkers, flags) },
       ice: net.ice,
       tls: net.tls,
       publicUrl: net.publicUrl,
@@ -79,7 +91,13 @@ async function runCoordinator(flags: CoordinatorFlags): Promise<void> {
   console.log(`${net.summary}${net.publicUrl ? `; volunteers open ${net.publicUrl}/` : ''}`);
   if (!tokenGiven) console.log(`admin token: ${adminToken} (printed once; pass --admin-token to choose one)`);
   console.log(verifyLine(job, join));
-  closeOnSignals(coordinator);
+  const local =
+    flags.localWorkers > 0
+      ? new LocalWorkers(coordinator.url, flags.localWorkers, (level, text) =>
+          (level === 'warn' ? console.warn : console.log)(`tabswarm coordinator: ${text}`),
+        )
+      : null;
+  closeOnSignals(coordinator, local);
 }
 
 /** The one line an operator sees for a start-up failure the coordinator can name; other errors pass through. */
@@ -99,16 +117,19 @@ function startupErrorOf(error: unknown, flags: CoordinatorFlags): unknown {
   return error;
 }
 
-/** Ctrl-C / SIGTERM: the coordinator closes (sockets, then the store); a second signal exits at once. */
-function closeOnSignals(coordinator: RunningCoordinator): void {
+/**
+ * Ctrl-C / SIGTERM: the local workers say goodbye, then the coordinator closes (sockets, then the store); a
+ * second signal exits at once.
+ */
+function closeOnSignals(coordinator: RunningCoordinator, local: LocalWorkers | null): void {
   let closing = false;
   const shutdown = (signal: string) => {
     // A second signal: the operator wants out now. The store is consistent after every transaction.
     if (closing) process.exit(1);
     closing = true;
     console.log(`tabswarm coordinator: ${signal}, closing`);
-    coordinator
-      .close()
+    (local?.stop() ?? Promise.resolve())
+      .then(() => coordinator.close())
       .then(() => process.exit(0))
       .catch((error) => {
         console.error(`tabswarm: error while closing: ${oneLine((error as Error).message)}`);
@@ -138,7 +159,13 @@ function buildProgram(): Command {
       '--admin-token <token>',
       'bearer token for /api/admin (default: $TABSWARM_ADMIN_TOKEN, else random, printed once)',
     )
-    .option('--dist <dir>', 'the built web app to serve', DEFAULT_DIST_DIR);
+    .option('--dist <dir>', 'the built web app to serve', DEFAULT_DIST_DIR)
+    .option(
+      '--local-workers <n>',
+      `start N headless workers beside the coordinator (tabswarm worker; 0..${MAX_LOCAL_WORKERS})`,
+      parseLocalWorkers,
+      0,
+    );
   addNetOptions(coordinator).action(async (flags: CoordinatorFlags) => {
     await runCoordinator(flags);
   });

@@ -18,10 +18,45 @@ export interface Gpu {
   readonly pipelines: Map<string, GPUComputePipeline>;
   /** Shader modules by their source text. */
   readonly modules: Map<string, GPUShaderModule>;
+  /** The optional features the device was created with (see `OPTIONAL_FEATURES`). */
+  readonly features: KernelFeatures;
 }
 
+/** Optional WebGPU features that unlock kernel variants; a device gets each its adapter offers. */
+export interface KernelFeatures {
+  /** WGSL `enable subgroups;`: subgroup shuffles and reductions (Chrome 134+). */
+  subgroups: boolean;
+  /** WGSL `enable f16;`: half-precision arithmetic (Chrome 120+). No kernel needs it: see docs/gpu.md. */
+  shaderF16: boolean;
+}
+
+/** The optional features requested wherever the adapter offers them. */
+export const OPTIONAL_FEATURES = ['subgroups', 'shader-f16'] as const;
+
 export function createGpu(device: GPUDevice): Gpu {
-  return { device, pipelines: new Map(), modules: new Map() };
+  const features = { subgroups: device.features.has('subgroups'), shaderF16: device.features.has('shader-f16') };
+  return { device, pipelines: new Map(), modules: new Map(), features };
+}
+
+/**
+ * What every place that opens a device for the kernels asks for: the adapter's full storage limits (a
+ * model's flat buffers can be large) and each of `OPTIONAL_FEATURES` the adapter offers.
+ */
+export function kernelDeviceDescriptor(adapter: GPUAdapter, label = 'tabswarm'): GPUDeviceDescriptor {
+  return {
+    label,
+    requiredFeatures: OPTIONAL_FEATURES.filter((f) => adapter.features.has(f)) as GPUFeatureName[],
+    requiredLimits: {
+      maxStorageBufferBindingSize: adapter.limits.maxStorageBufferBindingSize,
+      maxBufferSize: adapter.limits.maxBufferSize,
+      maxStorageBuffersPerShaderStage: adapter.limits.maxStorageBuffersPerShaderStage,
+      // Kernel variants with larger workgroups or tiles (the autotuner's candidates) need these.
+      maxComputeWorkgroupStorageSize: adapter.limits.maxComputeWorkgroupStorageSize,
+      maxComputeInvocationsPerWorkgroup: adapter.limits.maxComputeInvocationsPerWorkgroup,
+      maxComputeWorkgroupSizeX: adapter.limits.maxComputeWorkgroupSizeX,
+      maxComputeWorkgroupSizeY: adapter.limits.maxComputeWorkgroupSizeY,
+    },
+  };
 }
 
 /**
@@ -195,6 +230,8 @@ export interface KernelCall {
   readonly pipeline: GPUComputePipeline;
   readonly bindGroup: GPUBindGroup;
   workgroups: [number, number, number];
+  /** Floating-point operations of one dispatch at the current dims, where the kernel counts them (matmul). */
+  flops?: number;
 }
 
 /** Record calls into one compute pass of `encoder`, in order (WebGPU orders dispatches in a pass). */
@@ -371,7 +408,7 @@ export function preparedKernel<D>(
     pipeline: GPUComputePipeline;
     uniformCount: number;
     bind: (uniforms: GPUBuffer) => readonly (Tensor | GPUBuffer)[];
-    plan: (dims: D) => { uniforms: readonly number[]; workgroups: [number, number, number] };
+    plan: (dims: D) => { uniforms: readonly number[]; workgroups: [number, number, number]; flops?: number };
   },
   dims: D,
 ): Kernel<D> {
@@ -387,6 +424,7 @@ export function preparedKernel<D>(
     const planned = spec.plan(d);
     writeUniforms(gpu, uniforms, planned.uniforms);
     call.workgroups = planned.workgroups;
+    if (planned.flops !== undefined) call.flops = planned.flops;
   };
   update(dims);
   return { call, update };
@@ -396,6 +434,8 @@ export function preparedKernel<D>(
  * A prepared 1-D kernel over the first `size` elements of flat tensors (elementwise ops, optimizers):
  * group-0 bindings are the uniforms then `tensors` in order; `update` checks the size against every
  * tensor, rewrites the uniforms (`uniformWords(dims)`, at most `uniformCount` words) and the dispatch.
+ * With `elementsPerThread` (a kernel that declares the override ELEMENTS_PER_THREAD) each workgroup
+ * covers workgroupSize · elementsPerThread elements.
  */
 export function flatKernel<D extends { size: number }>(
   gpu: Gpu,
@@ -404,6 +444,7 @@ export function flatKernel<D extends { size: number }>(
     module: string;
     entryPoint: string;
     workgroupSize: number;
+    elementsPerThread?: number;
     uniformCount: number;
     uniformWords: (dims: D) => number[];
   },
@@ -411,11 +452,14 @@ export function flatKernel<D extends { size: number }>(
   dims: D,
 ): Kernel<D> {
   const label = `${spec.module}.${spec.entryPoint}`;
+  const constants: Record<string, number> = { WORKGROUP_SIZE: spec.workgroupSize };
+  if (spec.elementsPerThread !== undefined) constants.ELEMENTS_PER_THREAD = spec.elementsPerThread;
+  const perGroup = spec.workgroupSize * (spec.elementsPerThread ?? 1);
   return preparedKernel(
     gpu,
     {
       label,
-      pipeline: computePipeline(gpu, spec.code, spec.module, spec.entryPoint, { WORKGROUP_SIZE: spec.workgroupSize }),
+      pipeline: computePipeline(gpu, spec.code, spec.module, spec.entryPoint, constants),
       uniformCount: spec.uniformCount,
       bind: (uniforms) => [uniforms, ...tensors],
       plan: (d) => {
@@ -425,7 +469,7 @@ export function flatKernel<D extends { size: number }>(
           if (d.size > t.size)
             throw new Error(`${label}: size ${d.size} exceeds tensor ${t.label} (${t.size} elements)`);
         }
-        return { uniforms: spec.uniformWords(d), workgroups: dispatch1d(ceilDiv(d.size, spec.workgroupSize)) };
+        return { uniforms: spec.uniformWords(d), workgroups: dispatch1d(ceilDiv(d.size, perGroup)) };
       },
     },
     dims,

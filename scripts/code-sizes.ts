@@ -11,7 +11,7 @@ import { join, relative } from 'node:path';
 import ts from 'typescript';
 
 /** The product's top-level folders (tools/, bench/, test/ and scripts/ are not product). */
-export const PRODUCT_DIRS = ['core', 'coordinator', 'node', 'web', 'kernels', 'verifier'];
+export const PRODUCT_DIRS = ['core', 'coordinator', 'node', 'web', 'kernels', 'verifier', 'headless'];
 export const MAX_FILE_LINES = 500;
 export const MAX_FUNCTION_LINES = 60;
 const EXCEPTION = /size-exception:\s*\S/;

@@ -10,7 +10,7 @@
  */
 import { create, globals } from 'webgpu';
 import { SWIFTSHADER_ICD, swiftshaderEnv } from '../node/gpu-env';
-import { createGpu, type Gpu } from '../kernels/runtime';
+import { createGpu, kernelDeviceDescriptor, type Gpu } from '../kernels/runtime';
 
 export class NoAdapterError extends Error {
   override name = 'NoAdapterError';
@@ -44,13 +44,7 @@ export async function openGpu(onFailure: (why: string) => void): Promise<Verifie
         'or turn verification off',
     );
   }
-  const device = await adapter.requestDevice({
-    requiredLimits: {
-      maxStorageBufferBindingSize: adapter.limits.maxStorageBufferBindingSize,
-      maxBufferSize: adapter.limits.maxBufferSize,
-      maxStorageBuffersPerShaderStage: adapter.limits.maxStorageBuffersPerShaderStage,
-    },
-  });
+  const device = await adapter.requestDevice(kernelDeviceDescriptor(adapter, 'tabswarm.verifier'));
   device.lost.then((info) => onFailure(`WebGPU device lost (${info.reason}): ${info.message}`));
   device.addEventListener('uncapturederror', (e) =>
     onFailure(`WebGPU error: ${(e as GPUUncapturedErrorEvent).error.message}`),

@@ -37,7 +37,10 @@ import type { Gpu } from '../kernels/runtime';
 import { createTrainingState, type TrainingState } from '../kernels/model/training-state';
 
 /** The part of a job the recomputation depends on (a `JobSpec` has all of it). */
-export type RecomputeJob = Pick<JobSpec, 'model' | 'optimizer' | 'globalBatch' | 'sync'>;
+export type RecomputeJob = Pick<JobSpec, 'model' | 'optimizer' | 'globalBatch' | 'sync'> & {
+  /** The job's kernel precision: an f16 job is recomputed in f16, as its tabs compute (default f32). */
+  kernels?: { precision: 'f32' | 'f16' };
+};
 
 /** The training samples as the tabs read them (core/data: image, tensor or text batches) and how many. */
 export interface TrainingSamples {
@@ -122,7 +125,13 @@ export class Recomputer {
     this.layout = parameterLayout(job.model);
     // A rank's slice is at most a step, and a step at most the global batch and the data set (as the tabs size it).
     this.maxBatch = Math.min(job.globalBatch, samples.count);
-    this.model = createModel(gpu, job.model, this.layout, { maxBatch: this.maxBatch, optimizer: job.optimizer, seed });
+    const precision = job.kernels?.precision ?? 'f32';
+    this.model = createModel(gpu, job.model, this.layout, {
+      maxBatch: this.maxBatch,
+      optimizer: job.optimizer,
+      seed,
+      precision,
+    });
     this.state = createTrainingState(this.model, paramsHasher);
   }
 
@@ -138,6 +147,7 @@ export class Recomputer {
         maxBatch: 1,
         optimizer: this.job.optimizer,
         seed: this.seed,
+        precision: this.job.kernels?.precision ?? 'f32',
       });
       this.initial = await scratch.readParams();
       scratch.destroy();

@@ -7,6 +7,10 @@ import type { FeedMessage } from '../../core/protocol/admin-feed';
 
 export interface FeedCommitSeen {
   step: number;
+  /** First step of the commit (an outer step's first inner step in local sync mode). */
+  firstStep: number;
+  /** Samples committed (fewer than the steps' global batches when a partial commit left holes). */
+  count: number;
   round: number;
   worldSize: number;
   /** Server clock (ms since the epoch). */
@@ -65,8 +69,22 @@ export class FeedWatcher {
   }
 
   private take(msg: FeedMessage): void {
-    const commit = (c: { step: number; round: number; worldSize: number; at: number }) =>
-      this.commits.push({ step: c.step, round: c.round, worldSize: c.worldSize, at: c.at });
+    const commit = (c: {
+      step: number;
+      firstStep: number;
+      count: number;
+      round: number;
+      worldSize: number;
+      at: number;
+    }) =>
+      this.commits.push({
+        step: c.step,
+        firstStep: c.firstStep,
+        count: c.count,
+        round: c.round,
+        worldSize: c.worldSize,
+        at: c.at,
+      });
     switch (msg.type) {
       case 'snapshot':
         this.snapshotSeen = true;

@@ -32,6 +32,11 @@ export interface TrainRow {
   /** With the tile that won the largest matmul, when that is not the default. */
   ours_tuned?: number;
   tuned_variant?: string;
+  /** With the autotuner's choice for this adapter and batch (kernels/tuning/autotune.ts), and that choice. */
+  ours_autotuned?: number;
+  autotuned?: string[];
+  /** The autotuner kept every default variant. */
+  autotuned_is_default?: boolean;
 }
 
 /** GFLOP/s medians of every variant tried at a size (NaN: pruned). */
@@ -50,6 +55,18 @@ export interface TransformerRow {
   ours: number;
   tfjs: number;
   ratio: number;
+  /** With the autotuner's choice (same run, alternated with the default), and that choice. */
+  ours_autotuned: number;
+  autotuned: string[];
+  autotuned_is_default: boolean;
+}
+
+/**
+ * When the autotuner kept every default, its model runs the very same kernels as the default one, and a
+ * gap between their rates is the machine's noise.
+ */
+function keptDefaults(row: { autotuned_is_default?: boolean }): string {
+  return row.autotuned_is_default ? ' (= the defaults: the same kernels, so any gap is noise)' : '';
 }
 
 /** What the tables say about how the run was made. */
@@ -100,6 +117,12 @@ export function renderTable(
     ),
     `ours = the kernels' default matmul tile (${tiles[0].name}), as the app trains; tfjs = the faster of its model forms`,
     `(fused: tf.fused.matMul with bias+ReLU per layer; plain: matMul, add, relu), each with tf.train.adam via optimizer.minimize`,
+    ...trainRows
+      .filter((r) => r.ours_autotuned !== undefined)
+      .map(
+        (r) =>
+          `autotuned at batch ${r.batch}: ${r.ours_autotuned!.toFixed(1)} samples/s (${(r.ours_autotuned! / r.ours).toFixed(2)}x the default, same run) with ${r.autotuned!.join(', ')}${keptDefaults(r)}`,
+      ),
   ];
   return lines.join('\n');
 }
@@ -108,11 +131,12 @@ export function renderTransformerTable(rows: readonly TransformerRow[], info: Ta
   const pad = (s: string | number, w: number) => String(s).padStart(w);
   return [
     `gpt-tiny training step (forward, loss, backward, Adam), tokens/s (median of ${info.transformerReps}; goal: ratio >= 3)`,
-    `${pad('batch', 6)} ${pad('context', 8)} ${pad('ours', 8)} ${pad('tfjs', 8)} ${pad('ratio', 7)}`,
+    `${pad('batch', 6)} ${pad('context', 8)} ${pad('ours', 8)} ${pad('tfjs', 8)} ${pad('ratio', 7)} ${pad('autotuned', 10)} ${pad('/ours', 6)}`,
     ...rows.map(
       (r) =>
-        `${pad(r.batch, 6)} ${pad(r.context, 8)} ${pad(r.ours.toFixed(1), 8)} ${pad(r.tfjs.toFixed(1), 8)} ${pad(r.ratio.toFixed(2), 7)}`,
+        `${pad(r.batch, 6)} ${pad(r.context, 8)} ${pad(r.ours.toFixed(1), 8)} ${pad(r.tfjs.toFixed(1), 8)} ${pad(r.ratio.toFixed(2), 7)} ${pad(r.ours_autotuned.toFixed(1), 10)} ${pad((r.ours_autotuned / r.ours).toFixed(2), 6)}`,
     ),
+    ...rows.map((r) => `autotuned at batch ${r.batch}: ${r.autotuned.join(', ')}${keptDefaults(r)}`),
     `ours = Model.trainTokens (one submission); tfjs = the same model in TF.js ops (test/support/reference-transformer-tfjs.ts)`,
     `with tf.train.adam via optimizer.minimize; same weights and windows, initial losses equal within 1e-4`,
   ].join('\n');

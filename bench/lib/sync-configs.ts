@@ -1,25 +1,31 @@
 /**
  * What bench/sync.ts and bench/sync-learning.ts share: the sync configurations of issue 13 as
- * `every-step:none`, `local8:fp16` …, and the job's `sync` field for each (command-line options:
- * bench/lib/common.ts).
+ * `every-step:none`, `local8:fp16` …, and issue 24's overlapped local steps as `overlap32:int8` …, and the
+ * job's `sync` field for each (command-line options: bench/lib/common.ts).
  */
 export interface SyncConfig {
   mode: 'every-step' | 'local';
   /** H; 1 for every-step. */
   innerSteps: number;
   compression: 'none' | 'fp16' | 'int8';
+  /** Local mode with overlapped outer steps (`sync.overlap`, docs/local-steps.md); absent: not overlapped. */
+  overlap?: boolean;
 }
 
-/** `every-step:none`, `local8:fp16` … → a config; a clear error for anything else. */
+/** `every-step:none`, `local8:fp16`, `overlap32:int8` … → a config; a clear error for anything else. */
 export function parseConfig(text: string): SyncConfig {
-  const m = /^(every-step|local(\d+)):(none|fp16|int8)$/.exec(text);
+  const m = /^(every-step|(local|overlap)(\d+)):(none|fp16|int8)$/.exec(text);
   if (!m)
-    throw new Error(`bad config "${text}" (every-step:none|fp16|int8 or localH:none|fp16|int8, e.g. local32:int8)`);
-  const compression = m[3] as SyncConfig['compression'];
-  if (!m[2]) return { mode: 'every-step', innerSteps: 1, compression };
-  const innerSteps = Number(m[2]);
+    throw new Error(
+      `bad config "${text}" (every-step:none|fp16|int8, localH:none|fp16|int8 or overlapH:…, e.g. local32:int8)`,
+    );
+  const compression = m[4] as SyncConfig['compression'];
+  if (!m[3]) return { mode: 'every-step', innerSteps: 1, compression };
+  const innerSteps = Number(m[3]);
   if (!(innerSteps >= 1 && innerSteps <= 100_000)) throw new Error(`bad config "${text}": H must be 1..100000`);
-  return { mode: 'local', innerSteps, compression };
+  return m[2] === 'overlap'
+    ? { mode: 'local', innerSteps, compression, overlap: true }
+    : { mode: 'local', innerSteps, compression };
 }
 
 /** The job file's `sync` field (DiLoCo's outer optimizer: Nesterov, lr 0.7, momentum 0.9). */
@@ -31,8 +37,21 @@ export function syncField(c: SyncConfig): Record<string, unknown> {
         innerSteps: c.innerSteps,
         outer: { kind: 'nesterov', lr: 0.7, momentum: 0.9 },
         compression: c.compression,
+        ...(c.overlap ? { overlap: true } : {}),
       };
 }
 
+/** The same configuration without overlapped outer steps (what an overlapped one is compared with). */
+export function withoutOverlap(c: SyncConfig): SyncConfig {
+  return { mode: c.mode, innerSteps: c.innerSteps, compression: c.compression };
+}
+
+/** Whether two configurations are the same one. */
+export function sameConfig(a: SyncConfig, b: SyncConfig): boolean {
+  return configName(a) === configName(b);
+}
+
 export const configName = (c: SyncConfig): string =>
-  c.mode === 'every-step' ? `every-step ${c.compression}` : `local H=${c.innerSteps} ${c.compression}`;
+  c.mode === 'every-step'
+    ? `every-step ${c.compression}`
+    : `${c.overlap ? 'overlapped' : 'local'} H=${c.innerSteps} ${c.compression}`;

@@ -18,16 +18,21 @@ export interface Report {
   wireBytes: number;
   /** Date.now() when this process saw the frame go out. */
   at: number;
+  /** An overlapped job's `outer_report` (of the outer step ending at `step`): its bytes only, no step done. */
+  outer?: boolean;
 }
 
 /**
  * Wall time (ms) a tab spent computing inside [t0, t1], from the times its step reports went out: the
- * gap before an inner step's report is compute (and the pipeline around it); the gap before a commit
- * point's report also holds the allreduce and the wait for the slowest rank, so only a typical step's
- * compute counts there — the median inner gap of this tab, or (every-step mode: no inner steps) the
- * tab's own computeMs for that step.
+ * gap before an inner step's report is compute (and the pipeline around it); the gap before the report
+ * of a `boundaries` step also holds the outer sync and the wait for the slowest rank, so only a typical
+ * step's compute counts there — the median inner gap of this tab, or (every-step mode: no inner steps)
+ * the tab's own computeMs for that step. The boundaries are the commit points, or with overlapped outer
+ * steps the steps after them (the commit point's report goes out at once; the next group's first step
+ * waits for the previous outer step: `boundarySteps`). Outer reports are no step done: skipped.
  */
-export function busyMs(reports: Report[], commitPoints: Set<number>, t0: number, t1: number): number {
+export function busyMs(all: Report[], boundaries: Set<number>, t0: number, t1: number): number {
+  const reports = all.filter((r) => !r.outer);
   const gaps: { ms: number; report: Report }[] = [];
   for (let i = 1; i < reports.length; i++) {
     const report = reports[i];
@@ -35,14 +40,19 @@ export function busyMs(reports: Report[], commitPoints: Set<number>, t0: number,
     gaps.push({ ms: report.at - Math.max(reports[i - 1].at, t0), report });
   }
   const inner = gaps
-    .filter((g) => !commitPoints.has(g.report.step))
+    .filter((g) => !boundaries.has(g.report.step))
     .map((g) => g.ms)
     .sort((a, b) => a - b);
   const typical = inner.length > 0 ? inner[inner.length >> 1] : null;
   return gaps.reduce(
-    (n, g) => n + (commitPoints.has(g.report.step) ? Math.min(g.ms, typical ?? g.report.computeMs) : g.ms),
+    (n, g) => n + (boundaries.has(g.report.step) ? Math.min(g.ms, typical ?? g.report.computeMs) : g.ms),
     0,
   );
+}
+
+/** The steps whose report gap holds an outer sync: the commit points, or with overlap the steps after them. */
+export function boundarySteps(commitPoints: readonly number[], overlapped: boolean): Set<number> {
+  return new Set(commitPoints.map((step) => (overlapped ? step + 1 : step)));
 }
 
 /** Bytes all tabs send per sample by the ring formula (one allreduce of the padded gradient per commit point). */
@@ -58,13 +68,20 @@ export function formulaBytesPerSample(config: SyncConfig): number {
  *   wall time"; a slow configuration commits few times in a window, so also
  * - spanSamplesPerSec: samples of the commits after the first one on the shaped links, over the time from
  *   that first commit to the last (null with fewer than two);
- * - reportedBytesPerSample: the reports' wireBytes for the steps of the commits after `shapedStep`, all tabs, over
- *   those commits' samples (reports of a step computed twice both count: both were sent);
+ * - reportedBytesPerSample: the reports' wireBytes (step reports' and outer reports') for the steps of the commits
+ *   after `shapedStep`, all tabs, over those commits' samples (reports of a step computed twice both count);
  * - utilization: per tab, busyMs over t1 − t0; claimedUtilization: the tabs' own computeMs summed over the
  *   same window, which overlap (a step's time runs from its prefetch request, inside the previous
  *   step's) and reach 1.6 in local mode, so they are shown, not used.
  */
-export function windowFigures(commits: Commit[], reports: Report[][], shapedStep: number, t0: number, t1: number) {
+export function windowFigures(
+  commits: Commit[],
+  reports: Report[][],
+  shapedStep: number,
+  t0: number,
+  t1: number,
+  overlapped = false,
+) {
   const inWindow = commits.filter((c) => c.committedAt >= t0 && c.committedAt <= t1);
   const windowSamples = inWindow.reduce((n, c) => n + c.count, 0);
   const last = commits.at(-1);
@@ -72,8 +89,11 @@ export function windowFigures(commits: Commit[], reports: Report[][], shapedStep
   const wire = reports.reduce((n, rs) => n + rs.filter(stepsCommitted).reduce((m, r) => m + r.wireBytes, 0), 0);
   const committedSamples = commits.reduce((n, c) => n + c.count, 0);
   const spanMs = commits.length >= 2 ? commits.at(-1)!.committedAt - commits[0].committedAt : 0;
-  const commitPoints = new Set(commits.map((c) => c.step));
-  const utilizationPerTab = reports.map((rs) => busyMs(rs, commitPoints, t0, t1) / (t1 - t0));
+  const boundaries = boundarySteps(
+    commits.map((c) => c.step),
+    overlapped,
+  );
+  const utilizationPerTab = reports.map((rs) => busyMs(rs, boundaries, t0, t1) / (t1 - t0));
   const claimedUtilizationPerTab = reports.map(
     (rs) => rs.filter((r) => r.at >= t0 && r.at <= t1).reduce((m, r) => m + r.computeMs, 0) / (t1 - t0),
   );

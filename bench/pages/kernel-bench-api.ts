@@ -31,6 +31,10 @@ export interface MatmulSetupReport {
 
 export interface TrainSetupReport {
   batch: number;
+  /** The autotuner's choice (each family's variant), when `autotuneMs` asked for it. */
+  autotuned?: string[];
+  /** Whether that choice is every default (then both models run the same kernels). */
+  autotunedIsDefault?: boolean;
   /** Mean loss over the batch before any step, per tile of ours and TF.js, from the same weights and batch. */
   lossOurs: number[];
   /** Per TF.js form, in `TrainOptions.tfjsForms` order. */
@@ -39,6 +43,9 @@ export interface TrainSetupReport {
 
 export interface TransformerSetupReport {
   batch: number;
+  /** The autotuner's choice for gpt-tiny at this batch (ours variant 1; variant 0 is the defaults). */
+  autotuned: string[];
+  autotunedIsDefault: boolean;
   context: number;
   /** Mean loss per window (nats per token) before any step: ours and TF.js from the same weights and windows. */
   lossOurs: number;
@@ -54,6 +61,11 @@ export type TfjsForm = 'fused' | 'plain';
 export interface TrainOptions {
   /** One model of ours per entry; `null` is the kernels' default tile (what the app runs). */
   tiles: (MatmulTile | null)[];
+  /**
+   * Also one model with the autotuner's choice for this adapter and batch (kernels/tuning/autotune.ts,
+   * with this budget in ms), timed after the tiles' (its index is `tiles.length`). 0: none.
+   */
+  autotuneMs: number;
   /** One TF.js model per entry. */
   tfjsForms: TfjsForm[];
 }
@@ -86,7 +98,8 @@ export interface KernelBenchApi {
    * test/support/reference-transformer-tfjs.ts with tf.train.adam), equal weights and `batch` random
    * windows of context + 1 bytes; one warm-up step each.
    */
-  transformerSetup(batch: number): Promise<TransformerSetupReport>;
+  /** gpt-tiny on both sides, and ours also with the autotuner's choice (within `autotuneMs`) as variant 1. */
+  transformerSetup(batch: number, autotuneMs: number): Promise<TransformerSetupReport>;
   /** Milliseconds for `steps` consecutive transformer training steps on one side (variant 0), including waiting for the GPU. */
   transformerTime(side: Side, steps: number): Promise<number>;
   transformerTeardown(): Promise<void>;

@@ -28,6 +28,8 @@ import {
   type Tensor,
 } from '../../kernels/runtime';
 import { interleavedMatmul } from './interleaved-matmul';
+import { autotune, type TuningResult } from '../../kernels/tuning/autotune';
+import { DEFAULT_VARIANTS, sameVariant } from '../../kernels/tuning/variants';
 import { tfLoss } from '../../test/support/reference-transformer-tfjs';
 import { mulberry32, randomArray } from '../../test/support/rng';
 import type {
@@ -271,14 +273,21 @@ async function trainSetup(batch: number, options: TrainOptions): Promise<TrainSe
   labels.forEach((label, i) => {
     oneHot[i * 10 + label] = 1;
   });
+  const optimizer = { kind: 'adamw', lr: LR, beta1: BETA1, beta2: BETA2, eps: EPS, weightDecay: 0 } as const;
   const ours = options.tiles.map((tile) =>
     createModel(g, MLP_SPEC, layout, {
       maxBatch: batch,
-      optimizer: { kind: 'adamw', lr: LR, beta1: BETA1, beta2: BETA2, eps: EPS, weightDecay: 0 },
+      optimizer,
       params,
-      ...(tile ? { matmulTile: tile } : {}),
+      ...(tile ? { variants: { matmul: tile } } : {}),
     }),
   );
+  let tuned: TuningResult | undefined;
+  if (options.autotuneMs > 0) {
+    const request = { spec: MLP_SPEC, layout, maxBatch: batch, optimizer, precision: 'f32' as const };
+    tuned = await autotune(g, { ...request, budgetMs: options.autotuneMs });
+    ours.push(createModel(g, MLP_SPEC, layout, { maxBatch: batch, optimizer, params, variants: tuned.variants }));
+  }
   const state: TrainState = {
     batch,
     x,
@@ -313,7 +322,17 @@ async function trainSetup(batch: number, options: TrainOptions): Promise<TrainSe
       await tfjsDrain();
     }
   }
-  return { batch, lossOurs, lossTfjs };
+  const choice = tuned ? { autotuned: choiceNames(tuned), autotunedIsDefault: keptDefaults(tuned) } : {};
+  return { batch, lossOurs, lossTfjs, ...choice };
+}
+
+function keptDefaults(r: TuningResult): boolean {
+  return sameVariant(r.variants, DEFAULT_VARIANTS);
+}
+
+/** The tuner's choice, one `family variant` per family it tuned. */
+function choiceNames(r: TuningResult): string[] {
+  return r.families.map((f) => `${f.family} ${f.chosen}`);
 }
 
 async function trainTime(side: Side, steps: number): Promise<number> {
@@ -395,7 +414,8 @@ async function trainBreakdown(
 interface TransformerState {
   batch: number;
   windows: Uint32Array;
-  ours: Model;
+  /** The default kernels (variant 0) and the autotuner's choice (variant 1). */
+  ours: Model[];
   tfjs: { variables: Record<string, tf.Variable>; optimizer: tf.AdamOptimizer };
 }
 
@@ -415,7 +435,7 @@ function tfjsTransformerStep(state: TransformerState): void {
   });
 }
 
-async function transformerSetup(batch: number): Promise<TransformerSetupReport> {
+async function transformerSetup(batch: number, autotuneMs: number): Promise<TransformerSetupReport> {
   await transformerTeardown();
   const g = ourGpu();
   const spec = GPT_TINY_SPEC;
@@ -423,11 +443,11 @@ async function transformerSetup(batch: number): Promise<TransformerSetupReport> 
   const params = initParams(spec, layout, 1);
   const rand = mulberry32(1000 + batch);
   const windows = Uint32Array.from({ length: batch * (spec.context + 1) }, () => Math.floor(rand() * spec.vocab));
-  const ours = createModel(g, spec, layout, {
-    maxBatch: batch,
-    optimizer: { kind: 'adamw', lr: LR, beta1: BETA1, beta2: BETA2, eps: EPS, weightDecay: 0 },
-    params,
-  });
+  const optimizer = { kind: 'adamw', lr: LR, beta1: BETA1, beta2: BETA2, eps: EPS, weightDecay: 0 } as const;
+  const tuned = await autotune(g, { spec, layout, maxBatch: batch, optimizer, precision: 'f32', budgetMs: autotuneMs });
+  const ours = [undefined, tuned.variants].map((variants) =>
+    createModel(g, spec, layout, { maxBatch: batch, optimizer, params, variants }),
+  );
   const variables: Record<string, tf.Variable> = {};
   for (const e of layout.entries)
     variables[e.name] = tf.variable(
@@ -443,18 +463,19 @@ async function transformerSetup(batch: number): Promise<TransformerSetupReport> 
   };
   transformer = state;
 
-  ours.forwardBackwardTokens(windows, batch);
-  const lossOurs = (await ours.readLossSum()) / batch;
+  ours[0].forwardBackwardTokens(windows, batch);
+  const lossOurs = (await ours[0].readLossSum()) / batch;
   const lossTensor = tf.tidy(() => tfLoss(spec, variables, windows, batch));
   const lossTfjs = (await lossTensor.data())[0] / batch;
   lossTensor.dispose();
 
   // Warm-up: compile every pipeline, create Adam's moments on the TF.js side.
-  ours.trainTokens(windows, batch);
+  for (const model of ours) model.trainTokens(windows, batch);
   await g.device.queue.onSubmittedWorkDone();
   tfjsTransformerStep(state);
   await tfjsDrain();
-  return { batch, context: spec.context, lossOurs, lossTfjs };
+  const choice = { autotuned: choiceNames(tuned), autotunedIsDefault: keptDefaults(tuned) };
+  return { batch, context: spec.context, lossOurs, lossTfjs, ...choice };
 }
 
 async function transformerTime(side: Side, steps: number): Promise<number> {
@@ -462,7 +483,7 @@ async function transformerTime(side: Side, steps: number): Promise<number> {
   if (!state) throw new Error('transformerSetup() has not run');
   const t0 = performance.now();
   if (side.side === 'ours') {
-    for (let s = 0; s < steps; s++) state.ours.trainTokens(state.windows, state.batch);
+    for (let s = 0; s < steps; s++) state.ours[side.variant].trainTokens(state.windows, state.batch);
     await ourGpu().device.queue.onSubmittedWorkDone();
   } else {
     for (let s = 0; s < steps; s++) tfjsTransformerStep(state);
@@ -476,7 +497,7 @@ async function transformerTeardown(): Promise<void> {
   transformer = undefined;
   if (!state) return;
   await ourGpu().device.queue.onSubmittedWorkDone();
-  state.ours.destroy();
+  for (const model of state.ours) model.destroy();
   for (const v of Object.values(state.tfjs.variables)) v.dispose();
   state.tfjs.optimizer.dispose();
 }

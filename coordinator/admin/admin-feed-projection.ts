@@ -7,10 +7,10 @@
 import type { Action, CoordinatorState } from '../machine/machine';
 import type { CommitRecord } from '../machine/state';
 import { isTransformer, parameterLayout } from '../../core/training/model-spec';
-import { stepsPerEpoch } from '../../core/training/sampler';
+import { stepsPerEpoch } from '../../core/training/groups';
 import { usageView } from '../machine/utilization';
 import type { UsageView } from '../../core/protocol/views';
-import { statusOf } from './audit';
+import { statusSummary } from '../machine/status-view';
 import type { CheckpointRow, CommitRow, EventRow } from '../runtime/store';
 import {
   categoryOf,
@@ -20,6 +20,7 @@ import {
   type FeedEvaluation,
   type FeedEvent,
   type FeedMessage,
+  type FeedWorker,
 } from '../../core/protocol/admin-feed';
 
 /** Commits whose rate is averaged (the newest, within one round). */
@@ -127,12 +128,7 @@ export function jobSummary(state: CoordinatorState): AdminJobSummary {
     datasetSize: state.datasetSize,
     globalBatch: job.globalBatch,
     epochs: job.epochs,
-    stepsPerEpoch: stepsPerEpoch({
-      datasetSize: state.datasetSize,
-      globalBatch: job.globalBatch,
-      epochs: job.epochs,
-      commitEvery: job.commitEvery,
-    }),
+    stepsPerEpoch: stepsPerEpoch({ datasetSize: state.datasetSize, globalBatch: job.globalBatch }),
     optimizer,
     commitEvery: job.commitEvery,
     checkpointEvery: job.checkpointEvery,
@@ -215,13 +211,14 @@ export class FeedProjection {
     return out;
   }
 
-  /** The whole picture, as a new page's first message. */
+  /** The whole picture, as a new page's first message: `workers` and `seq` are the feed's last delta's. */
   snapshot(
     runId: string,
     state: CoordinatorState,
     commitRows: readonly CommitRow[],
     checkpointRows: readonly CheckpointRow[],
     at: number,
+    workers: { seq: number; rows: FeedWorker[] },
   ): Extract<FeedMessage, { type: 'snapshot' }> {
     const rater = new CommitRater();
     const commits = commitRows
@@ -231,9 +228,11 @@ export class FeedProjection {
       .slice(-this.maxCommits);
     return {
       type: 'snapshot',
+      seq: workers.seq,
       runId,
       at,
-      status: statusOf(state, at),
+      status: statusSummary(state, at),
+      workers: workers.rows,
       job: jobSummary(state),
       commits,
       events: [...this.events],

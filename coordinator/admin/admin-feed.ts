@@ -8,16 +8,17 @@
  * messages; `SseHub` (sse-hub.ts) sends them. This class wires them:
  * - history when it starts: commit rows, the newest event-log rows, stored checkpoints;
  * - live: the machine's actions, handed over by the executor after each transition (`subscribe`):
- *   `record_commit` → commit, `rollback_commits` → rollback, `log` (info and above) → event; a status
- *   follows every transition (throttled) and is re-sent every second for the heartbeat ages. The
- *   executor calls its listeners after the transition's store writes, so a page never sees a commit the
- *   store could still lose.
+ *   `record_commit` → commit, `rollback_commits` → rollback, `log` (info and above) → event; a delta
+ *   (feed-workers.ts: the status and the workers that changed) follows changes (throttled) and is sent
+ *   at least every second. The executor calls its listeners after the transition's store writes, so a
+ *   page never sees a commit the store could still lose.
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import { statusOf } from './audit';
 import type { FeedCheckpoint, FeedMessage } from '../../core/protocol/admin-feed';
 import type { Action, CoordinatorState } from '../machine/machine';
 import { FeedProjection, feedCheckpoint, jobUsage } from './admin-feed-projection';
+import { FeedWorkers } from './feed-workers';
+import { statusSummary } from '../machine/status-view';
 import { SseHub } from './sse-hub';
 import type { EventRow, Store } from '../runtime/store';
 
@@ -56,6 +57,7 @@ export class AdminFeed {
   private readonly now: () => number;
   private readonly opts: Required<Omit<AdminFeedOptions, 'subscribe' | 'now'>>;
   private readonly projection: FeedProjection;
+  private readonly workers = new FeedWorkers();
   private readonly hub: SseHub<FeedMessage>;
   private unsubscribe: (() => void) | null;
   private statusTimer: NodeJS.Timeout | null = null;
@@ -91,10 +93,22 @@ export class AdminFeed {
     if (!this.closed) this.ensureTimers();
   }
 
-  /** The whole picture, as a new page's first message. */
+  /**
+   * The whole picture, as a new page's first message. The pages already watching get the delta up to
+   * now first, so the snapshot's rows and number are the baseline the next delta applies to.
+   */
   snapshot(): Extract<FeedMessage, { type: 'snapshot' }> {
     const { runId, store, state } = this.opts;
-    return this.projection.snapshot(runId, state(), store.commits(runId), store.checkpoints(runId), this.now());
+    this.sendDelta(true);
+    const workers = { seq: this.workers.seq, rows: this.workers.rows() };
+    return this.projection.snapshot(
+      runId,
+      state(),
+      store.commits(runId),
+      store.checkpoints(runId),
+      this.now(),
+      workers,
+    );
   }
 
   checkpoints(): FeedCheckpoint[] {
@@ -137,11 +151,17 @@ export class AdminFeed {
     }
   }
 
-  private sendStatus(): void {
-    if (this.hub.size === 0) return;
+  /**
+   * The status and what changed among the workers since the last delta, to every page. With no page
+   * watching nothing is computed, unless `always` (a snapshot moves the baseline to now).
+   */
+  private sendDelta(always = false): void {
+    if (this.hub.size === 0 && !always) return;
     const at = this.now();
+    const state = this.opts.state();
     this.lastStatusAt = at;
-    this.hub.broadcast({ type: 'status', at, status: statusOf(this.opts.state(), at) });
+    const { seq, added, changed, removed } = this.workers.diff(state);
+    this.hub.broadcast({ type: 'delta', seq, at, status: statusSummary(state, at), added, changed, removed });
   }
 
   /** A status soon after a change, at most one per throttle period. */
@@ -150,7 +170,7 @@ export class AdminFeed {
     const wait = Math.max(0, this.lastStatusAt + this.opts.statusThrottleMs - this.now());
     this.throttleTimer = setTimeout(() => {
       this.throttleTimer = null;
-      this.sendStatus();
+      this.sendDelta();
     }, wait);
     this.throttleTimer.unref?.();
   }
@@ -159,7 +179,7 @@ export class AdminFeed {
     if (this.statusTimer) return;
     this.statusTimer = setInterval(() => {
       if (this.hub.size === 0) return;
-      if (this.now() - this.lastStatusAt >= this.opts.statusIntervalMs - 10) this.sendStatus();
+      if (this.now() - this.lastStatusAt >= this.opts.statusIntervalMs - 10) this.sendDelta();
     }, this.opts.statusIntervalMs);
     this.statusTimer.unref?.();
   }

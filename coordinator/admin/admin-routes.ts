@@ -17,7 +17,7 @@
 import type { IncomingMessage } from 'node:http';
 import { z } from 'zod';
 import { AdminFeed, type AdminFeedOptions, feedCheckpoint, type SubscribeActions } from './admin-feed';
-import { statusOf } from './audit';
+import { statusSummary } from '../machine/status-view';
 import type { CheckpointListResponse } from '../../core/protocol/admin-feed';
 import { adminRefusal } from '../machine/admin';
 import { type AdminAction, adminActionSchema, type CoordinatorState } from '../machine/machine';
@@ -26,6 +26,7 @@ import type { RouteGuard, RouteHandler, Router } from '../http/router';
 import { bearerToken, HttpError, readJsonBody, sameSecret, sendJson } from '../http/http-util';
 import { checkpointToSafetensors, SafetensorsError, type SafetensorsExport } from '../datasets/safetensors';
 import type { CheckpointRow, Store } from '../runtime/store';
+import { workerOf } from '../machine/worker-table';
 
 export interface AdminRoutesDeps {
   runId: string;
@@ -160,7 +161,7 @@ function actionRoute(deps: AdminRoutesDeps, toAction: (body: unknown) => AdminAc
   return async (req, res) => {
     const action = checkedAction(toAction(await readJsonBody(req)), deps.state());
     deps.dispatch(action);
-    sendJson(res, 200, { ok: true, action, status: statusOf(deps.state(), now()) });
+    sendJson(res, 200, { ok: true, action, status: statusSummary(deps.state(), now()) });
   };
 }
 
@@ -183,7 +184,7 @@ function registerInvites(router: Router, invites: InviteRoutes | undefined): voi
 function checkedAction(action: AdminAction, state: CoordinatorState): AdminAction {
   if (action.type === 'set_workers' && action.min > action.max)
     throw new HttpError(400, 'bad_request', 'min must be <= max');
-  if (action.type === 'kick' && !Object.hasOwn(state.workers, action.workerId))
+  if (action.type === 'kick' && !workerOf(state.workers, action.workerId))
     throw new HttpError(404, 'unknown_worker', `no worker ${action.workerId}`);
   const refusal = adminRefusal(state, action);
   if (refusal !== null) {

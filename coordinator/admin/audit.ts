@@ -1,16 +1,28 @@
 /**
- * `GET /api/audit`, `GET /api/status`, `GET /api/commits` and `GET /api/evaluations`: read models of the run.
+ * `GET /api/audit`, `GET /api/commits` and `GET /api/evaluations`: read models of the run (`GET /api/status`
+ * is coordinator/machine/status-view.ts, its wire format core/protocol/views.ts).
  *
  * The audit is computed from the stored commit rows alone, re-deriving each commit's dataset indices
- * from `epochOrder(seed, epoch, n)` and its [cursorStart, cursorStart+count) — independent of the
- * machine's in-memory bitset, which it is compared against at the end (`recordAgrees`). Invariant (1)
- * of docs/ARCHITECTURE.md holds when every epoch has no index committed twice and every finished epoch has no
- * index never committed.
+ * from `epochOrder(seed, epoch, n)` and its position ranges (`ranges`, or [cursorStart, cursorStart+count))
+ * — independent of the machine's in-memory bitset, which it is compared against at the end
+ * (`recordAgrees`). Each epoch's rows are replayed over a record of their own (cursor and holes): a
+ * row must take the front of the remaining sequence R = holes ++ [cursor, n), committed and skipped
+ * positions together, or it counts as a discontinuity (an overlapped job's row may also take the front
+ * of R less the positions the row before it skipped: `replayRow`). Invariant (1) of docs/ARCHITECTURE.md holds
+ * when every epoch has no index committed twice and every finished epoch has no index never committed.
  */
 import type { CoordinatorState } from '../machine/machine';
-import { adapterLabel, statusView } from '../machine/status-view';
-import type { AdminStatus } from '../../core/protocol/admin-feed';
-import { base64ToBytes, epochOrder } from '../../core/training/sampler';
+import {
+  groupPlan,
+  mergeRanges,
+  positionAfterGroup,
+  rangesCount,
+  sameRanges,
+  type PositionRange,
+  type RecordPosition,
+} from '../../core/training/groups';
+import { overlapsOuterSteps } from '../../core/training/overlap';
+import { base64ToBytes, epochOrder, subtractRanges } from '../../core/training/sampler';
 import type { CommitRow, EventRow } from '../runtime/store';
 
 /** Lists in the audit are cut to this many entries (the counts are exact). */
@@ -32,8 +44,11 @@ export interface EpochAudit {
   /** For finished epochs: indices never committed (must be empty); null while the epoch runs. */
   neverCommitted: number[] | null;
   neverCommittedCount: number | null;
-  /** Commit rows whose range is not where the previous one ended (gaps or overlaps in the order). */
+  /** Commit rows that do not take the front of the epoch's remaining sequence (gaps or overlaps in the order). */
   discontinuities: number;
+  /** Positions the epoch's rows left as holes (partial commits), and those still holes after its last row. */
+  skipped: number;
+  holesLeft: number;
 }
 
 export interface AuditReport {
@@ -53,24 +68,71 @@ export interface AuditReport {
   ok: boolean;
 }
 
-/** One epoch's rows replayed over its order: how often each index was committed, and gaps in the cursor. */
-function replayEpoch(rows: readonly CommitRow[], order: ArrayLike<number>, n: number) {
+/** The positions a row committed: its `ranges`, or [cursorStart, cursorStart+count). */
+export function rowRanges(row: Pick<CommitRow, 'ranges' | 'cursorStart' | 'count'>): PositionRange[] {
+  if (row.ranges) return row.ranges;
+  return row.count > 0 ? [[row.cursorStart, row.cursorStart + row.count]] : [];
+}
+
+/**
+ * Where the record stands after `row`, replayed from `at`: null when the row does not take the front of
+ * R = holes ++ [cursor, n) (its committed and skipped positions, in R order) or starts elsewhere.
+ * `deferred`: holes of `at` the row's group may have been planned without (an overlapped job's group
+ * planned before its predecessor committed partially, core/training/overlap.ts): the front of R less
+ * them is taken too, and they stay holes.
+ */
+function replayRow(
+  at: RecordPosition,
+  row: CommitRow,
+  n: number,
+  deferred: readonly PositionRange[] = [],
+): RecordPosition | null {
+  try {
+    const committed = mergeRanges(rowRanges(row));
+    const skipped = mergeRanges(row.skipped ?? []);
+    const consumed = mergeRanges([...committed, ...skipped]);
+    const taken = rangesCount(consumed);
+    if (row.cursorStart !== at.cursor || taken === 0) return null;
+    // The front of R, `taken` positions long, as one step of a group of its own.
+    const from = deferred.length > 0 ? { ...at, holes: subtractRanges(at.holes, deferred) } : at;
+    const front = groupPlan(from, 1, { datasetSize: n, globalBatch: taken, epochs: at.epoch + 1, commitEvery: 1 });
+    const expected = mergeRanges(front.steps[0].ranges);
+    if (!sameRanges(expected, consumed)) return null;
+    return positionAfterGroup(from, front, [...skipped, ...deferred], n);
+  } catch {
+    return null;
+  }
+}
+
+/**
+ * One epoch's rows replayed over its order: how often each index was committed, and rows out of place.
+ * `lagged` (an overlapped job): a row may also take the front of R less the positions the row before it
+ * skipped (`replayRow`'s `deferred`).
+ */
+function replayEpoch(rows: readonly CommitRow[], order: ArrayLike<number>, n: number, epoch: number, lagged: boolean) {
   const seen = new Uint8Array(n);
   let positions = 0;
   let discontinuities = 0;
-  let expectedCursor = 0;
+  let skipped = 0;
+  let at: RecordPosition = { epoch, cursor: 0, holes: [] };
+  let previousSkipped: PositionRange[] = [];
   for (const row of rows) {
-    if (row.cursorStart !== expectedCursor) discontinuities += 1;
-    expectedCursor = row.cursorStart + row.count;
     positions += row.count;
-    const end = Math.min(row.cursorStart + row.count, n);
-    for (let p = Math.max(0, row.cursorStart); p < end; p++) {
-      const index = order[p];
-      if (seen[index] < 255) seen[index] += 1;
+    skipped += rangesCount(row.skipped ?? []);
+    const next =
+      replayRow(at, row, n) ?? (lagged && previousSkipped.length > 0 ? replayRow(at, row, n, previousSkipped) : null);
+    previousSkipped = row.skipped ?? [];
+    if (next === null) discontinuities += 1;
+    else at = next;
+    for (const [start, end] of rowRanges(row)) {
+      for (let p = Math.max(0, start); p < Math.min(end, n); p++) {
+        const index = order[p];
+        if (seen[index] < 255) seen[index] += 1;
+      }
     }
-    if (row.cursorStart < 0 || row.cursorStart + row.count > n) discontinuities += 1;
   }
-  return { seen, positions, discontinuities };
+  const holesLeft = at.epoch === epoch ? rangesCount(at.holes) : 0;
+  return { seen, positions, discontinuities, skipped, holesLeft };
 }
 
 /** Counts (and the first LIST_LIMIT) of indices committed twice and, in a finished epoch, never. */
@@ -94,6 +156,34 @@ function tally(seen: Uint8Array, finished: boolean) {
   return { duplicates, duplicateCount, committed, never, neverCount };
 }
 
+/** One epoch's audit from its rows, and how often each index was committed in it. */
+function auditEpoch(
+  epoch: number,
+  rows: readonly CommitRow[],
+  finished: boolean,
+  order: ArrayLike<number>,
+  n: number,
+  lagged: boolean,
+): { audit: EpochAudit; seen: Uint8Array } {
+  const { seen, positions, discontinuities, skipped, holesLeft } = replayEpoch(rows, order, n, epoch, lagged);
+  const t = tally(seen, finished);
+  const audit: EpochAudit = {
+    epoch,
+    commits: rows.length,
+    positions,
+    committed: t.committed,
+    duplicates: t.duplicates,
+    duplicateCount: t.duplicateCount,
+    finished,
+    neverCommitted: finished ? t.never : null,
+    neverCommittedCount: finished ? t.neverCount : null,
+    discontinuities,
+    skipped,
+    holesLeft,
+  };
+  return { audit, seen };
+}
+
 export function auditRun(state: CoordinatorState, rows: CommitRow[], rolledBackRows: number): AuditReport {
   const n = state.datasetSize;
   const seed = state.job.seed;
@@ -113,21 +203,10 @@ export function auditRun(state: CoordinatorState, rows: CommitRow[], rolledBackR
     const finished = epoch < state.record.epoch;
     // An epoch the job never reaches (record at epoch == job.epochs after the last one) is not listed.
     if (epochRows.length === 0 && !finished && epoch >= state.job.epochs) continue;
-    const { seen, positions, discontinuities } = replayEpoch(epochRows, epochOrder(seed, epoch, n), n);
-    const t = tally(seen, finished);
+    const order = epochOrder(seed, epoch, n);
+    const { audit, seen } = auditEpoch(epoch, epochRows, finished, order, n, overlapsOuterSteps(state.job));
     if (epoch === state.record.epoch) currentEpochSeen = seen;
-    epochs.push({
-      epoch,
-      commits: epochRows.length,
-      positions,
-      committed: t.committed,
-      duplicates: t.duplicates,
-      duplicateCount: t.duplicateCount,
-      finished,
-      neverCommitted: finished ? t.never : null,
-      neverCommittedCount: finished ? t.neverCount : null,
-      discontinuities,
-    });
+    epochs.push(audit);
   }
 
   const recordAgrees = bitsetEquals(state.record.processed, state.record.n, currentEpochSeen ?? new Uint8Array(n));
@@ -165,32 +244,6 @@ function bitsetEquals(processed: string, n: number, seen: Uint8Array): boolean {
   return true;
 }
 
-/** `GET /api/status`: the core's `statusView`, plus what only the server's clock knows (heartbeat ages). */
-export type StatusReport = AdminStatus;
-
-export function statusOf(state: CoordinatorState, now: number): StatusReport {
-  const view = statusView(state);
-  const age = (id: string) => {
-    const worker = state.workers[id];
-    return worker ? Math.max(0, now - worker.lastSeen) : -1;
-  };
-  const latest = state.checkpoints[state.checkpoints.length - 1];
-  return {
-    ...view,
-    phase: state.rendezvous.phase,
-    status: state.status,
-    cursor: state.record.cursor,
-    world: view.world.map((w) => ({ ...w, lastHeartbeatAgeMs: age(w.id) })),
-    waiting: view.waiting.map((w) => ({
-      ...w,
-      adapter: adapterLabel(state.workers[w.id]?.adapter),
-      invite: state.workers[w.id]?.invite ?? null,
-      lastHeartbeatAgeMs: age(w.id),
-    })),
-    latestCheckpoint: latest ? { step: latest.step, sha256: latest.sha256 } : null,
-  };
-}
-
 // ---------------------------------------------------------------- commits and evaluations
 
 /** Most commit rows one `GET /api/commits` returns. */
@@ -203,9 +256,13 @@ export interface CommitView {
   /** First step of the commit (= step when commitEvery is 1). */
   firstStep: number;
   epoch: number;
-  /** First position in the epoch order covered; the commit covers [cursorStart, cursorStart+count). */
+  /** The record's cursor before the commit; without `ranges` the commit covers [cursorStart, cursorStart+count). */
   cursorStart: number;
   count: number;
+  /** The positions committed, when not [cursorStart, cursorStart+count) (holes served, or a partial commit). */
+  ranges?: PositionRange[];
+  /** Positions left as holes by a partial commit. */
+  skipped?: PositionRange[];
   /** Parameter hash after `step`. */
   hash: string;
   round: number;
@@ -233,6 +290,8 @@ export function commitsPage(runId: string, rows: CommitRow[], limit: number): Co
       epoch: r.epoch,
       cursorStart: r.cursorStart,
       count: r.count,
+      ...(r.ranges ? { ranges: r.ranges } : {}),
+      ...(r.skipped ? { skipped: r.skipped } : {}),
       hash: r.hash,
       round: r.round,
       worldSize: r.world.length,

@@ -7,6 +7,10 @@
 import { METRICS, type Action, type CoordinatorState, type MetricName } from '../machine/machine';
 import { Counter, DURATION_BUCKETS_SECONDS, Gauge, type Histogram, MetricsRegistry, type Summary } from './metrics';
 
+/** Finer than DURATION_BUCKETS_SECONDS below 50 ms: a commit's handling is compared with a 20 ms goal (docs/performance.md). */
+const COMMIT_BUCKETS_SECONDS = [0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 1];
+import { workerCount } from '../machine/worker-table';
+
 type MetricAction = Extract<Action, { kind: 'metric' }>;
 
 export class CoordinatorMetrics {
@@ -20,6 +24,8 @@ export class CoordinatorMetrics {
   /** Machine message errors (also fed by the server for frames the machine never sees: oversized, binary, rate-limited). */
   readonly messageErrors: Counter;
   readonly eventSeconds: Histogram;
+  /** Events that recorded a commit: from the completing report's arrival to its `committed` sent. */
+  readonly commitSeconds: Histogram;
   readonly storeTransactions: Counter;
   readonly storeTransactionSeconds: Histogram;
   readonly checkpointUploads: Counter;
@@ -44,6 +50,11 @@ export class CoordinatorMetrics {
       'tabswarm_event_handle_seconds',
       'Time to apply one machine event and execute its actions (store included).',
       DURATION_BUCKETS_SECONDS,
+    );
+    this.commitSeconds = r.histogram(
+      'tabswarm_commit_handle_seconds',
+      "Time to handle the report that completes a commit: the machine, the commit's SQLite transaction (fsync included) and its `committed` messages handed to the sockets.",
+      COMMIT_BUCKETS_SECONDS,
     );
     this.storeTransactions = r.counter('tabswarm_store_transactions_total', 'SQLite transactions committed.');
     this.storeTransactionSeconds = r.histogram(
@@ -73,7 +84,7 @@ export class CoordinatorMetrics {
       'Failure restarts of this run (durable; counters reset with the process).',
       () => getState().restarts,
     );
-    r.gauge('tabswarm_workers', 'Workers welcomed and connected.', () => Object.keys(getState().workers).length);
+    r.gauge('tabswarm_workers', 'Workers welcomed and connected.', () => workerCount(getState().workers));
   }
 
   /** Applies a machine `metric` action: counters add (default 1), gauges set, summaries observe. */

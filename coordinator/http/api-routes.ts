@@ -1,7 +1,8 @@
 /**
  * The public `/api/*` routes, registered into the one router (router.ts); none needs a token:
  *
- *   GET  /api/status, /api/audit, /api/job        the machine's state, the audit of the commit log, the public job
+ *   GET  /api/status[?offset&limit&waitingOffset&waitingLimit]  aggregates and a page of the world and of the wait list
+ *   GET  /api/audit, /api/job                     the audit of the commit log, the public job
  *   GET  /api/commits[?from=STEP&limit=N]         live commits, ascending; page on with `from = next`
  *   GET  /api/evaluations[?after=ID&limit=N]      accepted test-set evaluations, oldest first
  *   *    /api/health                              liveness and the origin this server thinks it has (tls.ts)
@@ -14,7 +15,9 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { idSchema } from '../../core/protocol/control-fields';
 import { jobPublic } from '../../core/training/job';
-import { auditRun, commitsPage, evaluationViews, MAX_COMMITS_PAGE, statusOf } from '../admin/audit';
+import { auditRun, commitsPage, evaluationViews, MAX_COMMITS_PAGE } from '../admin/audit';
+import { parseStatusPage } from '../../core/protocol/views';
+import { statusResponse } from '../machine/status-view';
 import type { VerificationService } from '../trust/verification-service';
 import { type CheckpointRouteDeps, registerCheckpointRoutes } from './checkpoint-routes';
 import { HttpError, sendJson } from './http-util';
@@ -64,7 +67,11 @@ export function registerApiRoutes(router: Router, deps: ApiRouteDeps): void {
     if (!deps.datasetRoute(req, res)) throw noApiRoute(url);
   };
   router
-    .on('GET', '/api/status', (_req, res) => sendJson(res, 200, statusOf(executor.state, now())))
+    .on('GET', '/api/status', (_req, res, { url }) => {
+      const parsed = parseStatusPage(url.searchParams);
+      if (!parsed.ok) throw new HttpError(400, 'bad_request', parsed.error);
+      sendJson(res, 200, statusResponse(executor.state, now(), parsed.page));
+    })
     .on('GET', '/api/audit', (_req, res) => {
       const all = store.commits(runId, { includeRolledBack: true });
       const live = all.filter((r) => !r.rolledBack);

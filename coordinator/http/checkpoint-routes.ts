@@ -13,12 +13,10 @@ import { createReadStream } from 'node:fs';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { idSchema } from '../../core/protocol/control-fields';
 import { type DecodedSnapshot, decodeSnapshot, SnapshotError } from '../../core/state/snapshot';
-import { jobPublic } from '../../core/training/job';
-import { positionAfter } from '../../core/training/sampler';
 import { nodeSha256 } from '../../node/sha256';
 import { publicCheckpoint } from '../admin/admin-feed-projection';
 import type { CoordinatorMetrics } from '../admin/server-metrics';
-import type { CoordinatorState } from '../machine/machine';
+import { committedPosition, type CoordinatorState } from '../machine/machine';
 import { grantRefusal, type MachineExecutor } from '../runtime/executor';
 import type { CheckpointRow, Store } from '../runtime/store';
 import { momentSketches, sameSketches } from '../trust/verification-service';
@@ -204,8 +202,9 @@ function checkedSnapshot(body: Buffer, step: number, state: CoordinatorState, re
     if (error instanceof SnapshotError) reject(422, 'bad_snapshot', error.message);
     throw error;
   }
-  const expected = positionAfter(step, jobPublic(state.job, state.datasetSize));
   if (snapshot.step !== step) reject(422, 'wrong_step', `snapshot is of step ${snapshot.step}, the URL says ${step}`);
+  // Where the record stood after that commit, as the machine knows it (a requested checkpoint's commit).
+  const expected = committedPosition(state, step) ?? { epoch: -1, cursor: -1 };
   if (snapshot.epoch !== expected.epoch || snapshot.cursor !== expected.cursor) {
     reject(
       422,

@@ -27,6 +27,7 @@
  */
 import { own, type Ctx } from './context';
 import type { CoordinatorState, TrustRecord } from './state';
+import { workerOf } from './worker-table';
 
 /** The job's rate when its `verify` field names none (the cost is measured: bench:verify, bench/RESULTS.md). */
 export const DEFAULT_VERIFY_PROBABILITY = 0.05;
@@ -58,7 +59,7 @@ export function suspectPlace(s: CoordinatorState, who: { addr?: string; invite?:
 export function checkRate(s: CoordinatorState, workerId: string): number {
   const verify = s.job.verify;
   if (!verify) return 0;
-  const worker = own(s.workers, workerId);
+  const worker = workerOf(s.workers, workerId);
   if (passedChecks(s, workerId) >= verify.newcomer.checks) return verify.probability;
   if (worker && suspectPlace(s, worker)) return SUSPECT_PROBABILITY;
   if (record(s, workerKey(workerId)).doubted) return SUSPECT_PROBABILITY;

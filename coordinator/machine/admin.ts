@@ -3,13 +3,14 @@
  * `adminRefusal` says why one would change nothing (the server answers 409 with it), `onAdmin`
  * applies one. Resuming a FAILED job restarts the count and rolls back to the latest checkpoint.
  */
-import { begin, finish, log, own, persist, sendError, type Ctx } from './context';
+import { begin, finish, log, persist, sendError, type Ctx } from './context';
 import { checkpointHolder, latestCheckpoint, requestCheckpointIn, rollbackIn } from './checkpoints';
 import { CloseCode } from '../../core/protocol/coordinator-messages';
 import { jobSpecSchema } from '../../core/training/job';
 import { evaluateGatheringIn, notifyWaitingIn } from './rendezvous';
 import { afterCloseIn, closeRoundIn, leaveIn } from './round-close';
 import type { AdminAction, CoordinatorState, Transition } from './state';
+import { workerOf } from './worker-table';
 
 /**
  * Why the machine would refuse `action` in `state`, or null when it would apply it. The server answers
@@ -29,7 +30,7 @@ export function adminRefusal(s: CoordinatorState, action: AdminAction): string |
         ? null
         : 'no round member holds the last commit, or nothing is committed yet';
     case 'kick':
-      return own(s.workers, action.workerId) ? null : `unknown worker ${action.workerId}`;
+      return workerOf(s.workers, action.workerId) ? null : `unknown worker ${action.workerId}`;
     case 'set_workers': {
       // The same validation as the job file: the changed job must still be a valid job.
       const checked = jobSpecSchema.safeParse({ ...s.job, minWorkers: action.min, maxWorkers: action.max });
@@ -89,7 +90,7 @@ export function onAdmin(state: CoordinatorState, action: AdminAction, now: numbe
       break;
     }
     case 'kick': {
-      const worker = own(s.workers, action.workerId)!;
+      const worker = workerOf(s.workers, action.workerId)!;
       sendError(ctx, worker.conn, 'kicked', 'removed by an admin');
       ctx.out.push({ kind: 'close', conn: worker.conn, code: CloseCode.kicked, reason: 'kicked' });
       leaveIn(ctx, action.workerId, 'kicked');

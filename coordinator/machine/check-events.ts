@@ -4,7 +4,7 @@
  * release a commit the gate held and finish a job whose last step was waiting for its checks
  * (commit.ts).
  */
-import { begin, finish, log, metric, own, type Ctx } from './context';
+import { begin, finish, log, metric, type Ctx } from './context';
 import { commitReadyIn, finishIfCheckedIn } from './commit';
 import { creditPassedIn, doubtIn } from './adaptive-trust';
 import { earlierOpen, judge, releasableHeld } from './checks';
@@ -12,6 +12,7 @@ import { chargeIn } from './penalties';
 import { afterCloseIn, closeRoundIn, enforceBansIn } from './round-close';
 import type { CoordinatorState, Event, RecomputedStep, Transition, VerificationState } from './state';
 import { cheatersCaughtIn, type Places, rollbackPastIn } from './verification';
+import { workerOf } from './worker-table';
 
 function findCheck(s: CoordinatorState, id: number): VerificationState | undefined {
   return (s.checks ?? []).find((c) => c.id === id);
@@ -177,7 +178,7 @@ function withheldIn(ctx: Ctx, v: VerificationState, why: string): void {
   dropCheckIn(ctx, v.id);
   metric(ctx, 'tabswarm_verifications_total', 1, { result: 'withheld' });
   log(ctx, 'warn', 'verification_withheld', { check: v.id, step: v.step, uploader: v.uploader, why });
-  const others = v.world.filter((m) => m.workerId !== v.uploader && own(ctx.s.workers, m.workerId));
+  const others = v.world.filter((m) => m.workerId !== v.uploader && workerOf(ctx.s.workers, m.workerId));
   if (others.length > 0)
     chargeIn(
       ctx,
@@ -196,7 +197,7 @@ export function checksTickIn(ctx: Ctx): void {
   if (releasableHeld(ctx.s)) afterResolvedIn(ctx);
   for (const v of ctx.s.checks ?? []) {
     if (v.phase !== 'upload' || !findCheck(ctx.s, v.id)) continue;
-    const gone = !own(ctx.s.workers, v.uploader);
+    const gone = !workerOf(ctx.s.workers, v.uploader);
     if (gone || ctx.now >= v.deadline)
       withheldIn(ctx, v, gone ? 'it left before uploading' : 'no upload by the deadline');
   }

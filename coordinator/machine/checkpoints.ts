@@ -6,10 +6,12 @@
  *
  * The `…In(ctx)` functions mutate a transition's private copy (see context.ts).
  */
-import { begin, finish, log, metric, own, persist, sendWorker, type Ctx } from './context';
+import { begin, finish, log, metric, persist, sendWorker, type Ctx } from './context';
 import { checkpointPath } from '../../core/protocol/coordinator-messages';
-import { emptyRecord, epochOrder, planOf, positionAfter, rollbackTo } from '../../core/training/sampler';
-import type { CoordinatorState, Event, HeldState, Transition, WorkerInfo } from './state';
+import { emptyRecord, epochOrder, rollbackTo } from '../../core/training/sampler';
+import type { PositionRange } from '../../core/training/groups';
+import type { CheckpointRequest, CoordinatorState, Event, HeldState, Transition, WorkerInfo } from './state';
+import { workerOf } from './worker-table';
 
 export function holdsState(worker: WorkerInfo | undefined, state: HeldState): boolean {
   return !!worker && worker.holds.some((h) => h.step === state.step && h.hash === state.hash);
@@ -22,22 +24,27 @@ export function latestCheckpoint(s: CoordinatorState): CoordinatorState['checkpo
 
 /** The first member of the round that holds the last commit (the one asked for a checkpoint of it), if any. */
 export function checkpointHolder(s: CoordinatorState): string | undefined {
-  return s.rendezvous.participants.find((p) => holdsState(own(s.workers, p.workerId), s.lastCommit))?.workerId;
+  return s.rendezvous.participants.find((p) => holdsState(workerOf(s.workers, p.workerId), s.lastCommit))?.workerId;
 }
 
-/** Rewind the record and the last commit to an earlier committed step (a checkpoint, or 0). */
+/** Rewind the record (holes included) and the last commit to an earlier committed step (a checkpoint, or 0). */
 export function rollbackIn(
   ctx: Ctx,
-  target: { step: number; epoch: number; cursor: number; hash: string | null },
+  target: { step: number; epoch: number; cursor: number; holes?: PositionRange[]; hash: string | null },
   reason: string,
 ): void {
   const s = ctx.s;
   const from = s.lastCommit.step;
+  const holes = (target.holes ?? []).map(([a, b]): PositionRange => [a, b]);
   s.record =
     target.step === 0
       ? emptyRecord(s.datasetSize)
-      : rollbackTo(target.epoch, target.cursor, epochOrder(s.job.seed, target.epoch, s.datasetSize));
-  s.lastCommit = { step: target.step, epoch: target.epoch, cursor: target.cursor, hash: target.hash };
+      : rollbackTo(
+          { epoch: target.epoch, cursor: target.cursor, holes },
+          epochOrder(s.job.seed, target.epoch, s.datasetSize),
+        );
+  s.lastCommit = { step: target.step, epoch: target.epoch, cursor: target.cursor, holes, hash: target.hash };
+  s.rendezvous.carry = null;
   s.checkpointRequests = s.checkpointRequests.filter((r) => r.step <= target.step);
   // Contributions and a check of steps that no longer count are forgotten with them.
   if (s.contributions)
@@ -66,14 +73,28 @@ export function requestCheckpointIn(ctx: Ctx, workerId?: string): void {
   const s = ctx.s;
   const target = workerId ?? checkpointHolder(s);
   if (target === undefined || s.lastCommit.step === 0) return;
-  const step = s.lastCommit.step;
+  const { step, epoch, cursor, hash } = s.lastCommit;
+  const holes = (s.lastCommit.holes ?? []).map(([a, b]): PositionRange => [a, b]);
   if (!s.checkpointRequests.some((r) => r.step === step)) {
     const m = s.momentClaims?.step === step ? s.momentClaims : null;
     const claims = m ? { claims: { world: m.world, byWorker: m.byWorker } } : {};
-    s.checkpointRequests.push({ step, hash: s.lastCommit.hash, ...claims });
+    s.checkpointRequests.push({ step, hash, epoch, cursor, holes, ...claims });
   }
   sendWorker(ctx, target, { type: 'checkpoint_request', step, url: checkpointPath(s.runId, step) });
   log(ctx, 'info', 'checkpoint_requested', { step, workerId: target });
+}
+
+/**
+ * The record position and hash after committed step `step`, as far as the machine knows it: a
+ * requested checkpoint's, or the last commit's. Null for any other step (its position is not a function
+ * of the step number: partial commits move later steps).
+ */
+export function committedPosition(s: CoordinatorState, step: number): CheckpointRequest | null {
+  const request = s.checkpointRequests.find((r) => r.step === step);
+  if (request) return { ...request, holes: request.holes.map(([a, b]): PositionRange => [a, b]) };
+  if (step !== s.lastCommit.step) return null;
+  const { epoch, cursor, hash } = s.lastCommit;
+  return { step, epoch, cursor, hash, holes: (s.lastCommit.holes ?? []).map(([a, b]): PositionRange => [a, b]) };
 }
 
 /** Stored checkpoints kept in the state (older ones may be garbage-collected by the server). */
@@ -87,13 +108,8 @@ export function onCheckpointStored(
 ): Transition {
   const ctx = begin(state, now);
   const s = ctx.s;
-  const expected = positionAfter(event.step, planOf(s));
-  if (
-    event.step < 1 ||
-    event.step > s.lastCommit.step ||
-    expected.epoch !== event.epoch ||
-    expected.cursor !== event.cursor
-  ) {
+  const expected = committedPosition(s, event.step);
+  if (event.step < 1 || !expected || expected.epoch !== event.epoch || expected.cursor !== event.cursor) {
     log(ctx, 'warn', 'checkpoint_ignored', {
       step: event.step,
       epoch: event.epoch,
@@ -102,16 +118,14 @@ export function onCheckpointStored(
     });
     return { state, actions: ctx.out };
   }
-  const hash =
-    s.checkpointRequests.find((r) => r.step === event.step)?.hash ??
-    (event.step === s.lastCommit.step ? s.lastCommit.hash : null);
   s.checkpoints = s.checkpoints.filter((c) => c.step !== event.step);
   s.checkpoints.push({
     step: event.step,
     epoch: event.epoch,
     cursor: event.cursor,
+    holes: expected.holes,
     sha256: event.sha256,
-    hash,
+    hash: expected.hash,
     ...(event.trainingHash ? { trainingHash: event.trainingHash } : {}),
   });
   s.checkpoints.sort((a, b) => a.step - b.step);

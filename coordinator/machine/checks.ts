@@ -21,12 +21,21 @@
  *   job is not `done` until every check resolved (commit.ts).
  */
 import { log, own, type Ctx } from './context';
+import { workerOf } from './worker-table';
 import { hashBytes } from '../../core/state/hash';
 import { RECOMPUTE_TOLERANCE, worstRatio } from '../../core/state/sketch';
 import { floorTransferMs, stateBytes } from '../../core/training/link-floor';
-import { epochOrder, assignStep, planOf, positionAfter, stepPosition } from '../../core/training/sampler';
+import { groupPlan, indicesAt, planOf, rankRanges, type GroupPlan } from '../../core/training/groups';
+import { epochOrder } from '../../core/training/sampler';
 import { checkRate, passedChecks } from './adaptive-trust';
-import type { CheckedMember, CoordinatorState, RecomputedStep, SketchPair, VerificationState } from './state';
+import type {
+  CheckedMember,
+  CoordinatorState,
+  MomentClaim,
+  RecomputedStep,
+  SketchPair,
+  VerificationState,
+} from './state';
 
 /**
  * Commits a check may fall behind before the next commit waits for it. 8: an honest upload and
@@ -100,7 +109,7 @@ export function nextCheckDeadline(s: CoordinatorState): number | null {
   let next: number | null = null;
   for (const c of s.checks ?? []) {
     if (c.phase !== 'upload') continue;
-    const due = own(s.workers, c.uploader) ? c.deadline : 0;
+    const due = workerOf(s.workers, c.uploader) ? c.deadline : 0;
     if (next === null || due < next) next = due;
   }
   return next;
@@ -119,7 +128,7 @@ export function uploadFieldFor(
 /** The round's members as a check keeps them (with where they joined from). */
 export function checkedMembers(s: CoordinatorState): CheckedMember[] {
   return s.rendezvous.participants.map(({ workerId, rank, share }) => {
-    const w = own(s.workers, workerId);
+    const w = workerOf(s.workers, workerId);
     return { workerId, rank, share, addr: w?.addr ?? '', invite: w?.invite ?? null };
   });
 }
@@ -139,7 +148,7 @@ export function stepRate(s: CoordinatorState, world: readonly CheckedMember[]): 
 /** A new check's common fields (the caller adds the mode's claims, ranks and uploader). */
 export function newCheck(
   ctx: Ctx,
-  fields: Pick<VerificationState, 'mode' | 'step' | 'firstStep' | 'prevHash' | 'stepHash' | 'world'>,
+  fields: Pick<VerificationState, 'mode' | 'step' | 'firstStep' | 'at' | 'prevHash' | 'stepHash' | 'world'>,
 ): Omit<VerificationState, 'ranks' | 'claims' | 'uploader'> {
   const s = ctx.s;
   const id = s.nextCheckId ?? 1;
@@ -147,7 +156,6 @@ export function newCheck(
   return {
     ...fields,
     id,
-    start: positionAfter(fields.firstStep - 1, planOf(s)),
     phase: 'upload',
     deadline: ctx.now + uploadDeadlineMs(s.job),
     commitSeq: s.commitSeq ?? 0,
@@ -175,23 +183,23 @@ export interface CheckedStep {
 
 /**
  * THE function that says which samples a check recomputes: for each step firstStep..step of the
- * commit, each rank's slice (by rank, from the world's shares) and the step's samples, as the sampler
- * gave them to the tabs. Every other part asks here (the verification service, tests).
+ * commit, each rank's slice (by rank, from the world's shares) and the step's samples, as the group plan
+ * (core/training/groups.ts) at the record where the commit's group started (`at`, holes included) gave
+ * them to the tabs. Every other part asks here (the verification service, tests).
  */
 export function checkedSlices(
   s: Pick<CoordinatorState, 'job' | 'datasetSize'>,
-  v: Pick<VerificationState, 'world' | 'step' | 'firstStep'>,
+  v: Pick<VerificationState, 'world' | 'step' | 'firstStep' | 'at'>,
 ): CheckedStep[] {
-  const plan = planOf(s);
   const shares = [...v.world].sort((a, b) => a.rank - b.rank).map((w) => w.share);
-  const steps: CheckedStep[] = [];
-  for (let step = v.firstStep; step <= v.step; step++) {
-    const { epoch, cursor, count } = stepPosition(step, plan);
-    const order = epochOrder(s.job.seed, epoch, s.datasetSize);
-    const slices = assignStep(cursor, count, shares).map((x) => order.slice(x.start, x.start + x.count));
-    steps.push({ step, slices, count });
-  }
-  return steps;
+  // The commit's own length (the plan's H, or fewer at an epoch's end): its steps are firstStep..step.
+  const group = groupPlan(v.at, v.firstStep, { ...planOf(s), commitEvery: v.step - v.firstStep + 1 });
+  const order = epochOrder(s.job.seed, v.at.epoch, s.datasetSize);
+  return group.steps.map((span) => ({
+    step: span.step,
+    slices: shares.map((_, rank) => indicesAt(order, rankRanges(span, shares, rank)).slice()),
+    count: span.count,
+  }));
 }
 
 /**
@@ -271,25 +279,39 @@ export function sensitivityOf(mode: VerificationState['mode'], first: Sketched, 
 }
 
 /**
- * After committing `step` (hash `stepHash`, the previous commit's `prevHash`, its first step
- * `firstStep`): draw this commit's checks from the reports still pending. Returns nothing; the checks'
- * uploaders find their upload field in their `committed` (`uploadFieldFor`).
+ * While committing `group` (hash `stepHash`, the previous commit's `prevHash`; called before the record
+ * moves, with the reports still pending): note each member's first contribution (a cheat's rollback
+ * target), count the commit, draw its checks, and keep the members' moment claims (local mode). The
+ * checks' uploaders find their upload field in their `committed` (`uploadFieldFor`).
  */
-export function drawChecksIn(
-  ctx: Ctx,
-  step: number,
-  firstStep: number,
-  stepHash: string,
-  prevHash: string | null,
-): void {
+export function afterCommitIn(ctx: Ctx, group: GroupPlan, stepHash: string, prevHash: string | null): void {
   const s = ctx.s;
-  if (!s.job.verify || !s.verifySalt) return;
-  const fields = { step, firstStep, prevHash, stepHash, world: checkedMembers(s) };
-  if (s.job.sync.mode === 'local') drawLocalIn(ctx, fields);
-  else drawEveryStepIn(ctx, fields);
+  const step = group.lastStep;
+  s.contributions = { ...(s.contributions ?? {}) };
+  for (const p of s.rendezvous.participants) if (!own(s.contributions, p.workerId)) s.contributions[p.workerId] = step;
+  // This commit's number first: a check drawn at it counts the commits after it (`gateOpen`).
+  s.commitSeq = (s.commitSeq ?? 0) + 1;
+  if (!s.job.verify) return;
+  const fields = { step, firstStep: group.firstStep, at: group.start, prevHash, stepHash, world: checkedMembers(s) };
+  if (s.verifySalt && s.job.sync.mode === 'local') drawLocalIn(ctx, fields);
+  else if (s.verifySalt) drawEveryStepIn(ctx, fields);
+  noteMomentClaimsIn(ctx, step);
 }
 
-type DrawFields = Pick<VerificationState, 'step' | 'firstStep' | 'prevHash' | 'stepHash' | 'world'>;
+/** Local mode: each member's claim of its end-of-step moments, which the next checks' uploads must continue. */
+function noteMomentClaimsIn(ctx: Ctx, point: number): void {
+  const s = ctx.s;
+  if (s.job.sync.mode !== 'local') return;
+  const byWorker: Record<string, MomentClaim> = {};
+  for (const p of s.rendezvous.participants) {
+    const report = s.pending[point]?.[p.slot];
+    const moments = report?.sketch?.moments;
+    if (moments && report.innerT !== undefined) byWorker[p.workerId] = { moments, t: report.innerT };
+  }
+  s.momentClaims = { step: point, world: s.rendezvous.participants.length, byWorker };
+}
+
+type DrawFields = Pick<VerificationState, 'step' | 'firstStep' | 'at' | 'prevHash' | 'stepHash' | 'world'>;
 
 /** Every-step mode: one check of every rank, at the rate of the least trusted member. */
 function drawEveryStepIn(ctx: Ctx, fields: DrawFields): void {

@@ -5,7 +5,18 @@
  */
 import { PROTOCOL_VERSION } from '../../core/protocol/control-fields';
 import type { ErrorCode, ServerMessage } from '../../core/protocol/coordinator-messages';
-import type { Action, CoordinatorState, DurableState, LogLevel, MetricName, Transition, WorkerInfo } from './state';
+import type {
+  Action,
+  Connection,
+  CoordinatorState,
+  DurableState,
+  LogLevel,
+  MetricName,
+  Participant,
+  Transition,
+  WorkerInfo,
+} from './state';
+import { bucketOf, connectionOf, workerOf } from './worker-table';
 
 export interface Ctx {
   s: CoordinatorState;
@@ -13,9 +24,10 @@ export interface Ctx {
   out: Action[];
   /** Workers already copied in this transition (copy-on-write: see `mutWorker`). */
   copied: Set<string>;
-  /** Whether `s.workers` / `s.connections` are already this transition's own copies. */
-  ownWorkers?: boolean;
-  ownConnections?: boolean;
+  /** Per table (worker-table.ts): null until its bucket array is this transition's own, then the buckets copied. */
+  ownBuckets?: { workers: Set<number> | null; connections: Set<number> | null };
+  /** Whether `s.rendezvous.participants` is this transition's own array, and which of its entries were copied. */
+  ownParticipants?: Set<string>;
 }
 
 /** A lookup in a map keyed by untrusted strings that never reaches the prototype (`__proto__`, `constructor`). */
@@ -28,19 +40,21 @@ type DistributiveOmit<T, K extends PropertyKey> = T extends unknown ? Omit<T, K>
 export type ServerBody = DistributiveOmit<ServerMessage, 'v'>;
 
 /**
- * Copy the small containers an op may mutate. The maps of workers and connections (hundreds of keys:
- * copying them costs far more than the rest) are copied only when a transition writes them
- * (`writableWorkers`, `writableConnections`, `mutWorker`), and their entries are replaced, never
- * edited, so the input state is never touched. Strings (the record's bitset) and the job are shared.
+ * Copy the small containers an op may mutate. What grows with the swarm is copied only when a
+ * transition writes it, and then only the part it writes: the workers (worker-table.ts: one bucket,
+ * `putWorker`, `mutWorker`, `deleteWorker`), the connections (`putConnection`, `deleteConnection`) and the round's
+ * participants (`mutParticipant`). Their entries are replaced, never edited, so the input state is
+ * never touched; the wait list, the participants and a carried group (`rendezvous.carry`) are replaced
+ * whole, never edited in place, and so are the steps of `pending`. Strings (the record's bitset) and the job are shared.
+ *
+ * Before, every transition copied every participant, and every write to a worker copied the record of
+ * all workers: at 1,000 workers and a world of 256 those two copies took half of the coordinator's CPU
+ * (docs/performance.md, "A coordinator for hundreds").
  */
 export function cloneState(s: CoordinatorState): CoordinatorState {
   return {
     ...s,
-    rendezvous: {
-      ...s.rendezvous,
-      participants: s.rendezvous.participants.map((p) => ({ ...p })),
-      waitList: [...s.rendezvous.waitList],
-    },
+    rendezvous: { ...s.rendezvous },
     record: { ...s.record },
     lastCommit: { ...s.lastCommit },
     checkpoints: s.checkpoints.map((c) => ({ ...c })),
@@ -49,32 +63,79 @@ export function cloneState(s: CoordinatorState): CoordinatorState {
   };
 }
 
-/** This transition's own map of workers (copied on first write). */
-export function writableWorkers(ctx: Ctx): CoordinatorState['workers'] {
-  if (!ctx.ownWorkers) {
-    ctx.s.workers = { ...ctx.s.workers };
-    ctx.ownWorkers = true;
+type TableName = 'workers' | 'connections';
+
+/** This transition's own bucket of a table for `key` (the bucket array and the bucket copied on first write). */
+function writableBucket<K extends TableName>(
+  ctx: Ctx,
+  name: K,
+  key: string,
+): Record<string, CoordinatorState[K][number][string]> {
+  if (!ctx.ownBuckets) ctx.ownBuckets = { workers: null, connections: null };
+  const own = ctx.ownBuckets;
+  if (own[name] === null) {
+    (ctx.s[name] as unknown[]) = [...ctx.s[name]];
+    own[name] = new Set();
   }
-  return ctx.s.workers;
+  const index = bucketOf(key);
+  const buckets = ctx.s[name] as Record<string, CoordinatorState[K][number][string]>[];
+  if (!own[name].has(index)) {
+    buckets[index] = { ...buckets[index] };
+    own[name].add(index);
+  }
+  return buckets[index];
 }
 
-/** This transition's own map of connections (copied on first write). */
-export function writableConnections(ctx: Ctx): CoordinatorState['connections'] {
-  if (!ctx.ownConnections) {
-    ctx.s.connections = { ...ctx.s.connections };
-    ctx.ownConnections = true;
-  }
-  return ctx.s.connections;
+/** Adds (or replaces) a worker in this transition's state. */
+export function putWorker(ctx: Ctx, worker: WorkerInfo): void {
+  writableBucket(ctx, 'workers', worker.workerId)[worker.workerId] = worker;
+  ctx.copied.add(worker.workerId);
 }
 
-/** A worker of this transition's state that may be edited (copied on first use). */
+/** Removes a worker from this transition's state (no-op for an unknown one). */
+export function deleteWorker(ctx: Ctx, workerId: string): void {
+  if (!workerOf(ctx.s.workers, workerId)) return;
+  delete writableBucket(ctx, 'workers', workerId)[workerId];
+  ctx.copied.delete(workerId);
+}
+
+/** Adds or replaces (never edits) the connection `conn` in this transition's state. */
+export function putConnection(ctx: Ctx, conn: string, connection: Connection): void {
+  writableBucket(ctx, 'connections', conn)[conn] = connection;
+}
+
+export function deleteConnection(ctx: Ctx, conn: string): void {
+  if (connectionOf(ctx.s.connections, conn)) delete writableBucket(ctx, 'connections', conn)[conn];
+}
+
+/** A worker of this transition's state that may be edited (copied on first use); the worker must exist. */
 export function mutWorker(ctx: Ctx, workerId: string): WorkerInfo {
-  const workers = writableWorkers(ctx);
+  const bucket = writableBucket(ctx, 'workers', workerId);
   if (!ctx.copied.has(workerId)) {
-    workers[workerId] = { ...workers[workerId] };
+    bucket[workerId] = { ...bucket[workerId] };
     ctx.copied.add(workerId);
   }
-  return workers[workerId];
+  return bucket[workerId];
+}
+
+/**
+ * The participant of the open round with this id, copied (once per transition) so it may be edited,
+ * or undefined when it is not a member. Replaces `rendezvous.participants` by this transition's own
+ * array on the first call; arrays assigned whole (a new round) need no copy.
+ */
+export function mutParticipant(ctx: Ctx, workerId: string): Participant | undefined {
+  const rv = ctx.s.rendezvous;
+  const index = rv.participants.findIndex((p) => p.workerId === workerId);
+  if (index < 0) return undefined;
+  if (!ctx.ownParticipants) {
+    rv.participants = [...rv.participants];
+    ctx.ownParticipants = new Set();
+  }
+  if (!ctx.ownParticipants.has(workerId)) {
+    rv.participants[index] = { ...rv.participants[index] };
+    ctx.ownParticipants.add(workerId);
+  }
+  return rv.participants[index];
 }
 
 export function begin(state: CoordinatorState, now: number): Ctx {
@@ -107,8 +168,21 @@ export function sendConn(ctx: Ctx, conn: string, body: ServerBody): void {
 
 /** Send to a worker's current socket (no-op for an unknown worker). */
 export function sendWorker(ctx: Ctx, workerId: string, body: ServerBody): void {
-  const worker = ctx.s.workers[workerId];
+  const worker = workerOf(ctx.s.workers, workerId);
   if (worker) sendConn(ctx, worker.conn, body);
+}
+
+/**
+ * Send one message to several workers: every `send` action carries the same message object, so the
+ * executor serialises it once (a round's `round` message lists the whole world, and went to each of 256
+ * members as its own copy: 256 serialisations of ~25 kB per round).
+ */
+export function sendWorkers(ctx: Ctx, workerIds: readonly string[], body: ServerBody): void {
+  const msg = { v: PROTOCOL_VERSION, ...body } as ServerMessage;
+  for (const id of workerIds) {
+    const worker = workerOf(ctx.s.workers, id);
+    if (worker) ctx.out.push({ kind: 'send', conn: worker.conn, msg });
+  }
 }
 
 export function sendError(ctx: Ctx, conn: string, code: ErrorCode, message: string): void {

@@ -1,6 +1,6 @@
 /**
  * Test-set evaluations: how the machine takes an `evaluation` report (`reportEvaluation`). When ranks
- * 0 and 1 evaluate (`isEvaluationPoint`) is the tabs' schedule too: core/training/evaluation-schedule.ts.
+ * 0 and 1 evaluate (`isEvaluationCommit`) is the tabs' schedule too: core/training/commit-schedule.ts.
  *
  * A number the coordinator can trust is one two ranks agree on: both evaluate the same committed state
  * (the same bytes), so their counts must be equal up to a rank's ties at the arg-max and their losses
@@ -17,17 +17,31 @@
 import { begin, finish, log, metric, mutWorker, reject } from './context';
 import type { EvaluationMessage } from '../../core/protocol/tab-messages';
 import type { ErrorCode } from '../../core/protocol/coordinator-messages';
-import { isEvaluationPoint } from '../../core/training/evaluation-schedule';
-import { planOf, stepPosition } from '../../core/training/sampler';
-import type { CoordinatorState, Transition } from './state';
+import { type CommitSpan, isEvaluationCommit } from '../../core/training/commit-schedule';
+import type { CoordinatorState, LastCommit, Transition } from './state';
+import { workerOf } from './worker-table';
+
+/** The last commit as the schedules see it, and the epoch its group trained on. */
+export function lastCommitSpan(last: LastCommit, epochs: number): CommitSpan & { epoch: number } {
+  // A commit leaves the cursor at 0 only when it ended its epoch (a group never spans two).
+  const endsEpoch = last.step > 0 && last.cursor === 0;
+  return {
+    firstStep: last.firstStep ?? last.step,
+    step: last.step,
+    endsEpoch,
+    endsJob: last.epoch >= epochs,
+    epoch: endsEpoch ? last.epoch - 1 : last.epoch,
+  };
+}
 
 export type EvaluationCheck = { ok: true } | { ok: false; code: ErrorCode; message: string };
 
 /**
  * Decide whether a (schema-valid) evaluation from `workerId` is acceptable: the job still runs (or just
  * finished), the sender is a member of the current round or of the round that just closed (the report
- * of a round's last commit may arrive after the close), the step is committed and in the epoch named,
- * and the counts are consistent.
+ * of a round's last commit may arrive after the close), the step is the last commit (ranks 0 and 1
+ * evaluate a commit before they apply the next step, so their reports arrive before any later commit), that
+ * commit is an evaluation point, the epoch is the one it trained on, and the counts are consistent.
  */
 export function checkEvaluation(s: CoordinatorState, workerId: string, msg: EvaluationMessage): EvaluationCheck {
   const rv = s.rendezvous;
@@ -53,16 +67,16 @@ export function checkEvaluation(s: CoordinatorState, workerId: string, msg: Eval
     return { ok: false, code: 'not_evaluator', message: `only ranks 0 and 1 of round ${msg.round} evaluate` };
   if ((s.evaluationClaims ?? []).some((c) => c.step === msg.step && c.workerId === workerId))
     return { ok: false, code: 'duplicate_report', message: `step ${msg.step} already evaluated by ${workerId}` };
-  const plan = planOf(s);
-  if (!isEvaluationPoint(msg.step, { ...plan, evalEvery: s.job.evalEvery, evalSamples: s.job.evalSamples }))
-    return { ok: false, code: 'wrong_step', message: `step ${msg.step} is not an evaluation point` };
-  if (msg.step > s.lastCommit.step)
+  if (msg.step !== s.lastCommit.step)
     return {
       ok: false,
       code: 'wrong_step',
-      message: `step ${msg.step} is not committed (last commit ${s.lastCommit.step})`,
+      message: `step ${msg.step} is not the last commit (${s.lastCommit.step})`,
     };
-  const epoch = stepPosition(msg.step, plan).epoch;
+  const span = lastCommitSpan(s.lastCommit, s.job.epochs);
+  if (!isEvaluationCommit(span, s.job))
+    return { ok: false, code: 'wrong_step', message: `step ${msg.step} is not an evaluation point` };
+  const epoch = span.epoch;
   if (msg.epoch !== epoch)
     return { ok: false, code: 'wrong_step', message: `step ${msg.step} is in epoch ${epoch}, not ${msg.epoch}` };
   // The schema refuses these already; the machine also takes typed messages that never went through it.
@@ -93,7 +107,7 @@ export function reportEvaluation(
   const check = checkEvaluation(state, workerId, msg);
   if (!check.ok) return reject(state, conn, check.code, check.message, { workerId, round: msg.round, step: msg.step });
   const ctx = begin(state, now);
-  if (ctx.s.workers[workerId]) mutWorker(ctx, workerId).lastSeen = now;
+  if (workerOf(ctx.s.workers, workerId)) mutWorker(ctx, workerId).lastSeen = now;
   const claim = { step: msg.step, workerId, correct: msg.correct, testSamples: msg.testSamples, lossSum: msg.lossSum };
   const other = (ctx.s.evaluationClaims ?? []).find((c) => c.step === msg.step && c.workerId !== workerId);
   ctx.s.evaluationClaims = [...(ctx.s.evaluationClaims ?? []), claim].slice(-MAX_EVALUATION_CLAIMS);

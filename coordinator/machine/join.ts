@@ -9,12 +9,12 @@ import {
   finish,
   log,
   metric,
-  own,
   reject,
   sendConn,
   sendError,
-  writableConnections,
-  writableWorkers,
+  putWorker,
+  deleteConnection,
+  putConnection,
   type Ctx,
 } from './context';
 import { holdsState } from './checkpoints';
@@ -25,6 +25,7 @@ import { joinRefusedUntil, refuseConnIn } from './penalties';
 import { enrollIn } from './rendezvous';
 import { failIn, removeWorkerIn } from './round-close';
 import type { CoordinatorState, HeldState, LastCommit, Transition } from './state';
+import { connectionOf, workerOf, workersOf } from './worker-table';
 
 /** A safe fragment of the server's nonce for worker ids. */
 function nonceFragment(nonce: string, conn: string): string {
@@ -38,7 +39,7 @@ function nonceFragment(nonce: string, conn: string): string {
  * cooling off, or its worker id or peer id belongs to another live worker.
  */
 function helloRefusal(state: CoordinatorState, conn: string, msg: HelloMessage, now: number): Transition | null {
-  const existing = own(state.connections, conn);
+  const existing = connectionOf(state.connections, conn);
   if (existing && existing.workerId !== null)
     return reject(state, conn, 'already_joined', `this socket is already worker ${existing.workerId}`);
   if (state.status === 'done' || state.status === 'failed') {
@@ -60,10 +61,10 @@ function helloRefusal(state: CoordinatorState, conn: string, msg: HelloMessage, 
     metric(ctx, 'tabswarm_message_errors_total', 1, { code: 'banned' });
     return finish(ctx);
   }
-  if (sameRun && msg.workerId !== null && own(state.workers, msg.workerId)) {
+  if (sameRun && msg.workerId !== null && workerOf(state.workers, msg.workerId)) {
     return reject(state, conn, 'id_in_use', `worker ${msg.workerId} is connected on another socket`);
   }
-  const peerOwner = Object.values(state.workers).find((w) => w.peerId === msg.peerId);
+  const peerOwner = workersOf(state.workers).find((w) => w.peerId === msg.peerId);
   if (peerOwner)
     return reject(state, conn, 'id_in_use', `peer id ${msg.peerId} belongs to worker ${peerOwner.workerId}`);
   return null;
@@ -76,7 +77,7 @@ function newWorkerIdIn(ctx: Ctx, nonce: string, conn: string): string {
   do {
     workerId = `w${s.nextWorkerSeq}-${nonceFragment(nonce, conn)}`;
     s.nextWorkerSeq += 1;
-  } while (own(s.workers, workerId));
+  } while (workerOf(s.workers, workerId));
   return workerId;
 }
 
@@ -96,12 +97,12 @@ export function onHello(state: CoordinatorState, conn: string, msg: HelloMessage
   const ctx = begin(state, now);
   const s = ctx.s;
   const sameRun = msg.runId === s.runId;
-  const connection = own(s.connections, conn) ?? { workerId: null, nonce: conn, addr: '' };
+  const connection = connectionOf(s.connections, conn) ?? { workerId: null, nonce: conn, addr: '' };
   const workerId = sameRun && msg.workerId !== null ? msg.workerId : newWorkerIdIn(ctx, connection.nonce, conn);
   // Claims of a held state count only from a worker that reported that state's hash itself (its id was
   // vouched for by its reconnect secret before the machine saw the hello).
   const vouched = sameRun && msg.workerId !== null && (s.lastCommit.members ?? []).includes(msg.workerId);
-  writableWorkers(ctx)[workerId] = {
+  putWorker(ctx, {
     workerId,
     peerId: msg.peerId,
     conn,
@@ -113,8 +114,9 @@ export function onHello(state: CoordinatorState, conn: string, msg: HelloMessage
     peerRttMs: null,
     addr: connection.addr ?? '',
     invite: msg.invite ?? null,
-  };
-  writableConnections(ctx)[conn] = { ...connection, workerId };
+    ...(msg.kernels ? { kernels: msg.kernels } : {}),
+  });
+  putConnection(ctx, conn, { ...connection, workerId });
   metric(ctx, 'tabswarm_joins_total');
   log(ctx, 'info', 'join', {
     workerId,
@@ -122,7 +124,7 @@ export function onHello(state: CoordinatorState, conn: string, msg: HelloMessage
     reconnect: sameRun && msg.workerId !== null,
     vouched,
     addr: connection.addr ?? '',
-    holdsCommitted: holdsState(s.workers[workerId], s.lastCommit),
+    holdsCommitted: holdsState(workerOf(s.workers, workerId), s.lastCommit),
     adapter: msg.adapter,
   });
   sendConn(ctx, conn, { type: 'welcome', runId: s.runId, workerId, job: jobPublic(s.job, s.datasetSize) });
@@ -132,12 +134,12 @@ export function onHello(state: CoordinatorState, conn: string, msg: HelloMessage
 
 /** The socket closed: without goodbye, a failure of its worker while the job runs. */
 export function onDisconnected(state: CoordinatorState, conn: string, now: number): Transition {
-  const connection = own(state.connections, conn);
+  const connection = connectionOf(state.connections, conn);
   if (!connection) return { state, actions: [] };
   const ctx = begin(state, now);
-  delete writableConnections(ctx)[conn];
+  deleteConnection(ctx, conn);
   const workerId = connection.workerId;
-  const worker = workerId !== null ? own(ctx.s.workers, workerId) : undefined;
+  const worker = workerId !== null ? workerOf(ctx.s.workers, workerId) : undefined;
   if (workerId !== null && worker && worker.conn === conn) {
     if (ctx.s.status === 'active' || ctx.s.status === 'paused') {
       failIn(ctx, [workerId], 'failure', 'socket closed without goodbye', { remove: true });

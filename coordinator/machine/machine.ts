@@ -11,7 +11,7 @@
  * event has its handler: join.ts (hello, disconnect), messages.ts (a worker's messages), admin.ts,
  * checkpoints.ts (a stored checkpoint), verification.ts (the verifier's upload and result).
  */
-import { begin, finish, log, metric, own, sendError, writableConnections, type Ctx } from './context';
+import { begin, finish, log, metric, putConnection, sendError, type Ctx } from './context';
 import { onAdmin } from './admin';
 import { onCheckpointStored } from './checkpoints';
 import { onDisconnected } from './join';
@@ -21,7 +21,9 @@ import { DEFAULT_TRUST_POLICY } from './penalties';
 import { CloseCode } from '../../core/protocol/coordinator-messages';
 import { evaluateGatheringIn } from './rendezvous';
 import { confirmBlamedRestartIn, dropNotReadyIn, failIn } from './round-close';
-import { emptyRecord } from '../../core/training/sampler';
+import { emptyRecord, withHoles } from '../../core/training/sampler';
+import type { PositionRange } from '../../core/training/groups';
+import { hangIn, nextHangDeadline } from './hang';
 import type { CoordinatorState, DurableState, Event, Transition, TrustPolicy } from './state';
 import { checksTickIn, onVerificationResult, onVerificationUpload } from './check-events';
 import { nextCheckDeadline } from './checks';
@@ -47,8 +49,10 @@ export type {
   Transition,
   WorkerInfo,
 } from './state';
+import { emptyTable, workerOf, workersOf } from './worker-table';
 export { METRICS, adminActionSchema } from './state';
 export { durableOf } from './context';
+export { committedPosition } from './checkpoints';
 export { DEFAULT_TRUST_POLICY, bannedAddresses } from './penalties';
 
 /** A new run over `datasetSize` training images (the full set; `job.dataset.subset` is applied here). */
@@ -79,13 +83,13 @@ export function initialState(
       stepStartedAt: null,
     },
     record: emptyRecord(n),
-    lastCommit: { step: 0, epoch: 0, cursor: 0, hash: null },
+    lastCommit: { step: 0, epoch: 0, cursor: 0, holes: [], hash: null },
     checkpoints: [],
     checkpointRequests: [],
     restarts: 0,
     blamedRestart: null,
-    connections: {},
-    workers: {},
+    connections: emptyTable(),
+    workers: emptyTable(),
     nextWorkerSeq: 1,
     pending: {},
     policy,
@@ -93,15 +97,19 @@ export function initialState(
   };
 }
 
-/** The state after a coordinator restart: no sockets, no round open; every tab must say hello again. */
+/**
+ * The state after a coordinator restart: no sockets, no round open; every tab must say hello again.
+ * A state persisted before the record held holes reads as one without holes.
+ */
 export function restoreState(durable: DurableState, policy: TrustPolicy = DEFAULT_TRUST_POLICY): CoordinatorState {
   const s = initialState(durable.job, durable.datasetSize, durable.runId, policy);
+  const copy = (holes: PositionRange[] | undefined) => (holes ?? []).map(([a, b]): PositionRange => [a, b]);
   return {
     ...s,
     status: durable.status,
-    record: { ...durable.record },
-    lastCommit: { ...durable.lastCommit },
-    checkpoints: durable.checkpoints.map((c) => ({ ...c })),
+    record: withHoles(durable.record),
+    lastCommit: { ...durable.lastCommit, holes: copy(durable.lastCommit.holes) },
+    checkpoints: durable.checkpoints.map((c) => ({ ...c, holes: copy(c.holes) })),
     restarts: durable.restarts,
     rendezvous: { ...s.rendezvous, round: durable.round },
     nextWorkerSeq: durable.nextWorkerSeq,
@@ -113,7 +121,7 @@ export function handle(state: CoordinatorState, event: Event, now: number): Tran
   switch (event.kind) {
     case 'connected': {
       const ctx = begin(state, now);
-      writableConnections(ctx)[event.conn] = { workerId: null, nonce: event.nonce, addr: event.addr ?? '' };
+      putConnection(ctx, event.conn, { workerId: null, nonce: event.nonce, addr: event.addr ?? '' });
       return finish(ctx);
     }
     case 'invalid': {
@@ -149,8 +157,8 @@ export function handle(state: CoordinatorState, event: Event, now: number): Tran
 export const HEARTBEAT_TIMEOUT_FACTOR = 3;
 
 /**
- * Heartbeat timeouts, the blamed restart's grace period, the ready deadline, the checks' upload
- * deadlines and the last-call deadline. Here rather than in rendezvous.ts: it drives both the rounds and
+ * Heartbeat timeouts, hung members (hang.ts), the blamed restart's grace period, the ready deadline,
+ * the checks' upload deadlines and the last-call deadline. Here rather than in rendezvous.ts: it drives both the rounds and
  * the verification (which itself closes rounds), so neither of those two imports the other back.
  */
 export function tickIn(ctx: Ctx): void {
@@ -158,14 +166,16 @@ export function tickIn(ctx: Ctx): void {
   if (s.status === 'done' || s.status === 'failed') return;
   if (s.blamedRestart && now >= s.blamedRestart.deadline) {
     // Still connected and in good health: nothing corroborates the accusation.
-    confirmBlamedRestartIn(ctx, 'no goodbye within the grace period', !own(s.workers, s.blamedRestart.workerId));
+    confirmBlamedRestartIn(ctx, 'no goodbye within the grace period', !workerOf(s.workers, s.blamedRestart.workerId));
     if ((s.status as string) === 'failed') return; // countRestartIn may fail the job
   }
   const rv = s.rendezvous;
   checksTickIn(ctx);
   if (rv.phase === 'syncing' && rv.readyDeadline != null && now >= rv.readyDeadline) dropNotReadyIn(ctx);
+  hangIn(ctx);
+  if (s.status !== 'active' && s.status !== 'paused') return;
   const limit = HEARTBEAT_TIMEOUT_FACTOR * s.job.heartbeatMs;
-  const late = Object.values(s.workers).filter((w) => now - w.lastSeen > limit);
+  const late = workersOf(s.workers).filter((w) => now - w.lastSeen > limit);
   for (const w of late)
     ctx.out.push({ kind: 'close', conn: w.conn, code: CloseCode.heartbeatTimeout, reason: 'heartbeat timeout' });
   if (late.length)
@@ -181,16 +191,37 @@ export function tickIn(ctx: Ctx): void {
 
 /** The earliest time at which `tick` can change something, or null. */
 export function nextDeadline(s: CoordinatorState): number | null {
+  return earliest(roundDeadline(s), heartbeatDeadline(s));
+}
+
+function earliest(a: number | null, b: number | null): number | null {
+  return a === null ? b : b === null ? a : Math.min(a, b);
+}
+
+/**
+ * The deadlines of `nextDeadline` but the heartbeats': last call, ready, blamed restart (O(1)), the checks'
+ * upload deadlines (O(checks)), and the
+ * hung members' (hang.ts: O(world), and only in local sync mode while a round trains).
+ */
+export function roundDeadline(s: CoordinatorState): number | null {
   if (s.status === 'done' || s.status === 'failed') return null;
-  let next: number | null = s.status === 'active' && s.rendezvous.phase === 'gathering' ? s.rendezvous.deadline : null;
+  const lastCall = s.status === 'active' && s.rendezvous.phase === 'gathering' ? s.rendezvous.deadline : null;
   const ready = s.rendezvous.phase === 'syncing' ? (s.rendezvous.readyDeadline ?? null) : null;
-  if (ready !== null && (next === null || ready < next)) next = ready;
-  if (s.blamedRestart && (next === null || s.blamedRestart.deadline < next)) next = s.blamedRestart.deadline;
   // The checks' upload deadlines: judged on this timer, never on a tick that traffic keeps re-arming.
-  const check = nextCheckDeadline(s);
-  if (check !== null && (next === null || check < next)) next = check;
+  const rounds = earliest(earliest(lastCall, ready), earliest(s.blamedRestart?.deadline ?? null, nextHangDeadline(s)));
+  return earliest(rounds, nextCheckDeadline(s));
+}
+
+/**
+ * When the first worker's heartbeat times out, or null. O(workers): the executor calls it only when
+ * its last answer has passed (a worker's `lastSeen` only grows, and a new one's is now, so an earlier
+ * answer is a lower bound of this one).
+ */
+export function heartbeatDeadline(s: CoordinatorState): number | null {
+  if (s.status === 'done' || s.status === 'failed') return null;
   const limit = HEARTBEAT_TIMEOUT_FACTOR * s.job.heartbeatMs;
-  for (const w of Object.values(s.workers)) {
+  let next: number | null = null;
+  for (const w of workersOf(s.workers)) {
     const due = w.lastSeen + limit + 1;
     if (next === null || due < next) next = due;
   }

@@ -1,11 +1,11 @@
 /**
  * The messages of a welcomed worker: `onMessage` checks that the socket is the worker it claims to be
  * in the current run, then hands each kind to its handler: heartbeat, ready and failure here, a
- * goodbye to round-close.ts, `step_report` to commit.ts, `evaluation` to evaluation.ts. A `hello`
+ * goodbye to round-close.ts, `step_report` and `outer_report` to commit.ts, `evaluation` to evaluation.ts. A `hello`
  * goes to join.ts.
  */
-import { reportStep } from './commit';
-import { begin, finish, log, mutWorker, own, reject } from './context';
+import { reportOuter, reportStep } from './commit';
+import { begin, finish, log, mutWorker, reject } from './context';
 import { reportEvaluation } from './evaluation';
 import { onHello } from './join';
 import { markReadyIn } from './rendezvous';
@@ -13,6 +13,7 @@ import { failIn, leaveIn } from './round-close';
 import type { ClientMessage } from '../../core/protocol/tab-messages';
 import type { CoordinatorState, Transition } from './state';
 import { dataDisputeIn } from './verification';
+import { connectionOf } from './worker-table';
 
 /** A message of kind `T` from a tab. */
 type MessageOf<T extends ClientMessage['type']> = Extract<ClientMessage, { type: T }>;
@@ -20,7 +21,7 @@ type MessageOf<T extends ClientMessage['type']> = Extract<ClientMessage, { type:
 /** A valid message arrived on `conn`. */
 export function onMessage(state: CoordinatorState, conn: string, msg: ClientMessage, now: number): Transition {
   if (msg.type === 'hello') return onHello(state, conn, msg, now);
-  const welcomed = own(state.connections, conn)?.workerId ?? null;
+  const welcomed = connectionOf(state.connections, conn)?.workerId ?? null;
   if (welcomed === null) return reject(state, conn, 'not_joined', `send hello before ${msg.type}`);
   if (msg.workerId !== welcomed)
     return reject(state, conn, 'forged_worker', `this socket is worker ${welcomed}, not ${msg.workerId}`);
@@ -31,6 +32,8 @@ export function onMessage(state: CoordinatorState, conn: string, msg: ClientMess
       return onHeartbeat(state, welcomed, msg, now);
     case 'step_report':
       return reportStep(state, now, conn, welcomed, msg);
+    case 'outer_report':
+      return reportOuter(state, now, conn, welcomed, msg);
     case 'evaluation':
       return reportEvaluation(state, now, conn, welcomed, msg);
     case 'ready':

@@ -16,6 +16,7 @@ import { log, metric, own, sendConn, type Ctx } from './context';
 import { CloseCode } from '../../core/protocol/coordinator-messages';
 import { chargeCaughtIn } from './adaptive-trust';
 import type { CoordinatorState, PenaltyRecord, TrustPolicy } from './state';
+import { workerOf } from './worker-table';
 
 /** Defaults of the abuse policy (the CLI can override each). */
 export const DEFAULT_TRUST_POLICY: TrustPolicy = {
@@ -38,7 +39,7 @@ const addressKey = (addr: string) => `a:${addr}`;
 
 /** The culprit `workerId` with the address of its socket ('' once the worker is gone). */
 export function culpritOf(s: CoordinatorState, workerId: string): Culprit {
-  return { workerId, addr: own(s.workers, workerId)?.addr ?? '' };
+  return { workerId, addr: workerOf(s.workers, workerId)?.addr ?? '' };
 }
 
 const inviteKey = (invite: string) => `i:${invite}`;

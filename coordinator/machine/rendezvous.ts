@@ -18,12 +18,14 @@
  * The `…In(ctx)` functions mutate a transition's private copy (see context.ts); machine.ts is the only
  * entry point (`handle`, and its tick: timeouts and deadlines), so every op is reached, and tested, through it.
  */
-import { log, metric, mutWorker, own, persist, sendWorker, type Ctx } from './context';
+import { log, metric, mutParticipant, mutWorker, persist, sendWorker, sendWorkers, type Ctx } from './context';
 import { checkpointPath, type StateSource, type WaitReason } from '../../core/protocol/coordinator-messages';
 import { readyAllowanceMs } from '../../core/training/link-floor';
 import { holdsState, latestCheckpoint, rollbackIn } from './checkpoints';
 import { computeShares } from './shares';
-import type { CoordinatorState, Participant } from './state';
+import { workerOf } from './worker-table';
+import { carriedGroup } from './carry';
+import type { CarriedGroup, CoordinatorState, Participant } from './state';
 
 function waitReason(s: CoordinatorState): WaitReason {
   if (s.status === 'paused') return 'paused';
@@ -43,7 +45,7 @@ export function notifyWaitingIn(ctx: Ctx): void {
 /** Put a welcomed worker on the wait list; may complete a round. */
 export function enrollIn(ctx: Ctx, workerId: string): void {
   const rv = ctx.s.rendezvous;
-  if (!rv.waitList.includes(workerId)) rv.waitList.push(workerId);
+  if (!rv.waitList.includes(workerId)) rv.waitList = [...rv.waitList, workerId];
   const roundBefore = rv.round;
   evaluateGatheringIn(ctx);
   // If a round opened, openRoundIn already told the rest of the wait list where they stand.
@@ -76,6 +78,11 @@ export function evaluateGatheringIn(ctx: Ctx): void {
     return;
   }
   if (rv.gatheringSince === null) rv.gatheringSince = now;
+  // Survivors carrying a group on start at once: nobody else may join before its commit.
+  if (rv.carry) {
+    openRoundIn(ctx);
+    return;
+  }
   if (enrolled >= s.job.maxWorkers) {
     openRoundIn(ctx);
   } else if (enrolled >= s.job.minWorkers) {
@@ -83,7 +90,8 @@ export function evaluateGatheringIn(ctx: Ctx): void {
     // wait list: there is nobody to wait for. The last call only helps a fresh rendezvous (the first
     // round, or after a coordinator restart) gather the tabs that are still arriving. Skipping it here
     // takes lastCallMs off every recovery.
-    if (rv.closedRound?.members.some((id) => rv.waitList.includes(id))) {
+    const waiting = new Set(rv.waitList);
+    if (rv.closedRound?.members.some((id) => waiting.has(id))) {
       openRoundIn(ctx);
       return;
     }
@@ -100,7 +108,7 @@ function chooseStateSource(ctx: Ctx, participants: Participant[]): StateSource {
   if (s.lastCommit.step === 0) return { kind: 'fresh' };
   // Prefer a worker that reported the committed hash itself over one that only synced it in a round.
   const members = s.lastCommit.members ?? [];
-  const holders = participants.filter((p) => holdsState(own(s.workers, p.workerId), s.lastCommit));
+  const holders = participants.filter((p) => holdsState(workerOf(s.workers, p.workerId), s.lastCommit));
   if (holders.length === participants.length) return { kind: 'held' };
   const holder = holders.find((p) => members.includes(p.workerId)) ?? holders[0];
   if (holder) return { kind: 'peer', rank: holder.rank };
@@ -119,57 +127,120 @@ function chooseStateSource(ctx: Ctx, participants: Participant[]): StateSource {
   return { kind: 'fresh' };
 }
 
-/** Open a round with the head of the wait list (up to maxWorkers), ranks in wait-list order. */
+/**
+ * The members of a carried group still here to carry it on (in their old rank order), with the carry
+ * narrowed to them; null (and the carry given up: the group will be redone) when none are left, fewer
+ * than minWorkers, or the holes of the members gone since would not fit.
+ */
+function carryingMembersIn(ctx: Ctx): CarriedGroup | null {
+  const s = ctx.s;
+  const carry = s.rendezvous.carry;
+  if (!carry) return null;
+  const admissible = new Set(admissibleWaiters(s));
+  const here = carry.members.filter((m) => admissible.has(m.workerId));
+  const gone = carry.members.filter((m) => !admissible.has(m.workerId)).map((m) => m.slot);
+  const narrowed =
+    here.length > 0 && here.length >= s.job.minWorkers
+      ? gone.length === 0
+        ? carry
+        : carriedGroup(s, carry.shares, [...carry.lost, ...gone], here)
+      : null;
+  if (!narrowed) {
+    log(ctx, 'warn', 'carry_given_up', { lost: carry.lost, gone });
+    s.rendezvous.carry = null;
+    s.pending = {};
+    return null;
+  }
+  s.rendezvous.carry = narrowed;
+  return narrowed;
+}
+
+/**
+ * Open a round with the head of the wait list (up to maxWorkers), ranks in wait-list order; or, when a
+ * group is carried (`RendezvousState.carry`), with its survivors alone, each on its old slot.
+ */
 export function openRoundIn(ctx: Ctx): void {
   const { s } = ctx;
   const rv = s.rendezvous;
-  const members = admissibleWaiters(s).slice(0, s.job.maxWorkers);
+  const carry = carryingMembersIn(ctx);
+  const members = carry ? carry.members.map((m) => m.workerId) : admissibleWaiters(s).slice(0, s.job.maxWorkers);
   if (members.length === 0) return;
-  rv.waitList = rv.waitList.filter((id) => !members.includes(id));
+  const admitted = new Set(members);
+  rv.waitList = rv.waitList.filter((id) => !admitted.has(id));
   rv.round += 1;
-  const shares = computeShares(members.map((id) => s.workers[id].throughput));
+  const shares = computeShares(members.map((id) => workerOf(s.workers, id)!.throughput));
   const participants: Participant[] = members.map((workerId, rank) => ({
     workerId,
-    peerId: s.workers[workerId].peerId,
+    peerId: workerOf(s.workers, workerId)!.peerId,
     rank,
+    slot: carry ? carry.members[rank].slot : rank,
     share: shares[rank],
     ready: false,
     lastStep: 0,
   }));
-  const stateFrom = chooseStateSource(ctx, participants);
-  for (const p of participants) p.lastStep = s.lastCommit.step;
+  // A carried group's members all hold the last commit (carryFor checked): nothing is sent.
+  const stateFrom: StateSource = carry ? { kind: 'held' } : chooseStateSource(ctx, participants);
+  participants.forEach((p, rank) => {
+    p.lastStep = carry ? carry.members[rank].lastStep : s.lastCommit.step;
+  });
   rv.participants = participants;
   rv.phase = 'syncing';
   rv.deadline = null;
   rv.baseStep = s.lastCommit.step;
   rv.roundCommits = 0;
+  rv.drainAt = null;
   // A member on a slow link may have the whole state to receive first (core/training/link-floor.ts).
   rv.readyDeadline = ctx.now + s.policy.readyTimeoutMs + readyAllowanceMs(stateFrom, s.job.model, participants.length);
   rv.stepStartedAt = null;
-  s.pending = {};
+  if (!carry) s.pending = {};
   metric(ctx, 'tabswarm_rounds_total');
   metric(ctx, 'tabswarm_world_size', participants.length);
   persist(ctx);
   log(ctx, 'info', 'round_open', {
     round: rv.round,
-    world: participants.map((p) => ({ workerId: p.workerId, rank: p.rank, share: p.share })),
+    world: participants.map((p) => ({ workerId: p.workerId, rank: p.rank, share: p.share, slot: p.slot })),
     step: s.lastCommit.step + 1,
     stateFrom,
+    carried: carry !== null,
   });
+  announceRoundIn(ctx, stateFrom, carry);
+}
+
+/** The `round` message to every participant of the round just opened, then the waiters' `wait`. */
+function announceRoundIn(ctx: Ctx, stateFrom: StateSource, carry: CarriedGroup | null): void {
+  const { s } = ctx;
+  const rv = s.rendezvous;
+  const participants = rv.participants;
   const world = participants.map(({ workerId, peerId, rank, share }) => ({ workerId, peerId, rank, share }));
-  for (const p of participants) {
-    sendWorker(ctx, p.workerId, {
+  const holes = s.record.holes;
+  // One message object for every member: the executor serialises it once (context.ts `sendWorkers`).
+  sendWorkers(
+    ctx,
+    participants.map((p) => p.workerId),
+    {
       type: 'round',
       runId: s.runId,
       round: rv.round,
       world,
       step: s.lastCommit.step + 1,
-      epoch: s.lastCommit.epoch,
-      cursor: s.lastCommit.cursor,
+      epoch: s.record.epoch,
+      cursor: s.record.cursor,
+      ...(holes.length > 0 ? { holes } : {}),
       committedHash: s.lastCommit.hash,
       stateFrom,
-    });
-  }
+      ...(carry
+        ? {
+            carry: {
+              shares: carry.shares,
+              slots: participants.map((q) => q.slot),
+              reported: participants.map((q) => q.lastStep),
+              ...(carry.through !== undefined ? { through: carry.through } : {}),
+              ...(carry.deferred && carry.deferred.length > 0 ? { deferred: carry.deferred } : {}),
+            },
+          }
+        : {}),
+    },
+  );
   notifyWaitingIn(ctx);
 }
 
@@ -177,10 +248,10 @@ export function openRoundIn(ctx: Ctx): void {
 export function markReadyIn(ctx: Ctx, workerId: string): void {
   const { s, now } = ctx;
   const rv = s.rendezvous;
-  const p = rv.participants.find((q) => q.workerId === workerId);
-  if (!p || p.ready || rv.phase !== 'syncing') return;
-  p.ready = true;
-  const worker = s.workers[workerId];
+  const member = rv.participants.find((q) => q.workerId === workerId);
+  if (!member || member.ready || rv.phase !== 'syncing') return;
+  mutParticipant(ctx, workerId)!.ready = true;
+  const worker = workerOf(s.workers, workerId);
   if (worker && !holdsState(worker, s.lastCommit))
     mutWorker(ctx, workerId).holds = [{ step: s.lastCommit.step, hash: s.lastCommit.hash }];
   if (rv.participants.every((q) => q.ready)) {
@@ -190,6 +261,10 @@ export function markReadyIn(ctx: Ctx, workerId: string): void {
     if (rv.gatheringSince !== null) metric(ctx, 'tabswarm_rendezvous_duration_ms', now - rv.gatheringSince);
     rv.gatheringSince = null;
     log(ctx, 'info', 'round_train', { round: rv.round, step: s.lastCommit.step + 1 });
-    for (const q of rv.participants) sendWorker(ctx, q.workerId, { type: 'train', round: rv.round });
+    sendWorkers(
+      ctx,
+      rv.participants.map((q) => q.workerId),
+      { type: 'train', round: rv.round },
+    );
   }
 }

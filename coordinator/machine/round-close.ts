@@ -1,6 +1,10 @@
 /**
  * How a round ends, after TorchElastic's rendezvous (rendezvous.ts forms the rounds):
  *
+ * - Local sync mode: a member lost inside an outer step (goodbye, kick, socket drop, late heartbeat, no
+ *   progress, a failure report blaming it, not ready in a carrying round) costs only its share: the
+ *   round closes with a carry (`carryFor`), the next round is the survivors alone, and they finish the
+ *   group without it (docs/local-steps.md). Otherwise, and in every-step mode, the rules below.
  * - A goodbye or a kick closes the round with restore:true (the in-flight step is undone): not a restart.
  * - A failure (socket closed without goodbye, heartbeat older than 3×heartbeatMs, a failure report, a
  *   hash divergence) closes it with restore:true and counts a restart, charged to its culprits
@@ -13,27 +17,22 @@
  *
  * The `…In(ctx)` functions mutate a transition's private copy (see context.ts).
  */
-import {
-  log,
-  metric,
-  own,
-  persist,
-  sendConn,
-  sendWorker,
-  writableConnections,
-  writableWorkers,
-  type Ctx,
-} from './context';
+import { deleteWorker, log, metric, persist, sendConn, putConnection, sendWorkers, type Ctx } from './context';
 import { CloseCode, type CloseReason } from '../../core/protocol/coordinator-messages';
 import { holdsState, requestCheckpointIn } from './checkpoints';
+import { carryFor } from './carry';
 import { chargeIn, bannedUntil, culpritOf, refuseConnIn, type Culprit } from './penalties';
 import { admissibleWaiters, evaluateGatheringIn, notifyWaitingIn, openRoundIn } from './rendezvous';
 import { computeShares, sharesDrift } from './shares';
+import { connectionOf, workerOf, workersOf } from './worker-table';
+import type { CarriedGroup, CoordinatorState } from './state';
 
 /**
  * Close the open round: `round_closed` to every remaining participant, survivors re-enrolled at the
  * head of the wait list in rank order (`demote` goes to the tail). A failure counts a restart and may
- * fail the job. Does not open the next round: callers follow with `afterCloseIn` or `openRoundIn`.
+ * fail the job. `lost`: the members this close is about; when the survivors can carry the group in
+ * flight on without them (`carryFor`), the next round will be theirs alone (`RendezvousState.carry`).
+ * Does not open the next round: callers follow with `afterCloseIn` or `openRoundIn`.
  */
 export function closeRoundIn(
   ctx: Ctx,
@@ -42,17 +41,20 @@ export function closeRoundIn(
   failure: boolean,
   demote?: string,
   culprits: Culprit[] = [],
+  lost: readonly string[] = [],
 ): void {
   const { s, now } = ctx;
   const rv = s.rendezvous;
   if (rv.phase === 'gathering') return;
   const closed = rv.round;
-  const survivors = rv.participants.filter((p) => s.workers[p.workerId]).map((p) => p.workerId);
-  for (const id of survivors) sendWorker(ctx, id, { type: 'round_closed', round: closed, reason, restore });
+  const carry = carryFor(s, lost);
+  const survivors = rv.participants.filter((p) => workerOf(s.workers, p.workerId)).map((p) => p.workerId);
+  sendWorkers(ctx, survivors, { type: 'round_closed', round: closed, reason, restore });
   rv.closedRound = { round: closed, members: rv.participants.map((p) => p.workerId) };
   const head = survivors.filter((id) => id !== demote);
   const tail = demote !== undefined && survivors.includes(demote) ? [demote] : [];
-  rv.waitList = [...head, ...rv.waitList.filter((id) => !survivors.includes(id)), ...tail];
+  const surviving = new Set(survivors);
+  rv.waitList = [...head, ...rv.waitList.filter((id) => !surviving.has(id)), ...tail];
   rv.participants = [];
   rv.phase = 'gathering';
   rv.deadline = null;
@@ -60,10 +62,50 @@ export function closeRoundIn(
   rv.stepStartedAt = null;
   rv.gatheringSince = now;
   rv.roundCommits = 0;
-  s.pending = {};
+  rv.drainAt = null;
+  keepCarriedReportsIn(ctx, carry);
   metric(ctx, 'tabswarm_world_size', 0);
-  log(ctx, failure ? 'warn' : 'info', 'round_closed', { round: closed, reason, restore, restart: failure });
+  log(ctx, failure ? 'warn' : 'info', 'round_closed', {
+    round: closed,
+    reason,
+    restore,
+    restart: failure,
+    ...(carry
+      ? {
+          carry: {
+            lost: carry.lost,
+            members: carry.members.map((m) => m.workerId),
+            ...(carry.through !== undefined ? { through: carry.through } : {}),
+          },
+        }
+      : {}),
+  });
   if (failure) countRestartIn(ctx, culprits);
+}
+
+/**
+ * The reports a carry keeps (the survivors' inner steps); anything else of the closed round is dropped,
+ * an overlapped job's outer reports included (they hold the old world's sum: the survivors send new ones).
+ */
+function keepCarriedReportsIn(ctx: Ctx, carry: CarriedGroup | null): void {
+  const s = ctx.s;
+  s.rendezvous.carry = carry;
+  if (!carry) {
+    s.pending = {};
+    return;
+  }
+  const kept = new Set(carry.members.map((m) => String(m.slot)));
+  const limit = Math.max(...carry.members.map((m) => m.lastStep));
+  const pending: typeof s.pending = {};
+  for (const [step, reports] of Object.entries(s.pending)) {
+    if (Number(step) > limit) continue;
+    pending[step] = Object.fromEntries(
+      Object.entries(reports)
+        .filter(([slot]) => kept.has(slot))
+        .map(([slot, { outer: _outer, ...report }]) => [slot, report]),
+    );
+  }
+  s.pending = pending;
 }
 
 /**
@@ -117,18 +159,18 @@ export function confirmBlamedRestartIn(ctx: Ctx, why: string, corroborated: bool
  */
 export function enforceBansIn(ctx: Ctx): void {
   const s = ctx.s;
-  let memberBanned = false;
-  for (const worker of Object.values(s.workers)) {
+  const bannedMembers: string[] = [];
+  for (const worker of workersOf(s.workers)) {
     const until = bannedUntil(s, ctx.now, worker);
     if (until === null) continue;
     const { workerId } = worker;
     refuseConnIn(ctx, worker.conn, until);
     if (s.blamedRestart?.workerId === workerId) s.blamedRestart = null;
-    memberBanned = removeWorkerIn(ctx, workerId) || memberBanned;
+    if (removeWorkerIn(ctx, workerId)) bannedMembers.push(workerId);
     log(ctx, 'warn', 'worker_refused', { workerId, addr: worker.addr });
   }
-  if (memberBanned && s.status === 'active') {
-    closeRoundIn(ctx, 'kicked', true, false);
+  if (bannedMembers.length > 0 && s.status === 'active') {
+    closeRoundIn(ctx, 'kicked', true, false, undefined, [], bannedMembers);
     afterCloseIn(ctx);
   }
 }
@@ -152,7 +194,7 @@ export function failJobIn(ctx: Ctx, why: string): void {
   s.rendezvous.deadline = null;
   log(ctx, 'error', 'job_failed', { why, restarts: s.restarts });
   persist(ctx);
-  for (const w of Object.values(s.workers)) {
+  for (const w of workersOf(s.workers)) {
     sendConn(ctx, w.conn, { type: 'error', code: 'job_failed', message: why });
     ctx.out.push({ kind: 'close', conn: w.conn, code: CloseCode.jobOver, reason: 'job failed' });
   }
@@ -161,11 +203,11 @@ export function failJobIn(ctx: Ctx, why: string): void {
 /** Forget a worker (its socket stays open unless the caller closes it). Returns whether it was in the open round. */
 export function removeWorkerIn(ctx: Ctx, workerId: string): boolean {
   const s = ctx.s;
-  const worker = s.workers[workerId];
+  const worker = workerOf(s.workers, workerId);
   if (!worker) return false;
-  delete writableWorkers(ctx)[workerId];
-  const conn = s.connections[worker.conn];
-  if (conn && conn.workerId === workerId) writableConnections(ctx)[worker.conn] = { ...conn, workerId: null };
+  deleteWorker(ctx, workerId);
+  const conn = connectionOf(s.connections, worker.conn);
+  if (conn && conn.workerId === workerId) putConnection(ctx, worker.conn, { ...conn, workerId: null });
   const rv = s.rendezvous;
   rv.waitList = rv.waitList.filter((id) => id !== workerId);
   const wasMember = rv.phase !== 'gathering' && rv.participants.some((p) => p.workerId === workerId);
@@ -180,7 +222,7 @@ export function removeWorkerIn(ctx: Ctx, workerId: string): boolean {
  */
 export function leaveIn(ctx: Ctx, workerId: string, reason: 'goodbye' | 'kicked'): void {
   const s = ctx.s;
-  const worker = s.workers[workerId];
+  const worker = workerOf(s.workers, workerId);
   if (!worker) return;
   const rv = s.rendezvous;
   const lastMember = rv.participants.length === 1 && rv.participants[0].workerId === workerId;
@@ -196,7 +238,7 @@ export function leaveIn(ctx: Ctx, workerId: string, reason: 'goodbye' | 'kicked'
   const wasMember = removeWorkerIn(ctx, workerId);
   log(ctx, 'info', 'leave', { workerId, reason, wasMember });
   if (wasMember && s.status === 'active') {
-    closeRoundIn(ctx, reason, true, false);
+    closeRoundIn(ctx, reason, true, false, undefined, [], [workerId]);
     afterCloseIn(ctx);
   } else if (s.status === 'active' && rv.phase === 'gathering') {
     evaluateGatheringIn(ctx);
@@ -234,10 +276,12 @@ export function failIn(
     // A blamed worker that fails inside a new round costs that round's restart only (one fault, one count).
     if (blamedFailed) s.blamedRestart = null;
     const deferred = reason === 'failure' && opts.blame !== undefined;
-    closeRoundIn(ctx, reason, true, !deferred, opts.blame, culprits);
+    // Lost: the blamed peer (its reporter lives on), else the failed members themselves.
+    const lost = reason !== 'failure' ? [] : opts.blame !== undefined ? [opts.blame] : workerIds;
+    closeRoundIn(ctx, reason, true, !deferred, opts.blame, culprits, lost);
     if (deferred && s.status === 'active') {
       if (s.blamedRestart)
-        confirmBlamedRestartIn(ctx, 'a second blame arrived', !own(s.workers, s.blamedRestart.workerId));
+        confirmBlamedRestartIn(ctx, 'a second blame arrived', !workerOf(s.workers, s.blamedRestart.workerId));
       s.blamedRestart = {
         workerId: opts.blame!,
         deadline: ctx.now + GOODBYE_GRACE_MS,
@@ -264,13 +308,13 @@ export function dropNotReadyIn(ctx: Ctx): void {
   const culprits = late.map((id) => culpritOf(s, id));
   log(ctx, 'warn', 'ready_timeout', { round: s.rendezvous.round, workers: late });
   for (const id of late) {
-    const worker = own(s.workers, id);
+    const worker = workerOf(s.workers, id);
     if (!worker) continue;
     ctx.out.push({ kind: 'close', conn: worker.conn, code: CloseCode.notReady, reason: 'not ready in time' });
     removeWorkerIn(ctx, id);
     metric(ctx, 'tabswarm_ready_timeouts_total');
   }
-  closeRoundIn(ctx, 'failure', true, false);
+  closeRoundIn(ctx, 'failure', true, false, undefined, [], late);
   chargeIn(ctx, culprits, 'not ready in time');
   enforceBansIn(ctx);
   afterCloseIn(ctx);
@@ -283,28 +327,49 @@ export const REBALANCE_MIN_COMMITS = 50;
 export const REBALANCE_DRIFT = 0.25;
 
 /**
- * At a commit boundary: a new round if newcomers can be admitted, the world must shrink (max lowered)
- * or shares drifted. Closes with restore:false and opens the next round at once. Returns whether it did.
+ * Why the training round should change at a commit boundary: newcomers can be admitted or the world must
+ * shrink (max lowered): `membership`; shares drifted: `rebalance`; else null.
+ */
+export function boundaryReason(s: CoordinatorState): CloseReason | null {
+  const rv = s.rendezvous;
+  if (s.status !== 'active' || rv.phase !== 'training') return null;
+  const world = rv.participants.length;
+  if ((admissibleWaiters(s).length > 0 && world < s.job.maxWorkers) || world > s.job.maxWorkers) return 'membership';
+  if (rv.roundCommits < REBALANCE_MIN_COMMITS || world < 2) return null;
+  const proposed = computeShares(rv.participants.map((p) => workerOf(s.workers, p.workerId)!.throughput));
+  const drift = sharesDrift(
+    rv.participants.map((p) => p.share),
+    proposed,
+  );
+  return drift > REBALANCE_DRIFT ? 'rebalance' : null;
+}
+
+/**
+ * At a commit boundary with nothing in flight after it: a new round when `boundaryReason` says so. Closes
+ * with restore:false and opens the next round at once. Returns whether it did.
  */
 export function admitAtBoundaryIn(ctx: Ctx): boolean {
-  const s = ctx.s;
-  const rv = s.rendezvous;
-  if (s.status !== 'active' || rv.phase !== 'training') return false;
-  const world = rv.participants.length;
-  let reason: CloseReason | null = null;
-  if ((admissibleWaiters(s).length > 0 && world < s.job.maxWorkers) || world > s.job.maxWorkers) reason = 'membership';
-  else if (rv.roundCommits >= REBALANCE_MIN_COMMITS && world > 1) {
-    const proposed = computeShares(rv.participants.map((p) => s.workers[p.workerId].throughput));
-    if (
-      sharesDrift(
-        rv.participants.map((p) => p.share),
-        proposed,
-      ) > REBALANCE_DRIFT
-    )
-      reason = 'rebalance';
-  }
+  const reason = boundaryReason(ctx.s);
   if (reason === null) return false;
   closeRoundIn(ctx, reason, false, false);
   openRoundIn(ctx);
   return true;
+}
+
+/** The last step committed: tell every worker and dissolve the round. */
+export function finishJobIn(ctx: Ctx, point: number): void {
+  const s = ctx.s;
+  const rv = s.rendezvous;
+  log(ctx, 'info', 'job_done', { step: point, epochs: s.job.epochs, restarts: s.restarts });
+  sendWorkers(
+    ctx,
+    workersOf(s.workers).map((w) => w.workerId),
+    { type: 'done', step: point },
+  );
+  // No round any more: later departures are no failures and nobody is waiting for anything.
+  rv.closedRound = { round: rv.round, members: rv.participants.map((p) => p.workerId) };
+  rv.participants = [];
+  rv.waitList = [];
+  rv.phase = 'gathering';
+  metric(ctx, 'tabswarm_world_size', 0);
 }

@@ -6,11 +6,24 @@
 import type { StepSketches } from '../../core/state/sketch';
 import { z } from 'zod';
 import type { JobSpec } from '../../core/training/job';
-import type { ClientMessage, PeerLink } from '../../core/protocol/tab-messages';
+import type { ClientMessage, KernelsReport, PeerLink } from '../../core/protocol/tab-messages';
+import type { SyncAdviceView } from '../../core/protocol/views';
 import type { ServerMessage } from '../../core/protocol/coordinator-messages';
 import type { ParseErrorCode } from '../../core/protocol/control-parse';
 import type { SamplerRecord } from '../../core/training/sampler';
 import type { MetricName } from './metric-names';
+import type { BucketTable } from './worker-table';
+import type { PositionRange } from '../../core/training/groups';
+import type { MomentClaim, RecomputedStep, VerificationState, TrustRecord } from './check-state';
+
+export type {
+  CheckedMember,
+  MomentClaim,
+  RecomputedStep,
+  SketchPair,
+  TrustRecord,
+  VerificationState,
+} from './check-state';
 
 // ---------------------------------------------------------------- state
 
@@ -20,6 +33,11 @@ export interface Participant {
   peerId: string;
   /** Dense rank 0..world-1. */
   rank: number;
+  /**
+   * Its slot in the split of the group in flight (whose slices it computes, `rankRanges`): its rank,
+   * unless the round carries a group an earlier round planned (`RendezvousState.carry`).
+   */
+  slot: number;
   /** Fraction of each step's samples; shares of a round sum to 1 and are fixed for the round. */
   share: number;
   /** Sent `ready` for this round. */
@@ -53,15 +71,45 @@ export interface RendezvousState {
   /** Commits made in the current round (shares are re-measured after some). */
   roundCommits: number;
   /**
-   * The round that closed most recently and its members (null before the first close). Reports about
-   * its commits may arrive after the close — rank 0's test-set evaluation of the round's last commit,
-   * or of the job's last step after `done` — and are still accepted from them.
+   * The round that closed most recently and its members (null before the first close). Reports about its commits
+   * may arrive after the close — rank 0's test-set evaluation of the round's last commit, or of the job's last
+   * step after `done` — and are still accepted from them.
    */
   closedRound: { round: number; members: string[] } | null;
   /** While syncing: members not `ready` by this time (ms) are dropped, without a restart. Null otherwise. */
   readyDeadline?: number | null;
   /** When the round's members may start computing their next step (train, or the last commit): ms. */
   stepStartedAt?: number | null;
+  /**
+   * A commit group an earlier round planned, carried on by the survivors (local sync mode: members were lost inside
+   * the outer step; round-close.ts `carryIn`). Set when such a round closes, kept while the carrying round runs,
+   * cleared by the group's commit or when it is given up (a restore). Replaced whole, never edited (context.ts).
+   * Absent or null: the current round planned the group in flight (every slot is its rank).
+   */
+  carry?: CarriedGroup | null;
+  /**
+   * An overlapped job (core/training/overlap.ts): the last step of the group whose outer step the coordinator asked
+   * to be synchronous (`committed.drain`) because the round changes at its commit. Null or absent: none. Cleared
+   * when the round closes.
+   */
+  drainAt?: number | null;
+}
+
+/** The split of a commit group that survivors carry on (see `RendezvousState.carry`). */
+export interface CarriedGroup {
+  /** The planning round's shares by slot: the split every slice of the group follows. */
+  shares: number[];
+  /** Slots whose ranks were lost: their slices become holes when the group commits. */
+  lost: number[];
+  /** The survivors in their old rank order: each one's slot and the last step it reported. */
+  members: { workerId: string; slot: number; lastStep: number }[];
+  /** Overlapped job: the last step carried on (the group in flight's, or its successor's if begun). Absent: the first. */
+  through?: number;
+  /**
+   * Holes of the record the group in flight was planned without: the lost slices of its overlapped predecessor,
+   * committed partially while this group was carried along (sampler.ts `commitGroup`).
+   */
+  deferred?: PositionRange[];
 }
 
 /** A state a worker holds: a committed step and the parameter hash there. */
@@ -69,6 +117,14 @@ export interface HeldState {
   step: number;
   hash: string | null;
 }
+
+/** The state's workers by id (a bucket table: worker-table.ts). */
+export type WorkerTable = BucketTable<WorkerInfo>;
+/** The state's open sockets by conn id (a bucket table: worker-table.ts). */
+export type ConnectionTable = BucketTable<Connection>;
+
+/** An open socket: the worker welcomed on it (null before hello or after goodbye), the server's nonce, the client address. */
+export type Connection = { workerId: string | null; nonce: string; addr?: string };
 
 /** A worker that said hello and has not left. */
 export interface WorkerInfo {
@@ -96,6 +152,8 @@ export interface WorkerInfo {
   iceError?: string | null;
   /** Its compute utilization and wire bytes per sample over its accepted reports (utilization.ts); absent before the first. */
   usage?: Usage;
+  /** The kernels its hello reported (variants, GFLOP/s; only shown); absent when it sent none. */
+  kernels?: KernelsReport;
 }
 
 /** One rank's report of one step, kept until the step commits or the round closes. */
@@ -110,91 +168,20 @@ export interface PendingReport {
   innerHash?: string;
   /** Local mode, at a commit point: its inner optimizer's t after the inner steps. */
   innerT?: number;
-}
-
-/** A member of a checked commit, as it was then (it may have left since). */
-export interface CheckedMember {
-  workerId: string;
-  rank: number;
-  share: number;
-  /** Its client address and invite: a withheld upload or a caught lie is charged to them. */
-  addr: string;
-  invite: string | null;
+  /** An overlapped job's commit point: the hash of this rank's `outer_report`, once it arrived. */
+  outer?: string;
 }
 
 /**
- * A commit being recomputed by the verifier (checks.ts): one member uploads the state the commit
- * started from, then the verifier recomputes what was claimed. Several may be in flight.
- */
-export interface VerificationState {
-  /** Unique per check (never reused while the coordinator runs): the upload's URL names it. */
-  id: number;
-  /** `every-step`: every rank's gradient and the update of `step`; `local`: one rank's outer step. */
-  mode: 'every-step' | 'local';
-  /** The commit point checked. */
-  step: number;
-  /** First step of the commit (local: previous commit point + 1) and its record position (`checkedSlices`). */
-  firstStep: number;
-  start: { epoch: number; cursor: number };
-  /** Committed hash at `firstStep − 1` (null: the fresh initial state): the upload must be that state. */
-  prevHash: string | null;
-  /** Committed hash of `step`: the sketches' seed. */
-  stepHash: string;
-  /** The round's world at `step` (the slices follow from the shares). */
-  world: CheckedMember[];
-  /** Ranks whose contributions this check recomputes (every-step: all; local: the uploader's). */
-  ranks: number[];
-  /** The claims: judged ranks' own sketches (in `ranks` order), the agreed params; local: sum, outer, the rank's moments. */
-  claims: {
-    own: number[][];
-    params: number[];
-    sum?: number[];
-    sumMass?: number[];
-    outer?: number[];
-    moments?: number[][];
-  };
-  /**
-   * Local mode: what the uploaded inner state must continue (its start moments): the members' claims of
-   * their end moments at the previous commit point (seeded by `prevHash`), a stored checkpoint's own
-   * commitment, or nothing known (after a coordinator restart).
-   */
-  continuity?: { claims: MomentClaim[]; world: number } | { trainingHash: string } | null;
-  /** Local mode: the checked rank's commitment to its inner state at `firstStep − 1`. */
-  innerHash?: string;
-  /** The member asked to upload the state of `firstStep − 1`. */
-  uploader: string;
-  /** `held`: its verdict found a lie, and waits for the checks of earlier steps (check-events.ts). */
-  phase: 'upload' | 'recompute' | 'held';
-  /** The verifier's answer of a `held` check. */
-  result?: RecomputedStep;
-  /** The upload must arrive by then (ms); the recompute has no deadline here (the verifier's own timeout). */
-  deadline: number;
-  /** `commitSeq` when it was drawn: later commits are held once `VERIFY_GATE_COMMITS` passed it (checks.ts). */
-  commitSeq: number;
-}
-
-/** Local mode: what a rank said it ended an outer step with (its moments' sketches, its optimizer's t). */
-/**
- * A checkpoint asked for. Local mode adds the members' moment claims of that commit: the upload's inner
- * state must be its uploader's, and the upload may arrive after the next commit replaced `momentClaims`.
+ * A checkpoint asked for and not yet stored: the commit it is of (its record position). Local mode adds
+ * the members' moment claims of that commit: the upload's inner state must be its uploader's, and the
+ * upload may arrive after the next commit replaced `momentClaims`.
  */
 export interface CheckpointRequest extends HeldState {
+  epoch: number;
+  cursor: number;
+  holes: PositionRange[];
   claims?: { world: number; byWorker: Record<string, MomentClaim> };
-}
-
-export interface MomentClaim {
-  moments: number[][];
-  t: number;
-}
-
-/** What a client address, an invite or a worker id has shown (adaptive-trust.ts). */
-export interface TrustRecord {
-  /** Recomputed checks its contributions passed. */
-  passed: number;
-  /** Times it was caught cheating (for an address or invite: under any worker id). */
-  caught: number;
-  /** It took part in a commit whose check was inconclusive: checked at every commit until it passed its checks. */
-  doubted?: boolean;
 }
 
 /** A durable checkpoint the server stored. */
@@ -203,6 +190,8 @@ export interface CheckpointInfo {
   /** Record position after `step` (where step+1 starts). */
   epoch: number;
   cursor: number;
+  /** The record's holes there (a rollback restores them). Absent in states persisted before holes: none. */
+  holes?: PositionRange[];
   /** sha256 of the stored file. */
   sha256: string;
   /** Parameter hash at `step` (the commit's hash), or null if unknown. */
@@ -214,14 +203,18 @@ export interface CheckpointInfo {
 /** The last committed step (step 0, hash null: the initial state). */
 export interface LastCommit {
   step: number;
-  /** Record position after `step`. */
+  /** Record position after `step` (the record itself, which always agrees). */
   epoch: number;
   cursor: number;
+  /** The record's holes after `step`. Absent in states persisted before holes existed: none. */
+  holes?: PositionRange[];
+  /** First step of the commit that ended at `step` (the evaluation schedule needs it); absent: `step`. */
+  firstStep?: number;
   hash: string | null;
   /**
-   * Workers that reported `hash` for `step` (the committing round's members). Only they may be the
-   * state source for it: a hello that merely claims `haveStep/haveHash` (copied from /api/status)
-   * proves nothing. Absent in states persisted before the field existed (then nobody qualifies).
+   * Workers that reported `hash` for `step` (the committing round's members). Only they may be the state source for
+   * it: a hello that merely claims `haveStep/haveHash` (copied from /api/status) proves nothing. Absent in states
+   * persisted before the field existed (then nobody qualifies).
    */
   members?: string[];
 }
@@ -230,6 +223,11 @@ export interface LastCommit {
 export interface TrustPolicy {
   /** A round member not `ready` this long after the round opened is dropped (no restart). */
   readyTimeoutMs: number;
+  /**
+   * Local sync mode: a member whose next inner-step report is later than this (ms) and than twice its
+   * learned step time has hung (hang.ts). Absent: `HANG_FLOOR_MS` (core/training/hang.ts).
+   */
+  hangFloorMs?: number;
   /** Charges a worker may collect within `chargeWindowMs` before it is cooled off. */
   workerQuota: number;
   /** Charges a client address may collect within `chargeWindowMs` before it is cooled off. */
@@ -265,6 +263,8 @@ export interface UsageSums {
   wireSamples: number;
   /** Bytes sent in the step's collectives, as the tabs claimed them. */
   wireBytes: number;
+  /** Reports counted (decayed like the rest in the recent sums): per-step averages divide by it. */
+  reports: number;
 }
 
 /** Decaying sums over the recent window, and the run's totals (since this coordinator started). */
@@ -289,7 +289,7 @@ export interface CoordinatorState {
   lastCommit: LastCommit;
   /** Stored checkpoints, ascending by step. */
   checkpoints: CheckpointInfo[];
-  /** Checkpoints requested and not yet stored: the step and the commit hash there. */
+  /** Checkpoints requested and not yet stored: the step, the commit hash and the record position there. */
   checkpointRequests: CheckpointRequest[];
   /** Failure restarts so far (job fails when this exceeds job.maxRestarts). */
   restarts: number;
@@ -305,12 +305,16 @@ export interface CoordinatorState {
     reporter?: { workerId: string; addr: string };
     addr?: string;
   } | null;
-  /** Open sockets: conn id → the worker welcomed on it (null before hello or after goodbye) and the server's nonce. */
-  connections: Record<string, { workerId: string | null; nonce: string; addr?: string }>;
-  workers: Record<string, WorkerInfo>;
+  /** Open sockets by conn id (worker-table.ts: read with `connectionOf`, written through context.ts). */
+  connections: ConnectionTable;
+  /** Welcomed workers by id (worker-table.ts: read with `workerOf`/`workersOf`, written through context.ts). */
+  workers: WorkerTable;
   /** Counter for worker ids (ids also carry the connection's nonce). */
   nextWorkerSeq: number;
-  /** Reports of uncommitted steps of the current round: step → rank → report. */
+  /**
+   * Reports of the group in flight: step → slot → report (a slot is the rank that planned the group,
+   * `Participant.slot`; a carried group's reports survive the change of round).
+   */
   pending: Record<string, Record<string, PendingReport>>;
   /** The abuse policy (not durable: from the CLI). */
   policy: TrustPolicy;
@@ -335,6 +339,11 @@ export interface CoordinatorState {
   evaluationClaims?: { step: number; workerId: string; correct: number; testSamples: number; lossSum: number }[];
   /** Trust records by `w:<workerId>`, `a:<address>`, `i:<invite>` (adaptive-trust.ts; not durable). */
   trust?: Record<string, TrustRecord>;
+  /**
+   * Every-step sync waits on the network longer than the tabs compute: the advice shown on the admin
+   * page and in `/api/status` (sync-advice.ts; not durable). Absent or null: none.
+   */
+  syncAdvice?: SyncAdviceView | null;
   /** First committed step each worker contributed to since the last rollback (the rollback target of a cheat). */
   contributions?: Record<string, number>;
   /** Workers suspected by every recent ring failure (verification.ts `suspectsFailIn`), or null. */
@@ -414,46 +423,29 @@ export type Event =
   /** The verifier's recomputation for a check, or why it could not be done. */
   | { kind: 'verification_result'; check: number; result: RecomputedStep | { error: string } };
 
-/** A sketch the verifier computed: bucket values and L1 masses. */
-export interface SketchPair {
-  values: number[];
-  mass: number[];
-}
-
-/**
- * What the verifier recomputed: each judged rank's own sketch (in the check's `ranks` order), the
- * parameter sketch the commit should have produced; in local mode also the rank's end moments and the
- * outer momentum. `startOk: false`: the uploaded state is not what the commit started from (not the
- * fresh initial state where it had to be), which its uploader answers for.
- */
-export interface RecomputedStep {
-  own: SketchPair[];
-  params: SketchPair;
-  moments?: SketchPair[];
-  outer?: SketchPair;
-  startOk?: boolean;
-  /** The verifier's time for the recomputation (ms), for the log. */
-  ms?: number;
-  /**
-   * How far a second recomputation from the start moved by a few roundings lands from this one (the
-   * worst ratio over the recomputed sketches): asked only when this one contradicts the claims.
-   */
-  sensitivity?: number;
-}
-
 // ---------------------------------------------------------------- actions
 
-/** One commit: one row of the commit log. A commit covers steps firstStep..step (one epoch at most). */
+/**
+ * One commit: one row of the commit log. A commit covers the group of steps firstStep..step (one epoch
+ * at most), which took the front of the epoch's remaining sequence R = holes ++ [cursorStart, n).
+ */
 export interface CommitRecord {
   /** Last step of the commit. */
   step: number;
   /** First step of the commit (= step when commitEvery is 1). */
   firstStep: number;
   epoch: number;
-  /** First position in the epoch order covered by this commit. */
+  /** The record's cursor before the commit: where the group's tail positions start. */
   cursorStart: number;
-  /** Positions covered: order[cursorStart .. cursorStart+count) are now processed. */
+  /** Positions committed (now processed). */
   count: number;
+  /**
+   * The positions committed, as ranges of the epoch order, when they are not [cursorStart,
+   * cursorStart+count) (the group served holes, or was committed partially). Absent: that range.
+   */
+  ranges?: PositionRange[];
+  /** Positions the group took from R but left as holes (a partial commit: the lost ranks' slices). Absent: none. */
+  skipped?: PositionRange[];
   /** Parameter hash after `step`. */
   hash: string;
   round: number;

@@ -19,6 +19,7 @@ import type { Ctx } from './context';
 import type { StepReportMessage } from '../../core/protocol/tab-messages';
 import type { UsageView } from '../../core/protocol/views';
 import type { Usage, UsageSums, WorkerInfo } from './state';
+import { updateSyncAdviceIn } from './sync-advice';
 
 /**
  * Half-life of the recent window, in ms of coordinator clock. Long enough to span several outer steps of
@@ -28,7 +29,7 @@ import type { Usage, UsageSums, WorkerInfo } from './state';
  */
 export const USAGE_HALF_LIFE_MS = 30_000;
 
-const ZERO: UsageSums = { wallMs: 0, computeMs: 0, wireSamples: 0, wireBytes: 0 };
+const ZERO: UsageSums = { wallMs: 0, computeMs: 0, wireSamples: 0, wireBytes: 0, reports: 0 };
 
 /** The part of one report the accounting needs. */
 export type UsageReport = Pick<StepReportMessage, 'samples' | 'computeMs' | 'wireBytes'>;
@@ -40,6 +41,7 @@ function add(sums: UsageSums, r: UsageReport, wallMs: number, weight: number): U
     computeMs: sums.computeMs * weight + Math.min(Math.max(0, r.computeMs), wallMs),
     wireSamples: sums.wireSamples * weight + (wired ? r.samples : 0),
     wireBytes: sums.wireBytes * weight + (wired ? r.wireBytes! : 0),
+    reports: (sums.reports ?? 0) * weight + (wallMs > 0 ? 1 : 0),
   };
 }
 
@@ -74,4 +76,5 @@ export function usageView(sums: UsageSums | undefined): UsageView {
 export function recordUsageIn(ctx: Ctx, worker: WorkerInfo, r: UsageReport, since: number): void {
   worker.usage = addUsage(worker.usage, r, ctx.now - since, ctx.now);
   ctx.s.usage = addUsage(ctx.s.usage, r, ctx.now - since, ctx.now);
+  updateSyncAdviceIn(ctx);
 }

@@ -23,6 +23,7 @@
  * the other tabs.
  */
 import { log, metric, own, persist, type Ctx } from './context';
+import { workerOf } from './worker-table';
 import type { JobSpec } from '../../core/training/job';
 import type { StepReportMessage } from '../../core/protocol/tab-messages';
 import {
@@ -212,7 +213,7 @@ export function cheatersCaughtIn(ctx: Ctx, workerIds: string[], why: string, pla
   const firsts = workerIds.map((w) => own(s.contributions ?? {}, w)).filter((x): x is number => x !== undefined);
   const first = firsts.length > 0 ? Math.min(...firsts) : null;
   for (const workerId of workerIds) {
-    const worker = own(s.workers, workerId);
+    const worker = workerOf(s.workers, workerId);
     const place = worker ? { addr: worker.addr, invite: worker.invite ?? null } : own(places, workerId);
     banIn(ctx, { ...culpritOf(s, workerId), ...(place ?? {}) }, 'caught cheating');
   }

@@ -9,6 +9,7 @@ import type { ClientMessage, HelloMessage } from '../../core/protocol/tab-messag
 import type { InviteStore } from '../admin/invites';
 
 import type { JoinMode } from '../../core/protocol/admin-feed';
+import { workersOf } from '../machine/worker-table';
 
 export type { JoinMode };
 
@@ -17,7 +18,7 @@ export type Screened = { ok: true; msg: ClientMessage } | { ok: false; message: 
 /** Workers connected now that joined through invite `inviteId`. */
 export function tabsThrough(state: CoordinatorState, inviteId: string): number {
   let tabs = 0;
-  for (const worker of Object.values(state.workers)) if (worker.invite === inviteId) tabs += 1;
+  for (const worker of workersOf(state.workers)) if (worker.invite === inviteId) tabs += 1;
   return tabs;
 }
 

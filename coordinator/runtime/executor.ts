@@ -18,13 +18,15 @@ import {
   type CoordinatorState,
   type Event,
   handle,
-  nextDeadline,
+  heartbeatDeadline,
+  roundDeadline,
   type Transition,
 } from '../machine/machine';
 import type { ServerMessage } from '../../core/protocol/coordinator-messages';
 import { sameSecret } from '../http/http-util';
 import type { CoordinatorMetrics } from '../admin/server-metrics';
 import type { Store, StoreOp } from './store';
+import { connectionOf } from '../machine/worker-table';
 
 /** How the executor reaches sockets (the control channel implements it). */
 export interface SocketSink {
@@ -65,7 +67,7 @@ export function grantRefusal(
 /** The metrics the executor feeds (CoordinatorMetrics in the product; a recorder in tests). */
 export type ExecutorMetrics = Pick<
   CoordinatorMetrics,
-  'apply' | 'eventSeconds' | 'framesSent' | 'storeTransactions' | 'storeTransactionSeconds'
+  'apply' | 'eventSeconds' | 'commitSeconds' | 'framesSent' | 'storeTransactions' | 'storeTransactionSeconds'
 >;
 
 /**
@@ -126,6 +128,10 @@ export class MachineExecutor {
   private readonly counted = new Map<string, number>();
   private countedTimer: NodeJS.Timeout | null = null;
   private rowsSincePrune = 0;
+  /** The last message sent and its JSON (messages are never edited once emitted). */
+  private lastSent: { msg: ServerMessage | null; text: string } = { msg: null, text: '' };
+  /** When the first heartbeat times out, as last computed (see `nextDeadline`). */
+  private heartbeatDue: number | null = null;
   private readonly now: () => number;
   private readonly storedLogLevels: ReadonlySet<string>;
 
@@ -195,7 +201,9 @@ export class MachineExecutor {
       this.execute(action);
     }
     this.flushStore();
-    this.options.metrics.eventSeconds.observe((performance.now() - started) / 1000);
+    const seconds = (performance.now() - started) / 1000;
+    this.options.metrics.eventSeconds.observe(seconds);
+    if (transition.actions.some((a) => a.kind === 'record_commit')) this.options.metrics.commitSeconds.observe(seconds);
     if (this.failed || transition.actions.length === 0) return;
     for (const listener of this.listeners) {
       try {
@@ -290,7 +298,7 @@ export class MachineExecutor {
       const checks = this.currentState.checks ?? [];
       for (const id of [...this.verifyGrants.keys()])
         if (!checks.some((c) => c.id === id && c.phase === 'upload')) this.verifyGrants.delete(id);
-      const workerId = this.currentState.connections[conn]?.workerId;
+      const workerId = connectionOf(this.currentState.connections, conn)?.workerId;
       const v = checks.find((c) => c.uploader === workerId && c.step === msg.step && c.phase === 'upload');
       if (!v) return { ...msg, upload: undefined };
       const url = this.issueGrant(this.verifyGrants, v.id, conn, v.prevHash, msg.upload.url);
@@ -317,13 +325,15 @@ export class MachineExecutor {
     url: string,
   ): string {
     const token = randomBytes(16).toString('hex');
-    const workerId = this.currentState.connections[conn]?.workerId ?? null;
+    const workerId = connectionOf(this.currentState.connections, conn)?.workerId ?? null;
     grants.set(step, { step, conn, workerId, token, hash, issuedAt: this.now() });
     return `${url}${url.includes('?') ? '&' : '?'}token=${token}`;
   }
 
   private send(conn: string, msg: ServerMessage): void {
-    if (this.options.sockets.send(conn, JSON.stringify(msg))) this.options.metrics.framesSent.inc();
+    // A message the machine sends to many workers is one object (context.ts `sendWorkers`): serialised once.
+    if (msg !== this.lastSent.msg) this.lastSent = { msg, text: JSON.stringify(msg) };
+    if (this.options.sockets.send(conn, this.lastSent.text)) this.options.metrics.framesSent.inc();
   }
 
   /** A stored checkpoint settles its grant. */
@@ -396,12 +406,27 @@ export class MachineExecutor {
     this.options.metrics.storeTransactionSeconds.observe((performance.now() - started) / 1000);
   }
 
+  /**
+   * The machine's `nextDeadline`, without scanning every worker per event: the heartbeat part is
+   * recomputed only once its last value has passed (or there was none). A worker's `lastSeen` only
+   * grows and a new worker's is now, so the remembered value is never later than the true one: at
+   * worst a tick comes early and finds nothing to do. The scan per event took 18 % of the
+   * coordinator's CPU at 1,000 workers (docs/performance.md, "A coordinator for hundreds").
+   */
+  private nextDeadline(now: number): number | null {
+    if (this.heartbeatDue === null || now >= this.heartbeatDue)
+      this.heartbeatDue = heartbeatDeadline(this.currentState);
+    const round = roundDeadline(this.currentState);
+    if (this.heartbeatDue === null) return round;
+    return round === null ? this.heartbeatDue : Math.min(round, this.heartbeatDue);
+  }
+
   /** Ticks at the machine's next deadline, and at least every `maxTickMs` (heartbeat checks). */
   private scheduleTick(): void {
     if (this.failed || this.stopped || this.options.timers === false) return;
-    const deadline = nextDeadline(this.currentState);
-    const maxTickMs = Math.max(50, Math.floor(this.currentState.job.heartbeatMs / 2));
     const now = this.now();
+    const deadline = this.nextDeadline(now);
+    const maxTickMs = Math.max(50, Math.floor(this.currentState.job.heartbeatMs / 2));
     // At least a few ms: a deadline the machine does not clear on tick must not become a busy loop.
     const delay = deadline === null ? maxTickMs : Math.max(5, Math.min(maxTickMs, deadline - now + 1));
     if (this.tickTimer) clearTimeout(this.tickTimer);

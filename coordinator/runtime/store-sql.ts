@@ -37,6 +37,8 @@ CREATE TABLE IF NOT EXISTS commits (
   epoch INTEGER NOT NULL,
   cursor_start INTEGER NOT NULL,
   count INTEGER NOT NULL,
+  ranges_json TEXT,
+  skipped_json TEXT,
   hash TEXT NOT NULL,
   round INTEGER NOT NULL,
   world_json TEXT NOT NULL,
@@ -75,6 +77,10 @@ export interface CommitDbRow {
   epoch: number;
   cursor_start: number;
   count: number;
+  /** JSON of the committed position ranges when they are not [cursor_start, cursor_start+count); NULL: that range. */
+  ranges_json: string | null;
+  /** JSON of the positions the commit left as holes (a partial commit); NULL: none. */
+  skipped_json: string | null;
   hash: string;
   round: number;
   world_json: string;
@@ -109,7 +115,18 @@ export function openDatabase(path: string): Database.Database {
   db.pragma('foreign_keys = ON');
   db.pragma('busy_timeout = 5000');
   db.exec(SCHEMA);
+  migrate(db);
   return db;
+}
+
+/**
+ * Columns added after a store may have been created: a database written by an older release gains them
+ * (NULL in its rows, which read as "no holes": a commit covered [cursor_start, cursor_start+count)).
+ */
+function migrate(db: Database.Database): void {
+  const columns = new Set((db.prepare('PRAGMA table_info(commits)').all() as { name: string }[]).map((c) => c.name));
+  for (const column of ['ranges_json', 'skipped_json'])
+    if (!columns.has(column)) db.exec(`ALTER TABLE commits ADD COLUMN ${column} TEXT`);
 }
 
 /** Runs and their durable state (`openRun`), and the writes `apply` runs in one transaction. */
@@ -128,8 +145,8 @@ function writeStatements(db: Database.Database) {
        ON CONFLICT(run_id) DO UPDATE SET state_json = excluded.state_json, updated_at = excluded.updated_at`,
     ),
     commit: db.prepare(
-      `INSERT INTO commits (run_id, step, first_step, epoch, cursor_start, count, hash, round, world_json, loss, committed_at)
-       VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+      `INSERT INTO commits (run_id, step, first_step, epoch, cursor_start, count, ranges_json, skipped_json, hash, round, world_json, loss, committed_at)
+       VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
     ),
     rollback: db.prepare('UPDATE commits SET rolled_back = 1 WHERE run_id = ? AND step > ? AND rolled_back = 0'),
     round: db.prepare(

@@ -12,6 +12,7 @@ import { createHash, randomUUID } from 'node:crypto';
 import { closeSync, fsyncSync, mkdirSync, openSync, readFileSync, renameSync, rmSync, writeSync } from 'node:fs';
 import { join } from 'node:path';
 import type { CommitRecord } from '../machine/state';
+import type { PositionRange } from '../../core/training/groups';
 import {
   type CheckpointDbRow,
   type CommitDbRow,
@@ -116,6 +117,8 @@ function commitFromDb(row: CommitDbRow): CommitRow {
     epoch: row.epoch,
     cursorStart: row.cursor_start,
     count: row.count,
+    ...(row.ranges_json ? { ranges: JSON.parse(row.ranges_json) as PositionRange[] } : {}),
+    ...(row.skipped_json ? { skipped: JSON.parse(row.skipped_json) as PositionRange[] } : {}),
     hash: row.hash,
     round: row.round,
     world: JSON.parse(row.world_json) as CommitRecord['world'],
@@ -227,6 +230,8 @@ export class SqliteStore implements Store {
               c.epoch,
               c.cursorStart,
               c.count,
+              c.ranges ? JSON.stringify(c.ranges) : null,
+              c.skipped ? JSON.stringify(c.skipped) : null,
               c.hash,
               c.round,
               JSON.stringify(c.world),

@@ -6,45 +6,69 @@
  * the admin page (web/admin reads them), so they live in the pure core both may import
  * (docs/boundaries.md).
  *
- * Life of a connection: the first message is a `snapshot` (the whole picture: status, commit history,
- * recent events, checkpoints); after it, `status` at least every second and after every change,
- * `commit` per recorded commit, `rollback` when the record went back to a checkpoint, `event` per
- * log line at info level or above, `checkpoints` when the list changed. A reconnecting EventSource
- * gets a fresh snapshot, so the page replaces its state instead of patching it.
+ * Life of a connection: the first message is a `snapshot` (the whole picture: status, every worker,
+ * commit history, recent events, checkpoints); after it, a `delta` at least every second and soon
+ * after every change (the status, and only the workers that were added, changed or removed), `commit`
+ * per recorded commit, `rollback` when the record went back to a checkpoint, `event` per log line at
+ * info level or above, `checkpoints` when the list changed. Deltas are numbered: a page that sees a
+ * gap reconnects, and a reconnecting EventSource gets a fresh snapshot, so the page replaces its
+ * state instead of patching a state it no longer has. What a delta costs grows with what changed, not
+ * with the swarm (a status listed every worker every second: 1,000 workers, ~300 kB a second).
  */
 import type { SyncSpec } from '../training/job';
-import type { StatusView, UsageView, WorldView } from './views';
-
-/** One rank of the current round as the admin page shows it: the core's view plus the server clock's view. */
-export type AdminWorkerView = WorldView & {
-  /** Milliseconds since the worker's last message, by the coordinator's clock. */
-  lastHeartbeatAgeMs: number;
-};
-
-/** A worker enrolled but not in the round (waiting for the next commit boundary or rendezvous). */
-export type AdminWaitingView = StatusView['waiting'][number] & {
-  /** WebGPU adapter vendor and architecture. */
-  adapter: string;
-  /** The invite it joined through (id), or null. */
-  invite: string | null;
-  lastHeartbeatAgeMs: number;
-};
+import type { KernelsReport, PeerLink } from './tab-messages';
+import type { StatusSummary, UsageView } from './views';
 
 /**
- * The body of `GET /api/status` (coordinator/admin/audit.ts `statusOf`), also the feed's `status`: the core's
- * `statusView` plus what only the server knows (heartbeat ages) and a few raw fields of the state.
+ * The feed's `status`: `/api/status` without its pages (aggregates over every worker; bounded whatever
+ * the swarm's size). The rows of the workers come as `FeedWorker`s, in the snapshot and then as deltas.
  */
-export type AdminStatus = Omit<StatusView, 'world' | 'waiting'> & {
-  /** Rendezvous phase (gathering, syncing, training), also while paused. */
-  phase: string;
-  /** Job status: active, paused, done, failed. */
-  status: string;
-  /** Sampler cursor in the current epoch. */
-  cursor: number;
-  world: AdminWorkerView[];
-  waiting: AdminWaitingView[];
-  latestCheckpoint: { step: number; sha256: string } | null;
-};
+export type AdminStatus = StatusSummary;
+
+/** Where a worker stands: a member of the round (syncing its state, ready, or training) or waiting. */
+export type FeedWorkerState = 'syncing' | 'ready' | 'training' | 'waiting';
+
+/**
+ * One worker as the admin page's table shows it, member or waiting. Values that change with every
+ * report are rounded (3 significant digits; `lastSeen` down to a quarter of the heartbeat period, at most
+ * a second), so a row changes, and is sent, about once a second, not at every step. `/api/status` has the
+ * exact values.
+ */
+export interface FeedWorker {
+  id: string;
+  peerId: string;
+  state: FeedWorkerState;
+  /** Rank in the round (members), else null. */
+  rank: number | null;
+  /** Place on the wait list (waiting), else null. */
+  position: number | null;
+  /** Fraction of each step's samples (members), else null. */
+  share: number | null;
+  /** Last step it reported in this round (members), else null. */
+  lastStep: number | null;
+  /** Smoothed samples per compute-ms the coordinator measured, or null before its first step. */
+  throughput: number | null;
+  /** Recent compute utilization in [0, 1], or null. */
+  utilization: number | null;
+  /** Recent bytes it sent in collectives per sample (its claim), or null. */
+  bytesPerSample: number | null;
+  /** Its ring links' RTT (max over them, ms) from its last heartbeat, or null. */
+  peerRttMs: number | null;
+  /** Each ring link: the peer's worker id, the selected candidate types, its RTT when reported. */
+  peerLinks: PeerLink[];
+  iceError: string | null;
+  /** WebGPU adapter vendor and architecture ('' unknown). */
+  adapter: string;
+  /** The kernels its hello reported (variants, GFLOP/s, tuned or cached), or null. */
+  kernels: KernelsReport | null;
+  invite: string | null;
+  /** When it joined, and when its last message arrived (floored as said above): coordinator clock, ms. */
+  joinedAt: number;
+  lastSeen: number;
+}
+
+/** A changed worker: its id and the fields whose value changed. */
+export type FeedWorkerChange = { id: string } & Partial<Omit<FeedWorker, 'id'>>;
 
 /** What the page shows of the job (from the validated job spec). */
 export interface AdminJobSummary {
@@ -162,17 +186,35 @@ export interface FeedEvaluation {
 export type FeedMessage =
   | {
       type: 'snapshot';
+      /** The delta this snapshot includes: the next `delta` to apply is seq + 1. */
+      seq: number;
       runId: string;
       /** Coordinator clock when the snapshot was taken. */
       at: number;
       status: AdminStatus;
+      /** Every worker (members by rank, then the wait list). */
+      workers: FeedWorker[];
       job: AdminJobSummary;
       commits: FeedCommit[];
       events: FeedEvent[];
       checkpoints: FeedCheckpoint[];
       evaluations: FeedEvaluation[];
     }
-  | { type: 'status'; at: number; status: AdminStatus }
+  | {
+      /**
+       * What changed since the previous delta (or the snapshot): the status (always whole: it is
+       * bounded) and the workers added, changed (only the changed fields) and removed. Sent after
+       * changes (at most one per throttle period) and at least once a second. A page whose last
+       * seq is not seq − 1 missed one and must take a new snapshot (reconnect).
+       */
+      type: 'delta';
+      seq: number;
+      at: number;
+      status: AdminStatus;
+      added: FeedWorker[];
+      changed: FeedWorkerChange[];
+      removed: string[];
+    }
   | { type: 'commit'; commit: FeedCommit }
   | { type: 'rollback'; afterStep: number }
   | { type: 'event'; event: FeedEvent }
@@ -187,74 +229,67 @@ export interface CheckpointListResponse {
 
 /**
  * How the ranks sync, as the admin page's sync line and the swarm report show it: "every step, fp32" or
- * "local, H = 32, int8, outer Nesterov lr 0.7 m 0.9".
+ * "local, H = 32, int8, outer Nesterov lr 0.7 m 0.9" (", overlapped" with overlapped outer steps).
  */
 export function syncLabel(sync: SyncSpec): string {
   const wire = sync.compression === 'none' ? 'fp32' : sync.compression;
   if (sync.mode === 'every-step') return `every step, ${wire}`;
-  return `local, H = ${sync.innerSteps}, ${wire}, outer Nesterov lr ${sync.outer.lr} m ${sync.outer.momentum}`;
+  const overlapped = sync.overlap ? ', overlapped' : '';
+  return `local, H = ${sync.innerSteps}, ${wire}, outer Nesterov lr ${sync.outer.lr} m ${sync.outer.momentum}${overlapped}`;
 }
 
-/** The category of a machine log event (names from coordinator/machine: rendezvous.ts, round-close.ts, commit.ts, machine.ts, …). */
+/** Machine log events by feed category (names from coordinator/machine: rendezvous.ts, round-close.ts, commit.ts, machine.ts, …). */
+const EVENT_CATEGORIES: Partial<Record<FeedCategory, readonly string[]>> = {
+  join: ['join'],
+  leave: ['leave'],
+  crash: ['worker_failed', 'failure_report', 'divergence', 'ready_timeout', 'member_hung'],
+  restart: [
+    'job_failed',
+    'record_rolled_back',
+    'charged',
+    'restart_absorbed',
+    'restart_confirmed',
+    'restart_deferred',
+    'restart_excused',
+  ],
+  rejected: [
+    'message_rejected',
+    'message_invalid',
+    'messages_rejected',
+    'worker_refused',
+    'cooled_off',
+    'place_cooled_off',
+  ],
+  admin: ['admin', 'admin_ignored', 'job_resumed_after_failure'],
+  checkpoint: ['checkpoint_requested', 'checkpoint_stored', 'checkpoint_ignored'],
+  verify: [
+    'verification_requested',
+    'verification_uploaded',
+    'verification_done',
+    'verification_abandoned',
+    'verification_withheld',
+    'verification_departed',
+    'verification_held',
+    'verification_inconclusive',
+    'commit_held',
+    'ring_identity_failed',
+    'data_dispute',
+    'cheater_banned',
+  ],
+  round: ['round_open', 'round_train', 'carry_given_up'],
+  job: ['epoch_end', 'job_done', 'evaluation', 'evaluation_disputed', 'sync_advice', 'sync_advice_cleared'],
+};
+
+const CATEGORY_OF = new Map<string, FeedCategory>(
+  Object.entries(EVENT_CATEGORIES).flatMap(([category, events]) =>
+    (events ?? []).map((event): [string, FeedCategory] => [event, category as FeedCategory]),
+  ),
+);
+
+/** The category of a machine log event (`EVENT_CATEGORIES`; a round that closed with a restart is one). */
 export function categoryOf(event: string, data: unknown): FeedCategory {
-  switch (event) {
-    case 'join':
-      return 'join';
-    case 'leave':
-      return 'leave';
-    case 'worker_failed':
-    case 'failure_report':
-    case 'divergence':
-    case 'ready_timeout':
-      return 'crash';
-    case 'job_failed':
-    case 'record_rolled_back':
-    case 'charged':
-    case 'restart_absorbed':
-    case 'restart_confirmed':
-    case 'restart_deferred':
-    case 'restart_excused':
-      return 'restart';
-    case 'round_closed':
-      return (data as { restart?: unknown } | null)?.restart === true ? 'restart' : 'round';
-    case 'message_rejected':
-    case 'message_invalid':
-    case 'messages_rejected':
-    case 'worker_refused':
-    case 'cooled_off':
-    case 'place_cooled_off':
-      return 'rejected';
-    case 'admin':
-    case 'admin_ignored':
-    case 'job_resumed_after_failure':
-      return 'admin';
-    case 'checkpoint_requested':
-    case 'checkpoint_stored':
-    case 'checkpoint_ignored':
-      return 'checkpoint';
-    case 'verification_requested':
-    case 'verification_uploaded':
-    case 'verification_done':
-    case 'verification_abandoned':
-    case 'verification_withheld':
-    case 'verification_held':
-    case 'verification_inconclusive':
-    case 'commit_held':
-    case 'ring_identity_failed':
-    case 'data_dispute':
-    case 'cheater_banned':
-      return 'verify';
-    case 'round_open':
-    case 'round_train':
-      return 'round';
-    case 'epoch_end':
-    case 'job_done':
-    case 'evaluation':
-    case 'evaluation_disputed':
-      return 'job';
-    default:
-      return 'other';
-  }
+  if (event === 'round_closed') return (data as { restart?: unknown } | null)?.restart === true ? 'restart' : 'round';
+  return CATEGORY_OF.get(event) ?? 'other';
 }
 
 /** Who may join: anyone with the URL, or only tabs opened from a live invite link (`--join`). */
@@ -280,4 +315,28 @@ export interface InviteView {
 export interface InvitesResponse {
   join: JoinMode;
   invites: InviteView[];
+}
+
+/** A delta's worker changes (the `delta` message without its status). */
+export type FeedWorkersDelta = Pick<Extract<FeedMessage, { type: 'delta' }>, 'added' | 'changed' | 'removed'>;
+
+/**
+ * Applies a delta's worker changes to the rows a page holds (by id), in place: what the coordinator's
+ * rows are after that delta, if the page held the rows of the delta before it (check `seq` first).
+ */
+export function applyWorkersDelta(rows: Map<string, FeedWorker>, delta: FeedWorkersDelta): void {
+  for (const id of delta.removed) rows.delete(id);
+  for (const row of delta.added) rows.set(row.id, row);
+  for (const change of delta.changed) {
+    const row = rows.get(change.id);
+    if (row) rows.set(change.id, { ...row, ...change });
+  }
+}
+
+/** Members by rank, then the waiting by position (the table's default order). */
+export function byRankThenPosition(a: FeedWorker, b: FeedWorker): number {
+  const ka = a.rank ?? Number.MAX_SAFE_INTEGER;
+  const kb = b.rank ?? Number.MAX_SAFE_INTEGER;
+  if (ka !== kb) return ka - kb;
+  return (a.position ?? Number.MAX_SAFE_INTEGER) - (b.position ?? Number.MAX_SAFE_INTEGER);
 }

@@ -5,20 +5,25 @@
  * on receipt on both sides: strict objects (unknown fields rejected), finite numbers only (zod 4 rejects
  * NaN and ±Infinity, e.g. a `1e999` literal), bounded strings, and a bounded frame size.
  *
- * Steps are numbered from 1; "step 0" is the initial state (parameters initialised from the job seed).
- * `stepPosition(step, job)` in sampler.ts maps a step to its epoch and cursor: which samples form a step
- * never depends on the world.
+ * Steps are numbered from 1 over the whole run; "step 0" is the initial state (parameters initialised
+ * from the job seed). Which samples form a step follows from the sample record where its commit group
+ * starts (`round` and `committed` carry it: epoch, cursor, holes) and the step's offset in the group
+ * (`groupPlan` in core/training/groups.ts); it never depends on the world, which only decides who
+ * computes which part.
  *
  * Worker life cycle: hello → welcome → (wait)* → round → sync state (stateFrom) + connect the ring → ready →
- * train → step_report per step, waiting for `committed` after each commit point (`isCommitPoint`) →
+ * train → step_report per step, waiting for `committed` after each group's last step (its commit point;
+ * with overlapped outer steps, docs/local-steps.md, an `outer_report` follows each outer step's allreduce
+ * while the next group's steps go on) →
  * … → round_closed (restore or not) → round … → done. Heartbeats throughout. Rank 0 also sends
- * `evaluation` after the commits that are evaluation points (`isEvaluationPoint` in core/training/evaluation-schedule.ts).
+ * `evaluation` after the commits that are evaluation points (`isEvaluationCommit` in core/training/commit-schedule.ts).
  *
  * This file: the version and the field schemas both directions share. The messages are in
  * tab-messages.ts (tab → coordinator) and coordinator-messages.ts (coordinator → tab); reading a frame
  * (size cap, JSON, version, schema) is control-parse.ts.
  */
 import { z } from 'zod';
+import { MAX_HOLES, validHoles } from '../training/groups';
 
 export const PROTOCOL_VERSION = 1;
 
@@ -52,3 +57,18 @@ export const textSchema = (max: number) => z.string().max(max);
 
 /** Every message's `v` field: the protocol version. */
 export const versionSchema = z.literal(PROTOCOL_VERSION);
+
+/**
+ * The holes of a sample record (core/training/groups.ts): position ranges `[start, end)` of the epoch's
+ * order, ascending, disjoint and not adjacent, at most `MAX_HOLES`. That they lie below the record's
+ * cursor is checked by the message that carries both (`holesBelowCursor`).
+ */
+export const holesSchema = z
+  .array(z.tuple([z.int().min(0), z.int().min(1)]))
+  .max(MAX_HOLES)
+  .refine((holes) => validHoles(holes, Number.MAX_SAFE_INTEGER), 'holes are ascending, disjoint, non-empty ranges');
+
+/** A refinement for messages with `cursor` and `holes`: every hole lies below the cursor. */
+export function holesBelowCursor(msg: { cursor: number; holes: [number, number][] }): boolean {
+  return validHoles(msg.holes, msg.cursor);
+}

@@ -9,6 +9,8 @@ import { z } from 'zod';
 import { jobPublicSchema } from '../training/job';
 import {
   hashSchema,
+  holesBelowCursor,
+  holesSchema,
   idSchema,
   rankSchema,
   roundSchema,
@@ -113,25 +115,75 @@ export const waitSchema = z.strictObject({
   position: z.int().min(0),
 });
 
-export const roundMessageSchema = z.strictObject({
-  v,
-  type: z.literal('round'),
-  /** The run. */
-  runId: idSchema,
-  /** Round number; strictly increasing over the run (also across coordinator restarts). */
-  round: roundSchema,
-  /** Every participant, sorted by rank. */
-  world: z.array(worldEntrySchema).min(1).max(4096),
-  /** The next step to compute (= committed step + 1). */
-  step: z.int().min(1),
-  /** Epoch of that step. */
-  epoch: z.int().min(0),
-  /** Position of that step in its epoch order. */
-  cursor: z.int().min(0),
-  /** Hash of the committed state to hold before training (null: fresh start). A tab that holds it already need not sync. */
-  committedHash: hashSchema.nullable(),
-  stateFrom: stateSourceSchema,
+/**
+ * A commit group an earlier round started, carried on by this round's members (local sync mode: members
+ * were lost inside the outer step; docs/local-steps.md). Each rank computes the slices of its slot
+ * under the planning round's shares; the slots of the lost ranks are in no rank's `slots` and become
+ * holes when the group commits.
+ */
+export const carrySchema = z.strictObject({
+  /** The group's split: the planning round's shares, by slot (its ranks). */
+  shares: z.array(z.number().min(0).max(1)).min(1).max(4096),
+  /** Each rank's slot in the split (by rank of this round): whose slices of the group it computes. */
+  slots: z.array(rankSchema).min(1).max(4096),
+  /** The last step the coordinator has a report of, by rank: a rank re-sends its reports after it. */
+  reported: z.array(stepSchema).min(1).max(4096),
+  /**
+   * An overlapped job (core/training/overlap.ts): the last step of the groups carried on, when the group
+   * after the one at `step` is carried too (its inner steps began before the loss; same split, same lost
+   * slots, planned where the first one leaves the record when committed whole). Absent: the group at `step` alone.
+   */
+  through: z.int().min(1).optional(),
+  /**
+   * Holes of the record (`holes`) that the group at `step` was planned without: its overlapped predecessor
+   * committed partially while this group ran. They stay holes through its commit. Absent: none.
+   */
+  deferred: holesSchema.optional(),
 });
+export type Carry = z.infer<typeof carrySchema>;
+
+/** A carry that fits its round: one slot and one report mark per rank, distinct slots inside the split, `through` not before `step`. */
+function carryFits(msg: { world: unknown[]; step: number; carry?: Carry }): boolean {
+  const c = msg.carry;
+  if (!c) return true;
+  return (
+    c.slots.length === msg.world.length &&
+    c.reported.length === msg.world.length &&
+    new Set(c.slots).size === c.slots.length &&
+    c.slots.every((slot) => slot < c.shares.length) &&
+    (c.through === undefined || c.through >= msg.step)
+  );
+}
+
+export const roundMessageSchema = z
+  .strictObject({
+    v,
+    type: z.literal('round'),
+    /** The run. */
+    runId: idSchema,
+    /** Round number; strictly increasing over the run (also across coordinator restarts). */
+    round: roundSchema,
+    /** Every participant, sorted by rank. */
+    world: z.array(worldEntrySchema).min(1).max(4096),
+    /** The next step to compute (= committed step + 1): the first step of the commit group in flight. */
+    step: z.int().min(1),
+    /** The sample record where that group starts: its epoch. */
+    epoch: z.int().min(0),
+    /** The record's cursor there (core/training/groups.ts `RecordPosition`). */
+    cursor: z.int().min(0),
+    /** The record's holes there (below `cursor`); absent from an older coordinator: none. */
+    holes: holesSchema.optional(),
+    /** Hash of the committed state to hold before training (null: fresh start). A tab that holds it already need not sync. */
+    committedHash: hashSchema.nullable(),
+    stateFrom: stateSourceSchema,
+    /** Present when this round carries on a group an earlier round started (see carrySchema). */
+    carry: carrySchema.optional(),
+  })
+  .refine((m) => holesBelowCursor({ cursor: m.cursor, holes: m.holes ?? [] }), {
+    message: 'holes must lie below the cursor',
+    path: ['holes'],
+  })
+  .refine(carryFits, { message: 'carry needs one distinct slot and one report mark per rank', path: ['carry'] });
 
 export const trainSchema = z.strictObject({
   v,
@@ -172,25 +224,37 @@ export const roundClosedSchema = z.strictObject({
   restore: z.boolean(),
 });
 
-export const committedSchema = z.strictObject({
-  v,
-  type: z.literal('committed'),
-  /** The round whose ranks computed the step. */
-  round: roundSchema,
-  /** The committed step: its state is now the one to fall back to (copy it to the backup buffer). */
-  step: stepSchema,
-  /** Epoch of the record after this commit (where step+1 starts). */
-  epoch: z.int().min(0),
-  /** Cursor of the record after this commit (0 when step ended an epoch). */
-  cursor: z.int().min(0),
-  /** Parameter hash of the committed state. */
-  hash: hashSchema,
-  /**
-   * To one rank, when the coordinator checks this step: upload the state of step `upload.step` (the
-   * one before it, still this tab's backup) to `upload.url` now, before the next apply replaces it.
-   */
-  upload: z.strictObject({ step: z.int().min(0), url: textSchema(512) }).optional(),
-});
+export const committedSchema = z
+  .strictObject({
+    v,
+    type: z.literal('committed'),
+    /** The round whose ranks computed the step. */
+    round: roundSchema,
+    /** The committed step: its state is now the one to fall back to (copy it to the backup buffer). */
+    step: stepSchema,
+    /** Epoch of the record after this commit (where step+1's group starts). */
+    epoch: z.int().min(0),
+    /** Cursor of the record after this commit (0 when the commit ended an epoch). */
+    cursor: z.int().min(0),
+    /** Holes of the record after this commit (the slices of ranks lost in a partial commit among them); absent: none. */
+    holes: holesSchema.optional(),
+    /** Parameter hash of the committed state. */
+    hash: hashSchema,
+    /**
+     * To one rank, when the coordinator checks this step: upload the state of step `upload.step` (the
+     * one before it, still this tab's backup) to `upload.url` now, before the next apply replaces it.
+     */
+    upload: z.strictObject({ step: z.int().min(0), url: textSchema(512) }).optional(),
+    /**
+     * An overlapped job: the outer step of the group after this commit is synchronous (not overlapped):
+     * the round changes at that group's commit (core/training/overlap.ts). Absent: the usual rule.
+     */
+    drain: z.literal(true).optional(),
+  })
+  .refine((m) => holesBelowCursor({ cursor: m.cursor, holes: m.holes ?? [] }), {
+    message: 'holes must lie below the cursor',
+    path: ['holes'],
+  });
 
 export const checkpointRequestSchema = z.strictObject({
   v,
@@ -284,4 +348,9 @@ export const CloseCode = {
   notReady: 4006,
   /** Admission is by invite and the hello carried no valid invite. */
   noInvite: 4007,
+  /**
+   * Local sync mode: no inner-step report for twice this worker's learned step time (and a floor): judged
+   * hung (coordinator/machine/hang.ts), its share of the outer step dropped. It may reconnect and rejoin.
+   */
+  noProgress: 4008,
 } as const;

@@ -1,6 +1,6 @@
 /**
  * The control messages a tab sends to the coordinator (`ClientMessage`: hello, heartbeat, ready,
- * step_report, failure, goodbye, evaluation), one zod schema each with a doc comment per field. The
+ * step_report, outer_report, failure, goodbye, evaluation), one zod schema each with a doc comment per field. The
  * protocol's rules and shared fields are in control-fields.ts; the coordinator validates a frame with
  * `parseClientMessage` (control-parse.ts).
  */
@@ -25,6 +25,27 @@ const v = versionSchema;
  */
 export const NO_HASH = '0'.repeat(64);
 
+/**
+ * The kernels a tab runs with, as its training worker chose them for its adapter (kernels/tuning/:
+ * tuned at its first start, then cached). A claim, only shown (admin page, `/api/status`), never used to
+ * decide anything: every variant gives the same bits.
+ */
+export const kernelsReportSchema = z.strictObject({
+  /** How the variants were chosen: timed now, read from the tab's cache, or the defaults (not tuned). */
+  source: z.enum(['tuned', 'cached', 'default']),
+  /** The job's kernel precision it runs (`job.kernels.precision`). */
+  precision: z.enum(['f32', 'f16']),
+  /** The chosen variant per op family, e.g. `{ family: 'matmul', variant: '4x4 wgmem wg16x16 tk16' }`. */
+  variants: z.array(z.strictObject({ family: textSchema(16), variant: textSchema(64) })).max(8),
+  /** The model's matmul GFLOP/s with the chosen tile, as the tuner measured it; null when not tuned. */
+  gflops: z.number().min(0).max(1e7).nullable(),
+  /** How long the tuning took (ms); null when the choice was cached or the defaults. */
+  tuneMs: z.number().min(0).max(600_000).nullable(),
+  /** The optional WebGPU features its device has that kernels use. */
+  features: z.array(z.enum(['subgroups', 'shader-f16'])).max(2),
+});
+export type KernelsReport = z.infer<typeof kernelsReportSchema>;
+
 export const helloSchema = z.strictObject({
   v,
   type: z.literal('hello'),
@@ -47,6 +68,8 @@ export const helloSchema = z.strictObject({
     architecture: textSchema(256),
     description: textSchema(256),
   }),
+  /** Optional: the kernels its worker chose (`kernelsReportSchema`), for the admin page. */
+  kernels: kernelsReportSchema.optional(),
   /** The committed step whose training state the tab holds (after a reconnect), or null. */
   haveStep: stepSchema.nullable(),
   /** The parameter hash of that state, or null. */
@@ -67,6 +90,11 @@ export const peerLinkSchema = z.strictObject({
   peer: idSchema,
   local: candidateTypeSchema,
   remote: candidateTypeSchema,
+  /**
+   * Optional: this link's round-trip time (ms, the pair's `currentRoundTripTime`), null when not known
+   * yet; absent from tabs that predate the field. Only shown (the admin page's topology view).
+   */
+  rttMs: z.number().min(0).max(60_000).nullable().optional(),
 });
 export type PeerLink = z.infer<typeof peerLinkSchema>;
 
@@ -130,7 +158,7 @@ export const stepReportSchema = z.strictObject({
   hash: hashSchema,
   /** Sum of the per-sample losses of this rank's slice (the mean loss is the sum over ranks / step size). */
   lossSum: z.number().min(0).max(1e12),
-  /** Samples this rank processed: must equal its slice (`indicesForRank(...).length`). */
+  /** Samples this rank processed: must equal its slice of the step (`rankRanges` in core/training/groups.ts). */
   samples: z
     .int()
     .min(0)
@@ -189,6 +217,34 @@ export const stepReportSchema = z.strictObject({
   innerT: z.int().min(0).max(Number.MAX_SAFE_INTEGER).optional(),
 });
 
+/**
+ * An overlapped job's outer step (docs/local-steps.md "Overlapped outer steps"): this rank finished the
+ * allreduce of the outer step whose commit point is `step` and holds the committed state it leads to.
+ * In such a job every step report is an inner one (`NO_HASH`), the commit point's included; the group
+ * commits when every rank reported its steps and this, with the same hash.
+ */
+export const outerReportSchema = z.strictObject({
+  v,
+  type: z.literal('outer_report'),
+  /** The current run (welcome.runId); another run's message is rejected as wrong_run. */
+  runId: idSchema,
+  /** The sender's worker id (must be the one its socket was welcomed with, else forged_worker). */
+  workerId: idSchema,
+  /** The round the outer step's allreduce ran in. */
+  round: roundSchema,
+  /** The sender's rank in that round (checked against the coordinator's assignment). */
+  rank: rankSchema,
+  /** The commit point (last step) of the group whose outer step this is. */
+  step: z.int().min(1),
+  /** `stateHash` of the committed state after the outer step (parameters and outer momentum): every rank must report the same. */
+  hash: hashSchema,
+  /** Bytes this rank sent to its ring neighbour in the outer step's allreduce. A claim shown on the admin page, never used to decide. */
+  wireBytes: z
+    .int()
+    .min(0)
+    .max(2 ** 40),
+});
+
 export const failureSchema = z.strictObject({
   v,
   type: z.literal('failure'),
@@ -233,7 +289,7 @@ export const evaluationSchema = z
     round: roundSchema,
     /** The committed step whose state was evaluated (evaluations never see an uncommitted state). */
     step: z.int().min(1),
-    /** The epoch `step` belongs to (`stepPosition(step).epoch`, 0-based). */
+    /** The epoch whose data the commit of `step` trained on (its group's epoch, 0-based). */
     epoch: z.int().min(0),
     /** Test images evaluated: the first `testSamples` of the test set (`job.evalSamples`, or the whole set if smaller). */
     testSamples: z.int().min(1).max(MAX_EVALUATION_SAMPLES),
@@ -249,6 +305,7 @@ export const clientMessageSchema = z.discriminatedUnion('type', [
   heartbeatSchema,
   readySchema,
   stepReportSchema,
+  outerReportSchema,
   failureSchema,
   goodbyeSchema,
   evaluationSchema,
@@ -256,4 +313,5 @@ export const clientMessageSchema = z.discriminatedUnion('type', [
 export type ClientMessage = z.infer<typeof clientMessageSchema>;
 export type HelloMessage = z.infer<typeof helloSchema>;
 export type StepReportMessage = z.infer<typeof stepReportSchema>;
+export type OuterReportMessage = z.infer<typeof outerReportSchema>;
 export type EvaluationMessage = z.infer<typeof evaluationSchema>;

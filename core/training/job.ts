@@ -104,6 +104,12 @@ export const localSyncSchema = z.strictObject({
   innerSteps: z.int().min(1).max(100_000),
   outer: outerOptimizerSchema.default({ kind: 'nesterov', lr: 0.7, momentum: 0.9 }),
   compression: compressionSchema.default('none'),
+  /**
+   * Overlapped outer steps: each outer step's allreduce runs while the ranks compute the next outer step's
+   * inner steps, and the outer update lands one outer step late ("eager" updates, Kale et al. 2025;
+   * core/training/overlap.ts, docs/local-steps.md "Overlapped outer steps"). Off by default.
+   */
+  overlap: z.boolean().default(false),
 });
 
 export const syncSchema = z.discriminatedUnion('mode', [everyStepSyncSchema, localSyncSchema]);
@@ -133,6 +139,29 @@ export const verifySchema = z.strictObject({
     .default({ probability: 0.5, checks: 10 }),
 });
 export type VerifySpec = z.infer<typeof verifySchema>;
+
+/**
+ * Checks do not cover overlapped outer steps (their committed state arrives in `outer_report`, after the
+ * next group's inner steps began): such a job must say `"verify": false`, so an open swarm never runs
+ * one unchecked by mistake.
+ */
+export const VERIFY_OVERLAP_REFUSED =
+  'verify does not cover sync.overlap (overlapped outer steps): leave overlap out, or set "verify": false (trusted tabs only)';
+
+/**
+ * How the tabs' WGSL kernels run (docs/gpu.md). `precision` 'f16' stores every matmul's operands
+ * (activations and weight copies) as IEEE halves, with float32 products and sums, master weights,
+ * gradients and optimizer state; 'f32' (the default) is the reference. `tune`: when a tab times the
+ * kernel variants for its adapter at its first start (cached after): on a hardware GPU ('gpu', the
+ * default; a software adapter keeps the hand-measured defaults), on any adapter ('always'), never.
+ * The variants give the same bits whatever is chosen, so `tune` never changes a run's numbers.
+ */
+export const kernelsSchema = z.strictObject({
+  precision: z.enum(['f32', 'f16']).default('f32'),
+  tune: z.enum(['gpu', 'always', 'never']).default('gpu'),
+});
+export type KernelsSpec = z.infer<typeof kernelsSchema>;
+export const DEFAULT_KERNELS: KernelsSpec = { precision: 'f32', tune: 'gpu' };
 
 export const datasetSpecSchema = z.union([textDatasetSchema, tensorsDatasetSchema, idxDatasetSchema]);
 
@@ -173,8 +202,8 @@ export const jobSpecSchema = z
     /** A round never has more ranks than this; later joiners wait. */
     maxWorkers: z.int().min(1).max(4096).default(8),
     /**
-     * Steps between commits; epoch ends and the job end are always commit points. In local sync mode it
-     * is the outer step (`sync.innerSteps`), and a job file may not set it to anything else.
+     * Steps per commit group (core/training/groups.ts); an epoch's end also ends a group. In local sync
+     * mode it is the outer step (`sync.innerSteps`), and a job file may not set it to anything else.
      */
     commitEvery: z.int().min(1).max(100_000).optional(),
     /** How the ranks combine their work: every step (default) or local steps with rare outer syncs. */
@@ -185,6 +214,8 @@ export const jobSpecSchema = z
      * off for invited tabs (`withVerifyDefault`).
      */
     verify: z.union([verifySchema, z.literal(false)]).optional(),
+    /** Kernel precision and per-adapter tuning (docs/gpu.md). */
+    kernels: kernelsSchema.default(DEFAULT_KERNELS),
     /** Committed steps between durable checkpoints (also taken at epoch ends and at the end). */
     checkpointEvery: z.int().min(1).max(10_000_000).default(50),
     /** Failure restarts tolerated; one more fails the job. Joins and goodbyes never count. */
@@ -222,6 +253,10 @@ export const jobSpecSchema = z
     message: 'verify in every-step sync needs commitEvery 1 (a check recomputes one step): leave commitEvery out',
     path: ['verify'],
   })
+  .refine((job) => !job.verify || !(job.sync.mode === 'local' && job.sync.overlap), {
+    message: VERIFY_OVERLAP_REFUSED,
+    path: ['verify'],
+  })
   .transform((job) => ({
     ...job,
     commitEvery: job.sync.mode === 'local' ? job.sync.innerSteps : (job.commitEvery ?? 1),
@@ -255,6 +290,8 @@ export function verifying(job: Pick<JobSpec, 'verify'>): VerifySpec | null {
  */
 export function withVerifyDefault(job: JobSpec, join: 'open' | 'invite'): JobSpec {
   if (job.verify !== undefined || join !== 'open') return job;
+  if (job.sync.mode === 'local' && job.sync.overlap)
+    throw new Error(`invalid job for --join open: ${VERIFY_OVERLAP_REFUSED}`);
   return { ...job, verify: verifySchema.parse({}) };
 }
 
@@ -267,8 +304,8 @@ export function effectiveDatasetSize(job: JobSpec, datasetSize: number): number 
 }
 
 /**
- * What a tab needs to train: sent in `welcome`. Field names match `StepPlan` (sampler.ts) so a tab can
- * call `stepPosition(step, job)` / `indicesForRank` with it directly.
+ * What a tab needs to train: sent in `welcome`. Field names match `StepPlan` (core/training/groups.ts)
+ * so a tab can call `groupPlan(position, step, job)` with it directly.
  */
 export const jobPublicSchema = z.strictObject({
   model: modelSpecSchema,
@@ -279,11 +316,13 @@ export const jobPublicSchema = z.strictObject({
   optimizer: optimizerSchema,
   globalBatch: z.int().min(1),
   epochs: z.int().min(1),
-  /** Steps between commits; see `isCommitPoint`. In local sync mode, the inner steps of an outer step. */
+  /** Steps per commit group (core/training/groups.ts). In local sync mode, the inner steps of an outer step. */
   commitEvery: z.int().min(1),
   sync: syncSchema,
   /** Whether ranks sketch their contributions (and how often the coordinator recomputes a step). */
   verify: verifySchema.optional(),
+  /** Kernel precision and when a tab tunes its kernels (`kernelsSchema`). */
+  kernels: kernelsSchema.default(DEFAULT_KERNELS),
   checkpointEvery: z.int().min(1),
   /** Send a heartbeat this often (ms). */
   heartbeatMs: z.int().min(1),
@@ -291,9 +330,13 @@ export const jobPublicSchema = z.strictObject({
   seed: z.int().min(0).max(0xffffffff),
   /** ceil(datasetSize / globalBatch). */
   stepsPerEpoch: z.int().min(1),
-  /** epochs · stepsPerEpoch: the last step of the job. */
+  /**
+   * epochs · stepsPerEpoch: the job's steps if no outer step is ever committed partially. An estimate for
+   * progress bars: the job ends when the record passes its last epoch (`done`), which the steps that serve
+   * a partial commit's holes delay.
+   */
   totalSteps: z.int().min(1),
-  /** Committed steps between test-set evaluations by rank 0, or null (epoch ends); see `isEvaluationPoint`. */
+  /** Committed steps between test-set evaluations by rank 0, or null (epoch ends); see `isEvaluationCommit`. */
   evalEvery: z.int().min(1).nullable(),
   /** Test images per evaluation (first N of the test set); 0: no evaluation. */
   evalSamples: z.int().min(0),
@@ -314,6 +357,7 @@ export function jobPublic(job: JobSpec, datasetSize: number): JobPublic {
     commitEvery: job.commitEvery,
     sync: job.sync,
     ...(job.verify ? { verify: job.verify } : {}),
+    kernels: job.kernels,
     checkpointEvery: job.checkpointEvery,
     heartbeatMs: job.heartbeatMs,
     seed: job.seed,

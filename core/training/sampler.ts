@@ -1,11 +1,23 @@
 /**
  * The sampler record, after Horovod's ElasticSampler but kept by the coordinator: each epoch has one
- * order (a permutation of 0..n-1 drawn from seed+epoch), committed steps consume it in order,
- * `globalBatch` positions at a time, the last step of an epoch may be short (no padding, no duplicates).
- * Which positions form a step depends only on the step number; the world only decides who computes
- * which part (`assignStep`), so tabs and coordinator evaluate the same pure functions and never ship
- * index lists. Everything here is integer arithmetic (Math.imul, >>> 0): identical in every JS engine.
+ * order (a permutation of 0..n-1 drawn from seed+epoch), and the record says how far committed groups
+ * have consumed it: a cursor, the holes partial commits left behind it, and the processed bitset (the
+ * audit). Which positions a group's steps cover, and who computes which part, is the group plan
+ * (groups.ts), a pure function of the record that tabs and coordinator evaluate alike, so no index
+ * list is ever sent. Everything here is integer arithmetic (Math.imul, >>> 0): identical in every JS engine.
  */
+import {
+  groupPlan,
+  mergeRanges,
+  positionAfterGroup,
+  rangesCount,
+  sameRanges,
+  validHoles,
+  type GroupPlan,
+  type PositionRange,
+  type RecordPosition,
+  type StepPlan,
+} from './groups';
 
 // ---------------------------------------------------------------- epoch order
 
@@ -64,169 +76,27 @@ export function epochOrder(seed: number, epoch: number, n: number): Uint32Array 
   return order;
 }
 
-// ---------------------------------------------------------------- steps
-
-/** What fixes the step → samples mapping (a `JobPublic` satisfies it). */
-export interface StepPlan {
-  /** Training images in use; epoch orders permute 0..datasetSize-1. */
-  datasetSize: number;
-  globalBatch: number;
-  epochs: number;
-  commitEvery: number;
-}
-
-/** The step plan of a job over `datasetSize` images (a coordinator state satisfies the argument). */
-export function planOf(s: { datasetSize: number; job: Omit<StepPlan, 'datasetSize'> }): StepPlan {
-  return {
-    datasetSize: s.datasetSize,
-    globalBatch: s.job.globalBatch,
-    epochs: s.job.epochs,
-    commitEvery: s.job.commitEvery,
-  };
-}
-
-export function stepsPerEpoch(plan: StepPlan): number {
-  return Math.ceil(plan.datasetSize / plan.globalBatch);
-}
-
-export function totalSteps(plan: StepPlan): number {
-  return stepsPerEpoch(plan) * plan.epochs;
-}
-
-/** Positions in the step starting at `cursor` of an epoch of n: globalBatch, or fewer at the end. */
-export function stepSize(cursor: number, n: number, globalBatch: number): number {
-  return Math.max(0, Math.min(globalBatch, n - cursor));
-}
-
-/** Where step `step` (1-based) reads: its epoch, first position and size. */
-export function stepPosition(step: number, plan: StepPlan): { epoch: number; cursor: number; count: number } {
-  if (!Number.isInteger(step) || step < 1) throw new RangeError(`stepPosition: bad step ${step}`);
-  const perEpoch = stepsPerEpoch(plan);
-  const epoch = Math.floor((step - 1) / perEpoch);
-  const cursor = ((step - 1) % perEpoch) * plan.globalBatch;
-  return { epoch, cursor, count: stepSize(cursor, plan.datasetSize, plan.globalBatch) };
-}
-
-/** Record position after `step` steps have been committed (step 0: epoch 0, cursor 0). */
-export function positionAfter(step: number, plan: StepPlan): { epoch: number; cursor: number } {
-  if (step === 0) return { epoch: 0, cursor: 0 };
-  const { epoch, cursor, count } = stepPosition(step, plan);
-  return cursor + count >= plan.datasetSize ? { epoch: epoch + 1, cursor: 0 } : { epoch, cursor: cursor + count };
-}
-
-/**
- * Steps after which ranks wait for `committed` and the coordinator commits: every commitEvery-th step
- * of each epoch (counted from the epoch's first step, so in local sync mode every outer step but an
- * epoch's last consumes commitEvery · globalBatch positions), each epoch's last step and the job's last
- * step. A pure function of the step number, so tabs and coordinator agree without history.
- */
-export function isCommitPoint(step: number, plan: StepPlan): boolean {
-  const perEpoch = stepsPerEpoch(plan);
-  const inEpoch = ((step - 1) % perEpoch) + 1;
-  return inEpoch % plan.commitEvery === 0 || inEpoch === perEpoch || step === totalSteps(plan);
-}
-
-/** The first commit point after `committedStep` (a commit point, or 0). */
-export function nextCommitPoint(committedStep: number, plan: StepPlan): number {
-  const perEpoch = stepsPerEpoch(plan);
-  const epochStart = Math.floor(committedStep / perEpoch) * perEpoch;
-  const byEvery = epochStart + (Math.floor((committedStep - epochStart) / plan.commitEvery) + 1) * plan.commitEvery;
-  return Math.min(byEvery, epochStart + perEpoch, totalSteps(plan));
-}
-
-/** The last commit point before `step` (0 at the start): the committed state step `step` builds on. */
-export function previousCommitPoint(step: number, plan: StepPlan): number {
-  const perEpoch = stepsPerEpoch(plan);
-  const epochStart = Math.floor((step - 1) / perEpoch) * perEpoch;
-  return epochStart + Math.floor((step - 1 - epochStart) / plan.commitEvery) * plan.commitEvery;
-}
-
-/**
- * Commit points after which rank 0 is asked for a durable checkpoint: the first commit point at or
- * after each multiple of `checkpointEvery` (with commits every step: exactly the multiples), each
- * epoch's last step and the job's last step.
- */
-export function isCheckpointPoint(step: number, plan: StepPlan & { checkpointEvery: number }): boolean {
-  if (!isCommitPoint(step, plan)) return false;
-  if (step % stepsPerEpoch(plan) === 0 || step === totalSteps(plan)) return true;
-  return passesMultiple(step, plan.checkpointEvery, plan);
-}
-
-/**
- * Whether commit point `step` is the first at or after a multiple of `every`: a multiple lies in
- * (previous commit point, step]. Checkpoints and evaluations are scheduled by it.
- */
-export function passesMultiple(step: number, every: number, plan: StepPlan): boolean {
-  return Math.floor(step / every) > Math.floor(previousCommitPoint(step, plan) / every);
-}
-
-// ---------------------------------------------------------------- split across ranks
-
-/**
- * Split `count` positions starting at `cursor` into contiguous slices, one per rank, sized in
- * proportion to `shares` by the largest-remainder method (ties to the lower rank). Slices are in rank
- * order, disjoint, and cover [cursor, cursor+count) exactly. Deterministic (IEEE arithmetic only).
- */
-export function assignStep(
-  cursor: number,
-  count: number,
-  shares: readonly number[],
-): { start: number; count: number }[] {
-  const world = shares.length;
-  if (world === 0) throw new RangeError('assignStep: empty world');
-  let total = 0;
-  for (const s of shares) {
-    if (!(s >= 0) || !Number.isFinite(s)) throw new RangeError(`assignStep: bad share ${s}`);
-    total += s;
-  }
-  const weights = total > 0 ? shares.map((s) => s / total) : shares.map(() => 1 / world);
-  const sizes = weights.map((w) => Math.floor(w * count));
-  let left = count - sizes.reduce((a, b) => a + b, 0);
-  // Floating error can only make floor() undershoot by a unit or so; never overshoot past count.
-  if (left < 0) throw new Error('assignStep: internal rounding error');
-  const byRemainder = weights
-    .map((w, rank) => ({ rank, rem: w * count - sizes[rank] }))
-    .sort((a, b) => b.rem - a.rem || a.rank - b.rank);
-  for (let i = 0; left > 0; i = (i + 1) % world, left--) sizes[byRemainder[i].rank]++;
-  const slices: { start: number; count: number }[] = [];
-  let start = cursor;
-  for (const size of sizes) {
-    slices.push({ start, count: size });
-    start += size;
-  }
-  return slices;
-}
-
-/** The dataset indices `rank` computes in the step starting at `cursor` of `order`. A view, not a copy. */
-export function indicesForRank(
-  order: Uint32Array,
-  cursor: number,
-  globalBatch: number,
-  shares: readonly number[],
-  rank: number,
-): Uint32Array {
-  const count = stepSize(cursor, order.length, globalBatch);
-  const slice = assignStep(cursor, count, shares)[rank];
-  if (!slice) throw new RangeError(`indicesForRank: rank ${rank} outside a world of ${shares.length}`);
-  return order.subarray(slice.start, slice.start + slice.count);
-}
-
 // ---------------------------------------------------------------- the record
 
 /**
  * Progress through the current epoch. `processed` is a bitset over dataset indices (bit i of byte
- * i>>3, LSB first) as base64, so the state stays plain JSON; it always equals the set of
- * order[0..cursor), kept for audit.
+ * i>>3, LSB first) as base64, so the state stays plain JSON; it always equals order[0..cursor) less
+ * the holes, kept for audit. R = holes ++ [cursor, n) is what the epoch has left (groups.ts).
  */
 export interface SamplerRecord {
   epoch: number;
-  /** Positions of the epoch order consumed by committed steps. */
+  /** Positions [0, cursor) of the epoch order were consumed by committed groups (less the holes). */
   cursor: number;
+  /**
+   * Consumed positions a partial commit left unprocessed (ascending, disjoint, below `cursor`): the next
+   * groups serve them first. Absent in states persisted before holes existed: read as none (`withHoles`).
+   */
+  holes: PositionRange[];
   /** Dataset size the bitset covers. */
   n: number;
   /** base64 bitset of processed dataset indices in this epoch. */
   processed: string;
-  /** Number of set bits (= cursor). */
+  /** Number of set bits (= cursor − the holes' positions). */
   processedCount: number;
 }
 
@@ -276,60 +146,155 @@ export function processedIndices(record: SamplerRecord): number[] {
   return out;
 }
 
-function recordAt(epoch: number, cursor: number, order: Uint32Array): SamplerRecord {
+function recordAt(at: RecordPosition, order: Uint32Array): SamplerRecord {
   const n = order.length;
+  if (!(Number.isInteger(at.cursor) && at.cursor >= 0 && at.cursor <= n) || !validHoles(at.holes, at.cursor))
+    throw new RangeError(`recordAt: bad position (cursor ${at.cursor} of ${n}, ${at.holes.length} holes)`);
   const bits = new Uint8Array((n + 7) >> 3);
-  for (let p = 0; p < cursor; p++) bits[order[p] >> 3] |= 1 << (order[p] & 7);
-  return { epoch, cursor, n, processed: bytesToBase64(bits), processedCount: cursor };
+  let hole = 0;
+  for (let p = 0; p < at.cursor; p++) {
+    while (hole < at.holes.length && at.holes[hole][1] <= p) hole++;
+    if (hole < at.holes.length && at.holes[hole][0] <= p) continue;
+    bits[order[p] >> 3] |= 1 << (order[p] & 7);
+  }
+  return {
+    epoch: at.epoch,
+    cursor: at.cursor,
+    holes: at.holes.map(([s, e]): PositionRange => [s, e]),
+    n,
+    processed: bytesToBase64(bits),
+    processedCount: at.cursor - rangesCount(at.holes),
+  };
 }
 
 /** A record at the start of epoch 0 over n indices. */
 export function emptyRecord(n: number): SamplerRecord {
-  return { epoch: 0, cursor: 0, n, processed: bytesToBase64(new Uint8Array((n + 7) >> 3)), processedCount: 0 };
+  return {
+    epoch: 0,
+    cursor: 0,
+    holes: [],
+    n,
+    processed: bytesToBase64(new Uint8Array((n + 7) >> 3)),
+    processedCount: 0,
+  };
+}
+
+/** A record as persisted, with `holes` filled in when it predates them (a store written by an older release). */
+export function withHoles(record: Omit<SamplerRecord, 'holes'> & { holes?: PositionRange[] }): SamplerRecord {
+  return { ...record, holes: (record.holes ?? []).map(([s, e]): PositionRange => [s, e]) };
+}
+
+/** Where the record stands (the start of the next group). */
+export function recordPosition(record: SamplerRecord): RecordPosition {
+  return { epoch: record.epoch, cursor: record.cursor, holes: record.holes };
 }
 
 /**
- * Mark `count` positions from the cursor as processed (a committed step or group of steps).
- * `order` is the record's epoch order. Throws if the positions run past the epoch or an index was
- * already processed (that would be a bug upstream, never a client's doing). Finishing the epoch moves
- * the record to the next epoch with an empty set.
+ * Commit `group` (the group plan at the record's position), less the positions in `lost` (a partial
+ * commit: they become holes). `order` is the record's epoch order. Throws if the group does not start
+ * at the record, `lost` is not part of it, or an index was already processed (a bug upstream, never a
+ * client's doing). Finishing the epoch (tail and holes all processed) moves to the next epoch.
+ *
+ * `deferred`: holes the record holds that the group was planned without (the successor of an overlapped
+ * group that committed partially, core/training/overlap.ts): the group starts at the record less them,
+ * and they stay holes after it.
  */
-export function commitStep(record: SamplerRecord, order: Uint32Array, count: number): SamplerRecord {
-  if (order.length !== record.n) throw new Error(`commitStep: order of ${order.length}, record of ${record.n}`);
-  if (!Number.isInteger(count) || count < 0 || record.cursor + count > record.n) {
-    throw new Error(`commitStep: ${count} positions from ${record.cursor} exceed the epoch of ${record.n}`);
-  }
-  const end = record.cursor + count;
+export function commitGroup(
+  record: SamplerRecord,
+  order: Uint32Array,
+  group: GroupPlan,
+  lost: readonly PositionRange[] = [],
+  deferred: readonly PositionRange[] = [],
+): SamplerRecord {
+  if (order.length !== record.n) throw new Error(`commitGroup: order of ${order.length}, record of ${record.n}`);
+  const start = withDeferredHoles(group.start, deferred);
+  if (!samePosition(start, recordPosition(record)))
+    throw new Error(
+      `commitGroup: the group starts at ${describePosition(start)}, the record is at ${describePosition(record)}`,
+    );
+  const consumed = mergeRanges(group.steps.flatMap((s) => s.ranges));
+  const committed = subtractRanges(consumed, mergeRanges(lost));
+  if (rangesCount(committed) + rangesCount(lost) !== rangesCount(consumed))
+    throw new Error('commitGroup: lost positions outside the group');
+  const after = positionAfterGroup(group.start, group, [...lost, ...deferred], record.n);
   const bits = base64ToBytes(record.processed);
-  for (let p = record.cursor; p < end; p++) {
-    const index = order[p];
-    const mask = 1 << (index & 7);
-    if (bits[index >> 3] & mask)
-      throw new Error(`commitStep: index ${index} already processed in epoch ${record.epoch}`);
-    bits[index >> 3] |= mask;
+  for (const [start, end] of committed) {
+    for (let p = start; p < end; p++) {
+      const index = order[p];
+      const mask = 1 << (index & 7);
+      if (bits[index >> 3] & mask)
+        throw new Error(`commitGroup: index ${index} already processed in epoch ${record.epoch}`);
+      bits[index >> 3] |= mask;
+    }
   }
-  if (end === record.n) return emptyRecordForEpoch(record.epoch + 1, record.n);
+  if (after.epoch !== record.epoch) return emptyRecordForEpoch(after.epoch, record.n);
   return {
     epoch: record.epoch,
-    cursor: end,
+    cursor: after.cursor,
+    holes: [...after.holes],
     n: record.n,
     processed: bytesToBase64(bits),
-    processedCount: record.processedCount + count,
+    processedCount: record.processedCount + rangesCount(committed),
   };
+}
+
+/** `at` with the `deferred` holes added (see `commitGroup`); `at` itself when there are none. */
+export function withDeferredHoles(at: RecordPosition, deferred: readonly PositionRange[]): RecordPosition {
+  return deferred.length === 0 ? at : { ...at, holes: mergeRanges([...at.holes, ...deferred]) };
+}
+
+/** Whether two record positions are the same (epoch, cursor and holes). */
+export function samePosition(a: RecordPosition, b: RecordPosition): boolean {
+  return a.epoch === b.epoch && a.cursor === b.cursor && sameRanges(a.holes, b.holes);
+}
+
+/** A record position for messages: `epoch 2 cursor 96 holes [8,12) [40,44)`. */
+export function describePosition(at: RecordPosition): string {
+  const holes = at.holes.length > 0 ? ` holes ${at.holes.map(([s, e]) => `[${s},${e})`).join(' ')}` : '';
+  return `epoch ${at.epoch} cursor ${at.cursor}${holes}`;
+}
+
+/** `a` less `b` (both merged: ascending, disjoint). */
+export function subtractRanges(a: readonly PositionRange[], b: readonly PositionRange[]): PositionRange[] {
+  const out: PositionRange[] = [];
+  let j = 0;
+  for (const [start, end] of a) {
+    let from = start;
+    while (j < b.length && b[j][1] <= from) j++;
+    let k = j;
+    while (from < end && k < b.length && b[k][0] < end) {
+      if (b[k][0] > from) out.push([from, b[k][0]]);
+      from = Math.max(from, b[k][1]);
+      k++;
+    }
+    if (from < end) out.push([from, end]);
+  }
+  return out;
 }
 
 function emptyRecordForEpoch(epoch: number, n: number): SamplerRecord {
   return { ...emptyRecord(n), epoch };
 }
 
-/** The record as it was at (epoch, cursor): a rollback to a checkpoint. `order` is that epoch's order. */
-export function rollbackTo(epoch: number, cursor: number, order: Uint32Array): SamplerRecord {
-  if (cursor < 0 || cursor > order.length)
-    throw new RangeError(`rollbackTo: cursor ${cursor} outside 0..${order.length}`);
-  return recordAt(epoch, cursor, order);
+/** The record at `at` (a rollback to a checkpoint or to a commit). `order` is that epoch's order. */
+export function rollbackTo(at: RecordPosition, order: Uint32Array): SamplerRecord {
+  return recordAt(at, order);
 }
 
-/** The unconsumed part of the epoch, in order (Horovod's `all − processed`, without re-shuffling). */
+/** The unconsumed part of the epoch in R order (holes, then the tail): Horovod's `all − processed`, without re-shuffling. */
 export function remaining(record: SamplerRecord, order: Uint32Array): Uint32Array {
-  return order.subarray(record.cursor);
+  const ranges: PositionRange[] = [...record.holes];
+  if (record.cursor < order.length) ranges.push([record.cursor, order.length]);
+  const out = new Uint32Array(rangesCount(ranges));
+  let o = 0;
+  for (const [start, end] of ranges) {
+    out.set(order.subarray(start, end), o);
+    o += end - start;
+  }
+  return out;
+}
+
+/** The group plan that starts at the record (`firstStep`: the step after the last commit). */
+export function groupAt(record: SamplerRecord, firstStep: number, plan: StepPlan): GroupPlan {
+  return groupPlan(recordPosition(record), firstStep, plan);
 }

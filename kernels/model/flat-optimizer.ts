@@ -6,7 +6,7 @@
  * is recorded, `prepare` writes its uniforms (t, 1/sampleCount, the current lr); the model keeps t.
  */
 import type { ParamLayout } from '../../core/training/model-spec';
-import { adamw, sgdMomentum, type AdamWDims, type SgdMomentumDims } from '../ops/optimizer';
+import { adamw, sgdMomentum, type AdamWDims, type OptimizerVariant, type SgdMomentumDims } from '../ops/optimizer';
 import { tensorView, type Gpu, type Kernel, type KernelCall, type Tensor } from '../runtime';
 
 export type OptimizerConfig =
@@ -36,7 +36,13 @@ export class FlatOptimizer {
   private readonly ranges: readonly OptimizerRange[];
 
   /** Prepares the dispatches for `config`'s kind; hyperparameters are written again by `prepare`. */
-  constructor(gpu: Gpu, layout: ParamLayout, buffers: FlatBuffers, config: OptimizerConfig) {
+  constructor(
+    gpu: Gpu,
+    layout: ParamLayout,
+    buffers: FlatBuffers,
+    config: OptimizerConfig,
+    variant: OptimizerVariant = {},
+  ) {
     const { decayElements, totalElements } = layout;
     const ranges = [
       { start: 0, size: decayElements, decay: true },
@@ -51,11 +57,13 @@ export class FlatOptimizer {
               gpu,
               { params: v(params), grads: v(grads), m: v(moments[0]), v: v(moments[1]) },
               { ...config, size, gradScale: 1, t: 1 },
+              variant,
             )
           : sgdMomentum(
               gpu,
               { params: v(params), grads: v(grads), velocity: v(moments[0]) },
               { size, gradScale: 1, lr: config.lr, momentum: config.momentum, weightDecay: config.weightDecay ?? 0 },
+              variant,
             );
       return { kernel, size, decay };
     });

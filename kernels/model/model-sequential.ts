@@ -2,7 +2,8 @@
  * The graph of a layer stack (dense, conv2d, 2×2 max-pool) with a softmax cross-entropy head.
  * Forward: layer i reads acts[i−1] (or the input) and writes acts[i]; ReLU is fused into matmul/conv.
  * Backward: d(loss)/d(activation) ping-pongs between two scratch buffers, so no dispatch reads and
- * writes the same buffer.
+ * writes the same buffer. In the f16 mode a dense layer's matmuls read its input and weight as packed
+ * halves (model-graph.ts); conv layers stay float32.
  */
 import {
   convPad,
@@ -17,6 +18,7 @@ import { biasGrad } from '../ops/bias';
 import { conv2dBackwardFilter, conv2dBackwardInput, conv2dForward, type Conv2dDims } from '../ops/conv2d';
 import { paramEntries } from './layers';
 import { matmul } from '../ops/matmul';
+import { conv2dOverride } from '../tuning/variants';
 import { maxPoolBackward, maxPoolForward, type PoolDims } from '../ops/maxpool';
 import type { GraphContext, ModelGraph } from './model-graph';
 import { reluBackward } from '../ops/relu';
@@ -55,7 +57,7 @@ export function buildSequential(ctx: GraphContext, spec: SequentialSpec, layout:
   const entries = paramEntries(spec, layout);
   const acts = shapes.map((s, i) => ctx.tensor([ctx.maxBatch, ...s.outShape], `act${i}`));
   const stack: Stack = { ctx, spec, shapes, entries, acts, argmaxes: [] };
-  const forward = spec.layers.map((_, i) => forwardLayer(stack, i));
+  const forward = spec.layers.flatMap((_, i) => forwardLayer(stack, i));
   const classes = spec.classes;
   const maxActivation = Math.max(...shapes.map((s) => elementCount(s.outShape)));
   const scratch = [
@@ -72,7 +74,17 @@ export function buildSequential(ctx: GraphContext, spec: SequentialSpec, layout:
   return { forward, loss, correct, backward, logits };
 }
 
-function forwardLayer(stack: Stack, i: number): KernelCall {
+/** A dense layer's input as [maxBatch, nIn] rows, and (f16 mode) its packed halves. */
+function denseInput(stack: Stack, i: number): { x2: Tensor; half: { packed: Tensor; cast?: KernelCall } | null } {
+  const { ctx, shapes, acts } = stack;
+  const nIn = elementCount(shapes[i].inShape);
+  const x = i === 0 ? ctx.input : acts[i - 1];
+  const x2 = tensorView(x, 0, [ctx.maxBatch, nIn], `${x.label}.flat`);
+  return { x2, half: ctx.precision === 'f16' ? ctx.halfActivation(x2, nIn, (b) => b) : null };
+}
+
+/** A layer's forward calls: one kernel, and in the f16 mode a dense layer's input cast before it. */
+function forwardLayer(stack: Stack, i: number): KernelCall[] {
   const { ctx, spec, shapes, entries, acts } = stack;
   const { gpu, maxBatch, params } = ctx;
   const layer = spec.layers[i];
@@ -80,20 +92,29 @@ function forwardLayer(stack: Stack, i: number): KernelCall {
   const x = i === 0 ? ctx.input : acts[i - 1];
   if (layer.type === 'dense') {
     const nIn = elementCount(inShape);
-    const x2 = tensorView(x, 0, [maxBatch, nIn], `${x.label}.flat`);
-    const t = { a: x2, b: view(params, entries[i].weight), out: acts[i], bias: view(params, entries[i].bias) };
+    const { x2, half } = denseInput(stack, i);
+    const w = view(params, entries[i].weight);
+    const t = {
+      a: half?.packed ?? x2,
+      b: half ? ctx.halfWeight(w) : w,
+      out: acts[i],
+      bias: view(params, entries[i].bias),
+    };
     const dims = (b: number) => ({ m: b, n: layer.units, k: nIn });
-    return ctx.batched(matmul(gpu, t, dims(maxBatch), { relu: layer.activation === 'relu', ...ctx.tile }), dims);
+    const opts = { relu: layer.activation === 'relu', halfA: !!half, halfB: !!half, ...ctx.tile };
+    const call = ctx.batched(matmul(gpu, t, dims(maxBatch), opts), dims);
+    return half?.cast ? [half.cast, call] : [call];
   }
   if (layer.type === 'conv2d') {
     const dims = convDims(inShape, layer.filters, layer.kernel, convPad(layer));
     const t = { x, w: view(params, entries[i].weight), bias: view(params, entries[i].bias), out: acts[i] };
-    return ctx.batched(conv2dForward(gpu, t, dims(maxBatch), { relu: layer.activation === 'relu' }), dims);
+    const opts = { relu: layer.activation === 'relu', ...conv2dOverride(ctx.variants, 'forward') };
+    return [ctx.batched(conv2dForward(gpu, t, dims(maxBatch), opts), dims)];
   }
   const argmax = ctx.tensor([maxBatch, ...outShape], `argmax${i}`);
   stack.argmaxes[i] = argmax;
   const dims = poolDims(inShape);
-  return ctx.batched(maxPoolForward(gpu, { x, out: acts[i], argmax }, dims(maxBatch)), dims);
+  return [ctx.batched(maxPoolForward(gpu, { x, out: acts[i], argmax }, dims(maxBatch)), dims)];
 }
 
 /** Layers from last to first; `current` indexes the scratch buffer holding d(loss)/d(output of layer i). */
@@ -146,15 +167,22 @@ function parameterLayerBackward(stack: Stack, i: number, x: Tensor, dz: Tensor, 
   if (layer.type === 'dense') {
     const nIn = elementCount(inShape);
     const units = layer.units;
-    const x2 = tensorView(x, 0, [maxBatch, nIn], `${x.label}.flat`);
+    // The forward's input (its half copy in the f16 mode: made there, reused here).
+    const { x2, half } = denseInput(stack, i);
     // dW = Xᵀ·dZ, db = column sums of dZ, dX = dZ·Wᵀ (all sums over the batch).
     const dW = (b: number) => ({ m: nIn, n: units, k: b });
-    calls.push(ctx.batched(matmul(gpu, { a: x2, b: dz, out: dw }, dW(maxBatch), { transA: true, ...tile }), dW));
+    const a = half?.packed ?? x2;
+    calls.push(
+      ctx.batched(matmul(gpu, { a, b: dz, out: dw }, dW(maxBatch), { transA: true, halfA: !!half, ...tile }), dW),
+    );
     const db = (b: number) => ({ rows: b, cols: units });
     calls.push(ctx.batched(biasGrad(gpu, { dy: dz, dbias }, db(maxBatch)), db));
     if (dx) {
       const dX = (b: number) => ({ m: b, n: nIn, k: units });
-      calls.push(ctx.batched(matmul(gpu, { a: dz, b: w, out: dx }, dX(maxBatch), { transB: true, ...tile }), dX));
+      const b = half ? ctx.halfWeight(w) : w;
+      calls.push(
+        ctx.batched(matmul(gpu, { a: dz, b, out: dx }, dX(maxBatch), { transB: true, halfB: !!half, ...tile }), dX),
+      );
     }
     return calls;
   }
@@ -162,10 +190,12 @@ function parameterLayerBackward(stack: Stack, i: number, x: Tensor, dz: Tensor, 
   const dims = convDims(inShape, layer.filters, layer.kernel, convPad(layer));
   const pixels = outShape[0] * outShape[1];
   const filters = layer.filters;
-  calls.push(ctx.batched(conv2dBackwardFilter(gpu, { x, dy: dz, dw }, dims(maxBatch)), dims));
+  const filter = conv2dOverride(ctx.variants, 'backwardFilter');
+  calls.push(ctx.batched(conv2dBackwardFilter(gpu, { x, dy: dz, dw }, dims(maxBatch), filter), dims));
   const dzRows = tensorView(dz, 0, [maxBatch * pixels, filters], `${dz.label}.rows`);
   const db = (b: number) => ({ rows: b * pixels, cols: filters });
   calls.push(ctx.batched(biasGrad(gpu, { dy: dzRows, dbias }, db(maxBatch)), db));
-  if (dx) calls.push(ctx.batched(conv2dBackwardInput(gpu, { dy: dz, w, dx }, dims(maxBatch)), dims));
+  const input = conv2dOverride(ctx.variants, 'backwardInput');
+  if (dx) calls.push(ctx.batched(conv2dBackwardInput(gpu, { dy: dz, w, dx }, dims(maxBatch), input), dims));
   return calls;
 }

@@ -12,6 +12,10 @@
  * it, and its LayerNorm's input gradient is added back into it (the residual add's backward). dwte is
  * first written by the tied projection (dlogitsᵀ·LN_f output), then the embedding's token pass adds
  * into it. Every gradient is overwritten each step; all sums run in a fixed order (bit-reproducible).
+ *
+ * In the f16 mode (model-graph.ts) every matmul reads the activation it multiplies (ln1, att, ln2, gel,
+ * ln_f) and the weights as packed halves; the gradients it multiplies (dres, dF2, dqkv, dlogits) stay
+ * float32, as do LayerNorm, attention, GELU and the embedding.
  */
 import type { ParamLayout, TransformerSpec } from '../../core/training/model-spec';
 import { countCorrect } from '../ops/argmax';
@@ -31,7 +35,7 @@ import {
   layerNormForward,
   type LayerNormDims,
 } from '../ops/layernorm';
-import { matmul } from '../ops/matmul';
+import { matmul, type MatmulOptions } from '../ops/matmul';
 import type { GraphContext, ModelGraph } from './model-graph';
 import { residualAdd } from '../ops/residual';
 import { tensorView, type KernelCall, type Tensor } from '../runtime';
@@ -128,19 +132,40 @@ function allocate(ctx: GraphContext, spec: TransformerSpec, layout: ParamLayout)
   };
 }
 
-/** out = a·b (+bias) over `rows` rows; k and n from the operands' columns. */
-function linear(parts: Parts, a: Tensor, w: Tensor, out: Tensor, bias?: Tensor): KernelCall {
+/**
+ * An activation [rows, cols] as a matmul operand: itself, or (f16 mode) its packed halves, with the
+ * cast the first time (the forward records it; backward matmuls find the copy made).
+ */
+function activation(parts: Parts, x: Tensor): { t: Tensor; half: boolean; cast?: KernelCall } {
+  const { ctx } = parts;
+  if (ctx.precision !== 'f16') return { t: x, half: false };
+  const { packed, cast } = ctx.halfActivation(x, x.shape[1], parts.rows);
+  return { t: packed, half: true, cast };
+}
+
+/** A weight as a matmul operand: itself, or (f16 mode) its copy in halves. */
+function weight(parts: Parts, w: Tensor): { t: Tensor; half: boolean } {
+  const { ctx } = parts;
+  return ctx.precision === 'f16' ? { t: ctx.halfWeight(w), half: true } : { t: w, half: false };
+}
+
+/** out = a·b (+bias) over `rows` rows (k and n from the weight's shape), after a's cast in the f16 mode. */
+function linear(parts: Parts, a: Tensor, w: Tensor, out: Tensor, bias?: Tensor): KernelCall[] {
   const [k, n] = w.shape;
   const dims = (b: number) => ({ m: parts.rows(b), n, k });
   const { ctx } = parts;
-  return ctx.batched(matmul(ctx.gpu, { a, b: w, out, bias }, dims(ctx.maxBatch), ctx.tile), dims);
+  const x = activation(parts, a);
+  const wt = weight(parts, w);
+  const opts: MatmulOptions = { halfA: x.half, halfB: wt.half, ...ctx.tile };
+  const call = ctx.batched(matmul(ctx.gpu, { a: x.t, b: wt.t, out, bias }, dims(ctx.maxBatch), opts), dims);
+  return x.cast ? [x.cast, call] : [call];
 }
 
 function layerNorm(parts: Parts, x: Tensor, name: string, y: Tensor, stats: Tensor): KernelCall {
   const { ctx } = parts;
   const dims = parts.lnDims;
   const t = { x, gain: parts.p(`${name}.weight`), bias: parts.p(`${name}.bias`), y, stats };
-  return ctx.batched(layerNormForward(ctx.gpu, t, dims(ctx.maxBatch)), dims);
+  return ctx.batched(layerNormForward(ctx.gpu, t, dims(ctx.maxBatch), ctx.variants.layernorm), dims);
 }
 
 function elementwise(parts: Parts, cols: number) {
@@ -155,28 +180,33 @@ function forwardCalls(parts: Parts): KernelCall[] {
   const gelu = elementwise(parts, mlpRatio * d);
   const embed = { tokens: ctx.input, wte: p('wte.weight'), wpe: p('wpe.weight'), out: blocks[0]?.res ?? top.res };
   const calls = [ctx.batched(embeddingForward(gpu, embed, embedDims(maxBatch)), embedDims)];
+  const att = ctx.variants.attention;
   blocks.forEach((k, l) => {
     const h = `h.${l}`;
     const next = blocks[l + 1]?.res ?? top.res;
     calls.push(
       layerNorm(parts, k.res, `${h}.ln_1`, k.ln1, k.stats1),
-      linear(parts, k.ln1, p(`${h}.attn.c_attn.weight`), k.qkv, p(`${h}.attn.c_attn.bias`)),
-      ctx.batched(attentionForward(gpu, { qkv: k.qkv, probs: k.probs, y: k.att }, attDims(maxBatch)), attDims),
+      ...linear(parts, k.ln1, p(`${h}.attn.c_attn.weight`), k.qkv, p(`${h}.attn.c_attn.bias`)),
+      ctx.batched(attentionForward(gpu, { qkv: k.qkv, probs: k.probs, y: k.att }, attDims(maxBatch), att), attDims),
       // The projection's output goes to `next` as scratch first, then mid = res + it.
-      linear(parts, k.att, p(`${h}.attn.c_proj.weight`), next, p(`${h}.attn.c_proj.bias`)),
+      ...linear(parts, k.att, p(`${h}.attn.c_proj.weight`), next, p(`${h}.attn.c_proj.bias`)),
       ctx.batched(residualAdd(gpu, { a: k.res, b: next, out: k.mid }, residual(maxBatch)), residual),
       layerNorm(parts, k.mid, `${h}.ln_2`, k.ln2, k.stats2),
-      linear(parts, k.ln2, p(`${h}.mlp.c_fc.weight`), k.fc, p(`${h}.mlp.c_fc.bias`)),
+      ...linear(parts, k.ln2, p(`${h}.mlp.c_fc.weight`), k.fc, p(`${h}.mlp.c_fc.bias`)),
       ctx.batched(geluForward(gpu, { x: k.fc, y: k.gel }, gelu(maxBatch)), gelu),
-      linear(parts, k.gel, p(`${h}.mlp.c_proj.weight`), parts.scratch.dB, p(`${h}.mlp.c_proj.bias`)),
+      ...linear(parts, k.gel, p(`${h}.mlp.c_proj.weight`), parts.scratch.dB, p(`${h}.mlp.c_proj.bias`)),
       ctx.batched(residualAdd(gpu, { a: k.mid, b: parts.scratch.dB, out: next }, residual(maxBatch)), residual),
     );
   });
   calls.push(layerNorm(parts, top.res, 'ln_f', top.ln, top.stats));
   // logits = ln_f · wteᵀ (wte is [vocab, d], i.e. stored [n, k]).
   const dims = (b: number) => ({ m: parts.rows(b), n: spec.vocab, k: d });
-  const t = { a: top.ln, b: p('wte.weight'), out: top.logits };
-  calls.push(ctx.batched(matmul(gpu, t, dims(maxBatch), { transB: true, ...ctx.tile }), dims));
+  const x = activation(parts, top.ln);
+  const w = weight(parts, p('wte.weight'));
+  const t = { a: x.t, b: w.t, out: top.logits };
+  if (x.cast) calls.push(x.cast);
+  const opts: MatmulOptions = { transB: true, halfA: x.half, halfB: w.half, ...ctx.tile };
+  calls.push(ctx.batched(matmul(gpu, t, dims(maxBatch), opts), dims));
   return calls;
 }
 
@@ -200,16 +230,18 @@ function linearBackward(parts: Parts, name: string, x: Tensor, dy: Tensor, dx?: 
   const [k, n] = w.shape;
   const dW = (b: number) => ({ m: k, n, k: parts.rows(b) });
   const db = (b: number) => ({ rows: parts.rows(b), cols: n });
+  // x's half copy was made (and cast) by the forward pass.
+  const xa = activation(parts, x);
+  const dWopts: MatmulOptions = { transA: true, halfA: xa.half, ...tile };
   const calls = [
-    ctx.batched(
-      matmul(gpu, { a: x, b: dy, out: parts.d(`${name}.weight`) }, dW(maxBatch), { transA: true, ...tile }),
-      dW,
-    ),
+    ctx.batched(matmul(gpu, { a: xa.t, b: dy, out: parts.d(`${name}.weight`) }, dW(maxBatch), dWopts), dW),
     ctx.batched(biasGrad(gpu, { dy, dbias: parts.d(`${name}.bias`) }, db(maxBatch)), db),
   ];
   if (dx) {
     const dX = (b: number) => ({ m: parts.rows(b), n: k, k: n });
-    calls.push(ctx.batched(matmul(gpu, { a: dy, b: w, out: dx }, dX(maxBatch), { transB: true, ...tile }), dX));
+    const wt = weight(parts, w);
+    const opts: MatmulOptions = { transB: true, halfB: wt.half, ...tile };
+    calls.push(ctx.batched(matmul(gpu, { a: dy, b: wt.t, out: dx }, dX(maxBatch), opts), dX));
   }
   return calls;
 }
@@ -228,9 +260,10 @@ function layerNormBackward(
   const dims = parts.lnDims;
   const params = { x, stats, dy, dgain: parts.d(`${name}.weight`), dbias: parts.d(`${name}.bias`) };
   const input = { x, stats, gain: parts.p(`${name}.weight`), dy, dx };
+  const variant = ctx.variants.layernorm;
   return [
-    ctx.batched(layerNormBackwardParams(ctx.gpu, params, dims(ctx.maxBatch)), dims),
-    ctx.batched(layerNormBackwardInput(ctx.gpu, input, dims(ctx.maxBatch), { accumulate }), dims),
+    ctx.batched(layerNormBackwardParams(ctx.gpu, params, dims(ctx.maxBatch), variant), dims),
+    ctx.batched(layerNormBackwardInput(ctx.gpu, input, dims(ctx.maxBatch), { accumulate, variant }), dims),
   ];
 }
 
@@ -241,11 +274,17 @@ function backwardCalls(parts: Parts): KernelCall[] {
   const dlnf = tensorView(s.dB, 0, [maxBatch * spec.context, spec.dModel], 'dln_f');
   const headX = (b: number) => ({ m: parts.rows(b), n: spec.dModel, k: spec.vocab });
   const headW = (b: number) => ({ m: spec.vocab, n: spec.dModel, k: parts.rows(b) });
+  const wte = weight(parts, parts.p('wte.weight'));
+  const ln = activation(parts, top.ln);
   const calls = [
     // dln_f = dlogits·wte; dwte = dlogitsᵀ·ln_f (overwrites; the embedding adds its part last).
-    ctx.batched(matmul(gpu, { a: dlogits, b: parts.p('wte.weight'), out: dlnf }, headX(maxBatch), tile), headX),
+    ctx.batched(matmul(gpu, { a: dlogits, b: wte.t, out: dlnf }, headX(maxBatch), { halfB: wte.half, ...tile }), headX),
     ctx.batched(
-      matmul(gpu, { a: dlogits, b: top.ln, out: parts.d('wte.weight') }, headW(maxBatch), { transA: true, ...tile }),
+      matmul(gpu, { a: dlogits, b: ln.t, out: parts.d('wte.weight') }, headW(maxBatch), {
+        transA: true,
+        halfB: ln.half,
+        ...tile,
+      }),
       headW,
     ),
     ...layerNormBackward(parts, 'ln_f', top.res, top.stats, dlnf, s.dres, false),
@@ -273,6 +312,7 @@ function blockBackward(parts: Parts, l: number): KernelCall[] {
     gpu,
     { qkv: k.qkv, probs: k.probs, dy: s.dA, dscores: s.dscores, dqkv: s.dqkv },
     attDims(maxBatch),
+    ctx.variants.attention,
   );
   const dA = tensorView(s.dA, 0, [maxBatch * spec.context, spec.dModel], 'dA');
   return [

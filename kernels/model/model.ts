@@ -27,8 +27,8 @@ import {
 } from '../../core/training/model-spec';
 import { splitWindows } from '../../core/data/text-windows';
 import { initParams } from './layers';
-import type { MatmulTile } from '../ops/matmul';
-import { graphContext, type ModelGraph } from './model-graph';
+import { graphContext, type ModelGraph, type Precision } from './model-graph';
+import { withDefaults, type KernelVariants } from '../tuning/variants';
 import { buildSequential } from './model-sequential';
 import { buildTransformer } from './model-transformer';
 import { FlatOptimizer, MOMENT_NAMES, type OptimizerConfig } from './flat-optimizer';
@@ -51,8 +51,13 @@ export interface ModelOptions {
   params?: Float32Array;
   /** Seed of the default initialisation (default 1). */
   seed?: number;
-  /** Matmul tile variant (override constants), e.g. chosen by the benchmark for this adapter. */
-  matmulTile?: MatmulTile;
+  /**
+   * Kernel variants (override constants) per op family, e.g. the autotuner's choice for this adapter
+   * (kernels/tuning/); omitted families take `DEFAULT_VARIANTS`. Every variant gives the same bits.
+   */
+  variants?: Partial<KernelVariants>;
+  /** 'f16': matmul operands (activations, weight copies) stored as halves; default 'f32' (the reference). */
+  precision?: Precision;
 }
 
 export interface EvaluationResult {
@@ -80,6 +85,9 @@ export class Model {
   optimizerStep = 0;
 
   readonly gpu: Gpu;
+  /** The kernel variants the model was built with (defaults filled in). */
+  readonly variants: KernelVariants;
+  readonly precision: Precision;
   private optimizerConfig: OptimizerConfig;
   private readonly input: Tensor;
   private readonly labels: Tensor;
@@ -88,7 +96,8 @@ export class Model {
   /** The prepared calls of a step, listed once: recorded as they are, resized through `resizers`. */
   private readonly forwardBackwardCalls: readonly KernelCall[];
   private readonly optimizerCalls: readonly KernelCall[];
-  private readonly trainStepCalls: readonly KernelCall[];
+  /** A training step's calls in dispatch order (what the autotuner times a family's share of, by label). */
+  readonly trainStepCalls: readonly KernelCall[];
   private readonly evaluateCalls: readonly KernelCall[];
   private readonly forwardCalls: readonly KernelCall[];
   private readonly logits: Tensor;
@@ -142,12 +151,15 @@ export class Model {
     this.grads = tensor([layout.totalElements], 'grads');
     this.momentNames = MOMENT_NAMES[options.optimizer.kind];
     this.moments = this.momentNames.map((name) => tensor([layout.totalElements], name));
-    const graph = this.buildGraph(options);
+    this.variants = withDefaults(options.variants);
+    this.precision = options.precision ?? 'f32';
+    const graph = this.buildGraph();
     this.flatOptimizer = new FlatOptimizer(
       gpu,
       layout,
       { params: this.params, grads: this.grads, moments: this.moments },
       this.optimizerConfig,
+      this.variants.optimizer,
     );
     this.forwardBackwardCalls = [...graph.forward, graph.loss, ...graph.backward];
     this.optimizerCalls = this.flatOptimizer.calls;
@@ -162,7 +174,8 @@ export class Model {
     );
   }
 
-  private buildGraph(options: ModelOptions): ModelGraph {
+  /** The graph's calls with the f16 mode's weight casts first in the forward pass (none in f32). */
+  private buildGraph(): ModelGraph {
     const base = {
       gpu: this.gpu,
       maxBatch: this.maxBatch,
@@ -172,12 +185,14 @@ export class Model {
       labels: this.labels,
       loss: this.loss,
       correct: this.correct,
-      tile: options.matmulTile === undefined ? {} : { tile: options.matmulTile },
+      variants: this.variants,
+      precision: this.precision,
     };
     const ctx = graphContext(base, this.spec.name, this.owned, this.resizers);
-    return isTransformer(this.spec)
+    const graph = isTransformer(this.spec)
       ? buildTransformer(ctx, this.spec, this.layout)
       : buildSequential(ctx, this.spec, this.layout);
+    return { ...graph, forward: [...ctx.weightCasts, ...graph.forward] };
   }
 
   /** The batch the prepared kernels are currently sized for. */
@@ -332,23 +347,16 @@ export class Model {
     return this.readFloats(this.params, this.totalElements);
   }
 
-  /**
-   * `fn` of the flat params buffer (`totalElements` floats) as mapped, without a CPU copy (e.g. its
-   * hash, every step): `fn` must not keep the array. The read-back is recorded now, so it sees the
-   * parameters of every step submitted before the call.
-   */
+  /** `fn` of the flat params as mapped, no CPU copy (`fn` must not keep it); recorded now (sees every step submitted before). */
   withParams<T>(fn: (params: Float32Array) => T): Promise<T> {
     const t = this.params;
     return this.reader.use(t.buffer, t.offset, this.totalElements * 4, (mapped) => fn(new Float32Array(mapped)));
   }
 
   /**
-   * `fn` of the SHA-256 digests of the params buffer's `chunkBytes` chunks (kernels/ops/sha256.wgsl, 32
-   * bytes per chunk, concatenated) as mapped: the leaves of the tree state hash, computed on the GPU
-   * so that only the digests are read back (0.8 % of the bytes at 4 KiB chunks), not the parameters.
-   * The dispatch and the copy are one submission, recorded now (they see every step submitted before);
-   * the digests buffer and the kernel are made on the first call and kept for the model's life, the
-   * staging buffer is the reader's (reused), so a step allocates no GPU memory. `fn` must not keep the array.
+   * `fn` of the SHA-256 digests of the params' `chunkBytes` chunks (kernels/ops/sha256.wgsl, 32 bytes each)
+   * as mapped: the tree hash's leaves, hashed on the GPU so only they are read back (0.8 % of the bytes at
+   * 4 KiB chunks). One submission, recorded now; no GPU allocation per step. `fn` must not keep the array.
    */
   withParamDigests<T>(chunkBytes: number, fn: (digests: Uint8Array) => T): Promise<T> {
     const { digests, bytes, call } = this.paramDigests.forChunks(chunkBytes);
@@ -361,11 +369,7 @@ export class Model {
     );
   }
 
-  /**
-   * `fn` of the whole training state as mapped (params, each moment in `momentNames` order, and t):
-   * one submission, one mapping, no CPU copy (e.g. its `trainingStateHash` every step). `fn` must not
-   * keep the arrays. Recorded now, like `withParams`.
-   */
+  /** `fn` of the training state as mapped (params, moments in `momentNames` order, t): one mapping, like `withParams`. */
   withState<T>(fn: (params: Float32Array, moments: Float32Array[], t: number) => T): Promise<T> {
     const t = this.optimizerStep;
     const n = this.totalElements;
@@ -376,10 +380,7 @@ export class Model {
     });
   }
 
-  /**
-   * `fn` of the chunk digests of the params and of each moment (hashed on the GPU, as `withParamDigests`)
-   * and t: the leaves of `trainingStateHash`, with only the digests read back.
-   */
+  /** `fn` of the chunk digests of the params and each moment (as `withParamDigests`) and t: `trainingStateHash`'s leaves. */
   withStateDigests<T>(chunkBytes: number, fn: (digests: Uint8Array[], t: number) => T): Promise<T> {
     const t = this.optimizerStep;
     const reads = [this.paramDigests, ...this.momentDigests].map((d) => {

@@ -171,6 +171,17 @@ export class TrainingState {
     return this.model.readFloats(this.backup.tensors[0], this.model.totalElements);
   }
 
+  /**
+   * Overwrite the backup's parameters only (an overlapped outer step's committed consensus, which is never
+   * the live state: web/worker/outer-calls.ts); its moments and t stay those of the last `saveBackup`.
+   */
+  writeBackupParams(params: Float32Array): void {
+    const n = this.model.totalElements;
+    if (!this.backup) throw new Error('writeBackupParams: no backup saved');
+    if (params.length !== n) throw new Error(`writeBackupParams: ${params.length} floats, the model has ${n}`);
+    writeTensor(this.gpu, this.backup.tensors[0], params);
+  }
+
   /** Overwrite the live parameters only (the outer step of local sync mode); moments and t stay. */
   writeParams(params: Float32Array): void {
     const n = this.model.totalElements;

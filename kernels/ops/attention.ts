@@ -27,7 +27,13 @@ export interface AttentionDims {
   heads: number;
 }
 
-const WORKGROUP_SIZE = 64;
+/** Default invocations per workgroup (the override WORKGROUP_SIZE). */
+export const ATTENTION_WORKGROUP_SIZE = 64;
+
+/** Override constants: invocations per workgroup. Each (batch, head, row) is computed alike in every variant. */
+export interface AttentionVariant {
+  workgroupSize?: number;
+}
 
 function check(label: string, d: AttentionDims, needs: readonly [Tensor, number][]): void {
   checkDims(label, d);
@@ -42,8 +48,10 @@ function attentionKernel(
   tensors: readonly Tensor[],
   dims: AttentionDims,
   validate: (d: AttentionDims) => void,
+  variant: AttentionVariant,
 ): Kernel<AttentionDims> {
   const label = `attention.${entryPoint}`;
+  const WORKGROUP_SIZE = variant.workgroupSize ?? ATTENTION_WORKGROUP_SIZE;
   return preparedKernel(
     gpu,
     {
@@ -75,15 +83,23 @@ export function attentionForward(
   gpu: Gpu,
   t: { qkv: Tensor; probs: Tensor; y: Tensor },
   dims: AttentionDims,
+  variant: AttentionVariant = {},
 ): Kernel<AttentionDims> {
-  return attentionKernel(gpu, 'attention_forward', [t.qkv, t.probs, t.y], dims, (d) => {
-    const s = sizes(d);
-    check('attentionForward', d, [
-      [t.qkv, s.qkv],
-      [t.probs, s.scores],
-      [t.y, s.y],
-    ]);
-  });
+  return attentionKernel(
+    gpu,
+    'attention_forward',
+    [t.qkv, t.probs, t.y],
+    dims,
+    (d) => {
+      const s = sizes(d);
+      check('attentionForward', d, [
+        [t.qkv, s.qkv],
+        [t.probs, s.scores],
+        [t.y, s.y],
+      ]);
+    },
+    variant,
+  );
 }
 
 /**
@@ -94,6 +110,7 @@ export function attentionBackward(
   gpu: Gpu,
   t: { qkv: Tensor; probs: Tensor; dy: Tensor; dscores: Tensor; dqkv: Tensor },
   dims: AttentionDims,
+  variant: AttentionVariant = {},
 ): [Kernel<AttentionDims>, Kernel<AttentionDims>] {
   const tensors = [t.qkv, t.probs, t.dy, t.dscores, t.dqkv];
   const validate = (d: AttentionDims) => {
@@ -107,7 +124,7 @@ export function attentionBackward(
     ]);
   };
   return [
-    attentionKernel(gpu, 'attention_backward_query', tensors, dims, validate),
-    attentionKernel(gpu, 'attention_backward_key_value', tensors, dims, validate),
+    attentionKernel(gpu, 'attention_backward_query', tensors, dims, validate, variant),
+    attentionKernel(gpu, 'attention_backward_key_value', tensors, dims, validate, variant),
   ];
 }

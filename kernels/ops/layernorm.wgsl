@@ -7,6 +7,9 @@
 //   layernorm_backward_params: dg[d] = Σ_r dy[r,d]·x̂[r,d], db[d] = Σ_r dy[r,d].
 // One invocation per row (forward, input gradient) or per column (parameter gradients): every sum
 // runs in a fixed order, so results are bit-reproducible, with no barriers and no atomics.
+// A row's sums are four interleaved partial sums (elements d ≡ 0, 1, 2, 3 mod 4, each ascending) added
+// as (p0 + p1) + (p2 + p3): exactly what layernorm-subgroups.wgsl computes with one lane per partial,
+// so both variants give the same bits.
 // Each entry point uses bindings 0..n-1 (bindBuffers binds in order); names differ per entry point.
 
 override WORKGROUP_SIZE: u32 = 64u;
@@ -39,6 +42,16 @@ fn linear_index(wid: vec3<u32>, nwg: vec3<u32>, lid: u32) -> u32 {
   return (wid.y * nwg.x + wid.x) * WORKGROUP_SIZE + lid;
 }
 
+/** x[i .. i+3]. */
+fn x4(i: u32) -> vec4<f32> {
+  return vec4<f32>(x[i], x[i + 1u], x[i + 2u], x[i + 3u]);
+}
+
+/** The four partial sums of a row, added in the fixed order above. */
+fn combine(p: vec4<f32>) -> f32 {
+  return (p.x + p.y) + (p.z + p.w);
+}
+
 @compute @workgroup_size(WORKGROUP_SIZE)
 fn layernorm_forward(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
                      @builtin(local_invocation_index) lid: u32) {
@@ -46,15 +59,22 @@ fn layernorm_forward(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgro
   let p = params;
   if (r >= p.rows) { return; }
   let base = r * p.dim;
-  var sum = 0.0;
-  for (var d = 0u; d < p.dim; d++) { sum += x[base + d]; }
-  let mean = sum / f32(p.dim);
-  var sq = 0.0;
-  for (var d = 0u; d < p.dim; d++) {
-    let c = x[base + d] - mean;
+  // Four elements at a time (component l is partial sum l), then the tail of at most three.
+  let full = p.dim & ~3u;
+  var sum = vec4<f32>(0.0);
+  for (var d = 0u; d < full; d += 4u) { sum += x4(base + d); }
+  for (var d = full; d < p.dim; d++) { sum[d & 3u] += x[base + d]; }
+  let mean = combine(sum) / f32(p.dim);
+  var sq = vec4<f32>(0.0);
+  for (var d = 0u; d < full; d += 4u) {
+    let c = x4(base + d) - mean;
     sq += c * c;
   }
-  let rstd = 1.0 / sqrt(sq / f32(p.dim) + p.eps);
+  for (var d = full; d < p.dim; d++) {
+    let c = x[base + d] - mean;
+    sq[d & 3u] += c * c;
+  }
+  let rstd = 1.0 / sqrt(combine(sq) / f32(p.dim) + p.eps);
   stats[2u * r] = mean;
   stats[2u * r + 1u] = rstd;
   for (var d = 0u; d < p.dim; d++) {
@@ -71,15 +91,22 @@ fn layernorm_backward_input(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_
   let base = r * p.dim;
   let mean = stats[2u * r];
   let rstd = stats[2u * r + 1u];
-  var sum_g = 0.0;
-  var sum_gx = 0.0;
-  for (var d = 0u; d < p.dim; d++) {
-    let g = dy[base + d] * gain[d];
+  let full = p.dim & ~3u;
+  var sum_g = vec4<f32>(0.0);
+  var sum_gx = vec4<f32>(0.0);
+  for (var d = 0u; d < full; d += 4u) {
+    let g = vec4<f32>(dy[base + d], dy[base + d + 1u], dy[base + d + 2u], dy[base + d + 3u]) *
+            vec4<f32>(gain[d], gain[d + 1u], gain[d + 2u], gain[d + 3u]);
     sum_g += g;
-    sum_gx += g * (x[base + d] - mean) * rstd;
+    sum_gx += g * (x4(base + d) - mean) * rstd;
   }
-  let mean_g = sum_g / f32(p.dim);
-  let mean_gx = sum_gx / f32(p.dim);
+  for (var d = full; d < p.dim; d++) {
+    let g = dy[base + d] * gain[d];
+    sum_g[d & 3u] += g;
+    sum_gx[d & 3u] += g * (x[base + d] - mean) * rstd;
+  }
+  let mean_g = combine(sum_g) / f32(p.dim);
+  let mean_gx = combine(sum_gx) / f32(p.dim);
   for (var d = 0u; d < p.dim; d++) {
     let xhat = (x[base + d] - mean) * rstd;
     let v = rstd * (dy[base + d] * gain[d] - mean_g - xhat * mean_gx);

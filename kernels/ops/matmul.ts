@@ -5,9 +5,13 @@
  *
  * Transposes (as strides) and the epilogue (accumulate, bias, ReLU, as flags) live in the uniforms, so
  * every matmul of a model with the same tile shares one pipeline (each costs ~0.5 s of SwiftShader
- * JIT at start-up). Tile shape and the workgroup-memory switch are WGSL overrides.
+ * JIT at start-up). Tile shape, the workgroup-memory switch and half-precision operands are WGSL
+ * overrides; the subgroup variant (`tile.subgroups`, matmul-subgroups.wgsl) is another module, since
+ * `enable subgroups;` does not compile where the adapter lacks the feature. Every variant sums each
+ * output in the same order (k ascending), so all give the same bits (the tests compare them).
  */
 import code from './matmul.wgsl?raw';
+import subgroupCode from './matmul-subgroups.wgsl?raw';
 import {
   ceilDiv,
   checkDims,
@@ -38,6 +42,19 @@ export interface MatmulTile {
   workgroupMemory: boolean;
   /** Depth of the staged k-slab, a multiple of 4 (workgroup-memory variant only; default 16). */
   tk?: number;
+  /**
+   * Share op(a) across each subgroup with shuffles (matmul-subgroups.wgsl): needs the device's
+   * `subgroups` feature, `wgY` 1 and no workgroup memory.
+   */
+  subgroups?: boolean;
+}
+
+/** A short name of a tile, e.g. `8x8 regs wg4x4`, `4x4 wgmem wg8x8 tk16`, `4x4 subgroups wg64`. */
+export function matmulTileName(tile: MatmulTile): string {
+  const { tm, tn, wgX, wgY } = tile;
+  if (tile.subgroups) return `${tm}x${tn} subgroups wg${wgX}`;
+  if (tile.workgroupMemory) return `${tm}x${tn} wgmem wg${wgX}x${wgY} tk${tile.tk ?? 16}`;
+  return `${tm}x${tn} regs wg${wgX}x${wgY}`;
 }
 
 /**
@@ -62,6 +79,10 @@ export interface MatmulOptions {
   /** Apply ReLU after the bias (and after accumulation). */
   relu?: boolean;
   tile?: MatmulTile;
+  /** a holds IEEE halves packed two per word (kernels/ops/half.ts), not float32: the mixed-precision mode. */
+  halfA?: boolean;
+  /** b holds packed halves. */
+  halfB?: boolean;
 }
 
 const PARAM_WORDS = 8;
@@ -80,6 +101,25 @@ function noBiasBuffer(gpu: Gpu): GPUBuffer {
   return buffer;
 }
 
+/** The pipeline of a tile and operand precision (cached by the runtime). */
+function matmulPipeline(gpu: Gpu, tile: MatmulTile, opts: MatmulOptions): GPUComputePipeline {
+  const halves = { A_HALF: opts.halfA ? 1 : 0, B_HALF: opts.halfB ? 1 : 0 };
+  if (tile.subgroups) {
+    const constants = { TM: tile.tm, TN: tile.tn, WG_X: tile.wgX, ...halves };
+    return computePipeline(gpu, subgroupCode, 'matmul-subgroups', 'main', constants);
+  }
+  const constants: Record<string, number> = {
+    TM: tile.tm,
+    TN: tile.tn,
+    WG_X: tile.wgX,
+    WG_Y: tile.wgY,
+    USE_WORKGROUP_MEMORY: tile.workgroupMemory ? 1 : 0,
+    ...halves,
+  };
+  if (tile.workgroupMemory) constants.TK = tile.tk ?? 16;
+  return computePipeline(gpu, code, 'matmul', 'main', constants);
+}
+
 function checkTile(gpu: Gpu, tile: MatmulTile): void {
   const { tm, tn, wgX, wgY } = tile;
   const ok = (v: number, lo: number, hi: number): boolean => Number.isInteger(v) && v >= lo && v <= hi;
@@ -91,6 +131,11 @@ function checkTile(gpu: Gpu, tile: MatmulTile): void {
     wgX * wgY > limits.maxComputeInvocationsPerWorkgroup
   ) {
     throw new Error(`matmul: workgroup ${wgX}x${wgY} exceeds the device limits`);
+  }
+  if (tile.subgroups) {
+    if (!gpu.features.subgroups) throw new Error('matmul: the subgroup variant needs the subgroups feature');
+    if (wgY !== 1 || tile.workgroupMemory)
+      throw new Error(`matmul: the subgroup variant needs wgY 1 and no workgroup memory (${matmulTileName(tile)})`);
   }
   if (tile.workgroupMemory) {
     const tk = tile.tk ?? 16;
@@ -117,23 +162,16 @@ export function matmul(
 ): Kernel<MatmulDims> {
   const tile = opts.tile ?? DEFAULT_MATMUL_TILE;
   checkTile(gpu, tile);
-  const constants: Record<string, number> = {
-    TM: tile.tm,
-    TN: tile.tn,
-    WG_X: tile.wgX,
-    WG_Y: tile.wgY,
-    USE_WORKGROUP_MEMORY: tile.workgroupMemory ? 1 : 0,
-  };
-  if (tile.workgroupMemory) constants.TK = tile.tk ?? 16;
-  const label = `matmul${opts.transA ? '.tA' : ''}${opts.transB ? '.tB' : ''}`;
-  const pipeline = computePipeline(gpu, code, 'matmul', 'main', constants);
+  const label = `matmul${opts.transA ? '.tA' : ''}${opts.transB ? '.tB' : ''}${opts.halfA ? '.hA' : ''}${opts.halfB ? '.hB' : ''}`;
+  const pipeline = matmulPipeline(gpu, tile, opts);
   const plan = ({ m, n, k }: MatmulDims) => {
     checkDims(label, { m, n, k });
-    const need = (x: Tensor, elements: number, what: string): void => {
-      if (elements > x.size) throw new Error(`${label}: ${what} ${x.label} has ${x.size} elements, needs ${elements}`);
+    const need = (x: Tensor, elements: number, what: string, half = false): void => {
+      const words = half ? Math.ceil(elements / 2) : elements;
+      if (words > x.size) throw new Error(`${label}: ${what} ${x.label} has ${x.size} words, needs ${words}`);
     };
-    need(t.a, m * k, 'a');
-    need(t.b, k * n, 'b');
+    need(t.a, m * k, 'a', opts.halfA);
+    need(t.b, k * n, 'b', opts.halfB);
     need(t.out, m * n, 'out');
     if (t.bias) need(t.bias, n, 'bias');
     // op(a)[r,kk] = a[r*aRow + kk*aK]; op(b)[kk,c] = b[kk*bK + c*bCol].
@@ -148,7 +186,7 @@ export function matmul(
     const maxGroups = gpu.device.limits.maxComputeWorkgroupsPerDimension;
     if (groups[0] > maxGroups || groups[1] > maxGroups)
       throw new Error(`${label}: ${m}x${n} needs ${groups[0]}x${groups[1]} workgroups (limit ${maxGroups})`);
-    return { uniforms: [m, n, k, flags, aRow, aK, bK, bCol], workgroups: groups };
+    return { uniforms: [m, n, k, flags, aRow, aK, bK, bCol], workgroups: groups, flops: 2 * m * n * k };
   };
   const bias = t.bias ?? noBiasBuffer(gpu);
   return preparedKernel(

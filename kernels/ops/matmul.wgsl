@@ -11,6 +11,12 @@
 // - true (the classic GPU kernel): the workgroup stages TK-deep slabs of A and B in workgroup memory
 //   between two barriers, so each global value is read once per workgroup instead of once per thread.
 // Threads whose tile falls outside [m,n] clamp their reads to the last row/column and skip their stores.
+//
+// Operands are bound as u32 words and read through `load_a` / `load_b`: float32 bits (a bitcast, free), or
+// with A_HALF / B_HALF (the mixed-precision mode) IEEE halves packed two per word as `pack2x16float`
+// writes them (kernels/ops/half.wgsl): element i is the low (even i) or high (odd i) half of word i/2.
+// A half is widened to f32 before it is used, so products and sums stay float32 either way.
+// matmul-subgroups.wgsl is the same kernel fed through subgroup shuffles; keep the two in step.
 
 struct Params {
   m: u32,
@@ -26,8 +32,8 @@ struct Params {
 
 // Operands are read_write although only read: WebGPU forbids one buffer in a dispatch as both read-only
 // and writable storage, and the model's tensors are views of a few flat buffers.
-@group(0) @binding(0) var<storage, read_write> a: array<f32>;
-@group(0) @binding(1) var<storage, read_write> b: array<f32>;
+@group(0) @binding(0) var<storage, read_write> a: array<u32>;
+@group(0) @binding(1) var<storage, read_write> b: array<u32>;
 // A 16-byte placeholder when there is no bias (never read then).
 @group(0) @binding(2) var<storage, read_write> bias: array<f32>;
 @group(0) @binding(3) var<storage, read_write> out: array<f32>;
@@ -43,6 +49,9 @@ override WG_Y: u32 = 4u;
 override USE_WORKGROUP_MEMORY: bool = false;
 /** Depth of the k-slab staged in workgroup memory (workgroup-memory variant only), a multiple of 4. */
 override TK: u32 = 16u;
+/** `a` / `b` hold packed halves instead of float32 (mixed precision). */
+override A_HALF: bool = false;
+override B_HALF: bool = false;
 
 // Epilogue flags (uniform, not overrides: every epilogue shares one pipeline, and each pipeline costs
 // ~0.5 s of SwiftShader JIT at start-up).
@@ -67,6 +76,23 @@ var<private> c50: vec4<f32>; var<private> c51: vec4<f32>;
 var<private> c60: vec4<f32>; var<private> c61: vec4<f32>;
 var<private> c70: vec4<f32>; var<private> c71: vec4<f32>;
 
+/** Element i of an operand: float32 bits, or half i%2 of word i/2 when the operand is packed halves. */
+fn load_word(word: u32, i: u32, half: bool) -> f32 {
+  if (half) {
+    let pair = unpack2x16float(word);
+    return select(pair.x, pair.y, (i & 1u) == 1u);
+  }
+  return bitcast<f32>(word);
+}
+
+fn load_a(i: u32) -> f32 {
+  return load_word(a[select(i, i >> 1u, A_HALF)], i, A_HALF);
+}
+
+fn load_b(i: u32) -> f32 {
+  return load_word(b[select(i, i >> 1u, B_HALF)], i, B_HALF);
+}
+
 /** One k step of the register tile: rows' A values in a0 (rows 0..3) / a1 (rows 4..7), B quads b0 / b1. */
 fn rank1(a0: vec4<f32>, a1: vec4<f32>, b0: vec4<f32>, b1: vec4<f32>) {
   let two = TN > 4u;
@@ -82,18 +108,18 @@ fn rank1(a0: vec4<f32>, a1: vec4<f32>, b0: vec4<f32>, b1: vec4<f32>) {
 
 /** Up to four values a[index[i] + offset] for i < count (count is a pipeline constant); the rest 0. */
 fn gather_a(index: vec4<u32>, offset: u32, count: u32) -> vec4<f32> {
-  var v = vec4<f32>(a[index.x + offset], 0.0, 0.0, 0.0);
-  if (count > 1u) { v.y = a[index.y + offset]; }
-  if (count > 2u) { v.z = a[index.z + offset]; }
-  if (count > 3u) { v.w = a[index.w + offset]; }
+  var v = vec4<f32>(load_a(index.x + offset), 0.0, 0.0, 0.0);
+  if (count > 1u) { v.y = load_a(index.y + offset); }
+  if (count > 2u) { v.z = load_a(index.z + offset); }
+  if (count > 3u) { v.w = load_a(index.w + offset); }
   return v;
 }
 
 fn gather_b(index: vec4<u32>, offset: u32, count: u32) -> vec4<f32> {
-  var v = vec4<f32>(b[index.x + offset], 0.0, 0.0, 0.0);
-  if (count > 1u) { v.y = b[index.y + offset]; }
-  if (count > 2u) { v.z = b[index.z + offset]; }
-  if (count > 3u) { v.w = b[index.w + offset]; }
+  var v = vec4<f32>(load_b(index.x + offset), 0.0, 0.0, 0.0);
+  if (count > 1u) { v.y = load_b(index.y + offset); }
+  if (count > 2u) { v.z = load_b(index.z + offset); }
+  if (count > 3u) { v.w = load_b(index.w + offset); }
   return v;
 }
 
@@ -128,7 +154,7 @@ fn stage_slab(k0: u32, row_base: u32, col_base: u32, thread: u32) {
     let row = row_base + r;
     let kg = k0 + kk;
     var v = 0.0;
-    if (row < params.m && kg < params.k) { v = a[row * params.a_row_stride + kg * params.a_k_stride]; }
+    if (row < params.m && kg < params.k) { v = load_a(row * params.a_row_stride + kg * params.a_k_stride); }
     tile_a[kk * BM + r] = v;
   }
   for (var e = thread; e < BN * TK; e += threads) {
@@ -137,7 +163,7 @@ fn stage_slab(k0: u32, row_base: u32, col_base: u32, thread: u32) {
     let col = col_base + c;
     let kg = k0 + kk;
     var v = 0.0;
-    if (col < params.n && kg < params.k) { v = b[kg * params.b_k_stride + col * params.b_col_stride]; }
+    if (col < params.n && kg < params.k) { v = load_b(kg * params.b_k_stride + col * params.b_col_stride); }
     tile_b[kk * BN + c] = v;
   }
 }

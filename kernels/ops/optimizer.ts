@@ -8,6 +8,12 @@
  */
 import code from './optimizer.wgsl?raw';
 import type { FlatVariant } from './elementwise';
+
+/** The optimizer's override constants: the workgroup size and elements per invocation. */
+export interface OptimizerVariant extends FlatVariant {
+  /** Elements each invocation updates (default 1). */
+  elementsPerThread?: number;
+}
 import { flatKernel, f32bits, type Gpu, type Kernel, type Tensor } from '../runtime';
 
 export const OPTIMIZER_WORKGROUP_SIZE = 256;
@@ -43,12 +49,15 @@ function optimizerKernel<D extends { size: number }>(
   tensors: readonly Tensor[],
   dims: D,
   uniformWords: (dims: D) => number[],
-  variant: FlatVariant,
+  variant: OptimizerVariant,
 ): Kernel<D> {
   const workgroupSize = variant.workgroupSize ?? OPTIMIZER_WORKGROUP_SIZE;
+  const elementsPerThread = variant.elementsPerThread ?? 1;
+  if (!Number.isInteger(elementsPerThread) || elementsPerThread < 1 || elementsPerThread > 64)
+    throw new Error(`optimizer: elementsPerThread ${elementsPerThread} outside 1..64`);
   return flatKernel(
     gpu,
-    { code, module: 'optimizer', entryPoint, workgroupSize, uniformCount: 10, uniformWords },
+    { code, module: 'optimizer', entryPoint, workgroupSize, elementsPerThread, uniformCount: 10, uniformWords },
     tensors,
     dims,
   );
@@ -63,7 +72,7 @@ export function adamw(
   gpu: Gpu,
   t: { params: Tensor; grads: Tensor; m: Tensor; v: Tensor },
   dims: AdamWDims,
-  variant: FlatVariant = {},
+  variant: OptimizerVariant = {},
 ): Kernel<AdamWDims> {
   return optimizerKernel(
     gpu,
@@ -99,7 +108,7 @@ export function sgdMomentum(
   gpu: Gpu,
   t: { params: Tensor; grads: Tensor; velocity: Tensor },
   dims: SgdMomentumDims,
-  variant: FlatVariant = {},
+  variant: OptimizerVariant = {},
 ): Kernel<SgdMomentumDims> {
   return optimizerKernel(
     gpu,

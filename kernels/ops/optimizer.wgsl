@@ -3,6 +3,13 @@
 // Gradients arrive as SUMS over the step's samples; `grad_scale` (1 / samples) turns them into means.
 
 override WORKGROUP_SIZE: u32 = 256u;
+/**
+ * Elements per invocation: a workgroup updates WORKGROUP_SIZE · ELEMENTS_PER_THREAD consecutive
+ * elements, the e-th pass of its threads the e-th WORKGROUP_SIZE of them (adjacent threads, adjacent
+ * elements). Each element's arithmetic is the same whatever the variant, so every variant gives the
+ * same bits.
+ */
+override ELEMENTS_PER_THREAD: u32 = 1u;
 
 struct AdamWParams {
   size: u32,
@@ -40,14 +47,19 @@ struct SgdParams {
 /// AdamW: second moment v.
 @group(0) @binding(4) var<storage, read_write> moment2: array<f32>;
 
-fn linear_index(wid: vec3<u32>, nwg: vec3<u32>, lid: u32) -> u32 {
-  return (wid.y * nwg.x + wid.x) * WORKGROUP_SIZE + lid;
+/** The first element of this invocation: element e of it is first + e · WORKGROUP_SIZE. */
+fn first_index(wid: vec3<u32>, nwg: vec3<u32>, lid: u32) -> u32 {
+  return (wid.y * nwg.x + wid.x) * WORKGROUP_SIZE * ELEMENTS_PER_THREAD + lid;
 }
 
 @compute @workgroup_size(WORKGROUP_SIZE)
 fn adamw(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
          @builtin(local_invocation_index) lid: u32) {
-  let i = linear_index(wid, nwg, lid);
+  let first = first_index(wid, nwg, lid);
+  for (var e = 0u; e < ELEMENTS_PER_THREAD; e++) { adamw_element(first + e * WORKGROUP_SIZE); }
+}
+
+fn adamw_element(i: u32) {
   let p = adamw_params;
   if (i >= p.size) { return; }
   let g = grad[i] * p.grad_scale;
@@ -62,7 +74,11 @@ fn adamw(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: ve
 @compute @workgroup_size(WORKGROUP_SIZE)
 fn sgd_momentum(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
                 @builtin(local_invocation_index) lid: u32) {
-  let i = linear_index(wid, nwg, lid);
+  let first = first_index(wid, nwg, lid);
+  for (var e = 0u; e < ELEMENTS_PER_THREAD; e++) { sgd_element(first + e * WORKGROUP_SIZE); }
+}
+
+fn sgd_element(i: u32) {
   let p = sgd_params;
   if (i >= p.size) { return; }
   let w = param[i];

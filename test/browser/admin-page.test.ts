@@ -4,7 +4,8 @@
  * ranks the coordinator gave, kicking a worker removes it while training goes on, the safetensors
  * download equals the checkpointed parameters, the sync line and the compute utilization and bytes per
  * sample the coordinator measured (job and per tab, and their chart), and screenshots at 1280×800 and
- * 390×844 are kept in test-results/ as artifacts.
+ * 390×844 are kept in test-results/ as artifacts. Then, against a coordinator of its own, tabs whose
+ * steps wait on the network far longer than they compute: the job card shows the coordinator's advice.
  */
 import { existsSync, mkdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
@@ -12,7 +13,8 @@ import type { Browser, Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { JobPublic } from '../../core/training/job';
 import { parameterLayout } from '../../core/training/model-spec';
-import { assignStep, isCommitPoint, stepPosition, totalSteps } from '../../core/training/sampler';
+import { assignStep } from '../../core/training/groups';
+import { referenceIsCommitPoint, referenceStepPosition, referenceTotalSteps } from '../support/hole-free-layout';
 import {
   launchChromium,
   skipWithoutChromium,
@@ -45,6 +47,16 @@ const ADAPTERS = [
   { vendor: 'apple', architecture: 'metal-3', description: 'Apple M2' },
 ];
 
+/** What a tab on the first adapter says about its kernels in its hello (core/protocol `kernelsReportSchema`). */
+const KERNELS = {
+  source: 'tuned',
+  precision: 'f32',
+  variants: [{ family: 'matmul', variant: '4x4 wgmem wg16x16 tk16' }],
+  gflops: 1234.5,
+  tuneMs: 2100,
+  features: ['subgroups'],
+};
+
 /**
  * A simulated tab: joins with an adapter, follows rounds, reports each step after `stepMs` with a
  * loss that falls with the step (so the charts have a shape), uploads checkpoints when asked.
@@ -60,6 +72,8 @@ class SimulatedTab {
   peerRttMs: number | null | undefined = undefined;
   /** Extra ICE fields its heartbeats carry (`peerLinks`, `iceError`), if any. */
   iceFields: Record<string, unknown> = {};
+  /** Share of each step's time it claims as compute (default 0.6 + 0.2 · rank); the rest is its allreduce. */
+  computeShare: number | null = null;
   private readonly timers = new Set<NodeJS.Timeout>();
 
   private constructor(
@@ -75,7 +89,9 @@ class SimulatedTab {
   ): Promise<SimulatedTab> {
     const worker = await SimWorker.connect(proc.wsUrl);
     const tab = new SimulatedTab(worker, proc.url, stepMs);
-    const welcome = await worker.join({ adapter });
+    // The first adapter's tab reports tuned kernels; the others send none, as an older tab.
+    const kernels = adapter === ADAPTERS[0] ? KERNELS : undefined;
+    const welcome = await worker.join({ adapter, kernels });
     tab.job = welcome.job as JobPublic;
     worker.onMessage = (msg) => tab.onMessage(msg);
     for (const msg of worker.drain()) tab.onMessage(msg);
@@ -140,11 +156,11 @@ class SimulatedTab {
 
   private compute(step: number): void {
     const round = this.round;
-    if (!round || step > totalSteps(this.job)) return;
+    if (!round || step > referenceTotalSteps(this.job)) return;
     const timer = setTimeout(() => {
       this.timers.delete(timer);
       if (!this.training || this.round !== round || this.worker.isClosed) return;
-      const { cursor, count } = stepPosition(step, this.job);
+      const { cursor, count } = referenceStepPosition(step, this.job);
       const samples = assignStep(cursor, count, round.shares)[round.rank].count;
       // A loss curve with a shape: decays with the step, with a little step-dependent wobble.
       const loss = 0.35 + 1.9 * Math.exp(-step / 60) + 0.08 * Math.sin(step * 1.7);
@@ -155,10 +171,10 @@ class SimulatedTab {
         hash: simulatedStateHash(this.job, step),
         samples,
         lossSum: samples * loss,
-        computeMs: this.stepMs * (0.6 + 0.2 * round.rank),
+        computeMs: this.stepMs * (this.computeShare ?? 0.6 + 0.2 * round.rank),
         wireBytes: samples * WIRE_BYTES_PER_SAMPLE,
       });
-      if (!isCommitPoint(step, this.job)) this.compute(step + 1);
+      if (!referenceIsCommitPoint(step, this.job)) this.compute(step + 1);
     }, this.stepMs);
     this.timers.add(timer);
   }
@@ -244,14 +260,28 @@ describe.skipIf(skip)('admin page', () => {
       timeout: 20_000,
     });
     await expect.poll(() => tabs.every((t) => t.rank !== null), { timeout: 10_000 }).toBe(true);
+    // Waiting workers are rows too (their rank cell shows their place in the queue): wait for the ranks.
+    await page.waitForFunction(
+      () =>
+        Array.from(document.querySelectorAll('#workers-body td.rank')).every((td) =>
+          /^\d+$/.test(td.textContent ?? ''),
+        ),
+      undefined,
+      { timeout: 10_000 },
+    );
     const rows = await tableRows(page);
     expect(rows.map(([rank]) => rank)).toEqual([0, 1, 2]);
     expect(new Map(rows.map(([rank, id]) => [id, rank]))).toEqual(new Map(tabs.map((t) => [t.id, t.rank])));
     const status = await proc.status();
-    expect(rows.map(([, id]) => id)).toEqual(status.world.map((w: { id: string }) => w.id));
+    expect(rows.map(([, id]) => id)).toEqual(status.world.items.map((w: { id: string }) => w.id));
     expect(await page.textContent(`#workers-body tr[data-worker-id="${tabs[1].id}"] .adapter-cell`)).toBe(
       'intel gen-12lp',
     );
+    // The kernels a tab reported in its hello; a tab that reported none shows a dash.
+    const kernelsCell = (id: string) => page.textContent(`#workers-body tr[data-worker-id="${id}"] .kernels-cell`);
+    expect(await kernelsCell(tabs[0].id)).toBe('4x4 wgmem wg16x16 tk16 · 1,235 GFLOP/s · tuned in 2.1 s');
+    expect(await kernelsCell(tabs[1].id)).toBe('–');
+    expect(status.world.items.find((w: { id: string }) => w.id === tabs[0].id)?.kernels).toEqual(KERNELS);
 
     // RTT column: a heartbeat's peerRttMs shows in ms; a tab that never sends it (older tab) shows "–".
     tabs[0].peerRttMs = 12.5;
@@ -265,22 +295,24 @@ describe.skipIf(skip)('admin page', () => {
     await expect.poll(() => rttCell(tabs[2].id), { timeout: 10_000 }).toBe('3.25 ms · relay');
     expect(await rttCell(tabs[1].id)).toBe('–');
     const rttStatus = await proc.status();
-    expect(new Map(rttStatus.world.map((w: { id: string; peerRttMs: number | null }) => [w.id, w.peerRttMs]))).toEqual(
+    expect(
+      new Map(rttStatus.world.items.map((w: { id: string; peerRttMs: number | null }) => [w.id, w.peerRttMs])),
+    ).toEqual(
       new Map([
         [tabs[0].id, 12.5],
         [tabs[1].id, null],
         [tabs[2].id, 3.25],
       ]),
     );
-    expect(await page.textContent('#workers-table thead th:nth-child(9)')).toBe('RTT · path');
-    expect((await proc.status()).world.find((w: { id: string }) => w.id === tabs[2].id)?.peerLinks).toEqual([
+    expect(await page.textContent('#workers-table thead th.rtt')).toBe('RTT · path');
+    expect((await proc.status()).world.items.find((w: { id: string }) => w.id === tabs[2].id)?.peerLinks).toEqual([
       { peer: tabs[1].id, local: 'relay', remote: 'srflx' },
     ]);
     // An ICE problem a tab reports replaces its RTT cell (within one heartbeat) and is in /api/status.
     tabs[1].iceFields = { iceError: 'TURN authentication failed (401 Unauthorized at turn:203.0.113.2:3478)' };
     tabs[1].sendHeartbeat();
     await expect.poll(() => rttCell(tabs[1].id), { timeout: 10_000 }).toMatch(/^TURN authentication failed/);
-    expect((await proc.status()).world.find((w: { id: string }) => w.id === tabs[1].id)?.iceError).toMatch(/401/);
+    expect((await proc.status()).world.items.find((w: { id: string }) => w.id === tabs[1].id)?.iceError).toMatch(/401/);
     tabs[1].iceFields = { iceError: null };
     tabs[1].sendHeartbeat();
     await expect.poll(() => rttCell(tabs[1].id), { timeout: 10_000 }).toBe('–');
@@ -293,7 +325,7 @@ describe.skipIf(skip)('admin page', () => {
     expect(measured.usage.recent.utilization).toBeLessThanOrEqual(1);
     // Rank 0 claims 0.6 of the step time, rank 2 all of it (capped at the wall time the coordinator measured).
     const utilizationOf = (rank: number) =>
-      measured.world.find((w: { rank: number }) => w.rank === rank)!.utilization as number;
+      measured.world.items.find((w: { rank: number }) => w.rank === rank)!.utilization as number;
     expect(utilizationOf(0)).toBeLessThan(utilizationOf(2));
     expect(utilizationOf(2)).toBeLessThanOrEqual(1);
     expect(await page.textContent('#sum-utilization')).toMatch(/^\d{1,3}%$/);
@@ -333,7 +365,7 @@ describe.skipIf(skip)('admin page', () => {
       .poll(
         async () => {
           const s = await proc.status();
-          return s.step > afterKick.step && s.world.length === 2 && s.state === 'training';
+          return s.step > afterKick.step && s.world.total === 2 && s.state === 'training';
         },
         { timeout: 20_000 },
       )
@@ -427,6 +459,46 @@ describe.skipIf(skip)('admin page', () => {
     await page.waitForSelector('#app', { state: 'visible' });
     await page.waitForSelector('#connection[data-state=live]');
     expect(await page.inputValue('#max-workers')).toBe('3');
+    problems.assertNone();
+  });
+});
+
+describe.skipIf(skip)('admin page: every-step sync slower than the compute', () => {
+  let proc: CoordinatorProcess;
+  let browser: Browser;
+  const tabs: SimulatedTab[] = [];
+
+  beforeAll(async () => {
+    proc = await spawnCoordinator({ job: JOB, extraArgs: ['--dist', WEB_BUILD_DIR] });
+    browser = await launchChromium();
+  });
+
+  afterAll(async () => {
+    for (const tab of tabs) await tab.close();
+    await browser?.close();
+    await proc?.stop();
+  });
+
+  it('shows the advice to use local steps on the job card, as /api/status has it', async () => {
+    for (const adapter of ADAPTERS.slice(0, 2)) {
+      const tab = await SimulatedTab.join(proc, adapter, 60);
+      tab.computeShare = 0.1; // a tenth of each step computing, the rest waiting on the allreduce
+      tabs.push(tab);
+    }
+    const page = await (await browser.newContext({ viewport: { width: 1280, height: 800 } })).newPage();
+    const problems = watchPage(page);
+    await page.goto(`${proc.url}/admin/?token=${TEST_ADMIN_TOKEN}`);
+    await page.waitForSelector('#sync-advice', { state: 'visible', timeout: 30_000 });
+    const text = (await page.textContent('#sync-advice'))!;
+    expect(text).toMatch(/^Every step waits \d+ ms on the network for \d+ ms of compute/);
+    // The figures follow every report; the page shows the status the feed carried a moment ago.
+    const status = await proc.status();
+    expect(status.syncAdvice!.message).toMatch(
+      /^Every step waits .* "sync": \{"mode":"local","innerSteps":\d+,"compression":"int8"\}/,
+    );
+    expect(text).toContain('"compression":"int8"');
+    expect(status.syncAdvice!.syncMsPerStep).toBeGreaterThan(status.syncAdvice!.computeMsPerStep);
+    await page.screenshot({ path: join(ARTIFACTS, 'admin-page-sync-advice.png') });
     problems.assertNone();
   });
 });

@@ -2,7 +2,9 @@
  * The WebRTC collectives between real headless Chromium tabs (separate browser contexts) connected
  * through a real PeerJS signaling server: a ring allreduce checked against a float64 sum computed
  * here, an int8 allreduce whose bytes must equal Node's for the same inputs, a hash-checked broadcast, a tab closed mid-allreduce, and (printed, not asserted) the raw
- * data-channel throughput next to the allreduce bus bandwidth measured in the same run.
+ * data-channel throughput next to the allreduce bus bandwidth measured in the same run; then the same
+ * ring striped over several peer connections per neighbour (web/net/striped-link.ts): its bytes against
+ * Node's, and a tab closed mid-allreduce.
  */
 import type { Browser, BrowserContext, Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -39,13 +41,13 @@ describe.skipIf(skip)('collectives over WebRTC between headless Chromium tabs', 
   const nextId = () => ({ round: 1, step: ++step, seq: 0 });
   const now = () => performance.timeOrigin + performance.now();
 
-  async function openTab(id: string): Promise<Tab> {
+  async function openTab(id: string, stripes: number | 'auto' = 'auto'): Promise<Tab> {
     const context = await browser.newContext();
     const page = await context.newPage();
     const problems = watchPage(page);
     await page.goto(`${vite.url}/test/browser/pages/net-harness.html`);
     await page.waitForFunction(() => 'netHarness' in window);
-    await page.evaluate((o) => netHarness.open(o), { id, host: peerServer.host, port: peerServer.port });
+    await page.evaluate((o) => netHarness.open(o), { id, host: peerServer.host, port: peerServer.port, stripes });
     return { id, context, page, problems };
   }
 
@@ -240,5 +242,60 @@ describe.skipIf(skip)('collectives over WebRTC between headless Chromium tabs', 
       expect(ms).toBeLessThan(timeoutMs / 10);
     }
     await victim.context.close().catch(() => {});
+  });
+
+  describe('striped over 4 peer connections per neighbour', () => {
+    const striped: Tab[] = [];
+
+    beforeAll(async () => {
+      for (const t of tabs) await t.context.close().catch(() => {});
+      const run = Math.floor(Math.random() * 1e9).toString(36);
+      for (let i = 0; i < 3; i++) striped.push(await openTab(`striped${i}-${run}`, 4));
+      await formRing(striped);
+      // Stripes beyond the first open after the ring: wait until every link has all four.
+      for (const t of striped)
+        await t.page.waitForFunction(() => {
+          const counts = netHarness.stripes();
+          return counts.length === 2 && counts.every((c) => c === 4);
+        });
+    });
+
+    afterAll(async () => {
+      for (const t of striped) await t.context.close().catch(() => {});
+    });
+
+    it('three striped tabs allreduce 4 MiB: the same bytes in every tab as Node over memory links', async () => {
+      const n = (4 * MiB) / 4;
+      const seed = 31;
+      const outcomes = await allreduceIn(striped, { n, seed, id: nextId(), timeoutMs: 60_000 });
+      const hashes = outcomes.map((o, r) => {
+        if (!o.ok) throw new Error(`tab ${r} failed: ${o.error.kind} ${o.error.message}`);
+        return o.hash;
+      });
+      // fp32 sums are formed in ring order whatever the transport, so Node's bytes are the reference.
+      const inputs = striped.map((_, r) => randomArray(mulberry32(seed * 1000 + r), n, -1, 1));
+      const { rings } = memoryRing(3);
+      const opts = { id: nextId(), timeoutMs: 30_000 };
+      await Promise.all(rings.map((ring, r) => ringAllreduce(ring, inputs[r], opts)));
+      const inNode = hashBytes(new Uint8Array(inputs[0].buffer));
+      expect(hashes).toEqual([inNode, inNode, inNode]);
+      for (const t of striped) t.problems.assertNone();
+    });
+
+    it('a striped tab closed during an allreduce makes the other two reject with peer_closed', async () => {
+      const timeoutMs = 60_000;
+      const params = { n: (8 * MiB) / 4, seed: 37, id: nextId(), timeoutMs };
+      await Promise.all(striped.map((t) => t.page.evaluate((p) => netHarness.startAllreduce(p), params)));
+      await striped[2].page.evaluate(() => netHarness.waitReceived(1024 * 1024));
+      const t0 = Date.now();
+      await striped[2].context.close();
+      for (const t of striped.slice(0, 2)) {
+        const outcome = await t.page.evaluate(() => netHarness.finishAllreduce());
+        expect(outcome.ok).toBe(false);
+        if (outcome.ok) continue;
+        expect(outcome.error).toMatchObject({ name: 'CollectiveError', kind: 'peer_closed', peer: striped[2].id });
+        expect(Date.now() - t0).toBeLessThan(timeoutMs / 10);
+      }
+    });
   });
 });

@@ -30,7 +30,7 @@ import { appendFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Browser } from 'playwright-core';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import type { StatusReport } from '../../coordinator/admin/audit';
+import type { StatusResponse } from '../../core/protocol/views';
 import { decodeSnapshot } from '../../core/state/snapshot';
 import {
   FASHION_MNIST_DIR,
@@ -156,7 +156,7 @@ describe.skipIf(skip).each(Object.keys(MODES) as (keyof typeof MODES)[])(
       opts: {
         job?: Record<string, unknown>;
         hostiles?: number;
-        until?: (s: StatusReport) => boolean;
+        until?: (s: StatusResponse) => boolean;
         /** The hostile tab joins first (rank 0 of the first round: the rank asked for checkpoints). */
         hostileFirst?: boolean;
       } = {},
@@ -332,18 +332,18 @@ describe.skipIf(skip).each(Object.keys(MODES) as (keyof typeof MODES)[])(
     it('lies about throughput (computeMs 1e-6): its share stays measured, not claimed (and the clean reference)', async () => {
       const { c, swarm, tabs, ids } = await attackRun(
         { mode: 'lie-throughput', fromStep: 1 },
-        { until: (s) => s.step >= 20 && s.world.length === 4 },
+        { until: (s) => s.step >= 20 && s.world.total === 4 },
       );
       await tabs[0].waitFor((v) => v.hostile.tally.reports > 2, null, 60_000);
       // Shares are re-measured when a round forms: one honest tab leaves (a goodbye), three remain.
       await swarm.close(swarm.tabs[0]);
       const three = await statusUntil(
         c,
-        (s, step) => s.world.length === 3 && s.step >= step + 2,
+        (s, step) => s.world.total === 3 && s.step >= step + 2,
         'three tabs committing',
         (await c.status()).step,
       );
-      const share = three.world.find((w) => w.id === ids[0])!.share;
+      const share = three.world.items.find((w) => w.id === ids[0])!.share;
       console.log(`lie-throughput: the liar's share among 3 is ${share.toFixed(3)} (believed: the cap, 0.667)`);
       // Local mode: the liar's measured share reached the cap (0.667) in a local run on a loaded machine,
       // though shares never read the `computeMs` claim (shares.ts). Not explained yet; our guess is that
@@ -445,7 +445,7 @@ describe.skipIf(skip).each(Object.keys(MODES) as (keyof typeof MODES)[])(
         await statusUntil(c, (s) => s.step >= 6 && s.latestCheckpoint !== null, 'step 6 and a checkpoint');
         // Every honest tab leaves: nobody holds the last commit any more, only the stored checkpoint does.
         await Promise.all(swarm.live.map((t) => swarm.close(t)));
-        const gone = await statusUntil(c, (s) => s.world.length === 0 && s.waiting.length === 0, 'no tab left');
+        const gone = await statusUntil(c, (s) => s.world.total === 0 && s.waiting.total === 0, 'no tab left');
         // The liar joins alone, naming this run and claiming the last commit, as a tab coming back would.
         const tab = await hostile.open(browser, { mode: 'claim-state', fromStep: 1 }, { echo });
         const joined = await tab.waitFor(
@@ -462,7 +462,7 @@ describe.skipIf(skip).each(Object.keys(MODES) as (keyof typeof MODES)[])(
         await swarm.openMany(2);
         await statusUntil(
           c,
-          (s, step) => s.world.length === 3 && s.step >= step + 2,
+          (s, step) => s.world.total === 3 && s.step >= step + 2,
           'three tabs past the claim',
           gone.step,
         );
@@ -477,10 +477,10 @@ describe.skipIf(skip).each(Object.keys(MODES) as (keyof typeof MODES)[])(
 /** The coordinator's status once `check(status, arg)` holds (polled every 200 ms). */
 async function statusUntil<A = undefined>(
   c: CoordinatorProcess,
-  check: (s: StatusReport, arg: A) => boolean,
+  check: (s: StatusResponse, arg: A) => boolean,
   what: string,
   arg?: A,
   timeoutMs = 90_000,
-): Promise<StatusReport> {
+): Promise<StatusResponse> {
   return (await coordinatorStatusUntil(c, (s) => check(s, arg as A), what, { timeoutMs, pollMs: 200 })).status;
 }

@@ -18,7 +18,7 @@
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { StatusReport } from '../../coordinator/admin/audit';
+import type { StatusResponse } from '../../core/protocol/views';
 import { netbedUnavailable, type LinkProfile } from '../../tools/netbed/netbed';
 import { Scene, type SceneTab } from '../../tools/netbed/scene';
 import {
@@ -92,12 +92,12 @@ describe.skipIf(skip)('tabs behind NATs on the test bed', () => {
     const tabs = await Promise.all([0, 1, 2].map((home) => scene.openTab(home, { testSubset: '0' })));
     const ids = await Promise.all(tabs.map(workerIdOf));
     const status = await scene.statusUntil(
-      (s) => s.step >= 50 && s.world.length === 3 && s.world.every((w) => w.peerLinks.length > 0),
+      (s) => s.step >= 50 && s.world.total === 3 && s.world.items.every((w) => w.peerLinks.length > 0),
       'reached step 50 with 3 ranks reporting their links',
       300_000,
     );
-    const links = new Map(status.world.map((w) => [w.id, w.peerLinks]));
-    const peerToWorker = new Map(status.world.map((w) => [w.peerId, w.id]));
+    const links = new Map(status.world.items.map((w) => [w.id, w.peerLinks]));
+    const peerToWorker = new Map(status.world.items.map((w) => [w.peerId, w.id]));
     const viaRelay = (l: { local: string; remote: string }) => l.local === 'relay' || l.remote === 'relay';
     // Every link of the symmetric-NAT tab goes through a TURN relay (its own or its neighbour's); the
     // link between the two endpoint-independent homes is direct (STUN's server-reflexive candidates).
@@ -115,12 +115,12 @@ describe.skipIf(skip)('tabs behind NATs on the test bed', () => {
     const crashed = new Promise<void>((resolve) => tabs[1].page.once('crash', () => resolve()));
     cdp.send('Page.crash').catch(() => undefined);
     await crashed;
-    const stepAtCrash = (await scene.api<StatusReport>('/api/status')).step;
+    const stepAtCrash = (await scene.api<StatusResponse>('/api/status')).step;
     await tabs[0].page.close({ runBeforeUnload: false });
     const joiner = await scene.openTab(3, { testSubset: '0' });
     const joinerId = await workerIdOf(joiner);
     const after = await scene.statusUntil(
-      (s) => s.step >= stepAtCrash + 10 && s.world.some((w) => w.id === joinerId) && s.world.length === 2,
+      (s) => s.step >= stepAtCrash + 10 && s.world.items.some((w) => w.id === joinerId) && s.world.total === 2,
       'trained 10 more steps with the newcomer',
       300_000,
     );
@@ -149,11 +149,11 @@ describe.skipIf(skip)('TURN credentials on the test bed', () => {
     try {
       await Promise.all([0, 1].map((home) => scene.openTab(home, { testSubset: '0' })));
       const status = await scene.statusUntil(
-        (s) => s.step >= 10 && s.world.length === 2 && s.world.every((w) => w.peerLinks.length > 0),
+        (s) => s.step >= 10 && s.world.total === 2 && s.world.items.every((w) => w.peerLinks.length > 0),
         'trained 10 steps relay-only',
         240_000,
       );
-      for (const w of status.world) for (const l of w.peerLinks) expect(l.local).toBe('relay');
+      for (const w of status.world.items) for (const l of w.peerLinks) expect(l.local).toBe('relay');
     } finally {
       await scene.close();
     }
@@ -178,7 +178,7 @@ describe.skipIf(skip)('TURN credentials on the test bed', () => {
         { timeout: 10_000, polling: 100 },
       );
       await scene.statusUntil(
-        (s) => [...s.world, ...s.waiting].some((w) => /TURN authentication failed/.test(w.iceError ?? '')),
+        (s) => [...s.world.items, ...s.waiting.items].some((w) => /TURN authentication failed/.test(w.iceError ?? '')),
         'showed the TURN failure',
         Math.max(1000, 10_000 - (performance.now() - joined)),
       );

@@ -23,7 +23,7 @@ import { join } from 'node:path';
 import type { Browser } from 'playwright-core';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { loadIdxDataset } from '../../node/idx';
-import type { StatusReport } from '../../coordinator/admin/audit';
+import type { StatusResponse } from '../../core/protocol/views';
 import type {} from '../../web/volunteer/globals';
 import {
   FASHION_MNIST_DIR,
@@ -105,7 +105,7 @@ describe.skipIf(skip)('tabs train the datasets a user brings', () => {
     const finals = await Promise.all(
       tabs.map((t) => swarm.waitFor(t, (s) => s.phase === 'done' && s.testLoss !== null, null, 240_000)),
     );
-    const status: StatusReport = await coordinator.status();
+    const status: StatusResponse = await coordinator.status();
     expect(status.state).toBe('done');
     expect(status.restarts, 'no restart: no rank ever disagreed on a hash').toBe(0);
     await expectCleanAudit(coordinator, { committed: windows });
@@ -145,7 +145,7 @@ describe.skipIf(skip)('tabs train the datasets a user brings', () => {
     const began = performance.now();
     const windows = 1024;
     const steps = windows / 16; // 64
-    const statusUntil = async (c: CoordinatorProcess, check: (s: StatusReport) => boolean, what: string) =>
+    const statusUntil = async (c: CoordinatorProcess, check: (s: StatusResponse) => boolean, what: string) =>
       (await coordinatorStatusUntil(c, check, what, { timeoutMs: 120_000, pollMs: 200 })).status;
 
     // The reference: one tab alone.
@@ -157,11 +157,11 @@ describe.skipIf(skip)('tabs train the datasets a user brings', () => {
 
     const { coordinator, swarm } = await start(textJob(windows).job, null);
     const [a, b, c] = await swarm.openMany(3);
-    await statusUntil(coordinator, (s) => s.world.length === 3 && s.step >= 4, 'three tabs training');
+    await statusUntil(coordinator, (s) => s.world.total === 3 && s.step >= 4, 'three tabs training');
     // Closed (pagehide → goodbye): the other two carry on.
     await swarm.close(a);
     const closedAt = (await coordinator.status()).step;
-    await statusUntil(coordinator, (s) => s.world.length === 2 && s.step >= closedAt + 3, 'two tabs training on');
+    await statusUntil(coordinator, (s) => s.world.total === 2 && s.step >= closedAt + 3, 'two tabs training on');
     // A newcomer is admitted at a step boundary with the state from a peer.
     const d = await swarm.open('newcomer');
     const admitted = await swarm.waitFor(d, (s) => s.phase === 'training' && s.worldSize === 3, null, 120_000);
@@ -170,7 +170,7 @@ describe.skipIf(skip)('tabs train the datasets a user brings', () => {
     // A renderer crashes: the survivors restore and go on.
     await swarm.crash(b);
     const crashedAt = (await coordinator.status()).step;
-    await statusUntil(coordinator, (s) => s.world.length === 2 && s.step >= crashedAt + 2, 'survivors training');
+    await statusUntil(coordinator, (s) => s.world.total === 2 && s.step >= crashedAt + 2, 'survivors training');
     await Promise.all([c, d].map((t) => swarm.waitFor(t, (s) => s.phase === 'done', null, 180_000)));
 
     const status = await coordinator.status();

@@ -20,8 +20,8 @@ import { existsSync, mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Browser, BrowserContext, Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { assignStep } from '../../core/training/sampler';
-import type { StatusReport } from '../../coordinator/admin/audit';
+import { assignStep } from '../../core/training/groups';
+import type { StatusResponse } from '../../core/protocol/views';
 import { writeDatasetSlice } from '../support/small-dataset';
 import { coordinatorStatusUntil } from '../support/swarm';
 import type { TabStatus } from '../../web/volunteer/status';
@@ -139,7 +139,7 @@ async function until<A>(
 }
 
 /** The coordinator's status once `check` holds and how long it took (polled every 25 ms: the leave is timed with it). */
-const statusUntil = (coordinator: CoordinatorProcess, check: (s: StatusReport) => boolean, what: string) =>
+const statusUntil = (coordinator: CoordinatorProcess, check: (s: StatusResponse) => boolean, what: string) =>
   coordinatorStatusUntil(coordinator, check, what, { timeoutMs: 20_000, pollMs: 25 });
 
 /** Mean wall time per step this tab computes, over the next `steps` steps (timed in the page, from its own status). */
@@ -330,19 +330,19 @@ describe.skipIf(skip)('the volunteer page', () => {
 
     // --- Leave: the coordinator drops the tab at once (a goodbye, not a heartbeat timeout), no restart counted
     const before = await coordinator.status();
-    expect(before.world).toHaveLength(2);
+    expect(before.world.total).toBe(2);
     await b.page.click('#stop');
     const { status: after, ms: leaveMs } = await statusUntil(
       coordinator,
-      (s) => s.world.length < 2,
+      (s) => s.world.total < 2,
       'the world shrinking',
     );
     console.log(
-      `tab B left: the coordinator's world shrank (to ${after.world.length} while its next round opens) after ${leaveMs.toFixed(0)} ms; a heartbeat timeout takes ${3 * HEARTBEAT_MS} ms`,
+      `tab B left: the coordinator's world shrank (to ${after.world.total} while its next round opens) after ${leaveMs.toFixed(0)} ms; a heartbeat timeout takes ${3 * HEARTBEAT_MS} ms`,
     );
     expect(leaveMs).toBeLessThan(HEARTBEAT_MS);
     expect(after.restarts).toBe(before.restarts);
-    await statusUntil(coordinator, (s) => s.world.length === 1 && s.state === 'training', 'a world of 1 training');
+    await statusUntil(coordinator, (s) => s.world.total === 1 && s.state === 'training', 'a world of 1 training');
     const left = await until(b, (s) => s.state === 'left', null);
     expect(left.samplesProcessed).toBeGreaterThan(0);
     // What the page counts is what the coordinator committed for it. A tab waits for each commit before

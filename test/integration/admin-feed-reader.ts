@@ -1,12 +1,29 @@
 /**
  * A test client of the admin feed: reads a Server-Sent Events response message by message and lets a
- * test wait for the first message after the ones it already took that matches a predicate.
+ * test wait for the first message after the ones it already took that matches a predicate. Like the
+ * page, it keeps the workers' rows: the snapshot's, then every delta applied in order (a gap in the
+ * deltas' numbers is counted in `gaps`).
  */
-import type { FeedMessage } from '../../core/protocol/admin-feed';
+import {
+  applyWorkersDelta,
+  byRankThenPosition,
+  type FeedMessage,
+  type FeedWorker,
+} from '../../core/protocol/admin-feed';
+
+/** Deltas whose rows a reader keeps (`rowsAt`). */
+const KEEP_ROWS_OF = 200;
 
 /** Reads an SSE response message by message. */
 export class FeedReader {
   readonly messages: FeedMessage[] = [];
+  /** The workers' rows as of the last message read. */
+  readonly workers = new Map<string, FeedWorker>();
+  /** Deltas whose number did not follow the one before. */
+  gaps = 0;
+  /** The rows after each delta (and the snapshot), by number: the newest `KEEP_ROWS_OF` kept. */
+  readonly rowsAt = new Map<number, FeedWorker[]>();
+  private seq = -1;
   private buffer = '';
   private waiters: { test: (m: FeedMessage) => boolean; resolve: (m: FeedMessage) => void }[] = [];
   private readonly controller = new AbortController();
@@ -41,6 +58,7 @@ export class FeedReader {
             .join('\n');
           if (!data) continue;
           const msg = JSON.parse(data) as FeedMessage;
+          this.track(msg);
           this.messages.push(msg);
           for (const w of [...this.waiters]) {
             if (w.test(msg)) {
@@ -54,6 +72,25 @@ export class FeedReader {
       // aborted
     }
     this.markEnded();
+  }
+
+  private track(msg: FeedMessage): void {
+    if (msg.type === 'snapshot') {
+      this.workers.clear();
+      for (const row of msg.workers) this.workers.set(row.id, row);
+      this.seq = msg.seq;
+    } else if (msg.type === 'delta') {
+      if (msg.seq !== this.seq + 1) this.gaps += 1;
+      this.seq = msg.seq;
+      applyWorkersDelta(this.workers, msg);
+    } else return;
+    this.rowsAt.set(this.seq, [...this.workers.values()]);
+    if (this.rowsAt.size > KEEP_ROWS_OF) this.rowsAt.delete(this.rowsAt.keys().next().value!);
+  }
+
+  /** The members of the round as the rows say, by rank. */
+  members(): FeedWorker[] {
+    return [...this.workers.values()].filter((w) => w.rank !== null).sort(byRankThenPosition);
   }
 
   /** The first message after the ones already taken that passes `test` (waits for it). */

@@ -125,7 +125,9 @@ describe('admin feed', () => {
       stepsPerEpoch: 10,
       heartbeatMs: 2000,
     });
-    expect(snapshot.status).toMatchObject({ runId: RUN, state: 'gathering', world: [], step: 0 });
+    expect(snapshot.status).toMatchObject({ runId: RUN, state: 'gathering', step: 0 });
+    expect(snapshot.status.counts.members).toBe(0);
+    expect(snapshot.workers).toEqual([]);
   });
 
   it('turns commits into rates by the clock, and restarts the rate after a rollback or a new round', async () => {
@@ -137,8 +139,8 @@ describe('admin feed', () => {
     // Samples after the window's first commit (16 + 32) over its span (13 s - 10 s).
     expect(third.commit).toMatchObject({ step: 3, count: 32, at: 13_000, round: 1 });
     expect(third.commit.samplesPerSecond).toBeCloseTo(48 / 3, 10);
-    // A status follows a transition.
-    await reader.next(is('status'), 'status after the commit');
+    // A delta follows a transition.
+    await reader.next(is('delta'), 'delta after the commit');
 
     emit([{ kind: 'rollback_commits', afterStep: 2 }]);
     expect((await reader.next(is('rollback'), 'rollback')).afterStep).toBe(2);

@@ -199,17 +199,20 @@ describe("admin routes (one router, one guard; the feed from the executor's acti
         datasetSize: 300,
         stepsPerEpoch: 10,
       });
-      expect(first.status.world).toEqual([]);
+      expect(first.workers).toEqual([]);
+      expect(first.status.counts.members).toBe(0);
       expect(first.commits).toEqual([]);
 
       for (let i = 0; i < 3; i++)
         trainers.push(await SimTrainer.join(stack.wsUrl, { httpUrl: stack.url, computeMs: 15 }));
       const training = await feed.next(
-        is('status', (m) => m.status.world.length === 3 && m.status.state === 'training'),
+        is('delta', (m) => m.status.counts.members === 3 && m.status.state === 'training'),
         'a world of 3 training',
       );
-      expect(training.status.world.map((w) => w.rank)).toEqual([0, 1, 2]);
-      expect(training.status.world.every((w) => w.adapter === 'sim none' && w.lastHeartbeatAgeMs >= 0)).toBe(true);
+      const members = feed.members();
+      expect(members.map((w) => w.rank)).toEqual([0, 1, 2]);
+      expect(members.every((w) => w.adapter === 'sim none' && w.lastSeen <= training.at)).toBe(true);
+      expect(feed.gaps).toBe(0);
       const commit = await feed.next(is('commit'), 'a commit');
       expect(commit.commit).toMatchObject({ worldSize: 3, loss: 0.5 });
       expect(commit.commit.count).toBeGreaterThan(0);
@@ -217,7 +220,7 @@ describe("admin routes (one router, one guard; the feed from the executor's acti
       expect(joinEvent).toBeDefined();
 
       // Kick rank 1 through the server's own admin action; the feed shows the admin event, the leave and the smaller world.
-      const victim = training.status.world[1].id;
+      const victim = members[1].id;
       const kick = await fetch(`${stack.url}/api/admin/kick`, {
         method: 'POST',
         headers: { authorization: `Bearer ${TOKEN}`, 'content-type': 'application/json' },
@@ -229,11 +232,12 @@ describe("admin routes (one router, one guard; the feed from the executor's acti
         'the leave of the kicked worker',
       );
       const after = await feed.next(
-        is('status', (m) => m.status.world.length === 2 && m.status.state === 'training'),
+        is('delta', (m) => m.status.counts.members === 2 && m.status.state === 'training'),
         'a world of 2 training again',
       );
-      expect(after.status.world.map((w) => w.id)).not.toContain(victim);
-      expect(after.status.world.map((w) => w.rank)).toEqual([0, 1]);
+      expect(feed.members().map((w) => w.id)).not.toContain(victim);
+      expect([...feed.workers.keys()]).not.toContain(victim);
+      expect(feed.members().map((w) => w.rank)).toEqual([0, 1]);
       const stepBefore = after.status.step;
       await feed.next(
         is('commit', (m) => m.commit.step > stepBefore && m.commit.worldSize === 2),

@@ -67,7 +67,7 @@ describe('admission', () => {
     const first = await hello(proc, lab.token);
     expect(first.welcomed).toBe(true);
     const status = await proc.status();
-    expect(status.waiting.find((w) => first.welcomed && w.id === first.workerId)?.invite).toBe(lab.id);
+    expect(status.waiting.items.find((w) => first.welcomed && w.id === first.workerId)?.invite).toBe(lab.id);
     // The tab limit: a second tab through the same invite is refused while the first is connected.
     expect(await hello(proc, lab.token)).toMatchObject({ welcomed: false, code: 'no_invite' });
 
@@ -81,7 +81,7 @@ describe('admission', () => {
     expect((await api(proc, `/${open.id}`, { method: 'DELETE' })).status).toBe(404);
     expect(await hello(proc, open.token)).toMatchObject({ welcomed: false, code: 'no_invite' });
     // Tabs already in stay.
-    expect((await proc.status()).waiting.filter((w) => w.invite === open.id)).toHaveLength(1);
+    expect((await proc.status()).waiting.items.filter((w) => w.invite === open.id)).toHaveLength(1);
 
     const list = (await (await api(proc, '')).json()) as {
       join: string;
@@ -112,7 +112,7 @@ describe('admission', () => {
     const tagged = await createInvite(proc, { label: 'class of 2026' });
     const joined = await hello(proc, tagged.token);
     expect(joined.welcomed).toBe(true);
-    const waiting = (await proc.status()).waiting;
+    const waiting = (await proc.status()).waiting.items;
     expect(waiting.map((w) => w.invite)).toEqual([null, null, tagged.id]);
   }, 30_000);
 });

@@ -7,7 +7,8 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { CoordinatorProcess, spawnCoordinator } from '../support/coordinator-process';
 import { SimTrainer, simulatedStateHash } from '../support/sim-trainer';
 import { SimWorker, type ServerMsg } from '../support/sim-worker';
-import { assignStep, stepPosition } from '../../core/training/sampler';
+import { assignStep } from '../../core/training/groups';
+import { referenceStepPosition } from '../support/hole-free-layout';
 import { MAX_CONTROL_MESSAGE_BYTES } from '../../core/protocol/control-parse';
 
 const JOB = {
@@ -20,12 +21,15 @@ const JOB = {
   checkpointEvery: 1000,
 };
 
-/** Status without the fields that move with the clock. */
+/** Status without the fields that move with the clock (when it was taken, ages, who is late by now). */
 function stable(status: any): unknown {
+  const { at: _at, counts, ...rest } = status;
+  const { late: _late, ...still } = counts;
   return {
-    ...status,
-    world: status.world.map(({ lastHeartbeatAgeMs: _age, ...w }: any) => w),
-    waiting: status.waiting.map(({ lastHeartbeatAgeMs: _age, ...w }: any) => w),
+    ...rest,
+    counts: still,
+    world: status.world.items.map(({ lastHeartbeatAgeMs: _age, ...w }: any) => w),
+    waiting: status.waiting.items.map(({ lastHeartbeatAgeMs: _age, ...w }: any) => w),
   };
 }
 
@@ -59,7 +63,7 @@ describe('bad input from a tab', () => {
 
   /** A step report from `from` that would be valid for step 2 except where `overrides` says. */
   function report(from: SimTrainer, overrides: Record<string, unknown> = {}): Record<string, unknown> {
-    const { cursor, count } = stepPosition(2, from.job);
+    const { cursor, count } = referenceStepPosition(2, from.job);
     const shares = [0.5, 0.5];
     const rank = from.rank!;
     return {

@@ -10,7 +10,7 @@ import type { AuditReport } from '../../coordinator/admin/audit';
 import { type CoordinatorProcess, spawnCoordinator } from '../support/coordinator-process';
 import { SimTrainer, simulatedStateHash } from '../support/sim-trainer';
 import { jobPublic, parseJobSpec } from '../../core/training/job';
-import { stepPosition, totalSteps } from '../../core/training/sampler';
+import { referenceStepPosition, referenceTotalSteps } from '../support/hole-free-layout';
 
 // 300 images / 16 per step = 19 steps per epoch (the last one short: 12), 2 epochs.
 const JOB = {
@@ -24,12 +24,12 @@ const JOB = {
   checkpointEvery: 4,
 };
 const PLAN = jobPublic(parseJobSpec(JOB), 300);
-const TOTAL = totalSteps(PLAN);
+const TOTAL = referenceTotalSteps(PLAN);
 
 /** Samples committed by steps 1..step, computed from the plan alone. */
 function samplesThrough(step: number): number {
   let sum = 0;
-  for (let s = 1; s <= step; s++) sum += stepPosition(s, PLAN).count;
+  for (let s = 1; s <= step; s++) sum += referenceStepPosition(s, PLAN).count;
   return sum;
 }
 
@@ -101,8 +101,8 @@ describe('rounds and commits', () => {
       restarts: 0,
     });
     expect(status.lastCommit).toEqual({ step: 6, hash: simulatedStateHash(PLAN, 6) });
-    expect(status.world.map((w: { rank: number }) => w.rank).sort()).toEqual([0, 1]);
-    expect(status.world.reduce((sum: number, w: { share: number }) => sum + w.share, 0)).toBeCloseTo(1, 12);
+    expect(status.world.items.map((w: { rank: number }) => w.rank).sort()).toEqual([0, 1]);
+    expect(status.world.items.reduce((sum: number, w: { share: number }) => sum + w.share, 0)).toBeCloseTo(1, 12);
 
     const audit = await proc.audit();
     expect(audit).toMatchObject({ ok: true, commitRows: 6, lastRowStep: 6, recordAgrees: true });
@@ -158,7 +158,8 @@ describe('kill -9 during a stream of commits', () => {
       expect(status.step).toBeLessThanOrEqual(Math.max(a.lastReported, b.lastReported));
       expect(status.lastCommit.hash).toBe(simulatedStateHash(PLAN, status.step));
       expect(status.state).toBe('gathering');
-      expect(status.world).toEqual([]);
+      expect(status.world.items).toEqual([]);
+      expect(status.world.total).toBe(0);
       expect(audit.ok).toBe(true);
       expect(audit.lastRowStep).toBe(status.step);
       expect(audit.commitRows).toBe(status.step);

@@ -12,6 +12,7 @@ import { makeTempDir } from '../support/fake-dataset';
 import { SimTrainer, simulatedSnapshot } from '../support/sim-trainer';
 import { SimWorker } from '../support/sim-worker';
 import { decodeSnapshot, encodeSnapshot, type TrainingSnapshot } from '../../core/state/snapshot';
+import { STATUS_PAGE_DEFAULT, STATUS_PAGE_MAX } from '../../core/protocol/views';
 
 const JOB = {
   model: 'tiny-mlp',
@@ -47,8 +48,9 @@ describe('coordinator HTTP API', () => {
       round: 0,
       step: 0,
       epoch: 0,
-      world: [],
-      waiting: [],
+      world: { offset: 0, total: 0, items: [] },
+      waiting: { offset: 0, total: 0, items: [] },
+      counts: expect.objectContaining({ workers: 0, members: 0, waiting: 0 }),
       processedInEpoch: 0,
       datasetSize: 300,
       restarts: 0,
@@ -56,6 +58,15 @@ describe('coordinator HTTP API', () => {
     expect(status.lastCommit).toEqual({ step: 0, hash: null });
     expect(status.totalSteps).toBe(Math.ceil(300 / 32));
     expect(typeof status.runId).toBe('string');
+  });
+
+  it('pages /api/status by its query: a limit above the cap is cut, a malformed one is a 400 naming it', async () => {
+    const capped = await proc.status('?limit=100000&waitingOffset=5');
+    expect(capped.world).toMatchObject({ offset: 0, limit: STATUS_PAGE_MAX });
+    expect(capped.waiting).toMatchObject({ offset: 5, limit: STATUS_PAGE_DEFAULT, items: [] });
+    const bad = await proc.fetch('/api/status?offset=-3');
+    expect(bad.status).toBe(400);
+    expect(await bad.json()).toMatchObject({ message: expect.stringMatching(/^offset must be a whole number/) });
   });
 
   it('audits an empty run as clean', async () => {
@@ -182,12 +193,12 @@ describe('coordinator HTTP API', () => {
     it('kicks a connected worker (its socket closes with 4001) and 404s an unknown one', async () => {
       const worker = await SimWorker.connect(proc.wsUrl);
       await worker.join();
-      expect((await proc.status()).waiting.map((w: { id: string }) => w.id)).toContain(worker.workerId);
+      expect((await proc.status()).waiting.items.map((w: { id: string }) => w.id)).toContain(worker.workerId);
       expect((await proc.admin('kick', { workerId: 'w999-nobody' })).status).toBe(404);
       expect((await proc.admin('kick', { workerId: worker.workerId })).status).toBe(200);
       const closed = await worker.closed;
       expect(closed.code).toBe(4001);
-      expect((await proc.status()).waiting.map((w: { id: string }) => w.id)).not.toContain(worker.workerId);
+      expect((await proc.status()).waiting.items.map((w: { id: string }) => w.id)).not.toContain(worker.workerId);
     });
 
     it('lists the event log with the token only', async () => {

@@ -7,7 +7,7 @@
  */
 import { request } from 'node:http';
 import { afterEach, describe, expect, it } from 'vitest';
-import { positionAfter } from '../../core/training/sampler';
+import { referencePositionAfter } from '../support/hole-free-layout';
 import { encodeSnapshot, OPTIMIZER_MOMENTS } from '../../core/state/snapshot';
 import { parameterLayout } from '../../core/training/model-spec';
 import { CoordinatorProcess, spawnCoordinator } from '../support/coordinator-process';
@@ -209,7 +209,7 @@ describe('liveness under abuse (real coordinator, scripted attackers)', () => {
       expect(closes.every((c) => c.code === 4006)).toBe(true); // CloseCode.notReady
       const status = await proc.status();
       expect(status.restarts).toBe(0);
-      expect(status.world.map((w) => w.id)).toEqual([h.worker.workerId]);
+      expect(status.world.items.map((w) => w.id)).toEqual([h.worker.workerId]);
     } finally {
       clearInterval(beat);
     }
@@ -228,7 +228,7 @@ describe('state, checkpoints and evaluations are checked, not trusted', () => {
       handler(msg);
       if (msg.type !== 'checkpoint_request') return;
       const params = new Float32Array(parameterLayout(x.job.model).totalElements).fill(0.5);
-      const { epoch, cursor } = positionAfter(msg.step, x.job);
+      const { epoch, cursor } = referencePositionAfter(msg.step, x.job);
       const body = encodeSnapshot({
         spec: x.job.model,
         step: msg.step,
@@ -308,7 +308,7 @@ describe('shares', () => {
     // A third tab is admitted at the next boundary: the new round's shares come from measured throughput.
     const b = await honest(proc, 10);
     await b.untilCommitted((await proc.status()).step + 2);
-    const world = (await proc.status()).world;
+    const world = (await proc.status()).world.items;
     expect(world).toHaveLength(3);
     const share = world.find((w) => w.id === liar.worker.workerId)!.share;
     expect(share).toBeLessThanOrEqual(2 / 3); // never above twice the equal share

@@ -7,6 +7,7 @@ import { spawn } from 'node:child_process';
 import { readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
+import Database from 'better-sqlite3';
 import { sha256Hex, SqliteStore, type CommitRecord } from '../../coordinator/runtime/store';
 import { makeTempDir } from '../support/fake-dataset';
 import { REPO_ROOT } from '../support/coordinator-process';
@@ -93,6 +94,41 @@ describe('SqliteStore', () => {
       loss: 0.25,
       world: [{ workerId: 'w1', rank: 0, share: 1 }],
     });
+  });
+
+  it('keeps a partial commit’s ranges and skipped positions, and reads a store from before holes as without them', () => {
+    const dir = makeTempDir();
+    // A database as an older release wrote it: the commits table without the two range columns.
+    const old = new Database(join(dir, 'tabswarm.sqlite'));
+    old.exec(`CREATE TABLE commits (
+      id INTEGER PRIMARY KEY AUTOINCREMENT, run_id TEXT NOT NULL, step INTEGER NOT NULL,
+      first_step INTEGER NOT NULL, epoch INTEGER NOT NULL, cursor_start INTEGER NOT NULL, count INTEGER NOT NULL,
+      hash TEXT NOT NULL, round INTEGER NOT NULL, world_json TEXT NOT NULL, loss REAL,
+      rolled_back INTEGER NOT NULL DEFAULT 0, committed_at INTEGER NOT NULL)`);
+    old
+      .prepare(
+        `INSERT INTO commits (run_id, step, first_step, epoch, cursor_start, count, hash, round, world_json, loss, committed_at)
+         VALUES ('r-old', 1, 1, 0, 0, 10, 'h1', 1, '[]', 0.5, 0)`,
+      )
+      .run();
+    old.close();
+    const store = open(dir);
+    expect(store.commits('r-old')).toMatchObject([{ step: 1, cursorStart: 0, count: 10 }]);
+    expect(store.commits('r-old')[0]).not.toHaveProperty('ranges');
+    const { runId } = store.openRun({}, 'k', 100);
+    const partial = commit(2, {
+      firstStep: 2,
+      cursorStart: 10,
+      count: 7,
+      ranges: [
+        [10, 13],
+        [16, 20],
+      ],
+      skipped: [[13, 16]],
+    });
+    store.apply(runId, [{ kind: 'commit', commit: partial }]);
+    stores.pop()!.close();
+    expect(open(dir).commits(runId)).toMatchObject([{ ...partial, rolledBack: false }]);
   });
 
   it('stores rounds and events', () => {

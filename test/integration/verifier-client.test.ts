@@ -56,7 +56,10 @@ describe.skipIf(skipWithoutFashionMnist() || (await skipWithoutNodeGpu()))('veri
     });
     writeFileSync(snapshotPath, new Uint8Array(snapshot));
     const world = [1, 3].map((share, rank) => ({ workerId: `w${rank}`, rank, share, addr: '', invite: null }));
-    const steps = checkedSlices({ job: parseJobSpec(JOB), datasetSize: 60_000 }, { world, step: 1, firstStep: 1 });
+    const steps = checkedSlices(
+      { job: parseJobSpec(JOB), datasetSize: 60_000 },
+      { world, step: 1, firstStep: 1, at: { epoch: 0, cursor: 0, holes: [] } },
+    );
     const asked = steps.map(({ slices, count }) => ({ slices, count }));
     request = { snapshotPath, stepHash: STEP_HASH, world: 2, mode: 'every-step', steps: asked, fresh: true };
     client = await VerifierClient.start({ job: JOB, dataset: IMAGES });
@@ -183,7 +186,10 @@ describe.skipIf(skipWithoutFashionMnist() || (await skipWithoutNodeGpu()))('veri
       const path = join(dir, 'lm-0.snapshot');
       writeFileSync(path, new Uint8Array(state));
       const world = [{ workerId: 'w0', rank: 0, share: 1, addr: '', invite: null }];
-      const steps = checkedSlices({ job, datasetSize: 2000 - 16 }, { world, step: 2, firstStep: 1 });
+      const steps = checkedSlices(
+        { job, datasetSize: 2000 - 16 },
+        { world, step: 2, firstStep: 1, at: { epoch: 0, cursor: 0, holes: [] } },
+      );
       const zeros = new Array(32).fill(0);
       const got = await text.recompute({
         snapshotPath: path,

@@ -7,7 +7,13 @@ import { describe, expect, it } from 'vitest';
 import { attentionBackward, attentionForward } from '../../kernels/ops/attention';
 import { embeddingBackwardPositions, embeddingBackwardTokens, embeddingForward } from '../../kernels/ops/embedding';
 import { geluBackward, geluForward } from '../../kernels/ops/gelu';
-import { layerNormBackwardInput, layerNormBackwardParams, layerNormForward } from '../../kernels/ops/layernorm';
+import {
+  layerNormBackwardInput,
+  layerNormBackwardParams,
+  layerNormForward,
+  type LayerNormVariant,
+} from '../../kernels/ops/layernorm';
+import { expectSameBits, reportVariants } from '../support/variants';
 import { residualAdd } from '../../kernels/ops/residual';
 import { createTensor, readTensor, submitCalls, type Gpu } from '../../kernels/runtime';
 import { expectClose, finiteDifferences } from '../support/compare';
@@ -128,8 +134,10 @@ describe('embedding', () => {
 });
 
 describe('layerNorm', () => {
-  it('forward and both backward kernels match float64 and finite differences', async () => {
+  it('forward and both backward kernels match float64 and finite differences, the quad variant with the same bits', async () => {
     const gpu = await nodeGpu();
+    // The default, and four invocations per row through subgroup shuffles where the adapter has them.
+    const variants: LayerNormVariant[] = [{}, ...(gpu.features.subgroups ? [{ subgroups: true }] : [])];
     let seed = 10;
     for (const [rows, dim] of [
       [1, 1],
@@ -145,39 +153,54 @@ describe('layerNorm', () => {
       const g = randomArray(rand, rows * dim);
       const prior = randomArray(rand, rows * dim);
       const dims = { rows, dim };
-      const X = tensor(gpu, x, 'x');
-      const G = tensor(gpu, gain, 'gain');
-      const stats = zeros(gpu, 2 * rows, 'stats');
-      const y = zeros(gpu, rows * dim, 'y');
-      const dy = tensor(gpu, g, 'dy');
-      const dx = zeros(gpu, rows * dim, 'dx');
-      const dxAcc = tensor(gpu, prior, 'dx-acc');
-      const dgain = zeros(gpu, dim, 'dgain');
-      const dbias = zeros(gpu, dim, 'dbias');
-      await withValidation(gpu, () =>
-        submitCalls(gpu, [
-          layerNormForward(gpu, { x: X, gain: G, bias: tensor(gpu, bias, 'bias'), y, stats }, dims).call,
-          layerNormBackwardInput(gpu, { x: X, stats, gain: G, dy, dx }, dims).call,
-          layerNormBackwardInput(gpu, { x: X, stats, gain: G, dy, dx: dxAcc }, dims, { accumulate: true }).call,
-          layerNormBackwardParams(gpu, { x: X, stats, dy, dgain, dbias }, dims).call,
-        ]),
-      );
-      const label = `${rows}x${dim}`;
-      expectClose(await readTensor(gpu, y), layerNormRef(x, gain, bias, rows, dim), { atol: 2e-5, rtol: 1e-4, label });
-      const ref = layerNormBackwardRef(x, gain, g, rows, dim);
-      const gotDx = await readTensor(gpu, dx);
-      expectClose(gotDx, ref.dx, { atol: 1e-4, rtol: 1e-4, label: `dx ${label}` });
-      expectClose(
-        await readTensor(gpu, dxAcc),
-        ref.dx.map((v, i) => v + prior[i]),
-        { atol: 1e-4, label: `dx += ${label}` },
-      );
-      const gotGain = await readTensor(gpu, dgain);
-      expectClose(gotGain, ref.dgain, { atol: 1e-4, rtol: 1e-4, label: `dgain ${label}` });
-      expectClose(await readTensor(gpu, dbias), ref.dbias, { atol: 1e-4, rtol: 1e-4, label: `dbias ${label}` });
-      fdCheck(gotDx, (xs) => layerNormRef(xs, gain, bias, rows, dim), x, g, `dx fd ${label}`);
-      fdCheck(gotGain, (gs) => layerNormRef(x, gs, bias, rows, dim), gain, g, `dgain fd ${label}`);
+      const outputs: Float32Array[][] = [];
+      for (const variant of variants) {
+        const X = tensor(gpu, x, 'x');
+        const G = tensor(gpu, gain, 'gain');
+        const stats = zeros(gpu, 2 * rows, 'stats');
+        const y = zeros(gpu, rows * dim, 'y');
+        const dy = tensor(gpu, g, 'dy');
+        const dx = zeros(gpu, rows * dim, 'dx');
+        const dxAcc = tensor(gpu, prior, 'dx-acc');
+        const dgain = zeros(gpu, dim, 'dgain');
+        const dbias = zeros(gpu, dim, 'dbias');
+        await withValidation(gpu, () =>
+          submitCalls(gpu, [
+            layerNormForward(gpu, { x: X, gain: G, bias: tensor(gpu, bias, 'bias'), y, stats }, dims, variant).call,
+            layerNormBackwardInput(gpu, { x: X, stats, gain: G, dy, dx }, dims, { variant }).call,
+            layerNormBackwardInput(gpu, { x: X, stats, gain: G, dy, dx: dxAcc }, dims, { accumulate: true, variant })
+              .call,
+            layerNormBackwardParams(gpu, { x: X, stats, dy, dgain, dbias }, dims, variant).call,
+          ]),
+        );
+        const label = `${rows}x${dim}${variant.subgroups ? ' quads' : ''}`;
+        const gotY = await readTensor(gpu, y);
+        expectClose(gotY, layerNormRef(x, gain, bias, rows, dim), { atol: 2e-5, rtol: 1e-4, label });
+        const ref = layerNormBackwardRef(x, gain, g, rows, dim);
+        const gotDx = await readTensor(gpu, dx);
+        expectClose(gotDx, ref.dx, { atol: 1e-4, rtol: 1e-4, label: `dx ${label}` });
+        const gotAcc = await readTensor(gpu, dxAcc);
+        expectClose(
+          gotAcc,
+          ref.dx.map((v, i) => v + prior[i]),
+          { atol: 1e-4, label: `dx += ${label}` },
+        );
+        const gotGain = await readTensor(gpu, dgain);
+        expectClose(gotGain, ref.dgain, { atol: 1e-4, rtol: 1e-4, label: `dgain ${label}` });
+        expectClose(await readTensor(gpu, dbias), ref.dbias, { atol: 1e-4, rtol: 1e-4, label: `dbias ${label}` });
+        fdCheck(gotDx, (xs) => layerNormRef(xs, gain, bias, rows, dim), x, g, `dx fd ${label}`);
+        fdCheck(gotGain, (gs) => layerNormRef(x, gs, bias, rows, dim), gain, g, `dgain fd ${label}`);
+        const now = [gotY, await readTensor(gpu, stats), gotDx, gotAcc];
+        if (outputs.length > 0)
+          for (const [i, o] of now.entries()) expectSameBits(o, outputs[0][i], `${label} output ${i}`);
+        outputs.push(now);
+      }
     }
+    reportVariants(
+      'layernorm kernels',
+      variants.map((v) => (v.subgroups ? 'quads (subgroups)' : 'one invocation per row')),
+      gpu.features.subgroups ? [] : [{ name: 'quads', feature: 'subgroups' }],
+    );
   });
 });
 

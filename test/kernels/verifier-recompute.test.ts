@@ -20,6 +20,7 @@ import { nodeGpu, skipWithoutNodeGpu } from '../support/node-gpu';
 import { SENSITIVITY_MARGIN, sensitivityOf } from '../../coordinator/machine/checks';
 import { referenceAdamW, referenceForwardBackward, referenceSgdMomentum } from '../support/reference-model';
 import { mulberry32, randomArray } from '../support/rng';
+import { float16BitsToNumber, float32BitsToFloat16Bits } from '../../core/wire/fp16';
 
 const SPEC: SequentialSpec = {
   name: 'verifier-test',
@@ -68,13 +69,22 @@ function slicesOf(seed: number): Uint32Array[] {
   return [pick(10), new Uint32Array(0), pick(14)];
 }
 
-/** The float64 reference: per-rank gradient sums, their sum, one optimizer step. */
-function reference(split: ImageSplitBytes, req: RecomputeRequest, optimizer: OptimizerSpec) {
+/** The half nearest v (ties to even): what the f16 mode stores a dense layer's operands as. */
+function nearestHalf(v: number): number {
+  const word = new Uint32Array(Float32Array.of(v).buffer)[0];
+  return float16BitsToNumber(float32BitsToFloat16Bits(word));
+}
+
+/**
+ * The float64 reference: per-rank gradient sums, their sum, one optimizer step; with `f16`, the dense
+ * layers' operands rounded to halves as the f16 mode stores them.
+ */
+function reference(split: ImageSplitBytes, req: RecomputeRequest, optimizer: OptimizerSpec, f16 = false) {
   const layout = parameterLayout(SPEC);
   const n = layout.totalElements;
   const { params, moments, optimizer: state } = req.snapshot;
   const [{ slices, count }] = req.steps;
-  const own = slices.map((slice) => referenceGradients(split, params, slice));
+  const own = slices.map((slice) => referenceGradients(split, params, slice, f16));
   const sum = new Float64Array(n);
   for (const g of own) for (let i = 0; i < n; i++) sum[i] += g[i];
   const gradScale = 1 / count;
@@ -85,8 +95,13 @@ function reference(split: ImageSplitBytes, req: RecomputeRequest, optimizer: Opt
   return { own, next };
 }
 
-/** The float64 gradient sums of `slice`'s samples at `params` (zeros for no samples). */
-function referenceGradients(split: ImageSplitBytes, params: ArrayLike<number>, slice: Uint32Array): Float64Array {
+/** The float64 gradient sums of `slice`'s samples at `params` (zeros for no samples; `f16`: half-rounded dense operands). */
+function referenceGradients(
+  split: ImageSplitBytes,
+  params: ArrayLike<number>,
+  slice: Uint32Array,
+  f16 = false,
+): Float64Array {
   const layout = parameterLayout(SPEC);
   if (slice.length === 0) return new Float64Array(layout.totalElements);
   const x = new Float64Array(slice.length * 144);
@@ -94,7 +109,8 @@ function referenceGradients(split: ImageSplitBytes, params: ArrayLike<number>, s
     for (let i = 0; i < 144; i++) x[b * 144 + i] = split.images[index * 144 + i] / 255;
   });
   const labels = Array.from(slice, (index) => split.labels[index]);
-  return referenceForwardBackward(SPEC, layout, params, x, labels, slice.length).grads;
+  const opts = f16 ? { roundDenseOperands: nearestHalf } : {};
+  return referenceForwardBackward(SPEC, layout, params, x, labels, slice.length, opts).grads;
 }
 
 /** Standard normal numbers (Box–Muller) from a seeded uniform source. */
@@ -110,8 +126,13 @@ const ratio = (claimed: Sketch, ref: Sketch) => worstRatio(claimed.values, ref.v
 describe.skipIf(await skipWithoutNodeGpu())('verifier Recomputer', () => {
   let gpu: Gpu;
   const made: Recomputer[] = [];
-  const recomputer = (optimizer: OptimizerSpec, split: ImageSplitBytes, sync: RecomputeJob['sync'] = EVERY_STEP) => {
-    const job = { model: SPEC, optimizer, globalBatch: GLOBAL_BATCH, sync };
+  const recomputer = (
+    optimizer: OptimizerSpec,
+    split: ImageSplitBytes,
+    sync: RecomputeJob['sync'] = EVERY_STEP,
+    precision: 'f32' | 'f16' = 'f32',
+  ) => {
+    const job = { model: SPEC, optimizer, globalBatch: GLOBAL_BATCH, sync, kernels: { precision } };
     const r = new Recomputer(gpu, job, { batches: new ImageBatches(split, GLOBAL_BATCH), count: split.count });
     made.push(r);
     return r;
@@ -121,6 +142,29 @@ describe.skipIf(await skipWithoutNodeGpu())('verifier Recomputer', () => {
   });
   afterAll(() => {
     for (const r of made) r.destroy();
+  });
+
+  it('recomputes an f16 job in f16: within the tolerance of the half-rounded float64 reference, and far from float32', async () => {
+    const split = randomSplit(11);
+    const req: RecomputeRequest = {
+      snapshot: randomState(ADAMW, 12),
+      stepHash: STEP_HASH,
+      world: 3,
+      mode: 'every-step',
+      steps: [{ slices: slicesOf(13), count: 24 }],
+      fresh: false,
+    };
+    const got = await recomputer(ADAMW, split, EVERY_STEP, 'f16').recompute(req);
+    const sketches = (f16: boolean) =>
+      reference(split, req, ADAMW, f16).own.map((g) => gradientSketch(f32(g), STEP_HASH, 3));
+    const worst = (refs: Sketch[]) => Math.max(...got.own.map((s, r) => ratio(s, refs[r])));
+    const [honest, againstF32] = [worst(sketches(true)), worst(sketches(false))];
+    console.log(
+      `verifier-recompute f16: worst honest ratio own ${honest.toExponential(2)} against the half-rounded reference, ` +
+        `${againstF32.toExponential(2)} against float32's (tolerance ${RECOMPUTE_TOLERANCE})`,
+    );
+    expect(honest).toBeLessThan(RECOMPUTE_TOLERANCE / 10);
+    expect(againstF32).toBeGreaterThan(honest);
   });
 
   for (const optimizer of [ADAMW, SGD]) {
@@ -171,7 +215,13 @@ describe.skipIf(await skipWithoutNodeGpu())('verifier Recomputer', () => {
     it(`local mode, ${optimizer.kind}: a rank's inner steps, pseudo-gradient, end moments and the outer step match the reference`, async () => {
       const split = randomSplit(5);
       const outerOpt = { kind: 'nesterov', lr: 0.7, momentum: 0.9 } as const;
-      const sync: RecomputeJob['sync'] = { mode: 'local', innerSteps: 4, outer: outerOpt, compression: 'int8' };
+      const sync: RecomputeJob['sync'] = {
+        mode: 'local',
+        innerSteps: 4,
+        outer: outerOpt,
+        compression: 'int8',
+        overlap: false,
+      };
       const rand = mulberry32(8);
       const start = {
         ...randomState(optimizer, 6),
@@ -249,7 +299,13 @@ describe.skipIf(await skipWithoutNodeGpu())('verifier Recomputer', () => {
   it('tells a framing poison from a lie: rounding alone moves its recomputation about as far as an honest rank rounding otherwise lands, a sound state’s not at all', async () => {
     const split = randomSplit(5);
     const outerOpt = { kind: 'nesterov', lr: 0.7, momentum: 0.9 } as const;
-    const sync: RecomputeJob['sync'] = { mode: 'local', innerSteps: 8, outer: outerOpt, compression: 'int8' };
+    const sync: RecomputeJob['sync'] = {
+      mode: 'local',
+      innerSteps: 8,
+      outer: outerOpt,
+      compression: 'int8',
+      overlap: false,
+    };
     const r = recomputer(ADAMW, split, sync);
     const rand = mulberry32(9);
     const n = parameterLayout(SPEC).totalElements;

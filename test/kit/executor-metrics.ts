@@ -10,6 +10,7 @@ const noMetric = { observe() {}, inc() {} };
 export const NO_EXECUTOR_METRICS = {
   apply: () => {},
   eventSeconds: noMetric,
+  commitSeconds: noMetric,
   framesSent: noMetric,
   storeTransactions: noMetric,
   storeTransactionSeconds: noMetric,

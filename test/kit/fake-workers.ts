@@ -17,13 +17,12 @@ import { encodeSnapshot } from '../../core/state/snapshot';
 import { gradientSketches, paramsSketch, type StepSketches } from '../../core/state/sketch';
 import type { JobPublic } from '../../core/training/job';
 import { parameterLayout } from '../../core/training/model-spec';
+import { assignStep } from '../../core/training/groups';
 import {
-  assignStep,
-  isCommitPoint,
-  positionAfter,
-  previousCommitPoint,
-  stepPosition,
-} from '../../core/training/sampler';
+  referenceIsCommitPoint as isCommitPoint,
+  referencePositionAfter as positionAfter,
+  referenceStepPosition as stepPosition,
+} from '../support/hole-free-layout';
 import { initParams } from '../../kernels/model/layers';
 import { mulberry32 } from '../support/rng';
 import { type ServerMsg, SimWorker } from '../support/sim-worker';
@@ -122,6 +121,16 @@ function ringClaims(own: number[][]): Omit<StepSketches, 'params'>[] {
 }
 
 /** Every rank's report of commit point `step` in `world`: the fabricated hash, sketches and (local) commitments. */
+/**
+ * The commit point before `step` (0: none): a verifying job never commits partially, so its layout is
+ * the hole-free one (test/support/hole-free-layout.ts).
+ */
+function previousCommitPoint(step: number, job: JobPublic): number {
+  let prev = step - 1;
+  while (prev > 0 && !isCommitPoint(prev, job)) prev -= 1;
+  return prev;
+}
+
 export function fabricate(job: JobPublic, world: World, step: number) {
   const size = world.length;
   const local = job.sync.mode === 'local';

@@ -13,12 +13,14 @@ import { stateHash, trainingStateHash } from '../../core/state/hash';
 import { stepSketches } from '../../core/state/step-sketches';
 import type { JobSpec, JobSpecInput } from '../../core/training/job';
 import {
+  DEFAULT_TRUST_POLICY,
   initialState,
   restoreState,
   type CommitRecord,
   type CoordinatorState,
   type DurableState,
   type Event,
+  type TrustPolicy,
 } from '../../coordinator/machine/machine';
 import { parameterLayout, type ModelSpec } from '../../core/training/model-spec';
 import { epochOrder } from '../../core/training/sampler';
@@ -31,11 +33,12 @@ import { parseClientMessage } from '../../core/protocol/control-parse';
 import { decodeSnapshot, encodeSnapshot } from '../../core/state/snapshot';
 import { CoordinatorClient, type WebSocketLike } from '../../web/net/coordinator-client';
 import type { Ring } from '../../web/net/link';
-import { memoryLinkPair, type MemoryLink } from '../../web/net/memory-link';
+import { memoryLinkPair, type MemoryLink, type MemoryLinkOptions } from '../../web/net/memory-link';
 import { sha256Hex, type HttpPort } from '../../web/elastic/checkpoint-transfer';
 import { ElasticLoop, type ElasticLoopOptions, type ElasticStatus } from '../../web/elastic/elastic-loop';
 import type { MeshPort, TrainerPort } from '../../web/elastic/ports';
 import { type ApplyOptions, type ApplyResult, type NextIndices, sameIndices } from '../../web/worker/elastic-steps';
+import { EagerOuter } from '../../web/worker/eager-outer';
 import { OuterState } from '../../web/worker/outer-step';
 import type {
   BuildModelOptions,
@@ -88,12 +91,41 @@ export class CpuTrainer implements TrainerPort {
    */
   private innerStart: string | null = null;
   problems: string[] = [];
+  /** An overlapped job's own outer state (the worker's `EagerOuter`, made by `resetOuter`), or null. */
+  private eager: EagerOuter | null = null;
   calls: string[] = [];
+  /** A hang (`hang`): the worker calls of that kind stall until `resume`. */
+  private hanging: { at: 'inner' | 'outer'; resumed: Promise<void>; resume: () => void } | null = null;
 
   constructor(private readonly opts: { delayMs?: number } = {}) {}
 
   private async pause(): Promise<void> {
     await new Promise((r) => setTimeout(r, this.opts.delayMs ?? 0));
+  }
+
+  /**
+   * From now on, worker calls of an inner step (`inner`: gradients and applies) or of an outer step
+   * (`outer`: the pseudo-gradient) stall, like a tab whose main thread or GPU stopped, until `resume`.
+   * The tab's coordinator client keeps its heartbeats (a timer of its own), as a hung tab's worker timer may.
+   */
+  hang(at: 'inner' | 'outer'): void {
+    let resume = () => {};
+    const resumed = new Promise<void>((r) => {
+      resume = r;
+    });
+    this.hanging = { at, resumed, resume };
+  }
+
+  resume(): void {
+    this.hanging?.resume();
+    this.hanging = null;
+  }
+
+  private async stall(at: 'inner' | 'outer'): Promise<void> {
+    if (this.hanging?.at === at) {
+      this.calls.push(`hung:${at}`);
+      await this.hanging.resumed;
+    }
   }
 
   async buildModel(opts: BuildModelOptions): Promise<ModelSummary> {
@@ -110,6 +142,7 @@ export class CpuTrainer implements TrainerPort {
     this.backup = null;
     this.innerStart = null;
     this.outer = opts.outer ? new OuterState(opts.outer, layout.totalElements) : null;
+    this.eager = null;
     return { name: spec.name, parameterCount: layout.parameterCount, totalElements: layout.totalElements };
   }
 
@@ -140,6 +173,7 @@ export class CpuTrainer implements TrainerPort {
   async computeGradients(indices: Uint32Array, keepOnDevice = false): Promise<GradientResult> {
     this.calls.push('computeGradients');
     await this.pause();
+    await this.stall('inner');
     const { g, lossSum } = this.takePrefetch(indices) ?? this.gradientsOf(indices);
     this.onDevice = keepOnDevice ? g : null;
     return { gradients: keepOnDevice ? null : (g.buffer as ArrayBuffer), lossSum, samples: indices.length };
@@ -152,6 +186,7 @@ export class CpuTrainer implements TrainerPort {
     next: NextIndices | null,
     opts: ApplyOptions = {},
   ): Promise<ApplyResult> {
+    await this.stall('inner');
     if (opts.backupFirst) await this.saveBackup();
     if (this.outer && this.innerStart === null)
       this.innerStart = trainingStateHash(this.params, [this.velocity], this.t);
@@ -199,15 +234,18 @@ export class CpuTrainer implements TrainerPort {
     this.calls.push('saveBackup');
     this.backup = { params: this.params.slice(), velocity: this.velocity.slice(), t: this.t };
     this.outer?.saveBackup();
+    if (this.eager?.syncPending) this.eager.commit();
   }
 
   async pseudoGradient(weight: number): Promise<ArrayBuffer> {
     this.calls.push('pseudoGradient');
     await this.pause();
+    await this.stall('outer');
     if (!this.outer || !this.backup) throw new Error('pseudoGradient: no outer state or no backup');
     const { params, velocity, t } = this.backup;
     if (this.innerStart !== null && this.innerStart !== trainingStateHash(params, [velocity], t))
       this.problems.push(`outer step at t ${this.t}: the inner steps did not start from the backup`);
+    if (this.eager) return this.eager.syncContribution(this.params, weight).buffer as ArrayBuffer;
     return this.outer.pseudoGradient(this.backup.params.slice(), this.params, weight).buffer as ArrayBuffer;
   }
 
@@ -217,7 +255,11 @@ export class CpuTrainer implements TrainerPort {
     if (!this.outer) throw new Error('applyOuter: no outer state');
     this.version += 1;
     this.innerStart = null;
-    this.params = new Float32Array(this.outer.step(new Float32Array(sum)));
+    if (this.eager) {
+      const next = this.eager.consensusStep(new Float32Array(sum), this.outer.momentum, true);
+      this.outer.momentum = next.momentum.slice();
+      this.params = next.params.slice();
+    } else this.params = new Float32Array(this.outer.step(new Float32Array(sum)));
     return this.hash();
   }
 
@@ -233,6 +275,61 @@ export class CpuTrainer implements TrainerPort {
       innerHash: trainingStateHash(this.backup.params, [this.backup.velocity], this.backup.t),
       innerT: this.t,
     };
+  }
+
+  async revertOuter(): Promise<void> {
+    this.calls.push('revertOuter');
+    if (!this.outer) throw new Error('revertOuter: no outer state');
+    this.version += 1;
+    if (this.eager) {
+      const local = this.eager.revert();
+      if (!local) throw new Error('revertOuter: no outer step to undo');
+      this.outer.restoreBackup();
+      this.params = new Float32Array(local);
+    } else this.params = new Float32Array(this.outer.revert());
+  }
+
+  /** The worker's overlapped outer calls (web/worker/outer-calls.ts) over the same `EagerOuter`. */
+  async resetOuter(): Promise<void> {
+    this.calls.push('resetOuter');
+    if (!this.outer) throw new Error('resetOuter: no outer state');
+    if (this.eager) this.eager.reset(this.params, this.outer.momentum);
+    else this.eager = new EagerOuter(this.outer.opt, this.params, this.outer.momentum);
+  }
+
+  async eagerOuter(weight: number): Promise<ArrayBuffer> {
+    this.calls.push('eagerOuter');
+    await this.pause();
+    await this.stall('outer');
+    const { params, contribution } = this.requireEager().eager(this.params, weight);
+    this.version += 1;
+    this.params = new Float32Array(params);
+    return contribution.buffer as ArrayBuffer;
+  }
+
+  async outerContribution(weight: number): Promise<ArrayBuffer> {
+    this.calls.push('outerContribution');
+    return this.requireEager().reweigh(weight).buffer as ArrayBuffer;
+  }
+
+  async consensusStep(sum: ArrayBuffer): Promise<string> {
+    this.calls.push('consensusStep');
+    await this.pause();
+    const next = this.requireEager().consensusStep(new Float32Array(sum), this.outer!.momentum, false);
+    return stateHash(next.params, next.momentum);
+  }
+
+  async commitConsensus(): Promise<void> {
+    this.calls.push('commitConsensus');
+    const { params, momentum } = this.requireEager().commit();
+    this.backup = { params, velocity: this.velocity.slice(), t: this.t };
+    this.outer!.momentum = momentum;
+    this.outer!.saveBackup();
+  }
+
+  private requireEager(): EagerOuter {
+    if (!this.eager || !this.outer) throw new Error('no overlapped outer state: call resetOuter first');
+    return this.eager;
   }
 
   async restoreBackup(): Promise<void> {
@@ -294,12 +391,15 @@ export class MemoryNetwork {
   /** Ring connections requested, for tests. */
   connects = 0;
 
+  /** `links`: every channel's latency and rate (memory-link.ts); none by default. */
+  constructor(private readonly links: MemoryLinkOptions = {}) {}
+
   /** This peer's end of the channel to `to` (a new pair when there is none or it closed). */
   link(from: string, to: string): MemoryLink {
     const key = [from, to].sort().join('|');
     let pair = this.pairs.get(key);
     if (!pair || ![...pair.ends.values()].every((l) => l.isOpen)) {
-      const [a, b] = memoryLinkPair(from, to);
+      const [a, b] = memoryLinkPair(from, to, this.links);
       // memoryLinkPair(a, b) returns [a's link to b, b's link to a]; a link is named by its remote peer.
       pair = {
         ends: new Map([
@@ -421,8 +521,9 @@ export class SimCoordinator {
     datasetSize: number,
     readonly runId = 'sim-run',
     private readonly tickMs = 10,
+    private readonly policy: TrustPolicy = DEFAULT_TRUST_POLICY,
   ) {
-    this.executor = this.executorFor(initialState(job, datasetSize, runId));
+    this.executor = this.executorFor(initialState(job, datasetSize, runId, policy));
     this.startTicks();
   }
 
@@ -530,7 +631,7 @@ export class SimCoordinator {
   /** Start again from the durable state (as `restoreState` after a process restart). */
   restart(): void {
     if (!this.durable) throw new Error('restart: nothing persisted');
-    this.executor = this.executorFor(restoreState(this.durable));
+    this.executor = this.executorFor(restoreState(this.durable, this.policy));
     this.dropped.clear();
     for (const c of this.commits) if (c.step > this.durable.lastCommit.step) c.rolledBack = true;
     this.alive = true;
@@ -684,18 +785,36 @@ export const SIM_JOB = {
 export const SIM_TOTAL_STEPS = 26;
 
 /** Loop timeouts of simulated tabs: far above in-memory latencies, short enough for a hung test to fail fast. */
-export const SIM_LOOP_TIMEOUTS = { collectiveMs: 2000, ringConnectMs: 2000, syncMs: 2000, coordinatorWaitMs: 5000 };
+export const SIM_LOOP_TIMEOUTS = {
+  collectiveMs: 2000,
+  ringConnectMs: 2000,
+  syncMs: 2000,
+  coordinatorWaitMs: 5000,
+  hangFloorMs: 1000,
+};
 
 /**
  * A simulated coordinator and network with tabs opened on demand, a `waitFor` that prints the state
  * when it times out, and `stop()` (crash every tab still open, stop the coordinator) for the test's cleanup.
  */
-export function simulatedSwarm(job: JobSpec, datasetSize: number, opts: { runId?: string; tickMs?: number } = {}) {
-  const coordinator = new SimCoordinator(job, datasetSize, opts.runId ?? 'sim-run', opts.tickMs ?? 5);
-  const network = new MemoryNetwork();
+export function simulatedSwarm(
+  job: JobSpec,
+  datasetSize: number,
+  opts: {
+    runId?: string;
+    tickMs?: number;
+    policy?: TrustPolicy;
+    timeouts?: Partial<typeof SIM_LOOP_TIMEOUTS>;
+    /** Latency and rate of every data channel (none by default). */
+    links?: MemoryLinkOptions;
+  } = {},
+) {
+  const coordinator = new SimCoordinator(job, datasetSize, opts.runId ?? 'sim-run', opts.tickMs ?? 5, opts.policy);
+  const network = new MemoryNetwork(opts.links);
   const tabs: SimTab[] = [];
+  const timeouts = { ...SIM_LOOP_TIMEOUTS, ...opts.timeouts };
   const open = (name: string, delayMs = 1) => {
-    const tab = new SimTab(name, coordinator, network, { delayMs, loop: { timeouts: SIM_LOOP_TIMEOUTS } });
+    const tab = new SimTab(name, coordinator, network, { delayMs, loop: { timeouts } });
     tabs.push(tab);
     return tab.start();
   };
@@ -727,12 +846,13 @@ export function simulatedSwarm(job: JobSpec, datasetSize: number, opts: { runId?
 
 /**
  * Invariant (1) of docs/ARCHITECTURE.md over stored commit rows: the epochs in which an index was
- * committed twice, and the finished epochs (all but the last, or the last once `totalSteps` committed)
- * in which an index never was. Both empty for a correct run.
+ * committed twice, and the finished epochs (all but the last, or the last once the job is `done`) in
+ * which an index never was. A row commits its `ranges` (or [cursorStart, cursorStart+count)). Both
+ * empty for a correct run.
  */
 export function auditCommitRows(
   commits: readonly StoredCommit[],
-  run: { seed: number; datasetSize: number; epochs: number; totalSteps: number },
+  run: { seed: number; datasetSize: number; epochs: number; done: boolean },
 ): { twice: number[]; missing: number[] } {
   const byEpoch = new Map<number, StoredCommit[]>();
   for (const c of commits) byEpoch.set(c.epoch, [...(byEpoch.get(c.epoch) ?? []), c]);
@@ -741,10 +861,17 @@ export function auditCommitRows(
   for (const [epoch, rows] of byEpoch) {
     const order = epochOrder(run.seed, epoch, run.datasetSize);
     const seen = new Uint8Array(run.datasetSize);
-    for (const row of rows) for (let p = row.cursorStart; p < row.cursorStart + row.count; p++) seen[order[p]]++;
+    for (const row of rows)
+      for (const [start, end] of committedRanges(row)) for (let p = start; p < end; p++) seen[order[p]]++;
     if (seen.some((x) => x > 1)) twice.push(epoch);
-    const finished = epoch < run.epochs - 1 || rows.some((r) => r.step === run.totalSteps);
+    const finished = epoch < run.epochs - 1 || run.done;
     if (finished && seen.some((x) => x === 0)) missing.push(epoch);
   }
   return { twice, missing };
+}
+
+/** The positions a commit row committed. */
+export function committedRanges(row: Pick<CommitRecord, 'ranges' | 'cursorStart' | 'count'>): [number, number][] {
+  if (row.ranges) return row.ranges;
+  return row.count > 0 ? [[row.cursorStart, row.cursorStart + row.count]] : [];
 }

@@ -24,7 +24,8 @@
 import { type ChildProcess, spawn } from 'node:child_process';
 import { writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
-import type { AuditReport, StatusReport } from '../../coordinator/admin/audit';
+import type { AuditReport } from '../../coordinator/admin/audit';
+import { type StatusResponse, statusResponseSchema } from '../../core/protocol/views';
 import { makeTempDir, sharedFakeDataset } from './fake-dataset';
 
 export const REPO_ROOT = resolve(import.meta.dirname, '../..');
@@ -64,6 +65,8 @@ export interface SpawnOptions {
   env?: Record<string, string | undefined>;
   /** How long to wait for the listening line. Default 30 s. */
   startTimeoutMs?: number;
+  /** Flags for the child's `node` itself, before the script (e.g. `--cpu-prof`, which NODE_OPTIONS refuses). */
+  nodeArgs?: string[];
 }
 
 export interface ExitInfo {
@@ -99,6 +102,7 @@ function spawnCli(
   env: Record<string, string | undefined> = {},
   withoutReadOverride = false,
   script = CLI_PATH,
+  nodeArgs: string[] = [],
 ): ChildProcess {
   const childEnv: Record<string, string | undefined> = {
     ...process.env,
@@ -107,7 +111,7 @@ function spawnCli(
     ...env,
   };
   // tsx as an --import hook (not the tsx CLI) so the child is one process and kill -9 hits the coordinator itself.
-  const argv = [process.execPath, '--import', 'tsx', script, ...args];
+  const argv = [process.execPath, ...nodeArgs, '--import', 'tsx', script, ...args];
   // Root reads every file (CAP_DAC_OVERRIDE): to see a permission error as root, the child runs as root
   // without that capability (setpriv, util-linux). It stays root, so it still reads a checkout that only
   // root may enter (a switch to another user could not: `Cannot find package 'tsx'`).
@@ -202,7 +206,7 @@ export class CoordinatorProcess {
       const job = opts.job ?? {};
       writeFileSync(jobFile, JSON.stringify('verify' in job ? job : { ...job, verify: false }, null, 2));
     }
-    const child = spawnCli(coordinatorArgs(opts, dataDir, jobFile), opts.env);
+    const child = spawnCli(coordinatorArgs(opts, dataDir, jobFile), opts.env, false, CLI_PATH, opts.nodeArgs);
     const output = { stdout: '', stderr: '' };
     const url = await new Promise<string>((resolveUrl, reject) => {
       const timer = setTimeout(() => {
@@ -284,8 +288,9 @@ export class CoordinatorProcess {
     return (await res.json()) as T;
   }
 
-  status(): Promise<StatusReport> {
-    return this.getJson('/api/status');
+  /** `/api/status` (a query such as `?offset=64&limit=64` pages the lists), checked against its zod schema. */
+  async status(query = ''): Promise<StatusResponse> {
+    return statusResponseSchema.parse(await this.getJson(`/api/status${query}`));
   }
   audit(): Promise<AuditReport> {
     return this.getJson('/api/audit');

@@ -8,7 +8,7 @@
  * `nodeGpu()`'s message instead.
  */
 import { create, globals } from 'webgpu';
-import { createGpu, type Gpu } from '../../kernels/runtime';
+import { createGpu, kernelDeviceDescriptor, type Gpu } from '../../kernels/runtime';
 import { skipWithout } from './skip';
 
 let cached: Promise<Gpu> | undefined;
@@ -28,13 +28,7 @@ export function nodeGpu(): Promise<Gpu> {
           'which sets VK_ICD_FILENAMES=/usr/lib/chromium/vk_swiftshader_icd.json',
       );
     }
-    const device = await adapter.requestDevice({
-      requiredLimits: {
-        maxStorageBufferBindingSize: adapter.limits.maxStorageBufferBindingSize,
-        maxBufferSize: adapter.limits.maxBufferSize,
-        maxStorageBuffersPerShaderStage: adapter.limits.maxStorageBuffersPerShaderStage,
-      },
-    });
+    const device = await adapter.requestDevice(kernelDeviceDescriptor(adapter, 'tabswarm.test'));
     device.addEventListener('uncapturederror', (e) => {
       // Validation errors must fail tests loudly rather than produce zeros.
       console.error('WebGPU uncaptured error:', (e as GPUUncapturedErrorEvent).error.message);

@@ -37,8 +37,16 @@ export function referenceForwardBackward(
   x: ArrayLike<number>,
   labels: ArrayLike<number>,
   batch: number,
+  opts: {
+    /**
+     * Round a dense layer's matmul operands (its input and weight, in the forward and in the backward
+     * products that reuse them) with this, as the f16 mode stores them as halves; gradients stay exact.
+     */
+    roundDenseOperands?: (v: number) => number;
+  } = {},
 ): ReferenceResult {
   const p = Float64Array.from(params);
+  const round = opts.roundDenseOperands ?? ((v: number) => v);
   const grads = new Float64Array(layout.totalElements);
   const entry = (layer: number, kind: 'weight' | 'bias') => {
     const e = layout.entries.find((en) => en.layer === layer && en.kind === kind);
@@ -62,7 +70,7 @@ export function referenceForwardBackward(
       for (let b = 0; b < batch; b++) {
         for (let o = 0; o < nOut; o++) {
           let s = p[bo + o];
-          for (let i = 0; i < nIn; i++) s += input[b * nIn + i] * p[w + i * nOut + o];
+          for (let i = 0; i < nIn; i++) s += round(input[b * nIn + i]) * round(p[w + i * nOut + o]);
           out[b * nOut + o] = layer.activation === 'relu' ? Math.max(0, s) : s;
         }
       }
@@ -183,8 +191,8 @@ export function referenceForwardBackward(
           const g = dz[b * nOut + o];
           grads[bo + o] += g;
           for (let i = 0; i < nIn; i++) {
-            grads[w + i * nOut + o] += cache.input[b * nIn + i] * g;
-            dIn[b * nIn + i] += g * p[w + i * nOut + o];
+            grads[w + i * nOut + o] += round(cache.input[b * nIn + i]) * g;
+            dIn[b * nIn + i] += g * round(p[w + i * nOut + o]);
           }
         }
       }

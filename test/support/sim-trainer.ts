@@ -8,7 +8,8 @@ import { trainingStateHash } from '../../core/state/hash';
 import type { JobPublic } from '../../core/training/job';
 import { isTransformer, type ModelSpec, parameterLayout, type TransformerSpec } from '../../core/training/model-spec';
 import { mulberry32 } from './rng';
-import { assignStep, isCommitPoint, positionAfter, stepPosition, totalSteps } from '../../core/training/sampler';
+import { groupPlan, jobDone, rankRanges, rangesCount, type RecordPosition } from '../../core/training/groups';
+import { referencePositionAfter } from './hole-free-layout';
 import { encodeSnapshot, OPTIMIZER_MOMENTS } from '../../core/state/snapshot';
 import { type ServerMsg, SimWorker } from './sim-worker';
 
@@ -58,10 +59,17 @@ export function simulatedStateHash(job: Pick<JobPublic, 'model' | 'optimizer'>, 
   return hash;
 }
 
-/** A checkpoint snapshot of simulated state at `step`, as a tab would upload it. */
-export function simulatedSnapshot(job: JobPublic, step: number): Uint8Array<ArrayBuffer> {
+/**
+ * A checkpoint snapshot of simulated state at `step`, as a tab would upload it; `at`: the record after
+ * that commit (default: where a run without partial commits has it).
+ */
+export function simulatedSnapshot(
+  job: JobPublic,
+  step: number,
+  at: { epoch: number; cursor: number } = referencePositionAfter(step, job),
+): Uint8Array<ArrayBuffer> {
   const params = simulatedParams(job.model, step);
-  const { epoch, cursor } = positionAfter(step, job);
+  const { epoch, cursor } = at;
   const moments = OPTIMIZER_MOMENTS[job.optimizer.kind].map(() => new Float32Array(params.length));
   return new Uint8Array(
     encodeSnapshot({
@@ -95,6 +103,14 @@ export interface SimTrainerOptions {
   onCommitted?: (step: number, at: number, round: number) => void;
   /** Keep every received message in `worker.received` (default true; turn off under load). */
   keepReceived?: boolean;
+  /** The GPU it claims in its hello (default a simulated one). */
+  adapter?: { vendor: string; architecture: string; description: string };
+  /** Mean loss per sample a report claims at `step` (default 0.5). */
+  lossAt?: (step: number) => number;
+  /** Wire bytes per sample a report claims (default: the field is left out). */
+  wireBytesPerSample?: number;
+  /** Extra fields of each heartbeat (peerRttMs, peerLinks, iceError), asked at each beat. */
+  heartbeatFields?: (trainer: SimTrainer) => Record<string, unknown>;
 }
 
 /**
@@ -111,7 +127,29 @@ export class SimTrainer {
   readonly errors: ServerMsg[] = [];
   readonly uploads: { step: number; status: number }[] = [];
   done = false;
-  private round: { round: number; rank: number; shares: number[]; step: number } | null = null;
+  /**
+   * The current round: this worker's rank, the split of the group in flight (shares by slot and its
+   * slot: a carried group's, else the round's own), the step to compute next, and where the record
+   * stands at the group in flight.
+   */
+  private round: {
+    round: number;
+    rank: number;
+    shares: number[];
+    slot: number;
+    step: number;
+    /** The round's own shares by rank (the split of the groups after a carried one). */
+    world: number[];
+    /** Worker ids by rank. */
+    workers: string[];
+    /** This rank's samples in a step of `count` positions under `shares` and `slot` (cleared when they change). */
+    samples: Map<number, number>;
+  } | null = null;
+  /** The record at the group in flight, and after recent commits (for checkpoint snapshots). */
+  private position: RecordPosition = { epoch: 0, cursor: 0, holes: [] };
+  /** The first step of the group in flight. */
+  private groupStart = 1;
+  private readonly positions = new Map<number, RecordPosition>();
   private training = false;
   private heartbeat: NodeJS.Timeout | null = null;
   private stopped = false;
@@ -132,7 +170,7 @@ export class SimTrainer {
     const period = options.heartbeatMs ?? Math.floor(this.job.heartbeatMs / 2);
     if (period > 0) {
       this.heartbeat = setInterval(() => {
-        if (!worker.isClosed) worker.heartbeat();
+        if (!worker.isClosed) worker.heartbeat(options.heartbeatFields?.(this));
       }, period);
     }
     void worker.closed.then(() => this.stop());
@@ -141,7 +179,7 @@ export class SimTrainer {
   /** Joins a new simulated worker and starts training with it. */
   static async join(wsUrl: string, options: SimTrainerOptions): Promise<SimTrainer> {
     const worker = await SimWorker.connect(wsUrl);
-    const welcome = await worker.join();
+    const welcome = await worker.join(options.adapter ? { adapter: options.adapter } : {});
     return new SimTrainer(worker, welcome, options);
   }
 
@@ -176,6 +214,11 @@ export class SimTrainer {
 
   get rank(): number | null {
     return this.round?.rank ?? null;
+  }
+
+  /** The worker ids of its round by rank (empty outside a round). */
+  get roundWorld(): string[] {
+    return this.round?.workers ?? [];
   }
 
   /** In a round that has not closed (syncing or training). */
@@ -244,12 +287,22 @@ export class SimTrainer {
           (w) => w.workerId === this.worker.workerId,
         );
         if (!me) return;
+        const carry = msg.carry as { shares: number[]; slots: number[]; reported: number[] } | undefined;
+        const shares = msg.world.map((w: { share: number }) => w.share);
         this.round = {
           round: msg.round,
           rank: me.rank,
-          shares: msg.world.map((w: { share: number }) => w.share),
-          step: msg.step,
+          shares: carry ? carry.shares : shares,
+          slot: carry ? carry.slots[me.rank] : me.rank,
+          // A carried group goes on after the reports the coordinator has (this simulation keeps no state).
+          step: carry ? carry.reported[me.rank] + 1 : msg.step,
+          world: shares,
+          workers: msg.world.map((w: { workerId: string }) => w.workerId),
+          samples: new Map(),
         };
+        this.position = { epoch: msg.epoch, cursor: msg.cursor, holes: msg.holes ?? [] };
+        this.groupStart = msg.step;
+        this.positions.set(msg.step - 1, this.position);
         this.training = false;
         this.worker.ready(msg.round);
         break;
@@ -262,6 +315,12 @@ export class SimTrainer {
         break;
       case 'committed':
         this.committed.push(msg.step);
+        this.position = { epoch: msg.epoch, cursor: msg.cursor, holes: msg.holes ?? [] };
+        this.groupStart = msg.step + 1;
+        this.positions.set(msg.step, this.position);
+        // The next group is the round's own split.
+        if (this.round && (this.round.shares !== this.round.world || this.round.slot !== this.round.rank))
+          Object.assign(this.round, { shares: this.round.world, slot: this.round.rank, samples: new Map() });
         this.options.onCommitted?.(msg.step, performance.now(), msg.round);
         if (this.training && this.round && msg.round === this.round.round) this.compute(msg.step + 1);
         break;
@@ -283,26 +342,36 @@ export class SimTrainer {
   }
 
   private compute(step: number): void {
-    const limit = Math.min(this.options.stopAfterStep ?? Infinity, totalSteps(this.job));
-    if (step > limit || !this.round) return;
+    if (step > (this.options.stopAfterStep ?? Infinity) || !this.round || jobDone(this.position, this.job)) return;
     const round = this.round;
+    const group = groupPlan(this.position, this.groupStart, this.job);
+    const span = group.steps[step - group.firstStep];
+    if (!span) return;
     const send = () => {
       if (this.stopped || !this.training || this.round !== round || this.worker.isClosed) return;
-      const { cursor, count } = stepPosition(step, this.job);
-      const samples = assignStep(cursor, count, round.shares)[round.rank].count;
+      // Once per split and step size: a bench runs hundreds of ranks in one process, and the split is a
+      // sort over the world.
+      let samples = round.samples.get(span.count);
+      if (samples === undefined) {
+        samples = rangesCount(rankRanges(span, round.shares, round.slot));
+        round.samples.set(span.count, samples);
+      }
       this.worker.report({
         round: round.round,
         rank: round.rank,
         step,
         hash: simulatedStateHash(this.job, step),
         samples,
-        lossSum: samples * 0.5,
+        lossSum: samples * (this.options.lossAt?.(step) ?? 0.5),
         computeMs: this.options.claimedComputeMs ?? 1,
+        ...(this.options.wireBytesPerSample === undefined
+          ? {}
+          : { wireBytes: samples * this.options.wireBytesPerSample }),
       });
       this.lastReported = step;
       this.options.onReport?.(step, performance.now(), round.round);
       // Between commit points a rank goes straight on to the next step.
-      if (!isCommitPoint(step, this.job)) this.compute(step + 1);
+      if (step !== group.lastStep) this.compute(step + 1);
     };
     if (this.options.computeMs) setTimeout(send, this.options.computeMs);
     else send();
@@ -312,7 +381,7 @@ export class SimTrainer {
     try {
       const res = await fetch(`${this.options.httpUrl}${url}`, {
         method: 'PUT',
-        body: simulatedSnapshot(this.job, step),
+        body: simulatedSnapshot(this.job, step, this.positions.get(step)),
         headers: { 'content-type': 'application/octet-stream' },
       });
       await res.arrayBuffer();

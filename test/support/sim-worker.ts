@@ -155,6 +155,8 @@ export class SimWorker {
       invite?: string;
       /** The GPU it claims (default a simulated one). */
       adapter?: { vendor: string; architecture: string; description: string };
+      /** The kernels report its hello carries (default none, as an older tab). */
+      kernels?: Record<string, unknown>;
     } = {},
   ): Promise<ServerMsg> {
     this.send({
@@ -168,6 +170,7 @@ export class SimWorker {
       haveStep: opts.haveStep ?? null,
       haveHash: opts.haveHash ?? null,
       ...(opts.pending ? { pending: opts.pending } : {}),
+      ...(opts.kernels ? { kernels: opts.kernels } : {}),
     });
     const welcome = await this.next((m) => m.type === 'welcome' || m.type === 'error' || m.type === 'done');
     if (welcome.type !== 'welcome') throw new Error(`hello refused: ${JSON.stringify(welcome)}`);
@@ -177,8 +180,9 @@ export class SimWorker {
     return welcome;
   }
 
-  heartbeat(): void {
-    this.send({ type: 'heartbeat', runId: this.runId, workerId: this.workerId });
+  /** A heartbeat, with optional fields (peerRttMs, peerLinks, iceError). */
+  heartbeat(extra: Record<string, unknown> = {}): void {
+    this.send({ type: 'heartbeat', runId: this.runId, workerId: this.workerId, ...extra });
   }
 
   ready(round: number): void {

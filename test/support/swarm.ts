@@ -9,7 +9,7 @@
  * with `page.waitForFunction`, never with sleeps.
  */
 import type { Browser, BrowserContext, Page } from 'playwright-core';
-import type { StatusReport } from '../../coordinator/admin/audit';
+import type { StatusResponse } from '../../core/protocol/views';
 import type { ElasticStatus } from '../../web/elastic/elastic-loop';
 import type {} from '../../web/elastic/start';
 import { type SwarmTab as PooledTab, TabPool } from '../../tools/swarm/swarm-tabs';
@@ -22,12 +22,12 @@ import type { CoordinatorProcess } from './coordinator-process';
  */
 export async function coordinatorStatusUntil(
   coordinator: CoordinatorProcess,
-  check: (s: StatusReport) => boolean,
+  check: (s: StatusResponse) => boolean,
   what: string,
   opts: { timeoutMs: number; pollMs: number },
-): Promise<{ status: StatusReport; ms: number }> {
+): Promise<{ status: StatusResponse; ms: number }> {
   const started = performance.now();
-  let last: StatusReport | null = null;
+  let last: StatusResponse | null = null;
   while (performance.now() - started < opts.timeoutMs) {
     last = await coordinator.status();
     if (check(last)) return { status: last, ms: performance.now() - started };

@@ -22,6 +22,7 @@ const FOLDERS = [
   'web',
   'kernels',
   'verifier',
+  'headless',
   'bin',
   'test',
   'bench',
@@ -74,6 +75,8 @@ const FIXTURE: Record<string, string> = {
   'web/volunteer/main.ts': imports('../worker/worker'),
   'web/worker/worker.ts': imports('../volunteer/view', 'playwright-core'),
   'web/volunteer/view.ts': 'export const x = 1;\n',
+  'headless/cli.ts': imports('../web/page', '../kernels/ops/matmul', '../node/idx', '../coordinator/runtime/other'),
+  'coordinator/runtime/local-workers.ts': imports('../../headless/cli'),
   'tools/swarm/cli.ts': imports('../../coordinator/runtime/other', 'playwright-core'),
   'test/helper.ts': imports('../coordinator/runtime/other', 'playwright-core'),
 };
@@ -94,6 +97,7 @@ describe('import boundaries (dependency-cruiser)', () => {
       'verifier',
       'kernels',
       'web',
+      'headless',
       'tools',
       'test',
     ]);
@@ -102,6 +106,8 @@ describe('import boundaries (dependency-cruiser)', () => {
       'core-imports-nothing-of-the-project: core/training/leaky.ts -> coordinator/http/server.ts',
       'core-no-node-apis: core/training/leaky.ts -> fs',
       'core-only-zod-and-noble: core/training/leaky.ts -> node_modules/left-pad/index.js',
+      'headless-is-a-process: coordinator/runtime/local-workers.ts -> headless/cli.ts',
+      'headless-only-web-kernels-core-node: headless/cli.ts -> coordinator/runtime/other.ts',
       'kernels-only-core: kernels/ops/matmul.ts -> node/idx.ts',
       'machine-no-node-apis: coordinator/machine/machine.ts -> crypto',
       'machine-only-core: coordinator/machine/machine.ts -> coordinator/runtime/store.ts',

@@ -1,17 +1,21 @@
 /**
- * `tabswarm swarm --netbed [--workers N] [--nat endpoint-independent|symmetric|mixed]
- *  [--link "DELAY JITTER RATE LOSS"] [--duration S] [--warmup S] [--job FILE] [--dataset DIR] [--json]`
+ * `tabswarm swarm --netbed [--workers N] [--headless-workers M] [--nat endpoint-independent|symmetric|mixed]
+ *  [--link "DELAY JITTER RATE LOSS"] [--duration S] [--warmup S] [--job FILE] [--dataset DIR] [--json]
+ *  [--seed X] [--close-every S] [--crash-every S] [--hang-every S] [--hang-for S] [--join-every S]`
  *
  * One command for the whole scene on the network test bed: an HTTPS coordinator (test CA) and coturn
- * in the public segment, each tab a Chromium in its own home behind its own NAT (mixed: every second
- * home symmetric), every access link with the given profile. It trains for `duration` seconds from
- * the first commit, then prints a table (steps, step time, restarts, audit, each tab's ICE path and
- * RTT) and with --json one line `{"swarm": {...}}`. Root only (it refuses in one line otherwise).
- * The chaos flags of the plain swarm are not combined with --netbed yet.
+ * in the public segment, each member in its own home behind its own NAT (mixed: every second home
+ * symmetric), every access link with the given profile. Members are Chromium tabs (`--workers`) and
+ * headless workers (`--headless-workers`, `tabswarm worker` run inside the home's namespace). With the
+ * chaos flags the plain swarm's seeded schedule is played on them (netbed-chaos.ts); `--throttle` is
+ * refused (the links are shaped by `--link`). It trains for `duration` seconds from the first commit, then
+ * prints a table (steps, step time, restarts, audit, events, each rank's ICE path and RTT) and with --json
+ * one line `{"swarm": {...}}`. Root only (it refuses in one line otherwise).
  */
 import { readFileSync } from 'node:fs';
+import type { ChaosEvent } from '../swarm/chaos-schedule';
 import { resolve } from 'node:path';
-import type { StatusReport } from '../../coordinator/admin/audit';
+import type { StatusResponse } from '../../core/protocol/views';
 import { loadJobFile, resolveDatasetDir, StartupError } from '../../coordinator/config/startup-config';
 import {
   NetbedError,
@@ -21,12 +25,16 @@ import {
   type LinkProfile,
   type NatKind,
 } from './netbed';
+import { type FiredNetbedEvent, homesNeeded, type NetbedChaos, NetbedMembers, netbedSchedule } from './netbed-chaos';
 import { Scene } from './scene';
 
 export interface RawNetbedSwarmOptions {
   netbed?: boolean;
   url?: string;
   workers?: string | number;
+  headlessWorkers?: string | number;
+  seed?: string | number;
+  hangFor?: string | number;
   nat?: string;
   link?: string;
   duration?: string | number;
@@ -42,7 +50,11 @@ export interface RawNetbedSwarmOptions {
 }
 
 export interface NetbedSwarmOptions {
+  /** Chromium tabs at the start, and the most tabs live at once (joins past it are headless). */
   workers: number;
+  headlessWorkers: number;
+  /** The chaos schedule's settings, or null: no faults. */
+  chaos: NetbedChaos | null;
   nat: NatKind | 'mixed';
   link: LinkProfile;
   durationS: number;
@@ -76,13 +88,14 @@ export function parseNetbedSwarmOptions(raw: RawNetbedSwarmOptions): NetbedSwarm
   };
   if (raw.url !== undefined)
     fail('--netbed starts its own coordinator and coturn in the test bed: drop --url (or drop --netbed)');
-  for (const flag of ['closeEvery', 'crashEvery', 'hangEvery', 'joinEvery', 'throttle'] as const)
-    if (raw[flag] !== undefined) fail('the chaos flags (--close-every … --throttle) do not combine with --netbed yet');
+  if (raw.throttle !== undefined)
+    fail('--throttle does not combine with --netbed: the test bed shapes every access link (--link)');
   const int = (name: string, value: string | number | undefined, fallback: number, min: number, max: number) => {
     const n = value === undefined ? fallback : Number(value);
     if (!Number.isInteger(n) || n < min || n > max) fail(`--${name} ${value}: expected an integer in ${min}..${max}`);
     return n;
   };
+  const headlessWorkers = int('headless-workers', raw.headlessWorkers, 0, 0, 64);
   const nat = raw.nat ?? 'mixed';
   if (!(NATS as readonly string[]).includes(nat)) fail(`--nat ${nat}: expected one of ${NATS.join(', ')}`);
   let job: Record<string, unknown> = NETBED_DEFAULT_JOB;
@@ -96,7 +109,9 @@ export function parseNetbedSwarmOptions(raw: RawNetbedSwarmOptions): NetbedSwarm
     }
   }
   return {
-    workers: int('workers', raw.workers, 3, 1, 16),
+    workers: int('workers', raw.workers, headlessWorkers > 0 ? 0 : 3, headlessWorkers > 0 ? 0 : 1, 16),
+    headlessWorkers,
+    chaos: chaosOf(raw, fail),
     nat: nat as NetbedSwarmOptions['nat'],
     link: parseLinkProfile(raw.link ?? '20ms 0ms 50mbit 0%'),
     durationS: int('duration', raw.duration, 60, 1, 86_400),
@@ -104,6 +119,29 @@ export function parseNetbedSwarmOptions(raw: RawNetbedSwarmOptions): NetbedSwarm
     job,
     datasetDir: resolve(datasetDir(raw.dataset, fail)),
     json: raw.json ?? false,
+  };
+}
+
+/** The chaos flags as seconds (0: none of that kind), or null when none is given. */
+function chaosOf(raw: RawNetbedSwarmOptions, fail: (why: string) => never): NetbedChaos | null {
+  const kinds = ['closeEvery', 'crashEvery', 'hangEvery', 'joinEvery'] as const;
+  if (kinds.every((k) => raw[k] === undefined)) return null;
+  const seconds = (flag: string, value: unknown, fallback: number) => {
+    const n = value === undefined ? fallback : Number(value);
+    if (!Number.isFinite(n) || n < 0 || (n > 0 && n < 1))
+      fail(`--${flag} ${String(value)}: expected seconds >= 1 (0: never)`);
+    return n;
+  };
+  const seed = raw.seed === undefined ? Math.floor(Math.random() * 0x100000000) : Number(raw.seed);
+  if (!Number.isInteger(seed) || seed < 0 || seed > 0xffffffff)
+    fail(`--seed ${raw.seed}: expected an integer in 0..4294967295`);
+  return {
+    seed,
+    closeEvery: seconds('close-every', raw.closeEvery, 0),
+    crashEvery: seconds('crash-every', raw.crashEvery, 0),
+    hangEvery: seconds('hang-every', raw.hangEvery, 0),
+    joinEvery: seconds('join-every', raw.joinEvery, 0),
+    hangFor: seconds('hang-for', raw.hangFor, 10) || 10,
   };
 }
 
@@ -120,6 +158,11 @@ function datasetDir(flag: string | undefined, fail: (why: string) => never): str
 export interface NetbedSwarmReport {
   ok: boolean;
   workers: number;
+  headlessWorkers: number;
+  /** Members opened in all (initial and joins), by kind. */
+  opened: { tabs: number; headless: number };
+  events: FiredNetbedEvent[];
+  seed: number | null;
   nat: string;
   link: LinkProfile;
   steps: number;
@@ -136,7 +179,9 @@ export async function runNetbedSwarm(
 ): Promise<NetbedSwarmReport> {
   const why = netbedUnavailable();
   if (why) throw new NetbedError(why);
-  const homes: HomeSpec[] = Array.from({ length: opts.workers }, (_, i) => ({
+  const total = opts.workers + opts.headlessWorkers;
+  const schedule = opts.chaos ? netbedSchedule(opts.chaos, total, opts.durationS) : [];
+  const homes: HomeSpec[] = Array.from({ length: homesNeeded(total, schedule) }, (_, i) => ({
     nat: opts.nat === 'mixed' ? (i % 2 === 1 ? 'symmetric' : 'endpoint-independent') : opts.nat,
     link: opts.link,
   }));
@@ -147,38 +192,39 @@ export async function runNetbedSwarm(
     distDir: resolve(import.meta.dirname, '../../dist'),
     log,
   });
+  const members = new NetbedMembers(scene, opts.workers, log);
   try {
-    log(`netbed: coordinator ${scene.url}, coturn, ${opts.workers} home(s) (${homes.map((h) => h.nat).join(', ')})`);
-    await Promise.all(homes.map((_, i) => scene.openTab(i)));
-    const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
-    const status = () => scene.api<StatusReport>('/api/status');
-    const warmupEnd = performance.now() + opts.warmupS * 1000;
-    let first = await status();
-    while (first.step === 0 && !signal.aborted && first.state !== 'done') {
-      if (performance.now() > warmupEnd) throw new NetbedError(`no committed step within --warmup ${opts.warmupS} s`);
-      await sleep(500);
-      first = await status();
-    }
+    log(`netbed: coordinator ${scene.url}, coturn, ${homes.length} home(s) (${homes.map((h) => h.nat).join(', ')})`);
+    await Promise.all(
+      Array.from({ length: total }, (_, i) => members.open(`t${i + 1}`, i < opts.workers ? 'tab' : 'headless')),
+    );
+    const status = () => scene.api<StatusResponse>('/api/status');
+    const first = await warmUp(status, opts, signal);
     const started = performance.now();
-    let last = first;
+    const events = await playSchedule(schedule, members, started, log, signal);
+    let last = await status();
     while (!signal.aborted && performance.now() - started < opts.durationS * 1000 && last.state !== 'done') {
       await sleep(1000);
       last = await status();
-      log(`step ${last.step} · world ${last.world.length} · restarts ${last.restarts}`);
     }
     const elapsed = performance.now() - started;
     const audit = await scene.api<{ ok: boolean }>('/api/audit');
     const steps = last.step - first.step;
+    const opened = (kind: string) => members.members.filter((m) => m.kind === kind).length;
     return {
       ok: audit.ok && steps > 0,
       workers: opts.workers,
+      headlessWorkers: opts.headlessWorkers,
+      opened: { tabs: opened('tab'), headless: opened('headless') },
+      events,
+      seed: opts.chaos?.seed ?? null,
       nat: opts.nat,
       link: opts.link,
       steps,
       msPerStep: steps > 0 ? Math.round(elapsed / steps) : null,
       restarts: last.restarts,
       auditOk: audit.ok,
-      tabs: last.world.map((w) => ({
+      tabs: last.world.items.map((w) => ({
         id: w.id,
         rank: w.rank,
         rttMs: w.peerRttMs,
@@ -187,14 +233,61 @@ export async function runNetbedSwarm(
       })),
     };
   } finally {
+    await members.close();
     await scene.close();
   }
+}
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, Math.max(0, ms)));
+
+/** Waits for the first committed step (the schedule's clock starts there); resolves with that status. */
+async function warmUp(
+  status: () => Promise<StatusResponse>,
+  opts: NetbedSwarmOptions,
+  signal: AbortSignal,
+): Promise<StatusResponse> {
+  const warmupEnd = performance.now() + opts.warmupS * 1000;
+  let first = await status();
+  while (first.step === 0 && !signal.aborted && first.state !== 'done') {
+    if (performance.now() > warmupEnd) throw new NetbedError(`no committed step within --warmup ${opts.warmupS} s`);
+    await sleep(500);
+    first = await status();
+  }
+  return first;
+}
+
+/** Fires each event at its time from `started` (ms, performance clock). */
+async function playSchedule(
+  schedule: readonly ChaosEvent[],
+  members: NetbedMembers,
+  started: number,
+  log: (line: string) => void,
+  signal: AbortSignal,
+): Promise<FiredNetbedEvent[]> {
+  const fired: FiredNetbedEvent[] = [];
+  for (const event of schedule) {
+    await sleep(started + event.at * 1000 - performance.now());
+    if (signal.aborted) break;
+    const result = await members
+      .fire(event)
+      .catch((error: Error): FiredNetbedEvent => ({ ...event, outcome: 'failed', note: error.message.split('\n')[0] }));
+    log(
+      `${event.at.toFixed(1)} s ${event.kind} ${event.tab}: ${result.outcome}${result.note ? ` (${result.note})` : ''}`,
+    );
+    fired.push(result);
+  }
+  return fired;
 }
 
 export function formatNetbedReport(r: NetbedSwarmReport): string {
   const link = `${r.link.delayMs} ms ±${r.link.jitterMs} ms, ${r.link.rateMbit} Mbit/s, ${r.link.lossPercent}% loss`;
   const lines = [
-    `netbed swarm: ${r.workers} tab(s), NAT ${r.nat}, access links ${link}`,
+    `netbed swarm: ${r.workers} tab(s) + ${r.headlessWorkers} headless at the start (${r.opened.tabs} tabs and ${r.opened.headless} headless in all), NAT ${r.nat}, access links ${link}`,
+    ...(r.seed === null
+      ? []
+      : [
+          `chaos: seed ${r.seed}, ${r.events.filter((e) => e.outcome === 'done').length}/${r.events.length} events done (${r.events.map((e) => `${e.kind} ${e.tab} ${e.outcome}`).join(', ')})`,
+        ]),
     `steps ${r.steps} · ${r.msPerStep ?? '–'} ms/step · restarts ${r.restarts} · audit ${r.auditOk ? 'clean' : 'BROKEN'} · ${r.ok ? 'PASS' : 'FAIL'}`,
     'rank  worker            rtt ms  ICE path (local→remote per link)',
     ...r.tabs.map(

@@ -303,6 +303,11 @@ export class Netbed {
     );
   }
 
+  /** The delay line's process id (tun-link.py), for benches that measure its CPU time. */
+  get delayLinePid(): number | undefined {
+    return this.linkProcess?.pid;
+  }
+
   /** Starts `cmd` inside namespace `ns`; killed at `close()`. */
   spawn(ns: string, cmd: string, args: string[], opts: SpawnOptions = {}): ChildProcess {
     if (this.closed) throw new NetbedError('netbed closed');

@@ -16,7 +16,7 @@ import { request } from 'node:https';
 import { join, resolve } from 'node:path';
 import { createInterface } from 'node:readline';
 import type { Browser, Page } from 'playwright-core';
-import type { StatusReport } from '../../coordinator/admin/audit';
+import { type StatusResponse, statusResponseSchema } from '../../core/protocol/views';
 import { type IceConfig, iceConfigFor, iceSettingsFrom } from '../../coordinator/http/ice';
 import { launchSwarmChromium } from '../swarm/chromium';
 import { COORDINATOR_IP, Netbed, NetbedError, TURN_IP, type HomeSpec } from './netbed';
@@ -206,15 +206,16 @@ export class Scene {
    * throws naming `what`, with the last status and the end of the logs.
    */
   async statusUntil(
-    check: (status: StatusReport) => boolean,
+    check: (status: StatusResponse) => boolean,
     what: string,
     timeoutMs: number,
     pollMs = 250,
-  ): Promise<StatusReport> {
+  ): Promise<StatusResponse> {
     const end = performance.now() + timeoutMs;
-    let last: StatusReport | null = null;
+    let last: StatusResponse | null = null;
     while (performance.now() < end) {
-      last = await this.api<StatusReport>('/api/status');
+      // Checked against the wire schema: a test bed run is also a check of what the coordinator sends.
+      last = statusResponseSchema.parse(await this.api<unknown>('/api/status'));
       if (check(last)) return last;
       await new Promise((r) => setTimeout(r, pollMs));
     }

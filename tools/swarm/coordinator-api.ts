@@ -3,7 +3,8 @@
  * `probeCoordinator` fails within `timeoutMs` with one clear message when nothing (or something that is
  * not a tabswarm coordinator) answers at the URL.
  */
-import type { AuditReport, StatusReport } from '../../coordinator/admin/audit';
+import type { AuditReport } from '../../coordinator/admin/audit';
+import { STATUS_PAGE_MAX, type StatusResponse, statusResponseSchema } from '../../core/protocol/views';
 import type { JobPublic } from '../../core/training/job';
 
 export class CoordinatorUnreachableError extends Error {}
@@ -61,7 +62,14 @@ export async function probeCoordinator(baseUrl: string, timeoutMs = 3000): Promi
   return body as CoordinatorJob;
 }
 
-export const fetchStatus = (baseUrl: string, timeoutMs = 3000) =>
-  getJson<StatusReport>(baseUrl, '/api/status', timeoutMs);
+/**
+ * `/api/status` with the largest pages (the swarm looks its tabs up among the members and the waiting,
+ * and a coordinator it attaches to may have other volunteers), checked against its schema
+ * (core/protocol/views.ts).
+ */
+export const fetchStatus = async (baseUrl: string, timeoutMs = 3000): Promise<StatusResponse> =>
+  statusResponseSchema.parse(
+    await getJson<unknown>(baseUrl, `/api/status?limit=${STATUS_PAGE_MAX}&waitingLimit=${STATUS_PAGE_MAX}`, timeoutMs),
+  );
 export const fetchAudit = (baseUrl: string, timeoutMs = 15_000) =>
   getJson<AuditReport>(baseUrl, '/api/audit', timeoutMs);

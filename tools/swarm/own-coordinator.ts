@@ -49,6 +49,9 @@ export async function startOwnCoordinator(
       adminToken: randomBytes(18).toString('base64url'),
       distDir,
       log: (line) => log(`coordinator: ${line}`),
+      // Every tab and headless worker of the swarm comes from 127.0.0.1: the per-address caps meant for
+      // strangers would refuse a swarm of more than 32 (two sockets each).
+      trust: { maxSocketsPerAddress: 1000, joinsPerMinute: 1000, policy: { addressQuota: 1000 } },
       ...('kind' in job.dataset ? {} : { verifierDatasetDir: resolveDatasetDir(datasetFlag) }),
     });
   } catch (error) {

@@ -5,7 +5,7 @@
  * only way to see it, at 2–5 Hz (faster only while a recovery is being timed).
  */
 import type { Browser } from 'playwright-core';
-import type { StatusReport } from '../../coordinator/admin/audit';
+import type { StatusResponse } from '../../core/protocol/views';
 import { syncLabel } from '../../core/protocol/admin-feed';
 import type { JobPublic } from '../../core/training/job';
 import { chaosSchedule, type ChaosEvent } from './chaos-schedule';
@@ -26,7 +26,9 @@ import {
   type StatusSample,
   type SwarmReport,
 } from './swarm-report';
-import { TabPool, type SwarmTab, type TabProblem } from './swarm-tabs';
+import { HeadlessPool } from './headless-pool';
+import { MixedPool, type SwarmMember } from './swarm-pool';
+import { TabPool, type TabProblem } from './swarm-tabs';
 
 export interface SwarmIo {
   /** The live progress line, on every status poll (the CLI decides how often to show it). */
@@ -43,13 +45,13 @@ const COORDINATOR_SILENCE_MS = 15_000;
 /** A keep-alive tab gets this long to start training before the fault goes ahead anyway. */
 const KEEP_ALIVE_WAIT_MS = 90_000;
 
-function sample(s: StatusReport): StatusSample {
+function sample(s: StatusResponse): StatusSample {
   return {
     round: s.round,
     step: s.step,
     state: s.state,
-    worldSize: s.world.length,
-    waiting: s.waiting.length,
+    worldSize: s.world.total,
+    waiting: s.waiting.total,
     restarts: s.restarts,
   };
 }
@@ -81,7 +83,8 @@ export async function runSwarm(options: SwarmOptions, io: SwarmIo = {}, interrup
         'restart the coordinator with a fresh --data-dir',
     );
   }
-  const browser = await launchSwarmChromium();
+  // Chromium only when the swarm opens tabs (a headless-only swarm needs none).
+  const browser = options.workers > 0 ? await launchSwarmChromium() : null;
   const run = new SwarmRun(options, io, clock, { runId, job, initial, browser });
   // Stops the run early: Ctrl-C, the job finishing, or the coordinator going silent.
   const onInterrupt = () => {
@@ -98,7 +101,7 @@ export async function runSwarm(options: SwarmOptions, io: SwarmIo = {}, interrup
     run.stopMonitor.abort();
     await monitor;
     await run.pool.closeAll().catch(() => undefined);
-    await browser.close().catch(() => undefined);
+    await browser?.close().catch(() => undefined);
   }
   return run.report();
 }
@@ -106,8 +109,8 @@ export async function runSwarm(options: SwarmOptions, io: SwarmIo = {}, interrup
 interface RunStart {
   runId: string;
   job: JobPublic;
-  initial: StatusReport;
-  browser: Browser;
+  initial: StatusResponse;
+  browser: Browser | null;
 }
 
 /**
@@ -117,16 +120,16 @@ interface RunStart {
 class SwarmRun {
   readonly stopRun = new AbortController();
   readonly stopMonitor = new AbortController();
-  readonly pool: TabPool;
+  readonly pool: MixedPool;
   private readonly schedule: ChaosEvent[];
   private readonly tracker = new RecoveryTracker();
   private readonly timeline: ThroughputTimeline;
   private readonly fired: FiredEvent[] = [];
   private readonly joins: SwarmReport['joins'] = [];
   private readonly joinOpenedAt = new Map<string, number>();
-  private readonly opening = new Map<string, Promise<SwarmTab>>();
-  private latest: StatusReport;
-  private final: StatusReport;
+  private readonly opening = new Map<string, Promise<SwarmMember>>();
+  private latest: StatusResponse;
+  private final: StatusResponse;
   private lastAnswerMs: number;
   private coordinatorLost: string | null = null;
   private chaosStartMs: number | null = null;
@@ -149,20 +152,20 @@ class SwarmRun {
     this.latest = this.final = start.initial;
     this.atChaosStart = start.initial.step;
     this.lastAnswerMs = clock();
-    this.pool = new TabPool(start.browser, options.tabUrl, {
-      clock,
-      onProblem: (p: TabProblem) => {
-        if (p.kind !== 'console' || this.problemsLogged++ < 20)
-          this.log(`${p.tab} ${p.kind}: ${p.text.split('\n')[0].slice(0, 200)}`);
-      },
-    });
+    const onProblem = (p: TabProblem) => {
+      if (p.kind !== 'console' || this.problemsLogged++ < 20)
+        this.log(`${p.tab} ${p.kind}: ${p.text.split('\n')[0].slice(0, 200)}`);
+    };
+    const tabs = start.browser ? new TabPool(start.browser, options.tabUrl, { clock, onProblem }) : null;
+    const headless = new HeadlessPool({ url: options.baseUrl, clock, onProblem });
+    this.pool = new MixedPool(tabs, headless, { tabs: options.workers, headless: options.headlessWorkers });
   }
 
   log(line: string): void {
     this.io.log?.(`[${(this.clock() / 1000).toFixed(1)}s] ${line}`);
   }
 
-  private openTab(name: string): Promise<SwarmTab> {
+  private openTab(name: string): Promise<SwarmMember> {
     this.joinOpenedAt.set(name, this.clock());
     const promise = this.pool.open(name);
     this.opening.set(name, promise);
@@ -189,8 +192,8 @@ class SwarmRun {
       epoch,
       epochs: this.start.job.epochs,
       epochFraction: fraction,
-      worldSize: latest.world.length,
-      waiting: latest.waiting.length,
+      worldSize: latest.world.total,
+      waiting: latest.waiting.total,
       samplesPerSec: this.rate,
       tabs: pool.tabs.filter((t) => t.live || t.fate === 'hung').length,
       hung: pool.tabs.filter((t) => t.fate === 'hung').length,
@@ -204,7 +207,7 @@ class SwarmRun {
 
   /** A join (or resumed tab) is admitted once a fresh reading shows it training as a rank of the world. */
   private noteAdmissions(): void {
-    const members = new Set(this.latest.world.map((w) => w.id));
+    const members = new Set(this.latest.world.items.map((w) => w.id));
     for (const entry of this.joins) {
       if (entry.admittedAfterMs !== null) continue;
       const openedAt = this.joinOpenedAt.get(entry.tab);
@@ -226,7 +229,7 @@ class SwarmRun {
       await this.pollStatus();
       if (clock() - lastRead >= READ_TABS_MS) {
         lastRead = clock();
-        await this.pool.readAll();
+        await this.pool.readAll(this.latest);
         this.noteAdmissions();
       }
       this.io.progress?.(this.progressLine());
@@ -241,7 +244,7 @@ class SwarmRun {
       this.lastAnswerMs = clock();
       this.tracker.observe(sample(this.latest), clock() - (this.chaosStartMs ?? clock()));
       if (this.chaosStartMs !== null)
-        this.rate = this.timeline.observe(clock(), this.latest.step, this.latest.world.length) ?? this.rate;
+        this.rate = this.timeline.observe(clock(), this.latest.step, this.latest.world.total) ?? this.rate;
       if (this.latest.state === 'done' || this.latest.state === 'failed') this.stopRun.abort();
     } catch (error) {
       if (clock() - this.lastAnswerMs > COORDINATOR_SILENCE_MS && !this.coordinatorLost) {
@@ -256,13 +259,14 @@ class SwarmRun {
   async play(): Promise<void> {
     const { options, clock, start } = this;
     this.log(
-      `opening ${options.workers} tab(s) at ${options.tabUrl} (run ${start.runId}, step ${start.initial.step}/${start.job.totalSteps})`,
+      `opening ${options.workers} tab(s) and ${options.headlessWorkers} headless worker(s) at ${options.tabUrl} (run ${start.runId}, step ${start.initial.step}/${start.job.totalSteps})`,
     );
-    await Promise.all(Array.from({ length: options.workers }, (_, i) => this.openTab(`t${i + 1}`)));
+    const initial = options.workers + options.headlessWorkers;
+    await Promise.all(Array.from({ length: initial }, (_, i) => this.openTab(`t${i + 1}`)));
     await this.warmUp();
     const chaosStartMs = clock();
     this.chaosStartMs = chaosStartMs;
-    this.timeline.observe(chaosStartMs, this.latest.step, this.latest.world.length);
+    this.timeline.observe(chaosStartMs, this.latest.step, this.latest.world.total);
     this.warmupS = chaosStartMs / 1000;
     this.atChaosStart = this.latest.step;
     this.log(
@@ -315,7 +319,7 @@ class SwarmRun {
     } catch (error) {
       this.audit = { error: this.coordinatorLost ?? (error as Error).message };
     }
-    await this.pool.readAll();
+    await this.pool.readAll(this.final);
     this.noteAdmissions();
   }
 
@@ -362,11 +366,11 @@ class SwarmRun {
   }
 
   /** Keeps a tab alive, registers the expected recovery, then applies the fault; returns the note. */
-  private async fault(event: ChaosEvent, tab: SwarmTab): Promise<string> {
+  private async fault(event: ChaosEvent, tab: SwarmMember): Promise<string> {
     const notes = await this.keepAWorld(tab);
-    await this.pool.readAll();
     const status = await fetchStatus(this.options.baseUrl, 3000).catch(() => this.latest);
-    const members = new Set(status.world.map((w) => w.id));
+    await this.pool.readAll(status);
+    const members = new Set(status.world.items.map((w) => w.id));
     const memberTabs = this.pool.liveTabs.filter((t) => t.reading?.workerId && members.has(t.reading.workerId));
     const member = !!tab.reading?.workerId && members.has(tab.reading.workerId);
     // Registered before the fault is applied: the monitor may see the recovery before the call returns.
@@ -386,15 +390,15 @@ class SwarmRun {
       this.tracker.cancel(recovery);
       throw error;
     }
-    const rank = status.world.find((w) => w.id === tab.reading?.workerId)?.rank;
-    return [...notes, member ? `rank ${rank} of ${status.world.length}` : 'not a rank'].join('; ');
+    const rank = status.world.items.find((w) => w.id === tab.reading?.workerId)?.rank;
+    return [...notes, member ? `rank ${rank} of ${status.world.total}` : 'not a rank'].join('; ');
   }
 
   /**
    * The schedule keeps a live tab, but tabs can also die on their own: open one more if `tab` is the
    * last, and never take the world's last rank while another tab is on its way in.
    */
-  private async keepAWorld(tab: SwarmTab): Promise<string[]> {
+  private async keepAWorld(tab: SwarmMember): Promise<string[]> {
     const notes: string[] = [];
     if (this.pool.liveTabs.every((t) => t === tab)) {
       const name = `x${++this.keepAliveCount}`;
@@ -403,7 +407,7 @@ class SwarmRun {
       notes.push(`opened ${name} first to keep a tab`);
     }
     const targetId = () => tab.reading?.workerId ?? null;
-    const lastRank = () => this.latest.world.length === 1 && this.latest.world[0].id === targetId() && tab.live;
+    const lastRank = () => this.latest.world.total === 1 && this.latest.world.items[0].id === targetId() && tab.live;
     if (lastRank()) {
       const waitStarted = this.clock();
       while (lastRank() && this.clock() - waitStarted < KEEP_ALIVE_WAIT_MS && !this.stopRun.signal.aborted)
@@ -437,6 +441,7 @@ class SwarmRun {
       url: options.baseUrl,
       seed: options.seed,
       workers: options.workers,
+      headlessWorkers: options.headlessWorkers,
       durationS: options.duration,
       elapsedS: Math.round(elapsedS * 1000) / 1000,
       warmupS: Math.round(this.warmupS * 1000) / 1000,
@@ -462,6 +467,7 @@ class SwarmRun {
       audit: this.audit,
       tabs: pool.tabs.map((t) => ({
         name: t.name,
+        kind: t.kind,
         openedAtS: Math.round(t.openedAtMs) / 1000,
         fate: t.fate,
         state: t.reading?.state ?? null,

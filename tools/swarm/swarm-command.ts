@@ -151,7 +151,11 @@ export function registerSwarmCommand(program: Command): Command {
       "with --job or --netbed: the dataset folder of the swarm's coordinator (default as tabswarm coordinator)",
     )
     .option('--dist <dir>', 'with --job: the built web app its coordinator serves (default dist/)')
-    .option('--workers <n>', 'tabs open at the start', '2')
+    .option('--workers <n>', 'Chromium tabs open at the start (default 2, or 0 with --headless-workers)')
+    .option(
+      '--headless-workers <n>',
+      'headless workers (tabswarm worker, a process each) open at the start beside the tabs; joins past --workers tabs open headless workers',
+    )
     .option('--duration <s>', 'seconds of chaos, counted from the first committed step', '60')
     .option('--seed <x>', 'seed of the chaos schedule (default: random, printed)')
     .option('--close-every <s>', 'close a tab (pagehide → goodbye) about every S seconds')
@@ -165,7 +169,7 @@ export function registerSwarmCommand(program: Command): Command {
     .option('--json', 'print one JSON line {"swarm": {...}} on stdout (the table goes to stderr)')
     .option(
       '--netbed',
-      'root: each tab in its own NATed home of a network test bed, with its own HTTPS coordinator and coturn',
+      'root: each tab and headless worker in its own NATed home of a network test bed, with its own HTTPS coordinator and coturn (the chaos flags work there too, --throttle excepted)',
     )
     .option('--nat <kind>', 'with --netbed: endpoint-independent, symmetric or mixed (default mixed)')
     .option('--link <profile>', 'with --netbed: access link "DELAY JITTER RATE LOSS", e.g. "40ms 5ms 20mbit 1%"')

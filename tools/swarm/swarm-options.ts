@@ -17,7 +17,13 @@ export interface SwarmOptions {
    * runs this job file, with `--dataset DIR` (or the default dataset); null: the coordinator at `--url`.
    */
   ownCoordinator: { jobFile: string; dataset: string | undefined; dist: string | undefined } | null;
+  /** Chromium tabs open at the start; joins open tabs while fewer than this are live (the machine's tab budget). */
   workers: number;
+  /**
+   * Headless workers (`tabswarm worker`, one process each) open at the start, beside the tabs; joins past the
+   * tab budget open headless workers. The chaos schedule treats both alike.
+   */
+  headlessWorkers: number;
   /** Seconds of chaos after warm-up. */
   duration: number;
   seed: number;
@@ -43,6 +49,7 @@ export interface RawSwarmOptions {
   dataset?: string;
   dist?: string;
   workers?: string | number;
+  headlessWorkers?: string | number;
   duration?: string | number;
   seed?: string | number;
   closeEvery?: string | number;
@@ -59,6 +66,8 @@ export interface RawSwarmOptions {
 export class SwarmOptionsError extends Error {}
 
 const MAX_WORKERS = 64;
+/** Headless workers are lighter than tabs (docs/headless.md): a swarm may hold more of them. */
+const MAX_HEADLESS = 128;
 const MAX_SECONDS = 7 * 24 * 3600;
 
 function numberOf(
@@ -109,13 +118,23 @@ export function parseSwarmOptions(
   randomSeed: () => number = () => Math.floor(Math.random() * 0x100000000),
 ): SwarmOptions {
   const { baseUrl, tabUrl, ownCoordinator } = coordinatorOf(raw);
+  const headlessWorkers = numberOf(
+    'headless-workers',
+    raw.headlessWorkers,
+    0,
+    (n) => Number.isInteger(n) && n >= 0 && n <= MAX_HEADLESS,
+    `an integer in 0..${MAX_HEADLESS}`,
+  );
   const workers = numberOf(
     'workers',
     raw.workers,
-    2,
-    (n) => Number.isInteger(n) && n >= 1 && n <= MAX_WORKERS,
-    `an integer in 1..${MAX_WORKERS}`,
+    headlessWorkers > 0 ? 0 : 2,
+    (n) => Number.isInteger(n) && n >= (headlessWorkers > 0 ? 0 : 1) && n <= MAX_WORKERS,
+    headlessWorkers > 0
+      ? `an integer in 0..${MAX_WORKERS}`
+      : `an integer in 1..${MAX_WORKERS} (or 0 with --headless-workers)`,
   );
+  const total = workers + headlessWorkers;
   const seedDrawn = raw.seed === undefined || raw.seed === '';
   const seed = seedDrawn
     ? randomSeed() >>> 0
@@ -129,15 +148,16 @@ export function parseSwarmOptions(
   const maxTabs = numberOf(
     'max-tabs',
     raw.maxTabs,
-    defaultMaxTabs(workers),
-    (n) => Number.isInteger(n) && n >= workers && n <= MAX_WORKERS * 2,
-    `an integer in ${workers}..${MAX_WORKERS * 2} (at least --workers)`,
+    defaultMaxTabs(total),
+    (n) => Number.isInteger(n) && n >= total && n <= (MAX_WORKERS + MAX_HEADLESS) * 2,
+    `an integer in ${total}..${(MAX_WORKERS + MAX_HEADLESS) * 2} (at least --workers plus --headless-workers)`,
   );
   const options: SwarmOptions = {
     baseUrl,
     tabUrl,
     ownCoordinator,
     workers,
+    headlessWorkers,
     duration: seconds('duration', raw.duration, 60, false),
     seed,
     seedDrawn,
@@ -200,15 +220,20 @@ export function withCoordinatorUrl(o: SwarmOptions, url: string): SwarmOptions {
  * problem, or null.
  */
 export function jobProblem(o: SwarmOptions, job: { minWorkers: number }): string | null {
-  if (job.minWorkers <= o.workers) return null;
-  return `the job's minWorkers is ${job.minWorkers} but the swarm opens --workers ${o.workers}: no round would start; raise --workers or lower minWorkers`;
+  const total = o.workers + o.headlessWorkers;
+  if (job.minWorkers <= total) return null;
+  const opened =
+    o.headlessWorkers > 0
+      ? `--workers ${o.workers} + --headless-workers ${o.headlessWorkers}`
+      : `--workers ${o.workers}`;
+  return `the job's minWorkers is ${job.minWorkers} but the swarm opens ${opened}: no round would start; raise --workers or lower minWorkers`;
 }
 
 export function chaosOptionsOf(o: SwarmOptions): ChaosOptions {
   return {
     seed: o.seed,
     duration: o.duration,
-    workers: o.workers,
+    workers: o.workers + o.headlessWorkers,
     closeEvery: o.closeEvery,
     crashEvery: o.crashEvery,
     hangEvery: o.hangEvery,

@@ -3,7 +3,7 @@
  * verdict, the progress line and the final table. No I/O here, so all of it is unit-tested.
  */
 import type { AuditReport } from '../../coordinator/admin/audit';
-import { positionAfter, totalSteps, type StepPlan } from '../../core/training/sampler';
+import { holeFreePosition, plannedSteps, type StepPlan } from '../../core/training/groups';
 import type { ChaosEvent, ChaosKind } from './chaos-schedule';
 import type { TabProblem } from './swarm-tabs';
 
@@ -17,16 +17,19 @@ export interface StatusSample {
   restarts: number;
 }
 
-/** Samples committed once `step` steps are committed (the last step of an epoch may be short). */
+/**
+ * Samples committed once `step` steps are committed (the last step of an epoch may be short), as if no
+ * outer step had been committed partially (holes make it a little high): an estimate for throughput.
+ */
 export function samplesThrough(step: number, plan: StepPlan): number {
-  const { epoch, cursor } = positionAfter(step, plan);
+  const { epoch, cursor } = holeFreePosition(step, plan);
   return epoch * plan.datasetSize + cursor;
 }
 
 /** Epoch (1-based, as people count) and the fraction of it committed after `step` steps. */
 export function epochProgressOf(step: number, plan: StepPlan): { epoch: number; fraction: number } {
-  if (step >= totalSteps(plan)) return { epoch: plan.epochs, fraction: 1 };
-  const { epoch, cursor } = positionAfter(step, plan);
+  if (step >= plannedSteps(plan)) return { epoch: plan.epochs, fraction: 1 };
+  const { epoch, cursor } = holeFreePosition(step, plan);
   return { epoch: epoch + 1, fraction: cursor / plan.datasetSize };
 }
 
@@ -242,6 +245,8 @@ export interface SwarmReport {
   url: string;
   seed: number;
   workers: number;
+  /** Headless workers opened at the start (besides `workers` tabs). */
+  headlessWorkers: number;
   /** Planned seconds of chaos, and what actually elapsed (shorter when the job finished). */
   durationS: number;
   elapsedS: number;
@@ -280,6 +285,8 @@ export interface SwarmReport {
   audit: AuditSummary | { error: string };
   tabs: {
     name: string;
+    /** A Chromium tab or a headless worker. */
+    kind: 'tab' | 'headless';
     openedAtS: number;
     fate: string;
     state: string | null;
@@ -386,9 +393,17 @@ export function formatReportTable(r: SwarmReport): string {
   return lines.join('\n');
 }
 
+/** "6 tabs + 10 headless at the start, 9 tabs and 14 headless in all" (tabs only: "3 tabs"). */
+function memberCounts(r: SwarmReport): string {
+  const headless = r.headlessWorkers ?? 0;
+  if (headless === 0 && r.tabs.every((t) => (t.kind ?? 'tab') === 'tab')) return `${r.workers} tabs`;
+  const all = (kind: string) => r.tabs.filter((t) => (t.kind ?? 'tab') === kind).length;
+  return `${r.workers} tabs + ${headless} headless at the start, ${all('tab')} tabs and ${all('headless')} headless in all`;
+}
+
 function summaryLines(r: SwarmReport): string[] {
   return [
-    `tabswarm swarm ${r.url} — seed ${r.seed}, ${r.workers} tabs, ${r.elapsedS.toFixed(1)} s of chaos after ${r.warmupS.toFixed(1)} s warm-up`,
+    `tabswarm swarm ${r.url} — seed ${r.seed}, ${memberCounts(r)}, ${r.elapsedS.toFixed(1)} s of chaos after ${r.warmupS.toFixed(1)} s warm-up`,
     `job ${r.job.model}: global batch ${r.job.globalBatch}, ${r.job.datasetSize} images × ${r.job.epochs} epoch(s) = ${r.job.totalSteps} steps${r.job.sync ? `, sync ${r.job.sync}` : ''} (run ${r.job.runId})`,
     `steps: ${r.steps.atStart} at start → ${r.steps.atChaosStart} when chaos began → ${r.steps.atEnd} at the end (${r.steps.committedDuringChaos} under chaos; job ${r.steps.jobState})`,
     `throughput: ${r.meanSamplesPerSec === null ? '-' : r.meanSamplesPerSec.toFixed(1)} committed samples/s over the chaos window; restarts ${r.restarts.atStart} → ${r.restarts.atEnd}`,

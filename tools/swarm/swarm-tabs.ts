@@ -59,6 +59,8 @@ const READ_TAB = `(() => {
 })()`;
 
 export class SwarmTab {
+  /** A Chromium tab (a swarm may also hold headless workers: swarm-pool.ts). */
+  readonly kind = 'tab' as const;
   fate: TabFate = 'opening';
   cdp: CDPSession | null = null;
   reading: TabReading | null = null;

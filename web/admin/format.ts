@@ -1,4 +1,6 @@
 /** Number and time formatting for the admin page, plus a small DOM builder. */
+import type { KernelsReport } from '../../core/protocol/tab-messages';
+
 export { syncLabel } from '../../core/protocol/admin-feed';
 
 export function formatInt(n: number): string {
@@ -30,6 +32,26 @@ export function formatBytesPerSample(bytes: number | null | undefined): string {
 }
 
 /** A heartbeat age: "0.4 s", "12 s", "3 min". */
+/**
+ * A tab's kernels report in one cell: the matmul tile, its measured GFLOP/s and how it was chosen;
+ * `title` lists every family's variant and the device's optional features. Older feeds lack the field.
+ */
+export function formatKernels(report: KernelsReport | null | undefined): { text: string; title: string } {
+  if (!report) return { text: '–', title: 'the tab reported no kernels (an older tab)' };
+  const matmul = report.variants.find((v) => v.family === 'matmul')?.variant ?? 'default';
+  const how =
+    report.source === 'tuned'
+      ? `tuned in ${formatNumber((report.tuneMs ?? 0) / 1000, 2)} s`
+      : report.source === 'cached'
+        ? 'cached'
+        : 'defaults';
+  const gflops = report.gflops === null ? '' : ` · ${formatNumber(report.gflops)} GFLOP/s`;
+  const precision = report.precision === 'f16' ? 'f16 · ' : '';
+  const lines = report.variants.map((v) => `${v.family}: ${v.variant}`);
+  const features = report.features.length ? report.features.join(', ') : 'none';
+  return { text: `${precision}${matmul}${gflops} · ${how}`, title: [...lines, `features: ${features}`].join('\n') };
+}
+
 export function formatAge(ms: number): string {
   if (ms < 0) return '–';
   if (ms < 10_000) return `${(ms / 1000).toFixed(1)} s`;

@@ -5,7 +5,7 @@
  * through), so the page still runs no polling loop.
  */
 import type { AdminApi } from './admin-api';
-import type { AdminStatus, InvitesResponse, InviteView } from '../../core/protocol/admin-feed';
+import type { FeedWorker, InvitesResponse, InviteView } from '../../core/protocol/admin-feed';
 import { byId, el, setText } from './format';
 
 export class InvitesPanel {
@@ -41,11 +41,10 @@ export class InvitesPanel {
     this.render();
   }
 
-  /** Tabs per invite from the live status (round members and waiting workers). */
-  updateCounts(status: AdminStatus): void {
+  /** Tabs per invite from the page's worker rows (round members and waiting workers). */
+  updateCounts(workers: Iterable<FeedWorker>): void {
     const counts = new Map<string, number>();
-    for (const w of [...status.world, ...status.waiting])
-      if (w.invite) counts.set(w.invite, (counts.get(w.invite) ?? 0) + 1);
+    for (const w of workers) if (w.invite) counts.set(w.invite, (counts.get(w.invite) ?? 0) + 1);
     const changed = counts.size !== this.counts.size || [...counts].some(([id, n]) => this.counts.get(id) !== n);
     this.counts = counts;
     if (changed) this.render();

@@ -6,15 +6,18 @@
  */
 import '../shared.css';
 import './admin.css';
+import './workers.css';
 import { AdminApi, forgetToken, initialToken, saveToken } from './admin-api';
 import { AdminCharts, bitsPerByte } from './charts';
 import type { FeedCheckpoint, FeedMessage } from '../../core/protocol/admin-feed';
-import { byId, formatBytes } from './format';
+import { byId, el, formatBytes, setText } from './format';
 import { EventLog, renderCheckpoints, renderTimeline } from './log-views';
 import { applyFeedMessage, mergeChanges, type AdminModel, type Changes } from './model';
 import { InvitesPanel } from './invites-view';
 import { wireSample } from './sample-view';
-import { renderControls, renderSummary, WorkersTable } from './workers-view';
+import { renderTopology } from './topology-view';
+import { STATE_FILTERS, WorkersTable } from './workers-table';
+import { renderAggregates, renderControls, renderSummary, renderSwarm } from './workers-view';
 
 let api: AdminApi | null = null;
 let source: EventSource | null = null;
@@ -27,6 +30,9 @@ let pending: Changes = {};
 // biome-ignore lint/correctness/noUnusedVariables: read by `frame ??=` below (Biome misses the read)
 let frame: number | null = null;
 let messageTimer: number | null = null;
+/** When the aggregate rows and the topology were last drawn (page clock): at most once a second. */
+let slowDrawnAt = 0;
+const SLOW_DRAW_MS = 1000;
 
 /** Wait before reopening a feed the browser closed for good. */
 const RECONNECT_MS = 3000;
@@ -127,6 +133,12 @@ function connect(): void {
 function onFeedMessage(msg: FeedMessage): void {
   const result = applyFeedMessage(model, msg);
   model = result.model;
+  if (result.changes.resync) {
+    // A delta was missed: what the page holds is no longer what the coordinator's deltas apply to.
+    setConnection('connecting', 'resyncing…');
+    connect();
+    return;
+  }
   pending = mergeChanges(pending, result.changes);
   // Many messages can arrive in one frame (a burst of commits): draw once per frame.
   frame ??= requestAnimationFrame(() => {
@@ -144,13 +156,33 @@ function onFeedMessage(msg: FeedMessage): void {
   }
 }
 
+/** The workers card's title line: how many there are, in the round, and shown after the filters. */
+function renderWorkerCounts(m: AdminModel): void {
+  const c = m.status.counts;
+  const shown = workers?.visibleList().length ?? 0;
+  setText(
+    byId('workers-count'),
+    c.workers > 0 ? `${c.workers} · ${c.members} in round ${m.status.round} · ${c.waiting} waiting` : '',
+  );
+  setText(byId('workers-shown'), shown === c.workers ? '' : `${shown} shown`);
+  byId('workers-empty').hidden = c.workers > 0;
+}
+
 function render(m: AdminModel, changes: Changes): void {
   const all = changes.all ?? false;
   if (all || changes.status || changes.commits || changes.checkpoints) renderSummary(m);
   if (all || changes.status) {
     renderControls(m.status);
-    workers?.render(m.status, m.job.heartbeatMs);
-    invites?.updateCounts(m.status);
+    renderSwarm(m.status);
+    const ctx = { at: m.statusAt, heartbeatMs: m.job.heartbeatMs };
+    workers?.update(m.workers, ctx);
+    renderWorkerCounts(m);
+    if (all || changes.workers || performance.now() - slowDrawnAt > SLOW_DRAW_MS) {
+      slowDrawnAt = performance.now();
+      renderAggregates(byId<HTMLTableSectionElement>('aggregates-body'), m.workers.values(), ctx);
+      byId('topology-empty').hidden = renderTopology(byId('topology'), m.workers.values()) > 0;
+      invites?.updateCounts(m.workers.values());
+    }
   }
   if (all || changes.commits) {
     charts?.updateLoss(m);
@@ -207,6 +239,30 @@ async function downloadCheckpoint(checkpoint: FeedCheckpoint): Promise<void> {
   else say(`Download failed: ${result.message}`, 'problem');
 }
 
+/** The workers table, its kick buttons, and its filter box and state filter. */
+function wireWorkersTable(): void {
+  workers = new WorkersTable(
+    byId<HTMLTableElement>('workers-table'),
+    byId('workers-scroll'),
+    byId('workers-sizer'),
+    byId<HTMLTableSectionElement>('workers-body'),
+    (workerId: string) => {
+      void act('kick', { workerId }, `Kicked ${workerId}.`).then((ok) => {
+        if (!ok) workers?.release(workerId);
+      });
+    },
+  );
+  byId('workers-state').replaceChildren(
+    ...Object.entries(STATE_FILTERS).map(([value, f]) => el('option', { value }, f.label)),
+  );
+  const filter = () => {
+    workers?.filter(byId<HTMLInputElement>('workers-filter').value, byId<HTMLSelectElement>('workers-state').value);
+    if (model) renderWorkerCounts(model);
+  };
+  byId('workers-filter').addEventListener('input', filter);
+  byId('workers-state').addEventListener('change', filter);
+}
+
 function wireControls(): void {
   byId('pause').addEventListener('click', () => void act('pause', {}, 'Paused: the round closed and workers wait.'));
   byId('resume').addEventListener('click', () => void act('resume', {}, 'Resumed: a new round is gathering.'));
@@ -239,11 +295,7 @@ function wireControls(): void {
     }
     if (await act('workers', { min, max }, `Workers set to ${min}–${max}.`)) form.dataset.dirty = 'false';
   });
-  workers = new WorkersTable(byId<HTMLTableSectionElement>('workers-body'), (workerId) => {
-    void act('kick', { workerId }, `Kicked ${workerId}.`).then((ok) => {
-      if (!ok) workers?.release(workerId);
-    });
-  });
+  wireWorkersTable();
   invites = new InvitesPanel(() => api, say);
   wireSample(
     () => api,

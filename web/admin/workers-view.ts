@@ -1,23 +1,12 @@
 /**
- * The summary card, the controls' state and the workers table. Rows are keyed by worker id and
- * updated in place (a status arrives every second; rebuilding rows under the pointer would swallow
- * clicks). Kicking takes two clicks: the first arms the button for a few seconds.
+ * The summary card, the swarm card (the coordinator's aggregates over every worker, and aggregate rows:
+ * the workers by state and by GPU adapter, computed from the rows the page holds) and the controls'
+ * state. The workers table itself is workers-table.ts, the sync groups topology-view.ts.
  */
-import type { AdminStatus, AdminWorkerView } from '../../core/protocol/admin-feed';
-import {
-  byId,
-  el,
-  formatAge,
-  formatBytesPerSample,
-  formatInt,
-  formatNumber,
-  formatPercent,
-  setText,
-  syncLabel,
-} from './format';
+import type { AdminStatus, FeedWorker } from '../../core/protocol/admin-feed';
+import { byId, el, formatBytesPerSample, formatInt, formatNumber, formatPercent, setText, syncLabel } from './format';
 import type { AdminModel } from './model';
-
-const KICK_ARM_MS = 4000;
+import { type ColumnContext, isLate } from './worker-columns';
 
 const STATE_LABELS: Record<string, string> = {
   gathering: 'gathering',
@@ -39,8 +28,8 @@ export function renderSummary(model: AdminModel): void {
   badge.dataset.state = status.state;
   setText(byId('sum-step'), `${formatInt(status.step)} / ${formatInt(status.totalSteps)}`);
   setText(byId('sum-epoch'), `${Math.min(status.epoch + 1, job.epochs)} / ${job.epochs}`);
-  setText(byId('sum-world'), `${status.world.length}  (${status.minWorkers}–${status.maxWorkers})`);
-  setText(byId('sum-waiting'), String(status.waiting.length));
+  setText(byId('sum-world'), `${status.counts.members}  (${status.minWorkers}–${status.maxWorkers})`);
+  setText(byId('sum-waiting'), String(status.counts.waiting));
   const lastCommit = model.commits[model.commits.length - 1];
   setText(byId('sum-loss'), formatNumber(lastCommit?.loss ?? null, 4));
   const lastRate = [...model.commits].reverse().find((c) => c.samplesPerSecond !== null)?.samplesPerSecond ?? null;
@@ -69,6 +58,10 @@ export function renderSummary(model: AdminModel): void {
     `Global batch ${job.globalBatch} · ${job.stepsPerEpoch} steps per epoch · ${job.optimizer} · commit every ${job.commitEvery} step${job.commitEvery === 1 ? '' : 's'} · checkpoint every ${job.checkpointEvery}`,
   );
   setText(byId('sync-line'), `Sync: ${syncLabel(job.sync)}`);
+  // Every-step sync slower than compute: the coordinator's one-line advice (coordinator/machine/sync-advice.ts).
+  const advice = byId('sync-advice');
+  advice.hidden = !status.syncAdvice;
+  setText(advice, status.syncAdvice?.message ?? '');
 }
 
 /** The job's compute utilization and wire bytes per sample: recent in the card, the run's in the tooltip. */
@@ -106,181 +99,98 @@ export function renderControls(status: AdminStatus): void {
   }
 }
 
-interface WorkerRow {
-  tr: HTMLTableRowElement;
-  rank: HTMLTableCellElement;
-  id: HTMLTableCellElement;
-  adapter: HTMLTableCellElement;
-  invite: HTMLTableCellElement;
-  shareFill: HTMLDivElement;
-  shareText: HTMLSpanElement;
-  speed: HTMLTableCellElement;
-  utilization: HTMLTableCellElement;
-  wire: HTMLTableCellElement;
-  heartbeat: HTMLTableCellElement;
-  rtt: HTMLTableCellElement;
-  step: HTMLTableCellElement;
-  kick: HTMLButtonElement;
+/** The coordinator's aggregates over every worker (bounded: counted on the server). */
+export function renderSwarm(status: AdminStatus): void {
+  const c = status.counts;
+  setText(byId('swarm-workers'), formatInt(c.workers));
+  setText(byId('swarm-members'), `${formatInt(c.members)} (${formatInt(c.ready)} ready)`);
+  setText(byId('swarm-syncing'), formatInt(c.syncing));
+  setText(byId('swarm-waiting'), formatInt(c.waiting));
+  const late = byId('swarm-late');
+  setText(late, formatInt(c.late));
+  late.dataset.bad = c.late > 0 ? 'yes' : 'no';
+  const ice = byId('swarm-ice');
+  setText(ice, formatInt(c.iceErrors));
+  ice.dataset.bad = c.iceErrors > 0 ? 'yes' : 'no';
+  setText(byId('swarm-throughput'), c.throughput === null ? '–' : formatNumber(c.throughput * 1000));
+  setText(
+    byId('swarm-rtt'),
+    c.peerRttMs ? `${formatNumber(c.peerRttMs.median)} / ${formatNumber(c.peerRttMs.max)} ms` : '–',
+  );
+  const paths = Object.entries(c.links)
+    .filter(([, n]) => n > 0)
+    .map(([path, n]) => `${path} ${n}`);
+  setText(byId('swarm-links'), paths.length > 0 ? paths.join(' · ') : '–');
+  const v = status.verification;
+  setText(
+    byId('swarm-verify'),
+    !v.enabled ? 'off' : v.step === null ? 'on, idle' : `step ${formatInt(v.step)}: ${v.phase}`,
+  );
 }
 
-export class WorkersTable {
-  private readonly rows = new Map<string, WorkerRow>();
-  private armed: { id: string; until: number } | null = null;
-  private disarmTimer: number | null = null;
+/** One aggregate row: how many, their summed samples/s, median utilization and ring RTT, how many late. */
+interface Aggregate {
+  label: string;
+  workers: FeedWorker[];
+}
 
-  constructor(
-    private readonly body: HTMLTableSectionElement,
-    private readonly onKick: (workerId: string) => void,
-  ) {}
+function median(values: number[]): number | null {
+  if (values.length === 0) return null;
+  const s = [...values].sort((a, b) => a - b);
+  const m = s.length >> 1;
+  return s.length % 2 ? s[m] : (s[m - 1] + s[m]) / 2;
+}
 
-  render(status: AdminStatus, heartbeatMs: number): void {
-    const seen = new Set<string>();
-    status.world.forEach((worker, index) => {
-      seen.add(worker.id);
-      let row = this.rows.get(worker.id);
-      if (!row) {
-        row = this.createRow(worker.id);
-        this.rows.set(worker.id, row);
-      }
-      this.updateRow(row, worker, heartbeatMs);
-      if (this.body.children[index] !== row.tr) this.body.insertBefore(row.tr, this.body.children[index] ?? null);
-    });
-    for (const [id, row] of this.rows) {
-      if (!seen.has(id)) {
-        row.tr.remove();
-        this.rows.delete(id);
-      }
-    }
-    setText(byId('workers-count'), status.world.length > 0 ? `${status.world.length} in round ${status.round}` : '');
-    byId('workers-empty').hidden = status.world.length > 0;
-    const waiting = byId('waiting');
-    waiting.hidden = status.waiting.length === 0;
-    const list = byId('waiting-list');
-    list.replaceChildren(
-      ...status.waiting.map((w) =>
-        el(
-          'li',
-          { 'data-worker-id': w.id },
-          el('span', { class: 'mono' }, w.id),
-          ` · ${w.adapter || 'unknown adapter'} · heartbeat ${formatAge(w.lastHeartbeatAgeMs)}`,
-          w.iceError ? el('span', { class: 'ice-error' }, ` · ${w.iceError}`) : '',
-        ),
-      ),
-    );
-  }
+function aggregateRow(a: Aggregate, ctx: ColumnContext): HTMLTableRowElement {
+  const speeds = a.workers.map((w) => w.throughput).filter((x): x is number => x !== null);
+  const util = median(a.workers.map((w) => w.utilization).filter((x): x is number => x !== null));
+  const rtt = median(a.workers.map((w) => w.peerRttMs).filter((x): x is number => x !== null));
+  const late = a.workers.filter((w) => isLate(w, ctx)).length;
+  return el(
+    'tr',
+    {},
+    el('th', { scope: 'row' }, a.label),
+    el('td', { class: 'num' }, formatInt(a.workers.length)),
+    el('td', { class: 'num' }, speeds.length > 0 ? formatNumber(speeds.reduce((x, y) => x + y, 0) * 1000) : '–'),
+    el('td', { class: 'num' }, util === null ? '–' : formatPercent(util, 0)),
+    el('td', { class: 'num' }, rtt === null ? '–' : `${formatNumber(rtt)} ms`),
+    el('td', { class: 'num' }, late > 0 ? el('span', { class: 'late' }, formatInt(late)) : '0'),
+    el(
+      'td',
+      { class: 'num' },
+      formatBytesPerSample(median(a.workers.map((w) => w.bytesPerSample).filter((x): x is number => x !== null))),
+    ),
+  );
+}
 
-  private createRow(id: string): WorkerRow {
-    const shareFill = el('div', { class: 'share-fill' });
-    const shareText = el('span', { class: 'share-text' });
-    const kick = el(
-      'button',
-      { type: 'button', class: 'kick small', 'data-worker-id': id, title: `Remove ${id} from the job` },
-      'Kick',
-    );
-    kick.addEventListener('click', () => this.onKickClick(id));
-    const row: WorkerRow = {
-      tr: el('tr', { 'data-worker-id': id }),
-      rank: el('td', { class: 'rank num' }),
-      id: el('td', { class: 'mono worker-id' }),
-      adapter: el('td', { class: 'adapter-cell' }),
-      invite: el('td', { class: 'mono invite-cell' }),
-      shareFill,
-      shareText,
-      speed: el('td', { class: 'num' }),
-      utilization: el('td', { class: 'num utilization' }),
-      wire: el('td', { class: 'num wire' }),
-      heartbeat: el('td', { class: 'num heartbeat' }),
-      rtt: el('td', { class: 'num rtt' }),
-      step: el('td', { class: 'num' }),
-      kick,
-    };
-    row.tr.append(
-      row.rank,
-      row.id,
-      row.adapter,
-      el('td', { class: 'share' }, el('div', { class: 'share-bar' }, shareFill), shareText),
-      row.speed,
-      row.utilization,
-      row.wire,
-      row.heartbeat,
-      row.rtt,
-      row.step,
-      row.invite,
-      el('td', { class: 'actions' }, kick),
-    );
-    return row;
-  }
+/** Adapters listed one by one; the rest share a row. */
+const TOP_ADAPTERS = 5;
 
-  private updateRow(row: WorkerRow, worker: AdminWorkerView, heartbeatMs: number): void {
-    setText(row.rank, String(worker.rank));
-    setText(row.id, worker.id);
-    row.id.title = `peer ${worker.peerId}`;
-    setText(row.adapter, worker.adapter || 'unknown');
-    setText(row.invite, worker.invite ?? '–');
-    row.shareFill.style.width = `${(worker.share * 100).toFixed(1)}%`;
-    setText(row.shareText, formatPercent(worker.share));
-    setText(row.speed, worker.throughput === null ? '–' : formatNumber(worker.throughput * 1000));
-    setText(row.utilization, worker.utilization === null ? '–' : formatPercent(worker.utilization, 0));
-    setText(row.wire, formatBytesPerSample(worker.bytesPerSample));
-    setText(row.heartbeat, formatAge(worker.lastHeartbeatAgeMs));
-    // Late heartbeats: amber past 1.5 periods, red past 2.5 (the coordinator drops a worker at 3).
-    row.heartbeat.dataset.late =
-      worker.lastHeartbeatAgeMs > 2.5 * heartbeatMs
-        ? 'very'
-        : worker.lastHeartbeatAgeMs > 1.5 * heartbeatMs
-          ? 'yes'
-          : 'no';
-    // Older coordinators' feeds lack the field: treat it like null.
-    const rtt = worker.peerRttMs ?? null;
-    // The ICE path of each ring link (`relay` = through TURN), and an ICE problem, which wins.
-    const paths = (worker.peerLinks ?? []).map((l) =>
-      l.local === 'relay' || l.remote === 'relay' ? 'relay' : l.local,
-    );
-    const path = [...new Set(paths)].join('/');
-    const iceError = worker.iceError ?? null;
-    setText(row.rtt, iceError ?? `${rtt === null ? '–' : `${formatNumber(rtt)} ms`}${path ? ` · ${path}` : ''}`);
-    row.rtt.dataset.iceError = iceError ? 'yes' : 'no';
-    row.rtt.title = (worker.peerLinks ?? []).map((l) => `${l.peer}: ${l.local} → ${l.remote}`).join('\n');
-    setText(row.step, worker.ready ? formatInt(worker.lastStep) : 'syncing');
-    const armed = this.armed !== null && this.armed.id === worker.id && this.armed.until > Date.now();
-    setText(row.kick, armed ? 'Confirm kick' : 'Kick');
-    row.kick.classList.toggle('armed', armed);
-  }
-
-  private onKickClick(id: string): void {
-    const row = this.rows.get(id);
-    if (!row) return;
-    if (this.armed && this.armed.id === id && this.armed.until > Date.now()) {
-      this.disarm();
-      row.kick.disabled = true;
-      setText(row.kick, 'Kicking…');
-      this.onKick(id);
-      return;
-    }
-    this.disarm();
-    this.armed = { id, until: Date.now() + KICK_ARM_MS };
-    setText(row.kick, 'Confirm kick');
-    row.kick.classList.add('armed');
-    this.disarmTimer = window.setTimeout(() => this.disarm(), KICK_ARM_MS);
-  }
-
-  private disarm(): void {
-    if (this.disarmTimer !== null) window.clearTimeout(this.disarmTimer);
-    this.disarmTimer = null;
-    const previous = this.armed ? this.rows.get(this.armed.id) : undefined;
-    this.armed = null;
-    if (previous) {
-      setText(previous.kick, 'Kick');
-      previous.kick.classList.remove('armed');
-    }
-  }
-
-  /** A kick that failed: the row's button works again. */
-  release(id: string): void {
-    const row = this.rows.get(id);
-    if (row) {
-      row.kick.disabled = false;
-      setText(row.kick, 'Kick');
-    }
-  }
+/** The aggregate rows: by state, then by GPU adapter (the most common first). */
+export function renderAggregates(
+  body: HTMLTableSectionElement,
+  workers: Iterable<FeedWorker>,
+  ctx: ColumnContext,
+): void {
+  const all = [...workers];
+  const byState: Aggregate[] = (['training', 'ready', 'syncing', 'waiting'] as const)
+    .map((state) => ({ label: state, workers: all.filter((w) => w.state === state) }))
+    .filter((a) => a.workers.length > 0);
+  const adapters = new Map<string, FeedWorker[]>();
+  for (const w of all) adapters.set(w.adapter || 'unknown', [...(adapters.get(w.adapter || 'unknown') ?? []), w]);
+  const ranked = [...adapters].sort((a, b) => b[1].length - a[1].length);
+  const byAdapter: Aggregate[] = ranked.slice(0, TOP_ADAPTERS).map(([label, ws]) => ({ label, workers: ws }));
+  const rest = ranked.slice(TOP_ADAPTERS).flatMap(([, ws]) => ws);
+  const others = ranked.length - TOP_ADAPTERS;
+  if (rest.length > 0) byAdapter.push({ label: `${others} other adapter${others === 1 ? '' : 's'}`, workers: rest });
+  const group = (title: string) => el('tr', { class: 'group-row' }, el('th', { scope: 'rowgroup', colspan: 7 }, title));
+  const total = aggregateRow({ label: 'all workers', workers: all }, ctx);
+  total.classList.add('total-row');
+  body.replaceChildren(
+    group('By state'),
+    ...byState.map((a) => aggregateRow(a, ctx)),
+    group('By GPU adapter'),
+    ...byAdapter.map((a) => aggregateRow(a, ctx)),
+    total,
+  );
 }

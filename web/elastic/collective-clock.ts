@@ -1,5 +1,6 @@
 /**
- * How long this tab lets an allreduce run before it gives up on the round.
+ * How long this tab lets an allreduce run before it gives up on the round, and how long a neighbour
+ * may stay silent in one before it is judged hung (`silenceMs`).
  *
  * A fixed limit (20 s) is right on a LAN and wrong on a slow, lossy access link: there one allreduce of
  * `mlp`'s 0.94 MB took longer than 20 s (reliable SCTP waiting on retransmission timeouts), every round
@@ -15,6 +16,7 @@
  * costs a few failed rounds, not the job. The clock outlives rounds (it belongs to the tab, not the round).
  */
 
+import { hangAllowanceMs } from '../../core/training/hang';
 import { floorTransferMs } from '../../core/training/link-floor';
 /** Margin over the slowest recent allreduce. */
 export const SLACK = 4;
@@ -35,6 +37,15 @@ export class CollectiveClock {
     const learnedMs = SLACK * Math.max(0, ...this.recent);
     const base = Math.max(minimumMs, transferMs, learnedMs);
     return Math.round(Math.min(MAX_LIMIT_MS, base * 2 ** this.doublings));
+  }
+
+  /**
+   * How long a ring neighbour may send nothing at all in an allreduce before this tab judges it hung
+   * (core/training/hang.ts): twice the slowest recent allreduce, at least `floorMs`; null before any
+   * succeeded (nothing learned: only the full limit applies).
+   */
+  silenceMs(floorMs: number): number | null {
+    return this.recent.length > 0 ? hangAllowanceMs(Math.max(...this.recent), floorMs) : null;
   }
 
   /** An allreduce finished after `ms`: remember it; the backoff ends. */

@@ -22,7 +22,14 @@ import { bounded, SerialQueue } from './async-tools';
 import type { HttpPort } from './checkpoint-transfer';
 import { CheckpointService } from './checkpoint-service';
 import { HeldStateKeeper } from './held-states';
-import { DEFAULT_TIMEOUTS, type ElasticTimeouts, type LogLevel, type LoopContext } from './loop-context';
+import {
+  CommittedPositions,
+  DEFAULT_TIMEOUTS,
+  type ElasticTimeouts,
+  type LogLevel,
+  type LoopContext,
+} from './loop-context';
+import { remainingSteps, type RecordPosition } from '../../core/training/groups';
 import { failureReport, type HeldStates } from './plan';
 import type { ControlPort, MeshPort, TrainerPort } from './ports';
 import { RoundSession } from './round-session';
@@ -82,6 +89,7 @@ export class ElasticLoop {
       timeouts,
       box: this.box,
       keeper: this.keeper,
+      positions: new CommittedPositions(),
       log: (level, text) => opts.log?.(level, text),
       now: () => (opts.now ? opts.now() : performance.now()),
     };
@@ -118,6 +126,18 @@ export class ElasticLoop {
     return credited > 0 ? { samplesCommitted: this.status.samplesCommitted + credited } : {};
   }
 
+  /** The status fields that follow from a commit of `step` that left the record at `at`. */
+  private progress(step: number, at: RecordPosition): Partial<ElasticStatus> {
+    const job = this.job;
+    return {
+      committedStep: step,
+      epoch: at.epoch,
+      epochProgress: job ? (at.cursor - at.holes.reduce((a, [s, e]) => a + e - s, 0)) / job.datasetSize : 0,
+      // An estimate: the job's end moves when a later outer step is committed partially.
+      ...(job ? { totalSteps: step + remainingSteps(at, job) } : {}),
+    };
+  }
+
   // ------------------------------------------------------------------ inputs
 
   /** The hello fields describing the states this tab holds (asked at every connect). */
@@ -144,18 +164,19 @@ export class ElasticLoop {
         else
           this.log('warn', `train for round ${msg.round}, but this tab is in round ${this.session?.round ?? 'none'}`);
         return;
-      case 'committed':
-        this.update({
-          ...this.credit(msg.step),
-          committedStep: msg.step,
-          epoch: msg.epoch,
-          epochProgress: this.job ? msg.cursor / this.job.datasetSize : 0,
-        });
+      case 'committed': {
+        const at: RecordPosition = { epoch: msg.epoch, cursor: msg.cursor, holes: msg.holes ?? [] };
+        this.ctx.positions.set(msg.step, at);
+        this.update({ ...this.credit(msg.step), ...this.progress(msg.step, at) });
         // The coordinator checks this step: upload the state before it (still the backup) now, queued
         // on the worker before the next apply replaces the backup (checkpoint-service.ts).
         if (msg.upload) void this.checkpoints.upload(msg.upload.step, msg.upload.url);
-        if (this.session?.round === msg.round) this.session.committed(msg.step).resolve();
+        if (this.session?.round === msg.round) {
+          if (msg.drain) this.session.drains.add(msg.step);
+          this.session.committed(msg.step).resolve(at);
+        }
         return;
+      }
       case 'round_closed':
         if (this.session?.round === msg.round) this.endSession(`round ${msg.round} closed (${msg.reason})`);
         return;
@@ -198,6 +219,7 @@ export class ElasticLoop {
       this.log('warn', `the coordinator runs ${runId} now (was ${this.runId}); dropping the local state`);
       this.keeper.forget();
       this.checkpoints.forget();
+      this.ctx.positions.clear();
       this.uncommittedSamples.clear();
     }
     this.runId = runId;
@@ -226,9 +248,11 @@ export class ElasticLoop {
       return;
     }
     session.rank = me.rank;
-    // The round starts after the last committed step: reported steps up to it were committed (perhaps in our absence), later ones will be redone.
+    this.ctx.positions.set(msg.step - 1, { epoch: msg.epoch, cursor: msg.cursor, holes: msg.holes ?? [] });
+    // The round starts after the last committed step: reported steps up to it were committed (perhaps
+    // in our absence), later ones will be redone, unless the round carries their group on.
     this.update({
-      ...this.credit(msg.step - 1, true),
+      ...this.credit(msg.step - 1, !msg.carry),
       phase: 'syncing',
       waitReason: null,
       round: msg.round,
@@ -288,7 +312,10 @@ export class ElasticLoop {
       return;
     }
     // Undo an unreported step, unless the coordinator may have committed it in our absence (reconnect).
-    if (!session.keepPending && this.keeper.liveToUndo) {
+    // Local sync mode leaves it to the next round: a round that carries the group on keeps the inner
+    // steps, any other puts the backup back when it syncs (state-sync.ts).
+    const deferred = this.job?.sync.mode === 'local';
+    if (!session.keepPending && !deferred && this.keeper.liveToUndo) {
       try {
         await this.keeper.restoreBackup();
         this.update({ restores: this.status.restores + 1, localStep: this.keeper.held.live?.step ?? 0 });
@@ -324,8 +351,12 @@ export class ElasticLoop {
     this.update({ ...this.credit(step), phase: 'done', committedStep: step, epochProgress: 1 });
     const count = this.opts.evaluateOnDone ?? 0;
     if (count > 0 && this.keeper.modelElements !== null) {
-      this.ctx.queue
-        .run('evaluate', () => this.opts.trainer.evaluate(count))
+      // A local-mode tab lost from the last rounds still holds inner steps nobody committed: evaluate
+      // its last committed state instead.
+      const committed =
+        this.job?.sync.mode === 'local' && this.keeper.liveToUndo ? this.keeper.restoreBackup() : Promise.resolve();
+      committed
+        .then(() => this.ctx.queue.run('evaluate', () => this.opts.trainer.evaluate(count)))
         .then((r) => this.update({ accuracy: r.accuracy, testLoss: r.lossAvg }))
         .catch((err) => this.log('warn', `evaluation failed: ${(err as Error).message}`));
     }

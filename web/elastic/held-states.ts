@@ -23,6 +23,13 @@ export class HeldStateKeeper {
   lastReported: StateTag | null = null;
   /** Floats in the model's flat buffers, once the worker has a model for the job (else null). */
   modelElements: number | null = null;
+  /**
+   * An overlapped job (docs/local-steps.md "Overlapped outer steps"): the commit point whose eager step
+   * the live state is past (the next inner phase started from it), or null since the last fresh start.
+   */
+  eagerAt: number | null = null;
+  /** An overlapped job: the consensus the worker computed and this tab reported, not yet committed here. */
+  consensus: StateTag | null = null;
 
   constructor(
     private readonly trainer: TrainerPort,
@@ -34,11 +41,13 @@ export class HeldStateKeeper {
     this.held = NOTHING_HELD;
     this.lastReported = null;
     this.modelElements = null;
+    this.eagerAt = null;
+    this.consensus = null;
   }
 
   /** The hello fields describing the states held. */
   hello(): ReturnType<typeof helloHolding> {
-    return helloHolding(this.held, this.lastReported);
+    return helloHolding(this.held, this.lastReported, this.consensus);
   }
 
   /**
@@ -61,10 +70,13 @@ export class HeldStateKeeper {
         optimizer: job.optimizer,
         maxBatch: Math.min(job.globalBatch, job.datasetSize),
         seed: job.seed,
+        precision: job.kernels.precision,
         ...(job.sync.mode === 'local' ? { outer: job.sync.outer } : {}),
       });
       this.modelElements = summary.totalElements;
       this.held = { live: { step: 0, hash: null }, backup: null };
+      this.eagerAt = null;
+      this.consensus = null;
     });
   }
 
@@ -77,6 +89,7 @@ export class HeldStateKeeper {
     await this.queue.run('restoreBackup', async () => {
       await this.trainer.restoreBackup();
       this.held = { ...this.held, live: this.held.backup };
+      this.eagerAt = null;
     });
   }
 
@@ -135,6 +148,74 @@ export class HeldStateKeeper {
   /** Local sync mode, after `outerStep`, when the job verifies: the report's additions (a worker call). */
   outerReport(opts: OuterReportOptions): Promise<OuterReport> {
     return this.queue.run('outerReport', () => this.trainer.outerReport(opts));
+  }
+
+  /**
+   * An overlapped job's fresh start (a round's first step, or a carried group redone from the backup):
+   * the live state is the committed one, and so is this rank's own outer state (web/worker/eager-outer.ts).
+   */
+  async resetOuter(): Promise<void> {
+    await this.queue.run('resetOuter', async () => {
+      await this.trainer.resetOuter();
+      this.eagerAt = null;
+      this.consensus = null;
+    });
+  }
+
+  /**
+   * An overlapped job, the end of the inner phase of the group ending at `step`: this rank's contribution
+   * to its outer step's allreduce at `weight`, by the eager step (the live state moves to where the next
+   * inner phase starts) or, when that step was taken already (a carried round), weighed anew.
+   */
+  async outerContribution(step: number, weight: number): Promise<Float32Array> {
+    const again = this.eagerAt === step;
+    const buffer = await this.queue.run(again ? 'outerContribution' : 'eagerOuter', async () => {
+      if (again) return this.trainer.outerContribution(weight);
+      this.held = { ...this.held, live: { step, hash: null } };
+      const out = await this.trainer.eagerOuter(weight);
+      this.held = { ...this.held, live: { step, hash: NO_HASH } };
+      this.eagerAt = step;
+      return out;
+    });
+    return new Float32Array(buffer);
+  }
+
+  /** An overlapped job: the consensus step of `step`'s outer step with the allreduced `sum`; its hash. */
+  async consensusStep(step: number, sum: Float32Array): Promise<string> {
+    return this.queue.run('consensusStep', async () => {
+      this.consensus = null;
+      const hash = await this.trainer.consensusStep(sum.buffer as ArrayBuffer);
+      this.consensus = { step, hash };
+      return hash;
+    });
+  }
+
+  /** An overlapped job: the consensus `tag` was committed; it becomes the backup (the live state runs on). */
+  async commitConsensus(tag: StateTag): Promise<void> {
+    await this.queue.run('commitConsensus', async () => {
+      if (!sameTag(this.consensus, tag))
+        throw new Error(
+          `committing step ${tag.step} (${tag.hash}), this tab computed ${this.consensus?.step ?? 'nothing'}`,
+        );
+      this.held = { ...this.held, backup: null };
+      await this.trainer.commitConsensus();
+      this.held = { ...this.held, backup: tag };
+      this.consensus = null;
+    });
+  }
+
+  /**
+   * Local sync mode: undo the outer step of `step` (applied with a world that lost members before it
+   * committed): the worker puts this rank's own parameters of the outer step back and the committed
+   * outer momentum, so the outer step can be taken again with the survivors. The live state is then
+   * the group's last inner step again.
+   */
+  async revertOuter(step: number): Promise<void> {
+    await this.queue.run('revertOuter', async () => {
+      this.held = { ...this.held, live: { step, hash: null } };
+      await this.trainer.revertOuter();
+      this.held = { ...this.held, live: { step, hash: NO_HASH } };
+    });
   }
 
   /**

@@ -60,6 +60,29 @@ export interface TrainerPort {
    * in the allreduce and the sum.
    */
   outerReport(opts: OuterReportOptions): Promise<OuterReport>;
+  /**
+   * Local sync mode: undo the last `applyOuter` (its outer step never committed: the world lost members):
+   * the live parameters become this rank's own ones the outer step started from, the outer momentum the
+   * committed one. Rejects when no outer step is there to undo.
+   */
+  revertOuter(): Promise<void>;
+  /**
+   * An overlapped job (docs/local-steps.md "Overlapped outer steps"; web/worker/eager-outer.ts): the live
+   * state is the committed one; this rank's own outer state starts there. Before a round's first step.
+   */
+  resetOuter(): Promise<void>;
+  /**
+   * An overlapped job, at the end of an outer step's inner phase: the eager step (the live parameters
+   * become where the next inner phase starts) and this rank's contribution to the outer step's allreduce,
+   * `weight` · (θ_m − θ_live), the buffer the caller's.
+   */
+  eagerOuter(weight: number): Promise<ArrayBuffer>;
+  /** An overlapped job, a carried round: the last outer step's contribution weighed anew (the survivors' weight). */
+  outerContribution(weight: number): Promise<ArrayBuffer>;
+  /** An overlapped job: the consensus step with the allreduced `sum` (consumed); resolves to the hash of the committed state it leads to. */
+  consensusStep(sum: ArrayBuffer): Promise<string>;
+  /** An overlapped job: that consensus step was committed; it becomes the committed state and the backup's parameters. */
+  commitConsensus(): Promise<void>;
   evaluate(count?: number): Promise<EvaluationResult>;
 }
 
@@ -109,6 +132,12 @@ export function comlinkTrainer(remote: Comlink.Remote<TrainingWorkerApi>): Train
     pseudoGradient: (weight) => remote.pseudoGradient(weight),
     applyOuter: (sum) => remote.applyOuter(Comlink.transfer(sum, [sum])),
     outerReport: (o) => remote.outerReport(Comlink.transfer(o, [o.own, o.sent, o.received, o.sum])),
+    revertOuter: () => remote.revertOuter(),
+    resetOuter: () => remote.resetOuter(),
+    eagerOuter: (weight) => remote.eagerOuter(weight),
+    outerContribution: (weight) => remote.outerContribution(weight),
+    consensusStep: (sum) => remote.consensusStep(Comlink.transfer(sum, [sum])),
+    commitConsensus: () => remote.commitConsensus(),
     evaluate: (count) => remote.evaluate(count),
   };
 }

@@ -1,22 +1,33 @@
 /**
  * One round as this tab lives it: the coordinator's `round` message, the tab's rank, an AbortSignal
  * that every wait of the round is tied to (aborted by `round_closed`, a dropped socket, a newer round),
- * the `train` go-ahead and one deferred per commit the tab waits for.
+ * the `train` go-ahead, one deferred per commit the tab waits for (resolved with the record position
+ * the commit left), and where a carried group goes on (set by the state sync).
  */
 import type { RoundMessage, WorldEntry } from '../../core/protocol/coordinator-messages';
+import type { RecordPosition } from '../../core/training/groups';
 import { deferred, type Deferred } from './async-tools';
 
 export class RoundSession {
   readonly controller = new AbortController();
   readonly train = deferred<void>();
-  readonly commits = new Map<number, Deferred<void>>();
+  readonly commits = new Map<number, Deferred<RecordPosition>>();
   /** Resolves when the session's run has unwound (successfully or not). */
   finished: Promise<void> = Promise.resolve();
   rank = -1;
   /** Keep uncommitted states when the session ends (the coordinator may have committed them while unreachable). */
   keepPending = false;
+  /** The first step to compute: the round's step, or later when a carried group goes on from an inner step. */
+  resume: number;
+  /** Steps up to this one the coordinator has reports of (a carried group's `reported`): not reported again. */
+  reportedThrough: number;
+  /** Commits whose next group's outer step is synchronous (`committed.drain`, core/training/overlap.ts). */
+  readonly drains = new Set<number>();
 
-  constructor(readonly msg: RoundMessage) {}
+  constructor(readonly msg: RoundMessage) {
+    this.resume = msg.step;
+    this.reportedThrough = msg.step - 1;
+  }
 
   get round(): number {
     return this.msg.round;
@@ -35,10 +46,10 @@ export class RoundSession {
   }
 
   /** The deferred of the commit of `step`; commits the tab no longer waits for are dropped. */
-  committed(step: number): Deferred<void> {
+  committed(step: number): Deferred<RecordPosition> {
     let d = this.commits.get(step);
     if (!d) {
-      d = deferred<void>();
+      d = deferred<RecordPosition>();
       this.commits.set(step, d);
     }
     return d;

@@ -57,7 +57,7 @@ export interface ElasticStatus {
   samplesCommitted: number;
   /** This rank's fraction of each step's samples in the current round (null outside a round). */
   share: number | null;
-  /** Training images of the job (per epoch) and samples per step: with `committedStep` they give the samples committed by all tabs (`positionAfter`). */
+  /** Training images of the job (per epoch) and samples per step: with `committedStep` they give the samples committed by all tabs (`holeFreePosition`: an estimate). */
   datasetSize: number;
   globalBatch: number;
   /** The pause this tab takes between steps to limit its GPU use (ms, after clamping; see `setStepPause`). */
@@ -68,8 +68,8 @@ export interface ElasticStatus {
   losses: { step: number; loss: number }[];
   /** Samples of this tab's slices per second of compute. */
   samplesPerSec: number | null;
-  /** How the last round's state was obtained. */
-  lastSync: SyncPlan['kind'] | null;
+  /** How the last round's state was obtained (`carry`: the round carried on a group this tab was computing). */
+  lastSync: SyncPlan['kind'] | 'carry' | null;
   syncs: number;
   /** Times the backup was put back after an uncommitted step. */
   restores: number;

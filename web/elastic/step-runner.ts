@@ -12,26 +12,41 @@
  * the `committed` message overlap with the next step's compute and allreduce. Local mode runs the same
  * skeleton with inner steps and the outer step at its commit points.
  *
+ * The steps come from the group plan (`StepPlanner`, plan.ts): group after group from the record the
+ * round starts at, until the record passes the job's last epoch. A round that carries a group on
+ * (local mode: members were lost inside the outer step) starts where this rank stands in it
+ * (`session.resume`, from the state sync), re-sends the reports the coordinator lost with the old
+ * round, and takes the outer step with the survivors; each commit's record position is checked
+ * against the one this rank planned.
+ *
+ * An overlapped job (`sync.overlap`, outer-pipeline.ts) reports every group's last step as an inner one
+ * and hands the group's end to the outer pipeline: its outer step runs in the background while the
+ * loop goes on with the next group, or synchronously as above (the epoch's end, a drain, a carry).
+ *
  * Invariants kept (the same as the unpipelined loop):
  * - at most one uncommitted step is at risk: the live state moves past s only after s is committed
  *   and saved as the backup; a prefetch changes no state;
  * - every rank reports the hash of the same bytes (the apply is unchanged; only its timing moved);
  * - a round's abort at any point leaves live ∈ {backup, backup + 1 step}, which `afterSession` handles.
  */
-import { isEvaluationPoint } from '../../core/training/evaluation-schedule';
+import { isCheckpointCommit, isEvaluationCommit } from '../../core/training/commit-schedule';
+import type { RecordPosition } from '../../core/training/groups';
 import type { JobPublic } from '../../core/training/job';
 import { NO_HASH } from '../../core/protocol/tab-messages';
-import { isCheckpointPoint } from '../../core/training/sampler';
+import { describePosition, samePosition } from '../../core/training/sampler';
 import type { Ring } from '../net/link';
 import { isCollectiveError } from '../net/collective-error';
 import { type RingAllreduceOptions, ringAllreduce, ringAllreduceBusBytes } from '../net/ring-allreduce';
+import type { GradientResult } from '../worker/types';
 import { abortReason, bounded } from './async-tools';
 import { BusyClock } from './busy-clock';
 import { CollectiveClock } from './collective-clock';
 import type { CheckpointService } from './checkpoint-service';
 import type { LoopContext } from './loop-context';
-import { stepWork, type StateTag, type StepWork } from './plan';
+import { OuterPipeline } from './outer-pipeline';
+import { StepPlanner, type StateTag, type StepWork } from './plan';
 import type { RoundSession } from './round-session';
+import { overlapsOuterSteps } from '../../core/training/overlap';
 import { stepComputed } from './status';
 import {
   type Applied,
@@ -43,8 +58,23 @@ import {
   type SyncMode,
 } from './sync-modes';
 
+/** A report's optional parts: the sketches of a verifying job, and local mode's inner-state commitment. */
+type ReportExtras = Pick<Applied, 'sketch' | 'innerHash' | 'innerT'>;
+
 /** The longest pause between steps a tab may ask for (the volunteer page's GPU-use slider ends here). */
 export const MAX_STEP_PAUSE_MS = 2000;
+
+/** A commit point reported and not yet seen committed: its state and the record its commit leaves. */
+interface PendingCommit extends StateTag {
+  after: RecordPosition;
+}
+
+/** An applied step's report figures, kept until its group commits so a carried group can re-send them. */
+interface AppliedStep {
+  lossSum: number;
+  samples: number;
+  computeMs: number;
+}
 
 export class StepRunner {
   private lastComputeMs = 0;
@@ -58,6 +88,10 @@ export class StepRunner {
   private readonly collectives = new CollectiveClock();
   /** What the sync modes (sync-modes.ts) may ask of this loop. */
   private readonly tools: StepTools;
+  /** The applied steps of the group in flight (kept across rounds: a carried group re-sends them). */
+  private readonly applied = new Map<number, AppliedStep>();
+  /** The last commit point that is an evaluation point (rank 0 evaluates it: the others wait for it). */
+  private evaluated: number | null = null;
 
   constructor(
     private readonly ctx: LoopContext,
@@ -74,6 +108,8 @@ export class StepRunner {
       allreduce: (ring, data, opts, minimumMs) =>
         this.busy.waiting(() => this.timedAllreduce(ring, data, opts, minimumMs)),
       minimumMs: (factor) => Math.max(this.ctx.timeouts.collectiveMs, factor * this.lastComputeMs),
+      lastEvaluation: () => this.evaluated,
+      silenceMs: () => this.collectives.silenceMs(this.ctx.timeouts.hangFloorMs),
     };
   }
 
@@ -88,8 +124,8 @@ export class StepRunner {
   async run(session: RoundSession, ring: Ring, job: JobPublic): Promise<void> {
     const sync = job.sync;
     return sync.mode === 'local'
-      ? this.runSteps(session, job, localStepsMode(this.tools, session, ring, sync, !!job.verify))
-      : this.runSteps(session, job, everyStepMode(this.tools, session, ring, job));
+      ? this.runSteps(session, ring, job, localStepsMode(this.tools, session, ring, sync, !!job.verify))
+      : this.runSteps(session, ring, job, everyStepMode(this.tools, session, ring, job));
   }
 
   /**
@@ -100,22 +136,27 @@ export class StepRunner {
    */
   private async runSteps<T extends Contribution>(
     session: RoundSession,
+    ring: Ring,
     job: JobPublic,
     mode: SyncMode<T>,
   ): Promise<void> {
     const { signal } = session;
     this.reset();
-    let pending: StateTag | null = null;
+    const planner = new StepPlanner(job, session.msg, session.rank);
+    const outer = overlapsOuterSteps(job) ? this.pipeline(session, ring, job, planner) : null;
+    let pending = await this.carryOn(session, job, planner, mode, outer);
     /** The step whose gradients the previous apply left on the device (started behind it). */
     let onDevice: number | null = null;
     /** The work of the step about to run, planned by the previous iteration (for its prefetch). */
     let planned: StepWork | null = null;
-    for (let step = session.msg.step; step <= job.totalSteps; step++) {
+    for (let step = session.resume; ; step++) {
       if (signal.aborted) throw abortReason(signal);
-      const work = planned ?? stepWork(job, session.world, session.rank, step);
+      outer?.check();
+      const work = planned ?? planner.work(step);
+      if (!work) break;
       const contribution = await mode.contribute(work, onDevice === step);
       const { backup, waited } = await this.previousCommit(session, pending);
-      planned = step < job.totalSteps ? stepWork(job, session.world, session.rank, step + 1) : null;
+      planned = planner.work(step + 1);
       const next = mode.prefetch(work, planned);
       const requested = this.requestedAt;
       if (next) this.requestedAt = this.ctx.now();
@@ -123,12 +164,108 @@ export class StepRunner {
       const applied = await mode.apply(work, contribution, next, { backup, prefetched });
       onDevice = next?.keepOnDevice ? step + 1 : null;
       const computeMs = contribution.computed?.computeMs ?? this.prefetchedMs(requested, waited);
-      const done = work.commitPoint && mode.atCommitPoint ? await mode.atCommitPoint(work, applied) : applied;
-      pending = this.completeStep(session, job, work, done, computeMs);
-      if (step < job.totalSteps) await this.pauseBetweenSteps(signal, next !== null);
+      this.applied.set(step, { lossSum: applied.gradient.lossSum, samples: applied.gradient.samples, computeMs });
+      if (outer && work.commitPoint) {
+        // The commit point's report is an inner one; its outer step comes apart (outer-pipeline.ts).
+        this.reportStep(session, work, NO_HASH, applied.gradient, computeMs, 0);
+        pending = await this.outerBoundary(session, job, work, outer);
+      } else {
+        const done = work.commitPoint && mode.atCommitPoint ? await mode.atCommitPoint(work, applied) : applied;
+        pending = this.completeStep(session, job, work, done.hash, done.gradient, computeMs, done.wireBytes, done);
+      }
+      if (planned) await this.pauseBetweenSteps(signal, next !== null);
     }
     if (pending) await this.ctx.keeper.saveBackup(await this.awaitCommit(session, pending));
     // Every step of the job is done; `done` follows from the coordinator.
+  }
+
+  /** An overlapped job's outer pipeline for this round (outer-pipeline.ts). */
+  private pipeline(session: RoundSession, ring: Ring, job: JobPublic, planner: StepPlanner): OuterPipeline {
+    return new OuterPipeline({
+      ctx: this.ctx,
+      session,
+      ring,
+      job,
+      planner,
+      tools: this.tools,
+      allreduceAlongside: (r, data, opts, minimumMs) => this.timedAllreduce(r, data, opts, minimumMs),
+      waiting: (fn) => this.busy.waiting(fn),
+      awaitCommit: (pending) => this.awaitCommit(session, pending),
+      onCommitted: (work) => this.dutiesOf(session, job, work),
+    });
+  }
+
+  /**
+   * An overlapped job's group end: the outer pipeline's outer step. A synchronous one is a commit the
+   * next apply waits for (with rank 0's duties once it arrives); an overlapped one runs on in the
+   * background, and its duties follow its commit there.
+   */
+  private async outerBoundary(
+    session: RoundSession,
+    job: JobPublic,
+    work: StepWork,
+    outer: OuterPipeline,
+  ): Promise<PendingCommit | null> {
+    const pending = await outer.boundary(work);
+    if (isEvaluationCommit(work.group.span, job)) this.evaluated = work.step;
+    if (pending) this.onCommitted(session, job, work);
+    return pending;
+  }
+
+  /**
+   * A round's start: a fresh group forgets the applied steps of an old one. A carried group re-sends
+   * the reports the coordinator lost with the old round (applied steps after `reportedThrough`, its
+   * commit point excepted unless the job overlaps outer steps), and when only its outer step is left
+   * (`resume` past the group), takes it now.
+   */
+  private async carryOn<T extends Contribution>(
+    session: RoundSession,
+    job: JobPublic,
+    planner: StepPlanner,
+    mode: SyncMode<T>,
+    outer: OuterPipeline | null,
+  ): Promise<PendingCommit | null> {
+    const group = planner.groupOf(session.msg.step);
+    if (!session.msg.carry || !group || session.resume === session.msg.step) {
+      this.applied.clear();
+      return null;
+    }
+    // An overlapped job reports commit points as inner steps: those are re-sent too.
+    const end = outer ? session.resume : Math.min(session.resume, group.lastStep);
+    for (let step = session.reportedThrough + 1; step < end; step++) {
+      const figures = this.applied.get(step);
+      if (!figures) throw new Error(`carrying step ${step} on, but this tab kept no report of it`);
+      this.report(session, step, NO_HASH, { gradients: null, ...figures }, 0);
+    }
+    if (session.resume <= group.lastStep) return null;
+    // Past the first carried group's inner steps: its outer step with the survivors now.
+    const work = planner.work(group.lastStep)!;
+    if (outer) return this.carriedBoundaries(session, job, planner, work, outer);
+    if (!mode.atCommitPoint) return null;
+    const figures = this.applied.get(group.lastStep);
+    if (!figures) throw new Error(`carrying the outer step of ${group.lastStep} on without its inner step`);
+    const gradient = { gradients: null, lossSum: figures.lossSum, samples: figures.samples };
+    const taken = await mode.atCommitPoint(work, { hash: NO_HASH, gradient, wireBytes: 0 });
+    return this.completeStep(session, job, work, taken.hash, gradient, figures.computeMs, taken.wireBytes);
+  }
+
+  /**
+   * An overlapped job's carried groups this rank is past the inner steps of (`resume` after their last
+   * step): their outer steps with the survivors, in order (the first in the background when the second
+   * is carried too, the last synchronous). Returns the commit the next apply waits for, if any.
+   */
+  private async carriedBoundaries(
+    session: RoundSession,
+    job: JobPublic,
+    planner: StepPlanner,
+    first: StepWork,
+    outer: OuterPipeline,
+  ): Promise<PendingCommit | null> {
+    let pending = await this.outerBoundary(session, job, first, outer);
+    const through = session.msg.carry?.through ?? first.step;
+    if (through > first.step && session.resume > through)
+      pending = await this.outerBoundary(session, job, planner.work(through)!, outer);
+    return pending;
   }
 
   /**
@@ -137,7 +274,7 @@ export class StepRunner {
    */
   private async previousCommit(
     session: RoundSession,
-    pending: StateTag | null,
+    pending: PendingCommit | null,
   ): Promise<{ backup: StateTag | undefined; waited: { since: number; ms: number } }> {
     const since = this.ctx.now();
     const backup = pending ? await this.awaitCommit(session, pending) : undefined;
@@ -155,20 +292,37 @@ export class StepRunner {
     return Math.max(0, this.ctx.now() - (requested ?? waited.since) - waited.ms);
   }
 
+  /** After a step's apply: the status and the report. */
+  private reportStep(
+    session: RoundSession,
+    work: StepWork,
+    hash: string,
+    gradient: GradientResult,
+    computeMs: number,
+    wireBytes: number,
+    extra?: ReportExtras,
+  ): void {
+    this.ctx.box.update(stepComputed(this.ctx.box.status, { step: work.step, ...gradient, computeMs }));
+    if (session.signal.aborted) throw abortReason(session.signal);
+    this.report(session, work.step, hash, gradient, wireBytes, extra);
+  }
+
   /** After a step's apply: the status, the report and, at a commit point, the tag whose commit comes next. */
   private completeStep(
     session: RoundSession,
     job: JobPublic,
     work: StepWork,
-    applied: Applied,
+    hash: string,
+    gradient: GradientResult,
     computeMs: number,
-  ): StateTag | null {
-    this.ctx.box.update(stepComputed(this.ctx.box.status, { step: work.step, ...applied.gradient, computeMs }));
-    if (session.signal.aborted) throw abortReason(session.signal);
-    this.report(session, work.step, applied);
+    wireBytes: number,
+    extra?: ReportExtras,
+  ): PendingCommit | null {
+    this.reportStep(session, work, hash, gradient, computeMs, wireBytes, extra);
     if (!work.commitPoint) return null;
-    this.onCommitted(session, job, work.step);
-    return { step: work.step, hash: applied.hash };
+    if (isEvaluationCommit(work.group.span, job)) this.evaluated = work.step;
+    this.onCommitted(session, job, work);
+    return { step: work.step, hash, after: work.group.after };
   }
 
   /** This rank's gradient sums for `work` (zeros when its slice is empty), and the time they took. */
@@ -214,8 +368,16 @@ export class StepRunner {
     this.collectives.succeeded(this.ctx.now() - started);
   }
 
-  private report(session: RoundSession, step: number, applied: Applied): void {
-    const { hash, gradient: g, wireBytes, sketch, innerHash, innerT } = applied;
+  private report(
+    session: RoundSession,
+    step: number,
+    hash: string,
+    g: GradientResult,
+    wireBytes: number,
+    extra?: ReportExtras,
+  ): void {
+    // A carried group's steps the coordinator has already (recomputed here from the group's start).
+    if (step <= session.reportedThrough) return;
     const sent = this.ctx.control.send({
       type: 'step_report',
       round: session.round,
@@ -227,8 +389,8 @@ export class StepRunner {
       // Busy time since the previous report (busy-clock.ts): the coordinator's compute utilization.
       computeMs: Math.min(this.busy.lap(), 1e7),
       wireBytes: Math.round(wireBytes),
-      ...(sketch ? { sketch } : {}),
-      ...(innerHash !== undefined ? { innerHash, innerT } : {}),
+      ...(extra?.sketch ? { sketch: extra.sketch } : {}),
+      ...(extra?.innerHash !== undefined ? { innerHash: extra.innerHash, innerT: extra.innerT } : {}),
     });
     if (!sent) throw new Error('control socket closed before the step report');
     // A local-mode inner step is no state anyone could commit: only hashed states count as reported.
@@ -237,18 +399,24 @@ export class StepRunner {
   }
 
   /**
-   * Wait for the commit of a reported commit point. Returns its tag: the next apply saves it as the
-   * backup first (one worker call).
+   * Wait for the commit of a reported commit point, and check it left the record where this rank
+   * planned the next group from. Returns its tag: the next apply saves it as the backup first (one
+   * worker call).
    */
-  private async awaitCommit(session: RoundSession, tag: StateTag): Promise<StateTag> {
-    const step = tag.step;
-    await bounded(session.committed(step).promise, {
+  private async awaitCommit(session: RoundSession, pending: PendingCommit): Promise<StateTag> {
+    const step = pending.step;
+    const at = await bounded(session.committed(step).promise, {
       signal: session.signal,
       timeoutMs: this.ctx.timeouts.coordinatorWaitMs,
       what: `commit of step ${step}`,
     });
     session.forgetCommitsThrough(step);
-    return tag;
+    for (const applied of this.applied.keys()) if (applied <= step) this.applied.delete(applied);
+    if (!samePosition(at, pending.after))
+      throw new Error(
+        `the commit of step ${step} left the record at ${describePosition(at)}, this tab planned ${describePosition(pending.after)}`,
+      );
+    return { step, hash: pending.hash };
   }
 
   /**
@@ -258,17 +426,20 @@ export class StepRunner {
    * (the next apply waits for this commit, and is queued after these), and a round that fails in the
    * meantime does not lose them.
    */
-  private onCommitted(session: RoundSession, job: JobPublic, step: number): void {
-    const checkpoint = session.rank === 0 && isCheckpointPoint(step, job);
-    const evaluate = session.rank <= 1 && isEvaluationPoint(step, job);
-    if (!checkpoint && !evaluate) return;
-    session.committed(step).promise.then(
-      () => {
-        if (checkpoint) this.checkpoints.prepare(step, job);
-        if (evaluate) this.checkpoints.evaluateCommitted(session.round, step, job);
-      },
+  private onCommitted(session: RoundSession, job: JobPublic, work: StepWork): void {
+    session.committed(work.step).promise.then(
+      () => this.dutiesOf(session, job, work),
       () => undefined,
     );
+  }
+
+  /** Ranks 0 and 1's duties for the committed `work` group, queued now (the checkpoint service finds its committed state). */
+  private dutiesOf(session: RoundSession, job: JobPublic, work: StepWork): void {
+    const { step, group } = work;
+    if (session.rank > 1) return;
+    if (session.rank === 0 && isCheckpointCommit(group.span, job.checkpointEvery))
+      this.checkpoints.prepare(step, group.after);
+    if (isEvaluationCommit(group.span, job)) this.checkpoints.evaluateCommitted(session.round, step, group.epoch, job);
   }
 
   /**

@@ -9,7 +9,6 @@
  * - `apply`: the worker task that applies the step;
  * - `atCommitPoint`: what a commit point adds (local mode: the outer step and its hash).
  */
-import { isEvaluationPoint } from '../../core/training/evaluation-schedule';
 import { NO_HASH } from '../../core/protocol/tab-messages';
 import type { StepSketches } from '../../core/state/sketch';
 import type { JobPublic, LocalSync } from '../../core/training/job';
@@ -83,18 +82,28 @@ export interface StepTools {
   ): Promise<void>;
   /** The least deadline of an allreduce: the fixed one, or `factor` × the last step's compute time if longer. */
   minimumMs(factor: number): number;
+  /** The step of the last commit rank 0 evaluates (the others wait for it in a later allreduce), or null. */
+  lastEvaluation(): number | null;
+  /** How long a ring neighbour may send nothing in an allreduce before it is judged hung, or null (not learned yet). */
+  silenceMs(): number | null;
 }
 
 /**
  * Extra allreduce time for the steps after an evaluation point: rank 0 evaluates the committed state
- * of step e when the commit arrives, usually while computing e+1 and before it applies e+1 and starts
- * the gradients of e+2, so the other ranks wait for it inside the allreduce of e+1 or e+2. Estimated from this rank's own time per
- * training sample (a forward pass costs about a third of forward+backward, and throughput shares make
- * the ranks' slice times alike), doubled: about 6× the expected time.
+ * of step e (`evaluated`) when the commit arrives, usually while computing e+1 and before it applies
+ * e+1 and starts the gradients of e+2, so the other ranks wait for it inside the allreduce of e+1 or
+ * e+2. Estimated from this rank's own time per training sample (a forward pass costs about a third of
+ * forward+backward, and throughput shares make the ranks' slice times alike), doubled: about 6× the
+ * expected time.
  */
-export function evaluationAllowanceMs(step: number, job: JobPublic, computeMs: number, samples: number): number {
-  if (step < 2 || samples < 1) return 0;
-  if (!isEvaluationPoint(step - 1, job) && !isEvaluationPoint(step - 2, job)) return 0;
+export function evaluationAllowanceMs(
+  step: number,
+  evaluated: number | null,
+  job: JobPublic,
+  computeMs: number,
+  samples: number,
+): number {
+  if (evaluated === null || samples < 1 || step - evaluated < 1 || step - evaluated > 2) return 0;
   return 2 * job.evalSamples * (computeMs / samples);
 }
 
@@ -178,7 +187,7 @@ async function allreduceSums(
       signal: session.signal,
       compression: job.sync.compression,
     },
-    tools.minimumMs(10) + evaluationAllowanceMs(step, job, computeMs, gradient.samples),
+    tools.minimumMs(10) + evaluationAllowanceMs(step, tools.lastEvaluation(), job, computeMs, gradient.samples),
   );
   return sums.buffer as ArrayBuffer;
 }
@@ -186,9 +195,11 @@ async function allreduceSums(
 /**
  * Local sync mode (docs/local-steps.md): inner steps on this rank's own slices with the gradients
  * kept on the device and no hash (a world of one's path, prefetch included), and at each commit
- * point the outer step: the sample-weighted pseudo-gradient, its allreduce (compressed as the job
- * says), the Nesterov step, and the committed-state hash in the report. The commit wait overlaps
- * the next outer step's first inner step, as in every-step mode.
+ * point the outer step: the pseudo-gradient weighted by this rank's samples over the samples of every
+ * rank still computing the group (the group plan's: a carried group's lost ranks count for nothing),
+ * its allreduce (compressed as the job says; a neighbour silent for `silenceMs` is judged hung), the
+ * Nesterov step, and the committed-state hash in the report. The commit wait overlaps the next outer
+ * step's first inner step, as in every-step mode.
  */
 export function localStepsMode(
   tools: StepTools,
@@ -198,9 +209,6 @@ export function localStepsMode(
   verify: boolean,
 ): SyncMode<Contribution> {
   const { keeper } = tools;
-  /** Samples this rank and all ranks computed in the outer step so far (its weight is own / all). */
-  let own = 0;
-  let all = 0;
   return {
     contribute: async (work, prefetched) => ({
       computed: work.indices.length > 0 && !prefetched ? await tools.gradients(work, true) : null,
@@ -222,14 +230,10 @@ export function localStepsMode(
       } else {
         await keeper.skipInner(work.step, backup);
       }
-      own += work.indices.length;
-      all += work.count;
       return { hash: NO_HASH, gradient, wireBytes: 0 };
     },
     atCommitPoint: async (work, applied) => {
-      const weight = outerWeight(own, all);
-      own = 0;
-      all = 0;
+      const weight = outerWeight(work.group.own, work.group.total);
       return { ...applied, ...(await outerCommitPoint(tools, session, ring, sync, verify, work, weight)) };
     },
   };
@@ -259,10 +263,17 @@ async function outerCommitPoint(
     const id = { round: session.round, step: work.step, seq: 0 };
     // The slowest rank may still have most of its inner steps to take when this one arrives.
     const minimum = tools.minimumMs(10 + sync.innerSteps);
+    const silenceMs = tools.silenceMs();
     await tools.allreduce(
       ring,
       delta,
-      { ...(record ? { record } : {}), id, signal, compression: sync.compression },
+      {
+        ...(record ? { record } : {}),
+        id,
+        signal,
+        compression: sync.compression,
+        ...(silenceMs !== null ? { silenceMs } : {}),
+      },
       minimum,
     );
     evidence = record && { ...record, sum: delta };

@@ -2,8 +2,10 @@
  * Broadcast of a byte buffer (the committed training state: parameters, optimizer moments, sampler
  * position — megabytes) from one root to one or more receivers, like Horovod's `state.sync()`.
  *
- * The root sends a Begin frame (total length and its hash of the bytes), then the bytes in chunks,
- * paced per receiver. Each receiver checks chunk order and length, hashes what arrived, and answers
+ * The root sends a Begin frame (total length, chunk size and its hash of the bytes), then the bytes in
+ * chunks, paced per receiver. Frames may arrive in any order (a striped link reorders them; web/net/link.ts):
+ * each receiver puts every chunk at its index, holds chunks that overtook the Begin frame (at most the
+ * receiver's `maxBytes` of them), refuses a chunk seen twice or of the wrong length, hashes what arrived, and answers
  * with an Ack frame saying whether its hash matched (and the `expectedHash` it was told to expect,
  * if any). The root resolves only when every receiver has acknowledged a verified copy, so a
  * training loop knows the joiners really hold the state before it moves on.
@@ -77,7 +79,7 @@ export async function broadcastSend(
   const waitingForAck = new Set(receivers);
   session.timeoutPeer = () => waitingForAck.values().next().value?.peer ?? null;
   let handedOver = 0;
-  const begin = new Uint8Array([...new Uint8Array(new Float64Array([total]).buffer), ...encodeUtf8(hash)]);
+  const begin = beginPayload(total, chunkBytes, hash);
 
   for (const link of receivers) {
     const sender = session.sender(link);
@@ -109,63 +111,116 @@ export async function broadcastSend(
   return session.done;
 }
 
+/** A Begin frame's payload: float64 total bytes, uint32 chunk size (little-endian), the root's hash in UTF-8. */
+function beginPayload(total: number, chunkBytes: number, hash: string): Uint8Array {
+  const head = new DataView(new ArrayBuffer(12));
+  head.setFloat64(0, total, true);
+  head.setUint32(8, chunkBytes, true);
+  return new Uint8Array([...new Uint8Array(head.buffer), ...encodeUtf8(hash)]);
+}
+
 /** Receiver side: the root's buffer, after its hash was verified. */
 export async function broadcastReceive(root: Link, opts: BroadcastOptions): Promise<ArrayBuffer> {
   assertValidCollectiveId(opts.id);
   const maxBytes = opts.maxBytes ?? DEFAULT_MAX_BROADCAST_BYTES;
   const session = new CollectiveSession('broadcast', opts);
   session.timeoutPeer = () => root.peer;
-  let bytes: Uint8Array | null = null;
-  let rootHash = '';
-  let count = 0;
-  let nextChunk = 0;
-  let received = 0;
+  const assembly = new ChunkAssembly(maxBytes, session.label, root.peer, opts.onProgress);
   let verifying = false;
-
-  const verify = (target: Uint8Array) => {
-    verifying = true;
-    verifyAndAcknowledge(session, root, opts, target, rootHash);
-  };
-
   session.listen(root, (frame: Frame) => {
     if (verifying) throw new FrameError(`frame of kind ${frame.kind} after the last broadcast chunk`);
-    if (frame.kind === FrameKind.BroadcastBegin) {
-      if (bytes) throw new FrameError('second broadcast Begin frame');
-      const begin = parseBegin(frame, maxBytes, session.label, root.peer);
-      rootHash = begin.rootHash;
-      bytes = new Uint8Array(begin.total);
-      count = begin.total === 0 ? 0 : frame.chunkCount;
-      opts.onProgress?.(0, begin.total);
-      if (count === 0) verify(bytes);
-      return;
-    }
-    if (frame.kind !== FrameKind.BroadcastChunk)
-      throw new FrameError(`unexpected frame kind ${frame.kind} during a broadcast`);
-    if (!bytes) throw new FrameError('broadcast chunk before its Begin frame');
-    if (frame.chunkIndex !== nextChunk || frame.chunkCount !== count) {
-      throw new FrameError(`broadcast chunk ${frame.chunkIndex}/${frame.chunkCount}, expected ${nextChunk}/${count}`);
-    }
-    if (received + frame.payloadLength > bytes.length)
-      throw new FrameError(`broadcast chunks exceed the announced ${bytes.length} bytes`);
-    bytes.set(payloadBytes(frame), received);
-    received += frame.payloadLength;
-    nextChunk++;
-    opts.onProgress?.(received, bytes.length);
-    if (nextChunk === count) {
-      if (received !== bytes.length) throw new FrameError(`broadcast ended after ${received} of ${bytes.length} bytes`);
-      verify(bytes);
+    if (frame.kind === FrameKind.BroadcastBegin) assembly.begin(frame);
+    else if (frame.kind === FrameKind.BroadcastChunk) assembly.chunk(frame);
+    else throw new FrameError(`unexpected frame kind ${frame.kind} during a broadcast`);
+    if (assembly.complete) {
+      verifying = true;
+      verifyAndAcknowledge(session, root, opts, assembly.bytes!, assembly.rootHash);
     }
   });
   await session.done;
-  return bytes!.buffer as ArrayBuffer;
+  return assembly.bytes!.buffer as ArrayBuffer;
 }
 
-/** The announced length and root hash of a Begin frame from `peer`; throws if it is malformed or over `maxBytes`. */
-function parseBegin(frame: Frame, maxBytes: number, label: string, peer: string): { total: number; rootHash: string } {
+/**
+ * A receiver's broadcast in the making: the Begin frame's announcement, the chunks placed at their
+ * indices in whatever order they come, and the chunks that came before the Begin frame. Throws
+ * `FrameError`/`CollectiveError` for anything an honest root would not send.
+ */
+class ChunkAssembly {
+  bytes: Uint8Array | null = null;
+  rootHash = '';
+  private chunkBytes = 0;
+  private count = 0;
+  private seen = new Uint8Array(0);
+  private placed = 0;
+  private received = 0;
+  private early: Frame[] = [];
+  private earlyBytes = 0;
+
+  constructor(
+    private readonly maxBytes: number,
+    private readonly label: string,
+    private readonly peer: string,
+    private readonly onProgress?: (doneBytes: number, totalBytes: number) => void,
+  ) {}
+
+  get complete(): boolean {
+    return this.bytes !== null && this.placed === this.count;
+  }
+
+  begin(frame: Frame): void {
+    if (this.bytes) throw new FrameError('second broadcast Begin frame');
+    const begin = parseBegin(frame, this.maxBytes, this.label, this.peer);
+    this.rootHash = begin.rootHash;
+    this.chunkBytes = begin.chunkBytes;
+    this.count = begin.total === 0 ? 0 : Math.ceil(begin.total / begin.chunkBytes);
+    if (begin.total > 0 && frame.chunkCount !== this.count)
+      throw new FrameError(`broadcast Begin announces ${frame.chunkCount} chunks, ${this.count} by its sizes`);
+    this.bytes = new Uint8Array(begin.total);
+    this.seen = new Uint8Array(this.count);
+    this.onProgress?.(0, begin.total);
+    for (const early of this.early.splice(0)) this.chunk(early);
+    this.earlyBytes = 0;
+  }
+
+  chunk(frame: Frame): void {
+    if (!this.bytes) {
+      this.earlyBytes += frame.payloadLength;
+      if (this.earlyBytes > this.maxBytes)
+        throw new FrameError(`${this.earlyBytes} bytes of broadcast chunks before their Begin frame`);
+      this.early.push(frame);
+      return;
+    }
+    const i = frame.chunkIndex;
+    const start = i * this.chunkBytes;
+    const length = Math.min(this.chunkBytes, this.bytes.length - start);
+    if (frame.chunkCount !== this.count || i >= this.count)
+      throw new FrameError(`broadcast chunk ${i}/${frame.chunkCount} of a broadcast of ${this.count} chunks`);
+    if (this.seen[i]) throw new FrameError(`broadcast chunk ${i} arrived twice`);
+    if (frame.payloadLength !== length)
+      throw new FrameError(`broadcast chunk ${i} holds ${frame.payloadLength} bytes, ${length} expected`);
+    this.bytes.set(payloadBytes(frame), start);
+    this.seen[i] = 1;
+    this.placed++;
+    this.received += length;
+    this.onProgress?.(this.received, this.bytes.length);
+  }
+}
+
+/** The announced length, chunk size and root hash of a Begin frame from `peer`; throws if it is malformed or over `maxBytes`. */
+function parseBegin(
+  frame: Frame,
+  maxBytes: number,
+  label: string,
+  peer: string,
+): { total: number; chunkBytes: number; rootHash: string } {
   const payload = payloadBytes(frame);
-  if (payload.length < 8) throw new FrameError('broadcast Begin frame too short');
-  const total = new DataView(frame.buffer, FRAME_HEADER_BYTES, 8).getFloat64(0, true);
+  if (payload.length < 12) throw new FrameError('broadcast Begin frame too short');
+  const view = new DataView(frame.buffer, FRAME_HEADER_BYTES, 12);
+  const total = view.getFloat64(0, true);
+  const chunkBytes = view.getUint32(8, true);
   if (!Number.isInteger(total) || total < 0) throw new FrameError(`broadcast announces ${total} bytes`);
+  if (chunkBytes < 1) throw new FrameError('broadcast announces chunks of 0 bytes');
   if (total > maxBytes)
     throw new CollectiveError(
       'protocol',
@@ -174,7 +229,7 @@ function parseBegin(frame: Frame, maxBytes: number, label: string, peer: string)
         peer,
       },
     );
-  return { total, rootHash: decodeUtf8(payload.subarray(8)) };
+  return { total, chunkBytes, rootHash: decodeUtf8(payload.subarray(12)) };
 }
 
 /** Hash the received `target` (asynchronously), acknowledge to the root, and settle `session` by the verdict. */

@@ -94,6 +94,25 @@ export class CollectiveSession {
   }
 
   /**
+   * Fail with a timeout blaming `peer` if `heard()` is still false after `silenceMs`: a neighbour that
+   * sends nothing at all is hung, one that sent something is alive (it may wait on a hung rank further
+   * up the ring). Cleared when the collective settles.
+   */
+  watchSilence(silenceMs: number, heard: () => boolean, peer: string): void {
+    if (this.settled || !(silenceMs > 0) || !Number.isFinite(silenceMs)) return;
+    const timer = setTimeout(() => {
+      if (heard()) return;
+      this.fail(
+        new CollectiveError('timeout', `${this.label}: ${peer} sent nothing for ${silenceMs} ms (hung)`, {
+          peer,
+          collective: this.label,
+        }),
+      );
+    }, silenceMs);
+    this.cleanups.push(() => clearTimeout(timer));
+  }
+
+  /**
    * Receive this collective's frames from `link` (early frames are replayed synchronously, so set up
    * state first). Abort frames and link failures are handled here; `onFrame` sees the rest and may
    * throw `CollectiveError`/`FrameError` to fail the collective.

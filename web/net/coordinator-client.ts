@@ -35,7 +35,7 @@ export type WebSocketFactory = (url: string) => WebSocketLike;
 const WS_OPEN = 1;
 
 /** What the tab holds, asked for at every hello. */
-export type HelloState = Pick<HelloMessage, 'peerId' | 'adapter' | 'haveStep' | 'haveHash' | 'pending'>;
+export type HelloState = Pick<HelloMessage, 'peerId' | 'adapter' | 'kernels' | 'haveStep' | 'haveHash' | 'pending'>;
 
 /** A client message without the fields the client fills in (`v`, `runId`, `workerId`). */
 export type OutgoingMessage = ClientMessage extends infer M
@@ -218,6 +218,7 @@ export class CoordinatorClient {
         ...(this.invite ? { invite: this.invite } : {}),
         peerId: state.peerId,
         adapter: state.adapter,
+        ...(state.kernels ? { kernels: state.kernels } : {}),
         haveStep: state.haveStep,
         haveHash: state.haveHash,
         ...(state.pending ? { pending: state.pending } : {}),

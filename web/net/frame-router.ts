@@ -4,6 +4,9 @@
  * start (and send the first chunks of) a collective before this rank has reached it: those frames
  * wait here, bounded by `maxPendingBytes`. Frames of collectives older than the newest one started on
  * this link are stale (a failed round's leftovers) and are dropped, as are frames of a finished one.
+ * That stays right on a link that reorders frames (a striped link, web/net/link.ts): a collective ends
+ * here only once it has every frame it needs from this peer, so a frame that arrives after a newer
+ * collective started can only be one it no longer wants.
  */
 import { CollectiveError } from './collective-error';
 import { collectiveKey, compareCollectiveIds, decodeFrame, FrameError, type CollectiveId, type Frame } from './framing';

@@ -31,7 +31,7 @@ export { DEFAULT_FRAME_BYTES, FRAME_HEADER_BYTES } from '../../core/wire/ring-su
 export const FrameKind = {
   /** One chunk of a ring-allreduce segment at `ringStep` (reduce-scatter steps, then allgather). */
   RingChunk: 1,
-  /** Broadcast header: payload = float64 total byte length, then the root's hash as UTF-8. */
+  /** Broadcast header: payload = float64 total byte length, uint32 chunk size, then the root's hash as UTF-8. */
   BroadcastBegin: 2,
   /** One chunk of broadcast bytes. */
   BroadcastChunk: 3,

@@ -8,6 +8,7 @@ import type { Link } from './link';
 import type { PeerLink } from '../../core/protocol/tab-messages';
 import { type StatsLike, selectedPair, selectedPairTypes } from './ice-path';
 import { DataConnectionLink } from './peer-link';
+import { StripedLink } from './striped-link';
 
 /** Largest RTT a heartbeat may carry (the protocol rejects more). */
 export const MAX_PEER_RTT_MS = 60_000;
@@ -30,14 +31,16 @@ function toRttMs(seconds: unknown): number | null {
 export interface LinkStats {
   /** The MAX RTT over the links (the slowest link paces a ring all-reduce), or null when none is known. */
   peerRttMs: number | null;
-  /** The selected candidate types of each open WebRTC link (e.g. `relay` through TURN). */
+  /** The selected candidate types and RTT of each open WebRTC link (e.g. `relay` through TURN). */
   peerLinks: PeerLink[];
 }
 
 /** `LinkStats` of `peers`, from ONE `getStats()` per open WebRTC link (other links add nothing). */
 export async function linkStats(peers: readonly { peer: string; link: Link }[]): Promise<LinkStats> {
   const reports = await Promise.all(
-    peers.map(async ({ peer, link }) => {
+    peers.map(async ({ peer, link: outer }) => {
+      // A striped link's first stripe speaks for it: the stripes share the path.
+      const link = outer instanceof StripedLink ? outer.links[0] : outer;
       if (!(link instanceof DataConnectionLink) || !link.isOpen) return null;
       const pc = link.connection.peerConnection as RTCPeerConnection | undefined;
       if (!pc) return null;
@@ -55,7 +58,7 @@ export async function linkStats(peers: readonly { peer: string; link: Link }[]):
     const rtt = selectedPairRttMs(report.stats);
     if (rtt !== null) rtts.push(rtt);
     const types = selectedPairTypes(report.stats);
-    if (types) peerLinks.push({ peer: report.peer, ...types });
+    if (types) peerLinks.push({ peer: report.peer, ...types, rttMs: rtt });
   }
   return { peerRttMs: rtts.length === 0 ? null : Math.max(...rtts), peerLinks };
 }

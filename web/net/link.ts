@@ -1,11 +1,14 @@
 /**
- * A `Link` is one reliable, ordered, message-oriented channel to one peer: what a WebRTC data channel
+ * A `Link` is one reliable, message-oriented channel to one peer: what a WebRTC data channel
  * (`reliable: true`) gives, reduced to the little the collectives need. Collectives are written
  * against this interface only, so the same code runs over PeerJS data channels in browsers and over
  * in-memory links in Node unit tests (`memory-link.ts`).
  *
- * Contract (both implementations keep it):
- * - Messages arrive in the order they were sent, complete, or not at all (then the link closes).
+ * Contract (every implementation keeps it):
+ * - Every message sent arrives exactly once and complete, or the link closes. **The order is not
+ *   promised**: a single data channel or memory link keeps it, a striped link (`striped-link.ts`, several
+ *   peer connections to one peer) hands messages on as they arrive. Nothing above a link may depend on
+ *   the order: every frame names its collective, step and chunk (`framing.ts`).
  * - Messages that arrive before any `onMessage` listener is attached are held and handed to the first
  *   listener, so a fast neighbour's first frames are not lost while this side is still computing.
  * - `bufferedAmount` counts bytes accepted by `send` and not yet handed to the network; when it falls

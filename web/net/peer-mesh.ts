@@ -7,11 +7,21 @@
  * - One reliable raw data connection per pair of tabs. To avoid two connections racing for the same
  *   pair, only the tab with the lower id dials; the other waits for the call. A dial to a tab that has
  *   not registered yet is retried until the deadline (the signaling server only holds offers for 5 s).
+ * - Each link is a `StripedLink` (web/net/striped-link.ts): once the first connection is open, the tab
+ *   that dialed it adds `stripes − 1` more connections to the same peer (label `STRIPE_LABEL`, metadata
+ *   naming the first connection), each a peer connection of its own with its own congestion control;
+ *   the link is usable at once and takes each stripe into use as it opens. `stripes: 'auto'` decides
+ *   the count from the first connection's RTT (web/net/stripe-policy.ts). A stripe that fails to open
+ *   is left out; one that closes later closes the link.
  * - A link that closes is forgotten, and listeners hear `link-closed`; a later `connect` dials again.
  */
 import { Peer, type DataConnection, type PeerError } from 'peerjs';
 import { ListenerSet, type Link, type Ring, type Unsubscribe } from './link';
+import { selectedPairRttMs } from './link-rtt';
 import { DataConnectionLink, type DataConnectionLinkOptions } from './peer-link';
+import type { StatsLike } from './ice-path';
+import { StripedLink } from './striped-link';
+import { MAX_STRIPES, type StripeSetting, stripesFor } from './stripe-policy';
 
 export interface PeerMeshOptions {
   /** This tab's id on the signaling server (letters, digits, `-`, `_`). */
@@ -34,6 +44,11 @@ export interface PeerMeshOptions {
   /** How long `PeerMesh.open` waits for the signaling server. Default 10 s. */
   readonly openTimeoutMs?: number;
   readonly link?: DataConnectionLinkOptions;
+  /**
+   * Peer connections per link (stripes), or `'auto'`: from the first connection's RTT
+   * (web/net/stripe-policy.ts). Default `'auto'`.
+   */
+  readonly stripes?: StripeSetting;
   /** PeerJS log level 0–3. */
   readonly debug?: 0 | 1 | 2 | 3;
   /**
@@ -56,12 +71,25 @@ interface Waiter {
   reject(error: Error): void;
 }
 
-const LABEL = 'tabswarm';
+/**
+ * The first connection of a link, and the further stripes. The version in the label keeps a tab of an
+ * older build (unstriped frames) from pairing with this one: each refuses the other's label.
+ */
+export const LABEL = 'tabswarm/2';
+export const STRIPE_LABEL = 'tabswarm/2+stripe';
+/** How long the dialing side waits for the first connection's RTT before deciding `'auto'` stripes. */
+const RTT_WAIT_MS = 2000;
+/** How long a stripe that opened before the link it names waits for that link. */
+const STRIPE_WAIT_MS = 5000;
 const DIAL_ATTEMPT_MS = 6000;
 const DIAL_RETRY_MS = 200;
 
 export class PeerMesh {
-  private readonly links = new Map<string, DataConnectionLink>();
+  private readonly links = new Map<string, StripedLink>();
+  /** Each link's first connection id: what a stripe's metadata must name to join it. */
+  private readonly firstConnection = new WeakMap<StripedLink, string>();
+  /** Stripes that opened before the link they name (key: peer and first connection id). */
+  private readonly earlyStripes = new Map<string, DataConnection[]>();
   private readonly waiters = new Map<string, Set<Waiter>>();
   private readonly listeners = new ListenerSet<[PeerMeshEvent]>();
   private readonly peerErrors = new ListenerSet<[PeerError<string>]>();
@@ -298,19 +326,64 @@ export class PeerMesh {
   }
 
   private accept(connection: DataConnection): void {
-    if (this.destroyed || connection.label !== LABEL || connection.serialization !== 'raw') {
+    if (this.destroyed || connection.serialization !== 'raw') connection.close();
+    else if (connection.label === LABEL) connection.once('open', () => this.adopt(connection, false));
+    else if (connection.label === STRIPE_LABEL) connection.once('open', () => this.acceptStripe(connection));
+    else connection.close();
+  }
+
+  /**
+   * A further stripe the peer dialed: joined to the link whose first connection its metadata names. One
+   * that opens before that link is adopted here waits for it (`STRIPE_WAIT_MS`); one naming no link of
+   * this peer, or beyond `MAX_STRIPES`, is closed.
+   */
+  private acceptStripe(connection: DataConnection): void {
+    const meta = connection.metadata as { stripeOf?: unknown } | null | undefined;
+    const stripeOf = typeof meta === 'object' && meta !== null ? meta.stripeOf : undefined;
+    if (typeof stripeOf !== 'string' || stripeOf.length > 100) {
       connection.close();
       return;
     }
-    connection.once('open', () => this.adopt(connection));
+    const link = this.links.get(connection.peer);
+    if (link?.isOpen && this.firstConnection.get(link) === stripeOf) {
+      this.joinStripe(link, connection);
+      return;
+    }
+    const key = `${connection.peer}\n${stripeOf}`;
+    const waiting = this.earlyStripes.get(key) ?? [];
+    if (waiting.length >= MAX_STRIPES) {
+      connection.close();
+      return;
+    }
+    this.earlyStripes.set(key, [...waiting, connection]);
+    setTimeout(() => {
+      const still = this.earlyStripes.get(key);
+      if (!still?.includes(connection)) return;
+      this.earlyStripes.set(
+        key,
+        still.filter((c) => c !== connection),
+      );
+      connection.close();
+    }, STRIPE_WAIT_MS);
   }
 
-  private adopt(connection: DataConnection): Link {
+  private joinStripe(link: StripedLink, connection: DataConnection): void {
+    if (link.isOpen && link.stripeCount < MAX_STRIPES)
+      link.addStripe(new DataConnectionLink(connection, this.opts.link));
+    else connection.close();
+  }
+
+  private adopt(connection: DataConnection, dialedHere = true): Link {
     const peer = connection.peer;
     // The remote dialed again: it considers the previous link dead, so it is.
     this.links.get(peer)?.close();
-    const link = new DataConnectionLink(connection, this.opts.link);
+    const link = new StripedLink(new DataConnectionLink(connection, this.opts.link));
+    this.firstConnection.set(link, connection.connectionId);
     this.links.set(peer, link);
+    if (dialedHere) void this.addStripes(link, connection);
+    const early = `${peer}\n${connection.connectionId}`;
+    for (const stripe of this.earlyStripes.get(early) ?? []) this.joinStripe(link, stripe);
+    this.earlyStripes.delete(early);
     link.onClose((reason) => {
       if (this.links.get(peer) === link) this.links.delete(peer);
       this.emit({ type: 'link-closed', peer, reason });
@@ -324,7 +397,49 @@ export class PeerMesh {
     return link;
   }
 
+  /** The dialing side: decide the stripe count and dial the stripes beyond the first, all at once. */
+  private async addStripes(link: StripedLink, first: DataConnection): Promise<void> {
+    const setting = this.opts.stripes ?? 'auto';
+    const rtt = setting === 'auto' ? await firstRttMs(first) : null;
+    const wanted = stripesFor(setting, rtt);
+    await Promise.all(
+      Array.from({ length: wanted - 1 }, async () => {
+        if (!link.isOpen || this.destroyed) return;
+        const connection = this.peerClient.connect(link.peer, {
+          reliable: true,
+          serialization: 'raw',
+          label: STRIPE_LABEL,
+          metadata: { stripeOf: first.connectionId },
+        });
+        if (!connection) return;
+        const opened = await new Promise<boolean>((resolve) => {
+          const timer = setTimeout(() => resolve(false), DIAL_ATTEMPT_MS);
+          connection.once('open', () => {
+            clearTimeout(timer);
+            resolve(true);
+          });
+          connection.once('error', () => resolve(false));
+          connection.once('close', () => resolve(false));
+        });
+        if (opened && link.isOpen) link.addStripe(new DataConnectionLink(connection, this.opts.link));
+        else connection.close();
+      }),
+    );
+  }
+
   private emit(event: PeerMeshEvent): void {
     this.listeners.emit(event);
+  }
+}
+
+/** The first connection's RTT (ICE's checks measured it by the time it opened), waiting up to RTT_WAIT_MS. */
+async function firstRttMs(connection: DataConnection): Promise<number | null> {
+  const end = performance.now() + RTT_WAIT_MS;
+  for (;;) {
+    const pc = connection.peerConnection as RTCPeerConnection | undefined;
+    if (!pc || pc.connectionState === 'closed') return null;
+    const rtt = selectedPairRttMs((await pc.getStats()) as unknown as StatsLike);
+    if (rtt !== null || performance.now() > end) return rtt;
+    await new Promise((r) => setTimeout(r, 200));
   }
 }

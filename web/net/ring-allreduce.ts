@@ -92,6 +92,13 @@ export interface RingAllreduceOptions extends CollectiveOptions {
    * coordinator checks each hop with sketches of them (coordinator/machine/verification.ts).
    */
   readonly record?: { readonly sent: Float32Array; readonly received: Float32Array };
+  /**
+   * A left neighbour that sends nothing at all for this long is judged hung (core/training/hang.ts):
+   * the call fails then, blaming it, instead of at `timeoutMs`. Only the rank right after a hung one
+   * fails this way (every live rank sends its first chunks at once), and its abort frames name the hung
+   * rank to the others. Absent: only the deadline.
+   */
+  readonly silenceMs?: number;
 }
 
 /**
@@ -133,7 +140,9 @@ export async function ringAllreduce(ring: Ring, data: Float32Array, opts: RingAl
     throw new RangeError(`ringAllreduce: record arrays must have the data's ${data.length} elements`);
   const makeFrame = (g: number, c: number) => encodeRingChunk(plan, data, opts.id, g, c, scratch, record);
 
+  let heard = false;
   const receive = (frame: Frame) => {
+    heard = true;
     const g = checkRingChunk(plan, frame, seen, session.label, left.peer);
     const c = frame.chunkIndex;
     seen[g][c] = 1;
@@ -149,6 +158,7 @@ export async function ringAllreduce(ring: Ring, data: Float32Array, opts: RingAl
 
   out.enqueueRange(0, plan.chunkCount(plan.sentSegment(0)), (c) => makeFrame(0, c));
   session.listen(left, receive);
+  if (opts.silenceMs !== undefined) session.watchSilence(opts.silenceMs, () => heard, left.peer);
   if (right !== left) refuseRightFrames(session, right);
   finishIfDone();
   return session.done;

@@ -15,6 +15,11 @@
  *
  * `window.tabswarm` is a read-only status (`TabStatus`) that tests await with `page.waitForFunction`.
  *
+ * Before its first step the worker chooses the kernel variants for this adapter and the job's shapes
+ * (kernels/tuning/): cached from an earlier visit, or timed now — the page then says "tuning for your
+ * GPU…" — or the defaults (a software adapter, or a job that turns tuning off). The choice goes to the
+ * coordinator in the hello, for the admin page. Solo runs tune as a job's default does (`tune: 'gpu'`).
+ *
  * What runs where, and why a background tab keeps contributing:
  * - The training worker (a dedicated Web Worker) owns the GPU device, the model and the dataset; no
  *   page timer drives it.
@@ -37,7 +42,8 @@ import { chunkedMetadata, datasetBuffers, fetchDataset, fetchDatasetMetadata } f
 import { elasticPatch, initialStatus, publicStatus, type TabStatus } from './status';
 import { formatCount, isRunning, VolunteerView } from './view';
 import type { TrainingWorkerApi } from '../worker/training-worker';
-import type { SoloOptions, SoloProgress } from '../worker/types';
+import type { KernelOptions, SoloOptions, SoloProgress } from '../worker/types';
+import type { KernelsReport } from '../../core/protocol/tab-messages';
 import { MAX_STEP_PAUSE_MS, type ElasticStatus } from '../elastic/elastic-loop';
 import { startElastic, type ElasticHandle } from '../elastic/start';
 import { appendBounded, LOSS_LOG_LENGTH } from '../elastic/status';
@@ -215,6 +221,9 @@ function describeSolo(o: SoloOptions): string {
   return `Train ${model} in this tab alone: ${o.epochs} epoch${o.epochs > 1 ? 's' : ''}, batch ${o.globalBatch}${o.subset ? `, first ${o.subset} images` : ''}.`;
 }
 
+/** The coordinator's job as `/api/job` gave it (elastic), for choosing the kernels before joining. */
+let publicJob: JobPublic | null = null;
+
 /** Resolves to the mode once known: the query's, else elastic when a coordinator answers `/api/job`. */
 const modeKnown: Promise<'solo' | 'elastic'> = (async () => {
   if (options.mode === 'solo') {
@@ -223,6 +232,7 @@ const modeKnown: Promise<'solo' | 'elastic'> = (async () => {
     return 'solo';
   }
   const job = await fetchJob();
+  publicJob = job;
   if (job) {
     view.setJob(describeJob(job));
     heartbeatMs = job.heartbeatMs;
@@ -236,6 +246,28 @@ const modeKnown: Promise<'solo' | 'elastic'> = (async () => {
   view.setSoloLede();
   return 'solo';
 })();
+
+// ------------------------------------------------------------------ kernels
+
+/**
+ * The worker's kernel choice for the model about to be built (state `tuning` while it times variants).
+ * A failure is not the run's: the model is then built with the default kernels.
+ */
+async function chooseKernels(opts: KernelOptions): Promise<KernelsReport | undefined> {
+  const before = status.state;
+  try {
+    const report = await api.chooseKernels(
+      opts,
+      Comlink.proxy(() => update({ state: 'tuning' })),
+    );
+    update({ kernels: report, state: before });
+    return report;
+  } catch (err) {
+    console.warn(`tabswarm: choosing kernels failed, the defaults run: ${(err as Error).message}`);
+    update({ state: before });
+    return undefined;
+  }
+}
 
 // ------------------------------------------------------------------ solo
 
@@ -271,7 +303,11 @@ async function trainSolo(): Promise<void> {
     samplesPerSec: null,
     seconds: null,
   });
-  await loadDataset();
+  const counts = await loadDataset();
+  const o = options.solo;
+  const trainCount = Math.min(o.subset ?? counts.train, counts.train);
+  const maxBatch = Math.min(o.globalBatch, trainCount);
+  await chooseKernels({ model: o.model, optimizer: o.optimizer, maxBatch, precision: 'f32', tune: 'gpu' });
   update({ state: 'building' });
   const result = await api.trainSolo(
     options.solo,
@@ -290,15 +326,15 @@ async function trainSolo(): Promise<void> {
 
 // ------------------------------------------------------------------ elastic
 
-let datasetLoaded: Promise<number> | null = null;
+let datasetLoaded: Promise<{ train: number; test: number }> | null = null;
 
 /**
  * Download the dataset (or take it from the browser cache) and hand it to the worker, once per page.
  * A user's text or tensors dataset is handed over as its metadata: the worker fetches the chunks its
  * steps need as it goes, and the progress counts what it has obtained of the whole. Resolves to the
- * number of test samples.
+ * numbers of training and test samples.
  */
-function loadDataset(): Promise<number> {
+function loadDataset(): Promise<{ train: number; test: number }> {
   datasetLoaded ??= (async () => {
     const raw = await fetchDatasetMetadata('');
     const chunked = chunkedMetadata(raw);
@@ -307,16 +343,25 @@ function loadDataset(): Promise<number> {
       update({ dataset: { loadedBytes: 0, totalBytes, cachedBytes: 0, done: true } });
       const onChunks = (p: { loadedBytes: number; cachedBytes: number }) =>
         update({ dataset: { loadedBytes: p.loadedBytes, totalBytes, cachedBytes: p.cachedBytes, done: true } });
-      return (await api.loadChunked(chunked, Comlink.proxy(onChunks))).test;
+      return api.loadChunked(chunked, Comlink.proxy(onChunks));
     }
     const dataset = await fetchDataset('', (p) => update({ dataset: { ...p, done: false } }), raw);
     update({ dataset: { ...(status.dataset ?? { loadedBytes: 0, totalBytes: 0, cachedBytes: 0 }), done: true } });
-    const testCount = dataset.test.count;
-    await api.loadData(Comlink.transfer(dataset, datasetBuffers(dataset)));
-    return testCount;
+    return api.loadData(Comlink.transfer(dataset, datasetBuffers(dataset)));
   })();
   datasetLoaded.catch(() => (datasetLoaded = null));
   return datasetLoaded;
+}
+
+/** What the elastic loop will build (web/elastic/held-states.ts `buildFresh`), so the choice applies to it. */
+function kernelOptionsOf(job: JobPublic): KernelOptions {
+  return {
+    model: job.model,
+    optimizer: job.optimizer,
+    maxBatch: Math.min(job.globalBatch, job.datasetSize),
+    precision: job.kernels.precision,
+    tune: job.kernels.tune,
+  };
 }
 
 let elastic: ElasticHandle | null = null;
@@ -377,7 +422,8 @@ async function trainElastic(): Promise<void> {
     testLoss: null,
   });
   runClock(true);
-  const testCount = await loadDataset();
+  const testCount = (await loadDataset()).test;
+  const kernels = publicJob ? await chooseKernels(kernelOptionsOf(publicJob)) : undefined;
   if (leaveRequested) {
     // Left while the dataset was loading: never join.
     update({ state: 'left' });
@@ -391,6 +437,7 @@ async function trainElastic(): Promise<void> {
     {
       worker: api,
       adapter: { vendor: adapter.vendor, architecture: adapter.architecture, description: adapter.description },
+      kernels,
       evaluateOnDone,
       stepPauseMs: status.stepPauseMs,
     },

@@ -3,8 +3,9 @@
  * copy per read, so a test cannot change what the page believes), and the pure functions that derive
  * it from the elastic loop's status.
  */
-import { positionAfter } from '../../core/training/sampler';
+import { holeFreePosition } from '../../core/training/groups';
 import type { ElasticStatus } from '../elastic/elastic-loop';
+import type { KernelsReport } from '../../core/protocol/tab-messages';
 import type { AdapterSummary } from '../worker/types';
 
 export type TabState =
@@ -15,6 +16,8 @@ export type TabState =
   /** WebGPU is missing or has no adapter: `error` says why. */
   | 'unsupported'
   | 'loading-data'
+  /** Timing kernel variants for this adapter, at its first start (kernels/tuning/). */
+  | 'tuning'
   | 'building'
   /** Elastic: opening the control channel for the first time. */
   | 'connecting'
@@ -38,6 +41,8 @@ export interface TabStatus {
   mode: 'solo' | 'elastic';
   model: string;
   adapter: AdapterSummary | null;
+  /** The kernels the worker chose for this adapter (tuned, cached or the defaults), once chosen. */
+  kernels: KernelsReport | null;
   /** Steps completed (elastic: the job's last committed step). */
   step: number;
   /** Steps of the whole run (0 until known). */
@@ -91,6 +96,7 @@ export function initialStatus(model: string): TabStatus {
     mode: 'solo',
     model,
     adapter: null,
+    kernels: null,
     step: 0,
     totalSteps: 0,
     epoch: 0,
@@ -123,23 +129,22 @@ export function publicStatus(s: TabStatus): Readonly<TabStatus> {
   return Object.freeze({
     ...s,
     adapter: s.adapter && Object.freeze({ ...s.adapter }),
+    kernels: s.kernels && Object.freeze({ ...s.kernels }),
     losses: Object.freeze(s.losses.map((l) => Object.freeze({ ...l }))) as TabStatus['losses'],
     dataset: s.dataset && Object.freeze({ ...s.dataset }),
   });
 }
 
-/** Samples committed by every tab after `committedStep` steps of a job (the record position, in samples). */
+/**
+ * Samples committed by every tab after `committedStep` steps of a job (the record position, in samples),
+ * as if no outer step had been committed partially: an estimate for the page (holes make it a little high).
+ */
 export function jobSamplesAfter(
   committedStep: number,
   job: Pick<ElasticStatus, 'datasetSize' | 'globalBatch' | 'epochs'>,
 ): number {
   if (committedStep <= 0 || job.datasetSize <= 0 || job.globalBatch <= 0) return 0;
-  const { epoch, cursor } = positionAfter(committedStep, {
-    datasetSize: job.datasetSize,
-    globalBatch: job.globalBatch,
-    epochs: Math.max(1, job.epochs),
-    commitEvery: 1,
-  });
+  const { epoch, cursor } = holeFreePosition(committedStep, job);
   return epoch * job.datasetSize + cursor;
 }
 

@@ -1,4 +1,5 @@
 /** Renders a `TabStatus` into the volunteer page's DOM (index.html). Plain DOM, no framework. */
+import type { KernelsReport } from '../../core/protocol/tab-messages';
 import type { AdapterSummary } from '../worker/types';
 import { lossPolyline } from './loss-chart';
 import type { TabState, TabStatus } from './status';
@@ -14,6 +15,7 @@ const STATE_TEXT: Record<TabState, string> = {
   ready: 'ready',
   unsupported: 'WebGPU unavailable',
   'loading-data': 'loading data',
+  tuning: 'tuning for your GPU…',
   building: 'preparing',
   connecting: 'connecting',
   reconnecting: 'reconnecting…',
@@ -33,6 +35,7 @@ const STATE_TONE: Record<TabState, 'idle' | 'busy' | 'active' | 'warn' | 'bad' |
   ready: 'idle',
   unsupported: 'bad',
   'loading-data': 'busy',
+  tuning: 'busy',
   building: 'busy',
   connecting: 'busy',
   reconnecting: 'warn',
@@ -57,6 +60,7 @@ const WAIT_TEXT: Record<string, string> = {
 export function isRunning(state: TabState): boolean {
   return [
     'loading-data',
+    'tuning',
     'building',
     'connecting',
     'reconnecting',
@@ -65,6 +69,12 @@ export function isRunning(state: TabState): boolean {
     'training',
     'evaluating',
   ].includes(state);
+}
+
+/** What the tuning found, after the adapter's name: the model's matmul speed here, when measured. */
+export function kernelsText(k: KernelsReport | null): string {
+  if (!k || k.gflops === null) return '';
+  return ` · kernels tuned for it: ${k.gflops.toPrecision(3)} GFLOP/s on this model's matmuls`;
 }
 
 export function adapterText(a: AdapterSummary): string {
@@ -224,7 +234,7 @@ export class VolunteerView {
     this.badge.textContent = STATE_TEXT[s.state];
     this.badge.dataset.tone = STATE_TONE[s.state];
 
-    if (s.adapter) this.adapter.textContent = adapterText(s.adapter);
+    if (s.adapter) this.adapter.textContent = adapterText(s.adapter) + kernelsText(s.kernels);
     else if (s.state === 'unsupported') this.adapter.textContent = 'WebGPU is not available in this browser';
     this.gpuProblem.hidden = s.state !== 'unsupported';
     if (s.state === 'unsupported') this.gpuProblem.textContent = s.error;

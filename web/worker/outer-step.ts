@@ -10,13 +10,17 @@ export { nesterovStep, type OuterOptimizer, pseudoGradient } from '../../core/tr
 
 /**
  * Local sync mode's outer state inside the training worker: the momentum (part of the committed
- * state), its copy in the backup (saved and restored with the GPU backup), and θ_committed of the
- * outer step in flight (read for the pseudo-gradient, used again by the Nesterov step).
+ * state), its copy in the backup (saved and restored with the GPU backup), θ_committed of the outer
+ * step in flight (read for the pseudo-gradient, used again by the Nesterov step), and this rank's own
+ * parameters θ_r the outer step started from, kept until the next outer step starts: when the world
+ * loses members before the outer step commits, `revert` gives them back so the survivors can take it
+ * again without the lost ranks (docs/local-steps.md).
  */
 export class OuterState {
   momentum: Float32Array;
   private backup: Float32Array | null = null;
   private committed: Float32Array | null = null;
+  private local: Float32Array | null = null;
 
   constructor(
     readonly opt: OuterOptimizer,
@@ -45,10 +49,23 @@ export class OuterState {
     this.momentum = momentum.slice();
   }
 
-  /** This rank's pseudo-gradient part; remembers `committed` for `step`. */
+  /** This rank's pseudo-gradient part; remembers `committed` for `step`, and `local` for `revert`. */
   pseudoGradient(committed: Float32Array, local: Float32Array, weight: number): Float32Array {
     this.committed = committed;
+    this.local = local;
     return pseudoGradient(committed, local, weight);
+  }
+
+  /**
+   * Undo the last Nesterov step (it never committed): the momentum goes back to the backup's (the
+   * committed one: it changes only at outer steps), and the parameters to return are this rank's own
+   * ones the outer step started from. Throws when no outer step started since the model was built.
+   */
+  revert(): Float32Array {
+    if (!this.local || !this.backup) throw new Error('revertOuter: no outer step to undo');
+    this.momentum = this.backup.slice();
+    this.committed = null;
+    return this.local.slice();
   }
 
   /** The Nesterov step with the allreduced pseudo-gradient: the new committed parameters (momentum kept here). */

@@ -1,6 +1,8 @@
 /**
  * The single-tab training loop. Each epoch walks `epochOrder(seed, epoch, n)` — the same order the
- * coordinator's sampler record uses — `globalBatch` positions per step (the last step short).
+ * coordinator's sampler record uses — `globalBatch` positions per step (the last step short). It has no
+ * coordinator and no sample record, so no holes: its layout is the group plan's without them
+ * (core/training/groups.ts).
  *
  * Steps are submitted without reading anything back; the loss is read every `lossEvery` steps and at
  * each epoch's end. To keep the queue (and the uploaded batches it holds) bounded, the loop waits for

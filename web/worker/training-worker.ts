@@ -21,21 +21,28 @@ import { stepSketches } from '../../core/state/step-sketches';
 import { isTransformer, parameterLayout, resolveModelSpec, type ModelSpec } from '../../core/training/model-spec';
 import { decodeSnapshot, encodeSnapshot } from '../../core/state/snapshot';
 import { createModel, type Model } from '../../kernels/model/model';
-import { createGpu, type Gpu } from '../../kernels/runtime';
+import { createGpu, kernelDeviceDescriptor, type Gpu } from '../../kernels/runtime';
 import { createTrainingState, type ParamsHasher, type TrainingState } from '../../kernels/model/training-state';
 import { type BatchSource, imageData, type TrainingData } from './data/batches';
 import { chunkedData } from './data/chunked-data';
 import { ChunkFetcher, type ChunkProgress, openCache } from './data/dataset-client';
 import { ElasticSteps, type ApplyOptions, type ApplyResult, type NextIndices } from './elastic-steps';
+import type { EagerOuter } from './eager-outer';
+import { outerCalls, saveBackupOf } from './outer-calls';
 import { OuterState } from './outer-step';
 import { chooseParamsHasher, readBackParamsHasher } from './params-hasher';
 import { runSolo } from './solo-loop';
+import type { KernelsReport } from '../../core/protocol/tab-messages';
+import { chooseVariants, kernelsReport, type TuningStore } from '../../kernels/tuning/choice';
+import type { KernelVariants } from '../../kernels/tuning/variants';
+import { browserTuningStore } from './tuning-store';
 import type {
   AdapterSummary,
   BuildModelOptions,
   DatasetBytes,
   EvaluationResult,
   GradientResult,
+  KernelOptions,
   ModelSummary,
   OuterReport,
   OuterReportOptions,
@@ -55,6 +62,8 @@ interface Built {
   hasher: ParamsHasher;
   /** Local sync mode's outer momentum; null in every-step mode. */
   outer: OuterState | null;
+  /** An overlapped job's own outer state (outer-calls.ts `resetOuter`); null otherwise. */
+  eager: EagerOuter | null;
   train?: BatchSource;
 }
 
@@ -66,6 +75,14 @@ let deviceLost: string | undefined;
 let dataset: TrainingData | undefined;
 let built: Built | undefined;
 let stopRequested = false;
+/** The variants `chooseKernels` chose, for the model built with the same shapes (`shapesKey`). */
+let kernelChoice: { key: string; variants: KernelVariants } | null = null;
+let tuningStore: Promise<TuningStore> | undefined;
+
+/** What a kernel choice was made for: the model, its max batch and the precision. */
+function shapesKey(spec: ModelSpec, maxBatch: number, precision: string): string {
+  return `${JSON.stringify(spec)}|${maxBatch}|${precision}`;
+}
 
 function unavailableReason(): string | undefined {
   if (!('gpu' in navigator) || !navigator.gpu) {
@@ -107,14 +124,7 @@ async function device(): Promise<Gpu> {
   if (reason) throw new Error(reason);
   const adapter = await requestAdapter();
   if (!adapter) throw new Error('no WebGPU adapter');
-  const dev = await adapter.requestDevice({
-    label: 'tabswarm',
-    requiredLimits: {
-      maxStorageBufferBindingSize: adapter.limits.maxStorageBufferBindingSize,
-      maxBufferSize: adapter.limits.maxBufferSize,
-      maxStorageBuffersPerShaderStage: adapter.limits.maxStorageBuffersPerShaderStage,
-    },
-  });
+  const dev = await adapter.requestDevice(kernelDeviceDescriptor(adapter));
   dev.lost.then((info) => {
     deviceLost = `${info.reason}: ${info.message}`;
     console.error(`tabswarm worker: WebGPU device lost (${deviceLost})`);
@@ -230,6 +240,28 @@ const api = {
     return setDataset(chunkedData(meta, fetcher));
   },
 
+  /**
+   * Choose the kernel variants for the model the page is about to build on this adapter: the cached
+   * choice, a tuning (`onTuning` is called as it starts: "tuning for your GPU…"), or the defaults
+   * (kernels/tuning/choice.ts). `buildModel` with the same shapes uses them. Resolves to the report the
+   * hello carries.
+   */
+  async chooseKernels(opts: KernelOptions, onTuning?: () => void): Promise<KernelsReport> {
+    const g = await device();
+    const adapter = await requestAdapter();
+    if (!adapter) throw new Error('no WebGPU adapter');
+    const spec = resolveModelSpec(opts.model);
+    const req = { spec, layout: parameterLayout(spec), ...opts };
+    tuningStore ??= browserTuningStore();
+    const choice = await chooseVariants(g, summarize(adapter), req, {
+      store: await tuningStore,
+      mode: opts.tune,
+      onTuning: () => void onTuning?.(),
+    });
+    kernelChoice = { key: shapesKey(spec, opts.maxBatch, opts.precision), variants: choice.variants };
+    return kernelsReport(g, choice, opts.precision);
+  },
+
   /** Build (or rebuild) the model with fresh seeded parameters. */
   async buildModel(opts: BuildModelOptions): Promise<ModelSummary> {
     const g = await device();
@@ -239,19 +271,24 @@ const api = {
     built?.state.destroy();
     built?.model.destroy();
     built = undefined;
-    const model = createModel(g, spec, layout, { maxBatch: opts.maxBatch, optimizer: opts.optimizer, seed: opts.seed });
+    const precision = opts.precision ?? 'f32';
+    const chosen = kernelChoice?.key === shapesKey(spec, opts.maxBatch, precision) ? kernelChoice.variants : undefined;
+    const model = createModel(g, spec, layout, {
+      maxBatch: opts.maxBatch,
+      optimizer: opts.optimizer,
+      seed: opts.seed,
+      precision,
+      variants: chosen,
+    });
     const state = createTrainingState(model, hasher);
     const outer = opts.outer ? new OuterState(opts.outer, layout.totalElements) : null;
     const steps = new ElasticSteps(
       model,
       () => trainBatches(),
       hasher,
-      () => {
-        state.saveBackup();
-        outer?.saveBackup();
-      },
+      () => saveBackupOf(requireModel()),
     );
-    built = { spec, model, state, steps, hasher, outer };
+    built = { spec, model, state, steps, hasher, outer, eager: null };
     return { name: spec.name, parameterCount: layout.parameterCount, totalElements: layout.totalElements };
   },
 
@@ -358,9 +395,7 @@ const api = {
 
   /** Keep a GPU copy of the current state (the last completed step); no read-back. */
   saveBackup(): void {
-    const b = requireModel();
-    b.state.saveBackup();
-    b.outer?.saveBackup();
+    saveBackupOf(requireModel());
   },
 
   /** Return to the state of the last `saveBackup` (after a failed step). */
@@ -371,29 +406,8 @@ const api = {
     b.steps.stateChanged();
   },
 
-  /**
-   * Local sync mode, at an outer step: this rank's part of the pseudo-gradient, (θ_committed − θ_live)
-   * · `weight`, with θ_committed read from the backup (the outer step's starting state). Transferred.
-   */
-  async pseudoGradient(weight: number): Promise<ArrayBuffer> {
-    const b = requireOuter();
-    const [committed, local] = await Promise.all([b.state.readBackupParams(), b.model.readParams()]);
-    const delta = b.outer.pseudoGradient(committed, local, weight);
-    return Comlink.transfer(delta.buffer as ArrayBuffer, [delta.buffer as ArrayBuffer]);
-  },
-
-  /**
-   * Local sync mode: the outer (Nesterov) step with the allreduced pseudo-gradient `sum`; the new
-   * committed parameters become the live ones (the inner optimizer's moments stay this rank's own).
-   * Resolves to the committed-state hash every rank must report.
-   */
-  applyOuter(sum: ArrayBuffer): string {
-    const b = requireOuter();
-    const params = b.outer.step(new Float32Array(sum));
-    b.state.writeParams(params);
-    b.steps.stateChanged();
-    return stateHash(params, b.outer.momentum);
-  },
+  /** Local sync mode's outer step (outer-calls.ts): pseudo-gradient, Nesterov step and undo, and the overlapped calls. */
+  ...outerCalls(() => requireOuter()),
 
   /**
    * Local sync mode, after `applyOuter`, when the job verifies: the commit point's sketches (the live

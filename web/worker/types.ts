@@ -2,7 +2,7 @@
  * What crosses the boundary between the page (main thread) and the training worker (Comlink).
  * Everything here is structured-clonable; big arrays travel as transferred ArrayBuffers.
  */
-import type { OptimizerSpec } from '../../core/training/job';
+import type { KernelsSpec, OptimizerSpec } from '../../core/training/job';
 import type { StepSketches } from '../../core/state/sketch';
 import type { OuterOptimizer } from './outer-step';
 import type { ModelSpec } from '../../core/training/model-spec';
@@ -49,6 +49,19 @@ export interface BuildModelOptions {
   seed: number;
   /** Local sync mode's outer optimizer (the worker then keeps an outer momentum); absent: every-step mode. */
   outer?: OuterOptimizer;
+  /** The job's kernel precision (default 'f32'); the variants are those `chooseKernels` chose for these shapes. */
+  precision?: KernelsSpec['precision'];
+}
+
+/** What `chooseKernels` tunes for: the model the page will build, and the job's kernel settings. */
+export interface KernelOptions {
+  model: string | ModelSpec;
+  optimizer: OptimizerSpec;
+  /** The `maxBatch` the model will be built with (the shapes timed). */
+  maxBatch: number;
+  precision: KernelsSpec['precision'];
+  /** When to tune (`job.kernels.tune`). */
+  tune: KernelsSpec['tune'];
 }
 
 export interface ModelSummary {

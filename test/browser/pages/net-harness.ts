@@ -1,6 +1,6 @@
 /**
  * Test harness page for the WebRTC collectives: exposes `window.netHarness` so a Playwright test can
- * drive real tabs (form a ring, allreduce, broadcast, measure the raw channel) and read plain-JSON
+ * drive real tabs (form a ring, allreduce, broadcast, measure the raw channel, probe the transport) and read plain-JSON
  * results. Inputs are generated here from seeds with the same generator the test uses in Node, so
  * megabytes never cross the CDP connection except the one result the test checks byte for byte.
  */
@@ -14,6 +14,9 @@ import { DEFAULT_HIGH_WATER_BYTES } from '../../../web/net/paced-sender';
 import { PeerMesh, type PeerMeshEvent } from '../../../web/net/peer-mesh';
 import { ringAllreduce, type WireCompression } from '../../../web/net/ring-allreduce';
 import { mulberry32, randomArray } from '../../support/rng';
+import { probe } from './rtc-probe';
+import { StripedLink } from '../../../web/net/striped-link';
+import type { StripeSetting } from '../../../web/net/stripe-policy';
 
 export interface HarnessError {
   name: string;
@@ -36,6 +39,8 @@ export interface AllreduceParams {
   startAt?: number;
   /** Return the result bytes (base64); else only their hash. */
   returnData?: boolean;
+  /** Run on the ring of the extra mesh of this name (`openExtra`), not the main one. */
+  ring?: string;
   highWaterBytes?: number;
 }
 
@@ -101,6 +106,9 @@ class ReceiveCounter {
 let mesh: PeerMesh | null = null;
 let rawMesh: PeerMesh | null = null;
 let ring: Ring | null = null;
+/** Further meshes with rings of their own (other stripe counts side by side in one page: bench:net's lossy part). */
+const extraMeshes = new Map<string, PeerMesh>();
+const extraRings = new Map<string, Ring>();
 let running: Promise<Outcome<AllreduceResult>> | null = null;
 let counter: ReceiveCounter | null = null;
 const events: PeerMeshEvent[] = [];
@@ -122,6 +130,8 @@ const harness = {
     secure?: boolean;
     path?: string;
     rtcConfig?: RTCConfiguration;
+    /** Stripes per neighbour (web/net/stripe-policy.ts); default the mesh's. */
+    stripes?: StripeSetting;
   }): Promise<void> {
     signaling = { host: opts.host, port: opts.port, secure: opts.secure, path: opts.path, rtcConfig: opts.rtcConfig };
     lowWaterBytes = opts.lowWaterBytes;
@@ -133,8 +143,28 @@ const harness = {
       path: opts.path,
       rtcConfig: opts.rtcConfig,
       link: { bufferedAmountLowThreshold: lowWaterBytes },
+      stripes: opts.stripes,
     });
     mesh.on((event) => events.push(event));
+  },
+
+  /** A further mesh `name` registered as `id` with its own stripe setting, on the main mesh's signaling server. */
+  async openExtra(name: string, id: string, stripes?: StripeSetting): Promise<void> {
+    extraMeshes.set(
+      name,
+      await PeerMesh.open({ id, ...signaling!, link: { bufferedAmountLowThreshold: lowWaterBytes }, stripes }),
+    );
+  },
+
+  async ringExtra(name: string, members: string[], timeoutMs = 20_000): Promise<void> {
+    extraRings.set(name, await extraMeshes.get(name)!.ring(members, { timeoutMs }));
+  },
+
+  /** The stripes (peer connections) of this tab's ring links (left, then right if another link). */
+  stripes(name?: string): number[] {
+    const r = name === undefined ? ring : (extraRings.get(name) ?? null);
+    const links = r ? [...new Set([r.left, r.right])] : [];
+    return links.flatMap((l) => (l instanceof StripedLink ? [l.stripeCount] : []));
   },
 
   events(): PeerMeshEvent[] {
@@ -149,7 +179,7 @@ const harness = {
   },
 
   async allreduce(params: AllreduceParams): Promise<Outcome<AllreduceResult>> {
-    const r = ring!;
+    const r = params.ring === undefined ? ring! : extraRings.get(params.ring)!;
     const data = randomArray(mulberry32(params.seed * 1000 + r.rank), params.n, -1, 1);
     await waitUntil(params.startAt);
     const startAt = now();
@@ -229,6 +259,7 @@ const harness = {
       id: `${selfId}-raw`,
       ...signaling!,
       link: { bufferedAmountLowThreshold: lowWaterBytes },
+      stripes: 1, // one data channel: what "raw" compares against
     });
     await rawMesh.connect((Array.isArray(peerIds) ? peerIds : [peerIds]).map((p) => `${p}-raw`));
   },
@@ -279,10 +310,16 @@ const harness = {
     });
   },
 
+  /** Raw RTCPeerConnection probes of the transport itself (bench:net `diagnose`; ./rtc-probe.ts). */
+  probe,
+
   close(): void {
     counter?.stop();
     rawMesh?.destroy();
     mesh?.destroy();
+    for (const m of extraMeshes.values()) m.destroy();
+    extraMeshes.clear();
+    extraRings.clear();
     rawMesh = null;
     mesh = null;
   },

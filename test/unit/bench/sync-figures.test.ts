@@ -5,13 +5,14 @@
  */
 import { describe, expect, it } from 'vitest';
 import {
+  boundarySteps,
   busyMs,
   type Commit,
   formulaBytesPerSample,
   type Report,
   windowFigures,
 } from '../../../bench/lib/sync-figures';
-import { parseConfig } from '../../../bench/lib/sync-configs';
+import { configName, parseConfig, syncField, withoutOverlap } from '../../../bench/lib/sync-configs';
 
 /** Local H = 4: inner steps every 100 ms, the commit point's report 1,000 ms after the previous one. */
 function localReports(firstStep: number, steps: number, start: number): Report[] {
@@ -59,6 +60,37 @@ describe('bench:sync figures', () => {
     // Nothing committed: zero samples/s, no span, no bytes per sample.
     const none = windowFigures([], tabs, 0, 1000, 3000);
     expect([none.samplesPerSec, none.spanSamplesPerSec, none.reportedBytesPerSample]).toEqual([0, null, null]);
+  });
+
+  it('overlapped outer steps: the gap before a group’s first step holds the sync, and outer reports count bytes only', () => {
+    // H = 4: the commit point's report goes out at once; the next step waits 1,000 ms for the previous
+    // outer step; each commit point's outer report (its bytes) goes out meanwhile.
+    const reports: Report[] = [];
+    let at = 0;
+    for (let step = 1; step <= 8; step++) {
+      at += step === 5 ? 1000 : 100;
+      reports.push({ step, samples: 43, computeMs: 90, wireBytes: 0, at });
+      if (step % 4 === 0) reports.push({ step, samples: 0, computeMs: 0, wireBytes: 1000, at: at + 50, outer: true });
+    }
+    const boundaries = boundarySteps([4, 8], true);
+    expect([...boundaries]).toEqual([5, 9]);
+    // Gaps after the first report: 100 ×3, (1000 → 100), 100 ×3 = 700; the outer reports are no steps.
+    expect(busyMs(reports, boundaries, 0, at)).toBe(700);
+    // Without overlap the same boundaries are the commit points.
+    expect([...boundarySteps([4, 8], false)]).toEqual([4, 8]);
+    const commits: Commit[] = [{ step: 4, count: 172, committedAt: 900, worldSize: 3 }];
+    const f = windowFigures(commits, [reports], 0, 0, 2000, true);
+    // The bytes are the outer report's, over the commit's samples.
+    expect(f.reportedBytesPerSample).toBeCloseTo(1000 / 172, 9);
+    expect(parseConfig('overlap32:int8')).toEqual({
+      mode: 'local',
+      innerSteps: 32,
+      compression: 'int8',
+      overlap: true,
+    });
+    expect(syncField(parseConfig('overlap32:int8'))).toMatchObject({ mode: 'local', innerSteps: 32, overlap: true });
+    expect(configName(parseConfig('overlap32:int8'))).toBe('overlapped H=32 int8');
+    expect(withoutOverlap(parseConfig('overlap32:int8'))).toEqual(parseConfig('local32:int8'));
   });
 
   it('the ring formula: fp32 every step against int8 every 32 steps', () => {

@@ -12,6 +12,28 @@ import { mulberry32 } from '../../support/rng';
 
 const HASH = '0123456789abcdef'.repeat(4);
 
+/** Hellos whose kernels report a coordinator must refuse: it is a claim from a tab, bounded like any. */
+function badKernels(): [string, string, string][] {
+  const hello = validClient[1] as Extract<ClientMessage, { type: 'hello' }>;
+  const kernels = hello.kernels!;
+  const with_ = (patch: Record<string, unknown>) => JSON.stringify({ ...hello, kernels: { ...kernels, ...patch } });
+  const variant = { family: 'matmul', variant: 'x' };
+  return [
+    ['a kernels report with an unknown source', with_({ source: 'guessed' }), 'bad_message'],
+    ['a kernels report with an unknown field', with_({ admin: true }), 'bad_message'],
+    ['a kernels report with 9 variants', with_({ variants: Array(9).fill(variant) }), 'bad_message'],
+    [
+      'a variant name of 65 characters',
+      with_({ variants: [{ family: 'matmul', variant: 'x'.repeat(65) }] }),
+      'bad_message',
+    ],
+    ['negative GFLOP/s', with_({ gflops: -1 }), 'bad_message'],
+    ['GFLOP/s beyond 1e7', with_({ gflops: 2e7 }), 'bad_message'],
+    ['an unknown feature', with_({ features: ['timestamp-query'] }), 'bad_message'],
+    ['a tuning of an hour', with_({ tuneMs: 3_600_000 }), 'bad_message'],
+  ];
+}
+
 const validClient: ClientMessage[] = [
   {
     v: 1,
@@ -33,6 +55,17 @@ const validClient: ClientMessage[] = [
     haveStep: 12,
     haveHash: HASH,
     pending: { step: 13, hash: HASH },
+    kernels: {
+      source: 'tuned',
+      precision: 'f16',
+      variants: [
+        { family: 'matmul', variant: '4x4 wgmem wg16x16 tk16' },
+        { family: 'optimizer', variant: 'wg256 x4' },
+      ],
+      gflops: 812.5,
+      tuneMs: 2300,
+      features: ['subgroups', 'shader-f16'],
+    },
   },
   { v: 1, type: 'heartbeat', runId: 'run-1', workerId: 'w1-abc' },
   { v: 1, type: 'ready', runId: 'run-1', workerId: 'w1-abc', round: 3 },
@@ -59,6 +92,17 @@ const validClient: ClientMessage[] = [
     peer: 'w2-def',
   },
   { v: 1, type: 'goodbye', runId: 'run-1', workerId: 'w1-abc' },
+  {
+    v: 1,
+    type: 'outer_report',
+    runId: 'run-1',
+    workerId: 'w1-abc',
+    round: 3,
+    rank: 1,
+    step: 16,
+    hash: HASH,
+    wireBytes: 0,
+  },
 ];
 
 const validServer: ServerMessage[] = [
@@ -125,6 +169,16 @@ describe('parseClientMessage', () => {
       'bad_message',
     ],
     ['a hello without adapter fields', JSON.stringify({ ...validClient[0], adapter: { vendor: 'x' } }), 'bad_message'],
+    ...badKernels(),
+    ...(() => {
+      const outer = validClient.find((m) => m.type === 'outer_report')!;
+      return [
+        ['an outer report without its hash', JSON.stringify({ ...outer, hash: undefined }), 'bad_message'],
+        ['an outer report with samples', JSON.stringify({ ...outer, samples: 3 }), 'bad_message'],
+        ['an outer report of negative bytes', JSON.stringify({ ...outer, wireBytes: -1 }), 'bad_message'],
+        ['an outer report of step 0', JSON.stringify({ ...outer, step: 0 }), 'bad_message'],
+      ] as [string, string, string][];
+    })(),
   ];
   for (const [name, text, code] of bad) {
     it(`rejects ${name} as ${code}`, () => {
@@ -182,6 +236,91 @@ describe('parseServerMessage', () => {
       code: 'bad_message',
     });
   });
+});
+
+describe('holes and carries in round and committed', () => {
+  const round = validServer[2] as Extract<ServerMessage, { type: 'round' }>;
+  const committed = validServer.find((m) => m.type === 'committed')!;
+  // The round's two ranks carry slots 0 and 2 of a split of three on (slot 1 was lost).
+  const carry = { shares: [0.25, 0.25, 0.5], slots: [0, 2], reported: [17, 16] };
+
+  it('accepts holes below the cursor and a carry that fits the round', () => {
+    const withHoles = {
+      ...round,
+      cursor: 100,
+      holes: [
+        [2, 5],
+        [40, 41],
+      ],
+    };
+    expect(parseServerMessage(JSON.stringify(withHoles))).toEqual({ ok: true, msg: withHoles });
+    const carried = { ...round, carry };
+    expect(parseServerMessage(JSON.stringify(carried))).toEqual({ ok: true, msg: carried });
+    // An overlapped job's carry of two groups, the second planned without the first's lost slices.
+    const two = { ...round, cursor: 100, holes: [[2, 4]], carry: { ...carry, through: 22, deferred: [[2, 4]] } };
+    expect(parseServerMessage(JSON.stringify(two))).toEqual({ ok: true, msg: two });
+    const drain = { ...committed, drain: true };
+    expect(parseServerMessage(JSON.stringify(drain))).toEqual({ ok: true, msg: drain });
+    const done = { ...committed, cursor: 1920, holes: [[0, 64]] };
+    expect(parseServerMessage(JSON.stringify(done))).toEqual({ ok: true, msg: done });
+  });
+
+  const bad: [string, unknown][] = [
+    ['a hole past the cursor', { ...round, cursor: 10, holes: [[8, 12]] }],
+    [
+      'overlapping holes',
+      {
+        ...round,
+        cursor: 100,
+        holes: [
+          [2, 6],
+          [5, 9],
+        ],
+      },
+    ],
+    [
+      'holes out of order',
+      {
+        ...round,
+        cursor: 100,
+        holes: [
+          [20, 30],
+          [2, 6],
+        ],
+      },
+    ],
+    ['an empty hole', { ...round, cursor: 100, holes: [[4, 4]] }],
+    ['a hole that is no pair', { ...round, cursor: 100, holes: [[4, 5, 6]] }],
+    [
+      'more holes than MAX_HOLES',
+      { ...round, cursor: 10_000, holes: Array.from({ length: 1025 }, (_, i) => [3 * i, 3 * i + 1]) },
+    ],
+    ['a carry with a slot per rank missing', { ...round, carry: { ...carry, slots: [0] } }],
+    ['a carry with one slot twice', { ...round, carry: { ...carry, slots: [2, 2] } }],
+    ['a carry whose slot is outside its split', { ...round, carry: { ...carry, slots: [0, 3] } }],
+    ['a carry with a report mark per rank missing', { ...round, carry: { ...carry, reported: [17] } }],
+    ['a carry through a step before the round’s', { ...round, carry: { ...carry, through: 14 } }],
+    [
+      'a carry with deferred holes out of order',
+      {
+        ...round,
+        carry: {
+          ...carry,
+          deferred: [
+            [9, 12],
+            [2, 4],
+          ],
+        },
+      },
+    ],
+    ['a committed that drains with false', { ...committed, drain: false }],
+    ['a committed with a hole past its cursor', { ...committed, cursor: 10, holes: [[9, 11]] }],
+  ];
+  for (const [name, msg] of bad) {
+    it(`rejects ${name}`, () => {
+      expect(parseServerMessage(JSON.stringify(msg))).toMatchObject({ ok: false, code: 'bad_message' });
+    });
+  }
 });
 
 describe('checkpointPath', () => {

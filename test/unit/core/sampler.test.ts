@@ -1,23 +1,31 @@
+/**
+ * The sampler: epoch orders, the split of a step across ranks (`assignStep`) and the record (cursor,
+ * holes, processed bitset) under commits, partial commits, rollbacks and churn. Where the positions
+ * of a group lie is tested in groups.test.ts.
+ */
 import { describe, expect, it } from 'vitest';
 import {
   assignStep,
+  jobDone,
+  mergeRanges,
+  positionAfterGroup,
+  slotsRanges,
+  type PositionRange,
+  type StepPlan,
+} from '../../../core/training/groups';
+import {
   base64ToBytes,
   bytesToBase64,
-  commitStep,
+  commitGroup,
   emptyRecord,
   epochOrder,
-  indicesForRank,
-  isCommitPoint,
-  nextCommitPoint,
-  positionAfter,
+  groupAt,
   processedIndices,
+  recordPosition,
   remaining,
   rollbackTo,
-  stepPosition,
-  stepSize,
-  totalSteps,
+  withHoles,
   type SamplerRecord,
-  type StepPlan,
 } from '../../../core/training/sampler';
 import { mulberry32, randomInt } from '../../support/rng';
 
@@ -73,47 +81,6 @@ describe('epochOrder', () => {
   });
 });
 
-describe('steps of an epoch', () => {
-  const plan: StepPlan = { datasetSize: 10, globalBatch: 3, epochs: 2, commitEvery: 3 };
-
-  it('consumes the order globalBatch positions at a time; the last step is short', () => {
-    expect([0, 3, 6, 9, 10].map((c) => stepSize(c, 10, 3))).toEqual([3, 3, 3, 1, 0]);
-    expect([1, 2, 3, 4, 5, 8].map((s) => stepPosition(s, plan))).toEqual([
-      { epoch: 0, cursor: 0, count: 3 },
-      { epoch: 0, cursor: 3, count: 3 },
-      { epoch: 0, cursor: 6, count: 3 },
-      { epoch: 0, cursor: 9, count: 1 },
-      { epoch: 1, cursor: 0, count: 3 },
-      { epoch: 1, cursor: 9, count: 1 },
-    ]);
-    expect(totalSteps(plan)).toBe(8);
-    expect([0, 1, 3, 4, 7, 8].map((s) => positionAfter(s, plan))).toEqual([
-      { epoch: 0, cursor: 0 },
-      { epoch: 0, cursor: 3 },
-      { epoch: 0, cursor: 9 },
-      { epoch: 1, cursor: 0 },
-      { epoch: 1, cursor: 9 },
-      { epoch: 2, cursor: 0 },
-    ]);
-  });
-
-  it('commits every commitEvery steps, at epoch ends and at the job end', () => {
-    const points = Array.from({ length: 8 }, (_, i) => i + 1).filter((s) => isCommitPoint(s, plan));
-    // Counted within each epoch of 4 steps: the 3rd step of each, and each epoch's end.
-    expect(points).toEqual([3, 4, 7, 8]);
-    for (let committed = 0; committed < 8; committed++) {
-      const reference = points.find((p) => p > committed);
-      expect(nextCommitPoint(committed, plan)).toBe(reference);
-    }
-    const odd: StepPlan = { datasetSize: 95, globalBatch: 10, epochs: 3, commitEvery: 4 };
-    for (let committed = 0; committed < totalSteps(odd); committed++) {
-      let k = committed + 1;
-      while (!isCommitPoint(k, odd)) k++;
-      expect(nextCommitPoint(committed, odd)).toBe(k);
-    }
-  });
-});
-
 describe('assignStep', () => {
   it('splits a step into contiguous, disjoint slices covering it exactly, for world sizes 1..7 and random shares', () => {
     const rand = mulberry32(1);
@@ -153,29 +120,6 @@ describe('assignStep', () => {
   });
 });
 
-describe('indicesForRank', () => {
-  it('gives ranks disjoint slices whose union is the step, whatever the world: a world change moves samples between ranks, never out of the step', () => {
-    const rand = mulberry32(2);
-    const n = 257;
-    const globalBatch = 32;
-    const order = epochOrder(3, 0, n);
-    for (let cursor = 0; cursor < n; cursor += globalBatch) {
-      const stepIndices = Array.from(order.subarray(cursor, cursor + globalBatch)).sort((a, b) => a - b);
-      for (let world = 1; world <= 7; world++) {
-        const shares = randomShares(rand, world);
-        const union: number[] = [];
-        for (let rank = 0; rank < world; rank++)
-          union.push(...indicesForRank(order, cursor, globalBatch, shares, rank));
-        expect(union.sort((a, b) => a - b)).toEqual(stepIndices);
-      }
-    }
-  });
-
-  it('rejects a rank outside the world', () => {
-    expect(() => indicesForRank(epochOrder(1, 0, 10), 0, 4, [1, 1], 2)).toThrow(/rank 2/);
-  });
-});
-
 describe('the sampler record', () => {
   it('encodes the bitset as standard base64 (checked against Node Buffer)', () => {
     const rand = mulberry32(3);
@@ -188,112 +132,150 @@ describe('the sampler record', () => {
     expect(() => base64ToBytes('ab$=')).toThrow();
   });
 
-  it('marks exactly the consumed prefix of the order as processed; remaining is the rest, in order', () => {
-    const n = 50;
-    const order = epochOrder(9, 0, n);
-    let record = emptyRecord(n);
-    for (const count of [7, 7, 0, 13]) record = commitStep(record, order, count);
-    expect(record.cursor).toBe(27);
-    expect(record.processedCount).toBe(27);
-    expect(processedIndices(record)).toEqual(Array.from(order.subarray(0, 27)).sort((a, b) => a - b));
-    expect(Array.from(remaining(record, order))).toEqual(Array.from(order.subarray(27)));
+  const plan: StepPlan = { datasetSize: 50, globalBatch: 7, epochs: 2, commitEvery: 2 };
+
+  /** The indices of `ranges` of `order`, sorted. */
+  const sorted = (order: Uint32Array, ranges: PositionRange[]) =>
+    ranges.flatMap(([s, e]) => Array.from(order.subarray(s, e))).sort((a, b) => a - b);
+
+  it('marks exactly the committed positions; remaining is the holes, then the tail', () => {
+    const order = epochOrder(9, 0, plan.datasetSize);
+    let record = emptyRecord(plan.datasetSize);
+    record = commitGroup(record, order, groupAt(record, 1, plan));
+    expect({ cursor: record.cursor, holes: record.holes, processedCount: record.processedCount }).toEqual({
+      cursor: 14,
+      holes: [],
+      processedCount: 14,
+    });
+    // A partial commit: slot 1 of three equal slots is lost in both steps.
+    const group = groupAt(record, 3, plan);
+    const lost = slotsRanges(group, [1, 1, 1], [1]);
+    expect(lost).toEqual([
+      [17, 19],
+      [24, 26],
+    ]);
+    record = commitGroup(record, order, group, lost);
+    expect({ cursor: record.cursor, holes: record.holes, processedCount: record.processedCount }).toEqual({
+      cursor: 28,
+      holes: lost,
+      processedCount: 24,
+    });
+    const processed = mergeRanges([
+      [0, 17],
+      [19, 24],
+      [26, 28],
+    ]);
+    expect(processedIndices(record)).toEqual(sorted(order, processed));
+    expect(Array.from(remaining(record, order))).toEqual([
+      ...order.subarray(17, 19),
+      ...order.subarray(24, 26),
+      ...order.subarray(28),
+    ]);
   });
 
-  it('moves to the next epoch with an empty set when the epoch is consumed', () => {
+  it('moves to the next epoch with an empty set when tail and holes are consumed', () => {
+    const p: StepPlan = { datasetSize: 10, globalBatch: 4, epochs: 2, commitEvery: 3 };
     const order = epochOrder(9, 0, 10);
-    const record = commitStep(commitStep(emptyRecord(10), order, 6), order, 4);
+    let record = emptyRecord(10);
+    const group = groupAt(record, 1, p);
+    record = commitGroup(record, order, group, [[5, 6]]);
+    expect(record).toMatchObject({ epoch: 0, cursor: 10, holes: [[5, 6]], processedCount: 9 });
+    record = commitGroup(record, order, groupAt(record, 4, p));
     expect(record).toEqual({ ...emptyRecord(10), epoch: 1 });
   });
 
-  it('refuses to run past the epoch or to process an index twice', () => {
-    const order = epochOrder(9, 0, 10);
-    expect(() => commitStep(emptyRecord(10), order, 11)).toThrow(/exceed/);
-    const forged: SamplerRecord = {
-      ...emptyRecord(10),
-      cursor: 0,
-      processed: commitStep(emptyRecord(10), order, 3).processed,
-    };
-    expect(() => commitStep(forged, order, 2)).toThrow(/already processed/);
+  it('refuses a group that does not start at the record, lost positions outside it, or an index twice', () => {
+    const order = epochOrder(9, 0, plan.datasetSize);
+    const record = emptyRecord(plan.datasetSize);
+    const group = groupAt(record, 1, plan);
+    const moved = commitGroup(record, order, group);
+    expect(() => commitGroup(moved, order, group)).toThrow(/starts at/);
+    expect(() => commitGroup(record, order, group, [[20, 21]])).toThrow();
+    const forged: SamplerRecord = { ...record, processed: moved.processed };
+    expect(() => commitGroup(forged, order, group)).toThrow(/already processed/);
   });
 
-  it('rolls back to an earlier position exactly as the record was then', () => {
+  it('rolls back to an earlier position, holes included, exactly as the record was then', () => {
     const n = 40;
+    const p: StepPlan = { datasetSize: n, globalBatch: 3, epochs: 3, commitEvery: 2 };
     const order = epochOrder(5, 2, n);
     const snapshots: SamplerRecord[] = [];
     let record: SamplerRecord = { ...emptyRecord(n), epoch: 2 };
     for (let i = 0; i < 5; i++) {
       snapshots.push(record);
-      record = commitStep(record, order, 6);
+      const group = groupAt(record, 1 + 2 * i, p);
+      record = commitGroup(record, order, group, i % 2 === 1 ? slotsRanges(group, [1, 2], [0]) : []);
     }
-    for (const snap of snapshots) expect(rollbackTo(2, snap.cursor, order)).toEqual(snap);
+    expect(snapshots.some((snap) => snap.holes.length > 0)).toBe(true);
+    for (const snap of snapshots) expect(rollbackTo(recordPosition(snap), order)).toEqual(snap);
+  });
+
+  it('reads a record persisted before holes existed as one without holes', () => {
+    const { holes: _, ...old } = emptyRecord(10);
+    expect(withHoles(old)).toEqual(emptyRecord(10));
   });
 });
 
 /**
  * The intent of Horovod's test_elastic_sampler (record, commit, restore, sync, repartition across world
- * sizes) on our coordinator-kept record: random world changes, commits, failures (uncommitted work
- * lost) and rollbacks to checkpoints; every index is committed at most once per epoch at every moment
- * and exactly once per finished epoch.
+ * sizes) on our coordinator-kept record: random world changes, commits, partial commits (a lost slot's
+ * slices become holes), failures (uncommitted work lost) and rollbacks to checkpoints; every index is
+ * committed at most once per epoch at every moment and exactly once per finished epoch.
  */
 describe('record under churn (after Horovod test_elastic_sampler)', () => {
   for (const seed of [11, 12, 13]) {
-    it(`commits every index exactly once per epoch through random commits, failures, rollbacks and world changes (seed ${seed})`, () => {
+    it(`commits every index exactly once per epoch through random commits, partial commits, failures, rollbacks and world changes (seed ${seed})`, () => {
       const rand = mulberry32(seed);
-      const plan: StepPlan = { datasetSize: 103, globalBatch: 10, epochs: 3, commitEvery: 1 };
-      let record = emptyRecord(plan.datasetSize);
+      const p: StepPlan = { datasetSize: 103, globalBatch: 10, epochs: 3, commitEvery: 1 + (seed % 3) };
+      let record = emptyRecord(p.datasetSize);
       let committedStep = 0;
       // The commit log as the store keeps it: one row per commit, deleted on rollback.
       let log: { step: number; epoch: number; indices: number[] }[] = [];
       let checkpoint = { step: 0, record };
       let shares = [1];
-      let guard = 0;
-      while (committedStep < totalSteps(plan) && guard++ < 10000) {
+      let partials = 0;
+      for (let guard = 0; !jobDone(record, p) && guard < 10000; guard++) {
         const r = rand();
         if (r < 0.15) {
           shares = randomShares(rand, 1 + Math.floor(rand() * 7)); // world change: repartition
           continue;
         }
-        const step = committedStep + 1;
-        const { epoch, cursor, count } = stepPosition(step, plan);
-        expect(record.epoch).toBe(epoch);
-        expect(record.cursor).toBe(cursor);
-        const order = epochOrder(77, epoch, plan.datasetSize);
-        // Every rank computes its slice; together they are the step's positions.
-        const computed: number[] = [];
-        for (let rank = 0; rank < shares.length; rank++)
-          computed.push(...indicesForRank(order, cursor, plan.globalBatch, shares, rank));
-        expect(computed.slice().sort((a, b) => a - b)).toEqual(
-          Array.from(order.subarray(cursor, cursor + count)).sort((a, b) => a - b),
-        );
-        if (r < 0.25) continue; // a failure: the step is lost, the record does not move
+        const group = groupAt(record, committedStep + 1, p);
+        const order = epochOrder(77, record.epoch, p.datasetSize);
+        if (r < 0.25) continue; // a failure: the group is lost, the record does not move
         if (r < 0.3) {
           // every tab gone: roll back to the checkpoint
           record = checkpoint.record;
           committedStep = checkpoint.step;
           log = log.filter((row) => row.step <= checkpoint.step);
-          if (committedStep > 0) {
-            const at = positionAfter(committedStep, plan);
-            expect(rollbackTo(at.epoch, at.cursor, epochOrder(77, at.epoch, plan.datasetSize))).toEqual(record);
-          }
+          expect(rollbackTo(recordPosition(record), epochOrder(77, record.epoch, p.datasetSize))).toEqual(record);
           continue;
         }
-        record = commitStep(record, order, count);
-        committedStep = step;
-        log.push({ step, epoch, indices: computed });
-        if (rand() < 0.2) checkpoint = { step, record };
-        // At every moment: no index twice within an epoch.
-        for (let e = 0; e <= record.epoch && e < plan.epochs; e++) {
-          const all = log.filter((row) => row.epoch === e).flatMap((row) => row.indices);
-          expect(new Set(all).size).toBe(all.length);
-        }
+        // A partial commit loses a random slot, if there is more than one.
+        const lostSlot = shares.length > 1 && r < 0.5 ? randomInt(rand, 0, shares.length - 1) : null;
+        const slots = shares.map((_, slot) => slot).filter((slot) => slot !== lostSlot);
+        const lost = lostSlot === null ? [] : slotsRanges(group, shares, [lostSlot]);
+        const computed = slotsRanges(group, shares, slots).flatMap(([s, e]) => Array.from(order.subarray(s, e)));
+        const epoch = record.epoch;
+        record = commitGroup(record, order, group, lost);
+        expect(recordPosition(record)).toEqual(positionAfterGroup(group.start, group, lost, p.datasetSize));
+        partials += lost.length > 0 ? 1 : 0;
+        committedStep = group.lastStep;
+        log.push({ step: committedStep, epoch, indices: computed });
+        if (rand() < 0.2) checkpoint = { step: committedStep, record };
+        // At every moment: no index twice within an epoch, and the bitset is what the log committed.
+        const current = log.filter((row) => row.epoch === record.epoch).flatMap((row) => row.indices);
+        expect(new Set(current).size).toBe(current.length);
+        if (record.epoch === epoch) expect(processedIndices(record)).toEqual(current.sort((a, b) => a - b));
       }
-      expect(committedStep).toBe(totalSteps(plan));
-      for (let e = 0; e < plan.epochs; e++) {
+      expect(jobDone(record, p)).toBe(true);
+      expect(partials).toBeGreaterThan(1);
+      for (let e = 0; e < p.epochs; e++) {
         const all = log
           .filter((row) => row.epoch === e)
           .flatMap((row) => row.indices)
           .sort((a, b) => a - b);
-        expect(all).toEqual(Array.from({ length: plan.datasetSize }, (_, i) => i));
+        expect(all).toEqual(Array.from({ length: p.datasetSize }, (_, i) => i));
       }
     });
   }

@@ -6,7 +6,8 @@
  */
 import { describe, expect, it } from 'vitest';
 import { swiftshaderEnv } from '../../../node/gpu-env';
-import { epochOrder, indicesForRank } from '../../../core/training/sampler';
+import { assignStep } from '../../../core/training/groups';
+import { epochOrder } from '../../../core/training/sampler';
 import { checkedSlices } from '../../../coordinator/machine/checks';
 import { parseJobSpec } from '../../../core/training/job';
 import { GRADIENT_SKETCH_BUCKETS, PARAMS_SKETCH_BUCKETS } from '../../../core/state/sketch';
@@ -100,22 +101,39 @@ describe('checkedSlices', () => {
   it('gives each rank the indices the sampler gives it, for a step in the second epoch and a short last step', () => {
     const shares = world.map((w) => w.share);
     for (const step of [1, 12, 13]) {
-      const [{ slices, count }] = checkedSlices(s, { world, step, firstStep: step });
       const epoch = step > 11 ? 1 : 0;
       const cursor = ((step - 1) % 11) * 96;
+      // A verifying job never has holes: step s starts where the steps before it left the record.
+      const at = { epoch, cursor, holes: [] };
+      const [{ slices, count }] = checkedSlices(s, { world, step, firstStep: step, at });
       expect(count).toBe(step === 11 ? 1000 - 960 : Math.min(96, 1000 - cursor));
       expect(slices.reduce((a, x) => a + x.length, 0)).toBe(count);
       slices.forEach((slice, rank) => {
+        const expected = assignStep(cursor, count, shares)[rank];
         expect(Array.from(slice)).toEqual(
-          Array.from(indicesForRank(epochOrder(job.seed, epoch, 1000), cursor, 96, shares, rank)),
+          Array.from(epochOrder(job.seed, epoch, 1000).subarray(expected.start, expected.start + expected.count)),
         );
       });
     }
-    expect(checkedSlices(s, { world: [world[0]], step: 11, firstStep: 11 })[0].count).toBe(40);
+    const last = { epoch: 0, cursor: 960, holes: [] };
+    expect(checkedSlices(s, { world: [world[0]], step: 11, firstStep: 11, at: last })[0].count).toBe(40);
+    // With holes (the plan is the tabs'): holes first.
+    const holed = { epoch: 0, cursor: 960, holes: [[10, 20]] as [number, number][] };
+    const [withHoles] = checkedSlices(s, {
+      world: world.slice(0, 2).map((w) => ({ ...w, share: 1 })),
+      step: 11,
+      firstStep: 11,
+      at: holed,
+    });
+    expect(withHoles.count).toBe(50);
+    const order = epochOrder(job.seed, 0, 1000);
+    expect(Array.from(withHoles.slices[0])).toEqual(
+      Array.from(order.subarray(10, 20)).concat(Array.from(order.subarray(960, 975))),
+    );
   });
 
   it('gives every step of a local-mode commit, in order', () => {
-    const steps = checkedSlices(s, { world, step: 11, firstStep: 8 });
+    const steps = checkedSlices(s, { world, step: 11, firstStep: 8, at: { epoch: 0, cursor: 7 * 96, holes: [] } });
     expect(steps.map((x) => x.step)).toEqual([8, 9, 10, 11]);
     expect(steps.map((x) => x.count)).toEqual([96, 96, 96, 40]);
   });

@@ -4,6 +4,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { parseLinkProfile, NetbedError } from '../../../tools/netbed/netbed';
 import { NETBED_DEFAULT_JOB, parseNetbedSwarmOptions } from '../../../tools/netbed/netbed-swarm';
+import { homesNeeded, netbedSchedule } from '../../../tools/netbed/netbed-chaos';
+import { chaosSchedule } from '../../../tools/swarm/chaos-schedule';
 
 describe('link profiles', () => {
   it('reads "DELAY JITTER RATE LOSS" with or without units', () => {
@@ -37,12 +39,37 @@ describe('tabswarm swarm --netbed options', () => {
     expect(o.link).toEqual({ delayMs: 20, jitterMs: 0, rateMbit: 50, lossPercent: 0 });
     expect(o.job).toBe(NETBED_DEFAULT_JOB);
   });
-  it('refuses --url, chaos flags, unknown NAT kinds and bad counts', () => {
+  it('refuses --url, --throttle (the links are shaped), unknown NAT kinds and bad counts', () => {
     expect(() => parseNetbedSwarmOptions({ netbed: true, url: 'https://x' })).toThrow(/drop --url/);
-    expect(() => parseNetbedSwarmOptions({ netbed: true, crashEvery: '10' })).toThrow(/chaos flags/);
+    expect(() => parseNetbedSwarmOptions({ netbed: true, throttle: '100' })).toThrow(/--throttle does not combine/);
+    expect(() => parseNetbedSwarmOptions({ netbed: true, crashEvery: '0.5' })).toThrow(/--crash-every 0\.5/);
+    expect(() => parseNetbedSwarmOptions({ netbed: true, headlessWorkers: '65' })).toThrow(/--headless-workers 65/);
     expect(() => parseNetbedSwarmOptions({ netbed: true, nat: 'full-cone' })).toThrow(/--nat full-cone/);
     expect(() => parseNetbedSwarmOptions({ netbed: true, workers: '0' })).toThrow(/--workers 0/);
     expect(() => parseNetbedSwarmOptions({ netbed: true, job: '/no/such/job.json' })).toThrow(/--job \/no\/such/);
+  });
+  it('takes the chaos flags (no chaos without them) and headless workers beside or instead of tabs', () => {
+    expect(parseNetbedSwarmOptions({ netbed: true }).chaos).toBeNull();
+    const o = parseNetbedSwarmOptions({
+      netbed: true,
+      workers: '2',
+      headlessWorkers: '4',
+      crashEvery: '20',
+      joinEvery: '20',
+      seed: '11',
+    });
+    expect(o).toMatchObject({ workers: 2, headlessWorkers: 4 });
+    expect(o.chaos).toEqual({ seed: 11, closeEvery: 0, crashEvery: 20, hangEvery: 0, joinEvery: 20, hangFor: 10 });
+    expect(parseNetbedSwarmOptions({ netbed: true, headlessWorkers: '3' })).toMatchObject({
+      workers: 0,
+      headlessWorkers: 3,
+    });
+  });
+  it("plays the plain swarm's schedule and needs one home per member it can open", () => {
+    const chaos = { seed: 11, closeEvery: 0, crashEvery: 20, hangEvery: 0, joinEvery: 20, hangFor: 10 };
+    const schedule = netbedSchedule(chaos, 6, 60);
+    expect(schedule).toEqual(chaosSchedule({ ...chaos, workers: 6, duration: 60, maxTabs: 12 }));
+    expect(homesNeeded(6, schedule)).toBe(6 + schedule.filter((e) => e.kind === 'join').length);
   });
   it('validates --job as the coordinator would, and keeps the file as written', () => {
     const dir = mkdtempSync(join(tmpdir(), 'tabswarm-netbed-job-'));

@@ -6,8 +6,10 @@ import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import {
+  chaosOptionsOf,
   jobProblem,
   parseSwarmOptions,
+  type RawSwarmOptions,
   SwarmOptionsError,
   withCoordinatorUrl,
 } from '../../../tools/swarm/swarm-options';
@@ -192,7 +194,9 @@ describe('fail fast before any browser starts', () => {
     }) as typeof process.stderr.write);
     try {
       expect(await swarmMain({ url: deadUrl, workers: '0' })).toBe(1);
-      expect(written.join('')).toBe('tabswarm swarm: --workers 0: expected an integer in 1..64\n');
+      expect(written.join('')).toBe(
+        'tabswarm swarm: --workers 0: expected an integer in 1..64 (or 0 with --headless-workers)\n',
+      );
       written.length = 0;
       const started = performance.now();
       expect(await swarmMain({ url: deadUrl, seed: '1' })).toBe(1);
@@ -204,4 +208,45 @@ describe('fail fast before any browser starts', () => {
       spy.mockRestore();
     }
   });
+});
+
+describe('parseSwarmOptions: --headless-workers (headless workers beside the tabs)', () => {
+  it('mixes tabs and headless workers: both count for the schedule, the job check and the default join cap', () => {
+    const o = parseSwarmOptions({ url: 'http://127.0.0.1:8080', workers: '6', headlessWorkers: '10', seed: '1' });
+    expect(o).toMatchObject({ workers: 6, headlessWorkers: 10, maxTabs: 32 });
+    expect(chaosOptionsOf(o).workers).toBe(16);
+    expect(jobProblem(o, { minWorkers: 16 })).toBeNull();
+    expect(jobProblem(o, { minWorkers: 17 })).toMatch(/--workers 6 \+ --headless-workers 10: no round would start/);
+  });
+
+  it('runs headless workers alone (no tab, no Chromium) when --workers is left out', () => {
+    const o = parseSwarmOptions({ url: 'http://127.0.0.1:8080', headlessWorkers: '64' });
+    expect(o).toMatchObject({ workers: 0, headlessWorkers: 64 });
+    expect(chaosOptionsOf(o).workers).toBe(64);
+  });
+
+  it('keeps today’s default of two tabs and no headless worker', () => {
+    expect(parseSwarmOptions({ url: 'http://127.0.0.1:8080' })).toMatchObject({ workers: 2, headlessWorkers: 0 });
+  });
+
+  const refused: [string, RawSwarmOptions, RegExp][] = [
+    ['a negative count', { headlessWorkers: '-1' }, /--headless-workers -1: expected an integer in 0\.\.128/],
+    ['too many', { headlessWorkers: '129' }, /--headless-workers 129/],
+    ['a fraction', { headlessWorkers: '1.5' }, /--headless-workers 1\.5/],
+    [
+      'no tab and no headless worker',
+      { workers: '0' },
+      /--workers 0: expected an integer in 1\.\.64 \(or 0 with --headless-workers\)/,
+    ],
+    [
+      'max-tabs below both together',
+      { workers: '2', headlessWorkers: '3', maxTabs: '4' },
+      /--max-tabs 4: expected an integer in 5\.\./,
+    ],
+  ];
+  for (const [name, raw, message] of refused) {
+    it(`refuses ${name}`, () => {
+      expect(() => parseSwarmOptions({ url: 'http://127.0.0.1:8080', ...raw })).toThrow(message);
+    });
+  }
 });

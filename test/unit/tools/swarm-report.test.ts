@@ -265,6 +265,8 @@ describe('summarizeAudit', () => {
       neverCommitted: never === null ? null : [],
       neverCommittedCount: never,
       discontinuities: disc,
+      skipped: 0,
+      holesLeft: 0,
     });
     const audit: AuditReport = {
       runId: 'r',
@@ -322,6 +324,7 @@ describe('report text', () => {
       url: 'http://127.0.0.1:8080',
       seed: 7,
       workers: 3,
+      headlessWorkers: 0,
       durationS: 30,
       elapsedS: 30.2,
       warmupS: 9.5,

@@ -49,6 +49,9 @@ async function sha256Hex(bytes: Uint8Array): Promise<string> {
   return Array.from(new Uint8Array(digest), (b) => b.toString(16).padStart(2, '0')).join('');
 }
 
+/** The part of Cache Storage's `Cache` the dataset download uses (a Node process brings its own). */
+export type DatasetCache = Pick<Cache, 'match' | 'put' | 'delete'>;
+
 /** Cache Storage exists only in secure contexts (and not in some private modes); work without it. */
 export async function openCache(): Promise<Cache | undefined> {
   try {
@@ -63,7 +66,7 @@ export async function openCache(): Promise<Cache | undefined> {
  * a corrupt entry is dropped, so it is fetched again rather than trained on.
  */
 async function verifiedFromCache(
-  cache: Cache | undefined,
+  cache: DatasetCache | undefined,
   key: string,
   bytes: number,
   sha256: string,
@@ -81,7 +84,7 @@ async function verifiedFromCache(
  * or disabled cache only costs a download next time, so failures here are not errors.
  */
 async function storeInCache(
-  cache: Cache | undefined,
+  cache: DatasetCache | undefined,
   url: string,
   key: string,
   data: Uint8Array,
@@ -128,14 +131,17 @@ export async function fetchDatasetMetadata(baseUrl = ''): Promise<unknown> {
 /**
  * Load the dataset served at `baseUrl` (the coordinator's origin; '' for this page's origin).
  * `onProgress` is called as bytes arrive; `metadata` is `GET /api/dataset`'s answer when already fetched.
+ * `cache` is where verified files are kept between runs: default the browser's Cache Storage; a Node
+ * process passes its own (headless/dataset-cache.ts), or null for none.
  */
 export async function fetchDataset(
   baseUrl = '',
   onProgress?: (p: DatasetProgress) => void,
   metadata?: unknown,
+  cache?: DatasetCache | null,
 ): Promise<DatasetBytes> {
   const meta = checkMetadata(metadata ?? (await fetchDatasetMetadata(baseUrl)));
-  const cache = await openCache();
+  const store = cache === undefined ? await openCache() : (cache ?? undefined);
   const progress: DatasetProgress = {
     loadedBytes: 0,
     totalBytes: FILE_KEYS.reduce((s, k) => s + meta.files[k].bytes, 0),
@@ -146,10 +152,11 @@ export async function fetchDataset(
     const file = meta.files[key];
     progress.file = key;
     onProgress?.({ ...progress });
-    const absolute = new URL(`${baseUrl}${file.url}`, location.href);
+    // An absolute `baseUrl` needs no page to resolve against (a Node process has no `location`).
+    const absolute = new URL(`${baseUrl}${file.url}`, globalThis.location?.href);
     const cacheKey = new URL(absolute);
     cacheKey.searchParams.set('sha256', file.sha256);
-    let data = await verifiedFromCache(cache, cacheKey.href, file.bytes, file.sha256);
+    let data = await verifiedFromCache(store, cacheKey.href, file.bytes, file.sha256);
     if (data) {
       progress.loadedBytes += data.byteLength;
       progress.cachedBytes += data.byteLength;
@@ -165,7 +172,7 @@ export async function fetchDataset(
         throw new Error(`dataset ${key}: received ${data.byteLength} bytes, expected ${file.bytes}`);
       if ((await sha256Hex(data)) !== file.sha256)
         throw new Error(`dataset ${key}: SHA-256 does not match the coordinator's`);
-      await storeInCache(cache, absolute.href, cacheKey.href, data, {
+      await storeInCache(store, absolute.href, cacheKey.href, data, {
         'Content-Type': 'application/octet-stream',
         ETag: file.etag,
       });

@@ -13,6 +13,9 @@ import { addUsage } from '../../../../coordinator/machine/utilization';
 import type { CommitRow } from '../../../../coordinator/runtime/store';
 import { formatBytesPerSample, syncLabel } from '../../../../web/admin/format';
 
+/** The feed's worker rows are feed-workers.test.ts's business: none here. */
+const NO_WORKERS = { seq: 0, rows: [] };
+
 function commit(step: number): CommitRecord {
   return {
     step,
@@ -46,23 +49,24 @@ describe('the admin feed and usage', () => {
 
     // The stored rows of steps 1 and 2.
     const rows: CommitRow[] = [1, 2].map((step) => ({ ...commit(step), rolledBack: false, committedAt: 900 + step }));
-    const snap = projection.snapshot('run-u', state, rows, [], 1200);
+    const snap = projection.snapshot('run-u', state, rows, [], 1200, NO_WORKERS);
     expect(snap.commits.map((c) => c.usage)).toEqual([usage, { utilization: 0.5, bytesPerSample: 90 }]);
     expect(snap.job.sync).toEqual({
       mode: 'local',
       innerSteps: 32,
       outer: { kind: 'nesterov', lr: 0.7, momentum: 0.9 },
       compression: 'int8',
+      overlap: false,
     });
     expect(snap.status.usage.recent).toEqual(usage);
 
     projection.apply([{ kind: 'rollback_commits', afterStep: 1 }], 1300);
     // A new step 2 from a later round, recorded without usage: the old step 2's is not shown for it.
     projection.apply([{ kind: 'record_commit', commit: commit(2) }], 1400, null);
-    const after = projection.snapshot('run-u', state, rows, [], 1500);
+    const after = projection.snapshot('run-u', state, rows, [], 1500, NO_WORKERS);
     expect(after.commits.map((c) => c.usage)).toEqual([usage, null]);
     // A commit from before this process started has no usage.
-    const older = new FeedProjection(10, 100).snapshot('run-u', state, rows, [], 1500);
+    const older = new FeedProjection(10, 100).snapshot('run-u', state, rows, [], 1500, NO_WORKERS);
     expect(older.commits.map((c) => c.usage)).toEqual([null, null]);
   });
 
@@ -77,7 +81,7 @@ describe('the admin feed and usage', () => {
       rolledBack: false,
       committedAt: 1000 + step,
     }));
-    const snap = projection.snapshot('run-u', base, rows, [], 1100);
+    const snap = projection.snapshot('run-u', base, rows, [], 1100, NO_WORKERS);
     expect(snap.commits.map((c) => [c.step, c.usage])).toEqual([
       [2, usageOf(2)],
       [3, usageOf(3)],
@@ -89,6 +93,9 @@ describe('the admin feed and usage', () => {
   it('formats the sync line of both modes and bytes per sample', () => {
     expect(syncLabel(job.sync)).toBe('local, H = 32, int8, outer Nesterov lr 0.7 m 0.9');
     expect(syncLabel(parseJobSpec({}).sync)).toBe('every step, fp32');
+    expect(syncLabel({ ...job.sync, overlap: true } as typeof job.sync)).toBe(
+      'local, H = 32, int8, outer Nesterov lr 0.7 m 0.9, overlapped',
+    );
     expect(syncLabel(parseJobSpec({ sync: { mode: 'every-step', compression: 'fp16' } }).sync)).toBe(
       'every step, fp16',
     );

@@ -6,7 +6,8 @@ import { describe, expect, it } from 'vitest';
 import { auditRun } from '../../../../coordinator/admin/audit';
 import { parseJobSpec } from '../../../../core/training/job';
 import { initialState } from '../../../../coordinator/machine/machine';
-import { epochOrder } from '../../../../core/training/sampler';
+import { commitGroup, epochOrder, groupAt } from '../../../../core/training/sampler';
+import type { PositionRange } from '../../../../core/training/groups';
 import type { CommitRow } from '../../../../coordinator/runtime/store';
 
 const N = 40;
@@ -44,6 +45,95 @@ describe('auditRun', () => {
     expect(epoch.committed).toBe(25);
     // The machine's record saw none of these commits and is at step 0.
     expect(report).toMatchObject({ ok: false, recordAgrees: false, lastRowStep: 3, lastCommitStep: 0 });
+  });
+
+  it('replays partial commits: skipped positions are holes until a later row commits them first', () => {
+    // Step 1 commits [0, 10) but for [4, 6) (a lost rank's slice); step 2 takes the hole, then [10, 18).
+    const partial: CommitRow = {
+      ...row(1, 0, 8),
+      ranges: [
+        [0, 4],
+        [6, 10],
+      ],
+      skipped: [[4, 6]],
+    };
+    const serving: CommitRow = {
+      ...row(2, 10, 10),
+      ranges: [
+        [4, 6],
+        [10, 18],
+      ],
+    };
+    const order = epochOrder(state.job.seed, 0, N);
+    const plan = { datasetSize: N, globalBatch: 10, epochs: 2, commitEvery: 1 };
+    let record = commitGroup(state.record, order, groupAt(state.record, 1, plan), [[4, 6]]);
+    const afterPartial = { ...state, record, lastCommit: { ...state.lastCommit, step: 1 } };
+    expect(auditRun(afterPartial, [partial], 0)).toMatchObject({ ok: true, recordAgrees: true });
+    expect(auditRun(afterPartial, [partial], 0).epochs[0]).toMatchObject({ skipped: 2, holesLeft: 2 });
+    record = commitGroup(record, order, groupAt(record, 2, plan));
+    const afterServing = { ...state, record, lastCommit: { ...state.lastCommit, step: 2 } };
+    const report = auditRun(afterServing, [partial, serving], 0);
+    expect(report).toMatchObject({ ok: true, recordAgrees: true });
+    expect(report.epochs[0]).toMatchObject({ committed: 18, discontinuities: 0, holesLeft: 0 });
+  });
+
+  it('counts a row that does not serve the holes first as a discontinuity', () => {
+    const partial: CommitRow = {
+      ...row(1, 0, 8),
+      ranges: [
+        [0, 4],
+        [6, 10],
+      ],
+      skipped: [[4, 6]],
+    };
+    // Step 2 skips the hole and takes the tail: the hole would never be served.
+    const jumping: CommitRow = { ...row(2, 10, 10), ranges: [[10, 20]] as PositionRange[] };
+    expect(auditRun(state, [partial, jumping], 0).epochs[0].discontinuities).toBe(1);
+  });
+
+  it('takes an overlapped job’s row planned before its predecessor’s partial commit, and only in such a job', () => {
+    const overlapped = initialState(
+      parseJobSpec({
+        model: 'tiny-mlp',
+        globalBatch: 10,
+        epochs: 2,
+        sync: { mode: 'local', innerSteps: 1, overlap: true },
+      }),
+      N,
+      'run-audit',
+    );
+    const partial: CommitRow = {
+      ...row(1, 0, 8),
+      ranges: [
+        [0, 4],
+        [6, 10],
+      ],
+      skipped: [[4, 6]],
+    };
+    // Planned as if step 1 had committed whole: it takes the tail, the hole stays for step 3.
+    const successor: CommitRow = { ...row(2, 10, 10), ranges: [[10, 20]] as PositionRange[] };
+    const serving: CommitRow = {
+      ...row(3, 20, 10),
+      ranges: [
+        [4, 6],
+        [20, 28],
+      ],
+    };
+    const order = epochOrder(overlapped.job.seed, 0, N);
+    const plan = { datasetSize: N, globalBatch: 10, epochs: 2, commitEvery: 1 };
+    let record = commitGroup(overlapped.record, order, groupAt(overlapped.record, 1, plan), [[4, 6]]);
+    const second = groupAt({ ...record, holes: [] }, 2, plan);
+    record = commitGroup(record, order, second, [], [[4, 6]]);
+    record = commitGroup(record, order, groupAt(record, 3, plan));
+    const after = { ...overlapped, record, lastCommit: { ...overlapped.lastCommit, step: 3 } };
+    const report = auditRun(after, [partial, successor, serving], 0);
+    expect(report).toMatchObject({ ok: true, recordAgrees: true });
+    expect(report.epochs[0]).toMatchObject({ discontinuities: 0, holesLeft: 0, committed: 28 });
+    // The same rows in a job without overlap: the successor did not serve the hole first (and the replay
+    // stays behind it, so the row after it is out of place too).
+    const plain = auditRun({ ...after, job: state.job }, [partial, successor, serving], 0);
+    expect(plain.ok).toBe(false);
+    expect(plain.epochs[0].discontinuities).toBe(2);
   });
 
   it('ignores rolled-back rows', () => {

@@ -7,14 +7,19 @@
  * - `record_commit`/`rollback_commits` are followed by `persist` before any send;
  * - round messages (train, round_closed, committed) go only to members of that round;
  * - each index is committed at most once per epoch, exactly once per finished epoch (in the store);
+ * - in the current epoch, the store's committed positions and the record's holes are exactly [0, cursor);
  * - the record agrees with the last commit; the state is plain JSON; ranks are dense.
+ * Its workers plan their slices as the tabs do (an overlapped job's with the tabs' own planner, which
+ * plans the next group before the one in flight commits).
  */
 import { createHash } from 'node:crypto';
 import { expect } from 'vitest';
 import { MachineExecutor } from '../../../../coordinator/runtime/executor';
 import { NO_EXECUTOR_METRICS } from '../../../kit/executor-metrics';
 import type { StoreOp } from '../../../../coordinator/runtime/store';
-import { parseJobSpec, type JobSpecInput } from '../../../../core/training/job';
+import { jobPublic, parseJobSpec, type JobSpecInput } from '../../../../core/training/job';
+import { overlapsOuterSteps } from '../../../../core/training/overlap';
+import { StepPlanner } from '../../../../web/elastic/plan';
 import {
   initialState,
   type Action,
@@ -32,13 +37,16 @@ import {
   type ServerMessage,
 } from '../../../../core/protocol/coordinator-messages';
 import {
-  epochOrder,
-  indicesForRank,
+  groupPlan,
+  mergeRanges,
   planOf,
-  positionAfter,
-  processedIndices,
-  stepPosition,
-} from '../../../../core/training/sampler';
+  rankRanges,
+  rangesCount,
+  type PositionRange,
+  type RecordPosition,
+} from '../../../../core/training/groups';
+import { epochOrder, processedIndices } from '../../../../core/training/sampler';
+import { workerOf } from '../../../../coordinator/machine/worker-table';
 
 /** The parameter hash every honest rank reports after `step` (all ranks agree by construction). */
 export function hashOf(step: number): string {
@@ -57,6 +65,10 @@ export interface SimWorker {
   committed: { step: number; hash: string | null };
   /** Last step computed (may be ahead of committed by an uncommitted step). */
   live: number;
+  /** The sample record where the group in flight starts, as `round` and `committed` said. */
+  position: RecordPosition;
+  /** The record after each committed step this worker heard of (a checkpoint of it carries it). */
+  positions: Map<number, RecordPosition>;
   closedByServer: boolean;
 }
 
@@ -88,8 +100,45 @@ class MemoryStore {
   }
 }
 
+/** Frozen objects already found plain: the state is copy-on-write, so most of it is shared between events. */
+const plainJson = new WeakSet<object>();
+
+/**
+ * The path of the first value in `value` that JSON would not carry over unchanged (a non-finite number,
+ * undefined in an array, a function, a Map or other class instance), or null. Undefined object
+ * properties are fine (JSON drops them, and an absent field reads as undefined).
+ */
+function notPlainJson(value: unknown, path: string): string | null {
+  if (value === null || typeof value === 'string' || typeof value === 'boolean') return null;
+  if (typeof value === 'number') return Number.isFinite(value) ? null : path;
+  if (typeof value === 'object' && plainJson.has(value)) return null;
+  const bad = notPlainJsonWalk(value, path);
+  if (bad === null && typeof value === 'object' && Object.isFrozen(value)) plainJson.add(value as object);
+  return bad;
+}
+
+function notPlainJsonWalk(value: unknown, path: string): string | null {
+  if (Array.isArray(value)) {
+    for (let i = 0; i < value.length; i++) {
+      const bad = value[i] === undefined ? `${path}[${i}]` : notPlainJson(value[i], `${path}[${i}]`);
+      if (bad) return bad;
+    }
+    return null;
+  }
+  if (typeof value !== 'object' || Object.getPrototypeOf(value) !== Object.prototype) return path;
+  for (const [key, v] of Object.entries(value as Record<string, unknown>)) {
+    if (v === undefined) continue;
+    const bad = notPlainJson(v, `${path}.${key}`);
+    if (bad) return bad;
+  }
+  return null;
+}
+
 export class Harness {
   now = 0;
+  /** The record and store signature last checked (they change only at commits and rollbacks). */
+  private checkedRecord = '';
+  private checkedBits = '';
   workers = new Map<string, SimWorker>();
   private byConn = new Map<string, SimWorker>();
   private roundMembers = new Map<number, Set<string>>();
@@ -225,6 +274,8 @@ export class Harness {
           training: false,
           committed: { step: 0, hash: null },
           live: 0,
+          position: { epoch: 0, cursor: 0, holes: [] },
+          positions: new Map(),
           closedByServer: false,
         };
     this.workers.set(name, w);
@@ -296,16 +347,7 @@ export class Harness {
     if (!w.round) throw new Error(`${name} is in no round`);
     const step = w.live + 1;
     const me = w.round.world.find((e) => e.workerId === w.workerId)!;
-    const plan = this.state;
-    const { epoch, cursor } = stepPosition(step, planOf(plan));
-    const order = epochOrder(plan.job.seed, epoch, plan.datasetSize);
-    const samples = indicesForRank(
-      order,
-      cursor,
-      plan.job.globalBatch,
-      w.round.world.map((e) => e.share),
-      me.rank,
-    ).length;
+    const samples = this.sliceOf(w, step);
     const actions = this.send(name, {
       type: 'step_report',
       runId: this.runId,
@@ -321,6 +363,50 @@ export class Harness {
     });
     if (!actions.some((a) => a.kind === 'send' && a.msg.type === 'error' && a.conn === w.conn)) w.live = step;
     return actions;
+  }
+
+  /**
+   * The samples `w` computes in `step`, as a tab works it out: the group plan at the record position it
+   * was told (round, committed), its slot and the split's shares (the carry's, or the round's own).
+   */
+  sliceOf(w: SimWorker, step: number): number {
+    const round = w.round!;
+    const rank = round.world.findIndex((e) => e.workerId === w.workerId);
+    // An overlapped job's tab plans the next group before the one in flight commits: its own planner.
+    if (overlapsOuterSteps(this.state.job)) {
+      const planner = new StepPlanner(jobPublic(this.state.job, this.state.datasetSize), round, rank);
+      return planner.work(step)?.indices.length ?? 0;
+    }
+    const firstStep = w.committed.step + 1;
+    const group = groupPlan(w.position, firstStep, planOf(this.state));
+    const span = group.steps[step - firstStep];
+    if (!span) return 0;
+    const carried = round.carry && round.step === firstStep;
+    const shares = carried ? round.carry!.shares : round.world.map((e) => e.share);
+    const slot = carried ? round.carry!.slots[rank] : rank;
+    return rangesCount(rankRanges(span, shares, slot));
+  }
+
+  /** An overlapped job's outer step of `name` for the group ending at `step` (overridable to forge one). */
+  outer(
+    name: string,
+    step: number,
+    overrides: Partial<Extract<ClientMessage, { type: 'outer_report' }>> = {},
+  ): Action[] {
+    const w = this.worker(name);
+    if (!w.round) throw new Error(`${name} is in no round`);
+    const me = w.round.world.find((e) => e.workerId === w.workerId)!;
+    return this.send(name, {
+      type: 'outer_report',
+      runId: this.runId,
+      workerId: w.workerId!,
+      round: w.round.round,
+      rank: me.rank,
+      step,
+      hash: hashOf(step),
+      wireBytes: 1000,
+      ...overrides,
+    });
   }
 
   /** All members report their next step (in rank order); returns the actions of the last report. */
@@ -360,15 +446,20 @@ export class Harness {
         w.round = msg;
         w.readySent = false;
         w.training = false;
-        // Syncing gives the committed state named by the round.
+        // Syncing gives the committed state named by the round; a carried group goes on where the
+        // coordinator has this rank's reports.
         w.committed = { step: msg.step - 1, hash: msg.committedHash };
-        w.live = msg.step - 1;
+        w.position = { epoch: msg.epoch, cursor: msg.cursor, holes: msg.holes ?? [] };
+        w.positions.set(msg.step - 1, w.position);
+        w.live = msg.carry ? msg.carry.reported[msg.world.findIndex((e) => e.workerId === w.workerId)] : msg.step - 1;
         break;
       case 'train':
         w.training = true;
         break;
       case 'committed':
         w.committed = { step: msg.step, hash: msg.hash };
+        w.position = { epoch: msg.epoch, cursor: msg.cursor, holes: msg.holes ?? [] };
+        w.positions.set(msg.step, w.position);
         break;
       case 'round_closed':
         w.round = null;
@@ -389,25 +480,22 @@ export class Harness {
       if (action.kind === 'record_commit' || action.kind === 'rollback_commits') unpersisted = true;
       if (action.kind === 'persist') unpersisted = false;
       if (action.kind !== 'send') continue;
-      expect(unpersisted, 'a send before the persist of a commit').toBe(false);
+      // `expect` only on a failure: these run for every message of every event (64 members).
+      if (unpersisted) expect(unpersisted, 'a send before the persist of a commit').toBe(false);
       const parsed = serverMessageSchema.safeParse(JSON.parse(JSON.stringify(action.msg)));
-      expect(parsed.success, `invalid server message ${JSON.stringify(action.msg)}`).toBe(true);
+      if (!parsed.success) expect(parsed.success, `invalid server message ${JSON.stringify(action.msg)}`).toBe(true);
       const msg = action.msg;
       if (msg.type === 'welcome') welcomed.set(action.conn, msg.workerId);
       if (msg.type === 'round') {
         const recipient = welcomed.get(action.conn) ?? this.byConn.get(action.conn)?.workerId;
-        expect(
-          msg.world.some((e) => e.workerId === recipient),
-          `round ${msg.round} sent to a non-member`,
-        ).toBe(true);
+        if (!msg.world.some((e) => e.workerId === recipient)) expect.fail(`round ${msg.round} sent to a non-member`);
         const members = this.roundMembers.get(msg.round) ?? new Set<string>();
         members.add(action.conn);
         this.roundMembers.set(msg.round, members);
       } else if (msg.type === 'train' || msg.type === 'round_closed' || msg.type === 'committed') {
         const members = this.roundMembers.get(msg.round);
-        expect(members?.has(action.conn), `${msg.type} of round ${msg.round} sent to non-member ${action.conn}`).toBe(
-          true,
-        );
+        if (!members?.has(action.conn))
+          expect.fail(`${msg.type} of round ${msg.round} sent to non-member ${action.conn}`);
       }
     }
     expect(unpersisted, 'a commit never persisted').toBe(false);
@@ -415,38 +503,82 @@ export class Harness {
 
   checkInvariants(): void {
     const s = this.state;
-    expect(JSON.parse(JSON.stringify(s))).toEqual(s);
-    const plan = planOf(s);
+    const bad = notPlainJson(s, 'state');
+    if (bad !== null) expect.fail(`the state is not plain JSON at ${bad}`);
     // The record agrees with the last commit.
-    const at = positionAfter(s.lastCommit.step, plan);
-    expect({ epoch: s.record.epoch, cursor: s.record.cursor }).toEqual(at);
-    if (s.record.epoch < s.job.epochs) {
-      const order = epochOrder(s.job.seed, s.record.epoch, s.datasetSize);
-      expect(processedIndices(s.record)).toEqual(Array.from(order.subarray(0, s.record.cursor)).sort((a, b) => a - b));
+    if (s.lastCommit.epoch !== s.record.epoch || s.lastCommit.cursor !== s.record.cursor)
+      expect.fail(
+        `record at ${s.record.epoch}/${s.record.cursor}, last commit at ${s.lastCommit.epoch}/${s.lastCommit.cursor}`,
+      );
+    // The record and the store change only at commits and rollbacks: check them again only then.
+    const signature = `${this.commits.length}:${s.lastCommit.step}:${s.record.epoch}:${s.record.cursor}:${JSON.stringify(s.record.holes)}:${s.record.processed.length}`;
+    if (signature !== this.checkedRecord || s.record.processed !== this.checkedBits) {
+      expect(s.record.holes).toEqual(s.lastCommit.holes ?? []);
+      this.checkRecord();
+      this.checkStore();
+      this.checkedRecord = signature;
+      this.checkedBits = s.record.processed;
     }
-    // Store: each index at most once per epoch, exactly once per finished epoch; rows contiguous.
-    const byEpoch = new Map<number, number[]>();
+    if (this.durable && JSON.stringify(this.durable.lastCommit) !== JSON.stringify(s.lastCommit))
+      expect(this.durable.lastCommit).toEqual(s.lastCommit);
+    // Dense ranks, members and waiters are known workers, slots distinct (`expect` only on a failure).
+    const participants = s.rendezvous.participants;
+    const badRank = participants.findIndex((p, i) => p.rank !== i || !workerOf(s.workers, p.workerId));
+    if (badRank >= 0) expect.fail(`participant ${badRank} is not a known worker of that rank`);
+    if (new Set(participants.map((p) => p.slot)).size !== participants.length) expect.fail('two members share a slot');
+    const unknown = s.rendezvous.waitList.filter((id) => !workerOf(s.workers, id));
+    if (unknown.length > 0) expect.fail(`unknown waiters ${unknown.join(', ')}`);
+  }
+
+  /** The record's processed bitset is order[0..cursor) less the holes. */
+  private checkRecord(): void {
+    const s = this.state;
+    if (s.record.epoch >= s.job.epochs) return;
+    const order = epochOrder(s.job.seed, s.record.epoch, s.datasetSize);
+    const expected: number[] = [];
+    for (let p = 0; p < s.record.cursor; p++)
+      if (!s.record.holes.some(([a, b]) => a <= p && p < b)) expected.push(order[p]);
+    expect(processedIndices(s.record)).toEqual(expected.sort((a, b) => a - b));
+  }
+
+  /**
+   * The store, independently of the machine's bitset: rows contiguous in steps; in every epoch each
+   * index committed at most once; a finished epoch complete; the current epoch's committed positions
+   * and the record's holes exactly [0, cursor) (so a lost slice is a hole until a later row commits it).
+   */
+  private checkStore(): void {
+    const s = this.state;
+    const byEpoch = new Map<number, PositionRange[]>();
     let expectedStep = 1;
     for (const c of [...this.commits].sort((a, b) => a.step - b.step)) {
       expect(c.firstStep).toBe(expectedStep);
       expectedStep = c.step + 1;
-      const order = epochOrder(s.job.seed, c.epoch, s.datasetSize);
-      const list = byEpoch.get(c.epoch) ?? [];
-      list.push(...order.subarray(c.cursorStart, c.cursorStart + c.count));
-      byEpoch.set(c.epoch, list);
+      const ranges = c.ranges ?? (c.count > 0 ? [[c.cursorStart, c.cursorStart + c.count] as PositionRange] : []);
+      expect(rangesCount(ranges)).toBe(c.count);
+      byEpoch.set(c.epoch, [...(byEpoch.get(c.epoch) ?? []), ...ranges]);
     }
     expect(expectedStep - 1).toBe(s.lastCommit.step);
-    for (const [epoch, list] of byEpoch) {
+    for (const [epoch, ranges] of byEpoch) {
+      const order = epochOrder(s.job.seed, epoch, s.datasetSize);
+      const list = ranges.flatMap(([a, b]) => Array.from(order.subarray(a, b)));
       expect(new Set(list).size, `an index committed twice in epoch ${epoch}`).toBe(list.length);
       if (epoch < s.record.epoch) expect(list.length, `epoch ${epoch} incomplete`).toBe(s.datasetSize);
     }
-    if (this.durable) expect(this.durable.lastCommit).toEqual(s.lastCommit);
-    // Dense ranks, members are known workers.
-    s.rendezvous.participants.forEach((p, i) => {
-      expect(p.rank).toBe(i);
-      expect(s.workers[p.workerId]).toBeDefined();
-    });
-    for (const id of s.rendezvous.waitList) expect(s.workers[id]).toBeDefined();
+    if (s.record.epoch < s.job.epochs) {
+      const covered = mergeRanges([...(byEpoch.get(s.record.epoch) ?? []), ...s.record.holes]);
+      expect(covered, 'committed positions and holes of the current epoch').toEqual(
+        s.record.cursor > 0 ? [[0, s.record.cursor]] : [],
+      );
+    }
+  }
+
+  /** Where any worker heard the record stood after committed step `step` (null: none heard it). */
+  positionAfter(step: number): RecordPosition | null {
+    for (const w of this.workers.values()) {
+      const at = w.positions.get(step);
+      if (at) return at;
+    }
+    return null;
   }
 
   /** Messages of a type a worker received (newest last). */

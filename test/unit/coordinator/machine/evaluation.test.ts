@@ -6,10 +6,17 @@
  */
 import { afterEach, describe, expect, it } from 'vitest';
 import { parseJobSpec, type JobSpecInput } from '../../../../core/training/job';
-import { isEvaluationPoint, type EvaluationPlan } from '../../../../core/training/evaluation-schedule';
+import { commitSpan, isEvaluationCommit, type EvaluationPlan } from '../../../../core/training/commit-schedule';
 import type { ClientMessage } from '../../../../core/protocol/tab-messages';
 import { parseClientMessage } from '../../../../core/protocol/control-parse';
-import { isCommitPoint, stepPosition, totalSteps } from '../../../../core/training/sampler';
+import {
+  groupPlan,
+  jobDone,
+  positionAfterGroup,
+  type RecordPosition,
+  type StepPlan,
+} from '../../../../core/training/groups';
+import { referenceIsCommitPoint } from '../../../support/hole-free-layout';
 import { MemoryNetwork, SIM_MODEL, SimCoordinator, SimTab, until } from '../../../kit/simulation';
 import { Harness } from './coordinator-harness';
 import { begin } from '../../../../coordinator/machine/context';
@@ -66,8 +73,23 @@ describe('evaluation message schema', () => {
   }
 });
 
+type Plan = StepPlan & EvaluationPlan;
+
+/** The commits of a run without partial commits where rank 0 evaluates (`isEvaluationCommit`). */
+function evaluationSteps(plan: Plan): number[] {
+  const steps: number[] = [];
+  let at: RecordPosition = { epoch: 0, cursor: 0, holes: [] };
+  for (let step = 1; !jobDone(at, plan); ) {
+    const group = groupPlan(at, step, plan);
+    at = positionAfterGroup(at, group, [], plan.datasetSize);
+    if (isEvaluationCommit(commitSpan(group, at, plan.epochs), plan)) steps.push(group.lastStep);
+    step = group.lastStep + 1;
+  }
+  return steps;
+}
+
 /** Reference: walk the steps one by one; evaluate at a commit point if a multiple of evalEvery (or an epoch end) was passed since the last one. */
-function referencePoints(plan: EvaluationPlan): number[] {
+function referencePoints(plan: Plan): number[] {
   const points: number[] = [];
   const perEpoch = Math.ceil(plan.datasetSize / plan.globalBatch);
   const total = perEpoch * plan.epochs;
@@ -87,7 +109,7 @@ function referencePoints(plan: EvaluationPlan): number[] {
 describe('evaluation points', () => {
   // 100 images, batch 8: 13 steps per epoch, 2 epochs, 26 steps.
   const base = { datasetSize: 100, globalBatch: 8, epochs: 2, commitEvery: 1, evalEvery: null, evalSamples: 2000 };
-  const cases: [string, EvaluationPlan, number[]][] = [
+  const cases: [string, Plan, number[]][] = [
     ['default: each epoch end and the job end', base, [13, 26]],
     ['every 5 steps (and the job end)', { ...base, evalEvery: 5 }, [5, 10, 15, 20, 25, 26]],
     [
@@ -103,11 +125,11 @@ describe('evaluation points', () => {
   ];
   for (const [name, plan, expected] of cases) {
     it(name, () => {
-      const total = totalSteps(plan);
-      const points = Array.from({ length: total + 2 }, (_, i) => i).filter((step) => isEvaluationPoint(step, plan));
+      const points = evaluationSteps(plan);
       expect(points).toEqual(expected);
       expect(points).toEqual(referencePoints(plan));
-      for (const p of points) expect(isCommitPoint(p, plan), `evaluation point ${p} is a commit point`).toBe(true);
+      for (const p of points)
+        expect(referenceIsCommitPoint(p, plan), `evaluation point ${p} is a commit point`).toBe(true);
     });
   }
 
@@ -117,10 +139,7 @@ describe('evaluation points', () => {
         for (const commitEvery of [1, 2, 5])
           for (const evalEvery of [null, 1, 3, 4, 10]) {
             const plan = { datasetSize, globalBatch, epochs: 3, commitEvery, evalEvery, evalSamples: 10 };
-            const points = Array.from({ length: totalSteps(plan) }, (_, i) => i + 1).filter((s) =>
-              isEvaluationPoint(s, plan),
-            );
-            expect(points, JSON.stringify(plan)).toEqual(referencePoints(plan));
+            expect(evaluationSteps(plan), JSON.stringify(plan)).toEqual(referencePoints(plan));
           }
   });
 });
@@ -152,7 +171,7 @@ function evaluation(h: Harness, name: string, overrides: Partial<EvaluationBody>
     workerId: w.workerId!,
     round: h.state.rendezvous.round,
     step,
-    epoch: stepPosition(step, { datasetSize: h.state.datasetSize, globalBatch: 8, epochs: 1, commitEvery: 1 }).epoch,
+    epoch: 0,
     testSamples: 1000,
     correct: 800,
     lossSum: 450,
@@ -221,27 +240,35 @@ describe('machine: evaluation reports', () => {
     expect(again.some((a) => a.kind === 'send' && a.msg.type === 'error' && a.msg.code === 'duplicate_report')).toBe(
       true,
     );
-    // Step 2: rank 1 claims 99 % where rank 0 measured 87 %.
-    h.send('a', evaluation(h, 'a', { step: 2, testSamples: 1000, correct: 870, lossSum: 400 }));
-    h.send('b', evaluation(h, 'b', { step: 2, testSamples: 1000, correct: 990, lossSum: 20 }));
-    expect(h.logs.at(-1)).toMatchObject({ event: 'evaluation_disputed', data: { step: 2 } });
-    const step2 = h.logs.filter((l) => l.event === 'evaluation' && l.data.step === 2);
-    expect(step2.map((l) => l.data.verified)).toEqual([false]);
+    // Step 6 (the next evaluation point): rank 1 claims 99 % where rank 0 measured 87 %.
+    h.train(2);
+    h.send('a', evaluation(h, 'a', { step: 6, testSamples: 1000, correct: 870, lossSum: 400 }));
+    h.send('b', evaluation(h, 'b', { step: 6, testSamples: 1000, correct: 990, lossSum: 20 }));
+    expect(h.logs.at(-1)).toMatchObject({ event: 'evaluation_disputed', data: { step: 6 } });
+    const step6 = h.logs.filter((l) => l.event === 'evaluation' && l.data.step === 6);
+    expect(step6.map((l) => l.data.verified)).toEqual([false]);
   });
 
   it('a step rolled back and committed again is evaluated afresh (the old reports are not its state’s)', () => {
-    const h = trainingPair();
+    const h = new Harness(JOB, 100);
+    h.join('a');
+    h.join('b');
+    h.advance(100);
+    h.train(2);
     h.send('a', evaluation(h, 'a', { step: 2, testSamples: 1000, correct: 870, lossSum: 400 }));
+    h.train(2);
     h.send('a', evaluation(h, 'a', { step: 4, testSamples: 1000, correct: 880, lossSum: 390 }));
     const ctx = begin(h.state, 0);
     rollbackIn(ctx, { step: 2, epoch: 0, cursor: 0, hash: null }, 'a test');
     expect(ctx.s.evaluationClaims?.map((c) => c.step)).toEqual([2]);
   });
 
-  it('accepts an earlier committed step from rank 0', () => {
+  it('rejects an earlier committed step (rank 0 evaluates a commit before it applies the next step), state unchanged', () => {
     const h = trainingPair();
+    const before = h.state;
     h.send('a', evaluation(h, 'a', { step: 2 }));
-    expect(h.logs.at(-1)).toMatchObject({ event: 'evaluation', data: { step: 2, workerId: h.worker('a').workerId } });
+    expect(h.state).toBe(before);
+    expect(h.lastReceived('a')).toMatchObject({ type: 'error', code: 'wrong_step' });
   });
 
   it('rejects a step that is not an evaluation point (wrong_step), state unchanged', () => {

@@ -7,11 +7,14 @@
 import { describe, expect, it } from 'vitest';
 import type { JobSpecInput } from '../../../../core/training/job';
 import { durableOf, handle, initialState, restoreState } from '../../../../coordinator/machine/machine';
-import { statusView } from '../../../../coordinator/machine/status-view';
+import { DEFAULT_STATUS_PAGE } from '../../../../core/protocol/views';
+import { statusResponse } from '../../../../coordinator/machine/status-view';
 import { parseJobSpec } from '../../../../core/training/job';
-import { planOf, positionAfter } from '../../../../core/training/sampler';
+import { planOf } from '../../../../core/training/groups';
+import { referencePositionAfter } from '../../../support/hole-free-layout';
 import { Harness, hashOf } from './coordinator-harness';
 import { mulberry32 } from '../../../support/rng';
+import { workerOf, workerCount } from '../../../../coordinator/machine/worker-table';
 
 /** 100 images, batch 8: 13 steps per epoch (the last one of 4), two epochs, 26 steps. */
 const JOB: JobSpecInput = {
@@ -32,14 +35,17 @@ function restartCount(h: Harness): number {
   return closes - h.logs.filter((l) => l.event === 'restart_absorbed').length;
 }
 
-/** The server stores every checkpoint that was requested since the last call. */
+/**
+ * The server stores every checkpoint that was requested since the last call, at the record position
+ * the tabs were told for that commit (without holes: where the hole-free layout puts it).
+ */
 function storeRequestedCheckpoints(h: Harness, seen: Set<number>): void {
   const plan = planOf(h.state);
   for (const w of h.workers.values()) {
     for (const m of w.inbox) {
       if (m.type !== 'checkpoint_request' || seen.has(m.step)) continue;
       seen.add(m.step);
-      const at = positionAfter(m.step, plan);
+      const at = h.positionAfter(m.step) ?? referencePositionAfter(m.step, plan);
       h.apply({
         kind: 'checkpoint_stored',
         step: m.step,
@@ -109,7 +115,7 @@ describe('machine scenario', () => {
       participants: [],
       waitList: [],
     });
-    expect(h.state.workers).toEqual({});
+    expect(workerCount(h.state.workers)).toBe(0);
     expect(h.state.lastCommit.step).toBe(16);
     for (const n of ['a', 'd', 'e']) h.join(n);
     expect(h.state.rendezvous.round).toBe(roundBefore); // 3 < max 4: last call
@@ -144,7 +150,7 @@ describe('machine scenario', () => {
     // Both epochs complete exactly once (the harness checks finished epochs after every event).
     expect(h.state.record.epoch).toBe(2);
     expect(h.commits.map((c) => c.step)).toEqual(Array.from({ length: 26 }, (_, i) => i + 1));
-    expect(statusView(h.state)).toMatchObject({
+    expect(statusResponse(h.state, h.now, DEFAULT_STATUS_PAGE)).toMatchObject({
       state: 'done',
       step: 26,
       restarts: 1,
@@ -219,6 +225,25 @@ describe('machine: hello and connections', () => {
       ...extra,
     } as never);
 
+  it('keeps the kernels report of a hello for the status view, and null for a tab that sent none', () => {
+    const h = new Harness(JOB, 100);
+    const kernels = {
+      source: 'cached' as const,
+      precision: 'f32' as const,
+      variants: [{ family: 'matmul', variant: '8x8 regs wg4x4' }],
+      gflops: 1.25,
+      tuneMs: null,
+      features: ['subgroups' as const],
+    };
+    h.connect('a');
+    hello(h, 'a', { kernels });
+    h.join('b');
+    h.advance(2000);
+    const world = statusResponse(h.state, h.now, DEFAULT_STATUS_PAGE).world.items;
+    expect(world.find((w) => w.id === h.worker('a').workerId)?.kernels).toEqual(kernels);
+    expect(world.find((w) => w.id === h.worker('b').workerId)?.kernels).toBeNull();
+  });
+
   it('gives distinct ids made of a counter and the connection nonce', () => {
     const h = new Harness(JOB, 100);
     h.join('a');
@@ -251,7 +276,7 @@ describe('machine: hello and connections', () => {
     hello(h, 'old', { runId: 'run-0', workerId: 'w9-zz', haveStep: 50, haveHash: hashOf(50) });
     const id = h.worker('old').workerId!;
     expect(id).not.toBe('w9-zz');
-    expect(h.state.workers[id].holds).toEqual([]);
+    expect(workerOf(h.state.workers, id)!.holds).toEqual([]);
   });
 
   it('answers an unparsable frame with an error and a metric, state untouched', () => {
@@ -301,7 +326,9 @@ describe('machine: hello and connections', () => {
       url: expect.stringMatching(/^\/api\/checkpoints\/run-1\/3\?token=[0-9a-f]{32}$/),
     });
     h.apply({ kind: 'checkpoint_stored', step: 3, epoch: 0, cursor: 24, sha256: 'cd'.repeat(32) });
-    expect(h.state.checkpoints).toEqual([{ step: 3, epoch: 0, cursor: 24, sha256: 'cd'.repeat(32), hash: hashOf(3) }]);
+    expect(h.state.checkpoints).toEqual([
+      { step: 3, epoch: 0, cursor: 24, holes: [], sha256: 'cd'.repeat(32), hash: hashOf(3) },
+    ]);
   });
 
   it('restores a durable state exactly (round numbering continues, nobody connected)', () => {
@@ -320,18 +347,22 @@ describe('machine: hello and connections', () => {
  * then the job is driven to its end and every epoch must be complete exactly once.
  */
 describe('machine under random churn', () => {
-  for (const seed of [1, 2, 3, 4]) {
-    it(`keeps every invariant and finishes the job (seed ${seed})`, () => {
+  // Seeds 1–4: every-step sync (commits every step or every 3); 5–8: local sync mode (H = 3), where a
+  // member lost inside an outer step leaves holes the later groups must fill.
+  for (const seed of [1, 2, 3, 4, 5, 6, 7, 8]) {
+    const mode = seed > 4 ? 'local' : 'every-step';
+    it(`keeps every invariant and finishes the job (${mode}, seed ${seed})`, () => {
       const rand = mulberry32(seed);
       const pick = <T>(xs: T[]): T => xs[Math.floor(rand() * xs.length)];
-      const h = new Harness({ ...JOB, epochs: 3, maxRestarts: 1000, commitEvery: seed % 2 ? 1 : 3 }, 100);
+      const sync = seed > 4 ? { sync: { mode: 'local' as const, innerSteps: 3 } } : { commitEvery: seed % 2 ? 1 : 3 };
+      const h = new Harness({ ...JOB, epochs: 3, maxRestarts: 1000, ...sync }, 100);
       const names = ['a', 'b', 'c', 'd', 'e', 'f'];
       const stored = new Set<number>();
       let restarts = 0;
       let hung: string | null = null;
       for (let i = 0; i < 800 && h.state.status !== 'done'; i++) {
         const connected = names.filter(
-          (n) => h.isConnected(n) && h.worker(n).workerId !== null && h.state.workers[h.worker(n).workerId!],
+          (n) => h.isConnected(n) && h.worker(n).workerId !== null && workerOf(h.state.workers, h.worker(n).workerId!),
         );
         const members = h.state.rendezvous.participants
           .map((p) => h.nameOf(p.workerId))
@@ -400,6 +431,7 @@ describe('machine under random churn', () => {
           restarts: h.state.restarts,
           rollbacks: h.logs.filter((l) => l.event === 'record_rolled_back').length,
           rejected: h.metricCount('tabswarm_message_errors_total'),
+          partialCommits: h.commits.filter((c) => c.skipped).length,
         });
       // Failure restarts are exactly the failure closes (goodbyes, kicks, pauses and joins never count).
       expect(h.state.restarts).toBe(restartCount(h));

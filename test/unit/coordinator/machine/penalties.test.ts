@@ -19,6 +19,7 @@ import { idSchema } from '../../../../core/protocol/control-fields';
 import { CloseCode } from '../../../../core/protocol/coordinator-messages';
 import { parseClientMessage } from '../../../../core/protocol/control-parse';
 import { Harness, hashOf } from './coordinator-harness';
+import { connectionOf } from '../../../../coordinator/machine/worker-table';
 
 const JOB: JobSpecInput = {
   model: 'tiny-mlp',
@@ -64,7 +65,7 @@ function attackerHello(h: Harness, name: string): boolean {
     haveStep: null,
     haveHash: null,
   });
-  return h.state.connections[w.conn]?.workerId != null;
+  return connectionOf(h.state.connections, w.conn)?.workerId != null;
 }
 
 /** Let every member that got a round send ready, then tick past the last call. */

@@ -8,6 +8,7 @@ import { nextDeadline } from '../../../../coordinator/machine/machine';
 import { CloseCode } from '../../../../core/protocol/coordinator-messages';
 import { GOODBYE_GRACE_MS } from '../../../../coordinator/machine/round-close';
 import { Harness, hashOf } from './coordinator-harness';
+import { workerOf } from '../../../../coordinator/machine/worker-table';
 
 /** 64 images, global batch 8: 8 steps per epoch. */
 const JOB: JobSpecInput = {
@@ -191,7 +192,7 @@ const cases: [string, () => void][] = [
         expect(h.received(n, 'round_closed').pop()).toMatchObject({ reason: 'failure', restore: true });
       expect(h.state.restarts).toBe(1);
       expect(h.durable?.restarts).toBe(1);
-      expect(h.state.workers[h.worker('b').workerId!]).toBeUndefined();
+      expect(workerOf(h.state.workers, h.worker('b').workerId!)).toBeUndefined();
     },
   ],
   [
@@ -416,13 +417,13 @@ const cases: [string, () => void][] = [
       });
       h.apply({ kind: 'checkpoint_stored', step: 4, epoch: 0, cursor: 32, sha256: 'ab'.repeat(32) });
       expect(h.durable?.checkpoints).toEqual([
-        { step: 4, epoch: 0, cursor: 32, sha256: 'ab'.repeat(32), hash: hashOf(4) },
+        { step: 4, epoch: 0, cursor: 32, holes: [], sha256: 'ab'.repeat(32), hash: hashOf(4) },
       ]);
       for (const n of ['a', 'b', 'c']) h.disconnect(n);
       h.join('x');
       h.join('y');
       h.advance(1000);
-      expect(h.state.lastCommit).toEqual({ step: 4, epoch: 0, cursor: 32, hash: hashOf(4) });
+      expect(h.state.lastCommit).toEqual({ step: 4, epoch: 0, cursor: 32, holes: [], hash: hashOf(4) });
       expect(h.commits.map((c) => c.step)).toEqual([1, 2, 3, 4]);
       expect(h.received('x', 'round').pop()).toMatchObject({
         step: 5,
@@ -442,7 +443,7 @@ const cases: [string, () => void][] = [
       h.join('x');
       h.join('y');
       h.advance(1000);
-      expect(h.state.lastCommit).toEqual({ step: 0, epoch: 0, cursor: 0, hash: null });
+      expect(h.state.lastCommit).toEqual({ step: 0, epoch: 0, cursor: 0, holes: [], hash: null });
       expect(h.commits).toEqual([]);
       expect(h.received('x', 'round').pop()).toMatchObject({ step: 1, stateFrom: { kind: 'fresh' } });
     },

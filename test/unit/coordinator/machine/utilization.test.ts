@@ -4,17 +4,19 @@
  * through the machine (wall time from the rank's own previous report, so waiting for a straggler counts).
  */
 import { describe, expect, it } from 'vitest';
-import { statusView } from '../../../../coordinator/machine/status-view';
+import { DEFAULT_STATUS_PAGE } from '../../../../core/protocol/views';
+import { statusResponse } from '../../../../coordinator/machine/status-view';
 import { addUsage, USAGE_HALF_LIFE_MS, usageView } from '../../../../coordinator/machine/utilization';
 import { Harness } from './coordinator-harness';
+import { workerOf } from '../../../../coordinator/machine/worker-table';
 
 describe('addUsage and usageView', () => {
   it('give utilization = compute / wall and bytes per sample of one report', () => {
     const u = addUsage(undefined, { samples: 32, computeMs: 60, wireBytes: 3200 }, 100, 1000);
     expect(u).toEqual({
       at: 1000,
-      recent: { wallMs: 100, computeMs: 60, wireSamples: 32, wireBytes: 3200 },
-      total: { wallMs: 100, computeMs: 60, wireSamples: 32, wireBytes: 3200 },
+      recent: { wallMs: 100, computeMs: 60, wireSamples: 32, wireBytes: 3200, reports: 1 },
+      total: { wallMs: 100, computeMs: 60, wireSamples: 32, wireBytes: 3200, reports: 1 },
     });
     expect(usageView(u.recent)).toEqual({ utilization: 0.6, bytesPerSample: 100 });
   });
@@ -30,12 +32,12 @@ describe('addUsage and usageView', () => {
   it('halve the recent sums after one half-life, and keep the run totals undecayed', () => {
     const first = addUsage(undefined, { samples: 32, computeMs: 60, wireBytes: 3200 }, 100, 1000);
     const second = addUsage(first, { samples: 32, computeMs: 250, wireBytes: 0 }, 200, 1000 + USAGE_HALF_LIFE_MS);
-    // recent: {100, 60, 32, 3200}·½ + {200, min(250, 200), 32, 0} = {250, 230, 48, 1600}
-    expect(second.recent).toEqual({ wallMs: 250, computeMs: 230, wireSamples: 48, wireBytes: 1600 });
+    // recent: {100, 60, 32, 3200, 1 report}·½ + {200, min(250, 200), 32, 0, 1} = {250, 230, 48, 1600, 1.5}
+    expect(second.recent).toEqual({ wallMs: 250, computeMs: 230, wireSamples: 48, wireBytes: 1600, reports: 1.5 });
     expect(usageView(second.recent).utilization).toBeCloseTo(230 / 250, 12);
     expect(usageView(second.recent).bytesPerSample).toBeCloseTo(1600 / 48, 12);
-    // totals: {300, 260, 64, 3200}
-    expect(second.total).toEqual({ wallMs: 300, computeMs: 260, wireSamples: 64, wireBytes: 3200 });
+    // totals: {300, 260, 64, 3200, 2}
+    expect(second.total).toEqual({ wallMs: 300, computeMs: 260, wireSamples: 64, wireBytes: 3200, reports: 2 });
     expect(usageView(second.total)).toEqual({ utilization: 260 / 300, bytesPerSample: 50 });
     expect(second.at).toBe(1000 + USAGE_HALF_LIFE_MS);
   });
@@ -53,7 +55,7 @@ describe('addUsage and usageView', () => {
 
   it('leave reports without wireBytes (older tabs) out of bytes per sample, and a zero wall out of the time', () => {
     const u = addUsage(undefined, { samples: 16, computeMs: 5 }, 0, 0);
-    expect(u.recent).toEqual({ wallMs: 0, computeMs: 0, wireSamples: 0, wireBytes: 0 });
+    expect(u.recent).toEqual({ wallMs: 0, computeMs: 0, wireSamples: 0, wireBytes: 0, reports: 0 });
     expect(usageView(u.recent)).toEqual({ utilization: null, bytesPerSample: null });
     expect(usageView(undefined)).toEqual({ utilization: null, bytesPerSample: null });
     const v = addUsage(u, { samples: 16, computeMs: 5, wireBytes: 800 }, Number.NaN, 10);
@@ -98,18 +100,18 @@ describe('usage through the machine', () => {
     h.report('a', { computeMs: 50, wireBytes: 400 });
     h.report('b', { computeMs: 90, wireBytes: 400 });
     expect(h.state.lastCommit.step).toBe(3);
-    const a = h.state.workers[h.worker('a').workerId!].usage!;
-    const b = h.state.workers[h.worker('b').workerId!].usage!;
+    const a = workerOf(h.state.workers, h.worker('a').workerId!)!.usage!;
+    const b = workerOf(h.state.workers, h.worker('b').workerId!)!.usage!;
     // a: wall 100 + 50 + 200, compute 80 + 40 + 50; b: wall 100 + 150 + 100, compute 100 + 100 + 90.
-    expect(a.total).toEqual({ wallMs: 350, computeMs: 170, wireSamples: 12, wireBytes: 1200 });
-    expect(b.total).toEqual({ wallMs: 350, computeMs: 290, wireSamples: 12, wireBytes: 1200 });
+    expect(a.total).toEqual({ wallMs: 350, computeMs: 170, wireSamples: 12, wireBytes: 1200, reports: 3 });
+    expect(b.total).toEqual({ wallMs: 350, computeMs: 290, wireSamples: 12, wireBytes: 1200, reports: 3 });
     const job = h.state.usage!.total;
-    expect(job).toEqual({ wallMs: 700, computeMs: 460, wireSamples: 24, wireBytes: 2400 });
-    const view = statusView(h.state);
+    expect(job).toEqual({ wallMs: 700, computeMs: 460, wireSamples: 24, wireBytes: 2400, reports: 6 });
+    const view = statusResponse(h.state, h.now, DEFAULT_STATUS_PAGE);
     expect(view.usage.total).toEqual({ utilization: 460 / 700, bytesPerSample: 100 });
     // Recent values decay over 350 ms at most: within 1% of the totals here.
     expect(view.usage.recent.utilization).toBeCloseTo(460 / 700, 2);
-    const byId = new Map(view.world.map((w) => [w.id, w]));
+    const byId = new Map(view.world.items.map((w) => [w.id, w]));
     expect(byId.get(h.worker('a').workerId!)!.utilization).toBeCloseTo(170 / 350, 2);
     expect(byId.get(h.worker('b').workerId!)!.bytesPerSample).toBeCloseTo(100, 9);
     expect(view.usage.halfLifeMs).toBe(USAGE_HALF_LIFE_MS);
@@ -121,6 +123,6 @@ describe('usage through the machine', () => {
     const before = h.state.usage;
     h.report('b', { computeMs: 80, wireBytes: 1e9, samples: 3 }); // wrong sample count: bad_samples
     expect(h.state.usage).toEqual(before);
-    expect(h.state.workers[h.worker('b').workerId!].usage).toBeUndefined();
+    expect(workerOf(h.state.workers, h.worker('b').workerId!)!.usage).toBeUndefined();
   });
 });

@@ -9,14 +9,14 @@ import type { RoundMessage } from '../../../../core/protocol/coordinator-message
 import { SerialQueue } from '../../../../web/elastic/async-tools';
 import { CheckpointService } from '../../../../web/elastic/checkpoint-service';
 import { HeldStateKeeper } from '../../../../web/elastic/held-states';
-import { DEFAULT_TIMEOUTS, type LoopContext } from '../../../../web/elastic/loop-context';
+import { CommittedPositions, DEFAULT_TIMEOUTS, type LoopContext } from '../../../../web/elastic/loop-context';
 import { RoundSession } from '../../../../web/elastic/round-session';
 import { appendBounded, creditCommitted, StatusBox, stepComputed } from '../../../../web/elastic/status';
 import { StepRunner } from '../../../../web/elastic/step-runner';
 import { evaluationAllowanceMs } from '../../../../web/elastic/sync-modes';
 import type { OutgoingMessage } from '../../../../web/net/coordinator-client';
 import { lossPolyline } from '../../../../web/volunteer/loss-chart';
-import { stepWork } from '../../../../web/elastic/plan';
+import { epochOrder } from '../../../../core/training/sampler';
 import { CpuTrainer, SIM_MODEL } from '../../../kit/simulation';
 
 describe('status reducers', () => {
@@ -83,7 +83,7 @@ describe('loss chart', () => {
 describe('RoundSession', () => {
   it('forgets settled commit deferreds (one per step would otherwise live as long as the round)', () => {
     const s = new RoundSession({ round: 1, world: [], step: 1 } as unknown as RoundMessage);
-    for (let step = 1; step <= 50; step++) s.committed(step).resolve();
+    for (let step = 1; step <= 50; step++) s.committed(step).resolve({ epoch: 0, cursor: step, holes: [] });
     s.forgetCommitsThrough(49);
     expect([...s.commits.keys()]).toEqual([50]);
   });
@@ -118,6 +118,7 @@ function context(trainer: CpuTrainer, sent: OutgoingMessage[], onSend?: (m: Outg
     timeouts: { ...DEFAULT_TIMEOUTS, coordinatorWaitMs: 2000 },
     box: new StatusBox(),
     keeper: new HeldStateKeeper(trainer, queue),
+    positions: new CommittedPositions(),
     log: () => undefined,
     now: () => performance.now(),
   };
@@ -168,7 +169,9 @@ describe('StepRunner', () => {
       // The coordinator answers a little later; its answer is marked in the trainer's call log.
       setTimeout(() => {
         trainer.calls.push(`committed:${m.step}`);
-        session.committed(m.step).resolve();
+        // 64 images in steps of 16: the record after step s (the 4th ends the epoch).
+        const after = m.step === 4 ? { epoch: 1, cursor: 0, holes: [] } : { epoch: 0, cursor: 16 * m.step, holes: [] };
+        session.committed(m.step).resolve(after);
       }, commitDelayMs);
     });
     await ctx.keeper.buildFresh(job);
@@ -216,7 +219,7 @@ describe('StepRunner', () => {
     await trainer.buildModel({ model: SIM_MODEL, optimizer: job.optimizer, maxBatch: 16, seed: job.seed });
     const expected: string[] = [];
     for (let step = 1; step <= 4; step++) {
-      const indices = stepWork(job, [{ workerId: 'w', peerId: 'p', rank: 0, share: 1 }], 0, step).indices;
+      const indices = epochOrder(job.seed, 0, 64).subarray(16 * (step - 1), 16 * step);
       const g = await trainer.computeGradients(indices);
       const { hash } = await trainer.applyAndHash(g.gradients, indices.length, null);
       expected.push(hash);
@@ -226,9 +229,11 @@ describe('StepRunner', () => {
 
   it('allows for rank 0 evaluating after the commits one and two steps back', () => {
     const j = { ...job, evalSamples: 100 };
-    const evalStep = 4; // the job's last step is an evaluation point
-    expect(evaluationAllowanceMs(evalStep + 1, j, 10, 10)).toBe(200);
-    expect(evaluationAllowanceMs(evalStep + 2, j, 10, 10)).toBe(200);
-    expect(evaluationAllowanceMs(evalStep, j, 10, 10)).toBe(0);
+    const evalStep = 4; // rank 0 evaluates the commit of step 4
+    expect(evaluationAllowanceMs(evalStep + 1, evalStep, j, 10, 10)).toBe(200);
+    expect(evaluationAllowanceMs(evalStep + 2, evalStep, j, 10, 10)).toBe(200);
+    expect(evaluationAllowanceMs(evalStep + 3, evalStep, j, 10, 10)).toBe(0);
+    expect(evaluationAllowanceMs(evalStep, evalStep, j, 10, 10)).toBe(0);
+    expect(evaluationAllowanceMs(evalStep + 1, null, j, 10, 10)).toBe(0);
   });
 });

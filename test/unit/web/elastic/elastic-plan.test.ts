@@ -1,12 +1,16 @@
 import { describe, expect, it } from 'vitest';
 import { jobPublic, parseJobSpec, type JobPublic } from '../../../../core/training/job';
 import type { RoundMessage, WorldEntry } from '../../../../core/protocol/coordinator-messages';
-import { epochOrder, isCheckpointPoint } from '../../../../core/training/sampler';
+import { isCheckpointCommit } from '../../../../core/training/commit-schedule';
+import { NO_HASH } from '../../../../core/protocol/tab-messages';
+import { epochOrder } from '../../../../core/training/sampler';
 import {
   failureReport,
   helloHolding,
+  planCarry,
   planSync,
   ringNeighbours,
+  StepPlanner,
   stepWork,
   syncRoute,
   type HeldStates,
@@ -23,6 +27,11 @@ function job(overrides: Record<string, unknown> = {}, datasetSize = 1000): JobPu
 
 function world(shares: number[]): WorldEntry[] {
   return shares.map((share, rank) => ({ workerId: `w${rank}`, peerId: `p${rank}`, rank, share }));
+}
+
+/** A round from the start of the job (step 1, no holes) over `w`. */
+function fromStart(w: WorldEntry[]) {
+  return { world: w, step: 1, epoch: 0, cursor: 0 };
 }
 
 describe('stepWork', () => {
@@ -43,7 +52,7 @@ describe('stepWork', () => {
         const w = world(shares);
         const all: number[] = [];
         for (let rank = 0; rank < size; rank++) {
-          const work = stepWork(j, w, rank, step);
+          const work = stepWork(j, fromStart(w), rank, step)!;
           expect(work.count).toBe(expected.length);
           expect(work.epoch).toBe(epoch);
           all.push(...work.indices);
@@ -57,23 +66,105 @@ describe('stepWork', () => {
   it('ends an epoch with a short step and marks epoch ends and commitEvery multiples as commit points', () => {
     const j = job({ commitEvery: 3 }, 1000); // 16 steps per epoch, the 16th has 1000 - 15·64 = 40 samples
     const w = world([0.5, 0.5]);
-    const last = stepWork(j, w, 0, 16);
+    const last = stepWork(j, fromStart(w), 0, 16)!;
     expect(last.count).toBe(40);
     expect(last.commitPoint).toBe(true);
-    expect(last.after).toEqual({ epoch: 1, cursor: 0 });
-    expect(stepWork(j, w, 1, 3).commitPoint).toBe(true);
-    expect(stepWork(j, w, 1, 4).commitPoint).toBe(false);
-    expect(stepWork(j, w, 1, 4).after).toEqual({ epoch: 0, cursor: 256 });
-    expect(stepWork(j, w, 0, 17)).toMatchObject({ epoch: 1, cursor: 0, count: 64 });
+    expect(last.group.after).toEqual({ epoch: 1, cursor: 0, holes: [] });
+    expect(stepWork(j, fromStart(w), 1, 3)!.commitPoint).toBe(true);
+    expect(stepWork(j, fromStart(w), 1, 4)!.commitPoint).toBe(false);
+    expect(stepWork(j, fromStart(w), 1, 4)!.group.after).toEqual({ epoch: 0, cursor: 384, holes: [] });
+    expect(stepWork(j, fromStart(w), 0, 17)).toMatchObject({ epoch: 1, ranges: [[0, 64]], count: 64 });
+    expect(stepWork(j, fromStart(w), 0, 33)).toBeNull(); // the job is done after step 32
+  });
+
+  it('plans a carried group under the old split, with the lost slot’s slices as holes the next group serves first', () => {
+    const j = job({ commitEvery: 2 }, 1000);
+    // The group of steps 3..4 starts at cursor 128; slots 0 and 2 of three carry it on as ranks 0 and 1.
+    const round = {
+      world: world([0.5, 0.5]),
+      step: 3,
+      epoch: 0,
+      cursor: 128,
+      carry: { shares: [0.25, 0.25, 0.5], slots: [0, 2], reported: [3, 3] },
+    };
+    const planner = new StepPlanner(j, round, 1);
+    const step3 = planner.work(3)!;
+    expect(step3.ranges).toEqual([[128, 192]]);
+    expect(step3.indices).toEqual(epochOrder(9, 0, 1000).subarray(160, 192)); // slot 2: the last half
+    expect(step3.group).toMatchObject({ own: 64, total: 96 });
+    // Slot 1's slices of steps 3 and 4 ([144, 160) and [208, 224)) are left as holes.
+    expect(step3.group.after).toEqual({
+      epoch: 0,
+      cursor: 256,
+      holes: [
+        [144, 160],
+        [208, 224],
+      ],
+    });
+    // The next group is the round's own split and serves the holes first.
+    const step5 = planner.work(5)!;
+    expect(step5.ranges).toEqual([
+      [144, 160],
+      [208, 224],
+      [256, 288],
+    ]);
+    expect(step5.indices).toEqual(epochOrder(9, 0, 1000).subarray(256, 288)); // rank 1: the second half
+    expect(step5.group).toMatchObject({ own: 64, total: 128 });
   });
 });
 
-describe("isCheckpointPoint of a tab's job (rank 0 snapshots these right after the commit)", () => {
+describe("isCheckpointCommit of a tab's groups (rank 0 snapshots these right after the commit)", () => {
   it('follows checkpointEvery, epoch ends and the job end', () => {
     const j = job({ checkpointEvery: 5 }, 1000); // 16 steps per epoch, 32 in all
-    const expected = [5, 10, 15, 16, 20, 25, 30, 32];
-    const got = Array.from({ length: 32 }, (_, i) => i + 1).filter((s) => isCheckpointPoint(s, j));
-    expect(got).toEqual(expected);
+    const planner = new StepPlanner(j, fromStart(world([1])), 0);
+    const got: number[] = [];
+    for (let step = 1; planner.work(step); step++) {
+      const work = planner.work(step)!;
+      if (work.commitPoint && isCheckpointCommit(work.group.span, j.checkpointEvery)) got.push(step);
+    }
+    expect(got).toEqual([5, 10, 15, 16, 20, 25, 30, 32]);
+  });
+});
+
+describe('planCarry', () => {
+  const round = { step: 5, committedHash: 'c'.repeat(64) };
+  const start = { step: 4, hash: 'c'.repeat(64) };
+  const cases: [string, HeldStates, ReturnType<typeof planCarry>][] = [
+    [
+      'nothing of the group applied: all of it',
+      { live: start, backup: null },
+      { kind: 'carry', from: 'start', resume: 5 },
+    ],
+    [
+      'an inner step applied: on after it',
+      { live: { step: 6, hash: NO_HASH }, backup: start },
+      { kind: 'carry', from: 'live', resume: 7 },
+    ],
+    [
+      'every inner step applied: only the outer step left',
+      { live: { step: 8, hash: NO_HASH }, backup: start },
+      { kind: 'carry', from: 'live', resume: 9 },
+    ],
+    [
+      'the outer step applied with the old world: undo it, take it again',
+      { live: { step: 8, hash: 'd'.repeat(64) }, backup: start },
+      { kind: 'carry', from: 'revert', resume: 9 },
+    ],
+    [
+      'an apply that failed half-way: the group again from its start',
+      { live: { step: 6, hash: null }, backup: start },
+      { kind: 'carry', from: 'backup', resume: 5 },
+    ],
+  ];
+  for (const [name, held, expected] of cases) {
+    it(name, () => {
+      expect(planCarry(round, held, 8)).toEqual(expected);
+    });
+  }
+
+  it('cannot carry on without the group’s start', () => {
+    const plan = planCarry(round, { live: { step: 6, hash: NO_HASH }, backup: { step: 3, hash: 'b'.repeat(64) } }, 8);
+    expect(plan.kind).toBe('impossible');
   });
 });
 

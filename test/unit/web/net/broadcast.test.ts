@@ -48,6 +48,33 @@ function corrupting(link: MemoryLink, chunkToCorrupt: number): Link {
   });
 }
 
+/**
+ * A link that holds what is sent through it and passes it on in reverse order a moment later (the
+ * Begin frame last), or with `duplicate` the n-th chunk twice: what a striped link may do, and worse.
+ */
+function reordering(link: MemoryLink, opts: { duplicate?: number } = {}): Link {
+  let held: ArrayBuffer[] = [];
+  let chunks = 0;
+  const flush = () => {
+    for (const m of held.reverse()) link.send(m);
+    held = [];
+  };
+  return new Proxy(link, {
+    get(target, prop) {
+      if (prop === 'send') {
+        return (message: ArrayBuffer) => {
+          if (held.length === 0) setTimeout(flush, 5);
+          held.push(message);
+          if (new Uint8Array(message)[3] === FrameKind.BroadcastChunk && chunks++ === opts.duplicate)
+            held.push(message);
+        };
+      }
+      const value = Reflect.get(target, prop, target);
+      return typeof value === 'function' ? value.bind(target) : value;
+    },
+  });
+}
+
 /** Byte equality without vitest's deep-equal (which is slow on megabytes), reporting the first difference. */
 function expectSameBytes(got: ArrayBuffer, want: ArrayBuffer): void {
   const a = new Uint8Array(got);
@@ -179,5 +206,31 @@ describe('broadcast over in-memory links', () => {
     ]);
     expect(results[1]).toMatchObject({ status: 'rejected', reason: { kind: 'protocol' } });
     expect(results[0]).toMatchObject({ status: 'rejected', reason: { kind: 'protocol' } }); // via the receiver's abort
+  });
+
+  it('delivers byte for byte when the frames arrive in reverse order, Begin last', async () => {
+    const { toReceivers, toRoot } = star(1);
+    const state = randomBytes(11, 300_000);
+    const [, got] = await Promise.all([
+      broadcastSend([reordering(toReceivers[0])], state, { id, timeoutMs: 5000, hash, chunkBytes: 4000 }),
+      broadcastReceive(toRoot[0], { id, timeoutMs: 5000, hash }),
+    ]);
+    expectSameBytes(got, state);
+  });
+
+  it('refuses a chunk that arrives twice with protocol, on both sides', async () => {
+    const { toReceivers, toRoot } = star(1);
+    const results = await Promise.allSettled([
+      broadcastSend([reordering(toReceivers[0], { duplicate: 3 })], randomBytes(12, 40_000), {
+        id,
+        timeoutMs: 5000,
+        hash,
+        chunkBytes: 4000,
+      }),
+      broadcastReceive(toRoot[0], { id, timeoutMs: 5000, hash }),
+    ]);
+    expect(results[1]).toMatchObject({ status: 'rejected', reason: { kind: 'protocol' } });
+    expect(String((results[1] as PromiseRejectedResult).reason.message)).toMatch(/chunk 3 arrived twice/);
+    expect(results[0]).toMatchObject({ status: 'rejected', reason: { kind: 'protocol' } });
   });
 });

@@ -3,13 +3,15 @@
  * `/api/status`; heartbeats without it (older tabs) stay valid and keep the last known value.
  */
 import { describe, expect, it } from 'vitest';
-import { statusView } from '../../../../coordinator/machine/status-view';
+import { DEFAULT_STATUS_PAGE } from '../../../../core/protocol/views';
+import { statusResponse } from '../../../../coordinator/machine/status-view';
 import { PROTOCOL_VERSION } from '../../../../core/protocol/control-fields';
 import { clientMessageSchema } from '../../../../core/protocol/tab-messages';
 import { parseClientMessage } from '../../../../core/protocol/control-parse';
 import { LatestSample, linkStats, selectedPairRttMs } from '../../../../web/net/link-rtt';
 import { memoryLinkPair } from '../../../../web/net/memory-link';
 import { Harness } from '../../coordinator/machine/coordinator-harness';
+import { workerOf } from '../../../../coordinator/machine/worker-table';
 
 const JOB = {
   model: 'tiny-mlp',
@@ -57,12 +59,14 @@ describe('heartbeat peerRttMs', () => {
     h.join('b');
     h.advance(500);
     expect(h.members()).toEqual(['a', 'b']);
-    const rttOf = (name: string) => statusView(h.state).world.find((w) => w.id === h.worker(name).workerId)?.peerRttMs;
+    const rttOf = (name: string) =>
+      statusResponse(h.state, h.now, DEFAULT_STATUS_PAGE).world.items.find((w) => w.id === h.worker(name).workerId)
+        ?.peerRttMs;
     expect(rttOf('a')).toBeNull();
     expect(rttOf('b')).toBeNull();
 
     h.send('a', { type: 'heartbeat', runId: h.runId, workerId: h.worker('a').workerId!, peerRttMs: 12.5 });
-    expect(h.state.workers[h.worker('a').workerId!]!.peerRttMs).toBe(12.5);
+    expect(workerOf(h.state.workers, h.worker('a').workerId!)!.peerRttMs).toBe(12.5);
     expect(rttOf('a')).toBe(12.5);
     expect(rttOf('b')).toBeNull();
 

@@ -8,7 +8,8 @@ import { hashParams, stateHash, trainingStateHash } from '../../../../core/state
 import { jobPublic, parseJobSpec, type JobSpecInput } from '../../../../core/training/job';
 import { resolveModelSpec, parameterLayout } from '../../../../core/training/model-spec';
 import { NO_HASH } from '../../../../core/protocol/tab-messages';
-import { isCheckpointPoint, isCommitPoint } from '../../../../core/training/sampler';
+import { isCheckpointCommit } from '../../../../core/training/commit-schedule';
+import { walkGroups } from '../../../support/group-walk';
 import { decodeSnapshot, encodeSnapshot } from '../../../../core/state/snapshot';
 import { outerWeight } from '../../../../core/training/outer-weights';
 import { nesterovStep, OuterState, pseudoGradient } from '../../../../web/worker/outer-step';
@@ -35,12 +36,14 @@ describe('the sync field of a job', () => {
       innerSteps: 3,
       outer: { kind: 'nesterov', lr: 0.7, momentum: 0.9 },
       compression: 'int8',
+      // Overlapped outer steps are asked for, not the default (docs/local-steps.md).
+      overlap: false,
     });
     // The outer step is the commit point.
     expect(local.commitEvery).toBe(3);
     const pub = jobPublic(local, 64);
     expect(pub.sync).toEqual(local.sync);
-    expect([1, 2, 3, 4, 5, 6, 7, 8].filter((s) => isCommitPoint(s, pub))).toEqual([3, 6, 8]);
+    expect(walkGroups(pub).map((g) => g.group.lastStep)).toEqual([3, 6, 8]);
   });
 
   it('refuses a commitEvery that is not the outer step, and bad sync fields, in one line', () => {
@@ -59,13 +62,14 @@ describe('the sync field of a job', () => {
 
 describe('checkpoint points with outer steps', () => {
   it('are the first commit point at or after each multiple of checkpointEvery, and epoch and job ends', () => {
-    const plan = { datasetSize: 200, globalBatch: 16, epochs: 2, commitEvery: 4, checkpointEvery: 10 };
-    const steps = Array.from({ length: 26 }, (_, i) => i + 1);
-    expect(steps.filter((s) => isCommitPoint(s, plan))).toEqual([4, 8, 12, 13, 17, 21, 25, 26]);
-    expect(steps.filter((s) => isCheckpointPoint(s, plan))).toEqual([12, 13, 21, 26]);
+    const plan = { datasetSize: 200, globalBatch: 16, epochs: 2, commitEvery: 4 };
+    const groups = walkGroups(plan);
+    expect(groups.map((g) => g.group.lastStep)).toEqual([4, 8, 12, 13, 17, 21, 25, 26]);
+    const checkpoints = (every: number, of = groups) =>
+      of.filter((g) => isCheckpointCommit(g.span, every)).map((g) => g.group.lastStep);
+    expect(checkpoints(10)).toEqual([12, 13, 21, 26]);
     // Committing every step, they are exactly the multiples (and the ends): the rule of every-step jobs.
-    const every = { ...plan, commitEvery: 1, checkpointEvery: 5 };
-    expect(steps.filter((s) => isCheckpointPoint(s, every))).toEqual([5, 10, 13, 15, 20, 25, 26]);
+    expect(checkpoints(5, walkGroups({ ...plan, commitEvery: 1 }))).toEqual([5, 10, 13, 15, 20, 25, 26]);
   });
 });
 

@@ -1,6 +1,7 @@
 // Node module hooks for the one Vite feature the kernels use: `import code from './x.wgsl?raw'` gives
 // the file's text. Vite (the tabs' build, vitest) does this itself; the verifier process runs the same
-// kernels under plain Node (registered by verifier/entry.js), so it answers such imports here.
+// kernels under plain Node (registered by verifier/entry.js and headless/trainer-entry.js), so it answers such
+// imports here.
 import { readFile } from 'node:fs/promises';
 
 const RAW = '?raw';

@@ -1,0 +1,99 @@
+/**
+ * `npm run bench:scale`: how training holds up as the swarm grows, with headless workers (headless/: the
+ * tab's code in Node, one process each) because real tabs stop near 11 on this 2-core machine (each a
+ * Chromium renderer) and a headless worker costs a fraction of one (docs/headless.md). For each N (default
+ * 4, 8, 16, 32, 64) a fresh coordinator runs tiny-mlp on Fashion-MNIST, global batch 512, local sync
+ * H = 8, int8 wire, on loopback; each N is measured quiet and with churn (bench/lib/scale-run.ts says how).
+ *
+ *   npm run bench:scale -- [--n 4,8,16,32,64] [--window 60] [--rate 0.2] [--per-process 8] [--warmup 600] [--out bench] [--events DIR]
+ *
+ * `--rate` is failures per worker-minute (0.2: a mean lifetime of 5 minutes), each a crash or a leave plus a
+ * join. `--events DIR` keeps each scenario's admin-feed events, commits and faults (scale-events-N-quiet|churn.json).
+ * Prints the table and one JSON line `{"bench":"scale", …}`, and writes the plot (scale.svg and
+ * scale.png) into `--out`. Each scenario's result is also one JSON line on stderr as it finishes;
+ * `--replay FILE[,FILE…]` renders the table, JSON line and plot from such lines instead of running (runs
+ * of single N put together, or a run cut short). The test bed's broadband profile is not run by this driver yet (bench/RESULTS.md).
+ */
+import { readFileSync, writeFileSync } from 'node:fs';
+import { loadavg } from 'node:os';
+import { join } from 'node:path';
+import { chromium } from 'playwright-core';
+import { arg } from './lib/common';
+import { lostRatio, scaleSvg, scaleTable } from './lib/scale-report';
+import { runScaleScenario, type ScaleResult } from './lib/scale-run';
+
+const ns = arg('n', '4,8,16,32,64')
+  .split(',')
+  .map(Number)
+  .filter((n) => Number.isInteger(n) && n >= 2);
+const windowS = Number(arg('window', '60'));
+const rate = Number(arg('rate', '0.2'));
+const warmupS = Number(arg('warmup', '600'));
+const out = arg('out', 'bench');
+const perProcess = Number(arg('per-process', '8'));
+const eventsDir = arg('events', '') || undefined;
+const log = (line: string) => process.stderr.write(`${line}\n`);
+
+async function renderPng(svg: string, path: string): Promise<void> {
+  const browser = await chromium.launch({ executablePath: '/usr/bin/chromium' });
+  try {
+    const page = await browser.newPage({ viewport: { width: 720, height: 420 } });
+    await page.setContent(svg);
+    await page.screenshot({ path });
+  } finally {
+    await browser.close();
+  }
+}
+
+const replay = arg('replay', '');
+const results: ScaleResult[] = replay
+  ? replay
+      .split(',')
+      .flatMap((file) => readFileSync(file, 'utf8').split('\n'))
+      .filter((line) => line.startsWith('{"n":'))
+      .map((line) => JSON.parse(line) as ScaleResult)
+  : [];
+for (const n of replay ? [] : ns) {
+  for (const churn of [false, true]) {
+    try {
+      const r = await runScaleScenario({
+        n,
+        perProcess,
+        churn,
+        windowS,
+        ratePerWorkerMin: rate,
+        warmupS,
+        log,
+        eventsDir,
+      });
+      log(JSON.stringify(r));
+      results.push(r);
+    } catch (error) {
+      log(`N=${n}${churn ? ' churn' : ''}: ${(error as Error).message}`);
+    }
+  }
+}
+const load = loadavg()[0]!;
+/** The windows the results were measured over (a replay may put runs of different windows together). */
+const windows = [...new Set(results.map((r) => r.windowS))].sort((a, b) => a - b).join('/') || String(windowS);
+results.sort((a, b) => a.n - b.n || Number(a.churn) - Number(b.churn));
+console.log(
+  `\nbench:scale — headless workers (${perProcess} per process), tiny-mlp, global batch 512, local H = 8, int8, loopback; ${windows} s windows; churn ${rate} failures per worker-minute (crash or leave, each with a join); load ${load.toFixed(1)}\n`,
+);
+console.log(scaleTable(results));
+console.log(
+  JSON.stringify({
+    bench: 'scale',
+    worker: 'headless',
+    perProcess,
+    network: 'loopback',
+    windowS,
+    ratePerWorkerMin: rate,
+    load,
+    results: results.map((r) => ({ ...r, lostRatio: lostRatio(r) })),
+  }),
+);
+const svg = scaleSvg(results, `bench:scale — samples/s and utilization against N (loopback, ${windows} s windows)`);
+writeFileSync(join(out, 'scale.svg'), svg);
+await renderPng(svg, join(out, 'scale.png')).catch((error: Error) => log(`no PNG: ${error.message}`));
+process.exit(0);

@@ -1,0 +1,92 @@
+/**
+ * The commit group in flight, as the machine sees it: the group plan at the record (core/training/groups.ts)
+ * from the step after the last commit, its split (the shares by slot, and the slots a carried group
+ * lost), and the samples each slot must report. In an overlapped job (core/training/overlap.ts) the
+ * group after it may be in flight too: its inner steps run while the first one's outer step does.
+ * commit.ts judges reports by them, round-close.ts decides carries with them, hang.ts knows when each
+ * member's next report is due.
+ */
+import { assignStep, groupPlan, jobDone, planOf, type GroupPlan } from '../../core/training/groups';
+import { overlapsNext, successorPlan, type OverlapContext } from '../../core/training/overlap';
+import { recordPosition, subtractRanges } from '../../core/training/sampler';
+import type { CoordinatorState } from './state';
+
+/**
+ * Whether the job's last group is committed: no group is in flight any more. The job is `done` then,
+ * unless checks of its last commits are still open (commit.ts `finishIfCheckedIn`).
+ */
+export function allCommitted(s: CoordinatorState): boolean {
+  return s.lastCommit.step > 0 && jobDone(s.lastCommit, planOf(s));
+}
+
+/**
+ * The commit group in flight: the group plan at the record, from the step after the last commit (at the
+ * record less a carry's deferred holes when its overlapped predecessor committed partially).
+ */
+export function groupInFlight(s: CoordinatorState): GroupPlan {
+  const at = recordPosition(s.record);
+  const deferred = s.rendezvous.carry?.deferred ?? [];
+  const start = deferred.length > 0 ? { ...at, holes: subtractRanges(at.holes, deferred) } : at;
+  return groupPlan(start, s.lastCommit.step + 1, planOf(s));
+}
+
+/** Where the open round stands with respect to the overlap rule (core/training/overlap.ts). */
+export function overlapContext(s: CoordinatorState, group = groupInFlight(s)): OverlapContext {
+  const rv = s.rendezvous;
+  return {
+    carriedThrough: rv.carry ? (rv.carry.through ?? group.lastStep) : null,
+    drainedAt: rv.drainAt ?? null,
+  };
+}
+
+/**
+ * The groups in flight: the group at the record and, when its outer step overlaps (an overlapped job),
+ * its successor, whose inner steps may be reported before the first one commits.
+ */
+export function groupsInFlight(s: CoordinatorState): GroupPlan[] {
+  const group = groupInFlight(s);
+  const plan = planOf(s);
+  return overlapsNext(s.job, group, plan, overlapContext(s, group)) ? [group, successorPlan(group, plan)] : [group];
+}
+
+/** The split of the group in flight: its shares by slot, and the slots lost (a carried group's). */
+export function splitInFlight(s: CoordinatorState): { shares: number[]; lost: number[] } {
+  const carry = s.rendezvous.carry;
+  return carry
+    ? { shares: carry.shares, lost: carry.lost }
+    : { shares: s.rendezvous.participants.map((p) => p.share), lost: [] };
+}
+
+/**
+ * The slice sizes of the last `assignStep` the commit rule asked for: every rank's report of a step
+ * asks for the same count and shares, and a split keeps its shares for a round (or a carry), so one
+ * split serves them all. Recomputing it per report (a sort over the world) was the coordinator's
+ * hottest function once copying was fixed: O(world log world) per report, O(world² log world) per
+ * step (docs/performance.md, "A coordinator for hundreds"). A cache of a pure function: the machine
+ * stays pure.
+ */
+const lastSplit: { count: number; shares: number[]; sizes: number[] } = { count: -1, shares: [], sizes: [] };
+
+/** The slice sizes of `count` samples split by the shares of the split in flight (`splitInFlight`), cached. */
+function splitSizes(s: CoordinatorState, count: number): number[] {
+  const carry = s.rendezvous.carry;
+  const participants = s.rendezvous.participants;
+  const length = carry ? carry.shares.length : participants.length;
+  const shareAt = (i: number): number => (carry ? carry.shares[i] : participants[i].share);
+  let same = lastSplit.count === count && lastSplit.shares.length === length;
+  for (let i = 0; same && i < length; i++) same = shareAt(i) === lastSplit.shares[i];
+  if (!same) {
+    const shares = splitInFlight(s).shares;
+    lastSplit.sizes = assignStep(0, count, shares).map((slice) => slice.count);
+    lastSplit.shares = [...shares];
+    lastSplit.count = count;
+  }
+  return lastSplit.sizes;
+}
+
+/** Samples `slot` must have processed in `step` of `group` (the group in flight by default; -1: no such step or slot). */
+export function expectedSamples(s: CoordinatorState, step: number, slot: number, group = groupInFlight(s)): number {
+  const span = group.steps[step - group.firstStep];
+  if (!span) return -1;
+  return splitSizes(s, span.count)[slot] ?? -1;
+}

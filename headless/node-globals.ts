@@ -1,0 +1,42 @@
+/**
+ * The browser globals a tab's main thread has and Node 20 lacks, installed once per process before any
+ * web/ code runs (web/elastic/compose.ts says which it uses):
+ *
+ * - `WebSocket`: the `ws` package (the coordinator client, and PeerJS's signalling socket), as a browser's
+ *   behaves: an error is an event followed by `close`, never a throw. `ws` emits `error` as a Node event,
+ *   and one with no listener ends the process; PeerJS sets no `onerror`, so a refused or reset signalling
+ *   socket (a coordinator busy with 64 workers starting) killed every worker of the process;
+ * - `RTCPeerConnection`, `RTCSessionDescription`, `RTCIceCandidate`: node-datachannel's `polyfill`
+ *   (libdatachannel); PeerJS finds them as globals and opens its data connections on them unchanged.
+ *   Why this package and not @roamhq/wrtc or werift: docs/headless.md ("Which WebRTC") and
+ *   `npm run bench:webrtc-node`.
+ *
+ * `fetch`, `crypto`, `performance`, `EventTarget` and `AbortController` are Node's own.
+ */
+import nodeDataChannel from 'node-datachannel';
+import { RTCIceCandidate, RTCPeerConnection, RTCSessionDescription } from 'node-datachannel/polyfill';
+import { WebSocket } from 'ws';
+
+/** `ws`'s WebSocket with an `error` listener always attached (a browser's never throws on errors). */
+export class BrowserLikeWebSocket extends WebSocket {
+  constructor(...args: ConstructorParameters<typeof WebSocket>) {
+    super(...args);
+    this.on('error', () => {});
+  }
+}
+
+let installed = false;
+
+export function installNodeGlobals(): void {
+  if (installed) return;
+  installed = true;
+  Object.assign(globalThis, { RTCPeerConnection, RTCSessionDescription, RTCIceCandidate });
+  // Always ours, also where Node has a WebSocket of its own (22+): the coordinator client and PeerJS then
+  // meet the same socket everywhere, one that never throws on an error.
+  Object.assign(globalThis, { WebSocket: BrowserLikeWebSocket });
+}
+
+/** Stop libdatachannel's threads so the process can exit (after every peer connection is closed). */
+export function releaseNodeGlobals(): void {
+  nodeDataChannel.cleanup();
+}
