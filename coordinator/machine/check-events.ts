@@ -169,10 +169,11 @@ function inconclusiveIn(ctx: Ctx, v: VerificationState, sensitivity: number): vo
 }
 
 /**
- * A check's upload will not come: refused, its deadline passed, or its uploader left. The uploader is
- * treated as caught (it was asked for bytes it holds and the deadline allows the slowest link we
- * support), which rolls the record back past the step; every other member of the step is charged a
- * strike, as the issue's rule says: a round that keeps losing its uploads is cooled off as a whole.
+ * A check's upload will not come from an uploader that is still here: refused bytes, or its deadline
+ * passed while it stayed connected. The uploader is treated as caught (it was asked for bytes it holds
+ * and the deadline allows the slowest link we support), which rolls the record back past the step;
+ * every other member of the step is charged a strike, as the issue's rule says: a round that keeps
+ * losing its uploads is cooled off as a whole. An uploader that LEFT is `departedIn`.
  */
 function withheldIn(ctx: Ctx, v: VerificationState, why: string): void {
   dropCheckIn(ctx, v.id);
@@ -190,15 +191,49 @@ function withheldIn(ctx: Ctx, v: VerificationState, why: string): void {
 }
 
 /**
- * At a tick: every open upload whose deadline passed, or whose uploader is gone, is withheld; a held
- * verdict whose earlier checks went another way (dropped with a ban or a rollback) is due.
+ * A check's uploader left (goodbye, crash, dropped socket, kick) before its upload arrived. Leaving is
+ * no proof of a lie (an honest volunteer closes its tab whenever it likes, and every tab of a test
+ * machine shares one address, so a ban would cool off the honest ones too), so nobody is banned and no
+ * address or invite is charged. But nothing the check would have vouched for is kept: as after an
+ * inconclusive check, the record rolls back to the latest stored checkpoint at or before the start of
+ * the checked commit, so no unchecked work survives, the leaver's included: leaving to dodge a check
+ * costs the leaver its unverified work (docs/threat-model.md, "Leave to dodge a check"). No other member
+ * is asked to upload instead: the upload grant rides on `committed`, which is gone by now.
+ */
+function departedIn(ctx: Ctx, v: VerificationState): void {
+  const s = ctx.s;
+  dropCheckIn(ctx, v.id);
+  metric(ctx, 'tabswarm_verifications_total', 1, { result: 'departed' });
+  const limit = v.firstStep - 1;
+  const rollback = limit < s.lastCommit.step;
+  const target = s.checkpoints.filter((c) => c.step <= limit).at(-1)?.step ?? 0;
+  log(ctx, 'warn', 'verification_departed', {
+    check: v.id,
+    step: v.step,
+    uploader: v.uploader,
+    rolledBackTo: rollback ? target : null,
+  });
+  if (rollback) {
+    rollbackPastIn(ctx, limit, `the uploader of a check of step ${v.step} left before uploading`);
+    // Members still here hold a state the record no longer has: the round restarts from the target.
+    if (s.status === 'active') {
+      closeRoundIn(ctx, 'divergence', true, false);
+      afterCloseIn(ctx);
+    }
+  }
+  afterResolvedIn(ctx);
+}
+
+/**
+ * At a tick: every open upload whose uploader left is dropped with a rollback (`departedIn`), every
+ * one whose deadline passed while its uploader stayed is withheld; a held verdict whose earlier checks
+ * went another way (dropped with a ban or a rollback) is due.
  */
 export function checksTickIn(ctx: Ctx): void {
   if (releasableHeld(ctx.s)) afterResolvedIn(ctx);
   for (const v of ctx.s.checks ?? []) {
     if (v.phase !== 'upload' || !findCheck(ctx.s, v.id)) continue;
-    const gone = !workerOf(ctx.s.workers, v.uploader);
-    if (gone || ctx.now >= v.deadline)
-      withheldIn(ctx, v, gone ? 'it left before uploading' : 'no upload by the deadline');
+    if (!workerOf(ctx.s.workers, v.uploader)) departedIn(ctx, v);
+    else if (ctx.now >= v.deadline) withheldIn(ctx, v, 'no upload by the deadline');
   }
 }

@@ -13,9 +13,10 @@
  *   the checked rank uploads its own inner state, which must hash to the commitment it reported
  *   (`innerHash`) and whose committed part (θ_c, u) to the agreed hash. The deadline is
  *   `VERIFY_UPLOAD_BASE_MS` plus the state's transfer at the link floor, judged by the executor's timer
- *   (`nextDeadline` includes it). A withheld upload — missed deadline, refused bytes, the uploader gone —
- *   is treated as a caught lie of the uploader (banned, the record rolled back past the step) and a
- *   strike against every other member of the step.
+ *   (`nextDeadline` includes it). A withheld upload — missed deadline or refused bytes from an uploader
+ *   still connected — is treated as a caught lie of the uploader (banned, the record rolled back past
+ *   the step) and a strike against every other member of the step. An uploader that left is banned for
+ *   nothing: the record rolls back past the step instead (check-events.ts `departedIn`).
  * - **The gate.** A commit is held while a check drawn `VERIFY_GATE_COMMITS` commits ago has not
  *   resolved, so withholding stalls the withholder's own round instead of letting it run ahead, and the
  *   job is not `done` until every check resolved (commit.ts).

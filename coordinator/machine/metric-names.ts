@@ -36,7 +36,7 @@ export const METRICS = {
   },
   tabswarm_verifications_total: {
     type: 'counter',
-    help: 'Commits checked by recomputation or by the ring checks, by result (passed, caught, inconclusive, withheld, ring, abandoned).',
+    help: 'Commits checked by recomputation or by the ring checks, by result (passed, caught, inconclusive, withheld, departed, ring, abandoned).',
   },
   tabswarm_commits_held_total: {
     type: 'counter',

@@ -350,17 +350,42 @@ describe('an upload that does not come', () => {
     expect(h.state.checks).toEqual(before.checks);
   });
 
-  it('an uploader that leaves before uploading is a withheld upload at once', () => {
-    const h = swarm(at(0.3), salt);
-    const target = selectedStep(salt, 0.3);
-    while (h.state.lastCommit.step < target) step(h);
-    const v = h.state.checks![0];
-    h.send(uploaderName(h), { type: 'goodbye', runId: h.runId, workerId: v.uploader });
-    expect(nextDeadline(h.state)).toBe(0);
-    h.advance(5);
-    expect(h.logs.find((l) => l.event === 'verification_withheld')?.data.why).toMatch(/left before uploading/);
-    expect(h.state.lastCommit.step).toBeLessThan(target);
-  });
+  /** Three members on one address (a test machine's tabs, or a household): a charge would reach them all. */
+  const SHARED = { a: '127.0.0.1', b: '127.0.0.1', c: '127.0.0.1' };
+
+  for (const [how, leave] of [
+    [
+      'says goodbye',
+      (h: Harness, name: string, id: string) => h.send(name, { type: 'goodbye', runId: h.runId, workerId: id }),
+    ],
+    ['drops its socket (a crash)', (h: Harness, name: string) => h.disconnect(name)],
+  ] as const) {
+    it(`an uploader that ${how} before uploading: nobody banned or charged, its unverified commits rolled back, the next tab from its address admitted at once`, () => {
+      const h = swarm(at(0.3), salt, SHARED);
+      const target = selectedStep(salt, 0.3);
+      while (h.state.lastCommit.step < target) step(h);
+      const v = h.state.checks![0];
+      leave(h, uploaderName(h), v.uploader);
+      expect(nextDeadline(h.state)).toBe(0);
+      h.advance(5);
+      const departed = h.logs.find((l) => l.event === 'verification_departed');
+      expect(departed?.data).toMatchObject({ check: v.id, step: v.step, uploader: v.uploader, rolledBackTo: 0 });
+      // No checkpoint was stored: back to the start, past every commit nobody vouched for.
+      expect(h.state.lastCommit.step).toBe(0);
+      expect(h.state.checks).toEqual([]);
+      for (const event of ['verification_withheld', 'cheater_banned', 'place_cooled_off', 'cooled_off'])
+        expect(h.logs.filter((l) => l.event === event)).toEqual([]);
+      // A crash is a failure (a restart's strike, as any crash); leaving is never a charge for cheating.
+      expect(h.logs.filter((l) => l.event === 'charged' && l.data.why !== 'restart')).toEqual([]);
+      expect(h.state.penalties['a:127.0.0.1']?.bannedUntil ?? 0).toBeLessThanOrEqual(h.now);
+      // A new tab from the same address joins and trains now, not after a cool-off.
+      h.join('d', { addr: '127.0.0.1' });
+      expect(h.logs.filter((l) => l.event === 'worker_refused')).toEqual([]);
+      step(h);
+      expect(h.members()).toContain('d');
+      expect(h.state.lastCommit.step).toBe(1);
+    });
+  }
 
   it('a refused upload (not the committed state) bans the uploader', () => {
     const h = swarm(at(0.3), salt);
