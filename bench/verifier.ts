@@ -86,7 +86,10 @@ const LIES: Record<string, (x: number) => number> = {
 
 const loadAtStart = loadavg();
 const started = performance.now();
-const client = await VerifierClient.start({ job: { model: flags.model, globalBatch: BATCH, seed: 42 }, datasetDir });
+const client = await VerifierClient.start({
+  job: { model: flags.model, globalBatch: BATCH, seed: 42 },
+  dataset: { kind: 'images', dir: datasetDir },
+});
 const startMs = performance.now() - started;
 const order = epochOrder(job.seed, 0, data.train.count);
 const rows = [];
@@ -95,7 +98,14 @@ try {
     const shares = Array<number>(world).fill(1);
     // The 11th step of an epoch without holes: positions [10·BATCH, 11·BATCH), split by share.
     const slices = assignStep(10 * BATCH, BATCH, shares).map((s) => order.slice(s.start, s.start + s.count));
-    const request = { snapshotPath, stepHash: HASH, world, slices, count: BATCH };
+    const request = {
+      snapshotPath,
+      stepHash: HASH,
+      world,
+      mode: 'every-step' as const,
+      steps: [{ slices, count: BATCH }],
+      fresh: false,
+    };
     const times: number[] = [];
     const childTimes: number[] = [];
     let got = await client.recompute(request);

@@ -16,12 +16,13 @@ import { randomBytes } from 'node:crypto';
 import { resolve } from 'node:path';
 import { addNetOptions, netConfigFrom, type NetFlags } from './config/net-flags';
 import { startCoordinator, type RunningCoordinator } from './start';
+import { withVerifyDefault } from '../core/training/job';
 import {
   DEFAULT_DATASET_DIR,
   DEFAULT_DIST_DIR,
   loadJobDataset,
   loadJobFile,
-  resolveDatasetDir,
+  verifyLine,
   StartupError,
 } from './config/startup-config';
 import { addTrustFlags, trustOptionsOf, type TrustFlags } from './config/trust-flags';
@@ -58,7 +59,8 @@ interface CoordinatorFlags extends TrustFlags, NetFlags {
 
 async function runCoordinator(flags: CoordinatorFlags): Promise<void> {
   const net = netConfigFrom(flags);
-  const job = loadJobFile(flags.job);
+  const join = flags.join ?? 'open';
+  const job = withVerifyDefault(loadJobFile(flags.job), join);
   const dataset = await loadJobDataset(job, flags.dataset);
   const tokenGiven = flags.adminToken ?? process.env.TABSWARM_ADMIN_TOKEN;
   const adminToken = tokenGiven || randomBytes(18).toString('base64url');
@@ -77,7 +79,6 @@ async function runCoordinator(flags: CoordinatorFlags): Promise<void> {
       tls: net.tls,
       publicUrl: net.publicUrl,
       trustProxy: net.trustProxy,
-      ...('kind' in job.dataset ? {} : { verifierDatasetDir: resolveDatasetDir(flags.dataset) }),
     });
   } catch (error) {
     throw startupErrorOf(error, flags);
@@ -89,11 +90,7 @@ async function runCoordinator(flags: CoordinatorFlags): Promise<void> {
   );
   console.log(`${net.summary}${net.publicUrl ? `; volunteers open ${net.publicUrl}/` : ''}`);
   if (!tokenGiven) console.log(`admin token: ${adminToken} (printed once; pass --admin-token to choose one)`);
-  // Checks are opt-in (a job among trusted tabs needs no verifier); say so where strangers can join.
-  if ((flags.join ?? 'open') === 'open' && !job.verify)
-    console.log(
-      'note: anyone with the URL may join and this job trusts their gradients; add "verify": {"probability": 0.05} to the job file to check contributions (docs/threat-model.md)',
-    );
+  console.log(verifyLine(job, join));
   const local =
     flags.localWorkers > 0
       ? new LocalWorkers(coordinator.url, flags.localWorkers, (level, text) =>

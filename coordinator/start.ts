@@ -40,6 +40,8 @@ export interface CoordinatorConfig {
   onFatal?: (error: Error) => void;
   /** Where warn/error machine logs go (default: stderr). */
   log?: (line: string) => void;
+  /** Where start-up information goes (default: stdout). */
+  info?: (line: string) => void;
   /** Abuse policy, origin allowlist, per-address caps, event-log retention (trust.ts). */
   trust?: TrustOptions;
   /** STUN/TURN servers and credentials handed to each tab in its welcome (ice.ts). Default: none. */
@@ -51,12 +53,11 @@ export interface CoordinatorConfig {
   /** Honour X-Forwarded-Proto/Host from a reverse proxy (only behind one you run). */
   trustProxy?: boolean;
   /**
-   * The verifier that recomputes checked steps; default: the verifier process (verifier-client.ts),
-   * started on `verifierDatasetDir` when the job's `verify.probability` is above 0.
+   * The verifier that recomputes checked commits; default: the verifier process (verifier-client.ts) on
+   * the dataset's `verifierData`, started whenever the job verifies (newcomers are checked even where the
+   * job's own rate is 0: adaptive-trust.ts).
    */
   recompute?: { run: Recompute; close: () => void };
-  /** The IDX folder the verifier process reads (the one this coordinator serves). */
-  verifierDatasetDir?: string;
 }
 
 export interface RunningCoordinator {
@@ -200,8 +201,7 @@ export async function startCoordinator(config: CoordinatorConfig): Promise<Runni
     const machine = startMachine(config, store, log);
     const { executor, trust, opened } = machine;
     const admin = adminRouter(config, opened.runId, store, executor, machine.metrics, trust);
-    // p = 0: sketches and the ring identity only, nothing to recompute.
-    verifier = (config.job.verify?.probability ?? 0) > 0 ? await startVerifier(config, executor, log) : null;
+    verifier = config.job.verify ? await startVerifier(config, executor, log) : null;
     const server = httpServer(config, store, machine, admin, verifier?.service);
     const release = () => {
       trust.close();
@@ -312,7 +312,7 @@ async function startVerifier(
   executor: MachineExecutor,
   log: (line: string) => void,
 ): Promise<{ service: VerificationService; close: () => void }> {
-  const recompute = config.recompute ?? (await verifierProcess(config, log));
+  const recompute = config.recompute ?? (await verifierProcess(config));
   const service = new VerificationService({
     executor,
     recompute: recompute.run,
@@ -324,16 +324,12 @@ async function startVerifier(
 }
 
 /** The verifier child process on the job's IDX dataset, as `recompute`. */
-async function verifierProcess(
-  config: CoordinatorConfig,
-  log: (line: string) => void,
-): Promise<{ run: Recompute; close: () => void }> {
-  if (!config.verifierDatasetDir)
-    throw new Error(
-      'this job has recomputed checks (verify.probability > 0): the verifier needs the IDX dataset folder',
-    );
-  const client = await VerifierClient.start({ job: config.job, datasetDir: config.verifierDatasetDir });
-  log(`tabswarm info: verifier ready on ${client.adapter} (a full step in ${Math.round(client.stepMs)} ms)`);
+async function verifierProcess(config: CoordinatorConfig): Promise<{ run: Recompute; close: () => void }> {
+  const client = await VerifierClient.start({ job: config.job, dataset: config.dataset.verifierData });
+  // Information, not a problem: stdout (stderr is for warnings and the one line of a failed start).
+  (config.info ?? ((line: string) => process.stdout.write(`${line}\n`)))(
+    `tabswarm: verifier ready on ${client.adapter} (a full step in ${Math.round(client.stepMs)} ms)`,
+  );
   return {
     run: async (req) => {
       const r = await client.recompute(req);
@@ -341,7 +337,14 @@ async function verifierProcess(
         values: Array.from(k.values),
         mass: Array.from(k.mass),
       });
-      return { own: r.own.map(plain), params: plain(r.params), ms: r.ms };
+      return {
+        own: r.own.map(plain),
+        params: plain(r.params),
+        ...(r.outer ? { outer: plain(r.outer) } : {}),
+        ...(r.moments ? { moments: r.moments.map(plain) } : {}),
+        startOk: r.startOk,
+        ms: r.ms,
+      };
     },
     close: () => void client.close(),
   };

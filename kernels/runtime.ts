@@ -295,28 +295,44 @@ export class StagingReader {
    * given, records work into the same command buffer before the copy (e.g. the dispatch that computes
    * what is read: one submission for both).
    */
-  async use<T>(
+  use<T>(
     source: GPUBuffer,
     offset: number,
     byteLength: number,
     fn: (mapped: ArrayBuffer) => T,
     record?: (encoder: GPUCommandEncoder) => void,
   ): Promise<T> {
+    return this.useAll([{ buffer: source, offset }], byteLength, fn, record);
+  }
+
+  /**
+   * `use` of several ranges of `byteLength` bytes each, copied one after the other into one staging
+   * buffer and mapped once (e.g. the parameters and every optimizer moment, to hash the whole state).
+   */
+  async useAll<T>(
+    sources: readonly { buffer: GPUBuffer; offset: number }[],
+    byteLength: number,
+    fn: (mapped: ArrayBuffer) => T,
+    record?: (encoder: GPUCommandEncoder) => void,
+  ): Promise<T> {
     if (byteLength <= 0 || byteLength % 4 !== 0)
       throw new Error(`${this.label}: read of ${byteLength} bytes must be a positive multiple of 4`);
-    const staging = this.take(byteLength);
+    const total = byteLength * sources.length;
+    const staging = this.take(total);
     const encoder = this.gpu.device.createCommandEncoder({ label: this.label });
     record?.(encoder);
-    encoder.copyBufferToBuffer(source, offset, staging, 0, byteLength);
+    sources.forEach((s, i) => {
+      encoder.copyBufferToBuffer(s.buffer, s.offset, staging, i * byteLength, byteLength);
+    });
     this.gpu.device.queue.submit([encoder.finish()]);
     try {
-      await staging.mapAsync(0x1 /* GPUMapMode.READ */, 0, byteLength);
+      await staging.mapAsync(0x1 /* GPUMapMode.READ */, 0, total);
     } catch (error) {
       staging.destroy();
       throw error;
     }
     try {
-      return fn(staging.getMappedRange(0, byteLength));
+      return fn(staging.getMappedRange(0, total));
     } finally {
       staging.unmap();
       this.idle.push(staging);

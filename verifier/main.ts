@@ -3,10 +3,10 @@
  * runs beside its server), spawned by coordinator/trust/verifier-client.ts through `verifier/entry.js` and
  * spoken to over Node's IPC channel (core/protocol/verifier.ts).
  *
- * It waits for `init` (the job, the dataset folder), opens a WebGPU device, loads the IDX training set,
- * builds the job's model, times one full-batch recomputation (warm: pipelines compiled first) and says
- * `ready`. Anything that stops it from serving (no adapter, a job it cannot verify, a dataset it cannot
- * read) is one `fatal` message and exit code 1. Then each `recompute` request is answered with a
+ * It waits for `init` (the job, its training data: the IDX folder, or a text's or tensors' bytes), opens
+ * a WebGPU device, builds the job's model (any the job file accepts: classifiers and language models),
+ * times one full-batch recomputation (warm: pipelines compiled first) and says `ready`. Anything that
+ * stops it from serving (no adapter, a dataset it cannot read) is one `fatal` message and exit code 1. Then each `recompute` request is answered with a
  * `result` or an `error` naming what was wrong; an error never stops the process. Requests are handled
  * one at a time, in arrival order (the client sends one at a time anyway).
  */
@@ -16,13 +16,17 @@ import { decodeSnapshot } from '../core/state/snapshot';
 import {
   type RecomputeRequestMessage,
   type VerifierAnswer,
-  verificationUnsupported,
+  type VerifierDataset,
   verifierRequestSchema,
 } from '../core/protocol/verifier';
+import { ImageBatches } from '../core/data/image-batches';
+import { TensorBatches, TextBatches } from '../core/data/memory-batches';
+import { isTransformer } from '../core/training/model-spec';
+import type { JobSpec } from '../core/training/job';
 import { loadIdxDataset } from '../node/idx';
 import { MOMENT_NAMES } from '../kernels/model/flat-optimizer';
 import { openGpu } from './gpu';
-import { Recomputer } from './recompute';
+import { Recomputer, type TrainingSamples } from './recompute';
 
 const MAX_MESSAGE = 2000;
 
@@ -45,16 +49,36 @@ function describe(error: unknown): string {
 }
 
 /** Everything `ready` needs: the device, the data, the model; throws with the operator's one line. */
-async function start(rawJob: unknown, datasetDir: string): Promise<{ recomputer: Recomputer; adapter: string }> {
+async function start(rawJob: unknown, dataset: VerifierDataset): Promise<{ recomputer: Recomputer; adapter: string }> {
   const job = parseJobSpec(rawJob);
-  const why = verificationUnsupported(job);
-  if (why) throw new Error(why);
   const { gpu, adapter } = await openGpu(fatal);
-  const dataset = await loadIdxDataset(datasetDir);
-  const n = effectiveDatasetSize(job, dataset.train.count);
-  const { rows, cols } = dataset.train;
-  const train = { ...dataset.train, count: n, images: dataset.train.images.subarray(0, n * rows * cols) };
-  return { recomputer: new Recomputer(gpu, job, train, job.seed), adapter };
+  return { recomputer: new Recomputer(gpu, job, await samplesOf(job, dataset), job.seed), adapter };
+}
+
+/** The job's training samples (its `dataset.subset` applied) as the tabs assemble them. */
+async function samplesOf(job: JobSpec, dataset: VerifierDataset): Promise<TrainingSamples> {
+  const maxBatch = job.globalBatch;
+  if (dataset.kind === 'images') {
+    const loaded = await loadIdxDataset(dataset.dir);
+    const n = effectiveDatasetSize(job, loaded.train.count);
+    const { rows, cols } = loaded.train;
+    const train = { ...loaded.train, count: n, images: loaded.train.images.subarray(0, n * rows * cols) };
+    const spec = job.model;
+    if (isTransformer(spec) || spec.input[0] !== rows || spec.input[1] !== cols || spec.input[2] !== 1)
+      throw new Error(`model ${spec.name} does not take the dataset's ${rows}×${cols}×1 images`);
+    return { batches: new ImageBatches(train, Math.min(maxBatch, n)), count: n };
+  }
+  if (dataset.kind === 'tensors') {
+    const rows = new TensorBatches(dataset, 1);
+    const n = effectiveDatasetSize(job, rows.count);
+    const x = dataset.x.subarray(0, n * dataset.features);
+    const y = dataset.y.subarray(0, n);
+    return { batches: new TensorBatches({ x, y, features: dataset.features }, Math.min(maxBatch, n)), count: n };
+  }
+  if (!isTransformer(job.model)) throw new Error(`a text dataset needs a language model, not ${job.model.name}`);
+  const context = job.model.context;
+  const n = effectiveDatasetSize(job, new TextBatches(dataset.bytes, context, 1).count);
+  return { batches: new TextBatches(dataset.bytes, context, Math.max(1, Math.min(maxBatch, n))), count: n };
 }
 
 /**
@@ -69,13 +93,18 @@ async function timeStep(recomputer: Recomputer): Promise<number> {
   const moments = MOMENT_NAMES[kind].map(() => new Float32Array(n));
   const batch = Math.min(recomputer.job.globalBatch, recomputer.trainCount);
   const slices = [Uint32Array.from({ length: batch }, (_, i) => i)];
+  const local = recomputer.job.sync.mode === 'local';
+  const buckets = 32;
   const request = {
-    snapshot: { params, moments, optimizer: { kind, t: 0 } },
+    snapshot: { params, moments, optimizer: { kind, t: 0 }, outer: local ? new Float32Array(n) : null },
     stepHash: '0'.repeat(16),
     world: 1,
-    slices,
-    count: batch,
-  };
+    mode: recomputer.job.sync.mode,
+    rank: 0,
+    steps: [{ slices, count: batch }],
+    fresh: false,
+    ...(local ? { sum: { values: new Array(buckets).fill(0), mass: new Array(buckets).fill(0) } } : {}),
+  } as const;
   await recomputer.recompute(request);
   const { own, ms } = await recomputer.recompute(request);
   const mass = own[0].mass.reduce((a, b) => a + b, 0);
@@ -94,7 +123,8 @@ async function answer(recomputer: Recomputer, req: RecomputeRequestMessage): Pro
   }
   try {
     const snapshot = decodeSnapshot(bytes);
-    const result = await recomputer.recompute({ ...req, snapshot });
+    const { stepHash, world, mode, rank, steps, fresh, sum, perturb } = req;
+    const result = await recomputer.recompute({ snapshot, stepHash, world, mode, rank, steps, fresh, sum, perturb });
     return { type: 'result', id: req.id, ...result };
   } catch (error) {
     return { type: 'error', id: req.id, message: describe(error) };
@@ -102,9 +132,9 @@ async function answer(recomputer: Recomputer, req: RecomputeRequestMessage): Pro
 }
 
 /** `ready`, or `fatal` and exit: the device, the data and the model, then one timed recomputation. */
-async function init(rawJob: unknown, datasetDir: string): Promise<Recomputer> {
+async function init(rawJob: unknown, dataset: VerifierDataset): Promise<Recomputer> {
   try {
-    const { recomputer, adapter } = await start(rawJob, datasetDir);
+    const { recomputer, adapter } = await start(rawJob, dataset);
     send({ type: 'ready', adapter, stepMs: await timeStep(recomputer) });
     return recomputer;
   } catch (error) {
@@ -137,7 +167,7 @@ function main(): void {
     const msg = parsed.data;
     if (msg.type === 'init') {
       if (recomputer) return fatal('init sent twice');
-      recomputer = init(msg.job, msg.datasetDir);
+      recomputer = init(msg.job, msg.dataset);
       recomputer.catch(() => undefined);
       return;
     }

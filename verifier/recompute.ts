@@ -1,63 +1,80 @@
 /**
- * The verifier's arithmetic: recompute one committed step from the state before it, as the tabs computed
- * it, and sketch the result the way the ranks sketched their claims (core/state/sketch.ts).
+ * The verifier's arithmetic: recompute one checked commit from the state it started from, as the tabs
+ * computed it, and sketch the result the way the ranks sketched their claims (core/state/sketch.ts).
  *
- * For step s the coordinator hands over θ_{s−1} (a hash-verified snapshot: parameters, optimizer moments,
- * optimizer step t), the hash the ranks reported for θ_s (the sketch seed), and every rank's sample
- * indices. The recomputation is what a tab does in web/worker/elastic-steps.ts:
+ * **Every-step mode**, step s from θ_{s−1} (params, moments, t; hash-checked by the coordinator):
  *
- *   g_r   = the gradient sums of rank r's samples at θ_{s−1}   (one forward/backward, kernels/model/model.ts)
- *   G     = Σ_r g_r, float32, in rank order                      (the all-reduce's sum)
+ *   g_r   = the gradient sums of rank r's samples at θ_{s−1}  (one forward/backward, kernels/model/model.ts)
+ *   G     = the ring's sum of the g_r, with the job's wire      (core/wire/ring-sum.ts: the very bytes the tabs decoded)
  *   θ_s*  = the job's optimizer applied to θ_{s−1} with G / count (`writeGradients` + `applyOptimizer(count)`)
  *
- * and the answer is gradientSketch(g_r) per rank, paramsSketch(θ_s*) and hashParams(θ_s*). The verifier
- * decides nothing: the coordinator compares these with the ranks' sketches (within RECOMPUTE_TOLERANCE).
+ * and the answer is gradientSketch(g_r) per rank and paramsSketch(θ_s*).
  *
- * Only every-step sync over an IDX image set is recomputed: a local-steps job's outer step and the
- * chunked datasets (text, tensors) are refused when the Recomputer is created. With `compression` other
- * than `none`, the tabs applied a compressed sum, which differs from G by the codec's rounding; the
- * recomputation uses the exact float32 sum (the comparison's tolerance must allow for the codec).
+ * **Local mode**, rank r's outer step ending at s, from the inner state it started from (θ_c, u, and
+ * its own moments and t):
+ *
+ *   θ_r   = its inner steps on its slices, as its tab took them (a step with no samples takes none)
+ *   Δ_r   = (θ_c − θ_r) · n_r / n                                 (core/training/outer-step.ts)
+ *
+ * and the answer is gradientSketch(Δ_r), the sketches of its moments after the inner steps, and the
+ * outer step's result predicted from θ_c, u and the agreed sketch of the summed Δ (a sketch is linear,
+ * so u_s = μu + Δ and θ_s = θ_c − lr(Δ + μu_s) carry over bucket by bucket).
+ *
+ * A commit that started at step 0 must have started from the job's fresh state: `startOk` says whether
+ * the upload is it. The verifier decides nothing: the coordinator compares (within RECOMPUTE_TOLERANCE).
  */
 import { hashParams, paramsHasher } from '../core/state/hash';
-import { type ImageSplitBytes, ImageBatches } from '../core/data/image-batches';
-import type { OptimizerSpec, SyncSpec } from '../core/training/job';
-import { type ModelSpec, type ParamLayout, parameterLayout } from '../core/training/model-spec';
-import { gradientSketches, paramsSketch, type Sketch, sketchSeed } from '../core/state/sketch';
+import type { BatchSource } from '../core/data/image-batches';
+import type { JobSpec } from '../core/training/job';
+import { outerWeight } from '../core/training/outer-weights';
+import { pseudoGradient } from '../core/training/outer-step';
+import { type ParamLayout, parameterLayout } from '../core/training/model-spec';
+import { gradientSketch, gradientSketches, paramsSketch, type Sketch } from '../core/state/sketch';
 import type { TrainingSnapshot } from '../core/state/snapshot';
-import { verificationUnsupported } from '../core/protocol/verifier';
+import { ringSum } from '../core/wire/ring-sum';
 import { createModel, type Model } from '../kernels/model/model';
 import type { Gpu } from '../kernels/runtime';
 import { createTrainingState, type TrainingState } from '../kernels/model/training-state';
 
 /** The part of a job the recomputation depends on (a `JobSpec` has all of it). */
-export interface RecomputeJob {
-  model: ModelSpec;
-  optimizer: OptimizerSpec;
-  globalBatch: number;
-  sync: SyncSpec;
+export type RecomputeJob = Pick<JobSpec, 'model' | 'optimizer' | 'globalBatch' | 'sync'> & {
   /** The job's kernel precision: an f16 job is recomputed in f16, as its tabs compute (default f32). */
   kernels?: { precision: 'f32' | 'f16' };
-}
+};
 
-export interface RecomputeRequest {
-  /** θ_{s−1}: the committed state before the step (params, moments, optimizer step t). */
-  snapshot: Pick<TrainingSnapshot, 'params' | 'moments' | 'optimizer'> & { outer?: Float32Array | null };
-  /** The hash of θ_s the ranks reported: it seeds every sketch of the step. */
-  stepHash: string;
-  /** Ranks in the step's world; `slices` has one entry per rank. */
-  world: number;
-  /** Each rank's dataset sample indices (may be empty: that rank's gradient is all zeros). */
-  slices: readonly Uint32Array[];
-  /** Samples of the step: the optimizer divides the summed gradients by it. Must equal the slices' total. */
+/** The training samples as the tabs read them (core/data: image, tensor or text batches) and how many. */
+export interface TrainingSamples {
+  batches: BatchSource;
   count: number;
 }
 
+export interface RecomputeRequest {
+  /** The state the commit started from (params, moments, optimizer step t; local mode: outer momentum). */
+  snapshot: Pick<TrainingSnapshot, 'params' | 'moments' | 'optimizer'> & { outer?: Float32Array | null };
+  /** The committed hash of the checked commit: it seeds every sketch. */
+  stepHash: string;
+  /** Ranks in the commit's world. */
+  world: number;
+  mode: 'every-step' | 'local';
+  /** Local mode: the rank checked. */
+  rank?: number;
+  /** Each step of the commit: the ranks' sample indices (local: the checked rank's only) and the step's samples. */
+  steps: readonly { slices: readonly Uint32Array[]; count: number }[];
+  /** The commit started at step 0: the snapshot must be the fresh state. */
+  fresh: boolean;
+  /** Local mode: the agreed sketch of the summed pseudo-gradient, with its masses. */
+  sum?: { values: readonly number[]; mass: readonly number[] };
+  /** Start from the parameters moved by a few roundings (`perturbed`): how far rounding alone moves the result. */
+  perturb?: boolean;
+}
+
 export interface RecomputeResult {
-  /** gradientSketch(g_r, stepHash, world), by rank. */
   own: Sketch[];
-  /** paramsSketch(θ_s*, stepHash). */
   params: Sketch;
-  /** hashParams(θ_s*): equals the ranks' hash only where the arithmetic is bit-identical (same adapter). */
+  outer?: Sketch;
+  moments?: Sketch[];
+  startOk: boolean;
+  /** hashParams of the new parameters (every-step) or of θ_r (local): for the log. */
   paramsHash: string;
   /** Wall time of the recomputation (state upload to sketches), ms. */
   ms: number;
@@ -72,71 +89,161 @@ function refuse(message: string): never {
   throw new RecomputeError(message);
 }
 
+/**
+ * How far `perturbed` moves each parameter, relative: 2^-22, two to four float32 roundings. A GPU that
+ * rounds differently from this one moves a computation about that much; a well-conditioned step moves its
+ * result about as little (ratios near 1e-6, far under RECOMPUTE_TOLERANCE), a chaotic one (a poisoned
+ * state: saturated softmax, huge activations) as far as another GPU does.
+ */
+export const PERTURBATION = 2 ** -22;
+
+/** `params`, each moved by ±PERTURBATION relative (a fixed sign pattern), as a new array. */
+export function perturbed(params: Float32Array): Float32Array {
+  const out = new Float32Array(params.length);
+  for (let i = 0; i < params.length; i++) {
+    const sign = Math.imul(i + 1, 0x9e3779b1) >>> 31 === 0 ? 1 : -1;
+    out[i] = params[i] * (1 + sign * PERTURBATION);
+  }
+  return out;
+}
+
 export class Recomputer {
   readonly layout: ParamLayout;
   private readonly model: Model;
   private readonly state: TrainingState;
-  private readonly batches: ImageBatches;
+  private readonly maxBatch: number;
+  private initial: Float32Array | null = null;
 
-  /**
-   * `train`: the IDX training split, limited to the job's samples (`dataset.subset`): an index beyond it
-   * is refused. `seed`: the initial parameters (`initialParams`), as a tab initialises them.
-   */
+  /** `samples`: the job's training samples (`dataset.subset` applied); `seed`: the fresh parameters' seed. */
   constructor(
     gpu: Gpu,
     readonly job: RecomputeJob,
-    train: ImageSplitBytes,
-    seed = 1,
+    private readonly samples: TrainingSamples,
+    private readonly seed = 1,
   ) {
-    const why = verificationUnsupported({ ...job, dataset: { name: 'images' } });
-    if (why) refuse(why);
-    const spec = job.model as Exclude<ModelSpec, { type: 'transformer' }>;
-    const [h, w, c] = spec.input;
-    if (h !== train.rows || w !== train.cols || c !== 1)
-      refuse(`model ${spec.name} takes ${h}×${w}×${c} inputs, the dataset has ${train.rows}×${train.cols}×1 images`);
-    if (train.count < 1) refuse('the training set is empty');
-    this.layout = parameterLayout(spec);
+    if (samples.count < 1) refuse('the training set is empty');
+    this.layout = parameterLayout(job.model);
     // A rank's slice is at most a step, and a step at most the global batch and the data set (as the tabs size it).
-    const maxBatch = Math.min(job.globalBatch, train.count);
+    this.maxBatch = Math.min(job.globalBatch, samples.count);
     const precision = job.kernels?.precision ?? 'f32';
-    this.model = createModel(gpu, spec, this.layout, { maxBatch, optimizer: job.optimizer, seed, precision });
+    this.model = createModel(gpu, job.model, this.layout, {
+      maxBatch: this.maxBatch,
+      optimizer: job.optimizer,
+      seed,
+      precision,
+    });
     this.state = createTrainingState(this.model, paramsHasher);
-    this.batches = new ImageBatches(train, maxBatch);
   }
 
   /** Training samples a request may name (the job's `dataset.subset` applied). */
   get trainCount(): number {
-    return this.batches.split.count;
+    return this.samples.count;
   }
 
-  /** The parameters the model was created with (a fresh job's θ_0 for this seed), read back. */
-  initialParams(): Promise<Float32Array> {
-    return this.model.readParams();
+  /** The parameters of a fresh job (θ_0 for this seed), as a tab initialises them. */
+  async initialParams(): Promise<Float32Array> {
+    if (!this.initial) {
+      const scratch = createModel(this.model.gpu, this.job.model, this.layout, {
+        maxBatch: 1,
+        optimizer: this.job.optimizer,
+        seed: this.seed,
+        precision: this.job.kernels?.precision ?? 'f32',
+      });
+      this.initial = await scratch.readParams();
+      scratch.destroy();
+    }
+    return this.initial;
   }
 
   async recompute(req: RecomputeRequest): Promise<RecomputeResult> {
     const start = performance.now();
     this.check(req);
-    this.state.importState({
-      params: req.snapshot.params,
-      moments: req.snapshot.moments,
-      step: req.snapshot.optimizer.t,
-    });
+    const startOk = !req.fresh || (await this.isFresh(req.snapshot));
+    const params = req.perturb ? perturbed(req.snapshot.params) : req.snapshot.params;
+    this.state.importState({ params, moments: req.snapshot.moments, step: req.snapshot.optimizer.t });
+    const from = { ...req, snapshot: { ...req.snapshot, params } };
+    const result = req.mode === 'local' ? await this.localStep(from) : await this.everyStep(from);
+    return { ...result, startOk, ms: performance.now() - start };
+  }
+
+  /** Every rank's gradient sums, the ring's sum of them, the optimizer step: the sketches of step s. */
+  private async everyStep(req: RecomputeRequest): Promise<Omit<RecomputeResult, 'startOk' | 'ms'>> {
     const n = this.layout.totalElements;
+    const [step] = req.steps;
     const own: Float32Array[] = [];
-    for (const slice of req.slices) own.push(slice.length === 0 ? new Float32Array(n) : await this.gradients(slice));
-    const sum = new Float32Array(n);
-    // Float32Array stores round each double sum to float32: exactly the float32 addition a tab performs.
-    for (const g of own) for (let i = 0; i < n; i++) sum[i] += g[i];
-    this.model.writeGradients(sum);
-    this.model.applyOptimizer(req.count);
+    for (const slice of step.slices) own.push(slice.length === 0 ? new Float32Array(n) : await this.gradients(slice));
+    this.model.writeGradients(ringSum(own, this.job.sync.compression));
+    this.model.applyOptimizer(step.count);
     const params = await this.model.readParams();
     return {
       own: gradientSketches(own, req.stepHash, req.world),
       params: paramsSketch(params, req.stepHash),
       paramsHash: hashParams(params),
-      ms: performance.now() - start,
     };
+  }
+
+  /** The rank's inner steps, its pseudo-gradient, its end moments, and the outer step predicted from the sum. */
+  private async localStep(req: RecomputeRequest): Promise<Omit<RecomputeResult, 'startOk' | 'ms'>> {
+    const committed = req.snapshot.params;
+    let mine = 0;
+    let all = 0;
+    for (const { slices, count } of req.steps) {
+      const slice = slices[0];
+      if (slice.length > 0) {
+        const { x, labels, batch } = this.samples.batches.gather(slice);
+        this.model.forwardBackward(x, labels, batch);
+        this.model.applyOptimizer(slice.length);
+      }
+      mine += slice.length;
+      all += count;
+    }
+    const local = await this.model.readParams();
+    const delta = pseudoGradient(committed, local, outerWeight(mine, all));
+    const moments = await Promise.all(
+      this.model.moments.map((m) => this.model.readFloats(m, this.layout.totalElements)),
+    );
+    return {
+      own: [gradientSketch(delta, req.stepHash, req.world)],
+      moments: gradientSketches(moments, req.stepHash, req.world),
+      ...this.outerPrediction(req),
+      paramsHash: hashParams(local),
+    };
+  }
+
+  /**
+   * The outer step's result from the state it started from (θ_c, u) and the agreed sketch of Δ:
+   * u_s = μu + Δ and θ_s = θ_c − lr(Δ + μu_s), bucket by bucket, with masses that bound the float32 rounding.
+   */
+  private outerPrediction(req: RecomputeRequest): { params: Sketch; outer: Sketch } {
+    if (this.job.sync.mode !== 'local' || !req.sum) refuse('a local check needs the agreed sum');
+    const { lr, momentum: mu } = this.job.sync.outer;
+    const [theta, u] = gradientSketches([req.snapshot.params, req.snapshot.outer!], req.stepHash, req.world);
+    const buckets = theta.values.length;
+    if (req.sum.values.length !== buckets || req.sum.mass.length !== buckets)
+      refuse(`the sum sketch has ${req.sum.values.length} buckets, a world of ${req.world} has ${buckets}`);
+    const outer = { values: new Float64Array(buckets), mass: new Float64Array(buckets) };
+    const params = { values: new Float64Array(buckets), mass: new Float64Array(buckets) };
+    for (let b = 0; b < buckets; b++) {
+      outer.values[b] = mu * u.values[b] + req.sum.values[b];
+      outer.mass[b] = mu * u.mass[b] + req.sum.mass[b];
+      params.values[b] = theta.values[b] - lr * (req.sum.values[b] + mu * outer.values[b]);
+      params.mass[b] = theta.mass[b] + lr * (req.sum.mass[b] + mu * outer.mass[b]);
+    }
+    return { params, outer };
+  }
+
+  /** Whether the snapshot is the fresh state: the seed's parameters, zero moments (and momentum), t = 0. */
+  private async isFresh(snapshot: RecomputeRequest['snapshot']): Promise<boolean> {
+    const initial = await this.initialParams();
+    const bits = (x: Float32Array) => new Uint32Array(x.buffer, x.byteOffset, x.length);
+    const same = (a: Float32Array, b: Float32Array) => bits(a).every((v, i) => v === bits(b)[i]);
+    const zero = (a: Float32Array) => bits(a).every((v) => v === 0);
+    return (
+      snapshot.optimizer.t === 0 &&
+      same(snapshot.params, initial) &&
+      snapshot.moments.every(zero) &&
+      (!snapshot.outer || zero(snapshot.outer))
+    );
   }
 
   /** Free the model's GPU buffers. */
@@ -147,34 +254,48 @@ export class Recomputer {
 
   /** The gradient sums of one rank's samples at the imported state (one forward/backward, as a tab). */
   private gradients(indices: Uint32Array): Promise<Float32Array> {
-    const { x, labels, batch } = this.batches.gather(indices);
+    const { x, labels, batch } = this.samples.batches.gather(indices);
     this.model.forwardBackward(x, labels, batch);
     return this.model.readGradients();
   }
 
   /** Everything a request can get wrong, checked before the device is touched. */
   private check(req: RecomputeRequest): void {
-    sketchSeed(req.stepHash, 'gradient');
-    const { world, slices, count, snapshot } = req;
+    gradientSketch(new Float32Array(0), req.stepHash, 1); // a malformed hash throws here
+    const { world, steps, snapshot } = req;
     if (!Number.isInteger(world) || world < 1) refuse(`world ${world} must be a positive integer`);
-    if (slices.length !== world) refuse(`${slices.length} slices for a world of ${world}`);
-    let total = 0;
-    for (const [rank, slice] of slices.entries()) {
-      if (slice.length > this.batches.maxBatch)
-        refuse(`rank ${rank} has ${slice.length} samples, more than a step's ${this.batches.maxBatch}`);
-      for (const index of slice)
-        if (index >= this.batches.split.count)
-          refuse(`rank ${rank}: sample index ${index} outside the job's ${this.batches.split.count} samples`);
-      total += slice.length;
-    }
-    if (!Number.isInteger(count) || count < 1 || count !== total)
-      refuse(`count ${count} must be the slices' total of ${total} samples (at least 1)`);
+    const local = req.mode === 'local';
+    if (local !== (this.job.sync.mode === 'local')) refuse(`a ${req.mode} check of a ${this.job.sync.mode} job`);
+    if (local && !(Number.isInteger(req.rank) && req.rank! >= 0 && req.rank! < world))
+      refuse(`rank ${req.rank} is not in a world of ${world}`);
+    if (!local && steps.length !== 1) refuse(`an every-step check recomputes one step, not ${steps.length}`);
+    for (const [k, { slices, count }] of steps.entries()) this.checkStep(k, slices, count, local ? 1 : world, !local);
     if (snapshot.optimizer.kind !== this.job.optimizer.kind)
       refuse(`the snapshot's optimizer is ${snapshot.optimizer.kind}, the job's ${this.job.optimizer.kind}`);
-    if (snapshot.outer) refuse('the snapshot carries an outer momentum: a local-steps state');
+    if (!!snapshot.outer !== local)
+      refuse(local ? 'a local-mode state needs its outer momentum' : 'the snapshot carries an outer momentum');
     if (snapshot.params.length !== this.layout.totalElements)
       refuse(
         `the snapshot has ${snapshot.params.length} parameters, model ${this.job.model.name} has ${this.layout.totalElements}`,
       );
+  }
+
+  /**
+   * One step's slices: `ranks` of them, each at most a step, indices of the job's samples, summing to
+   * `count` (`whole`: every rank's slice is given) or to at most it.
+   */
+  private checkStep(k: number, slices: readonly Uint32Array[], count: number, ranks: number, whole: boolean): void {
+    if (slices.length !== ranks) refuse(`step ${k}: ${slices.length} slices, expected ${ranks}`);
+    let total = 0;
+    for (const [rank, slice] of slices.entries()) {
+      if (slice.length > this.maxBatch)
+        refuse(`step ${k}, slice ${rank}: ${slice.length} samples, more than a step's ${this.maxBatch}`);
+      for (const index of slice)
+        if (index >= this.samples.count)
+          refuse(`step ${k}, slice ${rank}: sample index ${index} outside the job's ${this.samples.count} samples`);
+      total += slice.length;
+    }
+    if (!Number.isInteger(count) || count < 1 || count > this.maxBatch || (whole ? count !== total : count < total))
+      refuse(`step ${k}: count ${count} must be the step's samples (the slices' total ${total}, at least 1)`);
   }
 }

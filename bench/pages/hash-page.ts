@@ -14,6 +14,7 @@ import {
   type Sha256Factory,
   stateHashOfDigests,
   treeRoot,
+  trainingStateHash,
 } from '../../core/state/hash';
 import { CNN_SPEC, MLP_SPEC, parameterLayout } from '../../core/training/model-spec';
 import { createModel } from '../../kernels/model/model';
@@ -174,9 +175,10 @@ async function steps(
   const batches = new ImageBatches({ images, labels, count, rows: 28, cols: 28 }, batch);
   const hashes: Record<StepVariant, ParamsHasher> = {
     none: paramsHasher, // not called: these steps pass hash: false
-    old64: { ofParams: legacyHash64 },
-    readback: { ofParams: hashParams },
-    wasm: { ofParams: (p) => hashParams(p, wasm) },
+    // The legacy hash covers the parameters alone: its figure is the old, weaker check's cost.
+    old64: { ofParams: legacyHash64, ofState: (p) => legacyHash64(p) },
+    readback: { ofParams: hashParams, ofState: trainingStateHash },
+    wasm: { ofParams: (p) => hashParams(p, wasm), ofState: (p, moments, t) => trainingStateHash(p, moments, t, wasm) },
     gpu: paramsHasher,
   };
   const runners = Object.fromEntries(

@@ -107,11 +107,11 @@ function feedEvent(id: number | null, at: number, level: string, event: string, 
 /** An `evaluation` log event carrying `{step, accuracy}` (and `loss`, when finite), if this is one. */
 function evaluationOf(event: FeedEvent): FeedEvaluation | null {
   if (event.event !== 'evaluation') return null;
-  const data = event.data as { step?: unknown; accuracy?: unknown; loss?: unknown } | null;
+  const data = event.data as { step?: unknown; accuracy?: unknown; loss?: unknown; verified?: unknown } | null;
   if (typeof data?.step !== 'number' || typeof data.accuracy !== 'number' || !Number.isFinite(data.accuracy))
     return null;
   const loss = typeof data.loss === 'number' && Number.isFinite(data.loss) ? data.loss : null;
-  return { step: data.step, accuracy: data.accuracy, loss, at: event.at };
+  return { step: data.step, accuracy: data.accuracy, loss, at: event.at, verified: data.verified === true };
 }
 
 export function jobSummary(state: CoordinatorState): AdminJobSummary {
@@ -253,6 +253,9 @@ export class FeedProjection {
     messages.push({ type: 'event', event });
     const evaluation = evaluationOf(event);
     if (evaluation) {
+      // A step's verified number replaces its unverified one (the second rank agreed).
+      const at = this.evaluations.findIndex((e) => e.step === evaluation.step);
+      if (at >= 0) this.evaluations.splice(at, 1);
       this.evaluations.push(evaluation);
       messages.push({ type: 'evaluation', evaluation });
     }

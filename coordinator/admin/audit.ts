@@ -321,9 +321,15 @@ export interface EvaluationView {
   testSamples: number;
   workerId: string;
   round: number;
+  /** Two ranks agreed on it (`agreedBy`); false: one rank's number, unverified (coordinator/machine/evaluation.ts). */
+  verified: boolean;
+  agreedBy: string[];
 }
 
-/** The `evaluation` event rows as views (rows whose data lacks a field are skipped). */
+/**
+ * The `evaluation` event rows as views (rows whose data lacks a field are skipped), one per step: a
+ * verified row replaces the step's unverified one.
+ */
 export function evaluationViews(rows: EventRow[]): EvaluationView[] {
   const views: EvaluationView[] = [];
   for (const row of rows) {
@@ -339,7 +345,9 @@ export function evaluationViews(rows: EventRow[]): EvaluationView[] {
       testSamples: typeof d.testSamples === 'number' ? d.testSamples : 0,
       workerId: typeof d.workerId === 'string' ? d.workerId : '',
       round: typeof d.round === 'number' ? d.round : 0,
+      verified: d.verified === true,
+      agreedBy: Array.isArray(d.agreedBy) ? d.agreedBy.filter((x): x is string => typeof x === 'string') : [],
     });
   }
-  return views;
+  return views.filter((v) => v.verified || !views.some((w) => w.step === v.step && w.verified));
 }

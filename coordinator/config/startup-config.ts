@@ -6,7 +6,7 @@ import { createHash } from 'node:crypto';
 import { existsSync, readFileSync } from 'node:fs';
 import { readFile } from 'node:fs/promises';
 import { join, resolve } from 'node:path';
-import { defaultJob, type JobSpec, parseJobSpec } from '../../core/training/job';
+import { defaultJob, type JobSpec, parseJobSpec, verifying } from '../../core/training/job';
 import { type IdxDataset, loadIdxDataset } from '../../node/idx';
 import { jobMismatchReason, loadUserDataset, type ServedDataset, servedIdx } from '../datasets/served-dataset';
 
@@ -102,10 +102,23 @@ export async function loadDataset(dir: string, shippedDir = SHIPPED_DATASET_DIR)
  * IDX set of `resolveDatasetDir(datasetFlag)` (the flag applies to it only). One line on failure.
  */
 export async function loadJobDataset(job: JobSpec, datasetFlag: string | undefined): Promise<ServedDataset> {
-  if (!('kind' in job.dataset)) return servedIdx(await loadDataset(resolveDatasetDir(datasetFlag)));
+  if (!('kind' in job.dataset)) {
+    const dir = resolveDatasetDir(datasetFlag);
+    return servedIdx(await loadDataset(dir), resolve(dir));
+  }
   try {
     return await loadUserDataset(job);
   } catch (error) {
     throw new StartupError((error as Error).message);
   }
+}
+
+/** What the start-up says about checking contributions: on by default where anyone may join, a warning when turned off. */
+export function verifyLine(job: JobSpec, join: 'open' | 'invite'): string {
+  const v = verifying(job);
+  if (v)
+    return `tabswarm verifies contributions: a new worker's commits are recomputed at ${v.newcomer.probability} until it passed ${v.newcomer.checks} checks, then at ${v.probability} (docs/threat-model.md)`;
+  if (job.verify === false)
+    return `warning: this job does not verify contributions ("verify": false): every tab's gradients are trusted${join === 'open' ? ', and anyone with the URL may join' : ''}; meant for private swarms and --join invite`;
+  return 'contributions are not verified: invited tabs are trusted (add "verify": {} to the job file to check them)';
 }

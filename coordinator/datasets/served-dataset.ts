@@ -6,6 +6,7 @@
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { JobSpec } from '../../core/training/job';
+import type { VerifierDataset } from '../../core/protocol/verifier';
 import { isTransformer, type ModelSpec } from '../../core/training/model-spec';
 import { chunkedDatasetRoutes, tensorsPayloads, textPayloads } from './dataset-chunks';
 import type { IdxDataset } from '../../node/idx';
@@ -22,9 +23,12 @@ export interface ServedDataset {
   /** Hex SHA-256 of the training data's parts; part of the key a run is resumed by. */
   contentKey: Record<string, string>;
   route(req: IncomingMessage, res: ServerResponse): boolean;
+  /** The training data as the verifier process reads it (core/protocol/verifier.ts): the same samples the tabs get. */
+  verifierData: VerifierDataset;
 }
 
-export function servedIdx(d: IdxDataset): ServedDataset {
+/** The IDX set `d`, loaded from the folder `dir` (the verifier process reads it there too). */
+export function servedIdx(d: IdxDataset, dir: string): ServedDataset {
   return {
     kind: 'images',
     name: d.name,
@@ -33,6 +37,7 @@ export function servedIdx(d: IdxDataset): ServedDataset {
     // The names of the key's fields are those of runs stored before other kinds existed: they resume.
     contentKey: { trainImages: d.sha256['train/images'], trainLabels: d.sha256['train/labels'] },
     route: datasetRoutes(d),
+    verifierData: { kind: 'images', dir },
   };
 }
 
@@ -77,6 +82,7 @@ export async function loadUserDataset(job: JobSpec): Promise<ServedDataset> {
       unit: 'windows',
       contentKey: { trainText: d.sha256.train, testText: d.sha256.test },
       route: chunkedDatasetRoutes(metadata, payloads),
+      verifierData: { kind: 'text', bytes: d.train },
     };
   }
   const d = await loadTensorsDataset(source);
@@ -90,5 +96,6 @@ export async function loadUserDataset(job: JobSpec): Promise<ServedDataset> {
     unit: 'samples',
     contentKey: { trainX: sha256(payloads['train/x']), trainY: sha256(payloads['train/y']) },
     route: chunkedDatasetRoutes(metadata, payloads),
+    verifierData: { kind: 'tensors', x: d.train.x, y: d.train.y, features: d.shape[0] * d.shape[1] * d.shape[2] },
   };
 }

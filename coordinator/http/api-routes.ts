@@ -7,7 +7,7 @@
  *   GET  /api/evaluations[?after=ID&limit=N]      accepted test-set evaluations, oldest first
  *   *    /api/health                              liveness and the origin this server thinks it has (tls.ts)
  *   GET/HEAD /api/dataset[/…]                     the job's dataset (datasets/: metadata, files, chunks)
- *   PUT  /api/verify/{runId}/{step}?token=…       a state upload for a recomputed check (trust/verification-service.ts)
+ *   PUT  /api/verify/{runId}/{check}?token=…      a state upload for a recomputed check (trust/verification-service.ts)
  *   /api/checkpoints/…                            checkpoint-routes.ts
  *
  * Reads only, except the two uploads, which hand their bytes to the executor's grants.
@@ -95,7 +95,7 @@ export function registerApiRoutes(router: Router, deps: ApiRouteDeps): void {
     })
     .any('/api/dataset', dataset)
     .any('/api/dataset/*', dataset)
-    .any('/api/verify/:run/:step', async (req, res, { url, params }) => {
+    .any('/api/verify/:run/:check', async (req, res, { url, params }) => {
       if (!deps.verification) throw new HttpError(404, 'not_found', 'this job does not verify contributions');
       let run: string;
       try {
@@ -103,7 +103,7 @@ export function registerApiRoutes(router: Router, deps: ApiRouteDeps): void {
       } catch {
         throw new HttpError(400, 'bad_run', 'malformed run id');
       }
-      await deps.verification.handleUpload(req, res, url, run, params.step);
+      await deps.verification.handleUpload(req, res, url, run, params.check);
     });
   registerCheckpointRoutes(router, deps);
 }

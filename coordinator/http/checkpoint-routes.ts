@@ -19,6 +19,7 @@ import type { CoordinatorMetrics } from '../admin/server-metrics';
 import { committedPosition, type CoordinatorState } from '../machine/machine';
 import { grantRefusal, type MachineExecutor } from '../runtime/executor';
 import type { CheckpointRow, Store } from '../runtime/store';
+import { momentSketches, sameSketches } from '../trust/verification-service';
 import { HttpError, readBody, sendJson } from './http-util';
 import type { RouteHandler, Router } from './router';
 
@@ -141,17 +142,54 @@ async function uploadCheckpoint(
   if (computed !== grant!.hash) {
     reject(422, 'hash_mismatch', `snapshot parameters hash to ${computed}, step ${step} committed ${grant!.hash}`);
   }
+  const inner = localInnerStateProblem(executor.state, step, grant!, snapshot);
+  if (inner) reject(422, 'hash_mismatch', inner);
   // The machine may have moved on (rolled back past this step) while the body streamed in.
   if (executor.checkpointGrant(step) !== grant)
     reject(409, 'not_requested', `the checkpoint of step ${step} is no longer wanted`);
   const row = store.putCheckpoint(runId, { step, epoch: snapshot.epoch, cursor: snapshot.cursor }, body);
   executor.settleGrant(step);
-  executor.dispatch({ kind: 'checkpoint_stored', step, epoch: row.epoch, cursor: row.cursor, sha256: row.sha256 });
+  const trainingHash = snapshot.outer ? snapshot.trainingHash : null;
+  executor.dispatch({
+    kind: 'checkpoint_stored',
+    step,
+    epoch: row.epoch,
+    cursor: row.cursor,
+    sha256: row.sha256,
+    trainingHash,
+  });
   metrics.checkpointUploads.inc(1, { result: 'stored' });
   // The machine keeps the few checkpoints it may restore from; older files only take disk space.
   const kept = executor.state.checkpoints.map((c) => c.step);
   if (kept.includes(step)) store.pruneCheckpoints(runId, kept);
   sendJson(res, 201, publicCheckpoint(row));
+}
+
+/**
+ * Local mode: the inner state in a checkpoint (its optimizer moments and t, each rank's own) is its
+ * uploader's, and must be what the uploader said it ended the outer step with (the sketches of its
+ * moments and its t in its report of `step`); why not, or null. Every-step mode: nothing to add (the
+ * agreed hash covers every section).
+ */
+function localInnerStateProblem(
+  state: CoordinatorState,
+  step: number,
+  grant: { workerId: string | null; hash: string | null },
+  snapshot: DecodedSnapshot,
+): string | null {
+  if (state.job.sync.mode !== 'local' || !state.job.verify) return null;
+  // The claims as they were when the checkpoint was asked for (a later commit replaces `momentClaims`).
+  const claims = state.checkpointRequests.find((r) => r.step === step)?.claims;
+  const claim =
+    claims && grant.workerId && Object.hasOwn(claims.byWorker, grant.workerId)
+      ? claims.byWorker[grant.workerId]
+      : undefined;
+  if (!claims || !claim || !grant.hash)
+    return `no claim of its inner state at step ${step} to check the checkpoint's against`;
+  const mine = momentSketches(snapshot, grant.hash, claims.world);
+  if (claim.t !== snapshot.optimizer.t || !sameSketches(claim.moments, mine))
+    return `the checkpoint's optimizer moments or t are not those its uploader reported at step ${step}`;
+  return null;
 }
 
 /** The uploaded snapshot, decoded, if it is of `step` at the position that step ends at, for the job's model. */

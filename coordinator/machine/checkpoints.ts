@@ -49,8 +49,14 @@ export function rollbackIn(
   // Contributions and a check of steps that no longer count are forgotten with them.
   if (s.contributions)
     s.contributions = Object.fromEntries(Object.entries(s.contributions).filter(([, step]) => step <= target.step));
-  if (s.verification && s.verification.step > target.step) s.verification = null;
+  if (s.checks?.length) s.checks = s.checks.filter((c) => c.step <= target.step);
+  s.momentClaims = null;
   s.ringSuspects = null;
+  if (s.soundStart !== undefined) s.soundStart = Math.min(s.soundStart, target.step);
+  // A step run again is another state: its evaluations are taken afresh (evaluation.ts).
+  if (s.evaluationClaims?.length) s.evaluationClaims = s.evaluationClaims.filter((c) => c.step <= target.step);
+  // A job can only be done on its last step: one rolled back from it runs again.
+  if (s.status === 'done') s.status = 'active';
   ctx.out.push({ kind: 'rollback_commits', afterStep: target.step });
   log(ctx, 'warn', 'record_rolled_back', {
     from,
@@ -69,8 +75,11 @@ export function requestCheckpointIn(ctx: Ctx, workerId?: string): void {
   if (target === undefined || s.lastCommit.step === 0) return;
   const { step, epoch, cursor, hash } = s.lastCommit;
   const holes = (s.lastCommit.holes ?? []).map(([a, b]): PositionRange => [a, b]);
-  if (!s.checkpointRequests.some((r) => r.step === step))
-    s.checkpointRequests.push({ step, hash, epoch, cursor, holes });
+  if (!s.checkpointRequests.some((r) => r.step === step)) {
+    const m = s.momentClaims?.step === step ? s.momentClaims : null;
+    const claims = m ? { claims: { world: m.world, byWorker: m.byWorker } } : {};
+    s.checkpointRequests.push({ step, hash, epoch, cursor, holes, ...claims });
+  }
   sendWorker(ctx, target, { type: 'checkpoint_request', step, url: checkpointPath(s.runId, step) });
   log(ctx, 'info', 'checkpoint_requested', { step, workerId: target });
 }
@@ -117,6 +126,7 @@ export function onCheckpointStored(
     holes: expected.holes,
     sha256: event.sha256,
     hash: expected.hash,
+    ...(event.trainingHash ? { trainingHash: event.trainingHash } : {}),
   });
   s.checkpoints.sort((a, b) => a.step - b.step);
   if (s.checkpoints.length > MAX_CHECKPOINTS_KEPT) s.checkpoints = s.checkpoints.slice(-MAX_CHECKPOINTS_KEPT);

@@ -30,8 +30,9 @@ import {
 import type { OuterReportMessage, StepReportMessage } from '../../core/protocol/tab-messages';
 import type { ErrorCode } from '../../core/protocol/coordinator-messages';
 import { requestCheckpointIn } from './checkpoints';
-import { admitAtBoundaryIn, afterCloseIn, boundaryReason, closeRoundIn } from './round-close';
-import { afterCommitIn, ringChecksPassIn, SUSPICION_STEPS, sketchProblem, uploadField } from './verification';
+import { admitAtBoundaryIn, afterCloseIn, boundaryReason, closeRoundIn, finishJobIn } from './round-close';
+import { ringChecksPassIn, SUSPICION_STEPS, sketchProblem } from './verification';
+import { afterCommitIn, gateOpen, uploadFieldFor } from './checks';
 import {
   mergeRanges,
   planOf,
@@ -42,14 +43,13 @@ import {
 } from '../../core/training/groups';
 import { overlapsNext, overlapsOuterSteps, successorPlan } from '../../core/training/overlap';
 import { commitGroup, epochOrder, recordPosition, subtractRanges } from '../../core/training/sampler';
-import { expectedSamples, groupInFlight, groupsInFlight, overlapContext, splitInFlight } from './group';
+import { allCommitted, expectedSamples, groupInFlight, groupsInFlight, overlapContext, splitInFlight } from './group';
 import { excludedByReportIn, misplacedExclusion, namesOuterLoss } from './outer-loss';
 import { commitSpan, isCheckpointCommit } from '../../core/training/commit-schedule';
 import { culpritOf } from './penalties';
 import { smoothThroughput } from './shares';
 import { recordUsageIn } from './utilization';
 import type { CommitRecord, CoordinatorState, Participant, PendingReport, Transition } from './state';
-import { workersOf } from './worker-table';
 
 export type ReportCheck =
   | { ok: true; rank: number }
@@ -64,7 +64,7 @@ function reporter(
   const rv = s.rendezvous;
   if (msg.runId !== s.runId)
     return { ok: false, code: 'wrong_run', message: `run ${msg.runId} is not the current run` };
-  if (s.status === 'done') return { ok: false, code: 'job_done', message: 'the job is done' };
+  if (s.status === 'done' || allCommitted(s)) return { ok: false, code: 'job_done', message: 'the job is done' };
   if (s.status !== 'active' || rv.phase !== 'training' || msg.round !== rv.round) {
     return {
       ok: false,
@@ -171,6 +171,8 @@ function acceptReportIn(ctx: Ctx, workerId: string, msg: StepReportMessage): voi
       samples: msg.samples,
       computeMs: msg.computeMs,
       ...(msg.sketch ? { sketch: msg.sketch } : {}),
+      ...(msg.innerHash ? { innerHash: msg.innerHash } : {}),
+      ...(msg.innerT !== undefined ? { innerT: msg.innerT } : {}),
     },
   };
   p.lastStep = msg.step;
@@ -186,21 +188,37 @@ function acceptReportIn(ctx: Ctx, workerId: string, msg: StepReportMessage): voi
     worker.throughput = smoothThroughput(worker.throughput, msg.samples, ctx.now - since);
   recordUsageIn(ctx, worker, msg, p.lastReportAt ?? since);
   p.lastReportAt = ctx.now;
-  commitIfCompleteIn(ctx);
+  commitReadyIn(ctx);
 }
 
 /**
- * Commit the group in flight once every rank reported its commit point (and, in an overlapped job, its
- * outer step: hashes agreed as they arrived). A step whose sums do not add up is not committed
- * (verification.ts handles the failure).
+ * Commit the group in flight once every rank reported its commit point (overlapped: and its outer step)
+ * and no check holds it (checks.ts `gateOpen`; check-events.ts calls again when one resolves). A step
+ * whose sums do not add up is not committed (verification.ts handles the failure).
  */
-function commitIfCompleteIn(ctx: Ctx): void {
+export function commitReadyIn(ctx: Ctx): void {
   const s = ctx.s;
+  if (s.status !== 'active' || s.rendezvous.phase !== 'training' || allCommitted(s)) return;
   const point = groupInFlight(s).lastStep;
   const members = s.rendezvous.participants;
   if (!members.every((q) => q.lastStep >= point)) return;
   if (overlapsOuterSteps(s.job) && !members.every((q) => s.pending[point]?.[q.slot]?.outer !== undefined)) return;
+  if (!gateOpen(s)) {
+    metric(ctx, 'tabswarm_commits_held_total');
+    log(ctx, 'info', 'commit_held', { step: point, checks: (s.checks ?? []).map((c) => c.step) });
+    return;
+  }
   if (ringChecksPassIn(ctx, point)) commitIn(ctx, point);
+}
+
+/** After the last check resolved: a job whose last group is committed is done. */
+export function finishIfCheckedIn(ctx: Ctx): void {
+  const s = ctx.s;
+  if (s.status !== 'active' || (s.checks ?? []).length > 0) return;
+  if (!allCommitted(s)) return;
+  s.status = 'done';
+  persist(ctx);
+  finishJobIn(ctx, s.lastCommit.step);
 }
 
 /**
@@ -256,7 +274,7 @@ function acceptOuterIn(ctx: Ctx, workerId: string, msg: OuterReportMessage): voi
   worker.lastSeen = ctx.now;
   // Bytes only: the time of the outer step is inside the inner steps' reports.
   recordUsageIn(ctx, worker, { samples: 0, computeMs: 0, wireBytes: msg.wireBytes }, ctx.now);
-  commitIfCompleteIn(ctx);
+  commitReadyIn(ctx);
 }
 
 /**
@@ -276,7 +294,8 @@ function commitIn(ctx: Ctx, point: number): void {
   const hash = overlapsOuterSteps(s.job) ? reports[0].outer! : reports[0].hash;
   const lostMembers = !!rv.outerLoss;
   rv.outerLoss = null;
-  const uploader = afterCommitIn(ctx, point, hash, s.lastCommit.hash);
+  // Before the record moves: the checks keep where the group started.
+  afterCommitIn(ctx, group, hash, s.lastCommit.hash);
   const order = epochOrder(s.job.seed, group.epoch, s.datasetSize);
   s.record = commitGroup(s.record, order, group, lost, rv.carry?.deferred ?? []);
   const after = recordPosition(s.record);
@@ -299,12 +318,14 @@ function commitIn(ctx: Ctx, point: number): void {
   rv.roundCommits += 1;
   for (const p of rv.participants) mutWorker(ctx, p.workerId).holds = [{ step: point, hash }];
   const span = commitSpan(group, after, s.job.epochs);
-  if (span.endsJob) s.status = 'done';
+  // Done with its last commit only once no check is open (else when the last one resolves).
+  const finished = span.endsJob && (s.checks ?? []).length === 0;
+  if (finished) s.status = 'done';
   ctx.out.push({ kind: 'record_commit', commit });
   persist(ctx);
-  announceCommitIn(ctx, commit, uploader, drain);
+  announceCommitIn(ctx, commit, drain);
   if (isCheckpointCommit(span, s.job.checkpointEvery)) requestCheckpointIn(ctx, rv.participants[0].workerId);
-  if (span.endsJob) {
+  if (finished) {
     finishJobIn(ctx, point);
     return;
   }
@@ -363,7 +384,7 @@ function commitRecordOf(s: CoordinatorState, group: GroupPlan, lost: PositionRan
 }
 
 /** Metrics, the `committed` message to every rank (with `drain`: see `nextGroupAfterCommitIn`), and the debug log line of one commit. */
-function announceCommitIn(ctx: Ctx, commit: CommitRecord, uploader: string | null, drain: boolean): void {
+function announceCommitIn(ctx: Ctx, commit: CommitRecord, drain: boolean): void {
   const rv = ctx.s.rendezvous;
   const after = ctx.s.lastCommit;
   const { step: point, firstStep, count, hash } = commit;
@@ -381,16 +402,17 @@ function announceCommitIn(ctx: Ctx, commit: CommitRecord, uploader: string | nul
     hash,
     ...(drain ? { drain: true as const } : {}),
   } as const;
-  // One message object for every rank but the verification's uploader (serialised once: context.ts `sendWorkers`).
+  // One message object for every rank but the checks' uploaders (serialised once: context.ts `sendWorkers`).
   let rest: string[] = [];
   for (const p of rv.participants) {
-    if (p.workerId !== uploader) {
+    const upload = uploadFieldFor(ctx.s, p.workerId, point);
+    if (!upload) {
       rest.push(p.workerId);
       continue;
     }
     sendWorkers(ctx, rest, committed);
     rest = [];
-    sendWorker(ctx, p.workerId, { ...committed, upload: uploadField(ctx.s, p.workerId) });
+    sendWorker(ctx, p.workerId, { ...committed, upload });
   }
   sendWorkers(ctx, rest, committed);
   log(ctx, 'debug', 'commit', {
@@ -405,24 +427,6 @@ function announceCommitIn(ctx: Ctx, commit: CommitRecord, uploader: string | nul
     loss: commit.loss,
     ...(drain ? { drain } : {}),
   });
-}
-
-/** The last step committed: tell every worker and dissolve the round. */
-function finishJobIn(ctx: Ctx, point: number): void {
-  const s = ctx.s;
-  const rv = s.rendezvous;
-  log(ctx, 'info', 'job_done', { step: point, epochs: s.job.epochs, restarts: s.restarts });
-  sendWorkers(
-    ctx,
-    workersOf(s.workers).map((w) => w.workerId),
-    { type: 'done', step: point },
-  );
-  // No round any more: later departures are no failures and nobody is waiting for anything.
-  rv.closedRound = { round: rv.round, members: rv.participants.map((p) => p.workerId) };
-  rv.participants = [];
-  rv.waitList = [];
-  rv.phase = 'gathering';
-  metric(ctx, 'tabswarm_world_size', 0);
 }
 
 /**

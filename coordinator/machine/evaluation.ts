@@ -1,6 +1,13 @@
 /**
- * Test-set evaluations: how the machine takes an `evaluation` report (`reportEvaluation`). When rank 0
- * evaluates (`isEvaluationCommit`) is the tabs' schedule too: core/training/commit-schedule.ts.
+ * Test-set evaluations: how the machine takes an `evaluation` report (`reportEvaluation`). When ranks
+ * 0 and 1 evaluate (`isEvaluationCommit`) is the tabs' schedule too: core/training/commit-schedule.ts.
+ *
+ * A number the coordinator can trust is one two ranks agree on: both evaluate the same committed state
+ * (the same bytes), so their counts must be equal up to a rank's ties at the arg-max and their losses
+ * up to GPU rounding (`EVALUATION_AGREEMENT`). The first report of a step is logged `verified: false`;
+ * a second rank's that agrees is logged again with `verified: true` (readers keep a step's verified
+ * row); one that disagrees is an `evaluation_disputed` warning and the step stays unverified. A world of
+ * one has no second opinion: its numbers are shown as unverified (admin page, `GET /api/evaluations`).
  *
  * An evaluation measures a COMMITTED state (right after its commit point, before the next step), so
  * every rank would get the same number and the figure belongs to exactly one step of the commit log.
@@ -32,8 +39,8 @@ export type EvaluationCheck = { ok: true } | { ok: false; code: ErrorCode; messa
 /**
  * Decide whether a (schema-valid) evaluation from `workerId` is acceptable: the job still runs (or just
  * finished), the sender is a member of the current round or of the round that just closed (the report
- * of a round's last commit may arrive after the close), the step is the last commit (rank 0 evaluates
- * a commit before it applies the next step, so its report arrives before any later commit), that
+ * of a round's last commit may arrive after the close), the step is the last commit (ranks 0 and 1
+ * evaluate a commit before they apply the next step, so their reports arrive before any later commit), that
  * commit is an evaluation point, the epoch is the one it trained on, and the counts are consistent.
  */
 export function checkEvaluation(s: CoordinatorState, workerId: string, msg: EvaluationMessage): EvaluationCheck {
@@ -54,10 +61,12 @@ export function checkEvaluation(s: CoordinatorState, workerId: string, msg: Eval
     ? rv.participants.some((p) => p.workerId === workerId)
     : rv.closedRound!.members.includes(workerId);
   if (!member) return { ok: false, code: 'not_member', message: `worker ${workerId} is not in round ${msg.round}` };
-  // Only the rank asked: rank 0 of that round (members are listed in rank order).
-  const evaluator = current ? rv.participants[0]?.workerId : rv.closedRound!.members[0];
-  if (workerId !== evaluator)
-    return { ok: false, code: 'not_evaluator', message: `only rank 0 of round ${msg.round} evaluates` };
+  // Only the ranks asked: ranks 0 and 1 of that round (members are listed in rank order).
+  const evaluators = current ? rv.participants.slice(0, 2).map((p) => p.workerId) : rv.closedRound!.members.slice(0, 2);
+  if (!evaluators.includes(workerId))
+    return { ok: false, code: 'not_evaluator', message: `only ranks 0 and 1 of round ${msg.round} evaluate` };
+  if ((s.evaluationClaims ?? []).some((c) => c.step === msg.step && c.workerId === workerId))
+    return { ok: false, code: 'duplicate_report', message: `step ${msg.step} already evaluated by ${workerId}` };
   if (msg.step !== s.lastCommit.step)
     return {
       ok: false,
@@ -99,6 +108,13 @@ export function reportEvaluation(
   if (!check.ok) return reject(state, conn, check.code, check.message, { workerId, round: msg.round, step: msg.step });
   const ctx = begin(state, now);
   if (workerOf(ctx.s.workers, workerId)) mutWorker(ctx, workerId).lastSeen = now;
+  const claim = { step: msg.step, workerId, correct: msg.correct, testSamples: msg.testSamples, lossSum: msg.lossSum };
+  const other = (ctx.s.evaluationClaims ?? []).find((c) => c.step === msg.step && c.workerId !== workerId);
+  ctx.s.evaluationClaims = [...(ctx.s.evaluationClaims ?? []), claim].slice(-MAX_EVALUATION_CLAIMS);
+  if (other && !agree(other, claim)) {
+    log(ctx, 'warn', 'evaluation_disputed', { step: msg.step, reports: [other, claim] });
+    return finish(ctx);
+  }
   const accuracy = msg.correct / msg.testSamples;
   const loss = msg.lossSum / msg.testSamples;
   metric(ctx, 'tabswarm_evaluations_total');
@@ -111,6 +127,30 @@ export function reportEvaluation(
     testSamples: msg.testSamples,
     workerId,
     round: msg.round,
+    verified: !!other,
+    ...(other ? { agreedBy: [other.workerId, workerId] } : {}),
   });
   return finish(ctx);
+}
+
+/** Evaluation reports remembered for the second rank's (they arrive within a step or two of each other). */
+export const MAX_EVALUATION_CLAIMS = 8;
+
+/**
+ * How far two honest ranks' evaluations of the same bytes may differ: a few arg-max ties that round
+ * the other way on another GPU (0.1 % of the images, at least one), and float32 rounding of the loss sum.
+ */
+export const EVALUATION_AGREEMENT = { correct: 0.001, loss: 1e-3 } as const;
+
+function agree(
+  a: { correct: number; testSamples: number; lossSum: number },
+  b: { correct: number; testSamples: number; lossSum: number },
+): boolean {
+  const ties = Math.max(1, EVALUATION_AGREEMENT.correct * a.testSamples);
+  const loss = EVALUATION_AGREEMENT.loss * Math.max(1, Math.abs(a.lossSum));
+  return (
+    a.testSamples === b.testSamples &&
+    Math.abs(a.correct - b.correct) <= ties &&
+    Math.abs(a.lossSum - b.lossSum) <= loss
+  );
 }

@@ -6,10 +6,18 @@
  * commit.ts judges reports by them, round-close.ts decides carries with them, hang.ts knows when each
  * member's next report is due.
  */
-import { assignStep, groupPlan, planOf, type GroupPlan } from '../../core/training/groups';
+import { assignStep, groupPlan, jobDone, planOf, type GroupPlan } from '../../core/training/groups';
 import { overlapsNext, successorPlan, type OverlapContext } from '../../core/training/overlap';
 import { recordPosition, subtractRanges } from '../../core/training/sampler';
 import type { CoordinatorState } from './state';
+
+/**
+ * Whether the job's last group is committed: no group is in flight any more. The job is `done` then,
+ * unless checks of its last commits are still open (commit.ts `finishIfCheckedIn`).
+ */
+export function allCommitted(s: CoordinatorState): boolean {
+  return s.lastCommit.step > 0 && jobDone(s.lastCommit, planOf(s));
+}
 
 /**
  * The commit group in flight: the group plan at the record, from the step after the last commit (at the

@@ -20,7 +20,7 @@ import { hangAllowanceMs, HANG_FLOOR_MS } from '../../core/training/hang';
 import { log, type Ctx } from './context';
 import { assignStep, type GroupPlan } from '../../core/training/groups';
 import { overlapsOuterSteps } from '../../core/training/overlap';
-import { groupsInFlight, splitInFlight } from './group';
+import { allCommitted, groupsInFlight, splitInFlight } from './group';
 import { failIn } from './round-close';
 import type { CoordinatorState } from './state';
 import { workerOf } from './worker-table';
@@ -28,7 +28,7 @@ import { workerOf } from './worker-table';
 /** Each judged member and when its next report is due at the latest (ms, coordinator clock). */
 function dueTimes(s: CoordinatorState): { workerId: string; due: number; allowanceMs: number }[] {
   const rv = s.rendezvous;
-  if (s.status !== 'active' || s.job.sync.mode !== 'local' || rv.phase !== 'training') return [];
+  if (s.status !== 'active' || s.job.sync.mode !== 'local' || rv.phase !== 'training' || allCommitted(s)) return [];
   const groups = groupsInFlight(s);
   const group = groups[0];
   const { shares } = splitInFlight(s);

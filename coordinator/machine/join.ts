@@ -21,7 +21,7 @@ import { holdsState } from './checkpoints';
 import type { HelloMessage } from '../../core/protocol/tab-messages';
 import { CloseCode } from '../../core/protocol/coordinator-messages';
 import { jobPublic } from '../../core/training/job';
-import { bannedUntil, refuseConnIn } from './penalties';
+import { joinRefusedUntil, refuseConnIn } from './penalties';
 import { enrollIn } from './rendezvous';
 import { failIn, removeWorkerIn } from './round-close';
 import type { CoordinatorState, HeldState, LastCommit, Transition } from './state';
@@ -50,7 +50,11 @@ function helloRefusal(state: CoordinatorState, conn: string, msg: HelloMessage, 
     return finish(ctx);
   }
   const sameRun = msg.runId === state.runId;
-  const until = bannedUntil(state, now, { workerId: sameRun ? msg.workerId : null, addr: existing?.addr });
+  const until = joinRefusedUntil(state, now, {
+    workerId: sameRun ? msg.workerId : null,
+    addr: existing?.addr,
+    invite: msg.invite ?? null,
+  });
   if (until !== null) {
     const ctx: Ctx = { s: state, now, out: [], copied: new Set() };
     refuseConnIn(ctx, conn, until);

@@ -25,7 +25,8 @@ import { emptyRecord, withHoles } from '../../core/training/sampler';
 import type { PositionRange } from '../../core/training/groups';
 import { hangIn, nextHangDeadline } from './hang';
 import type { CoordinatorState, DurableState, Event, Transition, TrustPolicy } from './state';
-import { onVerificationResult, onVerificationUpload, verificationTickIn } from './verification';
+import { checksTickIn, onVerificationResult, onVerificationUpload } from './check-events';
+import { nextCheckDeadline } from './checks';
 
 export type {
   Action,
@@ -157,7 +158,7 @@ export const HEARTBEAT_TIMEOUT_FACTOR = 3;
 
 /**
  * Heartbeat timeouts, hung members (hang.ts), the blamed restart's grace period, the ready deadline,
- * the verifier's upload deadline and the last-call deadline. Here rather than in rendezvous.ts: it drives both the rounds and
+ * the checks' upload deadlines and the last-call deadline. Here rather than in rendezvous.ts: it drives both the rounds and
  * the verification (which itself closes rounds), so neither of those two imports the other back.
  */
 export function tickIn(ctx: Ctx): void {
@@ -169,7 +170,7 @@ export function tickIn(ctx: Ctx): void {
     if ((s.status as string) === 'failed') return; // countRestartIn may fail the job
   }
   const rv = s.rendezvous;
-  verificationTickIn(ctx);
+  checksTickIn(ctx);
   if (rv.phase === 'syncing' && rv.readyDeadline != null && now >= rv.readyDeadline) dropNotReadyIn(ctx);
   if (rv.outerLoss && now >= rv.outerLoss.deadline) {
     // The survivors did not commit without the lost members in time: they carry the group on.
@@ -204,7 +205,8 @@ function earliest(a: number | null, b: number | null): number | null {
 }
 
 /**
- * The deadlines of `nextDeadline` but the heartbeats': last call, ready, blamed restart, a grouped outer sync's lost members (O(1)), and the
+ * The deadlines of `nextDeadline` but the heartbeats': last call, ready, blamed restart, a grouped outer
+ * sync's lost members (O(1)), the checks' upload deadlines (O(checks)), and the
  * hung members' (hang.ts: O(world), and only in local sync mode while a round trains).
  */
 export function roundDeadline(s: CoordinatorState): number | null {
@@ -213,7 +215,9 @@ export function roundDeadline(s: CoordinatorState): number | null {
   const ready = s.rendezvous.phase === 'syncing' ? (s.rendezvous.readyDeadline ?? null) : null;
   const outer = s.rendezvous.outerLoss?.deadline ?? null;
   const hang = earliest(outer, nextHangDeadline(s));
-  return earliest(earliest(lastCall, ready), earliest(s.blamedRestart?.deadline ?? null, hang));
+  const rounds = earliest(earliest(lastCall, ready), earliest(s.blamedRestart?.deadline ?? null, hang));
+  // The checks' upload deadlines: judged on this timer, never on a tick that traffic keeps re-arming.
+  return earliest(rounds, nextCheckDeadline(s));
 }
 
 /**

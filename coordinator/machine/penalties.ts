@@ -14,6 +14,7 @@
  */
 import { log, metric, own, sendConn, type Ctx } from './context';
 import { CloseCode } from '../../core/protocol/coordinator-messages';
+import { chargeCaughtIn } from './adaptive-trust';
 import type { CoordinatorState, PenaltyRecord, TrustPolicy } from './state';
 import { workerOf } from './worker-table';
 
@@ -41,6 +42,8 @@ export function culpritOf(s: CoordinatorState, workerId: string): Culprit {
   return { workerId, addr: workerOf(s.workers, workerId)?.addr ?? '' };
 }
 
+const inviteKey = (invite: string) => `i:${invite}`;
+
 /** The time until which `workerId` or `addr` is refused, or null when neither is cooling off at `now`. */
 export function bannedUntil(
   s: CoordinatorState,
@@ -58,11 +61,30 @@ export function bannedUntil(
   return until;
 }
 
-/** Addresses cooling off at `now` (the control channel refuses their sockets at upgrade). */
+/**
+ * The time until which a new socket or `hello` from `who` is refused: its bans (`bannedUntil`), and the
+ * cool-off of an address or invite a cheat was caught from (`banIn`); null when none applies at `now`.
+ */
+export function joinRefusedUntil(
+  s: CoordinatorState,
+  now: number,
+  who: { workerId?: string | null; addr?: string; invite?: string | null },
+): number | null {
+  let until = bannedUntil(s, now, who);
+  const places = [who.addr ? addressKey(who.addr) : null, who.invite ? inviteKey(who.invite) : null];
+  for (const key of places) {
+    const refused = key ? (own(s.penalties, key)?.refuseJoinsUntil ?? 0) : 0;
+    if (refused > now) until = Math.max(until ?? 0, refused);
+  }
+  return until;
+}
+
+/** Addresses cooling off at `now`, or refusing new sockets after a catch (the control channel refuses their sockets at upgrade). */
 export function bannedAddresses(s: CoordinatorState, now: number): Map<string, number> {
   const out = new Map<string, number>();
   for (const [key, record] of Object.entries(s.penalties)) {
-    if (key.startsWith('a:') && record.bannedUntil > now) out.set(key.slice(2), record.bannedUntil);
+    const until = Math.max(record.bannedUntil, record.refuseJoinsUntil ?? 0);
+    if (key.startsWith('a:') && until > now) out.set(key.slice(2), until);
   }
   return out;
 }
@@ -116,19 +138,36 @@ export function chargeIn(ctx: Ctx, culprits: Culprit[], why: string): { absorbed
 }
 
 /**
- * A proven cheat, not a quota: `culprit`'s worker id is refused for the longest cool-off at once, and
- * its address is charged one event (behind a NAT many honest tabs share it: the address quota bans it
- * only after repeated catches). The caller closes its sockets with `enforceBansIn`.
+ * A proven cheat, not a quota: `culprit`'s worker id is refused for the longest cool-off at once, and the
+ * place it joined from (its address, its invite) is marked (adaptive-trust.ts: any id from there is a
+ * suspect) and refuses new sockets and hellos for a cool-off that doubles with each catch there (30 s,
+ * 60 s, … up to `maxCoolOffMs`). The address is also charged one event towards its quota. Its workers
+ * already connected stay: behind a NAT they may be honest, and they are checked at the suspect's rate.
+ * The caller closes the culprit's sockets with `enforceBansIn`.
  */
-export function banIn(ctx: Ctx, culprit: Culprit, why: string): void {
+export function banIn(ctx: Ctx, culprit: Culprit & { invite?: string | null }, why: string): void {
   const { s, now } = ctx;
   s.penalties = { ...s.penalties };
   const key = workerKey(culprit.workerId);
   const previous = own(s.penalties, key) ?? { charges: [], bans: 0, bannedUntil: 0 };
   s.penalties[key] = { charges: [], bans: previous.bans + 1, bannedUntil: now + s.policy.maxCoolOffMs };
   metric(ctx, 'tabswarm_bans_total', 1, { kind: 'worker' });
-  if (culprit.addr !== '') chargeKeyIn(ctx, addressKey(culprit.addr), s.policy.addressQuota, why);
+  const caught = chargeCaughtIn(ctx, { ...culprit, invite: culprit.invite ?? null });
+  if (culprit.addr !== '') {
+    chargeKeyIn(ctx, addressKey(culprit.addr), s.policy.addressQuota, why);
+    refuseJoinsIn(ctx, addressKey(culprit.addr), caught.address, why);
+  }
+  if (culprit.invite) refuseJoinsIn(ctx, inviteKey(culprit.invite), caught.invite, why);
   log(ctx, 'info', 'charged', { workerId: culprit.workerId, addr: culprit.addr, why });
+}
+
+/** New sockets and hellos from the place `key` are refused for the cool-off of its `catches`-th catch. */
+function refuseJoinsIn(ctx: Ctx, key: string, catches: number, why: string): void {
+  const { s, now } = ctx;
+  const previous = own(s.penalties, key) ?? { charges: [], bans: 0, bannedUntil: 0 };
+  const until = Math.max(previous.refuseJoinsUntil ?? 0, now + coolOffFor(s.policy, Math.max(0, catches - 1)));
+  s.penalties[key] = { ...previous, refuseJoinsUntil: until };
+  log(ctx, 'warn', 'place_cooled_off', { who: key, until, catches, why });
 }
 
 /** Tell a refused socket why and close it. */
@@ -137,7 +176,7 @@ export function refuseConnIn(ctx: Ctx, conn: string, until: number): void {
   sendConn(ctx, conn, {
     type: 'error',
     code: 'banned',
-    message: `refused for ${seconds} s: too many failures charged to this worker or address`,
+    message: `refused for ${seconds} s: this worker, address or invite is cooling off (too many failures charged to it, or a cheat caught from it)`,
   });
   ctx.out.push({ kind: 'close', conn, code: CloseCode.banned, reason: 'cooling off' });
 }

@@ -367,3 +367,21 @@ export function admitAtBoundaryIn(ctx: Ctx, lostMembers = false): boolean {
   openRoundIn(ctx);
   return true;
 }
+
+/** The last step committed: tell every worker and dissolve the round. */
+export function finishJobIn(ctx: Ctx, point: number): void {
+  const s = ctx.s;
+  const rv = s.rendezvous;
+  log(ctx, 'info', 'job_done', { step: point, epochs: s.job.epochs, restarts: s.restarts });
+  sendWorkers(
+    ctx,
+    workersOf(s.workers).map((w) => w.workerId),
+    { type: 'done', step: point },
+  );
+  // No round any more: later departures are no failures and nobody is waiting for anything.
+  rv.closedRound = { round: rv.round, members: rv.participants.map((p) => p.workerId) };
+  rv.participants = [];
+  rv.waitList = [];
+  rv.phase = 'gathering';
+  metric(ctx, 'tabswarm_world_size', 0);
+}

@@ -11,11 +11,21 @@ import type { SyncAdviceView } from '../../core/protocol/views';
 import type { ServerMessage } from '../../core/protocol/coordinator-messages';
 import type { ParseErrorCode } from '../../core/protocol/control-parse';
 import type { SamplerRecord } from '../../core/training/sampler';
+import type { MetricName } from './metric-names';
 import type { BucketTable } from './worker-table';
 import type { PenaltyRecord, TrustPolicy } from './trust-policy';
+import type { PositionRange } from '../../core/training/groups';
+import type { MomentClaim, RecomputedStep, VerificationState, TrustRecord } from './check-state';
 
 export type { PenaltyRecord, TrustPolicy } from './trust-policy';
-import type { PositionRange, RecordPosition } from '../../core/training/groups';
+export type {
+  CheckedMember,
+  MomentClaim,
+  RecomputedStep,
+  SketchPair,
+  TrustRecord,
+  VerificationState,
+} from './check-state';
 
 // ---------------------------------------------------------------- state
 
@@ -174,39 +184,24 @@ export interface PendingReport {
   computeMs: number;
   /** The step's sketches, when the job verifies (core/state/sketch.ts). */
   sketch?: StepSketches;
+  /** Local mode, at a commit point: the rank's commitment to the inner state it started the outer step from. */
+  innerHash?: string;
+  /** Local mode, at a commit point: its inner optimizer's t after the inner steps. */
+  innerT?: number;
   /** An overlapped job's commit point: the hash of this rank's `outer_report`, once it arrived. */
   outer?: string;
 }
 
 /**
- * A committed step being recomputed by the verifier (coordinator/machine/verification.ts): the state before it is
- * uploaded by one member, then the verifier recomputes every rank's gradients and the update.
+ * A checkpoint asked for and not yet stored: the commit it is of (its record position). Local mode adds
+ * the members' moment claims of that commit: the upload's inner state must be its uploader's, and the
+ * upload may arrive after the next commit replaced `momentClaims`.
  */
-export interface VerificationState {
-  /** The step checked. */
-  step: number;
-  /** The sample record where the step started (its slices follow from it: `stepSlices`). */
-  at: RecordPosition;
-  /** Committed hash of step − 1: the uploaded state must hash to it. */
-  prevHash: string;
-  /** Committed hash of `step`: the sketches' seed. */
-  stepHash: string;
-  /** The round's world at `step` (the slices follow from the shares). */
-  world: { workerId: string; rank: number; share: number }[];
-  /** The ranks' claims: own gradient sketch by rank, and the (agreed) parameter sketch. */
-  claims: { own: number[][]; params: number[] };
-  /** The member asked to upload the state of step − 1. */
-  uploader: string;
-  phase: 'upload' | 'recompute';
-  /** The upload must arrive by then (ms); the recompute has no deadline here (the verifier's own timeout). */
-  deadline: number;
-}
-
-/** A checkpoint asked for and not yet stored: the commit it is of. */
 export interface CheckpointRequest extends HeldState {
   epoch: number;
   cursor: number;
   holes: PositionRange[];
+  claims?: { world: number; byWorker: Record<string, MomentClaim> };
 }
 
 /** A durable checkpoint the server stored. */
@@ -221,6 +216,8 @@ export interface CheckpointInfo {
   sha256: string;
   /** Parameter hash at `step` (the commit's hash), or null if unknown. */
   hash: string | null;
+  /** Local mode: `trainingStateHash` of the stored state (its uploader's inner state), checked at upload. */
+  trainingHash?: string | null;
 }
 
 /** The last committed step (step 0, hash null: the initial state). */
@@ -314,13 +311,25 @@ export interface CoordinatorState {
    * and since this coordinator started (utilization.ts; not durable). Absent before the first report.
    */
   usage?: Usage;
+  /** Commits being recomputed, oldest first (checks.ts; not durable: a restart drops them). */
+  checks?: VerificationState[];
+  /** Checks drawn so far: each draw's secret is derived from `verifySalt` and this count (checks.ts). */
+  drawSeq?: number;
+  /** The next check's id. */
+  nextCheckId?: number;
+  /** Commits made by this coordinator (never rewound): the gate of checks.ts counts with it. */
+  commitSeq?: number;
+  /** Local mode: each member's end-of-step moment sketches at the last commit (the next check's continuity). */
+  momentClaims?: { step: number; world: number; byWorker: Record<string, MomentClaim> } | null;
+  /** The last evaluation reports, for the second rank's to agree with (evaluation.ts; not durable). */
+  evaluationClaims?: { step: number; workerId: string; correct: number; testSamples: number; lossSum: number }[];
+  /** Trust records by `w:<workerId>`, `a:<address>`, `i:<invite>` (adaptive-trust.ts; not durable). */
+  trust?: Record<string, TrustRecord>;
   /**
    * Every-step sync waits on the network longer than the tabs compute: the advice shown on the admin
    * page and in `/api/status` (sync-advice.ts; not durable). Absent or null: none.
    */
   syncAdvice?: SyncAdviceView | null;
-  /** The step being recomputed, if any (one at a time; not durable: a restart drops it). */
-  verification?: VerificationState | null;
   /** First committed step each worker contributed to since the last rollback (the rollback target of a cheat). */
   contributions?: Record<string, number>;
   /** Workers suspected by every recent ring failure (verification.ts `suspectsFailIn`), or null. */
@@ -329,6 +338,10 @@ export interface CoordinatorState {
   ringSuspectsAt?: number;
   /** A secret (hex) from the server: which steps are recomputed cannot be predicted from public data. */
   verifySalt?: string;
+  /** The step the latest passed check started from: the newest state a recomputation reproduced (check-events.ts). */
+  soundStart?: number;
+  /** Rollbacks after inconclusive checks, to one target: bounded (check-events.ts `inconclusiveIn`). */
+  inconclusive?: { target: number; count: number } | null;
 }
 
 /** What must survive `kill -9`: persisted by the server on every `persist` action. */
@@ -380,22 +393,21 @@ export type Event =
   | { kind: 'disconnected'; conn: string }
   /** Time passed: heartbeat timeouts and the last-call deadline are checked. Call at least every heartbeatMs/2 or at `nextDeadline`. */
   | { kind: 'tick' }
-  /** A checkpoint upload was verified and stored atomically. */
-  | { kind: 'checkpoint_stored'; step: number; epoch: number; cursor: number; sha256: string }
+  /** A checkpoint upload was verified and stored atomically (`trainingHash`: local mode, its uploader's state). */
+  | {
+      kind: 'checkpoint_stored';
+      step: number;
+      epoch: number;
+      cursor: number;
+      sha256: string;
+      trainingHash?: string | null;
+    }
   /** An admin request (validated with adminActionSchema, authorised by the server). */
   | { kind: 'admin'; action: AdminAction }
-  /** The state before the step under verification was uploaded and hash-checked (the verifier starts), or refused. */
-  | { kind: 'verification_upload'; step: number; ok: boolean; reason?: string }
-  /** The verifier's recomputation of the step under verification, or why it could not be done. */
-  | { kind: 'verification_result'; step: number; result: RecomputedStep | { error: string } };
-
-/** What the verifier recomputed: per-rank own gradient sketches (values, masses) and the parameter sketch. */
-export interface RecomputedStep {
-  own: { values: number[]; mass: number[] }[];
-  params: { values: number[]; mass: number[] };
-  /** The verifier's time for the recomputation (ms), for the log. */
-  ms?: number;
-}
+  /** The state a check's commit started from was uploaded and hash-checked (the verifier starts), or refused. */
+  | { kind: 'verification_upload'; check: number; ok: boolean; reason?: string }
+  /** The verifier's recomputation for a check, or why it could not be done. */
+  | { kind: 'verification_result'; check: number; result: RecomputedStep | { error: string } };
 
 // ---------------------------------------------------------------- actions
 
@@ -428,43 +440,8 @@ export interface CommitRecord {
   loss: number;
 }
 
-/** Metrics the machine emits; the server renders them (Prometheus). Counters add `value` (default 1), gauges set it, summaries observe it. */
-export const METRICS = {
-  tabswarm_joins_total: { type: 'counter', help: 'Workers welcomed (hello accepted).' },
-  tabswarm_leaves_total: { type: 'counter', help: 'Workers gone: goodbye, disconnect, timeout or kick.' },
-  tabswarm_failures_total: {
-    type: 'counter',
-    help: 'Failures noticed (socket closed, heartbeat late, collective failed, divergence).',
-  },
-  tabswarm_restarts_total: { type: 'counter', help: 'Rounds closed by a failure (counted against maxRestarts).' },
-  tabswarm_rounds_total: { type: 'counter', help: 'Rounds opened.' },
-  tabswarm_commits_total: { type: 'counter', help: 'Commits recorded.' },
-  tabswarm_steps_total: { type: 'counter', help: 'Steps committed.' },
-  tabswarm_samples_total: { type: 'counter', help: 'Samples committed.' },
-  tabswarm_checkpoints_total: { type: 'counter', help: 'Checkpoints stored.' },
-  tabswarm_message_errors_total: { type: 'counter', help: 'Rejected frames and messages, by code.' },
-  tabswarm_world_size: { type: 'gauge', help: 'Ranks in the current round (0 while gathering).' },
-  tabswarm_waiting_workers: { type: 'gauge', help: 'Enrolled workers not in the round.' },
-  tabswarm_rendezvous_duration_ms: { type: 'summary', help: 'From the start of gathering to train.' },
-  tabswarm_loss: { type: 'gauge', help: 'Mean loss of the last commit.' },
-  tabswarm_evaluations_total: { type: 'counter', help: 'Test-set evaluations accepted.' },
-  tabswarm_test_accuracy: { type: 'gauge', help: 'Test accuracy of the last accepted evaluation, in [0, 1].' },
-  tabswarm_restarts_absorbed_total: {
-    type: 'counter',
-    help: 'Restarts not counted against maxRestarts because their culprit was over its quota.',
-  },
-  tabswarm_bans_total: { type: 'counter', help: 'Cooling-off bans, by kind (worker, address).' },
-  tabswarm_ready_timeouts_total: { type: 'counter', help: 'Round members dropped for not being ready in time.' },
-  tabswarm_ring_identity_ratio: {
-    type: 'summary',
-    help: 'Per commit of a verifying job: the worst bucket of the ring identity over its tolerance (< 1 passes).',
-  },
-  tabswarm_verifications_total: {
-    type: 'counter',
-    help: 'Steps checked by recomputation or by the ring identity, by result (passed, caught, ring, abandoned).',
-  },
-} as const;
-export type MetricName = keyof typeof METRICS;
+// The metrics the machine emits live in metric-names.ts (METRICS, MetricName), re-exported here.
+export { METRICS, type MetricName } from './metric-names';
 
 export type LogLevel = 'debug' | 'info' | 'warn' | 'error';
 

@@ -125,7 +125,8 @@ export function statusCounts(s: CoordinatorState, now: number): StatusCounts {
 /** Everything `/api/status` says but its two pages; the admin feed's `status`. */
 export function statusSummary(s: CoordinatorState, now: number): StatusSummary {
   const latest = s.checkpoints[s.checkpoints.length - 1];
-  const v = s.verification;
+  // The oldest open check (several may be in flight: checks.ts).
+  const v = s.checks?.[0];
   return {
     runId: s.runId,
     state: s.status === 'active' ? s.rendezvous.phase : s.status,

@@ -36,6 +36,6 @@ export function rememberRtts(
 export function roundTopology(s: CoordinatorState, members: readonly string[]): Topology {
   const peers = members.map((id) => workerOf(s.workers, id)?.peerId ?? '');
   const known = members.map((id) => workerOf(s.workers, id)?.linkRtts ?? {});
-  const ringOnly = s.job.verify !== undefined || s.job.topology !== 'auto';
+  const ringOnly = !!s.job.verify || s.job.topology !== 'auto';
   return planTopology(members.length, (a, b) => known[a][peers[b]] ?? null, { ringOnly });
 }

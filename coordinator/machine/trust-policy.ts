@@ -30,4 +30,9 @@ export interface PenaltyRecord {
   bans: number;
   /** Refused until this time (ms); 0 or past: not banned. */
   bannedUntil: number;
+  /**
+   * An address or invite a cheat was caught from: new sockets and hellos from it are refused until then
+   * (ms), while its workers already connected stay (each is checked on its own: adaptive-trust.ts).
+   */
+  refuseJoinsUntil?: number;
 }

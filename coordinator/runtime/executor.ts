@@ -119,6 +119,7 @@ export class MachineExecutor {
   private dispatching = false;
   private readonly deferred: Event[] = [];
   private readonly grants = new Map<number, CheckpointGrant>();
+  /** Upload grants of the checks in flight, by check id (the grant's `step` field holds the id). */
   private readonly verifyGrants = new Map<number, CheckpointGrant>();
   private lastDurableJson = '';
   private lastRecordedRound = -1;
@@ -152,11 +153,11 @@ export class MachineExecutor {
     return this.grants.get(step);
   }
 
-  /** The open verification upload grant for the state of `step` (machine/verification.ts), if any. */
-  verifyGrant(step: number): CheckpointGrant | undefined {
-    const grant = this.verifyGrants.get(step);
-    const v = this.currentState.verification;
-    return grant && v && v.phase === 'upload' && v.step === step + 1 ? grant : undefined;
+  /** The open upload grant of check `id` (machine/checks.ts), while the check still waits for its upload. */
+  verifyGrant(id: number): CheckpointGrant | undefined {
+    const grant = this.verifyGrants.get(id);
+    const v = this.currentState.checks?.find((c) => c.id === id);
+    return grant && v && v.phase === 'upload' ? grant : undefined;
   }
 
   /**
@@ -293,10 +294,14 @@ export class MachineExecutor {
       return { ...msg, url: this.issueGrant(this.grants, msg.step, conn, request?.hash ?? null, msg.url) };
     }
     if (msg.type === 'committed' && msg.upload) {
-      // The verification upload's grant, like a checkpoint's; one open at a time.
-      this.verifyGrants.clear();
-      const hash = this.currentState.verification?.prevHash ?? null;
-      const url = this.issueGrant(this.verifyGrants, msg.upload.step, conn, hash, msg.upload.url);
+      // A check's upload grant, like a checkpoint's, keyed by the check (several may be open).
+      const checks = this.currentState.checks ?? [];
+      for (const id of [...this.verifyGrants.keys()])
+        if (!checks.some((c) => c.id === id && c.phase === 'upload')) this.verifyGrants.delete(id);
+      const workerId = connectionOf(this.currentState.connections, conn)?.workerId;
+      const v = checks.find((c) => c.uploader === workerId && c.step === msg.step && c.phase === 'upload');
+      if (!v) return { ...msg, upload: undefined };
+      const url = this.issueGrant(this.verifyGrants, v.id, conn, v.prevHash, msg.upload.url);
       return { ...msg, upload: { ...msg.upload, url } };
     }
     if (msg.type === 'round' && msg.round !== this.lastRecordedRound) {

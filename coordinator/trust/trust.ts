@@ -4,7 +4,7 @@
  * bans and per-address caps). See docs/threat-model.md.
  */
 import { DEFAULT_TRUST_POLICY, type CoordinatorState, type TrustPolicy } from '../machine/machine';
-import { bannedUntil } from '../machine/penalties';
+import { joinRefusedUntil } from '../machine/penalties';
 import { Admission, type JoinMode } from '../runtime/admission';
 import type { ScreenResult } from '../runtime/control-channel';
 import type { ClientMessage } from '../../core/protocol/tab-messages';
@@ -53,7 +53,7 @@ export function setUpTrust(
     allowedOrigins: options?.allowedOrigins ?? [],
     maxSocketsPerAddress: options?.maxSocketsPerAddress ?? DEFAULT_MAX_SOCKETS_PER_ADDRESS,
     joinsPerMinute: options?.joinsPerMinute ?? DEFAULT_JOINS_PER_MINUTE,
-    bannedUntil: (addr) => bannedUntil(state(), Date.now(), { addr }),
+    bannedUntil: (addr) => joinRefusedUntil(state(), Date.now(), { addr }),
     onRefused,
   });
   const secrets = WorkerSecrets.forDataDir(dataDir);

@@ -5,9 +5,9 @@
  * a file path and speaks core/protocol/verifier.ts over Node's IPC channel.
  *
  * - `VerifierClient.start(opts)` forks the child with the SwiftShader environment where needed
- *   (gpu-env.ts), sends the job and the dataset folder, and resolves once the child is `ready`; a job it
- *   cannot verify (a text or tensors dataset, local steps, a language model), a child that finds no
- *   adapter or cannot read the dataset, rejects with the child's one line.
+ *   (gpu-env.ts), sends the job and its training data (the IDX folder, or a user dataset's training
+ *   bytes), and resolves once the child is `ready`; a child that finds no adapter or cannot read the
+ *   dataset rejects with the child's one line.
  * - `recompute(req)` queues: one request at a time reaches the child, each with its own timeout (default
  *   10× the full step the child timed at start, at least 10 s). An answer is validated with zod; a bad
  *   snapshot path or a refused request rejects that request only and the child serves on.
@@ -17,12 +17,12 @@
  */
 import { type ChildProcess, fork } from 'node:child_process';
 import { resolve } from 'node:path';
-import { parseJobSpec } from '../../core/training/job';
 import type { Sketch } from '../../core/state/sketch';
 import {
+  type RecomputeRequestMessage,
   type VerifierAnswer,
-  verificationUnsupported,
   verifierAnswerSchema,
+  type VerifierDataset,
   type VerifierRequest,
 } from '../../core/protocol/verifier';
 import { swiftshaderEnv } from '../../node/gpu-env';
@@ -37,10 +37,10 @@ const DEFAULT_START_TIMEOUT_MS = 120_000;
 const OUTPUT_TAIL = 4000;
 
 export interface VerifierClientOptions {
-  /** The job as its file holds it (or a parsed `JobSpec`): the child parses it again. */
+  /** The job as the coordinator runs it (a parsed `JobSpec`, or a job file's object): the child parses it again. */
   job: unknown;
-  /** The IDX folder the coordinator serves the tabs from. */
-  datasetDir: string;
+  /** The training data the coordinator serves the tabs. */
+  dataset: VerifierDataset;
   /** Per request, from the moment it reaches the child; default 10× the measured step, ≥ 10 s. */
   timeoutMs?: number;
   /** For the child to open its device, load the data and time a step; default 120 s. */
@@ -49,23 +49,19 @@ export interface VerifierClientOptions {
   entry?: string;
 }
 
-export interface VerifyRequest {
-  /** A snapshot file of θ_{s−1}, written and verified by the coordinator. */
-  snapshotPath: string;
-  /** The hash of θ_s the ranks reported. */
-  stepHash: string;
-  world: number;
-  /** Each rank's dataset sample indices. */
-  slices: Uint32Array[];
-  /** Samples in the step. */
-  count: number;
-}
+/** One recomputation (core/protocol/verifier.ts `recomputeRequestSchema` without its type and id). */
+export type VerifyRequest = Omit<RecomputeRequestMessage, 'type' | 'id'>;
 
 export interface VerifyResult {
-  /** Each rank's gradient sketch as the verifier recomputed it. */
+  /** Each judged rank's contribution as the verifier recomputed it. */
   own: Sketch[];
-  /** The sketch of the parameters the step should have produced. */
+  /** The sketch of the parameters the commit should have produced. */
   params: Sketch;
+  /** Local mode: the outer momentum, and the rank's moments after its inner steps. */
+  outer?: Sketch;
+  moments?: Sketch[];
+  /** false: the upload is not the fresh state the commit started from. */
+  startOk: boolean;
   paramsHash: string;
   /** The child's own time for the recomputation, ms. */
   ms: number;
@@ -77,6 +73,7 @@ export class VerifierError extends Error {
 
 interface Pending {
   id: number;
+  /** Rank sketches the answer must hold (every-step: the world; local: the one rank checked). */
   world: number;
   resolve(result: VerifyResult): void;
   reject(error: Error): void;
@@ -103,8 +100,6 @@ export class VerifierClient {
 
   /** Fork the verifier and wait until it is ready; rejects with the child's reason if it cannot serve. */
   static async start(opts: VerifierClientOptions): Promise<VerifierClient> {
-    const unsupported = verificationUnsupported(parseJobSpec(opts.job));
-    if (unsupported) throw new VerifierError(unsupported);
     const client = new VerifierClient(opts);
     await client.spawn();
     return client;
@@ -179,7 +174,7 @@ export class VerifierClient {
       };
       child.on('message', onMessage);
       child.once('exit', onExit);
-      this.post({ type: 'init', job: this.opts.job, datasetDir: this.opts.datasetDir });
+      this.post({ type: 'init', job: this.opts.job, dataset: this.opts.dataset });
     });
   }
 
@@ -191,7 +186,7 @@ export class VerifierClient {
         () => this.kill(`the verifier did not answer request ${id} within ${this.timeoutMs} ms`),
         this.timeoutMs,
       );
-      this.pending = { id, world: req.world, resolve: done, reject: fail, timer };
+      this.pending = { id, world: req.mode === 'local' ? 1 : req.world, resolve: done, reject: fail, timer };
       this.post({ type: 'recompute', id, ...req });
     });
   }
@@ -218,13 +213,16 @@ export class VerifierClient {
     // An answer to a request already failed (timed out) finds nobody waiting.
     if (!pending || pending.id !== answer.id) return;
     if (answer.type === 'result' && answer.own.length !== pending.world) {
-      this.kill(`the verifier answered ${answer.own.length} rank sketches for a world of ${pending.world}`);
+      this.kill(`the verifier answered ${answer.own.length} rank sketches where ${pending.world} were asked for`);
       return;
     }
     clearTimeout(pending.timer);
     this.pending = null;
     if (answer.type === 'error') pending.reject(new VerifierError(`verifier: ${answer.message}`));
-    else pending.resolve({ own: answer.own, params: answer.params, paramsHash: answer.paramsHash, ms: answer.ms });
+    else {
+      const { type: _type, id: _id, ...result } = answer;
+      pending.resolve(result);
+    }
   }
 
   /** The child is unusable: kill it, fail what is in flight, refuse what comes until a restart. */

@@ -181,6 +181,8 @@ export interface FeedEvaluation {
    */
   loss: number | null;
   at: number;
+  /** Two ranks agreed on it (coordinator/machine/evaluation.ts); false: one rank's number, unverified. */
+  verified: boolean;
 }
 
 export type FeedMessage =
@@ -238,66 +240,62 @@ export function syncLabel(sync: SyncSpec): string {
   return `local, H = ${sync.innerSteps}, ${wire}, outer Nesterov lr ${sync.outer.lr} m ${sync.outer.momentum}${overlapped}`;
 }
 
-/** The category of a machine log event (names from coordinator/machine: rendezvous.ts, round-close.ts, commit.ts, machine.ts, …). */
+/** Machine log events by feed category (names from coordinator/machine: rendezvous.ts, round-close.ts, commit.ts, machine.ts, …). */
+const EVENT_CATEGORIES: Partial<Record<FeedCategory, readonly string[]>> = {
+  join: ['join'],
+  leave: ['leave'],
+  crash: ['worker_failed', 'failure_report', 'divergence', 'ready_timeout', 'member_hung'],
+  restart: [
+    'job_failed',
+    'record_rolled_back',
+    'charged',
+    'restart_absorbed',
+    'restart_confirmed',
+    'restart_deferred',
+    'restart_excused',
+    // A grouped outer sync that could not go on without its lost members (coordinator/machine/outer-loss.ts).
+    'outer_loss_mismatch',
+    'outer_loss_expired',
+  ],
+  rejected: [
+    'message_rejected',
+    'message_invalid',
+    'messages_rejected',
+    'worker_refused',
+    'cooled_off',
+    'place_cooled_off',
+  ],
+  admin: ['admin', 'admin_ignored', 'job_resumed_after_failure'],
+  checkpoint: ['checkpoint_requested', 'checkpoint_stored', 'checkpoint_ignored'],
+  verify: [
+    'verification_requested',
+    'verification_uploaded',
+    'verification_done',
+    'verification_abandoned',
+    'verification_withheld',
+    'verification_departed',
+    'verification_held',
+    'verification_inconclusive',
+    'commit_held',
+    'ring_identity_failed',
+    'data_dispute',
+    'cheater_banned',
+  ],
+  // outer_loss_deferred: a grouped outer sync goes on without its lost members (outer-loss.ts).
+  round: ['round_open', 'round_train', 'carry_given_up', 'outer_loss_deferred'],
+  job: ['epoch_end', 'job_done', 'evaluation', 'evaluation_disputed', 'sync_advice', 'sync_advice_cleared'],
+};
+
+const CATEGORY_OF = new Map<string, FeedCategory>(
+  Object.entries(EVENT_CATEGORIES).flatMap(([category, events]) =>
+    (events ?? []).map((event): [string, FeedCategory] => [event, category as FeedCategory]),
+  ),
+);
+
+/** The category of a machine log event (`EVENT_CATEGORIES`; a round that closed with a restart is one). */
 export function categoryOf(event: string, data: unknown): FeedCategory {
   if (event === 'round_closed') return (data as { restart?: unknown } | null)?.restart === true ? 'restart' : 'round';
-  switch (event) {
-    case 'join':
-      return 'join';
-    case 'leave':
-      return 'leave';
-    case 'worker_failed':
-    case 'failure_report':
-    case 'divergence':
-    case 'ready_timeout':
-    case 'member_hung':
-      return 'crash';
-    case 'job_failed':
-    case 'record_rolled_back':
-    case 'charged':
-    case 'restart_absorbed':
-    case 'restart_confirmed':
-    case 'restart_deferred':
-    case 'restart_excused':
-    case 'outer_loss_mismatch': // a grouped outer sync that could not go on without lost members
-    case 'outer_loss_expired':
-      return 'restart';
-    case 'message_rejected':
-    case 'message_invalid':
-    case 'messages_rejected':
-    case 'worker_refused':
-    case 'cooled_off':
-      return 'rejected';
-    case 'admin':
-    case 'admin_ignored':
-    case 'job_resumed_after_failure':
-      return 'admin';
-    case 'checkpoint_requested':
-    case 'checkpoint_stored':
-    case 'checkpoint_ignored':
-      return 'checkpoint';
-    case 'verification_requested':
-    case 'verification_uploaded':
-    case 'verification_done':
-    case 'verification_abandoned':
-    case 'ring_identity_failed':
-    case 'data_dispute':
-    case 'cheater_banned':
-      return 'verify';
-    case 'round_open':
-    case 'round_train':
-    case 'carry_given_up':
-    case 'outer_loss_deferred': // it goes on without them (coordinator/machine/outer-loss.ts)
-      return 'round';
-    case 'epoch_end':
-    case 'job_done':
-    case 'evaluation':
-    case 'sync_advice':
-    case 'sync_advice_cleared':
-      return 'job';
-    default:
-      return 'other';
-  }
+  return CATEGORY_OF.get(event) ?? 'other';
 }
 
 /** Who may join: anyone with the URL, or only tabs opened from a live invite link (`--join`). */

@@ -208,9 +208,28 @@ export const stepReportSchema = z.strictObject({
       sentMass: sketchValues(GRADIENT_SKETCH_BUCKETS),
       received: sketchValues(GRADIENT_SKETCH_BUCKETS),
       receivedMass: sketchValues(GRADIENT_SKETCH_BUCKETS),
-      params: sketchValues(PARAMS_SKETCH_BUCKETS),
+      params: sketchValues(Math.max(PARAMS_SKETCH_BUCKETS, GRADIENT_SKETCH_BUCKETS)),
+      /** int8 wire: how far the encodes may have moved what it sent, received and the sum, per bucket. */
+      sentSlack: sketchValues(GRADIENT_SKETCH_BUCKETS).optional(),
+      receivedSlack: sketchValues(GRADIENT_SKETCH_BUCKETS).optional(),
+      sumSlack: sketchValues(GRADIENT_SKETCH_BUCKETS).optional(),
+      /** Local mode: the outer momentum after the outer step. */
+      outer: sketchValues(GRADIENT_SKETCH_BUCKETS).optional(),
+      /** Local mode: this rank's inner optimizer moments after its inner steps (AdamW: m, v; SGD: velocity). */
+      moments: z.array(sketchValues(GRADIENT_SKETCH_BUCKETS)).min(1).max(2).optional(),
     })
     .optional(),
+  /**
+   * Local mode, with a commit point's report when the job verifies: `trainingStateHash` of the inner
+   * state this rank started the outer step from (θ_c, its own moments and t). A check of this outer step
+   * has it upload that state, which must hash to this.
+   */
+  innerHash: hashSchema.optional(),
+  /**
+   * Local mode, with `innerHash`: this rank's inner optimizer step count t after its inner steps (with
+   * `sketch.moments`, the state it starts the next outer step from; the next check's upload must continue it).
+   */
+  innerT: z.int().min(0).max(Number.MAX_SAFE_INTEGER).optional(),
 });
 
 /**

@@ -146,10 +146,13 @@ export type StatusCounts = z.infer<typeof statusCountsSchema>;
 export const verificationSummarySchema = z.strictObject({
   /** The job checks contributions (`verify`). */
   enabled: z.boolean(),
-  /** The step being recomputed now, or null. */
+  /** The oldest commit being checked now (several may be in flight), or null. */
   step: stepSchema.nullable(),
-  /** Waiting for the state's upload, or for the verifier's recomputation; null when none runs. */
-  phase: z.enum(['upload', 'recompute']).nullable(),
+  /**
+   * Its check waits for the state's upload, for the verifier's recomputation, or (`held`) its verdict
+   * found a lie and waits for the checks of earlier steps; null when none runs.
+   */
+  phase: z.enum(['upload', 'recompute', 'held']).nullable(),
 });
 
 /**

@@ -3,10 +3,13 @@
  * then SHA-256 of a domain prefix, the lengths and those digests), as 64 lower-case hex digits, identical
  * in every browser, on every GPU and in Node. Also plain SHA-256 (`hashBytes`) for everything else.
  *
- * Ranks report the state hash of their parameters after each step and the commit rule requires the
- * reports to agree (docs/ARCHITECTURE.md, invariant 2: divergence is detected); snapshots carry it too,
- * and the coordinator stores an uploaded checkpoint only if the hash it computes over the uploaded bytes
- * equals the hash the ranks reported at that commit. So it must be:
+ * Ranks report the state hash after each commit point and the commit rule requires the reports to agree
+ * (docs/ARCHITECTURE.md, invariant 2: divergence is detected): in every-step mode the hash of the whole
+ * training state (`trainingStateHash`: parameters, every optimizer moment, t), in local mode of θ_c and the
+ * outer momentum (`stateHash`; each rank also commits to its own inner state with `trainingStateHash`).
+ * Snapshots carry it too, and the coordinator stores an uploaded checkpoint (or passes a verification
+ * upload on) only if the hash it computes over the uploaded bytes equals the hash the ranks reported at
+ * that commit: no section a restore uses can differ. So it must be:
  * - defined on bytes, not on float values (-0 ≠ +0, NaN payloads differ: bit-identical parameters are
  *   the invariant);
  * - cryptographic (collision and second-preimage resistant): with a 64-bit non-cryptographic hash, a
@@ -162,12 +165,58 @@ export function hashParams(params: Float32Array, create: Sha256Factory = nobleSh
   return treeHash([params], create);
 }
 
+/** The bytes a training state's optimizer step count `t` is hashed as: 8 bytes, a little-endian u64. */
+export function stepCountBytes(t: number): Uint8Array {
+  if (!Number.isSafeInteger(t) || t < 0) throw new Error(`stepCountBytes: ${t} is not a step count`);
+  const out = new Uint8Array(8);
+  new DataView(out.buffer).setBigUint64(0, BigInt(t), true);
+  return out;
+}
+
 /**
- * The hash of a committed state, what ranks report at a commit point and what a checkpoint is verified
- * against: the tree hash of the parameters alone (every-step mode, = `hashParams`), or of two parts, the
- * parameters and the outer optimizer's momentum (local mode: the momentum belongs to the committed
- * state, so ranks must agree on it too). The optimizer's moments are not part of it (they are not read
- * back per step); a snapshot's sections each carry their own tree hash.
+ * The hash of a whole training state: the tree hash of the parameters, each optimizer moment buffer
+ * (AdamW's m and v, SGD's velocity, in `OPTIMIZER_MOMENTS` order) and the optimizer's step count t
+ * (`stepCountBytes`), one part each: everything a restore puts back (core/state/snapshot.ts). In
+ * every-step mode this is the agreed hash, what every rank reports at every commit: all ranks apply
+ * the same sums to the same state, so their moments and t are bit-identical too, and a checkpoint or a
+ * verification upload that differs in ANY section from what the ranks hold cannot match it. In local
+ * mode it is one rank's commitment to its own inner state (docs/local-steps.md, "What is committed").
+ */
+export function trainingStateHash(
+  params: Float32Array,
+  moments: readonly Float32Array[],
+  t: number,
+  create: Sha256Factory = nobleSha256,
+): string {
+  return treeHash([params, ...moments, stepCountBytes(t)], create);
+}
+
+/**
+ * `trainingStateHash` with the float buffers given by their chunk digests (params, then each moment,
+ * each of `byteLength` bytes, hashed on the GPU by kernels/ops/sha256.wgsl): the same value.
+ */
+export function trainingStateHashOfDigests(
+  byteLength: number,
+  digests: readonly Uint8Array[],
+  t: number,
+  create: Sha256Factory = nobleSha256,
+): string {
+  const count = stepCountBytes(t);
+  return treeRoot(
+    [
+      ...digests.map((d) => ({ byteLength, digests: d })),
+      { byteLength: count.length, digests: chunkDigests(count, create) },
+    ],
+    create,
+  );
+}
+
+/**
+ * The committed state of local sync mode, what its ranks report at an outer step and what a local-mode
+ * checkpoint is verified against: the tree hash of the parameters θ_c and the outer optimizer's momentum
+ * u (two parts; without a momentum, of the parameters alone). The inner optimizer's moments and t are
+ * each rank's own there (DiLoCo), so they are in each rank's own commitment (`trainingStateHash`), not
+ * in this one.
  */
 export function stateHash(
   params: Float32Array,
@@ -195,13 +244,18 @@ export function stateHashOfDigests(
 }
 
 /**
- * The parameter hash both ways, as the training worker and kernels/model/training-state.ts take it (injected:
- * `ParamsHasher` there): from parameters in memory, or from the GPU's chunk digests of them.
+ * The state hash both ways, as the training worker and kernels/model/training-state.ts take it (injected:
+ * `ParamsHasher` there): of the parameters alone or of the whole training state, from buffers in memory
+ * or from the GPU's chunk digests of them.
  */
 export const paramsHasher = {
   ofParams: (params: Float32Array): string => hashParams(params),
+  ofState: (params: Float32Array, moments: readonly Float32Array[], t: number): string =>
+    trainingStateHash(params, moments, t),
   digests: {
     chunkBytes: HASH_CHUNK_BYTES,
     root: (byteLength: number, digests: Uint8Array): string => stateHashOfDigests(byteLength, digests),
+    stateRoot: (byteLength: number, digests: readonly Uint8Array[], t: number): string =>
+      trainingStateHashOfDigests(byteLength, digests, t),
   },
 } as const;

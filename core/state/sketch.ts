@@ -195,8 +195,23 @@ export interface StepSketches {
   /** Sketch of the partial sums it received in the reduce-scatter, and their masses. */
   received: number[];
   receivedMass: number[];
-  /** Sketch of the parameters after the step. */
+  /**
+   * Sketch of the parameters after the step: `PARAMS_SKETCH_BUCKETS` buckets in every-step mode; in
+   * local mode laid out like the gradient sketches (segments), so the outer step's arithmetic can be
+   * checked against the sum and the momentum bucket by bucket.
+   */
   params: number[];
+  /**
+   * int8 wire: the `int8Slack` masses (core/wire/ring-sum.ts) of what it sent, what it received and the
+   * sum: how far each bucket's encodes may have moved it (`checkHops` allows them).
+   */
+  sentSlack?: number[];
+  receivedSlack?: number[];
+  sumSlack?: number[];
+  /** Local mode: the outer momentum after the outer step (gradient layout), agreed like the sum. */
+  outer?: number[];
+  /** Local mode: this rank's optimizer moments after its inner steps (gradient layout), one per moment buffer. */
+  moments?: number[][];
 }
 
 /**
@@ -205,7 +220,8 @@ export interface StepSketches {
  * hop (2^-11), times a margin of 16 for the sum's mass being smaller than the summands' (cancellation
  * between ranks). Measured honest ratios are far below (docs/threat-model.md).
  */
-export function identityTolerance(size: number, compression: 'none' | 'fp16'): number {
+export function identityTolerance(size: number, compression: 'none' | 'fp16' | 'int8'): number {
+  // int8's rounding is bounded by the slack each rank reports (`checkHops`); what remains is float32's.
   const unit = compression === 'fp16' ? 2 ** -11 : 2 ** -24;
   return 16 * Math.max(1, size) * unit;
 }
@@ -272,6 +288,9 @@ export interface HopClaims {
   sentMass: readonly number[];
   received: readonly number[];
   receivedMass: readonly number[];
+  /** int8 wire: how far the encodes may have moved each bucket of what it sent / received (`int8Slack`). */
+  sentSlack?: readonly number[];
+  receivedSlack?: readonly number[];
 }
 
 export interface HopCheck {
@@ -287,24 +306,29 @@ export interface HopCheck {
  * Check every hop of the reduce-scatter (ring-allreduce.ts: at ring step g rank r sends segment r − g to
  * r + 1; the owner r − 1 of segment r ends its chain). Each sent segment must be what the sender
  * received at the step before plus its own contribution (its own alone at step 0), within `tolerance`
- * of its mass (float32 or fp16 rounding of one addition); the owner's received plus own must be the
- * final `sum`; and what a receiver says it received must equal, bit for bit, what its sender says it
- * sent (both sketch the same decoded values in the same order). A liar must then either contradict
- * itself (caught alone) or contradict a neighbour about one hop (a dispute between the two).
+ * of its mass (float32 or fp16 rounding of one addition) — with an int8 wire, plus the slack of the
+ * encode that produced it (`sentSlack`, `sumSlack`: half a block step per value, read from the decoded
+ * values, so a liar cannot widen it without sending a larger value); the owner's received plus own
+ * must be the final `sum`; and what a receiver says it received must equal, bit for bit, what its
+ * sender says it sent, slack included (both sketch the same decoded values in the same order). A liar
+ * must then either contradict itself (caught alone) or contradict a neighbour about one hop (a
+ * dispute between the two).
  */
 export function checkHops(
   ranks: readonly HopClaims[],
   sum: readonly number[],
   sumMass: readonly number[],
   tolerance: number,
+  sumSlack?: readonly number[],
 ): HopCheck {
   const size = ranks.length;
   const per = sum.length / size;
   const liars = new Set<number>();
   const disputes: [number, number][] = [];
   let worst = 0;
-  const off = (got: number, want: number, mass: number) => {
-    const ratio = Math.abs(got - want) / (mass + 1e-30);
+  // |got − want| within `tolerance` of the mass, plus the int8 slack of the encode that produced `got`.
+  const off = (got: number, want: number, mass: number, slack = 0) => {
+    const ratio = Math.max(0, Math.abs(got - want) - slack) / (mass + 1e-30);
     if (!(ratio <= worst)) worst = Number.isNaN(ratio) ? Number.POSITIVE_INFINITY : ratio;
     return !(ratio <= tolerance);
   };
@@ -316,15 +340,20 @@ export function checkHops(
       const j = (((r - g) % size) + size) % size;
       for (let b = j * per; b < (j + 1) * per; b++) {
         const want = g === 0 ? me.own[b] : me.received[b] + me.own[b];
-        if (off(me.sent[b], want, me.sentMass[b])) liars.add(r);
-        if (!Object.is(next.received[b], me.sent[b]) || !Object.is(next.receivedMass[b], me.sentMass[b]))
+        if (off(me.sent[b], want, me.sentMass[b], me.sentSlack?.[b])) liars.add(r);
+        if (
+          !Object.is(next.received[b], me.sent[b]) ||
+          !Object.is(next.receivedMass[b], me.sentMass[b]) ||
+          !Object.is(next.receivedSlack?.[b], me.sentSlack?.[b])
+        )
           disputed = true;
       }
     }
     if (disputed) disputes.push([r, (r + 1) % size]);
     // The owner of segment r + 1 ends its chain: received plus own is the final sum.
     const j = (r + 1) % size;
-    for (let b = j * per; b < (j + 1) * per; b++) if (off(sum[b], me.received[b] + me.own[b], sumMass[b])) liars.add(r);
+    for (let b = j * per; b < (j + 1) * per; b++)
+      if (off(sum[b], me.received[b] + me.own[b], sumMass[b], sumSlack?.[b])) liars.add(r);
   }
   return { liars: [...liars].sort((x, y) => x - y), disputes, worst };
 }

@@ -28,7 +28,15 @@
  * the tree hash the ranks report since the hash moved to the GPU, so it is refused too, saying so.
  */
 import { z } from 'zod';
-import { HASH_HEX_DIGITS, nobleSha256, type Sha256Factory, sha256Digest, stateHash, treeHash } from './hash';
+import {
+  HASH_HEX_DIGITS,
+  nobleSha256,
+  type Sha256Factory,
+  sha256Digest,
+  stateHash,
+  trainingStateHash,
+  treeHash,
+} from './hash';
 import { modelSpecSchema, parameterLayout, type ModelSpec, type ParamLayout } from '../training/model-spec';
 
 // TextEncoder/TextDecoder exist in every runtime the core runs in (browsers, workers, Node), but the
@@ -112,8 +120,17 @@ export interface DecodedSnapshot extends TrainingSnapshot {
   header: SnapshotHeader;
   layout: ParamLayout;
   paramsHash: string;
-  /** `stateHash(params, outer)`: what the ranks reported when this state was committed. */
+  /**
+   * The agreed hash of this state, what the ranks reported when it was committed: in every-step mode
+   * `trainingStateHash` of every section and t (= `trainingHash`), in local mode (with an outer momentum)
+   * `stateHash(params, outer)`.
+   */
   stateHash: string;
+  /**
+   * `trainingStateHash(params, moments, t)`: every section but the outer momentum. In local mode, the
+   * commitment of the rank whose state this is (its inner optimizer state is its own).
+   */
+  trainingHash: string;
 }
 
 export class SnapshotError extends Error {
@@ -221,7 +238,9 @@ export function encodeSnapshot(snapshot: TrainingSnapshot): ArrayBuffer {
 
 /**
  * Decode and verify a snapshot. The returned float arrays are views into `input` when it is 4-byte
- * aligned (no copy of a large checkpoint), copies otherwise. Throws `SnapshotError` saying what is wrong.
+ * aligned (no copy of a large checkpoint), copies otherwise. Throws `SnapshotError` saying what is wrong,
+ * including a section holding NaN or ±Infinity (named): every restore (a tab's, the coordinator's check
+ * of an upload, the verifier's) decodes here, so none puts a non-finite state back.
  * `sha256`: the SHA-256 to verify with (the coordinator passes node:crypto's; the digests are the same).
  */
 export function decodeSnapshot(
@@ -240,6 +259,7 @@ export function decodeSnapshot(
   if (header.sections[0].hash !== header.paramsHash) fail('paramsHash differs from the params section hash');
   const moments = OPTIMIZER_MOMENTS[header.optimizer.kind].length;
   const outer = header.optimizer.outer ? arrays[1 + moments] : null;
+  const trainingHash = trainingStateHash(arrays[0], arrays.slice(1, 1 + moments), header.optimizer.t, sha256);
   return {
     header,
     spec,
@@ -252,9 +272,15 @@ export function decodeSnapshot(
     moments: arrays.slice(1, 1 + moments),
     outer,
     paramsHash: header.paramsHash,
-    // Without an outer section the state hash is the params section's, already verified above.
-    stateHash: outer ? stateHash(arrays[0], outer, sha256) : header.paramsHash,
+    stateHash: outer ? stateHash(arrays[0], outer, sha256) : trainingHash,
+    trainingHash,
   };
+}
+
+/** Index of the first NaN or ±Infinity in `data`, or −1. */
+export function firstNonFinite(data: Float32Array): number {
+  for (let i = 0; i < data.length; i++) if (!Number.isFinite(data[i])) return i;
+  return -1;
 }
 
 function describeIssues(error: z.ZodError): string {
@@ -363,6 +389,8 @@ function readSections(
         ? new Float32Array(bytes.buffer, start, s.byteLength / 4)
         : new Float32Array(bytes.slice(s.byteOffset, s.byteOffset + s.byteLength).buffer);
     if (treeHash([data], sha256) !== s.hash) fail(`section ${s.name} hash mismatch: its data is corrupted`);
+    const bad = firstNonFinite(data);
+    if (bad >= 0) fail(`section ${s.name} holds a non-finite value (${data[bad]}) at [${bad}]: no honest state does`);
     return data;
   });
   if (offset !== bytes.length) fail(`${bytes.length - offset} unexpected bytes after the last section`);

@@ -118,17 +118,35 @@ export type LocalSync = z.infer<typeof localSyncSchema>;
 
 /**
  * Checking contributions (docs/threat-model.md): every step report carries sketches of the rank's own
- * gradient sums, of the all-reduced sums and of the new parameters (core/state/sketch.ts), checked at every
- * commit; and with `probability` per committed step a trusted verifier beside the coordinator
- * recomputes the whole step from the state before it. Needs every-step sync, commits every step and a
- * wire of `none` or `fp16` (int8's per-block rounding has no tight per-bucket bound yet, and a local-mode
- * rank's inner optimizer state is its own, so no one could recompute its work).
+ * contribution, of the all-reduced sum and of the new state (core/state/sketch.ts), checked at every
+ * commit; and a trusted verifier beside the coordinator recomputes drawn commits from the state before
+ * them: every rank's step in every-step mode, one rank's outer step in local mode. Every model, dataset
+ * and wire a job accepts is covered; every-step mode needs a commit every step (a check recomputes one
+ * step). A job open to anyone verifies unless its file says `"verify": false` (`withVerifyDefault`).
  */
 export const verifySchema = z.strictObject({
-  /** Chance that a committed step is recomputed by the verifier (0: sketches and the ring identity only). */
+  /** Chance that a commit of trusted workers is recomputed (0: sketches and the ring checks only). */
   probability: finite.min(0).max(1).default(0.05),
+  /**
+   * A worker is checked at `newcomer.probability` per commit until it passed `newcomer.checks` checks
+   * (coordinator/machine/adaptive-trust.ts: BOINC's adaptive replication).
+   */
+  newcomer: z
+    .strictObject({
+      probability: finite.min(0).max(1).default(0.5),
+      checks: z.int().min(0).max(1_000_000).default(10),
+    })
+    .default({ probability: 0.5, checks: 10 }),
 });
 export type VerifySpec = z.infer<typeof verifySchema>;
+
+/**
+ * Checks do not cover overlapped outer steps (their committed state arrives in `outer_report`, after the
+ * next group's inner steps began): such a job must say `"verify": false`, so an open swarm never runs
+ * one unchecked by mistake.
+ */
+export const VERIFY_OVERLAP_REFUSED =
+  'verify does not cover sync.overlap (overlapped outer steps): leave overlap out, or set "verify": false (trusted tabs only)';
 
 /**
  * How the tabs' WGSL kernels run (docs/gpu.md). `precision` 'f16' stores every matmul's operands
@@ -190,8 +208,12 @@ export const jobSpecSchema = z
     commitEvery: z.int().min(1).max(100_000).optional(),
     /** How the ranks combine their work: every step (default) or local steps with rare outer syncs. */
     sync: syncSchema.default({ mode: 'every-step', compression: 'none' }),
-    /** Check contributions (sketches, ring identity, recomputed spot checks); absent: trust the ranks. */
-    verify: verifySchema.optional(),
+    /**
+     * Check contributions (sketches, ring checks, recomputed spot checks). `false`: trust the ranks (a
+     * private swarm; the coordinator warns at start). Absent: on where anyone may join (`--join open`),
+     * off for invited tabs (`withVerifyDefault`).
+     */
+    verify: z.union([verifySchema, z.literal(false)]).optional(),
     /**
      * How a round's ranks are arranged (core/training/topology.ts): `ring` (the default), one ring ordered
      * by the measured link RTTs; `auto`, the planner's choice, rings in groups where they cut the latency
@@ -234,15 +256,14 @@ export const jobSpecSchema = z
       path: ['commitEvery'],
     },
   )
-  .refine(
-    (job) =>
-      !job.verify ||
-      (job.sync.mode === 'every-step' && job.sync.compression !== 'int8' && (job.commitEvery ?? 1) === 1),
-    {
-      message: 'verify needs every-step sync with compression none or fp16 and commitEvery 1',
-      path: ['verify'],
-    },
-  )
+  .refine((job) => !job.verify || job.sync.mode === 'local' || (job.commitEvery ?? 1) === 1, {
+    message: 'verify in every-step sync needs commitEvery 1 (a check recomputes one step): leave commitEvery out',
+    path: ['verify'],
+  })
+  .refine((job) => !job.verify || !(job.sync.mode === 'local' && job.sync.overlap), {
+    message: VERIFY_OVERLAP_REFUSED,
+    path: ['verify'],
+  })
   .transform((job) => ({
     ...job,
     commitEvery: job.sync.mode === 'local' ? job.sync.innerSteps : (job.commitEvery ?? 1),
@@ -262,6 +283,23 @@ export function parseJobSpec(input: unknown): JobSpec {
     );
   }
   return parsed.data;
+}
+
+/** The job's `verify` settings when it verifies contributions, else null (absent, or `false`). */
+export function verifying(job: Pick<JobSpec, 'verify'>): VerifySpec | null {
+  return job.verify ? job.verify : null;
+}
+
+/**
+ * The job as a coordinator runs it: a job that does not say (`verify` absent) verifies where anyone
+ * may join (`open`) with the defaults of `verifySchema`, and trusts invited tabs (`invite`). An explicit
+ * `"verify": false` stays off in both.
+ */
+export function withVerifyDefault(job: JobSpec, join: 'open' | 'invite'): JobSpec {
+  if (job.verify !== undefined || join !== 'open') return job;
+  if (job.sync.mode === 'local' && job.sync.overlap)
+    throw new Error(`invalid job for --join open: ${VERIFY_OVERLAP_REFUSED}`);
+  return { ...job, verify: verifySchema.parse({}) };
 }
 
 /** The default job: Fashion-MNIST, `mlp`, AdamW lr 1e-3, global batch 128, one epoch. */

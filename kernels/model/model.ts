@@ -25,6 +25,7 @@ import {
   type SequentialSpec,
   type TransformerSpec,
 } from '../../core/training/model-spec';
+import { splitWindows } from '../../core/data/text-windows';
 import { initParams } from './layers';
 import { graphContext, type ModelGraph, type Precision } from './model-graph';
 import { withDefaults, type KernelVariants } from '../tuning/variants';
@@ -70,24 +71,6 @@ export interface EvaluationResult {
 const MAP_READ = 0x1;
 const COPY_DST = 0x8;
 
-/**
- * Split `batch` windows of context + 1 tokens, one after another, into a language model's inputs (each
- * window's first `context` tokens) and next-token targets (its last `context`), batch·context of each.
- */
-export function splitWindows(
-  windows: Uint8Array | Uint16Array | Uint32Array,
-  batch: number,
-  context: number,
-  inputs: Uint32Array,
-  targets: Uint32Array,
-): void {
-  for (let b = 0; b < batch; b++) {
-    const w = windows.subarray(b * (context + 1), (b + 1) * (context + 1));
-    inputs.set(w.subarray(0, context), b * context);
-    targets.set(w.subarray(1), b * context);
-  }
-}
-
 export class Model {
   readonly spec: ModelSpec;
   readonly layout: ParamLayout;
@@ -126,6 +109,8 @@ export class Model {
   private readonly reader: StagingReader;
   /** The parameter digests on the GPU (param-digests.ts), made by the first `withParamDigests`. */
   private readonly paramDigests: ParamDigests;
+  /** The same for each moment buffer (`withStateDigests`). */
+  private readonly momentDigests: ParamDigests[];
   /** Input elements per sample: pixels·channels, or context tokens. */
   private readonly inputSize: number;
   /** Labels per sample: 1, or context next-token targets. */
@@ -184,6 +169,9 @@ export class Model {
     this.logits = graph.logits;
     this.currentBatch = maxBatch;
     this.paramDigests = new ParamDigests(gpu, this.params, layout.totalElements * 4, `${spec.name}.param-digests`);
+    this.momentDigests = this.moments.map(
+      (m, i) => new ParamDigests(gpu, m, layout.totalElements * 4, `${spec.name}.${this.momentNames[i]}-digests`),
+    );
   }
 
   /** The graph's calls with the f16 mode's weight casts first in the forward pass (none in f32). */
@@ -359,23 +347,16 @@ export class Model {
     return this.readFloats(this.params, this.totalElements);
   }
 
-  /**
-   * `fn` of the flat params buffer (`totalElements` floats) as mapped, without a CPU copy (e.g. its
-   * hash, every step): `fn` must not keep the array. The read-back is recorded now, so it sees the
-   * parameters of every step submitted before the call.
-   */
+  /** `fn` of the flat params as mapped, no CPU copy (`fn` must not keep it); recorded now (sees every step submitted before). */
   withParams<T>(fn: (params: Float32Array) => T): Promise<T> {
     const t = this.params;
     return this.reader.use(t.buffer, t.offset, this.totalElements * 4, (mapped) => fn(new Float32Array(mapped)));
   }
 
   /**
-   * `fn` of the SHA-256 digests of the params buffer's `chunkBytes` chunks (kernels/ops/sha256.wgsl, 32
-   * bytes per chunk, concatenated) as mapped: the leaves of the tree state hash, computed on the GPU
-   * so that only the digests are read back (0.8 % of the bytes at 4 KiB chunks), not the parameters.
-   * The dispatch and the copy are one submission, recorded now (they see every step submitted before);
-   * the digests buffer and the kernel are made on the first call and kept for the model's life, the
-   * staging buffer is the reader's (reused), so a step allocates no GPU memory. `fn` must not keep the array.
+   * `fn` of the SHA-256 digests of the params' `chunkBytes` chunks (kernels/ops/sha256.wgsl, 32 bytes each)
+   * as mapped: the tree hash's leaves, hashed on the GPU so only they are read back (0.8 % of the bytes at
+   * 4 KiB chunks). One submission, recorded now; no GPU allocation per step. `fn` must not keep the array.
    */
   withParamDigests<T>(chunkBytes: number, fn: (digests: Uint8Array) => T): Promise<T> {
     const { digests, bytes, call } = this.paramDigests.forChunks(chunkBytes);
@@ -386,6 +367,28 @@ export class Model {
       (mapped) => fn(new Uint8Array(mapped)),
       (encoder) => recordCalls(encoder, [call], `${this.spec.name}.param-digests`),
     );
+  }
+
+  /** `fn` of the training state as mapped (params, moments in `momentNames` order, t): one mapping, like `withParams`. */
+  withState<T>(fn: (params: Float32Array, moments: Float32Array[], t: number) => T): Promise<T> {
+    const t = this.optimizerStep;
+    const n = this.totalElements;
+    const tensors = [this.params, ...this.moments];
+    return this.reader.useAll(tensors, n * 4, (mapped) => {
+      const [params, ...moments] = tensors.map((_, i) => new Float32Array(mapped, i * n * 4, n));
+      return fn(params, moments, t);
+    });
+  }
+
+  /** `fn` of the chunk digests of the params and each moment (as `withParamDigests`) and t: `trainingStateHash`'s leaves. */
+  withStateDigests<T>(chunkBytes: number, fn: (digests: Uint8Array[], t: number) => T): Promise<T> {
+    const t = this.optimizerStep;
+    const reads = [this.paramDigests, ...this.momentDigests].map((d) => {
+      const { digests, bytes, call } = d.forChunks(chunkBytes);
+      const record = (encoder: GPUCommandEncoder) => recordCalls(encoder, [call], `${this.spec.name}.state-digests`);
+      return this.reader.use(digests.buffer, digests.offset, bytes, (m) => new Uint8Array(m.slice(0)), record);
+    });
+    return Promise.all(reads).then((digests) => fn(digests, t));
   }
 
   /** Replace the grads buffer (allreduced sums), `totalElements` floats in the flat layout. */
@@ -481,6 +484,7 @@ export class Model {
     for (const t of this.owned) t.buffer.destroy();
     this.owned.length = 0;
     this.paramDigests.destroy();
+    for (const d of this.momentDigests) d.destroy();
     this.reader.destroy();
   }
 }

@@ -4,23 +4,31 @@
  *   staging buffer by one submission), for a snapshot or a broadcast to a joining peer;
  * - `saveBackup` / `restoreBackup` keep a second GPU copy of the last completed (committed) step and
  *   put it back after a failure, with GPU→GPU copies only (no read-back, microseconds of recording);
- * - `hashParams` hashes the params' chunks on the GPU (`Model.withParamDigests`) and reads back only
- *   the digests, which the caller's hasher turns into the state hash (the coordinator's `paramsHasher`
- *   from core/state/hash.ts, injected: the tree hash's definition lives in one place), so the
- *   value a rank reports is the value a snapshot of the same parameters carries.
+ * - `hashParams` / `hashState` hash the params' (and the moments') chunks on the GPU
+ *   (`Model.withParamDigests`, `withStateDigests`) and read back only the digests, which the caller's
+ *   hasher turns into the state hash (the coordinator's `paramsHasher` from core/state/hash.ts,
+ *   injected: the tree hash's definition lives in one place), so the value a rank reports is the
+ *   value a snapshot of the same state carries.
  */
 import type { Model } from './model';
 import { createTensor, writeTensor, type Gpu, type Tensor } from '../runtime';
 
 /**
- * The parameter hash (core/state/hash.ts `paramsHasher`): from parameters in memory (`ofParams`), and, with
- * `digests`, from the SHA-256 digests of their `chunkBytes` chunks computed on the GPU (`root`, over
- * `byteLength` bytes in all), the same value. Without `digests` the parameters are read back and
- * hashed with `ofParams` (a hash with no GPU form, e.g. a benchmark's reference).
+ * The state hash (core/state/hash.ts `paramsHasher`): of the parameters alone (`ofParams`) or of the whole
+ * training state (`ofState`: params, moments, t — `trainingStateHash`) from buffers in memory, and, with
+ * `digests`, from the SHA-256 digests of their `chunkBytes` chunks computed on the GPU (`root`: the
+ * parameters, over `byteLength` bytes; `stateRoot`: params and each moment, then t), the same values.
+ * Without `digests` the buffers are read back and hashed here (a hash with no GPU form, e.g. a
+ * benchmark's reference, or the read-back a CPU-backed adapter uses).
  */
 export interface ParamsHasher {
   ofParams(params: Float32Array): string;
-  readonly digests?: { readonly chunkBytes: number; root(byteLength: number, digests: Uint8Array): string };
+  ofState(params: Float32Array, moments: readonly Float32Array[], t: number): string;
+  readonly digests?: {
+    readonly chunkBytes: number;
+    root(byteLength: number, digests: Uint8Array): string;
+    stateRoot(byteLength: number, digests: readonly Uint8Array[], t: number): string;
+  };
 }
 
 /** `hasher`'s hash of `model`'s live parameters: chunk digests on the GPU if it has a GPU form, else a read-back. */
@@ -28,6 +36,18 @@ export function hashModelParams(model: Model, hasher: ParamsHasher): Promise<str
   const gpuForm = hasher.digests;
   if (!gpuForm) return model.withParams((params) => hasher.ofParams(params));
   return model.withParamDigests(gpuForm.chunkBytes, (digests) => gpuForm.root(model.totalElements * 4, digests));
+}
+
+/**
+ * `hasher`'s `trainingStateHash` of `model`'s live state (params, moments, t): what an every-step rank
+ * reports at each commit. Chunk digests on the GPU if the hasher has a GPU form, else a read-back.
+ */
+export function hashModelState(model: Model, hasher: ParamsHasher): Promise<string> {
+  const gpuForm = hasher.digests;
+  if (!gpuForm) return model.withState((params, moments, t) => hasher.ofState(params, moments, t));
+  return model.withStateDigests(gpuForm.chunkBytes, (digests, t) =>
+    gpuForm.stateRoot(model.totalElements * 4, digests, t),
+  );
 }
 
 export interface ExportedState {
@@ -172,6 +192,22 @@ export class TrainingState {
   /** Hash of the current parameter bytes: chunks hashed on the GPU, only their digests read back. */
   hashParams(): Promise<string> {
     return hashModelParams(this.model, this.hasher);
+  }
+
+  /** `trainingStateHash` of the current state (params, moments, t), as `hashModelState`. */
+  hashState(): Promise<string> {
+    return hashModelState(this.model, this.hasher);
+  }
+
+  /**
+   * The backup (the last committed state: params, moments, t), read back: in local sync mode the state
+   * a rank started its outer step from, whose `trainingStateHash` is its commitment.
+   */
+  async readBackup(): Promise<ExportedState> {
+    if (!this.backup) throw new Error('readBackup: no backup saved');
+    const n = this.model.totalElements;
+    const arrays = await Promise.all(this.backup.tensors.map((t) => this.model.readFloats(t, n)));
+    return { params: arrays[0], moments: arrays.slice(1), step: this.backup.step };
   }
 
   /** Free the backup buffers (the model's own buffers belong to the model). */

@@ -24,7 +24,7 @@ import {
   type PageProblems,
 } from '../support/browser';
 import { REPO_ROOT, spawnCoordinator, TEST_ADMIN_TOKEN, type CoordinatorProcess } from '../support/coordinator-process';
-import { simulatedParams, simulatedParamsHash, simulatedSnapshot } from '../support/sim-trainer';
+import { simulatedParams, simulatedStateHash, simulatedSnapshot } from '../support/sim-trainer';
 import { SimWorker, type ServerMsg } from '../support/sim-worker';
 
 const ARTIFACTS = join(REPO_ROOT, 'test-results');
@@ -168,7 +168,7 @@ class SimulatedTab {
         round: round.round,
         rank: round.rank,
         step,
-        hash: simulatedParamsHash(this.job.model, step),
+        hash: simulatedStateHash(this.job, step),
         samples,
         lossSum: samples * loss,
         computeMs: this.stepMs * (this.computeShare ?? 0.6 + 0.2 * round.rank),

@@ -15,7 +15,7 @@ import {
   type TransformerSpec,
 } from '../../core/training/model-spec';
 import { initParams } from '../../kernels/model/layers';
-import { float16BitsToNumber, float32BitsToFloat16Bits } from '../../web/net/fp16';
+import { float16BitsToNumber, float32BitsToFloat16Bits } from '../../core/wire/fp16';
 import { launchChromium, skipWithoutChromium, watchPage, type PageProblems } from '../support/browser';
 import { expectScalarClose, expectTensorsClose, referenceForwardBackward } from '../support/reference-model';
 import type { Family } from '../../kernels/tuning/variants';

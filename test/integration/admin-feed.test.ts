@@ -207,6 +207,7 @@ describe('admin feed', () => {
       accuracy: 0.8125,
       loss: 1.5,
       at: 20_000,
+      verified: false,
     });
     // Debug lines and metrics never reach the page.
     expect(reader.messages.some((m) => m.type === 'event' && m.event.level === 'debug')).toBe(false);
@@ -223,7 +224,7 @@ describe('admin feed', () => {
       'checkpoint_stored',
       'evaluation',
     ]);
-    expect(snapshot.evaluations).toEqual([{ step: 3, accuracy: 0.8125, loss: 1.5, at: 20_000 }]);
+    expect(snapshot.evaluations).toEqual([{ step: 3, accuracy: 0.8125, loss: 1.5, at: 20_000, verified: false }]);
   });
 
   it('ends every stream when closed and unsubscribes from the machine', async () => {

@@ -5,7 +5,7 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { CoordinatorProcess, spawnCoordinator } from '../support/coordinator-process';
-import { SimTrainer, simulatedParamsHash } from '../support/sim-trainer';
+import { SimTrainer, simulatedStateHash } from '../support/sim-trainer';
 import { SimWorker, type ServerMsg } from '../support/sim-worker';
 import { assignStep } from '../../core/training/groups';
 import { referenceStepPosition } from '../support/hole-free-layout';
@@ -73,7 +73,7 @@ describe('bad input from a tab', () => {
       round,
       rank,
       step: 2,
-      hash: simulatedParamsHash(from.job.model, 2),
+      hash: simulatedStateHash(from.job, 2),
       lossSum: 1,
       samples: assignStep(cursor, count, shares)[rank].count,
       computeMs: 1,
@@ -222,7 +222,7 @@ describe('bad input from a tab', () => {
       peerId: 'evil',
       adapter: { vendor: '', architecture: '', description: '' },
       haveStep: 1,
-      haveHash: simulatedParamsHash(a.job.model, 1),
+      haveHash: simulatedStateHash(a.job, 1),
     };
     // With the right reconnect secret a second socket for a live id is refused …
     await expectRejected(attacker, () => attacker.send({ ...hijack, secret: a.worker.secret }), 'id_in_use');
@@ -263,7 +263,7 @@ describe('bad input from a tab', () => {
     a.worker.send(report(a));
     b.worker.send(report(b));
     const [ca, cb] = await Promise.all([a.worker.next('committed'), b.worker.next('committed')]);
-    expect(ca).toMatchObject({ step: 2, round, hash: simulatedParamsHash(a.job.model, 2) });
+    expect(ca).toMatchObject({ step: 2, round, hash: simulatedStateHash(a.job, 2) });
     expect(cb.step).toBe(2);
     const audit = await proc.audit();
     expect(audit).toMatchObject({ ok: true, commitRows: 2, lastCommitStep: 2 });

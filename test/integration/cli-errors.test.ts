@@ -230,3 +230,42 @@ describe('tabswarm swarm --job refuses a bad job file with one line, before anyt
     );
   });
 });
+
+describe('tabswarm coordinator says at start whether it checks contributions', () => {
+  it('verifies by default where anyone may join, warns when a job file turns it off, trusts invited tabs', async () => {
+    const { spawnCoordinator } = await import('../support/coordinator-process');
+    // The CLI's own default job (no job file), as `npm start` runs it: the verifier starts with it.
+    const plain = await spawnCoordinator({ cliDefaults: true, startTimeoutMs: 120_000 });
+    try {
+      await waitForOutput(plain, /verifies contributions/);
+      expect(plain.stdout).toMatch(
+        /tabswarm verifies contributions: a new worker's commits are recomputed at 0\.5 until it passed 10 checks, then at 0\.05/,
+      );
+      expect(plain.stdout).toMatch(/verifier ready on/);
+    } finally {
+      await plain.stop();
+    }
+    const off = await spawnCoordinator({ job: { verify: false } });
+    try {
+      await waitForOutput(off, /does not verify/);
+      expect(off.stdout).toMatch(
+        /warning: this job does not verify contributions \("verify": false\).*anyone with the URL may join/,
+      );
+    } finally {
+      await off.stop();
+    }
+    // The default job behind invites: invited tabs are trusted, and the start says so.
+    const invited = await spawnCoordinator({ cliDefaults: true, extraArgs: ['--join', 'invite'] });
+    try {
+      await waitForOutput(invited, /not verified/);
+      expect(invited.stdout).toMatch(/contributions are not verified: invited tabs are trusted/);
+      expect(invited.stdout).not.toMatch(/verifier ready/);
+    } finally {
+      await invited.stop();
+    }
+  }, 180_000);
+});
+
+async function waitForOutput(proc: { stdout: string }, pattern: RegExp): Promise<void> {
+  for (let i = 0; i < 100 && !pattern.test(proc.stdout); i++) await new Promise((r) => setTimeout(r, 100));
+}

@@ -8,7 +8,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { jobPublic, parseJobSpec } from '../../core/training/job';
 import { referenceStepPosition } from '../support/hole-free-layout';
 import { CoordinatorProcess, spawnCoordinator } from '../support/coordinator-process';
-import { SimTrainer, simulatedParamsHash } from '../support/sim-trainer';
+import { SimTrainer, simulatedStateHash } from '../support/sim-trainer';
 
 /** 300 fake training images, batch 32: 10 steps; checkpoints every 3 steps. */
 const JOB = {
@@ -80,7 +80,7 @@ describe('commits and evaluations API', () => {
         cursorStart: cursor,
         count,
         worldSize: 1,
-        hash: simulatedParamsHash(PLAN.model, c.step),
+        hash: simulatedStateHash(PLAN, c.step),
       });
       // SimTrainer reports lossSum = 0.5 per sample.
       expect(c.loss).toBeCloseTo(0.5, 12);
@@ -189,6 +189,9 @@ describe('commits and evaluations API', () => {
         testSamples: 50,
         workerId: w.workerId,
         round,
+        // One rank's number: shown as unverified (two ranks must agree for a verified one).
+        verified: false,
+        agreedBy: [],
       },
     ]);
     expect(await proc.getJson(`/api/evaluations?after=${evaluations[0].id}`)).toMatchObject({ evaluations: [] });

@@ -8,7 +8,7 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import type { AuditReport } from '../../coordinator/admin/audit';
 import { type CoordinatorProcess, spawnCoordinator } from '../support/coordinator-process';
-import { SimTrainer, simulatedParamsHash } from '../support/sim-trainer';
+import { SimTrainer, simulatedStateHash } from '../support/sim-trainer';
 import { jobPublic, parseJobSpec } from '../../core/training/job';
 import { referenceStepPosition, referenceTotalSteps } from '../support/hole-free-layout';
 
@@ -100,7 +100,7 @@ describe('rounds and commits', () => {
       processedInEpoch: samplesThrough(6),
       restarts: 0,
     });
-    expect(status.lastCommit).toEqual({ step: 6, hash: simulatedParamsHash(PLAN.model, 6) });
+    expect(status.lastCommit).toEqual({ step: 6, hash: simulatedStateHash(PLAN, 6) });
     expect(status.world.items.map((w: { rank: number }) => w.rank).sort()).toEqual([0, 1]);
     expect(status.world.items.reduce((sum: number, w: { share: number }) => sum + w.share, 0)).toBeCloseTo(1, 12);
 
@@ -156,7 +156,7 @@ describe('kill -9 during a stream of commits', () => {
       // Nothing a worker was told is lost; nothing beyond what the workers reported is invented.
       expect(status.step).toBeGreaterThanOrEqual(told);
       expect(status.step).toBeLessThanOrEqual(Math.max(a.lastReported, b.lastReported));
-      expect(status.lastCommit.hash).toBe(simulatedParamsHash(PLAN.model, status.step));
+      expect(status.lastCommit.hash).toBe(simulatedStateHash(PLAN, status.step));
       expect(status.state).toBe('gathering');
       expect(status.world.items).toEqual([]);
       expect(status.world.total).toBe(0);

@@ -11,6 +11,7 @@ import { CoordinatorProcess, spawnCoordinator } from '../support/coordinator-pro
 import { makeTempDir } from '../support/fake-dataset';
 import { SimTrainer, simulatedSnapshot } from '../support/sim-trainer';
 import { SimWorker } from '../support/sim-worker';
+import { decodeSnapshot, encodeSnapshot, type TrainingSnapshot } from '../../core/state/snapshot';
 import { STATUS_PAGE_DEFAULT, STATUS_PAGE_MAX } from '../../core/protocol/views';
 
 const JOB = {
@@ -289,6 +290,25 @@ describe('coordinator HTTP API', () => {
       const tampered = simulatedSnapshot(job, 3);
       tampered[tampered.length - 1] ^= 1;
       expect((await put(request.url, tampered)).status).toBe(422);
+      // Honest parameters with forged optimizer moments, a forged step count, or NaN moments (the issue's
+      // poisoned checkpoint): every section is in the agreed hash, and no restore takes a non-finite value.
+      const honest = decodeSnapshot(good);
+      const reencoded = (edit: Partial<TrainingSnapshot>) =>
+        new Uint8Array(encodeSnapshot({ ...honest, moments: honest.moments.map((m) => m.slice()), ...edit }));
+      const forgedMoments = reencoded({ moments: honest.moments.map((m) => m.map((x, i) => (i === 9 ? 0.25 : x))) });
+      const forgedT = reencoded({ optimizer: { kind: honest.optimizer.kind, t: honest.optimizer.t + 1000 } });
+      const nanMoments = reencoded({ moments: honest.moments.map((m) => m.map(() => Number.NaN)) });
+      for (const [what, body, code] of [
+        ['forged moments', forgedMoments, 'hash_mismatch'],
+        ['forged t', forgedT, 'hash_mismatch'],
+        ['NaN moments', nanMoments, 'bad_snapshot'],
+      ] as const) {
+        const res = await put(request.url, body);
+        expect(res.status, what).toBe(422);
+        const answer = await res.json();
+        expect(answer.error, what).toBe(code);
+        if (code === 'bad_snapshot') expect(answer.message).toMatch(/section m holds a non-finite value/);
+      }
       const huge = await put(request.url, new Uint8Array(4 * 1024 * 1024));
       expect(huge.status).toBe(413);
       expect((await proc.fetch('/api/checkpoints/latest')).status).toBe(404);

@@ -265,13 +265,12 @@ describe('state, checkpoints and evaluations are checked, not trusted', () => {
     await liar.close();
   }, 30_000);
 
-  it('an evaluation at a step that is not an evaluation point, or from rank 1, is refused', async () => {
-    const proc = await start();
-    const [a, b] = [await honest(proc), await honest(proc)];
-    await Promise.all([a.untilCommitted(3), b.untilCommitted(3)]);
-    a.stop();
-    b.stop();
-    const [rank0, rank1] = a.rank === 0 ? [a, b] : [b, a];
+  it('an evaluation at a step that is not an evaluation point, or from rank 2 (ranks 0 and 1 evaluate), is refused', async () => {
+    const proc = await start({ ...JOB, minWorkers: 3 });
+    const ts = [await honest(proc), await honest(proc), await honest(proc)];
+    await Promise.all(ts.map((t) => t.untilCommitted(3)));
+    for (const t of ts) t.stop();
+    const [rank0, , rank2] = [...ts].sort((x, y) => (x.rank ?? 0) - (y.rank ?? 0));
     const round = (await proc.status()).round;
     const evaluation = (t: SimTrainer) => ({
       type: 'evaluation',
@@ -285,11 +284,11 @@ describe('state, checkpoints and evaluations are checked, not trusted', () => {
       lossSum: 0,
     });
     rank0.worker.onMessage = null;
-    rank1.worker.onMessage = null;
+    rank2.worker.onMessage = null;
     rank0.worker.send(evaluation(rank0));
     expect(await rank0.worker.next('error')).toMatchObject({ code: 'wrong_step' });
-    rank1.worker.send(evaluation(rank1));
-    expect(await rank1.worker.next('error')).toMatchObject({ code: 'not_evaluator' });
+    rank2.worker.send(evaluation(rank2));
+    expect(await rank2.worker.next('error')).toMatchObject({ code: 'not_evaluator' });
     expect((await proc.getJson('/api/evaluations')).evaluations).toEqual([]);
   }, 30_000);
 });

@@ -9,8 +9,8 @@
  * - a child killed (SIGKILL) while recomputing fails the pending and the queued request clearly, later
  *   requests are refused until `restart()`, and the restarted child answers; a request over its timeout
  *   fails the same way; `close()` leaves no process behind;
- * - a child that finds no WebGPU adapter, and jobs on a text dataset or with local steps, fail at start
- *   with their reason.
+ * - a child that finds no WebGPU adapter fails at start with the reason; a language model on a text
+ *   dataset's bytes (handed over by the coordinator, as its tabs get them) starts and answers.
  *
  * About 10–25 s on 2 cores (four child starts: tsx, the dataset, the device, one timed step each).
  */
@@ -22,16 +22,18 @@ import { parseJobSpec } from '../../core/training/job';
 import { parameterLayout, TINY_MLP_SPEC } from '../../core/training/model-spec';
 import { gradientSketch, paramsSketch, RECOMPUTE_TOLERANCE, worstRatio } from '../../core/state/sketch';
 import { encodeSnapshot } from '../../core/state/snapshot';
-import { stepSlices } from '../../coordinator/machine/verification';
+import { checkedSlices } from '../../coordinator/machine/checks';
 import { VerifierClient, type VerifyRequest } from '../../coordinator/trust/verifier-client';
 import { initParams } from '../../kernels/model/layers';
 import { FASHION_MNIST_DIR, skipWithoutFashionMnist } from '../support/browser';
 import { makeTempDir } from '../support/fake-dataset';
+import { generatedText } from '../support/generated-text';
 import { skipWithoutNodeGpu } from '../support/node-gpu';
 import { referenceAdamW, referenceForwardBackward } from '../support/reference-model';
 
 const JOB = { model: 'tiny-mlp', globalBatch: 32, seed: 7 };
 const STEP_HASH = '0123456789abcdef';
+const IMAGES = { kind: 'images', dir: FASHION_MNIST_DIR } as const;
 
 describe.skipIf(skipWithoutFashionMnist() || (await skipWithoutNodeGpu()))('verifier client and process', () => {
   const dir = makeTempDir('tabswarm-verifier-');
@@ -53,10 +55,14 @@ describe.skipIf(skipWithoutFashionMnist() || (await skipWithoutNodeGpu()))('veri
       moments: [new Float32Array(n), new Float32Array(n)],
     });
     writeFileSync(snapshotPath, new Uint8Array(snapshot));
-    const plan = { datasetSize: 60_000, globalBatch: JOB.globalBatch, epochs: 1, commitEvery: 1 };
-    const start = { epoch: 0, cursor: 0, holes: [] };
-    request = { snapshotPath, stepHash: STEP_HASH, world: 2, ...stepSlices(plan, JOB.seed, start, 1, [1, 3]) };
-    client = await VerifierClient.start({ job: JOB, datasetDir: FASHION_MNIST_DIR });
+    const world = [1, 3].map((share, rank) => ({ workerId: `w${rank}`, rank, share, addr: '', invite: null }));
+    const steps = checkedSlices(
+      { job: parseJobSpec(JOB), datasetSize: 60_000 },
+      { world, step: 1, firstStep: 1, at: { epoch: 0, cursor: 0, holes: [] } },
+    );
+    const asked = steps.map(({ slices, count }) => ({ slices, count }));
+    request = { snapshotPath, stepHash: STEP_HASH, world: 2, mode: 'every-step', steps: asked, fresh: true };
+    client = await VerifierClient.start({ job: JOB, dataset: IMAGES });
   });
   afterAll(async () => {
     await client?.close();
@@ -65,7 +71,7 @@ describe.skipIf(skipWithoutFashionMnist() || (await skipWithoutNodeGpu()))('veri
   it('answers with the sketches of a float64 recomputation', async () => {
     const got = await client.recompute(request);
     const data = await loadIdxDataset(FASHION_MNIST_DIR);
-    const own = request.slices.map((slice) => {
+    const own = request.steps[0].slices.map((slice) => {
       const x = new Float64Array(slice.length * 784);
       slice.forEach((index, b) => {
         for (let i = 0; i < 784; i++) x[b * 784 + i] = data.train.images[index * 784 + i] / 255;
@@ -96,6 +102,8 @@ describe.skipIf(skipWithoutFashionMnist() || (await skipWithoutNodeGpu()))('veri
     for (const r of ratios) expect(r).toBeLessThanOrEqual(RECOMPUTE_TOLERANCE / 10);
     expect(paramsRatio).toBeLessThanOrEqual(RECOMPUTE_TOLERANCE / 10);
     expect(got.paramsHash).toMatch(/^[0-9a-f]{64}$/);
+    // The upload was the fresh state of the job's seed: the child says so.
+    expect(got.startOk).toBe(true);
   });
 
   it('a bad snapshot path fails that request clearly; the same child answers the next', async () => {
@@ -145,7 +153,7 @@ describe.skipIf(skipWithoutFashionMnist() || (await skipWithoutNodeGpu()))('veri
     const saved = process.env.VK_ICD_FILENAMES;
     process.env.VK_ICD_FILENAMES = join(dir, 'no-such-icd.json');
     try {
-      await expect(VerifierClient.start({ job: JOB, datasetDir: FASHION_MNIST_DIR })).rejects.toThrow(
+      await expect(VerifierClient.start({ job: JOB, dataset: IMAGES })).rejects.toThrow(
         /verifier: the verifier found no WebGPU adapter/,
       );
     } finally {
@@ -153,12 +161,52 @@ describe.skipIf(skipWithoutFashionMnist() || (await skipWithoutNodeGpu()))('veri
     }
   });
 
-  it('jobs it cannot verify are refused at start, before a process is spawned', async () => {
-    await expect(
-      VerifierClient.start({ job: { model: 'gpt-tiny', dataset: { kind: 'text', path: dir } }, datasetDir: dir }),
-    ).rejects.toThrow('verification of text datasets is not supported yet');
-    await expect(
-      VerifierClient.start({ job: { ...JOB, sync: { mode: 'local', innerSteps: 4 } }, datasetDir: FASHION_MNIST_DIR }),
-    ).rejects.toThrow('verification recomputes every-step sync only; this job uses local steps');
+  it('a language model on a text dataset starts on the bytes it is handed, and recomputes a local-mode outer step', async () => {
+    const spec = { type: 'transformer', name: 'lm-test', vocab: 256, context: 16, dModel: 16, heads: 2, layers: 1 };
+    const job = parseJobSpec({
+      model: spec,
+      dataset: { kind: 'text', path: dir },
+      globalBatch: 8,
+      sync: { mode: 'local', innerSteps: 2, compression: 'int8' },
+      verify: {},
+    });
+    const text = await VerifierClient.start({ job, dataset: { kind: 'text', bytes: generatedText(3, 2000) } });
+    try {
+      const lm = parameterLayout(job.model).totalElements;
+      const state = encodeSnapshot({
+        spec: job.model,
+        step: 0,
+        epoch: 0,
+        cursor: 0,
+        optimizer: { kind: 'adamw', t: 0 },
+        params: initParams(job.model, parameterLayout(job.model), job.seed),
+        moments: [new Float32Array(lm), new Float32Array(lm)],
+        outer: new Float32Array(lm),
+      });
+      const path = join(dir, 'lm-0.snapshot');
+      writeFileSync(path, new Uint8Array(state));
+      const world = [{ workerId: 'w0', rank: 0, share: 1, addr: '', invite: null }];
+      const steps = checkedSlices(
+        { job, datasetSize: 2000 - 16 },
+        { world, step: 2, firstStep: 1, at: { epoch: 0, cursor: 0, holes: [] } },
+      );
+      const zeros = new Array(32).fill(0);
+      const got = await text.recompute({
+        snapshotPath: path,
+        stepHash: STEP_HASH,
+        world: 1,
+        mode: 'local',
+        rank: 0,
+        steps: steps.map((x) => ({ slices: [x.slices[0]], count: x.count })),
+        fresh: true,
+        sum: { values: zeros, mass: zeros },
+      });
+      expect(got.startOk).toBe(true);
+      expect(got.own).toHaveLength(1);
+      expect(got.own[0].mass.reduce((a, b) => a + b, 0)).toBeGreaterThan(0);
+      expect(got.moments).toHaveLength(2);
+    } finally {
+      await text.close();
+    }
   });
 });

@@ -6,7 +6,7 @@
 import { describe, expect, it } from 'vitest';
 import { halfWords, toHalf } from '../../kernels/ops/half';
 import { createTensor, readBuffer, submitCalls } from '../../kernels/runtime';
-import { float16BitsToNumber, float32BitsToFloat16Bits } from '../../web/net/fp16';
+import { float16BitsToNumber, float32BitsToFloat16Bits } from '../../core/wire/fp16';
 import { nodeGpu, withValidation } from '../support/node-gpu';
 import { mulberry32 } from '../support/rng';
 

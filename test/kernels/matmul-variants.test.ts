@@ -8,7 +8,7 @@ import { describe, expect, it } from 'vitest';
 import { DEFAULT_MATMUL_TILE, matmul, matmulTileName, type MatmulTile } from '../../kernels/ops/matmul';
 import { createTensor, readTensor, submitCalls, type Gpu } from '../../kernels/runtime';
 import { candidates, MATMUL_CANDIDATES, matmulApplicable } from '../../kernels/tuning/variants';
-import { float16BitsToNumber, float32BitsToFloat16Bits } from '../../web/net/fp16';
+import { float16BitsToNumber, float32BitsToFloat16Bits } from '../../core/wire/fp16';
 import { expectClose, finiteDifferences } from '../support/compare';
 import { nodeGpu, withValidation } from '../support/node-gpu';
 import { dot, matmulRef } from '../support/reference-dense';

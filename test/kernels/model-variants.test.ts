@@ -27,7 +27,7 @@ import {
   type KernelVariants,
 } from '../../kernels/tuning/variants';
 import { initParams } from '../../kernels/model/layers';
-import { float16BitsToNumber, float32BitsToFloat16Bits } from '../../web/net/fp16';
+import { float16BitsToNumber, float32BitsToFloat16Bits } from '../../core/wire/fp16';
 import { expectClose } from '../support/compare';
 import { expectScalarClose, expectTensorsClose, referenceForwardBackward } from '../support/reference-model';
 import { nodeGpu } from '../support/node-gpu';

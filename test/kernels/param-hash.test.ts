@@ -4,6 +4,7 @@
  * (core/hash.ts) and the independent node:crypto reference, for the built-in mlp (0.9 MB) and
  * gpt-tiny (3.2 MB); and no GPU buffer created per step.
  */
+import { Buffer } from 'node:buffer';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
   chunkDigests,
@@ -12,11 +13,12 @@ import {
   paramsHasher,
   stateHash,
   stateHashOfDigests,
+  trainingStateHash,
 } from '../../core/state/hash';
 import { GPT_TINY_SPEC, MLP_SPEC, parameterLayout, type ModelSpec } from '../../core/training/model-spec';
 import { createModel, type Model } from '../../kernels/model/model';
 import type { Gpu } from '../../kernels/runtime';
-import { hashModelParams } from '../../kernels/model/training-state';
+import { hashModelParams, hashModelState } from '../../kernels/model/training-state';
 import { ImageBatches } from '../../web/worker/data/batches';
 import { ElasticSteps } from '../../web/worker/elastic-steps';
 import { nodeGpu, skipWithoutNodeGpu, withValidation } from '../support/node-gpu';
@@ -30,6 +32,19 @@ function imageBatches(count: number): ImageBatches {
   const labels = Uint8Array.from({ length: count }, (_, i) => i % 10);
   return new ImageBatches({ images, labels, count, rows: 28, cols: 28 }, BATCH);
 }
+/**
+ * The whole training state's hash by the independent reference: params, each moment, then t as a
+ * little-endian u64, one part each (core/state/hash.ts `trainingStateHash`).
+ */
+async function stateReference(model: Model): Promise<string> {
+  const buffers = await Promise.all(
+    [model.params, ...model.moments].map((t) => model.readFloats(t, model.totalElements)),
+  );
+  const t = Buffer.alloc(8);
+  t.writeBigUInt64LE(BigInt(model.optimizerStep));
+  return treeHashReference(...buffers, t);
+}
+
 const indicesOf = (i: number) => Uint32Array.from({ length: BATCH }, (_, k) => (i * BATCH + k) % 64);
 
 // The device is taken in beforeAll, which runs before the per-test skip: skip the suite here.
@@ -66,12 +81,35 @@ describe.skipIf(await skipWithoutNodeGpu())('the parameter hash on the GPU', () 
     expect(hash).toBe(hashParams(params));
     expect(hash).toBe(treeHashReference(params));
     // A hasher without a GPU form reads the parameters back: the same value.
-    expect(await hashModelParams(model, { ofParams: hashParams })).toBe(hash);
+    expect(await hashModelParams(model, { ofParams: hashParams, ofState: trainingStateHash })).toBe(hash);
     // Local mode: the momentum, in the worker's memory, is hashed on the CPU into the same root.
     const momentum = params.map((x) => -x / 4);
     const local = await model.withParamDigests(HASH_CHUNK_BYTES, (d) => stateHashOfDigests(bytes, d, momentum));
     expect(local).toBe(stateHash(params, momentum));
     expect(local).toBe(treeHashReference(params, momentum));
+  });
+
+  it('hashes the whole training state (params, moments, t) on the GPU as the read-back and the reference do', async () => {
+    const model = make(MLP_SPEC, 5);
+    const steps = new ElasticSteps(
+      model,
+      () => imageBatches(64),
+      paramsHasher,
+      () => undefined,
+    );
+    await steps.computeGradients(indicesOf(0), true);
+    await steps.applyAndHash(null, BATCH, null);
+    const readBack = { ofParams: hashParams, ofState: trainingStateHash };
+    const [onGpu, cpu] = await withValidation(gpu, () =>
+      Promise.all([hashModelState(model, paramsHasher), hashModelState(model, readBack)]),
+    );
+    expect(onGpu).toBe(cpu);
+    expect(onGpu).toBe(await stateReference(model));
+    // A moment or t that differs is another state.
+    expect(onGpu).not.toBe(treeHashReference(await model.readParams()));
+    model.optimizerStep += 1;
+    expect(await hashModelState(model, paramsHasher)).not.toBe(onGpu);
+    steps.destroy();
   });
 
   it('applyAndHash hashes on the GPU what the CPU path (with sketches) hashes, step after step', async () => {
@@ -100,7 +138,7 @@ describe.skipIf(await skipWithoutNodeGpu())('the parameter hash on the GPU', () 
       });
       expect(gb.sketch, 'the CPU path ran').toBeDefined();
       expect(ga.hash, `step ${step}`).toBe(gb.hash);
-      expect(ga.hash).toBe(treeHashReference(await gpuPath.readParams()));
+      expect(ga.hash).toBe(await stateReference(gpuPath));
       seen.add(ga.hash);
     }
     expect(seen.size).toBe(3);

@@ -1,23 +1,26 @@
 /**
  * The verifier's Recomputer (verifier/recompute.ts) against an independent float64 reference
- * (test/support/reference-model.ts): every rank's gradient sums at θ_{s−1}, their sum and one optimizer
- * step, sketched as the ranks sketch them (core/state/sketch.ts). The honest recomputation must
- * match the reference's sketches within RECOMPUTE_TOLERANCE / 10 — the measured worst ratio is printed,
- * it is the number the tolerance is argued from — and a rank's gradient scaled ×1000, negated or with 5%
- * noise must miss by far more than RECOMPUTE_TOLERANCE. (About 2 s on SwiftShader.)
+ * (test/support/reference-model.ts). Every-step mode: every rank's gradient sums at θ_{s−1}, their sum
+ * and one optimizer step; local mode: one rank's inner steps, its pseudo-gradient, its end moments and
+ * the outer step predicted from the agreed sum; each sketched as the ranks sketch them
+ * (core/state/sketch.ts). The honest recomputation must match the reference's sketches within
+ * RECOMPUTE_TOLERANCE / 10 — the measured worst ratio is printed, it is the number the tolerance is
+ * argued from — and a rank's contribution scaled ×1000, negated or with 5% noise must miss by far more
+ * than RECOMPUTE_TOLERANCE. (A few seconds on SwiftShader.)
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { OptimizerSpec } from '../../core/training/job';
 import { parameterLayout, type SequentialSpec } from '../../core/training/model-spec';
-import type { ImageSplitBytes } from '../../core/data/image-batches';
+import { ImageBatches, type ImageSplitBytes } from '../../core/data/image-batches';
 import { gradientSketch, paramsSketch, RECOMPUTE_TOLERANCE, type Sketch, worstRatio } from '../../core/state/sketch';
 import { initParams } from '../../kernels/model/layers';
 import type { Gpu } from '../../kernels/runtime';
-import { Recomputer, type RecomputeRequest, RecomputeError } from '../../verifier/recompute';
+import { Recomputer, type RecomputeJob, type RecomputeRequest, RecomputeError } from '../../verifier/recompute';
 import { nodeGpu, skipWithoutNodeGpu } from '../support/node-gpu';
+import { SENSITIVITY_MARGIN, sensitivityOf } from '../../coordinator/machine/checks';
 import { referenceAdamW, referenceForwardBackward, referenceSgdMomentum } from '../support/reference-model';
 import { mulberry32, randomArray } from '../support/rng';
-import { float16BitsToNumber, float32BitsToFloat16Bits } from '../../web/net/fp16';
+import { float16BitsToNumber, float32BitsToFloat16Bits } from '../../core/wire/fp16';
 
 const SPEC: SequentialSpec = {
   name: 'verifier-test',
@@ -35,6 +38,7 @@ const SGD: OptimizerSpec = { kind: 'sgd', lr: 5e-2, momentum: 0.9 };
 const GLOBAL_BATCH = 24;
 const STEP_HASH = '5eed0f5a1d2c3b4a';
 const SAMPLES = 200;
+const EVERY_STEP: RecomputeJob['sync'] = { mode: 'every-step', compression: 'none' };
 
 /** Random 12×12 images and labels: the IDX split the Recomputer gathers from. */
 function randomSplit(seed: number): ImageSplitBytes {
@@ -79,24 +83,34 @@ function reference(split: ImageSplitBytes, req: RecomputeRequest, optimizer: Opt
   const layout = parameterLayout(SPEC);
   const n = layout.totalElements;
   const { params, moments, optimizer: state } = req.snapshot;
-  const own = req.slices.map((slice) => {
-    if (slice.length === 0) return new Float64Array(n);
-    const x = new Float64Array(slice.length * 144);
-    slice.forEach((index, b) => {
-      for (let i = 0; i < 144; i++) x[b * 144 + i] = split.images[index * 144 + i] / 255;
-    });
-    const labels = Array.from(slice, (index) => split.labels[index]);
-    const opts = f16 ? { roundDenseOperands: nearestHalf } : {};
-    return referenceForwardBackward(SPEC, layout, params, x, labels, slice.length, opts).grads;
-  });
+  const [{ slices, count }] = req.steps;
+  const own = slices.map((slice) => referenceGradients(split, params, slice, f16));
   const sum = new Float64Array(n);
   for (const g of own) for (let i = 0; i < n; i++) sum[i] += g[i];
-  const gradScale = 1 / req.count;
+  const gradScale = 1 / count;
   const next =
     optimizer.kind === 'adamw'
       ? referenceAdamW(params, sum, moments[0], moments[1], { ...optimizer, gradScale, t: state.t + 1 }).params
       : referenceSgdMomentum(params, sum, moments[0], { ...optimizer, weightDecay: 0, gradScale }).params;
   return { own, next };
+}
+
+/** The float64 gradient sums of `slice`'s samples at `params` (zeros for no samples; `f16`: half-rounded dense operands). */
+function referenceGradients(
+  split: ImageSplitBytes,
+  params: ArrayLike<number>,
+  slice: Uint32Array,
+  f16 = false,
+): Float64Array {
+  const layout = parameterLayout(SPEC);
+  if (slice.length === 0) return new Float64Array(layout.totalElements);
+  const x = new Float64Array(slice.length * 144);
+  slice.forEach((index, b) => {
+    for (let i = 0; i < 144; i++) x[b * 144 + i] = split.images[index * 144 + i] / 255;
+  });
+  const labels = Array.from(slice, (index) => split.labels[index]);
+  const opts = f16 ? { roundDenseOperands: nearestHalf } : {};
+  return referenceForwardBackward(SPEC, layout, params, x, labels, slice.length, opts).grads;
 }
 
 /** Standard normal numbers (Box–Muller) from a seeded uniform source. */
@@ -105,20 +119,21 @@ function gaussian(rand: () => number): number {
 }
 
 const f32 = (x: ArrayLike<number>) => Float32Array.from(x);
+/** The framing poison's common offset of the output biases (the logits' ulp becomes ~1e-3). */
+const OFFSET = 1e4;
 const ratio = (claimed: Sketch, ref: Sketch) => worstRatio(claimed.values, ref.values, ref.mass);
 
 describe.skipIf(await skipWithoutNodeGpu())('verifier Recomputer', () => {
   let gpu: Gpu;
   const made: Recomputer[] = [];
-  const recomputer = (optimizer: OptimizerSpec, split: ImageSplitBytes, precision: 'f32' | 'f16' = 'f32') => {
-    const job = {
-      model: SPEC,
-      optimizer,
-      globalBatch: GLOBAL_BATCH,
-      sync: { mode: 'every-step', compression: 'none' },
-      kernels: { precision },
-    } as const;
-    const r = new Recomputer(gpu, job, split);
+  const recomputer = (
+    optimizer: OptimizerSpec,
+    split: ImageSplitBytes,
+    sync: RecomputeJob['sync'] = EVERY_STEP,
+    precision: 'f32' | 'f16' = 'f32',
+  ) => {
+    const job = { model: SPEC, optimizer, globalBatch: GLOBAL_BATCH, sync, kernels: { precision } };
+    const r = new Recomputer(gpu, job, { batches: new ImageBatches(split, GLOBAL_BATCH), count: split.count });
     made.push(r);
     return r;
   };
@@ -135,10 +150,11 @@ describe.skipIf(await skipWithoutNodeGpu())('verifier Recomputer', () => {
       snapshot: randomState(ADAMW, 12),
       stepHash: STEP_HASH,
       world: 3,
-      slices: slicesOf(13),
-      count: 24,
+      mode: 'every-step',
+      steps: [{ slices: slicesOf(13), count: 24 }],
+      fresh: false,
     };
-    const got = await recomputer(ADAMW, split, 'f16').recompute(req);
+    const got = await recomputer(ADAMW, split, EVERY_STEP, 'f16').recompute(req);
     const sketches = (f16: boolean) =>
       reference(split, req, ADAMW, f16).own.map((g) => gradientSketch(f32(g), STEP_HASH, 3));
     const worst = (refs: Sketch[]) => Math.max(...got.own.map((s, r) => ratio(s, refs[r])));
@@ -159,8 +175,9 @@ describe.skipIf(await skipWithoutNodeGpu())('verifier Recomputer', () => {
         snapshot: randomState(optimizer, 3),
         stepHash: STEP_HASH,
         world: 3,
-        slices,
-        count: 24,
+        mode: 'every-step',
+        steps: [{ slices, count: 24 }],
+        fresh: false,
       };
       const got = await recomputer(optimizer, split).recompute(req);
       const ref = reference(split, req, optimizer);
@@ -194,6 +211,193 @@ describe.skipIf(await skipWithoutNodeGpu())('verifier Recomputer', () => {
     });
   }
 
+  for (const optimizer of [ADAMW, SGD]) {
+    it(`local mode, ${optimizer.kind}: a rank's inner steps, pseudo-gradient, end moments and the outer step match the reference`, async () => {
+      const split = randomSplit(5);
+      const outerOpt = { kind: 'nesterov', lr: 0.7, momentum: 0.9 } as const;
+      const sync: RecomputeJob['sync'] = {
+        mode: 'local',
+        innerSteps: 4,
+        outer: outerOpt,
+        compression: 'int8',
+        overlap: false,
+      };
+      const rand = mulberry32(8);
+      const start = {
+        ...randomState(optimizer, 6),
+        outer: randomArray(rand, parameterLayout(SPEC).totalElements, -1e-3, 1e-3),
+      };
+      // Rank 1 of a world of 2: samples in three of the four inner steps, none in one.
+      const pick = (k: number) => Uint32Array.from({ length: k }, () => Math.floor(rand() * SAMPLES));
+      const mine = [pick(9), pick(12), new Uint32Array(0), pick(7)];
+      const steps = mine.map((slice) => ({ slices: [slice], count: 24 }));
+      // The reference: the same inner steps in float64.
+      let theta: Float64Array<ArrayBufferLike> = Float64Array.from(start.params);
+      let m: Float64Array<ArrayBufferLike> = Float64Array.from(start.moments[0]);
+      let v: Float64Array<ArrayBufferLike> = Float64Array.from(start.moments[1] ?? []);
+      let t = start.optimizer.t;
+      for (const slice of mine) {
+        if (slice.length === 0) continue;
+        const g = referenceGradients(split, theta, slice);
+        t += 1;
+        if (optimizer.kind === 'adamw')
+          ({ params: theta, m, v } = referenceAdamW(theta, g, m, v, { ...optimizer, gradScale: 1 / slice.length, t }));
+        else
+          ({ params: theta, velocity: m } = referenceSgdMomentum(theta, g, m, {
+            ...optimizer,
+            weightDecay: 0,
+            gradScale: 1 / slice.length,
+          }));
+      }
+      const weight = 28 / 96;
+      const delta = start.params.map((c, i) => (c - theta[i]) * weight);
+      // The agreed sum: this rank's part and another rank's.
+      const sum = f32(delta.map((d, i) => d + 1e-4 * Math.sin(i)));
+      const sumSketch = gradientSketch(sum, STEP_HASH, 2);
+      const req: RecomputeRequest = {
+        snapshot: start,
+        stepHash: STEP_HASH,
+        world: 2,
+        mode: 'local',
+        rank: 1,
+        steps,
+        fresh: false,
+        sum: { values: Array.from(sumSketch.values), mass: Array.from(sumSketch.mass) },
+      };
+      const got = await recomputer(optimizer, split, sync).recompute(req);
+      const ownRatio = ratio(got.own[0], gradientSketch(f32(delta), STEP_HASH, 2));
+      const refMoments = (optimizer.kind === 'adamw' ? [m, v] : [m]).map((x) => gradientSketch(f32(x), STEP_HASH, 2));
+      const momentRatios = got.moments!.map((k, i) => ratio(k, refMoments[i]));
+      // The outer step the tabs take with that sum, exactly.
+      const u = start.outer.map((x, i) => outerOpt.momentum * x + sum[i]);
+      const next = start.params.map((x, i) => x - outerOpt.lr * (sum[i] + outerOpt.momentum * u[i]));
+      const outerRatio = ratio(gradientSketch(u, STEP_HASH, 2), got.outer!);
+      const paramsRatio = ratio(gradientSketch(next, STEP_HASH, 2), got.params);
+      console.log(
+        `verifier-recompute local ${optimizer.kind}: own ${ownRatio.toExponential(2)}, moments ${momentRatios.map((r) => r.toExponential(2)).join('/')}, outer ${outerRatio.toExponential(2)}, params ${paramsRatio.toExponential(2)}`,
+      );
+      for (const r of [ownRatio, ...momentRatios, outerRatio, paramsRatio])
+        expect(r).toBeLessThanOrEqual(RECOMPUTE_TOLERANCE / 10);
+      expect(got.startOk).toBe(true);
+      // A contribution scaled, or another momentum applied, misses by far.
+      expect(ratio(gradientSketch(f32(delta.map((d) => 3 * d)), STEP_HASH, 2), got.own[0])).toBeGreaterThan(
+        10 * RECOMPUTE_TOLERANCE,
+      );
+      expect(
+        ratio(
+          gradientSketch(
+            u.map((x) => x * 1.05),
+            STEP_HASH,
+            2,
+          ),
+          got.outer!,
+        ),
+      ).toBeGreaterThan(10 * RECOMPUTE_TOLERANCE);
+    });
+  }
+
+  it('tells a framing poison from a lie: rounding alone moves its recomputation about as far as an honest rank rounding otherwise lands, a sound state’s not at all', async () => {
+    const split = randomSplit(5);
+    const outerOpt = { kind: 'nesterov', lr: 0.7, momentum: 0.9 } as const;
+    const sync: RecomputeJob['sync'] = {
+      mode: 'local',
+      innerSteps: 8,
+      outer: outerOpt,
+      compression: 'int8',
+      overlap: false,
+    };
+    const r = recomputer(ADAMW, split, sync);
+    const rand = mulberry32(9);
+    const n = parameterLayout(SPEC).totalElements;
+    const mine = Array.from({ length: 8 }, () => Uint32Array.from({ length: 12 }, () => Math.floor(rand() * SAMPLES)));
+    /**
+     * The rank's honest outer step from `params` in float64 (an honest tab on a GPU that rounds
+     * otherwise), the verifier's, and the verifier's from the perturbed start (`perturb`).
+     */
+    const measure = async (params: Float32Array) => {
+      const start = { ...randomState(ADAMW, 6), params, outer: new Float32Array(n) };
+      let theta: Float64Array<ArrayBufferLike> = Float64Array.from(params);
+      let m: Float64Array<ArrayBufferLike> = Float64Array.from(start.moments[0]);
+      let v: Float64Array<ArrayBufferLike> = Float64Array.from(start.moments[1]);
+      for (const [i, slice] of mine.entries()) {
+        const g = referenceGradients(split, theta, slice);
+        ({
+          params: theta,
+          m,
+          v,
+        } = referenceAdamW(theta, g, m, v, { ...ADAMW, gradScale: 1 / 12, t: start.optimizer.t + i + 1 }));
+      }
+      const weight = 96 / 192;
+      const delta = f32(Array.from(params, (c, i) => (c - theta[i]) * weight));
+      const sumSketch = gradientSketch(delta, STEP_HASH, 2);
+      const req: RecomputeRequest = {
+        snapshot: start,
+        stepHash: STEP_HASH,
+        world: 2,
+        mode: 'local',
+        rank: 0,
+        steps: mine.map((slice) => ({ slices: [slice], count: 24 })),
+        fresh: false,
+        sum: { values: Array.from(sumSketch.values), mass: Array.from(sumSketch.mass) },
+      };
+      const got = await r.recompute(req);
+      const again = await r.recompute({ ...req, perturb: true });
+      const honest = Math.max(
+        ratio(gradientSketch(delta, STEP_HASH, 2), got.own[0]),
+        ...[m, v].map((x, i) => ratio(gradientSketch(f32(x), STEP_HASH, 2), got.moments![i])),
+      );
+      const negated = ratio(gradientSketch(f32(delta.map((d) => -d)), STEP_HASH, 2), got.own[0]);
+      return { honest, sensitivity: sensitivityOf('local', got, again), negated };
+    };
+    const sound = await measure(randomState(ADAMW, 6).params);
+    // A poison built to make honest recomputations disagree: every output bias moved by the same large
+    // offset. The model's function is unchanged (softmax ignores a common offset), but each logit is now
+    // rounded to the offset's ulp, so a last-bit difference in a matrix product moves a logit by that ulp.
+    const layout = parameterLayout(SPEC);
+    const bias = layout.entries.at(-1)!;
+    const params = randomState(ADAMW, 6).params;
+    for (let i = bias.offset; i < bias.offset + bias.size; i++) params[i] += OFFSET;
+    const poisoned = await measure(params);
+    const show = (x: typeof sound) =>
+      `honest ${x.honest.toExponential(2)}, sensitivity ${x.sensitivity.toExponential(2)}, negated ${x.negated.toExponential(2)}`;
+    console.log(`verifier-recompute framing poison: sound state ${show(sound)}; poisoned state ${show(poisoned)}`);
+    // Sound: the margin changes nothing (the limit stays RECOMPUTE_TOLERANCE), a lie is caught.
+    expect(SENSITIVITY_MARGIN * sound.sensitivity).toBeLessThan(RECOMPUTE_TOLERANCE);
+    expect(sound.negated).toBeGreaterThan(10 * RECOMPUTE_TOLERANCE);
+    // Poisoned: an honest rank rounding otherwise misses by more than the tolerance (it would be banned
+    // by the tolerance alone), and within the margin: inconclusive. A negated contribution is still a lie.
+    expect(poisoned.honest).toBeGreaterThan(RECOMPUTE_TOLERANCE);
+    expect(poisoned.honest).toBeLessThanOrEqual(SENSITIVITY_MARGIN * poisoned.sensitivity);
+    expect(poisoned.negated).toBeGreaterThan(SENSITIVITY_MARGIN * poisoned.sensitivity);
+  });
+
+  it('says whether a commit that started at step 0 started from the fresh state', async () => {
+    const split = randomSplit(1);
+    const r = recomputer(ADAMW, split);
+    const params = await r.initialParams();
+    const n = params.length;
+    const fresh = {
+      params,
+      moments: [new Float32Array(n), new Float32Array(n)],
+      optimizer: { kind: 'adamw' as const, t: 0 },
+    };
+    const req: RecomputeRequest = {
+      snapshot: fresh,
+      stepHash: STEP_HASH,
+      world: 3,
+      mode: 'every-step',
+      steps: [{ slices: slicesOf(2), count: 24 }],
+      fresh: true,
+    };
+    expect((await r.recompute(req)).startOk).toBe(true);
+    const nudged = params.slice();
+    nudged[3] += 1e-3;
+    expect((await r.recompute({ ...req, snapshot: { ...fresh, params: nudged } })).startOk).toBe(false);
+    expect((await r.recompute({ ...req, snapshot: { ...fresh, optimizer: { kind: 'adamw', t: 1 } } })).startOk).toBe(
+      false,
+    );
+  });
+
   it('refuses a bad request before touching the state, and serves the next one', async () => {
     const split = randomSplit(1);
     const r = recomputer(ADAMW, split);
@@ -201,19 +405,28 @@ describe.skipIf(await skipWithoutNodeGpu())('verifier Recomputer', () => {
       snapshot: randomState(ADAMW, 3),
       stepHash: STEP_HASH,
       world: 3,
-      slices: slicesOf(2),
-      count: 24,
+      mode: 'every-step',
+      steps: [{ slices: slicesOf(2), count: 24 }],
+      fresh: false,
     };
     const first = await r.recompute(good);
+    const slices = slicesOf(2);
     const bad: Partial<RecomputeRequest>[] = [
-      { count: 23 },
+      { steps: [{ slices, count: 23 }] },
       { world: 2 },
       { stepHash: 'not-a-hash' },
-      { slices: [Uint32Array.of(SAMPLES), new Uint32Array(0), new Uint32Array(0)], count: 1 },
+      { steps: [{ slices: [Uint32Array.of(SAMPLES), new Uint32Array(0), new Uint32Array(0)], count: 1 }] },
       { snapshot: randomState(SGD, 3) },
+      { mode: 'local', rank: 0 },
+      {
+        steps: [
+          { slices, count: 24 },
+          { slices, count: 24 },
+        ],
+      },
     ];
     for (const change of bad) await expect(r.recompute({ ...good, ...change })).rejects.toThrow();
-    await expect(r.recompute({ ...good, count: 23 })).rejects.toBeInstanceOf(RecomputeError);
+    await expect(r.recompute({ ...good, steps: [{ slices, count: 23 }] })).rejects.toBeInstanceOf(RecomputeError);
     const again = await r.recompute(good);
     expect(again.paramsHash).toBe(first.paramsHash);
   });

@@ -9,7 +9,8 @@
  *
  * Nothing here runs in the product (test/kit is test code; the product may not import it).
  */
-import { stateHash } from '../../core/state/hash';
+import { stateHash, trainingStateHash } from '../../core/state/hash';
+import { stepSketches } from '../../core/state/step-sketches';
 import type { JobSpec, JobSpecInput } from '../../core/training/job';
 import {
   DEFAULT_TRUST_POLICY,
@@ -46,6 +47,8 @@ import type {
   EvaluationResult,
   GradientResult,
   ModelSummary,
+  OuterReport,
+  OuterReportOptions,
   RestoredState,
 } from '../../web/worker/types';
 
@@ -83,6 +86,13 @@ export class CpuTrainer implements TrainerPort {
   private backup: { params: Float32Array; velocity: Float32Array; t: number } | null = null;
   /** Local sync mode's outer state (the worker's `OuterState`), or null. */
   private outer: OuterState | null = null;
+  /**
+   * Local mode: trainingStateHash of the state this outer step's inner steps started from, which must be
+   * the backup (the pseudo-gradient is taken against it, and a verifying report commits to it); what
+   * went otherwise is in `problems`.
+   */
+  private innerStart: string | null = null;
+  problems: string[] = [];
   /** An overlapped job's own outer state (the worker's `EagerOuter`, made by `resetOuter`), or null. */
   private eager: EagerOuter | null = null;
   calls: string[] = [];
@@ -132,6 +142,7 @@ export class CpuTrainer implements TrainerPort {
     this.velocity = new Float32Array(layout.totalElements);
     this.t = 0;
     this.backup = null;
+    this.innerStart = null;
     this.outer = opts.outer ? new OuterState(opts.outer, layout.totalElements) : null;
     this.eager = null;
     return { name: spec.name, parameterCount: layout.parameterCount, totalElements: layout.totalElements };
@@ -179,6 +190,8 @@ export class CpuTrainer implements TrainerPort {
   ): Promise<ApplyResult> {
     await this.stall('inner');
     if (opts.backupFirst) await this.saveBackup();
+    if (this.outer && this.innerStart === null)
+      this.innerStart = trainingStateHash(this.params, [this.velocity], this.t);
     let own: GradientResult | null = null;
     if (opts.prefetched) {
       const p = this.takePrefetch(opts.prefetched) ?? this.gradientsOf(opts.prefetched);
@@ -193,7 +206,13 @@ export class CpuTrainer implements TrainerPort {
       this.calls.push('prefetch');
       this.prefetch = { indices: next.indices.slice(), version: this.version, ...this.gradientsOf(next.indices) };
     }
-    return { hash: opts.hash === false ? NO_HASH : await this.hash(), gradient: own };
+    const hash = opts.hash === false ? NO_HASH : await this.hash();
+    const k = opts.sketch;
+    if (!k || !sums) return { hash, gradient: own };
+    // A verifying job's sketches, as the worker builds them (core/state/step-sketches.ts).
+    const [mine, sum, sent, received] = [k.own, sums, k.sent, k.received].map((b) => new Float32Array(b));
+    const vectors = { own: mine, sum, sent, received, params: this.params };
+    return { hash, gradient: own, sketch: stepSketches(vectors, hash, k.world, k.compression ?? 'none') };
   }
 
   async applyGradients(s: Float32Array, sampleCount: number): Promise<void> {
@@ -207,8 +226,10 @@ export class CpuTrainer implements TrainerPort {
     }
   }
 
+  /** The agreed hash, as the worker's: the whole state in every-step mode, θ and u in local mode. */
   async hash(): Promise<string> {
-    return stateHash(this.params, this.outer?.momentum);
+    if (this.outer) return stateHash(this.params, this.outer.momentum);
+    return trainingStateHash(this.params, [this.velocity], this.t);
   }
 
   async saveBackup(): Promise<void> {
@@ -223,6 +244,9 @@ export class CpuTrainer implements TrainerPort {
     await this.pause();
     await this.stall('outer');
     if (!this.outer || !this.backup) throw new Error('pseudoGradient: no outer state or no backup');
+    const { params, velocity, t } = this.backup;
+    if (this.innerStart !== null && this.innerStart !== trainingStateHash(params, [velocity], t))
+      this.problems.push(`outer step at t ${this.t}: the inner steps did not start from the backup`);
     if (this.eager) return this.eager.syncContribution(this.params, weight).buffer as ArrayBuffer;
     return this.outer.pseudoGradient(this.backup.params.slice(), this.params, weight).buffer as ArrayBuffer;
   }
@@ -232,12 +256,27 @@ export class CpuTrainer implements TrainerPort {
     await this.pause();
     if (!this.outer) throw new Error('applyOuter: no outer state');
     this.version += 1;
+    this.innerStart = null;
     if (this.eager) {
       const next = this.eager.consensusStep(new Float32Array(sum), this.outer.momentum, true);
       this.outer.momentum = next.momentum.slice();
       this.params = next.params.slice();
     } else this.params = new Float32Array(this.outer.step(new Float32Array(sum)));
     return this.hash();
+  }
+
+  /** The worker's `outerReport`: the same sketches and commitment, from this stand-in's state. */
+  async outerReport(o: OuterReportOptions): Promise<OuterReport> {
+    this.calls.push('outerReport');
+    if (!this.outer || !this.backup) throw new Error('outerReport: no outer state or no backup');
+    const hash = stateHash(this.params, this.outer.momentum);
+    const [own, sent, received, sum] = [o.own, o.sent, o.received, o.sum].map((x) => new Float32Array(x));
+    const local = { outer: this.outer.momentum, moments: [this.velocity] };
+    return {
+      sketch: stepSketches({ own, sent, received, sum, params: this.params, local }, hash, o.world, o.compression),
+      innerHash: trainingStateHash(this.backup.params, [this.backup.velocity], this.backup.t),
+      innerT: this.t,
+    };
   }
 
   async revertOuter(): Promise<void> {
@@ -299,6 +338,7 @@ export class CpuTrainer implements TrainerPort {
     this.calls.push('restoreBackup');
     if (!this.backup) throw new Error('restoreBackup: no backup saved');
     this.version += 1;
+    this.innerStart = null;
     this.params = this.backup.params.slice();
     this.velocity = this.backup.velocity.slice();
     this.t = this.backup.t;
@@ -322,6 +362,7 @@ export class CpuTrainer implements TrainerPort {
     this.calls.push('restore');
     await this.pause();
     this.version += 1;
+    this.innerStart = null;
     const snap = decodeSnapshot(bytes);
     if (snap.spec.name !== this.spec?.name)
       throw new Error(`restore: snapshot of ${snap.spec.name}, model ${this.spec?.name}`);

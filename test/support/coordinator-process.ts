@@ -42,10 +42,17 @@ process.on('exit', () => {
 export interface SpawnOptions {
   /** Data dir; default a fresh temp dir. */
   dataDir?: string;
-  /** Job object written to a temp job.json (merged over nothing: the core fills defaults). */
+  /**
+   * Job object written to a temp job.json (merged over nothing: the core fills defaults). Without a
+   * `verify` field it gets `"verify": false`: a test runs a private swarm of simulated or honest tabs
+   * unless it is about checking contributions (the CLI verifies a job open to anyone by default, and
+   * simulated workers send no sketches).
+   */
   job?: Record<string, unknown>;
-  /** An existing job file; wins over `job`. Neither → the CLI's default job. */
+  /** An existing job file; wins over `job`. Neither → `{"verify": false}`, or the CLI's default job with `cliDefaults`. */
   jobFile?: string;
+  /** With neither `job` nor `jobFile`: pass no --job at all (the CLI's own default job, which verifies). */
+  cliDefaults?: boolean;
   /** Dataset dir; default `sharedFakeDataset()`; null passes no --dataset (env/default lookup). */
   datasetDir?: string | null;
   /** Default `TEST_ADMIN_TOKEN`; null passes none (the coordinator picks and prints one). */
@@ -194,9 +201,10 @@ export class CoordinatorProcess {
   static async spawn(opts: SpawnOptions = {}): Promise<CoordinatorProcess> {
     const dataDir = opts.dataDir ?? join(makeTempDir('tabswarm-data-'), 'data');
     let jobFile = opts.jobFile;
-    if (!jobFile && opts.job) {
+    if (!jobFile && (opts.job || !opts.cliDefaults)) {
       jobFile = join(makeTempDir('tabswarm-job-'), 'job.json');
-      writeFileSync(jobFile, JSON.stringify(opts.job, null, 2));
+      const job = opts.job ?? {};
+      writeFileSync(jobFile, JSON.stringify('verify' in job ? job : { ...job, verify: false }, null, 2));
     }
     const child = spawnCli(coordinatorArgs(opts, dataDir, jobFile), opts.env, false, CLI_PATH, opts.nodeArgs);
     const output = { stdout: '', stderr: '' };
@@ -288,15 +296,15 @@ export class CoordinatorProcess {
     return this.getJson('/api/audit');
   }
   /** Every event-log row of the run, oldest first (`GET /api/admin/events`, paged, with the admin token). */
-  async events(): Promise<{ id: number; event: string; data: Record<string, unknown> }[]> {
-    const rows: { id: number; event: string; data: Record<string, unknown> }[] = [];
+  async events(): Promise<{ id: number; at: number; event: string; data: Record<string, unknown> }[]> {
+    const rows: { id: number; at: number; event: string; data: Record<string, unknown> }[] = [];
     for (let page = 0, after = 0; page < 100; page++) {
       const res = await this.fetch(`/api/admin/events?after=${after}&limit=1000`, {
         headers: { authorization: `Bearer ${this.adminToken}` },
       });
       if (!res.ok) throw new Error(`GET /api/admin/events: ${res.status} ${await res.text()}`);
       const { events } = (await res.json()) as {
-        events: { id: number; event: string; data: Record<string, unknown> }[];
+        events: { id: number; at: number; event: string; data: Record<string, unknown> }[];
       };
       rows.push(...events);
       if (events.length < 1000) break;

@@ -4,7 +4,7 @@
  * checkpoint uploads of a valid simulated snapshot. `untilCommitted(step)` / `untilDone()` await
  * progress; `SimTrainer.rejoin(old, wsUrl, …)` reconnects like a tab after a coordinator restart.
  */
-import { hashParams } from '../../core/state/hash';
+import { trainingStateHash } from '../../core/state/hash';
 import type { JobPublic } from '../../core/training/job';
 import { isTransformer, type ModelSpec, parameterLayout, type TransformerSpec } from '../../core/training/model-spec';
 import { mulberry32 } from './rng';
@@ -40,15 +40,21 @@ function transformerParams(spec: TransformerSpec, step: number): Float32Array {
   return params;
 }
 
-const paramsHashCache = new Map<string, string>();
-/** `hashParams(simulatedParams(spec, step))`, cached: what a simulated rank that uploads checkpoints reports. */
-export function simulatedParamsHash(spec: ModelSpec, step: number): string {
-  const key = `${spec.name}:${step}`;
-  let hash = paramsHashCache.get(key);
+const stateHashCache = new Map<string, string>();
+/**
+ * The agreed hash of the simulated state after `step` (core/state/hash.ts `trainingStateHash` of
+ * `simulatedSnapshot`'s sections: the parameters, zero moments, t = step), cached: what a simulated rank
+ * that uploads checkpoints reports, so the coordinator's check of an upload finds it.
+ */
+export function simulatedStateHash(job: Pick<JobPublic, 'model' | 'optimizer'>, step: number): string {
+  const key = `${job.model.name}:${job.optimizer.kind}:${step}`;
+  let hash = stateHashCache.get(key);
   if (!hash) {
-    hash = hashParams(simulatedParams(spec, step));
-    paramsHashCache.set(key, hash);
-    if (paramsHashCache.size > 256) paramsHashCache.delete(paramsHashCache.keys().next().value!);
+    const params = simulatedParams(job.model, step);
+    const moments = OPTIMIZER_MOMENTS[job.optimizer.kind].map(() => new Float32Array(params.length));
+    hash = trainingStateHash(params, moments, step);
+    stateHashCache.set(key, hash);
+    if (stateHashCache.size > 256) stateHashCache.delete(stateHashCache.keys().next().value!);
   }
   return hash;
 }
@@ -109,7 +115,7 @@ export interface SimTrainerOptions {
 
 /**
  * Drives a joined SimWorker through the protocol with no gradients: ready on `round`, on `train` report
- * steps up to the next commit point (hash = `simulatedParamsHash(step)`, samples = its slice), wait for
+ * steps up to the next commit point (hash = `simulatedStateHash(job, step)`, samples = its slice), wait for
  * `committed`, go on; stop on `round_closed`; upload a simulated snapshot on `checkpoint_request`.
  */
 export class SimTrainer {
@@ -184,17 +190,16 @@ export class SimTrainer {
   static async rejoin(previous: SimTrainer, wsUrl: string, options: SimTrainerOptions): Promise<SimTrainer> {
     previous.stop();
     const worker = await SimWorker.connect(wsUrl);
-    const model = previous.job.model;
     const pending =
       previous.lastReported > previous.lastCommitted
-        ? { step: previous.lastReported, hash: simulatedParamsHash(model, previous.lastReported) }
+        ? { step: previous.lastReported, hash: simulatedStateHash(previous.job, previous.lastReported) }
         : null;
     const welcome = await worker.join({
       runId: previous.worker.runId,
       workerId: previous.worker.workerId,
       secret: previous.worker.secret,
       haveStep: previous.lastCommitted,
-      haveHash: previous.lastCommitted > 0 ? simulatedParamsHash(model, previous.lastCommitted) : null,
+      haveHash: previous.lastCommitted > 0 ? simulatedStateHash(previous.job, previous.lastCommitted) : null,
       pending,
     });
     const trainer = new SimTrainer(worker, welcome, options);
@@ -355,7 +360,7 @@ export class SimTrainer {
         round: round.round,
         rank: round.rank,
         step,
-        hash: simulatedParamsHash(this.job.model, step),
+        hash: simulatedStateHash(this.job, step),
         samples,
         lossSum: samples * (this.options.lossAt?.(step) ?? 0.5),
         computeMs: this.options.claimedComputeMs ?? 1,

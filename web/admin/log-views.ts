@@ -64,7 +64,9 @@ const EVENT_TEXT: Record<string, (d: Data) => string> = {
   job_done: (d) => `job done at step ${d.step} (${d.restarts} restarts)`,
   job_failed: (d) => `job failed: ${d.why}`,
   record_rolled_back: (d) => `record rolled back from step ${d.from} to ${d.to}: ${d.reason}`,
-  evaluation: (d) => `test accuracy ${(Number(d.accuracy) * 100).toFixed(2)}% at step ${d.step}`,
+  evaluation: (d) =>
+    `test accuracy ${(Number(d.accuracy) * 100).toFixed(2)}% at step ${d.step}${d.verified === true ? ' (two ranks agree)' : ' (unverified)'}`,
+  evaluation_disputed: (d) => `two ranks disagree on the test evaluation of step ${d.step}`,
 };
 
 /** One human line per machine log event; an event without a line of its own shows its data (cut at 160 characters). */

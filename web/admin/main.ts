@@ -198,6 +198,11 @@ function render(m: AdminModel, changes: Changes): void {
   if (all || changes.evaluations) {
     charts?.updateAccuracy(m);
     byId('accuracy-empty').hidden = m.evaluations.length > 0;
+    // A number one rank alone reported is not one the coordinator can vouch for (two ranks must agree).
+    const latest = [...m.evaluations].sort((a, b) => a.step - b.step).at(-1);
+    byId('accuracy-latest').textContent = latest
+      ? `· ${(latest.accuracy * 100).toFixed(2)} % at step ${latest.step}${latest.verified ? ', two ranks agree' : ' (unverified: one rank’s number)'}`
+      : '';
     if (charts) byId('bits-empty').hidden = charts.updateBitsPerByte(m) > 0;
     const last = bitsPerByte(m.evaluations).at(-1);
     byId('bits-latest').textContent = last ? `· ${last.bits.toFixed(3)} at step ${last.step}` : '';

@@ -123,7 +123,8 @@ export function applyFeedMessage(
       model.checkpoints = msg.checkpoints;
       return { model, changes: { checkpoints: true } };
     case 'evaluation':
-      model.evaluations.push(msg.evaluation);
+      // A step's verified number (two ranks agreed) replaces its unverified one.
+      model.evaluations = [...model.evaluations.filter((e) => e.step !== msg.evaluation.step), msg.evaluation];
       return { model, changes: { evaluations: true } };
   }
 }

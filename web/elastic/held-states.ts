@@ -11,6 +11,7 @@ import type { SerialQueue } from './async-tools';
 import { helloHolding, NOTHING_HELD, sameTag, type HeldStates, type StateTag } from './plan';
 import type { TrainerPort } from './ports';
 import type { ApplyOptions, ApplyResult } from '../worker/elastic-steps';
+import type { OuterReport, OuterReportOptions } from '../worker/types';
 
 export interface NextStep {
   indices: Uint32Array;
@@ -137,10 +138,16 @@ export class HeldStateKeeper {
     await reduce(delta);
     return this.queue.run('applyOuter', async () => {
       this.held = { ...this.held, live: { step, hash: null } };
-      const hash = await this.trainer.applyOuter(delta.buffer as ArrayBuffer);
+      // A copy goes to the worker: the caller may still sketch the sum (`outerReport`).
+      const hash = await this.trainer.applyOuter(delta.slice().buffer as ArrayBuffer);
       this.held = { ...this.held, live: { step, hash } };
       return hash;
     });
+  }
+
+  /** Local sync mode, after `outerStep`, when the job verifies: the report's additions (a worker call). */
+  outerReport(opts: OuterReportOptions): Promise<OuterReport> {
+    return this.queue.run('outerReport', () => this.trainer.outerReport(opts));
   }
 
   /**

@@ -10,7 +10,15 @@ import type { GroupLinks } from '../net/group-allreduce';
 import type { Ring } from '../net/link';
 import type { TrainingWorkerApi } from '../worker/training-worker';
 import type { ApplyOptions, ApplyResult, NextIndices } from '../worker/elastic-steps';
-import type { BuildModelOptions, EvaluationResult, GradientResult, ModelSummary, RestoredState } from '../worker/types';
+import type {
+  BuildModelOptions,
+  EvaluationResult,
+  GradientResult,
+  ModelSummary,
+  OuterReport,
+  OuterReportOptions,
+  RestoredState,
+} from '../worker/types';
 
 /** The training worker as the loop calls it (every call may be slow: it runs on the GPU). */
 export interface TrainerPort {
@@ -47,6 +55,12 @@ export interface TrainerPort {
   pseudoGradient(weight: number): Promise<ArrayBuffer>;
   /** Local sync mode: the outer optimizer step with the allreduced sum (consumed); resolves to the committed-state hash. */
   applyOuter(sum: ArrayBuffer): Promise<string>;
+  /**
+   * Local sync mode, after `applyOuter`, when the job verifies: the commit point's report additions
+   * (web/worker/types.ts `OuterReport`) from this rank's own pseudo-gradient, what it sent and received
+   * in the allreduce and the sum.
+   */
+  outerReport(opts: OuterReportOptions): Promise<OuterReport>;
   /**
    * Local sync mode: undo the last `applyOuter` (its outer step never committed: the world lost members):
    * the live parameters become this rank's own ones the outer step started from, the outer momentum the
@@ -141,6 +155,7 @@ export function comlinkTrainer(remote: Comlink.Remote<TrainingWorkerApi>): Train
     restore: (bytes) => remote.restore(Comlink.transfer(bytes, [bytes])),
     pseudoGradient: (weight) => remote.pseudoGradient(weight),
     applyOuter: (sum) => remote.applyOuter(Comlink.transfer(sum, [sum])),
+    outerReport: (o) => remote.outerReport(Comlink.transfer(o, [o.own, o.sent, o.received, o.sum])),
     revertOuter: () => remote.revertOuter(),
     resetOuter: () => remote.resetOuter(),
     eagerOuter: (weight) => remote.eagerOuter(weight),

@@ -39,8 +39,12 @@ export async function syncState(ctx: LoopContext, session: RoundSession, ring: R
   ctx.log('info', `round ${msg.round}: rank ${session.rank}/${msg.world.length}, step ${msg.step}, state ${plan.kind}`);
   await obtainState(ctx, session, plan, wanted, job);
   if (plan.kind === 'send' || plan.kind === 'receive') await broadcastState(ctx, session, ring, plan, wanted, job);
-  // The round's starting state is committed: make it the backup.
-  if (!sameTag(keeper.held.backup, keeper.held.live)) await keeper.saveBackup();
+  // The round's starting state is committed: make it the backup. A state restored from bytes is saved
+  // even when the backup has its tag: the tag covers the agreed part only, and in local mode the bytes
+  // carry the sender's own moments, from which this tab's inner steps now start (and which a verifying
+  // report commits to: its innerHash is the backup's).
+  const restored = plan.kind === 'receive' || plan.kind === 'checkpoint';
+  if (restored || !sameTag(keeper.held.backup, keeper.held.live)) await keeper.saveBackup();
   const live = keeper.held.live;
   if (!sameTag(live, wanted) && !(wanted.step === 0 && live?.step === 0)) {
     throw new Error(

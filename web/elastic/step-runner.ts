@@ -1,7 +1,6 @@
 /**
- * The steps of a round: one loop skeleton for both sync modes, pipelined so an elastic step costs
- * about what a solo step costs. What the modes do differently (every-step sync, local steps) is in
- * sync-modes.ts; this file owns the order of things, the commit waits, the reports and the pause.
+ * The steps of a round: one loop skeleton for both sync modes, pipelined so an elastic step costs about
+ * what a solo step costs. The modes' differences are in sync-modes.ts; this file owns the order of things.
  *
  * Per step s (every-step mode): this rank's gradient sums (`stepWork`: the shared sampler), the ring
  * allreduce, then ONE worker task that applies the sums, hashes the new parameters and, in the same
@@ -34,7 +33,6 @@ import type { RecordPosition } from '../../core/training/groups';
 import type { JobPublic } from '../../core/training/job';
 import { NO_HASH } from '../../core/protocol/tab-messages';
 import { describePosition, samePosition } from '../../core/training/sampler';
-import type { StepSketches } from '../../core/state/sketch';
 import { groupAllreduce } from '../net/group-allreduce';
 import { isCollectiveError } from '../net/collective-error';
 import { type RingAllreduceOptions, ringAllreduce, ringAllreduceBusBytes } from '../net/ring-allreduce';
@@ -59,6 +57,9 @@ import {
   type StepTools,
   type SyncMode,
 } from './sync-modes';
+
+/** A report's optional parts: a verifying job's sketches, local mode's inner-state commitment, left-out ranks. */
+type ReportExtras = Pick<Applied, 'sketch' | 'innerHash' | 'innerT'> & { excluded?: number[] };
 
 /** The longest pause between steps a tab may ask for (the volunteer page's GPU-use slider ends here). */
 export const MAX_STEP_PAUSE_MS = 2000;
@@ -123,7 +124,7 @@ export class StepRunner {
   async run(session: RoundSession, links: SyncLinks, job: JobPublic): Promise<void> {
     const sync = job.sync;
     return sync.mode === 'local'
-      ? this.runSteps(session, links, job, localStepsMode(this.tools, session, links, sync))
+      ? this.runSteps(session, links, job, localStepsMode(this.tools, session, links, sync, !!job.verify))
       : this.runSteps(session, links, job, everyStepMode(this.tools, session, links, job));
   }
 
@@ -319,7 +320,7 @@ export class StepRunner {
     gradient: GradientResult,
     computeMs: number,
     wireBytes: number,
-    extra: { sketch?: StepSketches; excluded?: number[] } = {},
+    extra?: ReportExtras,
   ): void {
     this.ctx.box.update(stepComputed(this.ctx.box.status, { step: work.step, ...gradient, computeMs }));
     if (session.signal.aborted) throw abortReason(session.signal);
@@ -337,8 +338,8 @@ export class StepRunner {
     applied: Applied,
     computeMs: number,
   ): PendingCommit | null {
-    const { hash, gradient, wireBytes, sketch, excluded } = applied;
-    this.reportStep(session, work, hash, gradient, computeMs, wireBytes, { sketch, excluded: excluded?.ranks });
+    const { hash, gradient, wireBytes, excluded } = applied;
+    this.reportStep(session, work, hash, gradient, computeMs, wireBytes, { ...applied, excluded: excluded?.ranks });
     if (!work.commitPoint) return null;
     if (isEvaluationCommit(work.group.span, job)) this.evaluated = work.step;
     this.onCommitted(session, job, work);
@@ -401,7 +402,7 @@ export class StepRunner {
     hash: string,
     g: GradientResult,
     wireBytes: number,
-    { sketch, excluded }: { sketch?: StepSketches; excluded?: number[] },
+    extra?: ReportExtras,
   ): void {
     // A carried group's steps the coordinator has already (recomputed here from the group's start).
     if (step <= session.reportedThrough) return;
@@ -416,8 +417,9 @@ export class StepRunner {
       // Busy time since the previous report (busy-clock.ts): the coordinator's compute utilization.
       computeMs: Math.min(this.busy.lap(), 1e7),
       wireBytes: Math.round(wireBytes),
-      ...(sketch ? { sketch } : {}),
-      ...(excluded && excluded.length > 0 ? { excluded } : {}),
+      ...(extra?.sketch ? { sketch: extra.sketch } : {}),
+      ...(extra?.excluded && extra.excluded.length > 0 ? { excluded: extra.excluded } : {}),
+      ...(extra?.innerHash !== undefined ? { innerHash: extra.innerHash, innerT: extra.innerT } : {}),
     });
     if (!sent) throw new Error('control socket closed before the step report');
     // A local-mode inner step is no state anyone could commit: only hashed states count as reported.
@@ -448,9 +450,10 @@ export class StepRunner {
 
   /**
    * Rank 0's duties for a committed step (a checkpoint snapshot it will be asked for, a test
-   * evaluation), queued on the worker the moment `committed` arrives: the live state is still that
-   * step (the next apply waits for this commit, and is queued after these), and a round that fails
-   * in the meantime does not lose them.
+   * evaluation) and rank 1's (the same evaluation, so the coordinator can trust a number two ranks
+   * agree on), queued on the worker the moment `committed` arrives: the live state is still that step
+   * (the next apply waits for this commit, and is queued after these), and a round that fails in the
+   * meantime does not lose them.
    */
   private onCommitted(session: RoundSession, job: JobPublic, work: StepWork): void {
     session.committed(work.step).promise.then(
@@ -459,11 +462,12 @@ export class StepRunner {
     );
   }
 
-  /** Rank 0's duties for the committed `work` group, queued now (the checkpoint service finds its committed state). */
+  /** Ranks 0 and 1's duties for the committed `work` group, queued now (the checkpoint service finds its committed state). */
   private dutiesOf(session: RoundSession, job: JobPublic, work: StepWork): void {
     const { step, group } = work;
-    if (session.rank !== 0) return;
-    if (isCheckpointCommit(group.span, job.checkpointEvery)) this.checkpoints.prepare(step, group.after);
+    if (session.rank > 1) return;
+    if (session.rank === 0 && isCheckpointCommit(group.span, job.checkpointEvery))
+      this.checkpoints.prepare(step, group.after);
     if (isEvaluationCommit(group.span, job)) this.checkpoints.evaluateCommitted(session.round, step, group.epoch, job);
   }
 

@@ -33,7 +33,10 @@ export interface Contribution {
   computed: Computed | null;
 }
 
-/** A step as it is reported: its state hash (`NO_HASH` for an inner step), gradient, wire bytes and sketches. */
+/**
+ * A step as it is reported: its state hash (`NO_HASH` for an inner step), gradient, wire bytes and
+ * sketches; local mode's verifying commit points add the inner state's commitment and t.
+ */
 export interface Applied {
   hash: string;
   gradient: GradientResult;
@@ -44,6 +47,8 @@ export interface Applied {
    * web/net/group-allreduce.ts): those ranks, and the record the commit will leave (their slices holes too).
    */
   excluded?: { ranks: number[]; after: RecordPosition };
+  innerHash?: string;
+  innerT?: number;
 }
 
 /** The questions the step loop asks a sync mode at each step of a round. */
@@ -157,6 +162,7 @@ export function everyStepMode(
                 sent: evidence.sent.buffer as ArrayBuffer,
                 received: evidence.received.buffer as ArrayBuffer,
                 world: worldSize,
+                compression: job.sync.compression,
               },
             }
           : {}),
@@ -208,8 +214,8 @@ export function localStepsMode(
   session: RoundSession,
   links: SyncLinks,
   sync: LocalSync,
+  verify: boolean,
 ): SyncMode<Contribution> {
-  const { signal } = session;
   const { keeper } = tools;
   return {
     contribute: async (work, prefetched) => ({
@@ -235,33 +241,68 @@ export function localStepsMode(
       return { hash: NO_HASH, gradient, wireBytes: 0 };
     },
     atCommitPoint: async (work, applied) => {
-      let wireBytes = 0;
-      let excluded: number[] = [];
       const weight = outerWeight(work.group.own, work.group.total);
-      const hash = await keeper.outerStep(work.step, weight, async (delta) => {
-        if (signal.aborted) throw abortReason(signal);
-        wireBytes = ringAllreduceBusBytes(delta.length, session.world.length, sync.compression);
-        const silenceMs = tools.silenceMs();
-        ({ excluded } = await tools.allreduce(
-          links,
-          delta,
-          {
-            id: { round: session.round, step: work.step, seq: 0 },
-            signal,
-            compression: sync.compression,
-            mayExclude: true,
-            ...(silenceMs !== null ? { silenceMs } : {}),
-          },
-          // The slowest rank may still have most of its inner steps to take when this one arrives.
-          tools.minimumMs(10 + sync.innerSteps),
-        ));
-        reweight(delta, work.group, excluded);
-      });
-      return excluded.length > 0
-        ? { ...applied, hash, wireBytes, excluded: { ranks: excluded, after: work.group.afterWithout(excluded) } }
-        : { ...applied, hash, wireBytes };
+      const outer = await outerCommitPoint(tools, session, links, sync, verify, work, weight);
+      return { ...applied, ...outer };
     },
   };
+}
+
+/**
+ * Local mode's commit point: the outer step (this rank's pseudo-gradient, its allreduce, the Nesterov
+ * step) and, when the job verifies, the report's sketches and inner-state commitment (`outerReport`).
+ */
+async function outerCommitPoint(
+  tools: StepTools,
+  session: RoundSession,
+  links: SyncLinks,
+  sync: LocalSync,
+  verify: boolean,
+  work: StepWork,
+  weight: number,
+): Promise<Omit<Applied, 'gradient'>> {
+  const { signal } = session;
+  let wireBytes = 0;
+  let excluded: number[] = [];
+  let evidence: (HopRecord & { sum: Float32Array }) | null = null;
+  const hash = await tools.keeper.outerStep(work.step, weight, async (delta) => {
+    if (signal.aborted) throw abortReason(signal);
+    wireBytes = ringAllreduceBusBytes(delta.length, session.world.length, sync.compression);
+    // A verifying job sketches this rank's own pseudo-gradient, each hop and the sum (the reduce works in place).
+    const record = verify ? hopRecord(delta.slice().buffer) : null;
+    const id = { round: session.round, step: work.step, seq: 0 };
+    // The slowest rank may still have most of its inner steps to take when this one arrives.
+    const minimum = tools.minimumMs(10 + sync.innerSteps);
+    const silenceMs = tools.silenceMs();
+    ({ excluded } = await tools.allreduce(
+      links,
+      delta,
+      {
+        ...(record ? { record } : {}),
+        id,
+        signal,
+        compression: sync.compression,
+        // Grouped rounds may go on without a lost member (a verifying job keeps the plain ring: never).
+        mayExclude: !verify,
+        ...(silenceMs !== null ? { silenceMs } : {}),
+      },
+      minimum,
+    ));
+    reweight(delta, work.group, excluded);
+    evidence = record && { ...record, sum: delta };
+  });
+  const left = excluded.length > 0 ? { excluded: { ranks: excluded, after: work.group.afterWithout(excluded) } } : {};
+  const e = evidence as (HopRecord & { sum: Float32Array }) | null;
+  if (!e) return { hash, wireBytes, ...left };
+  const report = await tools.keeper.outerReport({
+    own: e.own,
+    sent: e.sent.buffer as ArrayBuffer,
+    received: e.received.buffer as ArrayBuffer,
+    sum: e.sum.slice().buffer as ArrayBuffer,
+    world: session.world.length,
+    compression: sync.compression,
+  });
+  return { hash, wireBytes, ...left, ...report };
 }
 
 /** A verifying step's evidence: a copy of this rank's own sums and (zeroed) records of each hop. */

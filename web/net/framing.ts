@@ -23,17 +23,11 @@
  */
 export const FRAME_MAGIC = 0x5754;
 export const FRAME_VERSION = 1;
-export const FRAME_HEADER_BYTES = 32;
+// The header size and the default frame size fix the chunking, which the verifier recomputes too:
+// they live with the wire formats (core/wire/ring-sum.ts explains the 16,300 bytes).
+import { FRAME_HEADER_BYTES } from '../../core/wire/ring-sum';
 
-/**
- * Frame size the collectives cut their data into by default: 16,300 bytes, the size every browser
- * accepts (PeerJS's `chunkedMTU`). Chromium also takes 64 KiB (up to 256 KiB) messages, but between
- * tabs here 16,300- and 65,536-byte frames gave the same raw and allreduce throughput within the run
- * noise (web/net/README.md): the JS side (frame handling, adds) is under 10% of a tab's main thread,
- * SCTP cuts messages into ~1.2 KB packets whatever their size, so the per-message cost is not what
- * limits. The portable size wins.
- */
-export const DEFAULT_FRAME_BYTES = 16_300;
+export { DEFAULT_FRAME_BYTES, FRAME_HEADER_BYTES } from '../../core/wire/ring-sum';
 
 export const FrameKind = {
   /** One chunk of a ring-allreduce segment at `ringStep` (reduce-scatter steps, then allgather). */
@@ -71,7 +65,7 @@ export const PayloadEncoding = {
   Float16: 1,
   Bytes: 2,
   /**
-   * Blocks of 256 values, each a float32 scale then one int8 per value (web/net/int8-blocks.ts); the
+   * Blocks of 256 values, each a float32 scale then one int8 per value (core/wire/int8-blocks.ts); the
    * header's scaleExponent is 0. Whole bytes here; the collective checks the length against its chunk.
    */
   Int8Blocks: 3,

@@ -11,14 +11,14 @@
  * The checksum catches a corrupted payload (a flipped byte changes one 32-bit word; every later mixing step
  * is a bijection, so the sum differs): inside a group's reduce that costs the group a retry, not a wrong sum.
  */
-import { decodeFloat16Into, addFloat16Into, encodeFloat16, MAX_FINITE_SCALE_EXPONENT } from './fp16';
+import { decodeFloat16Into, addFloat16Into, encodeFloat16, MAX_FINITE_SCALE_EXPONENT } from '../../core/wire/fp16';
 import {
   addInt8BlocksInto,
   decodeInt8BlocksInto,
   encodeInt8Blocks,
   Int8BlockError,
   int8BlocksBytes,
-} from './int8-blocks';
+} from '../../core/wire/int8-blocks';
 import {
   allocateFrame,
   type CollectiveId,

@@ -19,7 +19,7 @@ import {
 } from './framing';
 import type { Link, Unsubscribe } from './link';
 import type { PacedSender } from './paced-sender';
-import { firstUnencodable } from './int8-blocks';
+import { firstUnencodable } from '../../core/wire/int8-blocks';
 import { DEFAULT_CHUNK_ELEMENTS, DEFAULT_INT8_CHUNK_ELEMENTS, type WireCompression } from './ring-allreduce';
 
 /** The links of one rank in a grouped topology. */

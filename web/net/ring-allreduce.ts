@@ -14,13 +14,13 @@
  * compression the owner also replaces its own copy by the fp16-rounded value it sends, so every rank
  * still ends with the same bytes.
  *
- * Int8 compression (`'int8'`, web/net/int8-blocks.ts: blocks of 256 values with a float32 scale,
+ * Int8 compression (`'int8'`, core/wire/int8-blocks.ts: blocks of 256 values with a float32 scale,
  * about a quarter of float32's bytes) works the same way: each reduce-scatter hop decodes what it
  * receives, adds its own float32 values and encodes the partial sum again; the owner encodes the final
  * sum once and replaces its own copy by the decoded value of those bytes. In the allgather the bytes
  * are forwarded as received rather than re-encoded from the decoded copy, and every rank decodes them
  * with the same function: no encoding work per hop, and identical bytes that do not rest on encoding
- * being idempotent on decoded blocks (it is, for every scale tried: test/unit/web/net/int8-blocks.test.ts;
+ * being idempotent on decoded blocks (it is, for every scale tried: test/unit/core/wire/int8-blocks.test.ts;
  * forwarding just makes that a non-question). Each of the size values
  * encoded along a segment's chain (size−1 partial sums, then the final sum) is off by at most half its
  * block's scale, so an element's error against the exact sum is at most about size·M/254, M being the
@@ -45,7 +45,7 @@
 import { ringSegmentStart } from '../../core/state/sketch';
 import { CollectiveError } from './collective-error';
 import { CollectiveSession, type CollectiveOptions } from './collective-session';
-import { addFloat16Into, decodeFloat16Into, encodeFloat16, MAX_FINITE_SCALE_EXPONENT } from './fp16';
+import { addFloat16Into, decodeFloat16Into, encodeFloat16, MAX_FINITE_SCALE_EXPONENT } from '../../core/wire/fp16';
 import {
   addInt8BlocksInto,
   decodeInt8BlocksInto,
@@ -55,12 +55,11 @@ import {
   INT8_SCALE_BYTES,
   Int8BlockError,
   int8BlocksBytes,
-} from './int8-blocks';
+} from '../../core/wire/int8-blocks';
 import {
   allocateFrame,
   assertValidCollectiveId,
   collectiveKey,
-  DEFAULT_FRAME_BYTES,
   FRAME_HEADER_BYTES,
   FrameError,
   FrameKind,
@@ -70,8 +69,11 @@ import {
 } from './framing';
 import type { Link, Ring } from './link';
 
-/** The job file's `sync.compression` (core/training/job.ts `Compression`). */
-export type WireCompression = 'none' | 'fp16' | 'int8';
+import { DEFAULT_CHUNK_ELEMENTS, DEFAULT_INT8_CHUNK_ELEMENTS, type WireCompression } from '../../core/wire/ring-sum';
+
+// The wire formats' chunking lives with the codecs (core/wire/ring-sum.ts): the verifier uses it too.
+export type { WireCompression } from '../../core/wire/ring-sum';
+export { chunkElementsFor, DEFAULT_CHUNK_ELEMENTS, DEFAULT_INT8_CHUNK_ELEMENTS } from '../../core/wire/ring-sum';
 
 export interface RingAllreduceOptions extends CollectiveOptions {
   /**
@@ -98,18 +100,6 @@ export interface RingAllreduceOptions extends CollectiveOptions {
    */
   readonly silenceMs?: number;
 }
-
-/** Values that fill a frame of `frameBytes` in this wire format (int8: whole blocks of 256 with their scales). */
-export function chunkElementsFor(frameBytes: number, compression: WireCompression): number {
-  const payload = frameBytes - FRAME_HEADER_BYTES;
-  if (compression === 'int8') return Math.floor(payload / (INT8_BLOCK_VALUES + INT8_SCALE_BYTES)) * INT8_BLOCK_VALUES;
-  return Math.floor(payload / (compression === 'fp16' ? 2 : 4));
-}
-
-/** Float32 values per default frame; fp16 uses the same count (its frames half full). */
-export const DEFAULT_CHUNK_ELEMENTS = chunkElementsFor(DEFAULT_FRAME_BYTES, 'none');
-/** 62 blocks of 256 (15,872 values, 16,120 payload bytes): int8 frames as full as float32's. */
-export const DEFAULT_INT8_CHUNK_ELEMENTS = chunkElementsFor(DEFAULT_FRAME_BYTES, 'int8');
 
 /**
  * Sum `data` in place across the ranks of `ring`; resolves when this rank holds the full sum

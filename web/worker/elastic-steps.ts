@@ -4,8 +4,9 @@
  *
  * - `applyAndHash(sums, count, next)` writes the allreduced sums (or keeps the gradients already on
  *   the device: a world of one tab has nothing to reduce), records the optimizer step, then the hash
- *   of the new parameters' 4 KiB chunks on the GPU (kernels/ops/sha256.wgsl) with a copy of only their
- *   digests (or, with a hasher that has no GPU form, a copy of the parameters: web/worker/params-hasher.ts
+ *   of the new state's 4 KiB chunks (parameters, optimizer moments; and t) on the GPU
+ *   (kernels/ops/sha256.wgsl) with a copy of only their digests (or, with a hasher that has no GPU
+ *   form, a copy of the buffers: web/worker/params-hasher.ts
  *   picks that on CPU-backed adapters), and then, when the caller names the next step's samples, records
  *   that step's forward and backward passes at once (they only read the parameters just written). The
  *   worker finishes the tree hash (core/state/hash.ts) while the GPU computes the next step; the main thread
@@ -20,9 +21,11 @@
  * the backup, the hash and the "at most one uncommitted step" rule are as without it.
  */
 import { NO_HASH } from '../../core/protocol/tab-messages';
-import { gradientSketches, paramsSketch, type StepSketches } from '../../core/state/sketch';
+import { paramsSketch, type StepSketches } from '../../core/state/sketch';
+import { stepSketches } from '../../core/state/step-sketches';
+import type { WireCompression } from '../../core/wire/ring-sum';
 import type { Model } from '../../kernels/model/model';
-import { hashModelParams, type ParamsHasher } from '../../kernels/model/training-state';
+import { hashModelState, type ParamsHasher } from '../../kernels/model/training-state';
 import type { BatchAssembler } from './data/batches';
 import type { GradientResult } from './types';
 
@@ -45,7 +48,7 @@ export interface ApplyOptions {
    * reduced sums applied and the new parameters, seeded by the new hash, for a world of `world` ranks
    * (core/state/sketch.ts). Needs `sums` (no gradients kept on the device).
    */
-  sketch?: { own: ArrayBuffer; sent: ArrayBuffer; received: ArrayBuffer; world: number };
+  sketch?: { own: ArrayBuffer; sent: ArrayBuffer; received: ArrayBuffer; world: number; compression?: WireCompression };
 }
 
 export interface ApplyResult {
@@ -122,11 +125,11 @@ export class ElasticSteps {
       opts.hash === false
         ? Promise.resolve({ hash: NO_HASH })
         : sketchOf
-          ? this.model.withParams((params) => {
-              const hash = this.hasher.ofParams(params);
+          ? this.model.withState((params, moments, t) => {
+              const hash = this.hasher.ofState(params, moments, t);
               return { hash, params: Array.from(paramsSketch(params, hash).values) };
             })
-          : this.hashParams().then((hash) => ({ hash }));
+          : this.hashState().then((hash) => ({ hash }));
     if (next && next.indices.length > 0) {
       const result = this.start(next.indices, next.keepOnDevice);
       result.catch(() => undefined);
@@ -139,29 +142,28 @@ export class ElasticSteps {
     }
     const [{ hash, params }, gradient] = await Promise.all([hashed, own]);
     if (!sketchOf || !sums || !params) return { hash, gradient };
-    const vectors = [sketchOf.own, sums, sketchOf.sent, sketchOf.received].map((b) => new Float32Array(b));
-    const [mine, sum, sent, received] = gradientSketches(vectors, hash, sketchOf.world);
-    const sketch: StepSketches = {
-      own: Array.from(mine.values),
-      sum: Array.from(sum.values),
-      sumMass: Array.from(sum.mass),
-      sent: Array.from(sent.values),
-      sentMass: Array.from(sent.mass),
-      received: Array.from(received.values),
-      receivedMass: Array.from(received.mass),
-      params,
-    };
-    return { hash, gradient, sketch };
+    const [mine, sum, sent, received] = [sketchOf.own, sums, sketchOf.sent, sketchOf.received].map(
+      (b) => new Float32Array(b),
+    );
+    // The parameter sketch was made from the mapped parameters above (they are not kept).
+    const sketch = stepSketches(
+      { own: mine, sum, sent, received, params: new Float32Array(0) },
+      hash,
+      sketchOf.world,
+      sketchOf.compression ?? 'none',
+    );
+    return { hash, gradient, sketch: { ...sketch, params } };
   }
 
   /**
-   * The hash of the parameters (`hashModelParams`): from their chunk digests computed on the GPU
-   * (`Model.withParamDigests`: one dispatch and a copy of 32 bytes per 4 KiB into a reused staging
-   * buffer), or from a read-back into a reused staging buffer. Recorded now, so it sees exactly the
-   * parameters of the step just applied, whatever is submitted after it.
+   * The hash of the training state (`hashModelState`: params, moments and t, core/state/hash.ts
+   * `trainingStateHash`): from their chunk digests computed on the GPU (`Model.withStateDigests`: a
+   * dispatch and a copy of 32 bytes per 4 KiB per buffer), or from one read-back of every buffer into a
+   * reused staging buffer. Recorded now, so it sees exactly the state of the step just applied,
+   * whatever is submitted after it.
    */
-  private hashParams(): Promise<string> {
-    return hashModelParams(this.model, this.hasher);
+  private hashState(): Promise<string> {
+    return hashModelState(this.model, this.hasher);
   }
 
   /** The prefetch for `indices` made on the current state, or null; it is consumed either way. */

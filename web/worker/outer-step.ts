@@ -1,55 +1,12 @@
 /**
- * The outer step of local sync mode (DiLoCo, Douillard et al. 2023), as plain float32 arithmetic on
- * the CPU. It runs once per outer step (every `innerSteps` steps) on a few MB, so a GPU kernel would
- * save nothing measurable, and plain JS float64 arithmetic rounded to float32 on store gives the same
- * bytes in every engine, which the commit rule needs (every rank must report the same hash).
- *
- * - `pseudoGradient`: this rank's part of Δ = Σ_r w_r (θ_committed − θ_r), with w_r = the samples rank
- *   r consumed in the outer step / all the step's samples. The ring allreduce sums the parts.
- *   (The weight rule is `outerWeight` in core/training/outer-weights.ts: the page's loop computes it.)
- * - `nesterovStep`: the outer optimizer on the summed Δ, PyTorch's SGD with `nesterov=True` and no
- *   dampening: u ← μu + Δ; θ ← θ − lr(Δ + μu). The momentum u is part of the committed state.
+ * The outer step of local sync mode (DiLoCo, Douillard et al. 2023) inside the training worker: the
+ * outer momentum and its backup. The arithmetic itself (`pseudoGradient`, `nesterovStep`: plain float32
+ * on the CPU, once per outer step on a few MB, the same bytes in every engine) is
+ * core/training/outer-step.ts, shared with the verifier.
  */
+import { nesterovStep, type OuterOptimizer, pseudoGradient } from '../../core/training/outer-step';
 
-/** (committed − local) · weight, as float32; `committed` and `local` are flat parameter buffers. */
-export function pseudoGradient(committed: Float32Array, local: Float32Array, weight: number): Float32Array {
-  if (committed.length !== local.length)
-    throw new RangeError(`pseudoGradient: ${committed.length} committed floats, ${local.length} local`);
-  if (!(weight >= 0 && weight <= 1)) throw new RangeError(`pseudoGradient: weight ${weight} outside [0, 1]`);
-  const out = new Float32Array(committed.length);
-  for (let i = 0; i < out.length; i++) out[i] = (committed[i] - local[i]) * weight;
-  return out;
-}
-
-export interface OuterOptimizer {
-  lr: number;
-  momentum: number;
-}
-
-/**
- * One Nesterov step: returns the new committed parameters and momentum (fresh arrays; the inputs are
- * not modified, so a failed outer step leaves the committed state as it was).
- */
-export function nesterovStep(
-  committed: Float32Array,
-  momentum: Float32Array,
-  delta: Float32Array,
-  opt: OuterOptimizer,
-): { params: Float32Array; momentum: Float32Array } {
-  const n = committed.length;
-  if (momentum.length !== n || delta.length !== n)
-    throw new RangeError(`nesterovStep: ${n} params, ${momentum.length} momentum, ${delta.length} delta floats`);
-  const params = new Float32Array(n);
-  const u = new Float32Array(n);
-  const { lr, momentum: mu } = opt;
-  for (let i = 0; i < n; i++) {
-    const d = delta[i];
-    if (!Number.isFinite(d)) throw new RangeError(`nesterovStep: the pseudo-gradient is not finite at ${i}`);
-    u[i] = mu * momentum[i] + d;
-    params[i] = committed[i] - lr * (d + mu * u[i]);
-  }
-  return { params, momentum: u };
-}
+export { nesterovStep, type OuterOptimizer, pseudoGradient } from '../../core/training/outer-step';
 
 /**
  * Local sync mode's outer state inside the training worker: the momentum (part of the committed

@@ -14,7 +14,7 @@
  *   on a CPU-backed adapter (docs/performance.md, "The hash on a software adapter").
  */
 import { createSHA256 } from 'hash-wasm';
-import { hashParams, nobleSha256, paramsHasher, type Sha256Factory } from '../../core/state/hash';
+import { hashParams, nobleSha256, paramsHasher, type Sha256Factory, trainingStateHash } from '../../core/state/hash';
 import type { ParamsHasher } from '../../kernels/model/training-state';
 import type { AdapterSummary } from './types';
 
@@ -27,11 +27,19 @@ export function cpuBackedAdapter(a: Pick<AdapterSummary, 'vendor' | 'architectur
 }
 
 /** The hash of the reference: read back, hashed in JS (no GPU form). */
-export const readBackParamsHasher: ParamsHasher = { ofParams: (params) => hashParams(params) };
+export const readBackParamsHasher: ParamsHasher = {
+  ofParams: (params) => hashParams(params),
+  ofState: (params, moments, t) => trainingStateHash(params, moments, t),
+};
 
 /** Read back, hashed on the CPU by `sha256`'s hashers (no GPU form). */
 export function readBackParamsHasherWith(sha256: Sha256Factory): ParamsHasher {
-  return sha256 === nobleSha256 ? readBackParamsHasher : { ofParams: (params) => hashParams(params, sha256) };
+  return sha256 === nobleSha256
+    ? readBackParamsHasher
+    : {
+        ofParams: (params) => hashParams(params, sha256),
+        ofState: (params, moments, t) => trainingStateHash(params, moments, t, sha256),
+      };
 }
 
 /**

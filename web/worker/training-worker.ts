@@ -16,7 +16,8 @@
  */
 import * as Comlink from 'comlink';
 import type { ChunkedDatasetMetadata } from '../../core/data/chunked-dataset';
-import { stateHash, stateHashOfDigests } from '../../core/state/hash';
+import { stateHash, stateHashOfDigests, trainingStateHash } from '../../core/state/hash';
+import { stepSketches } from '../../core/state/step-sketches';
 import { isTransformer, parameterLayout, resolveModelSpec, type ModelSpec } from '../../core/training/model-spec';
 import { decodeSnapshot, encodeSnapshot } from '../../core/state/snapshot';
 import { createModel, type Model } from '../../kernels/model/model';
@@ -43,6 +44,8 @@ import type {
   GradientResult,
   KernelOptions,
   ModelSummary,
+  OuterReport,
+  OuterReportOptions,
   ProbeResult,
   RestoredState,
   SoloOptions,
@@ -375,12 +378,13 @@ const api = {
   },
 
   /**
-   * `stateHash` of the current state (parameters, and the outer momentum in local mode): what a rank
-   * reports at commit. The parameters' chunks are hashed on the GPU, only their digests read back.
+   * The agreed hash of the current state, what a rank reports at a commit: `trainingStateHash` (params,
+   * moments, t) in every-step mode, `stateHash(params, outer momentum)` in local mode. The buffers'
+   * chunks are hashed on the GPU, only their digests read back.
    */
   async hash(): Promise<string> {
     const b = requireModel();
-    if (!b.outer) return b.state.hashParams();
+    if (!b.outer) return b.state.hashState();
     const momentum = b.outer.momentum;
     const onGpu = b.hasher.digests;
     if (!onGpu) return stateHash(await b.model.readParams(), momentum);
@@ -404,6 +408,31 @@ const api = {
 
   /** Local sync mode's outer step (outer-calls.ts): pseudo-gradient, Nesterov step and undo, and the overlapped calls. */
   ...outerCalls(() => requireOuter()),
+
+  /**
+   * Local sync mode, after `applyOuter`, when the job verifies: the commit point's sketches (the live
+   * state is the new θ_c with this rank's moments, the outer momentum is u), its commitment to the inner
+   * state it started the outer step from (the backup) and its t (web/worker/types.ts `OuterReport`).
+   */
+  async outerReport(o: OuterReportOptions): Promise<OuterReport> {
+    const b = requireOuter();
+    const [start, live] = await Promise.all([b.state.readBackup(), b.state.exportState()]);
+    const hash = stateHash(live.params, b.outer.momentum);
+    const [own, sent, received, sum] = [o.own, o.sent, o.received, o.sum].map((x) => new Float32Array(x));
+    const vectors = {
+      own,
+      sent,
+      received,
+      sum,
+      params: live.params,
+      local: { outer: b.outer.momentum, moments: live.moments },
+    };
+    return {
+      sketch: stepSketches(vectors, hash, o.world, o.compression),
+      innerHash: trainingStateHash(start.params, start.moments, start.step),
+      innerT: live.step,
+    };
+  },
 
   /** The training state as one snapshot (core/state/snapshot.ts), transferred. */
   async snapshot(position: { step: number; epoch: number; cursor: number }): Promise<ArrayBuffer> {

@@ -3,6 +3,7 @@
  * Everything here is structured-clonable; big arrays travel as transferred ArrayBuffers.
  */
 import type { KernelsSpec, OptimizerSpec } from '../../core/training/job';
+import type { StepSketches } from '../../core/state/sketch';
 import type { OuterOptimizer } from './outer-step';
 import type { ModelSpec } from '../../core/training/model-spec';
 
@@ -144,6 +145,28 @@ export interface RestoredState {
   step: number;
   epoch: number;
   cursor: number;
-  /** `stateHash(params, outer)` (core/state/hash.ts): the hash the ranks reported at its commit. */
+  /** The agreed hash (core/state/snapshot.ts `DecodedSnapshot.stateHash`): what the ranks reported at its commit. */
   stateHash: string;
+}
+
+/** What the outer step's report needs (`outerReport`): its vectors (float32 buffers) and the wire. */
+export interface OuterReportOptions {
+  /** This rank's pseudo-gradient as it put it into the allreduce. */
+  own: ArrayBuffer;
+  /** What it sent and received in the reduce-scatter (decoded), and the all-reduced sum it applied. */
+  sent: ArrayBuffer;
+  received: ArrayBuffer;
+  sum: ArrayBuffer;
+  world: number;
+  compression: 'none' | 'fp16' | 'int8';
+}
+
+/** A local-mode commit point's report additions when the job verifies. */
+export interface OuterReport {
+  /** Sketches of the step (core/state/step-sketches.ts), seeded by the committed-state hash. */
+  sketch: StepSketches;
+  /** `trainingStateHash` of the inner state this rank started the outer step from (its backup). */
+  innerHash: string;
+  /** Its inner optimizer's t after the inner steps. */
+  innerT: number;
 }

@@ -8,6 +8,9 @@ import {
   hashParams,
   sha256Digest,
   stateHash,
+  stepCountBytes,
+  trainingStateHash,
+  trainingStateHashOfDigests,
   treeHash,
   treeRoot,
 } from '../../../core/state/hash';
@@ -141,6 +144,34 @@ describe('hashParams and stateHash: the tree of SHA-256', () => {
     const changed = outer.slice();
     new Uint32Array(changed.buffer)[1200] ^= 1;
     expect(stateHash(params, changed)).not.toBe(both);
+  });
+
+  it('trainingStateHash is the tree hash of params, each moment and t as a u64: every section a restore uses', () => {
+    const params = Float32Array.from({ length: 1500 }, (_, i) => Math.fround(i / 9 - 50));
+    const m = params.map((x) => x / 10);
+    const v = params.map((x) => x * x);
+    const t = Buffer.alloc(8);
+    t.writeBigUInt64LE(123n);
+    const whole = trainingStateHash(params, [m, v], 123);
+    expect(whole).toBe(treeHashReference(params, m, v, t));
+    expect(Buffer.from(stepCountBytes(123)).equals(t)).toBe(true);
+    // The same from chunk digests (the GPU path), and with node:crypto.
+    expect(
+      trainingStateHashOfDigests(
+        params.byteLength,
+        [params, m, v].map((x) => chunkDigests(x)),
+        123,
+      ),
+    ).toBe(whole);
+    expect(trainingStateHash(params, [m, v], 123, nodeSha256Factory)).toBe(whole);
+    // A forged moment, a forged step count, or a moment missing is another state.
+    const forged = m.slice();
+    forged[7] += 1;
+    expect(trainingStateHash(params, [forged, v], 123)).not.toBe(whole);
+    expect(trainingStateHash(params, [m, v], 124)).not.toBe(whole);
+    expect(trainingStateHash(params, [m], 123)).not.toBe(whole);
+    expect(whole).not.toBe(hashParams(params));
+    expect(() => stepCountBytes(-1)).toThrow(/not a step count/);
   });
 
   it('gives the same digests with the coordinator node:crypto factory as with the default', () => {

@@ -1,7 +1,7 @@
 import { Buffer } from 'node:buffer';
 import { describe, expect, it } from 'vitest';
 import { createHash } from 'node:crypto';
-import { hashParams, stateHash } from '../../../core/state/hash';
+import { hashParams, stateHash, trainingStateHash } from '../../../core/state/hash';
 import { nodeSha256 } from '../../../node/sha256';
 import { treeHashReference } from '../../support/tree-hash-reference';
 import { MLP_SPEC, parameterLayout, type ModelSpec } from '../../../core/training/model-spec';
@@ -148,6 +148,42 @@ describe('snapshot round trip', () => {
       params: decoded.paramsHash,
       state: decoded.stateHash,
     });
+  });
+
+  it('carries the every-step state hash: params, every moment and t (a forged moment or t is another hash)', () => {
+    const original = snapshotOf(SMALL_SPEC, 'adamw', 9);
+    const decoded = decodeSnapshot(encodeSnapshot(original));
+    const t = Buffer.alloc(8);
+    t.writeBigUInt64LE(1234n);
+    expect(decoded.stateHash).toBe(treeHashReference(original.params, ...original.moments, t));
+    expect(decoded.trainingHash).toBe(decoded.stateHash);
+    const forgedM = original.moments[0].slice();
+    forgedM[3] = 1e6;
+    expect(decodeSnapshot(encodeSnapshot({ ...original, moments: [forgedM, original.moments[1]] })).stateHash).not.toBe(
+      decoded.stateHash,
+    );
+    const forgedT = decodeSnapshot(encodeSnapshot({ ...original, optimizer: { kind: 'adamw', t: 1 } }));
+    expect(forgedT.stateHash).not.toBe(decoded.stateHash);
+    expect(forgedT.paramsHash).toBe(decoded.paramsHash); // the old, parameters-only hash could not tell
+    // Local mode: the agreed hash is params and outer momentum; the training hash stays the rank's own.
+    const local = decodeSnapshot(encodeSnapshot({ ...original, outer: original.params.map((x) => x / 2) }));
+    expect(local.trainingHash).toBe(trainingStateHash(original.params, original.moments, 1234));
+    expect(local.stateHash).not.toBe(local.trainingHash);
+  });
+
+  it.each([
+    ['params', 0, Number.NaN],
+    ['m', 1, Number.POSITIVE_INFINITY],
+    ['v', 2, Number.NEGATIVE_INFINITY],
+    ['outer', 3, Number.NaN],
+  ] as const)('refuses a state whose %s section holds a non-finite value, naming the section', (name, index, value) => {
+    const original = { ...snapshotOf(SMALL_SPEC, 'adamw', 4) };
+    const outer = original.params.map((x) => x / 2);
+    const arrays = [original.params, ...original.moments, outer].map((a) => a.slice());
+    arrays[index][5] = value;
+    const bytes = encodeSnapshot({ ...original, params: arrays[0], moments: [arrays[1], arrays[2]], outer: arrays[3] });
+    expect(() => decodeSnapshot(bytes)).toThrow(SnapshotError);
+    expect(() => decodeSnapshot(bytes)).toThrow(new RegExp(`section ${name} holds a non-finite value .* at \\[5\\]`));
   });
 
   it('refuses to encode buffers that do not fit the layout or the optimizer', () => {

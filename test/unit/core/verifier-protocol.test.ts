@@ -8,7 +8,8 @@ import { describe, expect, it } from 'vitest';
 import { swiftshaderEnv } from '../../../node/gpu-env';
 import { assignStep } from '../../../core/training/groups';
 import { epochOrder } from '../../../core/training/sampler';
-import { stepSlices } from '../../../coordinator/machine/verification';
+import { checkedSlices } from '../../../coordinator/machine/checks';
+import { parseJobSpec } from '../../../core/training/job';
 import { GRADIENT_SKETCH_BUCKETS, PARAMS_SKETCH_BUCKETS } from '../../../core/state/sketch';
 import { verifierAnswerSchema, verifierRequestSchema } from '../../../core/protocol/verifier';
 
@@ -18,6 +19,7 @@ const result = {
   id: 3,
   own: [sketch(32), sketch(32)],
   params: sketch(PARAMS_SKETCH_BUCKETS),
+  startOk: true,
   paramsHash: '0123456789abcdef',
   ms: 12,
 };
@@ -27,15 +29,26 @@ const request = {
   snapshotPath: '/tmp/s',
   stepHash: 'abcdef0123456789',
   world: 2,
-  slices: [Uint32Array.of(1, 2), new Uint32Array(0)],
-  count: 2,
+  mode: 'every-step',
+  steps: [{ slices: [Uint32Array.of(1, 2), new Uint32Array(0)], count: 2 }],
+  fresh: false,
 };
 
 describe('verifier protocol', () => {
   it('accepts the messages the two ends send', () => {
     expect(verifierAnswerSchema.safeParse(result).success).toBe(true);
     expect(verifierRequestSchema.safeParse(request).success).toBe(true);
-    expect(verifierRequestSchema.safeParse({ type: 'init', job: {}, datasetDir: '/d' }).success).toBe(true);
+    expect(
+      verifierRequestSchema.safeParse({ type: 'init', job: {}, dataset: { kind: 'images', dir: '/d' } }).success,
+    ).toBe(true);
+    const text = { kind: 'text', bytes: new Uint8Array(10) };
+    expect(verifierRequestSchema.safeParse({ type: 'init', job: {}, dataset: text }).success).toBe(true);
+    const rows = { kind: 'tensors', x: new Float32Array(6), y: new Uint32Array(2), features: 3 };
+    expect(verifierRequestSchema.safeParse({ type: 'init', job: {}, dataset: rows }).success).toBe(true);
+    const local = { ...request, mode: 'local', rank: 1, sum: { values: [1, 2], mass: [1, 2] } };
+    expect(verifierRequestSchema.safeParse(local).success).toBe(true);
+    const localAnswer = { ...result, own: [sketch(32)], moments: [sketch(32), sketch(32)], outer: sketch(32) };
+    expect(verifierAnswerSchema.safeParse(localAnswer).success).toBe(true);
     expect(verifierAnswerSchema.safeParse({ type: 'ready', adapter: 'x', stepMs: 3 }).success).toBe(true);
   });
 
@@ -43,7 +56,7 @@ describe('verifier protocol', () => {
     ['plain arrays for a sketch', { own: [{ values: [0], mass: [0] }] }],
     ['too many buckets', { own: [sketch(GRADIENT_SKETCH_BUCKETS + 1)] }],
     ['values and mass of different lengths', { own: [{ values: new Float64Array(2), mass: new Float64Array(3) }] }],
-    ['a parameter sketch of the wrong size', { params: sketch(PARAMS_SKETCH_BUCKETS - 1) }],
+    ['a parameter sketch of too many buckets', { params: sketch(PARAMS_SKETCH_BUCKETS + 1) }],
     ['Float32Array values', { params: { values: new Float32Array(32), mass: new Float64Array(32) } }],
     ['a hash that is not hex', { paramsHash: 'not-a-hash-at-all' }],
     ['an extra field', { extra: 1 }],
@@ -52,12 +65,15 @@ describe('verifier protocol', () => {
   });
 
   it.each([
-    ['plain-array slices', { slices: [[1, 2]] }],
-    ['Int32Array slices', { slices: [Int32Array.of(-1)] }],
-    ['no slices', { slices: [] }],
+    ['plain-array slices', { steps: [{ slices: [[1, 2]], count: 2 }] }],
+    ['Int32Array slices', { steps: [{ slices: [Int32Array.of(-1)], count: 1 }] }],
+    ['no slices', { steps: [{ slices: [], count: 2 }] }],
+    ['no steps', { steps: [] }],
     ['a bad step hash', { stepHash: 'xyz' }],
-    ['count 0', { count: 0 }],
+    ['a negative count', { steps: [{ slices: [Uint32Array.of(1)], count: -1 }] }],
     ['a world of 0', { world: 0 }],
+    ['another mode', { mode: 'sometimes' }],
+    ['no fresh flag', { fresh: undefined }],
   ])('refuses a request with %s', (_, change) => {
     expect(verifierRequestSchema.safeParse({ ...request, ...change }).success).toBe(false);
   });
@@ -78,31 +94,47 @@ describe('swiftshaderEnv', () => {
   });
 });
 
-describe('stepSlices', () => {
-  const plan = { datasetSize: 1000, globalBatch: 96, epochs: 2, commitEvery: 1 };
+describe('checkedSlices', () => {
+  const job = parseJobSpec({ globalBatch: 96, epochs: 2, verify: {} });
+  const s = { job, datasetSize: 1000 };
+  const world = [1, 2.5, 0.5].map((share, rank) => ({ workerId: `w${rank}`, rank, share, addr: '', invite: null }));
   it('gives each rank the indices the sampler gives it, for a step in the second epoch and a short last step', () => {
-    const shares = [1, 2.5, 0.5];
+    const shares = world.map((w) => w.share);
     for (const step of [1, 12, 13]) {
-      // A verifying job never has holes: step s starts where the steps before it left the record.
-      const at = { epoch: step > 11 ? 1 : 0, cursor: ((step - 1) % 11) * 96, holes: [] };
-      const { slices, count } = stepSlices(plan, 7, at, step, shares);
       const epoch = step > 11 ? 1 : 0;
       const cursor = ((step - 1) % 11) * 96;
+      // A verifying job never has holes: step s starts where the steps before it left the record.
+      const at = { epoch, cursor, holes: [] };
+      const [{ slices, count }] = checkedSlices(s, { world, step, firstStep: step, at });
       expect(count).toBe(step === 11 ? 1000 - 960 : Math.min(96, 1000 - cursor));
-      expect(slices.reduce((a, s) => a + s.length, 0)).toBe(count);
+      expect(slices.reduce((a, x) => a + x.length, 0)).toBe(count);
       slices.forEach((slice, rank) => {
         const expected = assignStep(cursor, count, shares)[rank];
         expect(Array.from(slice)).toEqual(
-          Array.from(epochOrder(7, epoch, 1000).subarray(expected.start, expected.start + expected.count)),
+          Array.from(epochOrder(job.seed, epoch, 1000).subarray(expected.start, expected.start + expected.count)),
         );
       });
     }
-    expect(stepSlices(plan, 7, { epoch: 0, cursor: 960, holes: [] }, 11, [1]).count).toBe(40);
-    // With holes (a job that does not verify never gets here, but the plan is the tabs'): holes first.
-    const withHoles = stepSlices(plan, 7, { epoch: 0, cursor: 960, holes: [[10, 20]] }, 11, [1, 1]);
+    const last = { epoch: 0, cursor: 960, holes: [] };
+    expect(checkedSlices(s, { world: [world[0]], step: 11, firstStep: 11, at: last })[0].count).toBe(40);
+    // With holes (the plan is the tabs'): holes first.
+    const holed = { epoch: 0, cursor: 960, holes: [[10, 20]] as [number, number][] };
+    const [withHoles] = checkedSlices(s, {
+      world: world.slice(0, 2).map((w) => ({ ...w, share: 1 })),
+      step: 11,
+      firstStep: 11,
+      at: holed,
+    });
     expect(withHoles.count).toBe(50);
+    const order = epochOrder(job.seed, 0, 1000);
     expect(Array.from(withHoles.slices[0])).toEqual(
-      Array.from(epochOrder(7, 0, 1000).subarray(10, 20)).concat(Array.from(epochOrder(7, 0, 1000).subarray(960, 975))),
+      Array.from(order.subarray(10, 20)).concat(Array.from(order.subarray(960, 975))),
     );
+  });
+
+  it('gives every step of a local-mode commit, in order', () => {
+    const steps = checkedSlices(s, { world, step: 11, firstStep: 8, at: { epoch: 0, cursor: 7 * 96, holes: [] } });
+    expect(steps.map((x) => x.step)).toEqual([8, 9, 10, 11]);
+    expect(steps.map((x) => x.count)).toEqual([96, 96, 96, 40]);
   });
 });

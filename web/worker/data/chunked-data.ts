@@ -16,7 +16,7 @@ import type {
   TensorsDatasetMetadata,
   TextDatasetMetadata,
 } from '../../../core/data/chunked-dataset';
-import { splitWindows } from '../../../kernels/model/model';
+import { splitWindows } from '../../../core/data/text-windows';
 import type { ChunkFetcher } from './dataset-client';
 import { type Batch, type BatchSource, checkIndex, type TrainingData } from './batches';
 

@@ -7,7 +7,8 @@
  *
  * Modes (`?mode=`):
  * - `scale` (`factor`, default 1000), `negate`, `noise` (`std`: Gaussian noise of std × the
- *   gradient's RMS, default 1): this rank's own gradient sums, as the trainer port returns them;
+ *   gradient's RMS, default 1): this rank's own gradient sums, as the trainer port returns them (local
+ *   sync mode: its pseudo-gradient, its whole contribution to an outer step);
  * - `corrupt-forward` (`factor`): the partial sums this rank forwards in the ring's reduce-scatter
  *   (ring steps 1 … size−2; step 0 is its own data, later steps are the allgather), scaled on the way
  *   out of its right link — its own contribution untouched;
@@ -26,6 +27,7 @@ import type { ElasticPorts } from '../../../../web/elastic/start';
 import { decodeFrame, FRAME_HEADER_BYTES, FrameKind, PayloadEncoding } from '../../../../web/net/framing';
 import type { Link } from '../../../../web/net/link';
 import { mulberry32 } from '../../../support/rng';
+import { INT8_BLOCK_VALUES, INT8_SCALE_BYTES } from '../../../../core/wire/int8-blocks';
 
 /** Only these decorators contain it: the production-bundle test looks for it in a fresh build. */
 export const HOSTILE_TAB_MARKER = 'tabswarm-hostile-tab-decorators';
@@ -135,30 +137,39 @@ function gaussian(rand: () => number): () => number {
   return () => Math.sqrt(-2 * Math.log(1 - rand())) * Math.cos(2 * Math.PI * rand());
 }
 
-/** Scale, negate or add noise to this rank's own gradient sums before they enter the allreduce. */
+/**
+ * Scale, negate or add noise to this rank's own contribution before it enters the allreduce: its
+ * gradient sums (every-step) or its pseudo-gradient (local sync mode, whose gradients stay on the device).
+ */
 function poisonedTrainer(inner: TrainerPort, ctx: HostileContext): TrainerPort {
   const normal = gaussian(mulberry32(ctx.attack.seed));
+  const poison = (buffer: ArrayBuffer): void => {
+    const g = new Float32Array(buffer);
+    const { mode, factor, std } = ctx.attack;
+    if (mode === 'scale' || mode === 'negate') {
+      const k = mode === 'scale' ? factor : -1;
+      for (let i = 0; i < g.length; i++) g[i] *= k;
+    } else {
+      let squares = 0;
+      for (let i = 0; i < g.length; i++) squares += g[i] * g[i];
+      const sigma = std * Math.sqrt(squares / Math.max(1, g.length));
+      for (let i = 0; i < g.length; i++) g[i] += sigma * normal();
+    }
+    ctx.tally.gradients += 1;
+    mark(ctx, ctx.step());
+  };
   return {
     ...inner,
     computeGradients: async (indices, keepOnDevice) => {
       const result = await inner.computeGradients(indices, keepOnDevice);
-      const step = ctx.step();
-      // A world of one keeps its gradients on the device: nobody else to poison.
-      if (!result.gradients || step < ctx.attack.fromStep) return result;
-      const g = new Float32Array(result.gradients);
-      const { mode, factor, std } = ctx.attack;
-      if (mode === 'scale' || mode === 'negate') {
-        const k = mode === 'scale' ? factor : -1;
-        for (let i = 0; i < g.length; i++) g[i] *= k;
-      } else {
-        let squares = 0;
-        for (let i = 0; i < g.length; i++) squares += g[i] * g[i];
-        const sigma = std * Math.sqrt(squares / Math.max(1, g.length));
-        for (let i = 0; i < g.length; i++) g[i] += sigma * normal();
-      }
-      ctx.tally.gradients += 1;
-      mark(ctx, step);
+      // A world of one (and local mode) keeps its gradients on the device: nothing leaves them here.
+      if (result.gradients && ctx.step() >= ctx.attack.fromStep) poison(result.gradients);
       return result;
+    },
+    pseudoGradient: async (weight) => {
+      const delta = await inner.pseudoGradient(weight);
+      if (ctx.step() >= ctx.attack.fromStep) poison(delta);
+      return delta;
     },
   };
 }
@@ -206,20 +217,33 @@ export function tamperFrame(message: ArrayBuffer, size: number, ctx: HostileCont
       const view = new DataView(message);
       view.setInt8(19, view.getInt8(19) + Math.round(Math.log2(ctx.attack.factor)));
     } else {
-      return message; // int8 blocks: not attacked here
+      // int8 blocks: every block's float32 scale × factor (still a valid frame, other values).
+      forEachInt8Scale(message, frame.payloadLength, (view, at) =>
+        view.setFloat32(at, view.getFloat32(at, true) * ctx.attack.factor, true),
+      );
     }
   } else if (ctx.attack.mode === 'nan' && g === 0) {
     if (frame.encoding === PayloadEncoding.Float32)
       new Float32Array(message, FRAME_HEADER_BYTES, frame.payloadLength / 4).fill(Number.NaN);
     else if (frame.encoding === PayloadEncoding.Float16)
       new Uint16Array(message, FRAME_HEADER_BYTES, frame.payloadLength / 2).fill(0x7e00);
-    else return message;
+    else forEachInt8Scale(message, frame.payloadLength, (view, at) => view.setFloat32(at, Number.NaN, true));
   } else {
     return message;
   }
   ctx.tally.frames += 1;
   mark(ctx, frame.id.step);
   return message;
+}
+
+/** Calls `edit` at the byte offset of each int8 block's scale in a frame's payload (core/wire/int8-blocks.ts). */
+function forEachInt8Scale(
+  message: ArrayBuffer,
+  payloadLength: number,
+  edit: (view: DataView, at: number) => void,
+): void {
+  const view = new DataView(message);
+  for (let at = 0; at < payloadLength; at += INT8_SCALE_BYTES + INT8_BLOCK_VALUES) edit(view, FRAME_HEADER_BYTES + at);
 }
 
 /** Claim a tiny compute time in every step report (the coordinator should measure, not believe). */

@@ -19,6 +19,8 @@ import {
 import { referenceIsCommitPoint } from '../../../support/hole-free-layout';
 import { MemoryNetwork, SIM_MODEL, SimCoordinator, SimTab, until } from '../../../kit/simulation';
 import { Harness } from './coordinator-harness';
+import { begin } from '../../../../coordinator/machine/context';
+import { rollbackIn } from '../../../../coordinator/machine/checkpoints';
 
 const VALID = {
   v: 1,
@@ -206,17 +208,59 @@ describe('machine: evaluation reports', () => {
           testSamples: 1000,
           workerId: h.worker('a').workerId,
           round: h.state.rendezvous.round,
+          verified: false,
         },
       },
     ]);
     expect(actions.filter((a) => a.kind === 'send')).toEqual([]);
     expect(h.metricCount('tabswarm_evaluations_total')).toBe(1);
     expect(h.metrics.filter((m) => m.name === 'tabswarm_test_accuracy').at(-1)?.value).toBe(0.873);
-    // Nothing but the sender's last-seen time changes: no persist, same commit, record and rendezvous.
+    // Nothing but the sender's last-seen time and the remembered report changes: no persist, same
+    // commit, record and rendezvous.
     expect(actions.some((a) => a.kind === 'persist' || a.kind === 'record_commit')).toBe(false);
-    const { workers: _after, ...rest } = h.state;
-    const { workers: _before, ...restBefore } = before;
+    const { workers: _after, evaluationClaims, ...rest } = h.state;
+    const { workers: _before, evaluationClaims: _none, ...restBefore } = before;
     expect(rest).toEqual(restBefore);
+    expect(evaluationClaims).toHaveLength(1);
+  });
+
+  it('a number two ranks agree on is verified; one they disagree on is disputed and stays unverified', () => {
+    const h = trainingPair();
+    h.send('a', evaluation(h, 'a', { step: 4, testSamples: 1000, correct: 873, lossSum: 412.5 }));
+    // Rank 1 on another GPU: one arg-max tie the other way, the loss a little off.
+    h.send('b', evaluation(h, 'b', { step: 4, testSamples: 1000, correct: 874, lossSum: 412.51 }));
+    const verified = h.logs.filter((l) => l.event === 'evaluation').at(-1)!;
+    expect(verified.data).toMatchObject({
+      step: 4,
+      verified: true,
+      agreedBy: [h.worker('a').workerId, h.worker('b').workerId],
+    });
+    // A repeated report from the same rank is refused.
+    const again = h.send('b', evaluation(h, 'b', { step: 4 }));
+    expect(again.some((a) => a.kind === 'send' && a.msg.type === 'error' && a.msg.code === 'duplicate_report')).toBe(
+      true,
+    );
+    // Step 6 (the next evaluation point): rank 1 claims 99 % where rank 0 measured 87 %.
+    h.train(2);
+    h.send('a', evaluation(h, 'a', { step: 6, testSamples: 1000, correct: 870, lossSum: 400 }));
+    h.send('b', evaluation(h, 'b', { step: 6, testSamples: 1000, correct: 990, lossSum: 20 }));
+    expect(h.logs.at(-1)).toMatchObject({ event: 'evaluation_disputed', data: { step: 6 } });
+    const step6 = h.logs.filter((l) => l.event === 'evaluation' && l.data.step === 6);
+    expect(step6.map((l) => l.data.verified)).toEqual([false]);
+  });
+
+  it('a step rolled back and committed again is evaluated afresh (the old reports are not its state’s)', () => {
+    const h = new Harness(JOB, 100);
+    h.join('a');
+    h.join('b');
+    h.advance(100);
+    h.train(2);
+    h.send('a', evaluation(h, 'a', { step: 2, testSamples: 1000, correct: 870, lossSum: 400 }));
+    h.train(2);
+    h.send('a', evaluation(h, 'a', { step: 4, testSamples: 1000, correct: 880, lossSum: 390 }));
+    const ctx = begin(h.state, 0);
+    rollbackIn(ctx, { step: 2, epoch: 0, cursor: 0, hash: null }, 'a test');
+    expect(ctx.s.evaluationClaims?.map((c) => c.step)).toEqual([2]);
   });
 
   it('rejects an earlier committed step (rank 0 evaluates a commit before it applies the next step), state unchanged', () => {
@@ -256,7 +300,6 @@ describe('machine: evaluation reports', () => {
       'wrong_step',
     ],
     ['a step far in the future', (h) => ({ name: 'a', body: evaluation(h, 'a', { step: 13 }) }), 'wrong_step'],
-    ['rank 1 (only rank 0 is asked)', (h) => ({ name: 'b', body: evaluation(h, 'b', { step: 2 }) }), 'not_evaluator'],
     [
       'more correct than images (bypassing the schema)',
       (h) => ({ name: 'a', body: evaluation(h, 'a', { testSamples: 100, correct: 101 }) }),
@@ -377,9 +420,11 @@ describe('elastic loop: rank 0 evaluates the committed state', () => {
       };
       t.start();
     }
-    const events = () => coordinator.log.filter((l) => l.event === 'evaluation');
+    // The first rank's report of a step is unverified; the second rank's agreeing one verified.
+    const events = () => coordinator.log.filter((l) => l.event === 'evaluation' && l.data.verified === false);
+    const verified = () => coordinator.log.filter((l) => l.event === 'evaluation' && l.data.verified === true);
     await until(
-      () => coordinator.state.status === 'done' && events().length === 2,
+      () => coordinator.state.status === 'done' && events().length === 2 && verified().length === 2,
       'the job and both evaluations',
       15_000,
       () => JSON.stringify({ step: coordinator.state.lastCommit.step, log: coordinator.log.slice(-5) }),
@@ -388,20 +433,20 @@ describe('elastic loop: rank 0 evaluates the committed state', () => {
     expect(coordinator.log.filter((l) => l.event === 'message_rejected')).toEqual([]);
     const commits = new Map(coordinator.liveCommits().map((c) => [c.step, c]));
     const rank0 = commits.get(13)!.world.find((w) => w.rank === 0)!.workerId;
+    const rank0First = events().find((e) => e.data.workerId === rank0) ?? verified()[1];
     expect(events().map((e) => e.data.step)).toEqual([13, 26]);
     expect(events().map((e) => e.data.epoch)).toEqual([0, 1]);
-    for (const e of events()) {
-      expect(e.data.workerId).toBe(rank0);
-      expect(e.data.testSamples).toBe(300);
-    }
-    // Only rank 0 evaluated, each time on exactly the committed parameters of the step it reported.
+    for (const e of events()) expect(e.data.testSamples).toBe(300);
+    // Ranks 0 and 1 evaluated, each time on exactly the committed parameters of the step, and agreed.
     const rank0Tab = tabs.find((t) => t.loop.status.workerId === rank0)!;
-    expect(evaluated.map((e) => e.tab)).toEqual([rank0Tab.name, rank0Tab.name]);
-    expect(evaluated.map((e) => e.hash)).toEqual([commits.get(13)!.hash, commits.get(26)!.hash]);
-    expect(evaluated.map((e) => e.count)).toEqual([300, 300]);
+    expect(evaluated.map((e) => e.tab).sort()).toEqual(['a', 'a', 'b', 'b']);
+    for (const step of [13, 26]) expect(evaluated.filter((e) => e.hash === commits.get(step)!.hash)).toHaveLength(2);
+    expect(evaluated.map((e) => e.count)).toEqual([300, 300, 300, 300]);
+    expect(verified().map((e) => e.data.step)).toEqual([13, 26]);
     // The final accuracy is the trainer's own on the final state (correct = round(accuracy · count)).
     const final = await rank0Tab.trainer.evaluate(300);
-    expect(events()[1].data.accuracy).toBeCloseTo(Math.round(final.accuracy * 300) / 300, 12);
-    expect(events()[1].data.loss).toBeCloseTo(final.lossAvg, 9);
+    expect(verified()[1].data.accuracy).toBeCloseTo(Math.round(final.accuracy * 300) / 300, 12);
+    expect(verified()[1].data.loss).toBeCloseTo(final.lossAvg, 9);
+    expect(rank0First).toBeDefined();
   });
 });

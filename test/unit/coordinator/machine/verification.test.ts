@@ -1,21 +1,16 @@
 /**
- * Checked contributions in the coordinator core (core/verification.ts): sketches at every report, the
- * ring identity at every commit, recomputed spot checks, bans and the rollback. The machine runs in
- * the product's executor (coordinator-harness.ts) with its invariants (exactly-once audit) checked
- * after every event; the sketches are synthetic vectors (the core only adds and compares them: the
- * arithmetic on real gradients is test/unit/core/sketch.test.ts and the verifier's kernels test).
+ * The checks the machine makes at every commit (coordinator/machine/verification.ts): the job field,
+ * the shape and agreement of the sketches each report carries, every hop of the ring, the data disputes,
+ * the bans and the rollback. The machine runs in the product's executor (coordinator-harness.ts) with
+ * its invariants (exactly-once audit) checked after every event; the sketches are synthetic vectors
+ * (verify-kit.ts). Recomputed spot checks: checks.test.ts.
  */
 import { describe, expect, it } from 'vitest';
-import { parseJobSpec, type JobSpecInput } from '../../../../core/training/job';
+import { parseJobSpec, type JobSpecInput, withVerifyDefault } from '../../../../core/training/job';
 import type { StepSketches } from '../../../../core/state/sketch';
-import { bucketsPerSegment, PARAMS_SKETCH_BUCKETS, RECOMPUTE_TOLERANCE } from '../../../../core/state/sketch';
-import type { RecomputedStep } from '../../../../coordinator/machine/state';
-import { epochOrder } from '../../../../core/training/sampler';
-import { planOf } from '../../../../core/training/groups';
-import { referenceSlice } from '../../../support/hole-free-layout';
-import { checkedSlices, judge, verificationDraw } from '../../../../coordinator/machine/verification';
-import { mulberry32 } from '../../../support/rng';
+import { bucketsPerSegment } from '../../../../core/state/sketch';
 import { Harness } from './coordinator-harness';
+import { honestOwn, honestParams, sketches, verifiedStep } from './verify-kit';
 
 const JOB: JobSpecInput = {
   model: 'tiny-mlp',
@@ -26,92 +21,8 @@ const JOB: JobSpecInput = {
   lastCallMs: 0,
   heartbeatMs: 60_000,
   checkpointEvery: 4,
-  verify: { probability: 0 },
+  verify: { probability: 0, newcomer: { probability: 0, checks: 0 } },
 };
-
-/** Rank r's honest own-gradient sketch at `step` (deterministic), in a world of `size`. */
-function honestOwn(step: number, rank: number, size: number): number[] {
-  const rand = mulberry32(1000 * step + rank);
-  return Array.from({ length: size * bucketsPerSegment(size) }, () => rand() * 2 - 1);
-}
-
-function honestParams(step: number): number[] {
-  const rand = mulberry32(77 * step + 5);
-  return Array.from({ length: PARAMS_SKETCH_BUCKETS }, () => rand() * 10);
-}
-
-/**
- * The sketches every rank reports at `step` when each adds `own[r]` in an honest reduce-scatter (the
- * ring of ring-allreduce.ts: segment j starts at rank j and ends with its owner j − 1), unless `added`
- * says what a rank really added on a hop instead (a liar): `added(r, j, honest)` → the block it sent on.
- */
-function sketches(
-  own: number[][],
-  params: number[],
-  added: (r: number, j: number, block: number[]) => number[] = (_r, _j, block) => block,
-): StepSketches[] {
-  const size = own.length;
-  const n = own[0].length;
-  const per = n / size;
-  const zeros = () => new Array<number>(n).fill(0);
-  const sent = own.map(zeros);
-  const received = own.map(zeros);
-  const sum = zeros();
-  for (let j = 0; j < size; j++) {
-    let partial = new Array<number>(per).fill(0);
-    for (let g = 0; g < size; g++) {
-      const r = (j + g) % size;
-      const honest = partial.map((x, k) => x + own[r][j * per + k]);
-      if (g === size - 1) {
-        for (const [k, x] of honest.entries()) sum[j * per + k] = x;
-        break;
-      }
-      partial = added(r, j, honest);
-      partial.forEach((x, k) => {
-        sent[r][j * per + k] = x;
-        received[(r + 1) % size][j * per + k] = x;
-      });
-    }
-  }
-  const mass = (v: number[]) => v.map((x) => Math.abs(x) + 1);
-  return own.map((o, r) => ({
-    own: o,
-    sum,
-    sumMass: mass(sum),
-    sent: sent[r],
-    sentMass: mass(sent[r]),
-    received: received[r],
-    receivedMass: mass(received[r]),
-    params,
-  }));
-}
-
-/** Every member reports its next step with sketches; `tamper` may change the owns or params (a lie). */
-function verifiedStep(
-  h: Harness,
-  tamper: (own: number[][], params: number[]) => { own: number[][]; params: number[] } = (own, params) => ({
-    own,
-    params,
-  }),
-): void {
-  const names = h.members();
-  const step = h.worker(names[0]).live + 1;
-  const size = names.length;
-  const honest = names.map((_, r) => honestOwn(step, r, size));
-  const claimed = tamper(honest, honestParams(step));
-  const all = sketches(claimed.own, claimed.params);
-  names.forEach((name, r) => {
-    if (h.state.rendezvous.phase === 'training') h.report(name, { sketch: all[r] });
-  });
-}
-
-/** What the verifier would recompute for the step under check: the honest sketches, with masses. */
-function recomputed(step: number, size: number): RecomputedStep {
-  const mass = (v: number[]) => v.map((x) => Math.abs(x) + 1);
-  const own = Array.from({ length: size }, (_, r) => honestOwn(step, r, size));
-  const params = honestParams(step);
-  return { own: own.map((values) => ({ values, mass: mass(values) })), params: { values: params, mass: mass(params) } };
-}
 
 function swarm(job: JobSpecInput = {}, salt = 'salt-of-this-test'): Harness {
   const h = new Harness({ ...JOB, ...job }, 96, 'run-1', undefined, { verifySalt: salt });
@@ -120,22 +31,32 @@ function swarm(job: JobSpecInput = {}, salt = 'salt-of-this-test'): Harness {
   return h;
 }
 
-/** The first step ≥ 2 that `salt` selects at probability p (what the machine draws). */
-function selectedStep(salt: string, p: number): number {
-  for (let step = 2; step < 10_000; step++) if (verificationDraw(salt, step) < p) return step;
-  throw new Error('no step selected');
-}
-
 describe('the job field', () => {
-  it('needs every-step sync, a none/fp16 wire and commits every step; defaults p to 0.05', () => {
-    expect(parseJobSpec({ verify: {} }).verify).toEqual({ probability: 0.05 });
-    expect(() => parseJobSpec({ verify: {}, sync: { mode: 'local', innerSteps: 4 } })).toThrow(/verify needs/);
-    expect(() => parseJobSpec({ verify: {}, sync: { mode: 'every-step', compression: 'int8' } })).toThrow(
-      /verify needs/,
-    );
-    expect(() => parseJobSpec({ verify: {}, commitEvery: 2 })).toThrow(/verify needs/);
-    expect(() => parseJobSpec({ verify: { probability: 1.5 } })).toThrow();
+  it('defaults the rates, takes false for off, and needs a commit per step in every-step mode only', () => {
+    expect(parseJobSpec({ verify: {} }).verify).toEqual({
+      probability: 0.05,
+      newcomer: { probability: 0.5, checks: 10 },
+    });
+    expect(parseJobSpec({ verify: false }).verify).toBe(false);
+    expect(
+      parseJobSpec({ verify: {}, sync: { mode: 'local', innerSteps: 4, compression: 'int8' } }).verify,
+    ).toBeTruthy();
+    expect(parseJobSpec({ verify: {}, sync: { mode: 'every-step', compression: 'int8' } }).verify).toBeTruthy();
     expect(parseJobSpec({ verify: {}, sync: { mode: 'every-step', compression: 'fp16' } }).verify).toBeDefined();
+    expect(() => parseJobSpec({ verify: {}, commitEvery: 2 })).toThrow(/verify in every-step sync needs commitEvery 1/);
+    expect(() => parseJobSpec({ verify: { probability: 1.5 } })).toThrow();
+  });
+
+  it('a job open to anyone verifies unless its file says false; invited tabs are trusted by default', () => {
+    const plain = parseJobSpec({});
+    expect(withVerifyDefault(plain, 'open').verify).toEqual({
+      probability: 0.05,
+      newcomer: { probability: 0.5, checks: 10 },
+    });
+    expect(withVerifyDefault(plain, 'invite').verify).toBeUndefined();
+    expect(withVerifyDefault(parseJobSpec({ verify: false }), 'open').verify).toBe(false);
+    const own = parseJobSpec({ verify: { probability: 0.2 } });
+    expect(withVerifyDefault(own, 'invite').verify).toEqual(own.verify);
   });
 });
 
@@ -279,167 +200,104 @@ describe('every hop of the ring, at every commit', () => {
   });
 });
 
-describe('recomputed spot checks', () => {
-  const salt = 'spot-check-salt';
-
-  it('draws about p of the steps, from the secret (another secret, other steps)', () => {
-    const picked = (s: string) => Array.from({ length: 20_000 }, (_, i) => verificationDraw(s, i + 2) < 0.05);
-    const a = picked(salt);
-    const rate = a.filter(Boolean).length / a.length;
-    expect(rate).toBeGreaterThan(0.045);
-    expect(rate).toBeLessThan(0.055);
-    const b = picked('another');
-    const both = a.filter((x, i) => x && b[i]).length / a.length;
-    expect(both).toBeLessThan(0.005); // independent: ≈ 0.05² = 0.0025
-  });
-
-  it('asks one member for the state before the chosen step with its committed; an honest step passes', () => {
-    const p = 0.3;
-    const h = swarm({ verify: { probability: p } }, salt);
-    const target = selectedStep(salt, p);
-    for (let s = 1; s < target; s++) verifiedStep(h);
-    verifiedStep(h);
-    const v = h.state.verification!;
-    expect(v.step).toBe(target);
-    const uploader = [...h.workers.values()].find((w) => w.workerId === v.uploader)!;
-    const committed = uploader.inbox.filter((m) => m.type === 'committed').at(-1)!;
-    expect(committed.type === 'committed' && committed.upload?.step).toBe(target - 1);
-    const others = [...h.workers.values()].filter((w) => w.workerId !== v.uploader);
-    for (const w of others)
-      expect(w.inbox.filter((m) => m.type === 'committed').some((m) => m.type === 'committed' && m.upload)).toBe(false);
-    h.apply({ kind: 'verification_upload', step: target - 1, ok: true });
-    expect(h.state.verification?.phase).toBe('recompute');
-    h.apply({ kind: 'verification_result', step: target, result: recomputed(target, 3) });
-    expect(h.state.verification).toBeNull();
-    const done = h.logs.find((l) => l.event === 'verification_done')!;
-    expect(done.data.cheaters).toEqual([]);
-    expect(h.logs.some((l) => l.event === 'cheater_banned')).toBe(false);
-  });
-
-  it('the slices it recomputes are the sampler’s, by rank (the tabs trained exactly these)', () => {
-    const h = swarm();
-    const world = h.state.rendezvous.participants;
-    const { slices } = checkedSlices(h.state, { world, step: 1, at: { epoch: 0, cursor: 0, holes: [] } });
-    const order = epochOrder(h.state.job.seed, 0, h.state.datasetSize);
-    const shares = world.map((w) => w.share);
-    for (const w of world) {
-      const slice = referenceSlice(1, planOf(h.state), shares, w.rank);
-      expect(Array.from(slices[w.rank])).toEqual(Array.from(order.subarray(slice.start, slice.start + slice.count)));
-    }
-    expect(new Set(slices.flatMap((s) => [...s])).size).toBe(12);
-  });
-
-  it('a consistent liar (scaled own gradient, sums that add up) is caught: banned, rolled back to the checkpoint before it joined', () => {
-    const p = 0.25;
-    // A secret whose first chosen step comes after the checkpoint of step 4.
-    const late = Array.from({ length: 100 }, (_, i) => `late-${i}`).find((s) => selectedStep(s, p) > 5)!;
-    const h = new Harness({ ...JOB, verify: { probability: p } }, 96, 'run-1', undefined, { verifySalt: late });
-    for (const n of ['a', 'b', 'c']) h.join(n);
-    h.readyAll();
-    // A checkpoint of step 4 is stored, then the liar joins (world of 3 from here on in a new round).
-    while (h.state.lastCommit.step < 4) verifiedStep(h);
-    h.apply({ kind: 'checkpoint_stored', step: 4, epoch: 0, cursor: 48, sha256: 'a'.repeat(64) });
-    const target = selectedStep(late, p);
-    const liarName = 'b';
-    // Everyone honest until the target; then b reports its own sketch of a gradient ×1000 (the sums agree).
-    while (h.state.lastCommit.step < target - 1) verifiedStep(h);
-    const liarRank = h.members().indexOf(liarName);
-    verifiedStep(h, (own, params) => ({
-      own: own.map((o, r) => (r === liarRank ? o.map((x) => x * 1000) : o)),
-      params,
+describe('an int8 wire: every hop within the slack of its encodes', () => {
+  /** Honest int8 sketches: each sent block is off its exact sum by a rounding within the slack it reports. */
+  function int8Sketches(own: number[][], params: number[], liar = -1): StepSketches[] {
+    const all = sketches(own, params, (r, _j, block) =>
+      block.map((x, k) => x + (r === liar ? 0.05 : 0.004) * Math.abs(x) * (k % 2 ? 1 : -1)),
+    );
+    const slack = (v: number[]) => v.map((x) => 0.005 * Math.abs(x) + 1e-9);
+    const sumSlack = slack(all[0].sum);
+    return all.map((k) => ({
+      ...k,
+      sum: k.sum.map((x, b) => x + 0.5 * sumSlack[b]),
+      sentSlack: slack(k.sent),
+      receivedSlack: slack(k.received),
+      sumSlack,
     }));
-    expect(h.state.lastCommit.step).toBe(target); // the identity holds: only a recomputation tells
-    h.apply({ kind: 'verification_upload', step: target - 1, ok: true });
-    h.apply({ kind: 'verification_result', step: target, result: recomputed(target, 3) });
-    const banned = h.logs.find((l) => l.event === 'cheater_banned')!;
-    expect(banned.data.workers).toEqual([h.worker(liarName).workerId]);
-    expect(h.isConnected(liarName)).toBe(false);
-    // b contributed from step 1: nothing it touched is kept, and no stored checkpoint after it joined is.
+  }
+
+  function int8Step(h: Harness, liar = -1): void {
+    const names = h.members();
+    const step = h.state.lastCommit.step + 1;
+    const all = int8Sketches(
+      names.map((_, r) => honestOwn(step, r, names.length)),
+      honestParams(step),
+      liar,
+    );
+    for (const [r, name] of names.entries())
+      if (h.state.rendezvous.phase === 'training') h.report(name, { sketch: all[r] });
+  }
+
+  it('commits hops within their slack, bans a rank that adds more than its slack covers, refuses a report without slack', () => {
+    const h = swarm({ sync: { mode: 'every-step', compression: 'int8' } });
+    for (let i = 0; i < 3; i++) int8Step(h);
+    expect(h.state.lastCommit.step).toBe(3);
+    const bare = sketches(
+      [0, 1, 2].map((r) => honestOwn(4, r, 3)),
+      honestParams(4),
+    )[0];
+    const refused = h.report(h.members()[0], { sketch: bare });
+    expect(refused.some((a) => a.kind === 'send' && a.msg.type === 'error' && a.msg.code === 'bad_sketch')).toBe(true);
+    const liar = h.members()[1];
+    int8Step(h, 1);
+    expect(h.logs.find((l) => l.event === 'cheater_banned')?.data.workers).toEqual([h.worker(liar).workerId]);
     expect(h.state.lastCommit.step).toBe(0);
-    expect(h.state.checkpoints).toEqual([]);
-    expect(h.commits.every((c) => c.step <= 0)).toBe(true);
-    expect(h.state.status).toBe('active');
-  });
-
-  it('two colluders lying together are both banned; a wrong update with honest gradients bans the round', () => {
-    const r: RecomputedStep = recomputed(7, 3);
-    const world = ['a', 'b', 'c'].map((workerId, rank) => ({ workerId, rank, share: 1 }));
-    const honest = { own: r.own.map((o) => o.values), params: r.params.values };
-    expect(judge({ world, claims: honest }, r).cheaters).toEqual([]);
-    const two = { ...honest, own: honest.own.map((o, i) => (i === 0 ? o : o.map((x) => -x))) };
-    expect(judge({ world, claims: two }, r).cheaters).toEqual(['b', 'c']);
-    const wrongUpdate = { ...honest, params: honest.params.map((x) => x + 1) };
-    expect(judge({ world, claims: wrongUpdate }, r).cheaters).toEqual(['a', 'b', 'c']);
-    // Within the tolerance (a different GPU's rounding) is no lie.
-    const rounding = { ...honest, own: honest.own.map((o) => o.map((x) => x * (1 + RECOMPUTE_TOLERANCE / 10))) };
-    expect(judge({ world, claims: rounding }, r).cheaters).toEqual([]);
-  });
-
-  it('an upload that is not the committed state bans the uploader; no upload in time costs a strike', () => {
-    const p = 0.3;
-    const h = swarm({ verify: { probability: p } }, salt);
-    const target = selectedStep(salt, p);
-    while (h.state.lastCommit.step < target) verifiedStep(h);
-    const uploader = h.state.verification!.uploader;
-    h.apply({ kind: 'verification_upload', step: target - 1, ok: false, reason: 'hash mismatch' });
-    expect(h.logs.find((l) => l.event === 'cheater_banned')?.data.workers).toEqual([uploader]);
-    expect(h.state.verification).toBeNull();
-  });
-
-  it('no upload by the deadline: the check is dropped and the uploader charged, nothing else changes', () => {
-    const p = 0.3;
-    const h = swarm({ verify: { probability: p } }, salt);
-    const target = selectedStep(salt, p);
-    while (h.state.lastCommit.step < target) verifiedStep(h);
-    const step = h.state.lastCommit.step;
-    h.advance(61_000);
-    expect(h.state.verification).toBeNull();
-    expect(h.logs.some((l) => l.event === 'verification_abandoned')).toBe(true);
-    expect(h.logs.some((l) => l.event === 'charged' && l.data.why === 'no verification upload')).toBe(true);
-    expect(h.state.lastCommit.step).toBe(step);
   });
 });
 
-describe('detection probability of recomputed checks (measured on the machine, 100 secrets)', () => {
-  it('a liar from step 5 is caught within n steps at least as often as 1 − (1 − p)^(n − lag) says', () => {
-    const p = 0.25;
-    /** Commits between a step's selection and the verifier's answer (upload and recomputation). */
-    const lag = 2;
-    const firstLie = 5;
-    const delays: number[] = [];
-    for (let i = 0; i < 100; i++) {
-      const h = new Harness({ ...JOB, epochs: 20, verify: { probability: p } }, 96, 'run-1', undefined, {
-        verifySalt: `detection-${i}`,
-      });
-      for (const n of ['a', 'b', 'c']) h.join(n);
-      h.readyAll();
-      let dueAt: number | null = null;
-      while (!h.logs.some((l) => l.event === 'cheater_banned') && h.state.lastCommit.step < 80) {
-        const step = h.state.lastCommit.step + 1;
-        const liarRank = h.members().indexOf('b');
-        verifiedStep(h, (own, params) => ({
-          own: own.map((o, r) => (r === liarRank && step >= firstLie ? o.map((x) => x * 1000) : o)),
-          params,
-        }));
-        const v = h.state.verification;
-        if (v && dueAt === null) dueAt = h.state.lastCommit.step + lag;
-        if (v && dueAt !== null && h.state.lastCommit.step >= dueAt) {
-          h.apply({ kind: 'verification_upload', step: v.step - 1, ok: true });
-          h.apply({ kind: 'verification_result', step: v.step, result: recomputed(v.step, 3) });
-          dueAt = null;
-        }
-      }
-      const ban = h.logs.find((l) => l.event === 'cheater_banned');
-      expect(ban?.data.workers).toEqual([h.worker('b').workerId]);
-      delays.push((ban!.data.lastCommit as number) - firstLie);
-    }
-    const within = (n: number) => delays.filter((d) => d <= n).length / delays.length;
-    const rows = [4, 8, 12, 20].map((n) => ({ n, measured: within(n), bound: 1 - (1 - p) ** Math.max(0, n - lag) }));
-    console.log(
-      `detection at p = ${p} (lag ${lag}): ${rows.map((r) => `≤${r.n} steps ${(r.measured * 100).toFixed(0)} % (bound ${(r.bound * 100).toFixed(0)} %)`).join(', ')}; worst ${Math.max(...delays)} steps`,
+describe('local mode: what a commit point reports', () => {
+  it('an outer step needs its moments and t, its inner commitment and the gradient-layout state; inner steps carry none', () => {
+    const h = swarm({ sync: { mode: 'local', innerSteps: 2, compression: 'none' } });
+    const names = h.members();
+    for (const name of names) h.report(name); // inner step 1: no sketch needed
+    expect(h.state.pending[1]).toBeDefined();
+    const buckets = 3 * bucketsPerSegment(3);
+    const base = sketches(
+      [0, 1, 2].map((r) => honestOwn(2, r, 3)),
+      honestParams(2, buckets),
     );
-    // 100 runs: the binomial spread is about ±5 points; the bound must hold within it.
-    for (const r of rows) expect(r.measured).toBeGreaterThanOrEqual(r.bound - 0.1);
-    expect(Math.max(...delays)).toBeLessThanOrEqual(40);
+    const outer = honestParams(3, buckets);
+    const moments = [honestParams(4, buckets), honestParams(5, buckets)];
+    const innerHash = 'c'.repeat(64);
+    const missing = h.report(names[0], { sketch: base[0] });
+    expect(missing.some((a) => a.kind === 'send' && a.msg.type === 'error' && a.msg.code === 'bad_sketch')).toBe(true);
+    const noT = h.report(names[0], { sketch: { ...base[0], outer, moments }, innerHash });
+    expect(noT.some((a) => a.kind === 'send' && a.msg.type === 'error' && a.msg.code === 'bad_sketch')).toBe(true);
+    for (const [r, name] of names.entries())
+      h.report(name, { sketch: { ...base[r], outer, moments }, innerHash, innerT: 7 });
+    expect(h.state.lastCommit.step).toBe(2);
+    expect(h.state.momentClaims).toMatchObject({ step: 2, world: 3 });
+    const claim = { moments, t: 7 };
+    expect(Object.values(h.state.momentClaims!.byWorker)).toEqual([claim, claim, claim]);
+  });
+
+  it('a checkpoint asked for keeps the claims of its commit: its upload may arrive after the next commit', () => {
+    const h = swarm({ sync: { mode: 'local', innerSteps: 2, compression: 'none' }, checkpointEvery: 2 });
+    const names = h.members();
+    const buckets = 3 * bucketsPerSegment(3);
+    /** One outer step (steps point − 1 and point), every rank claiming moments `seed` and t `point`. */
+    const outerStep = (point: number, seed: number) => {
+      for (const name of names) h.report(name);
+      const base = sketches(
+        [0, 1, 2].map((r) => honestOwn(point, r, 3)),
+        honestParams(point, buckets),
+      );
+      const moments = [honestParams(seed, buckets), honestParams(seed + 1, buckets)];
+      for (const [r, name] of names.entries())
+        h.report(name, {
+          sketch: { ...base[r], outer: honestParams(point + 1, buckets), moments },
+          innerHash: 'c'.repeat(64),
+          innerT: point,
+        });
+      return { moments, t: point };
+    };
+    const first = outerStep(2, 10);
+    outerStep(4, 20);
+    expect(h.state.lastCommit.step).toBe(4);
+    expect(h.state.momentClaims?.step).toBe(4);
+    const request = h.state.checkpointRequests.find((r) => r.step === 2);
+    expect(request?.claims?.world).toBe(3);
+    expect(Object.values(request!.claims!.byWorker)).toEqual([first, first, first]);
   });
 });

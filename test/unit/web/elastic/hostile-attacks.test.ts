@@ -34,6 +34,7 @@ function attack(mode: string, extra: Record<string, string> = {}): Attack {
 function honestPorts(opts: { gradients?: Float32Array; ring?: Ring; sent?: OutgoingMessage[]; puts?: ArrayBuffer[] }) {
   const trainer = {
     computeGradients: async () => ({ gradients: opts.gradients!.slice().buffer, lossSum: 1, samples: 8 }),
+    pseudoGradient: async () => opts.gradients!.slice().buffer,
   } as unknown as TrainerPort;
   const mesh: MeshPort = { peerId: 'tab-x', connectRing: async () => opts.ring! };
   const control: ControlPort = {
@@ -91,6 +92,13 @@ describe("the trainer decorators (this rank's own gradient)", () => {
     }
   });
 
+  it('local sync mode: the pseudo-gradient (its whole contribution) is what is scaled', async () => {
+    const { ports, tally } = decorate(honestPorts({ gradients: g }), attack('scale', { fromStep: '5' }), 5);
+    const out = new Float32Array(await ports.trainer.pseudoGradient(0.5));
+    for (let i = 0; i < g.length; i++) if (out[i] !== Math.fround(g[i] * 1000)) expect.fail(`[${i}]`);
+    expect(tally.gradients).toBe(1);
+  });
+
   it('noise adds zero-mean Gaussian noise of std × the RMS', async () => {
     const { ports } = decorate(honestPorts({ gradients: g }), attack('noise', { std: '2' }));
     const out = new Float32Array((await ports.trainer.computeGradients(new Uint32Array([1]))).gradients!);
@@ -118,7 +126,11 @@ describe('the ring decorators (frames on the wire)', () => {
   const xs = Array.from({ length: size }, (_, r) => randomArray(mulberry32(100 + r), n));
 
   /** Every rank allreduces its input; the hostile rank's ring comes through the decorated mesh. */
-  async function allreduce(a: Attack, step: number): Promise<PromiseSettledResult<void>[] & { data: Float32Array[] }> {
+  async function allreduce(
+    a: Attack,
+    step: number,
+    compression: 'none' | 'int8' = 'none',
+  ): Promise<PromiseSettledResult<void>[] & { data: Float32Array[] }> {
     const { rings } = memoryRing(size);
     const { ports } = decorate(honestPorts({ ring: rings[hostile] }), a);
     const mine = await ports.mesh.connectRing([], hostile, {
@@ -132,7 +144,8 @@ describe('the ring decorators (frames on the wire)', () => {
         ringAllreduce(r === hostile ? mine : ring, data[r], {
           id: { round: 1, step, seq: 0 },
           timeoutMs: 5000,
-          chunkElements: 1000,
+          chunkElements: compression === 'int8' ? 1024 : 1000,
+          compression,
         }),
       ),
     );
@@ -169,6 +182,19 @@ describe('the ring decorators (frames on the wire)', () => {
       if (Math.abs(honest.data[0][i] - sum) > 1e-5)
         expect.fail(`before fromStep [${i}]: ${honest.data[0][i]} vs ${sum}`);
     }
+  });
+
+  it('on an int8 wire: corrupt-forward scales the blocks it forwards, nan makes them undecodable', async () => {
+    const honest = await allreduce(attack('corrupt-forward', { fromStep: '9' }), 3, 'int8');
+    const corrupted = await allreduce(attack('corrupt-forward', { fromStep: '3' }), 3, 'int8');
+    expect(corrupted.map((r) => r.status)).toEqual(['fulfilled', 'fulfilled', 'fulfilled', 'fulfilled']);
+    // Segment hostile − 1 is summed along ranks hostile−1, hostile, …: the hostile rank forwards it (×1000).
+    const seg = (hostile - 1 + size) % size;
+    const i = Math.floor((seg * n) / size) + 5;
+    expect(Math.abs(corrupted.data[0][i])).toBeGreaterThan(100 * Math.abs(honest.data[0][i]));
+    const nan = await allreduce(attack('nan'), 1, 'int8');
+    expect(nan.every((r) => r.status === 'rejected')).toBe(true);
+    expect(((nan[hostile + 1] as PromiseRejectedResult).reason as CollectiveError).peer).toBe(`rank${hostile}`);
   });
 
   it("nan: the right neighbour refuses the frames where they arrive, naming the hostile rank; nobody's sum completes", async () => {

@@ -4,7 +4,7 @@ import { encodeFrame, FrameKind, PayloadEncoding } from '../../../../web/net/fra
 import { memoryRing, type MemoryLink } from '../../../../web/net/memory-link';
 import type { Compression } from '../../../../core/training/job';
 import { FRAME_HEADER_BYTES } from '../../../../web/net/framing';
-import { int8BlocksBytes } from '../../../../web/net/int8-blocks';
+import { int8BlocksBytes } from '../../../../core/wire/int8-blocks';
 import {
   DEFAULT_CHUNK_ELEMENTS,
   DEFAULT_INT8_CHUNK_ELEMENTS,

@@ -4,7 +4,7 @@
  * arithmetic against a float64 reference.
  */
 import { describe, expect, it } from 'vitest';
-import { hashParams, stateHash } from '../../../../core/state/hash';
+import { hashParams, stateHash, trainingStateHash } from '../../../../core/state/hash';
 import { jobPublic, parseJobSpec, type JobSpecInput } from '../../../../core/training/job';
 import { resolveModelSpec, parameterLayout } from '../../../../core/training/model-spec';
 import { NO_HASH } from '../../../../core/protocol/tab-messages';
@@ -199,12 +199,13 @@ describe('the committed state of local mode in a snapshot', () => {
     expect(stateHash(params, changed)).not.toBe(snap.stateHash);
   });
 
-  it('an every-step snapshot has no outer section and its state hash is the parameter hash', () => {
+  it('an every-step snapshot has no outer section and its state hash covers params, moments and t', () => {
     const snap = decodeSnapshot(
       encodeSnapshot({ spec, step: 1, epoch: 0, cursor: 8, optimizer: { kind: 'adamw', t: 1 }, params, moments }),
     );
     expect(snap.outer).toBeNull();
-    expect(snap.stateHash).toBe(snap.paramsHash);
+    expect(snap.stateHash).toBe(trainingStateHash(params, moments, 1));
+    expect(snap.stateHash).not.toBe(snap.paramsHash);
   });
 
   it('refuses an outer momentum of the wrong length', () => {

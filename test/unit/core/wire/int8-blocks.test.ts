@@ -8,7 +8,7 @@ import {
   INT8_MIN_BLOCK_MAX,
   Int8BlockError,
   int8BlocksBytes,
-} from '../../../../web/net/int8-blocks';
+} from '../../../../core/wire/int8-blocks';
 import { mulberry32 } from '../../../support/rng';
 
 /** Standard normal by Box–Muller, from the seeded generator. */

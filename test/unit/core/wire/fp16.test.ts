@@ -6,7 +6,7 @@ import {
   float16BitsToNumber,
   float16ScaleExponent,
   float32BitsToFloat16Bits,
-} from '../../../../web/net/fp16';
+} from '../../../../core/wire/fp16';
 import { mulberry32 } from '../../../support/rng';
 
 /**
