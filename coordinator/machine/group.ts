@@ -6,7 +6,7 @@
  * commit.ts judges reports by them, round-close.ts decides carries with them, hang.ts knows when each
  * member's next report is due.
  */
-import { assignStep, groupPlan, jobDone, planOf, type GroupPlan } from '../../core/training/groups';
+import { assignStep, groupPlan, jobDone, planOf, type GroupPlan, type PositionRange } from '../../core/training/groups';
 import { overlapsNext, successorPlan, type OverlapContext } from '../../core/training/overlap';
 import { recordPosition, subtractRanges } from '../../core/training/sampler';
 import type { CoordinatorState } from './state';
@@ -24,11 +24,70 @@ export function allCommitted(s: CoordinatorState): boolean {
  * record less a carry's deferred holes when its overlapped predecessor committed partially).
  */
 export function groupInFlight(s: CoordinatorState): GroupPlan {
+  const key = groupKey(s);
+  if (lastGroup && sameGroupKey(lastGroup.key, key)) return lastGroup.group;
   const at = recordPosition(s.record);
-  const deferred = s.rendezvous.carry?.deferred ?? [];
+  const deferred = key.deferred ?? [];
   const start = deferred.length > 0 ? { ...at, holes: subtractRanges(at.holes, deferred) } : at;
-  return groupPlan(start, s.lastCommit.step + 1, planOf(s));
+  const group = groupPlan(start, key.firstStep, planOf(s));
+  lastGroup = { key, group };
+  return group;
 }
+
+/**
+ * What `groupInFlight` is a function of. The holes and a carry's deferred ranges are compared by
+ * reference: the machine replaces them whole, never edits them in place (context.ts).
+ */
+type GroupKey = {
+  epoch: number;
+  cursor: number;
+  holes: CoordinatorState['record']['holes'];
+  deferred: PositionRange[] | undefined;
+  firstStep: number;
+  datasetSize: number;
+  globalBatch: number;
+  epochs: number;
+  commitEvery: number;
+};
+
+function groupKey(s: CoordinatorState): GroupKey {
+  const { epoch, cursor, holes } = s.record;
+  const { globalBatch, epochs, commitEvery } = planOf(s);
+  const deferred = s.rendezvous.carry?.deferred;
+  return {
+    epoch,
+    cursor,
+    holes,
+    deferred,
+    firstStep: s.lastCommit.step + 1,
+    datasetSize: s.datasetSize,
+    globalBatch,
+    epochs,
+    commitEvery,
+  };
+}
+
+function sameGroupKey(a: GroupKey, b: GroupKey): boolean {
+  return (
+    a.epoch === b.epoch &&
+    a.cursor === b.cursor &&
+    a.holes === b.holes &&
+    a.deferred === b.deferred &&
+    a.firstStep === b.firstStep &&
+    a.datasetSize === b.datasetSize &&
+    a.globalBatch === b.globalBatch &&
+    a.epochs === b.epochs &&
+    a.commitEvery === b.commitEvery
+  );
+}
+
+/**
+ * The last group plan `groupInFlight` made, and from what. Every step report asked for it two to four
+ * times (commit.ts checks and commits, hang.ts dates the next reports after each event), each an
+ * O(steps + holes) plan, while it changes only at a commit, a rollback or a carry. A cache of a pure
+ * function, as `lastSplit` below: the machine stays pure, and callers never edit a plan.
+ */
+let lastGroup: { key: GroupKey; group: GroupPlan } | null = null;
 
 /** Where the open round stands with respect to the overlap rule (core/training/overlap.ts). */
 export function overlapContext(s: CoordinatorState, group = groupInFlight(s)): OverlapContext {
