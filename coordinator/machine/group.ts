@@ -117,30 +117,41 @@ export function splitInFlight(s: CoordinatorState): { shares: number[]; lost: nu
 }
 
 /**
- * The slice sizes of the last `assignStep` the commit rule asked for: every rank's report of a step
- * asks for the same count and shares, and a split keeps its shares for a round (or a carry), so one
- * split serves them all. Recomputing it per report (a sort over the world) was the coordinator's
- * hottest function once copying was fixed: O(world log world) per report, O(world² log world) per
- * step (docs/performance.md, "A coordinator for hundreds"). A cache of a pure function: the machine
- * stays pure.
+ * The slice sizes of the `assignStep`s the commit rule and the hang check asked for, by sample count,
+ * for the last shares: every rank's report of a step asks for the same count and shares, and a split
+ * keeps its shares for a round (or a carry), so one split per count serves them all (a group's steps
+ * have one count but at a hole or the end of an epoch). Recomputing it per report (a sort over the
+ * world) was the coordinator's hottest function once copying was fixed: O(world log world) per report,
+ * O(world² log world) per step (docs/performance.md, "A coordinator for hundreds"). A cache of a pure
+ * function: the machine stays pure.
  */
-const lastSplit: { count: number; shares: number[]; sizes: number[] } = { count: -1, shares: [], sizes: [] };
+const lastSplit: { shares: number[]; byCount: Map<number, number[]> } = { shares: [], byCount: new Map() };
 
-/** The slice sizes of `count` samples split by the shares of the split in flight (`splitInFlight`), cached. */
-function splitSizes(s: CoordinatorState, count: number): number[] {
+/** Counts kept per split: a group's full steps and the few short ones holes and epoch ends make. */
+const SPLIT_COUNTS_KEPT = 8;
+
+/**
+ * The slice sizes of `count` samples split by the shares of the split in flight (`splitInFlight`),
+ * cached. O(world) to confirm the shares: a caller asking for every member takes it once per count.
+ */
+export function splitSizes(s: CoordinatorState, count: number): number[] {
   const carry = s.rendezvous.carry;
   const participants = s.rendezvous.participants;
   const length = carry ? carry.shares.length : participants.length;
   const shareAt = (i: number): number => (carry ? carry.shares[i] : participants[i].share);
-  let same = lastSplit.count === count && lastSplit.shares.length === length;
+  let same = lastSplit.shares.length === length;
   for (let i = 0; same && i < length; i++) same = shareAt(i) === lastSplit.shares[i];
   if (!same) {
-    const shares = splitInFlight(s).shares;
-    lastSplit.sizes = assignStep(0, count, shares).map((slice) => slice.count);
-    lastSplit.shares = [...shares];
-    lastSplit.count = count;
+    lastSplit.shares = [...splitInFlight(s).shares];
+    lastSplit.byCount.clear();
   }
-  return lastSplit.sizes;
+  let sizes = lastSplit.byCount.get(count);
+  if (!sizes) {
+    if (lastSplit.byCount.size >= SPLIT_COUNTS_KEPT) lastSplit.byCount.clear();
+    sizes = assignStep(0, count, lastSplit.shares).map((slice) => slice.count);
+    lastSplit.byCount.set(count, sizes);
+  }
+  return sizes;
 }
 
 /** Samples `slot` must have processed in `step` of `group` (the group in flight by default; -1: no such step or slot). */
