@@ -157,7 +157,7 @@ function acceptReportIn(ctx: Ctx, workerId: string, msg: StepReportMessage): voi
       log(ctx, 'warn', 'outer_loss_mismatch', { workerId, step: msg.step, problem });
       const namedBy = s.rendezvous.outerLoss?.namedBy;
       const culprits = namedBy !== undefined ? [culpritOf(s, namedBy)] : [];
-      closeRoundIn(ctx, 'failure', true, true, undefined, culprits, s.rendezvous.outerLoss?.workers ?? []);
+      closeRoundIn(ctx, 'failure', true, true, { culprits, lost: s.rendezvous.outerLoss?.workers ?? [] });
       afterCloseIn(ctx);
       return;
     }
@@ -436,7 +436,7 @@ function announceCommitIn(ctx: Ctx, commit: CommitRecord, drain: boolean): void 
 function divergeIn(ctx: Ctx, divergence: { step: number; hashes: Record<string, string> }, workerId: string): void {
   metric(ctx, 'tabswarm_failures_total');
   log(ctx, 'error', 'divergence', { round: ctx.s.rendezvous.round, ...divergence, charged: workerId });
-  closeRoundIn(ctx, 'divergence', true, true, undefined, [culpritOf(ctx.s, workerId)]);
+  closeRoundIn(ctx, 'divergence', true, true, { culprits: [culpritOf(ctx.s, workerId)] });
   afterCloseIn(ctx);
 }
 

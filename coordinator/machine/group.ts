@@ -6,7 +6,7 @@
  * commit.ts judges reports by them, round-close.ts decides carries with them, hang.ts knows when each
  * member's next report is due.
  */
-import { assignStep, groupPlan, jobDone, planOf, type GroupPlan } from '../../core/training/groups';
+import { assignStep, groupPlan, jobDone, planOf, type GroupPlan, type PositionRange } from '../../core/training/groups';
 import { overlapsNext, successorPlan, type OverlapContext } from '../../core/training/overlap';
 import { recordPosition, subtractRanges } from '../../core/training/sampler';
 import type { CoordinatorState } from './state';
@@ -24,11 +24,70 @@ export function allCommitted(s: CoordinatorState): boolean {
  * record less a carry's deferred holes when its overlapped predecessor committed partially).
  */
 export function groupInFlight(s: CoordinatorState): GroupPlan {
+  const key = groupKey(s);
+  if (lastGroup && sameGroupKey(lastGroup.key, key)) return lastGroup.group;
   const at = recordPosition(s.record);
-  const deferred = s.rendezvous.carry?.deferred ?? [];
+  const deferred = key.deferred ?? [];
   const start = deferred.length > 0 ? { ...at, holes: subtractRanges(at.holes, deferred) } : at;
-  return groupPlan(start, s.lastCommit.step + 1, planOf(s));
+  const group = groupPlan(start, key.firstStep, planOf(s));
+  lastGroup = { key, group };
+  return group;
 }
+
+/**
+ * What `groupInFlight` is a function of. The holes and a carry's deferred ranges are compared by
+ * reference: the machine replaces them whole, never edits them in place (context.ts).
+ */
+type GroupKey = {
+  epoch: number;
+  cursor: number;
+  holes: CoordinatorState['record']['holes'];
+  deferred: PositionRange[] | undefined;
+  firstStep: number;
+  datasetSize: number;
+  globalBatch: number;
+  epochs: number;
+  commitEvery: number;
+};
+
+function groupKey(s: CoordinatorState): GroupKey {
+  const { epoch, cursor, holes } = s.record;
+  const { globalBatch, epochs, commitEvery } = planOf(s);
+  const deferred = s.rendezvous.carry?.deferred;
+  return {
+    epoch,
+    cursor,
+    holes,
+    deferred,
+    firstStep: s.lastCommit.step + 1,
+    datasetSize: s.datasetSize,
+    globalBatch,
+    epochs,
+    commitEvery,
+  };
+}
+
+function sameGroupKey(a: GroupKey, b: GroupKey): boolean {
+  return (
+    a.epoch === b.epoch &&
+    a.cursor === b.cursor &&
+    a.holes === b.holes &&
+    a.deferred === b.deferred &&
+    a.firstStep === b.firstStep &&
+    a.datasetSize === b.datasetSize &&
+    a.globalBatch === b.globalBatch &&
+    a.epochs === b.epochs &&
+    a.commitEvery === b.commitEvery
+  );
+}
+
+/**
+ * The last group plan `groupInFlight` made, and from what. Every step report asked for it two to four
+ * times (commit.ts checks and commits, hang.ts dates the next reports after each event), each an
+ * O(steps + holes) plan, while it changes only at a commit, a rollback or a carry. A cache of a pure
+ * function, as `lastSplit` below: the machine stays pure, and callers never edit a plan.
+ */
+let lastGroup: { key: GroupKey; group: GroupPlan } | null = null;
 
 /** Where the open round stands with respect to the overlap rule (core/training/overlap.ts). */
 export function overlapContext(s: CoordinatorState, group = groupInFlight(s)): OverlapContext {
@@ -58,30 +117,41 @@ export function splitInFlight(s: CoordinatorState): { shares: number[]; lost: nu
 }
 
 /**
- * The slice sizes of the last `assignStep` the commit rule asked for: every rank's report of a step
- * asks for the same count and shares, and a split keeps its shares for a round (or a carry), so one
- * split serves them all. Recomputing it per report (a sort over the world) was the coordinator's
- * hottest function once copying was fixed: O(world log world) per report, O(world² log world) per
- * step (docs/performance.md, "A coordinator for hundreds"). A cache of a pure function: the machine
- * stays pure.
+ * The slice sizes of the `assignStep`s the commit rule and the hang check asked for, by sample count,
+ * for the last shares: every rank's report of a step asks for the same count and shares, and a split
+ * keeps its shares for a round (or a carry), so one split per count serves them all (a group's steps
+ * have one count but at a hole or the end of an epoch). Recomputing it per report (a sort over the
+ * world) was the coordinator's hottest function once copying was fixed: O(world log world) per report,
+ * O(world² log world) per step (docs/performance.md, "A coordinator for hundreds"). A cache of a pure
+ * function: the machine stays pure.
  */
-const lastSplit: { count: number; shares: number[]; sizes: number[] } = { count: -1, shares: [], sizes: [] };
+const lastSplit: { shares: number[]; byCount: Map<number, number[]> } = { shares: [], byCount: new Map() };
 
-/** The slice sizes of `count` samples split by the shares of the split in flight (`splitInFlight`), cached. */
-function splitSizes(s: CoordinatorState, count: number): number[] {
+/** Counts kept per split: a group's full steps and the few short ones holes and epoch ends make. */
+const SPLIT_COUNTS_KEPT = 8;
+
+/**
+ * The slice sizes of `count` samples split by the shares of the split in flight (`splitInFlight`),
+ * cached. O(world) to confirm the shares: a caller asking for every member takes it once per count.
+ */
+export function splitSizes(s: CoordinatorState, count: number): number[] {
   const carry = s.rendezvous.carry;
   const participants = s.rendezvous.participants;
   const length = carry ? carry.shares.length : participants.length;
   const shareAt = (i: number): number => (carry ? carry.shares[i] : participants[i].share);
-  let same = lastSplit.count === count && lastSplit.shares.length === length;
+  let same = lastSplit.shares.length === length;
   for (let i = 0; same && i < length; i++) same = shareAt(i) === lastSplit.shares[i];
   if (!same) {
-    const shares = splitInFlight(s).shares;
-    lastSplit.sizes = assignStep(0, count, shares).map((slice) => slice.count);
-    lastSplit.shares = [...shares];
-    lastSplit.count = count;
+    lastSplit.shares = [...splitInFlight(s).shares];
+    lastSplit.byCount.clear();
   }
-  return lastSplit.sizes;
+  let sizes = lastSplit.byCount.get(count);
+  if (!sizes) {
+    if (lastSplit.byCount.size >= SPLIT_COUNTS_KEPT) lastSplit.byCount.clear();
+    sizes = assignStep(0, count, lastSplit.shares).map((slice) => slice.count);
+    lastSplit.byCount.set(count, sizes);
+  }
+  return sizes;
 }
 
 /** Samples `slot` must have processed in `step` of `group` (the group in flight by default; -1: no such step or slot). */

@@ -18,9 +18,9 @@
 import { CloseCode } from '../../core/protocol/coordinator-messages';
 import { hangAllowanceMs, HANG_FLOOR_MS } from '../../core/training/hang';
 import { log, type Ctx } from './context';
-import { assignStep, type GroupPlan } from '../../core/training/groups';
+import type { GroupPlan } from '../../core/training/groups';
 import { overlapsOuterSteps } from '../../core/training/overlap';
-import { allCommitted, groupsInFlight, splitInFlight } from './group';
+import { allCommitted, groupsInFlight, splitSizes } from './group';
 import { failIn } from './round-close';
 import type { CoordinatorState } from './state';
 import { workerOf } from './worker-table';
@@ -31,17 +31,18 @@ function dueTimes(s: CoordinatorState): { workerId: string; due: number; allowan
   if (s.status !== 'active' || s.job.sync.mode !== 'local' || rv.phase !== 'training' || allCommitted(s)) return [];
   const groups = groupsInFlight(s);
   const group = groups[0];
-  const { shares } = splitInFlight(s);
   const floor = s.policy.hangFloorMs ?? HANG_FLOOR_MS;
   const out: { workerId: string; due: number; allowanceMs: number }[] = [];
-  // Each step's split once (not once per member: this runs at every event, for up to 4096 members).
+  // Each count's split once per event (not once per member: this runs at every event, for up to 4096
+  // members), from the split the commit rule keeps across events (group.ts `splitSizes`).
   const sizes = new Map<number, number[]>();
   const sizesOf = (step: number) => {
-    let x = sizes.get(step);
+    const of = groups.find((g) => step <= g.lastStep)!;
+    const count = of.steps[step - of.firstStep].count;
+    let x = sizes.get(count);
     if (!x) {
-      const of = groups.find((g) => step <= g.lastStep)!;
-      x = assignStep(0, of.steps[step - of.firstStep].count, shares).map((slice) => slice.count);
-      sizes.set(step, x);
+      x = splitSizes(s, count);
+      sizes.set(count, x);
     }
     return x;
   };

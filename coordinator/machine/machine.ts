@@ -175,7 +175,7 @@ export function tickIn(ctx: Ctx): void {
   if (rv.outerLoss && now >= rv.outerLoss.deadline) {
     // The survivors did not commit without the lost members in time: they carry the group on.
     log(ctx, 'warn', 'outer_loss_expired', { round: rv.round, lost: rv.outerLoss.workers });
-    closeRoundIn(ctx, 'failure', true, false, undefined, [], rv.outerLoss.workers);
+    closeRoundIn(ctx, 'failure', true, false, { lost: rv.outerLoss.workers });
     afterCloseIn(ctx);
   }
   hangIn(ctx);

@@ -28,6 +28,16 @@ import { computeShares, sharesDrift } from './shares';
 import { connectionOf, workerOf, workersOf } from './worker-table';
 import type { CarriedGroup, CoordinatorState } from './state';
 
+/** Who a close is about (`closeRoundIn`); each absent: nobody. */
+export type CloseOptions = {
+  /** A survivor re-enrolled at the tail of the wait list rather than the head (the one blamed). */
+  demote?: string;
+  /** A failure's culprits: its restart is charged to them first (`countRestartIn`, penalties.ts). */
+  culprits?: Culprit[];
+  /** The members this close is about: the survivors may carry the group in flight on without them. */
+  lost?: readonly string[];
+};
+
 /**
  * Close the open round: `round_closed` to every remaining participant, survivors re-enrolled at the
  * head of the wait list in rank order (`demote` goes to the tail). A failure counts a restart and may
@@ -40,9 +50,7 @@ export function closeRoundIn(
   reason: CloseReason,
   restore: boolean,
   failure: boolean,
-  demote?: string,
-  culprits: Culprit[] = [],
-  lost: readonly string[] = [],
+  { demote, culprits = [], lost = [] }: CloseOptions = {},
 ): void {
   const { s, now } = ctx;
   const rv = s.rendezvous;
@@ -178,7 +186,7 @@ export function enforceBansIn(ctx: Ctx): void {
     log(ctx, 'warn', 'worker_refused', { workerId, addr: worker.addr });
   }
   if (bannedMembers.length > 0 && s.status === 'active') {
-    closeRoundIn(ctx, 'kicked', true, false, undefined, [], bannedMembers);
+    closeRoundIn(ctx, 'kicked', true, false, { lost: bannedMembers });
     afterCloseIn(ctx);
   }
 }
@@ -246,7 +254,7 @@ export function leaveIn(ctx: Ctx, workerId: string, reason: 'goodbye' | 'kicked'
   const wasMember = removeWorkerIn(ctx, workerId);
   log(ctx, 'info', 'leave', { workerId, reason, wasMember });
   if (wasMember && s.status === 'active') {
-    closeRoundIn(ctx, reason, true, false, undefined, [], [workerId]);
+    closeRoundIn(ctx, reason, true, false, { lost: [workerId] });
     afterCloseIn(ctx);
   } else if (s.status === 'active' && rv.phase === 'gathering') {
     evaluateGatheringIn(ctx);
@@ -286,7 +294,7 @@ export function failIn(
     const deferred = reason === 'failure' && opts.blame !== undefined;
     // Lost: the blamed peer (its reporter lives on), else the failed members themselves.
     const lost = reason !== 'failure' ? [] : opts.blame !== undefined ? [opts.blame] : workerIds;
-    closeRoundIn(ctx, reason, true, !deferred, opts.blame, culprits, lost);
+    closeRoundIn(ctx, reason, true, !deferred, { demote: opts.blame, culprits, lost });
     if (deferred && s.status === 'active') {
       if (s.blamedRestart)
         confirmBlamedRestartIn(ctx, 'a second blame arrived', !workerOf(s.workers, s.blamedRestart.workerId));
@@ -322,7 +330,7 @@ export function dropNotReadyIn(ctx: Ctx): void {
     removeWorkerIn(ctx, id);
     metric(ctx, 'tabswarm_ready_timeouts_total');
   }
-  closeRoundIn(ctx, 'failure', true, false, undefined, [], late);
+  closeRoundIn(ctx, 'failure', true, false, { lost: late });
   chargeIn(ctx, culprits, 'not ready in time');
   enforceBansIn(ctx);
   afterCloseIn(ctx);

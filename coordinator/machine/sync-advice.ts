@@ -72,11 +72,20 @@ export function syncAdvice(sync: SyncSpec, members: readonly (UsageSums | undefi
   };
 }
 
-/** Recompute the advice from the round's members (after a report was accounted); log when it comes or goes. */
+/**
+ * Recompute the advice from the round's members (after a report was accounted); log when it comes or
+ * goes. Runs per report: a job that is not in every-step mode never gets advice, so it does not read
+ * the round's members (every inner step of local mode is reported: that read made each step O(world²)).
+ */
 export function updateSyncAdviceIn(ctx: Ctx): void {
   const s = ctx.s;
-  const members = s.rendezvous.participants.map((p) => workerOf(s.workers, p.workerId)?.usage?.recent);
-  const advice = syncAdvice(s.job.sync, members);
+  const advice =
+    s.job.sync.mode === 'every-step'
+      ? syncAdvice(
+          s.job.sync,
+          s.rendezvous.participants.map((p) => workerOf(s.workers, p.workerId)?.usage?.recent),
+        )
+      : null;
   const before = s.syncAdvice ?? null;
   if (advice === null && before === null) return;
   s.syncAdvice = advice;

@@ -190,7 +190,7 @@ function suspectsFailIn(ctx: Ctx, suspects: string[], why: string): void {
   // Charged only where nothing can be narrowed (a world of two): elsewhere an honest neighbour would
   // pay as often as the culprit until the intersection finds it.
   const charged = s.rendezvous.participants.length <= 2 ? current.map((w) => culpritOf(s, w)) : [];
-  closeRoundIn(ctx, 'failure', true, true, undefined, charged);
+  closeRoundIn(ctx, 'failure', true, true, { culprits: charged });
   const list = s.rendezvous.waitList;
   const [i, j] = current.slice(0, 2).map((w) => list.indexOf(w));
   if (current.length >= 2 && i >= 0 && j >= 0) {

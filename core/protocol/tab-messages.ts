@@ -19,6 +19,14 @@ import {
 
 const v = versionSchema;
 
+/** Who sends a message after its welcome: every such message names its run and its worker. */
+const sender = {
+  /** The current run (welcome.runId); another run's message is rejected as wrong_run. */
+  runId: idSchema,
+  /** The sender's worker id (must be the one its socket was welcomed with, else forged_worker). */
+  workerId: idSchema,
+};
+
 /**
  * The hash of a local-mode inner step's report: there is no agreed state to hash between outer steps.
  * 64 zero digits, the shape of every hash (finding bytes whose SHA-256 is all zeros is infeasible).
@@ -108,10 +116,7 @@ export type PeerLink = z.infer<typeof peerLinkSchema>;
 export const heartbeatSchema = z.strictObject({
   v,
   type: z.literal('heartbeat'),
-  /** The current run (welcome.runId); another run's message is rejected as wrong_run. */
-  runId: idSchema,
-  /** The sender's worker id (must be the one its socket was welcomed with, else forged_worker). */
-  workerId: idSchema,
+  ...sender,
   /**
    * Optional: the WebRTC round-trip time (ms) of this tab's ring links: the MAX over its open links
    * (the slowest link paces a ring all-reduce), from the nominated candidate pair's
@@ -132,10 +137,7 @@ export const heartbeatSchema = z.strictObject({
 export const readySchema = z.strictObject({
   v,
   type: z.literal('ready'),
-  /** The current run (welcome.runId); another run's message is rejected as wrong_run. */
-  runId: idSchema,
-  /** The sender's worker id (must be the one its socket was welcomed with, else forged_worker). */
-  workerId: idSchema,
+  ...sender,
   /** The round whose state the tab now holds (synced per `stateFrom`) and whose ring it connected. */
   round: roundSchema,
 });
@@ -148,10 +150,7 @@ function sketchValues(max: number) {
 export const stepReportSchema = z.strictObject({
   v,
   type: z.literal('step_report'),
-  /** The current run (welcome.runId); another run's message is rejected as wrong_run. */
-  runId: idSchema,
-  /** The sender's worker id (must be the one its socket was welcomed with, else forged_worker). */
-  workerId: idSchema,
+  ...sender,
   /** The round the step was computed in. */
   round: roundSchema,
   /** The sender's rank in that round (checked against the coordinator's assignment). */
@@ -241,10 +240,7 @@ export const stepReportSchema = z.strictObject({
 export const outerReportSchema = z.strictObject({
   v,
   type: z.literal('outer_report'),
-  /** The current run (welcome.runId); another run's message is rejected as wrong_run. */
-  runId: idSchema,
-  /** The sender's worker id (must be the one its socket was welcomed with, else forged_worker). */
-  workerId: idSchema,
+  ...sender,
   /** The round the outer step's allreduce ran in. */
   round: roundSchema,
   /** The sender's rank in that round (checked against the coordinator's assignment). */
@@ -263,10 +259,7 @@ export const outerReportSchema = z.strictObject({
 export const failureSchema = z.strictObject({
   v,
   type: z.literal('failure'),
-  /** The current run (welcome.runId); another run's message is rejected as wrong_run. */
-  runId: idSchema,
-  /** The sender's worker id (must be the one its socket was welcomed with, else forged_worker). */
-  workerId: idSchema,
+  ...sender,
   /** The round in which a collective (allreduce, state broadcast) failed. */
   round: roundSchema,
   /** What went wrong, for the log. */
@@ -283,10 +276,7 @@ export const failureSchema = z.strictObject({
 export const goodbyeSchema = z.strictObject({
   v,
   type: z.literal('goodbye'),
-  /** The current run (welcome.runId); another run's message is rejected as wrong_run. */
-  runId: idSchema,
-  /** The sender's worker id (must be the one its socket was welcomed with, else forged_worker). */
-  workerId: idSchema,
+  ...sender,
 });
 
 /** Largest test set an evaluation may report (Fashion-MNIST has 10,000; the bound keeps sums exact in float64). */
@@ -296,10 +286,7 @@ export const evaluationSchema = z
   .strictObject({
     v,
     type: z.literal('evaluation'),
-    /** The current run (welcome.runId); another run's message is rejected as wrong_run. */
-    runId: idSchema,
-    /** The sender's worker id (must be the one its socket was welcomed with, else forged_worker). */
-    workerId: idSchema,
+    ...sender,
     /** The round in which `step` was committed (the current round, or the one that just closed). */
     round: roundSchema,
     /** The committed step whose state was evaluated (evaluations never see an uncommitted state). */

@@ -8,6 +8,7 @@
  */
 import {
   groupPlan,
+  indicesAt,
   mergeRanges,
   positionAfterGroup,
   rangesCount,
@@ -281,17 +282,14 @@ export function rollbackTo(at: RecordPosition, order: Uint32Array): SamplerRecor
   return recordAt(at, order);
 }
 
-/** The unconsumed part of the epoch in R order (holes, then the tail): Horovod's `all − processed`, without re-shuffling. */
+/**
+ * The unconsumed part of the epoch in R order (holes, then the tail): Horovod's `all − processed`, without
+ * re-shuffling. A view of `order` when it is one range (`indicesAt`), else a copy.
+ */
 export function remaining(record: SamplerRecord, order: Uint32Array): Uint32Array {
   const ranges: PositionRange[] = [...record.holes];
   if (record.cursor < order.length) ranges.push([record.cursor, order.length]);
-  const out = new Uint32Array(rangesCount(ranges));
-  let o = 0;
-  for (const [start, end] of ranges) {
-    out.set(order.subarray(start, end), o);
-    o += end - start;
-  }
-  return out;
+  return indicesAt(order, ranges);
 }
 
 /** The group plan that starts at the record (`firstStep`: the step after the last commit). */
