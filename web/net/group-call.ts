@@ -25,7 +25,6 @@ import {
   attemptId,
   checkedOptions,
   DEFAULT_GROUP_ATTEMPTS,
-  firstUnsendable,
   type GroupAllreduceOptions,
   type GroupAllreduceResult,
   type GroupLinks,
@@ -33,10 +32,9 @@ import {
   sameSet,
   sorted,
   tagged,
-  unsendable,
 } from './group-support';
 import type { Link } from './link';
-import type { WireCompression } from './ring-allreduce';
+import { firstUnsendable, unsendableError, type WireCompression } from './ring-allreduce';
 
 export class GroupCall {
   readonly geo: GroupGeometry;
@@ -88,7 +86,7 @@ export class GroupCall {
   run(): Promise<GroupAllreduceResult> {
     const bad = firstUnsendable(this.data, this.compression);
     if (this.geo.world === 1 || this.data.length === 0) {
-      if (bad >= 0) return Promise.reject(unsendable(this.data, bad, this.label));
+      if (bad >= 0) return Promise.reject(unsendableError(this.label, this.data, bad, this.compression));
       return Promise.resolve({ excluded: [] });
     }
     this.armDeadline();
@@ -106,7 +104,7 @@ export class GroupCall {
         if (rank !== this.geo.rank && rank >= 0 && rank < this.geo.world) this.routes.register(rank, link);
       }),
     );
-    if (bad >= 0) this.failGlobal(unsendable(this.data, bad, this.label));
+    if (bad >= 0) this.failGlobal(unsendableError(this.label, this.data, bad, this.compression));
     else this.beginAttempt(0);
     return this.done;
   }

@@ -19,7 +19,6 @@ import {
 } from './framing';
 import type { Link, Unsubscribe } from './link';
 import type { PacedSender } from './paced-sender';
-import { firstUnencodable } from '../../core/wire/int8-blocks';
 import { DEFAULT_CHUNK_ELEMENTS, DEFAULT_INT8_CHUNK_ELEMENTS, type WireCompression } from './ring-allreduce';
 
 /** The links of one rank in a grouped topology. */
@@ -158,20 +157,4 @@ export function checkedOptions(opts: GroupAllreduceOptions): { compression: Wire
     throw new RangeError(`groupAllreduce: chunkElements must be a positive integer, got ${chunkElements}`);
   if (!(opts.timeoutMs > 0)) throw new RangeError(`groupAllreduce: timeoutMs must be positive, got ${opts.timeoutMs}`);
   return { compression, chunkElements };
-}
-
-/** The first index of `data` this rank may not send (not finite; int8: also beyond ±2^127), or −1. */
-export function firstUnsendable(data: Float32Array, compression: WireCompression): number {
-  if (compression === 'int8') return firstUnencodable(data);
-  for (let i = 0; i < data.length; i++) if (!Number.isFinite(data[i])) return i;
-  return -1;
-}
-
-/** The refusal of an input holding an unsendable value at `bad` (before anything is sent). */
-export function unsendable(data: Float32Array, bad: number, label: string): CollectiveError {
-  return new CollectiveError(
-    'protocol',
-    `${label}: this rank's input holds ${data[bad]} at [${bad}]; the allreduce refuses to send it`,
-    { collective: label },
-  );
 }

@@ -213,8 +213,8 @@ function refuseUnencodable(
   return true;
 }
 
-/** The first index this rank may not send (not finite; int8: also beyond ±2^127), or -1. */
-function firstUnsendable(data: Float32Array, compression: WireCompression): number {
+/** The first index this rank may not send (not finite; int8: also beyond ±2^127), or -1 (the grouped allreduce's check too). */
+export function firstUnsendable(data: Float32Array, compression: WireCompression): number {
   if (compression === 'int8') return firstUnencodable(data);
   return firstNonFinite(data);
 }
@@ -224,7 +224,8 @@ function firstNonFinite(data: Float32Array): number {
   return -1;
 }
 
-function unsendableError(
+/** The refusal of an input holding an unsendable value at `bad`, before anything is sent. */
+export function unsendableError(
   label: string,
   data: Float32Array,
   bad: number,
