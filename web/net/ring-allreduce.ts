@@ -64,6 +64,7 @@ import {
   FrameError,
   FrameKind,
   PayloadEncoding,
+  SCALE_EXPONENT_OFFSET,
   type CollectiveId,
   type Frame,
 } from './framing';
@@ -350,7 +351,7 @@ function encodeRingChunk(
   }
   const halves = new Uint16Array(frame, FRAME_HEADER_BYTES, length);
   const scaleExponent = encodeFloat16(values, halves, scratch);
-  new DataView(frame).setInt8(19, scaleExponent);
+  new DataView(frame).setInt8(SCALE_EXPONENT_OFFSET, scaleExponent);
   // The owner's first allgather send carries the final sum: keep exactly what the others will decode.
   if (g === plan.reduceSteps) decodeFloat16Into(halves, scaleExponent, values);
   if (sent) decodeFloat16Into(halves, scaleExponent, sent);
