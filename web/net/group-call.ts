@@ -59,6 +59,8 @@ export class GroupCall {
   private sealSent = false;
   private heardLeft = false;
   private silenceTimer: ReturnType<typeof setTimeout> | null = null;
+  /** When the last progress of this rank's reduce was seen (the silence `silenceTimer` watches began). */
+  private quietSince = 0;
   private sealed = false;
   private gatherSeen = false;
   private readonly exchange: Exchange;
@@ -368,11 +370,18 @@ export class GroupCall {
     this.startAttempt(attempt);
   }
 
+  /**
+   * Progress: the silence starts again now. Called for every frame from the left neighbour, so it moves
+   * a start time and keeps the one timer running; `onSilence` re-arms it while progress came meanwhile.
+   */
   private armSilence(): void {
-    this.clearSilence();
     const ms = this.opts.silenceMs;
-    if (ms === undefined || this.sealed || !(ms > 0)) return;
-    this.silenceTimer = setTimeout(() => this.onSilence(), ms);
+    if (ms === undefined || this.sealed || !(ms > 0)) {
+      this.clearSilence();
+      return;
+    }
+    this.quietSince = performance.now();
+    this.silenceTimer ??= setTimeout(() => this.onSilence(), ms);
   }
 
   private clearSilence(): void {
@@ -382,6 +391,11 @@ export class GroupCall {
 
   private onSilence(): void {
     this.silenceTimer = null;
+    const waitMore = this.quietSince + this.opts.silenceMs! - performance.now();
+    if (waitMore > 0) {
+      this.silenceTimer = setTimeout(() => this.onSilence(), waitMore);
+      return;
+    }
     // A rank whose own reduce is complete waits for its mates' seals: a stalled one retries on its own.
     if (this.settled || this.sealed || this.ownedLeft === 0 || this.plan.left === null) return;
     const left = this.plan.left;
