@@ -6,17 +6,7 @@
 import type { GroupLayout } from '../../core/training/group-geometry';
 import { CollectiveError } from './collective-error';
 import type { CollectiveOptions } from './collective-session';
-import {
-  assertValidCollectiveId,
-  type CollectiveId,
-  decodeUtf8,
-  encodeFrame,
-  encodeUtf8,
-  type Frame,
-  FrameKind,
-  PayloadEncoding,
-  payloadBytes,
-} from './framing';
+import { assertValidCollectiveId, type CollectiveId, decodeUtf8, type Frame, payloadBytes } from './framing';
 import type { Link, Unsubscribe } from './link';
 import type { PacedSender } from './paced-sender';
 import { DEFAULT_CHUNK_ELEMENTS, DEFAULT_INT8_CHUNK_ELEMENTS, type WireCompression } from './ring-allreduce';
@@ -98,21 +88,6 @@ export class OutQueue {
 export const sameSet = (a: readonly number[], b: readonly number[]) =>
   a.length === b.length && a.every((x, i) => x === b[i]);
 export const sorted = (xs: Iterable<number>) => [...new Set(xs)].sort((a, b) => a - b);
-
-/** An Abort frame carrying `error` (the body CollectiveSession writes), for collective `id`. */
-export function abortFrame(id: CollectiveId, error: CollectiveError): ArrayBuffer {
-  const body = encodeUtf8(JSON.stringify({ kind: error.kind, peer: error.peer, message: error.message }));
-  const header = {
-    kind: FrameKind.Abort,
-    id,
-    ringStep: 0,
-    encoding: PayloadEncoding.Bytes,
-    scaleExponent: 0,
-    chunkIndex: 0,
-    chunkCount: 1,
-  };
-  return encodeFrame(header, body);
-}
 
 /** The error an Abort frame from `link` reports. */
 export function abortError(link: Link, frame: Frame, label: string): CollectiveError {
