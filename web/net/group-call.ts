@@ -42,6 +42,9 @@ export class GroupCall {
   readonly label: string;
   /** Ranks known to be out, of every group (this group's change only by retries). */
   readonly excluded = new Set<number>();
+  /** `groupExcluded()`, as of `excluded` holding `mineOf` ranks. */
+  private mine: readonly number[] = [];
+  private mineOf = 0;
   private readonly maxAttempts: number;
   private readonly mayExclude: boolean;
   private readonly input: Float32Array;
@@ -192,8 +195,16 @@ export class GroupCall {
 
   // ------------------------------------------------------------------ the group's reduce
 
-  groupExcluded(): number[] {
-    return sorted([...this.excluded].filter((r) => this.isMate(r)));
+  /**
+   * This group's excluded ranks, ascending: asked for every frame sent or received, so kept and made
+   * again only when `excluded` has grown (it never shrinks).
+   */
+  groupExcluded(): readonly number[] {
+    if (this.mineOf !== this.excluded.size) {
+      this.mine = sorted([...this.excluded].filter((r) => this.isMate(r)));
+      this.mineOf = this.excluded.size;
+    }
+    return this.mine;
   }
 
   private mateRanks(ranks: readonly number[]): number[] {
@@ -340,7 +351,7 @@ export class GroupCall {
     else this.moveTo(Math.max(this.attempt, attempt) + 1, union);
   }
 
-  private moveTo(attempt: number, excluded: number[]): void {
+  private moveTo(attempt: number, excluded: readonly number[]): void {
     if (this.sealed || this.gatherSeen) {
       this.failGlobal(new CollectiveError('protocol', `${this.label}: the group retried after it sealed`));
       return;
