@@ -25,7 +25,7 @@ import { abortReason } from './async-tools';
 import type { LoopContext } from './loop-context';
 import type { StateTag, StepPlanner, StepWork } from './plan';
 import type { RoundSession } from './round-session';
-import type { StepTools } from './sync-modes';
+import { outerAllreduce, type StepTools } from './sync-modes';
 
 /** A reported commit point whose commit the step loop awaits, and the record its commit leaves. */
 export interface PendingOuter extends StateTag {
@@ -110,15 +110,7 @@ export class OuterPipeline {
   /** The allreduce of `data` (in place) for the outer step ending at `step`, and the bytes this rank sent in it. */
   private async reduce(step: number, data: Float32Array, alongside: boolean): Promise<number> {
     const { session, links, tools } = this.host;
-    const silenceMs = tools.silenceMs();
-    const opts = {
-      id: { round: session.round, step, seq: 0 },
-      signal: session.signal,
-      compression: this.sync.compression,
-      ...(silenceMs !== null ? { silenceMs } : {}),
-    };
-    // The slowest rank may still have most of its inner steps to take when this one arrives.
-    const minimumMs = tools.minimumMs(10 + this.sync.innerSteps);
+    const { opts, minimumMs } = outerAllreduce(tools, session, this.sync, step);
     if (alongside) await this.host.allreduceAlongside(links, data, opts, minimumMs);
     else await tools.allreduce(links, data, opts, minimumMs);
     return ringAllreduceBusBytes(data.length, session.world.length, this.sync.compression);

@@ -270,23 +270,13 @@ async function outerCommitPoint(
     wireBytes = ringAllreduceBusBytes(delta.length, session.world.length, sync.compression);
     // A verifying job sketches this rank's own pseudo-gradient, each hop and the sum (the reduce works in place).
     const record = verify ? hopRecord(delta.slice().buffer) : null;
-    const id = { round: session.round, step: work.step, seq: 0 };
-    // The slowest rank may still have most of its inner steps to take when this one arrives.
-    const minimum = tools.minimumMs(10 + sync.innerSteps);
-    const silenceMs = tools.silenceMs();
+    const { opts, minimumMs } = outerAllreduce(tools, session, sync, work.step);
     ({ excluded } = await tools.allreduce(
       links,
       delta,
-      {
-        ...(record ? { record } : {}),
-        id,
-        signal,
-        compression: sync.compression,
-        // Grouped rounds may go on without a lost member (a verifying job keeps the plain ring: never).
-        mayExclude: !verify,
-        ...(silenceMs !== null ? { silenceMs } : {}),
-      },
-      minimum,
+      // Grouped rounds may go on without a lost member (a verifying job keeps the plain ring: never).
+      { ...opts, ...(record ? { record } : {}), mayExclude: !verify },
+      minimumMs,
     ));
     reweight(delta, work.group, excluded);
     evidence = record && { ...record, sum: delta };
@@ -303,6 +293,30 @@ async function outerCommitPoint(
     compression: sync.compression,
   });
   return { hash, wireBytes, ...left, ...report };
+}
+
+/**
+ * The options and least deadline of the allreduce of an outer step ending at `step`, whether it runs at
+ * a commit point (above) or in the overlapped pipeline (outer-pipeline.ts); a neighbour silent for the
+ * learned `silenceMs` is judged hung.
+ */
+export function outerAllreduce(
+  tools: StepTools,
+  session: RoundSession,
+  sync: LocalSync,
+  step: number,
+): { opts: Omit<RingAllreduceOptions, 'timeoutMs'>; minimumMs: number } {
+  const silenceMs = tools.silenceMs();
+  return {
+    opts: {
+      id: { round: session.round, step, seq: 0 },
+      signal: session.signal,
+      compression: sync.compression,
+      ...(silenceMs !== null ? { silenceMs } : {}),
+    },
+    // The slowest rank may still have most of its inner steps to take when this one arrives.
+    minimumMs: tools.minimumMs(10 + sync.innerSteps),
+  };
 }
 
 /** A verifying step's evidence: a copy of this rank's own sums and (zeroed) records of each hop. */

@@ -24,6 +24,26 @@ import { routerFor, type Route } from './frame-router';
 import type { Link } from './link';
 import { DEFAULT_HIGH_WATER_BYTES, PacedSender } from './paced-sender';
 
+/**
+ * The Abort frame telling the neighbours of collective `id` why this rank gave up (any collective's:
+ * the grouped allreduce sends it too). A rank that gave up on its own (its signal fired, it is leaving)
+ * is, to the others, a peer that left: `peer: null` makes the receiver name the sender.
+ */
+export function abortFrame(id: CollectiveId, error: CollectiveError): ArrayBuffer {
+  const local = error.kind === 'aborted';
+  const header = {
+    kind: FrameKind.Abort,
+    id,
+    ringStep: 0,
+    encoding: PayloadEncoding.Bytes,
+    scaleExponent: 0,
+    chunkIndex: 0,
+    chunkCount: 1,
+  };
+  const body = { kind: local ? 'peer_closed' : error.kind, peer: local ? null : error.peer, message: error.message };
+  return encodeFrame(header, encodeUtf8(JSON.stringify(body)));
+}
+
 export interface CollectiveOptions {
   /** The same on every rank for the same call; must grow on each link (see `CollectiveId`). */
   readonly id: CollectiveId;
@@ -193,27 +213,7 @@ export class CollectiveSession {
     this.cleanUp();
     // Tell the neighbours, so ranks not adjacent to the fault stop too. Best effort: a closed or
     // failing link is skipped; the frame queues behind data already in the channel, which is fine.
-    // A rank that gives up on its own (its signal fired, it is leaving) is, to the others, a peer
-    // that left: `peer: null` makes the receiver name the sender.
-    const local = error.kind === 'aborted';
-    const abort = encodeFrame(
-      {
-        kind: FrameKind.Abort,
-        id: this.opts.id,
-        ringStep: 0,
-        encoding: PayloadEncoding.Bytes,
-        scaleExponent: 0,
-        chunkIndex: 0,
-        chunkCount: 1,
-      },
-      encodeUtf8(
-        JSON.stringify({
-          kind: local ? 'peer_closed' : error.kind,
-          peer: local ? null : error.peer,
-          message: error.message,
-        }),
-      ),
-    );
+    const abort = abortFrame(this.opts.id, error);
     for (const link of this.links) {
       if (!link.isOpen) continue;
       try {

@@ -23,6 +23,8 @@
  */
 export const FRAME_MAGIC = 0x5754;
 export const FRAME_VERSION = 1;
+/** The header byte of `scaleExponent` (above), which an fp16 encoder sets once it has chosen it. */
+export const SCALE_EXPONENT_OFFSET = 19;
 // The header size and the default frame size fix the chunking, which the verifier recomputes too:
 // they live with the wire formats (core/wire/ring-sum.ts explains the 16,300 bytes).
 import { FRAME_HEADER_BYTES } from '../../core/wire/ring-sum';
@@ -152,7 +154,7 @@ export function allocateFrame(header: FrameHeader, payloadLength: number): Array
   view.setUint32(12, header.id.seq, true);
   view.setUint16(16, header.ringStep, true);
   view.setUint8(18, header.encoding);
-  view.setInt8(19, header.scaleExponent);
+  view.setInt8(SCALE_EXPONENT_OFFSET, header.scaleExponent);
   view.setUint32(20, header.chunkIndex, true);
   view.setUint32(24, header.chunkCount, true);
   view.setUint32(28, payloadLength, true);
@@ -180,7 +182,7 @@ export function decodeFrame(buffer: ArrayBuffer): Frame {
   if (!FRAME_KINDS.has(kind)) throw new FrameError(`unknown frame kind ${kind}`);
   const encoding = view.getUint8(18);
   if (!(encoding in ELEMENT_BYTES)) throw new FrameError(`unknown payload encoding ${encoding}`);
-  const scaleExponent = view.getInt8(19);
+  const scaleExponent = view.getInt8(SCALE_EXPONENT_OFFSET);
   if (encoding !== PayloadEncoding.Float16 && scaleExponent !== 0)
     throw new FrameError(`scale exponent ${scaleExponent} on a non-fp16 payload`);
   const chunkIndex = view.getUint32(20, true);

@@ -25,7 +25,6 @@ import {
   attemptId,
   checkedOptions,
   DEFAULT_GROUP_ATTEMPTS,
-  firstUnsendable,
   type GroupAllreduceOptions,
   type GroupAllreduceResult,
   type GroupLinks,
@@ -33,10 +32,9 @@ import {
   sameSet,
   sorted,
   tagged,
-  unsendable,
 } from './group-support';
 import type { Link } from './link';
-import type { WireCompression } from './ring-allreduce';
+import { firstUnsendable, unsendableError, type WireCompression } from './ring-allreduce';
 
 export class GroupCall {
   readonly geo: GroupGeometry;
@@ -44,6 +42,9 @@ export class GroupCall {
   readonly label: string;
   /** Ranks known to be out, of every group (this group's change only by retries). */
   readonly excluded = new Set<number>();
+  /** `groupExcluded()`, as of `excluded` holding `mineOf` ranks. */
+  private mine: readonly number[] = [];
+  private mineOf = 0;
   private readonly maxAttempts: number;
   private readonly mayExclude: boolean;
   private readonly input: Float32Array;
@@ -61,6 +62,8 @@ export class GroupCall {
   private sealSent = false;
   private heardLeft = false;
   private silenceTimer: ReturnType<typeof setTimeout> | null = null;
+  /** When the last progress of this rank's reduce was seen (the silence `silenceTimer` watches began). */
+  private quietSince = 0;
   private sealed = false;
   private gatherSeen = false;
   private readonly exchange: Exchange;
@@ -88,7 +91,7 @@ export class GroupCall {
   run(): Promise<GroupAllreduceResult> {
     const bad = firstUnsendable(this.data, this.compression);
     if (this.geo.world === 1 || this.data.length === 0) {
-      if (bad >= 0) return Promise.reject(unsendable(this.data, bad, this.label));
+      if (bad >= 0) return Promise.reject(unsendableError(this.label, this.data, bad, this.compression));
       return Promise.resolve({ excluded: [] });
     }
     this.armDeadline();
@@ -106,7 +109,7 @@ export class GroupCall {
         if (rank !== this.geo.rank && rank >= 0 && rank < this.geo.world) this.routes.register(rank, link);
       }),
     );
-    if (bad >= 0) this.failGlobal(unsendable(this.data, bad, this.label));
+    if (bad >= 0) this.failGlobal(unsendableError(this.label, this.data, bad, this.compression));
     else this.beginAttempt(0);
     return this.done;
   }
@@ -192,8 +195,16 @@ export class GroupCall {
 
   // ------------------------------------------------------------------ the group's reduce
 
-  groupExcluded(): number[] {
-    return sorted([...this.excluded].filter((r) => this.isMate(r)));
+  /**
+   * This group's excluded ranks, ascending: asked for every frame sent or received, so kept and made
+   * again only when `excluded` has grown (it never shrinks).
+   */
+  groupExcluded(): readonly number[] {
+    if (this.mineOf !== this.excluded.size) {
+      this.mine = sorted([...this.excluded].filter((r) => this.isMate(r)));
+      this.mineOf = this.excluded.size;
+    }
+    return this.mine;
   }
 
   private mateRanks(ranks: readonly number[]): number[] {
@@ -340,7 +351,7 @@ export class GroupCall {
     else this.moveTo(Math.max(this.attempt, attempt) + 1, union);
   }
 
-  private moveTo(attempt: number, excluded: number[]): void {
+  private moveTo(attempt: number, excluded: readonly number[]): void {
     if (this.sealed || this.gatherSeen) {
       this.failGlobal(new CollectiveError('protocol', `${this.label}: the group retried after it sealed`));
       return;
@@ -370,11 +381,18 @@ export class GroupCall {
     this.startAttempt(attempt);
   }
 
+  /**
+   * Progress: the silence starts again now. Called for every frame from the left neighbour, so it moves
+   * a start time and keeps the one timer running; `onSilence` re-arms it while progress came meanwhile.
+   */
   private armSilence(): void {
-    this.clearSilence();
     const ms = this.opts.silenceMs;
-    if (ms === undefined || this.sealed || !(ms > 0)) return;
-    this.silenceTimer = setTimeout(() => this.onSilence(), ms);
+    if (ms === undefined || this.sealed || !(ms > 0)) {
+      this.clearSilence();
+      return;
+    }
+    this.quietSince = performance.now();
+    this.silenceTimer ??= setTimeout(() => this.onSilence(), ms);
   }
 
   private clearSilence(): void {
@@ -384,6 +402,11 @@ export class GroupCall {
 
   private onSilence(): void {
     this.silenceTimer = null;
+    const waitMore = this.quietSince + this.opts.silenceMs! - performance.now();
+    if (waitMore > 0) {
+      this.silenceTimer = setTimeout(() => this.onSilence(), waitMore);
+      return;
+    }
     // A rank whose own reduce is complete waits for its mates' seals: a stalled one retries on its own.
     if (this.settled || this.sealed || this.ownedLeft === 0 || this.plan.left === null) return;
     const left = this.plan.left;

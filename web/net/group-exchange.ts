@@ -33,7 +33,7 @@ export interface ExchangeHost {
   /** Ranks known to be out, of every group. */
   readonly excluded: Set<number>;
   /** This rank's group's excluded ranks, ascending. */
-  groupExcluded(): number[];
+  groupExcluded(): readonly number[];
   /** The id of the group's ring in the sealed attempt, and the next member in (null: alone). */
   ringId(): CollectiveId;
   right(): number | null;
@@ -160,7 +160,13 @@ export class Exchange {
     this.addPartial(chunk.start, group, values, parsed.excluded, rank);
   }
 
-  private addPartial(start: number, group: number, values: Float32Array, excluded: number[], from: number): void {
+  private addPartial(
+    start: number,
+    group: number,
+    values: Float32Array,
+    excluded: readonly number[],
+    from: number,
+  ): void {
     const verdict = this.roots.add(start, group, values, excluded, from);
     if (verdict === 'conflict')
       this.host.fail(

@@ -27,6 +27,7 @@ import {
   FrameKind,
   type Frame,
   PayloadEncoding,
+  SCALE_EXPONENT_OFFSET,
 } from './framing';
 import type { WireCompression } from './ring-allreduce';
 
@@ -97,31 +98,33 @@ export function valuesFrame(
 ): ArrayBuffer {
   const at = FRAME_HEADER_BYTES + prefixBytes(excluded.length);
   const dataBytes = valueBytes(values.length, compression);
-  let scaleExponent = 0;
-  let frame: ArrayBuffer;
+  const frame = allocateFrame(
+    { ...header, encoding: ENCODINGS[compression], scaleExponent: 0 },
+    at - FRAME_HEADER_BYTES + dataBytes,
+  );
   if (compression === 'fp16') {
-    // The header (and its scale exponent) goes first; the halves are written into the frame after.
-    const halves = new Uint16Array(values.length);
-    scaleExponent = encodeFloat16(values, halves, new Float32Array(values.length));
-    frame = allocateFrame({ ...header, encoding: ENCODINGS.fp16, scaleExponent }, at - FRAME_HEADER_BYTES + dataBytes);
-    new Uint16Array(frame, at, values.length).set(halves);
+    // Encoded in place; the scale exponent it chose goes into the header after (as the ring's frames do).
+    const halves = new Uint16Array(frame, at, values.length);
+    const scaleExponent = encodeFloat16(values, halves, fp16Scratch(values.length));
+    new DataView(frame).setInt8(SCALE_EXPONENT_OFFSET, scaleExponent);
     if (keep) decodeFloat16Into(halves, scaleExponent, keep);
+  } else if (compression === 'int8') {
+    const bytes = new Uint8Array(frame, at, dataBytes);
+    encodeInt8Blocks(values, bytes);
+    if (keep) decodeInt8BlocksInto(bytes, keep);
   } else {
-    frame = allocateFrame(
-      { ...header, encoding: ENCODINGS[compression], scaleExponent: 0 },
-      at - FRAME_HEADER_BYTES + dataBytes,
-    );
-    if (compression === 'int8') {
-      const bytes = new Uint8Array(frame, at, dataBytes);
-      encodeInt8Blocks(values, bytes);
-      if (keep) decodeInt8BlocksInto(bytes, keep);
-    } else {
-      new Float32Array(frame, at, values.length).set(values);
-      keep?.set(values);
-    }
+    new Float32Array(frame, at, values.length).set(values);
+    keep?.set(values);
   }
   writePrefix(frame, excluded);
   return frame;
+}
+
+/** The fp16 encoder's scaled copy, reused by every frame (encoding is synchronous) and grown as needed. */
+let scratch = new Float32Array(0);
+function fp16Scratch(length: number): Float32Array {
+  if (scratch.length < length) scratch = new Float32Array(length);
+  return scratch;
 }
 
 function writePrefix(frame: ArrayBuffer, excluded: readonly number[]): void {

@@ -195,11 +195,3 @@ export function crossRoutes(geo: GroupGeometry, excluded: ReadonlySet<number>): 
   }
   return routes;
 }
-
-/** The owners, by group, this rank sends a piece it roots to (every group but its own). */
-export function resultOwners(geo: GroupGeometry, piece: Piece, excluded: ReadonlySet<number>): number[] {
-  const iv = geo.intervals[piece.interval];
-  const out: number[] = [];
-  for (let h = 0; h < geo.groups; h++) if (h !== geo.place.group) out.push(geo.ownerOf(h, iv, excluded));
-  return out;
-}

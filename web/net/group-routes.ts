@@ -7,7 +7,8 @@
 import type { CollectiveError } from './collective-error';
 import { type CollectiveId, collectiveKey, type Frame } from './framing';
 import { routerFor, type Route } from './frame-router';
-import { abortFrame, type GroupLinks, OutQueue } from './group-support';
+import { abortFrame } from './collective-session';
+import { type GroupLinks, OutQueue } from './group-support';
 import type { Link } from './link';
 import { DEFAULT_HIGH_WATER_BYTES, PacedSender } from './paced-sender';
 

@@ -6,20 +6,9 @@
 import type { GroupLayout } from '../../core/training/group-geometry';
 import { CollectiveError } from './collective-error';
 import type { CollectiveOptions } from './collective-session';
-import {
-  assertValidCollectiveId,
-  type CollectiveId,
-  decodeUtf8,
-  encodeFrame,
-  encodeUtf8,
-  type Frame,
-  FrameKind,
-  PayloadEncoding,
-  payloadBytes,
-} from './framing';
+import { assertValidCollectiveId, type CollectiveId, decodeUtf8, type Frame, payloadBytes } from './framing';
 import type { Link, Unsubscribe } from './link';
 import type { PacedSender } from './paced-sender';
-import { firstUnencodable } from '../../core/wire/int8-blocks';
 import { DEFAULT_CHUNK_ELEMENTS, DEFAULT_INT8_CHUNK_ELEMENTS, type WireCompression } from './ring-allreduce';
 
 /** The links of one rank in a grouped topology. */
@@ -100,21 +89,6 @@ export const sameSet = (a: readonly number[], b: readonly number[]) =>
   a.length === b.length && a.every((x, i) => x === b[i]);
 export const sorted = (xs: Iterable<number>) => [...new Set(xs)].sort((a, b) => a - b);
 
-/** An Abort frame carrying `error` (the body CollectiveSession writes), for collective `id`. */
-export function abortFrame(id: CollectiveId, error: CollectiveError): ArrayBuffer {
-  const body = encodeUtf8(JSON.stringify({ kind: error.kind, peer: error.peer, message: error.message }));
-  const header = {
-    kind: FrameKind.Abort,
-    id,
-    ringStep: 0,
-    encoding: PayloadEncoding.Bytes,
-    scaleExponent: 0,
-    chunkIndex: 0,
-    chunkCount: 1,
-  };
-  return encodeFrame(header, body);
-}
-
 /** The error an Abort frame from `link` reports. */
 export function abortError(link: Link, frame: Frame, label: string): CollectiveError {
   let body: { kind?: unknown; peer?: unknown; message?: unknown } = {};
@@ -158,20 +132,4 @@ export function checkedOptions(opts: GroupAllreduceOptions): { compression: Wire
     throw new RangeError(`groupAllreduce: chunkElements must be a positive integer, got ${chunkElements}`);
   if (!(opts.timeoutMs > 0)) throw new RangeError(`groupAllreduce: timeoutMs must be positive, got ${opts.timeoutMs}`);
   return { compression, chunkElements };
-}
-
-/** The first index of `data` this rank may not send (not finite; int8: also beyond ±2^127), or −1. */
-export function firstUnsendable(data: Float32Array, compression: WireCompression): number {
-  if (compression === 'int8') return firstUnencodable(data);
-  for (let i = 0; i < data.length; i++) if (!Number.isFinite(data[i])) return i;
-  return -1;
-}
-
-/** The refusal of an input holding an unsendable value at `bad` (before anything is sent). */
-export function unsendable(data: Float32Array, bad: number, label: string): CollectiveError {
-  return new CollectiveError(
-    'protocol',
-    `${label}: this rank's input holds ${data[bad]} at [${bad}]; the allreduce refuses to send it`,
-    { collective: label },
-  );
 }

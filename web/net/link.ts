@@ -67,3 +67,44 @@ export class ListenerSet<A extends unknown[]> {
     this.listeners = [];
   }
 }
+
+/**
+ * The listener side of the `Link` contract, which every implementation keeps alike: the three listener
+ * sets, the messages held for the first `onMessage` listener, and the once-only close. A link extends it
+ * and calls `deliver` for each message, `lowListeners.emit()` when its buffer drains, and `emitClose` once.
+ */
+export abstract class LinkListeners {
+  /** Messages that arrived before any `onMessage` listener (handed to the first one). */
+  protected readonly held: ArrayBuffer[] = [];
+  protected readonly messageListeners = new ListenerSet<[ArrayBuffer]>();
+  protected readonly closeListeners = new ListenerSet<[string, boolean]>();
+  protected readonly lowListeners = new ListenerSet<[]>();
+
+  onMessage(listener: (message: ArrayBuffer) => void): Unsubscribe {
+    const unsubscribe = this.messageListeners.add(listener);
+    if (this.held.length > 0) for (const message of this.held.splice(0)) listener(message);
+    return unsubscribe;
+  }
+
+  onClose(listener: (reason: string, closedLocally: boolean) => void): Unsubscribe {
+    return this.closeListeners.add(listener);
+  }
+
+  onBufferedAmountLow(listener: () => void): Unsubscribe {
+    return this.lowListeners.add(listener);
+  }
+
+  /** Hand `message` to the listeners, or hold it until the first one. */
+  protected deliver(message: ArrayBuffer): void {
+    if (this.messageListeners.size === 0) this.held.push(message);
+    else this.messageListeners.emit(message);
+  }
+
+  /** Run the close listeners (the link calls this once), then drop every listener. */
+  protected emitClose(reason: string, closedLocally: boolean): void {
+    this.closeListeners.emit(reason, closedLocally);
+    this.closeListeners.clear();
+    this.messageListeners.clear();
+    this.lowListeners.clear();
+  }
+}

@@ -14,7 +14,7 @@
  *   reliable channel never shows, for tests of what a collective does with them.
  * Messages are copied on delivery so a sender reusing its buffer cannot fake a correct result.
  */
-import { ListenerSet, type Link, type Unsubscribe } from './link';
+import { type Link, LinkListeners } from './link';
 
 /**
  * An access link several memory links share (a home's uplink or downlink): it carries one message at a
@@ -71,7 +71,7 @@ interface InFlight {
   readonly deliverAt: number;
 }
 
-export class MemoryLink implements Link {
+export class MemoryLink extends LinkListeners implements Link {
   remote!: MemoryLink;
   readonly bufferedAmountLowThreshold: number;
   private open = true;
@@ -82,15 +82,12 @@ export class MemoryLink implements Link {
   private lastDeliverAt = 0;
   private readonly inFlight: InFlight[] = [];
   private timer: ReturnType<typeof setTimeout> | null = null;
-  private readonly held: ArrayBuffer[] = [];
-  private readonly messageListeners = new ListenerSet<[ArrayBuffer]>();
-  private readonly closeListeners = new ListenerSet<[string, boolean]>();
-  private readonly lowListeners = new ListenerSet<[]>();
 
   constructor(
     readonly peer: string,
     private readonly opts: MemoryLinkEndOptions = {},
   ) {
+    super();
     this.bufferedAmountLowThreshold = opts.bufferedAmountLowThreshold ?? 64 * 1024;
   }
 
@@ -149,23 +146,6 @@ export class MemoryLink implements Link {
     this.schedule();
   }
 
-  onMessage(listener: (message: ArrayBuffer) => void): Unsubscribe {
-    const unsubscribe = this.messageListeners.add(listener);
-    if (this.held.length > 0) {
-      const held = this.held.splice(0);
-      for (const data of held) listener(data);
-    }
-    return unsubscribe;
-  }
-
-  onClose(listener: (reason: string, closedLocally: boolean) => void): Unsubscribe {
-    return this.closeListeners.add(listener);
-  }
-
-  onBufferedAmountLow(listener: () => void): Unsubscribe {
-    return this.lowListeners.add(listener);
-  }
-
   close(): void {
     if (!this.open) return;
     this.shutDown('closed locally', true);
@@ -191,12 +171,7 @@ export class MemoryLink implements Link {
     if (this.timer !== null) clearTimeout(this.timer);
     this.timer = null;
     // Like a data channel, `close` is an event: it runs after the current task.
-    setTimeout(() => {
-      this.closeListeners.emit(reason, closedLocally);
-      this.closeListeners.clear();
-      this.messageListeners.clear();
-      this.lowListeners.clear();
-    }, 0);
+    setTimeout(() => this.emitClose(reason, closedLocally), 0);
   }
 
   private schedule(): void {
@@ -222,9 +197,7 @@ export class MemoryLink implements Link {
   }
 
   private receive(data: ArrayBuffer): void {
-    if (!this.open) return;
-    if (this.messageListeners.size === 0) this.held.push(data);
-    else this.messageListeners.emit(data);
+    if (this.open) this.deliver(data);
   }
 }
 

@@ -5,7 +5,7 @@
  * would add a second, unbounded one that polls every 50 ms.
  */
 import type { DataConnection } from 'peerjs';
-import { ListenerSet, type Link, type Unsubscribe } from './link';
+import { type Link, LinkListeners } from './link';
 
 export interface DataConnectionLinkOptions {
   /** `bufferedamountlow` fires when the send buffer falls to this. Default 64 KiB (see paced-sender.ts). */
@@ -22,22 +22,19 @@ export interface DataConnectionLinkOptions {
 /** ~3 ms of data at 20 MiB/s: enough to cover the event-loop latency between the event and the next send. */
 export const DEFAULT_LOW_WATER_BYTES = 64 * 1024;
 
-export class DataConnectionLink implements Link {
+export class DataConnectionLink extends LinkListeners implements Link {
   readonly peer: string;
   readonly bufferedAmountLowThreshold: number;
   private readonly channel: RTCDataChannel;
   private open = true;
   private closeReason = '';
-  private readonly held: ArrayBuffer[] = [];
-  private readonly messageListeners = new ListenerSet<[ArrayBuffer]>();
-  private readonly closeListeners = new ListenerSet<[string, boolean]>();
-  private readonly lowListeners = new ListenerSet<[]>();
   private readonly detach: Array<() => void> = [];
 
   constructor(
     readonly connection: DataConnection,
     opts: DataConnectionLinkOptions = {},
   ) {
+    super();
     this.peer = connection.peer;
     const channel = connection.dataChannel;
     if (channel?.readyState !== 'open') throw new Error(`data connection to ${connection.peer} is not open`);
@@ -59,9 +56,7 @@ export class DataConnectionLink implements Link {
       if (!this.open) return;
       // Raw serialization hands over what the channel received; anything but an ArrayBuffer is passed
       // on as-is and rejected by the frame decoder as a protocol error.
-      const message = data as ArrayBuffer;
-      if (this.messageListeners.size === 0) this.held.push(message);
-      else this.messageListeners.emit(message);
+      this.deliver(data as ArrayBuffer);
     };
     const onClose = () => this.shutDown('connection closed');
     const onError = (err: { type?: string; message?: string }) =>
@@ -102,20 +97,6 @@ export class DataConnectionLink implements Link {
     this.channel.send(message);
   }
 
-  onMessage(listener: (message: ArrayBuffer) => void): Unsubscribe {
-    const unsubscribe = this.messageListeners.add(listener);
-    if (this.held.length > 0) for (const message of this.held.splice(0)) listener(message);
-    return unsubscribe;
-  }
-
-  onClose(listener: (reason: string, closedLocally: boolean) => void): Unsubscribe {
-    return this.closeListeners.add(listener);
-  }
-
-  onBufferedAmountLow(listener: () => void): Unsubscribe {
-    return this.lowListeners.add(listener);
-  }
-
   close(): void {
     this.shutDown('closed locally', true);
   }
@@ -133,9 +114,6 @@ export class DataConnectionLink implements Link {
     } catch {
       // already torn down by PeerJS
     }
-    this.closeListeners.emit(reason, closedLocally);
-    this.closeListeners.clear();
-    this.messageListeners.clear();
-    this.lowListeners.clear();
+    this.emitClose(reason, closedLocally);
   }
 }

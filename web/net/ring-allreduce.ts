@@ -64,6 +64,7 @@ import {
   FrameError,
   FrameKind,
   PayloadEncoding,
+  SCALE_EXPONENT_OFFSET,
   type CollectiveId,
   type Frame,
 } from './framing';
@@ -213,8 +214,8 @@ function refuseUnencodable(
   return true;
 }
 
-/** The first index this rank may not send (not finite; int8: also beyond ±2^127), or -1. */
-function firstUnsendable(data: Float32Array, compression: WireCompression): number {
+/** The first index this rank may not send (not finite; int8: also beyond ±2^127), or -1 (the grouped allreduce's check too). */
+export function firstUnsendable(data: Float32Array, compression: WireCompression): number {
   if (compression === 'int8') return firstUnencodable(data);
   return firstNonFinite(data);
 }
@@ -224,7 +225,8 @@ function firstNonFinite(data: Float32Array): number {
   return -1;
 }
 
-function unsendableError(
+/** The refusal of an input holding an unsendable value at `bad`, before anything is sent. */
+export function unsendableError(
   label: string,
   data: Float32Array,
   bad: number,
@@ -349,7 +351,7 @@ function encodeRingChunk(
   }
   const halves = new Uint16Array(frame, FRAME_HEADER_BYTES, length);
   const scaleExponent = encodeFloat16(values, halves, scratch);
-  new DataView(frame).setInt8(19, scaleExponent);
+  new DataView(frame).setInt8(SCALE_EXPONENT_OFFSET, scaleExponent);
   // The owner's first allgather send carries the final sum: keep exactly what the others will decode.
   if (g === plan.reduceSteps) decodeFloat16Into(halves, scaleExponent, values);
   if (sent) decodeFloat16Into(halves, scaleExponent, sent);

@@ -25,7 +25,7 @@
  *   than `MAX_AHEAD_MESSAGES` ahead of the oldest missing one closes the link (the frame router above
  *   reports the peer), and nothing is delivered past the fault.
  */
-import { ListenerSet, type Link, type Unsubscribe } from './link';
+import { type Link, LinkListeners, type Unsubscribe } from './link';
 
 /** Bytes in front of every message on a stripe: its sequence number (u32, little-endian, wrapping). */
 export const STRIPE_HEADER_BYTES = 4;
@@ -37,7 +37,7 @@ export const MAX_AHEAD_MESSAGES = 1 << 16;
 
 const SEQ_SPACE = 2 ** 32;
 
-export class StripedLink implements Link {
+export class StripedLink extends LinkListeners implements Link {
   readonly peer: string;
   private readonly stripes: Link[] = [];
   private readonly detach: Unsubscribe[] = [];
@@ -48,12 +48,9 @@ export class StripedLink implements Link {
   private readonly seenAhead = new Set<number>();
   private turn = 0;
   private aboveLow = false;
-  private readonly unclaimed: ArrayBuffer[] = [];
-  private readonly messageListeners = new ListenerSet<[ArrayBuffer]>();
-  private readonly closeListeners = new ListenerSet<[string, boolean]>();
-  private readonly lowListeners = new ListenerSet<[]>();
 
   constructor(first: Link) {
+    super();
     this.peer = first.peer;
     this.addStripe(first);
   }
@@ -111,20 +108,6 @@ export class StripedLink implements Link {
     if (this.bufferedAmount > this.bufferedAmountLowThreshold) this.aboveLow = true;
   }
 
-  onMessage(listener: (message: ArrayBuffer) => void): Unsubscribe {
-    const unsubscribe = this.messageListeners.add(listener);
-    if (this.unclaimed.length > 0) for (const message of this.unclaimed.splice(0)) listener(message);
-    return unsubscribe;
-  }
-
-  onClose(listener: (reason: string, closedLocally: boolean) => void): Unsubscribe {
-    return this.closeListeners.add(listener);
-  }
-
-  onBufferedAmountLow(listener: () => void): Unsubscribe {
-    return this.lowListeners.add(listener);
-  }
-
   close(): void {
     this.shutDown('closed locally', true);
   }
@@ -168,9 +151,7 @@ export class StripedLink implements Link {
       this.oldestMissing = (this.oldestMissing + 1) % SEQ_SPACE;
       while (this.seenAhead.delete(this.oldestMissing)) this.oldestMissing = (this.oldestMissing + 1) % SEQ_SPACE;
     }
-    const payload = message.slice(STRIPE_HEADER_BYTES);
-    if (this.messageListeners.size === 0) this.unclaimed.push(payload);
-    else this.messageListeners.emit(payload);
+    this.deliver(message.slice(STRIPE_HEADER_BYTES));
   }
 
   private refuse(why: string): void {
@@ -184,10 +165,7 @@ export class StripedLink implements Link {
     this.detach.length = 0;
     for (const s of this.stripes) s.close();
     this.seenAhead.clear();
-    this.unclaimed.length = 0;
-    this.closeListeners.emit(reason, closedLocally);
-    this.closeListeners.clear();
-    this.messageListeners.clear();
-    this.lowListeners.clear();
+    this.held.length = 0;
+    this.emitClose(reason, closedLocally);
   }
 }

@@ -17,7 +17,7 @@
  * A synchronous outer step (the epoch's end, a drained or carried group) brings every rank back to the
  * consensus: θ_m := C, u_m := u, and the stale terms restart from zero (its `commit`, and `reset`).
  */
-import { nesterovStep, type OuterOptimizer } from './outer-step';
+import { nesterovStep, type OuterOptimizer, pseudoGradient } from './outer-step';
 
 /** An outer step computed and not yet committed: the consensus and momentum it leads to, and the sum it took. */
 interface Pending {
@@ -155,18 +155,12 @@ export class EagerOuter {
     this.local = null;
   }
 
-  /** w·(θ_m − live) in float32 (the pseudo-gradient's rounding, outer-step.ts); remembers the progress. */
+  /** w·(θ_m − live): the pseudo-gradient (outer-step.ts), so the same rounding; remembers the progress. */
   private weigh(live: Float32Array, weight: number): Float32Array {
     this.check(live, 'contribution');
     if (!(weight >= 0 && weight <= 1)) throw new RangeError(`outer contribution: weight ${weight} outside [0, 1]`);
-    const progress = new Float32Array(live.length);
-    const out = new Float32Array(live.length);
-    for (let i = 0; i < out.length; i++) {
-      progress[i] = this.start[i] - live[i];
-      out[i] = (this.start[i] - live[i]) * weight;
-    }
-    this.progress = progress;
-    return out;
+    this.progress = pseudoGradient(this.start, live, 1);
+    return pseudoGradient(this.start, live, weight);
   }
 
   private check(values: Float32Array, what: string): void {
