@@ -25,6 +25,7 @@ import { loadavg } from 'node:os';
 import { PeerServer } from 'peer';
 import { WebSocket } from 'ws';
 import { arg } from './lib/common';
+import { median } from './lib/elastic-figures';
 
 type Rtc = {
   RTCPeerConnection: typeof RTCPeerConnection;
@@ -197,8 +198,6 @@ async function peerjsWorks(rtc: Rtc, port: number): Promise<string> {
     y.destroy();
   }
 }
-
-const median = (xs: number[]) => [...xs].sort((p, q) => p - q)[Math.floor(xs.length / 2)]!;
 
 async function measure(c: Candidate, pairs: number, mib: number, port: number): Promise<Row> {
   const row: Row = {
