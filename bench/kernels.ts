@@ -37,6 +37,7 @@ import {
   type TransformerRow,
   writeResults,
 } from './lib/kernels-report';
+import { median } from './lib/topology-figures';
 import type { AdapterReport, Side, TfjsForm } from './pages/kernel-bench-api';
 
 const { values: flags } = parseArgs({
@@ -119,12 +120,6 @@ if (flags.probe) VARIANTS.push(interleaved(4, 4, 8, 8), interleaved(8, 4, 8, 8),
  * the default tile is always kept, as the reference the app runs.
  */
 const KEEP_FRACTION = 0.5;
-
-function median(values: readonly number[]): number {
-  const s = [...values].sort((a, b) => a - b);
-  const mid = s.length >> 1;
-  return s.length % 2 ? s[mid] : (s[mid - 1] + s[mid]) / 2;
-}
 
 const round = (x: number, digits = 3): number => Number(x.toPrecision(digits));
 const T0 = performance.now();

@@ -25,6 +25,7 @@ import { loadavg } from 'node:os';
 import { PeerServer } from 'peer';
 import { WebSocket } from 'ws';
 import { arg } from './lib/common';
+import { median } from './lib/elastic-figures';
 
 type Rtc = {
   RTCPeerConnection: typeof RTCPeerConnection;
@@ -75,6 +76,22 @@ interface Row {
   mibPerSec: number | null;
   error?: string;
 }
+
+/** A row with no figure yet. */
+const emptyRow = (pkg: string, installed: boolean): Row => ({
+  pkg,
+  installed,
+  peerjs: '-',
+  connectMedianMs: null,
+  connectMaxMs: null,
+  rssPerEndpointMiB: null,
+  cpuMsPerMiB: null,
+  mibPerSec: null,
+});
+
+/** Rejects with `why()` (read when it fires) after `ms`; does not keep the process alive. */
+const rejectAfter = (ms: number, why: () => string): Promise<never> =>
+  new Promise<never>((_, reject) => setTimeout(() => reject(new Error(why())), ms).unref());
 
 /** One pair, connected in-process; resolves with both open channels and the time it took. */
 async function connectPair(
@@ -198,19 +215,8 @@ async function peerjsWorks(rtc: Rtc, port: number): Promise<string> {
   }
 }
 
-const median = (xs: number[]) => [...xs].sort((p, q) => p - q)[Math.floor(xs.length / 2)]!;
-
 async function measure(c: Candidate, pairs: number, mib: number, port: number): Promise<Row> {
-  const row: Row = {
-    pkg: c.name,
-    installed: false,
-    peerjs: '-',
-    connectMedianMs: null,
-    connectMaxMs: null,
-    rssPerEndpointMiB: null,
-    cpuMsPerMiB: null,
-    mibPerSec: null,
-  };
+  const row = emptyRow(c.name, false);
   let rtc: Rtc;
   try {
     rtc = await c.load();
@@ -224,11 +230,9 @@ async function measure(c: Candidate, pairs: number, mib: number, port: number): 
   let made: Awaited<ReturnType<typeof connectPair>>[] = [];
   try {
     const connects = connectPairs(rtc, pairs);
-    const late = new Promise<never>((_, reject) =>
-      setTimeout(
-        () => reject(new Error(`connect: not every pair open within ${CONNECT_LIMIT_MS / 1000} s`)),
-        CONNECT_LIMIT_MS,
-      ).unref(),
+    const late = rejectAfter(
+      CONNECT_LIMIT_MS,
+      () => `connect: not every pair open within ${CONNECT_LIMIT_MS / 1000} s`,
     );
     made = await Promise.race([connects, late]);
     global.gc?.();
@@ -241,16 +245,10 @@ async function measure(c: Candidate, pairs: number, mib: number, port: number): 
     const cpu0 = process.cpuUsage();
     const t0 = performance.now();
     const progress = { received: 0 };
-    const stalled = new Promise<never>((_, reject) =>
-      setTimeout(
-        () =>
-          reject(
-            new Error(
-              `transfer stalled: ${(progress.received / 2 ** 20).toFixed(0)} of ${mib * pairs} MiB in ${TRANSFER_LIMIT_MS / 1000} s`,
-            ),
-          ),
-        TRANSFER_LIMIT_MS,
-      ).unref(),
+    const stalled = rejectAfter(
+      TRANSFER_LIMIT_MS,
+      () =>
+        `transfer stalled: ${(progress.received / 2 ** 20).toFixed(0)} of ${mib * pairs} MiB in ${TRANSFER_LIMIT_MS / 1000} s`,
     );
     await Promise.race([Promise.all(made.map((m) => transfer(m.ca, m.cb, mib * 2 ** 20, progress))), stalled]);
     const seconds = (performance.now() - t0) / 1000;
@@ -310,17 +308,7 @@ function runChild(c: Candidate, pairs: number, mib: number): Row {
   try {
     return JSON.parse(line) as Row;
   } catch {
-    return {
-      pkg: c.name,
-      installed: true,
-      peerjs: '-',
-      connectMedianMs: null,
-      connectMaxMs: null,
-      rssPerEndpointMiB: null,
-      cpuMsPerMiB: null,
-      mibPerSec: null,
-      error: `the process ended with ${out.status ?? out.signal} before a result`,
-    };
+    return { ...emptyRow(c.name, true), error: `the process ended with ${out.status ?? out.signal} before a result` };
   }
 }
 

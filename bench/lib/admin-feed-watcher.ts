@@ -69,14 +69,7 @@ export class FeedWatcher {
   }
 
   private take(msg: FeedMessage): void {
-    const commit = (c: {
-      step: number;
-      firstStep: number;
-      count: number;
-      round: number;
-      worldSize: number;
-      at: number;
-    }) =>
+    const commit = (c: FeedCommitSeen) =>
       this.commits.push({
         step: c.step,
         firstStep: c.firstStep,
@@ -85,17 +78,18 @@ export class FeedWatcher {
         worldSize: c.worldSize,
         at: c.at,
       });
+    const event = (e: FeedEventSeen) => this.events.push({ event: e.event, at: e.at, data: e.data });
     switch (msg.type) {
       case 'snapshot':
         this.snapshotSeen = true;
         msg.commits.forEach(commit);
-        for (const e of msg.events) this.events.push({ event: e.event, at: e.at, data: e.data });
+        msg.events.forEach(event);
         break;
       case 'commit':
         commit(msg.commit);
         break;
       case 'event':
-        this.events.push({ event: msg.event.event, at: msg.event.at, data: msg.event.data });
+        event(msg.event);
         break;
       case 'rollback':
         this.rollbacks.push({ afterStep: msg.afterStep, lastStepBefore: this.commits.at(-1)?.step ?? 0 });

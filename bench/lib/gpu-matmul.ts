@@ -23,6 +23,7 @@ import {
   type Tensor,
 } from '../../kernels/runtime';
 import { candidates } from '../../kernels/tuning/variants';
+import { median } from './topology-figures';
 
 export interface MatmulVariantRow {
   name: string;
@@ -34,12 +35,6 @@ export interface MatmulVariantRow {
 export interface MatmulResults {
   sizes: number[];
   rows: MatmulVariantRow[];
-}
-
-function median(values: readonly number[]): number {
-  const s = [...values].sort((a, b) => a - b);
-  const mid = s.length >> 1;
-  return s.length % 2 ? s[mid] : (s[mid - 1] + s[mid]) / 2;
 }
 
 /** Milliseconds of one pass of `calls`: `runs` passes per submission, the median of `reps` samples. */

@@ -21,7 +21,7 @@ import {
 import { createModel, initParams, type Model } from '../../kernels/model/model';
 import type { Precision } from '../../kernels/model/model-graph';
 import type { Gpu } from '../../kernels/runtime';
-import { autotune, type TuningResult } from '../../kernels/tuning/autotune';
+import { autotune, type SyntheticBatch, syntheticBatch, type TuningResult } from '../../kernels/tuning/autotune';
 import { DEFAULT_VARIANTS, sameVariant, type KernelVariants } from '../../kernels/tuning/variants';
 import { tfLoss } from '../../test/support/reference-transformer-tfjs';
 
@@ -46,29 +46,7 @@ export interface ModelRow {
   tuned_is_default: { f32: boolean; f16: boolean };
 }
 
-interface Batch {
-  x: Float32Array;
-  labels: Uint32Array;
-  windows: Uint32Array;
-}
-
-function seededBatch(spec: ModelSpec, batch: number): Batch {
-  let state = 99;
-  const next = () => {
-    state = (Math.imul(state, 1664525) + 1013904223) >>> 0;
-    return state / 4294967296;
-  };
-  if (isTransformer(spec)) {
-    const windows = Uint32Array.from({ length: batch * (spec.context + 1) }, () => Math.floor(next() * spec.vocab));
-    return { x: new Float32Array(0), labels: new Uint32Array(0), windows };
-  }
-  const inputs = spec.input.reduce((a, b) => a * b, 1);
-  const x = Float32Array.from({ length: batch * inputs }, next);
-  const labels = Uint32Array.from({ length: batch }, () => Math.floor(next() * spec.classes));
-  return { x, labels, windows: new Uint32Array(0) };
-}
-
-function ourStep(model: Model, b: Batch, batch: number): void {
+function ourStep(model: Model, b: SyntheticBatch, batch: number): void {
   if (b.windows.length) model.trainTokens(b.windows, batch);
   else model.trainStep(b.x, b.labels, batch);
 }
@@ -85,7 +63,7 @@ function oursSide(
   spec: ModelSpec,
   layout: ParamLayout,
   params: Float32Array,
-  b: Batch,
+  b: SyntheticBatch,
   batch: number,
   variants: KernelVariants,
   precision: Precision,
@@ -120,7 +98,7 @@ function tfjsSide(
   spec: ModelSpec,
   layout: ParamLayout,
   params: Float32Array,
-  b: Batch,
+  b: SyntheticBatch,
   batch: number,
 ): Side & { loss(): Promise<number> } {
   const variables = layout.entries.map((e) =>
@@ -189,7 +167,7 @@ export async function benchModel(gpu: Gpu, name: string, batch: number, opts: Mo
   const spec = resolveModelSpec(name);
   const layout = parameterLayout(spec);
   const params = initParams(spec, layout, 1);
-  const b = seededBatch(spec, batch);
+  const b = syntheticBatch(spec, batch, 99);
   const tuneFor = (precision: Precision) =>
     autotune(gpu, { spec, layout, maxBatch: batch, optimizer: ADAMW, precision, budgetMs: opts.budgetMs });
   const tuned: Record<Precision, TuningResult> = { f32: await tuneFor('f32'), f16: await tuneFor('f16') };

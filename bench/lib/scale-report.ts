@@ -2,11 +2,12 @@
  * bench:scale's output: the table (one row per N and churn setting), the JSON line and the plot of
  * samples/s and compute utilization against N (an SVG; the driver renders it to PNG in Chromium).
  */
+import { median } from './elastic-figures';
 import type { ScaleResult } from './scale-run';
 
 const f = (x: number | null | undefined, d = 0) =>
   x === null || x === undefined || !Number.isFinite(x) ? '-' : x.toFixed(d);
-const median = (xs: number[]) => (xs.length ? [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]! : null);
+const medianOrNull = (xs: number[]) => (xs.length ? median(xs) : null);
 
 /**
  * Work lost per failure against the dropped rank's share: Σ lost / Σ dropped share over the failures that
@@ -43,7 +44,7 @@ export function scaleTable(results: ScaleResult[]): string {
     const lost = meanLost(r);
     const ratio = lostRatio(r);
     lines.push(
-      `| ${r.n} | ${r.churn ? 'yes' : 'no'} | ${r.commits} | ${f(r.samplesPerSec)} | ${vs} | ${r.utilization === null ? '-' : `${f(100 * r.utilization)} %`} | ${split} | ${r.faults.length}${carried(r)} | ${lost === null ? '-' : `${f(lost, 1)} (${ratio === null ? '-' : `${f(ratio, 1)}×`})`} | ${f(median(r.joinToContributionS), 1)} | ${r.restarts} | ${r.auditOk ? 'ok' : 'FAIL'} | ${f(r.rssMiBPerWorker)} |`,
+      `| ${r.n} | ${r.churn ? 'yes' : 'no'} | ${r.commits} | ${f(r.samplesPerSec)} | ${vs} | ${r.utilization === null ? '-' : `${f(100 * r.utilization)} %`} | ${split} | ${r.faults.length}${carried(r)} | ${lost === null ? '-' : `${f(lost, 1)} (${ratio === null ? '-' : `${f(ratio, 1)}×`})`} | ${f(medianOrNull(r.joinToContributionS), 1)} | ${r.restarts} | ${r.auditOk ? 'ok' : 'FAIL'} | ${f(r.rssMiBPerWorker)} |`,
     );
   }
   return lines.join('\n');

@@ -31,6 +31,7 @@ import { STATUS_PAGE_MAX, type StatusResponse } from '../../core/protocol/views'
 import { spawnCoordinator, type CoordinatorProcess } from '../../test/support/coordinator-process';
 import { spawnHeadless, type HeadlessProcess } from '../../tools/swarm/headless-workers';
 import { FeedWatcher } from './admin-feed-watcher';
+import { median } from './elastic-figures';
 
 export interface ScaleScenario {
   n: number;
@@ -98,7 +99,6 @@ const JOB = (n: number) => ({
   sync: { mode: 'local', innerSteps: 8, compression: 'int8' },
 });
 
-const median = (xs: number[]) => (xs.length ? [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]! : 0);
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 /** Resident memory of `pids` from /proc (MiB), or null where it cannot be read. */

@@ -104,7 +104,7 @@ export async function autotune(gpu: Gpu, req: TuneRequest): Promise<TuningResult
 interface FamilyContext {
   family: Family;
   best: KernelVariants;
-  batch: Batch;
+  batch: SyntheticBatch;
   reference: Uint32Array;
   deadline: number;
 }
@@ -159,37 +159,39 @@ async function tuneFamily(
   return { variants: best, tuning, flops: base.value!.flops };
 }
 
-/** A seeded batch of the model's input kind: pixels in [0, 1) and classes, or byte windows. */
-interface Batch {
-  x: Float32Array | Uint32Array;
+/**
+ * A seeded batch of the model's input kind: pixels in [0, 1) and classes, or byte windows (`windows`
+ * is empty for a classifier, `x` and `labels` for a transformer). bench:gpu times its steps on one too.
+ */
+export interface SyntheticBatch {
+  x: Float32Array;
   labels: Uint32Array;
-  windows?: Uint32Array;
+  windows: Uint32Array;
 }
 
-function syntheticBatch(spec: ModelSpec, batch: number): Batch {
-  let state = 0x2545f491;
+export function syntheticBatch(spec: ModelSpec, batch: number, seed = 0x2545f491): SyntheticBatch {
+  let state = seed;
   const next = () => {
     state = (Math.imul(state, 1664525) + 1013904223) >>> 0;
     return state / 4294967296;
   };
   if (isTransformer(spec)) {
     const windows = Uint32Array.from({ length: batch * (spec.context + 1) }, () => Math.floor(next() * spec.vocab));
-    return { x: new Uint32Array(0), labels: new Uint32Array(0), windows };
+    return { x: new Float32Array(0), labels: new Uint32Array(0), windows };
   }
   const inputs = spec.input.reduce((a, b) => a * b, 1);
-  return {
-    x: Float32Array.from({ length: batch * inputs }, next),
-    labels: Uint32Array.from({ length: batch }, () => Math.floor(next() * spec.classes)),
-  };
+  const x = Float32Array.from({ length: batch * inputs }, next);
+  const labels = Uint32Array.from({ length: batch }, () => Math.floor(next() * spec.classes));
+  return { x, labels, windows: new Uint32Array(0) };
 }
 
-function upload(model: Model, batch: Batch): void {
-  if (batch.windows) model.setTokens(batch.windows, model.maxBatch);
+function upload(model: Model, batch: SyntheticBatch): void {
+  if (batch.windows.length) model.setTokens(batch.windows, model.maxBatch);
   else model.setBatch(batch.x, batch.labels, model.maxBatch);
 }
 
 /** The bits of one step: gradient sums and loss of the batch, then the parameters after one optimizer step. */
-async function stepBits(model: Model, batch: Batch): Promise<Uint32Array> {
+async function stepBits(model: Model, batch: SyntheticBatch): Promise<Uint32Array> {
   upload(model, batch);
   const encoder = model.gpu.device.createCommandEncoder({ label: 'autotune.check' });
   model.recordForwardBackward(encoder);
@@ -213,7 +215,7 @@ function sameBits(a: Uint32Array, b: Uint32Array): boolean {
 async function timeFamily(
   model: Model,
   family: Family,
-  batch: Batch,
+  batch: SyntheticBatch,
   minMs: number,
 ): Promise<{ ms: number; calls: number; flops: number }> {
   const calls = model.trainStepCalls.filter((c) => FAMILY_LABEL[family].test(c.label));

@@ -122,11 +122,6 @@ export async function chooseVariants(
   return { variants: result.variants, source: 'tuned', result };
 }
 
-/** The choice in one line per family, e.g. `matmul 4x4 wgmem wg16x16 tk16`. */
-export function describeChoice(choice: KernelChoice): string[] {
-  return FAMILIES.map((f) => `${f} ${variantName(f, choice.variants[f])}`);
-}
-
 /** The choice as a tab reports it in its hello (core/protocol/tab-messages.ts `kernelsReportSchema`). */
 export function kernelsReport(gpu: Gpu, choice: KernelChoice, precision: 'f32' | 'f16'): KernelsReport {
   const features: KernelsReport['features'] = [];
