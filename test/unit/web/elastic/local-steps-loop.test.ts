@@ -8,12 +8,10 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import { jobPublic, parseJobSpec, type JobSpec, type JobSpecInput } from '../../../../core/training/job';
 import { parameterLayout } from '../../../../core/training/model-spec';
-import { rankRanges, indicesAt } from '../../../../core/training/groups';
-import { epochOrder } from '../../../../core/training/sampler';
+import { handTrainers, innerSteps, sumInRankOrder } from '../../../kit/diloco-by-hand';
 import { walkGroups } from '../../../support/group-walk';
 import {
   auditCommitRows,
-  CpuTrainer,
   SIM_DATASET,
   SIM_JOB,
   SIM_MODEL,
@@ -65,31 +63,13 @@ function auditCommits(job: JobSpec, commits: StoredCommit[], done = true): void 
  */
 async function handReference(job: JobSpec, world: number): Promise<Map<number, string>> {
   const plan = jobPublic(job, DATASET);
-  const trainers = Array.from({ length: world }, () => new CpuTrainer());
-  const sync = job.sync as Extract<JobSpec['sync'], { mode: 'local' }>;
-  for (const t of trainers) {
-    await t.buildModel({ model: SIM_MODEL, optimizer: job.optimizer, maxBatch: 16, seed: job.seed, outer: sync.outer });
-    await t.saveBackup();
-  }
+  const trainers = await handTrainers(job, world);
   const hashes = new Map<number, string>();
   const shares = new Array<number>(world).fill(1 / world);
   for (const { group } of walkGroups(plan)) {
-    const own = new Array<number>(world).fill(0);
-    for (const span of group.steps) {
-      for (let r = 0; r < world; r++) {
-        const indices = indicesAt(epochOrder(job.seed, group.epoch, DATASET), rankRanges(span, shares, r));
-        own[r] += indices.length;
-        if (indices.length === 0) continue;
-        await trainers[r].computeGradients(indices, true);
-        await trainers[r].applyAndHash(null, indices.length, null, { hash: false });
-      }
-    }
+    const own = await innerSteps(trainers, job, DATASET, group, shares);
     const parts = await Promise.all(trainers.map((t, r) => t.pseudoGradient(outerWeight(own[r], group.count))));
-    const sum = new Float32Array(parts[0]);
-    for (const p of parts.slice(1)) {
-      const part = new Float32Array(p);
-      for (let i = 0; i < sum.length; i++) sum[i] += part[i];
-    }
+    const sum = sumInRankOrder(parts);
     const stepHashes = await Promise.all(trainers.map((t) => t.applyOuter(sum.slice().buffer)));
     expect(new Set(stepHashes).size).toBe(1);
     hashes.set(group.lastStep, stepHashes[0]);

@@ -11,21 +11,19 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import { auditRun } from '../../../../coordinator/admin/audit';
 import { groupInFlight } from '../../../../coordinator/machine/group';
-import { indicesAt, planOf, rankRanges, slotsRanges } from '../../../../core/training/groups';
+import { planOf, slotsRanges } from '../../../../core/training/groups';
 import { jobPublic, parseJobSpec, type JobSpec, type JobSpecInput } from '../../../../core/training/job';
 import { outerWeight } from '../../../../core/training/outer-weights';
 import { overlapsNext, successorPlan } from '../../../../core/training/overlap';
-import { epochOrder } from '../../../../core/training/sampler';
 import {
   auditCommitRows,
-  CpuTrainer,
   SIM_DATASET,
   SIM_JOB,
-  SIM_MODEL,
   simulatedSwarm,
   type SimCoordinator,
   type StoredCommit,
 } from '../../../kit/simulation';
+import { handTrainers, innerSteps, sumInRankOrder } from '../../../kit/diloco-by-hand';
 import { walkGroups } from '../../../support/group-walk';
 
 const DATASET = SIM_DATASET;
@@ -79,42 +77,20 @@ function expectCleanAudit(job: JobSpec, coordinator: SimCoordinator, commits: St
  */
 async function eagerReference(job: JobSpec, world: number): Promise<Map<number, string>> {
   const plan = jobPublic(job, DATASET);
-  const trainers = Array.from({ length: world }, () => new CpuTrainer());
-  const sync = job.sync as Extract<JobSpec['sync'], { mode: 'local' }>;
-  for (const t of trainers) {
-    await t.buildModel({ model: SIM_MODEL, optimizer: job.optimizer, maxBatch: 16, seed: job.seed, outer: sync.outer });
-    await t.saveBackup();
-    await t.resetOuter();
-  }
+  const trainers = await handTrainers(job, world);
+  for (const t of trainers) await t.resetOuter();
   const hashes = new Map<number, string>();
   const shares = new Array<number>(world).fill(1 / world);
-  const sum = (parts: ArrayBuffer[]) => {
-    const out = new Float32Array(parts[0]);
-    for (const p of parts.slice(1)) {
-      const part = new Float32Array(p);
-      for (let i = 0; i < out.length; i++) out[i] += part[i];
-    }
-    return out;
-  };
   let inFlight = false;
   for (const { group } of walkGroups(plan)) {
-    const own = new Array<number>(world).fill(0);
-    for (const span of group.steps) {
-      for (let r = 0; r < world; r++) {
-        const indices = indicesAt(epochOrder(job.seed, group.epoch, DATASET), rankRanges(span, shares, r));
-        own[r] += indices.length;
-        if (indices.length === 0) continue;
-        await trainers[r].computeGradients(indices, true);
-        await trainers[r].applyAndHash(null, indices.length, null, { hash: false });
-      }
-    }
+    const own = await innerSteps(trainers, job, DATASET, group, shares);
     if (inFlight) for (const t of trainers) await t.commitConsensus();
     const weights = own.map((n) => outerWeight(n, group.count));
     const overlapped = overlapsNext(job, group, plan, { carriedThrough: null, drainedAt: null });
     const parts = await Promise.all(
       trainers.map((t, r) => (overlapped ? t.eagerOuter(weights[r]) : t.pseudoGradient(weights[r]))),
     );
-    const total = sum(parts);
+    const total = sumInRankOrder(parts);
     const stepHashes = await Promise.all(
       trainers.map((t) => (overlapped ? t.consensusStep(total.slice().buffer) : t.applyOuter(total.slice().buffer))),
     );
