@@ -3,8 +3,8 @@
  * members report their steps one at a time, the shares a round announced, and the positions a rank
  * computes in a run without holes (test/support/hole-free-layout.ts), independently of the group plan.
  */
-import { mergeRanges, planOf, type PositionRange } from '../../../../core/training/groups';
-import { referenceSlice } from '../../../support/hole-free-layout';
+import { planOf, type PositionRange } from '../../../../core/training/groups';
+import { referenceRankRanges } from '../../../support/hole-free-layout';
 import type { Harness } from './coordinator-harness';
 
 /** Members (but `except`) report their next steps up to `through`, one at a time, 1 ms apart. */
@@ -29,11 +29,5 @@ export function shares(h: Harness): number[] {
 
 /** The positions `rank` computes in steps `first..last` of an epoch without holes. */
 export function slices(h: Harness, first: number, last: number, split: number[], rank: number): PositionRange[] {
-  const plan = planOf(h.state);
-  const out: PositionRange[] = [];
-  for (let step = first; step <= last; step++) {
-    const s = referenceSlice(step, plan, split, rank);
-    if (s.count > 0) out.push([s.start, s.start + s.count]);
-  }
-  return mergeRanges(out);
+  return referenceRankRanges(first, last, planOf(h.state), split, rank);
 }

@@ -17,7 +17,7 @@ import { parseJobSpec, type JobSpec } from '../../../../core/training/job';
 import { groupPartners } from '../../../../core/training/group-geometry';
 import { parameterLayout } from '../../../../core/training/model-spec';
 import { auditCommitRows, committedRanges, SIM_MODEL, simulatedSwarm, type SimTab } from '../../../kit/simulation';
-import { referenceSlice } from '../../../support/hole-free-layout';
+import { referenceRankRanges } from '../../../support/hole-free-layout';
 
 const N = 9;
 const H = 6;
@@ -87,13 +87,7 @@ function tabAt(s: Swarm, rank: number): SimTab {
 
 /** The positions `rank` computes in the group `first..first+H-1` of an epoch without holes before it. */
 function lostSlices(s: Swarm, first: number, shares: number[], rank: number): PositionRange[] {
-  const plan = planOf(s.coordinator.state);
-  const out: PositionRange[] = [];
-  for (let step = first; step < first + H; step++) {
-    const slice = referenceSlice(step, plan, shares, rank);
-    if (slice.count > 0) out.push([slice.start, slice.start + slice.count]);
-  }
-  return mergeRanges(out);
+  return referenceRankRanges(first, first + H - 1, planOf(s.coordinator.state), shares, rank);
 }
 
 /** The job ends; the record is exactly-once; every survivor holds the last commit's state bit for bit. */

@@ -21,7 +21,7 @@ import {
   type SimTab,
   type StoredCommit,
 } from '../../../kit/simulation';
-import { referenceSlice } from '../../../support/hole-free-layout';
+import { referenceRankRanges } from '../../../support/hole-free-layout';
 
 const H = 8;
 /** Samples per rank per step. */
@@ -93,13 +93,7 @@ function memberAt(s: Swarm, rank: number): { tab: SimTab; shares: number[]; firs
 
 /** The positions `rank` computes in the group `first..first+H-1` (an epoch without holes before it). */
 function lostSlices(s: Swarm, first: number, shares: number[], rank: number): PositionRange[] {
-  const plan = planOf(s.coordinator.state);
-  const out: PositionRange[] = [];
-  for (let step = first; step < first + H; step++) {
-    const slice = referenceSlice(step, plan, shares, rank);
-    if (slice.count > 0) out.push([slice.start, slice.start + slice.count]);
-  }
-  return mergeRanges(out);
+  return referenceRankRanges(first, first + H - 1, planOf(s.coordinator.state), shares, rank);
 }
 
 /**
