@@ -24,6 +24,7 @@ import {
   type StoredCommit,
 } from '../../../kit/simulation';
 import { handTrainers, innerSteps, sumInRankOrder } from '../../../kit/diloco-by-hand';
+import { goodbyeJoinCrash } from '../../../kit/goodbye-join-crash';
 import { walkGroups } from '../../../support/group-walk';
 
 const DATASET = SIM_DATASET;
@@ -157,22 +158,11 @@ describe('overlapped outer steps (simulated tabs, real coordinator machine)', ()
     timeout: 60_000,
   }, async () => {
     const job = parseJobSpec({ ...BASE, sync: { ...BASE.sync, compression: 'int8' } as JobSpecInput['sync'] });
-    const { coordinator, open, committed, waitFor } = setUp(job);
-    const [a, b, c] = [open('a', 2), open('b', 2), open('c', 2)];
-    const midOuter = () => coordinator.state.rendezvous.participants.some((p) => p.lastStep > committed());
-    await waitFor(() => committed() >= 4 && coordinator.state.rendezvous.participants.length === 3, 'three tabs');
-    await waitFor(midOuter, 'inner steps reported past the commit');
-    const restarts = coordinator.state.restarts;
-    a.goodbye();
-    await waitFor(() => coordinator.state.rendezvous.participants.length === 2 && midOuter(), 'two tabs on');
-    const d = open('d', 2);
-    await waitFor(() => coordinator.state.rendezvous.participants.length === 3, 'the newcomer admitted', 20_000);
-    await waitFor(midOuter, 'inner steps of the three');
-    expect(coordinator.state.restarts).toBe(restarts); // neither a goodbye nor a join is a failure
-    b.crash();
-    await waitFor(() => coordinator.state.restarts === restarts + 1, 'the crash to count');
-    await waitFor(() => coordinator.state.status === 'done', 'the job to finish', 30_000);
-    await waitFor(() => [c, d].every((t) => t.loop.status.phase === 'done'), 'survivors to see done');
+    const swarm = setUp(job);
+    const { coordinator } = swarm;
+    const {
+      survivors: [c, d],
+    } = await goodbyeJoinCrash(swarm);
     const commits = coordinator.liveCommits();
     expectCleanAudit(job, coordinator, commits);
     // The goodbye and the crash were inside outer steps: committed without the lost rank, not redone.
