@@ -15,28 +15,12 @@ import {
   type TransformerSpec,
 } from '../../core/training/model-spec';
 import { initParams } from '../../kernels/model/layers';
-import { float16BitsToNumber, float32BitsToFloat16Bits } from '../../core/wire/fp16';
 import { launchChromium, skipWithoutChromium, watchPage, type PageProblems } from '../support/browser';
 import { expectScalarClose, expectTensorsClose, referenceForwardBackward } from '../support/reference-model';
 import type { Family } from '../../kernels/tuning/variants';
-import { reportVariants } from '../support/variants';
+import { nearestHalf, reportVariants, SMALL_GPT } from '../support/variants';
 import { startViteServer, type TestViteServer } from '../support/vite-server';
 import type { KernelHarness, VariantStepsResult } from './pages/kernel-harness';
-
-const SMALL_GPT: TransformerSpec = {
-  type: 'transformer',
-  name: 'gpt-variants',
-  vocab: 256,
-  context: 12,
-  dModel: 32,
-  heads: 2,
-  layers: 2,
-  mlpRatio: 4,
-};
-
-function nearestHalf(v: number): number {
-  return float16BitsToNumber(float32BitsToFloat16Bits(new Uint32Array(Float32Array.of(v).buffer)[0]));
-}
 
 /** The harness page's seeded batch (kernel-harness.ts `stepBits`), rebuilt here for the reference. */
 function seededBatch(spec: SequentialSpec, batch: number): { x: Float64Array; labels: number[] } {

@@ -11,8 +11,7 @@ import { type HeadlessProcess, spawnHeadless } from '../../tools/swarm/headless-
 import { expectCleanAudit } from '../support/clean-audit';
 import { type CommitRow, commitRows } from '../support/commit-log';
 import { type CoordinatorProcess, spawnCoordinator } from '../support/coordinator-process';
-import { nodeGpuAvailable } from '../support/node-gpu';
-import { skipWithout } from '../support/skip';
+import { skipWithoutNodeGpu } from '../support/node-gpu';
 
 /** 300 fake images, 30 per step over 3 ranks, outer step every 2 steps: 5 commits per epoch, more epochs than the test lasts. */
 const JOB = {
@@ -29,8 +28,6 @@ const JOB = {
   sync: { mode: 'local', innerSteps: 2, compression: 'int8' },
 };
 
-const skip = skipWithout('WebGPU in Node (Debian chromium ships SwiftShader)', await nodeGpuAvailable());
-
 /** Poll `check` (a read of the coordinator's API) until it returns a value, or fail after `timeoutMs` naming `what`. */
 async function until<T>(
   what: string,
@@ -46,7 +43,7 @@ async function until<T>(
   }
 }
 
-describe.skipIf(skip)('headless workers against a real coordinator', () => {
+describe.skipIf(await skipWithoutNodeGpu())('headless workers against a real coordinator', () => {
   let proc: CoordinatorProcess;
   const workers: HeadlessProcess[] = [];
   const start = (name: string) => {

@@ -8,8 +8,7 @@
 import { afterAll, describe, expect, it } from 'vitest';
 import { expectCleanAudit } from '../support/clean-audit';
 import { type CoordinatorProcess, spawnCoordinator } from '../support/coordinator-process';
-import { nodeGpuAvailable } from '../support/node-gpu';
-import { skipWithout } from '../support/skip';
+import { skipWithoutNodeGpu } from '../support/node-gpu';
 import { coordinatorStatusUntil } from '../support/swarm';
 
 const JOB = {
@@ -24,9 +23,7 @@ const JOB = {
   sync: { mode: 'local', innerSteps: 2, compression: 'int8' },
 };
 
-const skip = skipWithout('WebGPU in Node (Debian chromium ships SwiftShader)', await nodeGpuAvailable());
-
-describe.skipIf(skip)('coordinator --local-workers', () => {
+describe.skipIf(await skipWithoutNodeGpu())('coordinator --local-workers', () => {
   let proc: CoordinatorProcess | undefined;
   afterAll(async () => {
     await proc?.stop();

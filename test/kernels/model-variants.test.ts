@@ -7,14 +7,7 @@
  * a small GPT's against float32, with the same bits for every matmul tile.
  */
 import { describe, expect, it } from 'vitest';
-import {
-  CNN_SPEC,
-  isTransformer,
-  MLP_SPEC,
-  parameterLayout,
-  type ModelSpec,
-  type TransformerSpec,
-} from '../../core/training/model-spec';
+import { CNN_SPEC, isTransformer, MLP_SPEC, parameterLayout, type ModelSpec } from '../../core/training/model-spec';
 import type { OptimizerConfig } from '../../kernels/model/flat-optimizer';
 import { createModel } from '../../kernels/model/model';
 import type { Precision } from '../../kernels/model/model-graph';
@@ -27,33 +20,14 @@ import {
   type KernelVariants,
 } from '../../kernels/tuning/variants';
 import { initParams } from '../../kernels/model/layers';
-import { float16BitsToNumber, float32BitsToFloat16Bits } from '../../core/wire/fp16';
 import { expectClose } from '../support/compare';
 import { expectScalarClose, expectTensorsClose, referenceForwardBackward } from '../support/reference-model';
 import { nodeGpu } from '../support/node-gpu';
 import { mulberry32 } from '../support/rng';
-import { expectSameBits, reportVariants } from '../support/variants';
+import { expectSameBits, nearestHalf, reportVariants, SMALL_GPT } from '../support/variants';
 
 const ADAMW: OptimizerConfig = { kind: 'adamw', lr: 1e-2, beta1: 0.9, beta2: 0.999, eps: 1e-8, weightDecay: 0.01 };
 const SGD: OptimizerConfig = { kind: 'sgd', lr: 0.05, momentum: 0.9, weightDecay: 1e-4 };
-
-const f32Word = new Float32Array(1);
-/** The half nearest v (ties to even), as the f16 mode's cast rounds (test/kernels/half.test.ts). */
-function nearestHalf(v: number): number {
-  f32Word[0] = v;
-  return float16BitsToNumber(float32BitsToFloat16Bits(new Uint32Array(f32Word.buffer)[0]));
-}
-
-const SMALL_GPT: TransformerSpec = {
-  type: 'transformer',
-  name: 'gpt-variants',
-  vocab: 256,
-  context: 12,
-  dModel: 32,
-  heads: 2,
-  layers: 2,
-  mlpRatio: 4,
-};
 
 interface Step {
   grads: Float32Array;

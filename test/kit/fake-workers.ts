@@ -24,6 +24,7 @@ import {
   referenceStepPosition as stepPosition,
 } from '../support/hole-free-layout';
 import { initParams } from '../../kernels/model/layers';
+import { ringSketches } from '../support/ring-sketches';
 import { mulberry32 } from '../support/rng';
 import { type ServerMsg, SimWorker } from '../support/sim-worker';
 
@@ -85,42 +86,9 @@ function agreedHash(state: ReturnType<typeof fabricatedState>): string {
 
 /** An honest-looking ring of made-up contributions: every hop adds up, every rank's sum agrees. */
 function ringClaims(own: number[][]): Omit<StepSketches, 'params'>[] {
-  const size = own.length;
-  const n = own[0].length;
-  const per = n / size;
-  const zeros = () => new Array<number>(n).fill(0);
-  const sent = own.map(zeros);
-  const received = own.map(zeros);
-  const sum = zeros();
-  for (let j = 0; j < size; j++) {
-    let partial = new Array<number>(per).fill(0);
-    for (let g = 0; g < size; g++) {
-      const r = (j + g) % size;
-      partial = partial.map((x, k) => x + own[r][j * per + k]);
-      if (g === size - 1)
-        partial.forEach((x, k) => {
-          sum[j * per + k] = x;
-        });
-      else
-        partial.forEach((x, k) => {
-          sent[r][j * per + k] = x;
-          received[(r + 1) % size][j * per + k] = x;
-        });
-    }
-  }
-  const mass = (v: number[]) => v.map((x) => Math.abs(x) * 1.5 + 1e-3);
-  return own.map((o, r) => ({
-    own: o,
-    sum,
-    sumMass: mass(sum),
-    sent: sent[r],
-    sentMass: mass(sent[r]),
-    received: received[r],
-    receivedMass: mass(received[r]),
-  }));
+  return ringSketches(own, (v) => v.map((x) => Math.abs(x) * 1.5 + 1e-3));
 }
 
-/** Every rank's report of commit point `step` in `world`: the fabricated hash, sketches and (local) commitments. */
 /**
  * The commit point before `step` (0: none): a verifying job never commits partially, so its layout is
  * the hole-free one (test/support/hole-free-layout.ts).
@@ -131,6 +99,7 @@ function previousCommitPoint(step: number, job: JobPublic): number {
   return prev;
 }
 
+/** Every rank's report of commit point `step` in `world`: the fabricated hash, sketches and (local) commitments. */
 export function fabricate(job: JobPublic, world: World, step: number) {
   const size = world.length;
   const local = job.sync.mode === 'local';

@@ -891,6 +891,33 @@ export function simulatedSwarm(
 }
 
 /**
+ * `n` tabs (`t0`…) on a swarm whose hang floor is `hangFloorMs` on both sides (the machine's trust
+ * policy and the tabs' timeouts), returned once all of them are in the round past the first outer
+ * step (`innerSteps` steps). `cleanup` gets the swarm's `stop` before anything is awaited.
+ */
+export async function swarmPastFirstOuter(
+  job: JobSpec,
+  datasetSize: number,
+  opts: { runId: string; n: number; innerSteps: number; hangFloorMs: number; cleanup: (stop: () => void) => void },
+) {
+  const { n, hangFloorMs } = opts;
+  const swarm = simulatedSwarm(job, datasetSize, {
+    runId: opts.runId,
+    policy: { ...DEFAULT_TRUST_POLICY, hangFloorMs },
+    timeouts: { hangFloorMs },
+  });
+  opts.cleanup(swarm.stop);
+  const tabs = Array.from({ length: n }, (_, i) => swarm.open(`t${i}`, 1));
+  const rv = () => swarm.coordinator.state.rendezvous;
+  await swarm.waitFor(
+    () => swarm.committed() >= opts.innerSteps && rv().phase === 'training' && rv().participants.length === n,
+    `${n} tabs past the first outer step`,
+    60_000,
+  );
+  return { ...swarm, tabs };
+}
+
+/**
  * Invariant (1) of docs/ARCHITECTURE.md over stored commit rows: the epochs in which an index was
  * committed twice, and the finished epochs (all but the last, or the last once the job is `done`) in
  * which an index never was. A row commits its `ranges` (or [cursorStart, cursorStart+count)). Both

@@ -5,7 +5,7 @@
  * independent reference: the group plan (core/training/groups.ts) must reproduce it exactly whenever
  * there are no holes (every-step mode always; local mode until a partial commit).
  */
-import { assignStep, type StepPlan } from '../../core/training/groups';
+import { assignStep, mergeRanges, type PositionRange, type StepPlan } from '../../core/training/groups';
 
 export function referenceStepsPerEpoch(plan: StepPlan): number {
   return Math.ceil(plan.datasetSize / plan.globalBatch);
@@ -41,4 +41,20 @@ export function referenceIsCommitPoint(step: number, plan: StepPlan): boolean {
 export function referenceSlice(step: number, plan: StepPlan, shares: readonly number[], rank: number) {
   const { cursor, count } = referenceStepPosition(step, plan);
   return assignStep(cursor, count, shares)[rank];
+}
+
+/** The positions `rank` computes under `shares` in steps `first..last` of a run without holes, merged. */
+export function referenceRankRanges(
+  first: number,
+  last: number,
+  plan: StepPlan,
+  shares: readonly number[],
+  rank: number,
+): PositionRange[] {
+  const out: PositionRange[] = [];
+  for (let step = first; step <= last; step++) {
+    const s = referenceSlice(step, plan, shares, rank);
+    if (s.count > 0) out.push([s.start, s.start + s.count]);
+  }
+  return mergeRanges(out);
 }

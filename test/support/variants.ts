@@ -4,7 +4,26 @@
  * per feature it could not use (with the variants that therefore did not run). A CI log thus shows
  * what passed, and nothing passes silently for a variant that never ran.
  */
+import type { TransformerSpec } from '../../core/training/model-spec';
+import { float16BitsToNumber, float32BitsToFloat16Bits } from '../../core/wire/fp16';
 import type { Gpu } from '../../kernels/runtime';
+
+/** The small GPT every variant test runs (in Node and in Chromium): two layers, 32 wide, context 12. */
+export const SMALL_GPT: TransformerSpec = {
+  type: 'transformer',
+  name: 'gpt-variants',
+  vocab: 256,
+  context: 12,
+  dModel: 32,
+  heads: 2,
+  layers: 2,
+  mlpRatio: 4,
+};
+
+/** The half nearest v (ties to even), as the f16 mode's cast rounds (test/kernels/half.test.ts). */
+export function nearestHalf(v: number): number {
+  return float16BitsToNumber(float32BitsToFloat16Bits(new Uint32Array(Float32Array.of(v).buffer)[0]));
+}
 
 /** Print `[variants] family: ran …` and, for each missing feature, `[variants] family: NOT RUN …`. */
 export function reportVariants(

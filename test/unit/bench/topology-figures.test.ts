@@ -1,3 +1,8 @@
+/**
+ * The arithmetic behind `bench:topology` (bench/lib/topology-figures.ts: power-law fits, medians,
+ * ring-to-groups ratios, the join verdict) on points with known answers, and the virtual clock
+ * (bench/lib/virtual-clock.ts) its simulations run on.
+ */
 import { describe, expect, it } from 'vitest';
 import { fitExponent, joinVerdict, median, summarize } from '../../../bench/lib/topology-figures';
 import { inVirtualTime } from '../../../bench/lib/virtual-clock';

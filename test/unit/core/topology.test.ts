@@ -1,3 +1,8 @@
+/**
+ * The topology planner (core/training/topology.ts: ring order from measured link costs, ring or groups,
+ * group sizes) and the group geometry every rank derives from a plan (core/training/group-geometry.ts:
+ * places, segments, pieces, heirs of an excluded member, partners), on hand-built cost maps.
+ */
 import { describe, expect, it } from 'vitest';
 import {
   groupPartners,

@@ -8,6 +8,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { resolveDatasetDir } from '../../../coordinator/config/startup-config';
 import { datasetRoutes } from '../../../coordinator/datasets/idx-routes';
 import { loadIdxDataset, parseIdx, type IdxDataset } from '../../../node/idx';
+import { skipWithout } from '../../support/skip';
 
 /** An IDX file written by hand: magic, big-endian dims, data — independent of the parser. */
 function idxBytes(
@@ -271,12 +272,14 @@ describe('datasetRoutes', () => {
 
 const FASHION_MNIST = resolveDatasetDir(undefined, process.env);
 describe('the real Fashion-MNIST', () => {
-  const present = existsSync(FASHION_MNIST);
-  it.skipIf(!present && !process.env.CI)('has 60,000 + 10,000 28×28 images, 6,000 / 1,000 of each class', async () => {
-    const ds = await loadIdxDataset(FASHION_MNIST);
-    expect([ds.train.count, ds.test.count, ds.train.rows, ds.train.cols]).toEqual([60000, 10000, 28, 28]);
-    const histogram = (l: Uint8Array) => Array.from({ length: 10 }, (_, c) => l.filter((x) => x === c).length);
-    expect(histogram(ds.train.labels)).toEqual(Array(10).fill(6000));
-    expect(histogram(ds.test.labels)).toEqual(Array(10).fill(1000));
-  });
+  it.skipIf(skipWithout(`Fashion-MNIST at ${FASHION_MNIST}`, existsSync(FASHION_MNIST)))(
+    'has 60,000 + 10,000 28×28 images, 6,000 / 1,000 of each class',
+    async () => {
+      const ds = await loadIdxDataset(FASHION_MNIST);
+      expect([ds.train.count, ds.test.count, ds.train.rows, ds.train.cols]).toEqual([60000, 10000, 28, 28]);
+      const histogram = (l: Uint8Array) => Array.from({ length: 10 }, (_, c) => l.filter((x) => x === c).length);
+      expect(histogram(ds.train.labels)).toEqual(Array(10).fill(6000));
+      expect(histogram(ds.test.labels)).toEqual(Array(10).fill(1000));
+    },
+  );
 });

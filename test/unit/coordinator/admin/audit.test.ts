@@ -29,6 +29,21 @@ function row(step: number, cursorStart: number, count: number): CommitRow {
   };
 }
 
+/** The step plan of `state`'s job: batches of 10, a commit every step. */
+const PLAN = { datasetSize: N, globalBatch: 10, epochs: 2, commitEvery: 1 };
+
+/** Step 1 commits [0, 10) but for [4, 6), a lost rank's slice: a partial commit leaving one hole. */
+function partialFirstRow(): CommitRow {
+  return {
+    ...row(1, 0, 8),
+    ranges: [
+      [0, 4],
+      [6, 10],
+    ],
+    skipped: [[4, 6]],
+  };
+}
+
 describe('auditRun', () => {
   it('passes an empty run', () => {
     expect(auditRun(state, [], 0)).toMatchObject({ ok: true, recordAgrees: true, lastRowStep: 0 });
@@ -48,15 +63,8 @@ describe('auditRun', () => {
   });
 
   it('replays partial commits: skipped positions are holes until a later row commits them first', () => {
-    // Step 1 commits [0, 10) but for [4, 6) (a lost rank's slice); step 2 takes the hole, then [10, 18).
-    const partial: CommitRow = {
-      ...row(1, 0, 8),
-      ranges: [
-        [0, 4],
-        [6, 10],
-      ],
-      skipped: [[4, 6]],
-    };
+    // Step 2 takes step 1's hole [4, 6), then [10, 18).
+    const partial = partialFirstRow();
     const serving: CommitRow = {
       ...row(2, 10, 10),
       ranges: [
@@ -65,12 +73,11 @@ describe('auditRun', () => {
       ],
     };
     const order = epochOrder(state.job.seed, 0, N);
-    const plan = { datasetSize: N, globalBatch: 10, epochs: 2, commitEvery: 1 };
-    let record = commitGroup(state.record, order, groupAt(state.record, 1, plan), [[4, 6]]);
+    let record = commitGroup(state.record, order, groupAt(state.record, 1, PLAN), [[4, 6]]);
     const afterPartial = { ...state, record, lastCommit: { ...state.lastCommit, step: 1 } };
     expect(auditRun(afterPartial, [partial], 0)).toMatchObject({ ok: true, recordAgrees: true });
     expect(auditRun(afterPartial, [partial], 0).epochs[0]).toMatchObject({ skipped: 2, holesLeft: 2 });
-    record = commitGroup(record, order, groupAt(record, 2, plan));
+    record = commitGroup(record, order, groupAt(record, 2, PLAN));
     const afterServing = { ...state, record, lastCommit: { ...state.lastCommit, step: 2 } };
     const report = auditRun(afterServing, [partial, serving], 0);
     expect(report).toMatchObject({ ok: true, recordAgrees: true });
@@ -78,14 +85,7 @@ describe('auditRun', () => {
   });
 
   it('counts a row that does not serve the holes first as a discontinuity', () => {
-    const partial: CommitRow = {
-      ...row(1, 0, 8),
-      ranges: [
-        [0, 4],
-        [6, 10],
-      ],
-      skipped: [[4, 6]],
-    };
+    const partial = partialFirstRow();
     // Step 2 skips the hole and takes the tail: the hole would never be served.
     const jumping: CommitRow = { ...row(2, 10, 10), ranges: [[10, 20]] as PositionRange[] };
     expect(auditRun(state, [partial, jumping], 0).epochs[0].discontinuities).toBe(1);
@@ -102,14 +102,7 @@ describe('auditRun', () => {
       N,
       'run-audit',
     );
-    const partial: CommitRow = {
-      ...row(1, 0, 8),
-      ranges: [
-        [0, 4],
-        [6, 10],
-      ],
-      skipped: [[4, 6]],
-    };
+    const partial = partialFirstRow();
     // Planned as if step 1 had committed whole: it takes the tail, the hole stays for step 3.
     const successor: CommitRow = { ...row(2, 10, 10), ranges: [[10, 20]] as PositionRange[] };
     const serving: CommitRow = {
@@ -120,11 +113,10 @@ describe('auditRun', () => {
       ],
     };
     const order = epochOrder(overlapped.job.seed, 0, N);
-    const plan = { datasetSize: N, globalBatch: 10, epochs: 2, commitEvery: 1 };
-    let record = commitGroup(overlapped.record, order, groupAt(overlapped.record, 1, plan), [[4, 6]]);
-    const second = groupAt({ ...record, holes: [] }, 2, plan);
+    let record = commitGroup(overlapped.record, order, groupAt(overlapped.record, 1, PLAN), [[4, 6]]);
+    const second = groupAt({ ...record, holes: [] }, 2, PLAN);
     record = commitGroup(record, order, second, [], [[4, 6]]);
-    record = commitGroup(record, order, groupAt(record, 3, plan));
+    record = commitGroup(record, order, groupAt(record, 3, PLAN));
     const after = { ...overlapped, record, lastCommit: { ...overlapped.lastCommit, step: 3 } };
     const report = auditRun(after, [partial, successor, serving], 0);
     expect(report).toMatchObject({ ok: true, recordAgrees: true });

@@ -18,10 +18,10 @@
 import { describe, expect, it } from 'vitest';
 import { DEFAULT_TRUST_POLICY, restoreState } from '../../../../coordinator/machine/machine';
 import { groupInFlight } from '../../../../coordinator/machine/group';
-import { mergeRanges, planOf, rangesCount, type PositionRange } from '../../../../core/training/groups';
+import { mergeRanges, rangesCount } from '../../../../core/training/groups';
 import type { JobSpecInput } from '../../../../core/training/job';
-import { referenceSlice } from '../../../support/hole-free-layout';
 import { Harness, hashOf } from './coordinator-harness';
+import { reportThrough, shares, slices } from './group-kit';
 
 const N = 16;
 const H = 4;
@@ -47,21 +47,6 @@ const SLOW = { timeout: 120_000 };
 
 const name = (i: number) => `t${String(i).padStart(2, '0')}`;
 
-/** Members (but `except`) report their next steps up to `through`, one at a time, 1 ms apart. */
-function reportThrough(h: Harness, through: number, except: string[] = []): void {
-  for (let progressed = true; progressed; ) {
-    progressed = false;
-    for (const member of h.members()) {
-      const w = h.worker(member);
-      if (except.includes(member) || !w.training || w.live >= through || h.state.rendezvous.phase !== 'training')
-        continue;
-      h.now += 1;
-      h.report(member);
-      progressed = true;
-    }
-  }
-}
-
 /** Every member (but `except`) sends its outer report of the group ending at `step`. */
 function outerAll(h: Harness, step: number, except: string[] = []): void {
   for (const member of h.members()) if (!except.includes(member)) h.outer(member, step);
@@ -80,22 +65,6 @@ function swarm(): Harness {
   outerAll(h, H);
   expect(h.state.lastCommit.step).toBe(H);
   return h;
-}
-
-/** The round members' shares, by rank, as the round announced them. */
-function shares(h: Harness): number[] {
-  return h.worker(h.members()[0]).round!.world.map((e) => e.share);
-}
-
-/** The positions `rank` computes in steps `first..last` of an epoch without holes. */
-function slices(h: Harness, first: number, last: number, split: number[], rank: number): PositionRange[] {
-  const plan = planOf(h.state);
-  const out: PositionRange[] = [];
-  for (let step = first; step <= last; step++) {
-    const s = referenceSlice(step, plan, split, rank);
-    if (s.count > 0) out.push([s.start, s.start + s.count]);
-  }
-  return mergeRanges(out);
 }
 
 /** Commit the group in flight: every member reports its steps and its outer step. */

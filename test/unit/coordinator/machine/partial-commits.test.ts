@@ -15,10 +15,9 @@ import { describe, expect, it } from 'vitest';
 import { DEFAULT_TRUST_POLICY, restoreState } from '../../../../coordinator/machine/machine';
 import { mergeRanges, rangesCount, type PositionRange } from '../../../../core/training/groups';
 import type { JobSpecInput } from '../../../../core/training/job';
-import { planOf } from '../../../../core/training/groups';
-import { referenceSlice } from '../../../support/hole-free-layout';
 import { outerRetryAllowanceMs } from '../../../../coordinator/machine/outer-loss';
 import { Harness } from './coordinator-harness';
+import { reportThrough, shares, slices } from './group-kit';
 
 const N = 64;
 const H = 4;
@@ -57,37 +56,6 @@ function swarm(): Harness {
   reportThrough(h, H);
   expect(h.state.lastCommit.step).toBe(H);
   return h;
-}
-
-/** Members (but `except`) report their next steps up to `through`, one at a time, 1 ms apart. */
-function reportThrough(h: Harness, through: number, except: string[] = []): void {
-  for (let progressed = true; progressed; ) {
-    progressed = false;
-    for (const member of h.members()) {
-      const w = h.worker(member);
-      if (except.includes(member) || !w.training || w.live >= through || h.state.rendezvous.phase !== 'training')
-        continue;
-      h.now += 1;
-      h.report(member);
-      progressed = true;
-    }
-  }
-}
-
-/** The round members' shares, by rank, as the round announced them. */
-function shares(h: Harness): number[] {
-  return h.worker(h.members()[0]).round!.world.map((e) => e.share);
-}
-
-/** The positions `rank` computes in steps `first..last` of an epoch without holes. */
-function slices(h: Harness, first: number, last: number, split: number[], rank: number): PositionRange[] {
-  const plan = planOf(h.state);
-  const out: PositionRange[] = [];
-  for (let step = first; step <= last; step++) {
-    const s = referenceSlice(step, plan, split, rank);
-    if (s.count > 0) out.push([s.start, s.start + s.count]);
-  }
-  return mergeRanges(out);
 }
 
 /** The round the survivors carry the group on in, and its members. */

@@ -33,16 +33,16 @@ function swarm(job: JobSpecInput = {}, salt = 'salt-of-this-test'): Harness {
 
 describe('the job field', () => {
   it('defaults the rates, takes false for off, and needs a commit per step in every-step mode only', () => {
-    expect(parseJobSpec({ verify: {} }).verify).toEqual({
-      probability: 0.05,
-      newcomer: { probability: 0.5, checks: 10 },
-    });
+    const defaults = { probability: 0.05, newcomer: { probability: 0.5, checks: 10 } };
+    expect(parseJobSpec({ verify: {} }).verify).toEqual(defaults);
     expect(parseJobSpec({ verify: false }).verify).toBe(false);
-    expect(
-      parseJobSpec({ verify: {}, sync: { mode: 'local', innerSteps: 4, compression: 'int8' } }).verify,
-    ).toBeTruthy();
-    expect(parseJobSpec({ verify: {}, sync: { mode: 'every-step', compression: 'int8' } }).verify).toBeTruthy();
-    expect(parseJobSpec({ verify: {}, sync: { mode: 'every-step', compression: 'fp16' } }).verify).toBeDefined();
+    // Every sync mode and wire takes the checks, with the same default rates.
+    for (const sync of [
+      { mode: 'local', innerSteps: 4, compression: 'int8' },
+      { mode: 'every-step', compression: 'int8' },
+      { mode: 'every-step', compression: 'fp16' },
+    ] as const)
+      expect(parseJobSpec({ verify: {}, sync }).verify, JSON.stringify(sync)).toEqual(defaults);
     expect(() => parseJobSpec({ verify: {}, commitEvery: 2 })).toThrow(/verify in every-step sync needs commitEvery 1/);
     expect(() => parseJobSpec({ verify: { probability: 1.5 } })).toThrow();
   });

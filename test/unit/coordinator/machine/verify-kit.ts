@@ -8,6 +8,7 @@ import type { StepSketches } from '../../../../core/state/sketch';
 import { bucketsPerSegment, PARAMS_SKETCH_BUCKETS } from '../../../../core/state/sketch';
 import type { RecomputedStep } from '../../../../coordinator/machine/state';
 import { checkDraw } from '../../../../coordinator/machine/checks';
+import { ringSketches } from '../../../support/ring-sketches';
 import { mulberry32 } from '../../../support/rng';
 import type { Harness } from './coordinator-harness';
 
@@ -34,39 +35,7 @@ export function sketches(
   params: number[],
   added: (r: number, j: number, block: number[]) => number[] = (_r, _j, block) => block,
 ): StepSketches[] {
-  const size = own.length;
-  const n = own[0].length;
-  const per = n / size;
-  const zeros = () => new Array<number>(n).fill(0);
-  const sent = own.map(zeros);
-  const received = own.map(zeros);
-  const sum = zeros();
-  for (let j = 0; j < size; j++) {
-    let partial = new Array<number>(per).fill(0);
-    for (let g = 0; g < size; g++) {
-      const r = (j + g) % size;
-      const honest = partial.map((x, k) => x + own[r][j * per + k]);
-      if (g === size - 1) {
-        for (const [k, x] of honest.entries()) sum[j * per + k] = x;
-        break;
-      }
-      partial = added(r, j, honest);
-      partial.forEach((x, k) => {
-        sent[r][j * per + k] = x;
-        received[(r + 1) % size][j * per + k] = x;
-      });
-    }
-  }
-  return own.map((o, r) => ({
-    own: o,
-    sum,
-    sumMass: massOf(sum),
-    sent: sent[r],
-    sentMass: massOf(sent[r]),
-    received: received[r],
-    receivedMass: massOf(received[r]),
-    params,
-  }));
+  return ringSketches(own, massOf, added).map((s) => ({ ...s, params }));
 }
 
 /** Every member reports its next step with sketches; `tamper` may change the owns or params (a lie). */

@@ -35,6 +35,20 @@ function fromStart(w: WorldEntry[]) {
   return { world: w, step: 1, epoch: 0, cursor: 0 };
 }
 
+/**
+ * The group of steps 3..4 (cursor 128, batch 64) carried on by slots 0 and 2 of three (shares ¼, ¼, ½)
+ * as ranks 0 and 1 of a round split in halves: slot 1 was lost inside the group.
+ */
+function carriedRound() {
+  return {
+    world: world([0.5, 0.5]),
+    step: 3,
+    epoch: 0,
+    cursor: 128,
+    carry: { shares: [0.25, 0.25, 0.5], slots: [0, 2], reported: [3, 3] },
+  };
+}
+
 describe('stepWork', () => {
   it('gives the ranks disjoint slices whose union is the step, whatever the world', () => {
     const j = job({}, 1000);
@@ -81,13 +95,7 @@ describe('stepWork', () => {
   it('plans a carried group under the old split, with the lost slot’s slices as holes the next group serves first', () => {
     const j = job({ commitEvery: 2 }, 1000);
     // The group of steps 3..4 starts at cursor 128; slots 0 and 2 of three carry it on as ranks 0 and 1.
-    const round = {
-      world: world([0.5, 0.5]),
-      step: 3,
-      epoch: 0,
-      cursor: 128,
-      carry: { shares: [0.25, 0.25, 0.5], slots: [0, 2], reported: [3, 3] },
-    };
+    const round = carriedRound();
     const planner = new StepPlanner(j, round, 1);
     const step3 = planner.work(3)!;
     expect(step3.ranges).toEqual([[128, 192]]);
@@ -116,13 +124,7 @@ describe('stepWork', () => {
   it('plans a carried group whose outer sum also left a rank out: its slices are holes too, its samples out of the weights', () => {
     const j = job({ commitEvery: 2 }, 1000);
     // The same carried group (slots 0 and 2 of three as ranks 0 and 1); the outer sum leaves rank 1 (slot 2) out.
-    const round = {
-      world: world([0.5, 0.5]),
-      step: 3,
-      epoch: 0,
-      cursor: 128,
-      carry: { shares: [0.25, 0.25, 0.5], slots: [0, 2], reported: [3, 3] },
-    };
+    const round = carriedRound();
     const group = new StepPlanner(j, round, 0).work(3)!.group;
     // Slot 0 computes 16 + 16 samples, slot 2 32 + 32 (hand-computed from the shares).
     expect(group.rankSamples).toEqual([32, 64]);

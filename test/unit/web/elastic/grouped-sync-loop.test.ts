@@ -11,13 +11,12 @@
  * too; a crash fails the step for everyone (a fixed global batch has no partial steps), as in the ring.
  */
 import { afterEach, describe, expect, it } from 'vitest';
-import { DEFAULT_TRUST_POLICY } from '../../../../coordinator/machine/machine';
 import { mergeRanges, planOf, type PositionRange } from '../../../../core/training/groups';
 import { parseJobSpec, type JobSpec } from '../../../../core/training/job';
 import { groupPartners } from '../../../../core/training/group-geometry';
 import { parameterLayout } from '../../../../core/training/model-spec';
-import { auditCommitRows, committedRanges, SIM_MODEL, simulatedSwarm, type SimTab } from '../../../kit/simulation';
-import { referenceSlice } from '../../../support/hole-free-layout';
+import { auditCommitRows, committedRanges, SIM_MODEL, swarmPastFirstOuter, type SimTab } from '../../../kit/simulation';
+import { referenceRankRanges } from '../../../support/hole-free-layout';
 
 const N = 9;
 const H = 6;
@@ -60,21 +59,15 @@ afterEach(() => {
 
 /** 9 tabs in one round in groups, past the first outer step. The hang floor is 1 s on both sides. */
 async function swarm(spec = job()) {
-  const s = simulatedSwarm(spec, DATASET, {
+  const s = await swarmPastFirstOuter(spec, DATASET, {
     runId: 'sim-grouped',
-    policy: { ...DEFAULT_TRUST_POLICY, hangFloorMs: 1000 },
-    timeouts: { hangFloorMs: 1000 },
+    n: N,
+    innerSteps: H,
+    hangFloorMs: 1000,
+    cleanup: (stop) => cleanups.push(stop),
   });
-  cleanups.push(s.stop);
-  const tabs = Array.from({ length: N }, (_, i) => s.open(`t${i}`, 1));
-  const rv = () => s.coordinator.state.rendezvous;
-  await s.waitFor(
-    () => s.committed() >= H && rv().phase === 'training' && rv().participants.length === N,
-    `${N} tabs past the first outer step`,
-    60_000,
-  );
-  expect(rv().topology, 'the round syncs in 3 groups of 3').toEqual([3, 3, 3]);
-  return { ...s, spec, tabs };
+  expect(s.coordinator.state.rendezvous.topology, 'the round syncs in 3 groups of 3').toEqual([3, 3, 3]);
+  return { ...s, spec };
 }
 
 type Swarm = Awaited<ReturnType<typeof swarm>>;
@@ -87,13 +80,7 @@ function tabAt(s: Swarm, rank: number): SimTab {
 
 /** The positions `rank` computes in the group `first..first+H-1` of an epoch without holes before it. */
 function lostSlices(s: Swarm, first: number, shares: number[], rank: number): PositionRange[] {
-  const plan = planOf(s.coordinator.state);
-  const out: PositionRange[] = [];
-  for (let step = first; step < first + H; step++) {
-    const slice = referenceSlice(step, plan, shares, rank);
-    if (slice.count > 0) out.push([slice.start, slice.start + slice.count]);
-  }
-  return mergeRanges(out);
+  return referenceRankRanges(first, first + H - 1, planOf(s.coordinator.state), shares, rank);
 }
 
 /** The job ends; the record is exactly-once; every survivor holds the last commit's state bit for bit. */

@@ -8,12 +8,11 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import { jobPublic, parseJobSpec, type JobSpec, type JobSpecInput } from '../../../../core/training/job';
 import { parameterLayout } from '../../../../core/training/model-spec';
-import { rankRanges, indicesAt } from '../../../../core/training/groups';
-import { epochOrder } from '../../../../core/training/sampler';
+import { handTrainers, innerSteps, sumInRankOrder } from '../../../kit/diloco-by-hand';
+import { goodbyeJoinCrash } from '../../../kit/goodbye-join-crash';
 import { walkGroups } from '../../../support/group-walk';
 import {
   auditCommitRows,
-  CpuTrainer,
   SIM_DATASET,
   SIM_JOB,
   SIM_MODEL,
@@ -65,31 +64,13 @@ function auditCommits(job: JobSpec, commits: StoredCommit[], done = true): void 
  */
 async function handReference(job: JobSpec, world: number): Promise<Map<number, string>> {
   const plan = jobPublic(job, DATASET);
-  const trainers = Array.from({ length: world }, () => new CpuTrainer());
-  const sync = job.sync as Extract<JobSpec['sync'], { mode: 'local' }>;
-  for (const t of trainers) {
-    await t.buildModel({ model: SIM_MODEL, optimizer: job.optimizer, maxBatch: 16, seed: job.seed, outer: sync.outer });
-    await t.saveBackup();
-  }
+  const trainers = await handTrainers(job, world);
   const hashes = new Map<number, string>();
   const shares = new Array<number>(world).fill(1 / world);
   for (const { group } of walkGroups(plan)) {
-    const own = new Array<number>(world).fill(0);
-    for (const span of group.steps) {
-      for (let r = 0; r < world; r++) {
-        const indices = indicesAt(epochOrder(job.seed, group.epoch, DATASET), rankRanges(span, shares, r));
-        own[r] += indices.length;
-        if (indices.length === 0) continue;
-        await trainers[r].computeGradients(indices, true);
-        await trainers[r].applyAndHash(null, indices.length, null, { hash: false });
-      }
-    }
+    const own = await innerSteps(trainers, job, DATASET, group, shares);
     const parts = await Promise.all(trainers.map((t, r) => t.pseudoGradient(outerWeight(own[r], group.count))));
-    const sum = new Float32Array(parts[0]);
-    for (const p of parts.slice(1)) {
-      const part = new Float32Array(p);
-      for (let i = 0; i < sum.length; i++) sum[i] += part[i];
-    }
+    const sum = sumInRankOrder(parts);
     const stepHashes = await Promise.all(trainers.map((t) => t.applyOuter(sum.slice().buffer)));
     expect(new Set(stepHashes).size).toBe(1);
     hashes.set(group.lastStep, stepHashes[0]);
@@ -208,22 +189,11 @@ describe('local sync mode (simulated tabs, real coordinator machine)', () => {
     timeout: 30_000,
   }, async () => {
     const job = parseJobSpec({ ...BASE, sync: { ...BASE.sync, compression: 'int8' } as JobSpecInput['sync'] });
-    const { coordinator, open, committed, waitFor } = setUp(job);
-    const [a, b, c] = [open('a', 2), open('b', 2), open('c', 2)];
-    const midOuter = () => coordinator.state.rendezvous.participants.some((p) => p.lastStep > committed());
-    await waitFor(() => committed() >= 4 && coordinator.state.rendezvous.participants.length === 3, 'three tabs');
-    await waitFor(midOuter, 'inner steps reported past the commit');
-    const restarts = coordinator.state.restarts;
-    a.goodbye();
-    await waitFor(() => coordinator.state.rendezvous.participants.length === 2 && midOuter(), 'two tabs on');
-    const d = open('d', 2);
-    await waitFor(() => coordinator.state.rendezvous.participants.length === 3, 'the newcomer admitted');
-    await waitFor(midOuter, 'inner steps of the three');
-    expect(coordinator.state.restarts).toBe(restarts); // neither a goodbye nor a join is a failure
-    b.crash();
-    await waitFor(() => coordinator.state.restarts === restarts + 1, 'the crash to count');
-    await waitFor(() => coordinator.state.status === 'done', 'the job to finish');
-    await waitFor(() => [c, d].every((t) => t.loop.status.phase === 'done'), 'survivors to see done');
+    const swarm = setUp(job);
+    const { coordinator } = swarm;
+    const {
+      survivors: [c, d],
+    } = await goodbyeJoinCrash(swarm);
     const commits = coordinator.liveCommits();
     auditCommits(job, commits);
     // The goodbye and the crash were inside outer steps: those steps were committed without the lost

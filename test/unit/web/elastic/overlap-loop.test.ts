@@ -11,21 +11,20 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import { auditRun } from '../../../../coordinator/admin/audit';
 import { groupInFlight } from '../../../../coordinator/machine/group';
-import { indicesAt, planOf, rankRanges, slotsRanges } from '../../../../core/training/groups';
+import { planOf, slotsRanges } from '../../../../core/training/groups';
 import { jobPublic, parseJobSpec, type JobSpec, type JobSpecInput } from '../../../../core/training/job';
 import { outerWeight } from '../../../../core/training/outer-weights';
 import { overlapsNext, successorPlan } from '../../../../core/training/overlap';
-import { epochOrder } from '../../../../core/training/sampler';
 import {
   auditCommitRows,
-  CpuTrainer,
   SIM_DATASET,
   SIM_JOB,
-  SIM_MODEL,
   simulatedSwarm,
   type SimCoordinator,
   type StoredCommit,
 } from '../../../kit/simulation';
+import { handTrainers, innerSteps, sumInRankOrder } from '../../../kit/diloco-by-hand';
+import { goodbyeJoinCrash } from '../../../kit/goodbye-join-crash';
 import { walkGroups } from '../../../support/group-walk';
 
 const DATASET = SIM_DATASET;
@@ -79,42 +78,20 @@ function expectCleanAudit(job: JobSpec, coordinator: SimCoordinator, commits: St
  */
 async function eagerReference(job: JobSpec, world: number): Promise<Map<number, string>> {
   const plan = jobPublic(job, DATASET);
-  const trainers = Array.from({ length: world }, () => new CpuTrainer());
-  const sync = job.sync as Extract<JobSpec['sync'], { mode: 'local' }>;
-  for (const t of trainers) {
-    await t.buildModel({ model: SIM_MODEL, optimizer: job.optimizer, maxBatch: 16, seed: job.seed, outer: sync.outer });
-    await t.saveBackup();
-    await t.resetOuter();
-  }
+  const trainers = await handTrainers(job, world);
+  for (const t of trainers) await t.resetOuter();
   const hashes = new Map<number, string>();
   const shares = new Array<number>(world).fill(1 / world);
-  const sum = (parts: ArrayBuffer[]) => {
-    const out = new Float32Array(parts[0]);
-    for (const p of parts.slice(1)) {
-      const part = new Float32Array(p);
-      for (let i = 0; i < out.length; i++) out[i] += part[i];
-    }
-    return out;
-  };
   let inFlight = false;
   for (const { group } of walkGroups(plan)) {
-    const own = new Array<number>(world).fill(0);
-    for (const span of group.steps) {
-      for (let r = 0; r < world; r++) {
-        const indices = indicesAt(epochOrder(job.seed, group.epoch, DATASET), rankRanges(span, shares, r));
-        own[r] += indices.length;
-        if (indices.length === 0) continue;
-        await trainers[r].computeGradients(indices, true);
-        await trainers[r].applyAndHash(null, indices.length, null, { hash: false });
-      }
-    }
+    const own = await innerSteps(trainers, job, DATASET, group, shares);
     if (inFlight) for (const t of trainers) await t.commitConsensus();
     const weights = own.map((n) => outerWeight(n, group.count));
     const overlapped = overlapsNext(job, group, plan, { carriedThrough: null, drainedAt: null });
     const parts = await Promise.all(
       trainers.map((t, r) => (overlapped ? t.eagerOuter(weights[r]) : t.pseudoGradient(weights[r]))),
     );
-    const total = sum(parts);
+    const total = sumInRankOrder(parts);
     const stepHashes = await Promise.all(
       trainers.map((t) => (overlapped ? t.consensusStep(total.slice().buffer) : t.applyOuter(total.slice().buffer))),
     );
@@ -181,22 +158,11 @@ describe('overlapped outer steps (simulated tabs, real coordinator machine)', ()
     timeout: 60_000,
   }, async () => {
     const job = parseJobSpec({ ...BASE, sync: { ...BASE.sync, compression: 'int8' } as JobSpecInput['sync'] });
-    const { coordinator, open, committed, waitFor } = setUp(job);
-    const [a, b, c] = [open('a', 2), open('b', 2), open('c', 2)];
-    const midOuter = () => coordinator.state.rendezvous.participants.some((p) => p.lastStep > committed());
-    await waitFor(() => committed() >= 4 && coordinator.state.rendezvous.participants.length === 3, 'three tabs');
-    await waitFor(midOuter, 'inner steps reported past the commit');
-    const restarts = coordinator.state.restarts;
-    a.goodbye();
-    await waitFor(() => coordinator.state.rendezvous.participants.length === 2 && midOuter(), 'two tabs on');
-    const d = open('d', 2);
-    await waitFor(() => coordinator.state.rendezvous.participants.length === 3, 'the newcomer admitted', 20_000);
-    await waitFor(midOuter, 'inner steps of the three');
-    expect(coordinator.state.restarts).toBe(restarts); // neither a goodbye nor a join is a failure
-    b.crash();
-    await waitFor(() => coordinator.state.restarts === restarts + 1, 'the crash to count');
-    await waitFor(() => coordinator.state.status === 'done', 'the job to finish', 30_000);
-    await waitFor(() => [c, d].every((t) => t.loop.status.phase === 'done'), 'survivors to see done');
+    const swarm = setUp(job);
+    const { coordinator } = swarm;
+    const {
+      survivors: [c, d],
+    } = await goodbyeJoinCrash(swarm);
     const commits = coordinator.liveCommits();
     expectCleanAudit(job, coordinator, commits);
     // The goodbye and the crash were inside outer steps: committed without the lost rank, not redone.

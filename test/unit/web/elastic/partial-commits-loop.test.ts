@@ -10,18 +10,17 @@
  * final state bit for bit. A join waits for the carried commit; a coordinator restart keeps the holes.
  */
 import { afterEach, describe, expect, it } from 'vitest';
-import { DEFAULT_TRUST_POLICY } from '../../../../coordinator/machine/machine';
 import { mergeRanges, planOf, rangesCount, type PositionRange } from '../../../../core/training/groups';
 import { parseJobSpec, type JobSpec } from '../../../../core/training/job';
 import {
   auditCommitRows,
   committedRanges,
   SIM_MODEL,
-  simulatedSwarm,
+  swarmPastFirstOuter,
   type SimTab,
   type StoredCommit,
 } from '../../../kit/simulation';
-import { referenceSlice } from '../../../support/hole-free-layout';
+import { referenceRankRanges } from '../../../support/hole-free-layout';
 
 const H = 8;
 /** Samples per rank per step. */
@@ -60,25 +59,19 @@ afterEach(() => {
  */
 async function swarmOf(n: number, into = H / 2, hangFloorMs = 1000) {
   const job = jobFor(n);
-  const swarm = simulatedSwarm(job, datasetFor(n), {
+  const swarm = await swarmPastFirstOuter(job, datasetFor(n), {
     runId: 'sim-partial',
-    policy: { ...DEFAULT_TRUST_POLICY, hangFloorMs },
-    timeouts: { hangFloorMs },
+    n,
+    innerSteps: H,
+    hangFloorMs,
+    cleanup: (stop) => cleanups.push(stop),
   });
-  cleanups.push(swarm.stop);
-  const tabs = Array.from({ length: n }, (_, i) => swarm.open(`t${i}`, 1));
-  const rv = () => swarm.coordinator.state.rendezvous;
   await swarm.waitFor(
-    () => swarm.committed() >= H && rv().phase === 'training' && rv().participants.length === n,
-    `${n} tabs past the first outer step`,
-    60_000,
-  );
-  await swarm.waitFor(
-    () => rv().participants.every((p) => p.lastStep >= swarm.committed() + into),
+    () => swarm.coordinator.state.rendezvous.participants.every((p) => p.lastStep >= swarm.committed() + into),
     `${into} steps into the second outer step`,
     30_000,
   );
-  return { ...swarm, job, tabs, n };
+  return { ...swarm, job, n };
 }
 
 type Swarm = Awaited<ReturnType<typeof swarmOf>>;
@@ -93,13 +86,7 @@ function memberAt(s: Swarm, rank: number): { tab: SimTab; shares: number[]; firs
 
 /** The positions `rank` computes in the group `first..first+H-1` (an epoch without holes before it). */
 function lostSlices(s: Swarm, first: number, shares: number[], rank: number): PositionRange[] {
-  const plan = planOf(s.coordinator.state);
-  const out: PositionRange[] = [];
-  for (let step = first; step < first + H; step++) {
-    const slice = referenceSlice(step, plan, shares, rank);
-    if (slice.count > 0) out.push([slice.start, slice.start + slice.count]);
-  }
-  return mergeRanges(out);
+  return referenceRankRanges(first, first + H - 1, planOf(s.coordinator.state), shares, rank);
 }
 
 /**

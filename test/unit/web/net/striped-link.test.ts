@@ -1,3 +1,8 @@
+/**
+ * StripedLink (web/net/striped-link.ts), one link over several memory link pairs: each message
+ * delivered exactly once while stripes overtake each other, sends on the least-loaded stripe, the same
+ * allreduce and broadcast bytes as unstriped links, stripes added mid-stream, and closing on any stripe.
+ */
 import { describe, expect, it } from 'vitest';
 import { hashBytes } from '../../../../core/state/hash';
 import { broadcast } from '../../../../web/net/broadcast';
