@@ -282,7 +282,9 @@ export class Recomputer {
 
   /**
    * One step's slices: `ranks` of them, each at most a step, indices of the job's samples, summing to
-   * `count` (`whole`: every rank's slice is given) or to at most it.
+   * `count` (`whole`: every rank's slice is given; at least 1) or to at most it (a local check: `count`
+   * is the samples of the ranks that computed the step, 0 when a carried commit's survivors had none in
+   * it: checks.ts `checkedSlices`).
    */
   private checkStep(k: number, slices: readonly Uint32Array[], count: number, ranks: number, whole: boolean): void {
     if (slices.length !== ranks) refuse(`step ${k}: ${slices.length} slices, expected ${ranks}`);
@@ -295,7 +297,12 @@ export class Recomputer {
           refuse(`step ${k}, slice ${rank}: sample index ${index} outside the job's ${this.samples.count} samples`);
       total += slice.length;
     }
-    if (!Number.isInteger(count) || count < 1 || count > this.maxBatch || (whole ? count !== total : count < total))
+    if (
+      !Number.isInteger(count) ||
+      count < (whole ? 1 : 0) ||
+      count > this.maxBatch ||
+      (whole ? count !== total : count < total)
+    )
       refuse(`step ${k}: count ${count} must be the step's samples (the slices' total ${total}, at least 1)`);
   }
 }

@@ -18,7 +18,7 @@ import { workerOf } from './worker-table';
 /**
  * Whether the survivors of the open round can carry its commit group on without `lost`, and the carry
  * if so. Local sync mode only (every-step mode redoes its one step: invariant 6 needs the fixed global
- * batch), not in a job that verifies (a check recomputes a commit's whole split), while the job is active, when some survivor has reported a step of the group (or the group
+ * batch), while the job is active, when some survivor has reported a step of the group (or the group
  * is carried already: redoing it would throw away their inner steps), every survivor holds the last
  * commit, there are at least minWorkers of them, and the lost slices fit in the record's holes
  * (`MAX_HOLES`). Otherwise null: the round closes with restore and the group is redone.
@@ -26,8 +26,6 @@ import { workerOf } from './worker-table';
 export function carryFor(s: CoordinatorState, lost: readonly string[]): CarriedGroup | null {
   const rv = s.rendezvous;
   if (lost.length === 0 || s.status !== 'active' || s.job.sync.mode !== 'local') return null;
-  // A verifying job redoes the group: a check recomputes a commit's whole split (checks.ts), not a partial one.
-  if (s.job.verify) return null;
   if (rv.phase === 'gathering' || (rv.phase === 'syncing' && !rv.carry)) return null;
   const survivors = rv.participants.filter((p) => !lost.includes(p.workerId) && workerOf(s.workers, p.workerId));
   if (survivors.length === 0 || survivors.length < s.job.minWorkers) return null;

@@ -11,6 +11,11 @@ export interface CheckedMember {
   workerId: string;
   rank: number;
   share: number;
+  /**
+   * Its slot in the split (`split`): the slices it computed follow the slot, not the rank. Absent: its
+   * rank (a round that carries nothing keeps slot = rank).
+   */
+  slot?: number;
   /** Its client address and invite: a withheld upload or a caught lie is charged to them. */
   addr: string;
   invite: string | null;
@@ -37,6 +42,12 @@ export interface VerificationState {
   stepHash: string;
   /** The round's world at `step` (the slices follow from the shares). */
   world: CheckedMember[];
+  /**
+   * A carried commit (carry.ts): the planning round's shares by slot, which every slice of the group
+   * followed; the world's members hold their slots, and the lost slots' slices are holes, so a step's
+   * samples are only the survivors'. Absent: the world's own shares, by rank.
+   */
+  split?: number[];
   /** Ranks whose contributions this check recomputes (every-step: all; local: the uploader's). */
   ranks: number[];
   /** The claims: judged ranks' own sketches (in `ranks` order), the agreed params; local: sum, outer, the rank's moments. */

@@ -128,9 +128,9 @@ export function uploadFieldFor(
 
 /** The round's members as a check keeps them (with where they joined from). */
 export function checkedMembers(s: CoordinatorState): CheckedMember[] {
-  return s.rendezvous.participants.map(({ workerId, rank, share }) => {
+  return s.rendezvous.participants.map(({ workerId, rank, share, slot }) => {
     const w = workerOf(s.workers, workerId);
-    return { workerId, rank, share, addr: w?.addr ?? '', invite: w?.invite ?? null };
+    return { workerId, rank, share, slot, addr: w?.addr ?? '', invite: w?.invite ?? null };
   });
 }
 
@@ -149,7 +149,7 @@ export function stepRate(s: CoordinatorState, world: readonly CheckedMember[]): 
 /** A new check's common fields (the caller adds the mode's claims, ranks and uploader). */
 export function newCheck(
   ctx: Ctx,
-  fields: Pick<VerificationState, 'mode' | 'step' | 'firstStep' | 'at' | 'prevHash' | 'stepHash' | 'world'>,
+  fields: Pick<VerificationState, 'mode' | 'step' | 'firstStep' | 'at' | 'prevHash' | 'stepHash' | 'world' | 'split'>,
 ): Omit<VerificationState, 'ranks' | 'claims' | 'uploader'> {
   const s = ctx.s;
   const id = s.nextCheckId ?? 1;
@@ -184,23 +184,28 @@ export interface CheckedStep {
 
 /**
  * THE function that says which samples a check recomputes: for each step firstStep..step of the
- * commit, each rank's slice (by rank, from the world's shares) and the step's samples, as the group plan
+ * commit, each rank's slice (in rank order) and the step's samples, as the group plan
  * (core/training/groups.ts) at the record where the commit's group started (`at`, holes included) gave
- * them to the tabs. Every other part asks here (the verification service, tests).
+ * them to the tabs. Each slice follows the world's shares by rank; in a carried commit (`split`) the
+ * planning round's shares by the member's slot, and a step's samples are the survivors' alone (the lost
+ * slots' are holes), as a carrying tab weighs its pseudo-gradient (web/elastic/plan.ts `total`). Every
+ * other part asks here (the verification service, tests).
  */
 export function checkedSlices(
   s: Pick<CoordinatorState, 'job' | 'datasetSize'>,
-  v: Pick<VerificationState, 'world' | 'step' | 'firstStep' | 'at'>,
+  v: Pick<VerificationState, 'world' | 'step' | 'firstStep' | 'at' | 'split'>,
 ): CheckedStep[] {
-  const shares = [...v.world].sort((a, b) => a.rank - b.rank).map((w) => w.share);
+  const members = [...v.world].sort((a, b) => a.rank - b.rank);
+  const shares = v.split ?? members.map((w) => w.share);
+  const slots = members.map((w) => (v.split ? (w.slot ?? w.rank) : w.rank));
   // The commit's own length (the plan's H, or fewer at an epoch's end): its steps are firstStep..step.
   const group = groupPlan(v.at, v.firstStep, { ...planOf(s), commitEvery: v.step - v.firstStep + 1 });
   const order = epochOrder(s.job.seed, v.at.epoch, s.datasetSize);
-  return group.steps.map((span) => ({
-    step: span.step,
-    slices: shares.map((_, rank) => indicesAt(order, rankRanges(span, shares, rank)).slice()),
-    count: span.count,
-  }));
+  return group.steps.map((span) => {
+    const slices = slots.map((slot) => indicesAt(order, rankRanges(span, shares, slot)).slice());
+    const count = v.split ? slices.reduce((n, slice) => n + slice.length, 0) : span.count;
+    return { step: span.step, slices, count };
+  });
 }
 
 /**
@@ -293,7 +298,16 @@ export function afterCommitIn(ctx: Ctx, group: GroupPlan, stepHash: string, prev
   // This commit's number first: a check drawn at it counts the commits after it (`gateOpen`).
   s.commitSeq = (s.commitSeq ?? 0) + 1;
   if (!s.job.verify) return;
-  const fields = { step, firstStep: group.firstStep, at: group.start, prevHash, stepHash, world: checkedMembers(s) };
+  const carry = s.rendezvous.carry;
+  const fields = {
+    step,
+    firstStep: group.firstStep,
+    at: group.start,
+    prevHash,
+    stepHash,
+    world: checkedMembers(s),
+    ...(carry ? { split: [...carry.shares] } : {}),
+  };
   if (s.verifySalt && s.job.sync.mode === 'local') drawLocalIn(ctx, fields);
   else if (s.verifySalt) drawEveryStepIn(ctx, fields);
   noteMomentClaimsIn(ctx, step);
@@ -312,7 +326,10 @@ function noteMomentClaimsIn(ctx: Ctx, point: number): void {
   s.momentClaims = { step: point, world: s.rendezvous.participants.length, byWorker };
 }
 
-type DrawFields = Pick<VerificationState, 'step' | 'firstStep' | 'at' | 'prevHash' | 'stepHash' | 'world'>;
+type DrawFields = Pick<VerificationState, 'step' | 'firstStep' | 'at' | 'prevHash' | 'stepHash' | 'world' | 'split'>;
+
+/** Where a member's reports are kept (`pending` is by slot: a carried round's members keep theirs). */
+const slotOf = (m: CheckedMember) => m.slot ?? m.rank;
 
 /** Every-step mode: one check of every rank, at the rate of the least trusted member. */
 function drawEveryStepIn(ctx: Ctx, fields: DrawFields): void {
@@ -321,8 +338,8 @@ function drawEveryStepIn(ctx: Ctx, fields: DrawFields): void {
   const draw = nextDrawIn(ctx, fields.step);
   if (!(draw < rate)) return;
   const reports = s.pending[fields.step] ?? {};
-  const own = fields.world.map((m) => reports[m.rank]?.sketch?.own);
-  const params = reports[fields.world[0].rank]?.sketch?.params;
+  const own = fields.world.map((m) => reports[slotOf(m)]?.sketch?.own);
+  const params = reports[slotOf(fields.world[0])]?.sketch?.params;
   if (!params || own.some((o) => !o)) return;
   openCheckIn(ctx, {
     ...newCheck(ctx, { ...fields, mode: 'every-step' }),
@@ -338,8 +355,8 @@ function drawLocalIn(ctx: Ctx, fields: DrawFields): void {
   const reports = s.pending[fields.step] ?? {};
   for (const member of fields.world) {
     let samples = 0;
-    for (let st = fields.firstStep; st <= fields.step; st++) samples += s.pending[st]?.[member.rank]?.samples ?? 0;
-    const report = reports[member.rank];
+    for (let st = fields.firstStep; st <= fields.step; st++) samples += s.pending[st]?.[slotOf(member)]?.samples ?? 0;
+    const report = reports[slotOf(member)];
     const k = report?.sketch;
     if (samples === 0 || !k || !report.innerHash) continue;
     if (!(nextDrawIn(ctx, fields.step) < checkRate(s, member.workerId))) continue;

@@ -112,7 +112,8 @@ export function ringChecksPassIn(ctx: Ctx, point: number): boolean {
   const rv = s.rendezvous;
   const reports = s.pending[point] ?? {};
   const size = rv.participants.length;
-  const claims = rv.participants.map((p) => reports[p.rank]?.sketch);
+  // Reports are kept by slot (a carried round's members keep the slots they planned with).
+  const claims = rv.participants.map((p) => reports[p.slot]?.sketch);
   const first = claims[0];
   if (!first || claims.some((c) => !c)) return true; // every report was checked for its sketch already
   const all = claims as StepSketches[];

@@ -147,11 +147,13 @@ describe('local sync mode (simulated tabs, real coordinator machine)', () => {
         () => committed() >= 8 && coordinator.state.rendezvous.participants.length === 3,
         'two outer steps, three tabs',
       );
+      const midOuter = () => coordinator.state.rendezvous.participants.some((p) => p.lastStep > committed());
+      await waitFor(midOuter, 'inner steps past the commit');
+      // Inside an outer step: a local-mode job that verifies carries it on without the crashed tab.
       a.crash();
       await waitFor(() => committed() >= 13, 'the survivors going on');
       // A newcomer gets the state by a broadcast along the ring, which a member between its root and the
       // newcomer relays and takes: its inner steps then start from the root's moments, and so must its backup.
-      const midOuter = () => coordinator.state.rendezvous.participants.some((p) => p.lastStep > committed());
       await waitFor(midOuter, 'inner steps past the commit');
       const d = open('d', 2);
       const round = () => coordinator.state.rendezvous;
@@ -175,6 +177,9 @@ describe('local sync mode (simulated tabs, real coordinator machine)', () => {
       expect(events.map((l) => `${l.event} ${JSON.stringify(l.data).slice(0, 300)}`)).toEqual([]);
       auditCommits(job, coordinator.liveCommits());
       if (job.sync.mode === 'local') {
+        // The crash cost only its slices (a partial commit), and nothing was redone.
+        expect(coordinator.liveCommits().filter((row) => row.skipped).length).toBeGreaterThanOrEqual(1);
+        expect(coordinator.commits.filter((row) => row.rolledBack)).toEqual([]);
         // The last outer step's claims: each survivor's moments (SGD: one) and its t.
         const claims = Object.values(coordinator.state.momentClaims!.byWorker);
         expect(claims.length).toBeGreaterThan(0);
