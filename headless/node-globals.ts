@@ -11,6 +11,12 @@
  *   Why this package and not @roamhq/wrtc or werift: docs/headless.md ("Which WebRTC") and
  *   `npm run bench:webrtc-node`.
  *
+ *   Its `getStats()` says the candidate pair's round-trip time in milliseconds (libdatachannel's `rtt()`,
+ *   a count of `std::chrono::milliseconds`), where WebRTC's stats, and so web/net/link-rtt.ts, say seconds:
+ *   `SecondsRttPeerConnection` puts it in seconds. Before, a 30-ms loopback link read as 30 s, so the
+ *   striped links' `auto` rule (web/net/stripe-policy.ts) opened the maximum of 16 peer connections per
+ *   ring neighbour of every headless worker, and the admin page showed RTTs of a minute.
+ *
  * `fetch`, `crypto`, `performance`, `EventTarget` and `AbortController` are Node's own.
  */
 import nodeDataChannel from 'node-datachannel';
@@ -25,12 +31,43 @@ export class BrowserLikeWebSocket extends WebSocket {
   }
 }
 
+/** A stats entry as the polyfill builds it (plain objects in a Map). */
+type StatsEntry = { type?: string; currentRoundTripTime?: unknown; totalRoundTripTime?: unknown };
+
+/**
+ * The candidate pairs of a polyfill stats report with their round-trip times in seconds, as WebRTC's
+ * stats define them (the polyfill gives libdatachannel's milliseconds; −1 ms, "unknown", is left out).
+ * Changes the report in place and returns it.
+ */
+export function rttInSeconds<R extends Map<string, unknown>>(report: R): R {
+  for (const entry of report.values()) {
+    const stat = entry as StatsEntry;
+    if (stat?.type !== 'candidate-pair') continue;
+    for (const key of ['currentRoundTripTime', 'totalRoundTripTime'] as const) {
+      const ms = stat[key];
+      if (typeof ms !== 'number') continue;
+      if (ms >= 0 && Number.isFinite(ms)) stat[key] = ms / 1000;
+      else delete stat[key];
+    }
+  }
+  return report;
+}
+
+/** The polyfill's peer connection with WebRTC's units in its stats (`rttInSeconds`). */
+export class SecondsRttPeerConnection extends RTCPeerConnection {
+  override async getStats(...args: Parameters<RTCPeerConnection['getStats']>): Promise<RTCStatsReport> {
+    return rttInSeconds(
+      (await super.getStats(...args)) as unknown as Map<string, unknown>,
+    ) as unknown as RTCStatsReport;
+  }
+}
+
 let installed = false;
 
 export function installNodeGlobals(): void {
   if (installed) return;
   installed = true;
-  Object.assign(globalThis, { RTCPeerConnection, RTCSessionDescription, RTCIceCandidate });
+  Object.assign(globalThis, { RTCPeerConnection: SecondsRttPeerConnection, RTCSessionDescription, RTCIceCandidate });
   // Always ours, also where Node has a WebSocket of its own (22+): the coordinator client and PeerJS then
   // meet the same socket everywhere, one that never throws on an error.
   Object.assign(globalThis, { WebSocket: BrowserLikeWebSocket });

@@ -1,7 +1,8 @@
 /**
  * The headless worker's pure parts: the outer-step time split measured on the trainer port (against a
  * scripted clock), the trainer port's idle tracking, names and peer ids, the `--url` parsing, and the file
- * dataset cache (round trip, the `ignoreSearch` delete the download relies on).
+ * dataset cache (round trip, the `ignoreSearch` delete the download relies on), and the WebRTC globals
+ * (errors as events; round-trip times in seconds, as the link stats read them).
  */
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -11,7 +12,12 @@ import { parseWorkerUrl, WorkerFlagError } from '../../../headless/cli';
 import { FileDatasetCache } from '../../../headless/dataset-cache';
 import { workerNames } from '../../../headless/fleet';
 import { idleTracked, peerIdFor } from '../../../headless/headless-worker';
-import { BrowserLikeWebSocket } from '../../../headless/node-globals';
+import {
+  BrowserLikeWebSocket,
+  installNodeGlobals,
+  rttInSeconds,
+  SecondsRttPeerConnection,
+} from '../../../headless/node-globals';
 import { type OuterStepTiming, timedTrainer } from '../../../headless/step-timing';
 import type { TrainerPort } from '../../../web/elastic/ports';
 
@@ -147,5 +153,25 @@ describe('BrowserLikeWebSocket: errors are events, as in a browser', () => {
       ws.onclose = (e) => resolve(e.code);
     });
     expect(code).toBe(1006);
+  });
+});
+
+describe('SecondsRttPeerConnection: the candidate pair’s RTT in seconds, as WebRTC’s stats say it', () => {
+  it('converts the polyfill’s milliseconds and leaves out its −1 (unknown)', () => {
+    const report = new Map<string, unknown>([
+      ['p', { type: 'candidate-pair', currentRoundTripTime: 32, totalRoundTripTime: 32 }],
+      ['q', { type: 'candidate-pair', currentRoundTripTime: -1 }],
+      ['c', { type: 'local-candidate', currentRoundTripTime: 5 }],
+    ]);
+    rttInSeconds(report);
+    expect(report.get('p')).toEqual({ type: 'candidate-pair', currentRoundTripTime: 0.032, totalRoundTripTime: 0.032 });
+    expect(report.get('q')).toEqual({ type: 'candidate-pair' });
+    expect(report.get('c')).toEqual({ type: 'local-candidate', currentRoundTripTime: 5 });
+  });
+
+  it('is the RTCPeerConnection the globals give PeerJS', () => {
+    // A loopback link cannot show the bug here: its SCTP round trip rounds to 0 ms, the same in either unit.
+    installNodeGlobals();
+    expect(globalThis.RTCPeerConnection).toBe(SecondsRttPeerConnection);
   });
 });
