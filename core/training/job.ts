@@ -106,8 +106,9 @@ export const localSyncSchema = z.strictObject({
   compression: compressionSchema.default('none'),
   /**
    * Overlapped outer steps: each outer step's allreduce runs while the ranks compute the next outer step's
-   * inner steps, and the outer update lands one outer step late ("eager" updates, Kale et al. 2025;
-   * core/training/overlap.ts, docs/local-steps.md "Overlapped outer steps"). Off by default.
+   * inner steps, and the outer update lands one outer step late (an eager update after Kale et al. 2025,
+   * anchored at the consensus; core/training/overlap.ts, docs/local-steps.md "Overlapped outer steps").
+   * Off by default.
    */
   overlap: z.boolean().default(false),
 });

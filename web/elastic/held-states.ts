@@ -152,7 +152,7 @@ export class HeldStateKeeper {
 
   /**
    * An overlapped job's fresh start (a round's first step, or a carried group redone from the backup):
-   * the live state is the committed one, and so is this rank's own outer state (web/worker/eager-outer.ts).
+   * the live state is the committed one, and this rank's next inner phase starts there (web/worker/eager-outer.ts).
    */
   async resetOuter(): Promise<void> {
     await this.queue.run('resetOuter', async () => {

@@ -69,13 +69,13 @@ export interface TrainerPort {
   revertOuter(): Promise<void>;
   /**
    * An overlapped job (docs/local-steps.md "Overlapped outer steps"; web/worker/eager-outer.ts): the live
-   * state is the committed one; this rank's own outer state starts there. Before a round's first step.
+   * state is the committed one; this rank's next inner phase starts there. Before a round's first step.
    */
   resetOuter(): Promise<void>;
   /**
    * An overlapped job, at the end of an outer step's inner phase: the eager step (the live parameters
    * become where the next inner phase starts) and this rank's contribution to the outer step's allreduce,
-   * `weight` · (θ_m − θ_live), the buffer the caller's.
+   * `weight` · ((C + θ_m)/2 − θ_live), C the committed consensus, the buffer the caller's.
    */
   eagerOuter(weight: number): Promise<ArrayBuffer>;
   /** An overlapped job, a carried round: the last outer step's contribution weighed anew (the survivors' weight). */

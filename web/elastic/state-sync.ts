@@ -51,7 +51,7 @@ export async function syncState(ctx: LoopContext, session: RoundSession, ring: R
       `after sync the tab holds step ${live?.step} (${live?.hash}), the round starts from step ${wanted.step} (${wanted.hash})`,
     );
   }
-  // An overlapped job starts its own outer state afresh from the committed one (web/worker/eager-outer.ts).
+  // An overlapped job's ranks start afresh from the committed state (web/worker/eager-outer.ts).
   if (overlapsOuterSteps(job)) await keeper.resetOuter();
   box.update({
     lastSync: plan.kind,

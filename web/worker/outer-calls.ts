@@ -6,8 +6,9 @@
  * the consensus step of an allreduced sum and its commit. Buffers leave transferred.
  *
  * Which form a synchronous step takes follows from the job: an overlapped job's worker has an
- * `EagerOuter` (made by its first `resetOuter`, before any step), whose θ_m the pseudo-gradient is taken
- * from and whose consensus the Nesterov step moves; without one, θ_committed is the backup's parameters.
+ * `EagerOuter` (made by its first `resetOuter`, before any step), which measures the pseudo-gradient
+ * against the midpoint of its consensus and θ_m and whose consensus the Nesterov step moves; without one,
+ * θ_committed is the backup's parameters.
  */
 import * as Comlink from 'comlink';
 import { stateHash } from '../../core/state/hash';
@@ -47,7 +48,7 @@ export function saveBackupOf(h: Pick<OuterHost, 'state' | 'eager'> & { outer: Ou
 /**
  * At an outer step: this rank's part of the pseudo-gradient, (θ_committed − θ_live) · `weight`, with
  * θ_committed read from the backup (the outer step's starting state); in an overlapped job
- * (θ_m − θ_live) · `weight`, θ_m where its inner phase started.
+ * ((C + θ_m)/2 − θ_live) · `weight`, C the committed consensus, θ_m where its inner phase started.
  */
 async function pseudoGradient(h: OuterHost, weight: number): Promise<ArrayBuffer> {
   if (h.eager) return transferred(h.eager.syncContribution(await h.model.readParams(), weight));
@@ -87,7 +88,7 @@ function revertOuter(h: OuterHost): void {
   h.steps.stateChanged();
 }
 
-/** An overlapped job's fresh start: the live state is the committed one, and this rank's own outer state with it. */
+/** An overlapped job's fresh start: the live state is the committed one, and this rank's next inner phase starts there. */
 async function resetOuter(h: OuterHost): Promise<void> {
   const live = await h.model.readParams();
   if (h.eager) h.eager.reset(live, h.outer.momentum);
@@ -96,7 +97,7 @@ async function resetOuter(h: OuterHost): Promise<void> {
 
 /**
  * The end of an overlapped outer step's inner phase: the eager step (its result becomes the live
- * parameters) and this rank's contribution to the outer step's allreduce, `weight` · (θ_m − θ_live).
+ * parameters) and this rank's contribution to the outer step's allreduce, `weight` · ((C + θ_m)/2 − θ_live).
  */
 async function eagerOuter(h: OuterHost, weight: number): Promise<ArrayBuffer> {
   const { params, contribution } = requireEager(h).eager(await h.model.readParams(), weight);

@@ -1,8 +1,9 @@
 /**
  * The overlapped outer step's arithmetic (web/worker/eager-outer.ts) against references computed here:
- * Kale et al.'s eager updates in float64 (each rank steps its own outer state with the last sum whose own
- * stale part is replaced by its fresh one; the committed consensus is the Nesterov chain of the sums),
- * plain DiLoCo bit for bit with one rank, and the bookkeeping of carries and synchronous outer steps.
+ * the consensus-anchored eager update in float64 (each rank measures its progress against the midpoint
+ * of the consensus and its start and starts its next inner phase from the committed consensus stepped
+ * with that progress; the committed consensus is the Nesterov chain of the sums), plain DiLoCo bit for
+ * bit with one rank, and the bookkeeping of carries and synchronous outer steps.
  */
 import { describe, expect, it } from 'vitest';
 import { EagerOuter } from '../../../../web/worker/eager-outer';
@@ -58,38 +59,37 @@ function sumOf(parts: Float32Array[]): Float32Array {
 }
 
 describe('the eager outer step', () => {
-  it('follows eager updates in float64 (own part fresh, the others’ one outer step late), ranks agreeing on the consensus', () => {
+  it('follows the anchored eager update in float64, ranks agreeing on the consensus, their weighted mean start on it', () => {
     const n = 300;
     const weights = [0.5, 0.3, 0.2];
     const start = rand(n);
     const ranks = weights.map(() => new Rank(start));
-    const own = weights.map(() => ({ theta: Array.from(start), u: new Array<number>(n).fill(0) }));
     let consensus = { theta: Array.from(start), u: new Array<number>(n).fill(0) };
-    let lastSum = new Array<number>(n).fill(0);
-    let lastSent = weights.map(() => new Array<number>(n).fill(0));
     for (let t = 0; t < 6; t++) {
       if (t > 0) for (const r of ranks) r.commit();
       const progress = weights.map(() => rand(n, 0.05));
-      // The reference takes each rank's progress from where its float32 state really was.
-      const fresh = weights.map((w, k) =>
-        Array.from(progress[k], (p, i) => (ranks[k].start[i] - Math.fround(ranks[k].start[i] - p)) * w),
-      );
+      // The reference takes each rank's live state where its float32 inner phase really ended.
+      const live = ranks.map((r, k) => Array.from(progress[k], (p, i) => Math.fround(r.start[i] - p)));
+      const own = ranks.map((r, k) => live[k].map((l, i) => (consensus.theta[i] + r.start[i]) / 2 - l));
       const parts = ranks.map((r, k) => r.step(progress[k], weights[k]));
-      weights.forEach((_, k) => {
-        own[k] = nesterov64(
-          own[k].theta,
-          own[k].u,
-          lastSum.map((s, i) => s - lastSent[k][i] + fresh[k][i]),
-        );
-        for (let i = 0; i < n; i++) expect(Math.abs(ranks[k].start[i] - own[k].theta[i])).toBeLessThan(2e-5);
+      const sum = sumOf(parts);
+      const next = nesterov64(consensus.theta, consensus.u, Array.from(sum));
+      weights.forEach((w, k) => {
+        for (let i = 0; i < n; i++) expect(Math.abs(parts[k][i] - w * own[k][i])).toBeLessThan(2e-6);
+        // Its next inner phase: the last committed consensus stepped with its own progress.
+        const mine = nesterov64(consensus.theta, consensus.u, own[k]).theta;
+        for (let i = 0; i < n; i++) expect(Math.abs(ranks[k].start[i] - mine[i])).toBeLessThan(2e-5);
       });
-      lastSent = fresh;
-      lastSum = lastSum.map((_, i) => fresh.reduce((a, f) => a + f[i], 0));
-      consensus = nesterov64(consensus.theta, consensus.u, lastSum);
-      const committed = ranks.map((r) => r.consensus(sumOf(parts)));
+      const committed = ranks.map((r) => r.consensus(sum));
       // Every rank computes the same consensus from the same allreduced bytes: bit for bit.
       for (const c of committed.slice(1)) expect(c).toEqual(committed[0]);
-      for (let i = 0; i < n; i++) expect(Math.abs(committed[0][i] - consensus.theta[i])).toBeLessThan(2e-5);
+      for (let i = 0; i < n; i++) expect(Math.abs(committed[0][i] - next.theta[i])).toBeLessThan(2e-5);
+      // The weights' mean of where the ranks start next is the consensus they will commit (the step is linear).
+      for (let i = 0; i < n; i++) {
+        const mean = weights.reduce((a, w, k) => a + w * ranks[k].start[i], 0);
+        expect(Math.abs(mean - committed[0][i])).toBeLessThan(2e-5);
+      }
+      consensus = next;
     }
   });
 
@@ -117,28 +117,29 @@ describe('the eager outer step', () => {
     }
   });
 
-  it('weighs the last contribution anew for a carried round, and the next eager step takes that as its stale part', () => {
+  it('weighs the last contribution anew for a carried round; the eager step it took does not depend on the weight', () => {
     const n = 64;
     const start = rand(n);
     const rank = new Rank(start);
     const progress = rand(n, 0.1);
     rank.step(progress, 0.5);
+    const startAfter = rank.start.slice();
     const again = rank.eager.reweigh(0.25);
-    // The progress as the rank saw it: start − live, in float32.
-    expect(again).toEqual(progress.map((p, i) => Math.fround(start[i] - Math.fround(start[i] - p)) * 0.25));
+    // The progress as the rank saw it: start − live, in float32 (its first start is the consensus).
+    const seen = progress.map((p, i) => Math.fround(start[i] - Math.fround(start[i] - p)));
+    expect(again).toEqual(seen.map((p) => p * 0.25));
+    expect(rank.start).toEqual(startAfter);
     const sum = again.map((x) => x * 3);
-    rank.consensus(sum);
+    const committed = rank.consensus(sum);
     rank.commit();
-    // The next eager step: g = sum − again + fresh, from where the first one left the rank.
+    // The next eager step: progress against the midpoint of the consensus and its start, stepped from the consensus.
     const progress2 = rand(n, 0.1);
     const from = rank.start.slice();
     const contribution = rank.step(progress2, 0.25);
-    expect(contribution).toEqual(Float32Array.from(progress2, (p, i) => (from[i] - Math.fround(from[i] - p)) * 0.25));
-    const g = Float32Array.from(sum, (s, i) => s - again[i] + contribution[i]);
-    // The own momentum after the first step: the first eager step's (its g was the fresh part alone).
-    const firstPart = progress.map((p, i) => (start[i] - Math.fround(start[i] - p)) * 0.5);
-    const first = nesterovStep(start, new Float32Array(n), firstPart, OPT);
-    expect(rank.start).toEqual(nesterovStep(from, first.momentum, g, OPT).params);
+    const p2 = Float32Array.from(progress2, (p, i) => 0.5 * (committed[i] + from[i]) - Math.fround(from[i] - p));
+    expect(contribution).toEqual(p2.map((p) => p * 0.25));
+    const momentum = nesterovStep(start, new Float32Array(n), sum, OPT).momentum;
+    expect(rank.start).toEqual(nesterovStep(committed, momentum, p2, OPT).params);
   });
 
   it('a synchronous outer step brings the rank back to the consensus on commit; undone, it gives the live parameters back', () => {
@@ -147,10 +148,13 @@ describe('the eager outer step', () => {
     const rank = new Rank(start);
     rank.step(rand(n, 0.1), 1);
     rank.consensus(rand(n, 0.1));
-    rank.commit();
+    const c = rank.commit();
     const live = rank.start.map((x) => x - 0.01);
     const contribution = rank.eager.syncContribution(live, 0.5);
-    expect(contribution).toEqual(Float32Array.from(live, (x, i) => (rank.start[i] - x) * 0.5));
+    // Measured as an eager step's: against the midpoint of the consensus and the rank's start.
+    expect(contribution).toEqual(
+      Float32Array.from(live, (x, i) => Math.fround(0.5 * (c[i] + rank.start[i]) - x) * 0.5),
+    );
     const pending = rank.eager.consensusStep(contribution, rank.momentum, true);
     expect(rank.eager.syncPending).toBe(true);
     // Undone (the world lost a member before the commit): the live parameters come back, nothing is pending.
