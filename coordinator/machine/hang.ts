@@ -3,8 +3,9 @@
  * local sync mode every inner step is reported, and the coordinator has measured each member's
  * throughput (samples per ms of wall time between its reports: commit.ts), so it knows when the next
  * report of each member is due: its next step's samples / its throughput. A member whose next inner
- * step is later than `hangAllowanceMs` of that (twice it, and at least the floor: core/training/hang.ts)
- * has hung: its socket is closed and it is lost like a crashed tab (round-close.ts `failIn`), so its
+ * step is later than `hangAllowanceMs` of that (twice it, its own jitter allowed for — four mean
+ * deviations, as TCP's retransmission timeout — and at least the floor: core/training/hang.ts) has hung:
+ * its socket is closed and it is lost like a crashed tab (round-close.ts `failIn`), so its
  * share of the outer step in flight is all the job loses.
  *
  * Not judged here: a member's commit point (its report waits for the outer sync, which waits for the
@@ -52,10 +53,11 @@ function dueTimes(s: CoordinatorState): { workerId: string; due: number; allowan
     // A member carrying a group on may first recompute steps the coordinator has (its live state was
     // lost): it is judged from its first report in the round on.
     if (rv.carry && p.lastReportAt === undefined) continue;
-    const throughput = workerOf(s.workers, p.workerId)?.throughput ?? null;
+    const worker = workerOf(s.workers, p.workerId);
+    const throughput = worker?.throughput ?? null;
     if (throughput === null || !(throughput > 0) || next < group.firstStep) continue;
     const samples = sizesOf(next)[p.slot] ?? 0;
-    const allowanceMs = hangAllowanceMs(samples / throughput, floor);
+    const allowanceMs = hangAllowanceMs(samples / throughput, floor, worker?.stepDeviationMs ?? 0);
     if (allowanceMs === null) continue;
     const since = Math.max(rv.stepStartedAt ?? 0, p.lastReportAt ?? 0);
     out.push({ workerId: p.workerId, due: since + allowanceMs, allowanceMs });

@@ -155,6 +155,11 @@ export interface WorkerInfo {
   holds: HeldState[];
   /** Smoothed samples per compute-ms, or null before its first measured step. */
   throughput: number | null;
+  /**
+   * Mean deviation (ms) of its measured step times from what its throughput predicted
+   * (core/training/hang.ts `smoothDeviation`): the hang check's room for its jitter. Absent: none measured.
+   */
+  stepDeviationMs?: number | null;
   /** WebRTC round-trip time (ms) of its ring links as its last heartbeat reported it, or null (unknown). */
   peerRttMs: number | null;
   /** Client address of its socket ('' when unknown): restarts and strikes are charged to it too (penalties.ts). */

@@ -16,6 +16,8 @@ import { DEFAULT_TRUST_POLICY, restoreState } from '../../../../coordinator/mach
 import { mergeRanges, rangesCount, type PositionRange } from '../../../../core/training/groups';
 import type { JobSpecInput } from '../../../../core/training/job';
 import { outerRetryAllowanceMs } from '../../../../coordinator/machine/outer-loss';
+import { hangAllowanceMs } from '../../../../core/training/hang';
+import { workerOf } from '../../../../coordinator/machine/worker-table';
 import { Harness } from './coordinator-harness';
 import { reportThrough, shares, slices } from './group-kit';
 
@@ -239,6 +241,38 @@ describe(`partial outer commits at N = ${N} (local sync mode, machine through th
     reportThrough(h, 2 * H);
     expect(h.state.lastCommit.step).toBe(2 * H);
     expect(h.commits.at(-1)!.skipped).toBeUndefined();
+  });
+
+  it('a tab whose steps jitter gets its jitter’s room (TCP’s RTO rule), then is judged hung past it', SLOW, () => {
+    const h = swarm();
+    const jittery = name(9);
+    // Three outer steps whose inner steps take 10 and 180 ms by turns (under the floor of 200 ms: a process starved now and then).
+    for (let group = 2; group <= 4; group++) {
+      const first = (group - 1) * H + 1;
+      reportThrough(h, first - 1);
+      for (let step = first; step < group * H; step++) {
+        h.advance(step % 2 === 0 ? 10 : 180);
+        reportThrough(h, step);
+      }
+      reportThrough(h, group * H);
+      expect(h.state.lastCommit.step).toBe(group * H);
+    }
+    expect(h.members()).toContain(jittery);
+    reportThrough(h, 4 * H + 1);
+    // What the coordinator learned of t09 by its last report: its time for the next step, and its jitter.
+    const id = h.worker(jittery).workerId!;
+    const lastReport = h.state.rendezvous.participants.find((p) => p.workerId === id)!.lastReportAt!;
+    const worker = workerOf(h.state.workers, id)!;
+    const learned = h.sliceOf(h.worker(jittery), 4 * H + 2) / worker.throughput!;
+    const allowance = hangAllowanceMs(learned, HANG_FLOOR_MS, worker.stepDeviationMs!)!;
+    // Its jitter, not the floor or twice its mean, sets its room: the rule without deviations would have dropped it sooner.
+    expect(allowance).toBeGreaterThan(Math.max(HANG_FLOOR_MS, 2 * learned) + 100);
+    reportThrough(h, 5 * H - 1, [jittery]);
+    h.advance(lastReport + allowance - 50 - h.now);
+    expect(h.members()).toContain(jittery);
+    expect(h.logs.some((l) => l.event === 'member_hung')).toBe(false);
+    h.advance(100);
+    expect(h.logs.some((l) => l.event === 'member_hung' && l.data.workerId === id)).toBe(true);
   });
 
   it('a failure report blaming a peer loses the peer, not the reporter', SLOW, () => {
