@@ -73,6 +73,9 @@ function jobFor(config: SyncConfig): Record<string, unknown> {
     lastCallMs: 500,
     seed: 13,
     evalSamples: 0, // the tabs never evaluate; this process does (see the header)
+    // Trusted tabs of our own: the bench measures sync, not checks (bench:verify measures those), and an
+    // overlapped job may not verify. Without this the CLI would verify the open job by default (issue 21).
+    verify: false,
   };
 }
 
