@@ -11,9 +11,8 @@
  * Not judged here: a member's commit point (its report waits for the outer sync, which waits for the
  * slowest member: the tabs judge a silent ring neighbour there, web/elastic/sync-modes.ts) or, in an
  * overlapped job, the first step of a group (the same wait, one group later: `judged`), a member not
- * measured yet (its first round: heartbeats cover it), a member before its first report in the round
- * (it may be recomputing steps a carried round already has, and every member's first step starts at once:
- * `dueTimes`), and every-step mode (every report waits for the
+ * measured yet (its first round: heartbeats cover it), a member of a carrying round before its first
+ * report in it (it may be recomputing steps already reported), and every-step mode (every report waits for the
  * allreduce, so all members stall together and reports cannot single out the hung one: the
  * collective's deadline on the tabs does).
  */
@@ -51,12 +50,9 @@ function dueTimes(s: CoordinatorState): { workerId: string; due: number; allowan
   for (const p of rv.participants) {
     const next = p.lastStep + 1;
     if (!judged(s, groups, next)) continue;
-    // Judged from its first report in the round on: a member carrying a group on may first recompute
-    // steps the coordinator has (its live state was lost), and in any round every member starts its first
-    // step at once, after the ring formed (bench:scale, 64 headless workers on 2 cores: 31 live workers
-    // were judged hung 3.1–6.0 s after their round began training, none later in a round). A member hung
-    // before its first report holds the round up to the outer sync, where its ring neighbours judge it.
-    if (p.lastReportAt === undefined) continue;
+    // A member carrying a group on may first recompute steps the coordinator has (its live state was
+    // lost): it is judged from its first report in the round on.
+    if (rv.carry && p.lastReportAt === undefined) continue;
     const worker = workerOf(s.workers, p.workerId);
     const throughput = worker?.throughput ?? null;
     if (throughput === null || !(throughput > 0) || next < group.firstStep) continue;

@@ -275,28 +275,6 @@ describe(`partial outer commits at N = ${N} (local sync mode, machine through th
     expect(h.logs.some((l) => l.event === 'member_hung' && l.data.workerId === id)).toBe(true);
   });
 
-  it('a member is judged from its first report in a round on: every member’s first step starts at once', SLOW, () => {
-    const h = swarm();
-    // A goodbye at the commit boundary (nothing of the next group reported): the round re-forms without it.
-    const round = h.state.rendezvous.round;
-    h.send(name(63), { type: 'goodbye', runId: h.runId, workerId: h.worker(name(63)).workerId! });
-    h.readyAll();
-    expect(h.state.rendezvous.round).toBeGreaterThan(round);
-    expect(h.state.rendezvous.phase).toBe('training');
-    const slow = name(9);
-    const id = h.worker(slow).workerId!;
-    // t09 takes ten floors for its first step of the round while the others go on: not judged.
-    reportThrough(h, 2 * H - 1, [slow]);
-    h.advance(10 * HANG_FLOOR_MS);
-    expect(h.members()).toContain(slow);
-    // From its first report on it is judged as before (with what that slow first step taught about it).
-    h.report(slow);
-    const worker = workerOf(h.state.workers, id)!;
-    const learned = h.sliceOf(h.worker(slow), 2 * H - 2) / worker.throughput!;
-    h.advance(hangAllowanceMs(learned, HANG_FLOOR_MS, worker.stepDeviationMs ?? 0)! + 10);
-    expect(h.logs.some((l) => l.event === 'member_hung' && l.data.workerId === id)).toBe(true);
-  });
-
   it('a failure report blaming a peer loses the peer, not the reporter', SLOW, () => {
     const h = swarm();
     reportThrough(h, 2 * H - 1);
