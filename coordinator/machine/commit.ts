@@ -47,8 +47,7 @@ import { allCommitted, expectedSamples, groupInFlight, groupsInFlight, overlapCo
 import { excludedByReportIn, misplacedExclusion, namesOuterLoss } from './outer-loss';
 import { commitSpan, isCheckpointCommit } from '../../core/training/commit-schedule';
 import { culpritOf } from './penalties';
-import { smoothThroughput } from './shares';
-import { smoothDeviation } from '../../core/training/hang';
+import { measureStep } from './shares';
 import { recordUsageIn } from './utilization';
 import type { CommitRecord, CoordinatorState, Participant, PendingReport, Transition } from './state';
 
@@ -185,16 +184,7 @@ function acceptReportIn(ctx: Ctx, workerId: string, msg: StepReportMessage): voi
   // of a group in an overlapped job: the time before it holds the outer step's boundary (hang.ts).
   const since = Math.max(s.rendezvous.stepStartedAt ?? ctx.now, p.lastReportAt ?? 0);
   const boundary = overlapsOuterSteps(s.job) && groupsInFlight(s).some((g) => g.firstStep === msg.step);
-  if (!s.rendezvous.carry && !boundary) {
-    // How far this step strayed from what the throughput so far predicted: the hang check's jitter (hang.ts).
-    if (worker.throughput !== null && worker.throughput > 0 && msg.samples > 0)
-      worker.stepDeviationMs = smoothDeviation(
-        worker.stepDeviationMs ?? null,
-        msg.samples / worker.throughput,
-        ctx.now - since,
-      );
-    worker.throughput = smoothThroughput(worker.throughput, msg.samples, ctx.now - since);
-  }
+  if (!s.rendezvous.carry && !boundary) measureStep(worker, msg.samples, ctx.now - since);
   recordUsageIn(ctx, worker, msg, p.lastReportAt ?? since);
   p.lastReportAt = ctx.now;
   commitReadyIn(ctx);

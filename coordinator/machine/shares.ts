@@ -4,6 +4,8 @@
  * from the step's start to the rank's report; the tab's `computeMs` claim is not used), smoothed,
  * fixed for a round (so `assignStep` is the same on every tab), normalised, deterministic.
  */
+import { smoothDeviation } from '../../core/training/hang';
+import type { WorkerInfo } from './state';
 
 /** Weight of the newest measurement in the moving average. */
 export const THROUGHPUT_SMOOTHING = 0.3;
@@ -26,6 +28,21 @@ export function smoothThroughput(previous: number | null, samples: number, elaps
   const measured = samples / elapsedMs;
   if (!Number.isFinite(measured)) return previous;
   return previous === null ? measured : previous + THROUGHPUT_SMOOTHING * (measured - previous);
+}
+
+/**
+ * A member's step of `samples` took `elapsedMs` (coordinator clock): first how far that strayed from what
+ * its throughput so far predicted (the hang check's jitter, core/training/hang.ts `smoothDeviation`),
+ * then its throughput moves toward the step's.
+ */
+export function measureStep(
+  worker: Pick<WorkerInfo, 'throughput' | 'stepDeviationMs'>,
+  samples: number,
+  elapsedMs: number,
+): void {
+  if (worker.throughput !== null && worker.throughput > 0 && samples > 0)
+    worker.stepDeviationMs = smoothDeviation(worker.stepDeviationMs ?? null, samples / worker.throughput, elapsedMs);
+  worker.throughput = smoothThroughput(worker.throughput, samples, elapsedMs);
 }
 
 /**
