@@ -99,6 +99,26 @@ function commitPoints(mode: keyof typeof MODES): number[] {
   return Array.from({ length: stopOf(mode) / every }, (_, i) => (i + 1) * every);
 }
 
+/**
+ * The committed steps are a run's commit points (`upTo`: its first ones). Local mode: a verifying job carries
+ * an outer step a member left (a goodbye inside it: a partial commit, its slices served later), which shifts
+ * the grid after it and adds commits at the end; so there each outer step ends at most JOIN_AFTER steps after
+ * the one before, and a finished job reaches the last step (every sample exactly once is the audit's).
+ */
+function expectCommitLayout(steps: number[], mode: keyof typeof MODES, upTo?: number): void {
+  const points = commitPoints(mode);
+  if (mode === 'every-step') {
+    expect(steps).toEqual(upTo === undefined ? points : points.slice(0, upTo));
+    return;
+  }
+  steps.forEach((step, i) => {
+    const gap = step - (i === 0 ? 0 : steps[i - 1]);
+    expect(gap, `outer step ${i} ends ${gap} steps after the one before`).toBeGreaterThan(0);
+    expect(gap).toBeLessThanOrEqual(JOIN_AFTER);
+  });
+  if (upTo === undefined) expect(steps.at(-1)).toBeGreaterThanOrEqual(stopOf(mode));
+}
+
 const skip = skipWithoutChromium() || skipWithoutFashionMnist() || skipWithoutWebBuild();
 const echo = !!process.env.TABSWARM_ECHO_BROWSER;
 
@@ -106,7 +126,6 @@ describe.skipIf(skip).each(Object.keys(MODES) as (keyof typeof MODES)[])(
   'a hostile tab among three honest ones (%s)',
   (mode) => {
     const job = MODES[mode];
-    const STOP = stopOf(mode);
     let browser: Browser;
     let datasetDir: string;
     let hostile: HostileTabServer;
@@ -206,17 +225,20 @@ describe.skipIf(skip).each(Object.keys(MODES) as (keyof typeof MODES)[])(
       return { c, swarm, tabs, rows, ids };
     }
 
-    /** The final test accuracy rank 0 reports of the last step (it arrives just after the job is done). */
-    async function finalAccuracy(c: CoordinatorProcess): Promise<number> {
+    /**
+     * The final test accuracy rank 0 reports of the job's last commit, `last` (it arrives just after the job
+     * is done; local mode: past STOP when a partial commit left holes to serve).
+     */
+    async function finalAccuracy(c: CoordinatorProcess, last: number): Promise<number> {
       for (let attempt = 0; attempt < 150; attempt++) {
         const { evaluations } = await c.getJson<{ evaluations: { step: number; accuracy: number }[] }>(
           '/api/evaluations',
         );
-        const last = evaluations.filter((e) => e.step === STOP).at(-1);
-        if (last) return last.accuracy;
+        const found = evaluations.filter((e) => e.step === last).at(-1);
+        if (found) return found.accuracy;
         await new Promise((r) => setTimeout(r, 200));
       }
-      throw new Error(`no evaluation of step ${STOP} within 30 s`);
+      throw new Error(`no evaluation of step ${last} within 30 s`);
     }
 
     /** What holds after every attack on a finished job: not failed, every sample exactly once, no page errors. */
@@ -304,8 +326,11 @@ describe.skipIf(skip).each(Object.keys(MODES) as (keyof typeof MODES)[])(
       // The job finished on the clean trajectory: the live commits are the clean run's, the model as good
       // (local mode: a run of three honest tabs after the rollback differs from the clean run by design).
       if (mode === 'every-step') expect(departure(rows, () => true)).toBeLessThan(SAME_TRAJECTORY);
-      expect(rows.map((r) => r.step)).toEqual(commitPoints(mode));
-      const accuracy = await finalAccuracy(c);
+      expectCommitLayout(
+        rows.map((r) => r.step),
+        mode,
+      );
+      const accuracy = await finalAccuracy(c, rows.at(-1)!.step);
       console.log(
         `${query.mode}: final accuracy ${(accuracy * 100).toFixed(2)} % (clean ${(clean!.accuracy * 100).toFixed(2)} %)`,
       );
@@ -357,8 +382,14 @@ describe.skipIf(skip).each(Object.keys(MODES) as (keyof typeof MODES)[])(
       expect(events.some((e) => e.event === 'verification_done')).toBe(true);
       await expectJobUnharmed(c, swarm);
       const rows = await commitRows(c);
-      expect(rows.map((r) => r.step)).toEqual(commitPoints(mode));
-      clean = { losses: new Map(rows.map((r) => [r.step, r.loss])), accuracy: await finalAccuracy(c) };
+      expectCommitLayout(
+        rows.map((r) => r.step),
+        mode,
+      );
+      clean = {
+        losses: new Map(rows.map((r) => [r.step, r.loss])),
+        accuracy: await finalAccuracy(c, rows.at(-1)!.step),
+      };
     });
 
     // Detection by a recomputed check: a lie from FROM_STEP on is caught at the first checked step; at
@@ -466,7 +497,11 @@ describe.skipIf(skip).each(Object.keys(MODES) as (keyof typeof MODES)[])(
         gone.step,
       );
       const rows = await commitRows(c);
-      expect(rows.map((r) => r.step)).toEqual(commitPoints(mode).slice(0, rows.length));
+      expectCommitLayout(
+        rows.map((r) => r.step),
+        mode,
+        rows.length,
+      );
       await expectJobUnharmed(c, swarm);
     });
   },
