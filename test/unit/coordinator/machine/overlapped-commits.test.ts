@@ -21,26 +21,14 @@ import { groupInFlight } from '../../../../coordinator/machine/group';
 import { mergeRanges, rangesCount } from '../../../../core/training/groups';
 import type { JobSpecInput } from '../../../../core/training/job';
 import { Harness, hashOf } from './coordinator-harness';
-import { reportThrough, shares, slices } from './group-kit';
+import { groupTestJob, reportThrough, shares, slices } from './group-kit';
 
 const N = 16;
 const H = 4;
 const BATCH = 64;
 /** Three outer steps of four steps of 64 per epoch, two epochs: groups 1–4, 5–8 (both overlap), 9–12 (ends the epoch). */
 const DATASET = BATCH * H * 3;
-const JOB: JobSpecInput = {
-  model: 'tiny-mlp',
-  globalBatch: BATCH,
-  epochs: 2,
-  minWorkers: 1,
-  maxWorkers: N + 1,
-  lastCallMs: 1000,
-  heartbeatMs: 60_000,
-  checkpointEvery: 1000,
-  maxRestarts: 100,
-  evalSamples: 0,
-  sync: { mode: 'local', innerSteps: H, compression: 'int8', overlap: true },
-};
+const JOB: JobSpecInput = groupTestJob(BATCH, N + 1, { innerSteps: H, overlap: true });
 /** The hang floor of these tests (the product's is 3 s). */
 const HANG_FLOOR_MS = 200;
 const SLOW = { timeout: 120_000 };

@@ -19,28 +19,20 @@ import { outerRetryAllowanceMs } from '../../../../coordinator/machine/outer-los
 import { hangAllowanceMs } from '../../../../core/training/hang';
 import { workerOf } from '../../../../coordinator/machine/worker-table';
 import { Harness } from './coordinator-harness';
-import { reportThrough, shares, slices } from './group-kit';
+import { groupTestJob, reportThrough, shares, slices } from './group-kit';
 
 const N = 64;
 const H = 4;
 const BATCH = 256;
 /** Three outer steps of four steps of 256 per epoch, two epochs. */
 const DATASET = BATCH * H * 3;
-const JOB: JobSpecInput = {
-  model: 'tiny-mlp',
-  globalBatch: BATCH,
-  epochs: 2,
-  minWorkers: 1,
-  maxWorkers: N,
-  lastCallMs: 1000,
-  heartbeatMs: 60_000,
-  checkpointEvery: 1000,
-  maxRestarts: 100,
-  evalSamples: 0,
-  sync: { mode: 'local', innerSteps: H, compression: 'int8' },
+const JOB: JobSpecInput = groupTestJob(
+  BATCH,
+  N,
+  { innerSteps: H },
   // Rings in groups where the planner finds them cheaper (opt-in, core/training/job.ts): these tests cover both.
-  topology: 'auto',
-};
+  { topology: 'auto' },
+);
 /** The hang floor of these tests (the product's is 3 s): judged hung after max(floor, 2 × learned step). */
 const HANG_FLOOR_MS = 200;
 

@@ -23,7 +23,7 @@ import { mergeRanges, rangesCount } from '../../../../core/training/groups';
 import type { JobSpecInput } from '../../../../core/training/job';
 import { epochOrder } from '../../../../core/training/sampler';
 import { Harness } from './coordinator-harness';
-import { shares, slices } from './group-kit';
+import { groupTestJob, shares, slices } from './group-kit';
 import { honestOwn, honestParams, sketches } from './verify-kit';
 
 const N = 16;
@@ -31,21 +31,13 @@ const H = 4;
 const BATCH = 64;
 /** Three outer steps per epoch, two epochs. */
 const DATASET = BATCH * H * 3;
-const JOB: JobSpecInput = {
-  model: 'tiny-mlp',
-  globalBatch: BATCH,
-  epochs: 2,
-  minWorkers: 1,
-  maxWorkers: N,
-  lastCallMs: 1000,
-  heartbeatMs: 60_000,
-  checkpointEvery: 1000,
-  maxRestarts: 100,
-  evalSamples: 0,
-  sync: { mode: 'local', innerSteps: H, compression: 'none' },
+const JOB: JobSpecInput = groupTestJob(
+  BATCH,
+  N,
+  { innerSteps: H, compression: 'none' },
   // Every member's outer step is recomputed (newcomers too): each survivor of the carry gets a check.
-  verify: { probability: 1, newcomer: { probability: 1, checks: 0 } },
-};
+  { verify: { probability: 1, newcomer: { probability: 1, checks: 0 } } },
+);
 const SLOW = { timeout: 120_000 };
 
 const name = (i: number) => `t${String(i).padStart(2, '0')}`;
