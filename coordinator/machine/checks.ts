@@ -175,6 +175,9 @@ export function openCheckIn(ctx: Ctx, check: VerificationState): void {
   });
 }
 
+/** Where a member's reports are kept (`pending` is by slot: a carried round's members keep theirs). */
+const slotOf = (m: CheckedMember) => m.slot ?? m.rank;
+
 /** One step of a check: each rank's dataset sample indices and the step's sample count. */
 export interface CheckedStep {
   step: number;
@@ -197,7 +200,7 @@ export function checkedSlices(
 ): CheckedStep[] {
   const members = [...v.world].sort((a, b) => a.rank - b.rank);
   const shares = v.split ?? members.map((w) => w.share);
-  const slots = members.map((w) => (v.split ? (w.slot ?? w.rank) : w.rank));
+  const slots = members.map(slotOf); // a round that carries nothing has slot = rank
   // The commit's own length (the plan's H, or fewer at an epoch's end): its steps are firstStep..step.
   const group = groupPlan(v.at, v.firstStep, { ...planOf(s), commitEvery: v.step - v.firstStep + 1 });
   const order = epochOrder(s.job.seed, v.at.epoch, s.datasetSize);
@@ -327,9 +330,6 @@ function noteMomentClaimsIn(ctx: Ctx, point: number): void {
 }
 
 type DrawFields = Pick<VerificationState, 'step' | 'firstStep' | 'at' | 'prevHash' | 'stepHash' | 'world' | 'split'>;
-
-/** Where a member's reports are kept (`pending` is by slot: a carried round's members keep theirs). */
-const slotOf = (m: CheckedMember) => m.slot ?? m.rank;
 
 /** Every-step mode: one check of every rank, at the rate of the least trusted member. */
 function drawEveryStepIn(ctx: Ctx, fields: DrawFields): void {
