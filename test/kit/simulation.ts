@@ -22,6 +22,7 @@ import {
   type Event,
   type TrustPolicy,
 } from '../../coordinator/machine/machine';
+import { mergeRanges, type PositionRange } from '../../core/training/groups';
 import { parameterLayout, type ModelSpec } from '../../core/training/model-spec';
 import { epochOrder } from '../../core/training/sampler';
 import { MachineExecutor } from '../../coordinator/runtime/executor';
@@ -947,4 +948,13 @@ export function auditCommitRows(
 export function committedRanges(row: Pick<CommitRecord, 'ranges' | 'cursorStart' | 'count'>): [number, number][] {
   if (row.ranges) return row.ranges;
   return row.count > 0 ? [[row.cursorStart, row.cursorStart + row.count]] : [];
+}
+
+/** The holes of a partial commit that `next` did not commit (none: the next group served them all). */
+export function unservedHoles(
+  next: Pick<CommitRecord, 'ranges' | 'cursorStart' | 'count'>,
+  holes: readonly PositionRange[],
+): PositionRange[] {
+  const served = mergeRanges(committedRanges(next));
+  return holes.filter(([a, b]) => !served.some(([x, y]) => x <= a && b <= y));
 }
