@@ -189,6 +189,9 @@ export class FeedProjection {
         case 'rollback_commits':
           this.rater.reset();
           for (const step of this.usageByStep.keys()) if (step > action.afterStep) this.usageByStep.delete(step);
+          // Evaluations of undone steps measured a state the record no longer has (a new page must not show them).
+          for (let i = this.evaluations.length - 1; i >= 0; i--)
+            if (this.evaluations[i].step > action.afterStep) this.evaluations.splice(i, 1);
           out.messages.push({ type: 'rollback', afterStep: action.afterStep });
           out.changed = true;
           break;

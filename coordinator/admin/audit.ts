@@ -328,13 +328,22 @@ export interface EvaluationView {
 
 /**
  * The `evaluation` event rows as views (rows whose data lacks a field are skipped), one per step: a
- * verified row replaces the step's unverified one.
+ * verified row replaces the step's unverified one. `rollbacks` are the run's `record_rolled_back` rows:
+ * an evaluation of a step that a later rollback undid (its `to` below the step) measured a state the
+ * record no longer has (a cheater's poisoned timeline, say) and is left out, like the rolled-back
+ * commits `/api/commits` leaves out. Its step's evaluation, when the step is committed again, is a new row.
  */
-export function evaluationViews(rows: EventRow[]): EvaluationView[] {
+export function evaluationViews(rows: EventRow[], rollbacks: readonly EventRow[] = []): EvaluationView[] {
+  const undone = rollbacks.flatMap((r) => {
+    const to = (r.data as { to?: unknown } | null)?.to;
+    return typeof to === 'number' ? [{ id: r.id, to }] : [];
+  });
   const views: EvaluationView[] = [];
   for (const row of rows) {
     const d = row.data as Partial<Record<keyof EvaluationView, unknown>> | null;
     if (!d || typeof d.step !== 'number' || typeof d.accuracy !== 'number') continue;
+    const step = d.step;
+    if (undone.some((r) => r.id > row.id && r.to < step)) continue;
     views.push({
       id: row.id,
       at: row.at,

@@ -56,6 +56,13 @@ function integerQuery(url: URL, name: string, fallback: number, min: number, max
   return value;
 }
 
+/**
+ * Rollback rows read to filter one page of `/api/evaluations`. Each rollback follows a ban or an
+ * inconclusive check (bounded per target), so a run holds far fewer; past this many, evaluations of
+ * undone steps could show again.
+ */
+const MAX_ROLLBACK_ROWS = 10_000;
+
 export function registerApiRoutes(router: Router, deps: ApiRouteDeps): void {
   const { executor, store, runId } = deps;
   const now = deps.now ?? Date.now;
@@ -87,7 +94,9 @@ export function registerApiRoutes(router: Router, deps: ApiRouteDeps): void {
     .on('GET', '/api/evaluations', (_req, res, { url }) => {
       const { start, limit } = page(url, 'after');
       const rows = store.eventsNamed(runId, 'evaluation', { afterId: start, limit });
-      sendJson(res, 200, { runId, evaluations: evaluationViews(rows) });
+      // Rollbacks are rare (bounded by bans and inconclusive checks) and pruning keeps them all.
+      const rollbacks = store.eventsNamed(runId, 'record_rolled_back', { afterId: start, limit: MAX_ROLLBACK_ROWS });
+      sendJson(res, 200, { runId, evaluations: evaluationViews(rows, rollbacks) });
     })
     .any('/api/health', (req, res) => {
       const { tls, publicUrl, trustProxy } = deps;

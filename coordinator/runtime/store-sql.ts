@@ -180,7 +180,7 @@ function readStatements(db: Database.Database) {
       'SELECT * FROM events WHERE run_id = ? AND event = ? AND id > ? ORDER BY id LIMIT ?',
     ),
     pruneEvents: db.prepare(
-      `DELETE FROM events WHERE run_id = ? AND event != 'evaluation' AND id <= (
+      `DELETE FROM events WHERE run_id = ? AND event NOT IN ('evaluation', 'record_rolled_back') AND id <= (
          SELECT id FROM events WHERE run_id = ? ORDER BY id DESC LIMIT 1 OFFSET ?)`,
     ),
   };

@@ -101,8 +101,9 @@ export interface Store {
   checkpoints(runId: string): CheckpointRow[];
   readCheckpoint(row: CheckpointRow): Buffer;
   /**
-   * Event-log retention: keeps the newest `keep` rows of the run (and every `evaluation` row, which
-   * `/api/evaluations` serves); returns the number of rows deleted.
+   * Event-log retention: keeps the newest `keep` rows of the run (and every `evaluation` and
+   * `record_rolled_back` row: `/api/evaluations` serves the first and drops what the second undid);
+   * returns the number of rows deleted.
    */
   pruneEvents(runId: string, keep: number): number;
   /** Deletes every checkpoint of the run whose step is not in `keepSteps` (rows, then files). Returns the steps deleted. */

@@ -145,21 +145,22 @@ describe('SqliteStore', () => {
     expect(store.events(runId, { afterId: events[0].id }).map((e) => e.event)).toEqual(['message_rejected']);
   });
 
-  it('prunes the event log to the newest rows, keeping every evaluation', () => {
+  it('prunes the event log to the newest rows, keeping every evaluation and rollback', () => {
     const store = open(makeTempDir());
     const { runId } = store.openRun({}, 'k', 100);
     const ops = Array.from({ length: 50 }, (_, i) => ({
       kind: 'event' as const,
       level: 'info',
-      event: i % 10 === 0 ? 'evaluation' : 'join',
+      event: i % 10 === 0 ? 'evaluation' : i === 5 ? 'record_rolled_back' : 'join',
       data: { i },
       at: i,
     }));
     store.apply(runId, ops);
-    expect(store.pruneEvents(runId, 20)).toBe(27); // 30 older rows, 3 of them evaluations
+    expect(store.pruneEvents(runId, 20)).toBe(26); // 30 older rows, 3 of them evaluations and 1 a rollback
     const left = store.events(runId);
     expect(left.map((e) => (e.data as { i: number }).i)).toEqual([
       0,
+      5,
       10,
       20,
       ...Array.from({ length: 20 }, (_, i) => 30 + i),

@@ -103,4 +103,23 @@ describe('the admin feed and usage', () => {
     expect(formatBytesPerSample(412.4)).toBe('412 B');
     expect(formatBytesPerSample(null)).toBe('–');
   });
+
+  it('forgets the evaluations of rolled-back steps: a new page is not shown a state the record no longer has', () => {
+    const projection = new FeedProjection(10, 100);
+    const evaluation = (step: number, accuracy: number) => ({
+      kind: 'log' as const,
+      level: 'info' as const,
+      event: 'evaluation',
+      data: { step, epoch: 0, accuracy, loss: 1, testSamples: 100, workerId: 'w1', round: 1, verified: true },
+    });
+    projection.apply([evaluation(4, 0.5), evaluation(8, 0.095)], 1000);
+    expect(projection.evaluations.map((e) => e.step)).toEqual([4, 8]);
+    projection.apply([{ kind: 'rollback_commits', afterStep: 4 }], 1100);
+    expect(projection.evaluations.map((e) => [e.step, e.accuracy])).toEqual([[4, 0.5]]);
+    projection.apply([evaluation(8, 0.7)], 1200);
+    expect(projection.evaluations.map((e) => [e.step, e.accuracy])).toEqual([
+      [4, 0.5],
+      [8, 0.7],
+    ]);
+  });
 });

@@ -1,14 +1,15 @@
 /**
  * The audit behind `GET /api/audit` (invariant (1) of docs/ARCHITECTURE.md) finds what it exists to find:
- * an index committed twice, a gap in the cursor, a record that disagrees with the rows.
+ * an index committed twice, a gap in the cursor, a record that disagrees with the rows. And the view
+ * behind `GET /api/evaluations` leaves out evaluations of steps a later rollback undid.
  */
 import { describe, expect, it } from 'vitest';
-import { auditRun } from '../../../../coordinator/admin/audit';
+import { auditRun, evaluationViews } from '../../../../coordinator/admin/audit';
 import { parseJobSpec } from '../../../../core/training/job';
 import { initialState } from '../../../../coordinator/machine/machine';
 import { commitGroup, epochOrder, groupAt } from '../../../../core/training/sampler';
 import type { PositionRange } from '../../../../core/training/groups';
-import type { CommitRow } from '../../../../coordinator/runtime/store';
+import type { CommitRow, EventRow } from '../../../../coordinator/runtime/store';
 
 const N = 40;
 const state = initialState(parseJobSpec({ model: 'tiny-mlp', globalBatch: 10, epochs: 2 }), N, 'run-audit');
@@ -131,5 +132,38 @@ describe('auditRun', () => {
   it('ignores rolled-back rows', () => {
     const rolledBack = { ...row(1, 0, 10), rolledBack: true };
     expect(auditRun(state, [rolledBack], 1)).toMatchObject({ ok: true, commitRows: 0, rolledBackRows: 1 });
+  });
+
+  it('leaves out an evaluation a later rollback undid, even a verified one, and keeps its step’s new one', () => {
+    const evaluation = (id: number, step: number, accuracy: number, verified: boolean): EventRow => ({
+      id,
+      at: id,
+      level: 'info',
+      event: 'evaluation',
+      data: { step, epoch: 0, accuracy, loss: 1, testSamples: 100, workerId: 'w1', round: 1, verified },
+    });
+    const rollback = (id: number, to: number): EventRow => ({
+      id,
+      at: id,
+      level: 'warn',
+      event: 'record_rolled_back',
+      data: { from: 128, to, reason: 'cheater: a contribution is not what it claims' },
+    });
+    // A poisoned timeline evaluated at steps 64 and 128 (two ranks agreed on 128), a cheater caught and the
+    // record rolled back to 64, then step 128 committed again and evaluated by one rank only.
+    const rows = [evaluation(1, 64, 0.7, true), evaluation(2, 128, 0.095, true), evaluation(9, 128, 0.75, false)];
+    const views = evaluationViews(rows, [rollback(5, 64)]);
+    expect(views.map((v) => [v.step, v.accuracy])).toEqual([
+      [64, 0.7],
+      [128, 0.75],
+    ]);
+    // Without the rollback rows, the undone verified number would replace the live one.
+    expect(evaluationViews(rows).map((v) => [v.step, v.accuracy])).toEqual([
+      [64, 0.7],
+      [128, 0.095],
+    ]);
+    // A rollback BEFORE an evaluation does not undo it; one to the step itself keeps it.
+    expect(evaluationViews([evaluation(6, 128, 0.7, false)], [rollback(5, 64)])).toHaveLength(1);
+    expect(evaluationViews([evaluation(4, 64, 0.7, false)], [rollback(5, 64)])).toHaveLength(1);
   });
 });
