@@ -157,6 +157,28 @@ describe(`partial outer commits at N = ${N} (local sync mode, machine through th
   );
 
   it(
+    'a goodbye before anyone reported a step of the group is not carried: the group is redone, and the close says it cost 0 steps',
+    SLOW,
+    () => {
+      const h = swarm();
+      const leaver = name(17);
+      h.send(leaver, { type: 'goodbye', runId: h.runId, workerId: h.worker(leaver).workerId! });
+      const close = h.logs.filter((l) => l.event === 'round_closed').at(-1)!;
+      expect(close.data.carry).toBeUndefined();
+      expect(close.data.redoneSteps).toBe(0);
+      expect(h.worker(h.members()[0]).round!.carry).toBeUndefined();
+      expect(h.state.record.holes).toEqual([]);
+      // Inside the group, a goodbye is carried: nothing is redone, and the close does not say so.
+      h.readyAll();
+      reportThrough(h, H + 2);
+      h.send(name(18), { type: 'goodbye', runId: h.runId, workerId: h.worker(name(18)).workerId! });
+      const carried = h.logs.filter((l) => l.event === 'round_closed').at(-1)!;
+      expect(carried.data.carry).toBeDefined();
+      expect(carried.data.redoneSteps).toBeUndefined();
+    },
+  );
+
+  it(
     'in a carried round a report must have its slot’s samples, and the commit point waits for every survivor',
     SLOW,
     () => {
