@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { hashBytes } from '../../../../core/state/hash';
-import { broadcast, broadcastReceive, broadcastSend } from '../../../../web/net/broadcast';
+import { blockChunksFor, broadcast, broadcastReceive, broadcastRelay, broadcastSend } from '../../../../web/net/broadcast';
 import { CollectiveError } from '../../../../web/net/collective-error';
 import { FRAME_HEADER_BYTES, FrameKind } from '../../../../web/net/framing';
 import type { Link } from '../../../../web/net/link';
@@ -162,7 +162,10 @@ describe('broadcast over in-memory links', () => {
       const err = (result as PromiseRejectedResult).reason as CollectiveError;
       expect(err).toBeInstanceOf(CollectiveError);
       expect(err.kind).toBe('hash_mismatch');
-      expect(err.peer).toBe(i === 0 ? 'joiner1' : 'root');
+      // The receiver finds the block that does not match the root's manifest and names the root; its
+      // Abort frame tells the root so, as a ring's Abort tells every rank whom the failure names.
+      expect(err.peer).toBe('root');
+      expect(err.message).toMatch(i === 0 ? /joiner1 gave up: .*block 3 from root/ : /block 3 from root/);
     }
   });
 
@@ -232,5 +235,129 @@ describe('broadcast over in-memory links', () => {
     expect(results[1]).toMatchObject({ status: 'rejected', reason: { kind: 'protocol' } });
     expect(String((results[1] as PromiseRejectedResult).reason.message)).toMatch(/chunk 3 arrived twice/);
     expect(results[0]).toMatchObject({ status: 'rejected', reason: { kind: 'protocol' } });
+  });
+});
+
+/**
+ * A chain root → r1 → r2 → r3 on memory links: r1 and r2 relay (`broadcastRelay`), r3 receives. The
+ * links are logged in one timeline so the test can see when each chunk left each rank.
+ */
+function chain(
+  opts: { tamperR1Right?: (message: Uint8Array, index: number) => 'drop' | undefined; closeR2AfterBytes?: number } = {},
+) {
+  const [root, r1Left] = memoryLinkPair('root', 'r1', { latencyMs: 0.2 });
+  const [r1Right, r2Left] = memoryLinkPair('r1', 'r2', { latencyMs: 0.2, a: { tamper: opts.tamperR1Right } });
+  const [r2Right, r3Left] = memoryLinkPair('r2', 'r3', {
+    latencyMs: 0.2,
+    ...(opts.closeR2AfterBytes !== undefined ? { a: { closeAfterSentBytes: opts.closeR2AfterBytes } } : {}),
+  });
+  const timeline: string[] = [];
+  const logged = (link: MemoryLink, name: string): Link =>
+    new Proxy(link, {
+      get(target, prop) {
+        if (prop === 'send')
+          return (message: ArrayBuffer) => {
+            const bytes = new Uint8Array(message);
+            if (bytes[3] === FrameKind.BroadcastChunk)
+              timeline.push(`${name} sends ${new DataView(message).getUint32(20, true)}`);
+            target.send(message);
+          };
+        const value = Reflect.get(target, prop, target);
+        return typeof value === 'function' ? value.bind(target) : value;
+      },
+    });
+  return {
+    root: logged(root, 'root'),
+    r1Left,
+    r1Right: logged(r1Right, 'r1'),
+    r2Left,
+    r2Right: logged(r2Right, 'r2'),
+    r3Left,
+    timeline,
+  };
+}
+
+describe('broadcast relay (a chain of receivers)', () => {
+  it('delivers 1 MB along a chain of three byte for byte, each relay passing chunks on before the last one reached it', async () => {
+    const state = randomBytes(11, 1_000_004);
+    const c = chain();
+    const opts = { id, timeoutMs: 10_000, hash };
+    const [, ...copies] = await Promise.all([
+      broadcastSend([c.root], state, opts),
+      broadcastRelay(c.r1Left, c.r1Right, opts),
+      broadcastRelay(c.r2Left, c.r2Right, opts),
+      broadcastReceive(c.r3Left, opts),
+    ]);
+    for (const copy of copies) expectSameBytes(copy, state);
+    // Cut-through: r1 sent its first chunk on before the root sent its last, and so did r2 after r1.
+    const count = Math.ceil(state.byteLength / (16_300 - FRAME_HEADER_BYTES));
+    const at = (event: string) => c.timeline.indexOf(event);
+    expect(at('r1 sends 0')).toBeGreaterThan(-1);
+    expect(at('r1 sends 0')).toBeLessThan(at(`root sends ${count - 1}`));
+    expect(at('r2 sends 0')).toBeLessThan(at(`r1 sends ${count - 1}`));
+    // Each link carried the state once.
+    for (const who of ['root', 'r1', 'r2'])
+      expect(c.timeline.filter((e) => e.startsWith(`${who} `))).toHaveLength(count);
+  });
+
+  it('a state too big for one digest per chunk (9 MB: blocks of two chunks) relays byte for byte', async () => {
+    const chunk = 16_300 - FRAME_HEADER_BYTES;
+    expect(blockChunksFor(100)).toBe(1);
+    const state = randomBytes(14, 9_000_000);
+    expect(blockChunksFor(Math.ceil(state.byteLength / chunk))).toBe(2);
+    const c = chain();
+    const opts = { id, timeoutMs: 20_000, hash };
+    const [, ...copies] = await Promise.all([
+      broadcastSend([c.root], state, opts),
+      broadcastRelay(c.r1Left, c.r1Right, opts),
+      broadcastRelay(c.r2Left, c.r2Right, opts),
+      broadcastReceive(c.r3Left, opts),
+    ]);
+    for (const copy of copies) expectSameBytes(copy, state);
+  });
+
+  it('a chunk corrupted after the first relay is caught by the next rank, naming that relay; nothing bad goes further', async () => {
+    const state = randomBytes(12, 200_000);
+    let chunks = 0;
+    const c = chain({
+      tamperR1Right: (message) => {
+        if (message[3] === FrameKind.BroadcastChunk && chunks++ === 2) message[FRAME_HEADER_BYTES + 7] ^= 0x01;
+        return undefined;
+      },
+    });
+    const opts = { id, timeoutMs: 5000, hash };
+    const results = await Promise.allSettled([
+      broadcastSend([c.root], state, opts),
+      broadcastRelay(c.r1Left, c.r1Right, opts),
+      broadcastRelay(c.r2Left, c.r2Right, opts),
+      broadcastReceive(c.r3Left, opts),
+    ]);
+    // The root's receiver r1 verified its copy: the root may have finished before r2's Abort reached r1.
+    expect(results.slice(1).map((r) => r.status)).toEqual(['rejected', 'rejected', 'rejected']);
+    const errors = results.flatMap((r) => (r.status === 'rejected' ? [r.reason as CollectiveError] : []));
+    // r2 found block 2 from r1 wrong; every failure names r1.
+    const r2 = (results[2] as PromiseRejectedResult).reason as CollectiveError;
+    expect(r2).toMatchObject({ kind: 'hash_mismatch', peer: 'r1' });
+    expect(r2.message).toMatch(/block 2 from r1/);
+    for (const err of errors) expect(err.peer).toBe('r1');
+    // r2 passed on only the blocks before the corrupted one.
+    expect(c.timeline.filter((e) => e.startsWith('r2 ')).every((e) => Number(e.split(' ')[2]) < 2)).toBe(true);
+  });
+
+  it('a relay whose right neighbour vanishes fails with peer_closed naming it, and so does the root', async () => {
+    const state = randomBytes(13, 2_000_000);
+    const c = chain({ closeR2AfterBytes: 300_000 });
+    const opts = { id, timeoutMs: 5000, hash };
+    const results = await Promise.allSettled([
+      broadcastSend([c.root], state, opts),
+      broadcastRelay(c.r1Left, c.r1Right, opts),
+      broadcastRelay(c.r2Left, c.r2Right, opts),
+      broadcastReceive(c.r3Left, opts),
+    ]);
+    for (const r of results) expect(r.status).toBe('rejected');
+    const errors = results.map((r) => (r as PromiseRejectedResult).reason as CollectiveError);
+    expect(errors[2]).toMatchObject({ kind: 'peer_closed', peer: 'r3' });
+    expect(errors[3]).toMatchObject({ kind: 'peer_closed', peer: 'r2' });
+    expect(errors[0].kind).toBe('peer_closed');
   });
 });
