@@ -21,6 +21,8 @@
 import { log, metric, mutParticipant, mutWorker, persist, sendWorker, sendWorkers, type Ctx } from './context';
 import { checkpointPath, type StateSource, type WaitReason } from '../../core/protocol/coordinator-messages';
 import { readyAllowanceMs } from '../../core/training/link-floor';
+import { longestRelayChain, MAX_PLANNED_RELAY_CHAIN, spreadNonHolders } from '../../core/training/state-route';
+import type { Topology } from '../../core/training/topology';
 import { holdsState, latestCheckpoint, rollbackIn } from './checkpoints';
 import { computeShares } from './shares';
 import { workerOf } from './worker-table';
@@ -107,12 +109,11 @@ export function evaluateGatheringIn(ctx: Ctx): void {
 function chooseStateSource(ctx: Ctx, participants: Participant[]): StateSource {
   const s = ctx.s;
   if (s.lastCommit.step === 0) return { kind: 'fresh' };
-  // Prefer a worker that reported the committed hash itself over one that only synced it in a round.
-  const members = s.lastCommit.members ?? [];
+  // Every holder feeds the members after it that lack the state (core/training/state-route.ts).
   const holders = participants.filter((p) => holdsState(workerOf(s.workers, p.workerId), s.lastCommit));
   if (holders.length === participants.length) return { kind: 'held' };
-  const holder = holders.find((p) => members.includes(p.workerId)) ?? holders[0];
-  if (holder) return { kind: 'peer', rank: holder.rank };
+  if (holders.length === 1) return { kind: 'peer', rank: holders[0].rank };
+  if (holders.length > 1) return { kind: 'peers', ranks: holders.map((p) => p.rank) };
   const checkpoint = latestCheckpoint(s);
   const reason = 'no participant holds the last committed state';
   if (checkpoint) {
@@ -157,6 +158,25 @@ function carryingMembersIn(ctx: Ctx): CarriedGroup | null {
 }
 
 /**
+ * The ring order of a round (`Topology.order` over `admitted`), with the members lacking the committed
+ * state spread behind the holders (`spreadNonHolders`) when the planned order would make a relay chain
+ * deeper than MAX_PLANNED_RELAY_CHAIN, in one plain ring that syncs the state (not a carried round).
+ */
+function joiningOrder(
+  s: CoordinatorState,
+  admitted: readonly string[],
+  topology: Topology,
+  carried: boolean,
+): number[] {
+  if (carried || topology.groups.length > 1 || s.lastCommit.step === 0) return topology.order;
+  const lacks = (i: number) => !holdsState(workerOf(s.workers, admitted[i]), s.lastCommit);
+  const holderRanks = topology.order.flatMap((i, rank) => (lacks(i) ? [] : [rank]));
+  if (holderRanks.length === 0 || longestRelayChain(admitted.length, holderRanks) <= MAX_PLANNED_RELAY_CHAIN)
+    return topology.order;
+  return spreadNonHolders(topology.order, lacks);
+}
+
+/**
  * Open a round with the head of the wait list (up to maxWorkers), ranks in wait-list order; or, when a
  * group is carried (`RendezvousState.carry`), with its survivors alone, each on its old slot.
  */
@@ -169,9 +189,12 @@ export function openRoundIn(ctx: Ctx): void {
   const admittedSet = new Set(admitted);
   rv.waitList = rv.waitList.filter((id) => !admittedSet.has(id));
   rv.round += 1;
-  // Ranks follow the planned ring order (measured link costs; without any, the admission order).
+  // Ranks follow the planned ring order (measured link costs; without any, the admission order). In
+  // one plain ring where many members lack the committed state (joiners), they go behind different
+  // holders, so no holder feeds a long chain of them (core/training/state-route.ts); a carried round sends nothing.
   const topology = roundTopology(s, admitted);
-  const members = topology.order.map((i) => admitted[i]);
+  const order = joiningOrder(s, admitted, topology, carry !== null);
+  const members = order.map((i) => admitted[i]);
   const carried = new Map(carry?.members.map((m) => [m.workerId, m]));
   const shares = computeShares(members.map((id) => workerOf(s.workers, id)!.throughput));
   const participants: Participant[] = members.map((workerId, rank) => ({

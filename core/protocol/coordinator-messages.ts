@@ -30,6 +30,19 @@ export const stateSourceSchema = z.discriminatedUnion('kind', [
     rank: rankSchema,
   }),
   z.strictObject({
+    /**
+     * Several participants hold the committed state (ascending ranks, at least two): each is the root of
+     * the relay chain of non-holders after it on the ring (core/training/state-route.ts). `peer` is the
+     * one-holder case.
+     */
+    kind: z.literal('peers'),
+    ranks: z
+      .array(rankSchema)
+      .min(2)
+      .max(4096)
+      .refine((r) => r.every((x, i) => i === 0 || x > r[i - 1]), 'holder ranks must be strictly ascending'),
+  }),
+  z.strictObject({
     kind: z.literal('checkpoint'),
     /** The checkpoint's step (the record was rolled back to it). */
     step: stepSchema,

@@ -10,6 +10,7 @@
  */
 import { type ModelSpec, parameterLayout } from './model-spec';
 import type { StateSource } from '../protocol/coordinator-messages';
+import { longestRelayChain } from './state-route';
 
 export const FLOOR_RATE_BITS_PER_S = 1e6;
 
@@ -29,17 +30,32 @@ export function stateTransferMs(model: ModelSpec): number {
 }
 
 /**
- * Extra time for a round's state sync: the state forwarded around the ring from its holder, store and
- * forward, so up to `worldSize − 1` transfers one after another at the floor rate.
+ * Extra time for a round's state sync: the state relayed along the ring from its holders
+ * (core/training/state-route.ts) to a chain of `chainLength` members that lack it. Relays forward each
+ * chunk as it arrives, so a chain costs about one transfer; the allowance is one transfer per member of
+ * the chain all the same, at the floor rate, because a chain moves at its slowest member's pace and
+ * every member of it must have hashed the whole state before it acknowledges.
  */
-export function stateSyncAllowanceMs(model: ModelSpec, worldSize: number): number {
-  return Math.round(Math.max(0, worldSize - 1) * floorTransferMs(stateBytes(model)));
+export function stateSyncAllowanceMs(model: ModelSpec, chainLength: number): number {
+  return Math.round(Math.max(0, chainLength) * floorTransferMs(stateBytes(model)));
+}
+
+/** The deepest relay chain of a round whose state comes from `stateFrom` (0: nothing relayed). */
+export function relayChainOf(stateFrom: StateSource, worldSize: number): number {
+  switch (stateFrom.kind) {
+    case 'peer':
+      return longestRelayChain(worldSize, [stateFrom.rank]);
+    case 'peers':
+      return longestRelayChain(worldSize, stateFrom.ranks);
+    default:
+      return 0;
+  }
 }
 
 /**
  * Extra time before a round's ready deadline for the state transfer its sync needs: none for a fresh
  * start or when every member holds the state (`held`: nothing is sent, and a staller gains nothing), one
- * transfer for a checkpoint download, the ring's store-and-forward for a broadcast from a peer.
+ * transfer for a checkpoint download, the deepest relay chain's allowance for a sync from holders.
  */
 export function readyAllowanceMs(stateFrom: StateSource, model: ModelSpec, worldSize: number): number {
   switch (stateFrom.kind) {
@@ -49,6 +65,7 @@ export function readyAllowanceMs(stateFrom: StateSource, model: ModelSpec, world
     case 'checkpoint':
       return stateTransferMs(model);
     case 'peer':
-      return stateSyncAllowanceMs(model, worldSize);
+    case 'peers':
+      return stateSyncAllowanceMs(model, relayChainOf(stateFrom, worldSize));
   }
 }

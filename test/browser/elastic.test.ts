@@ -19,7 +19,7 @@ import {
   skipWithoutFashionMnist,
   skipWithoutWebBuild,
 } from '../support/browser';
-import { expectCleanAudit } from '../support/clean-audit';
+import { expectAdmittedFromPeers, expectCleanAudit } from '../support/clean-audit';
 import { commitRows } from '../support/commit-log';
 import type { CoordinatorProcess } from '../support/coordinator-process';
 import { makeTempDir } from '../support/fake-dataset';
@@ -133,7 +133,7 @@ describe.skipIf(skip)('elastic training across browser tabs', () => {
     // A new tab opens and is admitted at a step boundary, with the state from a peer.
     const d = await swarm.open('newcomer');
     const admitted = await swarm.waitFor(d, (s) => s.phase === 'training' && s.worldSize === 3, null, 120_000);
-    expect(admitted.lastSync).toBe('receive');
+    await expectAdmittedFromPeers(coordinator, admitted.workerId!);
     await atStep(d, swarm, admitted.committedStep + 2);
     expect((await coordinator.status()).restarts, 'a join is not a restart').toBe(0);
     await expectCleanAudit(coordinator);
@@ -198,7 +198,7 @@ describe.skipIf(skip)('elastic training across browser tabs', () => {
     // A newcomer is admitted at an outer boundary with the committed state (and outer momentum) from a peer.
     const d = await swarm.open('newcomer');
     const admitted = await swarm.waitFor(d, (st) => st.phase === 'training' && st.worldSize === 3, null, 120_000);
-    expect(admitted.lastSync).toBe('receive');
+    await expectAdmittedFromPeers(coordinator, admitted.workerId!);
     await swarm.waitFor(d, (st, n) => st.committedStep >= n, admitted.committedStep + H, 120_000);
     // A renderer crashes inside an outer step: the survivors finish it without b (b's slices of it
     // become holes, served by the next outer step), so only b's share of the outer step is lost.
@@ -296,7 +296,7 @@ describe.skipIf(skip)('elastic training across browser tabs', () => {
     // A newcomer is admitted after a drained (synchronous) outer step, with the committed state from a peer.
     const d = await swarm.open('newcomer');
     const admitted = await swarm.waitFor(d, (st) => st.phase === 'training' && st.worldSize === 3, null, 120_000);
-    expect(admitted.lastSync).toBe('receive');
+    await expectAdmittedFromPeers(coordinator, admitted.workerId!);
     await swarm.waitFor(d, (st, n) => st.committedStep >= n, admitted.committedStep + H, 120_000);
     expect((await coordinator.status()).restarts, 'a join is not a restart').toBe(1);
     await expectCleanAudit(coordinator);

@@ -32,7 +32,7 @@ import {
   skipWithoutFashionMnist,
   skipWithoutWebBuild,
 } from '../support/browser';
-import { expectCleanAudit } from '../support/clean-audit';
+import { expectAdmittedFromPeers, expectCleanAudit } from '../support/clean-audit';
 import { type CommitRow, commitRows } from '../support/commit-log';
 import type { CoordinatorProcess } from '../support/coordinator-process';
 import { makeTempDir } from '../support/fake-dataset';
@@ -165,7 +165,7 @@ describe.skipIf(skip)('tabs train the datasets a user brings', () => {
     // A newcomer is admitted at a step boundary with the state from a peer.
     const d = await swarm.open('newcomer');
     const admitted = await swarm.waitFor(d, (s) => s.phase === 'training' && s.worldSize === 3, null, 120_000);
-    expect(admitted.lastSync).toBe('receive');
+    await expectAdmittedFromPeers(coordinator, admitted.workerId!);
     await swarm.waitFor(d, (s, n) => s.committedStep >= n, admitted.committedStep + 2, 120_000);
     // A renderer crashes: the survivors restore and go on.
     await swarm.crash(b);

@@ -34,3 +34,22 @@ export async function expectCleanAudit(
     }
   }
 }
+
+/**
+ * The first round that admitted `workerId` (its `round_open` event) gave it the committed state from
+ * the members holding it: `stateFrom` is `peer` or `peers` and does not name its rank, so it received
+ * (core/training/state-route.ts). Read from the coordinator's events, not the tab's status, because a
+ * later round may already have made the newcomer a holder that sends.
+ */
+export async function expectAdmittedFromPeers(coordinator: CoordinatorProcess, workerId: string): Promise<void> {
+  const open = (await coordinator.events()).find(
+    (e) =>
+      e.event === 'round_open' &&
+      (e.data.world as { workerId: string }[]).some((w) => w.workerId === workerId),
+  );
+  expect(open, `a round_open admitting ${workerId}`).toBeDefined();
+  const rank = (open!.data.world as { workerId: string; rank: number }[]).findIndex((w) => w.workerId === workerId);
+  const from = open!.data.stateFrom as { kind: string; rank?: number; ranks?: number[] };
+  expect(['peer', 'peers']).toContain(from.kind);
+  expect(from.kind === 'peer' ? [from.rank] : from.ranks).not.toContain(rank);
+}

@@ -259,10 +259,10 @@ export type SyncPlan =
   | { kind: 'local'; use: 'live' | 'backup' }
   /** Download the durable checkpoint, verify its sha256 and the parameter hash, restore it. */
   | { kind: 'checkpoint'; url: string; sha256: string; step: number }
-  /** This tab is the broadcast root: make `use` current, then send it to the other ranks. */
-  | { kind: 'send'; use: 'live' | 'backup' }
-  /** Receive the state from the root (it comes along the ring, see `syncRoute`). */
-  | { kind: 'receive'; root: number }
+  /** This tab holds the state: make `use` current, then send it on if its right neighbour lacks it. */
+  | { kind: 'send'; use: 'live' | 'backup'; holders: number[] }
+  /** Receive the state from the left neighbour (relayed from the holders, core/training/state-route.ts). */
+  | { kind: 'receive'; holders: number[] }
   /** This tab was named the source but does not hold the state (the coordinator's view was stale). */
   | { kind: 'impossible'; reason: string };
 
@@ -277,6 +277,7 @@ export function planSync(
   round: Pick<RoundMessage, 'step' | 'committedHash' | 'stateFrom'>,
   rank: number,
   held: HeldStates,
+  worldSize: number,
 ): SyncPlan {
   const wanted: StateTag = { step: round.step - 1, hash: round.committedHash };
   const have = wanted.hash === null && wanted.step > 0 ? null : holding(held, wanted);
@@ -297,15 +298,20 @@ export function planSync(
             reason: `the coordinator counts this tab as holding step ${wanted.step} (${wanted.hash}) but it holds ${describe(held)}`,
           };
     case 'peer':
-      if (from.rank === rank) {
+    case 'peers': {
+      const holders = from.kind === 'peer' ? [from.rank] : from.ranks;
+      if (holders.some((r) => r >= worldSize))
+        return { kind: 'impossible', reason: `state holders ${holders.join(',')} outside a world of ${worldSize}` };
+      if (holders.includes(rank)) {
         return have
-          ? { kind: 'send', use: have }
+          ? { kind: 'send', use: have, holders }
           : {
               kind: 'impossible',
               reason: `named state source for step ${wanted.step} (${wanted.hash}) but holds ${describe(held)}`,
             };
       }
-      return { kind: 'receive', root: from.rank };
+      return { kind: 'receive', holders };
+    }
   }
 }
 
@@ -346,20 +352,6 @@ export function planCarry(
 function describe(held: HeldStates): string {
   const tag = (t: StateTag | null) => (t ? `step ${t.step} (${t.hash})` : 'nothing');
   return `live ${tag(held.live)}, backup ${tag(held.backup)}`;
-}
-
-/**
- * A state broadcast travels along the ring from the root: every rank but the root receives it from
- * its left neighbour, and every rank whose right neighbour is not the root forwards it. Only ring
- * links are needed (no extra connections for a sync), and each link carries the state once.
- */
-export function syncRoute(
-  rank: number,
-  size: number,
-  root: number,
-): { receiveFromLeft: boolean; sendToRight: boolean } {
-  if (size <= 1) return { receiveFromLeft: false, sendToRight: false };
-  return { receiveFromLeft: rank !== root, sendToRight: (rank + 1) % size !== root };
 }
 
 // ---------------------------------------------------------------- reconnect

@@ -1,7 +1,7 @@
 /**
  * Getting the committed state a round starts from (`planSync` decides where it comes from): fresh
  * from the seed, already held (live, or the backup put back), the durable checkpoint (downloaded,
- * sha256 and parameter hash checked), or a broadcast along the ring from the state's holder. Ends with
+ * sha256 and parameter hash checked), or relayed along the ring from the members holding it. Ends with
  * the state saved as the backup and checked against the round's committed tag.
  *
  * A round that carries a group on (`round.carry`, local sync mode) keeps what this tab computed of the
@@ -12,12 +12,13 @@ import { hashBytes } from '../../core/state/hash';
 import type { JobPublic } from '../../core/training/job';
 import { stateSyncAllowanceMs, stateTransferMs } from '../../core/training/link-floor';
 import { overlapsOuterSteps } from '../../core/training/overlap';
+import { longestRelayChain, stateRoute } from '../../core/training/state-route';
 
-import { broadcastReceive, broadcastSend } from '../net/broadcast';
+import { broadcastReceive, broadcastRelay, broadcastSend } from '../net/broadcast';
 import type { Ring } from '../net/link';
 import { downloadCheckpoint } from './checkpoint-transfer';
 import type { LoopContext } from './loop-context';
-import { planCarry, planSync, sameTag, StepPlanner, syncRoute, type StateTag, type SyncPlan } from './plan';
+import { planCarry, planSync, sameTag, StepPlanner, type StateTag, type SyncPlan } from './plan';
 import type { RoundSession } from './round-session';
 
 /** Collective ids: the state broadcast of a round uses step 0, the allreduce of step s uses s (ids must grow per link). */
@@ -35,7 +36,7 @@ export async function syncState(ctx: LoopContext, session: RoundSession, ring: R
   // An overlapped job's consensus this tab reported, committed while it did not hear so (a coordinator
   // restart): it is the state wanted, the backup once committed here.
   if (keeper.consensus && sameTag(keeper.consensus, wanted)) await keeper.commitConsensus(keeper.consensus);
-  const plan = planSync(msg, session.rank, keeper.held);
+  const plan = planSync(msg, session.rank, keeper.held, msg.world.length);
   ctx.log('info', `round ${msg.round}: rank ${session.rank}/${msg.world.length}, step ${msg.step}, state ${plan.kind}`);
   await obtainState(ctx, session, plan, wanted, job);
   if (plan.kind === 'send' || plan.kind === 'receive') await broadcastState(ctx, session, ring, plan, wanted, job);
@@ -148,7 +149,11 @@ async function fromCheckpoint(
   box.update({ checkpoint: { ...box.status.checkpoint!, done: true } });
 }
 
-/** The ring broadcast from the state's holder: receive from the left, forward to the right. */
+/**
+ * The state along the ring from its holders (core/training/state-route.ts): a holder whose right
+ * neighbour lacks it sends it; a member that lacks it receives it from the left, relaying it on as it
+ * comes when its right neighbour lacks it too.
+ */
 async function broadcastState(
   ctx: LoopContext,
   session: RoundSession,
@@ -157,20 +162,19 @@ async function broadcastState(
   wanted: StateTag,
   job: JobPublic,
 ): Promise<void> {
-  const root = plan.kind === 'send' ? session.rank : plan.root;
-  const route = syncRoute(session.rank, ring.size, root);
+  const route = stateRoute(session.rank, ring.size, plan.holders);
   const opts = {
     id: { round: session.round, step: SYNC_ID_STEP, seq: 0 },
     hash: hashBytes,
     signal: session.signal,
-    // Store and forward around the ring: up to world − 1 transfers at the floor rate (core/training/link-floor.ts).
-    timeoutMs: ctx.timeouts.syncMs + stateSyncAllowanceMs(job.model, ring.size),
+    // One transfer per member of the deepest relay chain at the floor rate (core/training/link-floor.ts).
+    timeoutMs: ctx.timeouts.syncMs + stateSyncAllowanceMs(job.model, longestRelayChain(ring.size, plan.holders)),
   };
   if (route.receiveFromLeft) {
-    const bytes = await broadcastReceive(ring.left!, opts);
-    const forward = route.sendToRight ? broadcastSend([ring.right!], bytes, opts) : Promise.resolve();
-    // Restore a copy while the original is still being forwarded to the right (restore consumes its buffer).
-    await Promise.all([forward, ctx.keeper.restoreSnapshot(route.sendToRight ? bytes.slice(0) : bytes, wanted)]);
+    const bytes = route.sendToRight
+      ? await broadcastRelay(ring.left!, ring.right!, opts)
+      : await broadcastReceive(ring.left!, opts);
+    await ctx.keeper.restoreSnapshot(bytes, wanted);
   } else if (route.sendToRight) {
     const position = { step: wanted.step, epoch: session.msg.epoch, cursor: session.msg.cursor };
     const bytes = await ctx.queue.run('snapshot', () => ctx.trainer.snapshot(position));

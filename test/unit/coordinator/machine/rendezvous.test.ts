@@ -7,6 +7,7 @@ import type { JobSpecInput } from '../../../../core/training/job';
 import { nextDeadline } from '../../../../coordinator/machine/machine';
 import { CloseCode } from '../../../../core/protocol/coordinator-messages';
 import { GOODBYE_GRACE_MS } from '../../../../coordinator/machine/round-close';
+import { longestRelayChain } from '../../../../core/training/state-route';
 import { Harness, hashOf } from './coordinator-harness';
 import { workerOf } from '../../../../coordinator/machine/worker-table';
 
@@ -158,7 +159,8 @@ const cases: [string, () => void][] = [
         round: 2,
         step: 4,
         committedHash: hashOf(3),
-        stateFrom: { kind: 'peer', rank: 0 },
+        // Every holder is named; c, before d on the ring, feeds it (core/training/state-route.ts).
+        stateFrom: { kind: 'peers', ranks: [0, 1, 2] },
       });
       expect(h.members()).toEqual(['a', 'b', 'c', 'd']);
       expect(h.state.restarts).toBe(0);
@@ -229,7 +231,8 @@ const cases: [string, () => void][] = [
       expect(h.received('b', 'round_closed').pop()).toMatchObject({ round: 1, reason: 'failure', restore: true });
       // The survivors re-form at once, without the blamed peer while its restart is on probation.
       expect(h.members()).toEqual(['a', 'c', 'd']);
-      expect(h.received('a', 'round').pop()).toMatchObject({ round: 2, step: 2, stateFrom: { kind: 'peer', rank: 0 } });
+      // a and c reported step 1; d never did (it lacks the state c feeds it).
+      expect(h.received('a', 'round').pop()).toMatchObject({ round: 2, step: 2, stateFrom: { kind: 'peers', ranks: [0, 1] } });
       h.readyAll();
       h.advance(GOODBYE_GRACE_MS + 1);
       // No goodbye came: the restart counts, and the peer is admitted again at the next commit boundary.
@@ -484,6 +487,35 @@ const cases: [string, () => void][] = [
       h.now = 200;
       h.join('b');
       expect(nextDeadline(h.state)).toBe(1200);
+    },
+  ],
+  [
+    '32 joiners at one boundary: every holder is a source, and the joiners are spread so none waits behind more than its share',
+    () => {
+      const h = training(1, { maxWorkers: 40 });
+      const joiners = Array.from({ length: 32 }, (_, i) => `j${String(i).padStart(2, '0')}`);
+      for (const j of joiners) h.join(j);
+      h.train(1); // the boundary: all 35 admitted
+      const round = h.received('j00', 'round').pop()!;
+      expect(round.world).toHaveLength(35);
+      const holders = round.world.filter((w) => !joiners.includes(h.nameOf(w.workerId))).map((w) => w.rank);
+      expect(round.stateFrom).toEqual({ kind: 'peers', ranks: holders });
+      // The holders keep their order, each followed by at most ⌈32 / 3⌉ = 11 joiners (admission order
+      // would have put all 32 behind c, one chain of 32).
+      expect(holders.map((r) => h.nameOf(round.world[r].workerId))).toEqual(['a', 'b', 'c']);
+      expect(longestRelayChain(35, holders)).toBe(11);
+      expect(round.world.filter((w) => !holders.includes(w.rank)).map((w) => h.nameOf(w.workerId))).toEqual(joiners);
+    },
+  ],
+  [
+    'two joiners keep the admission order: a short chain is not worth new ranks',
+    () => {
+      const h = training(1, { maxWorkers: 5 });
+      h.join('d');
+      h.join('e');
+      h.train(1);
+      expect(h.members()).toEqual(['a', 'b', 'c', 'd', 'e']);
+      expect(h.received('d', 'round').pop()!.stateFrom).toEqual({ kind: 'peers', ranks: [0, 1, 2] });
     },
   ],
 ];

@@ -14,9 +14,9 @@ describe('link floor', () => {
     expect(floorTransferMs(-5)).toBe(0);
     const elements = parameterLayout(MLP_SPEC).totalElements;
     expect(stateBytes(MLP_SPEC)).toBe(elements * 12);
-    // Store and forward: world − 1 transfers; a world of one receives nothing.
-    expect(stateSyncAllowanceMs(MLP_SPEC, 1)).toBe(0);
-    expect(stateSyncAllowanceMs(MLP_SPEC, 3)).toBe(Math.round((2 * elements * 12 * 8) / 1000));
+    // One transfer per member of the relay chain; no chain, nothing.
+    expect(stateSyncAllowanceMs(MLP_SPEC, 0)).toBe(0);
+    expect(stateSyncAllowanceMs(MLP_SPEC, 2)).toBe(Math.round((2 * elements * 12 * 8) / 1000));
   });
 
   it("gives a round's ready deadline only the transfer its sync needs", () => {
@@ -25,7 +25,9 @@ describe('link floor', () => {
     expect(readyAllowanceMs({ kind: 'held' }, MLP_SPEC, 8)).toBe(0);
     const checkpoint = { kind: 'checkpoint' as const, step: 4, url: '/api/checkpoints/r/4', sha256: 'ab'.repeat(32) };
     expect(readyAllowanceMs(checkpoint, MLP_SPEC, 8)).toBe(one);
-    expect(readyAllowanceMs({ kind: 'peer', rank: 0 }, MLP_SPEC, 3)).toBe(stateSyncAllowanceMs(MLP_SPEC, 3));
+    // One holder of three: the other two are one chain of two. Holders 0 and 2 of eight: chains of 1 and 5.
+    expect(readyAllowanceMs({ kind: 'peer', rank: 0 }, MLP_SPEC, 3)).toBe(stateSyncAllowanceMs(MLP_SPEC, 2));
+    expect(readyAllowanceMs({ kind: 'peers', ranks: [0, 2] }, MLP_SPEC, 8)).toBe(stateSyncAllowanceMs(MLP_SPEC, 5));
   });
 });
 

@@ -12,7 +12,6 @@ import {
   ringNeighbours,
   StepPlanner,
   stepWork,
-  syncRoute,
   type HeldStates,
 } from '../../../../web/elastic/plan';
 import { CollectiveError } from '../../../../web/net/collective-error';
@@ -248,17 +247,38 @@ describe('planSync', () => {
       round({ kind: 'peer', rank: 2 }),
       2,
       held([7, 'aa'], [6, 'bb']),
-      { kind: 'send', use: 'live' },
+      { kind: 'send', use: 'live', holders: [2] },
     ],
     [
       'root holds it as backup',
       round({ kind: 'peer', rank: 2 }),
       2,
       held([8, 'cc'], [7, 'aa']),
-      { kind: 'send', use: 'backup' },
+      { kind: 'send', use: 'backup', holders: [2] },
     ],
     ['root does not hold it', round({ kind: 'peer', rank: 0 }), 0, held([8, 'cc'], [6, 'bb']), { kind: 'impossible' }],
-    ['receiver', round({ kind: 'peer', rank: 1 }), 0, held(null, null), { kind: 'receive', root: 1 }],
+    ['receiver', round({ kind: 'peer', rank: 1 }), 0, held(null, null), { kind: 'receive', holders: [1] }],
+    [
+      'one of several holders',
+      round({ kind: 'peers', ranks: [0, 2] }),
+      2,
+      held([7, 'aa'], [6, 'bb']),
+      { kind: 'send', use: 'live', holders: [0, 2] },
+    ],
+    [
+      'a receiver among holders',
+      round({ kind: 'peers', ranks: [0, 2] }),
+      1,
+      held(null, null),
+      { kind: 'receive', holders: [0, 2] },
+    ],
+    [
+      'a holder outside the world',
+      round({ kind: 'peers', ranks: [0, 9] }),
+      1,
+      held(null, null),
+      { kind: 'impossible' },
+    ],
     ['everyone holds it: live', round({ kind: 'held' }), 1, held([7, 'aa'], [6, 'bb']), { kind: 'local', use: 'live' }],
     [
       'everyone holds it: the backup behind a reported step',
@@ -279,7 +299,7 @@ describe('planSync', () => {
       round({ kind: 'peer', rank: 1 }),
       0,
       held([7, 'aa'], [7, 'aa']),
-      { kind: 'receive', root: 1 },
+      { kind: 'receive', holders: [1] },
     ],
     [
       'step-0 state from a peer',
@@ -289,33 +309,7 @@ describe('planSync', () => {
       { kind: 'send', use: 'live' },
     ],
   ])('%s', (_name, r, rank, h, expected) => {
-    expect(planSync(r, rank, h)).toMatchObject(expected);
-  });
-});
-
-describe('syncRoute', () => {
-  it('reaches every rank exactly once along the ring, from the root, never back to it', () => {
-    for (let size = 1; size <= 6; size++) {
-      for (let root = 0; root < size; root++) {
-        const routes = Array.from({ length: size }, (_, r) => syncRoute(r, size, root));
-        // Simulate: a rank can send only once it has the state; it receives from its left neighbour's send.
-        const has = new Array(size).fill(false);
-        has[root] = true;
-        const receivedFrom = new Array(size).fill(-1);
-        for (let hop = 0, r = root; hop < size; hop++, r = (r + 1) % size) {
-          if (!routes[r].sendToRight) continue;
-          expect(has[r]).toBe(true);
-          const right = (r + 1) % size;
-          expect(routes[right].receiveFromLeft).toBe(true);
-          expect(receivedFrom[right]).toBe(-1);
-          receivedFrom[right] = r;
-          has[right] = true;
-        }
-        expect(has.every(Boolean)).toBe(true);
-        expect(routes[root].receiveFromLeft).toBe(false);
-        expect(routes.filter((x) => x.receiveFromLeft).length).toBe(size - 1);
-      }
-    }
+    expect(planSync(r, rank, h, 4)).toMatchObject(expected);
   });
 });
 
