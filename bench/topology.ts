@@ -1,25 +1,23 @@
 /**
  * `npm run bench:topology` (tsx bench/topology.ts): the grouped allreduce (web/net/group-allreduce.ts)
  * against the plain ring, sync latency and bus bandwidth against the world size, with the exponent of a
- * power law fitted to each; and, for joins, the time from a joiner's arrival to holding the state.
- * One table per part, and one JSON line `{"bench":"topology", …}`.
+ * power law fitted to each. One table per part, and one JSON line `{"bench":"topology", …}`. Joins at
+ * scale are measured by `npm run bench:joins` (bench/joins.ts).
  *
- * Parts (`--parts memory,tabs,joins`):
+ * Parts (`--parts memory`; the only part built so far):
  * - `memory`: N ranks in one process on in-memory links shaped like the test bed's access links (each
  *   rank's own uplink and downlink at the profile's rate, shared by its links; a message crosses two
  *   access links' delay), in virtual time (bench/lib/virtual-clock.ts): the link model's time for each
  *   algorithm, the CPU of N ranks in one thread left out. Profiles: `loopback`, `broadband` (20 ms and
  *   50 Mbit/s per access link, as bench:net), `poor` (80 ms, 10 Mbit/s, no loss), `rate` (broadband's
  *   rate, LAN delay: run it with a large `--n` to see the bandwidth term alone).
- * - `tabs`: headless Chromium tabs on this machine's loopback with real WebRTC data channels (the
- *   collectives harness page), ring and groups at each `--tab-worlds` size that the machine holds.
- * - `joins`: see bench/lib/topology-joins.ts.
+ * Not built yet: the same comparison with real WebRTC links (tabs or headless workers).
  *
  * Goals (issue 23): latency exponent ≤ 0.5; at N = 64 on broadband the grouped sync ≤ 1/4 of the ring's;
- * bandwidth within 1.5× of the ring's; 32 joiners at once each within 2× a single joiner's time.
+ * bandwidth within 1.5× of the ring's.
  *
  * Options: --parts memory  --profiles broadband,loopback  --worlds 8,16,32,64,128  --n 25450 (floats;
- *          tiny-mlp's parameters)  --repeat 1 (virtual time is deterministic)  --tab-worlds 4,8
+ *          tiny-mlp's parameters)  --repeat 1 (virtual time is deterministic)
  */
 import { arg } from './lib/common';
 import { summarize, type SyncPoint } from './lib/topology-figures';

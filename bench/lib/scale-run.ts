@@ -81,7 +81,7 @@ export interface ScaleResult {
   warmupS: number;
 }
 
-const JOB = (n: number) => ({
+export const JOB = (n: number) => ({
   model: 'tiny-mlp',
   globalBatch: 512,
   epochs: 1000,
@@ -99,7 +99,7 @@ const JOB = (n: number) => ({
   sync: { mode: 'local', innerSteps: 8, compression: 'int8' },
 });
 
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+export const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 /** Resident memory of `pids` from /proc (MiB), or null where it cannot be read. */
 function rssMiB(pids: number[]): number | null {
@@ -115,7 +115,7 @@ function rssMiB(pids: number[]): number | null {
   return total;
 }
 
-class Swarm {
+export class Swarm {
   readonly processes: HeadlessProcess[] = [];
   readonly timings: { wallMs: number; computeMs: number; syncMs: number; waitingMs: number }[] = [];
   private joins = 0;
@@ -174,7 +174,7 @@ class Swarm {
 }
 
 /** `/api/status` with the whole world in one page (bench:scale runs up to 64 workers; a page holds 256). */
-const WHOLE_WORLD = `?limit=${STATUS_PAGE_MAX}`;
+export const WHOLE_WORLD = `?limit=${STATUS_PAGE_MAX}`;
 
 /** The worker name in a peer id (`NAME-<20 hex>`, headless-worker.ts). */
 const nameOfPeer = (peerId: string) => peerId.slice(0, peerId.lastIndexOf('-'));
@@ -311,7 +311,7 @@ function outerStep(timings: Swarm['timings']): ScaleResult['outerStep'] {
   };
 }
 
-interface Joiner {
+export interface Joiner {
   name: string;
   /** When its process started (ms since the epoch). */
   at: number;
@@ -320,7 +320,7 @@ interface Joiner {
 }
 
 /** Polls the status twice a second, noting the round in which each joiner first appears in the world. */
-function pollMembership(proc: CoordinatorProcess, joins: Joiner[]): { stop(): Promise<void> } {
+export function pollMembership(proc: CoordinatorProcess, joins: Joiner[]): { stop(): Promise<void> } {
   let running = true;
   const loop = (async () => {
     while (running) {
@@ -340,7 +340,7 @@ function pollMembership(proc: CoordinatorProcess, joins: Joiner[]): { stop(): Pr
 }
 
 /** Seconds from each joiner's start to the first commit of a round it was a member of. */
-function joinTimes(joins: Joiner[], feed: FeedWatcher, endAt: number): number[] {
+export function joinTimes(joins: Joiner[], feed: FeedWatcher, endAt: number): number[] {
   const out: number[] = [];
   for (const j of joins) {
     if (j.memberRound === null) continue;
