@@ -43,9 +43,7 @@ export async function expectCleanAudit(
  */
 export async function expectAdmittedFromPeers(coordinator: CoordinatorProcess, workerId: string): Promise<void> {
   const open = (await coordinator.events()).find(
-    (e) =>
-      e.event === 'round_open' &&
-      (e.data.world as { workerId: string }[]).some((w) => w.workerId === workerId),
+    (e) => e.event === 'round_open' && (e.data.world as { workerId: string }[]).some((w) => w.workerId === workerId),
   );
   expect(open, `a round_open admitting ${workerId}`).toBeDefined();
   const rank = (open!.data.world as { workerId: string; rank: number }[]).findIndex((w) => w.workerId === workerId);

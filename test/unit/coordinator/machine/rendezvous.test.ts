@@ -232,7 +232,11 @@ const cases: [string, () => void][] = [
       // The survivors re-form at once, without the blamed peer while its restart is on probation.
       expect(h.members()).toEqual(['a', 'c', 'd']);
       // a and c reported step 1; d never did (it lacks the state c feeds it).
-      expect(h.received('a', 'round').pop()).toMatchObject({ round: 2, step: 2, stateFrom: { kind: 'peers', ranks: [0, 1] } });
+      expect(h.received('a', 'round').pop()).toMatchObject({
+        round: 2,
+        step: 2,
+        stateFrom: { kind: 'peers', ranks: [0, 1] },
+      });
       h.readyAll();
       h.advance(GOODBYE_GRACE_MS + 1);
       // No goodbye came: the restart counts, and the peer is admitted again at the next commit boundary.
