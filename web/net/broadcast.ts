@@ -154,17 +154,31 @@ export async function broadcastReceive(root: Link, opts: BroadcastOptions): Prom
   const session = new CollectiveSession('broadcast', opts);
   session.timeoutPeer = () => root.peer;
   const assembly = new ChunkAssembly(maxBytes, session.label, root.peer, opts.onProgress);
+  receiveInto(session, root, assembly, opts, () => session.succeed());
+  await session.done;
+  return assembly.bytes!.buffer as ArrayBuffer;
+}
+
+/**
+ * Take the broadcast's frames from `sender` into `assembly`; once it is complete, hash it, acknowledge to
+ * the sender, then `onVerified` (or fail the session).
+ */
+function receiveInto(
+  session: CollectiveSession,
+  sender: Link,
+  assembly: ChunkAssembly,
+  opts: BroadcastOptions,
+  onVerified: () => void,
+): void {
   let verifying = false;
-  session.listen(root, (frame: Frame) => {
+  session.listen(sender, (frame: Frame) => {
     if (verifying) throw new FrameError(`frame of kind ${frame.kind} after the last broadcast chunk`);
     assembly.take(frame);
     if (assembly.complete) {
       verifying = true;
-      verifyAndAcknowledge(session, root, opts, assembly.bytes!, assembly.rootHash, () => session.succeed());
+      verifyAndAcknowledge(session, sender, opts, assembly.bytes!, assembly.rootHash, onVerified);
     }
   });
-  await session.done;
-  return assembly.bytes!.buffer as ArrayBuffer;
 }
 
 /**
@@ -206,17 +220,9 @@ export async function broadcastRelay(left: Link, right: Link, opts: BroadcastOpt
       settle();
     },
   );
-  let verifying = false;
-  session.listen(left, (frame: Frame) => {
-    if (verifying) throw new FrameError(`frame of kind ${frame.kind} after the last broadcast chunk`);
-    assembly.take(frame);
-    if (assembly.complete) {
-      verifying = true;
-      verifyAndAcknowledge(session, left, opts, assembly.bytes!, assembly.rootHash, () => {
-        verified = true;
-        settle();
-      });
-    }
+  receiveInto(session, left, assembly, opts, () => {
+    verified = true;
+    settle();
   });
   await session.done;
   return assembly.bytes!.buffer as ArrayBuffer;

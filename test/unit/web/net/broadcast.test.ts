@@ -283,17 +283,22 @@ function chain(
   };
 }
 
+/** Every rank of `chain()`'s broadcast of `state`: the root, the two relays, the last receiver. */
+function runChain(c: ReturnType<typeof chain>, state: ArrayBuffer, opts: Parameters<typeof broadcastSend>[2]) {
+  return [
+    broadcastSend([c.root], state, opts).then(() => state),
+    broadcastRelay(c.r1Left, c.r1Right, opts),
+    broadcastRelay(c.r2Left, c.r2Right, opts),
+    broadcastReceive(c.r3Left, opts),
+  ];
+}
+
 describe('broadcast relay (a chain of receivers)', () => {
   it('delivers 1 MB along a chain of three byte for byte, each relay passing chunks on before the last one reached it', async () => {
     const state = randomBytes(11, 1_000_004);
     const c = chain();
     const opts = { id, timeoutMs: 10_000, hash };
-    const [, ...copies] = await Promise.all([
-      broadcastSend([c.root], state, opts),
-      broadcastRelay(c.r1Left, c.r1Right, opts),
-      broadcastRelay(c.r2Left, c.r2Right, opts),
-      broadcastReceive(c.r3Left, opts),
-    ]);
+    const [, ...copies] = await Promise.all(runChain(c, state, opts));
     for (const copy of copies) expectSameBytes(copy, state);
     // Cut-through: r1 sent its first chunk on before the root sent its last, and so did r2 after r1.
     const count = Math.ceil(state.byteLength / (16_300 - FRAME_HEADER_BYTES));
@@ -313,12 +318,7 @@ describe('broadcast relay (a chain of receivers)', () => {
     expect(blockChunksFor(Math.ceil(state.byteLength / chunk))).toBe(2);
     const c = chain();
     const opts = { id, timeoutMs: 20_000, hash };
-    const [, ...copies] = await Promise.all([
-      broadcastSend([c.root], state, opts),
-      broadcastRelay(c.r1Left, c.r1Right, opts),
-      broadcastRelay(c.r2Left, c.r2Right, opts),
-      broadcastReceive(c.r3Left, opts),
-    ]);
+    const [, ...copies] = await Promise.all(runChain(c, state, opts));
     for (const copy of copies) expectSameBytes(copy, state);
   });
 
@@ -332,12 +332,7 @@ describe('broadcast relay (a chain of receivers)', () => {
       },
     });
     const opts = { id, timeoutMs: 5000, hash };
-    const results = await Promise.allSettled([
-      broadcastSend([c.root], state, opts),
-      broadcastRelay(c.r1Left, c.r1Right, opts),
-      broadcastRelay(c.r2Left, c.r2Right, opts),
-      broadcastReceive(c.r3Left, opts),
-    ]);
+    const results = await Promise.allSettled(runChain(c, state, opts));
     // The root's receiver r1 verified its copy: the root may have finished before r2's Abort reached r1.
     expect(results.slice(1).map((r) => r.status)).toEqual(['rejected', 'rejected', 'rejected']);
     const errors = results.flatMap((r) => (r.status === 'rejected' ? [r.reason as CollectiveError] : []));
@@ -354,12 +349,7 @@ describe('broadcast relay (a chain of receivers)', () => {
     const state = randomBytes(13, 2_000_000);
     const c = chain({ closeR2AfterBytes: 300_000 });
     const opts = { id, timeoutMs: 5000, hash };
-    const results = await Promise.allSettled([
-      broadcastSend([c.root], state, opts),
-      broadcastRelay(c.r1Left, c.r1Right, opts),
-      broadcastRelay(c.r2Left, c.r2Right, opts),
-      broadcastReceive(c.r3Left, opts),
-    ]);
+    const results = await Promise.allSettled(runChain(c, state, opts));
     for (const r of results) expect(r.status).toBe('rejected');
     const errors = results.map((r) => (r as PromiseRejectedResult).reason as CollectiveError);
     expect(errors[2]).toMatchObject({ kind: 'peer_closed', peer: 'r3' });
