@@ -8,7 +8,7 @@
  * group instead (`planCarry`): its live inner state over the group's start in the backup, its own
  * parameters back from an outer step that never committed, or the group again from its start.
  */
-import { hashBytes } from '../../core/state/hash';
+import { decodeSnapshot } from '../../core/state/snapshot';
 import type { JobPublic } from '../../core/training/job';
 import { stateSyncAllowanceMs, stateTransferMs } from '../../core/training/link-floor';
 import { overlapsOuterSteps } from '../../core/training/overlap';
@@ -149,6 +149,11 @@ async function fromCheckpoint(
   box.update({ checkpoint: { ...box.status.checkpoint!, done: true } });
 }
 
+/** The state hash a snapshot's bytes carry (what the round's `committedHash` names); throws on a malformed snapshot. */
+function snapshotStateHash(bytes: Uint8Array): string {
+  return decodeSnapshot(bytes).stateHash;
+}
+
 /**
  * The state along the ring from its holders (core/training/state-route.ts): a holder whose right
  * neighbour lacks it sends it; a member that lacks it receives it from the left, relaying it on as it
@@ -165,7 +170,10 @@ async function broadcastState(
   const route = stateRoute(session.rank, ring.size, plan.holders);
   const opts = {
     id: { round: session.round, step: SYNC_ID_STEP, seq: 0 },
-    hash: hashBytes,
+    // Checked against the committed hash before a copy is acknowledged (or a relay completes its right
+    // neighbour's copy): a holder that sends another state is named by the member after it.
+    hash: snapshotStateHash,
+    ...(wanted.hash !== null ? { expectedHash: wanted.hash } : {}),
     signal: session.signal,
     // One transfer per member of the deepest relay chain at the floor rate (core/training/link-floor.ts).
     timeoutMs: ctx.timeouts.syncMs + stateSyncAllowanceMs(job.model, longestRelayChain(ring.size, plan.holders)),

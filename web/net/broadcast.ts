@@ -184,8 +184,12 @@ function receiveInto(
 /**
  * A receiver that relays: receives the broadcast from `left` like `broadcastReceive` and sends it on to
  * `right` as it comes, the Begin frame as the root sent it and each chunk once its block matched the
- * manifest. Resolves with the bytes when its own copy verified (acknowledged to the left) and `right`
- * acknowledged a verified copy; fails if either does not happen (`right`'s failure names `right`).
+ * manifest, except the block that completes the copy: that one goes on only once this relay's own copy
+ * verified (its hash and `expectedHash`). So nothing behind a relay ever completes a copy the relay
+ * refused, and a receiver whose whole copy fails its check can name its left neighbour: that neighbour
+ * either sent what it had verified itself (then it lied) or is the root. Resolves with the bytes when its
+ * own copy verified (acknowledged to the left) and `right` acknowledged a verified copy; fails if either
+ * does not happen (`right`'s failure names `right`).
  */
 export async function broadcastRelay(left: Link, right: Link, opts: BroadcastOptions): Promise<ArrayBuffer> {
   assertValidCollectiveId(opts.id);
@@ -199,17 +203,23 @@ export async function broadcastRelay(left: Link, right: Link, opts: BroadcastOpt
   };
   session.timeoutPeer = () => (verified ? right.peer : left.peer);
   const sender = session.sender(right);
+  let lastBlock: (() => void) | null = null;
   const assembly = new ChunkAssembly(maxBytes, session.label, left.peer, opts.onProgress, {
     begin: (frame) => {
       const copy = frame.buffer.slice(0, FRAME_HEADER_BYTES + frame.payloadLength);
       sender.enqueue(() => copy);
     },
-    block: (first, end, count) =>
-      sender.enqueueRange(first, end, (i) => {
-        const start = i * assembly.chunkBytes;
-        const bytes = assembly.bytes!.subarray(start, Math.min(start + assembly.chunkBytes, assembly.bytes!.length));
-        return encodeFrame(header(FrameKind.BroadcastChunk, opts, i, count), bytes);
-      }),
+    block: (first, end, count) => {
+      const forward = () =>
+        sender.enqueueRange(first, end, (i) => {
+          const start = i * assembly.chunkBytes;
+          const bytes = assembly.bytes!.subarray(start, Math.min(start + assembly.chunkBytes, assembly.bytes!.length));
+          return encodeFrame(header(FrameKind.BroadcastChunk, opts, i, count), bytes);
+        });
+      // The block that completes the copy waits for the verdict on the whole (see above).
+      if (assembly.complete) lastBlock = forward;
+      else forward();
+    },
   });
   listenForAck(
     session,
@@ -222,6 +232,7 @@ export async function broadcastRelay(left: Link, right: Link, opts: BroadcastOpt
   );
   receiveInto(session, left, assembly, opts, () => {
     verified = true;
+    lastBlock?.();
     settle();
   });
   await session.done;
@@ -245,8 +256,9 @@ function verifyAndAcknowledge(
         session.fail(
           new CollectiveError(
             'protocol',
-            `${session.label}: hashing the received state failed: ${(err as Error)?.message ?? err}`,
-            { cause: err, collective: session.label },
+            `${session.label}: hashing the state from ${root.peer} failed: ${(err as Error)?.message ?? err}`,
+            // Bytes the hash cannot read (a malformed snapshot) are the sender's: it verified its own copy.
+            { cause: err, collective: session.label, peer: root.peer },
           ),
         ),
     );

@@ -345,6 +345,29 @@ describe('broadcast relay (a chain of receivers)', () => {
     expect(c.timeline.filter((e) => e.startsWith('r2 ')).every((e) => Number(e.split(' ')[2]) < 2)).toBe(true);
   });
 
+  it('a root that sends a state other than the expected one is named by every rank; nothing behind the first relay completes a copy', async () => {
+    const state = randomBytes(15, 300_000);
+    const c = chain();
+    const send = { id, timeoutMs: 5000, hash };
+    // The receivers were told the committed state's hash: the root's bytes (and its own claim) are another.
+    const expect_ = { ...send, expectedHash: hash(new Uint8Array(randomBytes(16, 300_000))) };
+    const results = await Promise.allSettled([
+      broadcastSend([c.root], state, send),
+      broadcastRelay(c.r1Left, c.r1Right, expect_),
+      broadcastRelay(c.r2Left, c.r2Right, expect_),
+      broadcastReceive(c.r3Left, expect_),
+    ]);
+    expect(results.map((r) => r.status)).toEqual(['rejected', 'rejected', 'rejected', 'rejected']);
+    const errors = results.map((r) => (r as PromiseRejectedResult).reason as CollectiveError);
+    expect(errors[1]).toMatchObject({ kind: 'hash_mismatch', peer: 'root' });
+    for (const err of errors.slice(2)) expect(err.peer, err.message).toBe('root');
+    // r1 held back the block that would have completed r2's copy: neither r2 nor r3 ever had a whole one.
+    const count = Math.ceil(state.byteLength / (16_300 - FRAME_HEADER_BYTES));
+    expect(c.timeline.filter((e) => e.startsWith('r1 ')).length).toBeLessThan(count);
+    expect(c.timeline.filter((e) => e.startsWith('r2 ')).length).toBeLessThan(count);
+    for (const err of errors.slice(2)) expect(err.message).toMatch(/gave up/);
+  });
+
   it('a relay whose right neighbour vanishes fails with peer_closed naming it, and so does the root', async () => {
     const state = randomBytes(13, 2_000_000);
     const c = chain({ closeR2AfterBytes: 300_000 });
