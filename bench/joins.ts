@@ -16,6 +16,11 @@
  * 23): each of the crowd within 2× one joiner's time.
  *
  *   npm run bench:joins -- [--holders 16] [--joiners 32] [--per-process 4] [--out-json FILE]
+ *   npm run bench:joins -- --part memory [--profiles broadband,poor] [--bytes 2822400,12000000]
+ *
+ * `--part memory` runs the state sync alone on shaped memory links in virtual time instead, the algorithm
+ * before these joins against the relay from every holder (bench/lib/joins-memory.ts): what loopback
+ * cannot show, because there the workers' start-up and new connections, not the transfer, fill a join.
  *
  * Prints a table and one JSON line `{"bench":"joins", …}`.
  */
@@ -26,6 +31,7 @@ import { spawnCoordinator } from '../test/support/coordinator-process';
 import { FeedWatcher } from './lib/admin-feed-watcher';
 import { arg } from './lib/common';
 import { median } from './lib/elastic-figures';
+import { joinSyncPoints } from './lib/joins-memory';
 import { type JoinPoint, joinVerdict } from './lib/topology-figures';
 import { JOB, type Joiner, joinTimes, pollMembership, Swarm, sleep } from './lib/scale-run';
 
@@ -42,6 +48,29 @@ interface Phase {
   joinToContributionS: number[];
   /** round_open → round_train of each round that admitted one of them (s), and its state source. */
   syncs: { round: number; syncS: number; stateFrom: string; relayChain: number | null }[];
+}
+
+if (arg('part', 'workers') === 'memory') {
+  // The link-model part (bench/lib/joins-memory.ts): the state sync alone, old algorithm against new.
+  const points = await joinSyncPoints({
+    profiles: arg('profiles', 'broadband,poor').split(','),
+    bytes: arg('bytes', '2822400,12000000').split(',').map(Number),
+    holders,
+    joiners: [1, crowd],
+    log,
+  });
+  console.log('| profile | state MB | joiners | algorithm | sync ms (virtual) | vs one joiner |');
+  console.log('|---|---|---|---|---|---|');
+  for (const p of points) {
+    const one = points.find(
+      (q) => q.profile === p.profile && q.bytes === p.bytes && q.algorithm === p.algorithm && q.joiners === 1,
+    )!;
+    console.log(
+      `| ${p.profile} | ${(p.bytes / 1e6).toFixed(1)} | ${p.joiners} | ${p.algorithm} | ${p.ms.toFixed(0)} | ${(p.ms / one.ms).toFixed(2)}× |`,
+    );
+  }
+  console.log(JSON.stringify({ bench: 'joins', part: 'memory', holders, joiners: crowd, points }));
+  process.exit(0);
 }
 
 const caps = ['--max-sockets-per-address', '1000', '--joins-per-minute', '1000', '--address-restart-quota', '1000'];
