@@ -16,8 +16,7 @@
 import { hashBytes } from '../../core/state/hash';
 import { spreadNonHolders, stateRoute } from '../../core/training/state-route';
 import { broadcastReceive, broadcastRelay, broadcastSend } from '../../web/net/broadcast';
-import { memoryRing, SharedRate } from '../../web/net/memory-link';
-import { type AccessProfile, MEMORY_PROFILES } from './topology-memory';
+import { type AccessProfile, profileNamed, shapedRing } from './topology-memory';
 import { inVirtualTime } from './virtual-clock';
 
 export type JoinAlgorithm =
@@ -52,19 +51,7 @@ async function syncOnce(
   const lacks = (member: number) => member >= holders;
   const order = algorithm === 'every holder, relayed, spread' ? spreadNonHolders(admission, lacks) : admission;
   const holderRanks = order.flatMap((member, rank) => (lacks(member) ? [] : [rank]));
-  const bytesPerMs = (profile.rateMbit * 1e6) / 8 / 1000;
-  const up = Array.from({ length: world }, () => new SharedRate(bytesPerMs));
-  const down = Array.from({ length: world }, () => new SharedRate(bytesPerMs));
-  const { rings } = memoryRing(world, {
-    latencyMs: 2 * profile.delayMs,
-    linkOptions: (from) => {
-      const to = (from + 1) % world;
-      return {
-        a: { access: { uplink: up[from], downlink: down[to] } },
-        b: { access: { uplink: up[to], downlink: down[from] } },
-      };
-    },
-  });
+  const rings = shapedRing(world, profile);
   const opts = { id: { round: 1, step: 0, seq: 0 }, timeoutMs: 3_600_000, hash: hashBytes };
   const run = () =>
     Promise.all(
@@ -95,8 +82,7 @@ export async function joinSyncPoints(opts: {
 }): Promise<JoinSyncPoint[]> {
   const points: JoinSyncPoint[] = [];
   for (const profileName of opts.profiles) {
-    const profile = MEMORY_PROFILES[profileName];
-    if (!profile) throw new Error(`unknown profile ${profileName} (${Object.keys(MEMORY_PROFILES).join(', ')})`);
+    const profile = profileNamed(profileName);
     for (const bytes of opts.bytes) {
       const state = new Uint8Array(bytes).map((_, i) => (i * 2654435761) >>> 24).buffer;
       for (const joiners of opts.joiners)

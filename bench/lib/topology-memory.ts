@@ -42,6 +42,29 @@ function accessOf(world: number, profile: AccessProfile): { up: SharedRate[]; do
   };
 }
 
+/** The profile called `name`; throws naming the known ones. */
+export function profileNamed(name: string): AccessProfile {
+  const profile = MEMORY_PROFILES[name];
+  if (!profile) throw new Error(`unknown profile ${name} (${Object.keys(MEMORY_PROFILES).join(', ')})`);
+  return profile;
+}
+
+/** A ring of `world` memory links, each rank behind its own access link shaped by `profile`. */
+export function shapedRing(world: number, profile: AccessProfile): ReturnType<typeof memoryRing>['rings'] {
+  const { up, down } = accessOf(world, profile);
+  return memoryRing(world, {
+    // A message crosses the sender's access link and the receiver's: twice the delay.
+    latencyMs: 2 * profile.delayMs,
+    linkOptions: (from) => {
+      const to = (from + 1) % world;
+      return {
+        a: { access: { uplink: up[from], downlink: down[to] } },
+        b: { access: { uplink: up[to], downlink: down[from] } },
+      };
+    },
+  }).rings;
+}
+
 /** One allreduce of `n` floats over `world` ranks; returns ms from start to the last rank's finish. */
 export async function runOnce(
   topology: 'ring' | 'groups',
@@ -60,16 +83,7 @@ export async function runOnce(
   const id = { round: 1, step: 1, seq: 0 };
   const timeoutMs = 600_000;
   if (topology === 'ring') {
-    const { rings } = memoryRing(world, {
-      latencyMs,
-      linkOptions: (from) => {
-        const to = (from + 1) % world;
-        return {
-          a: { access: { uplink: up[from], downlink: down[to] } },
-          b: { access: { uplink: up[to], downlink: down[from] } },
-        };
-      },
-    });
+    const rings = shapedRing(world, profile);
     const run = () => Promise.all(rings.map((ring, r) => ringAllreduce(ring, data[r], { id, timeoutMs })));
     return (await inVirtualTime(run)).ms;
   }
@@ -97,8 +111,7 @@ export async function memoryPoints(opts: {
 }): Promise<SyncPoint[]> {
   const points: SyncPoint[] = [];
   for (const profileName of opts.profiles) {
-    const profile = MEMORY_PROFILES[profileName];
-    if (!profile) throw new Error(`unknown profile ${profileName} (${Object.keys(MEMORY_PROFILES).join(', ')})`);
+    const profile = profileNamed(profileName);
     for (const world of opts.worlds) {
       // Groups of ⌊√N⌋ as the planner makes them on equal links, also where it would keep the ring (said in the log).
       const planned = balancedSizes(world, Math.max(1, Math.floor(Math.sqrt(world))));
