@@ -103,18 +103,24 @@ export class HeldStateKeeper {
 
   /** Load a snapshot and check it is the committed state `wanted`. */
   async restoreSnapshot(bytes: ArrayBuffer, wanted: StateTag): Promise<void> {
-    await this.queue.run('restore', async () => {
+    const live = await this.restoreUnchecked(bytes, wanted);
+    if (live.step !== wanted.step)
+      throw new Error(`received the state of step ${live.step}, the round starts from step ${wanted.step}`);
+    if (wanted.hash !== null && live.hash !== wanted.hash)
+      throw new Error(`received a state with hash ${live.hash}, the committed hash is ${wanted.hash}`);
+  }
+
+  /**
+   * Load a snapshot and make it the live state, whatever it holds; returns its tag (the step's state
+   * hash, null for the fresh state when `wanted` is). The caller checks it: a state broadcast compares
+   * the hash before acknowledging (web/elastic/state-sync.ts), so the worker's one decode is the check.
+   */
+  async restoreUnchecked(bytes: ArrayBuffer, wanted: StateTag): Promise<StateTag> {
+    return this.queue.run('restore', async () => {
       const info = await this.trainer.restore(bytes);
-      // Whatever happens next, the live state is now the snapshot's.
-      this.held = {
-        ...this.held,
-        live: { step: info.step, hash: info.step === 0 && wanted.hash === null ? null : info.stateHash },
-      };
-      if (info.step !== wanted.step)
-        throw new Error(`received the state of step ${info.step}, the round starts from step ${wanted.step}`);
-      if (wanted.hash !== null && info.stateHash !== wanted.hash) {
-        throw new Error(`received a state with hash ${info.stateHash}, the committed hash is ${wanted.hash}`);
-      }
+      const live = { step: info.step, hash: info.step === 0 && wanted.hash === null ? null : info.stateHash };
+      this.held = { ...this.held, live };
+      return live;
     });
   }
 

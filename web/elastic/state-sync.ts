@@ -8,7 +8,6 @@
  * group instead (`planCarry`): its live inner state over the group's start in the backup, its own
  * parameters back from an outer step that never committed, or the group again from its start.
  */
-import { decodeSnapshot } from '../../core/state/snapshot';
 import type { JobPublic } from '../../core/training/job';
 import { stateSyncAllowanceMs, stateTransferMs } from '../../core/training/link-floor';
 import { overlapsOuterSteps } from '../../core/training/overlap';
@@ -149,11 +148,6 @@ async function fromCheckpoint(
   box.update({ checkpoint: { ...box.status.checkpoint!, done: true } });
 }
 
-/** The state hash a snapshot's bytes carry (what the round's `committedHash` names); throws on a malformed snapshot. */
-function snapshotStateHash(bytes: Uint8Array): string {
-  return decodeSnapshot(bytes).stateHash;
-}
-
 /**
  * The state along the ring from its holders (core/training/state-route.ts): a holder whose right
  * neighbour lacks it sends it; a member that lacks it receives it from the left, relaying it on as it
@@ -168,24 +162,28 @@ async function broadcastState(
   job: JobPublic,
 ): Promise<void> {
   const route = stateRoute(session.rank, ring.size, plan.holders);
-  const opts = {
+  const base = {
     id: { round: session.round, step: SYNC_ID_STEP, seq: 0 },
-    // Checked against the committed hash before a copy is acknowledged (or a relay completes its right
-    // neighbour's copy): a holder that sends another state is named by the member after it.
-    hash: snapshotStateHash,
-    ...(wanted.hash !== null ? { expectedHash: wanted.hash } : {}),
     signal: session.signal,
     // One transfer per member of the deepest relay chain at the floor rate (core/training/link-floor.ts).
     timeoutMs: ctx.timeouts.syncMs + stateSyncAllowanceMs(job.model, longestRelayChain(ring.size, plan.holders)),
   };
+  // A holder claims the committed hash it holds; a receiver's copy is checked against it before it is
+  // acknowledged (or a relay completes its right neighbour's copy), so a holder that sends another state is
+  // named by the member after it. The check is the restore itself, in the worker: one decode, off this thread.
+  const committed = wanted.hash ?? '';
   if (route.receiveFromLeft) {
-    const bytes = route.sendToRight
-      ? await broadcastRelay(ring.left!, ring.right!, opts)
-      : await broadcastReceive(ring.left!, opts);
-    await ctx.keeper.restoreSnapshot(bytes, wanted);
+    const check = {
+      ...base,
+      hash: async (bytes: Uint8Array) =>
+        (await ctx.keeper.restoreUnchecked(bytes.slice().buffer as ArrayBuffer, wanted)).hash ?? '',
+      expectedHash: committed,
+    };
+    if (route.sendToRight) await broadcastRelay(ring.left!, ring.right!, check);
+    else await broadcastReceive(ring.left!, check);
   } else if (route.sendToRight) {
     const position = { step: wanted.step, epoch: session.msg.epoch, cursor: session.msg.cursor };
     const bytes = await ctx.queue.run('snapshot', () => ctx.trainer.snapshot(position));
-    await broadcastSend([ring.right!], bytes, opts);
+    await broadcastSend([ring.right!], bytes, { ...base, hash: () => committed });
   }
 }
