@@ -62,11 +62,10 @@ export function closeRoundIn(
   }
   const closed = rv.round;
   const carry = carryFor(s, lost);
-  const remaining = rv.participants.filter((p) => workerOf(s.workers, p.workerId) && !lost.includes(p.workerId));
   const survivors = rv.participants.filter((p) => workerOf(s.workers, p.workerId)).map((p) => p.workerId);
   // A loss the survivors do not carry costs the steps of the group they had reported (0: it fell before
   // the group began, and redoing costs nothing but the new round).
-  const redoneSteps = Math.max(0, ...remaining.map((p) => p.lastStep - s.lastCommit.step));
+  const redone = !carry && lost.length > 0 ? { redoneSteps: redoneStepsOf(s, lost) } : {};
   sendWorkers(ctx, survivors, { type: 'round_closed', round: closed, reason, restore });
   rv.closedRound = { round: closed, members: rv.participants.map((p) => p.workerId) };
   const head = survivors.filter((id) => id !== demote);
@@ -98,11 +97,17 @@ export function closeRoundIn(
             ...(carry.through !== undefined ? { through: carry.through } : {}),
           },
         }
-      : lost.length > 0
-        ? { redoneSteps }
-        : {}),
+      : redone),
   });
   if (failure) countRestartIn(ctx, culprits);
+}
+
+/** The most steps of the group in flight a member still here and not in `lost` had reported. */
+function redoneStepsOf(s: CoordinatorState, lost: readonly string[]): number {
+  const reported = s.rendezvous.participants
+    .filter((p) => !lost.includes(p.workerId) && workerOf(s.workers, p.workerId))
+    .map((p) => p.lastStep - s.lastCommit.step);
+  return Math.max(0, ...reported);
 }
 
 /**

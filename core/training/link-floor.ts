@@ -10,7 +10,7 @@
  */
 import { type ModelSpec, parameterLayout } from './model-spec';
 import type { StateSource } from '../protocol/coordinator-messages';
-import { longestRelayChain } from './state-route';
+import { holdersOf, longestRelayChain } from './state-route';
 
 export const FLOOR_RATE_BITS_PER_S = 1e6;
 
@@ -42,14 +42,8 @@ export function stateSyncAllowanceMs(model: ModelSpec, chainLength: number): num
 
 /** The deepest relay chain of a round whose state comes from `stateFrom` (0: nothing relayed). */
 export function relayChainOf(stateFrom: StateSource, worldSize: number): number {
-  switch (stateFrom.kind) {
-    case 'peer':
-      return longestRelayChain(worldSize, [stateFrom.rank]);
-    case 'peers':
-      return longestRelayChain(worldSize, stateFrom.ranks);
-    default:
-      return 0;
-  }
+  const holders = holdersOf(stateFrom);
+  return holders ? longestRelayChain(worldSize, holders) : 0;
 }
 
 /**

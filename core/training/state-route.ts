@@ -18,6 +18,8 @@
  * algorithms for large messages) with several roots, on the ring links a round already has.
  */
 
+import type { StateSource } from '../protocol/coordinator-messages';
+
 /** What rank `rank` of a ring of `size` does when `holders` (ranks holding the state) are the sources. */
 export interface StateRoute {
   /** Receive the state from the left neighbour (this rank lacks it). */
@@ -39,16 +41,24 @@ export function stateRoute(rank: number, size: number, holders: readonly number[
  * how many hops the state takes to its last receiver (0 when every rank holds it).
  */
 export function longestRelayChain(size: number, holders: readonly number[]): number {
-  const holds = new Set(holders.filter((r) => r >= 0 && r < size));
-  if (holds.size === 0) return Math.max(0, size - 1);
+  const holds = new Set(holders);
+  // No holder, no route (`stateRoute` refuses one): nothing is relayed.
+  if (holds.size === 0) return 0;
   let longest = 0;
   let run = 0;
   // Twice around, so a run across the wrap point (rank size−1 to rank 0) is counted whole.
   for (let i = 0; i < 2 * size; i++) {
     run = holds.has(i % size) ? 0 : run + 1;
-    longest = Math.max(longest, Math.min(run, size - holds.size));
+    longest = Math.max(longest, run);
   }
   return longest;
+}
+
+/** The ranks a round's `stateFrom` names as holding the state (`peer`: one, `peers`: several); null for the other sources. */
+export function holdersOf(stateFrom: StateSource): readonly number[] | null {
+  if (stateFrom.kind === 'peer') return [stateFrom.rank];
+  if (stateFrom.kind === 'peers') return stateFrom.ranks;
+  return null;
 }
 
 /**

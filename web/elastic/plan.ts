@@ -27,6 +27,7 @@ import {
   type RecordPosition,
 } from '../../core/training/groups';
 import { overlapsNext, successorPlan } from '../../core/training/overlap';
+import { holdersOf } from '../../core/training/state-route';
 import { epochOrder, subtractRanges } from '../../core/training/sampler';
 import { NO_HASH } from '../../core/protocol/tab-messages';
 import { isCollectiveError } from '../net/collective-error';
@@ -260,9 +261,9 @@ export type SyncPlan =
   /** Download the durable checkpoint, verify its sha256 and the parameter hash, restore it. */
   | { kind: 'checkpoint'; url: string; sha256: string; step: number }
   /** This tab holds the state: make `use` current, then send it on if its right neighbour lacks it. */
-  | { kind: 'send'; use: 'live' | 'backup'; holders: number[] }
+  | { kind: 'send'; use: 'live' | 'backup'; holders: readonly number[] }
   /** Receive the state from the left neighbour (relayed from the holders, core/training/state-route.ts). */
-  | { kind: 'receive'; holders: number[] }
+  | { kind: 'receive'; holders: readonly number[] }
   /** This tab was named the source but does not hold the state (the coordinator's view was stale). */
   | { kind: 'impossible'; reason: string };
 
@@ -299,7 +300,7 @@ export function planSync(
           };
     case 'peer':
     case 'peers': {
-      const holders = from.kind === 'peer' ? [from.rank] : from.ranks;
+      const holders = holdersOf(from)!; // `peer` and `peers` name them
       if (holders.some((r) => r >= worldSize))
         return { kind: 'impossible', reason: `state holders ${holders.join(',')} outside a world of ${worldSize}` };
       if (holders.includes(rank)) {

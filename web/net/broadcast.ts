@@ -43,7 +43,11 @@ import {
 } from './broadcast-frames';
 
 export interface BroadcastOptions extends CollectiveOptions {
-  /** Hash of the state bytes, the same function on root and receivers (the project's is `hashBytes`). */
+  /**
+   * Hash of the state bytes, computed alike on root and receivers (e.g. `hashBytes`). A root that knows
+   * the hash of what it sends may return it without hashing; the state sync's receivers compute it by
+   * restoring the snapshot (web/elastic/state-sync.ts).
+   */
   readonly hash: (bytes: Uint8Array) => string | Promise<string>;
   /** Payload bytes per frame (root only). Default fills `DEFAULT_FRAME_BYTES`. */
   readonly chunkBytes?: number;
@@ -56,7 +60,7 @@ export interface BroadcastOptions extends CollectiveOptions {
 }
 
 export const DEFAULT_BROADCAST_CHUNK_BYTES = DEFAULT_FRAME_BYTES - FRAME_HEADER_BYTES;
-export { blockChunksFor } from './broadcast-frames';
+
 function header(kind: FrameKind, opts: CollectiveOptions, chunkIndex: number, chunkCount: number): FrameHeader {
   return { kind, id: opts.id, ringStep: 0, encoding: PayloadEncoding.Bytes, scaleExponent: 0, chunkIndex, chunkCount };
 }
@@ -103,10 +107,15 @@ export async function broadcastSend(
 
   for (const link of receivers) {
     const sender = session.sender(link);
-    listenForAck(session, link, hash, () => {
-      waitingForAck.delete(link);
-      if (waitingForAck.size === 0) session.succeed();
-    });
+    listenForAck(
+      session,
+      link,
+      () => hash,
+      () => {
+        waitingForAck.delete(link);
+        if (waitingForAck.size === 0) session.succeed();
+      },
+    );
     sender.enqueue(() => encodeFrame(header(FrameKind.BroadcastBegin, opts, 0, Math.max(count, 1)), begin));
     sender.enqueueRange(0, count, (i) => {
       const start = i * chunkBytes;
@@ -124,22 +133,16 @@ export async function broadcastSend(
  * sent; a `hash_mismatch` failure naming the receiver when it did not. `sentHash` is read when the Ack
  * comes (a relay learns it from the Begin frame, which comes first).
  */
-function listenForAck(
-  session: CollectiveSession,
-  link: Link,
-  sentHash: string | (() => string),
-  acked: () => void,
-): void {
+function listenForAck(session: CollectiveSession, link: Link, sentHash: () => string, acked: () => void): void {
   session.listen(link, (frame) => {
     if (frame.kind !== FrameKind.BroadcastAck)
       throw new FrameError(`unexpected frame kind ${frame.kind} from a broadcast receiver`);
     const payload = payloadBytes(frame);
     if (payload.length < 1) throw new FrameError('empty broadcast ack');
     if (payload[0] !== 1) {
-      const sent = typeof sentHash === 'string' ? sentHash : sentHash();
       throw new CollectiveError(
         'hash_mismatch',
-        `${session.label}: ${link.peer} received bytes hashing to ${decodeUtf8(payload.subarray(1))}, sent ${sent}`,
+        `${session.label}: ${link.peer} received bytes hashing to ${decodeUtf8(payload.subarray(1))}, sent ${sentHash()}`,
         { peer: link.peer },
       );
     }

@@ -1,12 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { hashBytes } from '../../../../core/state/hash';
-import {
-  blockChunksFor,
-  broadcast,
-  broadcastReceive,
-  broadcastRelay,
-  broadcastSend,
-} from '../../../../web/net/broadcast';
+import { broadcast, broadcastReceive, broadcastRelay, broadcastSend } from '../../../../web/net/broadcast';
+import { blockChunksFor } from '../../../../web/net/broadcast-frames';
 import { CollectiveError } from '../../../../web/net/collective-error';
 import { FRAME_HEADER_BYTES, FrameKind } from '../../../../web/net/framing';
 import type { Link } from '../../../../web/net/link';
