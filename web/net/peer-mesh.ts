@@ -7,6 +7,8 @@
  * - One reliable raw data connection per pair of tabs. To avoid two connections racing for the same
  *   pair, only the tab with the lower id dials; the other waits for the call. A dial to a tab that has
  *   not registered yet is retried until the deadline (the signaling server only holds offers for 5 s).
+ *   An attempt that gets no answer is given up after a bound learned from this mesh's earlier dials
+ *   (web/net/dial-budget.ts: a few connections on a loaded machine never open) and dialed again.
  * - Each link is a `StripedLink` (web/net/striped-link.ts): once the first connection is open, the tab
  *   that dialed it adds `stripes − 1` more connections to the same peer (label `STRIPE_LABEL`, metadata
  *   naming the first connection), each a peer connection of its own with its own congestion control;
@@ -20,6 +22,7 @@ import type { GroupLayout } from '../../core/training/group-geometry';
 import type { GroupLinks } from './group-allreduce';
 import { ListenerSet, type Link, type Ring, type Unsubscribe } from './link';
 import { selectedPairRttMs } from './link-rtt';
+import { DIAL_ATTEMPT_MS, DialBudget } from './dial-budget';
 import { DataConnectionLink, type DataConnectionLinkOptions } from './peer-link';
 import type { StatsLike } from './ice-path';
 import { StripedLink } from './striped-link';
@@ -83,8 +86,10 @@ export const STRIPE_LABEL = 'tabswarm/2+stripe';
 const RTT_WAIT_MS = 2000;
 /** How long a stripe that opened before the link it names waits for that link. */
 const STRIPE_WAIT_MS = 5000;
-const DIAL_ATTEMPT_MS = 6000;
 const DIAL_RETRY_MS = 200;
+
+/** A dial attempt whose connection did not open in its time (not a refusal or an unknown peer). */
+class NoAnswer extends Error {}
 
 export class PeerMesh {
   private readonly links = new Map<string, StripedLink>();
@@ -95,6 +100,8 @@ export class PeerMesh {
   private readonly waiters = new Map<string, Set<Waiter>>();
   private readonly listeners = new ListenerSet<[PeerMeshEvent]>();
   private readonly peerErrors = new ListenerSet<[PeerError<string>]>();
+  /** How long a dial attempt waits, learned from this mesh's attempts that opened (dial-budget.ts). */
+  private readonly dialBudget = new DialBudget();
   private destroyed = false;
 
   private constructor(
@@ -270,14 +277,20 @@ export class PeerMesh {
 
   private async dial(peer: string, deadline: number): Promise<Link> {
     let lastError = 'no attempt';
+    // Attempts that got no answer: the first waits the learned bound, later ones the full one.
+    let unanswered = 0;
     while (!this.destroyed) {
       const left = deadline - performance.now();
       if (left <= 0) break;
       const established = this.link(peer);
       if (established) return established; // the other side called us after all
       try {
-        return await this.dialOnce(peer, Math.min(left, DIAL_ATTEMPT_MS));
+        const started = performance.now();
+        const link = await this.dialOnce(peer, Math.min(left, this.dialBudget.attemptMs(unanswered)));
+        this.dialBudget.opened(performance.now() - started);
+        return link;
       } catch (err) {
+        if (err instanceof NoAnswer) unanswered++;
         lastError = (err as Error).message;
       }
       const pause = Math.min(DIAL_RETRY_MS, deadline - performance.now());
@@ -298,7 +311,7 @@ export class PeerMesh {
           reject(error);
         } else resolve(this.adopt(connection));
       };
-      const timer = setTimeout(() => finish(new Error(`no answer within ${Math.round(timeoutMs)} ms`)), timeoutMs);
+      const timer = setTimeout(() => finish(new NoAnswer(`no answer within ${Math.round(timeoutMs)} ms`)), timeoutMs);
       cleanups.push(() => clearTimeout(timer));
       const onOpen = () => finish(null);
       const onFail = () => finish(new Error('connection closed or failed before opening'));
@@ -350,7 +363,13 @@ export class PeerMesh {
 
   private accept(connection: DataConnection): void {
     if (this.destroyed || connection.serialization !== 'raw') connection.close();
-    else if (connection.label === LABEL) connection.once('open', () => this.adopt(connection, false));
+    else if (connection.label === LABEL) {
+      const offered = performance.now();
+      connection.once('open', () => {
+        this.dialBudget.opened(performance.now() - offered);
+        this.adopt(connection, false);
+      });
+    }
     else if (connection.label === STRIPE_LABEL) connection.once('open', () => this.acceptStripe(connection));
     else connection.close();
   }
