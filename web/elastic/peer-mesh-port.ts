@@ -6,6 +6,7 @@
  * taking its PeerServer with it) the mesh is re-opened under the same id, retrying with backoff until
  * the server is back; a ring connect in the meantime waits for that (within its own deadline).
  * Re-opening closes the old links, which only ends a round the coordinator's restart ended anyway.
+ * Once a round's ring is up, the links two places away open in the background (web/net/spare-links.ts).
  */
 import type { WorldEntry } from '../../core/protocol/coordinator-messages';
 import { groupPartners } from '../../core/training/group-geometry';
@@ -13,6 +14,7 @@ import type { GroupLinks } from '../net/group-allreduce';
 import type { Ring } from '../net/link';
 import { PeerMesh, type PeerMeshOptions } from '../net/peer-mesh';
 import { linkStats, type LinkStats } from '../net/link-rtt';
+import { spareRanks } from '../net/spare-links';
 import { backoffDelay } from '../net/coordinator-client';
 import { bounded } from './async-tools';
 import type { MeshPort } from './ports';
@@ -20,6 +22,8 @@ import type { MeshPort } from './ports';
 export class PeerMeshPort implements MeshPort {
   private mesh: PeerMesh | null;
   private reopening: Promise<PeerMesh> | null = null;
+  /** The current round's spare links (spare-links.ts): kept open, but not the round's links, so not in `linkStats`. */
+  private spares = new Set<string>();
   private closed = false;
 
   private constructor(
@@ -52,7 +56,7 @@ export class PeerMeshPort implements MeshPort {
 
   async connectRing(
     world: readonly WorldEntry[],
-    _rank: number,
+    rank: number,
     opts: { round: number; signal: AbortSignal; timeoutMs: number },
   ): Promise<Ring> {
     const mesh =
@@ -65,10 +69,16 @@ export class PeerMeshPort implements MeshPort {
     const members = world.map((w) => w.peerId);
     // Links to tabs that left the round are of no further use; links to members are reused.
     mesh.retain(members);
-    return bounded(mesh.ring(members, { timeoutMs: opts.timeoutMs }), {
+    const ring = await bounded(mesh.ring(members, { timeoutMs: opts.timeoutMs }), {
       signal: opts.signal,
       what: `ring of round ${opts.round}`,
     });
+    // In the background: the links a lost neighbour's round will need (spare-links.ts). One that does
+    // not open costs nothing but a dial; the next round dials it again if it needs it.
+    const spares = spareRanks(members.length, rank).map((r) => members[r]!);
+    this.spares = new Set(spares);
+    if (spares.length > 0) void mesh.connect(spares, { timeoutMs: opts.timeoutMs }).catch(() => {});
+    return ring;
   }
 
   async groupLinks(
@@ -83,6 +93,8 @@ export class PeerMeshPort implements MeshPort {
     const members = world.map((w) => w.peerId);
     const layout = { sizes: [...groups] };
     const { ring, cross } = groupPartners(layout, n, rank);
+    // A partner that is also a spare is one of the round's links (and in `linkStats`).
+    for (const r of [...ring, ...cross]) this.spares.delete(members[r]!);
     await bounded(
       mesh.connect(
         [...ring, ...cross].map((r) => members[r]),
@@ -97,13 +109,15 @@ export class PeerMeshPort implements MeshPort {
    * The open links' RTT (the MAX over them; null when there is none: world of 1, waiting, or no stats
    * yet) and selected ICE candidate types, from one `getStats()` per link. The mesh holds links to the
    * current round's members only (`retain`): its ring neighbours and, in a round in groups, its partners
-   * of the grouped allreduce; their RTTs feed the coordinator's topology planner.
+   * of the grouped allreduce, whose RTTs feed the coordinator's topology planner; and its spare links,
+   * left out here (the admin page shows the ring's RTT).
    */
   async linkStats(): Promise<LinkStats> {
     const mesh = this.mesh;
     if (!mesh) return { peerRttMs: null, peerLinks: [] };
     return linkStats(
       mesh.connectedPeers.flatMap((peer) => {
+        if (this.spares.has(peer)) return [];
         const link = mesh.link(peer);
         return link ? [{ peer, link }] : [];
       }),
