@@ -13,9 +13,16 @@
  *
  *   Its `getStats()` says the candidate pair's round-trip time in milliseconds (libdatachannel's `rtt()`,
  *   a count of `std::chrono::milliseconds`), where WebRTC's stats, and so web/net/link-rtt.ts, say seconds:
- *   `SecondsRttPeerConnection` puts it in seconds. Before, a 30-ms loopback link read as 30 s, so the
+ *   `BrowserLikePeerConnection` puts it in seconds. Before, a 30-ms loopback link read as 30 s, so the
  *   striped links' `auto` rule (web/net/stripe-policy.ts) opened the maximum of 16 peer connections per
  *   ring neighbour of every headless worker, and the admin page showed RTTs of a minute.
+ *
+ *   It also treats a listener that throws as a browser does: the error is reported and the event goes on.
+ *   Node's `EventTarget` makes it an uncaught exception, which ends the process. PeerJS's `ondatachannel`
+ *   throws (a TypeError on a connection it no longer has) when a peer connection's data channel arrives
+ *   after the worker closed its mesh: a worker that crashed while a dial to it was in flight took the
+ *   other 7 workers of its process with it (bench:scale, N = 32, once the spare links made such dials
+ *   common: SIGABRT, 8 workers gone at once).
  *
  * `fetch`, `crypto`, `performance`, `EventTarget` and `AbortController` are Node's own.
  */
@@ -53,8 +60,45 @@ export function rttInSeconds<R extends Map<string, unknown>>(report: R): R {
   return report;
 }
 
-/** The polyfill's peer connection with WebRTC's units in its stats (`rttInSeconds`). */
-export class SecondsRttPeerConnection extends RTCPeerConnection {
+/** Each listener added to a `BrowserLikePeerConnection`, and the wrapper that reports its throws. */
+const guardedListeners = new WeakMap<object, EventListener>();
+
+/**
+ * The polyfill's peer connection with WebRTC's units in its stats (`rttInSeconds`), whose listeners'
+ * throws are reported, not fatal (file comment).
+ */
+export class BrowserLikePeerConnection extends RTCPeerConnection {
+  override addEventListener(
+    type: string,
+    listener: EventListenerOrEventListenerObject | null,
+    options?: AddEventListenerOptions | boolean,
+  ): void {
+    if (!listener) return;
+    // (The polyfill's constructor adds listeners before this class's fields exist: the map is the module's.)
+    let guarded = guardedListeners.get(listener);
+    if (!guarded) {
+      guarded = (event: Event) => {
+        try {
+          if (typeof listener === 'function') listener.call(event.currentTarget, event);
+          else listener.handleEvent(event);
+        } catch (err) {
+          console.warn(`a peer connection's ${type} listener threw (reported, as a browser does): ${err}`);
+        }
+      };
+      guardedListeners.set(listener, guarded);
+    }
+    super.addEventListener(type, guarded, options);
+  }
+
+  override removeEventListener(
+    type: string,
+    listener: EventListenerOrEventListenerObject | null,
+    options?: EventListenerOptions | boolean,
+  ): void {
+    const guarded = listener ? guardedListeners.get(listener) : undefined;
+    if (guarded) super.removeEventListener(type, guarded, options);
+  }
+
   override async getStats(...args: Parameters<RTCPeerConnection['getStats']>): Promise<RTCStatsReport> {
     return rttInSeconds(
       (await super.getStats(...args)) as unknown as Map<string, unknown>,
@@ -67,7 +111,7 @@ let installed = false;
 export function installNodeGlobals(): void {
   if (installed) return;
   installed = true;
-  Object.assign(globalThis, { RTCPeerConnection: SecondsRttPeerConnection, RTCSessionDescription, RTCIceCandidate });
+  Object.assign(globalThis, { RTCPeerConnection: BrowserLikePeerConnection, RTCSessionDescription, RTCIceCandidate });
   // Always ours, also where Node has a WebSocket of its own (22+): the coordinator client and PeerJS then
   // meet the same socket everywhere, one that never throws on an error.
   Object.assign(globalThis, { WebSocket: BrowserLikeWebSocket });

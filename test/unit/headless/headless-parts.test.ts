@@ -7,7 +7,7 @@
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { afterAll, describe, expect, it } from 'vitest';
+import { afterAll, describe, expect, it, vi } from 'vitest';
 import { parseWorkerUrl, WorkerFlagError } from '../../../headless/cli';
 import { FileDatasetCache } from '../../../headless/dataset-cache';
 import { workerNames } from '../../../headless/fleet';
@@ -16,7 +16,7 @@ import {
   BrowserLikeWebSocket,
   installNodeGlobals,
   rttInSeconds,
-  SecondsRttPeerConnection,
+  BrowserLikePeerConnection,
 } from '../../../headless/node-globals';
 import { type OuterStepTiming, timedTrainer } from '../../../headless/step-timing';
 import type { TrainerPort } from '../../../web/elastic/ports';
@@ -156,7 +156,7 @@ describe('BrowserLikeWebSocket: errors are events, as in a browser', () => {
   });
 });
 
-describe('SecondsRttPeerConnection: the candidate pair’s RTT in seconds, as WebRTC’s stats say it', () => {
+describe('BrowserLikePeerConnection: the candidate pair’s RTT in seconds, as WebRTC’s stats say it', () => {
   it('converts the polyfill’s milliseconds and leaves out its −1 (unknown)', () => {
     const report = new Map<string, unknown>([
       ['p', { type: 'candidate-pair', currentRoundTripTime: 32, totalRoundTripTime: 32 }],
@@ -169,9 +169,43 @@ describe('SecondsRttPeerConnection: the candidate pair’s RTT in seconds, as We
     expect(report.get('c')).toEqual({ type: 'local-candidate', currentRoundTripTime: 5 });
   });
 
+  it('reports a listener that throws and goes on, as a browser does, instead of ending the process', async () => {
+    const pc = new BrowserLikePeerConnection();
+    const uncaught: unknown[] = [];
+    const onUncaught = (err: unknown) => uncaught.push(err);
+    // Vitest's own handler would fail the run; this test wants to see whether one is raised at all.
+    const vitestHandlers = process.listeners('uncaughtException');
+    process.removeAllListeners('uncaughtException');
+    process.on('uncaughtException', onUncaught);
+    const warn = vi.spyOn(console, 'warn').mockImplementation(() => {});
+    try {
+      const seen: string[] = [];
+      // What PeerJS's negotiator does when the connection it looks up is gone.
+      pc.ondatachannel = () => {
+        throw new TypeError("Cannot read properties of undefined (reading '_initializeDataChannel')");
+      };
+      const after = () => seen.push('next listener');
+      pc.addEventListener('datachannel', after);
+      pc.dispatchEvent(new Event('datachannel'));
+      await new Promise((resolve) => setTimeout(resolve, 20));
+      expect(uncaught).toEqual([]);
+      expect(seen).toEqual(['next listener']);
+      expect(String(warn.mock.calls[0]?.[0])).toMatch(/datachannel listener threw .*_initializeDataChannel/);
+      pc.removeEventListener('datachannel', after);
+      pc.ondatachannel = null;
+      pc.dispatchEvent(new Event('datachannel'));
+      expect(seen).toEqual(['next listener']);
+    } finally {
+      warn.mockRestore();
+      process.off('uncaughtException', onUncaught);
+      for (const h of vitestHandlers) process.on('uncaughtException', h as (err: Error) => void);
+      pc.close();
+    }
+  });
+
   it('is the RTCPeerConnection the globals give PeerJS', () => {
     // A loopback link cannot show the bug here: its SCTP round trip rounds to 0 ms, the same in either unit.
     installNodeGlobals();
-    expect(globalThis.RTCPeerConnection).toBe(SecondsRttPeerConnection);
+    expect(globalThis.RTCPeerConnection).toBe(BrowserLikePeerConnection);
   });
 });
