@@ -98,6 +98,8 @@ export class PeerMesh {
   /** Stripes that opened before the link they name (key: peer and first connection id). */
   private readonly earlyStripes = new Map<string, DataConnection[]>();
   private readonly waiters = new Map<string, Set<Waiter>>();
+  /** Dials in flight, by peer (`dialShared`). */
+  private readonly dialing = new Map<string, Promise<Link>>();
   private readonly listeners = new ListenerSet<[PeerMeshEvent]>();
   private readonly peerErrors = new ListenerSet<[PeerError<string>]>();
   /** How long a dial attempt waits, learned from this mesh's attempts that opened (dial-budget.ts). */
@@ -272,7 +274,28 @@ export class PeerMesh {
     const existing = this.link(peer);
     if (existing) return existing;
     if (this.destroyed) throw new Error('mesh destroyed');
-    return this.id < peer ? this.dial(peer, deadline) : this.awaitCall(peer, deadline);
+    return this.id < peer ? this.dialShared(peer, deadline) : this.awaitCall(peer, deadline);
+  }
+
+  /**
+   * One dial per peer at a time: a caller finding one in flight (a spare link still dialing when the next
+   * round needs the same peer as a neighbour) waits for it. Two dials would each open a connection, and
+   * the callee keeps only the later one (`adopt`), closing the link the other caller may already use.
+   * When the shared dial fails before this caller's own deadline, it dials again.
+   */
+  private async dialShared(peer: string, deadline: number): Promise<Link> {
+    for (;;) {
+      let pending = this.dialing.get(peer);
+      if (!pending) {
+        pending = this.dial(peer, deadline).finally(() => this.dialing.delete(peer));
+        this.dialing.set(peer, pending);
+      }
+      try {
+        return await pending;
+      } catch (err) {
+        if (this.destroyed || performance.now() >= deadline) throw err;
+      }
+    }
   }
 
   private async dial(peer: string, deadline: number): Promise<Link> {
