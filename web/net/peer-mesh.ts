@@ -392,8 +392,7 @@ export class PeerMesh {
         this.dialBudget.opened(performance.now() - offered);
         this.adopt(connection, false);
       });
-    }
-    else if (connection.label === STRIPE_LABEL) connection.once('open', () => this.acceptStripe(connection));
+    } else if (connection.label === STRIPE_LABEL) connection.once('open', () => this.acceptStripe(connection));
     else connection.close();
   }
 
