@@ -73,11 +73,12 @@ export class PeerMeshPort implements MeshPort {
       signal: opts.signal,
       what: `ring of round ${opts.round}`,
     });
-    // In the background: the links a lost neighbour's round will need (spare-links.ts). One that does
-    // not open costs nothing but a dial; the next round dials it again if it needs it.
+    // In the background: the links a lost neighbour's round will need (spare-links.ts), one attempt each.
+    // One that does not open costs nothing but that attempt, which is all a round that needs the link
+    // meanwhile waits for (peer-mesh.ts `dialShared`) before it dials again.
     const spares = spareRanks(members.length, rank).map((r) => members[r]!);
     this.spares = new Set(spares);
-    if (spares.length > 0) void mesh.connect(spares, { timeoutMs: opts.timeoutMs }).catch(() => {});
+    if (spares.length > 0) void mesh.connect(spares, { timeoutMs: mesh.firstAttemptMs }).catch(() => {});
     return ring;
   }
 

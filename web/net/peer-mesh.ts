@@ -186,6 +186,11 @@ export class PeerMesh {
     return [...this.links.keys()].filter((p) => this.links.get(p)!.isOpen);
   }
 
+  /** How long a first dial attempt waits now (dial-budget.ts): a deadline that allows one attempt. */
+  get firstAttemptMs(): number {
+    return this.dialBudget.attemptMs(0);
+  }
+
   /** Open links to all `peers` (dialing those with a higher id, awaiting the others' calls). */
   async connect(peers: readonly string[], opts: { timeoutMs?: number } = {}): Promise<Map<string, Link>> {
     const deadline = performance.now() + (opts.timeoutMs ?? 15_000);
