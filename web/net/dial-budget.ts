@@ -1,5 +1,6 @@
 /**
- * How long one dial attempt may wait for its connection to open, learned from this mesh's own dials.
+ * How long one dial attempt may wait for its connection to open, learned from this mesh's own dials, and
+ * the loop that dials until an attempt opens (`dialUntil`, for web/net/peer-mesh.ts).
  *
  * Why: on a loaded machine about one dial in twelve never opens (bench:scale at N = 32, headless workers
  * on loopback: 14 of 174 attempts; the callee accepted the offer and the peer connection then stayed
@@ -49,4 +50,45 @@ export class DialBudget {
     const learned = 2 * Math.max(...this.recent);
     return Math.min(DIAL_ATTEMPT_MS, Math.max(MIN_FIRST_ATTEMPT_MS, learned));
   }
+}
+
+/** Between two attempts to one peer. */
+const DIAL_RETRY_MS = 200;
+
+/** A dial attempt whose connection did not open in its time (not a refusal or an unknown peer). */
+export class NoAnswer extends Error {}
+
+/**
+ * Attempts until one opens, `established` finds a link, `stopped` says so, or `deadline` (a
+ * `performance.now()` time) passes. Each attempt's bound comes from `budget`, which learns from the
+ * attempts that open; an attempt that rejects with `NoAnswer` makes the next ones wait the full bound.
+ */
+export async function dialUntil<T>(o: {
+  what: string;
+  deadline: number;
+  budget: DialBudget;
+  stopped: () => boolean;
+  established: () => T | undefined;
+  attempt: (timeoutMs: number) => Promise<T>;
+}): Promise<T> {
+  let lastError = 'no attempt';
+  let unanswered = 0;
+  while (!o.stopped()) {
+    const left = o.deadline - performance.now();
+    if (left <= 0) break;
+    const established = o.established();
+    if (established) return established;
+    try {
+      const started = performance.now();
+      const result = await o.attempt(Math.min(left, o.budget.attemptMs(unanswered)));
+      o.budget.opened(performance.now() - started);
+      return result;
+    } catch (err) {
+      if (err instanceof NoAnswer) unanswered++;
+      lastError = (err as Error).message;
+    }
+    const pause = Math.min(DIAL_RETRY_MS, o.deadline - performance.now());
+    if (pause > 0) await new Promise((resolve) => setTimeout(resolve, pause));
+  }
+  throw new Error(`could not connect ${o.what}: ${lastError}`);
 }

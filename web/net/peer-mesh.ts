@@ -22,7 +22,7 @@ import type { GroupLayout } from '../../core/training/group-geometry';
 import type { GroupLinks } from './group-allreduce';
 import { ListenerSet, type Link, type Ring, type Unsubscribe } from './link';
 import { selectedPairRttMs } from './link-rtt';
-import { DIAL_ATTEMPT_MS, DialBudget } from './dial-budget';
+import { DIAL_ATTEMPT_MS, DialBudget, dialUntil, NoAnswer } from './dial-budget';
 import { DataConnectionLink, type DataConnectionLinkOptions } from './peer-link';
 import type { StatsLike } from './ice-path';
 import { StripedLink } from './striped-link';
@@ -86,10 +86,6 @@ export const STRIPE_LABEL = 'tabswarm/2+stripe';
 const RTT_WAIT_MS = 2000;
 /** How long a stripe that opened before the link it names waits for that link. */
 const STRIPE_WAIT_MS = 5000;
-const DIAL_RETRY_MS = 200;
-
-/** A dial attempt whose connection did not open in its time (not a refusal or an unknown peer). */
-class NoAnswer extends Error {}
 
 export class PeerMesh {
   private readonly links = new Map<string, StripedLink>();
@@ -303,28 +299,16 @@ export class PeerMesh {
     }
   }
 
-  private async dial(peer: string, deadline: number): Promise<Link> {
-    let lastError = 'no attempt';
-    // Attempts that got no answer: the first waits the learned bound, later ones the full one.
-    let unanswered = 0;
-    while (!this.destroyed) {
-      const left = deadline - performance.now();
-      if (left <= 0) break;
-      const established = this.link(peer);
-      if (established) return established; // the other side called us after all
-      try {
-        const started = performance.now();
-        const link = await this.dialOnce(peer, Math.min(left, this.dialBudget.attemptMs(unanswered)));
-        this.dialBudget.opened(performance.now() - started);
-        return link;
-      } catch (err) {
-        if (err instanceof NoAnswer) unanswered++;
-        lastError = (err as Error).message;
-      }
-      const pause = Math.min(DIAL_RETRY_MS, deadline - performance.now());
-      if (pause > 0) await new Promise((resolve) => setTimeout(resolve, pause));
-    }
-    throw new Error(`could not connect ${this.id} → ${peer}: ${lastError}`);
+  private dial(peer: string, deadline: number): Promise<Link> {
+    return dialUntil({
+      what: `${this.id} → ${peer}`,
+      deadline,
+      budget: this.dialBudget,
+      stopped: () => this.destroyed,
+      // The other side may have called us after all.
+      established: () => this.link(peer),
+      attempt: (timeoutMs) => this.dialOnce(peer, timeoutMs),
+    });
   }
 
   private dialOnce(peer: string, timeoutMs: number): Promise<Link> {

@@ -1,11 +1,13 @@
-/** The dial attempt bound (web/net/dial-budget.ts): learned from attempts that opened, floored, capped, and never for a retry. */
+/** The dial attempt bound (web/net/dial-budget.ts): learned from attempts that opened, floored, capped, and never for a retry after silence; and the dial loop that uses it. */
 import { describe, expect, it } from 'vitest';
 import {
   DIAL_ATTEMPT_MS,
   DIAL_HISTORY,
   DialBudget,
+  dialUntil,
   MIN_FIRST_ATTEMPT_MS,
   MIN_SAMPLES,
+  NoAnswer,
 } from '../../../../web/net/dial-budget';
 
 describe('DialBudget', () => {
@@ -49,5 +51,96 @@ describe('DialBudget', () => {
     const b = new DialBudget();
     for (const ms of [Number.NaN, -5, Number.POSITIVE_INFINITY]) b.opened(ms);
     expect(b.attemptMs(0)).toBe(DIAL_ATTEMPT_MS);
+  });
+});
+
+describe('dialUntil', () => {
+  const learned = () => {
+    const b = new DialBudget();
+    for (let k = 0; k < 3; k++) b.opened(300);
+    return b;
+  };
+
+  it('gives the first attempt the learned bound, and the one after an unanswered attempt the full bound', async () => {
+    const bounds: number[] = [];
+    let calls = 0;
+    const link = await dialUntil({
+      what: 'a → b',
+      deadline: performance.now() + 60_000,
+      budget: learned(),
+      stopped: () => false,
+      established: () => undefined,
+      attempt: async (timeoutMs) => {
+        bounds.push(timeoutMs);
+        if (++calls === 1) throw new NoAnswer('no answer');
+        return 'link';
+      },
+    });
+    expect(link).toBe('link');
+    expect(bounds[0]).toBe(MIN_FIRST_ATTEMPT_MS);
+    expect(bounds[1]).toBe(DIAL_ATTEMPT_MS);
+  });
+
+  it('keeps the learned bound after a refusal (an unknown peer is not a silent one)', async () => {
+    const bounds: number[] = [];
+    await dialUntil({
+      what: 'a → b',
+      deadline: performance.now() + 60_000,
+      budget: learned(),
+      stopped: () => false,
+      established: () => undefined,
+      attempt: async (timeoutMs) => {
+        bounds.push(timeoutMs);
+        if (bounds.length === 1) throw new Error('b is not on the signaling server');
+        return 'link';
+      },
+    });
+    expect(bounds).toEqual([MIN_FIRST_ATTEMPT_MS, MIN_FIRST_ATTEMPT_MS]);
+  });
+
+  it('takes a link the other side opened meanwhile, and gives up at the deadline naming the last error', async () => {
+    let open: string | undefined;
+    const taken = await dialUntil({
+      what: 'a → b',
+      deadline: performance.now() + 60_000,
+      budget: learned(),
+      stopped: () => false,
+      established: () => open,
+      attempt: async () => {
+        open = 'their link';
+        throw new NoAnswer('no answer within 2000 ms');
+      },
+    });
+    expect(taken).toBe('their link');
+    await expect(
+      dialUntil({
+        what: 'a → b',
+        deadline: performance.now() + 500,
+        budget: learned(),
+        stopped: () => false,
+        established: () => undefined,
+        attempt: async () => {
+          throw new NoAnswer('no answer within 2000 ms');
+        },
+      }),
+    ).rejects.toThrow('could not connect a → b: no answer within 2000 ms');
+  });
+
+  it('stops when told to, without an attempt', async () => {
+    let attempts = 0;
+    await expect(
+      dialUntil({
+        what: 'a → b',
+        deadline: performance.now() + 60_000,
+        budget: learned(),
+        stopped: () => true,
+        established: () => undefined,
+        attempt: async () => {
+          attempts++;
+          return 'link';
+        },
+      }),
+    ).rejects.toThrow('could not connect a → b: no attempt');
+    expect(attempts).toBe(0);
   });
 });
