@@ -28,6 +28,7 @@ import { computeShares } from './shares';
 import { workerOf } from './worker-table';
 import { carriedGroup } from './carry';
 import { roundTopology } from './topology';
+import { separateSuspects } from './ring-suspects';
 import type { CarriedGroup, CoordinatorState, Participant } from './state';
 
 function waitReason(s: CoordinatorState): WaitReason {
@@ -194,7 +195,9 @@ export function openRoundIn(ctx: Ctx): void {
   // holders, so no holder feeds a long chain of them (core/training/state-route.ts); a carried round sends nothing.
   const topology = roundTopology(s, admitted);
   const order = joiningOrder(s, admitted, topology, carry !== null);
-  const members = order.map((i) => admitted[i]);
+  // Two ring suspects of a failed check are not neighbours again (ring-suspects.ts; a carried round keeps its order).
+  const planned = order.map((i) => admitted[i]);
+  const members = carry ? planned : separateSuspects(planned, s.ringSuspects);
   const carried = new Map(carry?.members.map((m) => [m.workerId, m]));
   const shares = computeShares(members.map((id) => workerOf(s.workers, id)!.throughput));
   const participants: Participant[] = members.map((workerId, rank) => ({

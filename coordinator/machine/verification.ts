@@ -170,8 +170,8 @@ export function dataDisputeIn(ctx: Ctx, reporter: string, accused: string, reaso
  * A round failed and one of `suspects` is to blame. Intersected with the suspects of the failures of
  * the last `SUSPICION_STEPS` commits (an attacker that lets steps pass in between is still narrowed
  * down): one left is banned (cheatersCaughtIn). Otherwise the round closes as a failure (a restart
- * the job pays), and two suspects swap places in the ring, so the next failure (if the culprit goes
- * on) has other neighbours around it and the intersection narrows to the culprit. In a world of two
+ * the job pays), and the next ring puts two suspects apart (ring-suspects.ts), so the next failure (if
+ * the culprit goes on) has other neighbours around it and the intersection narrows to the culprit. In a world of two
  * nothing can be narrowed: both are charged each time, and the quotas cool the culprit off.
  */
 function suspectsFailIn(ctx: Ctx, suspects: string[], why: string): void {
@@ -192,13 +192,7 @@ function suspectsFailIn(ctx: Ctx, suspects: string[], why: string): void {
   // pay as often as the culprit until the intersection finds it.
   const charged = s.rendezvous.participants.length <= 2 ? current.map((w) => culpritOf(s, w)) : [];
   closeRoundIn(ctx, 'failure', true, true, { culprits: charged });
-  const list = s.rendezvous.waitList;
-  const [i, j] = current.slice(0, 2).map((w) => list.indexOf(w));
-  if (current.length >= 2 && i >= 0 && j >= 0) {
-    const swapped = [...list];
-    [swapped[i], swapped[j]] = [swapped[j], swapped[i]];
-    s.rendezvous.waitList = swapped;
-  }
+  // The next round's ring puts the two apart (ring-suspects.ts, applied where rendezvous.ts plans it).
   afterCloseIn(ctx);
 }
 

@@ -174,6 +174,49 @@ describe('every hop of the ring, at every commit', () => {
     expect(h.isConnected('a') && h.isConnected('c')).toBe(true);
   });
 
+  it('in a ring of 4, the disputing pair are not neighbours in the next round, and the second dispute bans the liar', () => {
+    const h = new Harness({ ...JOB, minWorkers: 4, maxWorkers: 4 }, 96, 'run-1', undefined, {
+      verifySalt: 'salt-of-this-test',
+    });
+    for (const n of ['a', 'b', 'c', 'd']) h.join(n);
+    h.readyAll();
+    verifiedStep(h);
+    const liar = h.worker('b').workerId!;
+    const rings: string[][] = [];
+    for (let attempt = 0; attempt < 4 && !h.logs.some((l) => l.event === 'cheater_banned'); attempt++) {
+      const names = h.members();
+      rings.push(names);
+      const liarRank = names.indexOf('b');
+      const honestSent: number[][] = [];
+      ringStep(
+        h,
+        (r, j, block) => {
+          if (r !== liarRank) return block;
+          honestSent[j] = block;
+          return block.map((x) => x * 3 + 1);
+        },
+        (claims) => {
+          // It claims it sent the honest sums: its own books balance, its receiver's do not match.
+          const per = bucketsPerSegment(claims.length);
+          honestSent.forEach((block, j) => {
+            block?.forEach((x, k) => {
+              claims[liarRank].sent[j * per + k] = x;
+              claims[liarRank].sentMass[j * per + k] = Math.abs(x) + 1;
+            });
+          });
+        },
+      );
+    }
+    const failed = h.logs.filter((l) => l.event === 'ring_identity_failed');
+    expect(failed.length).toBe(2);
+    const [first] = failed[0]!.data.disputes as string[][];
+    const pair = first!.map((id) => [...h.workers.entries()].find(([, w]) => w.workerId === id)![0]);
+    const next = rings[1]!;
+    const [i, j] = pair.map((n) => next.indexOf(n));
+    expect((i! + 1) % 4 === j || (j! + 1) % 4 === i).toBe(false);
+    expect(h.logs.find((l) => l.event === 'cheater_banned')?.data.workers).toEqual([liar]);
+  });
+
   it('a neighbour reported for sending NaN: the two are suspects, the next report narrows it to the sender', () => {
     const h = swarm();
     verifiedStep(h);
