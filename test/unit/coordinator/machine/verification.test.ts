@@ -128,6 +128,30 @@ describe('every hop of the ring, at every commit', () => {
     return names;
   }
 
+  /** One ring step in which `liar` sends wrong sums and claims it sent the honest ones: its receiver disputes the hop. */
+  function hidesWhatItSent(h: Harness, liar: string): void {
+    const liarRank = h.members().indexOf(liar);
+    const honestSent: number[][] = [];
+    ringStep(
+      h,
+      (r, j, block) => {
+        if (r !== liarRank) return block;
+        honestSent[j] = block;
+        return block.map((x) => x * 3 + 1);
+      },
+      (claims) => {
+        // Its own books balance; its receiver's do not match.
+        const per = bucketsPerSegment(claims.length);
+        honestSent.forEach((block, j) => {
+          block?.forEach((x, k) => {
+            claims[liarRank].sent[j * per + k] = x;
+            claims[liarRank].sentMass[j * per + k] = Math.abs(x) + 1;
+          });
+        });
+      },
+    );
+  }
+
   it('a rank that sends more than it received plus its own, and says so, contradicts itself: banned alone', () => {
     const h = swarm();
     for (let i = 0; i < 3; i++) verifiedStep(h);
@@ -145,29 +169,8 @@ describe('every hop of the ring, at every commit', () => {
     const h = swarm();
     verifiedStep(h);
     const liar = h.worker('b').workerId!;
-    for (let attempt = 0; attempt < 4 && !h.logs.some((l) => l.event === 'cheater_banned'); attempt++) {
-      const liarRank = h.members().indexOf('b');
-      const honestSent: number[][] = [];
-      ringStep(
-        h,
-        (r, j, block) => {
-          if (r !== liarRank) return block;
-          honestSent[j] = block;
-          return block.map((x) => x * 3 + 1);
-        },
-        (claims) => {
-          // It claims it sent the honest sums: its own books balance, its receiver's do not match.
-          const per = bucketsPerSegment(claims.length);
-          honestSent.forEach((block, j) => {
-            if (!block) return;
-            block.forEach((x, k) => {
-              claims[liarRank].sent[j * per + k] = x;
-              claims[liarRank].sentMass[j * per + k] = Math.abs(x) + 1;
-            });
-          });
-        },
-      );
-    }
+    for (let attempt = 0; attempt < 4 && !h.logs.some((l) => l.event === 'cheater_banned'); attempt++)
+      hidesWhatItSent(h, 'b');
     const disputes = h.logs.filter((l) => l.event === 'ring_identity_failed').map((l) => l.data.disputes);
     expect(disputes.length).toBe(2);
     expect(h.logs.find((l) => l.event === 'cheater_banned')?.data.workers).toEqual([liar]);
@@ -184,28 +187,8 @@ describe('every hop of the ring, at every commit', () => {
     const liar = h.worker('b').workerId!;
     const rings: string[][] = [];
     for (let attempt = 0; attempt < 4 && !h.logs.some((l) => l.event === 'cheater_banned'); attempt++) {
-      const names = h.members();
-      rings.push(names);
-      const liarRank = names.indexOf('b');
-      const honestSent: number[][] = [];
-      ringStep(
-        h,
-        (r, j, block) => {
-          if (r !== liarRank) return block;
-          honestSent[j] = block;
-          return block.map((x) => x * 3 + 1);
-        },
-        (claims) => {
-          // It claims it sent the honest sums: its own books balance, its receiver's do not match.
-          const per = bucketsPerSegment(claims.length);
-          honestSent.forEach((block, j) => {
-            block?.forEach((x, k) => {
-              claims[liarRank].sent[j * per + k] = x;
-              claims[liarRank].sentMass[j * per + k] = Math.abs(x) + 1;
-            });
-          });
-        },
-      );
+      rings.push(h.members());
+      hidesWhatItSent(h, 'b');
     }
     const failed = h.logs.filter((l) => l.event === 'ring_identity_failed');
     expect(failed.length).toBe(2);

@@ -55,21 +55,24 @@ describe('DialBudget', () => {
 });
 
 describe('dialUntil', () => {
-  const learned = () => {
-    const b = new DialBudget();
-    for (let k = 0; k < 3; k++) b.opened(300);
-    return b;
+  /** `dialUntil` with a learned budget, a minute's deadline, never stopped and nothing established, but for `o`. */
+  const dial = <T>(o: Partial<Parameters<typeof dialUntil<T>>[0]> & { attempt: (timeoutMs: number) => Promise<T> }) => {
+    const budget = new DialBudget();
+    for (let k = 0; k < 3; k++) budget.opened(300);
+    return dialUntil<T>({
+      what: 'a → b',
+      deadline: performance.now() + 60_000,
+      budget,
+      stopped: () => false,
+      established: () => undefined,
+      ...o,
+    });
   };
 
   it('gives the first attempt the learned bound, and the one after an unanswered attempt the full bound', async () => {
     const bounds: number[] = [];
     let calls = 0;
-    const link = await dialUntil({
-      what: 'a → b',
-      deadline: performance.now() + 60_000,
-      budget: learned(),
-      stopped: () => false,
-      established: () => undefined,
+    const link = await dial({
       attempt: async (timeoutMs) => {
         bounds.push(timeoutMs);
         if (++calls === 1) throw new NoAnswer('no answer');
@@ -83,12 +86,7 @@ describe('dialUntil', () => {
 
   it('keeps the learned bound after a refusal (an unknown peer is not a silent one)', async () => {
     const bounds: number[] = [];
-    await dialUntil({
-      what: 'a → b',
-      deadline: performance.now() + 60_000,
-      budget: learned(),
-      stopped: () => false,
-      established: () => undefined,
+    await dial({
       attempt: async (timeoutMs) => {
         bounds.push(timeoutMs);
         if (bounds.length === 1) throw new Error('b is not on the signaling server');
@@ -100,11 +98,7 @@ describe('dialUntil', () => {
 
   it('takes a link the other side opened meanwhile, and gives up at the deadline naming the last error', async () => {
     let open: string | undefined;
-    const taken = await dialUntil({
-      what: 'a → b',
-      deadline: performance.now() + 60_000,
-      budget: learned(),
-      stopped: () => false,
+    const taken = await dial({
       established: () => open,
       attempt: async () => {
         open = 'their link';
@@ -113,12 +107,8 @@ describe('dialUntil', () => {
     });
     expect(taken).toBe('their link');
     await expect(
-      dialUntil({
-        what: 'a → b',
+      dial({
         deadline: performance.now() + 500,
-        budget: learned(),
-        stopped: () => false,
-        established: () => undefined,
         attempt: async () => {
           throw new NoAnswer('no answer within 2000 ms');
         },
@@ -129,12 +119,8 @@ describe('dialUntil', () => {
   it('stops when told to, without an attempt', async () => {
     let attempts = 0;
     await expect(
-      dialUntil({
-        what: 'a → b',
-        deadline: performance.now() + 60_000,
-        budget: learned(),
+      dial({
         stopped: () => true,
-        established: () => undefined,
         attempt: async () => {
           attempts++;
           return 'link';
