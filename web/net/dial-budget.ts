@@ -15,7 +15,8 @@
  * higher-id neighbours, so counting the calls it answers too is what lets it learn within its first
  * round. So a slow network (TURN, long
  * RTTs) teaches a longer first bound, a sudden slowdown costs at most one short attempt, and a retry
- * always gets the full time. The same idea as learning the hang bound from the measured step time.
+ * always gets the full time. The bound is the hang bound's rule (core/training/hang.ts `hangAllowanceMs`)
+ * applied to connection times.
  *
  * ```ts
  * const budget = new DialBudget();
@@ -24,6 +25,7 @@
  * budget.attemptMs(0);       // 2000 (2 × 900, floored); attemptMs(1) stays 6000
  * ```
  */
+import { hangAllowanceMs } from '../../core/training/hang';
 
 /** Every attempt's bound until the mesh has learned, and every retry's. */
 export const DIAL_ATTEMPT_MS = 6000;
@@ -47,8 +49,9 @@ export class DialBudget {
   /** The bound of attempt `attempt` (0: the first) to one peer. */
   attemptMs(attempt: number): number {
     if (attempt > 0 || this.recent.length < MIN_SAMPLES) return DIAL_ATTEMPT_MS;
-    const learned = 2 * Math.max(...this.recent);
-    return Math.min(DIAL_ATTEMPT_MS, Math.max(MIN_FIRST_ATTEMPT_MS, learned));
+    // The project's one rule for "twice the slowest learned, at least a floor" (core/training/hang.ts).
+    const learned = hangAllowanceMs(Math.max(...this.recent), MIN_FIRST_ATTEMPT_MS) ?? DIAL_ATTEMPT_MS;
+    return Math.min(DIAL_ATTEMPT_MS, learned);
   }
 }
 
