@@ -48,16 +48,10 @@ import { makeTempDir } from '../test/support/fake-dataset';
 import { writeDatasetSlice } from '../test/support/small-dataset';
 import { arg, exitUnlessReady } from './lib/common';
 import { snapshotAccuracy } from './lib/evaluate-snapshot';
-import { configName, parseConfig, type SyncConfig, syncField } from './lib/sync-configs';
+import { configName, parseConfig, SYNC_PROFILES as PROFILES, type SyncConfig, syncField } from './lib/sync-configs';
 import { formulaBytesPerSample, GLOBAL_BATCH, type Report, TABS, windowFigures } from './lib/sync-figures';
 import { printReport, replayRuns, type Run } from './lib/sync-report';
 import { shapeAccessLinks } from './lib/shape-links';
-
-/** The two access-link profiles (each direction). */
-const PROFILES: Record<string, LinkProfile> = {
-  broadband: { delayMs: 20, jitterMs: 0, rateMbit: 20, lossPercent: 0 },
-  poor: { delayMs: 80, jitterMs: 0, rateMbit: 5, lossPercent: 1 },
-};
 
 function jobFor(config: SyncConfig): Record<string, unknown> {
   return {

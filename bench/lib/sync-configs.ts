@@ -1,8 +1,20 @@
 /**
  * What bench/sync.ts and bench/sync-learning.ts share: the sync configurations of issue 13 as
  * `every-step:none`, `local8:fp16` …, and issue 24's overlapped local steps as `overlap32:int8` …, and the
- * job's `sync` field for each (command-line options: bench/lib/common.ts).
+ * job's `sync` field for each (command-line options: bench/lib/common.ts); and the two access-link
+ * profiles of issues 13 and 24, which bench:scale's `--netbed` uses too.
  */
+import type { LinkProfile } from '../../tools/netbed/netbed';
+
+/**
+ * The issues' access-link profiles (each direction of every home's link). bench:net keeps its own set
+ * (its broadband is 50 Mbit/s, from before these issues).
+ */
+export const SYNC_PROFILES: Record<string, LinkProfile> = {
+  broadband: { delayMs: 20, jitterMs: 0, rateMbit: 20, lossPercent: 0 },
+  poor: { delayMs: 80, jitterMs: 0, rateMbit: 5, lossPercent: 1 },
+};
+
 export interface SyncConfig {
   mode: 'every-step' | 'local';
   /** H; 1 for every-step. */
