@@ -6,20 +6,28 @@
  * H = 8, int8 wire, on loopback; each N is measured quiet and with churn (bench/lib/scale-run.ts says how).
  *
  *   npm run bench:scale -- [--n 4,8,16,32,64] [--window 60] [--rate 0.2] [--per-process 8] [--warmup 600] [--out bench] [--events DIR]
+ *   npm run bench:scale -- --netbed broadband [--n 4,8,16] [--window 60] [--rate 0.2] [--warmup 600] [--seed 1]   (root)
  *
  * `--rate` is failures per worker-minute (0.2: a mean lifetime of 5 minutes), each a crash or a leave plus a
  * join. `--events DIR` keeps each scenario's admin-feed events, commits and faults (scale-events-N-quiet|churn.json).
  * Prints the table and one JSON line `{"bench":"scale", …}`, and writes the plot (scale.svg and
  * scale.png) into `--out`. Each scenario's result is also one JSON line on stderr as it finishes;
  * `--replay FILE[,FILE…]` renders the table, JSON line and plot from such lines instead of running (runs
- * of single N put together, or a run cut short). The test bed's broadband profile is not run by this driver yet (bench/RESULTS.md).
+ * of single N put together, or a run cut short).
+ *
+ * `--netbed PROFILE` (root) runs each scenario on the network test bed instead: one headless worker per NATed
+ * home, every access link shaped to the profile (bench/lib/sync-configs.ts; `broadband` is 20 ms each way,
+ * 20 Mbit/s), through `tabswarm swarm --netbed`'s driver (bench/lib/scale-netbed.ts says what it measures
+ * and what it leaves out). Its plot is `scale-PROFILE.svg`/`.png`.
  */
 import { readFileSync, writeFileSync } from 'node:fs';
 import { loadavg } from 'node:os';
 import { join } from 'node:path';
 import { chromium } from 'playwright-core';
 import { arg } from './lib/common';
-import { lostRatio, scaleSvg, scaleTable } from './lib/scale-report';
+import { exitUnlessReady } from './lib/common';
+import { lostRatio, networkOf, scaleSvg, scaleTable } from './lib/scale-report';
+import { runNetbedScaleScenario } from './lib/scale-netbed';
 import { runScaleScenario, type ScaleResult } from './lib/scale-run';
 
 const ns = arg('n', '4,8,16,32,64')
@@ -32,6 +40,8 @@ const warmupS = Number(arg('warmup', '600'));
 const out = arg('out', 'bench');
 const perProcess = Number(arg('per-process', '8'));
 const eventsDir = arg('events', '') || undefined;
+const netbed = arg('netbed', '');
+const seed = Number(arg('seed', '1'));
 const log = (line: string) => process.stderr.write(`${line}\n`);
 
 async function renderPng(svg: string, path: string): Promise<void> {
@@ -46,6 +56,7 @@ async function renderPng(svg: string, path: string): Promise<void> {
 }
 
 const replay = arg('replay', '');
+if (netbed && !replay) exitUnlessReady('bench:scale --netbed', { netbed: true });
 const results: ScaleResult[] = replay
   ? replay
       .split(',')
@@ -56,16 +67,27 @@ const results: ScaleResult[] = replay
 for (const n of replay ? [] : ns) {
   for (const churn of [false, true]) {
     try {
-      const r = await runScaleScenario({
-        n,
-        perProcess,
-        churn,
-        windowS,
-        ratePerWorkerMin: rate,
-        warmupS,
-        log,
-        eventsDir,
-      });
+      const r = netbed
+        ? await runNetbedScaleScenario({
+            n,
+            churn,
+            windowS,
+            ratePerWorkerMin: rate,
+            warmupS,
+            profile: netbed,
+            seed,
+            log,
+          })
+        : await runScaleScenario({
+            n,
+            perProcess,
+            churn,
+            windowS,
+            ratePerWorkerMin: rate,
+            warmupS,
+            log,
+            eventsDir,
+          });
       log(JSON.stringify(r));
       results.push(r);
     } catch (error) {
@@ -76,9 +98,17 @@ for (const n of replay ? [] : ns) {
 const load = loadavg()[0]!;
 /** The windows the results were measured over (a replay may put runs of different windows together). */
 const windows = [...new Set(results.map((r) => r.windowS))].sort((a, b) => a - b).join('/') || String(windowS);
-results.sort((a, b) => a.n - b.n || Number(a.churn) - Number(b.churn));
+results.sort((a, b) => networkOf(a).localeCompare(networkOf(b)) || a.n - b.n || Number(a.churn) - Number(b.churn));
+const networks = [...new Set(results.map(networkOf))];
+const where = networks
+  .map((n) =>
+    n === 'loopback'
+      ? `loopback (${perProcess} workers per process)`
+      : `the test bed's ${n} profile (one worker per home)`,
+  )
+  .join(' and ');
 console.log(
-  `\nbench:scale — headless workers (${perProcess} per process), tiny-mlp, global batch 512, local H = 8, int8, loopback; ${windows} s windows; churn ${rate} failures per worker-minute (crash or leave, each with a join); load ${load.toFixed(1)}\n`,
+  `\nbench:scale — headless workers on ${where}, tiny-mlp, global batch 512, local H = 8, int8; ${windows} s windows; churn ${rate} failures per worker-minute (${networks.some((n) => n !== 'loopback') ? 'test bed: crashes; loopback: crash or leave' : 'crash or leave'}, each with a join); load ${load.toFixed(1)}\n`,
 );
 console.log(scaleTable(results));
 console.log(
@@ -86,14 +116,20 @@ console.log(
     bench: 'scale',
     worker: 'headless',
     perProcess,
-    network: 'loopback',
+    network: networks.length === 1 ? networks[0] : networks,
     windowS,
     ratePerWorkerMin: rate,
     load,
     results: results.map((r) => ({ ...r, lostRatio: lostRatio(r) })),
   }),
 );
-const svg = scaleSvg(results, `bench:scale — samples/s and utilization against N (loopback, ${windows} s windows)`);
-writeFileSync(join(out, 'scale.svg'), svg);
-await renderPng(svg, join(out, 'scale.png')).catch((error: Error) => log(`no PNG: ${error.message}`));
+for (const network of networks) {
+  const svg = scaleSvg(
+    results.filter((r) => networkOf(r) === network),
+    `bench:scale — samples/s and utilization against N (${network}, ${windows} s windows)`,
+  );
+  const name = network === 'loopback' ? 'scale' : `scale-${network}`;
+  writeFileSync(join(out, `${name}.svg`), svg);
+  await renderPng(svg, join(out, `${name}.png`)).catch((error: Error) => log(`no PNG: ${error.message}`));
+}
 process.exit(0);

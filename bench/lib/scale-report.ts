@@ -14,15 +14,19 @@ const medianOrNull = (xs: number[]) => (xs.length ? median(xs) : null);
  * had work in flight (a failure while a round re-forms costs nothing in flight, and no ratio).
  */
 export function lostRatio(r: ScaleResult): number | null {
-  const hit = r.faults.filter((x) => x.droppedShareSteps > 0);
+  const hit = r.faults.filter((x) => x.droppedShareSteps > 0 && !x.unmeasured);
   if (hit.length === 0) return null;
   return hit.reduce((n, x) => n + x.lostSteps, 0) / hit.reduce((n, x) => n + x.droppedShareSteps, 0);
 }
 
 /** Mean global steps in flight that a failure threw away (every failure, those during a re-forming round at 0). */
 export function meanLost(r: ScaleResult): number | null {
-  return r.faults.length ? r.faults.reduce((n, x) => n + x.lostSteps, 0) / r.faults.length : null;
+  const measured = r.faults.filter((x) => !x.unmeasured);
+  return measured.length ? measured.reduce((n, x) => n + x.lostSteps, 0) / measured.length : null;
 }
+
+/** Where a result's workers ran: loopback, or the test bed's profile. */
+export const networkOf = (r: ScaleResult): string => r.network ?? 'loopback';
 
 /** ` (k)`: faults whose outer step the survivors finished, for runs that recorded it; '' otherwise. */
 const carried = (r: ScaleResult) =>
@@ -30,11 +34,11 @@ const carried = (r: ScaleResult) =>
 
 export function scaleTable(results: ScaleResult[]): string {
   const lines = [
-    '| N | churn | commits | samples/s | vs quiet | utilization | outer step ms (compute / sync / waiting) | faults (carried) | steps lost per failure, mean (Σ lost / Σ dropped share) | join → first commit s | restarts | audit | RSS/worker MiB |',
-    '|---|---|---|---|---|---|---|---|---|---|---|---|---|',
+    '| N | network | churn | commits | samples/s | vs quiet | utilization | outer step ms (compute / sync / waiting) | faults (carried) | steps lost per failure, mean (Σ lost / Σ dropped share) | join → first commit s | restarts | audit | RSS/worker MiB |',
+    '|---|---|---|---|---|---|---|---|---|---|---|---|---|---|',
   ];
   for (const r of results) {
-    const quiet = results.find((q) => q.n === r.n && !q.churn);
+    const quiet = results.find((q) => q.n === r.n && !q.churn && networkOf(q) === networkOf(r));
     const vs =
       r.churn && quiet && quiet.committedSamples > 0
         ? `${f((100 * r.committedSamples) / quiet.committedSamples)} %`
@@ -44,7 +48,7 @@ export function scaleTable(results: ScaleResult[]): string {
     const lost = meanLost(r);
     const ratio = lostRatio(r);
     lines.push(
-      `| ${r.n} | ${r.churn ? 'yes' : 'no'} | ${r.commits} | ${f(r.samplesPerSec)} | ${vs} | ${r.utilization === null ? '-' : `${f(100 * r.utilization)} %`} | ${split} | ${r.faults.length}${carried(r)} | ${lost === null ? '-' : `${f(lost, 1)} (${ratio === null ? '-' : `${f(ratio, 1)}×`})`} | ${f(medianOrNull(r.joinToContributionS), 1)} | ${r.restarts} | ${r.auditOk ? 'ok' : 'FAIL'} | ${f(r.rssMiBPerWorker)} |`,
+      `| ${r.n} | ${networkOf(r)} | ${r.churn ? 'yes' : 'no'} | ${r.commits} | ${f(r.samplesPerSec)} | ${vs} | ${r.utilization === null ? '-' : `${f(100 * r.utilization)} %`} | ${split} | ${r.faults.length}${carried(r)} | ${lost === null ? '-' : `${f(lost, 1)} (${ratio === null ? '-' : `${f(ratio, 1)}×`})`} | ${f(medianOrNull(r.joinToContributionS), 1)} | ${r.restarts} | ${r.auditOk ? 'ok' : 'FAIL'} | ${f(r.rssMiBPerWorker)} |`,
     );
   }
   return lines.join('\n');

@@ -61,11 +61,15 @@ export interface FaultRecord {
   lostSteps: number;
   /** The dropped rank's share of them. */
   droppedShareSteps: number;
+  /** Counted, but what it cost was not measured (the test bed's runs, scale-netbed.ts): no lost steps. */
+  unmeasured?: true;
 }
 
 export interface ScaleResult {
   n: number;
   churn: boolean;
+  /** Where the workers ran: absent for loopback, else the test bed's link profile (scale-netbed.ts). */
+  network?: string;
   windowS: number;
   commits: number;
   committedSteps: number;

@@ -16,6 +16,7 @@ import { readFileSync } from 'node:fs';
 import type { ChaosEvent } from '../swarm/chaos-schedule';
 import { resolve } from 'node:path';
 import type { StatusResponse } from '../../core/protocol/views';
+import type { CommitsPage } from '../../coordinator/admin/audit';
 import { loadJobFile, resolveDatasetDir, StartupError } from '../../coordinator/config/startup-config';
 import {
   NetbedError,
@@ -62,6 +63,11 @@ export interface NetbedSwarmOptions {
   job: Record<string, unknown>;
   datasetDir: string;
   json: boolean;
+  /**
+   * The measured window starts at the first commit whose world holds every member (bench:scale: a job
+   * whose rounds start with half the swarm), not at the first commit. Default false (the CLI).
+   */
+  warmFullWorld?: boolean;
 }
 
 /** Small enough that tabs on SwiftShader behind slow links make progress within a minute. */
@@ -167,6 +173,13 @@ export interface NetbedSwarmReport {
   link: LinkProfile;
   steps: number;
   msPerStep: number | null;
+  /** The window's live commits (a local-mode commit covers several steps) and the samples they committed. */
+  commits: number;
+  committedSamples: number;
+  /** Seconds from the window's start to its last status. */
+  windowS: number;
+  /** Compute utilization the coordinator measured over the whole run (`usage.total`), or null. */
+  utilization: number | null;
   restarts: number;
   auditOk: boolean;
   tabs: { id: string; rank: number; rttMs: number | null; paths: string[]; iceError: string | null }[];
@@ -210,6 +223,12 @@ export async function runNetbedSwarm(
     const elapsed = performance.now() - started;
     const audit = await scene.api<{ ok: boolean }>('/api/audit');
     const steps = last.step - first.step;
+    const window: CommitsPage['commits'] = [];
+    for (let next: number | null = first.step + 1; next !== null && next <= last.step; ) {
+      const page: CommitsPage = await scene.api<CommitsPage>(`/api/commits?from=${next}`);
+      window.push(...page.commits.filter((c) => c.step <= last.step));
+      next = page.next;
+    }
     const opened = (kind: string) => members.members.filter((m) => m.kind === kind).length;
     return {
       ok: audit.ok && steps > 0,
@@ -222,6 +241,10 @@ export async function runNetbedSwarm(
       link: opts.link,
       steps,
       msPerStep: steps > 0 ? Math.round(elapsed / steps) : null,
+      commits: window.length,
+      committedSamples: window.reduce((n, c) => n + c.count, 0),
+      windowS: elapsed / 1000,
+      utilization: last.usage?.total.utilization ?? null,
       restarts: last.restarts,
       auditOk: audit.ok,
       tabs: last.world.items.map((w) => ({
@@ -247,9 +270,16 @@ async function warmUp(
   signal: AbortSignal,
 ): Promise<StatusResponse> {
   const warmupEnd = performance.now() + opts.warmupS * 1000;
+  const members = opts.workers + opts.headlessWorkers;
+  const warm = (s: StatusResponse) => s.step > 0 && (!opts.warmFullWorld || s.world.total >= members);
   let first = await status();
-  while (first.step === 0 && !signal.aborted && first.state !== 'done') {
-    if (performance.now() > warmupEnd) throw new NetbedError(`no committed step within --warmup ${opts.warmupS} s`);
+  while (!warm(first) && !signal.aborted && first.state !== 'done') {
+    if (performance.now() > warmupEnd)
+      throw new NetbedError(
+        opts.warmFullWorld
+          ? `no commit by all ${members} within --warmup ${opts.warmupS} s (world ${first.world.total}, step ${first.step})`
+          : `no committed step within --warmup ${opts.warmupS} s`,
+      );
     await sleep(500);
     first = await status();
   }

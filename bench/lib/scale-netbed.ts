@@ -1,0 +1,100 @@
+/**
+ * One bench:scale scenario on the network test bed (`bench:scale --netbed broadband`): the same job as on
+ * loopback (scale-run.ts `JOB`), but every headless worker in a NATed home of its own (endpoint-independent
+ * NAT, so every pair links directly through the NATs' mappings), each home's access link shaped to the
+ * profile (bench/lib/sync-configs.ts `SYNC_PROFILES`), an HTTPS coordinator and coturn in the public
+ * segment. It runs through `tabswarm swarm --netbed`'s own driver (tools/netbed/netbed-swarm.ts), so what is
+ * measured is what that command does.
+ *
+ * Churn is the loopback scenario's count, played by the swarm's seeded schedule: F = max(1, round(N · rate ·
+ * window / 60)) crashes as on loopback, so a crash every P = window / (F + 1) seconds and a join every P,
+ * each at its period ± a quarter (so F or F + 1 of each in the window). Crashes only, where the loopback run
+ * alternates crash and leave: the schedule places each kind on its own period, and crashes and leaves at
+ * 2·P each would give a 60 s window at N = 16 two faults instead of three. A crash is the costlier of the
+ * two (no goodbye). Unlike the loopback run a join is a new worker in a new home, and the victim is chosen
+ * by the seed, not as the first rank.
+ *
+ * What it measures: commits, committed samples and samples/s in the window, compute utilization (the
+ * coordinator's whole-run figure), restarts and the audit. What it does not: the outer-step split, work
+ * lost per failure and join → first commit (the loopback run reads them from the workers' `--timings`
+ * lines and the admin feed, which the test bed's members do not expose to this driver); those columns
+ * print `-`. One process per worker (a home holds one), so no RSS per worker either.
+ */
+import type { FiredNetbedEvent } from '../../tools/netbed/netbed-chaos';
+import { type NetbedSwarmOptions, runNetbedSwarm } from '../../tools/netbed/netbed-swarm';
+import { resolveDatasetDir } from '../../coordinator/config/startup-config';
+import { JOB, type FaultRecord, type ScaleResult } from './scale-run';
+import { SYNC_PROFILES } from './sync-configs';
+
+export interface NetbedScaleScenario {
+  n: number;
+  churn: boolean;
+  windowS: number;
+  ratePerWorkerMin: number;
+  warmupS: number;
+  /** A key of `SYNC_PROFILES`. */
+  profile: string;
+  seed: number;
+  log(line: string): void;
+}
+
+/** The swarm driver's options for a scenario (pure: the unit test checks the churn rate it asks for). */
+export function netbedScaleOptions(s: NetbedScaleScenario, datasetDir: string): NetbedSwarmOptions {
+  const link = SYNC_PROFILES[s.profile];
+  if (!link) throw new Error(`unknown profile "${s.profile}" (${Object.keys(SYNC_PROFILES).join(', ')})`);
+  const failures = Math.max(1, Math.round((s.n * s.ratePerWorkerMin * s.windowS) / 60));
+  const period = s.windowS / (failures + 1);
+  return {
+    workers: 0,
+    headlessWorkers: s.n,
+    chaos: s.churn
+      ? { seed: s.seed, crashEvery: period, closeEvery: 0, hangEvery: 0, joinEvery: period, hangFor: 10 }
+      : null,
+    nat: 'endpoint-independent',
+    link,
+    durationS: s.windowS,
+    warmupS: s.warmupS,
+    job: JOB(s.n),
+    datasetDir,
+    json: false,
+    warmFullWorld: true,
+  };
+}
+
+/** A fired fault as the table counts it (its cost is not measured here: `unmeasured`). */
+function faultOf(e: FiredNetbedEvent): FaultRecord | null {
+  if (e.outcome !== 'done' || (e.kind !== 'crash' && e.kind !== 'close')) return null;
+  return {
+    kind: e.kind === 'crash' ? 'crash' : 'leave',
+    atS: e.at,
+    lostSteps: 0,
+    droppedShareSteps: 0,
+    unmeasured: true,
+  };
+}
+
+export async function runNetbedScaleScenario(s: NetbedScaleScenario): Promise<ScaleResult> {
+  const opts = netbedScaleOptions(s, resolveDatasetDir(undefined, process.env));
+  const t0 = performance.now();
+  const report = await runNetbedSwarm(opts, s.log, new AbortController().signal);
+  s.log(`N=${s.n}${s.churn ? ' churn' : ''} (${s.profile}): ${report.steps} steps, ${report.commits} commits`);
+  return {
+    n: s.n,
+    churn: s.churn,
+    network: s.profile,
+    windowS: Math.round(report.windowS * 10) / 10,
+    commits: report.commits,
+    committedSteps: report.steps,
+    committedSamples: report.committedSamples,
+    samplesPerSec: report.committedSamples / report.windowS,
+    utilization: report.utilization,
+    outerStep: null,
+    faults: report.events.map(faultOf).filter((f): f is FaultRecord => f !== null),
+    joinToContributionS: [],
+    restarts: report.restarts,
+    auditOk: report.auditOk,
+    rssMiBPerWorker: null,
+    // The whole run, with the test bed's setup: the driver does not report the warm-up alone.
+    warmupS: (performance.now() - t0) / 1000 - report.windowS,
+  };
+}

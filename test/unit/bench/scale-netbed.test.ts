@@ -1,0 +1,68 @@
+/**
+ * bench:scale on the test bed (bench/lib/scale-netbed.ts): the churn it asks the swarm driver for is the
+ * loopback run's rate, and the table compares each churn row with the quiet row of its own network.
+ */
+import { describe, expect, it } from 'vitest';
+import { netbedScaleOptions } from '../../../bench/lib/scale-netbed';
+import { scaleTable } from '../../../bench/lib/scale-report';
+import type { ScaleResult } from '../../../bench/lib/scale-run';
+import { netbedSchedule } from '../../../tools/netbed/netbed-chaos';
+
+const scenario = {
+  n: 16,
+  churn: true,
+  windowS: 60,
+  ratePerWorkerMin: 0.2,
+  warmupS: 600,
+  profile: 'broadband',
+  seed: 1,
+  log: () => {},
+};
+
+describe('bench:scale --netbed', () => {
+  it("asks for the loopback run's crash count and as many joins, every worker in its own home on the profile", () => {
+    for (const n of [4, 8, 16, 32, 64]) {
+      const o = netbedScaleOptions({ ...scenario, n }, '/data');
+      expect(o.headlessWorkers).toBe(n);
+      expect(o.workers).toBe(0);
+      expect(o.warmFullWorld).toBe(true);
+      expect(o.link).toEqual({ delayMs: 20, jitterMs: 0, rateMbit: 20, lossPercent: 0 });
+      const schedule = netbedSchedule(o.chaos!, n, o.durationS);
+      // scale-run.ts: at least one, else N · rate per minute over the window.
+      const expected = Math.max(1, Math.round((n * 0.2 * 60) / 60));
+      const crashes = schedule.filter((e) => e.kind === 'crash').length;
+      const joins = schedule.filter((e) => e.kind === 'join').length;
+      // Periodic times ± a quarter period: the last may fall inside the window or after it.
+      expect(crashes === expected || crashes === expected + 1).toBe(true);
+      expect(joins === expected || joins === expected + 1).toBe(true);
+    }
+    expect(netbedScaleOptions({ ...scenario, churn: false }, '/data').chaos).toBeNull();
+    expect(() => netbedScaleOptions({ ...scenario, profile: 'lan' }, '/data')).toThrow(/unknown profile "lan"/);
+  });
+
+  it("compares a churn row with its own network's quiet row, and prints no cost for faults it did not measure", () => {
+    const row = (network: string | undefined, churn: boolean, samples: number): ScaleResult => ({
+      n: 16,
+      churn,
+      ...(network ? { network } : {}),
+      windowS: 60,
+      commits: 10,
+      committedSteps: 80,
+      committedSamples: samples,
+      samplesPerSec: samples / 60,
+      utilization: 0.5,
+      outerStep: null,
+      faults: churn ? [{ kind: 'crash', atS: 20, lostSteps: 0, droppedShareSteps: 0, unmeasured: true }] : [],
+      joinToContributionS: [],
+      restarts: 0,
+      auditOk: true,
+      rssMiBPerWorker: null,
+      warmupS: 30,
+    });
+    const table = scaleTable([row(undefined, false, 1000), row('broadband', false, 400), row('broadband', true, 300)]);
+    const churnRow = table.split('\n').find((l) => l.includes('| broadband | yes |'))!;
+    expect(churnRow).toContain('| 75 % |');
+    // One fault, none carried or measured: no lost steps.
+    expect(churnRow).toMatch(/\| 1 \| - \|/);
+  });
+});
