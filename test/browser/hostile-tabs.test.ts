@@ -183,26 +183,28 @@ describe.skipIf(skip).each(Object.keys(MODES) as (keyof typeof MODES)[])(
       const t0 = performance.now();
       const { c, swarm } = await start(opts.job);
       const hostiles = opts.hostiles ?? 1;
-      const openHostiles = () =>
-        Promise.all(
-          Array.from({ length: hostiles }, async () => {
-            const tab = await hostile.open(browser, query, { echo });
-            await tab.waitFor((v) => v.elastic !== null && v.elastic.workerId !== null, null, 60_000);
-            return tab;
-          }),
-        );
+      const hasJoined = (tab: HostileTab) =>
+        tab.waitFor((v) => v.elastic !== null && v.elastic.workerId !== null, null, 60_000);
+      const openHostiles = (hold: boolean) =>
+        Promise.all(Array.from({ length: hostiles }, () => hostile.open(browser, query, { echo, hold })));
       let tabs: HostileTab[];
       if (opts.hostileFirst) {
-        tabs = await openHostiles();
+        tabs = await openHostiles(false);
+        await Promise.all(tabs.map(hasJoined));
         await swarm.openMany(4 - hostiles);
       } else {
+        // Loaded and held before the honest tabs start, released at the checkpoint: the join happens at that
+        // point of the job however long the page took to load (the page's file comment says why).
+        tabs = await openHostiles(true);
+        await Promise.all(tabs.map((t) => t.waitFor((v) => v.hostile.phase === 'held', null, 120_000)));
         await swarm.openMany(4 - hostiles);
         await statusUntil(
           c,
           (s) => (s.latestCheckpoint?.step ?? 0) >= JOIN_AFTER,
           `the checkpoint of step ${JOIN_AFTER}`,
         );
-        tabs = await openHostiles();
+        await Promise.all(tabs.map((t) => t.release()));
+        await Promise.all(tabs.map(hasJoined));
       }
       const ids = await Promise.all(tabs.map(async (t) => (await t.view()).elastic!.workerId!));
       try {

@@ -88,6 +88,12 @@ export class HostileTab {
     return this.view();
   }
 
+  /** A tab opened with `hold`: wait until it is ready (at most `timeoutMs`), then let it join. */
+  async release(timeoutMs = 120_000): Promise<void> {
+    await this.waitFor((v) => v.hostile.phase === 'held', null, timeoutMs);
+    await this.page.evaluate(() => window.tabswarmHostileRelease!());
+  }
+
   async close(): Promise<void> {
     await this.context.close().catch(() => undefined);
   }
@@ -132,12 +138,21 @@ export class HostileTabServer {
     for (const route of this.routes) route.target = url;
   }
 
-  /** Open a hostile tab (its own browser context) attacking as `query` says; resolves once loaded. */
-  async open(browser: Browser, query: HostileQuery, opts: { echo?: boolean } = {}): Promise<HostileTab> {
+  /**
+   * Open a hostile tab (its own browser context) attacking as `query` says; resolves once loaded. With
+   * `hold`, the tab readies itself and waits for `HostileTab.release` before it joins (the page's file
+   * comment says why).
+   */
+  async open(
+    browser: Browser,
+    query: HostileQuery,
+    opts: { echo?: boolean; hold?: boolean } = {},
+  ): Promise<HostileTab> {
     const context = await browser.newContext();
     const page = await context.newPage();
     const problems = watchPage(page, { echo: opts.echo });
     const params = new URLSearchParams(Object.entries(query).map(([k, v]) => [k, String(v)]));
+    if (opts.hold) params.set('hold', '1');
     await page.goto(`${this.origin}${HOSTILE_PAGE}?${params}`);
     const tab = new HostileTab(context, page, problems);
     this.tabs.push(tab);

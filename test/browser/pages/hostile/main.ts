@@ -7,6 +7,12 @@
  * `window.tabswarmHostile` is its state for the test: the attack, what the decorators did (`tally`),
  * and an error if the page could not start. `window.tabswarmElastic` is the loop's status, as in the
  * volunteer page.
+ *
+ * `?hold=1`: the page gets everything ready (its worker, the dataset) and then waits in phase `held`
+ * until the test calls `window.tabswarmHostileRelease()`; only then does it say hello. A test that wants
+ * the tab to join at a given point of the job opens it early and releases it there, so the join does
+ * not wait on the page's load (Vite serves this page module by module: seconds on a loaded machine,
+ * longer than a short job's whole run).
  */
 import * as Comlink from 'comlink';
 import { startElastic } from '../../../../web/elastic/start';
@@ -27,14 +33,19 @@ import {
 export interface HostileState {
   attack: Attack | null;
   tally: Tally;
-  /** 'loading' → 'waiting' (claim-state: until the job reached fromStep) → 'started'; or 'error'. */
-  phase: 'loading' | 'waiting' | 'started' | 'error';
+  /**
+   * 'loading' → 'held' (`?hold=1`: until released) → 'waiting' (claim-state: until the job reached
+   * fromStep) → 'started'; or 'error'.
+   */
+  phase: 'loading' | 'held' | 'waiting' | 'started' | 'error';
   error: string | null;
 }
 
 declare global {
   interface Window {
     tabswarmHostile?: HostileState;
+    /** Set while the page is held (`?hold=1`): call it to let the tab join. */
+    tabswarmHostileRelease?: () => void;
   }
 }
 
@@ -74,6 +85,12 @@ async function main(): Promise<void> {
   if (!probe.ok) throw new Error(probe.reason);
   const dataset = await fetchDataset('');
   await api.loadData(Comlink.transfer(dataset, datasetBuffers(dataset)));
+  if (new URLSearchParams(location.search).get('hold') === '1') {
+    state.phase = 'held';
+    await new Promise<void>((release) => {
+      window.tabswarmHostileRelease = release;
+    });
+  }
   if (attack.mode === 'claim-state') {
     void watchCommits();
     forgeHelloRunId(WebSocket.prototype, { committed: () => committed, tally: state.tally });
