@@ -15,15 +15,16 @@
  * by the seed, not as the first rank.
  *
  * What it measures: commits, committed samples and samples/s in the window, compute utilization (the
- * coordinator's whole-run figure), restarts and the audit. What it does not: the outer-step split, work
- * lost per failure and join → first commit (the loopback run reads them from the workers' `--timings`
- * lines and the admin feed, which the test bed's members do not expose to this driver); those columns
- * print `-`. One process per worker (a home holds one), so no RSS per worker either.
+ * coordinator's whole-run figure), the outer-step split (the workers' `--timings` lines received in the
+ * window, as on loopback), restarts and the audit. What it does not: work lost per failure and join →
+ * first commit (the loopback run reads them from the coordinator's status before each fault and from the
+ * admin feed, which this driver does not reach); those columns print `-`. One process per worker (a home
+ * holds one), so no RSS per worker either.
  */
 import type { FiredNetbedEvent } from '../../tools/netbed/netbed-chaos';
 import { type NetbedSwarmOptions, runNetbedSwarm } from '../../tools/netbed/netbed-swarm';
 import { resolveDatasetDir } from '../../coordinator/config/startup-config';
-import { JOB, type FaultRecord, type ScaleResult } from './scale-run';
+import { JOB, type FaultRecord, outerStep, type ScaleResult, type Swarm } from './scale-run';
 import { SYNC_PROFILES } from './sync-configs';
 
 export interface NetbedScaleScenario {
@@ -39,7 +40,11 @@ export interface NetbedScaleScenario {
 }
 
 /** The swarm driver's options for a scenario (pure: the unit test checks the churn rate it asks for). */
-export function netbedScaleOptions(s: NetbedScaleScenario, datasetDir: string): NetbedSwarmOptions {
+export function netbedScaleOptions(
+  s: NetbedScaleScenario,
+  datasetDir: string,
+  onHeadlessLine?: (line: string) => void,
+): NetbedSwarmOptions {
   const link = SYNC_PROFILES[s.profile];
   if (!link) throw new Error(`unknown profile "${s.profile}" (${Object.keys(SYNC_PROFILES).join(', ')})`);
   const failures = Math.max(1, Math.round((s.n * s.ratePerWorkerMin * s.windowS) / 60));
@@ -58,6 +63,7 @@ export function netbedScaleOptions(s: NetbedScaleScenario, datasetDir: string): 
     datasetDir,
     json: false,
     warmFullWorld: true,
+    headless: { args: ['--timings'], onLine: onHeadlessLine },
   };
 }
 
@@ -74,9 +80,19 @@ function faultOf(e: FiredNetbedEvent): FaultRecord | null {
 }
 
 export async function runNetbedScaleScenario(s: NetbedScaleScenario): Promise<ScaleResult> {
-  const opts = netbedScaleOptions(s, resolveDatasetDir(undefined, process.env));
+  const timings: { at: number; timing: Swarm['timings'][number] }[] = [];
+  const opts = netbedScaleOptions(s, resolveDatasetDir(undefined, process.env), (line) => {
+    if (!line.startsWith('{"timing"')) return;
+    try {
+      timings.push({ at: Date.now(), timing: (JSON.parse(line) as { timing: Swarm['timings'][number] }).timing });
+    } catch {
+      // a partial line: skip it
+    }
+  });
   const t0 = performance.now();
   const report = await runNetbedSwarm(opts, s.log, new AbortController().signal);
+  const windowEnd = report.windowStartMs + report.windowS * 1000;
+  const inWindow = timings.filter((t) => t.at >= report.windowStartMs && t.at <= windowEnd).map((t) => t.timing);
   s.log(`N=${s.n}${s.churn ? ' churn' : ''} (${s.profile}): ${report.steps} steps, ${report.commits} commits`);
   return {
     n: s.n,
@@ -88,7 +104,7 @@ export async function runNetbedScaleScenario(s: NetbedScaleScenario): Promise<Sc
     committedSamples: report.committedSamples,
     samplesPerSec: report.committedSamples / report.windowS,
     utilization: report.utilization,
-    outerStep: null,
+    outerStep: outerStep(inWindow),
     faults: report.events.map(faultOf).filter((f): f is FaultRecord => f !== null),
     joinToContributionS: [],
     restarts: report.restarts,

@@ -304,7 +304,8 @@ function settle(f: FaultRecord, feed: FeedWatcher): void {
   if (f.outcome === 'carried') f.lostSteps = f.droppedShareSteps;
 }
 
-function outerStep(timings: Swarm['timings']): ScaleResult['outerStep'] {
+/** Medians of the outer-step splits (`tabswarm worker --timings` lines), or null without any. */
+export function outerStep(timings: Swarm['timings']): ScaleResult['outerStep'] {
   if (timings.length === 0) return null;
   return {
     wallMs: median(timings.map((t) => t.wallMs)),

@@ -23,6 +23,11 @@ export interface NetbedChaos {
   hangFor: number;
 }
 
+export interface HeadlessMemberOptions {
+  args?: string[];
+  onLine?(line: string): void;
+}
+
 type Member =
   | { name: string; kind: 'tab'; home: number; tab: SceneTab; cdp: CDPSession | null; fate: string }
   | { name: string; kind: 'headless'; home: number; process: HeadlessProcess; fate: string };
@@ -50,6 +55,8 @@ export class NetbedMembers {
     private readonly scene: Scene,
     private readonly tabBudget: number,
     private readonly log: (line: string) => void,
+    /** Extra `tabswarm worker` flags for every headless member, and a reader of each line it prints. */
+    private readonly headless: HeadlessMemberOptions = {},
   ) {}
 
   get live(): Member[] {
@@ -69,11 +76,12 @@ export class NetbedMembers {
     const process = spawnHeadless({
       url: this.scene.url,
       name,
-      args: ['--quiet'],
+      args: ['--quiet', ...(this.headless.args ?? [])],
       prefix: ['ip', 'netns', 'exec', this.scene.bed.homes[home]!.ns],
       env: { NODE_EXTRA_CA_CERTS: this.scene.certs.caCert },
       onLine: (line) => {
         if (/^\S+ error /.test(line)) this.log(`${name}: ${line}`);
+        this.headless.onLine?.(line);
       },
     });
     const member: Member = { name, kind: 'headless', home, process, fate: 'open' };

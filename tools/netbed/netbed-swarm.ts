@@ -26,7 +26,14 @@ import {
   type LinkProfile,
   type NatKind,
 } from './netbed';
-import { type FiredNetbedEvent, homesNeeded, type NetbedChaos, NetbedMembers, netbedSchedule } from './netbed-chaos';
+import {
+  type FiredNetbedEvent,
+  type HeadlessMemberOptions,
+  homesNeeded,
+  type NetbedChaos,
+  NetbedMembers,
+  netbedSchedule,
+} from './netbed-chaos';
 import { Scene } from './scene';
 
 export interface RawNetbedSwarmOptions {
@@ -68,6 +75,8 @@ export interface NetbedSwarmOptions {
    * whose rounds start with half the swarm), not at the first commit. Default false (the CLI).
    */
   warmFullWorld?: boolean;
+  /** Extra flags and a line reader for the headless members (bench:scale: `--timings`). */
+  headless?: HeadlessMemberOptions;
 }
 
 /** Small enough that tabs on SwiftShader behind slow links make progress within a minute. */
@@ -176,8 +185,9 @@ export interface NetbedSwarmReport {
   /** The window's live commits (a local-mode commit covers several steps) and the samples they committed. */
   commits: number;
   committedSamples: number;
-  /** Seconds from the window's start to its last status. */
+  /** Seconds from the window's start to its last status, and when it started (ms since the epoch). */
   windowS: number;
+  windowStartMs: number;
   /** Compute utilization the coordinator measured over the whole run (`usage.total`), or null. */
   utilization: number | null;
   restarts: number;
@@ -205,7 +215,7 @@ export async function runNetbedSwarm(
     distDir: resolve(import.meta.dirname, '../../dist'),
     log,
   });
-  const members = new NetbedMembers(scene, opts.workers, log);
+  const members = new NetbedMembers(scene, opts.workers, log, opts.headless);
   try {
     log(`netbed: coordinator ${scene.url}, coturn, ${homes.length} home(s) (${homes.map((h) => h.nat).join(', ')})`);
     await Promise.all(
@@ -214,6 +224,7 @@ export async function runNetbedSwarm(
     const status = () => scene.api<StatusResponse>('/api/status');
     const first = await warmUp(status, opts, signal);
     const started = performance.now();
+    const windowStartMs = Date.now();
     const events = await playSchedule(schedule, members, started, log, signal);
     let last = await status();
     while (!signal.aborted && performance.now() - started < opts.durationS * 1000 && last.state !== 'done') {
@@ -244,6 +255,7 @@ export async function runNetbedSwarm(
       commits: window.length,
       committedSamples: window.reduce((n, c) => n + c.count, 0),
       windowS: elapsed / 1000,
+      windowStartMs,
       utilization: last.usage?.total.utilization ?? null,
       restarts: last.restarts,
       auditOk: audit.ok,

@@ -26,6 +26,7 @@ describe('bench:scale --netbed', () => {
       expect(o.headlessWorkers).toBe(n);
       expect(o.workers).toBe(0);
       expect(o.warmFullWorld).toBe(true);
+      expect(o.headless?.args).toEqual(['--timings']);
       expect(o.link).toEqual({ delayMs: 20, jitterMs: 0, rateMbit: 20, lossPercent: 0 });
       const schedule = netbedSchedule(o.chaos!, n, o.durationS);
       // scale-run.ts: at least one, else N · rate per minute over the window.
