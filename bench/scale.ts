@@ -97,7 +97,8 @@ for (const n of replay ? [] : ns) {
 }
 const load = loadavg()[0]!;
 /** The windows the results were measured over (a replay may put runs of different windows together). */
-const windows = [...new Set(results.map((r) => r.windowS))].sort((a, b) => a - b).join('/') || String(windowS);
+const windows =
+  [...new Set(results.map((r) => Math.round(r.windowS)))].sort((a, b) => a - b).join('/') || String(windowS);
 results.sort((a, b) => networkOf(a).localeCompare(networkOf(b)) || a.n - b.n || Number(a.churn) - Number(b.churn));
 const networks = [...new Set(results.map(networkOf))];
 const where = networks
@@ -115,7 +116,8 @@ console.log(
   JSON.stringify({
     bench: 'scale',
     worker: 'headless',
-    perProcess,
+    // The test bed runs one worker per home, so one per process.
+    perProcess: netbed ? 1 : perProcess,
     network: networks.length === 1 ? networks[0] : networks,
     windowS,
     ratePerWorkerMin: rate,
