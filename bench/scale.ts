@@ -7,6 +7,7 @@
  *
  *   npm run bench:scale -- [--n 4,8,16,32,64] [--window 60] [--rate 0.2] [--per-process 8] [--warmup 600] [--out bench] [--events DIR]
  *   npm run bench:scale -- --netbed broadband [--n 4,8,16] [--window 60] [--rate 0.2] [--warmup 600] [--seed 1]   (root)
+ *   … [--topology ring|auto] [--churn no|yes|both]
  *
  * `--rate` is failures per worker-minute (0.2: a mean lifetime of 5 minutes), each a crash or a leave plus a
  * join. `--events DIR` keeps each scenario's admin-feed events, commits and faults (scale-events-N-quiet|churn.json).
@@ -19,6 +20,10 @@
  * home, every access link shaped to the profile (bench/lib/sync-configs.ts; `broadband` is 20 ms each way,
  * 20 Mbit/s), through `tabswarm swarm --netbed`'s driver (bench/lib/scale-netbed.ts says what it measures
  * and what it leaves out). Its plot is `scale-PROFILE.svg`/`.png`.
+ *
+ * `--topology ring|auto` runs the job with that topology and `verify: false` (a verifying job keeps the
+ * plain ring: bench/lib/scale-run.ts `JOB`), for issue 23's ring-against-groups comparison; `--churn no`
+ * runs the quiet scenarios only.
  */
 import { readFileSync, writeFileSync } from 'node:fs';
 import { loadavg } from 'node:os';
@@ -28,7 +33,7 @@ import { arg } from './lib/common';
 import { exitUnlessReady } from './lib/common';
 import { lostRatio, networkOf, scaleSvg, scaleTable } from './lib/scale-report';
 import { runNetbedScaleScenario } from './lib/scale-netbed';
-import { runScaleScenario, type ScaleResult } from './lib/scale-run';
+import { runScaleScenario, type ScaleResult, type ScaleTopology } from './lib/scale-run';
 
 const ns = arg('n', '4,8,16,32,64')
   .split(',')
@@ -41,6 +46,13 @@ const out = arg('out', 'bench');
 const perProcess = Number(arg('per-process', '8'));
 const eventsDir = arg('events', '') || undefined;
 const netbed = arg('netbed', '');
+const topologyArg = arg('topology', '');
+if (topologyArg && topologyArg !== 'ring' && topologyArg !== 'auto')
+  throw new Error(`--topology ${topologyArg}: expected ring or auto`);
+const topology = (topologyArg || undefined) as ScaleTopology | undefined;
+const churnArg = arg('churn', 'both');
+const churns = ({ no: [false], yes: [true], both: [false, true] } as Record<string, boolean[]>)[churnArg];
+if (!churns) throw new Error(`--churn ${churnArg}: expected no, yes or both`);
 const seed = Number(arg('seed', '1'));
 const log = (line: string) => process.stderr.write(`${line}\n`);
 
@@ -65,7 +77,7 @@ const results: ScaleResult[] = replay
       .map((line) => JSON.parse(line) as ScaleResult)
   : [];
 for (const n of replay ? [] : ns) {
-  for (const churn of [false, true]) {
+  for (const churn of churns) {
     try {
       const r = netbed
         ? await runNetbedScaleScenario({
@@ -87,6 +99,7 @@ for (const n of replay ? [] : ns) {
             warmupS,
             log,
             eventsDir,
+            topology,
           });
       log(JSON.stringify(r));
       results.push(r);
@@ -130,7 +143,9 @@ for (const network of networks) {
     results.filter((r) => networkOf(r) === network),
     `bench:scale — samples/s and utilization against N (${network}, ${windows} s windows)`,
   );
-  const name = network === 'loopback' ? 'scale' : `scale-${network}`;
+  // scale.svg, scale-broadband.svg, scale-broadband-auto.svg …
+  const name =
+    network === 'loopback' ? 'scale' : `scale-${network.replace(/ \(unverified\)/, '').replace(/\W+/g, '-')}`;
   writeFileSync(join(out, `${name}.svg`), svg);
   await renderPng(svg, join(out, `${name}.png`)).catch((error: Error) => log(`no PNG: ${error.message}`));
 }

@@ -24,7 +24,7 @@
 import type { FiredNetbedEvent } from '../../tools/netbed/netbed-chaos';
 import { type NetbedSwarmOptions, runNetbedSwarm } from '../../tools/netbed/netbed-swarm';
 import { resolveDatasetDir } from '../../coordinator/config/startup-config';
-import { JOB, type FaultRecord, outerStep, type ScaleResult, type Swarm } from './scale-run';
+import { JOB, type FaultRecord, outerStep, type ScaleResult, type ScaleTopology, type Swarm } from './scale-run';
 import { SYNC_PROFILES } from './sync-configs';
 
 export interface NetbedScaleScenario {
@@ -36,6 +36,7 @@ export interface NetbedScaleScenario {
   /** A key of `SYNC_PROFILES`. */
   profile: string;
   seed: number;
+  topology?: ScaleTopology;
   log(line: string): void;
 }
 
@@ -59,7 +60,7 @@ export function netbedScaleOptions(
     link,
     durationS: s.windowS,
     warmupS: s.warmupS,
-    job: JOB(s.n),
+    job: JOB(s.n, s.topology),
     datasetDir,
     json: false,
     warmFullWorld: true,
@@ -98,6 +99,7 @@ export async function runNetbedScaleScenario(s: NetbedScaleScenario): Promise<Sc
     n: s.n,
     churn: s.churn,
     network: s.profile,
+    ...(s.topology ? { topology: s.topology } : {}),
     windowS: Math.round(report.windowS * 10) / 10,
     commits: report.commits,
     committedSteps: report.steps,

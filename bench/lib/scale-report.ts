@@ -25,8 +25,12 @@ export function meanLost(r: ScaleResult): number | null {
   return measured.length ? measured.reduce((n, x) => n + x.lostSteps, 0) / measured.length : null;
 }
 
-/** Where a result's workers ran: loopback, or the test bed's profile. */
-export const networkOf = (r: ScaleResult): string => r.network ?? 'loopback';
+/**
+ * Where a result's workers ran (loopback, or the test bed's profile) and, with `--topology`, how they synced
+ * (`ring` or `auto`, both unverified): the rows a churn row is compared with share it.
+ */
+export const networkOf = (r: ScaleResult): string =>
+  `${r.network ?? 'loopback'}${r.topology ? `, ${r.topology} (unverified)` : ''}`;
 
 /** ` (k)`: faults whose outer step the survivors finished, for runs that recorded it; '' otherwise. */
 const carried = (r: ScaleResult) =>

@@ -45,6 +45,7 @@ export interface ScaleScenario {
   warmupS: number;
   /** Where to write each scenario's admin-feed events, commits and faults as JSON (for reading why a round closed), or none. */
   eventsDir?: string;
+  topology?: ScaleTopology;
   log(line: string): void;
 }
 
@@ -70,6 +71,8 @@ export interface ScaleResult {
   churn: boolean;
   /** Where the workers ran: absent for loopback, else the test bed's link profile (scale-netbed.ts). */
   network?: string;
+  /** `--topology`: the job's topology, unverified (`JOB`); absent: the default job. */
+  topology?: ScaleTopology;
   windowS: number;
   commits: number;
   committedSteps: number;
@@ -85,7 +88,15 @@ export interface ScaleResult {
   warmupS: number;
 }
 
-export const JOB = (n: number) => ({
+/**
+ * `--topology ring|auto` (issue 23's comparison): the job's `topology`, with `verify: false`, since a job
+ * that verifies keeps the plain ring whatever it says (coordinator/machine/topology.ts): both sides of
+ * the comparison then run unverified. Absent: the default job (an open swarm's: verified, ring).
+ */
+export type ScaleTopology = 'ring' | 'auto';
+
+export const JOB = (n: number, topology?: ScaleTopology) => ({
+  ...(topology ? { topology, verify: false } : {}),
   model: 'tiny-mlp',
   globalBatch: 512,
   epochs: 1000,
@@ -199,7 +210,12 @@ export async function runScaleScenario(s: ScaleScenario): Promise<ScaleResult> {
   // Every worker comes from 127.0.0.1 with two sockets: the per-address caps meant for strangers (64
   // sockets, 60 hellos a minute, 20 restarts charged to an address) would refuse more than 32 workers.
   const caps = ['--max-sockets-per-address', '1000', '--joins-per-minute', '1000', '--address-restart-quota', '1000'];
-  const proc = await spawnCoordinator({ job: JOB(s.n), datasetDir: null, startTimeoutMs: 60_000, extraArgs: caps });
+  const proc = await spawnCoordinator({
+    job: JOB(s.n, s.topology),
+    datasetDir: null,
+    startTimeoutMs: 60_000,
+    extraArgs: caps,
+  });
   const swarm = new Swarm(proc.url, s.log);
   const feed = await FeedWatcher.open(proc.url, proc.adminToken!);
   try {
@@ -273,6 +289,7 @@ async function measure(
   return {
     n: s.n,
     churn: s.churn,
+    ...(s.topology ? { topology: s.topology } : {}),
     windowS: s.windowS,
     commits: inWindow.length,
     committedSteps,

@@ -4,8 +4,8 @@
  */
 import { describe, expect, it } from 'vitest';
 import { netbedScaleOptions } from '../../../bench/lib/scale-netbed';
-import { scaleTable } from '../../../bench/lib/scale-report';
-import type { ScaleResult } from '../../../bench/lib/scale-run';
+import { networkOf, scaleTable } from '../../../bench/lib/scale-report';
+import { JOB, type ScaleResult } from '../../../bench/lib/scale-run';
 import { netbedSchedule } from '../../../tools/netbed/netbed-chaos';
 
 const scenario = {
@@ -65,5 +65,18 @@ describe('bench:scale --netbed', () => {
     expect(churnRow).toContain('| 75 % |');
     // One fault, none carried or measured: no lost steps.
     expect(churnRow).toMatch(/\| 1 \| - \|/);
+  });
+});
+
+describe('bench:scale --topology', () => {
+  it('runs both sides unverified (a verifying job keeps the plain ring), and labels the rows apart', () => {
+    expect(JOB(16)).not.toHaveProperty('topology');
+    expect(JOB(16)).not.toHaveProperty('verify');
+    expect(JOB(16, 'auto')).toMatchObject({ topology: 'auto', verify: false });
+    expect(JOB(16, 'ring')).toMatchObject({ topology: 'ring', verify: false });
+    expect(netbedScaleOptions({ ...scenario, topology: 'auto' }, '/data').job).toMatchObject({ topology: 'auto' });
+    const base = { n: 16, churn: false, windowS: 60 } as ScaleResult;
+    expect(networkOf({ ...base, network: 'broadband', topology: 'auto' })).toBe('broadband, auto (unverified)');
+    expect(networkOf(base)).toBe('loopback');
   });
 });
