@@ -88,6 +88,7 @@ for (const n of replay ? [] : ns) {
             warmupS,
             profile: netbed,
             seed,
+            topology,
             log,
           })
         : await runScaleScenario({
@@ -129,8 +130,8 @@ console.log(
   JSON.stringify({
     bench: 'scale',
     worker: 'headless',
-    // The test bed runs one worker per home, so one per process.
-    perProcess: netbed ? 1 : perProcess,
+    // The test bed runs one worker per home, so one per process (a replay knows it from the rows).
+    perProcess: netbed || results.every((r) => r.network) ? 1 : perProcess,
     network: networks.length === 1 ? networks[0] : networks,
     windowS,
     ratePerWorkerMin: rate,

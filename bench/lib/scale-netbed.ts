@@ -106,6 +106,7 @@ export async function runNetbedScaleScenario(s: NetbedScaleScenario): Promise<Sc
     committedSamples: report.committedSamples,
     samplesPerSec: report.committedSamples / report.windowS,
     utilization: report.utilization,
+    groups: report.groups,
     outerStep: outerStep(inWindow),
     faults: report.events.map(faultOf).filter((f): f is FaultRecord => f !== null),
     joinToContributionS: [],

@@ -52,7 +52,7 @@ export function scaleTable(results: ScaleResult[]): string {
     const lost = meanLost(r);
     const ratio = lostRatio(r);
     lines.push(
-      `| ${r.n} | ${networkOf(r)} | ${r.churn ? 'yes' : 'no'} | ${r.commits} | ${f(r.samplesPerSec)} | ${vs} | ${r.utilization === null ? '-' : `${f(100 * r.utilization)} %`} | ${split} | ${r.faults.length}${carried(r)} | ${lost === null ? '-' : `${f(lost, 1)} (${ratio === null ? '-' : `${f(ratio, 1)}×`})`} | ${f(medianOrNull(r.joinToContributionS), 1)} | ${r.restarts} | ${r.auditOk ? 'ok' : 'FAIL'} | ${f(r.rssMiBPerWorker)} |`,
+      `| ${r.n} | ${networkOf(r)}${r.groups ? ` [groups ${r.groups.join('+')}]` : ''} | ${r.churn ? 'yes' : 'no'} | ${r.commits} | ${f(r.samplesPerSec)} | ${vs} | ${r.utilization === null ? '-' : `${f(100 * r.utilization)} %`} | ${split} | ${r.faults.length}${carried(r)} | ${lost === null ? '-' : `${f(lost, 1)} (${ratio === null ? '-' : `${f(ratio, 1)}×`})`} | ${f(medianOrNull(r.joinToContributionS), 1)} | ${r.restarts} | ${r.auditOk ? 'ok' : 'FAIL'} | ${f(r.rssMiBPerWorker)} |`,
     );
   }
   return lines.join('\n');

@@ -73,6 +73,8 @@ export interface ScaleResult {
   network?: string;
   /** `--topology`: the job's topology, unverified (`JOB`); absent: the default job. */
   topology?: ScaleTopology;
+  /** What the planner chose for the round at the window's end: its group sizes, or null (one ring). */
+  groups?: number[] | null;
   windowS: number;
   commits: number;
   committedSteps: number;
@@ -296,6 +298,7 @@ async function measure(
     committedSamples,
     samplesPerSec: committedSamples / s.windowS,
     utilization: status.usage?.total.utilization ?? null,
+    groups: status.topology?.groups ?? null,
     outerStep: outerStep(swarm.timings),
     faults,
     joinToContributionS: joinTimes(joins, feed, endAt),

@@ -190,6 +190,8 @@ export interface NetbedSwarmReport {
   windowStartMs: number;
   /** Compute utilization the coordinator measured over the whole run (`usage.total`), or null. */
   utilization: number | null;
+  /** The last status's round: its group sizes when it synced in groups, null for one ring. */
+  groups: number[] | null;
   restarts: number;
   auditOk: boolean;
   tabs: { id: string; rank: number; rttMs: number | null; paths: string[]; iceError: string | null }[];
@@ -257,6 +259,7 @@ export async function runNetbedSwarm(
       windowS: elapsed / 1000,
       windowStartMs,
       utilization: last.usage?.total.utilization ?? null,
+      groups: last.topology?.groups ?? null,
       restarts: last.restarts,
       auditOk: audit.ok,
       tabs: last.world.items.map((w) => ({
