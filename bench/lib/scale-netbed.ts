@@ -95,6 +95,7 @@ export async function runNetbedScaleScenario(s: NetbedScaleScenario): Promise<Sc
   const windowEnd = report.windowStartMs + report.windowS * 1000;
   const inWindow = timings.filter((t) => t.at >= report.windowStartMs && t.at <= windowEnd).map((t) => t.timing);
   s.log(`N=${s.n}${s.churn ? ' churn' : ''} (${s.profile}): ${report.steps} steps, ${report.commits} commits`);
+  for (const line of report.closures) s.log(`  ${line}`);
   return {
     n: s.n,
     churn: s.churn,

@@ -192,6 +192,8 @@ export interface NetbedSwarmReport {
   utilization: number | null;
   /** The last status's round: its group sizes when it synced in groups, null for one ring. */
   groups: number[] | null;
+  /** The window's warnings from the coordinator's event log (failed rounds and why, hung members), oldest first. */
+  closures: string[];
   restarts: number;
   auditOk: boolean;
   tabs: { id: string; rank: number; rttMs: number | null; paths: string[]; iceError: string | null }[];
@@ -235,6 +237,7 @@ export async function runNetbedSwarm(
     }
     const elapsed = performance.now() - started;
     const audit = await scene.api<{ ok: boolean }>('/api/audit');
+    const closures = await windowClosures(scene, windowStartMs);
     const steps = last.step - first.step;
     const window: CommitsPage['commits'] = [];
     for (let next: number | null = first.step + 1; next !== null && next <= last.step; ) {
@@ -260,6 +263,7 @@ export async function runNetbedSwarm(
       windowStartMs,
       utilization: last.usage?.total.utilization ?? null,
       groups: last.topology?.groups ?? null,
+      closures,
       restarts: last.restarts,
       auditOk: audit.ok,
       tabs: last.world.items.map((w) => ({
@@ -274,6 +278,16 @@ export async function runNetbedSwarm(
     await members.close();
     await scene.close();
   }
+}
+
+/** The window's warnings (failed rounds, hung members, failure reports, refused messages) as short lines. */
+async function windowClosures(scene: Scene, sinceMs: number): Promise<string[]> {
+  const { events } = await scene.api<{ events: { at: number; level: string; event: string; data: unknown }[] }>(
+    '/api/admin/events?limit=1000',
+  );
+  return events
+    .filter((e) => e.at >= sinceMs && e.level !== 'info')
+    .map((e) => `${e.event} ${JSON.stringify(e.data).slice(0, 200)}`);
 }
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, Math.max(0, ms)));
