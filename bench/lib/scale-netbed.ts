@@ -16,9 +16,10 @@
  *
  * What it measures: commits, committed samples and samples/s in the window, compute utilization (the
  * coordinator's whole-run figure), the outer-step split (the workers' `--timings` lines received in the
- * window, as on loopback), restarts and the audit. What it does not: work lost per failure and join →
- * first commit (the loopback run reads them from the coordinator's status before each fault and from the
- * admin feed, which this driver does not reach); those columns print `-`. One process per worker (a home
+ * window, as on loopback), join → first commit (from the driver's poll of the world and the window's
+ * commits), restarts and the audit. What it does not: work lost per failure (the loopback run reads the
+ * work in flight from the coordinator's status just before each fault, which this driver does not);
+ * that column prints `-`. One process per worker (a home
  * holds one), so no RSS per worker either.
  */
 import type { FiredNetbedEvent } from '../../tools/netbed/netbed-chaos';
@@ -110,7 +111,7 @@ export async function runNetbedScaleScenario(s: NetbedScaleScenario): Promise<Sc
     groups: report.groups,
     outerStep: outerStep(inWindow),
     faults: report.events.map(faultOf).filter((f): f is FaultRecord => f !== null),
-    joinToContributionS: [],
+    joinToContributionS: report.joinToFirstCommitS,
     restarts: report.restarts,
     auditOk: report.auditOk,
     rssMiBPerWorker: null,

@@ -15,7 +15,7 @@
 import { readFileSync } from 'node:fs';
 import type { ChaosEvent } from '../swarm/chaos-schedule';
 import { resolve } from 'node:path';
-import type { StatusResponse } from '../../core/protocol/views';
+import { STATUS_PAGE_MAX, type StatusResponse } from '../../core/protocol/views';
 import type { CommitsPage } from '../../coordinator/admin/audit';
 import { loadJobFile, resolveDatasetDir, StartupError } from '../../coordinator/config/startup-config';
 import {
@@ -192,6 +192,11 @@ export interface NetbedSwarmReport {
   utilization: number | null;
   /** The last status's round: its group sizes when it synced in groups, null for one ring. */
   groups: number[] | null;
+  /**
+   * Seconds from each join of the schedule to the first commit of a round the joiner was in (its
+   * contribution), for the joiners that made one inside the window.
+   */
+  joinToFirstCommitS: number[];
   /** The window's warnings from the coordinator's event log (failed rounds and why, hung members), oldest first. */
   closures: string[];
   restarts: number;
@@ -229,6 +234,7 @@ export async function runNetbedSwarm(
     const first = await warmUp(status, opts, signal);
     const started = performance.now();
     const windowStartMs = Date.now();
+    const membership = trackMembership(scene, signal);
     const events = await playSchedule(schedule, members, started, log, signal);
     let last = await status();
     while (!signal.aborted && performance.now() - started < opts.durationS * 1000 && last.state !== 'done') {
@@ -236,6 +242,7 @@ export async function runNetbedSwarm(
       last = await status();
     }
     const elapsed = performance.now() - started;
+    const firstRounds = await membership.stop();
     const audit = await scene.api<{ ok: boolean }>('/api/audit');
     const closures = await windowClosures(scene, windowStartMs);
     const steps = last.step - first.step;
@@ -246,6 +253,7 @@ export async function runNetbedSwarm(
       next = page.next;
     }
     const opened = (kind: string) => members.members.filter((m) => m.kind === kind).length;
+    const joinToFirstCommitS = joinTimes(events, firstRounds, window, windowStartMs);
     return {
       ok: audit.ok && steps > 0,
       workers: opts.workers,
@@ -263,6 +271,7 @@ export async function runNetbedSwarm(
       windowStartMs,
       utilization: last.usage?.total.utilization ?? null,
       groups: last.topology?.groups ?? null,
+      joinToFirstCommitS,
       closures,
       restarts: last.restarts,
       auditOk: audit.ok,
@@ -278,6 +287,50 @@ export async function runNetbedSwarm(
     await members.close();
     await scene.close();
   }
+}
+
+/**
+ * The round in which each member (by name: a peer id is `NAME-<hex>`) first showed in `/api/status`'s
+ * world, polled every second until `stop`.
+ */
+function trackMembership(scene: Scene, signal: AbortSignal): { stop(): Promise<Map<string, number>> } {
+  const firstRound = new Map<string, number>();
+  let running = true;
+  const loop = (async () => {
+    while (running && !signal.aborted) {
+      const s = await scene.api<StatusResponse>(`/api/status?limit=${STATUS_PAGE_MAX}`).catch(() => null);
+      for (const w of s?.world.items ?? []) {
+        const name = w.peerId.slice(0, w.peerId.lastIndexOf('-'));
+        if (!firstRound.has(name)) firstRound.set(name, s!.round);
+      }
+      await sleep(1000);
+    }
+  })();
+  return {
+    stop: async () => {
+      running = false;
+      await loop;
+      return firstRound;
+    },
+  };
+}
+
+/** Join → first commit of a round it was in (see `NetbedSwarmReport.joinToFirstCommitS`). */
+export function joinTimes(
+  fired: readonly FiredNetbedEvent[],
+  firstRounds: ReadonlyMap<string, number>,
+  commits: readonly { round: number; committedAt: number }[],
+  windowStartMs: number,
+): number[] {
+  const out: number[] = [];
+  for (const e of fired) {
+    const round = firstRounds.get(e.tab);
+    if (e.kind !== 'join' || e.outcome !== 'done' || round === undefined) continue;
+    const at = windowStartMs + e.at * 1000;
+    const first = commits.find((c) => c.round >= round && c.committedAt >= at);
+    if (first) out.push((first.committedAt - at) / 1000);
+  }
+  return out;
 }
 
 /** The window's warnings (failed rounds, hung members, failure reports, refused messages) as short lines. */

@@ -6,7 +6,8 @@ import { describe, expect, it } from 'vitest';
 import { netbedScaleOptions } from '../../../bench/lib/scale-netbed';
 import { networkOf, scaleTable } from '../../../bench/lib/scale-report';
 import { JOB, type ScaleResult } from '../../../bench/lib/scale-run';
-import { netbedSchedule } from '../../../tools/netbed/netbed-chaos';
+import { type FiredNetbedEvent, netbedSchedule } from '../../../tools/netbed/netbed-chaos';
+import { joinTimes } from '../../../tools/netbed/netbed-swarm';
 
 const scenario = {
   n: 16,
@@ -78,5 +79,29 @@ describe('bench:scale --topology', () => {
     const base = { n: 16, churn: false, windowS: 60 } as ScaleResult;
     expect(networkOf({ ...base, network: 'broadband', topology: 'auto' })).toBe('broadband, auto (unverified)');
     expect(networkOf(base)).toBe('loopback');
+  });
+});
+
+describe('netbed swarm: join → first commit', () => {
+  it('counts from the join to the first commit of a round the joiner was in, and skips joiners that made none', () => {
+    const start = 1_000_000;
+    const fired: FiredNetbedEvent[] = [
+      { at: 10, kind: 'join', tab: 't5', outcome: 'done' },
+      { at: 20, kind: 'crash', tab: 't2', outcome: 'done' },
+      { at: 30, kind: 'join', tab: 't6', outcome: 'done' },
+      { at: 40, kind: 'join', tab: 't7', outcome: 'failed' },
+    ];
+    // t5 showed in round 3; t6 never did (still downloading when the window ended); t7's join failed.
+    const rounds = new Map([
+      ['t5', 3],
+      ['t7', 4],
+    ]);
+    const commits = [
+      { round: 2, committedAt: start + 9_000 },
+      { round: 2, committedAt: start + 16_000 }, // after the join, but a round without t5
+      { round: 3, committedAt: start + 25_500 },
+      { round: 4, committedAt: start + 50_000 },
+    ];
+    expect(joinTimes(fired, rounds, commits, start)).toEqual([15.5]);
   });
 });
