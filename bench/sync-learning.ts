@@ -22,7 +22,7 @@ import type { Browser } from 'playwright-core';
 import type { EvaluationView } from '../coordinator/admin/audit';
 import type { StatusResponse, StatusSummary } from '../core/protocol/views';
 import { FASHION_MNIST_DIR, launchChromium, WEB_BUILD_DIR } from '../test/support/browser';
-import { commitsFrom } from '../test/support/commit-log';
+import { commitsFrom } from '../tools/swarm/coordinator-api';
 import { CoordinatorProcess } from '../test/support/coordinator-process';
 import { Swarm } from '../test/support/swarm';
 import { arg, chromiumVersion, exitUnlessReady } from './lib/common';

@@ -43,7 +43,7 @@ import { COORDINATOR_IP, type LinkProfile } from '../tools/netbed/netbed';
 import { COORDINATOR_PORT, Scene } from '../tools/netbed/scene';
 import { launchSwarmChromium } from '../tools/swarm/chromium';
 import { FASHION_MNIST_DIR, WEB_BUILD_DIR } from '../test/support/browser';
-import { commitsFrom } from '../test/support/commit-log';
+import { commitsFrom } from '../tools/swarm/coordinator-api';
 import { makeTempDir } from '../test/support/fake-dataset';
 import { writeDatasetSlice } from '../test/support/small-dataset';
 import { arg, exitUnlessReady } from './lib/common';

@@ -28,7 +28,7 @@
 import { join } from 'node:path';
 import type { Browser } from 'playwright-core';
 import { FASHION_MNIST_DIR, launchChromium, WEB_BUILD_DIR } from '../test/support/browser';
-import { commitsFrom } from '../test/support/commit-log';
+import { commitsFrom } from '../tools/swarm/coordinator-api';
 import { CoordinatorProcess } from '../test/support/coordinator-process';
 import { makeTempDir } from '../test/support/fake-dataset';
 import { writeDatasetSlice } from '../test/support/small-dataset';

@@ -30,6 +30,7 @@ import { join } from 'node:path';
 import { STATUS_PAGE_MAX, type StatusResponse } from '../../core/protocol/views';
 import { spawnCoordinator, type CoordinatorProcess } from '../../test/support/coordinator-process';
 import { spawnHeadless, type HeadlessProcess } from '../../tools/swarm/headless-workers';
+import { secondsToFirstContribution } from '../../tools/swarm/join-times';
 import { FeedWatcher } from './admin-feed-watcher';
 import { median } from './elastic-figures';
 
@@ -364,13 +365,7 @@ export function pollMembership(proc: CoordinatorProcess, joins: Joiner[]): { sto
   };
 }
 
-/** Seconds from each joiner's start to the first commit of a round it was a member of. */
+/** Seconds from each joiner's start to the first commit of a round it was a member of (tools/swarm/join-times.ts). */
 export function joinTimes(joins: Joiner[], feed: FeedWatcher, endAt: number): number[] {
-  const out: number[] = [];
-  for (const j of joins) {
-    if (j.memberRound === null) continue;
-    const first = feed.commits.find((c) => c.round >= j.memberRound! && c.at >= j.at && c.at <= endAt);
-    if (first) out.push((first.at - j.at) / 1000);
-  }
-  return out;
+  return secondsToFirstContribution(joins, feed.commits, endAt);
 }

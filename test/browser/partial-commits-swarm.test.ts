@@ -21,7 +21,7 @@ import type { StatusResponse } from '../../core/protocol/views';
 import { type HeadlessProcess, spawnHeadless } from '../../tools/swarm/headless-workers';
 import { launchChromium, skipWithoutChromium, skipWithoutWebBuild, WEB_BUILD_DIR } from '../support/browser';
 import { expectCleanAudit } from '../support/clean-audit';
-import { commitsFrom } from '../support/commit-log';
+import { commitsFrom } from '../../tools/swarm/coordinator-api';
 import { CoordinatorProcess } from '../support/coordinator-process';
 import { makeTempDir, writeFakeIdxDataset } from '../support/fake-dataset';
 import { nodeGpuAvailable } from '../support/node-gpu';

@@ -1,23 +1,9 @@
 /**
- * The coordinator's commit log (`GET /api/commits`, page by page): every live commit, and the rows
- * browser tests read from it (per committed step its mean loss per sample, parameter hash and world size).
+ * The coordinator's commit log as browser tests read it (the paging is tools/swarm/coordinator-api.ts
+ * `commitsFrom`): the rows (per committed step its mean loss per sample, parameter hash and world size).
  */
-import type { CommitsPage, CommitView } from '../../coordinator/admin/audit';
+import { commitsFrom } from '../../tools/swarm/coordinator-api';
 import type { CoordinatorProcess } from './coordinator-process';
-
-/**
- * Every live commit from step `from` on, ascending, through `get` (a JSON GET of a coordinator path: a
- * CoordinatorProcess's getJson, a test-bed Scene's api).
- */
-export async function commitsFrom(get: (path: string) => Promise<CommitsPage>, from = 0): Promise<CommitView[]> {
-  const commits: CommitView[] = [];
-  for (let next: number | null = from; next !== null; ) {
-    const page = await get(`/api/commits?from=${next}`);
-    commits.push(...page.commits);
-    next = page.next;
-  }
-  return commits;
-}
 
 export interface CommitRow {
   step: number;

@@ -35,6 +35,8 @@ import {
   netbedSchedule,
 } from './netbed-chaos';
 import { Scene } from './scene';
+import { commitsFrom } from '../swarm/coordinator-api';
+import { secondsToFirstContribution } from '../swarm/join-times';
 
 export interface RawNetbedSwarmOptions {
   netbed?: boolean;
@@ -246,12 +248,9 @@ export async function runNetbedSwarm(
     const audit = await scene.api<{ ok: boolean }>('/api/audit');
     const closures = await windowClosures(scene, windowStartMs);
     const steps = last.step - first.step;
-    const window: CommitsPage['commits'] = [];
-    for (let next: number | null = first.step + 1; next !== null && next <= last.step; ) {
-      const page: CommitsPage = await scene.api<CommitsPage>(`/api/commits?from=${next}`);
-      window.push(...page.commits.filter((c) => c.step <= last.step));
-      next = page.next;
-    }
+    const window = (await commitsFrom((path) => scene.api<CommitsPage>(path), first.step + 1)).filter(
+      (c) => c.step <= last.step,
+    );
     const opened = (kind: string) => members.members.filter((m) => m.kind === kind).length;
     const joinToFirstCommitS = joinTimes(events, firstRounds, window, windowStartMs);
     return {
@@ -315,22 +314,20 @@ function trackMembership(scene: Scene, signal: AbortSignal): { stop(): Promise<M
   };
 }
 
-/** Join → first commit of a round it was in (see `NetbedSwarmReport.joinToFirstCommitS`). */
+/** Join → first commit of a round it was in (tools/swarm/join-times.ts; `NetbedSwarmReport.joinToFirstCommitS`). */
 export function joinTimes(
   fired: readonly FiredNetbedEvent[],
   firstRounds: ReadonlyMap<string, number>,
   commits: readonly { round: number; committedAt: number }[],
   windowStartMs: number,
 ): number[] {
-  const out: number[] = [];
-  for (const e of fired) {
-    const round = firstRounds.get(e.tab);
-    if (e.kind !== 'join' || e.outcome !== 'done' || round === undefined) continue;
-    const at = windowStartMs + e.at * 1000;
-    const first = commits.find((c) => c.round >= round && c.committedAt >= at);
-    if (first) out.push((first.committedAt - at) / 1000);
-  }
-  return out;
+  const joins = fired
+    .filter((e) => e.kind === 'join' && e.outcome === 'done')
+    .map((e) => ({ at: windowStartMs + e.at * 1000, memberRound: firstRounds.get(e.tab) ?? null }));
+  return secondsToFirstContribution(
+    joins,
+    commits.map((c) => ({ round: c.round, at: c.committedAt })),
+  );
 }
 
 /** The window's warnings (failed rounds, hung members, failure reports, refused messages) as short lines. */

@@ -3,7 +3,7 @@
  * `probeCoordinator` fails within `timeoutMs` with one clear message when nothing (or something that is
  * not a tabswarm coordinator) answers at the URL.
  */
-import type { AuditReport } from '../../coordinator/admin/audit';
+import type { AuditReport, CommitsPage, CommitView } from '../../coordinator/admin/audit';
 import { STATUS_PAGE_MAX, type StatusResponse, statusResponseSchema } from '../../core/protocol/views';
 import type { JobPublic } from '../../core/training/job';
 
@@ -73,3 +73,17 @@ export const fetchStatus = async (baseUrl: string, timeoutMs = 3000): Promise<St
   );
 export const fetchAudit = (baseUrl: string, timeoutMs = 15_000) =>
   getJson<AuditReport>(baseUrl, '/api/audit', timeoutMs);
+
+/**
+ * Every live commit from step `from` on, ascending, through `get` (a JSON GET of a coordinator path: a
+ * test's CoordinatorProcess, a test-bed Scene's `api`), page by page (`GET /api/commits`).
+ */
+export async function commitsFrom(get: (path: string) => Promise<CommitsPage>, from = 0): Promise<CommitView[]> {
+  const commits: CommitView[] = [];
+  for (let next: number | null = from; next !== null; ) {
+    const page = await get(`/api/commits?from=${next}`);
+    commits.push(...page.commits);
+    next = page.next;
+  }
+  return commits;
+}
