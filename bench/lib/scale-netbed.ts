@@ -37,7 +37,8 @@ export interface NetbedScaleScenario {
   /** A key of `SYNC_PROFILES`. */
   profile: string;
   seed: number;
-  topology?: ScaleTopology;
+  /** `--topology`, or undefined for the default job. Required, so that a caller that drops it does not compile. */
+  topology: ScaleTopology | undefined;
   log(line: string): void;
 }
 

@@ -46,7 +46,8 @@ export interface ScaleScenario {
   warmupS: number;
   /** Where to write each scenario's admin-feed events, commits and faults as JSON (for reading why a round closed), or none. */
   eventsDir?: string;
-  topology?: ScaleTopology;
+  /** `--topology`, or undefined for the default job. Required, so that a caller that drops it does not compile. */
+  topology: ScaleTopology | undefined;
   log(line: string): void;
 }
 

@@ -17,6 +17,7 @@ const scenario = {
   warmupS: 600,
   profile: 'broadband',
   seed: 1,
+  topology: undefined,
   log: () => {},
 };
 
