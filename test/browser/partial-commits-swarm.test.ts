@@ -7,7 +7,7 @@
  * rank's slices: a partial commit's skipped positions are exactly the lost slots' slices of the outer step
  * in flight, computed here from the split that group trained on (the shares each round logs in
  * `round_open`, by rank; a round that carries a group keeps its predecessor's split for that group only:
- * `splitRound`) with a largest-remainder split written out in this file, not the product's; the next
+ * `splitRound`) with a largest-remainder split written out in test/support/lost-slices.ts, not the product's; the next
  * outer step serves them first. On a loaded machine (load 20+ on 2 cores) the outer allreduce's silence
  * floor (3 s, docs/local-steps.md) also drops a live member as hung in some runs: such a loss is allowed
  * (and reported in the log line), and its partial commit is checked the same way. Every commit needs
@@ -33,6 +33,13 @@ import { CoordinatorProcess } from '../support/coordinator-process';
 import { makeTempDir, writeFakeIdxDataset } from '../support/fake-dataset';
 import { nodeGpuAvailable } from '../support/node-gpu';
 import { skipWithout } from '../support/skip';
+import {
+  lostSlices as lostSlicesOf,
+  openedRounds,
+  rangesCount as count,
+  sharesByRank,
+  splitRound,
+} from '../support/lost-slices';
 import { coordinatorStatusUntil, Swarm } from '../support/swarm';
 
 const TABS = 8;
@@ -57,78 +64,8 @@ const JOB = {
   sync: { mode: 'local', innerSteps: H, compression: 'int8' },
 };
 
-type Range = [number, number];
-interface Member {
-  workerId: string;
-  rank: number;
-  share: number;
-  slot: number;
-}
-
-/**
- * The positions `slot` computes of a step of `count` positions from `start`: `count` split in proportion
- * to the shares (by slot) by largest remainders, ties to the lower slot, slices in slot order.
- */
-function sliceOf(start: number, count: number, shares: number[], slot: number): Range {
-  const total = shares.reduce((a, b) => a + b, 0);
-  const exact = shares.map((s) => (s / total) * count);
-  const sizes = exact.map(Math.floor);
-  const order = exact.map((x, i) => ({ i, rem: x - sizes[i] })).sort((a, b) => b.rem - a.rem || a.i - b.i);
-  for (let left = count - sizes.reduce((a, b) => a + b, 0), k = 0; left > 0; left--, k++) sizes[order[k].i]++;
-  const from = start + sizes.slice(0, slot).reduce((a, b) => a + b, 0);
-  return [from, from + sizes[slot]];
-}
-
-const count = (ranges: Range[]) => ranges.reduce((n, [a, b]) => n + b - a, 0);
-
-/**
- * The positions `slots` compute in an outer step whose positions, in the record's order (holes first,
- * then the tail: ascending, as holes lie below the cursor), are `group`: the group cut into steps of
- * GLOBAL_BATCH positions, each step split by `sliceOf` and mapped back onto the group's ranges; merged.
- */
-function lostSlices(group: Range[], shares: number[], slots: number[]): Range[] {
-  const positions: number[] = [];
-  for (const [a, b] of [...group].sort((x, y) => x[0] - y[0])) for (let p = a; p < b; p++) positions.push(p);
-  const mine: number[] = [];
-  for (let k = 0; k * GLOBAL_BATCH < positions.length; k++) {
-    const step = positions.slice(k * GLOBAL_BATCH, (k + 1) * GLOBAL_BATCH);
-    for (const slot of slots) {
-      const [from, to] = sliceOf(0, step.length, shares, slot);
-      mine.push(...step.slice(from, to));
-    }
-  }
-  mine.sort((a, b) => a - b);
-  const out: Range[] = [];
-  for (const p of mine) {
-    const last = out.at(-1);
-    if (last && last[1] === p) last[1] = p + 1;
-    else out.push([p, p + 1]);
-  }
-  return out;
-}
-
-/** A round as its `round_open` event logged it. */
-interface Opened {
-  round: number;
-  /** The step after the last commit when it opened: a carrying round's carried group starts there. */
-  step: number;
-  carried: boolean;
-  world: Member[];
-}
-
-/**
- * The round whose split a group starting at `firstStep` trained on: the last round opened at or before
- * that step, except that a round opened carrying the group in flight (carried, at the group's first step)
- * trains it on the split of the round it carries it from, the one before it (walked back, as carries
- * follow each other). Every other group trains on its round's own shares, indexed by rank: a carried
- * round's members keep their old slots only for the carried group (the `slot` its event lists).
- */
-function splitRound(opens: Opened[], firstStep: number): Opened {
-  let i = opens.length - 1;
-  while (i > 0 && opens[i].step > firstStep) i--;
-  while (i > 0 && opens[i].carried && opens[i].step === firstStep) i--;
-  return opens[i];
-}
+const lostSlices = (group: [number, number][], shares: number[], slots: number[]) =>
+  lostSlicesOf(group, shares, slots, GLOBAL_BATCH);
 
 /** Index of the last event named `name` in `events`, −1 if none. */
 function lastIndexOf(events: { event: string }[], name: string): number {
@@ -234,14 +171,7 @@ describe.skipIf(skip)('eight tabs and headless workers in one local-mode job', (
     const commits = await commitsFrom((path) => coordinator.getJson(path));
     if (process.env.DUMP)
       (await import('node:fs')).writeFileSync(process.env.DUMP, JSON.stringify({ events, commits }));
-    const opens: Opened[] = events
-      .filter((e) => e.event === 'round_open')
-      .map((e) => ({
-        round: e.data.round as number,
-        step: e.data.step as number,
-        carried: e.data.carried === true,
-        world: e.data.world as Member[],
-      }));
+    const opens = openedRounds(events);
     const rounds = new Map(opens.map((o) => [o.round, o.world]));
     const tabIds = new Set<string>();
     for (const t of tabs) tabIds.add((await swarm.status(t).catch(() => null))?.workerId ?? '');
@@ -265,8 +195,7 @@ describe.skipIf(skip)('eight tabs and headless workers in one local-mode job', (
       const lostSlots = (closed?.data.carry as { lost: number[] } | undefined)?.lost ?? [];
       expect(lostSlots.length, `commit ${cut.step} follows a carried round`).toBeGreaterThan(0);
       const planning = splitRound(opens, cut.firstStep);
-      const shares: number[] = [];
-      for (const m of planning.world) shares[m.rank] = m.share;
+      const shares = sharesByRank(planning);
       const group = [...(cut.ranges ?? []), ...cut.skipped!];
       const expected = lostSlices(group, shares, lostSlots);
       expect(
