@@ -407,9 +407,13 @@ export class GroupCall {
       this.silenceTimer = setTimeout(() => this.onSilence(), waitMore);
       return;
     }
-    // A rank whose own reduce is complete waits for its mates' seals: a stalled one retries on its own.
-    if (this.settled || this.sealed || this.ownedLeft === 0 || this.plan.left === null) return;
+    if (this.settled || this.sealed || this.plan.left === null) return;
     const left = this.plan.left;
+    // This rank's reduce is complete but a mate's seal never came: a member went silent after its last
+    // frame to this side (a crashed tab whose links stay open), and nobody whose reduce stalled is left to
+    // retry. Start the group's reduce again: the silent member sends nothing in it, so its right
+    // neighbour leaves it out.
+    if (this.ownedLeft === 0) return this.retryFault(null, `the group's seals stalled for ${this.opts.silenceMs} ms`);
     if (!this.heardLeft) this.retryFault(left, `${left} sent nothing for ${this.opts.silenceMs} ms (hung)`);
     else this.retryFault(null, `the group's reduce stalled for ${this.opts.silenceMs} ms`);
   }

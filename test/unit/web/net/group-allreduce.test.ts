@@ -6,7 +6,7 @@
 import { afterAll, describe, expect, it } from 'vitest';
 import { groupBases, type GroupLayout } from '../../../../core/training/group-geometry';
 import { CollectiveError } from '../../../../web/net/collective-error';
-import { FRAME_HEADER_BYTES } from '../../../../web/net/framing';
+import { decodeFrame, FRAME_HEADER_BYTES, FrameKind } from '../../../../web/net/framing';
 import {
   type GroupAllreduceOptions,
   type GroupAllreduceResult,
@@ -323,6 +323,49 @@ describe('groupAllreduce: a failure costs only its group', () => {
     for (const outcome of await Promise.all(calls)) expect(outcome).toEqual({ excluded: [2] });
     for (const r of [0, 1, 3, 4, 5]) expectEqualBits(data[r], want, `rank ${r}`);
   });
+
+  it.each([0, 4, 8])(
+    'starts the group again without rank %i, silent from its seal on with its links open (a crashed tab), and every survivor ends with the same sum',
+    async (victim) => {
+      const layout = { sizes: [3, 3, 3] };
+      const data = inputs(9, 6000, 41 + victim);
+      const want = referenceSum(layout, data, new Set([victim]));
+      const stop = new AbortController();
+      let mute = false;
+      // From its seal on, nothing the victim sends arrives and its call stops (it crashed); its links stay
+      // open, so only silence tells. Its right neighbour's own reduce is complete by then: it waits for
+      // the victim's seal, not for values.
+      const tamper = (message: Uint8Array): 'drop' | undefined => {
+        const bytes = message.buffer.slice(message.byteOffset, message.byteOffset + message.byteLength) as ArrayBuffer;
+        if (!mute && decodeFrame(bytes).kind === FrameKind.GroupSeal) {
+          mute = true;
+          queueMicrotask(() => stop.abort('crashed'));
+        }
+        return mute ? 'drop' : undefined;
+      };
+      const mesh = new MemoryMesh(9, {
+        pairOptions: (a, b) => (a === victim ? { a: { tamper } } : b === victim ? { b: { tamper } } : {}),
+      });
+      mesh.connectPlanned(layout, 6000);
+      const calls = data.map((d, r) =>
+        groupAllreduce(mesh.groupLinks(r, layout), d, {
+          id: id(1),
+          timeoutMs: 10_000,
+          silenceMs: 100,
+          chunkElements: 500,
+          mayExclude: true,
+          ...(r === victim ? { signal: stop.signal } : {}),
+        }).catch((err: unknown) => err),
+      );
+      const outcomes = await Promise.all(calls);
+      expect(mute, 'the victim sealed').toBe(true);
+      const survivors = [0, 1, 2, 3, 4, 5, 6, 7, 8].filter((r) => r !== victim);
+      for (const r of survivors) expect(outcomes[r], `rank ${r}`).toEqual({ excluded: [victim] });
+      expect(outcomes[victim]).toBeInstanceOf(CollectiveError);
+      for (const r of survivors) expectEqualBits(data[r], want, `rank ${r}`);
+    },
+    15_000,
+  );
 
   it('starts a group’s reduce again when a frame of it is lost, and every rank still ends with the full sum', async () => {
     const layout = { sizes: [3, 3] };
