@@ -10,7 +10,7 @@ import { begin, finish, log, mutWorker, reject } from './context';
 import { reportEvaluation } from './evaluation';
 import { onHello } from './join';
 import { markReadyIn } from './rendezvous';
-import { failIn, leaveIn } from './round-close';
+import { failIn, leaveIn, outerLossFailedIn } from './round-close';
 import type { ClientMessage } from '../../core/protocol/tab-messages';
 import type { CoordinatorState, Transition } from './state';
 import { dataDisputeIn } from './verification';
@@ -110,6 +110,7 @@ function onFailure(
     peer: msg.peer ?? null,
   });
   if (msg.evidence === 'bad_data' && blame !== undefined) dataDisputeIn(ctx, welcomed, blame, msg.reason);
+  else if (blame === undefined && outerLossFailedIn(ctx, welcomed, msg.reason)) return finish(ctx);
   else failIn(ctx, [welcomed], 'failure', `failure report: ${msg.reason}`, { remove: false, blame });
   return finish(ctx);
 }

@@ -12,7 +12,9 @@
  * carry would be possible at all (carry.ts); the lost members leave the round's participants at once and
  * the round's split becomes that carry. If the survivors' reports do not all come in, naming exactly the
  * lost ranks, by the deadline, or another member is lost, or a survivor fails, the round closes with the
- * carry as before. A survivor's report that names left-out ranks the coordinator has not seen lost yet
+ * carry as before. A survivor whose call failed naming no live peer (a group that had sealed cannot retry)
+ * ends the wait as its deadline would, and stays a survivor, not charged (`outerLossFailedIn` in
+ * round-close.ts). A survivor's report that names left-out ranks the coordinator has not seen lost yet
  * (a member the survivors judged hung) starts the same wait (`excludedByReportIn`).
  */
 import { HANG_FLOOR_MS } from '../../core/training/hang';

@@ -202,6 +202,23 @@ export function enforceBansIn(ctx: Ctx): void {
   }
 }
 
+/**
+ * A survivor's failure report during a grouped outer sync's wait for its survivors (outer-loss.ts),
+ * naming no live peer: its grouped allreduce failed over the loss the round is waiting out (a member lost
+ * after its group sealed cannot be left out). The wait ends now, as at its deadline: the survivors carry
+ * the outer step on without the lost members, the reporter among them and not charged (the loss was
+ * counted when the wait began). What a member can do with it: end a wait that runs after a real loss, so
+ * that the round carries the step as a ring's round would. Returns false (nothing done) when no wait runs.
+ */
+export function outerLossFailedIn(ctx: Ctx, reporter: string, reason: string): boolean {
+  const rv = ctx.s.rendezvous;
+  if (!rv.outerLoss) return false;
+  log(ctx, 'warn', 'outer_loss_failed', { round: rv.round, lost: rv.outerLoss.workers, reporter, reason });
+  closeRoundIn(ctx, 'failure', true, false, { lost: rv.outerLoss.workers });
+  afterCloseIn(ctx);
+  return true;
+}
+
 /** After a close that was not followed by an immediate new round: gather again and tell the waiters. */
 export function afterCloseIn(ctx: Ctx): void {
   if (ctx.s.status === 'failed' || ctx.s.status === 'done') return;

@@ -522,6 +522,35 @@ describe(`a grouped outer sync that goes on without lost members (N = ${N}, oute
     },
   );
 
+  it(
+    'a survivor whose grouped call failed during the wait, naming nobody, ends it at once: the survivors carry the group on, the reporter with them and not charged',
+    SLOW,
+    () => {
+      const h = swarm();
+      reportThrough(h, 2 * H - 1);
+      const split = shares(h);
+      h.disconnect(name(30));
+      deferredLoss(h, [name(30)], [30]);
+      expect(h.state.restarts).toBe(1);
+      const reporter = h.worker(name(31));
+      h.send(name(31), {
+        type: 'failure',
+        runId: h.runId,
+        workerId: reporter.workerId!,
+        round: reporter.round!.round,
+        reason: 'protocol: group allreduce 2.16.0: the group retried after it sealed',
+      });
+      expect(h.logs.some((l) => l.event === 'outer_loss_failed')).toBe(true);
+      expect(h.logs.some((l) => l.event === 'worker_failed' && l.data.workerId === reporter.workerId)).toBe(false);
+      expect(h.state.restarts, 'the loss counted once, the report not at all').toBe(1);
+      carriedRound(h, [name(30)]);
+      expect(h.members()).toContain(name(31));
+      h.readyAll();
+      const holes = expectPartialCommit(h, H + 1, split, [30]);
+      expectHolesServed(h, holes);
+    },
+  );
+
   it('survivors that do not report by the deadline carry the group on as before', SLOW, () => {
     const h = swarm();
     reportThrough(h, 2 * H - 1);
