@@ -413,8 +413,8 @@ export class GroupCall {
     // frame to this side (a crashed tab whose links stay open), and nobody whose reduce stalled is left to
     // retry. Start the group's reduce again: the silent member sends nothing in it, so its right
     // neighbour leaves it out.
-    if (this.ownedLeft === 0) return this.retryFault(null, `the group's seals stalled for ${this.opts.silenceMs} ms`);
-    if (!this.heardLeft) this.retryFault(left, `${left} sent nothing for ${this.opts.silenceMs} ms (hung)`);
+    if (this.ownedLeft === 0) this.retryFault(null, `the group's seals stalled for ${this.opts.silenceMs} ms`);
+    else if (!this.heardLeft) this.retryFault(left, `${left} sent nothing for ${this.opts.silenceMs} ms (hung)`);
     else this.retryFault(null, `the group's reduce stalled for ${this.opts.silenceMs} ms`);
   }
 
