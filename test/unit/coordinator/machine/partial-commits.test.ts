@@ -74,6 +74,19 @@ function deferredLoss(h: Harness, lost: string[], ranks: number[]): number[] {
   return ranks;
 }
 
+/** `who`'s collective failed: its failure report, blaming `peer` if given. */
+function reportFailure(h: Harness, who: string, reason: string, peer?: string): void {
+  const w = h.worker(who);
+  h.send(who, {
+    type: 'failure',
+    runId: h.runId,
+    workerId: w.workerId!,
+    round: w.round!.round,
+    reason,
+    ...(peer !== undefined ? { peer } : {}),
+  });
+}
+
 /** The survivors report the commit point naming `excluded` as left out of the outer sum (the grouped allreduce's outcome). */
 function reportWithout(h: Harness, excluded: number[]): void {
   for (const member of h.members()) {
@@ -293,15 +306,7 @@ describe(`partial outer commits at N = ${N} (local sync mode, machine through th
     const h = swarm();
     reportThrough(h, 2 * H - 1);
     const split = shares(h);
-    const reporter = h.worker(name(12));
-    h.send(name(12), {
-      type: 'failure',
-      runId: h.runId,
-      workerId: reporter.workerId!,
-      round: reporter.round!.round,
-      reason: 'timeout: t11 sent nothing for 3000 ms (hung)',
-      peer: h.worker(name(11)).workerId!,
-    });
+    reportFailure(h, name(12), 'timeout: t11 sent nothing for 3000 ms (hung)', h.worker(name(11)).workerId!);
     // Every member is at the outer sync: it goes on without the blamed tab.
     deferredLoss(h, [name(11)], [11]);
     expect(h.members()).toContain(name(12));
@@ -533,13 +538,7 @@ describe(`a grouped outer sync that goes on without lost members (N = ${N}, oute
       deferredLoss(h, [name(30)], [30]);
       expect(h.state.restarts).toBe(1);
       const reporter = h.worker(name(31));
-      h.send(name(31), {
-        type: 'failure',
-        runId: h.runId,
-        workerId: reporter.workerId!,
-        round: reporter.round!.round,
-        reason: 'protocol: group allreduce 2.16.0: the group retried after it sealed',
-      });
+      reportFailure(h, name(31), 'protocol: group allreduce 2.16.0: the group retried after it sealed');
       expect(h.logs.some((l) => l.event === 'outer_loss_failed')).toBe(true);
       expect(h.logs.some((l) => l.event === 'worker_failed' && l.data.workerId === reporter.workerId)).toBe(false);
       expect(h.state.restarts, 'the loss counted once, the report not at all').toBe(1);
