@@ -256,6 +256,7 @@ const EVENT_CATEGORIES: Partial<Record<FeedCategory, readonly string[]>> = {
     // A grouped outer sync that could not go on without its lost members (coordinator/machine/outer-loss.ts).
     'outer_loss_mismatch',
     'outer_loss_expired',
+    'outer_loss_failed',
   ],
   rejected: [
     'message_rejected',
