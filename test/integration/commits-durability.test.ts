@@ -9,6 +9,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import type { AuditReport } from '../../coordinator/admin/audit';
 import { type CoordinatorProcess, spawnCoordinator } from '../support/coordinator-process';
 import { SimTrainer, simulatedStateHash } from '../support/sim-trainer';
+import { coordinatorStatusUntil } from '../support/swarm';
 import { jobPublic, parseJobSpec } from '../../core/training/job';
 import { referenceStepPosition, referenceTotalSteps } from '../support/hole-free-layout';
 
@@ -129,8 +130,18 @@ describe('rounds and commits', () => {
     expect(audit.ok).toBe(true);
     expect(audit.epochs).toHaveLength(2);
     expectEveryEpochCommittedOnce(audit, { discontinuities: 0 });
-    // The job's last step was checkpointed.
-    expect(status.latestCheckpoint?.step).toBe(TOTAL);
+    // The job's last step was checkpointed. `done` goes out with the request for that checkpoint, so the
+    // upload may still be on its way when the workers stop: wait for the coordinator to store it.
+    const stored = await coordinatorStatusUntil(
+      proc,
+      (s) => s.latestCheckpoint?.step === TOTAL,
+      'the last checkpoint',
+      {
+        timeoutMs: 30_000,
+        pollMs: 100,
+      },
+    );
+    expect(stored.status.latestCheckpoint?.step).toBe(TOTAL);
   });
 });
 
