@@ -35,6 +35,7 @@ import { coordinatorStatusUntil, Swarm } from '../test/support/swarm';
 import { commitsFrom } from '../tools/swarm/coordinator-api';
 import { type HeadlessProcess, spawnHeadless } from '../tools/swarm/headless-workers';
 import { arg, chromiumVersion, exitUnlessReady, nowMs } from './lib/common';
+import { median } from './lib/elastic-figures';
 
 const TRIALS = Number(arg('trials', '3'));
 const TABS = Number(arg('tabs', '8'));
@@ -182,10 +183,7 @@ const summary = {
     TOPOLOGIES.map((topology) => {
       const mine = trials.filter((t) => t.topology === topology);
       const count = (o: Outcome) => mine.filter((t) => t.outcome === o).length;
-      const times = mine
-        .map((t) => t.toCommitMs)
-        .filter((x): x is number => x !== null)
-        .sort((a, b) => a - b);
+      const times = mine.map((t) => t.toCommitMs).filter((x): x is number => x !== null);
       return [
         topology,
         {
@@ -194,7 +192,7 @@ const summary = {
           expired: count('expired'),
           failed: count('failed'),
           carried: count('carried'),
-          medianCrashToCommitMs: times.length ? times[Math.floor(times.length / 2)] : null,
+          medianCrashToCommitMs: times.length ? median(times) : null,
         },
       ];
     }),

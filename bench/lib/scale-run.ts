@@ -30,7 +30,7 @@ import { join } from 'node:path';
 import { STATUS_PAGE_MAX, type StatusResponse } from '../../core/protocol/views';
 import { spawnCoordinator, type CoordinatorProcess } from '../../test/support/coordinator-process';
 import { spawnHeadless, type HeadlessProcess } from '../../tools/swarm/headless-workers';
-import { secondsToFirstContribution } from '../../tools/swarm/join-times';
+import { nameOfPeerId, secondsToFirstContribution, watchFirstRounds } from '../../tools/swarm/join-times';
 import { FeedWatcher } from './admin-feed-watcher';
 import { median } from './elastic-figures';
 
@@ -196,7 +196,6 @@ export class Swarm {
 export const WHOLE_WORLD = `?limit=${STATUS_PAGE_MAX}`;
 
 /** The worker name in a peer id (`NAME-<20 hex>`, headless-worker.ts). */
-const nameOfPeer = (peerId: string) => peerId.slice(0, peerId.lastIndexOf('-'));
 
 /** Work in flight just before a fault on `name` (see the file comment), from the coordinator's status. */
 function inFlight(status: StatusResponse, name: string): { lost: number; dropped: number } {
@@ -259,7 +258,7 @@ async function measure(
   for (let k = 1; k <= failures; k++) {
     await sleep(startAt + k * period - Date.now());
     const status = await proc.status(WHOLE_WORLD);
-    const victim = status.world.items.map((w) => nameOfPeer(w.peerId)).find((name) => swarm.processOf(name));
+    const victim = status.world.items.map((w) => nameOfPeerId(w.peerId)).find((name) => swarm.processOf(name));
     if (!victim) continue;
     const { lost, dropped } = inFlight(status, victim);
     const kind = k % 2 === 1 ? 'crash' : 'leave';
@@ -348,22 +347,14 @@ export interface Joiner {
 
 /** Polls the status twice a second, noting the round in which each joiner first appears in the world. */
 export function pollMembership(proc: CoordinatorProcess, joins: Joiner[]): { stop(): Promise<void> } {
-  let running = true;
-  const loop = (async () => {
-    while (running) {
-      const status = await proc.status(WHOLE_WORLD).catch(() => null);
-      for (const j of joins)
-        if (j.memberRound === null && status?.world.items.some((w) => w.peerId.startsWith(`${j.name}-`)))
-          j.memberRound = status.round;
-      await sleep(500);
-    }
-  })();
-  return {
-    stop: async () => {
-      running = false;
-      await loop;
+  const watch = watchFirstRounds(
+    () => proc.status(WHOLE_WORLD).catch(() => null),
+    500,
+    () => {
+      for (const j of joins) j.memberRound ??= watch.of(j.name);
     },
-  };
+  );
+  return watch;
 }
 
 /** Seconds from each joiner's start to the first commit of a round it was a member of (tools/swarm/join-times.ts). */

@@ -36,7 +36,7 @@ import {
 } from './netbed-chaos';
 import { Scene } from './scene';
 import { commitsFrom } from '../swarm/coordinator-api';
-import { secondsToFirstContribution } from '../swarm/join-times';
+import { secondsToFirstContribution, watchFirstRounds } from '../swarm/join-times';
 
 export interface RawNetbedSwarmOptions {
   netbed?: boolean;
@@ -236,7 +236,12 @@ export async function runNetbedSwarm(
     const first = await warmUp(status, opts, signal);
     const started = performance.now();
     const windowStartMs = Date.now();
-    const membership = trackMembership(scene, signal);
+    const membership = watchFirstRounds(
+      () => scene.api<StatusResponse>(`/api/status?limit=${STATUS_PAGE_MAX}`).catch(() => null),
+      1000,
+      undefined,
+      signal,
+    );
     const events = await playSchedule(schedule, members, started, log, signal);
     let last = await status();
     while (!signal.aborted && performance.now() - started < opts.durationS * 1000 && last.state !== 'done') {
@@ -244,7 +249,7 @@ export async function runNetbedSwarm(
       last = await status();
     }
     const elapsed = performance.now() - started;
-    const firstRounds = await membership.stop();
+    await membership.stop();
     const audit = await scene.api<{ ok: boolean }>('/api/audit');
     const closures = await windowClosures(scene, windowStartMs);
     const steps = last.step - first.step;
@@ -252,7 +257,7 @@ export async function runNetbedSwarm(
       (c) => c.step <= last.step,
     );
     const opened = (kind: string) => members.members.filter((m) => m.kind === kind).length;
-    const joinToFirstCommitS = joinTimes(events, firstRounds, window, windowStartMs);
+    const joinToFirstCommitS = joinTimes(events, membership.of, window, windowStartMs);
     return {
       ok: audit.ok && steps > 0,
       workers: opts.workers,
@@ -288,42 +293,16 @@ export async function runNetbedSwarm(
   }
 }
 
-/**
- * The round in which each member (by name: a peer id is `NAME-<hex>`) first showed in `/api/status`'s
- * world, polled every second until `stop`.
- */
-function trackMembership(scene: Scene, signal: AbortSignal): { stop(): Promise<Map<string, number>> } {
-  const firstRound = new Map<string, number>();
-  let running = true;
-  const loop = (async () => {
-    while (running && !signal.aborted) {
-      const s = await scene.api<StatusResponse>(`/api/status?limit=${STATUS_PAGE_MAX}`).catch(() => null);
-      for (const w of s?.world.items ?? []) {
-        const name = w.peerId.slice(0, w.peerId.lastIndexOf('-'));
-        if (!firstRound.has(name)) firstRound.set(name, s!.round);
-      }
-      await sleep(1000);
-    }
-  })();
-  return {
-    stop: async () => {
-      running = false;
-      await loop;
-      return firstRound;
-    },
-  };
-}
-
 /** Join → first commit of a round it was in (tools/swarm/join-times.ts; `NetbedSwarmReport.joinToFirstCommitS`). */
 export function joinTimes(
   fired: readonly FiredNetbedEvent[],
-  firstRounds: ReadonlyMap<string, number>,
+  firstRound: (name: string) => number | null,
   commits: readonly { round: number; committedAt: number }[],
   windowStartMs: number,
 ): number[] {
   const joins = fired
     .filter((e) => e.kind === 'join' && e.outcome === 'done')
-    .map((e) => ({ at: windowStartMs + e.at * 1000, memberRound: firstRounds.get(e.tab) ?? null }));
+    .map((e) => ({ at: windowStartMs + e.at * 1000, memberRound: firstRound(e.tab) }));
   return secondsToFirstContribution(
     joins,
     commits.map((c) => ({ round: c.round, at: c.committedAt })),

@@ -103,6 +103,6 @@ describe('netbed swarm: join → first commit', () => {
       { round: 3, committedAt: start + 25_500 },
       { round: 4, committedAt: start + 50_000 },
     ];
-    expect(joinTimes(fired, rounds, commits, start)).toEqual([15.5]);
+    expect(joinTimes(fired, (name) => rounds.get(name) ?? null, commits, start)).toEqual([15.5]);
   });
 });
