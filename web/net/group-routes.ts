@@ -57,23 +57,38 @@ export class GroupRoutes {
     return this.linkOf.get(rank)?.peer ?? `rank ${rank}`;
   }
 
-  /** (Re)open the route of the link to `rank` under its current id. */
+  /**
+   * (Re)open the route of the link to `rank` under its current id. Opening replays the frames that came
+   * early, and one of them (a mate's retry) may move the call to a newer attempt, which routes this same
+   * link again under the newer id before this open returns: the newer route then stands, this one is
+   * closed, and the early frames of the old id still being replayed are not delivered.
+   */
   route(rank: number, link: Link): void {
     const id = this.events.routeId(rank);
+    const key = collectiveKey(id);
     const existing = this.routes.get(link);
-    if (existing && collectiveKey(existing.id) === collectiveKey(id)) return;
+    if (existing && collectiveKey(existing.id) === key) return;
     existing?.route.close();
     this.routes.delete(link);
+    const current = () => collectiveKey(this.events.routeId(rank)) === key;
+    let route: Route;
     try {
-      const route = routerFor(link).open(id, {
-        onFrame: (frame) => this.events.onFrame(rank, link, frame),
+      route = routerFor(link).open(id, {
+        onFrame: (frame) => {
+          if (current()) this.events.onFrame(rank, link, frame);
+        },
         onFailure: (error) => this.events.onFailure(rank, link, error),
       });
-      if (this.closed) route.close();
-      else this.routes.set(link, { id, route });
     } catch (err) {
       this.events.onFailure(rank, link, err as CollectiveError);
+      return;
     }
+    if (this.closed || this.routes.has(link) || !current()) {
+      route.close();
+      if (!this.closed && !this.routes.has(link)) this.route(rank, link);
+      return;
+    }
+    this.routes.set(link, { id, route });
   }
 
   /** Dial `rank` unless a link to it exists; a failed dial drops what was queued for it. */
@@ -114,12 +129,17 @@ export class GroupRoutes {
     this.events.onDrained();
   }
 
-  /** The link to `rank` failed: forget it and its queue. */
+  /**
+   * The link to `rank` failed: forget it and its queue, and close its route (a send that failed on a link
+   * still open leaves the route live in the link's router, where a later routing of that link would
+   * find its id already running).
+   */
   lost(rank: number, link: Link): void {
     if (this.linkOf.get(rank) === link) {
       this.linkOf.delete(rank);
       this.drop(rank);
     }
+    this.routes.get(link)?.route.close();
     this.routes.delete(link);
   }
 

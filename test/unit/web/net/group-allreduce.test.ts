@@ -6,6 +6,7 @@
 import { afterAll, describe, expect, it } from 'vitest';
 import { groupBases, type GroupLayout } from '../../../../core/training/group-geometry';
 import { CollectiveError } from '../../../../web/net/collective-error';
+import { routerFor } from '../../../../web/net/frame-router';
 import { decodeFrame, FRAME_HEADER_BYTES, FrameKind } from '../../../../web/net/framing';
 import {
   type GroupAllreduceOptions,
@@ -206,6 +207,53 @@ describe('groupAllreduce with late ranks', () => {
     const late = [1, 4, 7].map(call);
     for (const outcome of await Promise.all([...early, ...late])) expect(outcome).toEqual({ excluded: [] });
     for (let r = 0; r < 9; r++) expectEqualBits(data[r], want, `rank ${r}`);
+  });
+
+  it('a rank that calls after its group retried joins the retry from its early frames and everyone finishes', async () => {
+    const layout = { sizes: [3, 3] };
+    const data = inputs(6, 3000, 32);
+    const want = referenceSum(layout, data);
+    // Rank 0's first frame to rank 1 is corrupted: group 0 starts its reduce again (nobody excluded)
+    // before rank 2 has called. Rank 2's early frames from rank 1 then hold attempt 0's reduce, the
+    // retry, and attempt 1's reduce: routing its first link replays a retry, which routes that same
+    // link under attempt 1 while its attempt-0 route is still being opened.
+    const mesh = new MemoryMesh(6, {
+      pairOptions: (a, b) =>
+        a === 0 && b === 1
+          ? {
+              a: {
+                tamper: (bytes, index) => {
+                  if (index === 0) bytes[bytes.length - 1] ^= 1;
+                  return undefined;
+                },
+              },
+            }
+          : {},
+    });
+    mesh.connectPlanned(layout, 3000);
+    const call = (r: number) =>
+      groupAllreduce(mesh.groupLinks(r, layout), data[r], {
+        id: id(1),
+        timeoutMs: 10_000,
+        chunkElements: 200,
+        mayExclude: true,
+        silenceMs: 5_000,
+      }).catch((err: unknown) => err);
+    // Rank 2's router takes the frames first (it holds them for the call); this listener only sees them.
+    const fromLeft = mesh.groupLinks(2, layout).link(1)!;
+    routerFor(fromLeft);
+    const retried = new Promise<void>((resolve) => {
+      const stop = fromLeft.onMessage((message) => {
+        if (decodeFrame(message).kind !== FrameKind.GroupRetry) return;
+        stop();
+        resolve();
+      });
+    });
+    const early = [0, 1, 3, 4, 5].map(call);
+    await retried;
+    const outcomes = await Promise.all([...early, call(2)]);
+    for (const outcome of outcomes) expect(outcome).toEqual({ excluded: [] });
+    for (let r = 0; r < 6; r++) expectEqualBits(data[r], want, `rank ${r}`);
   });
 });
 
