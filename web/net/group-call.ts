@@ -409,10 +409,8 @@ export class GroupCall {
     }
     if (this.settled || this.sealed || this.plan.left === null) return;
     const left = this.plan.left;
-    // This rank's reduce is complete but a mate's seal never came: a member went silent after its last
-    // frame to this side (a crashed tab whose links stay open), and nobody whose reduce stalled is left to
-    // retry. Start the group's reduce again: the silent member sends nothing in it, so its right
-    // neighbour leaves it out.
+    // Own reduce complete, a mate's seal never came: a member went silent after its last frame to this
+    // side (a crashed tab's links stay open). Start again: the silent one sends nothing, so it is left out.
     if (this.ownedLeft === 0) this.retryFault(null, `the group's seals stalled for ${this.opts.silenceMs} ms`);
     else if (!this.heardLeft) this.retryFault(left, `${left} sent nothing for ${this.opts.silenceMs} ms (hung)`);
     else this.retryFault(null, `the group's reduce stalled for ${this.opts.silenceMs} ms`);
@@ -435,6 +433,10 @@ export class GroupCall {
 
   send(rank: number, make: () => ArrayBuffer): void {
     this.routes.to(rank).enqueue(make);
+  }
+
+  reach(rank: number): void {
+    this.routes.ensure(rank);
   }
 
   fail(error: CollectiveError): void {

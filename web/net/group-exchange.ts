@@ -38,6 +38,8 @@ export interface ExchangeHost {
   ringId(): CollectiveId;
   right(): number | null;
   send(rank: number, make: () => ArrayBuffer): void;
+  /** Dial `rank` unless a link to it exists (both ends of a new link ask: the lower id dials). */
+  reach(rank: number): void;
   fail(error: CollectiveError): void;
   /** Something was placed or sent: the call may be done. */
   progressed(): void;
@@ -137,10 +139,36 @@ export class Exchange {
     }
     if (!changed || !this.started) return;
     for (const { piece, root } of crossRoutes(geo, excluded)) {
-      if (root === geo.rank) continue;
+      if (root === geo.rank) {
+        // The pieces this rank roots: their partials now come from the lost ranks' heirs, which may be
+        // waiting for this rank to dial them.
+        const iv = geo.intervals[piece.interval];
+        for (let g = 0; g < geo.groups; g++) {
+          const owner = g === geo.place.group ? -1 : geo.ownerOf(g, iv, excluded);
+          if (owner >= 0) this.host.reach(owner);
+        }
+        continue;
+      }
       for (const chunk of geo.chunksOf(piece))
         if (!this.placed.has(chunk.start) && this.sentTo.get(chunk.start) !== root) this.sendPartial(chunk, root);
     }
+  }
+
+  /**
+   * The excluded set a final sum carries names ranks of other groups this rank had not heard were out:
+   * a member whose links stayed open when it went silent (a crashed tab) tells its partners nothing,
+   * and its heir may wait for them to dial. Learn them as from a roster.
+   */
+  private learnFromTag(tag: readonly number[]): void {
+    const { geo, excluded } = this.host;
+    const byGroup = new Map<number, number[]>();
+    for (const r of tag) {
+      if (r < 0 || r >= geo.world) throw new FrameError(`excluded rank ${r} is outside the world`);
+      const g = geo.groupOf(r);
+      if (g === geo.place.group || excluded.has(r)) continue;
+      byGroup.set(g, [...(byGroup.get(g) ?? []), r]);
+    }
+    for (const [g, ranks] of byGroup) this.learn(g, ranks);
   }
 
   private onPartial(rank: number, group: number, frame: Frame, parsed: ParsedPrefix): void {
@@ -224,6 +252,7 @@ export class Exchange {
   private write(frame: Frame, parsed: ParsedPrefix, chunk: Chunk): void {
     const { data, compression } = this.host;
     checkValues(frame, parsed.data, chunk.length, compression);
+    this.learnFromTag(parsed.excluded);
     applyValues(frame, parsed.data, data.subarray(chunk.start, chunk.start + chunk.length), compression, false);
     this.place(chunk.start, parsed.excluded, frame);
   }

@@ -13,6 +13,12 @@ import { type MemoryLink, type MemoryLinkEndOptions, memoryLinkPair, type Memory
 export interface MemoryMeshOptions extends MemoryLinkOptions {
   /** Options of the pair between `a` and `b` (a < b): `a` for a's sending end, `b` for b's. */
   readonly pairOptions?: (a: number, b: number) => { a?: MemoryLinkEndOptions; b?: MemoryLinkEndOptions };
+  /**
+   * Only the lower rank of a pair dials, as `PeerMesh` (web/net/peer-mesh.ts: the lower id dials, the other
+   * waits for the call): a higher rank's `connect` to a lower one without a link waits until the lower
+   * rank connects. Default false: either end makes the pair at once.
+   */
+  readonly lowerDials?: boolean;
 }
 
 export class MemoryMesh {
@@ -70,6 +76,14 @@ export class MemoryMesh {
       },
       connect: async (q) => {
         if (this.dead.has(q) || this.dead.has(rank)) throw new Error(`rank ${q} is gone`);
+        if (this.opts.lowerDials && rank > q && !this.pairs.get(`${q}-${rank}`)?.[1].isOpen)
+          return new Promise<Link>((resolve) => {
+            const stop = this.arrivals[rank].add((from, link) => {
+              if (from !== q) return;
+              stop();
+              resolve(link);
+            });
+          });
         const existing = this.pairs.get(rank < q ? `${rank}-${q}` : `${q}-${rank}`);
         const fresh = !existing?.[0].isOpen;
         const [mine, theirs] = this.pair(rank, q);

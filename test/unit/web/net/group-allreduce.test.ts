@@ -372,6 +372,28 @@ describe('groupAllreduce: a failure costs only its group', () => {
     for (const r of [0, 1, 3, 4, 5]) expectEqualBits(data[r], want, `rank ${r}`);
   });
 
+  it('a partner across groups that never heard of a silent member’s exclusion learns it from the tags and reaches its heir, where only the lower rank of a pair dials', async () => {
+    const layout = { sizes: [3, 3] };
+    const data = inputs(6, 2000, 27);
+    const want = referenceSum(layout, data, new Set([3]));
+    // Rank 3 never calls and its links stay open (a tab that crashed silently). Its group leaves it out,
+    // and its segment goes to its heir, rank 5, whose partner across groups is rank 0. As with PeerMesh,
+    // only the lower rank of a pair dials: rank 5 waits for rank 0 to call, and rank 0 has no closed link
+    // to tell it rank 3 is out. Only the excluded sets the final sums carry (its mates' gather) can.
+    const mesh = new MemoryMesh(6, { lowerDials: true });
+    mesh.connectPlanned(layout, 2000);
+    const calls = [0, 1, 2, 4, 5].map((r) =>
+      groupAllreduce(mesh.groupLinks(r, layout), data[r], {
+        id: id(1),
+        timeoutMs: 5_000,
+        mayExclude: true,
+        silenceMs: 150,
+      }).catch((err: unknown) => err),
+    );
+    for (const outcome of await Promise.all(calls)) expect(outcome).toEqual({ excluded: [3] });
+    for (const r of [0, 1, 2, 4, 5]) expectEqualBits(data[r], want, `rank ${r}`);
+  });
+
   it.each([0, 4, 8])(
     'starts the group again without rank %i, silent from its seal on with its links open (a crashed tab), and every survivor ends with the same sum',
     async (victim) => {
