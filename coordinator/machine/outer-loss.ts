@@ -86,6 +86,14 @@ export function deferLossIn(ctx: Ctx, lost: readonly string[], namedBy?: string)
     deadline: ctx.now + outerRetryAllowanceMs(s),
     ...(namedBy !== undefined ? { namedBy } : {}),
   };
+  // The survivors leave the lost ranks out of their grouped allreduce at once: a crashed tab's links
+  // stay open for about 30 s, and the groups' silence watch alone outlasts this wait (core/protocol
+  // coordinator-messages.ts `membersLostSchema`).
+  sendWorkers(
+    ctx,
+    rv.participants.map((p) => p.workerId),
+    { type: 'members_lost', round: rv.round, ranks: rv.outerLoss.ranks },
+  );
   // A lost member still connected (blamed, or left out as hung) hears that this round is over for it.
   // The wait list is replaced, never edited (context.ts `cloneState`: it may be the input state's).
   const connected = gone.filter((p) => workerOf(s.workers, p.workerId)).map((p) => p.workerId);

@@ -1,6 +1,6 @@
 /**
  * The control messages the coordinator sends to a tab (`ServerMessage`: welcome, wait, round, train,
- * round_closed, committed, checkpoint_request, error, done), one zod schema each with a doc comment per
+ * round_closed, members_lost, committed, checkpoint_request, error, done), one zod schema each with a doc comment per
  * field, and what they refer to: error codes, the WebSocket close codes, checkpoint URLs. The protocol's
  * rules and shared fields are in control-fields.ts; a tab validates a frame with `parseServerMessage`
  * (control-parse.ts).
@@ -253,6 +253,23 @@ export const roundClosedSchema = z.strictObject({
   restore: z.boolean(),
 });
 
+/**
+ * Members of the round the coordinator saw leave during a grouped outer sync it lets the survivors finish
+ * without them (coordinator/machine/outer-loss.ts): their sockets closed, or a survivor's report left them
+ * out. The survivors' grouped allreduce leaves these ranks out at once, as if their links had closed
+ * (web/net/group-call.ts): a crashed browser's data channels stay open until ICE consent fails, about
+ * 30 s, and otherwise only the group's silence watch finds the loss, one silence per attempt it had begun,
+ * which outlasts the coordinator's wait. Sent to the round's survivors only; the round goes on.
+ */
+export const membersLostSchema = z.strictObject({
+  v,
+  type: z.literal('members_lost'),
+  /** The round (ignore it if you are in another one). */
+  round: roundSchema,
+  /** The lost ranks of that round, ascending. */
+  ranks: z.array(rankSchema).min(1).max(4096),
+});
+
 export const committedSchema = z
   .strictObject({
     v,
@@ -345,6 +362,7 @@ export const serverMessageSchema = z.discriminatedUnion('type', [
   roundMessageSchema,
   trainSchema,
   roundClosedSchema,
+  membersLostSchema,
   committedSchema,
   checkpointRequestSchema,
   errorSchema,

@@ -182,6 +182,13 @@ export class ElasticLoop {
       case 'round_closed':
         if (this.session?.round === msg.round) this.endSession(`round ${msg.round} closed (${msg.reason})`);
         return;
+      case 'members_lost':
+        // The round goes on without them: a grouped outer allreduce in flight leaves them out at once.
+        if (this.session?.round === msg.round) {
+          this.log('info', `round ${msg.round}: the coordinator lost ranks ${msg.ranks.join(', ')}`);
+          this.session.lost.add(msg.ranks);
+        }
+        return;
       case 'checkpoint_request':
         void this.checkpoints.upload(msg.step, msg.url);
         return;

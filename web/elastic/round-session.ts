@@ -2,11 +2,36 @@
  * One round as this tab lives it: the coordinator's `round` message, the tab's rank, an AbortSignal
  * that every wait of the round is tied to (aborted by `round_closed`, a dropped socket, a newer round),
  * the `train` go-ahead, one deferred per commit the tab waits for (resolved with the record position
- * the commit left), and where a carried group goes on (set by the state sync).
+ * the commit left), where a carried group goes on (set by the state sync), and the ranks the coordinator
+ * reported lost (`members_lost`), which a grouped outer allreduce leaves out at once.
  */
 import type { RoundMessage, WorldEntry } from '../../core/protocol/coordinator-messages';
 import type { RecordPosition } from '../../core/training/groups';
+import type { LostRanks } from '../net/group-support';
 import { deferred, type Deferred } from './async-tools';
+
+/** The ranks a round lost as the coordinator reports them (`members_lost`), for the collectives in flight. */
+export class LostRanksFeed implements LostRanks {
+  private readonly lost = new Set<number>();
+  private readonly listeners = new Set<(ranks: readonly number[]) => void>();
+
+  get ranks(): readonly number[] {
+    return [...this.lost].sort((a, b) => a - b);
+  }
+
+  onLost(listener: (ranks: readonly number[]) => void): () => void {
+    this.listeners.add(listener);
+    return () => this.listeners.delete(listener);
+  }
+
+  /** Record `ranks`; listeners hear the ones not known before. */
+  add(ranks: readonly number[]): void {
+    const fresh = ranks.filter((r) => !this.lost.has(r));
+    if (fresh.length === 0) return;
+    for (const r of fresh) this.lost.add(r);
+    for (const listener of [...this.listeners]) listener(fresh);
+  }
+}
 
 export class RoundSession {
   readonly controller = new AbortController();
@@ -23,6 +48,8 @@ export class RoundSession {
   reportedThrough: number;
   /** Commits whose next group's outer step is synchronous (`committed.drain`, core/training/overlap.ts). */
   readonly drains = new Set<number>();
+  /** Ranks of this round the coordinator reported lost. */
+  readonly lost = new LostRanksFeed();
 
   constructor(readonly msg: RoundMessage) {
     this.resume = msg.step;

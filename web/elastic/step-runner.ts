@@ -33,7 +33,7 @@ import type { RecordPosition } from '../../core/training/groups';
 import type { JobPublic } from '../../core/training/job';
 import { NO_HASH } from '../../core/protocol/tab-messages';
 import { describePosition, samePosition } from '../../core/training/sampler';
-import { groupAllreduce } from '../net/group-allreduce';
+import { groupAllreduce, type LostRanks } from '../net/group-allreduce';
 import { isCollectiveError } from '../net/collective-error';
 import { type RingAllreduceOptions, ringAllreduce, ringAllreduceBusBytes } from '../net/ring-allreduce';
 import type { GradientResult } from '../worker/types';
@@ -376,17 +376,17 @@ export class StepRunner {
   private async timedAllreduce(
     links: SyncLinks,
     data: Float32Array,
-    opts: Omit<RingAllreduceOptions, 'timeoutMs'> & { mayExclude?: boolean },
+    opts: Omit<RingAllreduceOptions, 'timeoutMs'> & { mayExclude?: boolean; lost?: LostRanks },
     minimumMs: number,
   ): Promise<{ excluded: number[] }> {
     const busBytes = ringAllreduceBusBytes(data.length, links.ring.size, opts.compression);
     const started = this.ctx.now();
-    const { mayExclude, ...ringOpts } = opts;
+    const { mayExclude, lost, ...ringOpts } = opts;
     const timeoutMs = this.collectives.limitMs(minimumMs, busBytes);
     let excluded: number[] = [];
     try {
       if (links.groups)
-        ({ excluded } = await groupAllreduce(links.groups, data, { ...ringOpts, mayExclude, timeoutMs }));
+        ({ excluded } = await groupAllreduce(links.groups, data, { ...ringOpts, mayExclude, lost, timeoutMs }));
       else await ringAllreduce(links.ring, data, { ...ringOpts, timeoutMs });
     } catch (error) {
       if (isCollectiveError(error, 'timeout')) this.collectives.timedOut();

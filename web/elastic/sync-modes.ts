@@ -18,6 +18,7 @@ import type { GradientResult } from '../worker/types';
 import { abortReason } from './async-tools';
 import type { HeldStateKeeper, NextStep } from './held-states';
 import type { RecordPosition } from '../../core/training/groups';
+import type { LostRanks } from '../net/group-allreduce';
 import type { GroupWork, StateTag, StepWork } from './plan';
 import type { SyncLinks } from './ports';
 import type { RoundSession } from './round-session';
@@ -85,7 +86,7 @@ export interface StepTools {
   allreduce(
     links: SyncLinks,
     data: Float32Array,
-    opts: Omit<RingAllreduceOptions, 'timeoutMs'> & { mayExclude?: boolean },
+    opts: Omit<RingAllreduceOptions, 'timeoutMs'> & { mayExclude?: boolean; lost?: LostRanks },
     minimumMs: number,
   ): Promise<{ excluded: number[] }>;
   /** The least deadline of an allreduce: the fixed one, or `factor` × the last step's compute time if longer. */
@@ -274,8 +275,9 @@ async function outerCommitPoint(
     ({ excluded } = await tools.allreduce(
       links,
       delta,
-      // Grouped rounds may go on without a lost member (a verifying job keeps the plain ring: never).
-      { ...opts, ...(record ? { record } : {}), mayExclude: !verify },
+      // Grouped rounds may go on without a lost member (a verifying job keeps the plain ring: never),
+      // leaving out at once those the coordinator reports lost.
+      { ...opts, ...(record ? { record } : {}), ...(verify ? {} : { mayExclude: true, lost: session.lost }) },
       minimumMs,
     ));
     reweight(delta, work.group, excluded);

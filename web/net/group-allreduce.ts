@@ -23,8 +23,8 @@
  * so every group is treated alike), and the final sum once by the root; everyone decodes the root's bytes.
  *
  * **A failure inside a group costs that group's retry** (`mayExclude`, local sync mode: a lost member
- * costs its share, docs/local-steps.md). A member whose ring link closes, or who sends nothing at all for
- * `silenceMs`, is excluded: its group starts its reduce again without it (attempt + 1, from each member's
+ * costs its share, docs/local-steps.md). A member whose ring link closes, whom the coordinator reports
+ * lost (`opts.lost`), or who sends nothing at all for `silenceMs`, is excluded: its group starts its reduce again without it (attempt + 1, from each member's
  * copy of its input), its segments go to the nearest member on its left, who dials the excluded member's
  * partners across groups; the other groups wait at the exchange, nothing more. A corrupted payload
  * (checksum) or a stalled reduce is retried the same way with nobody excluded. Members agree on who is
@@ -47,6 +47,7 @@ export {
   type GroupAllreduceOptions,
   type GroupAllreduceResult,
   type GroupLinks,
+  type LostRanks,
 } from './group-support';
 
 /**

@@ -32,6 +32,7 @@ import {
   sameSet,
   sorted,
   tagged,
+  watchDeadline,
 } from './group-support';
 import type { Link } from './link';
 import { firstUnsendable, unsendableError, type WireCompression } from './ring-allreduce';
@@ -94,7 +95,7 @@ export class GroupCall {
       if (bad >= 0) return Promise.reject(unsendableError(this.label, this.data, bad, this.compression));
       return Promise.resolve({ excluded: [] });
     }
-    this.armDeadline();
+    this.cleanups.push(watchDeadline(this.opts, this.label, (error) => this.failGlobal(error)));
     // Routing a link replays the frames its peer sent early: attempt 0's state must exist first (its
     // sends wait in their queues for the links). A rank refusing its input sends nothing but aborts.
     if (bad < 0) this.prepareAttempt(0);
@@ -111,10 +112,12 @@ export class GroupCall {
     );
     if (bad >= 0) this.failGlobal(unsendableError(this.label, this.data, bad, this.compression));
     else this.beginAttempt(0);
+    // Ranks the coordinator reports lost, now and during the call (a settled call has cleaned up already).
+    const lost = this.mayExclude && !this.settled ? this.opts.lost : undefined;
+    if (lost) this.cleanups.push(lost.onLost((ranks) => this.onLost(ranks)));
+    if (lost) this.onLost(lost.ranks);
     return this.done;
   }
-
-  // ------------------------------------------------------------------ links and routes
 
   private isMate(rank: number): boolean {
     return this.geo.groupOf(rank) === this.geo.place.group;
@@ -135,8 +138,25 @@ export class GroupCall {
       this.failGlobal(error);
       return;
     }
+    this.peerGone(rank, error, `its link to ${link.peer} closed`);
+  }
+
+  /** Ranks the coordinator reports lost: out as if their links had closed (a crashed tab's close after ~30 s). */
+  private onLost(ranks: readonly number[]): void {
+    for (const rank of ranks) {
+      if (this.settled) return;
+      if (rank === this.geo.rank || rank < 0 || rank >= this.geo.world || this.excluded.has(rank)) continue;
+      const peer = this.links.link(rank)?.peer ?? null;
+      this.routes.forget(rank);
+      const error = new CollectiveError('peer_closed', `${this.label}: the coordinator lost rank ${rank}`, { peer });
+      this.peerGone(rank, error, 'the coordinator lost it');
+    }
+  }
+
+  /** `rank`'s link closed (or the coordinator lost it): its group retries without it, or the call fails. */
+  private peerGone(rank: number, error: CollectiveError, why: string): void {
     if (this.isMate(rank)) {
-      if (this.plan.members.includes(rank)) this.retryFault(rank, `its link to ${link.peer} closed`);
+      if (this.plan.members.includes(rank)) this.retryFault(rank, why);
     } else if (!this.mayExclude) this.failGlobal(error);
     else {
       // A partner in another group: its group retries without it, and its heir (the nearest member on
@@ -452,27 +472,6 @@ export class GroupCall {
     this.settled = true;
     this.cleanUp();
     this.resolve({ excluded: this.exchange.excluded });
-  }
-
-  private armDeadline(): void {
-    const timer = setTimeout(
-      () => this.failGlobal(new CollectiveError('timeout', `${this.label} timed out after ${this.opts.timeoutMs} ms`)),
-      this.opts.timeoutMs,
-    );
-    this.cleanups.push(() => clearTimeout(timer));
-    const signal = this.opts.signal;
-    if (!signal) return;
-    const onAbort = () =>
-      this.failGlobal(
-        new CollectiveError('aborted', `${this.label} aborted: ${String(signal.reason ?? 'signal')}`, {
-          cause: signal.reason,
-        }),
-      );
-    if (signal.aborted) queueMicrotask(onAbort);
-    else {
-      signal.addEventListener('abort', onAbort, { once: true });
-      this.cleanups.push(() => signal.removeEventListener('abort', onAbort));
-    }
   }
 
   /** Fail here and tell every rank this one talks to (not when it gave up on its own: it is leaving). */

@@ -27,6 +27,8 @@ export class GroupRoutes {
   private readonly linkOf = new Map<number, Link>();
   private readonly routes = new Map<Link, { id: CollectiveId; route: Route }>();
   private readonly outs = new Map<number, OutQueue>();
+  /** Ranks lost for this call whose links may still be open (`forget`): never routed or dialed again. */
+  private readonly gone = new Set<number>();
   private closed = false;
 
   constructor(
@@ -37,7 +39,7 @@ export class GroupRoutes {
 
   /** A link to `rank` (planned, dialed, or dialed in): route its frames and send it what waits. */
   register(rank: number, link: Link): void {
-    if (this.closed) return;
+    if (this.closed || this.gone.has(rank)) return;
     this.linkOf.set(rank, link);
     this.route(rank, link);
     this.outs.get(rank)?.attach(link);
@@ -94,6 +96,11 @@ export class GroupRoutes {
   /** Dial `rank` unless a link to it exists; a failed dial drops what was queued for it. */
   ensure(rank: number | null): void {
     if (rank === null || this.linkOf.has(rank) || this.closed) return;
+    if (this.gone.has(rank)) {
+      // As a dial that failed: what is queued for it is lost (later, as a dial's outcome comes).
+      void Promise.resolve().then(() => this.drop(rank));
+      return;
+    }
     this.links.connect(rank).then(
       (link) => this.register(rank, link),
       // Not reachable (gone too): what was queued for it is lost; a later roster names its heir.
@@ -120,6 +127,22 @@ export class GroupRoutes {
       else this.ensure(rank);
     }
     return out;
+  }
+
+  /**
+   * `rank` is gone for this call although its link may stay open (the coordinator lost it: a crashed
+   * tab's link closes only when ICE consent fails). Its route closes, so its frames are no longer taken,
+   * its queue is dropped, and it is never dialed or routed again: sends to it are lost as to a closed link.
+   */
+  forget(rank: number): void {
+    this.gone.add(rank);
+    const link = this.linkOf.get(rank);
+    if (link) {
+      this.routes.get(link)?.route.close();
+      this.routes.delete(link);
+      this.linkOf.delete(rank);
+    }
+    this.drop(rank);
   }
 
   /** Forget what is queued for `rank`. */

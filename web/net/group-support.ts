@@ -24,6 +24,19 @@ export interface GroupLinks {
   onLink(listener: (rank: number, link: Link) => void): Unsubscribe;
 }
 
+/**
+ * Ranks the coordinator saw leave the round during the call (`members_lost`: their sockets closed, or a
+ * survivor's report left them out). A crashed browser's data channels stay open until ICE consent fails
+ * (about 30 s), so without this a lost member is found only by its group's silence watch, once for each
+ * attempt it had begun. Used with `mayExclude` only.
+ */
+export interface LostRanks {
+  /** Ranks lost so far. */
+  readonly ranks: readonly number[];
+  /** Calls `listener` with each later batch; returns the unsubscribe. */
+  onLost(listener: (ranks: readonly number[]) => void): Unsubscribe;
+}
+
 export interface GroupAllreduceOptions extends CollectiveOptions {
   /** Values per chunk, the same on every rank. Default: a full default frame, as the ring's. */
   readonly chunkElements?: number;
@@ -40,6 +53,8 @@ export interface GroupAllreduceOptions extends CollectiveOptions {
    * Absent: only the deadline.
    */
   readonly silenceMs?: number;
+  /** Ranks to leave out as soon as they are known lost (with `mayExclude`), as if their links had closed. */
+  readonly lost?: LostRanks;
   /** Attempts of one group's reduce before the call fails. Default `DEFAULT_GROUP_ATTEMPTS`. */
   readonly maxAttempts?: number;
 }
@@ -118,6 +133,34 @@ export function tagged(error: CollectiveError, label: string): CollectiveError {
   if (error.collective) return error;
   const message = error.message.startsWith(label) ? error.message : `${label}: ${error.message}`;
   return new CollectiveError(error.kind, message, { peer: error.peer, collective: label, cause: error.cause });
+}
+
+/**
+ * Fail the call (`fail`) at its deadline (`timeout`) or when the caller's signal aborts (`aborted`).
+ * Returns the cleanup.
+ */
+export function watchDeadline(
+  opts: Pick<GroupAllreduceOptions, 'timeoutMs' | 'signal'>,
+  label: string,
+  fail: (error: CollectiveError) => void,
+): () => void {
+  const timer = setTimeout(
+    () => fail(new CollectiveError('timeout', `${label} timed out after ${opts.timeoutMs} ms`)),
+    opts.timeoutMs,
+  );
+  const signal = opts.signal;
+  const onAbort = () =>
+    fail(
+      new CollectiveError('aborted', `${label} aborted: ${String(signal?.reason ?? 'signal')}`, {
+        cause: signal?.reason,
+      }),
+    );
+  if (signal?.aborted) queueMicrotask(onAbort);
+  else signal?.addEventListener('abort', onAbort, { once: true });
+  return () => {
+    clearTimeout(timer);
+    signal?.removeEventListener('abort', onAbort);
+  };
 }
 
 /** The call's wire format and chunking, after checking them, the id and the deadline (RangeError). */

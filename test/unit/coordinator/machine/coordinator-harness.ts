@@ -5,7 +5,7 @@
  * event:
  * - every sent message is a valid ServerMessage;
  * - `record_commit`/`rollback_commits` are followed by `persist` before any send;
- * - round messages (train, round_closed, committed) go only to members of that round;
+ * - round messages (train, round_closed, committed, members_lost) go only to members of that round;
  * - each index is committed at most once per epoch, exactly once per finished epoch (in the store);
  * - in the current epoch, the store's committed positions and the record's holes are exactly [0, cursor);
  * - the record agrees with the last commit; the state is plain JSON; ranks are dense.
@@ -495,7 +495,12 @@ export class Harness {
         const members = this.roundMembers.get(msg.round) ?? new Set<string>();
         members.add(action.conn);
         this.roundMembers.set(msg.round, members);
-      } else if (msg.type === 'train' || msg.type === 'round_closed' || msg.type === 'committed') {
+      } else if (
+        msg.type === 'train' ||
+        msg.type === 'round_closed' ||
+        msg.type === 'committed' ||
+        msg.type === 'members_lost'
+      ) {
         const members = this.roundMembers.get(msg.round);
         if (!members?.has(action.conn))
           expect.fail(`${msg.type} of round ${msg.round} sent to non-member ${action.conn}`);

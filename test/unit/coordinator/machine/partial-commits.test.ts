@@ -454,6 +454,11 @@ describe(`a grouped outer sync that goes on without lost members (N = ${N}, oute
     h.disconnect(name(40));
     deferredLoss(h, [name(40)], [40]);
     expect(h.state.restarts).toBe(1);
+    // Every survivor hears at once which rank is gone (its links may stay open for 30 s).
+    for (const member of h.members())
+      expect(h.received(member, 'members_lost'), member).toEqual([
+        expect.objectContaining({ type: 'members_lost', round, ranks: [40] }),
+      ]);
     // A report that does not name the rank is not counted yet; every survivor's does.
     reportWithout(h, [40]);
     const holes = expectPartialCommit(h, H + 1, split, [40]);

@@ -1,7 +1,8 @@
 /**
  * The grouped allreduce (web/net/group-allreduce.ts) over fault-injecting memory links: sums bit for
  * bit against a float32 reference that adds in the collective's order (referenceSum), late ranks,
- * dropped and corrupted frames, and crashes that cost only the crashed rank's group.
+ * dropped and corrupted frames, and crashes that cost only the crashed rank's group (found by a closed link,
+ * by silence, or reported by the coordinator while the crashed rank's links stay open).
  */
 import { afterAll, describe, expect, it } from 'vitest';
 import { groupBases, type GroupLayout } from '../../../../core/training/group-geometry';
@@ -14,6 +15,7 @@ import {
   groupAllreduce,
 } from '../../../../web/net/group-allreduce';
 import { MemoryMesh } from '../../../../web/net/memory-mesh';
+import { LostRanksFeed } from '../../../../web/elastic/round-session';
 import { ringAllreduceBusBytes } from '../../../../web/net/ring-allreduce';
 import { mulberry32, randomArray } from '../../../support/rng';
 
@@ -435,6 +437,51 @@ describe('groupAllreduce: a failure costs only its group', () => {
       for (const r of survivors) expectEqualBits(data[r], want, `rank ${r}`);
     },
     15_000,
+  );
+
+  it.each([
+    [4, 20, 40],
+    [3, 15, 60],
+    [8, 10, 120],
+    [0, 10, 200],
+  ])(
+    'leaves out at once rank %i, silent from %i ms while its links stay open (a crashed tab), when the coordinator reports it at %i ms, with no silence limit to fall back on',
+    async (victim, silentAt, reportAt) => {
+      const layout = { sizes: [3, 3, 3] };
+      const n = 30_000;
+      const data = inputs(9, n, 31 + victim);
+      const want = referenceSum(layout, data, new Set([victim]));
+      // Slow links so the crash lands inside the reduce.
+      const mesh = new MemoryMesh(9, { latencyMs: 2, bytesPerMs: 4000 });
+      mesh.connectPlanned(layout, n);
+      const feeds = data.map(() => new LostRanksFeed());
+      const stop = new AbortController();
+      const calls = data.map((d, r) =>
+        groupAllreduce(mesh.groupLinks(r, layout), d, {
+          id: id(1),
+          // Far longer than the test's own limit: only the report can end this call in time.
+          timeoutMs: 60_000,
+          silenceMs: 60_000,
+          chunkElements: 500,
+          mayExclude: true,
+          lost: feeds[r],
+          ...(r === victim ? { signal: stop.signal } : {}),
+        }).catch((err: unknown) => err),
+      );
+      // The victim stops dead; its links stay open and send nothing (no close, no abort frame).
+      setTimeout(() => stop.abort('crashed'), silentAt);
+      // The coordinator saw its socket close and tells the survivors (one hears it twice).
+      const survivors = [0, 1, 2, 3, 4, 5, 6, 7, 8].filter((r) => r !== victim);
+      setTimeout(() => {
+        for (const r of survivors) feeds[r].add([victim]);
+        feeds[survivors[0]].add([victim]);
+      }, reportAt);
+      const outcomes = await Promise.all(calls);
+      for (const r of survivors) expect(outcomes[r], `rank ${r}`).toEqual({ excluded: [victim] });
+      expect(outcomes[victim]).toBeInstanceOf(CollectiveError);
+      for (const r of survivors) expectEqualBits(data[r], want, `rank ${r}`);
+    },
+    20_000,
   );
 
   it('starts a group’s reduce again when a frame of it is lost, and every rank still ends with the full sum', async () => {
