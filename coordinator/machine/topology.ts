@@ -30,12 +30,13 @@ export function rememberRtts(
 /**
  * The topology of a round of `members` (worker ids, in the order the rendezvous admitted them): the
  * order their ranks follow and the groups. Without any measured RTT the order is the given one. Groups
- * only for jobs with `topology: 'auto'` (core/training/job.ts); jobs that verify keep the plain ring
+ * only for jobs with `topology: 'auto'` or `'groups'` (core/training/job.ts); jobs that verify keep the plain ring
  * whatever they say: their hop checks follow the ring's segments (verification.ts).
  */
 export function roundTopology(s: CoordinatorState, members: readonly string[]): Topology {
   const peers = members.map((id) => workerOf(s.workers, id)?.peerId ?? '');
   const known = members.map((id) => workerOf(s.workers, id)?.linkRtts ?? {});
-  const ringOnly = !!s.job.verify || s.job.topology !== 'auto';
-  return planTopology(members.length, (a, b) => known[a][peers[b]] ?? null, { ringOnly });
+  const ringOnly = !!s.job.verify || s.job.topology === 'ring';
+  const alwaysGroups = s.job.topology === 'groups';
+  return planTopology(members.length, (a, b) => known[a][peers[b]] ?? null, { ringOnly, alwaysGroups });
 }

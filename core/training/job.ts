@@ -218,10 +218,11 @@ export const jobSpecSchema = z
     /**
      * How a round's ranks are arranged (core/training/topology.ts): `ring` (the default), one ring ordered
      * by the measured link RTTs; `auto`, the planner's choice, rings in groups where they cut the latency
-     * (web/net/group-allreduce.ts). `auto` is opt-in until grouped rounds have passed in browser swarms:
-     * the first run with tabs and headless workers failed on a closed link (docs/networking.md).
+     * (web/net/group-allreduce.ts); `groups`, rings in groups whenever a round has 4 members or more,
+     * whatever the planner's latency estimate says (to measure or test grouped rounds, or where the
+     * estimate is known to be wrong). Groups are opt-in (docs/networking.md says why).
      */
-    topology: z.enum(['ring', 'auto']).default('ring'),
+    topology: z.enum(['ring', 'auto', 'groups']).default('ring'),
     /** Kernel precision and per-adapter tuning (docs/gpu.md). */
     kernels: kernelsSchema.default(DEFAULT_KERNELS),
     /** Committed steps between durable checkpoints (also taken at epoch ends and at the end). */

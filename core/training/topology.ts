@@ -12,7 +12,8 @@
  * - **Ring or groups** is decided by an estimate of the collective's latency term (its bytes are the same
  *   either way): the ring takes 2(N − 1) hops on its slowest link; the grouped allreduce 3(k − 1) hops in
  *   a group of k (reduce, seal, gather) and 2 across groups (to the piece's root and back). The plain ring
- *   stays where the groups would not save at least `GROUPED_MAX_RATIO` of it: small worlds.
+ *   stays where the groups would not save at least `GROUPED_MAX_RATIO` of it: small worlds (unless the
+ *   job asks for groups always, `alwaysGroups`).
  *
  * Costs are round-trip times in ms; a pair nobody measured costs the median of the measured ones (or
  * `DEFAULT_LINK_RTT_MS` when nothing is measured), so unknown links neither attract nor repel.
@@ -46,6 +47,8 @@ const TWO_OPT_PASSES = 16;
 export interface PlanOptions {
   /** Keep one plain ring whatever the costs (e.g. jobs that verify the ring's hops). */
   readonly ringOnly?: boolean;
+  /** Groups whenever there are 4 members or more, whatever the latency estimate (job `topology: groups`). */
+  readonly alwaysGroups?: boolean;
 }
 
 /** Plan the topology of `count` members; members are numbered 0..count−1 and `cost` is symmetric or not. */
@@ -56,6 +59,7 @@ export function planTopology(count: number, cost: LinkCost, opts: PlanOptions = 
   const ring = { order: rotateToFirst(tour), groups: [count] };
   if (opts.ringOnly || count < 4) return ring;
   const grouped = groupedPlan(tour, c);
+  if (opts.alwaysGroups) return grouped;
   return estimateLatencyMs(grouped, c) <= GROUPED_MAX_RATIO * estimateLatencyMs(ring, c) ? grouped : ring;
 }
 

@@ -118,6 +118,18 @@ describe('planTopology: ring or groups', () => {
     expect(planTopology(64, uniform, { ringOnly: true }).groups).toEqual([64]);
   });
 
+  it.each([
+    [3, [3]],
+    [4, [2, 2]],
+    [6, [3, 3]],
+    [8, [4, 4]],
+  ])('with %i members and groups asked for always, plans %j where the estimate keeps the ring', (n, sizes) => {
+    expect(planTopology(n, uniform).groups, 'the estimate alone').toEqual([n]);
+    const plan = planTopology(n, uniform, { alwaysGroups: true });
+    expectPermutation(plan.order, n);
+    expect(plan.groups).toEqual(sizes);
+  });
+
   it('plans groups whose latency estimate is far below the ring’s at 64 members', () => {
     const c = costMatrix(64, uniform);
     const grouped = planTopology(64, uniform);
