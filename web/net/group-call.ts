@@ -32,6 +32,7 @@ import {
   sameSet,
   sorted,
   tagged,
+  trySend,
   watchDeadline,
 } from './group-support';
 import type { Link } from './link';
@@ -373,7 +374,12 @@ export class GroupCall {
 
   private moveTo(attempt: number, excluded: readonly number[]): void {
     if (this.sealed || this.gatherSeen) {
-      this.failGlobal(new CollectiveError('protocol', `${this.label}: the group retried after it sealed`));
+      // A mate lost after the seal (a partial may have left with its values): the loss names it, so that
+      // relayed aborts name it too and not this honest rank; a retry that left nobody new out stays `protocol`.
+      const lost = excluded.find((r) => !this.excluded.has(r));
+      const peer = lost === undefined ? null : (this.links.link(lost)?.peer ?? this.routes.peerName(lost));
+      const kind = lost === undefined ? 'protocol' : 'peer_closed';
+      this.failGlobal(new CollectiveError(kind, `${this.label}: the group retried after it sealed`, { peer }));
       return;
     }
     if (attempt >= this.maxAttempts) {
@@ -387,15 +393,8 @@ export class GroupCall {
     for (const [rank, link] of this.routes.entries()) {
       if (!this.isMate(rank) || !link.isOpen) continue;
       for (const id of [attemptId(this.opts.id, this.attempt), attemptId(this.opts.id, attempt)]) {
-        const frame = controlFrame(
-          { kind: FrameKind.GroupRetry, id, ringStep: attempt, chunkIndex: 0, chunkCount: 1 },
-          excluded,
-        );
-        try {
-          link.send(frame);
-        } catch {
-          // the link is going; its close says so
-        }
+        const header = { kind: FrameKind.GroupRetry, id, ringStep: attempt, chunkIndex: 0, chunkCount: 1 };
+        trySend(link, controlFrame(header, excluded));
       }
     }
     this.startAttempt(attempt);

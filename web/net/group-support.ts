@@ -119,6 +119,15 @@ export function abortError(link: Link, frame: Frame, label: string): CollectiveE
   return new CollectiveError(kind, `${label}: ${link.peer} gave up: ${message}`, { peer, collective: label });
 }
 
+/** Send `frame` unless the link throws (it is going: its close says so). */
+export function trySend(link: Link, frame: ArrayBuffer): void {
+  try {
+    link.send(frame);
+  } catch {
+    // the link is going; its close says so
+  }
+}
+
 /** A bad frame (or anything thrown while handling one) from `peer`, as the call's failure. */
 export function protocolError(err: unknown, peer: string, label: string): CollectiveError {
   if (err instanceof CollectiveError) return err;
