@@ -68,6 +68,8 @@ export class GroupCall {
   private quietSince = 0;
   private sealed = false;
   private gatherSeen = false;
+  /** Ranks of other groups this rank saw lost (closed links, the coordinator's report). */
+  private readonly lostElsewhere = new Set<number>();
   private readonly exchange: Exchange;
 
   constructor(
@@ -160,18 +162,21 @@ export class GroupCall {
       if (this.plan.members.includes(rank)) this.retryFault(rank, why);
     } else if (!this.mayExclude) this.failGlobal(error);
     else {
-      // A partner in another group: its group retries without it, and its heir (the nearest member on
-      // its left still in, as far as this rank knows) dials in. Dial it too: a mesh where only one end
-      // of a pair dials (PeerMesh: the lower id) needs both ends to ask.
+      // A partner in another group: its group retries without it; its heir (the nearest member on its left
+      // still in, as this rank knows) dials in, and is dialed too (PeerMesh: only the lower id dials, both
+      // ask). A group with nobody left fails the call (its part of the sum is gone) instead of the deadline.
       const group = this.geo.groupOf(rank);
       const place = placeOf(this.geo.layout, rank);
-      const out = this.geo.outPositions(group, new Set([...this.excluded, rank]));
+      this.lostElsewhere.add(rank);
+      const out = this.geo.outPositions(group, new Set([...this.excluded, ...this.lostElsewhere]));
       const heir = heirPosition(this.geo.layout.sizes[group], out, place.position);
       if (heir >= 0) this.routes.ensure(place.base + heir);
+      else
+        this.failGlobal(
+          new CollectiveError('peer_closed', `${this.label}: group ${group} lost every member`, { peer: error.peer }),
+        );
     }
   }
-
-  // ------------------------------------------------------------------ frames
 
   onFrame(rank: number, link: Link, frame: Frame): void {
     if (this.settled) return;
@@ -400,10 +405,7 @@ export class GroupCall {
     this.startAttempt(attempt);
   }
 
-  /**
-   * Progress: the silence starts again now. Called for every frame from the left neighbour, so it moves
-   * a start time and keeps the one timer running; `onSilence` re-arms it while progress came meanwhile.
-   */
+  /** Progress: the silence starts again (per frame from the left: moves a start time; one timer runs). */
   private armSilence(): void {
     const ms = this.opts.silenceMs;
     if (ms === undefined || this.sealed || !(ms > 0)) {

@@ -315,6 +315,31 @@ describe('groupAllreduce with faults', () => {
       expect((outcome as CollectiveError).kind).not.toBe('timeout');
     }
   });
+
+  it('fails every survivor at once, not at the deadline, when the coordinator reports a whole group lost', async () => {
+    const layout = { sizes: [2, 2, 2, 2] };
+    const data = inputs(8, 4000, 43);
+    const feeds = data.map(() => new LostRanksFeed());
+    // Ranks 0 and 1 (all of group 0) never call, their links open (stopped dead before the sync): nothing
+    // but the report can end the others' call before its deadline, far beyond this test's limit.
+    const mesh = new MemoryMesh(8);
+    mesh.connectPlanned(layout, 4000);
+    const calls = [2, 3, 4, 5, 6, 7].map((r) =>
+      groupAllreduce(mesh.groupLinks(r, layout), data[r], {
+        id: id(1),
+        timeoutMs: 60_000,
+        silenceMs: 60_000,
+        chunkElements: 300,
+        mayExclude: true,
+        lost: feeds[r],
+      }).catch((err: unknown) => err),
+    );
+    for (const feed of feeds) feed.add([0, 1]);
+    for (const outcome of await Promise.all(calls)) {
+      expect(outcome).toBeInstanceOf(CollectiveError);
+      expect((outcome as CollectiveError).kind).toBe('peer_closed');
+    }
+  }, 10_000);
 });
 
 /** Bytes each rank handed to its links in one run (the mesh's pairs count both ends). */
