@@ -184,7 +184,14 @@ describe('StripedLink', () => {
     const running = rings.map((ring, r) =>
       ringAllreduce(ring, data[r], { id: { round: 1, step: 1, seq: 0 }, timeoutMs: 20_000, chunkElements: 500 }),
     );
-    await new Promise((r) => setTimeout(r, 5));
+    // Close a stripe of rank 0 → rank 1 once frames flow on it (the collective is running, hundreds of
+    // chunks still to go), not after a fixed wait that a loaded machine stretches past the collective's end.
+    await new Promise<void>((resolve) => {
+      const stop = (rings[1].left as StripedLink).links[2].onMessage(() => {
+        stop();
+        resolve();
+      });
+    });
     (hop.links[2] as MemoryLink).close();
     const outcomes = await Promise.allSettled(running);
     for (const o of outcomes) {
