@@ -2,11 +2,11 @@
  * bench:grouped-crash — issue 23's "a failure inside one group costs only that group's retry", with real
  * Chromium tabs and headless workers on loopback, against the plain ring as the reference.
  *
- *   npm run bench:grouped-crash -- [--trials 3] [--tabs 8] [--headless 2] [--topologies auto,ring]
+ *   npm run bench:grouped-crash -- [--trials 3] [--tabs 8] [--headless 2] [--topologies groups,ring]
  *
  * Each trial starts a fresh coordinator (local mode, H = 8, int8 wire, unverified: a verifying job keeps
  * the ring) with `--tabs` tabs and `--headless` headless workers, waits for a commit by the whole world
- * (in groups, for `auto`), then polls `/api/status` every 20 ms until every member has reported the
+ * (in groups, for `groups` and `auto`), then polls `/api/status` every 20 ms until every member has reported the
  * group's last inner step (the outer allreduce in progress, by the coordinator's own record) and kills a
  * tab's renderer at once. It classifies what the coordinator did with that outer step:
  *
@@ -44,17 +44,21 @@ import { median } from './lib/elastic-figures';
 const TRIALS = Number(arg('trials', '3'));
 const TABS = Number(arg('tabs', '8'));
 const HEADLESS = Number(arg('headless', '2'));
-const TOPOLOGIES = arg('topologies', 'auto,ring').split(',') as ('auto' | 'ring')[];
+type Topology = 'auto' | 'groups' | 'ring';
+const TOPOLOGIES = arg('topologies', 'groups,ring').split(',') as Topology[];
 const H = 8;
 const GLOBAL_BATCH = 64;
 const TRAIN = 6 * H * GLOBAL_BATCH;
-/** How long a trial of `auto` waits while the round is planned as one ring before it gives up (`ungrouped`). */
+/**
+ * How long a trial of `auto` waits while the round is planned as one ring before it gives up (`ungrouped`);
+ * `groups` (the default) always plans groups (job `topology`, core/training/job.ts).
+ */
 const UNGROUPED_MS = 30_000;
 
 type Outcome = 'absorbed' | 'expired' | 'failed' | 'closed' | 'carried' | 'ungrouped';
 
 interface Trial {
-  topology: 'auto' | 'ring';
+  topology: Topology;
   trial: number;
   groups: number[] | null;
   outcome: Outcome;
@@ -64,7 +68,7 @@ interface Trial {
   why: string | null;
 }
 
-const job = (topology: 'auto' | 'ring') => ({
+const job = (topology: Topology) => ({
   model: 'tiny-mlp',
   optimizer: { kind: 'sgd', lr: 0.05, momentum: 0 },
   globalBatch: GLOBAL_BATCH,
@@ -81,7 +85,7 @@ const job = (topology: 'auto' | 'ring') => ({
   sync: { mode: 'local', innerSteps: H, compression: 'int8' },
 });
 
-async function trial(browser: Browser, topology: 'auto' | 'ring', index: number): Promise<Trial> {
+async function trial(browser: Browser, topology: Topology, index: number): Promise<Trial> {
   const datasetDir = writeFakeIdxDataset(join(makeTempDir('tabswarm-grouped-crash-'), 'fake-mnist'), {
     trainCount: TRAIN,
     testCount: 16,
