@@ -560,13 +560,16 @@ describe('groupAllreduce: a failure costs only its group', () => {
 
   // Seeds whose crash came after a group sealed fail every rank and check no sum: count the seeds that
   // did check one, so a collective that failed every rank at every crash could not pass these tests.
+  // Seeds 42 and 62 crash both members of a group of 2 (every survivor waited for the deadline before the
+  // call failed on a group lost whole).
+  const seeds = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 42, 62];
   const crashSeeds = { run: 0, summed: 0 };
   afterAll(() => {
-    if (crashSeeds.run === 12)
+    if (crashSeeds.run === seeds.length)
       expect(crashSeeds.summed, 'seeds where some rank finished with a sum').toBeGreaterThan(0);
   });
 
-  it.each([1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12])(
+  it.each(seeds)(
     'with crashes at random moments (seed %i), every rank that finishes holds the same bytes, summed without exactly the ranks it names',
     async (seed) => {
       const rand = mulberry32(seed * 7919);
