@@ -28,16 +28,13 @@
  * results are in bench/RESULTS.md. Not a test: with real WebRTC on this 2-core machine the outcome varies
  * from run to run (docs/networking.md, "A failure inside one group").
  */
-import { join } from 'node:path';
 import type { Browser } from 'playwright-core';
 import type { StatusResponse } from '../core/protocol/views';
-import { launchChromium, WEB_BUILD_DIR } from '../test/support/browser';
-import { CoordinatorProcess } from '../test/support/coordinator-process';
-import { makeTempDir, writeFakeIdxDataset } from '../test/support/fake-dataset';
+import { launchChromium } from '../test/support/browser';
 import { lostSlices, openedRounds, sharesByRank } from '../test/support/lost-slices';
-import { coordinatorStatusUntil, Swarm } from '../test/support/swarm';
+import { MixedSwarm } from '../test/support/mixed-swarm';
+import { coordinatorStatusUntil } from '../test/support/swarm';
 import { commitsFrom } from '../tools/swarm/coordinator-api';
-import { type HeadlessProcess, spawnHeadless } from '../tools/swarm/headless-workers';
 import { arg, chromiumVersion, exitUnlessReady, nowMs } from './lib/common';
 import { median } from './lib/elastic-figures';
 
@@ -86,24 +83,19 @@ const job = (topology: Topology) => ({
 });
 
 async function trial(browser: Browser, topology: Topology, index: number): Promise<Trial> {
-  const datasetDir = writeFakeIdxDataset(join(makeTempDir('tabswarm-grouped-crash-'), 'fake-mnist'), {
-    trainCount: TRAIN,
-    testCount: 16,
-    seed: 7 + index,
-  });
-  const coordinator = await CoordinatorProcess.spawn({
+  const bed = await MixedSwarm.start({
     job: job(topology),
-    datasetDir,
-    extraArgs: ['--dist', WEB_BUILD_DIR],
+    trainCount: TRAIN,
+    seed: 7 + index,
+    name: 'grouped-crash',
+    browser,
   });
-  const swarm = new Swarm(browser, coordinator.url, { query: { testSubset: '0' } });
-  const headless: HeadlessProcess[] = [];
+  const { coordinator, swarm } = bed;
   const until = async (check: (s: StatusResponse) => boolean, what: string, pollMs = 250) =>
     (await coordinatorStatusUntil(coordinator, check, what, { timeoutMs: 180_000, pollMs })).status;
   const grouped = (s: StatusResponse) => topology === 'ring' || (s.topology?.groups.length ?? 0) >= 2;
   try {
-    for (let i = 0; i < HEADLESS; i++)
-      headless.push(spawnHeadless({ url: coordinator.url, name: `hl-${i}`, args: ['--no-cache', '--quiet'] }));
+    for (let i = 0; i < HEADLESS; i++) bed.spawnHeadless(`hl-${i}`);
     const tabs = await swarm.openMany(TABS);
     const world = await until(
       (s) => s.world.total === TABS + HEADLESS && s.state === 'training' && grouped(s),
@@ -167,9 +159,7 @@ async function trial(browser: Browser, topology: Topology, index: number): Promi
     }
     return { ...base, outcome: 'absorbed' };
   } finally {
-    for (const h of headless) h.crash();
-    await swarm.closeAll().catch(() => undefined);
-    await coordinator.stop();
+    await bed.stop();
   }
 }
 

@@ -32,20 +32,16 @@
  * (docs/networking.md). Needs Chromium, the web build and WebGPU in Node: skips here when missing, fails
  * under CI.
  */
-import { join } from 'node:path';
-import type { Browser } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { StatusResponse } from '../../core/protocol/views';
 import { commitsFrom } from '../../tools/swarm/coordinator-api';
-import { type HeadlessProcess, spawnHeadless } from '../../tools/swarm/headless-workers';
-import { launchChromium, skipWithoutChromium, skipWithoutWebBuild, WEB_BUILD_DIR } from '../support/browser';
+import { skipWithoutChromium, skipWithoutWebBuild } from '../support/browser';
 import { expectCleanAudit } from '../support/clean-audit';
-import { CoordinatorProcess } from '../support/coordinator-process';
-import { makeTempDir, writeFakeIdxDataset } from '../support/fake-dataset';
 import { lostSlices, openedRounds, sharesByRank } from '../support/lost-slices';
+import { MixedSwarm } from '../support/mixed-swarm';
 import { nodeGpuAvailable } from '../support/node-gpu';
 import { skipWithout } from '../support/skip';
-import { coordinatorStatusUntil, Swarm } from '../support/swarm';
+import { coordinatorStatusUntil } from '../support/swarm';
 
 const TABS = 2;
 /** Headless workers besides the victim (one process). */
@@ -80,39 +76,24 @@ const skip =
   skipWithout('WebGPU in Node (Debian chromium ships SwiftShader)', await nodeGpuAvailable());
 
 describe.skipIf(skip)('a crash during a grouped outer sync, with tabs and headless workers', () => {
-  let coordinator: CoordinatorProcess;
-  let browser: Browser;
-  let swarm: Swarm;
-  const headless: HeadlessProcess[] = [];
+  let mixed: MixedSwarm;
   const until = async (check: (s: StatusResponse) => boolean, what: string, pollMs = 250) =>
-    (await coordinatorStatusUntil(coordinator, check, what, { timeoutMs: 120_000, pollMs })).status;
+    (await coordinatorStatusUntil(mixed.coordinator, check, what, { timeoutMs: 120_000, pollMs })).status;
   const groups = (s: StatusResponse) => s.topology?.groups.length ?? 1;
 
   beforeAll(async () => {
-    const datasetDir = writeFakeIdxDataset(join(makeTempDir('tabswarm-grouped-crash-'), 'fake-mnist'), {
-      trainCount: TRAIN,
-      testCount: 16,
-      seed: 9,
-    });
-    coordinator = await CoordinatorProcess.spawn({ job: JOB, datasetDir, extraArgs: ['--dist', WEB_BUILD_DIR] });
-    browser = await launchChromium();
-    swarm = new Swarm(browser, coordinator.url, { query: { testSubset: '0' } });
+    mixed = await MixedSwarm.start({ job: JOB, trainCount: TRAIN, seed: 9, name: 'grouped-crash' });
   });
 
   afterAll(async () => {
-    for (const h of headless) h.crash();
-    await swarm?.closeAll().catch(() => undefined);
-    await browser?.close();
-    await coordinator?.stop();
+    await mixed?.stop();
   });
 
   it('costs only the crashed worker’s group a retry: the outer step commits in the same round without exactly its slices, hash-agreed', async () => {
-    const victim = spawnHeadless({ url: coordinator.url, name: 'victim', args: ['--no-cache', '--quiet'] });
-    headless.push(
-      victim,
-      spawnHeadless({ url: coordinator.url, name: 'hl', count: HEADLESS, args: ['--no-cache', '--quiet'] }),
-    );
-    await swarm.openMany(TABS);
+    const { coordinator } = mixed;
+    const victim = mixed.spawnHeadless('victim');
+    mixed.spawnHeadless('hl', HEADLESS);
+    await mixed.swarm.openMany(TABS);
     const members = TABS + HEADLESS + 1;
     const world = await until(
       (s) => s.world.total === members && s.state === 'training' && groups(s) >= 2,

@@ -7,18 +7,14 @@
  * divergence and the audit is clean. Needs Chromium, the web build and WebGPU in Node: each skips here
  * when missing and fails under CI.
  */
-import type { Browser } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { type HeadlessProcess, spawnHeadless } from '../../tools/swarm/headless-workers';
-import { launchChromium, skipWithoutChromium, skipWithoutWebBuild, WEB_BUILD_DIR } from '../support/browser';
+import { skipWithoutChromium, skipWithoutWebBuild } from '../support/browser';
 import { expectCleanAudit } from '../support/clean-audit';
 import { commitRows } from '../support/commit-log';
-import { CoordinatorProcess } from '../support/coordinator-process';
-import { makeTempDir, writeFakeIdxDataset } from '../support/fake-dataset';
+import { MixedSwarm } from '../support/mixed-swarm';
 import { nodeGpuAvailable } from '../support/node-gpu';
 import { skipWithout } from '../support/skip';
-import { coordinatorStatusUntil, Swarm } from '../support/swarm';
-import { join } from 'node:path';
+import { coordinatorStatusUntil } from '../support/swarm';
 
 const JOB = {
   model: 'tiny-mlp',
@@ -40,33 +36,20 @@ const skip =
   skipWithout('WebGPU in Node (Debian chromium ships SwiftShader)', await nodeGpuAvailable());
 
 describe.skipIf(skip)('Chromium tabs and headless workers in one job', () => {
-  let coordinator: CoordinatorProcess;
-  let browser: Browser;
-  let swarm: Swarm;
-  const headless: HeadlessProcess[] = [];
+  let mixed: MixedSwarm;
 
   beforeAll(async () => {
-    const datasetDir = writeFakeIdxDataset(join(makeTempDir('tabswarm-mixed-'), 'fake-mnist'), {
-      trainCount: 640,
-      testCount: 16,
-      seed: 3,
-    });
-    coordinator = await CoordinatorProcess.spawn({ job: JOB, datasetDir, extraArgs: ['--dist', WEB_BUILD_DIR] });
-    browser = await launchChromium();
-    swarm = new Swarm(browser, coordinator.url, { query: { testSubset: '0' } });
+    mixed = await MixedSwarm.start({ job: JOB, trainCount: 640, seed: 3, name: 'mixed' });
   });
 
   afterAll(async () => {
-    for (const h of headless) h.crash();
-    await swarm?.closeAll().catch(() => undefined);
-    await browser?.close();
-    await coordinator?.stop();
+    await mixed?.stop();
   });
 
   it('commits outer steps hash-agreed by two tabs and two headless workers, with a clean audit', async () => {
+    const { coordinator, swarm } = mixed;
     await swarm.openMany(2);
-    for (const name of ['hl-a', 'hl-b'])
-      headless.push(spawnHeadless({ url: coordinator.url, name, args: ['--no-cache', '--quiet'] }));
+    for (const name of ['hl-a', 'hl-b']) mixed.spawnHeadless(name);
     const { status } = await coordinatorStatusUntil(
       coordinator,
       (s) => s.world.total === 4 && s.state === 'training' && s.step > 0,
