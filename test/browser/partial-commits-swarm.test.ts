@@ -21,16 +21,12 @@
  *
  * Needs Chromium, the web build and WebGPU in Node: skips here when missing, fails under CI.
  */
-import { join } from 'node:path';
-import type { Browser } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { StatusResponse } from '../../core/protocol/views';
-import { type HeadlessProcess, spawnHeadless } from '../../tools/swarm/headless-workers';
-import { launchChromium, skipWithoutChromium, skipWithoutWebBuild, WEB_BUILD_DIR } from '../support/browser';
+import { skipWithoutChromium, skipWithoutWebBuild } from '../support/browser';
 import { expectCleanAudit } from '../support/clean-audit';
 import { commitsFrom } from '../../tools/swarm/coordinator-api';
-import { CoordinatorProcess } from '../support/coordinator-process';
-import { makeTempDir, writeFakeIdxDataset } from '../support/fake-dataset';
+import { MixedSwarm } from '../support/mixed-swarm';
 import { nodeGpuAvailable } from '../support/node-gpu';
 import { skipWithout } from '../support/skip';
 import {
@@ -40,7 +36,7 @@ import {
   sharesByRank,
   splitRound,
 } from '../support/lost-slices';
-import { coordinatorStatusUntil, Swarm } from '../support/swarm';
+import { coordinatorStatusUntil, type SwarmTab } from '../support/swarm';
 
 const TABS = 8;
 const HEADLESS = 2;
@@ -79,47 +75,57 @@ const skip =
   skipWithout('WebGPU in Node (Debian chromium ships SwiftShader)', await nodeGpuAvailable());
 
 describe.skipIf(skip)('eight tabs and headless workers in one local-mode job', () => {
-  let coordinator: CoordinatorProcess;
-  let browser: Browser;
-  let swarm: Swarm;
-  const headless: HeadlessProcess[] = [];
+  let bed: MixedSwarm;
   /** Every (workerId → peerId) the coordinator's status showed in a world. */
   const peers = new Map<string, string>();
-  const until = async (check: (s: StatusResponse) => boolean, what: string) => {
+  const until = async (check: (s: StatusResponse) => boolean, what: string, pollMs = 250) => {
     const { status } = await coordinatorStatusUntil(
-      coordinator,
+      bed.coordinator,
       (s) => {
         for (const w of s.world.items) peers.set(w.id, w.peerId);
         return check(s);
       },
       what,
-      { timeoutMs: 120_000, pollMs: 250 },
+      { timeoutMs: 120_000, pollMs },
     );
     return status;
   };
+  /**
+   * Crash `tab` inside an outer step, by the coordinator's own record: every other member has reported a
+   * step of the group (so the survivors carry it: with none reported the coordinator redoes the group, which
+   * costs nothing and leaves no holes) and `tab` has not reached the outer sync. `after` adds a condition.
+   */
+  const crashInsideOuterStep = async (tab: SwarmTab, id: string, after: (s: StatusResponse) => boolean) => {
+    const at = await until(
+      (s) => {
+        const me = s.world.items.find((w) => w.id === id);
+        return (
+          s.state === 'training' &&
+          after(s) &&
+          !!me &&
+          me.lastStep <= s.step + H - 2 &&
+          s.world.items.every((w) => w.id === id || w.lastStep > s.step)
+        );
+      },
+      `${id} inside an outer step that every other member has begun`,
+      10,
+    );
+    await bed.swarm.crash(tab);
+    return at;
+  };
 
   beforeAll(async () => {
-    const datasetDir = writeFakeIdxDataset(join(makeTempDir('tabswarm-partial-swarm-'), 'fake-mnist'), {
-      trainCount: TRAIN,
-      testCount: 16,
-      seed: 5,
-    });
-    coordinator = await CoordinatorProcess.spawn({ job: JOB, datasetDir, extraArgs: ['--dist', WEB_BUILD_DIR] });
-    browser = await launchChromium();
-    swarm = new Swarm(browser, coordinator.url, { query: { testSubset: '0' } });
+    bed = await MixedSwarm.start({ job: JOB, trainCount: TRAIN, seed: 5, name: 'partial-swarm' });
   });
 
   afterAll(async () => {
-    for (const h of headless) h.crash();
-    await swarm?.closeAll().catch(() => undefined);
-    await browser?.close();
-    await coordinator?.stop();
+    await bed?.stop();
   });
 
   it('a crash costs only the crashed tab’s slices, a join inside an outer step costs nothing, and every commit is hash-agreed by tabs and headless workers', async () => {
+    const { coordinator, swarm } = bed;
     const started = performance.now();
-    for (const name of ['hl-a', 'hl-b'])
-      headless.push(spawnHeadless({ url: coordinator.url, name, args: ['--no-cache', '--quiet'] }));
+    for (const name of ['hl-a', 'hl-b']) bed.spawnHeadless(name);
     const tabs = await swarm.openMany(TABS);
     const loadedMs = performance.now() - started;
     const ten = await until((s) => s.world.total === TABS + HEADLESS && s.state === 'training', 'a world of ten');
@@ -130,35 +136,23 @@ describe.skipIf(skip)('eight tabs and headless workers in one local-mode job', (
     // round's survivors carry the group on in a new round.
     const victim = tabs[3];
     const victimId = (await swarm.status(victim))!.workerId!;
-    const atCrash = await swarm.waitFor(
-      victim,
-      (st) => st.localStep - st.committedStep >= 2 && st.localStep - st.committedStep <= 5,
-      null,
-      120_000,
-    );
-    await swarm.crash(victim);
+    const atCrash = await crashInsideOuterStep(victim, victimId, () => true);
     const crashedAt = performance.now() - started;
     // A second tab crashes inside the next group, which the carrying round trained on its own split (by
     // rank, not the old slots): that loss costs its slices of that split.
-    await until((s) => s.round > atCrash.round! && s.state === 'training', 'the round after the crash training');
+    await until((s) => s.round > atCrash.round && s.state === 'training', 'the round after the crash training');
     const second = tabs[5];
     const secondId = (await swarm.status(second))!.workerId!;
-    const atSecond = await swarm.waitFor(
+    const atSecond = await crashInsideOuterStep(
       second,
-      (st, after) =>
-        st.committedStep > after && st.localStep - st.committedStep >= 2 && st.localStep - st.committedStep <= 5,
-      atCrash.committedStep,
-      120_000,
+      secondId,
+      (s) => s.round > atCrash.round && s.step > atCrash.step,
     );
-    await swarm.crash(second);
     const secondAt = performance.now() - started;
     // A headless worker joins once the round after the second crash trains, so it arrives inside an outer
     // step; it waits for the outer boundary.
-    await until(
-      (s) => s.round > atSecond.round! && s.state === 'training',
-      'the round after the second crash training',
-    );
-    headless.push(spawnHeadless({ url: coordinator.url, name: 'hl-join', args: ['--no-cache', '--quiet'] }));
+    await until((s) => s.round > atSecond.round && s.state === 'training', 'the round after the second crash training');
+    bed.spawnHeadless('hl-join');
     await until(
       (s) => s.world.total === TABS + HEADLESS - 1 && s.world.items.some((w) => w.peerId.startsWith('hl-join')),
       'the joiner in a world of nine',
@@ -202,8 +196,11 @@ describe.skipIf(skip)('eight tabs and headless workers in one local-mode job', (
         cut.skipped,
         `commit ${cut.step}: the lost slots ${lostSlots} of round ${planning.round}'s split and nothing else`,
       ).toEqual(expected);
+      // The group is a whole outer step, or less at an epoch's end, where the last group serves only the
+      // holes left before it (seen once on a loaded machine: 104 positions).
       const skippedCount = count(expected);
-      expect(cut.count + skippedCount, 'the outer step was committed but for the lost slices').toBe(H * GLOBAL_BATCH);
+      expect(count(group), 'at most one outer step').toBeLessThanOrEqual(H * GLOBAL_BATCH);
+      expect(cut.count + skippedCount, 'the outer step was committed but for the lost slices').toBe(count(group));
       for (const m of planning.world)
         if (crashed.includes(m.workerId) && lostSlots.includes(m.rank))
           skippedBy.set(m.workerId, count(lostSlices(group, shares, [m.rank])));
