@@ -88,12 +88,15 @@ export function deferLossIn(ctx: Ctx, lost: readonly string[], namedBy?: string)
   };
   // The survivors leave the lost ranks out of their grouped allreduce at once: a crashed tab's links
   // stay open for about 30 s, and the groups' silence watch alone outlasts this wait (core/protocol
-  // coordinator-messages.ts `membersLostSchema`).
-  sendWorkers(
-    ctx,
-    rv.participants.map((p) => p.workerId),
-    { type: 'members_lost', round: rv.round, ranks: rv.outerLoss.ranks },
-  );
+  // coordinator-messages.ts `membersLostSchema`). Not for ranks only a survivor's report named: their
+  // mates must find them out on their own, or the reporter's word alone would push honest members out
+  // (the disagreement that charges a liar, `excludedByReportIn`, could not happen).
+  if (namedBy === undefined)
+    sendWorkers(
+      ctx,
+      rv.participants.map((p) => p.workerId),
+      { type: 'members_lost', round: rv.round, ranks: rv.outerLoss.ranks },
+    );
   // A lost member still connected (blamed, or left out as hung) hears that this round is over for it.
   // The wait list is replaced, never edited (context.ts `cloneState`: it may be the input state's).
   const connected = gone.filter((p) => workerOf(s.workers, p.workerId)).map((p) => p.workerId);
