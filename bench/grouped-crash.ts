@@ -32,7 +32,7 @@ import type { Browser } from 'playwright-core';
 import type { StatusResponse } from '../core/protocol/views';
 import { launchChromium } from '../test/support/browser';
 import { lostSlices, openedRounds, sharesByRank } from '../test/support/lost-slices';
-import { MixedSwarm } from '../test/support/mixed-swarm';
+import { MixedSwarm, tinyLocalJob } from '../test/support/mixed-swarm';
 import { coordinatorStatusUntil } from '../test/support/swarm';
 import { commitsFrom } from '../tools/swarm/coordinator-api';
 import { arg, chromiumVersion, exitUnlessReady, nowMs } from './lib/common';
@@ -65,22 +65,8 @@ interface Trial {
   why: string | null;
 }
 
-const job = (topology: Topology) => ({
-  model: 'tiny-mlp',
-  optimizer: { kind: 'sgd', lr: 0.05, momentum: 0 },
-  globalBatch: GLOBAL_BATCH,
-  epochs: 1000,
-  minWorkers: 2,
-  maxWorkers: TABS + HEADLESS,
-  commitEvery: H,
-  lastCallMs: 500,
-  heartbeatMs: 1000,
-  evalSamples: 0,
-  checkpointEvery: 1000,
-  topology,
-  verify: false,
-  sync: { mode: 'local', innerSteps: H, compression: 'int8' },
-});
+const job = (topology: Topology) =>
+  tinyLocalJob({ innerSteps: H, globalBatch: GLOBAL_BATCH, maxWorkers: TABS + HEADLESS, topology, verify: false });
 
 async function trial(browser: Browser, topology: Topology, index: number): Promise<Trial> {
   const bed = await MixedSwarm.start({

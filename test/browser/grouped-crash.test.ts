@@ -38,7 +38,7 @@ import { commitsFrom } from '../../tools/swarm/coordinator-api';
 import { skipWithoutChromium, skipWithoutWebBuild } from '../support/browser';
 import { expectCleanAudit } from '../support/clean-audit';
 import { lostSlices, openedRounds, sharesByRank } from '../support/lost-slices';
-import { MixedSwarm } from '../support/mixed-swarm';
+import { MixedSwarm, tinyLocalJob } from '../support/mixed-swarm';
 import { nodeGpuAvailable } from '../support/node-gpu';
 import { skipWithout } from '../support/skip';
 import { coordinatorStatusUntil } from '../support/swarm';
@@ -53,22 +53,13 @@ const TRAIN = 6 * H * GLOBAL_BATCH;
 /** The victim is stopped with this many inner steps of the group still to compute. */
 const STEPS_LEFT = 2;
 
-const JOB = {
-  model: 'tiny-mlp',
-  optimizer: { kind: 'sgd', lr: 0.05, momentum: 0 },
+const JOB = tinyLocalJob({
+  innerSteps: H,
   globalBatch: GLOBAL_BATCH,
-  epochs: 1000,
-  minWorkers: 2,
   maxWorkers: TABS + HEADLESS + 1,
-  commitEvery: H,
-  lastCallMs: 500,
-  heartbeatMs: 1000,
-  evalSamples: 0,
-  checkpointEvery: 1000,
   topology: 'groups',
   verify: false,
-  sync: { mode: 'local', innerSteps: H, compression: 'int8' },
-};
+});
 
 const skip =
   skipWithoutChromium() ||

@@ -26,7 +26,7 @@ import type { StatusResponse } from '../../core/protocol/views';
 import { skipWithoutChromium, skipWithoutWebBuild } from '../support/browser';
 import { expectCleanAudit } from '../support/clean-audit';
 import { commitsFrom } from '../../tools/swarm/coordinator-api';
-import { MixedSwarm } from '../support/mixed-swarm';
+import { MixedSwarm, tinyLocalJob } from '../support/mixed-swarm';
 import { nodeGpuAvailable } from '../support/node-gpu';
 import { skipWithout } from '../support/skip';
 import {
@@ -45,20 +45,7 @@ const GLOBAL_BATCH = 64;
 /** Six outer steps per epoch, so every group starts on a multiple of H × batch with no holes before it. */
 const TRAIN = 6 * H * GLOBAL_BATCH;
 
-const JOB = {
-  model: 'tiny-mlp',
-  optimizer: { kind: 'sgd', lr: 0.05, momentum: 0 },
-  globalBatch: GLOBAL_BATCH,
-  epochs: 1000,
-  minWorkers: 2,
-  maxWorkers: TABS + HEADLESS + 1,
-  commitEvery: H,
-  lastCallMs: 500,
-  heartbeatMs: 1000,
-  evalSamples: 0,
-  checkpointEvery: 1000,
-  sync: { mode: 'local', innerSteps: H, compression: 'int8' },
-};
+const JOB = tinyLocalJob({ innerSteps: H, globalBatch: GLOBAL_BATCH, maxWorkers: TABS + HEADLESS + 1 });
 
 const lostSlices = (group: [number, number][], shares: number[], slots: number[]) =>
   lostSlicesOf(group, shares, slots, GLOBAL_BATCH);

@@ -19,6 +19,35 @@ import { CoordinatorProcess } from './coordinator-process';
 import { makeTempDir, writeFakeIdxDataset } from './fake-dataset';
 import { Swarm } from './swarm';
 
+/**
+ * The job these swarms train: tiny-mlp in local sync mode (H = `innerSteps`, int8 wire), a commit per outer
+ * step, no evaluation, rare checkpoints, a 1-s heartbeat. `topology` and `verify: false` only when given.
+ */
+export function tinyLocalJob(o: {
+  innerSteps: number;
+  globalBatch: number;
+  maxWorkers: number;
+  topology?: 'ring' | 'auto' | 'groups';
+  verify?: false;
+}): Record<string, unknown> {
+  return {
+    model: 'tiny-mlp',
+    optimizer: { kind: 'sgd', lr: 0.05, momentum: 0 },
+    globalBatch: o.globalBatch,
+    epochs: 1000,
+    minWorkers: 2,
+    maxWorkers: o.maxWorkers,
+    commitEvery: o.innerSteps,
+    lastCallMs: 500,
+    heartbeatMs: 1000,
+    evalSamples: 0,
+    checkpointEvery: 1000,
+    ...(o.topology !== undefined ? { topology: o.topology } : {}),
+    ...(o.verify === false ? { verify: false } : {}),
+    sync: { mode: 'local', innerSteps: o.innerSteps, compression: 'int8' },
+  };
+}
+
 export interface MixedSwarmOptions {
   /** The job file's contents. */
   job: Record<string, unknown>;
