@@ -25,6 +25,52 @@ import type { Link } from './link';
 import { DEFAULT_HIGH_WATER_BYTES, PacedSender } from './paced-sender';
 
 /**
+ * Fail a collective (`fail`) at its deadline (`timeout`, naming whom it waited on when `timeoutPeer` knows)
+ * or when the caller's signal aborts (`aborted`). Returns the cleanup. Every collective's one deadline
+ * watch: `CollectiveSession` (ring, broadcast) and the grouped allreduce (group-call.ts).
+ */
+export function watchDeadline(
+  opts: { readonly timeoutMs: number; readonly signal?: AbortSignal },
+  label: string,
+  fail: (error: CollectiveError) => void,
+  timeoutPeer: () => string | null = () => null,
+): () => void {
+  const timer = setTimeout(() => {
+    const peer = timeoutPeer();
+    const waiting = peer ? ` waiting on ${peer}` : '';
+    fail(
+      new CollectiveError('timeout', `${label} timed out after ${opts.timeoutMs} ms${waiting}`, {
+        peer,
+        collective: label,
+      }),
+    );
+  }, opts.timeoutMs);
+  const signal = opts.signal;
+  const onAbort = () =>
+    fail(
+      new CollectiveError('aborted', `${label} aborted: ${String(signal?.reason ?? 'signal')}`, {
+        collective: label,
+        cause: signal?.reason,
+      }),
+    );
+  if (signal?.aborted) queueMicrotask(onAbort);
+  else signal?.addEventListener('abort', onAbort, { once: true });
+  return () => {
+    clearTimeout(timer);
+    signal?.removeEventListener('abort', onAbort);
+  };
+}
+
+/** Send `frame` unless the link throws: it is going, and its own close tells the peer. */
+export function trySend(link: Link, frame: ArrayBuffer): void {
+  try {
+    link.send(frame);
+  } catch {
+    // the link is going away; its close says so
+  }
+}
+
+/**
  * The Abort frame telling the neighbours of collective `id` why this rank gave up (any collective's:
  * the grouped allreduce sends it too). A rank that gave up on its own (its signal fired, it is leaving)
  * is, to the others, a peer that left: `peer: null` makes the receiver name the sender.
@@ -81,32 +127,14 @@ export class CollectiveSession {
     });
     if (!(opts.timeoutMs > 0) || !Number.isFinite(opts.timeoutMs))
       throw new RangeError(`${this.label}: timeoutMs must be a positive number, got ${opts.timeoutMs}`);
-    const timer = setTimeout(() => {
-      const peer = this.timeoutPeer();
-      this.fail(
-        new CollectiveError(
-          'timeout',
-          `${this.label} timed out after ${opts.timeoutMs} ms${peer ? ` waiting on ${peer}` : ''}`,
-          { peer, collective: this.label },
-        ),
-      );
-    }, opts.timeoutMs);
-    this.cleanups.push(() => clearTimeout(timer));
-    const signal = opts.signal;
-    if (signal) {
-      const onAbort = () =>
-        this.fail(
-          new CollectiveError('aborted', `${this.label} aborted: ${String(signal.reason ?? 'signal')}`, {
-            collective: this.label,
-            cause: signal.reason,
-          }),
-        );
-      if (signal.aborted) queueMicrotask(onAbort);
-      else {
-        signal.addEventListener('abort', onAbort, { once: true });
-        this.cleanups.push(() => signal.removeEventListener('abort', onAbort));
-      }
-    }
+    this.cleanups.push(
+      watchDeadline(
+        opts,
+        this.label,
+        (error) => this.fail(error),
+        () => this.timeoutPeer(),
+      ),
+    );
   }
 
   get isSettled(): boolean {
@@ -214,14 +242,7 @@ export class CollectiveSession {
     // Tell the neighbours, so ranks not adjacent to the fault stop too. Best effort: a closed or
     // failing link is skipped; the frame queues behind data already in the channel, which is fine.
     const abort = abortFrame(this.opts.id, error);
-    for (const link of this.links) {
-      if (!link.isOpen) continue;
-      try {
-        link.send(abort);
-      } catch {
-        // the link is going away; its own close tells the neighbour
-      }
-    }
+    for (const link of this.links) if (link.isOpen) trySend(link, abort);
     this.reject(error);
   }
 

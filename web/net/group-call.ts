@@ -7,6 +7,7 @@
  */
 import { groupPartners, heirPosition, placeOf } from '../../core/training/group-geometry';
 import { CollectiveError } from './collective-error';
+import { trySend, watchDeadline } from './collective-session';
 import { type CollectiveId, collectiveKey, type Frame, FrameError, FrameKind } from './framing';
 import { Exchange } from './group-exchange';
 import { GroupRoutes } from './group-routes';
@@ -32,8 +33,6 @@ import {
   sameSet,
   sorted,
   tagged,
-  trySend,
-  watchDeadline,
 } from './group-support';
 import type { Link } from './link';
 import { firstUnsendable, unsendableError, type WireCompression } from './ring-allreduce';

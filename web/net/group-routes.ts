@@ -7,7 +7,7 @@
 import type { CollectiveError } from './collective-error';
 import { type CollectiveId, collectiveKey, type Frame } from './framing';
 import { routerFor, type Route } from './frame-router';
-import { abortFrame } from './collective-session';
+import { abortFrame, trySend } from './collective-session';
 import { type GroupLinks, OutQueue } from './group-support';
 import type { Link } from './link';
 import { DEFAULT_HIGH_WATER_BYTES, PacedSender } from './paced-sender';
@@ -183,14 +183,7 @@ export class GroupRoutes {
 
   /** An Abort frame with `error` on every routed link, under each link's id. */
   abortAll(error: CollectiveError): void {
-    for (const [link, { id }] of this.routes) {
-      if (!link.isOpen) continue;
-      try {
-        link.send(abortFrame(id, error));
-      } catch {
-        // going away anyway
-      }
-    }
+    for (const [link, { id }] of this.routes) if (link.isOpen) trySend(link, abortFrame(id, error));
   }
 
   close(): void {

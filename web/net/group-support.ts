@@ -119,15 +119,6 @@ export function abortError(link: Link, frame: Frame, label: string): CollectiveE
   return new CollectiveError(kind, `${label}: ${link.peer} gave up: ${message}`, { peer, collective: label });
 }
 
-/** Send `frame` unless the link throws (it is going: its close says so). */
-export function trySend(link: Link, frame: ArrayBuffer): void {
-  try {
-    link.send(frame);
-  } catch {
-    // the link is going; its close says so
-  }
-}
-
 /** A bad frame (or anything thrown while handling one) from `peer`, as the call's failure. */
 export function protocolError(err: unknown, peer: string, label: string): CollectiveError {
   if (err instanceof CollectiveError) return err;
@@ -142,34 +133,6 @@ export function tagged(error: CollectiveError, label: string): CollectiveError {
   if (error.collective) return error;
   const message = error.message.startsWith(label) ? error.message : `${label}: ${error.message}`;
   return new CollectiveError(error.kind, message, { peer: error.peer, collective: label, cause: error.cause });
-}
-
-/**
- * Fail the call (`fail`) at its deadline (`timeout`) or when the caller's signal aborts (`aborted`).
- * Returns the cleanup.
- */
-export function watchDeadline(
-  opts: Pick<GroupAllreduceOptions, 'timeoutMs' | 'signal'>,
-  label: string,
-  fail: (error: CollectiveError) => void,
-): () => void {
-  const timer = setTimeout(
-    () => fail(new CollectiveError('timeout', `${label} timed out after ${opts.timeoutMs} ms`)),
-    opts.timeoutMs,
-  );
-  const signal = opts.signal;
-  const onAbort = () =>
-    fail(
-      new CollectiveError('aborted', `${label} aborted: ${String(signal?.reason ?? 'signal')}`, {
-        cause: signal?.reason,
-      }),
-    );
-  if (signal?.aborted) queueMicrotask(onAbort);
-  else signal?.addEventListener('abort', onAbort, { once: true });
-  return () => {
-    clearTimeout(timer);
-    signal?.removeEventListener('abort', onAbort);
-  };
 }
 
 /** The call's wire format and chunking, after checking them, the id and the deadline (RangeError). */
