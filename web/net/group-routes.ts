@@ -27,6 +27,9 @@ export class GroupRoutes {
   private readonly linkOf = new Map<number, Link>();
   private readonly routes = new Map<Link, { id: CollectiveId; route: Route }>();
   private readonly outs = new Map<number, OutQueue>();
+  /** The number of each link's newest routing (`route`), out of `routings` so far. */
+  private readonly latest = new Map<Link, number>();
+  private routings = 0;
   /** Ranks lost for this call whose links may still be open (`forget`): never routed or dialed again. */
   private readonly gone = new Set<number>();
   private closed = false;
@@ -62,22 +65,23 @@ export class GroupRoutes {
   /**
    * (Re)open the route of the link to `rank` under its current id. Opening replays the frames that came
    * early, and one of them (a mate's retry) may move the call to a newer attempt, which routes this same
-   * link again under the newer id before this open returns: the newer route then stands, this one is
-   * closed, and the early frames of the old id still being replayed are not delivered.
+   * link again (`startAttempt`) before this open returns: the newer routing then stands, this one is
+   * closed, and the early frames of the old id still being replayed are not delivered. Which routing of a
+   * link is the newest is a number (`latest`), so a frame costs one comparison to check.
    */
   route(rank: number, link: Link): void {
     const id = this.events.routeId(rank);
-    const key = collectiveKey(id);
     const existing = this.routes.get(link);
-    if (existing && collectiveKey(existing.id) === key) return;
+    if (existing && collectiveKey(existing.id) === collectiveKey(id)) return;
     existing?.route.close();
     this.routes.delete(link);
-    const current = () => collectiveKey(this.events.routeId(rank)) === key;
+    const mine = ++this.routings;
+    this.latest.set(link, mine);
     let route: Route;
     try {
       route = routerFor(link).open(id, {
         onFrame: (frame) => {
-          if (current()) this.events.onFrame(rank, link, frame);
+          if (this.latest.get(link) === mine) this.events.onFrame(rank, link, frame);
         },
         onFailure: (error) => this.events.onFailure(rank, link, error),
       });
@@ -85,12 +89,8 @@ export class GroupRoutes {
       this.events.onFailure(rank, link, err as CollectiveError);
       return;
     }
-    if (this.closed || this.routes.has(link) || !current()) {
-      route.close();
-      if (!this.closed && !this.routes.has(link)) this.route(rank, link);
-      return;
-    }
-    this.routes.set(link, { id, route });
+    if (this.closed || this.latest.get(link) !== mine) route.close();
+    else this.routes.set(link, { id, route });
   }
 
   /** Dial `rank` unless a link to it exists; a failed dial drops what was queued for it. */
@@ -190,6 +190,7 @@ export class GroupRoutes {
     this.closed = true;
     for (const { route } of this.routes.values()) route.close();
     this.routes.clear();
+    this.latest.clear();
     for (const out of this.outs.values()) out.dispose();
     this.outs.clear();
   }
