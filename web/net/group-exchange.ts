@@ -157,13 +157,13 @@ export class Exchange {
   /**
    * The excluded set a final sum carries names ranks of other groups this rank had not heard were out:
    * a member whose links stayed open when it went silent (a crashed tab) tells its partners nothing,
-   * and its heir may wait for them to dial. Learn them as from a roster.
+   * and its heir may wait for them to dial. Learn them as from a roster. (Ranks of the world, ascending:
+   * `parsePrefix` checked them.)
    */
   private learnFromTag(tag: readonly number[]): void {
     const { geo, excluded } = this.host;
     const byGroup = new Map<number, number[]>();
     for (const r of tag) {
-      if (r < 0 || r >= geo.world) throw new FrameError(`excluded rank ${r} is outside the world`);
       const g = geo.groupOf(r);
       if (g === geo.place.group || excluded.has(r)) continue;
       byGroup.set(g, [...(byGroup.get(g) ?? []), r]);
@@ -252,7 +252,8 @@ export class Exchange {
   private write(frame: Frame, parsed: ParsedPrefix, chunk: Chunk): void {
     const { data, compression } = this.host;
     checkValues(frame, parsed.data, chunk.length, compression);
-    this.learnFromTag(parsed.excluded);
+    // Once a chunk is placed every other must carry its tag (`place`), so only the first can teach.
+    if (this.tag === null && parsed.excluded.length > 0) this.learnFromTag(parsed.excluded);
     applyValues(frame, parsed.data, data.subarray(chunk.start, chunk.start + chunk.length), compression, false);
     this.place(chunk.start, parsed.excluded, frame);
   }
