@@ -255,8 +255,9 @@ export const roundClosedSchema = z.strictObject({
 
 /**
  * Members of the round the coordinator saw leave during a grouped outer sync it lets the survivors finish
- * without them (coordinator/machine/outer-loss.ts): their sockets closed, or a survivor's report left them
- * out. The survivors' grouped allreduce leaves these ranks out at once, as if their links had closed
+ * without them (coordinator/machine/outer-loss.ts): their sockets closed, they said goodbye, or it judged
+ * them hung; never ranks only a survivor's report named (their mates must find those out themselves, or
+ * one tab's word would push honest members out). The survivors' grouped allreduce leaves these ranks out at once, as if their links had closed
  * (web/net/group-call.ts): a crashed browser's data channels stay open until ICE consent fails, about
  * 30 s, and otherwise only the group's silence watch finds the loss, one silence per attempt it had begun,
  * which outlasts the coordinator's wait. Sent to the round's survivors only; the round goes on.

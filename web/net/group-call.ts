@@ -148,7 +148,7 @@ export class GroupCall {
     for (const rank of ranks) {
       if (this.settled) return;
       if (rank === this.geo.rank || rank < 0 || rank >= this.geo.world || this.excluded.has(rank)) continue;
-      const peer = this.links.link(rank)?.peer ?? null;
+      const peer = this.routes.peerName(rank);
       this.routes.forget(rank);
       const error = new CollectiveError('peer_closed', `${this.label}: the coordinator lost rank ${rank}`, { peer });
       this.peerGone(rank, error, 'the coordinator lost it');
@@ -381,7 +381,7 @@ export class GroupCall {
       // A mate lost after the seal (a partial may have left with its values): the loss names it, so that
       // relayed aborts name it too and not this honest rank; a retry that left nobody new out stays `protocol`.
       const lost = excluded.find((r) => !this.excluded.has(r));
-      const peer = lost === undefined ? null : (this.links.link(lost)?.peer ?? this.routes.peerName(lost));
+      const peer = lost === undefined ? null : this.routes.peerName(lost);
       const kind = lost === undefined ? 'protocol' : 'peer_closed';
       this.failGlobal(new CollectiveError(kind, `${this.label}: the group retried after it sealed`, { peer }));
       return;

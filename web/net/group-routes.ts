@@ -57,9 +57,9 @@ export class GroupRoutes {
     return this.linkOf.has(rank);
   }
 
-  /** The link to `rank`'s peer name, for errors. */
+  /** `rank`'s peer name, for errors: from this call's link, the mesh's (a forgotten rank's), or its rank. */
   peerName(rank: number): string {
-    return this.linkOf.get(rank)?.peer ?? `rank ${rank}`;
+    return this.linkOf.get(rank)?.peer ?? this.links.link(rank)?.peer ?? `rank ${rank}`;
   }
 
   /**
