@@ -71,6 +71,19 @@ export function trySend(link: Link, frame: ArrayBuffer): void {
 }
 
 /**
+ * The kind a rank takes from a neighbour's Abort frame that claimed `claimed` and named a peer or not
+ * (`named`). An abort that names nobody names its sender, so the kind must be one that charges the sender
+ * with nothing but having given up: 'aborted' (the sender's own signal or leaving) and a `protocol` error
+ * whose culprit the sender did not know (a grouped call that retried after it sealed) both become
+ * `peer_closed`. Left as `protocol`, the second was reported as bad data from the honest rank that relayed
+ * it (`failureReport`, web/elastic/plan.ts). A named peer keeps the claimed kind.
+ */
+export function relayedKind(claimed: CollectiveErrorKind, named: boolean): CollectiveErrorKind {
+  if (claimed === 'aborted' || (claimed === 'protocol' && !named)) return 'peer_closed';
+  return claimed;
+}
+
+/**
  * The Abort frame telling the neighbours of collective `id` why this rank gave up (any collective's:
  * the grouped allreduce sends it too). A rank that gave up on its own (its signal fired, it is leaving)
  * is, to the others, a peer that left: `peer: null` makes the receiver name the sender.
@@ -263,12 +276,12 @@ export class CollectiveSession {
       throw new FrameError(`unreadable abort frame: ${(err as Error).message}`);
     }
     const body = parsed as { kind?: unknown; peer?: unknown; message?: unknown };
-    // 'aborted' describes the sender's own situation; to us its leaving is a closed peer.
     const claimed = COLLECTIVE_ERROR_KINDS.includes(body.kind as CollectiveErrorKind)
       ? (body.kind as CollectiveErrorKind)
       : 'protocol';
-    const kind = claimed === 'aborted' ? 'peer_closed' : claimed;
-    const peer = typeof body.peer === 'string' ? body.peer : link.peer;
+    const named = typeof body.peer === 'string';
+    const kind = relayedKind(claimed, named);
+    const peer = named ? (body.peer as string) : link.peer;
     const message = typeof body.message === 'string' ? body.message : '(no message)';
     this.fail(
       new CollectiveError(kind, `${this.label}: ${link.peer} gave up: ${message}`, { peer, collective: this.label }),

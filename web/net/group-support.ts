@@ -5,7 +5,7 @@
  */
 import type { GroupLayout } from '../../core/training/group-geometry';
 import { CollectiveError } from './collective-error';
-import type { CollectiveOptions } from './collective-session';
+import { type CollectiveOptions, relayedKind } from './collective-session';
 import { assertValidCollectiveId, type CollectiveId, decodeUtf8, type Frame, payloadBytes } from './framing';
 import type { Link, Unsubscribe } from './link';
 import type { PacedSender } from './paced-sender';
@@ -113,8 +113,10 @@ export function abortError(link: Link, frame: Frame, label: string): CollectiveE
     // an unreadable abort is still an abort
   }
   const kinds = ['peer_closed', 'timeout', 'protocol', 'hash_mismatch'];
-  const kind = kinds.includes(body.kind as string) ? (body.kind as CollectiveError['kind']) : 'peer_closed';
-  const peer = typeof body.peer === 'string' ? body.peer : link.peer;
+  const claimed = kinds.includes(body.kind as string) ? (body.kind as CollectiveError['kind']) : 'peer_closed';
+  const named = typeof body.peer === 'string';
+  const kind = relayedKind(claimed, named);
+  const peer = named ? (body.peer as string) : link.peer;
   const message = typeof body.message === 'string' ? body.message : '(no message)';
   return new CollectiveError(kind, `${label}: ${link.peer} gave up: ${message}`, { peer, collective: label });
 }

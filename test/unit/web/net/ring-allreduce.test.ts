@@ -3,6 +3,8 @@ import { CollectiveError } from '../../../../web/net/collective-error';
 import { encodeFrame, FrameKind, PayloadEncoding } from '../../../../web/net/framing';
 import { memoryRing, type MemoryLink } from '../../../../web/net/memory-link';
 import type { Compression } from '../../../../core/training/job';
+import type { WorldEntry } from '../../../../core/protocol/coordinator-messages';
+import { failureReport } from '../../../../web/elastic/plan';
 import { FRAME_HEADER_BYTES } from '../../../../web/net/framing';
 import { int8BlocksBytes } from '../../../../core/wire/int8-blocks';
 import {
@@ -675,6 +677,43 @@ describe('ringAllreduce over in-memory links', () => {
       await expect(ringAllreduce(rings[0], new Float32Array(10), { id: id(4), timeoutMs: 5000 })).rejects.toMatchObject(
         { kind: 'protocol' },
       );
+    });
+
+    it('an abort frame that claims a protocol error and names nobody charges its sender with leaving, not with bad data', async () => {
+      const { rings, links } = memoryRing(3);
+      const world = [0, 1, 2].map((r) => ({ workerId: `w${r}`, peerId: `rank${r}` })) as unknown as WorldEntry[];
+      const abort = (body: unknown, n: number) =>
+        links[2][0].send(
+          encodeFrame(
+            {
+              kind: FrameKind.Abort,
+              id: id(n),
+              ringStep: 0,
+              encoding: PayloadEncoding.Bytes,
+              scaleExponent: 0,
+              chunkIndex: 0,
+              chunkCount: 1,
+            },
+            new TextEncoder().encode(JSON.stringify(body)),
+          ),
+        );
+      // Relayed without a culprit (a grouped call that retried after it sealed): the sender gave up, no more.
+      abort({ kind: 'protocol', peer: null, message: 'the group retried after it sealed' }, 11);
+      const relayed = await ringAllreduce(rings[0], new Float32Array(10), { id: id(11), timeoutMs: 5000 }).catch(
+        (e: unknown) => e,
+      );
+      expect(relayed).toMatchObject({ kind: 'peer_closed', peer: 'rank2' });
+      expect(failureReport(relayed, world, false)).toEqual({ reason: expect.any(String), peer: 'w2' });
+      // Naming a peer keeps the claim: that peer is the one charged.
+      abort({ kind: 'protocol', peer: 'rank1', message: 'NaN from rank1' }, 12);
+      const named = await ringAllreduce(rings[0], new Float32Array(10), { id: id(12), timeoutMs: 5000 }).catch(
+        (e: unknown) => e,
+      );
+      expect(failureReport(named, world, false)).toEqual({
+        reason: expect.any(String),
+        peer: 'w1',
+        evidence: 'bad_data',
+      });
     });
 
     it('an abort frame for a collective not yet started fails it as soon as it starts', async () => {
