@@ -64,6 +64,8 @@ export async function launchChromium(
 /** Errors a page reported: console errors (page and its workers), uncaught exceptions, crashes. */
 export interface PageProblems {
   readonly errors: string[];
+  /** The last console warnings (page and workers, at most 100): what a failed test prints to say why. */
+  readonly warnings: string[];
   readonly crashed: boolean;
   /** Throw listing every problem seen so far, if any. */
   assertNone(): void;
@@ -72,10 +74,12 @@ export interface PageProblems {
 /** Start collecting a page's console errors (also from its Web Workers), page errors and crashes. */
 export function watchPage(page: Page, opts: { echo?: boolean } = {}): PageProblems {
   const errors: string[] = [];
+  const warnings: string[] = [];
   let crashed = false;
   const onConsole = (where: string) => (msg: ConsoleMessage) => {
     if (opts.echo ?? process.env.TABSWARM_ECHO_BROWSER) console.log(`[${where} ${msg.type()}] ${msg.text()}`);
     if (msg.type() === 'error') errors.push(`${where} console.error: ${msg.text()}`);
+    if (msg.type() === 'warning' && warnings.push(`${where}: ${msg.text()}`) > 100) warnings.shift();
   };
   page.on('console', onConsole('page'));
   page.on('worker', (worker) => worker.on('console', onConsole('worker')));
@@ -86,6 +90,7 @@ export function watchPage(page: Page, opts: { echo?: boolean } = {}): PageProble
   });
   return {
     errors,
+    warnings,
     get crashed() {
       return crashed;
     },
