@@ -212,8 +212,10 @@ describe.skipIf(skip)('eight tabs and headless workers in one local-mode job', (
     const openBefore = lastIndexOf(events.slice(0, joinAt), 'round_open');
     expect(trainBefore, 'the joiner arrived while a group trained').toBeGreaterThan(openBefore);
 
-    // Every commit is hash-agreed by its whole world; after the first world of ten, each world held tabs
-    // and headless workers.
+    // Every commit is hash-agreed by its whole world, and at least three were agreed by worlds of tabs and
+    // headless workers: the world of ten, the carry after the first crash and the joiner's. Their size is not
+    // asserted: a live member dropped as hung (allowed above) shrinks a world (CI once saw only two worlds of
+    // nine or more).
     expect(events.filter((e) => e.event === 'divergence')).toEqual([]);
     let mixed = 0;
     for (const c of commits) {
@@ -221,7 +223,7 @@ describe.skipIf(skip)('eight tabs and headless workers in one local-mode job', (
       const world = rounds.get(c.round)!;
       expect(c.worldSize, `commit ${c.step}`).toBe(world.length);
       const kinds = new Set(world.map((m) => (tabIds.has(m.workerId) ? 'tab' : 'headless')));
-      if (kinds.size === 2 && world.length >= TABS + HEADLESS - 1) mixed++;
+      if (kinds.size === 2) mixed++;
       if (world.some((m) => m.workerId === joinerId)) expect(kinds.size).toBe(2);
     }
     expect(mixed, 'commits by worlds of tabs and headless workers').toBeGreaterThanOrEqual(3);
