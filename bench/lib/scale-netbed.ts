@@ -17,15 +17,26 @@
  * What it measures: commits, committed samples and samples/s in the window, compute utilization (the
  * coordinator's whole-run figure), the outer-step split (the workers' `--timings` lines received in the
  * window, as on loopback), join → first commit (from the driver's poll of the world and the window's
- * commits), restarts and the audit. What it does not: work lost per failure (the loopback run reads the
- * work in flight from the coordinator's status just before each fault, which this driver does not);
- * that column prints `-`. One process per worker (a home
- * holds one), so no RSS per worker either.
+ * commits), restarts and the audit, and work lost per failure as on loopback: the driver reads the world
+ * from the coordinator's status just before each crash (`faultCosts`), and the window's event log tells
+ * whether the outer step in flight was carried or redone (scale-run.ts `settleFault`). A fault whose status
+ * read failed is counted but not measured (its column prints `-`). One process per worker (a home holds
+ * one), so no RSS per worker.
  */
 import type { FiredNetbedEvent } from '../../tools/netbed/netbed-chaos';
 import { type NetbedSwarmOptions, runNetbedSwarm } from '../../tools/netbed/netbed-swarm';
 import { resolveDatasetDir } from '../../coordinator/config/startup-config';
-import { JOB, type FaultRecord, outerStep, type ScaleResult, type ScaleTopology, type Swarm } from './scale-run';
+import {
+  type FaultLog,
+  type FaultRecord,
+  inFlight,
+  JOB,
+  outerStep,
+  type ScaleResult,
+  type ScaleTopology,
+  settleFault,
+  type Swarm,
+} from './scale-run';
 import { SYNC_PROFILES } from './sync-configs';
 
 export interface NetbedScaleScenario {
@@ -67,19 +78,30 @@ export function netbedScaleOptions(
     json: false,
     warmFullWorld: true,
     headless: { args: ['--timings'], onLine: onHeadlessLine },
+    faultCosts: true,
   };
 }
 
-/** A fired fault as the table counts it (its cost is not measured here: `unmeasured`). */
-function faultOf(e: FiredNetbedEvent): FaultRecord | null {
+/**
+ * A fired fault as the table counts it, with what it cost when the world before it was read (`faultCosts`):
+ * the steps in flight and the victim's share of them, then carried or redone from the window's log.
+ */
+export function faultOf(e: FiredNetbedEvent, log: FaultLog | undefined): FaultRecord | null {
   if (e.outcome !== 'done' || (e.kind !== 'crash' && e.kind !== 'close')) return null;
-  return {
-    kind: e.kind === 'crash' ? 'crash' : 'leave',
+  const kind = e.kind === 'crash' ? 'crash' : 'leave';
+  if (!e.before || e.atMs === undefined || !log)
+    return { kind, atS: e.at, lostSteps: 0, droppedShareSteps: 0, unmeasured: true };
+  const { lost, dropped } = inFlight({ step: e.before.step, world: { items: e.before.members } }, e.tab);
+  const fault: FaultRecord = {
+    kind,
     atS: e.at,
-    lostSteps: 0,
-    droppedShareSteps: 0,
-    unmeasured: true,
+    atMs: e.atMs,
+    inFlightSteps: lost,
+    lostSteps: lost,
+    droppedShareSteps: dropped,
   };
+  settleFault(fault, log);
+  return fault;
 }
 
 export async function runNetbedScaleScenario(s: NetbedScaleScenario): Promise<ScaleResult> {
@@ -111,7 +133,7 @@ export async function runNetbedScaleScenario(s: NetbedScaleScenario): Promise<Sc
     utilization: report.utilization,
     groups: report.groups,
     outerStep: outerStep(inWindow),
-    faults: report.events.map(faultOf).filter((f): f is FaultRecord => f !== null),
+    faults: report.events.map((e) => faultOf(e, report.faultLog)).filter((f): f is FaultRecord => f !== null),
     joinToContributionS: report.joinToFirstCommitS,
     restarts: report.restarts,
     auditOk: report.auditOk,

@@ -197,8 +197,14 @@ export const WHOLE_WORLD = `?limit=${STATUS_PAGE_MAX}`;
 
 /** The worker name in a peer id (`NAME-<20 hex>`, headless-worker.ts). */
 
-/** Work in flight just before a fault on `name` (see the file comment), from the coordinator's status. */
-function inFlight(status: StatusResponse, name: string): { lost: number; dropped: number } {
+/**
+ * Work in flight just before a fault on `name` (see the file comment), from the coordinator's status: the
+ * last commit's step and each member's peer id, last reported step and share.
+ */
+export function inFlight(
+  status: { step: number; world: { items: readonly { peerId: string; lastStep: number; share: number }[] } },
+  name: string,
+): { lost: number; dropped: number } {
   let lost = 0;
   let dropped = 0;
   for (const w of status.world.items) {
@@ -279,7 +285,7 @@ async function measure(
   await poller.stop();
   const endAt = Date.now();
   const inWindow = feed.commits.slice(startCommits).filter((c) => c.at <= endAt);
-  for (const f of faults) settle(f, feed);
+  for (const f of faults) settleFault(f, feed);
   if (s.eventsDir)
     writeFileSync(
       join(s.eventsDir, `scale-events-${s.n}-${s.churn ? 'churn' : 'quiet'}.json`),
@@ -310,18 +316,25 @@ async function measure(
   };
 }
 
+/** Event-log rows and commits, each with the coordinator's `at` (ms): the admin feed's, or the test bed's report. */
+export interface FaultLog {
+  events: readonly { at: number; event: string; data?: unknown }[];
+  commits: readonly { at: number }[];
+}
+
 /**
  * What the fault cost, from the events after it (file comment): carried when the next round opened
  * carried and was not given up before the next commit; the lost steps are then the dropped rank's own.
  */
-function settle(f: FaultRecord, feed: FeedWatcher): void {
+export function settleFault(f: FaultRecord, feed: FaultLog): void {
   const after = feed.events.filter((e) => e.at >= f.atMs!);
   const opened = after.find((e) => e.event === 'round_open');
   const nextCommit = feed.commits.find((c) => c.at >= (opened?.at ?? Number.POSITIVE_INFINITY));
   const givenUp = after.some(
     (e) => e.event === 'carry_given_up' && e.at >= opened!.at && e.at <= (nextCommit?.at ?? Number.POSITIVE_INFINITY),
   );
-  f.outcome = opened?.data?.carried === true && !givenUp ? 'carried' : 'redone';
+  const carried = (opened?.data as { carried?: unknown } | undefined)?.carried === true;
+  f.outcome = carried && !givenUp ? 'carried' : 'redone';
   if (f.outcome === 'carried') f.lostSteps = f.droppedShareSteps;
 }
 

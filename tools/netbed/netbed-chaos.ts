@@ -35,6 +35,19 @@ type Member =
 export interface FiredNetbedEvent extends ChaosEvent {
   outcome: 'done' | 'skipped' | 'failed';
   note?: string;
+  /**
+   * For a crash or a close, when `NetbedSwarmOptions.faultCosts` asks: the world as the coordinator's
+   * status showed it just before the fault (the last commit, each member's last reported step and share),
+   * and when it was fired (ms since the epoch, the coordinator's clock on this machine).
+   */
+  before?: WorldBeforeFault;
+  atMs?: number;
+}
+
+/** What bench:scale reads of the world just before a fault to tell the work in flight. */
+export interface WorldBeforeFault {
+  step: number;
+  members: { peerId: string; lastStep: number; share: number }[];
 }
 
 /** The events of a run (the initial members are `t1`…`tN`, joins `tN+1`…). */

@@ -33,6 +33,7 @@ import {
   type NetbedChaos,
   NetbedMembers,
   netbedSchedule,
+  type WorldBeforeFault,
 } from './netbed-chaos';
 import { Scene } from './scene';
 import { commitsFrom } from '../swarm/coordinator-api';
@@ -79,6 +80,12 @@ export interface NetbedSwarmOptions {
   warmFullWorld?: boolean;
   /** Extra flags and a line reader for the headless members (bench:scale: `--timings`). */
   headless?: HeadlessMemberOptions;
+  /**
+   * Read the world just before each crash or close (`FiredNetbedEvent.before`) and return the window's
+   * event log and commits (`NetbedSwarmReport.faultLog`): what bench:scale needs to tell what each fault
+   * cost. Default false (the CLI).
+   */
+  faultCosts?: boolean;
 }
 
 /** Small enough that tabs on SwiftShader behind slow links make progress within a minute. */
@@ -204,6 +211,8 @@ export interface NetbedSwarmReport {
   restarts: number;
   auditOk: boolean;
   tabs: { id: string; rank: number; rttMs: number | null; paths: string[]; iceError: string | null }[];
+  /** With `faultCosts`: the window's event-log rows and commits, each with the coordinator's `at` (ms). */
+  faultLog?: { events: { at: number; event: string; data: unknown }[]; commits: { at: number }[] };
 }
 
 export async function runNetbedSwarm(
@@ -242,7 +251,14 @@ export async function runNetbedSwarm(
       undefined,
       signal,
     );
-    const events = await playSchedule(schedule, members, started, log, signal);
+    const worldNow = async (): Promise<WorldBeforeFault> => {
+      const s = await scene.api<StatusResponse>(`/api/status?limit=${STATUS_PAGE_MAX}`);
+      return {
+        step: s.step,
+        members: s.world.items.map(({ peerId, lastStep, share }) => ({ peerId, lastStep, share })),
+      };
+    };
+    const events = await playSchedule(schedule, members, started, log, signal, opts.faultCosts ? worldNow : null);
     let last = await status();
     while (!signal.aborted && performance.now() - started < opts.durationS * 1000 && last.state !== 'done') {
       await sleep(1000);
@@ -251,7 +267,10 @@ export async function runNetbedSwarm(
     const elapsed = performance.now() - started;
     await membership.stop();
     const audit = await scene.api<{ ok: boolean }>('/api/audit');
-    const closures = await windowClosures(scene, windowStartMs);
+    const windowEvents = await eventsSince(scene, windowStartMs);
+    const closures = windowEvents
+      .filter((e) => e.level !== 'info')
+      .map((e) => `${e.event} ${JSON.stringify(e.data).slice(0, 200)}`);
     const steps = last.step - first.step;
     const window = (await commitsFrom((path) => scene.api<CommitsPage>(path), first.step + 1)).filter(
       (c) => c.step <= last.step,
@@ -286,6 +305,14 @@ export async function runNetbedSwarm(
         paths: w.peerLinks.map((l) => `${l.local}→${l.remote}`),
         iceError: w.iceError,
       })),
+      ...(opts.faultCosts
+        ? {
+            faultLog: {
+              events: windowEvents.map(({ at, event, data }) => ({ at, event, data })),
+              commits: window.map((c) => ({ at: c.committedAt })),
+            },
+          }
+        : {}),
     };
   } finally {
     await members.close();
@@ -309,14 +336,26 @@ export function joinTimes(
   );
 }
 
-/** The window's warnings (failed rounds, hung members, failure reports, refused messages) as short lines. */
-async function windowClosures(scene: Scene, sinceMs: number): Promise<string[]> {
-  const { events } = await scene.api<{ events: { at: number; level: string; event: string; data: unknown }[] }>(
-    '/api/admin/events?limit=1000',
-  );
-  return events
-    .filter((e) => e.at >= sinceMs && e.level !== 'info')
-    .map((e) => `${e.event} ${JSON.stringify(e.data).slice(0, 200)}`);
+/** Pages of the admin event log read at most, 1,000 rows each: a bound on the loop below. */
+const EVENT_PAGES_MAX = 200;
+
+/**
+ * The event-log rows at or after `sinceMs` (every level), oldest first. The log is paged from its start
+ * (`?after=ID`, oldest first), so a long run is read a page at a time, up to `EVENT_PAGES_MAX` pages.
+ */
+async function eventsSince(
+  scene: Scene,
+  sinceMs: number,
+): Promise<{ id: number; at: number; level: string; event: string; data: unknown }[]> {
+  const rows: { id: number; at: number; level: string; event: string; data: unknown }[] = [];
+  let after = 0;
+  for (let page = 0; page < EVENT_PAGES_MAX; page++) {
+    const { events } = await scene.api<{ events: typeof rows }>(`/api/admin/events?after=${after}&limit=1000`);
+    rows.push(...events.filter((e) => e.at >= sinceMs));
+    if (events.length < 1000) break;
+    after = events.at(-1)!.id;
+  }
+  return rows;
 }
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, Math.max(0, ms)));
@@ -351,14 +390,19 @@ async function playSchedule(
   started: number,
   log: (line: string) => void,
   signal: AbortSignal,
+  worldNow: (() => Promise<WorldBeforeFault>) | null,
 ): Promise<FiredNetbedEvent[]> {
   const fired: FiredNetbedEvent[] = [];
   for (const event of schedule) {
     await sleep(started + event.at * 1000 - performance.now());
     if (signal.aborted) break;
+    const fault = event.kind === 'crash' || event.kind === 'close';
+    const before = fault && worldNow ? await worldNow().catch(() => undefined) : undefined;
+    const atMs = Date.now();
     const result = await members
       .fire(event)
       .catch((error: Error): FiredNetbedEvent => ({ ...event, outcome: 'failed', note: error.message.split('\n')[0] }));
+    if (before) Object.assign(result, { before, atMs });
     log(
       `${event.at.toFixed(1)} s ${event.kind} ${event.tab}: ${result.outcome}${result.note ? ` (${result.note})` : ''}`,
     );

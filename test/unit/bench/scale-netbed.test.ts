@@ -3,7 +3,7 @@
  * loopback run's rate, and the table compares each churn row with the quiet row of its own network.
  */
 import { describe, expect, it } from 'vitest';
-import { netbedScaleOptions } from '../../../bench/lib/scale-netbed';
+import { faultOf, netbedScaleOptions } from '../../../bench/lib/scale-netbed';
 import { networkOf, scaleTable } from '../../../bench/lib/scale-report';
 import { JOB, type ScaleResult } from '../../../bench/lib/scale-run';
 import { type FiredNetbedEvent, netbedSchedule } from '../../../tools/netbed/netbed-chaos';
@@ -41,6 +41,40 @@ describe('bench:scale --netbed', () => {
     }
     expect(netbedScaleOptions({ ...scenario, churn: false }, '/data').chaos).toBeNull();
     expect(() => netbedScaleOptions({ ...scenario, profile: 'lan' }, '/data')).toThrow(/unknown profile "lan"/);
+  });
+
+  it("tells what a crash cost from the world read just before it: the victim's share when carried, every rank's steps in flight when redone", () => {
+    // Four members at the last commit (step 16), each 5 steps into the outer step, shares 0.4/0.3/0.2/0.1.
+    const before = {
+      step: 16,
+      members: [
+        { peerId: 't1-aa', lastStep: 21, share: 0.4 },
+        { peerId: 't2-bb', lastStep: 21, share: 0.3 },
+        { peerId: 't10-cc', lastStep: 21, share: 0.2 },
+        { peerId: 't3-dd', lastStep: 21, share: 0.1 },
+      ],
+    };
+    const crash: FiredNetbedEvent = { at: 20, kind: 'crash', tab: 't1', outcome: 'done', before, atMs: 1000 };
+    const open = (at: number, carried: boolean) => ({ at, event: 'round_open', data: { carried } });
+    const carried = faultOf(crash, { events: [open(1500, true)], commits: [{ at: 2000 }] })!;
+    expect(carried).toMatchObject({ kind: 'crash', outcome: 'carried', atMs: 1000 });
+    expect(carried.inFlightSteps).toBeCloseTo(5, 9);
+    // t1's own share only: 5 × 0.4 (t10's share is not t1's, though its name starts alike).
+    expect(carried.droppedShareSteps).toBeCloseTo(2, 9);
+    expect(carried.lostSteps).toBeCloseTo(2, 9);
+    // Carried, then given up before the next commit: the outer step was redone, and all of it was lost.
+    const givenUp = faultOf(crash, {
+      events: [open(1500, true), { at: 1600, event: 'carry_given_up', data: {} }],
+      commits: [{ at: 2000 }],
+    })!;
+    expect(givenUp.outcome).toBe('redone');
+    expect(givenUp.lostSteps).toBeCloseTo(5, 9);
+    // Events before the fault do not count: the next round after it opened plain.
+    const redone = faultOf(crash, { events: [open(900, true), open(1500, false)], commits: [{ at: 2000 }] })!;
+    expect(redone.outcome).toBe('redone');
+    // Without the world before it, a fault is counted and not measured.
+    expect(faultOf({ ...crash, before: undefined }, { events: [], commits: [] })).toMatchObject({ unmeasured: true });
+    expect(faultOf({ ...crash, kind: 'join' }, undefined)).toBeNull();
   });
 
   it("compares a churn row with its own network's quiet row, and prints no cost for faults it did not measure", () => {
