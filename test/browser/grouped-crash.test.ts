@@ -4,7 +4,8 @@
  * collectives and kernels in Node) train one local-mode job (H = 8, int8 wire) with
  * `"topology": "groups"`, which plans the six members in two groups of three whatever the latency
  * estimate says (core/training/topology.ts). The victim is a headless worker in a process of its own,
- * stopped (SIGSTOP) two inner steps before the outer sync: its sockets and data channels stay open and it
+ * stopped (SIGSTOP) two inner steps before the outer sync (again at the next outer step, when the stop came
+ * too late): its sockets and data channels stay open and it
  * sends nothing, so it cannot have sent any of the outer allreduce. Once every other member has reported
  * the group's last inner step (all of them in the allreduce, the victim's group waiting for it), it is
  * killed (SIGKILL: its links go silent or close, its coordinator socket closes). A tab cannot be stopped
@@ -52,6 +53,8 @@ const GLOBAL_BATCH = 64;
 const TRAIN = 6 * H * GLOBAL_BATCH;
 /** The victim is stopped with this many inner steps of the group still to compute. */
 const STEPS_LEFT = 2;
+/** Outer steps at which the victim is stopped at most (a stop that came too late lets it go and tries again). */
+const ATTEMPTS = 3;
 
 const JOB = tinyLocalJob({
   innerSteps: H,
@@ -95,30 +98,46 @@ describe.skipIf(skip)('a crash during a grouped outer sync, with tabs and headle
 
     // Stop the victim STEPS_LEFT inner steps before the outer sync: late enough that the others reach
     // the sync well within the hang floor (3 s: the coordinator would drop a member that late as hung),
-    // early enough that it cannot have finished its last inner step (SIGSTOP lands at once).
-    const inside = await until(
-      (s) => {
-        const v = s.world.items.find((w) => w.id === victimId);
-        return s.state === 'training' && groups(s) >= 2 && v?.lastStep === s.step + H - 1 - STEPS_LEFT;
-      },
-      'the victim two inner steps before the outer sync',
-      10,
-    );
-    victim.hang();
-    const point = inside.step + H;
-    // Every other member reports the group's last inner step and enters the outer allreduce; the victim
-    // sends nothing more (a report of its last step would mean it was stopped too late).
-    const atSync = await until(
-      (s) =>
-        s.world.items.some((w) => w.id === victimId && w.lastStep >= point - 1) ||
-        (s.world.items.length === members && s.world.items.every((w) => w.id === victimId || w.lastStep === point - 1)),
-      'every member but the victim at the outer sync',
-      10,
-    );
-    const stopped = atSync.world.items.find((w) => w.id === victimId)!;
-    expect(stopped.lastStep, 'the victim stopped before its last inner step').toBeLessThan(point - 1);
-    expect(atSync.step, 'no commit since the victim stopped').toBe(inside.step);
-    expect(atSync.round, 'the same round, planned in groups').toBe(inside.round);
+    // early enough that it cannot have finished its last inner step. SIGSTOP lands at once, but the status
+    // that shows the victim there is a poll old: on a slow machine (a suite at 2× CI's time) the victim
+    // once ran past its last inner step in between. Then it is let go and stopped at the next outer step
+    // (at most ATTEMPTS times): a stop that came too late is never taken for one that came in time.
+    let inside: StatusResponse | null = null;
+    let atSync: StatusResponse | null = null;
+    for (let attempt = 0; attempt < ATTEMPTS && !atSync; attempt++) {
+      const at = await until(
+        (s) => {
+          const v = s.world.items.find((w) => w.id === victimId);
+          return s.state === 'training' && groups(s) >= 2 && v?.lastStep === s.step + H - 1 - STEPS_LEFT;
+        },
+        'the victim a few inner steps before the outer sync',
+        10,
+      );
+      victim.hang();
+      const point = at.step + H;
+      // Every other member reports the group's last inner step and enters the outer allreduce; the victim
+      // sends nothing more (a report of its last step means it was stopped too late).
+      const seen = await until(
+        (s) =>
+          s.world.items.some((w) => w.id === victimId && w.lastStep >= point - 1) ||
+          (s.world.items.length === members &&
+            s.world.items.every((w) => w.id === victimId || w.lastStep === point - 1)),
+        'every member but the victim at the outer sync',
+        10,
+      );
+      if (seen.world.items.find((w) => w.id === victimId)!.lastStep < point - 1) {
+        inside = at;
+        atSync = seen;
+      } else {
+        console.log(`grouped-crash: the victim ran past its last inner step before step ${point}; again`);
+        victim.resume();
+        await until((s) => s.step >= point, `the commit of step ${point}`);
+      }
+    }
+    expect(atSync, `the victim stopped before its last inner step in one of ${ATTEMPTS} outer steps`).not.toBeNull();
+    const point = inside!.step + H;
+    expect(atSync!.step, 'no commit since the victim stopped').toBe(inside!.step);
+    expect(atSync!.round, 'the same round, planned in groups').toBe(inside!.round);
     victim.crash();
     const crashedAt = Date.now();
     await until((s) => s.step >= point, `the commit of step ${point}`);
@@ -128,7 +147,7 @@ describe.skipIf(skip)('a crash during a grouped outer sync, with tabs and headle
     expect(deferred, 'the loss was deferred once, for the victim').toHaveLength(1);
     expect(deferred[0].data.lost).toEqual([victimId]);
     const round = deferred[0].data.round as number;
-    expect(round, 'the round the victim was stopped in').toBe(inside.round);
+    expect(round, 'the round the victim was stopped in').toBe(inside!.round);
     const inRound = (name: string) => events.filter((e) => e.event === name && e.data.round === round);
     for (const name of ['outer_loss_expired', 'outer_loss_failed', 'outer_loss_mismatch', 'failure_report'])
       expect(inRound(name), name).toEqual([]);
