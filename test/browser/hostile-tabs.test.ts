@@ -4,7 +4,7 @@
  * test/browser/pages/hostile/ (the normal elastic tab with one port decorated; served by a Vite dev
  * server, never by the coordinator) next to three tabs of the built volunteer page.
  *
- * - Poisoning the gradient (scale ×1000, negate, noise, two colluders scaling) is caught by a
+ * - Poisoning the gradient (noise, two colluders scaling ×1000) is caught by a
  *   recomputed spot check (p = 0.25 per step here); corrupting the partial sums it forwards, and sending
  *   NaN, by the hop checks of the ring at the very step. Each time the attacker is banned, the record
  *   rolls back to the stored checkpoint before it joined, the honest tabs recommit those samples
@@ -404,15 +404,12 @@ describe.skipIf(skip).each(Object.keys(MODES) as (keyof typeof MODES)[])(
     });
 
     // Detection by a recomputed check: a lie from FROM_STEP on is caught at the first checked step; at
-    // P = 0.25 with one check in flight, within 30 steps but for a chance of about 0.75^25 ≈ 1e-3.
-    it('scales its own gradient ×1000: caught by a spot check, banned, rolled back, the job ends clean', async () => {
-      await expectCaught({ mode: 'scale', factor: 1000 }, { withinSteps: WITHIN, how: 'spot check' });
-    });
-
-    it('negates its own gradient: caught by a spot check, banned, rolled back, the job ends clean', async () => {
-      await expectCaught({ mode: 'negate' }, { withinSteps: WITHIN, how: 'spot check' });
-    });
-
+    // P = 0.25 with one check in flight, within 30 steps but for a chance of about 0.75^25 ≈ 1e-3. Noise
+    // is the subtle lie (a wrong sum of the right size); the gross one (×1000) is the two colluders' below.
+    // A single ×1000 liar and a negated gradient ran here too until 2026-11-27: the same spot check caught
+    // them the same way, at 1.5 to 2 minutes of the suite's 20 per pair of modes, and they were taken out
+    // to keep `npm test` within CI's budget. Their attack modes stay in the hostile page, and
+    // test/unit/web/elastic/hostile-attacks.test.ts checks what they do to a gradient.
     it('adds Gaussian noise (std 3× its RMS) to its gradient: caught by a spot check, banned, rolled back', async () => {
       await expectCaught({ mode: 'noise', std: 3 }, { withinSteps: WITHIN, how: 'spot check' });
     });
