@@ -7,7 +7,7 @@
  *
  *   npm run bench:scale -- [--n 4,8,16,32,64] [--window 60] [--rate 0.2] [--per-process 8] [--warmup 600] [--out bench] [--events DIR]
  *   npm run bench:scale -- --netbed broadband [--n 4,8,16] [--window 60] [--rate 0.2] [--warmup 600] [--seed 1]   (root)
- *   … [--topology ring|auto] [--churn no|yes|both]
+ *   … [--topology ring|auto|groups] [--churn no|yes|both]
  *
  * `--rate` is failures per worker-minute (0.2: a mean lifetime of 5 minutes), each a crash or a leave plus a
  * join. `--events DIR` keeps each scenario's admin-feed events, commits and faults (scale-events-N-quiet|churn.json).
@@ -21,7 +21,8 @@
  * 20 Mbit/s), through `tabswarm swarm --netbed`'s driver (bench/lib/scale-netbed.ts says what it measures
  * and what it leaves out). Its plot is `scale-PROFILE.svg`/`.png`.
  *
- * `--topology ring|auto` runs the job with that topology and `verify: false` (a verifying job keeps the
+ * `--topology ring|auto|groups` runs the job with that topology (`groups`: grouped whenever a round has 4
+ * members or more, whatever the RTTs say) and `verify: false` (a verifying job keeps the
  * plain ring: bench/lib/scale-run.ts `JOB`), for issue 23's ring-against-groups comparison; `--churn no`
  * runs the quiet scenarios only.
  */
@@ -47,8 +48,8 @@ const perProcess = Number(arg('per-process', '8'));
 const eventsDir = arg('events', '') || undefined;
 const netbed = arg('netbed', '');
 const topologyArg = arg('topology', '');
-if (topologyArg && topologyArg !== 'ring' && topologyArg !== 'auto')
-  throw new Error(`--topology ${topologyArg}: expected ring or auto`);
+if (topologyArg && !['ring', 'auto', 'groups'].includes(topologyArg))
+  throw new Error(`--topology ${topologyArg}: expected ring, auto or groups`);
 const topology = (topologyArg || undefined) as ScaleTopology | undefined;
 const churnArg = arg('churn', 'both');
 const churns = ({ no: [false], yes: [true], both: [false, true] } as Record<string, boolean[]>)[churnArg];

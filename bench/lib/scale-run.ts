@@ -97,7 +97,7 @@ export interface ScaleResult {
  * that verifies keeps the plain ring whatever it says (coordinator/machine/topology.ts): both sides of
  * the comparison then run unverified. Absent: the default job (an open swarm's: verified, ring).
  */
-export type ScaleTopology = 'ring' | 'auto';
+export type ScaleTopology = 'ring' | 'auto' | 'groups';
 
 export const JOB = (n: number, topology?: ScaleTopology) => ({
   ...(topology ? { topology, verify: false } : {}),
