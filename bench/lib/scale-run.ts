@@ -27,7 +27,7 @@
  */
 import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { STATUS_PAGE_MAX, type StatusResponse } from '../../core/protocol/views';
+import { STATUS_PAGE_MAX } from '../../core/protocol/views';
 import { spawnCoordinator, type CoordinatorProcess } from '../../test/support/coordinator-process';
 import { spawnHeadless, type HeadlessProcess } from '../../tools/swarm/headless-workers';
 import { nameOfPeerId, secondsToFirstContribution, watchFirstRounds } from '../../tools/swarm/join-times';
