@@ -34,16 +34,24 @@ export class CollectiveError extends Error {
   readonly peer: string | null;
   /** Which collective failed, e.g. `allreduce 3.17.0`. */
   readonly collective: string | null;
+  /**
+   * Nobody is known to be at fault, not even the rank that fails with it (a grouped call whose group
+   * retried after it sealed with nobody new left out: web/net/group-call.ts). The abort telling the
+   * neighbours says the rank gave up (`peer_closed`), not that it sent bad data (`abortFrame`): a rank that
+   * refuses its own non-finite input is at fault, the honest rank that saw a stall is not.
+   */
+  readonly unattributed: boolean;
 
   constructor(
     kind: CollectiveErrorKind,
     message: string,
-    opts: { peer?: string | null; collective?: string | null; cause?: unknown } = {},
+    opts: { peer?: string | null; collective?: string | null; cause?: unknown; unattributed?: boolean } = {},
   ) {
     super(message, opts.cause === undefined ? undefined : { cause: opts.cause });
     this.kind = kind;
     this.peer = opts.peer ?? null;
     this.collective = opts.collective ?? null;
+    this.unattributed = this.peer === null && opts.unattributed === true;
   }
 }
 

@@ -71,25 +71,16 @@ export function trySend(link: Link, frame: ArrayBuffer): void {
 }
 
 /**
- * The kind a rank takes from a neighbour's Abort frame that claimed `claimed` and named a peer or not
- * (`named`). An abort that names nobody names its sender, so the kind must be one that charges the sender
- * with nothing but having given up: 'aborted' (the sender's own signal or leaving) and a `protocol` error
- * whose culprit the sender did not know (a grouped call that retried after it sealed) both become
- * `peer_closed`. Left as `protocol`, the second was reported as bad data from the honest rank that relayed
- * it (`failureReport`, web/elastic/plan.ts). A named peer keeps the claimed kind.
- */
-export function relayedKind(claimed: CollectiveErrorKind, named: boolean): CollectiveErrorKind {
-  if (claimed === 'aborted' || (claimed === 'protocol' && !named)) return 'peer_closed';
-  return claimed;
-}
-
-/**
  * The Abort frame telling the neighbours of collective `id` why this rank gave up (any collective's:
  * the grouped allreduce sends it too). A rank that gave up on its own (its signal fired, it is leaving)
- * is, to the others, a peer that left: `peer: null` makes the receiver name the sender.
+ * is, to the others, a peer that left: `peer: null` makes the receiver name the sender. So is one whose
+ * error names nobody at fault (`unattributed`: a grouped call that stalled after its seal): relayed as its
+ * own kind (`protocol`) with no peer, it named the honest sender as the source of bad data. Relayed as
+ * `peer_closed`, the sender is named as having given up, which a failure report charges only when
+ * corroborated (coordinator/machine/penalties.ts), no more than a closed link. An error with no peer that
+ * is not `unattributed` (a rank refusing its own non-finite input) keeps its kind: the sender is at fault.
  */
 export function abortFrame(id: CollectiveId, error: CollectiveError): ArrayBuffer {
-  const local = error.kind === 'aborted';
   const header = {
     kind: FrameKind.Abort,
     id,
@@ -99,7 +90,8 @@ export function abortFrame(id: CollectiveId, error: CollectiveError): ArrayBuffe
     chunkIndex: 0,
     chunkCount: 1,
   };
-  const body = { kind: local ? 'peer_closed' : error.kind, peer: local ? null : error.peer, message: error.message };
+  const gaveUp = error.kind === 'aborted' || error.unattributed;
+  const body = { kind: gaveUp ? 'peer_closed' : error.kind, peer: gaveUp ? null : error.peer, message: error.message };
   return encodeFrame(header, encodeUtf8(JSON.stringify(body)));
 }
 
@@ -265,6 +257,7 @@ export class CollectiveSession {
       peer: error.peer,
       collective: this.label,
       cause: error.cause,
+      unattributed: error.unattributed,
     });
   }
 
@@ -279,12 +272,14 @@ export class CollectiveSession {
     const claimed = COLLECTIVE_ERROR_KINDS.includes(body.kind as CollectiveErrorKind)
       ? (body.kind as CollectiveErrorKind)
       : 'protocol';
-    const named = typeof body.peer === 'string';
-    const kind = relayedKind(claimed, named);
-    const peer = named ? (body.peer as string) : link.peer;
+    // 'aborted' describes the sender's own situation; to us its leaving is a closed peer.
+    const kind = claimed === 'aborted' ? 'peer_closed' : claimed;
     const message = typeof body.message === 'string' ? body.message : '(no message)';
     this.fail(
-      new CollectiveError(kind, `${this.label}: ${link.peer} gave up: ${message}`, { peer, collective: this.label }),
+      new CollectiveError(kind, `${this.label}: ${link.peer} gave up: ${message}`, {
+        peer: typeof body.peer === 'string' ? body.peer : link.peer,
+        collective: this.label,
+      }),
     );
   }
 

@@ -357,10 +357,10 @@ export class GroupCall {
 
   private retryFault(dead: number | null, why: string): void {
     if (this.sealed || this.gatherSeen || (dead !== null && !this.mayExclude)) {
+      // A stall with nobody to name (the seals, the reduce): `unattributed`, its aborts say this rank gave up.
       const peer = dead === null ? null : this.routes.peerName(dead);
-      this.failGlobal(
-        new CollectiveError(dead === null ? 'protocol' : 'peer_closed', `${this.label}: ${why}`, { peer }),
-      );
+      const kind = dead === null ? 'protocol' : 'peer_closed';
+      this.failGlobal(new CollectiveError(kind, `${this.label}: ${why}`, { peer, unattributed: dead === null }));
       return;
     }
     const mine = this.groupExcluded();
@@ -378,12 +378,13 @@ export class GroupCall {
 
   private moveTo(attempt: number, excluded: readonly number[]): void {
     if (this.sealed || this.gatherSeen) {
-      // A mate lost after the seal (a partial may have left with its values): the loss names it, so that
-      // relayed aborts name it too and not this honest rank; a retry that left nobody new out stays `protocol`.
+      // A mate lost after the seal is named, so relayed aborts name it and not this honest rank; a retry that
+      // left nobody new out is a `protocol` error naming nobody (`unattributed`: its aborts say it gave up).
       const lost = excluded.find((r) => !this.excluded.has(r));
-      const peer = lost === undefined ? null : this.routes.peerName(lost);
-      const kind = lost === undefined ? 'protocol' : 'peer_closed';
-      this.failGlobal(new CollectiveError(kind, `${this.label}: the group retried after it sealed`, { peer }));
+      const [kind, peer] =
+        lost === undefined ? (['protocol', null] as const) : (['peer_closed', this.routes.peerName(lost)] as const);
+      const why = `${this.label}: the group retried after it sealed`;
+      this.failGlobal(new CollectiveError(kind, why, { peer, unattributed: lost === undefined }));
       return;
     }
     if (attempt >= this.maxAttempts) {

@@ -5,7 +5,7 @@
  */
 import type { GroupLayout } from '../../core/training/group-geometry';
 import { CollectiveError } from './collective-error';
-import { type CollectiveOptions, relayedKind } from './collective-session';
+import type { CollectiveOptions } from './collective-session';
 import { assertValidCollectiveId, type CollectiveId, decodeUtf8, type Frame, payloadBytes } from './framing';
 import type { Link, Unsubscribe } from './link';
 import type { PacedSender } from './paced-sender';
@@ -113,11 +113,9 @@ export function abortError(link: Link, frame: Frame, label: string): CollectiveE
     // an unreadable abort is still an abort
   }
   const kinds = ['peer_closed', 'timeout', 'protocol', 'hash_mismatch'];
-  const claimed = kinds.includes(body.kind as string) ? (body.kind as CollectiveError['kind']) : 'peer_closed';
-  const named = typeof body.peer === 'string';
-  const kind = relayedKind(claimed, named);
-  const peer = named ? (body.peer as string) : link.peer;
+  const kind = kinds.includes(body.kind as string) ? (body.kind as CollectiveError['kind']) : 'peer_closed';
   const message = typeof body.message === 'string' ? body.message : '(no message)';
+  const peer = typeof body.peer === 'string' ? body.peer : link.peer;
   return new CollectiveError(kind, `${label}: ${link.peer} gave up: ${message}`, { peer, collective: label });
 }
 
@@ -134,7 +132,12 @@ export function protocolError(err: unknown, peer: string, label: string): Collec
 export function tagged(error: CollectiveError, label: string): CollectiveError {
   if (error.collective) return error;
   const message = error.message.startsWith(label) ? error.message : `${label}: ${error.message}`;
-  return new CollectiveError(error.kind, message, { peer: error.peer, collective: label, cause: error.cause });
+  return new CollectiveError(error.kind, message, {
+    peer: error.peer,
+    collective: label,
+    cause: error.cause,
+    unattributed: error.unattributed,
+  });
 }
 
 /** The call's wire format and chunking, after checking them, the id and the deadline (RangeError). */

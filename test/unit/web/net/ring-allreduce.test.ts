@@ -1,6 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { CollectiveError } from '../../../../web/net/collective-error';
 import { encodeFrame, FrameKind, PayloadEncoding } from '../../../../web/net/framing';
+import { abortFrame } from '../../../../web/net/collective-session';
 import { memoryRing, type MemoryLink } from '../../../../web/net/memory-link';
 import type { Compression } from '../../../../core/training/job';
 import type { WorldEntry } from '../../../../core/protocol/coordinator-messages';
@@ -679,7 +680,7 @@ describe('ringAllreduce over in-memory links', () => {
       );
     });
 
-    it('an abort frame that claims a protocol error and names nobody charges its sender with leaving, not with bad data', async () => {
+    it('an error with no culprit is relayed as its sender giving up, not as bad data; one with no peer names its sender at fault', async () => {
       const { rings, links } = memoryRing(3);
       const world = [0, 1, 2].map((r) => ({ workerId: `w${r}`, peerId: `rank${r}` })) as unknown as WorldEntry[];
       const abort = (body: unknown, n: number) =>
@@ -697,19 +698,26 @@ describe('ringAllreduce over in-memory links', () => {
             new TextEncoder().encode(JSON.stringify(body)),
           ),
         );
-      // Relayed without a culprit (a grouped call that retried after it sealed): the sender gave up, no more.
-      abort({ kind: 'protocol', peer: null, message: 'the group retried after it sealed' }, 11);
-      const relayed = await ringAllreduce(rings[0], new Float32Array(10), { id: id(11), timeoutMs: 5000 }).catch(
-        (e: unknown) => e,
-      );
-      expect(relayed).toMatchObject({ kind: 'peer_closed', peer: 'rank2' });
-      expect(failureReport(relayed, world, false)).toEqual({ reason: expect.any(String), peer: 'w2' });
-      // Naming a peer keeps the claim: that peer is the one charged.
-      abort({ kind: 'protocol', peer: 'rank1', message: 'NaN from rank1' }, 12);
-      const named = await ringAllreduce(rings[0], new Float32Array(10), { id: id(12), timeoutMs: 5000 }).catch(
-        (e: unknown) => e,
-      );
-      expect(failureReport(named, world, false)).toEqual({
+      const failed = (n: number) =>
+        ringAllreduce(rings[0], new Float32Array(10), { id: id(n), timeoutMs: 5000 }).catch((e: unknown) => e);
+      // A grouped call that retried after it sealed knows no culprit: its own report names nobody, and the
+      // neighbour that hears its abort reports it as having given up, with no evidence of bad data.
+      const stalled = new CollectiveError('protocol', 'the group retried after it sealed', { unattributed: true });
+      expect(failureReport(stalled, world, false)).toEqual({ reason: expect.any(String) });
+      links[2][0].send(abortFrame(id(11), stalled));
+      const heard = await failed(11);
+      expect(heard).toMatchObject({ kind: 'peer_closed', peer: 'rank2' });
+      expect(failureReport(heard, world, false)).toEqual({ reason: expect.any(String), peer: 'w2' });
+      // No peer at all: the sender is the one at fault (a rank refusing its own non-finite input).
+      abort({ kind: 'protocol', peer: null, message: 'refuses to send a value that is not finite' }, 13);
+      expect(failureReport(await failed(13), world, false)).toEqual({
+        reason: expect.any(String),
+        peer: 'w2',
+        evidence: 'bad_data',
+      });
+      // A named peer is the one charged.
+      abort({ kind: 'protocol', peer: 'rank1', message: 'NaN from rank1' }, 14);
+      expect(failureReport(await failed(14), world, false)).toEqual({
         reason: expect.any(String),
         peer: 'w1',
         evidence: 'bad_data',
