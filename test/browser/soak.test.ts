@@ -1,9 +1,9 @@
 /**
  * A short soak (issue: training slowed down as a run went on): one real coordinator, one headless
  * tab training the default `mlp` job elastically on the real Fashion-MNIST for `TABSWARM_SOAK_MINUTES`
- * (default 2; 2.5 until 2026-11-27, cut to keep the suite within CI's 20 minutes), sampled every 5 s by bench/soak.ts's own runner. It fails when
+ * (default 2.5), sampled every 5 s by bench/soak.ts's own runner. It fails when
  * - the step rate of the last third falls below 0.85× the first third's (thirds, not quarters:
- *   ~40 s windows, so a burst of other load on a shared machine moves the ratio less), or
+ *   ~50 s windows, so a burst of other load on a shared machine moves the ratio less), or
  * - the tab's renderer (page + training worker) or the coordinator grows by more than
  *   MAX_MB_PER_1K_STEPS per 1,000 steps after warm-up (`growth`: medians of the last third against
  *   the middle third), with a floor of NOISE_FLOOR_MB for runs with few steps.
@@ -48,7 +48,9 @@
  * at nice −10 (which the test asks for when it may, i.e. as root, as CI runs), wall-clock 0.58 and
  * adjusted 0.96. A run whose per-step work or waits grow shows the same drop in both figures.
  *
- * Takes about 2.5 minutes (2 of training plus start-up).
+ * Takes about 3 minutes (2.5 of training plus start-up). Cut to 2 minutes once to save CI time, it failed
+ * on a slow machine (787 steps, 301 between the thirds' medians, so a bound of 12 MB; the renderer's RSS
+ * stepped up 30 MB once, at 80 s, and stayed flat): fewer steps make the bound tighter than GC noise.
  */
 import { describe, expect, it } from 'vitest';
 import { timeline } from '../../bench/lib/soak-stats';
@@ -61,7 +63,7 @@ import {
   WEB_BUILD_DIR,
 } from '../support/browser';
 
-const MINUTES = Number(process.env.TABSWARM_SOAK_MINUTES ?? 2);
+const MINUTES = Number(process.env.TABSWARM_SOAK_MINUTES ?? 2.5);
 const MIN_LATE_EARLY = 0.85;
 const MAX_MB_PER_1K_STEPS = 40;
 const NOISE_FLOOR_MB = 10;

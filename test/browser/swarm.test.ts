@@ -125,8 +125,22 @@ describe.skipIf(skip)('tabswarm swarm against a real coordinator', () => {
 
     // Progress, as the report says and as the coordinator says.
     expect(report.steps.committedDuringChaos, summary).toBeGreaterThan(0);
+    // The coordinator's record holds what the report counted, unless the swarm's closing left a round of tabs
+    // that never held the state (a late joiner, its holders closed first): then the record rolls back to the
+    // stored checkpoint, as it must (seen once: 259 → 256).
     const status = await coordinator.status();
-    expect(status.step).toBeGreaterThanOrEqual(report.steps.atEnd);
+    if (status.step < report.steps.atEnd) {
+      const rollbacks = (await coordinator.events()).filter(
+        (e) =>
+          e.event === 'record_rolled_back' &&
+          e.data.reason === 'no participant holds the last committed state' &&
+          (e.data.from as number) >= report.steps.atEnd,
+      );
+      expect(
+        rollbacks.map((e) => e.data.to),
+        `${summary}\nthe record is at ${status.step}, below the report's ${report.steps.atEnd}`,
+      ).toContain(status.step);
+    }
     expect(report.throughput.length, summary).toBeGreaterThan(3);
 
     // The audit the report carries is the coordinator's own verdict.
