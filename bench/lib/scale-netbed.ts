@@ -91,7 +91,7 @@ export function faultOf(e: FiredNetbedEvent, log: FaultLog | undefined): FaultRe
   const kind = e.kind === 'crash' ? 'crash' : 'leave';
   if (!e.before || e.atMs === undefined || !log)
     return { kind, atS: e.at, lostSteps: 0, droppedShareSteps: 0, unmeasured: true };
-  const { lost, dropped } = inFlight({ step: e.before.step, world: { items: e.before.members } }, e.tab);
+  const { lost, dropped } = inFlight(e.before.step, e.before.members, e.tab);
   const fault: FaultRecord = {
     kind,
     atS: e.at,

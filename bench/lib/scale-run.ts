@@ -199,16 +199,18 @@ export const WHOLE_WORLD = `?limit=${STATUS_PAGE_MAX}`;
 
 /**
  * Work in flight just before a fault on `name` (see the file comment), from the coordinator's status: the
- * last commit's step and each member's peer id, last reported step and share.
+ * last commit's step and each member's peer id, last reported step and share (the status's world items, or
+ * the test bed's `WorldBeforeFault`).
  */
 export function inFlight(
-  status: { step: number; world: { items: readonly { peerId: string; lastStep: number; share: number }[] } },
+  step: number,
+  members: readonly { peerId: string; lastStep: number; share: number }[],
   name: string,
 ): { lost: number; dropped: number } {
   let lost = 0;
   let dropped = 0;
-  for (const w of status.world.items) {
-    const steps = Math.max(0, w.lastStep - status.step) * w.share;
+  for (const w of members) {
+    const steps = Math.max(0, w.lastStep - step) * w.share;
     lost += steps;
     if (w.peerId.startsWith(`${name}-`)) dropped = steps;
   }
@@ -266,7 +268,7 @@ async function measure(
     const status = await proc.status(WHOLE_WORLD);
     const victim = status.world.items.map((w) => nameOfPeerId(w.peerId)).find((name) => swarm.processOf(name));
     if (!victim) continue;
-    const { lost, dropped } = inFlight(status, victim);
+    const { lost, dropped } = inFlight(status.step, status.world.items, victim);
     const kind = k % 2 === 1 ? 'crash' : 'leave';
     swarm.processOf(victim)!.send(`${kind} ${victim}`);
     const atMs = Date.now();
