@@ -278,6 +278,7 @@ function printTable(results: readonly ConfigResult[]): void {
     'MB/1k coord',
     'MB/1k renderer',
     'MB/1k gpu',
+    'slope renderer (jump)',
   ];
   const rows = results.map((r) => [
     r.name,
@@ -291,6 +292,7 @@ function printTable(results: readonly ConfigResult[]): void {
     r.name === 'solo' ? '-' : r.mbPer1kSteps.coordinator.toFixed(2),
     r.mbPer1kSteps.renderers.map((x) => x.toFixed(2)).join(' '),
     r.mbPer1kSteps.gpu.toFixed(2),
+    r.trend.renderers.map((x) => `${x.leak.toFixed(1)} (${x.jumpMb.toFixed(0)})`).join(' '),
   ]);
   const widths = head.map((h, i) => Math.max(h.length, ...rows.map((row) => row[i].length)));
   const line = (cells: string[]) => cells.map((c, i) => c.padEnd(widths[i])).join('  ');

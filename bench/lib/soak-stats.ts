@@ -54,6 +54,15 @@ export interface ConfigResult {
   /** The same growth in MB, over `growthSteps` steps (middle third to last third of the run). */
   growthMb: { coordinator: number; renderers: number[]; gpu: number };
   growthSteps: number;
+  /**
+   * `trend` of each process after warm-up: MB per 1,000 steps with one jump allowed (`leak`), that jump
+   * (`jumpMb`), and the steps the fit spans (`overSteps`). The soak test bounds these.
+   */
+  trend: {
+    coordinator: { leak: number; jumpMb: number };
+    renderers: { leak: number; jumpMb: number }[];
+    overSteps: number;
+  };
   rssStartMb: { coordinator: number; renderers: number[]; gpu: number };
   rssEndMb: { coordinator: number; renderers: number[]; gpu: number };
 }
@@ -160,6 +169,65 @@ export function growth(
   return { mb, per1k: steps > 0 ? (1000 * mb) / steps : 0, steps };
 }
 
+/**
+ * Memory trend after warm-up, robust to one jump: over the samples of the last two thirds, a least-
+ * squares line of RSS against steps that may step once (`leak`: the slope, MB per 1,000 steps; `jumpMb`:
+ * the one step; `overSteps`: the steps the line spans). Every split with at least MIN_SEGMENT samples on
+ * each side is tried (one common slope, an intercept per side: the pooled within-side slope) along with
+ * no split, and the fit with the least squared error is kept.
+ *
+ * Why: a renderer's RSS steps up once and stays flat (an allocator or the heap growing its reserve:
+ * +23 MB at 85 s in a CI run of 846 steps, +30 MB at 80 s in another here), and `growth` (medians of the
+ * last third against the middle) takes that step for a leak over the ~300 steps between the medians. A
+ * leak is a slope: memory kept per step, or per checkpoint (a staircase of many small steps, which one
+ * allowed jump cannot absorb). The jump is reported, so a caller can bound it on its own.
+ */
+export function trend(
+  samples: readonly Sample[],
+  pick: (s: Sample) => number,
+): { leak: number; jumpMb: number; overSteps: number } {
+  const end = samples[samples.length - 1].t;
+  const xs = samples.filter((s) => s.t >= end / 3);
+  const pts = xs.map((s) => ({ x: s.steps, y: pick(s) }));
+  const overSteps = pts.length ? pts[pts.length - 1].x - pts[0].x : 0;
+  if (pts.length < 2 || !(overSteps > 0)) return { leak: 0, jumpMb: 0, overSteps: 0 };
+  let best = { sse: Number.POSITIVE_INFINITY, slope: 0, jump: 0 };
+  const splits = [0];
+  for (let k = MIN_SEGMENT; k <= pts.length - MIN_SEGMENT; k++) splits.push(k);
+  for (const k of splits) {
+    const fit = pooledLine(k === 0 ? [pts] : [pts.slice(0, k), pts.slice(k)]);
+    if (fit && fit.sse < best.sse) best = fit;
+  }
+  return { leak: 1000 * best.slope, jumpMb: best.jump, overSteps };
+}
+
+/** Samples each side of `trend`'s jump: fewer lets two noisy samples pass for a step. */
+const MIN_SEGMENT = 3;
+
+type Pt = { x: number; y: number };
+
+/**
+ * One slope through every segment, each with its own intercept (least squares); `jump` is the second
+ * intercept less the first (0 for one segment). Null when the steps within every segment are all equal.
+ */
+function pooledLine(segments: readonly Pt[][]): { sse: number; slope: number; jump: number } | null {
+  const mean = (ps: readonly Pt[], f: (p: Pt) => number) => ps.reduce((a, p) => a + f(p), 0) / ps.length;
+  const stats = segments.map((ps) => ({ ps, mx: mean(ps, (p) => p.x), my: mean(ps, (p) => p.y) }));
+  let sxy = 0;
+  let sxx = 0;
+  for (const { ps, mx, my } of stats)
+    for (const p of ps) {
+      sxy += (p.x - mx) * (p.y - my);
+      sxx += (p.x - mx) ** 2;
+    }
+  if (!(sxx > 0)) return null;
+  const slope = sxy / sxx;
+  let sse = 0;
+  for (const { ps, mx, my } of stats) for (const p of ps) sse += (p.y - my - slope * (p.x - mx)) ** 2;
+  const icept = (i: number) => stats[i].my - slope * stats[i].mx;
+  return { sse, slope, jump: stats.length > 1 ? icept(1) - icept(0) : 0 };
+}
+
 export function summarise(name: string, tabs: number, samples: readonly Sample[]): ConfigResult {
   const last = samples[samples.length - 1];
   const seconds = last.t;
@@ -169,6 +237,10 @@ export function summarise(name: string, tabs: number, samples: readonly Sample[]
   const load = loadAdjustedLateEarly(samples);
   const per1k = (pick: (s: Sample) => number) => growth(samples, pick).per1k;
   const mb = (pick: (s: Sample) => number) => round1(growth(samples, pick).mb);
+  const trendOf = (pick: (s: Sample) => number) => {
+    const t = trend(samples, pick);
+    return { leak: round3(t.leak), jumpMb: round1(t.jumpMb) };
+  };
   const rendererCount = Math.min(...samples.map((s) => s.renderersMb.length));
   const rendererIdx = Array.from({ length: rendererCount }, (_, i) => i);
   const rss = (s: Sample) => ({
@@ -197,6 +269,11 @@ export function summarise(name: string, tabs: number, samples: readonly Sample[]
       gpu: mb((s) => s.gpuMb),
     },
     growthSteps: Math.round(growth(samples, (s) => s.gpuMb).steps),
+    trend: {
+      coordinator: trendOf((s) => s.coordinatorMb),
+      renderers: rendererIdx.map((i) => trendOf((s) => s.renderersMb[i] ?? 0)),
+      overSteps: Math.round(trend(samples, (s) => s.gpuMb).overSteps),
+    },
     rssStartMb: rss(samples[0]),
     rssEndMb: rss(last),
   };

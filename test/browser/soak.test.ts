@@ -5,8 +5,18 @@
  * - the step rate of the last third falls below 0.85× the first third's (thirds, not quarters:
  *   ~50 s windows, so a burst of other load on a shared machine moves the ratio less), or
  * - the tab's renderer (page + training worker) or the coordinator grows by more than
- *   MAX_MB_PER_1K_STEPS per 1,000 steps after warm-up (`growth`: medians of the last third against
- *   the middle third), with a floor of NOISE_FLOOR_MB for runs with few steps.
+ *   MAX_MB_PER_1K_STEPS per 1,000 steps after warm-up (`trend`: a least-squares slope of RSS against
+ *   steps over the last two thirds, with one jump allowed), with a floor of NOISE_FLOOR_MB over the
+ *   steps the slope spans for runs with few steps, or
+ * - that one jump is over MAX_JUMP_MB.
+ *
+ * One jump, because a renderer's RSS steps up once and stays flat: +30 MB at 80 s in a run here,
+ * +23 MB at 85 s in a CI run (846 steps), which failed this test when it compared the medians of the
+ * last two thirds (80 MB per 1,000 steps read from ~290 steps). On that run the slope with one jump is
+ * 11 MB per 1,000 steps (test/unit/bench/soak-stats.test.ts replays it). A leak is a slope: memory kept
+ * per step, or per checkpoint (a staircase of many small steps, which one jump cannot absorb; the unit
+ * test checks that too). MAX_JUMP_MB, 64, is twice the largest one-off step seen: a single bigger
+ * allocation that stays is not a leak, but it is worth a look.
  *
  * The bound, 40 MB per 1,000 steps (40 KB per step):
  * - Nothing the product keeps per step is unbounded any more: the tab's loss log is 2,000 entries
@@ -14,16 +24,17 @@
  *   commits in SQLite (its page cache is a fixed 2 MB) and its in-memory windows are fixed-size. So
  *   the true growth is 0 and the bound is about noise.
  * - Noise: a garbage-collected heap's RSS moves in a sawtooth of tens of MB. Over the ~1,000 steps of
- *   the run's last two thirds, medians keep that to well under 20 MB per 1,000 steps in the runs
- *   recorded in bench/RESULTS.md (solo renderer, after-fix elastic processes); 40 is twice that.
+ *   the run's last two thirds, medians of thirds kept that to well under 20 MB per 1,000 steps in the
+ *   runs recorded in bench/RESULTS.md (solo renderer, after-fix elastic processes), bar the one-off
+ *   steps above; 40 is twice that, and the slope with one jump reads those runs no higher.
  * - The leaks this guards against are far above it: the old per-step copy of the 2,000-entry loss log
  *   in the status (~100 KB of garbage per step, retained in bursts), the old one-deferred-per-commit
  *   map, or one retained gradient buffer per step (≥ 1 MB per step for `mlp`, 1,000 MB per 1,000). The
  *   renderer's growth before the fix was measured at ~137 MB per 1,000 steps (bench/RESULTS.md).
- * - With few steps (a slow, loaded machine: ~125 steps between the thirds' medians in one run here)
- *   the per-1,000 figure multiplies GC noise eightfold, so growth up to NOISE_FLOOR_MB (10 MB, the
- *   size of the RSS medians' wobble in the flat runs of bench/RESULTS.md) always passes; on a quiet
- *   machine (~600 steps between the medians) the 40 MB/1k bound is the binding one.
+ * - With few steps (a slow, loaded machine: ~125 steps between the thirds' medians in one run here,
+ *   so ~250 after warm-up) the per-1,000 figure multiplies GC noise fourfold, so a slope worth up to NOISE_FLOOR_MB (10 MB, the size of
+ *   the RSS wobble in the flat runs of bench/RESULTS.md) over the steps it spans always passes; past
+ *   250 steps the 40 MB/1k bound is the binding one.
  * A slow leak of a few KB per step is below this test's resolution; `npm run bench:soak` with a
  * longer duration is the tool for that.
  *
@@ -67,6 +78,7 @@ const MINUTES = Number(process.env.TABSWARM_SOAK_MINUTES ?? 2.5);
 const MIN_LATE_EARLY = 0.85;
 const MAX_MB_PER_1K_STEPS = 40;
 const NOISE_FLOOR_MB = 10;
+const MAX_JUMP_MB = 64;
 /** The run's nice value where raising priority is allowed (root); elsewhere its inherited one. */
 const NICE = process.getuid?.() === 0 ? -10 : undefined;
 
@@ -94,10 +106,16 @@ describe.skipIf(skip)('soak: one elastic tab keeps its speed and its memory', ()
       // It trained at all (1,744 steps in 2.5 min in a run here): with under 50 the thirds' rates are noise.
       expect(r.steps).toBeGreaterThan(50);
       expect(r.lateEarlyAdjusted).toBeGreaterThanOrEqual(MIN_LATE_EARLY);
-      const allowed = (perK: number) => Math.max(NOISE_FLOOR_MB, (perK * r.growthSteps) / 1000);
-      expect(r.growthMb.renderers).toHaveLength(1);
-      expect(r.growthMb.renderers[0]).toBeLessThanOrEqual(allowed(MAX_MB_PER_1K_STEPS));
-      expect(r.growthMb.coordinator).toBeLessThanOrEqual(allowed(MAX_MB_PER_1K_STEPS));
+      // The slope may carry NOISE_FLOOR_MB over the steps it spans, or MAX_MB_PER_1K_STEPS per 1,000.
+      const allowedPer1k = Math.max(MAX_MB_PER_1K_STEPS, (1000 * NOISE_FLOOR_MB) / Math.max(1, r.trend.overSteps));
+      expect(r.trend.renderers).toHaveLength(1);
+      for (const [name, t] of [
+        ['renderer', r.trend.renderers[0]],
+        ['coordinator', r.trend.coordinator],
+      ] as const) {
+        expect(t.leak, `${name}: MB per 1,000 steps`).toBeLessThanOrEqual(allowedPer1k);
+        expect(t.jumpMb, `${name}: its one jump, MB`).toBeLessThanOrEqual(MAX_JUMP_MB);
+      }
     },
     (MINUTES * 60 + 240) * 1000,
   );

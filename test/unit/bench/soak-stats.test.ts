@@ -12,6 +12,7 @@ import {
   stepsAt,
   summarise,
   timeline,
+  trend,
 } from '../../../bench/lib/soak-stats';
 
 const HZ = 100; // USER_HZ
@@ -115,6 +116,59 @@ describe('growth', () => {
     expect(g.per1k).toBeCloseTo(50, 6);
     // Medians of the samples at 50…95 s and 100…150 s: steps 725 and 1,250.
     expect(g.steps).toBeCloseTo(525, 6);
+  });
+});
+
+describe('trend', () => {
+  const renderer = (x: Sample) => x.renderersMb[0];
+  /** A deterministic wobble of ±4 MB, the size of the RSS noise between 5 s samples in the runs here. */
+  const wobble = (t: number) => 4 * Math.sin(t * 1.7) * Math.cos(t * 0.31);
+
+  it('takes one step up that stays flat for no leak, and reports the step (a CI run of 846 steps)', () => {
+    // CI's failing soak run: steps since the last sample and the renderer's RSS every 5 s (+23 MB at 85 s).
+    const added = [32, 34, 31, 28, 28, 30, 28, 28, 26, 30, 24, 25, 36, 30, 26, 24, 23, 29, 26, 26, 31, 30, 29];
+    const more = [30, 26, 29, 29, 25, 29, 27, 26];
+    const mb = [261, 246, 246, 246, 253, 239, 247, 244, 249, 249, 248, 254, 258, 259, 249, 274, 280, 279, 279];
+    const mbMore = [279, 279, 285, 273, 279, 279, 279, 280, 280, 282, 283];
+    const steps = [...added, ...more];
+    const rss = [...mb, ...mbMore];
+    const samples: Sample[] = [{ t: 0, steps: 0, coordinatorMb: 200, renderersMb: [257.5], gpuMb: 173 }];
+    let total = 0;
+    for (let i = 0; i < rss.length; i++) {
+      total += steps[i];
+      samples.push({ t: 5 * (i + 1), steps: total, coordinatorMb: 200, renderersMb: [rss[i]], gpuMb: 173 });
+    }
+    // The medians of the thirds read this as 23 MB over ~290 steps, 80 MB per 1,000: a leak.
+    expect(growth(samples, renderer).per1k).toBeGreaterThan(40);
+    const t = trend(samples, renderer);
+    // 11 MB per 1,000 steps is left: the RSS drifted a few MB on each side of the step. The bound is 40.
+    expect(Math.abs(t.leak)).toBeLessThan(20);
+    expect(t.jumpMb).toBeGreaterThan(15);
+    expect(t.jumpMb).toBeLessThan(35);
+  });
+
+  it('measures a steady leak as its slope, with or without a one-off step on top', () => {
+    const leak = (t: number, steps: number) => 200 + 0.056 * steps + wobble(t);
+    const plain = trend(run({ seconds: 150, rate: 6, rss: leak }), renderer);
+    // The free jump can take a little of a slope (it fits the wobble at the best split): within 20 %.
+    expect(plain.leak).toBeGreaterThan(45);
+    expect(plain.leak).toBeLessThan(67);
+    expect(plain.overSteps).toBe(600);
+    const stepped = trend(run({ seconds: 150, rate: 6, rss: (t, n) => leak(t, n) + (t >= 85 ? 25 : 0) }), renderer);
+    expect(stepped.leak).toBeGreaterThan(45);
+    expect(stepped.leak).toBeLessThan(67);
+    expect(stepped.jumpMb).toBeGreaterThan(15);
+  });
+
+  it('sees a staircase (2.8 MB kept every 50 steps, the old checkpoint retention) as a leak, not one jump', () => {
+    const stairs = (t: number, steps: number) => 240 + 2.8 * Math.floor(steps / 50) + wobble(t);
+    const t = trend(run({ seconds: 150, rate: 6, rss: stairs }), renderer);
+    expect(t.leak).toBeGreaterThan(40);
+  });
+
+  it('reads a flat process as flat, and a stalled run (no steps) as nothing to measure', () => {
+    expect(trend(run({ seconds: 150, rate: 6, rss: (t) => 220 + wobble(t) }), renderer).leak).toBeLessThan(10);
+    expect(trend(run({ seconds: 150, rate: 0 }), renderer)).toEqual({ leak: 0, jumpMb: 0, overSteps: 0 });
   });
 });
 
