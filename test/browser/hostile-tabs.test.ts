@@ -276,6 +276,11 @@ describe.skipIf(skip).each(Object.keys(MODES) as (keyof typeof MODES)[])(
       // verification upload would be withheld and ban an honest tab: that is still an error here.
       const refusedCheckpoint = /Failed to load resource: the server responded with a status of 422/;
       const tolerated = (p: string) => stale.test(p) || (mode === 'local' && refusedCheckpoint.test(p));
+      // The tab's own warning of a refused upload carries the coordinator's reason: printed, to name the bug.
+      const refusals = swarm.tabs.flatMap((t) =>
+        t.problems.warnings.filter((w) => /checkpoint \d+ upload failed/.test(w)).map((w) => `${t.name} ${w}`),
+      );
+      if (refusals.length > 0) console.log(`hostile-tabs (${mode}): refused uploads:\n${refusals.join('\n')}`);
       expect(swarm.problems().filter((p) => !tolerated(p))).toEqual([]);
       const events = await c.events();
       const withheld = events.filter((e) => e.event === 'verification_withheld');
