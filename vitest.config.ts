@@ -8,6 +8,12 @@ import { defineConfig } from 'vitest/config';
  * - integration: a real coordinator process with simulated WebSocket workers.
  * - browser: real headless Chromium tabs through Playwright against a real coordinator.
  * Kernel and browser tests need SwiftShader's Vulkan ICD, which Debian's chromium ships.
+ *
+ * Files run one at a time on CI's 2 cores (vitest's default: cores − 1 workers). Two workers were tried
+ * on such a machine (2026-11-27): the suite took 2,016 s against 1,816 s one at a time, since the browser
+ * and kernel files are CPU-bound (SwiftShader) and slowed each other, and 7 tests failed on the
+ * contention (a local-mode tab dropped below the job's minWorkers, the soak's memory bound). So the
+ * default stays.
  */
 const SWIFTSHADER_ICD = '/usr/lib/chromium/vk_swiftshader_icd.json';
 // Point Vulkan at SwiftShader only where it exists: elsewhere (a laptop with a GPU) Vulkan finds its own driver.
