@@ -528,5 +528,12 @@ async function statusUntil<A = undefined>(
   arg?: A,
   timeoutMs = 90_000,
 ): Promise<StatusResponse> {
-  return (await coordinatorStatusUntil(c, (s) => check(s, arg as A), what, { timeoutMs, pollMs: 200 })).status;
+  try {
+    return (await coordinatorStatusUntil(c, (s) => check(s, arg as A), what, { timeoutMs, pollMs: 200 })).status;
+  } catch (error) {
+    // Say why: the coordinator's last events (joins, drops, rollbacks, refusals) name what held the job.
+    const tail = (await c.events().catch(() => [])).slice(-60);
+    const lines = tail.map((e) => `${e.event} ${JSON.stringify(e.data).slice(0, 240)}`);
+    throw new Error(`${(error as Error).message}\nlast events:\n${lines.join('\n')}`);
+  }
 }

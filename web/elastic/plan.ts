@@ -274,11 +274,19 @@ export function holding(held: HeldStates, wanted: StateTag): 'live' | 'backup' |
   return null;
 }
 
+/**
+ * Where this rank gets the committed state a round starts from. `ownInnerState`: the job's ranks each
+ * keep inner optimizer state the agreed hash does not cover (local sync mode), so a held state of the
+ * right tag is not the checkpoint's state: after a rollback to a checkpoint every rank takes the
+ * checkpoint's bytes, its uploader's moments and t (docs/local-steps.md), which is also what the
+ * coordinator holds the rank's next check to (its inner state must be the checkpoint's).
+ */
 export function planSync(
   round: Pick<RoundMessage, 'step' | 'committedHash' | 'stateFrom'>,
   rank: number,
   held: HeldStates,
   worldSize: number,
+  ownInnerState = false,
 ): SyncPlan {
   const wanted: StateTag = { step: round.step - 1, hash: round.committedHash };
   const have = wanted.hash === null && wanted.step > 0 ? null : holding(held, wanted);
@@ -287,8 +295,9 @@ export function planSync(
     case 'fresh':
       return { kind: 'fresh' };
     case 'checkpoint':
-      // The record was rolled back to the checkpoint; a tab that still holds that very state skips the download.
-      return have
+      // The record was rolled back to the checkpoint; a tab that still holds that very state skips the download,
+      // unless its inner state is its own (local mode): that part of the checkpoint only the download gives.
+      return have && !ownInnerState
         ? { kind: 'local', use: have }
         : { kind: 'checkpoint', url: from.url, sha256: from.sha256, step: from.step };
     case 'held':

@@ -35,7 +35,7 @@ export async function syncState(ctx: LoopContext, session: RoundSession, ring: R
   // An overlapped job's consensus this tab reported, committed while it did not hear so (a coordinator
   // restart): it is the state wanted, the backup once committed here.
   if (keeper.consensus && sameTag(keeper.consensus, wanted)) await keeper.commitConsensus(keeper.consensus);
-  const plan = planSync(msg, session.rank, keeper.held, msg.world.length);
+  const plan = planSync(msg, session.rank, keeper.held, msg.world.length, job.sync.mode === 'local');
   ctx.log('info', `round ${msg.round}: rank ${session.rank}/${msg.world.length}, step ${msg.step}, state ${plan.kind}`);
   await obtainState(ctx, session, plan, wanted, job);
   if (plan.kind === 'send' || plan.kind === 'receive') await broadcastState(ctx, session, ring, plan, wanted, job);

@@ -311,6 +311,16 @@ describe('planSync', () => {
   ])('%s', (_name, r, rank, h, expected) => {
     expect(planSync(r, rank, h, 4)).toMatchObject(expected);
   });
+
+  // Local mode: the agreed tag does not cover a rank's own moments. A held state skipped the download
+  // after a rollback to a checkpoint, kept its own moments, and the coordinator (which holds the next check
+  // to the checkpoint's inner state) banned an honest tab for it (hostile-tabs, local mode, 2 runs in 9).
+  it('a rank with its own inner state (local mode) takes the checkpoint even when it holds the tag', () => {
+    expect(planSync(round(checkpoint), 1, held([7, 'aa'], [6, 'dd']), 4, true)).toEqual(checkpoint);
+    expect(planSync(round(checkpoint), 1, held([8, 'ee'], [7, 'aa']), 4, true)).toEqual(checkpoint);
+    // What the tab holds still serves every other source: its own inner state is what those continue.
+    expect(planSync(round({ kind: 'held' }), 1, held([7, 'aa'], null), 4, true)).toEqual({ kind: 'local', use: 'live' });
+  });
 });
 
 describe('helloHolding', () => {
