@@ -13,7 +13,9 @@ import { defineConfig } from 'vitest/config';
  * on such a machine (2026-11-27): the suite took 2,016 s against 1,816 s one at a time, since the browser
  * and kernel files are CPU-bound (SwiftShader) and slowed each other, and 7 tests failed on the
  * contention (a local-mode tab dropped below the job's minWorkers, the soak's memory bound). So the
- * default stays.
+ * default stays. `isolate: false` for the unit project took it from 137 s to 89 s here, but one of three
+ * runs with shuffled files failed a simulated-tab test (local-steps-loop) that passed alone five times
+ * out of five: a leak between files not found yet, so each file keeps its own worker.
  */
 const SWIFTSHADER_ICD = '/usr/lib/chromium/vk_swiftshader_icd.json';
 // Point Vulkan at SwiftShader only where it exists: elsewhere (a laptop with a GPU) Vulkan finds its own driver.
