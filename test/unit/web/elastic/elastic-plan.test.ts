@@ -319,7 +319,10 @@ describe('planSync', () => {
     expect(planSync(round(checkpoint), 1, held([7, 'aa'], [6, 'dd']), 4, true)).toEqual(checkpoint);
     expect(planSync(round(checkpoint), 1, held([8, 'ee'], [7, 'aa']), 4, true)).toEqual(checkpoint);
     // What the tab holds still serves every other source: its own inner state is what those continue.
-    expect(planSync(round({ kind: 'held' }), 1, held([7, 'aa'], null), 4, true)).toEqual({ kind: 'local', use: 'live' });
+    expect(planSync(round({ kind: 'held' }), 1, held([7, 'aa'], null), 4, true)).toEqual({
+      kind: 'local',
+      use: 'live',
+    });
   });
 });
 
