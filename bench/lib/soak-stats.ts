@@ -186,10 +186,8 @@ export function trend(
   samples: readonly Sample[],
   pick: (s: Sample) => number,
 ): { leak: number; jumpMb: number; overSteps: number } {
-  const end = samples[samples.length - 1].t;
-  const xs = samples.filter((s) => s.t >= end / 3);
-  const pts = xs.map((s) => ({ x: s.steps, y: pick(s) }));
-  const overSteps = pts.length ? pts[pts.length - 1].x - pts[0].x : 0;
+  const pts = afterWarmup(samples).map((s) => ({ x: s.steps, y: pick(s) }));
+  const overSteps = stepsAfterWarmup(samples);
   if (pts.length < 2 || !(overSteps > 0)) return { leak: 0, jumpMb: 0, overSteps: 0 };
   let best = { sse: Number.POSITIVE_INFINITY, slope: 0, jump: 0 };
   const splits = [0];
@@ -199,6 +197,15 @@ export function trend(
     if (fit && fit.sse < best.sse) best = fit;
   }
   return { leak: 1000 * best.slope, jumpMb: best.jump, overSteps };
+}
+
+/** The samples of the run's last two thirds: the first third is warm-up (`growth` says what it holds). */
+const afterWarmup = (samples: readonly Sample[]) => samples.filter((s) => s.t >= samples[samples.length - 1].t / 3);
+
+/** The steps `trend`'s line spans: from the first sample after warm-up to the last. */
+function stepsAfterWarmup(samples: readonly Sample[]): number {
+  const warm = afterWarmup(samples);
+  return warm.length > 1 ? warm[warm.length - 1].steps - warm[0].steps : 0;
 }
 
 /** Samples each side of `trend`'s jump: fewer lets two noisy samples pass for a step. */
@@ -272,7 +279,7 @@ export function summarise(name: string, tabs: number, samples: readonly Sample[]
     trend: {
       coordinator: trendOf((s) => s.coordinatorMb),
       renderers: rendererIdx.map((i) => trendOf((s) => s.renderersMb[i] ?? 0)),
-      overSteps: Math.round(trend(samples, (s) => s.gpuMb).overSteps),
+      overSteps: Math.round(stepsAfterWarmup(samples)),
     },
     rssStartMb: rss(samples[0]),
     rssEndMb: rss(last),

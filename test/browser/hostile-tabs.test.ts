@@ -216,11 +216,13 @@ describe.skipIf(skip).each(Object.keys(MODES) as (keyof typeof MODES)[])(
           240_000,
         );
       } catch (error) {
-        const events = await c.events();
+        // The error already lists the last events (coordinatorStatusUntil); the whole log goes to a file on request.
         if (process.env.TABSWARM_HOSTILE_EVENTS)
-          writeFileSync(process.env.TABSWARM_HOSTILE_EVENTS, events.map((e) => JSON.stringify(e)).join('\n'));
-        const tail = events.slice(-40).map((e) => `${e.event} ${JSON.stringify(e.data).slice(0, 200)}`);
-        throw new Error(`${(error as Error).message}\nlast events:\n${tail.join('\n')}\n${c.output.slice(-3000)}`);
+          writeFileSync(
+            process.env.TABSWARM_HOSTILE_EVENTS,
+            (await c.events()).map((e) => JSON.stringify(e)).join('\n'),
+          );
+        throw new Error(`${(error as Error).message}\n${c.output.slice(-3000)}`);
       }
       const rows = await commitRows(c);
       console.log(`${query.mode} ×${hostiles}: ${((performance.now() - t0) / 1000).toFixed(1)} s`);
@@ -528,12 +530,5 @@ async function statusUntil<A = undefined>(
   arg?: A,
   timeoutMs = 90_000,
 ): Promise<StatusResponse> {
-  try {
-    return (await coordinatorStatusUntil(c, (s) => check(s, arg as A), what, { timeoutMs, pollMs: 200 })).status;
-  } catch (error) {
-    // Say why: the coordinator's last events (joins, drops, rollbacks, refusals) name what held the job.
-    const tail = (await c.events().catch(() => [])).slice(-60);
-    const lines = tail.map((e) => `${e.event} ${JSON.stringify(e.data).slice(0, 240)}`);
-    throw new Error(`${(error as Error).message}\nlast events:\n${lines.join('\n')}`);
-  }
+  return (await coordinatorStatusUntil(c, (s) => check(s, arg as A), what, { timeoutMs, pollMs: 200 })).status;
 }

@@ -18,7 +18,8 @@ import type { CoordinatorProcess } from './coordinator-process';
 
 /**
  * Poll the coordinator's `GET /api/status` (it pushes no status to tests) every `pollMs` until
- * `check` holds; returns that status and how long it took. Throws with the last status on timeout.
+ * `check` holds; returns that status and how long it took. Throws on timeout with the last status and
+ * the coordinator's last 60 events (joins, drops, rollbacks, bans: what held the job).
  */
 export async function coordinatorStatusUntil(
   coordinator: CoordinatorProcess,
@@ -33,7 +34,11 @@ export async function coordinatorStatusUntil(
     if (check(last)) return { status: last, ms: performance.now() - started };
     await new Promise((r) => setTimeout(r, opts.pollMs));
   }
-  throw new Error(`coordinator status never showed ${what}; last: ${JSON.stringify(last)}`);
+  const tail = (await coordinator.events().catch(() => [])).slice(-60);
+  const lines = tail.map((e) => `${e.event} ${JSON.stringify(e.data).slice(0, 240)}`);
+  throw new Error(
+    `coordinator status never showed ${what}; last: ${JSON.stringify(last)}\nlast events:\n${lines.join('\n')}`,
+  );
 }
 
 export interface SwarmTab {
