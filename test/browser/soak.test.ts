@@ -2,7 +2,7 @@
  * A short soak (issue: training slowed down as a run went on): one real coordinator, one headless
  * tab training the default `mlp` job elastically on the real Fashion-MNIST for `TABSWARM_SOAK_MINUTES`
  * (default 2.5), sampled every 5 s by bench/soak.ts's own runner. It fails when
- * - the step rate of the last third falls below 0.85× the first third's (thirds, not quarters:
+ * - the step rate of the last third falls below 0.75× the first third's (thirds, not quarters:
  *   ~50 s windows, so a burst of other load on a shared machine moves the ratio less), or
  * - the tab's renderer (page + training worker) or the coordinator grows by more than
  *   MAX_MB_PER_1K_STEPS per 1,000 steps after warm-up (`trend`: a least-squares slope of RSS against
@@ -61,6 +61,17 @@
  * at nice −10 (which the test asks for when it may, i.e. as root, as CI runs), wall-clock 0.58 and
  * adjusted 0.96. A run whose per-step work or waits grow shows the same drop in both figures.
  *
+ * Why 0.75 and not the 0.85 it was: the ratio of a healthy run is noisy. One tab's steps per 5 s move
+ * between 23 and 42 with no other load on the machine, and the slow stretches last tens of seconds (in
+ * one run 33 per 5 s for the first 65 s, then 27 to the end), so two 50-s thirds differ by chance. The
+ * clean code's 2.5-minute runs on the 2-core machine gave 0.91, 1.19, 0.94, 0.95, 0.92 and 0.84 (six full
+ * suites) and 0.96 on CI; a 4-minute bench:soak 0.99, the 10-minute one 1.07 and the 20-minute one 1.17.
+ * Mean 0.98, spread 0.09: 0.85 sat 1.5 spreads below the mean and failed one suite in six (the 0.84,
+ * whose memory figures passed). The slowdowns this test exists for were far below either bound: 0.21 (the
+ * elastic tab before the fix, bench/RESULTS.md) and 0.67 and 0.70 (the same fix half done). 0.75 is 2.5
+ * spreads below the mean and still catches each of them. The 4-minute bench:soak keeps the issue's
+ * stricter 0.9 as its goal, reported, not asserted.
+ *
  * Takes about 3 minutes (2.5 of training plus start-up). Cut to 2 minutes once to save CI time, it failed
  * on a slow machine (787 steps, 301 between the thirds' medians, so a bound of 12 MB; the renderer's RSS
  * stepped up 30 MB once, at 80 s, and stayed flat): fewer steps make the bound tighter than GC noise.
@@ -77,7 +88,7 @@ import {
 } from '../support/browser';
 
 const MINUTES = Number(process.env.TABSWARM_SOAK_MINUTES ?? 2.5);
-const MIN_LATE_EARLY = 0.85;
+const MIN_LATE_EARLY = 0.75;
 const MAX_MB_PER_1K_STEPS = 40;
 const NOISE_FLOOR_MB = 10;
 const MAX_JUMP_MB = 64;
