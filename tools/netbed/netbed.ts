@@ -111,11 +111,21 @@ function hookExit(): void {
   process.on('exit', () => {
     for (const bed of live) bed.closeSync();
   });
+  // `on`, not `once`: Ctrl-C signals the whole process group, so under tsx (or npm) this process gets
+  // SIGINT twice, from the terminal and forwarded by its parent. With `once` the first removed the only
+  // listener, Node gave the signal back its default action, and the second killed the process in the
+  // middle of `closeSync`, leaving namespaces behind (seen: one router namespace of three). The listener
+  // stays until the teardown is done, then the signal is raised again to end the process as it asked.
+  let tearingDown = false;
   for (const signal of ['SIGINT', 'SIGTERM'] as const) {
-    process.once(signal, () => {
+    const onSignal = () => {
+      if (tearingDown) return;
+      tearingDown = true;
       for (const bed of live) bed.closeSync();
+      process.off(signal, onSignal);
       process.kill(process.pid, signal);
-    });
+    };
+    process.on(signal, onSignal);
   }
 }
 
