@@ -136,22 +136,26 @@ export class GroupCall {
   onFailure(rank: number, link: Link, error: CollectiveError): void {
     if (this.settled) return;
     this.routes.lost(rank, link);
-    if (error.kind !== 'peer_closed') {
-      this.failGlobal(error);
-      return;
-    }
-    this.peerGone(rank, error, `its link to ${link.peer} closed`);
+    if (error.kind !== 'peer_closed') this.failGlobal(error);
+    else this.peerGone(rank, error, `its link to ${link.peer} closed`);
   }
 
-  /** Ranks the coordinator reports lost: out as if their links had closed (a crashed tab's close after ~30 s). */
-  private onLost(ranks: readonly number[]): void {
+  onUnreachable(rank: number): void {
+    if (!this.lostElsewhere.has(rank)) this.onLost([rank], 'a dial to it failed');
+  }
+
+  /** Ranks out as if their links had closed: the coordinator lost them (a crashed tab's close after ~30 s), or a dial failed. */
+  private onLost(ranks: readonly number[], why = 'the coordinator lost it'): void {
     for (const rank of ranks) {
       if (this.settled) return;
       if (rank === this.geo.rank || rank < 0 || rank >= this.geo.world || this.excluded.has(rank)) continue;
       const peer = this.routes.peerName(rank);
       this.routes.forget(rank);
-      const error = new CollectiveError('peer_closed', `${this.label}: the coordinator lost rank ${rank}`, { peer });
-      this.peerGone(rank, error, 'the coordinator lost it');
+      this.peerGone(
+        rank,
+        new CollectiveError('peer_closed', `${this.label}: rank ${rank} is out: ${why}`, { peer }),
+        why,
+      );
     }
   }
 
@@ -252,7 +256,7 @@ export class GroupCall {
     const g = this.geo.place.group;
     const out = this.geo.outPositions(g, this.excluded);
     if (out.has(this.geo.place.position)) {
-      this.failLocal(new CollectiveError('peer_closed', `${this.label}: left out by its group`, { peer: null }));
+      this.failGlobal(new CollectiveError('peer_closed', `${this.label}: left out by its group`, { peer: null }), true);
       return false;
     }
     this.plan = this.planFor(out);
@@ -475,21 +479,17 @@ export class GroupCall {
     this.resolve({ excluded: this.exchange.excluded });
   }
 
-  /** Fail here and tell every rank this one talks to (not when it gave up on its own: it is leaving). */
-  private failGlobal(error: CollectiveError): void {
+  /**
+   * Fail here and, unless `alone`, tell every rank this one talks to (not when it gave up on its own: it
+   * is leaving; nor when it was left out by its group, which knows).
+   */
+  private failGlobal(error: CollectiveError, alone = false): void {
     if (this.settled) return;
     this.settled = true;
     const named = tagged(error, this.label);
-    if (error.kind !== 'aborted') this.routes.abortAll(named);
+    if (!alone && error.kind !== 'aborted') this.routes.abortAll(named);
     this.cleanUp();
     this.reject(named);
-  }
-
-  private failLocal(error: CollectiveError): void {
-    if (this.settled) return;
-    this.settled = true;
-    this.cleanUp();
-    this.reject(tagged(error, this.label));
   }
 
   private cleanUp(): void {

@@ -21,6 +21,8 @@ export interface RouteEvents {
   onFailure(rank: number, link: Link, error: CollectiveError): void;
   /** A queue drained or was dropped: the call may be done. */
   onDrained(): void;
+  /** A dial to `rank` failed (the mesh tries until its own deadline): out, as if its link had closed. */
+  onUnreachable(rank: number): void;
 }
 
 export class GroupRoutes {
@@ -93,7 +95,7 @@ export class GroupRoutes {
     else this.routes.set(link, { id, route });
   }
 
-  /** Dial `rank` unless a link to it exists; a failed dial drops what was queued for it. */
+  /** Dial `rank` unless a link to it exists; a failed dial drops what was queued for it and tells the call. */
   ensure(rank: number | null): void {
     if (rank === null || this.linkOf.has(rank) || this.closed) return;
     if (this.gone.has(rank)) {
@@ -103,8 +105,12 @@ export class GroupRoutes {
     }
     this.links.connect(rank).then(
       (link) => this.register(rank, link),
-      // Not reachable (gone too): what was queued for it is lost; a later roster names its heir.
-      () => this.drop(rank),
+      // Not reachable: what was queued for it is lost, and the call counts it out (its heir, or its group
+      // lost whole), as a closed link: otherwise only a later roster or the deadline would end the wait.
+      () => {
+        this.drop(rank);
+        if (!this.closed && !this.gone.has(rank)) this.events.onUnreachable(rank);
+      },
     );
   }
 

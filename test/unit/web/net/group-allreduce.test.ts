@@ -340,6 +340,36 @@ describe('groupAllreduce with faults', () => {
       expect((outcome as CollectiveError).kind).toBe('peer_closed');
     }
   }, 10_000);
+
+  it('fails every survivor at once when the coordinator reports one member of a group lost and its only mate is unreachable', async () => {
+    // Group 0 is ranks 0 and 1. Rank 0 stopped dead before the sync with its links open (the coordinator
+    // reports it); rank 1 crashed (its links closed, and nobody can dial it). A survivor that never had a
+    // link to rank 1 learns of it only when it dials it as rank 0's heir: that failed dial means rank 1 is
+    // out too, so group 0 has nobody left and the call fails, not at the deadline.
+    const layout = { sizes: [2, 2, 2, 2] };
+    const data = inputs(8, 4000, 47);
+    const feeds = data.map(() => new LostRanksFeed());
+    const mesh = new MemoryMesh(8);
+    mesh.connectPlanned(layout, 4000);
+    mesh.kill(1);
+    const started = Date.now();
+    const calls = [2, 3, 4, 5, 6, 7].map((r) =>
+      groupAllreduce(mesh.groupLinks(r, layout), data[r], {
+        id: id(1),
+        timeoutMs: 60_000,
+        silenceMs: 60_000,
+        chunkElements: 300,
+        mayExclude: true,
+        lost: feeds[r],
+      }).catch((err: unknown) => err),
+    );
+    for (const feed of feeds) feed.add([0]);
+    for (const outcome of await Promise.all(calls)) {
+      expect(outcome).toBeInstanceOf(CollectiveError);
+      expect((outcome as CollectiveError).kind).toBe('peer_closed');
+    }
+    expect(Date.now() - started).toBeLessThan(5_000);
+  }, 10_000);
 });
 
 /** Bytes each rank handed to its links in one run (the mesh's pairs count both ends). */
