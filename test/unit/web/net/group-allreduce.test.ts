@@ -316,42 +316,18 @@ describe('groupAllreduce with faults', () => {
     }
   });
 
-  it('fails every survivor at once, not at the deadline, when the coordinator reports a whole group lost', async () => {
+  /**
+   * Ranks 2–7 of four groups of two call with a 60-s deadline and silence limit (beyond this test's limit),
+   * after `before` did what it does to the mesh, and the coordinator reports `reported` lost: every one must
+   * fail with `peer_closed`, within 5 s.
+   */
+  async function expectGroupZeroLost(seed: number, reported: number[], before?: (mesh: MemoryMesh) => void) {
     const layout = { sizes: [2, 2, 2, 2] };
-    const data = inputs(8, 4000, 43);
-    const feeds = data.map(() => new LostRanksFeed());
-    // Ranks 0 and 1 (all of group 0) never call, their links open (stopped dead before the sync): nothing
-    // but the report can end the others' call before its deadline, far beyond this test's limit.
-    const mesh = new MemoryMesh(8);
-    mesh.connectPlanned(layout, 4000);
-    const calls = [2, 3, 4, 5, 6, 7].map((r) =>
-      groupAllreduce(mesh.groupLinks(r, layout), data[r], {
-        id: id(1),
-        timeoutMs: 60_000,
-        silenceMs: 60_000,
-        chunkElements: 300,
-        mayExclude: true,
-        lost: feeds[r],
-      }).catch((err: unknown) => err),
-    );
-    for (const feed of feeds) feed.add([0, 1]);
-    for (const outcome of await Promise.all(calls)) {
-      expect(outcome).toBeInstanceOf(CollectiveError);
-      expect((outcome as CollectiveError).kind).toBe('peer_closed');
-    }
-  }, 10_000);
-
-  it('fails every survivor at once when the coordinator reports one member of a group lost and its only mate is unreachable', async () => {
-    // Group 0 is ranks 0 and 1. Rank 0 stopped dead before the sync with its links open (the coordinator
-    // reports it); rank 1 crashed (its links closed, and nobody can dial it). A survivor that never had a
-    // link to rank 1 learns of it only when it dials it as rank 0's heir: that failed dial means rank 1 is
-    // out too, so group 0 has nobody left and the call fails, not at the deadline.
-    const layout = { sizes: [2, 2, 2, 2] };
-    const data = inputs(8, 4000, 47);
+    const data = inputs(8, 4000, seed);
     const feeds = data.map(() => new LostRanksFeed());
     const mesh = new MemoryMesh(8);
     mesh.connectPlanned(layout, 4000);
-    mesh.kill(1);
+    before?.(mesh);
     const started = Date.now();
     const calls = [2, 3, 4, 5, 6, 7].map((r) =>
       groupAllreduce(mesh.groupLinks(r, layout), data[r], {
@@ -363,12 +339,26 @@ describe('groupAllreduce with faults', () => {
         lost: feeds[r],
       }).catch((err: unknown) => err),
     );
-    for (const feed of feeds) feed.add([0]);
+    for (const feed of feeds) feed.add(reported);
     for (const outcome of await Promise.all(calls)) {
       expect(outcome).toBeInstanceOf(CollectiveError);
       expect((outcome as CollectiveError).kind).toBe('peer_closed');
     }
     expect(Date.now() - started).toBeLessThan(5_000);
+  }
+
+  it('fails every survivor at once, not at the deadline, when the coordinator reports a whole group lost', async () => {
+    // Ranks 0 and 1 (all of group 0) never call, their links open (stopped dead before the sync): nothing
+    // but the report can end the others' call before its deadline.
+    await expectGroupZeroLost(43, [0, 1]);
+  }, 10_000);
+
+  it('fails every survivor at once when the coordinator reports one member of a group lost and its only mate is unreachable', async () => {
+    // Group 0 is ranks 0 and 1. Rank 0 stopped dead before the sync with its links open (the coordinator
+    // reports it); rank 1 crashed (its links closed, and nobody can dial it). A survivor that never had a
+    // link to rank 1 learns of it only when it dials it as rank 0's heir: that failed dial means rank 1 is
+    // out too, so group 0 has nobody left and the call fails, not at the deadline.
+    await expectGroupZeroLost(47, [0], (mesh) => mesh.kill(1));
   }, 10_000);
 });
 
