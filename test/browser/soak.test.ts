@@ -71,7 +71,14 @@
  * 15–20 s are faster (34–40 steps per 5 s, then 24–33; a start-up transient, not a decay: the longer runs
  * show none), and they fall in the first third; a longer run dilutes them. The slowdowns this test
  * exists for were far below either bound: 0.21 (the elastic tab before the fix, bench/RESULTS.md) and
- * 0.67 and 0.70 (the same fix half done). 0.75 is 2 spreads below the mean and still catches each of them. The 4-minute bench:soak keeps the issue's
+ * 0.67 and 0.70 (the same fix half done). 0.75 is 2 spreads below the mean and still catches each of them.
+ * The final suite of that day then read 0.755 (34 steps per 5 s in the first third, 26 in the last): at the
+ * bound. Where the time goes, from /proc in a 3-minute bench:soak beside it (late/early 0.91): Chromium's
+ * GPU process (SwiftShader) burned a steady 1.65 cores throughout, the renderer 0.2 and the coordinator
+ * 0.03, while the steps per 10 s moved between 50 and 64. So the steps that slow down are SwiftShader's,
+ * on a machine it saturates: its CPU per step varies by a fifth over tens of seconds with nothing else
+ * running, which this ratio cannot tell from a decay, and the 10- and 20-minute runs show no decay. If
+ * CI fails here again, a longer run (bench:soak) is the way to tell noise from a slowdown. The 4-minute bench:soak keeps the issue's
  * stricter 0.9 as its goal, reported, not asserted.
  *
  * Takes about 3 minutes (2.5 of training plus start-up). Cut to 2 minutes once to save CI time, it failed
