@@ -75,7 +75,7 @@
  * The final suite of that day then read 0.755 (34 steps per 5 s in the first third, 26 in the last): at the
  * bound. Where the time goes, from /proc in a 3-minute bench:soak beside it (late/early 0.91): Chromium's
  * GPU process (SwiftShader) burned a steady 1.65 cores throughout, the renderer 0.2 and the coordinator
- * 0.03, while the steps per 10 s moved between 50 and 64. So the steps that slow down are SwiftShader's,
+ * 0.03, while the steps per 10 s moved between 45 and 63. So the steps that slow down are SwiftShader's,
  * on a machine it saturates: its CPU per step varies by a fifth over tens of seconds with nothing else
  * running, which this ratio cannot tell from a decay, and the 10- and 20-minute runs show no decay. If
  * CI fails here again, a longer run (bench:soak) is the way to tell noise from a slowdown. The 4-minute bench:soak keeps the issue's
