@@ -306,6 +306,7 @@ function commitIn(ctx: Ctx, point: number): void {
     firstStep: group.firstStep,
     hash,
     members: rv.participants.map((p) => p.workerId),
+    round: rv.round,
   };
   // An overlapped group's successor runs already: its time does not start now.
   if (!overlapped) rv.stepStartedAt = ctx.now;

@@ -38,8 +38,9 @@ export type EvaluationCheck = { ok: true } | { ok: false; code: ErrorCode; messa
 
 /**
  * Decide whether a (schema-valid) evaluation from `workerId` is acceptable: the job still runs (or just
- * finished), the sender is a member of the current round or of the round that just closed (the report
- * of a round's last commit may arrive after the close), the step is the last commit (ranks 0 and 1
+ * finished), the sender is rank 0 or 1 of the round that made the last commit, of the current round, or
+ * of the round that just closed (`roundMembers`: the report of a round's last commit may arrive after
+ * the close), the step is the last commit (ranks 0 and 1
  * evaluate a commit before they apply the next step, so their reports arrive before any later commit), that
  * commit is an evaluation point, the epoch is the one it trained on, and the counts are consistent.
  */
@@ -48,22 +49,18 @@ export function checkEvaluation(s: CoordinatorState, workerId: string, msg: Eval
   if (msg.runId !== s.runId)
     return { ok: false, code: 'wrong_run', message: `run ${msg.runId} is not the current run` };
   if (s.status === 'failed') return { ok: false, code: 'job_failed', message: 'the job failed' };
-  const current = rv.phase !== 'gathering' && msg.round === rv.round;
-  const closed = rv.closedRound !== null && msg.round === rv.closedRound.round;
-  if (!current && !closed) {
+  const members = roundMembers(s, msg.round);
+  if (!members) {
     return {
       ok: false,
       code: 'stale_round',
-      message: `round ${msg.round} is neither the current round (${rv.round}, ${rv.phase}) nor the one that just closed`,
+      message: `round ${msg.round} is neither the current round (${rv.round}, ${rv.phase}), nor the one that just closed, nor the one that made the last commit`,
     };
   }
-  const member = current
-    ? rv.participants.some((p) => p.workerId === workerId)
-    : rv.closedRound!.members.includes(workerId);
-  if (!member) return { ok: false, code: 'not_member', message: `worker ${workerId} is not in round ${msg.round}` };
+  if (!members.includes(workerId))
+    return { ok: false, code: 'not_member', message: `worker ${workerId} is not in round ${msg.round}` };
   // Only the ranks asked: ranks 0 and 1 of that round (members are listed in rank order).
-  const evaluators = current ? rv.participants.slice(0, 2).map((p) => p.workerId) : rv.closedRound!.members.slice(0, 2);
-  if (!evaluators.includes(workerId))
+  if (!members.slice(0, 2).includes(workerId))
     return { ok: false, code: 'not_evaluator', message: `only ranks 0 and 1 of round ${msg.round} evaluate` };
   if ((s.evaluationClaims ?? []).some((c) => c.step === msg.step && c.workerId === workerId))
     return { ok: false, code: 'duplicate_report', message: `step ${msg.step} already evaluated by ${workerId}` };
@@ -90,6 +87,22 @@ export function checkEvaluation(s: CoordinatorState, workerId: string, msg: Eval
     };
   }
   return { ok: true };
+}
+
+/**
+ * The members, in rank order, of `round` if a report of it may still arrive: the round that made the
+ * last commit (its ranks 0 and 1 evaluate that commit, and their reports may land after the round
+ * closed at the commit's boundary and a check's verdict then ended the job: the hostile-tabs browser
+ * test lost the job's final evaluation so once), the current round, or the one that just closed.
+ * Null for any other round.
+ */
+function roundMembers(s: CoordinatorState, round: number): readonly string[] | null {
+  const rv = s.rendezvous;
+  const last = s.lastCommit;
+  if (last.round === round && last.members) return last.members;
+  if (rv.phase !== 'gathering' && round === rv.round) return rv.participants.map((p) => p.workerId);
+  if (rv.closedRound !== null && round === rv.closedRound.round) return rv.closedRound.members;
+  return null;
 }
 
 /**

@@ -242,6 +242,12 @@ export interface LastCommit {
    * persisted before the field existed (then nobody qualifies).
    */
   members?: string[];
+  /**
+   * The round that committed `step` (its members are `members`, in rank order): its ranks 0 and 1 evaluate the
+   * commit, and their reports may arrive after that round closed and another opened or the job ended
+   * (evaluation.ts). Absent after a rollback to a checkpoint and in states persisted before the field existed.
+   */
+  round?: number;
 }
 
 /** Sums over step reports (utilization.ts accounts them). */

@@ -415,6 +415,37 @@ describe('the job’s last step waits for its checks', () => {
     expect(h.received('a', 'done').length).toBe(1);
   });
 
+  it('ranks 0 and 1 of the round that made the last commit may report its evaluation after a new round opened and its check ended the job', () => {
+    const h = swarm({ ...short, maxWorkers: 4 }, 'end');
+    step(h);
+    h.apply({ kind: 'verification_result', check: h.state.checks![0].id, result: recomputed(1, 3) });
+    const round = h.state.rendezvous.round;
+    const [rank0, rank1] = h.members();
+    h.join('d');
+    step(h);
+    // The job's last commit admitted the newcomer at its boundary (a new round); its check is still open.
+    expect(h.state.rendezvous.round).toBe(round + 1);
+    expect(h.state.status).toBe('active');
+    h.apply({ kind: 'verification_result', check: h.state.checks![0].id, result: recomputed(2, 3) });
+    expect(h.state.status).toBe('done');
+    // The evaluations of step 2 arrive after `done` (rank 0 evaluates 1,000 images while the check ran).
+    for (const name of [rank0, rank1]) {
+      h.send(name, {
+        type: 'evaluation',
+        runId: h.runId,
+        workerId: h.worker(name).workerId!,
+        round,
+        step: 2,
+        epoch: 0,
+        testSamples: 1000,
+        correct: 800,
+        lossSum: 450,
+      });
+      expect(h.lastReceived(name)?.type, name).not.toBe('error');
+    }
+    expect(h.logs.filter((l) => l.event === 'evaluation').map((l) => l.data.verified)).toEqual([false, true]);
+  });
+
   it('a liar caught after the last step: rolled back, and the job runs again instead of being done on step 0', () => {
     const h = swarm(short, 'end-liar');
     step(h, (own, params) => ({ own: own.map((o, r) => (r === 2 ? o.map((x) => -x) : o)), params }));

@@ -342,7 +342,7 @@ describe('machine: evaluation reports', () => {
     });
   }
 
-  it('accepts the report of the round that just closed at a commit boundary, not of the one before', () => {
+  it('accepts the report of the round that just closed at a commit boundary, not of a round that committed nothing or an older one', () => {
     const h = trainingPair();
     const first = h.state.rendezvous.round;
     h.join('c');
@@ -353,10 +353,20 @@ describe('machine: evaluation reports', () => {
     // The newcomer was not in the closed round.
     h.send('c', evaluation(h, 'c', { round: first, step: 5 }));
     expect(h.lastReceived('c')).toMatchObject({ type: 'error', code: 'not_member' });
-    // Two closes later the first round is stale.
+    // Two closes later the first round still made the last commit: its ranks are heard (here a duplicate, not
+    // a stale round), while ranks of the round that committed nothing and closed are not evaluators.
     h.readyAll();
     h.send('b', { type: 'goodbye', runId: h.runId, workerId: h.worker('b').workerId! });
+    expect(h.state.rendezvous.round).toBe(first + 2);
     h.send('a', evaluation(h, 'a', { round: first, step: 5 }));
+    expect(h.lastReceived('a')).toMatchObject({ type: 'error', code: 'duplicate_report' });
+    h.send('c', evaluation(h, 'c', { round: first + 1, step: 5 }));
+    expect(h.lastReceived('c')).toMatchObject({ type: 'error', code: 'not_evaluator' });
+    // Once a later round commits, the first round is stale.
+    h.readyAll();
+    h.stepAll();
+    expect(h.state.lastCommit.step).toBe(6);
+    h.send('a', evaluation(h, 'a', { round: first, step: 6 }));
     expect(h.lastReceived('a')).toMatchObject({ type: 'error', code: 'stale_round' });
   });
 
