@@ -414,8 +414,9 @@ export function finishJobIn(ctx: Ctx, point: number): void {
     workersOf(s.workers).map((w) => w.workerId),
     { type: 'done', step: point },
   );
-  // No round any more: later departures are no failures and nobody is waiting for anything.
-  rv.closedRound = { round: rv.round, members: rv.participants.map((p) => p.workerId) };
+  // No round any more: later departures are no failures and nobody is waiting for anything. A round that closed
+  // before (a member left while the last checks were open) stays the one that just closed.
+  if (rv.phase !== 'gathering') rv.closedRound = { round: rv.round, members: rv.participants.map((p) => p.workerId) };
   rv.participants = [];
   rv.waitList = [];
   rv.phase = 'gathering';

@@ -415,17 +415,21 @@ describe('the job’s last step waits for its checks', () => {
     expect(h.received('a', 'done').length).toBe(1);
   });
 
-  it('ranks 0 and 1 of the round that made the last commit may report its evaluation after a new round opened and its check ended the job', () => {
+  it('no new round after the last commit while its checks are open; ranks 0 and 1 of the committing round may report its evaluation after a member left, another round opened and the check ended the job', () => {
     const h = swarm({ ...short, maxWorkers: 4 }, 'end');
     step(h);
     h.apply({ kind: 'verification_result', check: h.state.checks![0].id, result: recomputed(1, 3) });
     const round = h.state.rendezvous.round;
-    const [rank0, rank1] = h.members();
+    const [rank0, rank1, rank2] = h.members();
     h.join('d');
     step(h);
-    // The job's last commit admitted the newcomer at its boundary (a new round); its check is still open.
-    expect(h.state.rendezvous.round).toBe(round + 1);
+    // Nothing is left to train: the newcomer is not admitted, the round stays while the last check is open.
+    expect(h.state.lastCommit.step).toBe(2);
+    expect(h.state.rendezvous.round).toBe(round);
     expect(h.state.status).toBe('active');
+    // Rank 2 leaves: the round closes, and the newcomer makes up another (it syncs; nothing is left to train).
+    h.send(rank2, { type: 'goodbye', runId: h.runId, workerId: h.worker(rank2).workerId! });
+    expect(h.state.rendezvous.round).toBe(round + 1);
     h.apply({ kind: 'verification_result', check: h.state.checks![0].id, result: recomputed(2, 3) });
     expect(h.state.status).toBe('done');
     // The evaluations of step 2 arrive after `done` (rank 0 evaluates 1,000 images while the check ran).
