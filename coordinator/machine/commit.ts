@@ -331,8 +331,7 @@ function commitIn(ctx: Ctx, point: number): void {
   }
   if (span.endsEpoch) log(ctx, 'info', 'epoch_end', { epoch: group.epoch, step: point });
   // An overlapped group's successor is in flight: the round changes at a later commit (the drain). After the
-  // job's last group nothing is left to train while its checks are open: a new round would only sync the state
-  // (a rollback re-forms the round itself, check-events.ts).
+  // job's last group nothing is left to train while its checks are open (a rollback re-forms the round itself).
   if (!overlapped && !span.endsJob) admitAtBoundaryIn(ctx, lostMembers);
 }
 
