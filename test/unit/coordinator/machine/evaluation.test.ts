@@ -342,7 +342,7 @@ describe('machine: evaluation reports', () => {
     });
   }
 
-  it('accepts the report of the round that just closed at a commit boundary, not of a round that committed nothing or an older one', () => {
+  it('accepts the report of the round that made the last commit after it closed, however many rounds closed since, until a later commit', () => {
     const h = trainingPair();
     const first = h.state.rendezvous.round;
     h.join('c');
@@ -353,8 +353,8 @@ describe('machine: evaluation reports', () => {
     // The newcomer was not in the closed round.
     h.send('c', evaluation(h, 'c', { round: first, step: 5 }));
     expect(h.lastReceived('c')).toMatchObject({ type: 'error', code: 'not_member' });
-    // Two closes later the first round still made the last commit: its ranks are heard (here a duplicate, not
-    // a stale round), while ranks of the round that committed nothing and closed are not evaluators.
+    // Two closes later the first round still made the last commit: its ranks are heard (here a duplicate, not a
+    // stale round). The round that just closed (first + 1) is heard too, but only from its ranks 0 and 1.
     h.readyAll();
     h.send('b', { type: 'goodbye', runId: h.runId, workerId: h.worker('b').workerId! });
     expect(h.state.rendezvous.round).toBe(first + 2);
