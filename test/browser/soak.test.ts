@@ -78,8 +78,8 @@
  * 0.03, while the steps per 10 s moved between 45 and 63. So the steps that slow down are SwiftShader's,
  * on a machine it saturates: its CPU per step varies by a fifth over tens of seconds with nothing else
  * running, which this ratio cannot tell from a decay, and the 10- and 20-minute runs show no decay. If
- * CI fails here again, a longer run (bench:soak) is the way to tell noise from a slowdown. The 4-minute bench:soak keeps the issue's
- * stricter 0.9 as its goal, reported, not asserted.
+ * CI fails here again, a longer run (bench:soak) is the way to tell noise from a slowdown. The 4-minute
+ * bench:soak keeps the issue's stricter 0.9 as its goal, reported, not asserted.
  *
  * Takes about 3 minutes (2.5 of training plus start-up). Cut to 2 minutes once to save CI time, it failed
  * on a slow machine (787 steps, 301 between the thirds' medians, so a bound of 12 MB; the renderer's RSS

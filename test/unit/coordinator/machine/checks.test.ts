@@ -22,7 +22,7 @@ import {
 import { MAX_INCONCLUSIVE_ROLLBACKS } from '../../../../coordinator/machine/check-events';
 import { nextDeadline } from '../../../../coordinator/machine/machine';
 import type { RecomputedStep } from '../../../../coordinator/machine/state';
-import { Harness } from './coordinator-harness';
+import { evaluationReport, Harness } from './coordinator-harness';
 import { recomputed, selectedStep, verifiedStep } from './verify-kit';
 
 const JOB: JobSpecInput = {
@@ -434,17 +434,7 @@ describe('the job’s last step waits for its checks', () => {
     expect(h.state.status).toBe('done');
     // The evaluations of step 2 arrive after `done` (rank 0 evaluates 1,000 images while the check ran).
     for (const name of [rank0, rank1]) {
-      h.send(name, {
-        type: 'evaluation',
-        runId: h.runId,
-        workerId: h.worker(name).workerId!,
-        round,
-        step: 2,
-        epoch: 0,
-        testSamples: 1000,
-        correct: 800,
-        lossSum: 450,
-      });
+      h.send(name, evaluationReport(h, name, { round, step: 2 }));
       expect(h.lastReceived(name)?.type, name).not.toBe('error');
     }
     expect(h.logs.filter((l) => l.event === 'evaluation').map((l) => l.data.verified)).toEqual([false, true]);

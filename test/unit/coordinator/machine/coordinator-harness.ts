@@ -611,3 +611,24 @@ export class Harness {
       .reduce((acc, m) => acc + (m.value ?? 1), 0);
   }
 }
+
+export type EvaluationBody = Body<Extract<ClientMessage, { type: 'evaluation' }>>;
+
+/**
+ * `name`'s evaluation report with plausible counts: of the last commit, under the current round, epoch 0,
+ * unless `overrides` say otherwise (evaluation.test.ts, checks.test.ts).
+ */
+export function evaluationReport(h: Harness, name: string, overrides: Partial<EvaluationBody> = {}): EvaluationBody {
+  return {
+    type: 'evaluation',
+    runId: h.runId,
+    workerId: h.worker(name).workerId!,
+    round: h.state.rendezvous.round,
+    step: h.state.lastCommit.step,
+    epoch: 0,
+    testSamples: 1000,
+    correct: 800,
+    lossSum: 450,
+    ...overrides,
+  };
+}

@@ -7,7 +7,6 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import { parseJobSpec, type JobSpecInput } from '../../../../core/training/job';
 import { commitSpan, isEvaluationCommit, type EvaluationPlan } from '../../../../core/training/commit-schedule';
-import type { ClientMessage } from '../../../../core/protocol/tab-messages';
 import { parseClientMessage } from '../../../../core/protocol/control-parse';
 import {
   groupPlan,
@@ -18,7 +17,7 @@ import {
 } from '../../../../core/training/groups';
 import { referenceIsCommitPoint } from '../../../support/hole-free-layout';
 import { MemoryNetwork, SIM_MODEL, SimCoordinator, SimTab, until } from '../../../kit/simulation';
-import { Harness } from './coordinator-harness';
+import { type EvaluationBody, evaluationReport, Harness } from './coordinator-harness';
 import { begin } from '../../../../coordinator/machine/context';
 import { rollbackIn } from '../../../../coordinator/machine/checkpoints';
 
@@ -160,25 +159,6 @@ const JOB: JobSpecInput = {
   evalEvery: 1,
 };
 
-type EvaluationBody = Omit<Extract<ClientMessage, { type: 'evaluation' }>, 'v'>;
-
-function evaluation(h: Harness, name: string, overrides: Partial<EvaluationBody> = {}): EvaluationBody {
-  const w = h.worker(name);
-  const step = overrides.step ?? h.state.lastCommit.step;
-  return {
-    type: 'evaluation',
-    runId: h.runId,
-    workerId: w.workerId!,
-    round: h.state.rendezvous.round,
-    step,
-    epoch: 0,
-    testSamples: 1000,
-    correct: 800,
-    lossSum: 450,
-    ...overrides,
-  };
-}
-
 function trainingPair(): Harness {
   const h = new Harness(JOB, 100);
   h.join('a');
@@ -193,7 +173,7 @@ describe('machine: evaluation reports', () => {
   it('logs an `evaluation` event with the accuracy and mean loss of a member’s report', () => {
     const h = trainingPair();
     const before = h.state;
-    const actions = h.send('a', evaluation(h, 'a', { step: 4, testSamples: 1000, correct: 873, lossSum: 412.5 }));
+    const actions = h.send('a', evaluationReport(h, 'a', { step: 4, testSamples: 1000, correct: 873, lossSum: 412.5 }));
     const logs = actions.filter((a) => a.kind === 'log');
     expect(logs).toEqual([
       {
@@ -226,9 +206,9 @@ describe('machine: evaluation reports', () => {
 
   it('a number two ranks agree on is verified; one they disagree on is disputed and stays unverified', () => {
     const h = trainingPair();
-    h.send('a', evaluation(h, 'a', { step: 4, testSamples: 1000, correct: 873, lossSum: 412.5 }));
+    h.send('a', evaluationReport(h, 'a', { step: 4, testSamples: 1000, correct: 873, lossSum: 412.5 }));
     // Rank 1 on another GPU: one arg-max tie the other way, the loss a little off.
-    h.send('b', evaluation(h, 'b', { step: 4, testSamples: 1000, correct: 874, lossSum: 412.51 }));
+    h.send('b', evaluationReport(h, 'b', { step: 4, testSamples: 1000, correct: 874, lossSum: 412.51 }));
     const verified = h.logs.filter((l) => l.event === 'evaluation').at(-1)!;
     expect(verified.data).toMatchObject({
       step: 4,
@@ -236,14 +216,14 @@ describe('machine: evaluation reports', () => {
       agreedBy: [h.worker('a').workerId, h.worker('b').workerId],
     });
     // A repeated report from the same rank is refused.
-    const again = h.send('b', evaluation(h, 'b', { step: 4 }));
+    const again = h.send('b', evaluationReport(h, 'b', { step: 4 }));
     expect(again.some((a) => a.kind === 'send' && a.msg.type === 'error' && a.msg.code === 'duplicate_report')).toBe(
       true,
     );
     // Step 6 (the next evaluation point): rank 1 claims 99 % where rank 0 measured 87 %.
     h.train(2);
-    h.send('a', evaluation(h, 'a', { step: 6, testSamples: 1000, correct: 870, lossSum: 400 }));
-    h.send('b', evaluation(h, 'b', { step: 6, testSamples: 1000, correct: 990, lossSum: 20 }));
+    h.send('a', evaluationReport(h, 'a', { step: 6, testSamples: 1000, correct: 870, lossSum: 400 }));
+    h.send('b', evaluationReport(h, 'b', { step: 6, testSamples: 1000, correct: 990, lossSum: 20 }));
     expect(h.logs.at(-1)).toMatchObject({ event: 'evaluation_disputed', data: { step: 6 } });
     const step6 = h.logs.filter((l) => l.event === 'evaluation' && l.data.step === 6);
     expect(step6.map((l) => l.data.verified)).toEqual([false]);
@@ -255,9 +235,9 @@ describe('machine: evaluation reports', () => {
     h.join('b');
     h.advance(100);
     h.train(2);
-    h.send('a', evaluation(h, 'a', { step: 2, testSamples: 1000, correct: 870, lossSum: 400 }));
+    h.send('a', evaluationReport(h, 'a', { step: 2, testSamples: 1000, correct: 870, lossSum: 400 }));
     h.train(2);
-    h.send('a', evaluation(h, 'a', { step: 4, testSamples: 1000, correct: 880, lossSum: 390 }));
+    h.send('a', evaluationReport(h, 'a', { step: 4, testSamples: 1000, correct: 880, lossSum: 390 }));
     const ctx = begin(h.state, 0);
     rollbackIn(ctx, { step: 2, epoch: 0, cursor: 0, hash: null }, 'a test');
     expect(ctx.s.evaluationClaims?.map((c) => c.step)).toEqual([2]);
@@ -266,7 +246,7 @@ describe('machine: evaluation reports', () => {
   it('rejects an earlier committed step (rank 0 evaluates a commit before it applies the next step), state unchanged', () => {
     const h = trainingPair();
     const before = h.state;
-    h.send('a', evaluation(h, 'a', { step: 2 }));
+    h.send('a', evaluationReport(h, 'a', { step: 2 }));
     expect(h.state).toBe(before);
     expect(h.lastReceived('a')).toMatchObject({ type: 'error', code: 'wrong_step' });
   });
@@ -278,7 +258,7 @@ describe('machine: evaluation reports', () => {
     h.advance(100);
     h.train(4);
     const before = h.state;
-    h.send('a', evaluation(h, 'a', { step: 4 }));
+    h.send('a', evaluationReport(h, 'a', { step: 4 }));
     expect(h.state).toBe(before);
     expect(h.lastReceived('a')).toMatchObject({ type: 'error', code: 'wrong_step' });
     expect(h.logs.some((l) => l.event === 'evaluation')).toBe(false);
@@ -290,41 +270,45 @@ describe('machine: evaluation reports', () => {
       'a non-member (a newcomer waiting for the boundary)',
       (h) => {
         h.join('c');
-        return { name: 'c', body: evaluation(h, 'c') };
+        return { name: 'c', body: evaluationReport(h, 'c') };
       },
       'not_member',
     ],
     [
       'a future step (not committed yet)',
-      (h) => ({ name: 'a', body: evaluation(h, 'a', { step: h.state.lastCommit.step + 1 }) }),
+      (h) => ({ name: 'a', body: evaluationReport(h, 'a', { step: h.state.lastCommit.step + 1 }) }),
       'wrong_step',
     ],
-    ['a step far in the future', (h) => ({ name: 'a', body: evaluation(h, 'a', { step: 13 }) }), 'wrong_step'],
+    ['a step far in the future', (h) => ({ name: 'a', body: evaluationReport(h, 'a', { step: 13 }) }), 'wrong_step'],
     [
       'more correct than images (bypassing the schema)',
-      (h) => ({ name: 'a', body: evaluation(h, 'a', { testSamples: 100, correct: 101 }) }),
+      (h) => ({ name: 'a', body: evaluationReport(h, 'a', { testSamples: 100, correct: 101 }) }),
       'bad_samples',
     ],
     [
       'a NaN loss sum (bypassing the schema)',
-      (h) => ({ name: 'a', body: evaluation(h, 'a', { lossSum: Number.NaN }) }),
+      (h) => ({ name: 'a', body: evaluationReport(h, 'a', { lossSum: Number.NaN }) }),
       'bad_samples',
     ],
-    ['the wrong epoch for the step', (h) => ({ name: 'a', body: evaluation(h, 'a', { epoch: 1 }) }), 'wrong_step'],
+    [
+      'the wrong epoch for the step',
+      (h) => ({ name: 'a', body: evaluationReport(h, 'a', { epoch: 1 }) }),
+      'wrong_step',
+    ],
     [
       'a round that is neither current nor just closed',
-      (h) => ({ name: 'a', body: evaluation(h, 'a', { round: h.state.rendezvous.round - 1 }) }),
+      (h) => ({ name: 'a', body: evaluationReport(h, 'a', { round: h.state.rendezvous.round - 1 }) }),
       'stale_round',
     ],
     [
       'a future round',
-      (h) => ({ name: 'a', body: evaluation(h, 'a', { round: h.state.rendezvous.round + 1 }) }),
+      (h) => ({ name: 'a', body: evaluationReport(h, 'a', { round: h.state.rendezvous.round + 1 }) }),
       'stale_round',
     ],
-    ['another run', (h) => ({ name: 'a', body: evaluation(h, 'a', { runId: 'run-0' }) }), 'wrong_run'],
+    ['another run', (h) => ({ name: 'a', body: evaluationReport(h, 'a', { runId: 'run-0' }) }), 'wrong_run'],
     [
       'a forged worker id',
-      (h) => ({ name: 'a', body: evaluation(h, 'a', { workerId: h.worker('b').workerId! }) }),
+      (h) => ({ name: 'a', body: evaluationReport(h, 'a', { workerId: h.worker('b').workerId! }) }),
       'forged_worker',
     ],
   ];
@@ -348,25 +332,25 @@ describe('machine: evaluation reports', () => {
     h.join('c');
     h.stepAll(); // step 5 commits; c is admitted at the boundary: round `first` closes, `first + 1` opens
     expect(h.state.rendezvous.round).toBe(first + 1);
-    h.send('a', evaluation(h, 'a', { round: first, step: 5 }));
+    h.send('a', evaluationReport(h, 'a', { round: first, step: 5 }));
     expect(h.logs.at(-1)).toMatchObject({ event: 'evaluation', data: { step: 5, round: first } });
     // The newcomer was not in the closed round.
-    h.send('c', evaluation(h, 'c', { round: first, step: 5 }));
+    h.send('c', evaluationReport(h, 'c', { round: first, step: 5 }));
     expect(h.lastReceived('c')).toMatchObject({ type: 'error', code: 'not_member' });
     // Two closes later the first round still made the last commit: its ranks are heard (here a duplicate, not a
     // stale round). The round that just closed (first + 1) is heard too, but only from its ranks 0 and 1.
     h.readyAll();
     h.send('b', { type: 'goodbye', runId: h.runId, workerId: h.worker('b').workerId! });
     expect(h.state.rendezvous.round).toBe(first + 2);
-    h.send('a', evaluation(h, 'a', { round: first, step: 5 }));
+    h.send('a', evaluationReport(h, 'a', { round: first, step: 5 }));
     expect(h.lastReceived('a')).toMatchObject({ type: 'error', code: 'duplicate_report' });
-    h.send('c', evaluation(h, 'c', { round: first + 1, step: 5 }));
+    h.send('c', evaluationReport(h, 'c', { round: first + 1, step: 5 }));
     expect(h.lastReceived('c')).toMatchObject({ type: 'error', code: 'not_evaluator' });
     // Once a later round commits, the first round is stale.
     h.readyAll();
     h.stepAll();
     expect(h.state.lastCommit.step).toBe(6);
-    h.send('a', evaluation(h, 'a', { round: first, step: 6 }));
+    h.send('a', evaluationReport(h, 'a', { round: first, step: 6 }));
     expect(h.lastReceived('a')).toMatchObject({ type: 'error', code: 'stale_round' });
   });
 
@@ -376,7 +360,7 @@ describe('machine: evaluation reports', () => {
     expect(h.state.status).toBe('done');
     expect(h.state.rendezvous.participants).toEqual([]);
     const round = h.state.rendezvous.round;
-    h.send('a', evaluation(h, 'a', { round, step: 13 }));
+    h.send('a', evaluationReport(h, 'a', { round, step: 13 }));
     expect(h.logs.at(-1)).toMatchObject({ event: 'evaluation', data: { step: 13, round } });
   });
 });
