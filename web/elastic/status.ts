@@ -167,12 +167,23 @@ export class StatusBox {
 
   constructor(private readonly onStatus?: (status: ElasticStatus) => void) {}
 
+  /**
+   * Apply `patch` and tell the listener. A listener that throws (a page's rendering) is reported as an
+   * uncaught error on a later task, not thrown here: the loop calls this from inside its steps, its
+   * round handling and the coordinator client's disconnect, none of which a display bug may break.
+   */
   update(patch: Partial<ElasticStatus>): void {
     Object.assign(this.status, patch);
-    this.onStatus?.({
-      ...this.status,
-      losses: this.status.losses,
-      checkpoint: this.status.checkpoint && { ...this.status.checkpoint },
-    });
+    try {
+      this.onStatus?.({
+        ...this.status,
+        losses: this.status.losses,
+        checkpoint: this.status.checkpoint && { ...this.status.checkpoint },
+      });
+    } catch (err) {
+      setTimeout(() => {
+        throw err;
+      }, 0);
+    }
   }
 }

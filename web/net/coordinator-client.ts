@@ -208,7 +208,15 @@ export class CoordinatorClient {
     socket.onopen = () => {
       if (socket !== this.socket) return;
       this.setPhase('handshaking');
-      const state = this.opts.hello();
+      let state: HelloState;
+      try {
+        state = this.opts.hello();
+      } catch (err) {
+        // No hello to send: try again after the backoff rather than wait out the handshake timeout.
+        this.opts.log?.('error', `cannot build hello: ${(err as Error)?.message ?? String(err)}`);
+        this.dropSocket(socket, 4000, 'no hello');
+        return;
+      }
       const hello: HelloMessage = {
         v: PROTOCOL_VERSION,
         type: 'hello',
@@ -292,9 +300,20 @@ export class CoordinatorClient {
       reconnecting ? 'warn' : 'info',
       `coordinator socket closed (${code}${reason ? ` ${reason}` : ''})${reconnecting ? '; reconnecting' : ''}`,
     );
-    this.opts.onDisconnect?.({ code, reason, reconnecting });
+    // The reconnect is scheduled first: a listener that throws (a page's status callback) must not
+    // leave the tab disconnected for good.
     if (reconnecting) this.scheduleReconnect();
     else this.setPhase('stopped');
+    this.notify('onDisconnect', () => this.opts.onDisconnect?.({ code, reason, reconnecting }));
+  }
+
+  /** Run a listener; one that throws is logged as an error, and the client goes on. */
+  private notify(what: string, listener: () => void): void {
+    try {
+      listener();
+    } catch (err) {
+      this.opts.log?.('error', `${what} listener failed: ${(err as Error)?.message ?? String(err)}`);
+    }
   }
 
   /** Close a socket we gave up on and go through the same path as a close from the other side. */

@@ -3,7 +3,7 @@
  * deferreds, the held-state keeper, and the step runner's pipeline order (the invariant that the
  * live state never moves past a step before that step is committed and saved as the backup).
  */
-import { describe, expect, it } from 'vitest';
+import { afterEach, describe, expect, it, vi } from 'vitest';
 import { jobPublic, parseJobSpec } from '../../../../core/training/job';
 import type { RoundMessage } from '../../../../core/protocol/coordinator-messages';
 import { SerialQueue } from '../../../../web/elastic/async-tools';
@@ -20,6 +20,10 @@ import { epochOrder } from '../../../../core/training/sampler';
 import { CpuTrainer, SIM_MODEL } from '../../../kit/simulation';
 
 describe('status reducers', () => {
+  afterEach(() => {
+    vi.useRealTimers();
+  });
+
   it('appendBounded keeps the newest entries and trims in chunks (amortised O(1))', () => {
     const log: number[] = [];
     let trims = 0;
@@ -51,6 +55,20 @@ describe('status reducers', () => {
     box.update(stepComputed(box.status, { step: 4, lossSum: 0, samples: 0, computeMs: 1 }));
     expect(box.status).toMatchObject({ loss: 3, stepsComputed: 2, samplesPerSec: 500 });
     expect(losses).toHaveLength(1);
+  });
+
+  it('a status listener that throws does not throw into the loop: the update holds, the error is reported later', () => {
+    vi.useFakeTimers();
+    const seen: string[] = [];
+    const box = new StatusBox((s) => {
+      seen.push(s.phase);
+      throw new Error('render failed');
+    });
+    expect(() => box.update({ phase: 'connecting' })).not.toThrow();
+    expect(box.status.phase).toBe('connecting');
+    expect(seen).toEqual(['connecting']);
+    // Reported as an uncaught error on a later task (fake timers rethrow it here).
+    expect(() => vi.runAllTimers()).toThrow('render failed');
   });
 
   it('creditCommitted credits steps up to the commit and drops later ones only when asked', () => {

@@ -210,6 +210,51 @@ describe('CoordinatorClient', () => {
     expect(client.send({ type: 'heartbeat' })).toBe(false); // not welcomed again yet
   });
 
+  it('reconnects even when its disconnect listener throws, and logs the listener as an error', async () => {
+    const server = await startServer();
+    cleanups.push(() => server.close());
+    const levels: string[] = [];
+    const { client } = makeClient(
+      server.url,
+      () => ({ peerId: 'peer-a', adapter, haveStep: null, haveHash: null, pending: null }),
+      {
+        onDisconnect: () => {
+          throw new Error('the page failed to draw');
+        },
+        log: (level, text) => levels.push(`${level}: ${text}`),
+      },
+    );
+    client.start();
+    await server.nextMessage(0, 'hello');
+    sendTo(server.conns[0].socket, { type: 'welcome', runId: 'run-1', workerId: 'w-7', job });
+    await server.nextMessage(0, 'heartbeat');
+    server.conns[0].socket.terminate();
+    await server.nextConnection(1);
+    expect(await server.nextMessage(1, 'hello')).toMatchObject({ runId: 'run-1', workerId: 'w-7' });
+    expect(levels).toContain('error: onDisconnect listener failed: the page failed to draw');
+  });
+
+  it('a hello it cannot build is logged and tried again at the next connection, not left to the handshake timeout', async () => {
+    const server = await startServer();
+    cleanups.push(() => server.close());
+    let calls = 0;
+    const levels: string[] = [];
+    const { client } = makeClient(
+      server.url,
+      () => {
+        calls++;
+        if (calls === 1) throw new Error('held states unreadable');
+        return { peerId: 'peer-a', adapter, haveStep: null, haveHash: null, pending: null };
+      },
+      { handshakeTimeoutMs: 60_000, log: (level, text) => levels.push(`${level}: ${text}`) },
+    );
+    client.start();
+    await server.nextConnection(1);
+    expect(await server.nextMessage(1, 'hello')).toMatchObject({ type: 'hello', peerId: 'peer-a' });
+    expect(server.conns[0].messages).toEqual([]);
+    expect(levels).toContain('error: cannot build hello: held states unreadable');
+  });
+
   it('keeps retrying with backoff while the coordinator is down', async () => {
     const server = await startServer();
     const url = server.url;
