@@ -58,13 +58,18 @@ async function writeSmallDataset(): Promise<string> {
   );
 }
 
-/** The coordinator's status once `check` holds (polled every 200 ms, for at most 2 minutes). */
+/**
+ * The coordinator's status once `check` holds (polled every 200 ms, for at most 2 minutes). On timeout
+ * the error also says what each tab of `swarm` saw.
+ */
 async function statusUntil(
   coordinator: CoordinatorProcess,
   check: (s: StatusResponse) => boolean,
   what: string,
+  swarm?: Swarm,
 ): Promise<StatusResponse> {
-  return (await coordinatorStatusUntil(coordinator, check, what, { timeoutMs: 120_000, pollMs: 200 })).status;
+  const explain = swarm ? () => swarm.report() : undefined;
+  return (await coordinatorStatusUntil(coordinator, check, what, { timeoutMs: 120_000, pollMs: 200, explain })).status;
 }
 
 describe.skipIf(skip)('elastic training across browser tabs', () => {
@@ -339,6 +344,7 @@ describe.skipIf(skip)('elastic training across browser tabs', () => {
       restarted,
       (s) => s.world.total === 2 && s.step >= committedBefore + 3,
       'training after the restart',
+      swarm,
     );
     // No checkpoint exists: the state came from the tabs (peer broadcast), so nothing was rolled back.
     expect(resumed.latestCheckpoint).toBeNull();

@@ -19,13 +19,14 @@ import type { CoordinatorProcess } from './coordinator-process';
 /**
  * Poll the coordinator's `GET /api/status` (it pushes no status to tests) every `pollMs` until
  * `check` holds; returns that status and how long it took. Throws on timeout with the last status and
- * the coordinator's last 60 events (joins, drops, rollbacks, bans: what held the job).
+ * the coordinator's last 60 events (joins, drops, rollbacks, bans: what held the job), and what
+ * `explain` adds (a swarm's `report()`: what each tab saw).
  */
 export async function coordinatorStatusUntil(
   coordinator: CoordinatorProcess,
   check: (s: StatusResponse) => boolean,
   what: string,
-  opts: { timeoutMs: number; pollMs: number },
+  opts: { timeoutMs: number; pollMs: number; explain?: () => Promise<string> },
 ): Promise<{ status: StatusResponse; ms: number }> {
   const started = performance.now();
   let last: StatusResponse | null = null;
@@ -36,8 +37,9 @@ export async function coordinatorStatusUntil(
   }
   const tail = (await coordinator.events().catch(() => [])).slice(-60);
   const lines = tail.map((e) => `${e.event} ${JSON.stringify(e.data).slice(0, 240)}`);
+  const more = opts.explain ? `\n${await opts.explain().catch((err: Error) => `(no tab report: ${err.message})`)}` : '';
   throw new Error(
-    `coordinator status never showed ${what}; last: ${JSON.stringify(last)}\nlast events:\n${lines.join('\n')}`,
+    `coordinator status never showed ${what}; last: ${JSON.stringify(last)}\nlast events:\n${lines.join('\n')}${more}`,
   );
 }
 
@@ -132,6 +134,31 @@ export class Swarm {
       );
     }
     return (await this.status(tab))!;
+  }
+
+  /**
+   * What every live tab is doing, for a failed test's message: its elastic status (phase, round, step,
+   * error), its console errors and its last warnings (the coordinator client logs each close and retry).
+   */
+  async report(): Promise<string> {
+    const parts = await Promise.all(
+      this.live.map(async (t) => {
+        const s = await this.status(t).catch(() => null);
+        const brief = s && {
+          phase: s.phase,
+          round: s.round,
+          rank: s.rank,
+          worldSize: s.worldSize,
+          localStep: s.localStep,
+          committedStep: s.committedStep,
+          workerId: s.workerId,
+          error: s.error,
+        };
+        const lines = [...t.problems.errors, ...t.problems.warnings.slice(-12)];
+        return `tab ${t.name}: ${JSON.stringify(brief)}\n  ${lines.join('\n  ')}`;
+      }),
+    );
+    return parts.join('\n');
   }
 
   /** Leave like a person closing the tab: `pagehide` runs and the page says goodbye. */
