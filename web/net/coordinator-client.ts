@@ -2,7 +2,9 @@
  * The tab's control channel to the coordinator: one WebSocket to `/ws`, the protocol's hello/welcome
  * handshake, heartbeats, and reconnection with backoff, so a coordinator that restarts (or a network
  * blip) sees the tab again with the state it holds (`hello.haveStep/haveHash/pending` are asked for
- * at every (re)connect).
+ * at every (re)connect). Only `stop()`, `goodbye()` or the coordinator's final word ends the
+ * reconnecting: the next attempt is scheduled before any listener hears of the close, and a listener
+ * or a `hello()` that throws is logged as an error and the client goes on.
  *
  * Every incoming frame is validated with the protocol's zod schemas (`parseServerMessage`); frames
  * that fail are logged and dropped, never handed to the training loop. Outgoing messages are sent
