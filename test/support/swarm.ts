@@ -43,6 +43,11 @@ export async function coordinatorStatusUntil(
   );
 }
 
+/** A tab's elastic status for a failure message: every field, the loss log as its length. */
+function statusLine(status: ElasticStatus | null): string {
+  return JSON.stringify(status && { ...status, losses: status.losses.length });
+}
+
 export interface SwarmTab {
   readonly name: string;
   readonly context: BrowserContext;
@@ -130,32 +135,22 @@ export class Swarm {
     } catch (err) {
       const status = await this.status(tab).catch(() => null);
       throw new Error(
-        `${tab.name}: ${(err as Error).message.split('\n')[0]}\n  waiting for ${source}\n  status: ${JSON.stringify(status && { ...status, losses: status.losses.length })}\n  ${tab.problems.errors.join('\n  ')}`,
+        `${tab.name}: ${(err as Error).message.split('\n')[0]}\n  waiting for ${source}\n  status: ${statusLine(status)}\n  ${tab.problems.errors.join('\n  ')}`,
       );
     }
     return (await this.status(tab))!;
   }
 
   /**
-   * What every live tab is doing, for a failed test's message: its elastic status (phase, round, step,
-   * error), its console errors and its last warnings (the coordinator client logs each close and retry).
+   * What every live tab is doing, for a failed test's message: its elastic status (as `waitFor`'s
+   * timeout gives it), its console errors and its last warnings (the coordinator client logs each close and retry).
    */
   async report(): Promise<string> {
     const parts = await Promise.all(
       this.live.map(async (t) => {
-        const s = await this.status(t).catch(() => null);
-        const brief = s && {
-          phase: s.phase,
-          round: s.round,
-          rank: s.rank,
-          worldSize: s.worldSize,
-          localStep: s.localStep,
-          committedStep: s.committedStep,
-          workerId: s.workerId,
-          error: s.error,
-        };
+        const status = await this.status(t).catch(() => null);
         const lines = [...t.problems.errors, ...t.problems.warnings.slice(-12)];
-        return `tab ${t.name}: ${JSON.stringify(brief)}\n  ${lines.join('\n  ')}`;
+        return `tab ${t.name}: ${statusLine(status)}\n  ${lines.join('\n  ')}`;
       }),
     );
     return parts.join('\n');

@@ -94,6 +94,11 @@ export function backoffDelay(
   return Math.round(base * (0.8 + 0.4 * random()));
 }
 
+/** What a thrown value says, for the log (an `Error`'s message, anything else as a string). */
+function errorText(err: unknown): string {
+  return err instanceof Error ? err.message : String(err);
+}
+
 /** Close codes after which reconnecting is pointless: the coordinator is done with this tab. */
 const FINAL_CLOSE_CODES: ReadonlySet<number> = new Set([CloseCode.kicked, CloseCode.jobOver, CloseCode.noInvite]);
 
@@ -215,7 +220,7 @@ export class CoordinatorClient {
         state = this.opts.hello();
       } catch (err) {
         // No hello to send: try again after the backoff rather than wait out the handshake timeout.
-        this.opts.log?.('error', `cannot build hello: ${(err as Error)?.message ?? String(err)}`);
+        this.opts.log?.('error', `cannot build hello: ${errorText(err)}`);
         this.dropSocket(socket, 4000, 'no hello');
         return;
       }
@@ -314,7 +319,7 @@ export class CoordinatorClient {
     try {
       listener();
     } catch (err) {
-      this.opts.log?.('error', `${what} listener failed: ${(err as Error)?.message ?? String(err)}`);
+      this.opts.log?.('error', `${what} listener failed: ${errorText(err)}`);
     }
   }
 
